@@ -48,6 +48,48 @@ INSTRUCTIONS = {
     'memset': (0x0303, ('vector', 'gpsimd'), (('dst', 'tensor', None), ('value', 'f32', None))),
     'iota': (0x0400, ('gpsimd',), (('dst', 'tensor', None), ('pattern', 'pattern', None), ('offset', 'i32', None), ('channel_multiplier', 'i32', None))),
     'dma_copy': (0x0800, ('sync', 'scalar', 'gpsimd', 'vector', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('priority', 'i32', None), ('oob_mode', 'enum', 'oob_mode'), ('dge_mode', 'enum', 'dge_mode'))),
+    'nc_matmul_mx': (0x0101, ('tensor',), (('dst', 'tensor', None), ('stationary', 'tensor', None), ('moving', 'tensor', None), ('stationary_scale', 'tensor', None), ('moving_scale', 'tensor', None), ('tile_position', 'ints', None), ('tile_size', 'ints', None), ('accumulate', 'bool', None))),
+    'activation_reduce': (0x0201, ('scalar',), (('dst', 'tensor', None), ('op', 'enum', 'act_fn'), ('data', 'tensor', None), ('reduce_op', 'enum', 'alu_op'), ('reduce_res', 'tensor', None), ('bias', 'tensor_or_f32', None), ('scale', 'tensor_or_f32', None))),
+    'activate2': (0x0202, ('scalar',), (('dst', 'tensor', None), ('op', 'enum', 'act_fn'), ('data', 'tensor', None), ('imm0', 'tensor_or_f32', None), ('imm1', 'tensor_or_f32', None), ('op0', 'enum', 'alu_op'), ('op1', 'enum', 'alu_op'), ('relu_param', 'tensor_or_f32', None), ('reverse0', 'bool', None), ('reverse1', 'bool', None), ('reduce_op', 'enum', 'alu_op'), ('reduce_res', 'tensor', None), ('reduce_cmd', 'enum', 'reduce_cmd'))),
+    'scalar_tensor_tensor': (0x0304, ('vector',), (('dst', 'tensor', None), ('data', 'tensor', None), ('op0', 'enum', 'alu_op'), ('operand0', 'tensor_or_f32', None), ('op1', 'enum', 'alu_op'), ('operand1', 'tensor', None), ('reverse0', 'bool', None), ('reverse1', 'bool', None))),
+    'tensor_reduce': (0x0305, ('vector',), (('dst', 'tensor', None), ('op', 'enum', 'alu_op'), ('data', 'tensor', None), ('axis', 'ints', None), ('negate', 'bool', None), ('keepdims', 'bool', None))),
+    'tensor_tensor_scan': (0x0306, ('vector',), (('dst', 'tensor', None), ('data0', 'tensor', None), ('data1', 'tensor', None), ('initial', 'tensor_or_f32', None), ('op0', 'enum', 'alu_op'), ('op1', 'enum', 'alu_op'), ('reverse0', 'bool', None), ('reverse1', 'bool', None))),
+    'tensor_scalar_reduce': (0x0307, ('vector',), (('dst', 'tensor', None), ('data', 'tensor', None), ('op0', 'enum', 'alu_op'), ('operand0', 'tensor_or_f32', None), ('reduce_op', 'enum', 'alu_op'), ('reduce_res', 'tensor', None), ('reverse0', 'bool', None), ('reduce_cmd', 'enum', 'reduce_cmd'), ('reduce_init', 'tensor_or_f32', None), ('reduce_res_negate', 'bool', None))),
+    'tensor_scalar_cumulative': (0x0308, ('vector',), (('dst', 'tensor', None), ('src', 'tensor', None), ('op0', 'enum', 'alu_op'), ('op1', 'enum', 'alu_op'), ('imm0', 'tensor_or_f32', None), ('imm1', 'tensor_or_f32', None), ('reduce_cmd', 'enum', 'reduce_cmd'))),
+    'tensor_copy_predicated': (0x0309, ('vector',), (('dst', 'tensor', None), ('src', 'tensor_or_f32', None), ('predicate', 'tensor', None), ('reverse_pred', 'bool', None))),
+    'exponential': (0x030a, ('vector',), (('dst', 'tensor', None), ('src', 'tensor', None), ('max_value', 'tensor_or_f32', None), ('reduce_res', 'tensor', None), ('reduce_cmd', 'enum', 'reduce_cmd'), ('reduce_init', 'tensor_or_f32', None))),
+    'reciprocal': (0x030b, ('vector',), (('dst', 'tensor', None), ('data', 'tensor', None))),
+    'quantize_mx': (0x030c, ('vector',), (('dst', 'tensor', None), ('src', 'tensor', None), ('dst_scale', 'tensor', None))),
+    'dropout': (0x030d, ('vector',), (('dst', 'tensor', None), ('data', 'tensor', None), ('prob', 'tensor_or_f32', None))),
+    'range_select': (0x030e, ('vector',), (('dst', 'tensor', None), ('on_true_tile', 'tensor', None), ('comp_op0', 'enum', 'alu_op'), ('comp_op1', 'enum', 'alu_op'), ('bound0', 'tensor', None), ('bound1', 'tensor', None), ('reduce_cmd', 'enum', 'reduce_cmd'), ('reduce_res', 'tensor', None), ('reduce_op', 'enum', 'alu_op'), ('range_start', 'i32', None), ('on_false_value', 'f32', None))),
+    'select_reduce': (0x030f, ('vector',), (('dst', 'tensor', None), ('predicate', 'tensor', None), ('on_true', 'tensor', None), ('on_false', 'tensor_or_f32', None), ('reduce_res', 'tensor', None), ('reduce_cmd', 'enum', 'reduce_cmd'), ('reduce_op', 'enum', 'alu_op'), ('reverse_pred', 'bool', None))),
+    'bn_stats': (0x0310, ('vector',), (('dst', 'tensor', None), ('data', 'tensor', None))),
+    'bn_aggr': (0x0311, ('vector',), (('dst', 'tensor', None), ('data', 'tensor', None))),
+    'max8': (0x0312, ('vector',), (('dst', 'tensor', None), ('src', 'tensor', None))),
+    'nc_find_index8': (0x0313, ('vector',), (('dst', 'tensor', None), ('data', 'tensor', None), ('vals', 'tensor', None))),
+    'nc_match_replace8': (0x0314, ('vector',), (('dst', 'tensor', None), ('data', 'tensor', None), ('vals', 'tensor', None), ('imm', 'f32', None), ('dst_idx', 'tensor', None))),
+    'nc_stream_shuffle': (0x0315, ('vector',), (('dst', 'tensor', None), ('src', 'tensor', None), ('shuffle_mask', 'ints', None))),
+    'tensor_partition_reduce': (0x0401, ('gpsimd',), (('dst', 'tensor', None), ('op', 'enum', 'alu_op'), ('data', 'tensor', None))),
+    'affine_select': (0x0402, ('gpsimd',), (('dst', 'tensor', None), ('pattern', 'pattern', None), ('channel_multiplier', 'i32', None), ('on_true_tile', 'tensor', None), ('on_false_value', 'f32', None), ('cmp_op', 'enum', 'alu_op'), ('offset', 'i32', None))),
+    'local_gather': (0x0403, ('gpsimd',), (('dst', 'tensor', None), ('src_buffer', 'tensor', None), ('index', 'tensor', None), ('num_elem_per_idx', 'i32', None), ('num_valid_indices', 'i32', None))),
+    'nc_n_gather': (0x0404, ('gpsimd',), (('dst', 'tensor', None), ('data', 'tensor', None), ('indices', 'tensor', None))),
+    'sequence_bounds': (0x0405, ('gpsimd',), (('dst', 'tensor', None), ('segment_ids', 'tensor', None))),
+    'nonzero_with_count': (0x0406, ('gpsimd',), (('dst', 'tensor', None), ('src', 'tensor', None), ('index_offset', 'i32', None), ('padding_val', 'i32', None))),
+    'topk': (0x0407, ('gpsimd',), (('val_dst', 'tensor', None), ('idx_dst', 'tensor', None), ('src', 'tensor', None), ('n', 'i32', None))),
+    'rng': (0x0500, ('vector', 'gpsimd'), (('dst', 'tensor', None),)),
+    'rand2': (0x0501, ('vector',), (('dst', 'tensor', None), ('min', 'tensor_or_f32', None), ('max', 'tensor_or_f32', None))),
+    'set_rng_seed': (0x0502, ('vector',), (('src_seeds', 'tensor', None),)),
+    'rand_set_state': (0x0503, ('gpsimd', 'vector'), (('src_seeds', 'tensor', None),)),
+    'rand_get_state': (0x0504, ('gpsimd', 'vector'), (('dst', 'tensor', None),)),
+    'dma_transpose': (0x0801, ('sync', 'scalar', 'gpsimd', 'vector', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('axes', 'ints', None), ('priority', 'i32', None), ('dge_mode', 'enum', 'dge_mode'), ('oob_mode', 'enum', 'oob_mode'))),
+    'dma_compute': (0x0802, ('sync', 'scalar', 'gpsimd', 'vector', 'tensor'), (('dst', 'tensor', None), ('src0', 'tensor', None), ('src1', 'tensor', None), ('src2', 'tensor', None), ('src3', 'tensor', None), ('src4', 'tensor', None), ('src5', 'tensor', None), ('src6', 'tensor', None), ('src7', 'tensor', None), ('src8', 'tensor', None), ('src9', 'tensor', None), ('src10', 'tensor', None), ('src11', 'tensor', None), ('src12', 'tensor', None), ('src13', 'tensor', None), ('src14', 'tensor', None), ('src15', 'tensor', None), ('reduce_op', 'enum', 'alu_op'), ('scale', 'f32', None), ('unique_indices', 'bool', None), ('oob_mode', 'enum', 'oob_mode'))),
+    'sendrecv': (0x0900, ('sync', 'scalar', 'gpsimd', 'vector', 'tensor'), (('src', 'tensor', None), ('dst', 'tensor', None), ('send_to_rank', 'i32', None), ('recv_from_rank', 'i32', None), ('pipe_id', 'i32', None), ('dma_engine', 'enum', 'dma_engine'))),
+    'core_barrier': (0x0901, ('gpsimd', 'sync', 'vector', 'scalar', 'tensor'), (('data', 'tensor', None), ('cores', 'ints', None))),
+    'register_move': (0x0a00, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'reg', None), ('src', 'i32', None))),
+    'register_load': (0x0a01, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'reg', None), ('src', 'tensor', None))),
+    'register_store': (0x0a02, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'tensor', None), ('src', 'reg', None))),
+    'scalar_load': (0x0a03, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'reg', None), ('src', 'tensor', None))),
+    'scalar_store': (0x0a04, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'tensor', None), ('value', 'reg', None))),
 }
 
 
@@ -306,3 +348,1077 @@ class AssemblerMixin:
         dge_mode: descriptor generation. One of unknown, swdge, hwdge, none.
         """
         return self._emit('dma_copy', engine, name, wait, signal, (dst, src, priority, oob_mode, dge_mode))
+
+    def nc_matmul_mx(
+        self,
+        dst: Any,
+        stationary: Any,
+        moving: Any,
+        stationary_scale: Any,
+        moving_scale: Any,
+        tile_position: Any = None,
+        tile_size: Any = None,
+        accumulate: Any = None,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """MXFP8/MXFP4 matmul with integrated dequantization: dst[M,N] (+)= (stationary*2^sS)^T @ (moving*2^sM).
+
+        Unpack the x4 words to fp32 S[p,m,q], M[p,n,q] (q = 0..3; logical contraction row k = q*(K/4) + p, K = 4*partitions <= 512); scales are E8M0 (2^(e-127), 0xFF = NaN), one per 32 values = 8 partitions x 4 quad elements: dst[m,n] = sum_p sum_q (S[p,m,q]*2^(sS[p//8,m]-127)) * (M[p,n,q]*2^(sM[p//8,n]-127)), fp32 accumulation, then written to PSUM as nc_matmul (fp32 or bf16 dst; accumulate True/False/None as nc_matmul). MXFP8 x MXFP4 mixing allowed; hardware converts FP4 to FP8 before the PE math. Scale row r = p//8 sits at partition 32*(r//4) + r%4 + off, off in {0,4,8,12} (P <= 32: partitions off..off+P/8-1); scale free index j = data x4 element j. Data partitions: multiple of 32, <= 128, equal for both; stationary free even, <= 128. Row tiling only: tile_size column 128, tile_position column 0. Open (ref 6.2): moving free limit 512 fp32 / 1024 bf16 dst (0.2 API, arch guide [128,512] x4) vs 4096 / 8192 (0.5+ API text).
+
+        Engines: tensor.
+        dst: PSUM result [M, N].
+        stationary: [K/4, M] x4-packed, M even <= 128.
+        moving: [K/4, N] x4-packed.
+        stationary_scale: E8M0 scales of stationary, quadrant layout.
+        moving_scale: E8M0 scales of moving, quadrant layout.
+        tile_position: (start_row, 0) PE row tile start.
+        tile_size: (row_size, 128) PE row tile size.
+        accumulate: True add, False overwrite, None auto.
+        """
+        return self._emit('nc_matmul_mx', engine, name, wait, signal, (dst, stationary, moving, stationary_scale, moving_scale, tile_position, tile_size, accumulate))
+
+    def activation_reduce(
+        self,
+        dst: Any,
+        op: Any,
+        data: Any,
+        reduce_op: Any,
+        reduce_res: Any,
+        bias: Any = None,
+        scale: Any = 1.0,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """Legacy activation with a free-dim reduction into reduce_res (= activation with reduce_cmd=reset_reduce).
+
+        out = op(data * scale + bias) in fp32, cast to dst (RNE); reduce_regs = reduce_op over all free elements of out (reset first, fp32, order unspecified); reduce_res[p,0] = reduce_regs[p]. Equivalent to activation(..., reduce_op, reduce_res, reduce_cmd=reset_reduce); shares ScalarE reduce_regs with activation / activate2. v2: reduce_op must be add (later generations undocumented; assume the activate2 set). Open (ref 6.5): whether the fp32 or the dst-rounded value is reduced.
+
+        Engines: scalar.
+        dst: output, same shape as data.
+        op: activation function. One of copy, square, sigmoid, relu, prelu, gelu, gelu_dx, gelu_apprx_tanh, gelu_apprx_sigmoid, gelu_apprx_sigmoid_dx, silu, silu_dx, tanh, softplus, mish, erf, erf_dx, exp, sign, abs, log, sin, arctan, sqrt, rsqrt, reciprocal, bypass.
+        data: input (P <= 128, free).
+        reduce_op: reduction operator (add on v2). One of bypass, add, subtract, multiply, maximum, minimum, equal, not_equal, greater_equal, greater, less_equal, less, logical_and, logical_or, logical_xor, logical_not, bitwise_and, bitwise_or, bitwise_xor, invert, left_shift, right_shift, power, abs_max, abs_min, abs, square, relu, rsqrt, reciprocal, average, divide.
+        reduce_res: (P,1) reduction result.
+        bias: (P,1) tile or fp32 (v3+), not tf32.
+        scale: (P,1) tile or fp32.
+        """
+        return self._emit('activation_reduce', engine, name, wait, signal, (dst, op, data, reduce_op, reduce_res, bias, scale))
+
+    def activate2(
+        self,
+        dst: Any,
+        op: Any,
+        data: Any,
+        imm0: Any,
+        imm1: Any,
+        op0: Any,
+        op1: Any,
+        relu_param: Any = 0.0,
+        reverse0: Any = False,
+        reverse1: Any = False,
+        reduce_op: Any = None,
+        reduce_res: Any = None,
+        reduce_cmd: Any = 'idle',
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """ScalarE tensor-scalar stage, activation and optional reduction: dst = op(op1(op0(data, imm0), imm1), relu_param).
+
+        Per element, fp32: v = data; if op0 != bypass: v = op0(v, imm0) (reverse0: op0(imm0, v)); if op1 != bypass: v = op1(v, imm1) (reverse1: op1(imm1, v)); out = op(v, relu_param) (relu_param = prelu slope), RNE cast to dst. Allowed (op0, op1): (multiply, add), (multiply, subtract), (multiply, bypass), (add, bypass), (subtract, bypass), (bypass, bypass). imm0/imm1: fp32 scalars or (P,1) tiles (same dtype when both tiles). Reduction into ScalarE reduce_regs (shared with activation): reset -> identity of reduce_op only; reset_reduce -> identity then acc = reduce_op(acc, out[i]) over all free elements; reduce -> continue; idle -> untouched. reduce_op in {add, maximum, minimum, abs_max, abs_min}; reduce_res (P,1) gets the registers (extra read-out instruction). Open (ref 6.5): fp32 or dst-rounded value reduced.
+
+        Engines: scalar.
+        dst: output.
+        op: activation function (prelu uses relu_param). One of copy, square, sigmoid, relu, prelu, gelu, gelu_dx, gelu_apprx_tanh, gelu_apprx_sigmoid, gelu_apprx_sigmoid_dx, silu, silu_dx, tanh, softplus, mish, erf, erf_dx, exp, sign, abs, log, sin, arctan, sqrt, rsqrt, reciprocal, bypass.
+        data: input (P <= 128, free).
+        imm0: op0 operand: fp32 or (P,1) tile.
+        imm1: op1 operand: fp32 or (P,1) tile.
+        op0: multiply, add, subtract or bypass. One of bypass, add, subtract, multiply, maximum, minimum, equal, not_equal, greater_equal, greater, less_equal, less, logical_and, logical_or, logical_xor, logical_not, bitwise_and, bitwise_or, bitwise_xor, invert, left_shift, right_shift, power, abs_max, abs_min, abs, square, relu, rsqrt, reciprocal, average, divide.
+        op1: add, subtract or bypass. One of bypass, add, subtract, multiply, maximum, minimum, equal, not_equal, greater_equal, greater, less_equal, less, logical_and, logical_or, logical_xor, logical_not, bitwise_and, bitwise_or, bitwise_xor, invert, left_shift, right_shift, power, abs_max, abs_min, abs, square, relu, rsqrt, reciprocal, average, divide.
+        relu_param: activation parameter (prelu slope), fp32 or (P,1).
+        reverse0: swap op0's operands.
+        reverse1: swap op1's operands.
+        reduce_op: add, maximum, minimum, abs_max, abs_min. One of bypass, add, subtract, multiply, maximum, minimum, equal, not_equal, greater_equal, greater, less_equal, less, logical_and, logical_or, logical_xor, logical_not, bitwise_and, bitwise_or, bitwise_xor, invert, left_shift, right_shift, power, abs_max, abs_min, abs, square, relu, rsqrt, reciprocal, average, divide.
+        reduce_res: (P,1) copy of the registers.
+        reduce_cmd: register command. One of idle, reset, reduce, reset_reduce, load_reduce.
+        """
+        return self._emit('activate2', engine, name, wait, signal, (dst, op, data, imm0, imm1, op0, op1, relu_param, reverse0, reverse1, reduce_op, reduce_res, reduce_cmd))
+
+    def scalar_tensor_tensor(
+        self,
+        dst: Any,
+        data: Any,
+        op0: Any,
+        operand0: Any,
+        op1: Any,
+        operand1: Any,
+        reverse0: Any = False,
+        reverse1: Any = False,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """dst = op1(op0(data, operand0), operand1) with a broadcast scalar operand0 and a full-tile operand1.
+
+        t = op0(data, operand0) (reverse0: op0(operand0, data)); dst = op1(t, operand1) (reverse1: op1(operand1, t)). operand0: fp32 scalar or (P,1) tile broadcast along the free dims; operand1: same P and elements/partition as data. Arithmetic ops only (no bitvec), inputs cast to fp32, fp32 math, RNE cast to dst. data and operand1 not both in PSUM. (NKI 0.7 appends reduce_cmd / reduce_op / reduce_res; not modeled here.)
+
+        Engines: vector.
+        dst: output.
+        data: input.
+        op0: first (arithmetic) operator. One of bypass, add, subtract, multiply, maximum, minimum, equal, not_equal, greater_equal, greater, less_equal, less, logical_and, logical_or, logical_xor, logical_not, bitwise_and, bitwise_or, bitwise_xor, invert, left_shift, right_shift, power, abs_max, abs_min, abs, square, relu, rsqrt, reciprocal, average, divide.
+        operand0: fp32 scalar or (P,1) tile.
+        op1: second (arithmetic) operator. One of bypass, add, subtract, multiply, maximum, minimum, equal, not_equal, greater_equal, greater, less_equal, less, logical_and, logical_or, logical_xor, logical_not, bitwise_and, bitwise_or, bitwise_xor, invert, left_shift, right_shift, power, abs_max, abs_min, abs, square, relu, rsqrt, reciprocal, average, divide.
+        operand1: full tile, same shape as data.
+        reverse0: swap op0's operands.
+        reverse1: swap op1's operands.
+        """
+        return self._emit('scalar_tensor_tensor', engine, name, wait, signal, (dst, data, op0, operand0, op1, operand1, reverse0, reverse1))
+
+    def tensor_reduce(
+        self,
+        dst: Any,
+        op: Any,
+        data: Any,
+        axis: Any,
+        negate: Any = False,
+        keepdims: Any = False,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """Reduce the trailing free axes of a tile per partition.
+
+        dst[p, kept...] = op over the free axes listed in axis (must be the last contiguous free dims ending at the final dim, e.g. (3,), (2,3), (1,2,3) for 4-D; axis 0 illegal). Arithmetic op (add, subtract, multiply, maximum, minimum, logical_*): fp32 math (order unspecified), negate multiplies the result by -1, RNE cast to dst. Bitvec op (bitwise_and/or/xor): raw integer bits, integer dtypes, negate not applicable. keepdims only keeps reduced dims as size 1 in dst's shape. dst elements/partition = product of the kept free dims. Open: fold order of subtract (listed as reduction-legal) is undocumented; 0.2 treated axis=1 as the last dim (bug).
+
+        Engines: vector.
+        dst: reduction result.
+        op: reduction operator. One of bypass, add, subtract, multiply, maximum, minimum, equal, not_equal, greater_equal, greater, less_equal, less, logical_and, logical_or, logical_xor, logical_not, bitwise_and, bitwise_or, bitwise_xor, invert, left_shift, right_shift, power, abs_max, abs_min, abs, square, relu, rsqrt, reciprocal, average, divide.
+        data: input.
+        axis: trailing free axes to reduce (int or tuple).
+        negate: multiply an arithmetic result by -1.
+        keepdims: keep reduced axes as size 1.
+        """
+        return self._emit('tensor_reduce', engine, name, wait, signal, (dst, op, data, axis, negate, keepdims))
+
+    def tensor_tensor_scan(
+        self,
+        dst: Any,
+        data0: Any,
+        data1: Any,
+        initial: Any,
+        op0: Any,
+        op1: Any,
+        reverse0: Any = False,
+        reverse1: Any = False,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """Per-partition scan along the free dim: r[i] = op1(op0(data0[i], r[i-1]), data1[i]).
+
+        Per partition over the flattened free dim, fp32: r[0] = op1(op0(data0[0], initial), data1[0]); r[i] = op1(op0(data0[i], r[i-1]), data1[i]); reverse0 -> op0(r, data0[i]); reverse1 -> op1(data1[i], .); dst[i] = cast(r[i]) (RNE), the carried r stays fp32. initial: fp32 scalar or (P,1) tile. data0 / data1 same P and elements/partition, not both in PSUM. Arithmetic ops only. E.g. op0=multiply, op1=add: h = a*h + b.
+
+        Engines: vector.
+        dst: scan output.
+        data0: op0 input.
+        data1: op1 input.
+        initial: scan start: fp32 or (P,1) tile.
+        op0: first arithmetic operator. One of bypass, add, subtract, multiply, maximum, minimum, equal, not_equal, greater_equal, greater, less_equal, less, logical_and, logical_or, logical_xor, logical_not, bitwise_and, bitwise_or, bitwise_xor, invert, left_shift, right_shift, power, abs_max, abs_min, abs, square, relu, rsqrt, reciprocal, average, divide.
+        op1: second arithmetic operator. One of bypass, add, subtract, multiply, maximum, minimum, equal, not_equal, greater_equal, greater, less_equal, less, logical_and, logical_or, logical_xor, logical_not, bitwise_and, bitwise_or, bitwise_xor, invert, left_shift, right_shift, power, abs_max, abs_min, abs, square, relu, rsqrt, reciprocal, average, divide.
+        reverse0: op0(r, data0) instead of op0(data0, r).
+        reverse1: op1(data1, t) instead of op1(t, data1).
+        """
+        return self._emit('tensor_tensor_scan', engine, name, wait, signal, (dst, data0, data1, initial, op0, op1, reverse0, reverse1))
+
+    def tensor_scalar_reduce(
+        self,
+        dst: Any,
+        data: Any,
+        op0: Any,
+        operand0: Any,
+        reduce_op: Any,
+        reduce_res: Any = None,
+        reverse0: Any = False,
+        reduce_cmd: Any = 'reset_reduce',
+        reduce_init: Any = None,
+        reduce_res_negate: Any = False,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """dst = op0(data, operand0) plus a reduction of the result over all free dims into the VectorE accumulators.
+
+        dst = op0(data, operand0) (one arithmetic op; unary ops such as abs/square/relu take operand0 = 0; abs_max / abs_min on v4), fp32 math, RNE cast to dst. VectorE per-lane accumulator (shared with exponential, range_select, select_reduce, tensor_scalar_cumulative): reset_reduce -> identity of reduce_op (add 0, multiply 1, maximum -inf, minimum +inf); reduce -> keep; load_reduce -> reduce_init; then acc = reduce_op(acc, r) for every result element r over all free dims. reduce_res[p,0] = acc, negated if reduce_res_negate (the accumulator itself is not negated); reduce_res None keeps the value internal. reduce_op in {add, multiply, maximum, minimum}. reverse0 is documented as not supported. Resolved: the API text says reset_reduce resets to 0, the reference says to the op's identity; the identity is modeled. Open (ref 6.5): fp32 or dst-rounded values are reduced.
+
+        Engines: vector.
+        dst: op0 result.
+        data: input (<= 3 free dims).
+        op0: arithmetic operator. One of bypass, add, subtract, multiply, maximum, minimum, equal, not_equal, greater_equal, greater, less_equal, less, logical_and, logical_or, logical_xor, logical_not, bitwise_and, bitwise_or, bitwise_xor, invert, left_shift, right_shift, power, abs_max, abs_min, abs, square, relu, rsqrt, reciprocal, average, divide.
+        operand0: fp32 scalar or (P,1) tile; 0 for unary op0.
+        reduce_op: add, multiply, maximum or minimum. One of bypass, add, subtract, multiply, maximum, minimum, equal, not_equal, greater_equal, greater, less_equal, less, logical_and, logical_or, logical_xor, logical_not, bitwise_and, bitwise_or, bitwise_xor, invert, left_shift, right_shift, power, abs_max, abs_min, abs, square, relu, rsqrt, reciprocal, average, divide.
+        reduce_res: (P,1) accumulator read-out.
+        reverse0: swap op0's operands (documented unsupported).
+        reduce_cmd: accumulator command. One of idle, reset, reduce, reset_reduce, load_reduce.
+        reduce_init: load_reduce start value (fp32).
+        reduce_res_negate: negate the value written to reduce_res.
+        """
+        return self._emit('tensor_scalar_reduce', engine, name, wait, signal, (dst, data, op0, operand0, reduce_op, reduce_res, reverse0, reduce_cmd, reduce_init, reduce_res_negate))
+
+    def tensor_scalar_cumulative(
+        self,
+        dst: Any,
+        src: Any,
+        op0: Any,
+        op1: Any,
+        imm0: Any,
+        imm1: Any = None,
+        reduce_cmd: Any = 'reset_reduce',
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """Inclusive scan of op0(src, imm0) with op1 through the VectorE accumulator.
+
+        reg init: reset_reduce -> 0 (op1 add/subtract), 1 (multiply), -inf (maximum), +inf (minimum); reduce -> keep; load_reduce -> imm1. Then for each element i in free order: reg = op1(op0(src[i], imm0), reg); dst[i] = cast(reg). fp32 math; op0 arithmetic, op1 in {add, subtract, multiply, maximum, minimum}; imm0 / imm1 fp32 scalars or (P,1) tiles. Accumulator shared with the other VectorE reduce instructions. dtypes: bf16, fp16, fp32, fp8, uint8, uint16, int8, int16 (no int32/uint32; fp8 taken as all three fp8 kinds). Open (ref 6.6): for subtract this is x' - reg, not reg - x' (modeled as written). The API pseudo-code has a reverse0 branch (op0(imm0, src[i])) but the signature has no reverse0 parameter; not modeled. NKI 2.31 docs showed reduce_cmd default idle; 0.6 = reset_reduce.
+
+        Engines: vector.
+        dst: running results.
+        src: input.
+        op0: arithmetic op with imm0. One of bypass, add, subtract, multiply, maximum, minimum, equal, not_equal, greater_equal, greater, less_equal, less, logical_and, logical_or, logical_xor, logical_not, bitwise_and, bitwise_or, bitwise_xor, invert, left_shift, right_shift, power, abs_max, abs_min, abs, square, relu, rsqrt, reciprocal, average, divide.
+        op1: scan op: add, subtract, multiply, maximum, minimum. One of bypass, add, subtract, multiply, maximum, minimum, equal, not_equal, greater_equal, greater, less_equal, less, logical_and, logical_or, logical_xor, logical_not, bitwise_and, bitwise_or, bitwise_xor, invert, left_shift, right_shift, power, abs_max, abs_min, abs, square, relu, rsqrt, reciprocal, average, divide.
+        imm0: fp32 scalar or (P,1) tile.
+        imm1: load_reduce start value.
+        reduce_cmd: accumulator command. One of idle, reset, reduce, reset_reduce, load_reduce.
+        """
+        return self._emit('tensor_scalar_cumulative', engine, name, wait, signal, (dst, src, op0, op1, imm0, imm1, reduce_cmd))
+
+    def tensor_copy_predicated(
+        self,
+        dst: Any,
+        src: Any,
+        predicate: Any,
+        reverse_pred: Any = False,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """Where predicate != 0 (xor reverse_pred) dst = src, else dst keeps its value.
+
+        For each element: if (predicate != 0) != reverse_pred: dst = src (a scalar src is broadcast), else dst unchanged. src (if a tile), predicate and dst: same P and elements/partition; src and dst same dtype (bit copy); predicate uint8 / uint16 / uint32; src and predicate not both in PSUM.
+
+        Engines: vector.
+        dst: destination (unselected elements kept).
+        src: source tile or scalar.
+        predicate: selection mask.
+        reverse_pred: invert the predicate.
+        """
+        return self._emit('tensor_copy_predicated', engine, name, wait, signal, (dst, src, predicate, reverse_pred))
+
+    def exponential(
+        self,
+        dst: Any,
+        src: Any,
+        max_value: Any = 0.0,
+        reduce_res: Any = None,
+        reduce_cmd: Any = 'idle',
+        reduce_init: Any = 0.0,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """dst = exp(src - max_value) on VectorE, with an optional running sum in the VectorE accumulators.
+
+        dst[i] = exp(src[i] - max_value) in fp32 (max_value fp32 scalar or (P,1) tile), cast to dst. Accumulator: reset_reduce -> 0 then acc += dst[i]; reduce -> continue; load_reduce -> reduce_init then accumulate; idle -> no accumulation (accumulator state may still change). reduce_res (P,1) gets the sum. Up to 4-D; src and dst same P and elements/partition. reduce_init must be unset / 0.0 unless load_reduce. Open (ref 6.5): whether the sum uses the fp32 or the dst-rounded value; exp accuracy (approximation) undocumented.
+
+        Engines: vector.
+        dst: output.
+        src: input.
+        max_value: subtracted before exp: fp32 or (P,1).
+        reduce_res: (P,1) sum read-out.
+        reduce_cmd: accumulator command. One of idle, reset, reduce, reset_reduce, load_reduce.
+        reduce_init: load_reduce start value (fp32).
+        """
+        return self._emit('exponential', engine, name, wait, signal, (dst, src, max_value, reduce_res, reduce_cmd, reduce_init))
+
+    def reciprocal(
+        self,
+        dst: Any,
+        data: Any,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """Elementwise dst = 1/data on VectorE (more precise than ScalarE activation(reciprocal)).
+
+        dst = cast(1.0 / fp32(data)) (RNE); any input dtype; same P and elements/partition.
+
+        Engines: vector.
+        dst: output.
+        data: input.
+        """
+        return self._emit('reciprocal', engine, name, wait, signal, (dst, data))
+
+    def quantize_mx(
+        self,
+        dst: Any,
+        src: Any,
+        dst_scale: Any,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """Quantize fp16/bf16 data to MXFP8 (x4-packed data plus E8M0 scales) in the nc_matmul_mx layout.
+
+        src (P, F): P multiple of 32 (<= 128), F multiple of 4; dst (P, F/4) x4 words; per 8-partition x 4-element group: amax = max |v|; X = 2^(floor(log2 amax) - (Emax - 1)), Emax = 8 (e4m3fn) / 15 (e5m2) (0.5+ rule: 2x the OCP sample scale); amax = 0 -> X = 2^-127 (code 0); dst values = cast(v / X) packed 4 per word (element 0 in the lowest byte); dst_scale = E8M0 code of X, placed per the nc_matmul_mx scale layout (quadrant offset chosen by slicing dst_scale). Layout preserved (input already in MX interleaved order). FP4 output not supported. Open (ref 6.8): rounding / saturation of the fp8 cast unspecified (golden clips to +-max then RNE: modeled).
+
+        Engines: vector.
+        dst: (P, F/4) x4-packed fp8.
+        src: (P, F) fp16 / bf16.
+        dst_scale: E8M0 scales, quadrant layout.
+        """
+        return self._emit('quantize_mx', engine, name, wait, signal, (dst, src, dst_scale))
+
+    def dropout(
+        self,
+        dst: Any,
+        data: Any,
+        prob: Any,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """Replace each element by 0 with probability prob (VectorE PRNG).
+
+        dst[i] = 0 with probability prob (a fp32 scalar, or a (P,1) tile giving one probability per partition), else data[i] (bit copy); prob 1.0 -> all zero, 0.0 -> identity. dst dtype == data dtype; prob must be fp32 for integer data. No rescaling of survivors is documented (none modeled). Open (ref 6.11): which PRNG (VectorE LFSR / XORWOW), the bits -> probability comparison, and state consumption order are undocumented.
+
+        Engines: vector.
+        dst: output (dtype of data).
+        data: input.
+        prob: drop probability: fp32 or (P,1).
+        """
+        return self._emit('dropout', engine, name, wait, signal, (dst, data, prob))
+
+    def range_select(
+        self,
+        dst: Any,
+        on_true_tile: Any,
+        comp_op0: Any,
+        comp_op1: Any,
+        bound0: Any,
+        bound1: Any,
+        reduce_cmd: Any = 'reset_reduce',
+        reduce_res: Any = None,
+        reduce_op: Any = 'maximum',
+        range_start: Any = 0,
+        on_false_value: Any = -3.4028235e+38,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """Keep elements whose free index lies in a per-partition range, fill the rest, and max-reduce.
+
+        idx = range_start + j (j = flattened free index; compared in fp32, keep < 2^24); mask = comp_op0(idx, bound0[p]) and comp_op1(idx, bound1[p]), comp ops in {equal, less, less_equal, greater, greater_equal}; dst = mask ? on_true_tile : on_false_value (must be -3.4028235e38 = FP32_MIN; becomes -inf when cast to bf16/fp16/fp8). Accumulator (VectorE, shared): reset_reduce -> -inf then acc = max(acc, selected fp32 value); reduce -> continue; reduce_res (P,1) gets acc. reduce_op only maximum. on_true_tile float dtypes, bounds fp32 (P,1).
+
+        Engines: vector.
+        dst: selected values.
+        on_true_tile: input (float dtype).
+        comp_op0: comparison with bound0. One of bypass, add, subtract, multiply, maximum, minimum, equal, not_equal, greater_equal, greater, less_equal, less, logical_and, logical_or, logical_xor, logical_not, bitwise_and, bitwise_or, bitwise_xor, invert, left_shift, right_shift, power, abs_max, abs_min, abs, square, relu, rsqrt, reciprocal, average, divide.
+        comp_op1: comparison with bound1. One of bypass, add, subtract, multiply, maximum, minimum, equal, not_equal, greater_equal, greater, less_equal, less, logical_and, logical_or, logical_xor, logical_not, bitwise_and, bitwise_or, bitwise_xor, invert, left_shift, right_shift, power, abs_max, abs_min, abs, square, relu, rsqrt, reciprocal, average, divide.
+        bound0: (P,1) fp32 bound.
+        bound1: (P,1) fp32 bound.
+        reduce_cmd: accumulator command. One of idle, reset, reduce, reset_reduce, load_reduce.
+        reduce_res: (P,1) max read-out.
+        reduce_op: maximum only. One of bypass, add, subtract, multiply, maximum, minimum, equal, not_equal, greater_equal, greater, less_equal, less, logical_and, logical_or, logical_xor, logical_not, bitwise_and, bitwise_or, bitwise_xor, invert, left_shift, right_shift, power, abs_max, abs_min, abs, square, relu, rsqrt, reciprocal, average, divide.
+        range_start: base of the free index.
+        on_false_value: fill value; must be FP32_MIN.
+        """
+        return self._emit('range_select', engine, name, wait, signal, (dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd, reduce_res, reduce_op, range_start, on_false_value))
+
+    def select_reduce(
+        self,
+        dst: Any,
+        predicate: Any,
+        on_true: Any,
+        on_false: Any,
+        reduce_res: Any = None,
+        reduce_cmd: Any = 'idle',
+        reduce_op: Any = 'maximum',
+        reverse_pred: Any = False,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """dst = where(predicate xor reverse_pred, on_true, on_false) with an optional max-reduction.
+
+        dst = ((predicate != 0) != reverse_pred) ? on_true : on_false (on_false: fp32 scalar or (P,1) tile broadcast along the free dims), via fp32 cast to dst. Accumulator (VectorE, shared): reset_reduce -> -inf then acc = max(acc, result); reduce -> continue; idle -> none (state may still change). reduce_res (P,1, float dtype) gets acc. reduce_op only maximum. on_true: any dtype but tf32 / int32 / uint32; predicate int8/uint8/int16/uint16; on_true, predicate, dst same shape; on_true and predicate not both in PSUM.
+
+        Engines: vector.
+        dst: output.
+        predicate: selection mask.
+        on_true: values where predicate is true.
+        on_false: fp32 scalar or (P,1) tile.
+        reduce_res: (P,1) max read-out.
+        reduce_cmd: accumulator command. One of idle, reset, reduce, reset_reduce, load_reduce.
+        reduce_op: maximum only. One of bypass, add, subtract, multiply, maximum, minimum, equal, not_equal, greater_equal, greater, less_equal, less, logical_and, logical_or, logical_xor, logical_not, bitwise_and, bitwise_or, bitwise_xor, invert, left_shift, right_shift, power, abs_max, abs_min, abs, square, relu, rsqrt, reciprocal, average, divide.
+        reverse_pred: invert the predicate.
+        """
+        return self._emit('select_reduce', engine, name, wait, signal, (dst, predicate, on_true, on_false, reduce_res, reduce_cmd, reduce_op, reverse_pred))
+
+    def bn_stats(
+        self,
+        dst: Any,
+        data: Any,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """Per-partition mean/variance statistics of even and odd free positions (<= 512 elements).
+
+        Per partition, fp32, over the flattened free dim (<= 512 = bn_stats_fmax elements): dst = [n_even, mean_even, M2_even, n_odd, mean_odd, M2_odd] where even / odd are the elements at even / odd free positions and M2 = sum of squared deviations from the mean (= variance * count); cast to dst (6 elements/partition). Open: summation order / exact fp32 rounding undocumented.
+
+        Engines: vector.
+        dst: (P,6) statistics.
+        data: input, <= 512 elements/partition.
+        """
+        return self._emit('bn_stats', engine, name, wait, signal, (dst, data))
+
+    def bn_aggr(
+        self,
+        dst: Any,
+        data: Any,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """Aggregate bn_stats (count, mean, M2) triples into a per-partition mean and variance.
+
+        data holds k triples (count_i, mean_i, M2_i) per partition (elements/partition divisible by 3), e.g. several bn_stats outputs at offsets 6*j. fp32, Chan's parallel combination: n = sum n_i; mean = sum n_i*mean_i / n; M2 = sum M2_i + sum n_i*(mean_i - mean)^2; dst = [mean, M2 / n] (population variance), cast to dst. Open: combination order / exact rounding undocumented.
+
+        Engines: vector.
+        dst: (P,2) mean, variance.
+        data: concatenated (count, mean, M2) triples.
+        """
+        return self._emit('bn_aggr', engine, name, wait, signal, (dst, data))
+
+    def max8(
+        self,
+        dst: Any,
+        src: Any,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """The 8 largest values of each partition, in descending order.
+
+        Per partition: read 8..16384 elements (src up to 3-D, flattened), compare in fp32, dst[p, 0..7] = the 8 largest values in descending order (duplicates kept), cast to dst. Engine not named in the API text (VectorE assumed, ref 6.16).
+
+        Engines: vector.
+        dst: (P,8) largest values.
+        src: input, 8.16384 elements/partition.
+        """
+        return self._emit('max8', engine, name, wait, signal, (dst, src))
+
+    def nc_find_index8(
+        self,
+        dst: Any,
+        data: Any,
+        vals: Any,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """Flat index of the first occurrence of each of 8 values per partition.
+
+        For each partition and i = 0..7: dst[p,i] = flat (0-based) index of the first occurrence of vals[p,i] in data[p] (compared in fp32; data 8..16384 elements/partition, up to 3-D). Duplicate vals take successive occurrences in ascending order. Not found -> all ones (0xFFFFFFFF / 0xFFFF) per the reference; the API stub calls it undefined. dst uint32 (default) or uint16. Engine not named (VectorE assumed, ref 6.16).
+
+        Engines: vector.
+        dst: (P,8) indices.
+        data: searched tensor.
+        vals: (P,8) values to find.
+        """
+        return self._emit('nc_find_index8', engine, name, wait, signal, (dst, data, vals))
+
+    def nc_match_replace8(
+        self,
+        dst: Any,
+        data: Any,
+        vals: Any,
+        imm: Any,
+        dst_idx: Any = None,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """Replace the first occurrence of each of 8 values per partition with imm; optionally return their indices.
+
+        dst = data (cast), then for i = 7 down to 0: the first not-yet-replaced occurrence of vals[p,i] (fp32 compare) is set to imm (fp32, cast to dst) and dst_idx[p,i] = its flat index. Hence duplicates in vals take positions in descending column order: data [1,2,3,4,8,8,8,8,8,8,8], vals [3,8,8,8,8,8,8,8] -> idx [2,10,9,8,7,6,5,4]. Open: behaviour for a value not found (undefined; modeled as no replacement, index all ones), dst_idx dtype (uint16 / uint32 assumed as nc_find_index8), cost formula (ref 6.16).
+
+        Engines: vector.
+        dst: data with replacements.
+        data: searched tensor.
+        vals: (P,8) values to match.
+        imm: replacement value.
+        dst_idx: (P,8) matched indices.
+        """
+        return self._emit('nc_match_replace8', engine, name, wait, signal, (dst, data, vals, imm, dst_idx))
+
+    def nc_stream_shuffle(
+        self,
+        dst: Any,
+        src: Any,
+        shuffle_mask: Any,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """Cross-partition move within each 32-partition quadrant by a 32-entry mask.
+
+        Within each quadrant: dst partition i = src partition mask[i] (bit copy; same mask for every quadrant); mask[i] = 255 leaves dst partition i unchanged. In place allowed; same dtype and elements/partition. Active partitions A = ceil(max(src_P, dst_P)/32)*32; src / dst start partition must be 0 if A is 96 or 128, 0 or 64 if A = 64, 0/32/64/96 if A = 32 (src and dst quadrants may differ).
+
+        Engines: vector.
+        dst: destination.
+        src: source.
+        shuffle_mask: 32 source partitions (255 = keep).
+        """
+        return self._emit('nc_stream_shuffle', engine, name, wait, signal, (dst, src, shuffle_mask))
+
+    def tensor_partition_reduce(
+        self,
+        dst: Any,
+        op: Any,
+        data: Any,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """Reduce across the partition dim into one partition.
+
+        dst[0, f] = op over p = 0..P-1 of data[p, f] (dst has 1 partition, same elements/partition). op in {add, average (mean over P), maximum, bitwise_or, bitwise_and}; arithmetic in fp32 (order unspecified) cast to dst, bitwise on raw integer bits. SBUF only.
+
+        Engines: gpsimd.
+        dst: (1, F) result.
+        op: add, average, maximum, bitwise_or, bitwise_and. One of bypass, add, subtract, multiply, maximum, minimum, equal, not_equal, greater_equal, greater, less_equal, less, logical_and, logical_or, logical_xor, logical_not, bitwise_and, bitwise_or, bitwise_xor, invert, left_shift, right_shift, power, abs_max, abs_min, abs, square, relu, rsqrt, reciprocal, average, divide.
+        data: (P, F) input.
+        """
+        return self._emit('tensor_partition_reduce', engine, name, wait, signal, (dst, op, data))
+
+    def affine_select(
+        self,
+        dst: Any,
+        pattern: Any,
+        channel_multiplier: Any,
+        on_true_tile: Any,
+        on_false_value: Any,
+        cmp_op: Any = 'equal',
+        offset: Any = 0,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """dst = cmp_op(affine index, 0) ? on_true_tile : on_false_value (e.g. a causal mask).
+
+        value = offset + p*channel_multiplier + sum_i idx_i*step_i over pattern [[step, num], ...] (as iota, int32); dst = cmp_op(value, 0) ? on_true_tile : on_false_value (fp32); a different input dtype goes through fp32. prod(num) = elements/partition of dst and on_true_tile. SBUF in and out.
+
+        Engines: gpsimd.
+        dst: output.
+        pattern: [[step, num], ..] (<= 4 dims).
+        channel_multiplier: per-partition increment.
+        on_true_tile: values where the predicate holds.
+        on_false_value: fp32 fill value.
+        cmp_op: comparison with 0. One of bypass, add, subtract, multiply, maximum, minimum, equal, not_equal, greater_equal, greater, less_equal, less, logical_and, logical_or, logical_xor, logical_not, bitwise_and, bitwise_or, bitwise_xor, invert, left_shift, right_shift, power, abs_max, abs_min, abs, square, relu, rsqrt, reciprocal, average, divide.
+        offset: base value.
+        """
+        return self._emit('affine_select', engine, name, wait, signal, (dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op, offset))
+
+    def local_gather(
+        self,
+        dst: Any,
+        src_buffer: Any,
+        index: Any,
+        num_elem_per_idx: Any = 1,
+        num_valid_indices: Any = None,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """Per-16-partition-group gather of contiguous element runs by uint16 indices.
+
+        Each group g of 16 partitions (GpSimd core g) flattens index[16g:16g+16, :] partition-first (column-major) into a list, keeps the first num_valid_indices (default all), and for every partition p of the group: dst[p, j, e] = src_buffer[p, idx_j + e], e < num_elem_per_idx in {1,2,4,8,16,32} (as the NKI numpy reference). P multiple of 16, equal for src_buffer and index; <= 4096 indices per core; no dtype cast (dst dtype = src dtype); OOB undefined. Open (ref 6.7): the prose calls indices partition offsets, the numpy reference gathers along each partition's free dim (modeled). 0.6 known issue: num_elem_per_idx ignored unless num_valid*num_elem = dst elements/partition.
+
+        Engines: gpsimd.
+        dst: gathered data.
+        src_buffer: gather source.
+        index: uint16 element offsets.
+        num_elem_per_idx: contiguous elements per index: 1,2,4,8,16,32.
+        num_valid_indices: valid indices per core (default all).
+        """
+        return self._emit('local_gather', engine, name, wait, signal, (dst, src_buffer, index, num_elem_per_idx, num_valid_indices))
+
+    def nc_n_gather(
+        self,
+        dst: Any,
+        data: Any,
+        indices: Any,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """Per-partition gather: dst[p, i] = flat(data[p])[indices[p, i]].
+
+        Per partition, free dims of data flattened: dst[p, i] = data_flat[p, indices[p, i]]; indices uint32 in [0, elements/partition of data); dst dtype = data dtype (bit copy); dst elements/partition = indices elements/partition; same P (<= 128). All SBUF. Issued as ceil(n/512) hardware instructions. First generation undocumented (v2 assumed).
+
+        Engines: gpsimd.
+        dst: gathered elements.
+        data: gather source.
+        indices: uint32 flat indices.
+        """
+        return self._emit('nc_n_gather', engine, name, wait, signal, (dst, data, indices))
+
+    def sequence_bounds(
+        self,
+        dst: Any,
+        segment_ids: Any,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """Start / end index of each element's segment (segment id 0 = padding).
+
+        P must be 1; segment_ids (1, n), dst (1, 2, n): dst[0,0,i] = first index of the segment containing i, dst[0,1,i] = one past its last index; segment id 0 (padding) -> start n, end -1. Example [0,1,1,2,2,2,0,3,3] -> starts [9,1,1,3,3,3,9,7,7], ends [-1,3,3,6,6,6,-1,9,9]. Ids non-negative; fp32 or int32 in and out. Segments assumed contiguous (behaviour for a repeated non-contiguous id undocumented).
+
+        Engines: gpsimd.
+        dst: (1, 2, n) bounds.
+        segment_ids: (1, n) segment ids.
+        """
+        return self._emit('sequence_bounds', engine, name, wait, signal, (dst, segment_ids))
+
+    def nonzero_with_count(
+        self,
+        dst: Any,
+        src: Any,
+        index_offset: Any = 0,
+        padding_val: Any = -1,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """Positions of nonzero elements (+ index_offset), padding, then the count; partitions 0,16,...,112 only.
+
+        Only partitions 0,16,...,112 are read and written (other dst partitions untouched). For a row of T elements: dst[p, 0..N-1] = positions i (+ index_offset) of the N nonzero elements in order, dst[p, N..T-1] = padding_val, dst[p, T] = N. src fp32 / int32, dst int32 with T+1 elements/partition; SBUF.
+
+        Engines: gpsimd.
+        dst: (P, T+1) int32.
+        src: (P, T) input.
+        index_offset: added to every position.
+        padding_val: fill for unused slots.
+        """
+        return self._emit('nonzero_with_count', engine, name, wait, signal, (dst, src, index_offset, padding_val))
+
+    def topk(
+        self,
+        val_dst: Any,
+        idx_dst: Any,
+        src: Any,
+        n: Any,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """K largest bf16 values and their indices from a 16-partition snake layout (K = val_dst free size).
+
+        src bf16 in a 16-partition snake: element e at partition e%16, column e//16 (n active elements, 8 <= n < 65536, src free >= ceil(n/16)); K = val_dst free size (1 <= K < 32768, K <= n); val_dst (P, K) bf16 = the K largest values in ascending order, idx_dst (P, K) uint32 = their 0-based snake indices. P multiple of 16; SBUF. Open (ref 6.7): 0.6 text says each partition is independent yet reads a 16-partition snake; modeled as one problem per 16-partition group. NKI 0.7 appends sorted=False and writes results in the same snake layout (result j at partition j%16, column j//16); not modeled. Tie order undocumented.
+
+        Engines: gpsimd.
+        val_dst: (P, K) bf16 values.
+        idx_dst: (P, K) uint32 indices.
+        src: bf16 snake input.
+        n: active elements in the snake.
+        """
+        return self._emit('topk', engine, name, wait, signal, (val_dst, idx_dst, src, n))
+
+    def rng(
+        self,
+        dst: Any,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """Fill an integer tile with pseudo-random bits.
+
+        Each element gets 32 random bits truncated to the low bits of dst's integer dtype. VectorE (v2+): LFSR before v4, XORWOW on v4; GpSimd (v3+, SBUF only): per-lane XORWOW. Open (ref 6.11): generator parameters, lane -> state mapping and output order undocumented.
+
+        Engines: vector, gpsimd.
+        dst: random integers.
+        """
+        return self._emit('rng', engine, name, wait, signal, (dst,))
+
+    def rand2(
+        self,
+        dst: Any,
+        min: Any,
+        max: Any,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """Uniform random fp32 in [min, max] (VectorE XORWOW), cast to dst.
+
+        dst = cast(u) with u uniform fp32 in [min, max] (min < max; fp32 scalars or (P,1) tiles) drawn from the VectorE XORWOW states (4 per lane). Open (ref 6.11): bits -> float mapping and state consumption order undocumented.
+
+        Engines: vector.
+        dst: random values.
+        min: lower bound: fp32 or (P,1).
+        max: upper bound: fp32 or (P,1).
+        """
+        return self._emit('rand2', engine, name, wait, signal, (dst, min, max))
+
+    def set_rng_seed(
+        self,
+        src_seeds: Any,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """Seed the VectorE PRNG from a [1,1] 32-bit tile.
+
+        Seeds the VectorE PRNG (used by rng / dropout on VectorE); the same seed reproduces the same sequence. State persists for the rest of the program. Open (ref 6.11): how one 32-bit seed initialises the per-lane (v4: XORWOW, 4 x 6 words per lane) state is undocumented.
+
+        Engines: vector.
+        src_seeds: [1,1] 32-bit seed.
+        """
+        return self._emit('set_rng_seed', engine, name, wait, signal, (src_seeds,))
+
+    def rand_set_state(
+        self,
+        src_seeds: Any,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """Load the per-lane XORWOW states of the engine's PRNG from SBUF.
+
+        Partition p seeds lane p: uint32 (P, 6) for GpSimd (one XORWOW state of 6 words) or (P, 24) for Vector (v4+, 4 states x 6 words). SBUF only. State persists for the rest of the program.
+
+        Engines: gpsimd, vector.
+        src_seeds: (P, 6) or (P, 24) uint32 states.
+        """
+        return self._emit('rand_set_state', engine, name, wait, signal, (src_seeds,))
+
+    def rand_get_state(
+        self,
+        dst: Any,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """Store the per-lane XORWOW states of the engine's PRNG.
+
+        dst partition p = lane p's state: uint32 (P, 6) for GpSimd or (P, 24) for Vector (v4+). dst SBUF (v3) or SBUF / PSUM (v4, PSUM only from Vector).
+
+        Engines: gpsimd, vector.
+        dst: (P, 6) or (P, 24) uint32 states.
+        """
+        return self._emit('rand_get_state', engine, name, wait, signal, (dst,))
+
+    def dma_transpose(
+        self,
+        dst: Any,
+        src: Any,
+        axes: Any = None,
+        priority: Any = None,
+        dge_mode: Any = 'unknown',
+        oob_mode: Any = 'error',
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """Transpose through the DMA engines (HBM or SBUF -> SBUF), bit-exact.
+
+        dst = src permuted by axes: 2-D (1,0), 3-D (2,1,0), 4-D (3,1,2,0); dst shape equals the permuted src shape; same dtype (raw bytes). HWDGE (direct): 2-D src.shape[0] == 16; 3-/4-D src.shape[0] in {1,2,4,8,16} and (shape[0]*shape[-2]) % 16 == 0. SWDGE (indirect, src.ap(vector_offset=indices), src HBM): indices 2-D uint32 SBUF, shape[0] in [16,128] multiple of 16 (exactly 128 if shape[1] > 1), total >= src.shape[0], src.shape[0] % 16 == 0, 4-D needs shape[1] or shape[2] == 1; flat = indices.T.flatten()[:src.shape[0]]; dst = src[flat, :].T. Open (ref 6.9): src.shape[-1] <= 128 (API / 0.6) vs % 128 == 0 (DGE deep-dive), modeled <= 128; 2-byte dtypes only per API (the arch guide also allows 4-byte), modeled 2-byte.
+
+        Engines: sync, scalar, gpsimd, vector, tensor.
+        dst: transposed tile.
+        src: source, same dtype.
+        axes: (1,0), (2,1,0) or (3,1,2,0); default by rank.
+        priority: QoS class 0.3 (v4).
+        dge_mode: descriptor generation. One of unknown, swdge, hwdge, none.
+        oob_mode: indirect OOB handling. One of error, skip.
+        """
+        return self._emit('dma_transpose', engine, name, wait, signal, (dst, src, axes, priority, dge_mode, oob_mode))
+
+    def dma_compute(
+        self,
+        dst: Any,
+        src0: Any,
+        src1: Any = None,
+        src2: Any = None,
+        src3: Any = None,
+        src4: Any = None,
+        src5: Any = None,
+        src6: Any = None,
+        src7: Any = None,
+        src8: Any = None,
+        src9: Any = None,
+        src10: Any = None,
+        src11: Any = None,
+        src12: Any = None,
+        src13: Any = None,
+        src14: Any = None,
+        src15: Any = None,
+        reduce_op: Any = 'add',
+        scale: Any = 1.0,
+        unique_indices: Any = True,
+        oob_mode: Any = 'error',
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """DMA-side elementwise sum of up to 16 sources: dst = sum_i srcs[i] (scales all 1.0).
+
+        dst = reduce_op(srcs[0]*scales[0], srcs[1]*scales[1], ...), fp32 internal, cast to dst; reduce_op only add, scales all 1.0. NKI's list `srcs` (<= 16 tensors) is modeled as src0..src15 (src1..src15 optional, given in order without gaps) and NKI's list `scales` as the single f32 `scale`, which must be 1.0 (= every scale). Element counts of every src and dst match; HBM / SBUF; static DGE (none). RMW modes with a vector_offset operand (SWDGE, exactly 2 srcs, unique indices): scatter-add dst_hbm[idx] += src_sbuf (one src is dst with the offset), gather-add dst_sbuf += src_hbm[idx] (one src is dst). v4 SBUF read-add-write runs at full DMA bandwidth (50% before v4). First generation: v3 assumed (DMA compute documented for v3 and v4).
+
+        Engines: sync, scalar, gpsimd, vector, tensor.
+        dst: result.
+        src0: srcs[0].
+        src1: srcs[1].
+        src2: srcs[2].
+        src3: srcs[3].
+        src4: srcs[4].
+        src5: srcs[5].
+        src6: srcs[6].
+        src7: srcs[7].
+        src8: srcs[8].
+        src9: srcs[9].
+        src10: srcs[10].
+        src11: srcs[11].
+        src12: srcs[12].
+        src13: srcs[13].
+        src14: srcs[14].
+        src15: srcs[15].
+        reduce_op: add only (required in NKI; defaulted here because src1.src15 are optional). One of bypass, add, subtract, multiply, maximum, minimum, equal, not_equal, greater_equal, greater, less_equal, less, logical_and, logical_or, logical_xor, logical_not, bitwise_and, bitwise_or, bitwise_xor, invert, left_shift, right_shift, power, abs_max, abs_min, abs, square, relu, rsqrt, reciprocal, average, divide.
+        scale: stands for NKI's scales list; must be 1.0.
+        unique_indices: scatter indices unique (must be True).
+        oob_mode: indirect OOB handling. One of error, skip.
+        """
+        return self._emit('dma_compute', engine, name, wait, signal, (dst, src0, src1, src2, src3, src4, src5, src6, src7, src8, src9, src10, src11, src12, src13, src14, src15, reduce_op, scale, unique_indices, oob_mode))
+
+    def sendrecv(
+        self,
+        src: Any,
+        dst: Any,
+        send_to_rank: Any,
+        recv_from_rank: Any,
+        pipe_id: Any,
+        dma_engine: Any = 'dma',
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """LNC=2 exchange: send own src to the peer's dst while receiving the peer's data into own dst.
+
+        Core r sends src to dst on core send_to_rank and receives recv_from_rank's src into its own dst (ranks 0 / 1, LNC=2 only); src and dst SBUF, same dtype, shape and layout (raw copy). Operations with the same pipe_id form a group that completes together; different pipe_ids progress independently. dma_engine=dma: shared DMA with CoreBarrier sync, any trigger engine; gpsimd_dma: GpSimd-internal DMA (GpSimd issues), <= 1024 B/partition for 32-bit, 512 for 16-bit, 256 for 8-bit dtypes.
+
+        Engines: sync, scalar, gpsimd, vector, tensor.
+        src: data sent to the peer.
+        dst: receives the peer's data.
+        send_to_rank: peer rank (0 or 1).
+        recv_from_rank: peer rank (0 or 1).
+        pipe_id: synchronisation group id.
+        dma_engine: transfer mechanism. One of unused, dma, gpsimd_dma.
+        """
+        return self._emit('sendrecv', engine, name, wait, signal, (src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine))
+
+    def core_barrier(
+        self,
+        data: Any,
+        cores: Any,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """Barrier between the two cores of an LNC=2 pair on a shared-HBM tensor.
+
+        Each core in cores (only (0, 1)) increments the other's semaphore, then waits for the other's increment; only the executing engine blocks. data = the shared-HBM tensor being synchronised (ordered as read+write: writes to it before the barrier are visible to both cores after it).
+
+        Engines: gpsimd, sync, vector, scalar, tensor.
+        data: shared-HBM tensor.
+        cores: core ids, only (0, 1).
+        """
+        return self._emit('core_barrier', engine, name, wait, signal, (data, cores))
+
+    def register_move(
+        self,
+        dst: Any,
+        src: Any,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """dst register = an immediate integer.
+
+        dst = src (32-bit). NKI's src is an int or another register; the schema has no int-or-register kind, so src is modeled as an i32 immediate (the 0.2 name was imm). A register copy is expressed as register_store + register_load through a 1-element tile until a reg_or_i32 kind exists.
+
+        Engines: sync, vector, scalar, gpsimd, tensor.
+        dst: destination register.
+        src: immediate value.
+        """
+        return self._emit('register_move', engine, name, wait, signal, (dst, src))
+
+    def register_load(
+        self,
+        dst: Any,
+        src: Any,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """Load a 1-element (<= 32-bit) SBUF/HBM tensor into a register.
+
+        dst = raw 32-bit value of the single element of src (shape [1] or [1,1]; any dtype except the packed x4 types; narrower dtypes zero/sign-extended per their kind).
+
+        Engines: sync, vector, scalar, gpsimd, tensor.
+        dst: destination register.
+        src: 1-element tensor.
+        """
+        return self._emit('register_load', engine, name, wait, signal, (dst, src))
+
+    def register_store(
+        self,
+        dst: Any,
+        src: Any,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """Store a register into a 1-element SBUF/HBM tensor.
+
+        dst[0] = src (truncated to dst's width); dst has exactly one element (shape [1] or [1,1]).
+
+        Engines: sync, vector, scalar, gpsimd, tensor.
+        dst: 1-element tensor.
+        src: source register.
+        """
+        return self._emit('register_store', engine, name, wait, signal, (dst, src))
+
+    def scalar_load(
+        self,
+        dst: Any,
+        src: Any,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """NKI 0.7: load a 1x1 int32 tile into an NkiScalar (a register).
+
+        dst = src[0,0]; src is a 1x1 SBUF / HBM tensor of int32 (NKI also accepts int64, which has no dtype here: not modeled). NKI returns the value (NkiScalar); here the result register is the dst operand. NkiScalar arithmetic (+, -, * wrapping at 32 bits) is traced by the front end.
+
+        Engines: sync, vector, scalar, gpsimd, tensor.
+        dst: result register (NKI's return value).
+        src: 1x1 int32 tensor.
+        """
+        return self._emit('scalar_load', engine, name, wait, signal, (dst, src))
+
+    def scalar_store(
+        self,
+        dst: Any,
+        value: Any,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """NKI 0.7: store an NkiScalar (a register) into a 1x1 int32 tile.
+
+        dst[0,0] = value; dst is a 1x1 SBUF / HBM int32 tensor (same width as value; int64 not modeled).
+
+        Engines: sync, vector, scalar, gpsimd, tensor.
+        dst: 1x1 int32 tensor.
+        value: source register (NkiScalar).
+        """
+        return self._emit('scalar_store', engine, name, wait, signal, (dst, value))

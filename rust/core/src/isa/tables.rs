@@ -66,6 +66,23 @@ pub mod dclass {
     pub const PREDICATE: u32 = 0x1d800;
     pub const BITS32: u32 = 0x12001;
     pub const ADDR: u32 = 0x12000;
+    pub const FP32: u32 = 0x1;
+    pub const BF16: u32 = 0x4;
+    pub const S32: u32 = 0x2000;
+    pub const U16: u32 = 0x8000;
+    pub const U32: u32 = 0x10000;
+    pub const F32_I32: u32 = 0x2001;
+    pub const INT_ANY: u32 = 0x1f800;
+    pub const BYTES2: u32 = 0x900c;
+    pub const FIND_INDEX: u32 = 0x18000;
+    pub const PREDICATE_COPY: u32 = 0x3c000;
+    pub const PREDICATE_SELECT: u32 = 0x2d800;
+    pub const SELECT_IN: u32 = 0x2d8fd;
+    pub const CUMULATIVE: u32 = 0xd87d;
+    pub const EXP_IN: u32 = 0x1f85d;
+    pub const EXP_OUT: u32 = 0xf85f;
+    pub const EXP_ACC: u32 = 0x5f;
+    pub const RAND2_OUT: u32 = 0x1f85f;
 }
 
 /// Execution engine; the encoding equals nki.isa.engine's values.
@@ -413,6 +430,48 @@ pub enum Opcode {
     Memset = 0x0303,
     Iota = 0x0400,
     DmaCopy = 0x0800,
+    NcMatmulMx = 0x0101,
+    ActivationReduce = 0x0201,
+    Activate2 = 0x0202,
+    ScalarTensorTensor = 0x0304,
+    TensorReduce = 0x0305,
+    TensorTensorScan = 0x0306,
+    TensorScalarReduce = 0x0307,
+    TensorScalarCumulative = 0x0308,
+    TensorCopyPredicated = 0x0309,
+    Exponential = 0x030a,
+    Reciprocal = 0x030b,
+    QuantizeMx = 0x030c,
+    Dropout = 0x030d,
+    RangeSelect = 0x030e,
+    SelectReduce = 0x030f,
+    BnStats = 0x0310,
+    BnAggr = 0x0311,
+    Max8 = 0x0312,
+    NcFindIndex8 = 0x0313,
+    NcMatchReplace8 = 0x0314,
+    NcStreamShuffle = 0x0315,
+    TensorPartitionReduce = 0x0401,
+    AffineSelect = 0x0402,
+    LocalGather = 0x0403,
+    NcNGather = 0x0404,
+    SequenceBounds = 0x0405,
+    NonzeroWithCount = 0x0406,
+    Topk = 0x0407,
+    Rng = 0x0500,
+    Rand2 = 0x0501,
+    SetRngSeed = 0x0502,
+    RandSetState = 0x0503,
+    RandGetState = 0x0504,
+    DmaTranspose = 0x0801,
+    DmaCompute = 0x0802,
+    Sendrecv = 0x0900,
+    CoreBarrier = 0x0901,
+    RegisterMove = 0x0a00,
+    RegisterLoad = 0x0a01,
+    RegisterStore = 0x0a02,
+    ScalarLoad = 0x0a03,
+    ScalarStore = 0x0a04,
 }
 
 impl Opcode {
@@ -428,6 +487,48 @@ impl Opcode {
             0x0303 => Some(Self::Memset),
             0x0400 => Some(Self::Iota),
             0x0800 => Some(Self::DmaCopy),
+            0x0101 => Some(Self::NcMatmulMx),
+            0x0201 => Some(Self::ActivationReduce),
+            0x0202 => Some(Self::Activate2),
+            0x0304 => Some(Self::ScalarTensorTensor),
+            0x0305 => Some(Self::TensorReduce),
+            0x0306 => Some(Self::TensorTensorScan),
+            0x0307 => Some(Self::TensorScalarReduce),
+            0x0308 => Some(Self::TensorScalarCumulative),
+            0x0309 => Some(Self::TensorCopyPredicated),
+            0x030a => Some(Self::Exponential),
+            0x030b => Some(Self::Reciprocal),
+            0x030c => Some(Self::QuantizeMx),
+            0x030d => Some(Self::Dropout),
+            0x030e => Some(Self::RangeSelect),
+            0x030f => Some(Self::SelectReduce),
+            0x0310 => Some(Self::BnStats),
+            0x0311 => Some(Self::BnAggr),
+            0x0312 => Some(Self::Max8),
+            0x0313 => Some(Self::NcFindIndex8),
+            0x0314 => Some(Self::NcMatchReplace8),
+            0x0315 => Some(Self::NcStreamShuffle),
+            0x0401 => Some(Self::TensorPartitionReduce),
+            0x0402 => Some(Self::AffineSelect),
+            0x0403 => Some(Self::LocalGather),
+            0x0404 => Some(Self::NcNGather),
+            0x0405 => Some(Self::SequenceBounds),
+            0x0406 => Some(Self::NonzeroWithCount),
+            0x0407 => Some(Self::Topk),
+            0x0500 => Some(Self::Rng),
+            0x0501 => Some(Self::Rand2),
+            0x0502 => Some(Self::SetRngSeed),
+            0x0503 => Some(Self::RandSetState),
+            0x0504 => Some(Self::RandGetState),
+            0x0801 => Some(Self::DmaTranspose),
+            0x0802 => Some(Self::DmaCompute),
+            0x0900 => Some(Self::Sendrecv),
+            0x0901 => Some(Self::CoreBarrier),
+            0x0a00 => Some(Self::RegisterMove),
+            0x0a01 => Some(Self::RegisterLoad),
+            0x0a02 => Some(Self::RegisterStore),
+            0x0a03 => Some(Self::ScalarLoad),
+            0x0a04 => Some(Self::ScalarStore),
             _ => None,
         }
     }
@@ -443,6 +544,48 @@ impl Opcode {
             "memset" => Some(Self::Memset),
             "iota" => Some(Self::Iota),
             "dma_copy" => Some(Self::DmaCopy),
+            "nc_matmul_mx" => Some(Self::NcMatmulMx),
+            "activation_reduce" => Some(Self::ActivationReduce),
+            "activate2" => Some(Self::Activate2),
+            "scalar_tensor_tensor" => Some(Self::ScalarTensorTensor),
+            "tensor_reduce" => Some(Self::TensorReduce),
+            "tensor_tensor_scan" => Some(Self::TensorTensorScan),
+            "tensor_scalar_reduce" => Some(Self::TensorScalarReduce),
+            "tensor_scalar_cumulative" => Some(Self::TensorScalarCumulative),
+            "tensor_copy_predicated" => Some(Self::TensorCopyPredicated),
+            "exponential" => Some(Self::Exponential),
+            "reciprocal" => Some(Self::Reciprocal),
+            "quantize_mx" => Some(Self::QuantizeMx),
+            "dropout" => Some(Self::Dropout),
+            "range_select" => Some(Self::RangeSelect),
+            "select_reduce" => Some(Self::SelectReduce),
+            "bn_stats" => Some(Self::BnStats),
+            "bn_aggr" => Some(Self::BnAggr),
+            "max8" => Some(Self::Max8),
+            "nc_find_index8" => Some(Self::NcFindIndex8),
+            "nc_match_replace8" => Some(Self::NcMatchReplace8),
+            "nc_stream_shuffle" => Some(Self::NcStreamShuffle),
+            "tensor_partition_reduce" => Some(Self::TensorPartitionReduce),
+            "affine_select" => Some(Self::AffineSelect),
+            "local_gather" => Some(Self::LocalGather),
+            "nc_n_gather" => Some(Self::NcNGather),
+            "sequence_bounds" => Some(Self::SequenceBounds),
+            "nonzero_with_count" => Some(Self::NonzeroWithCount),
+            "topk" => Some(Self::Topk),
+            "rng" => Some(Self::Rng),
+            "rand2" => Some(Self::Rand2),
+            "set_rng_seed" => Some(Self::SetRngSeed),
+            "rand_set_state" => Some(Self::RandSetState),
+            "rand_get_state" => Some(Self::RandGetState),
+            "dma_transpose" => Some(Self::DmaTranspose),
+            "dma_compute" => Some(Self::DmaCompute),
+            "sendrecv" => Some(Self::Sendrecv),
+            "core_barrier" => Some(Self::CoreBarrier),
+            "register_move" => Some(Self::RegisterMove),
+            "register_load" => Some(Self::RegisterLoad),
+            "register_store" => Some(Self::RegisterStore),
+            "scalar_load" => Some(Self::ScalarLoad),
+            "scalar_store" => Some(Self::ScalarStore),
             _ => None,
         }
     }
@@ -458,6 +601,48 @@ impl Opcode {
             Self::Memset => &INSTRUCTIONS[7],
             Self::Iota => &INSTRUCTIONS[8],
             Self::DmaCopy => &INSTRUCTIONS[9],
+            Self::NcMatmulMx => &INSTRUCTIONS[10],
+            Self::ActivationReduce => &INSTRUCTIONS[11],
+            Self::Activate2 => &INSTRUCTIONS[12],
+            Self::ScalarTensorTensor => &INSTRUCTIONS[13],
+            Self::TensorReduce => &INSTRUCTIONS[14],
+            Self::TensorTensorScan => &INSTRUCTIONS[15],
+            Self::TensorScalarReduce => &INSTRUCTIONS[16],
+            Self::TensorScalarCumulative => &INSTRUCTIONS[17],
+            Self::TensorCopyPredicated => &INSTRUCTIONS[18],
+            Self::Exponential => &INSTRUCTIONS[19],
+            Self::Reciprocal => &INSTRUCTIONS[20],
+            Self::QuantizeMx => &INSTRUCTIONS[21],
+            Self::Dropout => &INSTRUCTIONS[22],
+            Self::RangeSelect => &INSTRUCTIONS[23],
+            Self::SelectReduce => &INSTRUCTIONS[24],
+            Self::BnStats => &INSTRUCTIONS[25],
+            Self::BnAggr => &INSTRUCTIONS[26],
+            Self::Max8 => &INSTRUCTIONS[27],
+            Self::NcFindIndex8 => &INSTRUCTIONS[28],
+            Self::NcMatchReplace8 => &INSTRUCTIONS[29],
+            Self::NcStreamShuffle => &INSTRUCTIONS[30],
+            Self::TensorPartitionReduce => &INSTRUCTIONS[31],
+            Self::AffineSelect => &INSTRUCTIONS[32],
+            Self::LocalGather => &INSTRUCTIONS[33],
+            Self::NcNGather => &INSTRUCTIONS[34],
+            Self::SequenceBounds => &INSTRUCTIONS[35],
+            Self::NonzeroWithCount => &INSTRUCTIONS[36],
+            Self::Topk => &INSTRUCTIONS[37],
+            Self::Rng => &INSTRUCTIONS[38],
+            Self::Rand2 => &INSTRUCTIONS[39],
+            Self::SetRngSeed => &INSTRUCTIONS[40],
+            Self::RandSetState => &INSTRUCTIONS[41],
+            Self::RandGetState => &INSTRUCTIONS[42],
+            Self::DmaTranspose => &INSTRUCTIONS[43],
+            Self::DmaCompute => &INSTRUCTIONS[44],
+            Self::Sendrecv => &INSTRUCTIONS[45],
+            Self::CoreBarrier => &INSTRUCTIONS[46],
+            Self::RegisterMove => &INSTRUCTIONS[47],
+            Self::RegisterLoad => &INSTRUCTIONS[48],
+            Self::RegisterStore => &INSTRUCTIONS[49],
+            Self::ScalarLoad => &INSTRUCTIONS[50],
+            Self::ScalarStore => &INSTRUCTIONS[51],
         }
     }
 }
@@ -483,7 +668,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         nki: true,
         implemented: true,
         params: &[
-            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::ReadWrite, mem: mem::PSUM, dtypes: dclass::PSUM_ACC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::PSUM, dtypes: dclass::PSUM_ACC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "stationary", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::MATMUL_IN, enum_id: 255, default: Default::Required },
             ParamSpec { name: "moving", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::MATMUL_IN, enum_id: 255, default: Default::Required },
             ParamSpec { name: "is_stationary_onezero", kind: Kind::Bool, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Bool(false) },
@@ -618,6 +803,669 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
             ParamSpec { name: "dge_mode", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 4, default: Default::Enum(0) },
         ],
     },
+    InstrSpec {
+        opcode: Opcode::NcMatmulMx,
+        name: "nc_matmul_mx",
+        engines: &[Engine::Tensor],
+        cost: "pe_matmul",
+        since: "v4",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::PSUM, dtypes: dclass::PSUM_ACC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "stationary", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::MX_DATA, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "moving", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::MX_DATA, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "stationary_scale", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::MX_SCALE, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "moving_scale", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::MX_SCALE, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "tile_position", kind: Kind::Ints, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Absent },
+            ParamSpec { name: "tile_size", kind: Kind::Ints, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Absent },
+            ParamSpec { name: "accumulate", kind: Kind::Bool, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Absent },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::ActivationReduce,
+        name: "activation_reduce",
+        engines: &[Engine::Scalar],
+        cost: "act",
+        since: "v2",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "op", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 2, default: Default::Required },
+            ParamSpec { name: "data", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "reduce_op", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 1, default: Default::Required },
+            ParamSpec { name: "reduce_res", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "bias", kind: Kind::TensorOrF32, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Absent },
+            ParamSpec { name: "scale", kind: Kind::TensorOrF32, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::F32(1.0_f32) },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::Activate2,
+        name: "activate2",
+        engines: &[Engine::Scalar],
+        cost: "act",
+        since: "v4",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "op", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 2, default: Default::Required },
+            ParamSpec { name: "data", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "imm0", kind: Kind::TensorOrF32, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "imm1", kind: Kind::TensorOrF32, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "op0", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 1, default: Default::Required },
+            ParamSpec { name: "op1", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 1, default: Default::Required },
+            ParamSpec { name: "relu_param", kind: Kind::TensorOrF32, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::F32(0.0_f32) },
+            ParamSpec { name: "reverse0", kind: Kind::Bool, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Bool(false) },
+            ParamSpec { name: "reverse1", kind: Kind::Bool, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Bool(false) },
+            ParamSpec { name: "reduce_op", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 1, default: Default::Absent },
+            ParamSpec { name: "reduce_res", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Absent },
+            ParamSpec { name: "reduce_cmd", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 3, default: Default::Enum(0) },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::ScalarTensorTensor,
+        name: "scalar_tensor_tensor",
+        engines: &[Engine::Vector],
+        cost: "vec_stt",
+        since: "v2",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "data", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "op0", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 1, default: Default::Required },
+            ParamSpec { name: "operand0", kind: Kind::TensorOrF32, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "op1", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 1, default: Default::Required },
+            ParamSpec { name: "operand1", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "reverse0", kind: Kind::Bool, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Bool(false) },
+            ParamSpec { name: "reverse1", kind: Kind::Bool, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Bool(false) },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::TensorReduce,
+        name: "tensor_reduce",
+        engines: &[Engine::Vector],
+        cost: "vec_reduce",
+        since: "v2",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "op", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 1, default: Default::Required },
+            ParamSpec { name: "data", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "axis", kind: Kind::Ints, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "negate", kind: Kind::Bool, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Bool(false) },
+            ParamSpec { name: "keepdims", kind: Kind::Bool, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Bool(false) },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::TensorTensorScan,
+        name: "tensor_tensor_scan",
+        engines: &[Engine::Vector],
+        cost: "vec_scan",
+        since: "v2",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "data0", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "data1", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "initial", kind: Kind::TensorOrF32, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "op0", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 1, default: Default::Required },
+            ParamSpec { name: "op1", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 1, default: Default::Required },
+            ParamSpec { name: "reverse0", kind: Kind::Bool, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Bool(false) },
+            ParamSpec { name: "reverse1", kind: Kind::Bool, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Bool(false) },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::TensorScalarReduce,
+        name: "tensor_scalar_reduce",
+        engines: &[Engine::Vector],
+        cost: "vec_1in_acc",
+        since: "v2",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "data", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "op0", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 1, default: Default::Required },
+            ParamSpec { name: "operand0", kind: Kind::TensorOrF32, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "reduce_op", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 1, default: Default::Required },
+            ParamSpec { name: "reduce_res", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Absent },
+            ParamSpec { name: "reverse0", kind: Kind::Bool, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Bool(false) },
+            ParamSpec { name: "reduce_cmd", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 3, default: Default::Enum(3) },
+            ParamSpec { name: "reduce_init", kind: Kind::TensorOrF32, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::FP32, enum_id: 255, default: Default::Absent },
+            ParamSpec { name: "reduce_res_negate", kind: Kind::Bool, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Bool(false) },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::TensorScalarCumulative,
+        name: "tensor_scalar_cumulative",
+        engines: &[Engine::Vector],
+        cost: "vec_scan",
+        since: "v3",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::CUMULATIVE, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "src", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::CUMULATIVE, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "op0", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 1, default: Default::Required },
+            ParamSpec { name: "op1", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 1, default: Default::Required },
+            ParamSpec { name: "imm0", kind: Kind::TensorOrF32, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::FP32, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "imm1", kind: Kind::TensorOrF32, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::FP32, enum_id: 255, default: Default::Absent },
+            ParamSpec { name: "reduce_cmd", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 3, default: Default::Enum(3) },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::TensorCopyPredicated,
+        name: "tensor_copy_predicated",
+        engines: &[Engine::Vector],
+        cost: "vec_pred",
+        since: "v2",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::ReadWrite, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "src", kind: Kind::TensorOrF32, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "predicate", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::PREDICATE_COPY, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "reverse_pred", kind: Kind::Bool, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Bool(false) },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::Exponential,
+        name: "exponential",
+        engines: &[Engine::Vector],
+        cost: "vec_exp",
+        since: "v4",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::EXP_OUT, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "src", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::EXP_IN, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "max_value", kind: Kind::TensorOrF32, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::FP32, enum_id: 255, default: Default::F32(0.0_f32) },
+            ParamSpec { name: "reduce_res", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::EXP_ACC, enum_id: 255, default: Default::Absent },
+            ParamSpec { name: "reduce_cmd", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 3, default: Default::Enum(0) },
+            ParamSpec { name: "reduce_init", kind: Kind::TensorOrF32, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::FP32, enum_id: 255, default: Default::F32(0.0_f32) },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::Reciprocal,
+        name: "reciprocal",
+        engines: &[Engine::Vector],
+        cost: "reciprocal",
+        since: "v2",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "data", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::QuantizeMx,
+        name: "quantize_mx",
+        engines: &[Engine::Vector],
+        cost: "vec_quant",
+        since: "v4",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::MX_QUANT_OUT, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "src", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::HALF, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "dst_scale", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::MX_SCALE, enum_id: 255, default: Default::Required },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::Dropout,
+        name: "dropout",
+        engines: &[Engine::Vector],
+        cost: "vec_1in",
+        since: "v2",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "data", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "prob", kind: Kind::TensorOrF32, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::FLOAT, enum_id: 255, default: Default::Required },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::RangeSelect,
+        name: "range_select",
+        engines: &[Engine::Vector],
+        cost: "vec_1in",
+        since: "v3",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "on_true_tile", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::FLOAT, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "comp_op0", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 1, default: Default::Required },
+            ParamSpec { name: "comp_op1", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 1, default: Default::Required },
+            ParamSpec { name: "bound0", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::FP32, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "bound1", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::FP32, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "reduce_cmd", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 3, default: Default::Enum(3) },
+            ParamSpec { name: "reduce_res", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::FLOAT, enum_id: 255, default: Default::Absent },
+            ParamSpec { name: "reduce_op", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 1, default: Default::Enum(4) },
+            ParamSpec { name: "range_start", kind: Kind::I32, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::I32(0) },
+            ParamSpec { name: "on_false_value", kind: Kind::F32, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::F32(-3.4028235e+38_f32) },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::SelectReduce,
+        name: "select_reduce",
+        engines: &[Engine::Vector],
+        cost: "vec_pred",
+        since: "v2",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "predicate", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::PREDICATE_SELECT, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "on_true", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::SELECT_IN, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "on_false", kind: Kind::TensorOrF32, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "reduce_res", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::FLOAT, enum_id: 255, default: Default::Absent },
+            ParamSpec { name: "reduce_cmd", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 3, default: Default::Enum(0) },
+            ParamSpec { name: "reduce_op", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 1, default: Default::Enum(4) },
+            ParamSpec { name: "reverse_pred", kind: Kind::Bool, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Bool(false) },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::BnStats,
+        name: "bn_stats",
+        engines: &[Engine::Vector],
+        cost: "vec_1in",
+        since: "v2",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "data", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::BnAggr,
+        name: "bn_aggr",
+        engines: &[Engine::Vector],
+        cost: "bn_aggr",
+        since: "v2",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "data", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::Max8,
+        name: "max8",
+        engines: &[Engine::Vector],
+        cost: "vec_max8",
+        since: "v2",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "src", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::NcFindIndex8,
+        name: "nc_find_index8",
+        engines: &[Engine::Vector],
+        cost: "vec_max8",
+        since: "v2",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::FIND_INDEX, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "data", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "vals", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::NcMatchReplace8,
+        name: "nc_match_replace8",
+        engines: &[Engine::Vector],
+        cost: "vec_1in",
+        since: "v2",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "data", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "vals", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "imm", kind: Kind::F32, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "dst_idx", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::FIND_INDEX, enum_id: 255, default: Default::Absent },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::NcStreamShuffle,
+        name: "nc_stream_shuffle",
+        engines: &[Engine::Vector],
+        cost: "vec_1in",
+        since: "v2",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "src", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "shuffle_mask", kind: Kind::Ints, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::TensorPartitionReduce,
+        name: "tensor_partition_reduce",
+        engines: &[Engine::Gpsimd],
+        cost: "gpsimd_1in",
+        since: "v2",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "op", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 1, default: Default::Required },
+            ParamSpec { name: "data", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::AffineSelect,
+        name: "affine_select",
+        engines: &[Engine::Gpsimd],
+        cost: "gpsimd_affine",
+        since: "v2",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "pattern", kind: Kind::Pattern, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "channel_multiplier", kind: Kind::I32, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "on_true_tile", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "on_false_value", kind: Kind::F32, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "cmp_op", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 1, default: Default::Enum(6) },
+            ParamSpec { name: "offset", kind: Kind::I32, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::I32(0) },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::LocalGather,
+        name: "local_gather",
+        engines: &[Engine::Gpsimd],
+        cost: "gpsimd_gather",
+        since: "v2",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "src_buffer", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "index", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::U16, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "num_elem_per_idx", kind: Kind::I32, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::I32(1) },
+            ParamSpec { name: "num_valid_indices", kind: Kind::I32, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Absent },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::NcNGather,
+        name: "nc_n_gather",
+        engines: &[Engine::Gpsimd],
+        cost: "gpsimd_n_gather",
+        since: "v2",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "data", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "indices", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::U32, enum_id: 255, default: Default::Required },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::SequenceBounds,
+        name: "sequence_bounds",
+        engines: &[Engine::Gpsimd],
+        cost: "gpsimd_1in",
+        since: "v2",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::F32_I32, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "segment_ids", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::F32_I32, enum_id: 255, default: Default::Required },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::NonzeroWithCount,
+        name: "nonzero_with_count",
+        engines: &[Engine::Gpsimd],
+        cost: "gpsimd_1in",
+        since: "v3",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::S32, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "src", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::F32_I32, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "index_offset", kind: Kind::I32, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::I32(0) },
+            ParamSpec { name: "padding_val", kind: Kind::I32, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::I32(-1) },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::Topk,
+        name: "topk",
+        engines: &[Engine::Gpsimd],
+        cost: "topk",
+        since: "v3",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "val_dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::BF16, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "idx_dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::U32, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "src", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::BF16, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "n", kind: Kind::I32, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::Rng,
+        name: "rng",
+        engines: &[Engine::Vector, Engine::Gpsimd],
+        cost: "rng",
+        since: "v2",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::INT_ANY, enum_id: 255, default: Default::Required },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::Rand2,
+        name: "rand2",
+        engines: &[Engine::Vector],
+        cost: "rng",
+        since: "v4",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::RAND2_OUT, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "min", kind: Kind::TensorOrF32, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::FP32, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "max", kind: Kind::TensorOrF32, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::FP32, enum_id: 255, default: Default::Required },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::SetRngSeed,
+        name: "set_rng_seed",
+        engines: &[Engine::Vector],
+        cost: "rng_state",
+        since: "v2",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "src_seeds", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::BITS32, enum_id: 255, default: Default::Required },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::RandSetState,
+        name: "rand_set_state",
+        engines: &[Engine::Gpsimd, Engine::Vector],
+        cost: "rng_state",
+        since: "v3",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "src_seeds", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::U32, enum_id: 255, default: Default::Required },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::RandGetState,
+        name: "rand_get_state",
+        engines: &[Engine::Gpsimd, Engine::Vector],
+        cost: "rng_state",
+        since: "v3",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::U32, enum_id: 255, default: Default::Required },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::DmaTranspose,
+        name: "dma_transpose",
+        engines: &[Engine::Sync, Engine::Scalar, Engine::Gpsimd, Engine::Vector, Engine::Tensor],
+        cost: "dma_transpose",
+        since: "v3",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::BYTES2, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "src", kind: Kind::Tensor, access: Access::Read, mem: mem::HBM|mem::SBUF, dtypes: dclass::BYTES2, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "axes", kind: Kind::Ints, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Absent },
+            ParamSpec { name: "priority", kind: Kind::I32, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Absent },
+            ParamSpec { name: "dge_mode", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 4, default: Default::Enum(0) },
+            ParamSpec { name: "oob_mode", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 5, default: Default::Enum(0) },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::DmaCompute,
+        name: "dma_compute",
+        engines: &[Engine::Sync, Engine::Scalar, Engine::Gpsimd, Engine::Vector, Engine::Tensor],
+        cost: "dma",
+        since: "v3",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::HBM|mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "src0", kind: Kind::Tensor, access: Access::Read, mem: mem::HBM|mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "src1", kind: Kind::Tensor, access: Access::Read, mem: mem::HBM|mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Absent },
+            ParamSpec { name: "src2", kind: Kind::Tensor, access: Access::Read, mem: mem::HBM|mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Absent },
+            ParamSpec { name: "src3", kind: Kind::Tensor, access: Access::Read, mem: mem::HBM|mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Absent },
+            ParamSpec { name: "src4", kind: Kind::Tensor, access: Access::Read, mem: mem::HBM|mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Absent },
+            ParamSpec { name: "src5", kind: Kind::Tensor, access: Access::Read, mem: mem::HBM|mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Absent },
+            ParamSpec { name: "src6", kind: Kind::Tensor, access: Access::Read, mem: mem::HBM|mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Absent },
+            ParamSpec { name: "src7", kind: Kind::Tensor, access: Access::Read, mem: mem::HBM|mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Absent },
+            ParamSpec { name: "src8", kind: Kind::Tensor, access: Access::Read, mem: mem::HBM|mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Absent },
+            ParamSpec { name: "src9", kind: Kind::Tensor, access: Access::Read, mem: mem::HBM|mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Absent },
+            ParamSpec { name: "src10", kind: Kind::Tensor, access: Access::Read, mem: mem::HBM|mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Absent },
+            ParamSpec { name: "src11", kind: Kind::Tensor, access: Access::Read, mem: mem::HBM|mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Absent },
+            ParamSpec { name: "src12", kind: Kind::Tensor, access: Access::Read, mem: mem::HBM|mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Absent },
+            ParamSpec { name: "src13", kind: Kind::Tensor, access: Access::Read, mem: mem::HBM|mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Absent },
+            ParamSpec { name: "src14", kind: Kind::Tensor, access: Access::Read, mem: mem::HBM|mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Absent },
+            ParamSpec { name: "src15", kind: Kind::Tensor, access: Access::Read, mem: mem::HBM|mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Absent },
+            ParamSpec { name: "reduce_op", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 1, default: Default::Enum(1) },
+            ParamSpec { name: "scale", kind: Kind::F32, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::F32(1.0_f32) },
+            ParamSpec { name: "unique_indices", kind: Kind::Bool, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Bool(true) },
+            ParamSpec { name: "oob_mode", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 5, default: Default::Enum(0) },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::Sendrecv,
+        name: "sendrecv",
+        engines: &[Engine::Sync, Engine::Scalar, Engine::Gpsimd, Engine::Vector, Engine::Tensor],
+        cost: "collective",
+        since: "v3",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "src", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::ANY, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::ANY, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "send_to_rank", kind: Kind::I32, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "recv_from_rank", kind: Kind::I32, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "pipe_id", kind: Kind::I32, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "dma_engine", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 7, default: Default::Enum(1) },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::CoreBarrier,
+        name: "core_barrier",
+        engines: &[Engine::Gpsimd, Engine::Sync, Engine::Vector, Engine::Scalar, Engine::Tensor],
+        cost: "collective",
+        since: "v3",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "data", kind: Kind::Tensor, access: Access::ReadWrite, mem: mem::HBM, dtypes: dclass::ANY, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "cores", kind: Kind::Ints, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::RegisterMove,
+        name: "register_move",
+        engines: &[Engine::Sync, Engine::Vector, Engine::Scalar, Engine::Gpsimd, Engine::Tensor],
+        cost: "control",
+        since: "v2",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Reg, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "src", kind: Kind::I32, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::RegisterLoad,
+        name: "register_load",
+        engines: &[Engine::Sync, Engine::Vector, Engine::Scalar, Engine::Gpsimd, Engine::Tensor],
+        cost: "control",
+        since: "v2",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Reg, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "src", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::HBM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::RegisterStore,
+        name: "register_store",
+        engines: &[Engine::Sync, Engine::Vector, Engine::Scalar, Engine::Gpsimd, Engine::Tensor],
+        cost: "control",
+        since: "v2",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::HBM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "src", kind: Kind::Reg, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::ScalarLoad,
+        name: "scalar_load",
+        engines: &[Engine::Sync, Engine::Vector, Engine::Scalar, Engine::Gpsimd, Engine::Tensor],
+        cost: "control",
+        since: "v2",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Reg, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "src", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::HBM, dtypes: dclass::S32, enum_id: 255, default: Default::Required },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::ScalarStore,
+        name: "scalar_store",
+        engines: &[Engine::Sync, Engine::Vector, Engine::Scalar, Engine::Gpsimd, Engine::Tensor],
+        cost: "control",
+        since: "v2",
+        nki: true,
+        implemented: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::HBM, dtypes: dclass::S32, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "value", kind: Kind::Reg, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
+        ],
+    },
 ];
 
 /// Operand positions, for the semantics: `p::tensor_tensor::DATA1`.
@@ -685,5 +1533,290 @@ pub mod p {
         pub const PRIORITY: usize = 2;
         pub const OOB_MODE: usize = 3;
         pub const DGE_MODE: usize = 4;
+    }
+    pub mod nc_matmul_mx {
+        pub const DST: usize = 0;
+        pub const STATIONARY: usize = 1;
+        pub const MOVING: usize = 2;
+        pub const STATIONARY_SCALE: usize = 3;
+        pub const MOVING_SCALE: usize = 4;
+        pub const TILE_POSITION: usize = 5;
+        pub const TILE_SIZE: usize = 6;
+        pub const ACCUMULATE: usize = 7;
+    }
+    pub mod activation_reduce {
+        pub const DST: usize = 0;
+        pub const OP: usize = 1;
+        pub const DATA: usize = 2;
+        pub const REDUCE_OP: usize = 3;
+        pub const REDUCE_RES: usize = 4;
+        pub const BIAS: usize = 5;
+        pub const SCALE: usize = 6;
+    }
+    pub mod activate2 {
+        pub const DST: usize = 0;
+        pub const OP: usize = 1;
+        pub const DATA: usize = 2;
+        pub const IMM0: usize = 3;
+        pub const IMM1: usize = 4;
+        pub const OP0: usize = 5;
+        pub const OP1: usize = 6;
+        pub const RELU_PARAM: usize = 7;
+        pub const REVERSE0: usize = 8;
+        pub const REVERSE1: usize = 9;
+        pub const REDUCE_OP: usize = 10;
+        pub const REDUCE_RES: usize = 11;
+        pub const REDUCE_CMD: usize = 12;
+    }
+    pub mod scalar_tensor_tensor {
+        pub const DST: usize = 0;
+        pub const DATA: usize = 1;
+        pub const OP0: usize = 2;
+        pub const OPERAND0: usize = 3;
+        pub const OP1: usize = 4;
+        pub const OPERAND1: usize = 5;
+        pub const REVERSE0: usize = 6;
+        pub const REVERSE1: usize = 7;
+    }
+    pub mod tensor_reduce {
+        pub const DST: usize = 0;
+        pub const OP: usize = 1;
+        pub const DATA: usize = 2;
+        pub const AXIS: usize = 3;
+        pub const NEGATE: usize = 4;
+        pub const KEEPDIMS: usize = 5;
+    }
+    pub mod tensor_tensor_scan {
+        pub const DST: usize = 0;
+        pub const DATA0: usize = 1;
+        pub const DATA1: usize = 2;
+        pub const INITIAL: usize = 3;
+        pub const OP0: usize = 4;
+        pub const OP1: usize = 5;
+        pub const REVERSE0: usize = 6;
+        pub const REVERSE1: usize = 7;
+    }
+    pub mod tensor_scalar_reduce {
+        pub const DST: usize = 0;
+        pub const DATA: usize = 1;
+        pub const OP0: usize = 2;
+        pub const OPERAND0: usize = 3;
+        pub const REDUCE_OP: usize = 4;
+        pub const REDUCE_RES: usize = 5;
+        pub const REVERSE0: usize = 6;
+        pub const REDUCE_CMD: usize = 7;
+        pub const REDUCE_INIT: usize = 8;
+        pub const REDUCE_RES_NEGATE: usize = 9;
+    }
+    pub mod tensor_scalar_cumulative {
+        pub const DST: usize = 0;
+        pub const SRC: usize = 1;
+        pub const OP0: usize = 2;
+        pub const OP1: usize = 3;
+        pub const IMM0: usize = 4;
+        pub const IMM1: usize = 5;
+        pub const REDUCE_CMD: usize = 6;
+    }
+    pub mod tensor_copy_predicated {
+        pub const DST: usize = 0;
+        pub const SRC: usize = 1;
+        pub const PREDICATE: usize = 2;
+        pub const REVERSE_PRED: usize = 3;
+    }
+    pub mod exponential {
+        pub const DST: usize = 0;
+        pub const SRC: usize = 1;
+        pub const MAX_VALUE: usize = 2;
+        pub const REDUCE_RES: usize = 3;
+        pub const REDUCE_CMD: usize = 4;
+        pub const REDUCE_INIT: usize = 5;
+    }
+    pub mod reciprocal {
+        pub const DST: usize = 0;
+        pub const DATA: usize = 1;
+    }
+    pub mod quantize_mx {
+        pub const DST: usize = 0;
+        pub const SRC: usize = 1;
+        pub const DST_SCALE: usize = 2;
+    }
+    pub mod dropout {
+        pub const DST: usize = 0;
+        pub const DATA: usize = 1;
+        pub const PROB: usize = 2;
+    }
+    pub mod range_select {
+        pub const DST: usize = 0;
+        pub const ON_TRUE_TILE: usize = 1;
+        pub const COMP_OP0: usize = 2;
+        pub const COMP_OP1: usize = 3;
+        pub const BOUND0: usize = 4;
+        pub const BOUND1: usize = 5;
+        pub const REDUCE_CMD: usize = 6;
+        pub const REDUCE_RES: usize = 7;
+        pub const REDUCE_OP: usize = 8;
+        pub const RANGE_START: usize = 9;
+        pub const ON_FALSE_VALUE: usize = 10;
+    }
+    pub mod select_reduce {
+        pub const DST: usize = 0;
+        pub const PREDICATE: usize = 1;
+        pub const ON_TRUE: usize = 2;
+        pub const ON_FALSE: usize = 3;
+        pub const REDUCE_RES: usize = 4;
+        pub const REDUCE_CMD: usize = 5;
+        pub const REDUCE_OP: usize = 6;
+        pub const REVERSE_PRED: usize = 7;
+    }
+    pub mod bn_stats {
+        pub const DST: usize = 0;
+        pub const DATA: usize = 1;
+    }
+    pub mod bn_aggr {
+        pub const DST: usize = 0;
+        pub const DATA: usize = 1;
+    }
+    pub mod max8 {
+        pub const DST: usize = 0;
+        pub const SRC: usize = 1;
+    }
+    pub mod nc_find_index8 {
+        pub const DST: usize = 0;
+        pub const DATA: usize = 1;
+        pub const VALS: usize = 2;
+    }
+    pub mod nc_match_replace8 {
+        pub const DST: usize = 0;
+        pub const DATA: usize = 1;
+        pub const VALS: usize = 2;
+        pub const IMM: usize = 3;
+        pub const DST_IDX: usize = 4;
+    }
+    pub mod nc_stream_shuffle {
+        pub const DST: usize = 0;
+        pub const SRC: usize = 1;
+        pub const SHUFFLE_MASK: usize = 2;
+    }
+    pub mod tensor_partition_reduce {
+        pub const DST: usize = 0;
+        pub const OP: usize = 1;
+        pub const DATA: usize = 2;
+    }
+    pub mod affine_select {
+        pub const DST: usize = 0;
+        pub const PATTERN: usize = 1;
+        pub const CHANNEL_MULTIPLIER: usize = 2;
+        pub const ON_TRUE_TILE: usize = 3;
+        pub const ON_FALSE_VALUE: usize = 4;
+        pub const CMP_OP: usize = 5;
+        pub const OFFSET: usize = 6;
+    }
+    pub mod local_gather {
+        pub const DST: usize = 0;
+        pub const SRC_BUFFER: usize = 1;
+        pub const INDEX: usize = 2;
+        pub const NUM_ELEM_PER_IDX: usize = 3;
+        pub const NUM_VALID_INDICES: usize = 4;
+    }
+    pub mod nc_n_gather {
+        pub const DST: usize = 0;
+        pub const DATA: usize = 1;
+        pub const INDICES: usize = 2;
+    }
+    pub mod sequence_bounds {
+        pub const DST: usize = 0;
+        pub const SEGMENT_IDS: usize = 1;
+    }
+    pub mod nonzero_with_count {
+        pub const DST: usize = 0;
+        pub const SRC: usize = 1;
+        pub const INDEX_OFFSET: usize = 2;
+        pub const PADDING_VAL: usize = 3;
+    }
+    pub mod topk {
+        pub const VAL_DST: usize = 0;
+        pub const IDX_DST: usize = 1;
+        pub const SRC: usize = 2;
+        pub const N: usize = 3;
+    }
+    pub mod rng {
+        pub const DST: usize = 0;
+    }
+    pub mod rand2 {
+        pub const DST: usize = 0;
+        pub const MIN: usize = 1;
+        pub const MAX: usize = 2;
+    }
+    pub mod set_rng_seed {
+        pub const SRC_SEEDS: usize = 0;
+    }
+    pub mod rand_set_state {
+        pub const SRC_SEEDS: usize = 0;
+    }
+    pub mod rand_get_state {
+        pub const DST: usize = 0;
+    }
+    pub mod dma_transpose {
+        pub const DST: usize = 0;
+        pub const SRC: usize = 1;
+        pub const AXES: usize = 2;
+        pub const PRIORITY: usize = 3;
+        pub const DGE_MODE: usize = 4;
+        pub const OOB_MODE: usize = 5;
+    }
+    pub mod dma_compute {
+        pub const DST: usize = 0;
+        pub const SRC0: usize = 1;
+        pub const SRC1: usize = 2;
+        pub const SRC2: usize = 3;
+        pub const SRC3: usize = 4;
+        pub const SRC4: usize = 5;
+        pub const SRC5: usize = 6;
+        pub const SRC6: usize = 7;
+        pub const SRC7: usize = 8;
+        pub const SRC8: usize = 9;
+        pub const SRC9: usize = 10;
+        pub const SRC10: usize = 11;
+        pub const SRC11: usize = 12;
+        pub const SRC12: usize = 13;
+        pub const SRC13: usize = 14;
+        pub const SRC14: usize = 15;
+        pub const SRC15: usize = 16;
+        pub const REDUCE_OP: usize = 17;
+        pub const SCALE: usize = 18;
+        pub const UNIQUE_INDICES: usize = 19;
+        pub const OOB_MODE: usize = 20;
+    }
+    pub mod sendrecv {
+        pub const SRC: usize = 0;
+        pub const DST: usize = 1;
+        pub const SEND_TO_RANK: usize = 2;
+        pub const RECV_FROM_RANK: usize = 3;
+        pub const PIPE_ID: usize = 4;
+        pub const DMA_ENGINE: usize = 5;
+    }
+    pub mod core_barrier {
+        pub const DATA: usize = 0;
+        pub const CORES: usize = 1;
+    }
+    pub mod register_move {
+        pub const DST: usize = 0;
+        pub const SRC: usize = 1;
+    }
+    pub mod register_load {
+        pub const DST: usize = 0;
+        pub const SRC: usize = 1;
+    }
+    pub mod register_store {
+        pub const DST: usize = 0;
+        pub const SRC: usize = 1;
+    }
+    pub mod scalar_load {
+        pub const DST: usize = 0;
+        pub const SRC: usize = 1;
+    }
+    pub mod scalar_store {
+        pub const DST: usize = 0;
+        pub const VALUE: usize = 1;
     }
 }

@@ -1,0 +1,118 @@
+"""The device: 8 NeuronCores sharing 144 GiB of (sparsely backed) HBM."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import _native
+from .dtypes import dtype_name, numpy_dtype
+from .errors import AddressError, CapacityError, DtypeError, ShapeError
+from .program import Program
+from .tensor import Tensor
+from .trace import RunResult
+
+HBM_BYTES = 144 << 30
+HBM_ALIGN = 64
+
+
+class Hbm:
+    """Device HBM: put numpy arrays in, allocate outputs, get numpy arrays back."""
+
+    def __init__(self, native: _native.Device) -> None:
+        self._native = native
+        self._next = 0
+
+    def _place(self, nbytes: int, address: int | None) -> int:
+        if address is None:
+            address = self._next
+            self._next = -(-(address + max(nbytes, 1)) // HBM_ALIGN) * HBM_ALIGN
+        if address < 0 or address + nbytes > HBM_BYTES:
+            raise (CapacityError if address >= 0 else AddressError)(
+                f"HBM bytes {address}..{address + nbytes} exceed the 144 GiB address space"
+            )
+        return int(address)
+
+    def alloc(self, shape, dtype: Any, address: int | None = None, name: str = "") -> Tensor:
+        """Reserve an HBM tensor (zeros unless written); `address` places it explicitly."""
+        shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        t = Tensor("hbm", dtype, shape, name=name)
+        t.offset = self._place(t.nbytes, address)
+        return t
+
+    def put(self, array, dtype: Any = None, address: int | None = None, name: str = "") -> Tensor:
+        """Copy a numpy array into HBM. `dtype` reinterprets raw words (e.g. uint32 as float8_e4m3fn_x4)."""
+        a = np.ascontiguousarray(array)
+        name_ = dtype_name(a.dtype) if dtype is None else dtype_name(dtype)
+        if a.dtype.itemsize != numpy_dtype(name_).itemsize:
+            raise DtypeError(f"array of {a.dtype} cannot carry {name_} ({numpy_dtype(name_).itemsize}-byte words)")
+        t = self.alloc(a.shape if a.ndim else (1,), name_, address, name)
+        self._native.hbm_write(t.offset, a.reshape(-1).view(np.uint8))
+        return t
+
+    def write(self, t: Tensor, array) -> None:
+        """Overwrite an HBM tensor (a contiguous view) with `array` (cast with numpy if needed)."""
+        if t.mem != "hbm" or not t.is_contiguous():
+            raise ShapeError(f"write needs a contiguous HBM tensor, got {t!r}")
+        a = np.ascontiguousarray(np.asarray(array).astype(numpy_dtype(t.dtype), copy=False))
+        if a.size != t.size:
+            raise ShapeError(f"array has {a.size} elements, tensor {t!r} has {t.size}")
+        self._native.hbm_write(t.offset, a.reshape(-1).view(np.uint8))
+
+    def get(self, t: Tensor) -> np.ndarray:
+        """The tensor's contents as a new numpy array (ml_dtypes for bf16/fp8; raw words for x4)."""
+        if t.mem != "hbm":
+            raise ShapeError(f"hbm.get needs an HBM tensor, got {t!r}; use Device.read for tiles")
+        es = t.itemsize
+        lo = hi = 0
+        for n, st in zip(t.shape, t.strides):
+            span = (n - 1) * st
+            lo, hi = (lo + span, hi) if span < 0 else (lo, hi + span)
+        raw = self._native.hbm_read(t.offset + lo * es, (hi - lo + 1) * es)
+        dt = numpy_dtype(t.dtype)
+        view = np.ndarray(t.shape, dt, raw.data, offset=-lo * es, strides=[s * es for s in t.strides])
+        return view.copy()
+
+    @property
+    def resident_bytes(self) -> int:
+        """Host memory backing HBM (1 MiB pages touched so far)."""
+        return self._native.hbm_resident_bytes()
+
+
+class Device:
+    """One Trainium3: `run` programs on its cores; `hbm` moves data in and out."""
+
+    NUM_CORES = 8
+
+    def __init__(self) -> None:
+        self._native = _native.Device()
+        self.hbm = Hbm(self._native)
+
+    def run(self, programs: Program | list[Program], check_races: bool = True, trace: bool = True) -> RunResult:
+        """Run one program, or one per core concurrently. Releases the GIL while running."""
+        progs = [programs] if isinstance(programs, Program) else list(programs)
+        natives = [p.native() for p in progs]
+        raw = self._native.run(natives, check_races, trace)
+        return RunResult(raw, natives)
+
+    def read(self, tile: Tensor) -> np.ndarray:
+        """A tile's contents (SBUF/PSUM of its core, or HBM) as a numpy array, for debugging."""
+        if tile.mem == "hbm":
+            return self.hbm.get(tile)
+        es = tile.itemsize
+        core = tile.core or 0
+        shape, strides = tile.shape[1:], tile.strides[1:]
+        lo = hi = 0
+        for n, st in zip(shape, strides):
+            span = (n - 1) * st
+            lo, hi = (lo + span, hi) if span < 0 else (lo, hi + span)
+        nbytes = (hi - lo + 1) * es
+        raw = self._native.onchip_read(core, tile.mem, tile.start, tile.shape[0], tile.offset + lo * es, nbytes)
+        dt = numpy_dtype(tile.dtype)
+        view = np.ndarray(tile.shape, dt, raw.data, offset=-lo * es, strides=[nbytes] + [s * es for s in strides])
+        return view.copy()
+
+    def fill_onchip(self, byte: int) -> None:
+        """Fill every SBUF and PSUM byte (e.g. 0xFF makes uninitialised float reads NaN)."""
+        self._native.fill_onchip(byte)

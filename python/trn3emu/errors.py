@@ -1,0 +1,100 @@
+"""The trn3emu exception hierarchy. Every error the emulator raises derives from `EmuError`.
+
+Attributes on every instance: `instruction_index` and `instruction` (the failing instruction's
+index and text, when there is one), `operand` (the operand's name) and `rule` (the broken rule).
+"""
+
+from __future__ import annotations
+
+
+class EmuError(Exception):
+    """Base class of every trn3emu error."""
+
+    def __init__(
+        self,
+        message: str,
+        instruction_index: int | None = None,
+        instruction: str | None = None,
+        operand: str | None = None,
+        rule: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.instruction_index = instruction_index
+        self.instruction = instruction
+        self.operand = operand
+        self.rule = rule if rule is not None else message
+
+
+class ValidationError(EmuError, ValueError):
+    """An instruction or operand breaks a rule of the ISA (caught at assembly or decode)."""
+
+
+class ShapeError(ValidationError):
+    """Operand shapes disagree or exceed an instruction's limits."""
+
+
+class DtypeError(ValidationError, TypeError):
+    """A dtype the instruction or operand does not allow."""
+
+
+class MemorySpaceError(ValidationError):
+    """A memory space the instruction, operand or engine cannot use."""
+
+
+class AddressError(ValidationError, IndexError):
+    """An address, partition or byte range outside its memory."""
+
+
+class PartitionError(ValidationError):
+    """The start-partition (quadrant) rule."""
+
+
+class PsumBankError(ValidationError):
+    """A PSUM access crossing a 2 KiB bank where it must not."""
+
+
+class CapacityError(ValidationError):
+    """SBUF, PSUM or HBM capacity exhausted by an allocation."""
+
+
+class OperandError(ValidationError):
+    """An invalid operand value: enum, immediate, flag combination, engine choice."""
+
+
+class SemaphoreError(ValidationError):
+    """Semaphore misuse (id out of range, reserved semaphore)."""
+
+
+class EncodingError(EmuError, ValueError):
+    """Malformed program text or binary."""
+
+
+class DecodeError(EncodingError):
+    """Malformed binary encoding."""
+
+
+class AsmSyntaxError(EncodingError):
+    """Malformed text assembly."""
+
+
+class NotImplementedInstruction(EmuError, NotImplementedError):
+    """A known ISA instruction whose semantics this build does not implement yet."""
+
+
+class ExecutionError(EmuError, RuntimeError):
+    """A program failed while running."""
+
+
+class RaceError(ExecutionError):
+    """Two unsynchronised streams touched the same bytes, at least one writing."""
+
+
+class DeadlockError(ExecutionError):
+    """Every remaining stream waits on a semaphore that nothing will signal."""
+
+
+class InternalError(EmuError, RuntimeError):
+    """A bug in the emulator (a caught panic). Please report it."""
+
+
+__all__ = [name for name, obj in list(globals().items()) if isinstance(obj, type) and issubclass(obj, EmuError)]

@@ -1,0 +1,186 @@
+"""The assembler: a Program collects the instructions of one core.
+
+Every method of `AssemblerMixin` (one per nki.isa instruction, generated from isa/isa.toml) takes
+NKI's operand names and appends one instruction; validation happens at once, in Rust, so a bad
+operand raises where it is written. Synchronisation is automatic by default (`sync="auto"`: the
+semaphores the data dependencies need are added at run time); `sync="manual"` leaves every wait
+and signal to the author (`wait=[(sem, value)]`, `signal=[(sem, delta)]` or `signal=sem`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _native
+from ._asm import AssemblerMixin
+from .errors import AddressError, CapacityError, MemorySpaceError, OperandError, SemaphoreError
+from .tensor import Tensor
+
+PARTITIONS = 128
+SBUF_PARTITION_BYTES = 256 * 1024
+PSUM_PARTITION_BYTES = 16 * 1024
+PSUM_BANK_BYTES = 2048
+
+
+class _Allocator:
+    """First-fit allocator of per-partition byte ranges (one range serves every partition)."""
+
+    def __init__(self, what: str, capacity: int, align: int) -> None:
+        self.what, self.capacity, self.align = what, capacity, align
+        self.live: dict[int, int] = {}  # start -> end
+
+    def alloc(self, nbytes: int, label: str) -> int:
+        pos = 0
+        for lo, hi in sorted(self.live.items()):
+            if lo - pos >= nbytes:
+                break
+            pos = max(pos, -(-hi // self.align) * self.align)
+        if pos + nbytes > self.capacity:
+            used = sum(h - lo for lo, h in self.live.items())
+            raise CapacityError(
+                f"{self.what} allocation {label} of {nbytes} bytes per partition does not fit "
+                f"({used} of {self.capacity} bytes per partition in use by {len(self.live)} tiles)",
+                rule=f"{self.what} capacity",
+            )
+        self.live[pos] = pos + nbytes
+        return pos
+
+    def reserve(self, offset: int, nbytes: int) -> None:
+        if offset < 0 or offset + nbytes > self.capacity:
+            raise AddressError(f"{self.what} bytes {offset}..{offset + nbytes} are outside 0..{self.capacity}")
+        self.live[offset] = max(self.live.get(offset, 0), offset + nbytes)
+
+    def free(self, offset: int) -> None:
+        self.live.pop(offset, None)
+
+
+def _enum_name(v: Any) -> Any:
+    if v is None or isinstance(v, (str, bool, int, float, tuple, list)):
+        return v
+    name = getattr(v, "name", None) or getattr(v, "__name__", None)
+    return name if isinstance(name, str) else v
+
+
+class Program(AssemblerMixin):
+    """Instructions for one NeuronCore. `Program(core=k)` targets core k."""
+
+    def __init__(self, core: int = 0, sync: str = "auto") -> None:
+        if sync not in ("auto", "manual"):
+            raise OperandError(f"sync must be 'auto' or 'manual', got {sync!r}")
+        self._native = _native.Program(core)
+        self.core = core
+        self.sync = sync
+        self._sbuf = _Allocator("SBUF", SBUF_PARTITION_BYTES, 64)
+        self._psum = _Allocator("PSUM", PSUM_PARTITION_BYTES, PSUM_BANK_BYTES)
+        self._next_sem = 0
+
+    # ------------------------------------------------------------------------------ allocation
+    def _tile(self, mem: str, shape, dtype, address, name: str) -> Tensor:
+        shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        if len(shape) < 2:
+            shape = shape + (1,)
+        t = Tensor(mem, dtype, shape, name=name, core=self.core)
+        if shape[0] > PARTITIONS:
+            raise AddressError(f"{mem} tile {name or ''} spans {shape[0]} partitions (at most {PARTITIONS})", operand="shape")
+        nbytes = t.nbytes // shape[0]
+        alloc = self._sbuf if mem == "sbuf" else self._psum
+        label = repr(name) if name else str(shape)
+        if address is None:
+            t.offset = alloc.alloc(nbytes, label)
+        else:
+            start, off = address if isinstance(address, (tuple, list)) else (0, address)
+            if mem == "psum" and off % PSUM_BANK_BYTES:
+                raise AddressError(f"PSUM tiles start on a 2 KiB bank boundary, address {off} is not", operand="address")
+            alloc.reserve(off, nbytes)
+            t.offset, t.start = int(off), int(start)
+            if t.start + shape[0] > PARTITIONS:
+                raise AddressError(f"partitions {t.start}..{t.start + shape[0]} exceed {PARTITIONS}", operand="address")
+        if mem == "psum":
+            self._native.psum_fresh(t.start, shape[0], t.offset, nbytes)
+        return t
+
+    def sbuf(self, shape, dtype, address=None, name: str = "") -> Tensor:
+        """Allocate an SBUF tile (dim 0 = partitions). `address` = byte offset or (partition, byte offset)."""
+        return self._tile("sbuf", shape, dtype, address, name)
+
+    def psum(self, shape, dtype="float32", address=None, name: str = "") -> Tensor:
+        """Allocate a PSUM tile at a bank boundary; the next matmul with accumulate=None overwrites it."""
+        return self._tile("psum", shape, dtype, address, name)
+
+    def free(self, tile: Tensor) -> None:
+        """Return a tile's bytes to its allocator (the view stays usable; reuse is the author's call)."""
+        (self._sbuf if tile.mem == "sbuf" else self._psum).free(tile.offset)
+
+    def semaphore(self) -> int:
+        """A fresh semaphore id for manual synchronisation."""
+        if self._next_sem >= _native.AUTO_SEM_BASE:
+            raise SemaphoreError(f"out of semaphores (ids 0..{_native.AUTO_SEM_BASE - 1} are for programs)")
+        self._next_sem += 1
+        return self._next_sem - 1
+
+    # -------------------------------------------------------------------------------- assembly
+    def _emit(self, opcode: str, engine: Any, name: Any, wait: Any, signal: Any, args: tuple) -> int:
+        conv = []
+        for a in args:
+            if isinstance(a, Tensor):
+                if a.mem != "hbm" and a.core is not None and a.core != self.core:
+                    raise MemorySpaceError(
+                        f"{opcode}: tile {a!r} belongs to core {a.core}, this program runs on core {self.core}"
+                    )
+                conv.append(a.to_ap())
+            else:
+                conv.append(_enum_name(a))
+        if isinstance(wait, tuple) and len(wait) == 2 and all(isinstance(x, int) for x in wait):
+            wait = [wait]
+        if isinstance(signal, int):
+            signal = [(signal, 1)]
+        elif isinstance(signal, tuple) and len(signal) == 2 and all(isinstance(x, int) for x in signal):
+            signal = [signal]
+        eng = _enum_name(engine)
+        return self._native.append(opcode, eng, tuple(conv), list(wait), list(signal), name)
+
+    # ----------------------------------------------------------------------------- text/binary
+    def __len__(self) -> int:
+        return len(self._native)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Program) and self._native == other._native
+
+    def __repr__(self) -> str:
+        return f"<Program core={self.core} sync={self.sync} instructions={len(self)}>"
+
+    def instruction(self, i: int) -> str:
+        """Text of instruction `i`."""
+        t = self._native.instruction_text(i)
+        if t is None:
+            raise IndexError(i)
+        return t
+
+    def native(self) -> _native.Program:
+        """The program that runs: with automatic semaphores when sync='auto'."""
+        return self._native.synced() if self.sync == "auto" else self._native
+
+    def to_text(self, synced: bool = False) -> str:
+        """Text assembly (round-trips through `from_text`); `synced=True` shows the added semaphores."""
+        return (self.native() if synced else self._native).to_text()
+
+    def encode(self, synced: bool = False) -> bytes:
+        """Binary encoding (docs/encoding.md); round-trips through `decode`."""
+        return (self.native() if synced else self._native).encode()
+
+    @classmethod
+    def _wrap(cls, nat: _native.Program, sync: str) -> Program:
+        p = cls.__new__(cls)
+        p._native, p.core, p.sync = nat, nat.core, sync
+        p._sbuf = _Allocator("SBUF", SBUF_PARTITION_BYTES, 64)
+        p._psum = _Allocator("PSUM", PSUM_PARTITION_BYTES, PSUM_BANK_BYTES)
+        p._next_sem = 0
+        return p
+
+    @classmethod
+    def from_text(cls, text: str, sync: str = "manual") -> Program:
+        return cls._wrap(_native.Program.from_text(text), sync)
+
+    @classmethod
+    def decode(cls, data: bytes, sync: str = "manual") -> Program:
+        return cls._wrap(_native.Program.decode(bytes(data)), sync)

@@ -1,0 +1,182 @@
+"""Tensor views: HBM tensors and SBUF/PSUM tiles, sliceable without copying.
+
+A view is storage + shape + element strides + byte offset. On-chip views keep dim 0 as the
+partition dim (slices of it move the start partition; an integer index keeps size 1) and stay at
+least 2-D; HBM views index like numpy (an integer drops the dim). `to_ap()` gives the access
+pattern the native assembler takes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .dtypes import SIZES, dtype_name
+from .errors import ShapeError
+
+MAX_FREE_DIMS = 4
+
+
+class Tensor:
+    __slots__ = ("mem", "dtype", "shape", "strides", "offset", "start", "name", "core")
+
+    def __init__(self, mem: str, dtype: Any, shape, strides=None, offset: int = 0, start: int = 0, name: str = "", core=None):
+        self.mem = mem
+        self.dtype = dtype_name(dtype)
+        self.shape = tuple(int(s) for s in shape)
+        if any(s <= 0 for s in self.shape):
+            raise ShapeError(f"tensor shape {self.shape} has an empty dimension")
+        if strides is None:
+            dims = self.shape[1:] if mem != "hbm" else self.shape
+            st, acc = [], 1
+            for s in reversed(dims):
+                st.append(acc)
+                acc *= s
+            strides = tuple(reversed(st))
+            if mem != "hbm":
+                strides = (0,) + strides
+        self.strides = tuple(int(s) for s in strides)
+        self.offset = int(offset)
+        self.start = int(start)
+        self.name = name
+        self.core = core
+
+    # ------------------------------------------------------------------------------------ info
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return SIZES[self.dtype]
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.itemsize
+
+    @property
+    def address(self) -> int:
+        """Byte address (HBM) or byte offset within each partition (SBUF/PSUM)."""
+        return self.offset
+
+    def __repr__(self) -> str:
+        where = f"{self.mem}@{self.offset:#x}" if self.mem == "hbm" else f"{self.mem}[{self.start}:{self.start + self.shape[0]}]+{self.offset}"
+        label = f" {self.name!r}" if self.name else ""
+        return f"<Tensor{label} {where} {self.shape} {self.dtype}>"
+
+    # ---------------------------------------------------------------------------------- views
+    def _view(self, shape, strides, offset, start) -> Tensor:
+        t = Tensor.__new__(Tensor)
+        t.mem, t.dtype, t.name, t.core = self.mem, self.dtype, self.name, self.core
+        t.shape, t.strides, t.offset, t.start = tuple(shape), tuple(strides), offset, start
+        return t
+
+    def __getitem__(self, key) -> Tensor:
+        if not isinstance(key, tuple):
+            key = (key,)
+        if any(k is Ellipsis for k in key):
+            i = key.index(Ellipsis)
+            fill = self.ndim - (len(key) - 1)
+            key = key[:i] + (slice(None),) * fill + key[i + 1 :]
+        if len(key) > self.ndim:
+            raise ShapeError(f"too many indices ({len(key)}) for a {self.ndim}-D tensor")
+        key = key + (slice(None),) * (self.ndim - len(key))
+        shape, strides = [], []
+        offset, start = self.offset, self.start
+        onchip = self.mem != "hbm"
+        for d, (k, n, st) in enumerate(zip(key, self.shape, self.strides)):
+            if isinstance(k, slice):
+                a, b, step = k.indices(n)
+                cnt = len(range(a, b, step))
+                if cnt == 0:
+                    raise ShapeError(f"empty slice {k} of dim {d} (size {n})")
+                if d == 0 and onchip:
+                    if step != 1:
+                        raise ShapeError("partition slices must have step 1 (partitions are contiguous)")
+                    start += a
+                else:
+                    offset += a * st * self.itemsize
+                shape.append(cnt)
+                strides.append(st * step)
+            else:
+                i = int(k)
+                if i < 0:
+                    i += n
+                if not 0 <= i < n:
+                    raise ShapeError(f"index {k} out of range for dim {d} of size {n}")
+                if d == 0 and onchip:
+                    start += i
+                    shape.append(1)
+                    strides.append(st)
+                else:
+                    offset += i * st * self.itemsize
+        if onchip and len(shape) < 2:
+            shape.append(1)
+            strides.append(1)
+        if not shape:
+            shape, strides = [1], [1]
+        return self._view(shape, strides, offset, start)
+
+    def reshape(self, *shape) -> Tensor:
+        """A view with a new shape; the view must be contiguous (partition dim kept on-chip)."""
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        shape = tuple(int(s) for s in shape)
+        n = 1
+        for s in shape:
+            n *= s
+        if n != self.size:
+            raise ShapeError(f"cannot reshape {self.shape} ({self.size} elements) to {shape}")
+        if not self.is_contiguous():
+            raise ShapeError(f"reshape needs a contiguous view, {self!r} has strides {self.strides}")
+        if self.mem != "hbm":
+            if shape[0] != self.shape[0]:
+                raise ShapeError("on-chip reshape must keep the partition dim")
+            return Tensor(self.mem, self.dtype, shape, None, self.offset, self.start, self.name, self.core)
+        return Tensor("hbm", self.dtype, shape, None, self.offset, 0, self.name, self.core)
+
+    def is_contiguous(self) -> bool:
+        dims = list(zip(self.shape, self.strides))
+        if self.mem != "hbm":
+            dims = dims[1:]
+        acc = 1
+        for n, st in reversed(dims):
+            if n > 1 and st != acc:
+                return False
+            acc *= n
+        return True
+
+    # ------------------------------------------------------------------------- access pattern
+    def to_ap(self) -> tuple:
+        """(mem, dtype, start, parts, row_step, offset, [(step, num), ...]) for the assembler."""
+        if self.mem == "hbm":
+            dims = list(zip(self.strides, self.shape))
+            if len(dims) == 1:
+                dims = [(0, 1)] + dims
+            rows = dims[0]
+            free = _merge(dims[1:])
+            return ("hbm", self.dtype, 0, rows[1], rows[0], self.offset, free)
+        free = _merge(list(zip(self.strides[1:], self.shape[1:]))) or [(1, 1)]
+        return (self.mem, self.dtype, self.start, self.shape[0], 0, self.offset, free)
+
+
+def _merge(dims: list) -> list:
+    """Drop unit dims and merge contiguous neighbours until at most 4 free dims remain."""
+    if len(dims) <= MAX_FREE_DIMS:
+        return [(s, n) for s, n in dims]
+    d = [(s, n) for s, n in dims if n != 1] or [(1, 1)]
+    i = len(d) - 1
+    while len(d) > MAX_FREE_DIMS and i > 0:
+        (so, no), (si, ni) = d[i - 1], d[i]
+        if so == si * ni:
+            d[i - 1 : i + 1] = [(si, no * ni)]
+        i -= 1
+    if len(d) > MAX_FREE_DIMS:
+        raise ShapeError(f"view needs {len(d)} free dims after merging; the ISA allows {MAX_FREE_DIMS}")
+    return d

@@ -1,0 +1,143 @@
+//! The ALU operators of reference §2.2, in fp32 (arithmetic) or on raw 32-bit words (bitwise).
+
+use crate::isa::AluOp;
+
+/// Bitwise operators work on raw integer bits, never through fp32.
+pub fn is_bitwise(op: AluOp) -> bool {
+    matches!(
+        op,
+        AluOp::BitwiseAnd
+            | AluOp::BitwiseOr
+            | AluOp::BitwiseXor
+            | AluOp::Invert
+            | AluOp::LeftShift
+            | AluOp::RightShift
+    )
+}
+
+/// Operators that ignore their second operand.
+pub fn is_unary(op: AluOp) -> bool {
+    matches!(
+        op,
+        AluOp::Abs
+            | AluOp::Square
+            | AluOp::Relu
+            | AluOp::Rsqrt
+            | AluOp::Reciprocal
+            | AluOp::Invert
+            | AluOp::LogicalNot
+            | AluOp::Bypass
+    )
+}
+
+/// Operators that are not elementwise binary/unary ALU operations at all.
+pub fn is_elementwise(op: AluOp) -> bool {
+    !matches!(op, AluOp::Average)
+}
+
+#[inline]
+fn b(x: bool) -> f32 {
+    if x {
+        1.0
+    } else {
+        0.0
+    }
+}
+
+/// `op(x, y)` in fp32. Comparisons and logical ops give 1.0 / 0.0; max/min return the non-NaN
+/// operand when one is NaN (IEEE maxNum, an emulator choice); abs_max/abs_min return the signed
+/// operand of larger/smaller magnitude, ties -> y.
+#[inline]
+pub fn apply(op: AluOp, x: f32, y: f32) -> f32 {
+    match op {
+        AluOp::Bypass => x,
+        AluOp::Add => x + y,
+        AluOp::Subtract => x - y,
+        AluOp::Multiply => x * y,
+        AluOp::Divide => x / y,
+        AluOp::Maximum => x.max(y),
+        AluOp::Minimum => x.min(y),
+        AluOp::Equal => b(x == y),
+        AluOp::NotEqual => b(x != y),
+        AluOp::GreaterEqual => b(x >= y),
+        AluOp::Greater => b(x > y),
+        AluOp::LessEqual => b(x <= y),
+        AluOp::Less => b(x < y),
+        AluOp::LogicalAnd => b(x != 0.0 && y != 0.0),
+        AluOp::LogicalOr => b(x != 0.0 || y != 0.0),
+        AluOp::LogicalXor => b((x != 0.0) != (y != 0.0)),
+        AluOp::LogicalNot => b(x == 0.0),
+        AluOp::Power => (x as f64).powf(y as f64) as f32,
+        AluOp::AbsMax => {
+            if x.abs() > y.abs() {
+                x
+            } else {
+                y
+            }
+        }
+        AluOp::AbsMin => {
+            if x.abs() < y.abs() {
+                x
+            } else {
+                y
+            }
+        }
+        AluOp::Abs => x.abs(),
+        AluOp::Square => x * x,
+        AluOp::Relu => {
+            if x > 0.0 {
+                x
+            } else {
+                0.0
+            }
+        }
+        AluOp::Rsqrt => (1.0 / (x as f64).sqrt()) as f32,
+        AluOp::Reciprocal => 1.0 / x,
+        // Bitwise ops on fp32 values: act on the integer value (validation keeps these to ints).
+        AluOp::BitwiseAnd
+        | AluOp::BitwiseOr
+        | AluOp::BitwiseXor
+        | AluOp::Invert
+        | AluOp::LeftShift
+        | AluOp::RightShift => apply_bits(op, x as i32 as u32, y as i32 as u32) as i32 as f32,
+        AluOp::Average => x + y,
+    }
+}
+
+/// `op(x, y)` on raw 32-bit words (integers sign/zero-extended by the caller).
+#[inline]
+pub fn apply_bits(op: AluOp, x: u32, y: u32) -> u32 {
+    match op {
+        AluOp::BitwiseAnd => x & y,
+        AluOp::BitwiseOr => x | y,
+        AluOp::BitwiseXor => x ^ y,
+        AluOp::Invert => !x,
+        AluOp::LeftShift => x.wrapping_shl(y),
+        AluOp::RightShift => x.wrapping_shr(y),
+        _ => x,
+    }
+}
+
+/// Exact 32-bit integer arithmetic (GpSimd int32/uint32 tensor_tensor), wrapping.
+pub fn apply_i32(op: AluOp, x: u32, y: u32, signed: bool) -> Option<u32> {
+    Some(match op {
+        AluOp::Add => x.wrapping_add(y),
+        AluOp::Subtract => x.wrapping_sub(y),
+        AluOp::Multiply => x.wrapping_mul(y),
+        AluOp::Maximum => {
+            if signed {
+                (x as i32).max(y as i32) as u32
+            } else {
+                x.max(y)
+            }
+        }
+        AluOp::Minimum => {
+            if signed {
+                (x as i32).min(y as i32) as u32
+            } else {
+                x.min(y)
+            }
+        }
+        _ => return None,
+    })
+}

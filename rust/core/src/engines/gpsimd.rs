@@ -1,0 +1,71 @@
+//! GpSimd: iota.
+
+use super::Ctx;
+use crate::error::{err, ErrorKind::*, Result};
+use crate::isa::tables::p::iota as io;
+use crate::isa::{DType, Instr};
+use crate::numerics;
+
+pub fn check_iota(ins: &Instr) -> Result<()> {
+    let dst = ins.ap(io::DST).unwrap();
+    let pat = ins.ints(io::PATTERN);
+    if pat.is_empty() {
+        return Err(err(Shape, "pattern needs at least one [step, num] pair").operand("pattern"));
+    }
+    let n: i64 = pat.chunks(2).map(|c| c[1] as i64).product();
+    if pat.chunks(2).any(|c| c[1] <= 0) {
+        return Err(err(Shape, "pattern counts must be positive").operand("pattern"));
+    }
+    if n != dst.free_size() as i64 {
+        return Err(err(
+            Shape,
+            format!(
+                "pattern covers {n} elements per partition but dst has {}",
+                dst.free_size()
+            ),
+        )
+        .operand("pattern"));
+    }
+    Ok(())
+}
+
+/// int32 value -> dst element: integers saturate, floats round (RNE) from the exact integer.
+pub fn from_i64(dt: DType, v: i64) -> u32 {
+    match dt {
+        DType::Int8 => v.clamp(-128, 127) as i8 as u8 as u32,
+        DType::Int16 => v.clamp(-32768, 32767) as i16 as u16 as u32,
+        DType::Int32 => v.clamp(i32::MIN as i64, i32::MAX as i64) as i32 as u32,
+        DType::Uint8 => v.clamp(0, 255) as u32,
+        DType::Uint16 => v.clamp(0, 65535) as u32,
+        DType::Uint32 => v.clamp(0, u32::MAX as i64) as u32,
+        DType::Bool => (v != 0) as u32,
+        _ => numerics::from_f32(dt, v as f32),
+    }
+}
+
+pub fn iota(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
+    let dst = ins.ap(io::DST).unwrap();
+    let pat = ins.ints(io::PATTERN).to_vec();
+    let off = ins.i32_or(io::OFFSET, 0);
+    let cm = ins.i32_or(io::CHANNEL_MULTIPLIER, 0);
+    let mut rel = vec![0i32];
+    for c in pat.chunks(2) {
+        let (step, num) = (c[0], c[1]);
+        let mut next = Vec::with_capacity(rel.len() * num as usize);
+        for &o in &rel {
+            for i in 0..num {
+                next.push(o.wrapping_add(i.wrapping_mul(step)));
+            }
+        }
+        rel = next;
+    }
+    let mut out = Vec::with_capacity(dst.num_elements());
+    for p in 0..dst.parts as i32 {
+        let base = off.wrapping_add(p.wrapping_mul(cm));
+        for &o in &rel {
+            out.push(from_i64(dst.dtype, base.wrapping_add(o) as i64));
+        }
+    }
+    ctx.write_raw(dst, &out);
+    Ok(())
+}

@@ -1,0 +1,165 @@
+//! Instruction semantics, one module per engine. Each instruction has a `check` (shape rules,
+//! run at validation) and an `exec` (the math, run by the scheduler).
+
+pub mod act;
+pub mod alu;
+pub mod dma;
+pub mod gpsimd;
+pub mod scalar;
+pub mod tensor;
+pub mod vector;
+
+use crate::error::{err, ErrorKind::*, Result};
+use crate::isa::{Arg, Instr, Opcode};
+use crate::memory::onchip::Mems;
+use crate::memory::{Ap, PARTITIONS, PSUM_PART_BYTES};
+use crate::numerics;
+
+/// Per-core engine state that outlives single instructions.
+pub struct EngineState {
+    /// ScalarE accumulator registers, one fp32 per lane.
+    pub act_regs: [f32; PARTITIONS],
+    /// One bit per 2-byte PSUM unit: written by a matmul since the run started (for accumulate=None).
+    pub psum_mm: Vec<u64>,
+}
+
+impl Default for EngineState {
+    fn default() -> Self {
+        EngineState {
+            act_regs: [0.0; PARTITIONS],
+            psum_mm: vec![0; PARTITIONS * PSUM_PART_BYTES / 2 / 64],
+        }
+    }
+}
+
+/// What an instruction can touch while it executes.
+pub struct Ctx<'a> {
+    pub mems: Mems<'a>,
+    pub state: &'a mut EngineState,
+}
+
+impl Ctx<'_> {
+    pub fn read_f32(&self, ap: &Ap) -> Vec<f32> {
+        numerics::decode_all(ap.dtype, &self.mems.gather(ap))
+    }
+    pub fn write_f32(&mut self, ap: &Ap, vals: &[f32]) {
+        let bytes = numerics::encode_all(ap.dtype, vals);
+        self.mems.scatter(ap, &bytes);
+    }
+    pub fn read_raw(&self, ap: &Ap) -> Vec<u32> {
+        numerics::raw_all(ap.dtype, &self.mems.gather(ap))
+    }
+    pub fn write_raw(&mut self, ap: &Ap, vals: &[u32]) {
+        let bytes = numerics::unraw_all(ap.dtype, vals);
+        self.mems.scatter(ap, &bytes);
+    }
+    /// A scalar immediate or a (P,1) tile as P per-partition fp32 values.
+    pub fn per_partition(&self, a: &Arg, parts: u32, dflt: f32) -> Vec<f32> {
+        match a {
+            Arg::Tensor(ap) => self.read_f32(ap),
+            Arg::F32(v) => vec![*v; parts as usize],
+            _ => vec![dflt; parts as usize],
+        }
+    }
+}
+
+/// Same partition count and elements per partition.
+pub fn same_shape(a: &Ap, an: &str, b: &Ap, bn: &str) -> Result<()> {
+    if a.parts != b.parts || a.free_size() != b.free_size() {
+        return Err(err(
+            Shape,
+            format!("{an} is {:?} ({} x {}) but {bn} is {:?} ({} x {}): partitions and elements per partition must match", a.shape(), a.parts, a.free_size(), b.shape(), b.parts, b.free_size()),
+        )
+        .operand(bn.to_string()));
+    }
+    Ok(())
+}
+
+/// A (P,1)-style per-partition operand must have the data's partition count and one element.
+pub fn check_column(a: &Arg, name: &str, parts: u32) -> Result<()> {
+    if let Arg::Tensor(ap) = a {
+        if ap.parts != parts || ap.free_size() != 1 {
+            return Err(err(
+                Shape,
+                format!(
+                    "{name} must be a scalar or a ({parts}, 1) tile, got {:?}",
+                    ap.shape()
+                ),
+            )
+            .operand(name.to_string()));
+        }
+        if ap.dtype.is_packed() {
+            return Err(
+                err(Dtype, format!("{name} cannot be a packed MX dtype")).operand(name.to_string())
+            );
+        }
+    }
+    Ok(())
+}
+
+pub fn is_implemented(op: Opcode) -> bool {
+    matches!(
+        op,
+        Opcode::Nop
+            | Opcode::NcMatmul
+            | Opcode::NcTranspose
+            | Opcode::Activation
+            | Opcode::TensorTensor
+            | Opcode::TensorScalar
+            | Opcode::TensorCopy
+            | Opcode::Memset
+            | Opcode::Iota
+            | Opcode::DmaCopy
+    )
+}
+
+/// Instruction-specific rules beyond the generic operand checks.
+pub fn check(ins: &Instr) -> Result<()> {
+    match ins.op {
+        Opcode::NcMatmul => tensor::check_matmul(ins),
+        Opcode::NcTranspose => tensor::check_transpose(ins),
+        Opcode::Activation => scalar::check_activation(ins),
+        Opcode::TensorTensor => vector::check_tensor_tensor(ins),
+        Opcode::TensorScalar => vector::check_tensor_scalar(ins),
+        Opcode::TensorCopy => vector::check_tensor_copy(ins),
+        Opcode::Memset => vector::check_memset(ins),
+        Opcode::Iota => gpsimd::check_iota(ins),
+        Opcode::DmaCopy => dma::check_dma_copy(ins),
+        _ => Ok(()),
+    }
+}
+
+/// Execute one instruction's semantics.
+pub fn exec(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
+    match ins.op {
+        Opcode::Nop => Ok(()),
+        Opcode::NcMatmul => tensor::matmul(ins, ctx),
+        Opcode::NcTranspose => tensor::transpose(ins, ctx),
+        Opcode::Activation => scalar::activation(ins, ctx),
+        Opcode::TensorTensor => vector::tensor_tensor(ins, ctx),
+        Opcode::TensorScalar => vector::tensor_scalar(ins, ctx),
+        Opcode::TensorCopy => vector::tensor_copy(ins, ctx),
+        Opcode::Memset => vector::memset(ins, ctx),
+        Opcode::Iota => gpsimd::iota(ins, ctx),
+        Opcode::DmaCopy => dma::dma_copy(ins, ctx),
+        op => Err(err(NotImplemented, format!("{} is part of the ISA (it assembles, encodes and prints) but its semantics are not implemented in this build", op.spec().name))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::isa::tables::INSTRUCTIONS;
+
+    #[test]
+    fn implemented_flags_match_isa_data() {
+        for s in INSTRUCTIONS {
+            assert_eq!(
+                is_implemented(s.opcode),
+                s.implemented,
+                "{}: isa.toml `implemented` disagrees with the engines",
+                s.name
+            );
+        }
+    }
+}

@@ -1,0 +1,300 @@
+//! TensorE: nc_matmul and nc_transpose.
+//!
+//! Matmul numerics (docs/numerics.md): every product is exact (bf16/fp16/fp8 products fit fp32;
+//! fp32/tf32 products use a fused multiply-add), accumulated in fp32 with round-to-nearest-even
+//! in partition order 0..K-1 starting from +0.0; the column sum is then added to PSUM
+//! (`psum = fl32(psum + sum)`) or overwrites it, and a bf16 PSUM is rounded RNE after the add.
+
+use super::{same_shape, Ctx};
+use crate::error::{err, ErrorKind::*, Result};
+use crate::isa::tables::p::{nc_matmul as mm, nc_transpose as tp};
+use crate::isa::{Arg, DType, Engine, Instr, MatmulPerfMode};
+use crate::memory::{Ap, Mem, PSUM_BANK_BYTES};
+use crate::numerics;
+
+fn is_fp32ish(d: DType) -> bool {
+    matches!(d, DType::Float32 | DType::Tfloat32)
+}
+
+pub fn check_matmul(ins: &Instr) -> Result<()> {
+    let dst = ins.ap(mm::DST).unwrap();
+    let st = ins.ap(mm::STATIONARY).unwrap();
+    let mv = ins.ap(mm::MOVING).unwrap();
+    if st.parts != mv.parts {
+        return Err(err(
+            Shape,
+            format!(
+                "stationary has {} partitions (K) but moving has {}",
+                st.parts, mv.parts
+            ),
+        )
+        .operand("moving"));
+    }
+    let (k, m, n) = (st.parts, st.free_size(), mv.free_size());
+    if m > 128 {
+        return Err(err(
+            Shape,
+            format!("stationary free size M = {m} exceeds 128 (PE columns)"),
+        )
+        .operand("stationary"));
+    }
+    if ins.enum_val(mm::PERF_MODE) == Some(MatmulPerfMode::DoubleRow as u8) {
+        return Ok(()); // layout rules checked when double_row is implemented
+    }
+    if is_fp32ish(st.dtype) != is_fp32ish(mv.dtype) {
+        return Err(err(
+            Dtype,
+            format!(
+                "fp32/tf32 operands can only pair with fp32/tf32 (stationary {}, moving {})",
+                st.dtype.name(),
+                mv.dtype.name()
+            ),
+        )
+        .operand("moving"));
+    }
+    let fp8_legacy = |d: DType| d == DType::Float8E4m3;
+    let fp8_ocp = |d: DType| d == DType::Float8E4m3fn;
+    if (fp8_legacy(st.dtype) && fp8_ocp(mv.dtype)) || (fp8_ocp(st.dtype) && fp8_legacy(mv.dtype)) {
+        return Err(err(
+            Dtype,
+            "float8_e4m3 (legacy) and float8_e4m3fn (OCP) cannot be mixed in one matmul",
+        )
+        .operand("moving"));
+    }
+    let transpose = ins.bool_or(mm::IS_TRANSPOSE, false);
+    if transpose {
+        if dst.dtype != st.dtype {
+            return Err(err(
+                Dtype,
+                format!(
+                    "transpose mode writes the input dtype: dst is {} but stationary is {}",
+                    dst.dtype.name(),
+                    st.dtype.name()
+                ),
+            )
+            .operand("dst"));
+        }
+        if n != k as usize {
+            return Err(err(
+                Shape,
+                format!("transpose mode needs a [{k}, {k}] identity as moving, got free size {n}"),
+            )
+            .operand("moving"));
+        }
+    } else if !matches!(dst.dtype, DType::Float32 | DType::Bfloat16) {
+        return Err(err(
+            Dtype,
+            format!(
+                "matmul dst must be float32 or bfloat16 PSUM, got {}",
+                dst.dtype.name()
+            ),
+        )
+        .operand("dst"));
+    }
+    if dst.parts as usize != m || dst.free_size() != n {
+        return Err(err(
+            Shape,
+            format!(
+                "dst must be [M, N] = [{m}, {n}], got {} x {}",
+                dst.parts,
+                dst.free_size()
+            ),
+        )
+        .operand("dst"));
+    }
+    let max_n = if dst.dtype.size() == 2 { 8192 } else { 4096 };
+    if n > max_n {
+        return Err(err(
+            Shape,
+            format!(
+                "moving free size N = {n} exceeds {max_n} for {} PSUM",
+                dst.dtype.name()
+            ),
+        )
+        .operand("moving"));
+    }
+    let bank_elems = PSUM_BANK_BYTES / dst.dtype.size();
+    if n > bank_elems && !dst.offset.is_multiple_of(PSUM_BANK_BYTES as u64) {
+        return Err(err(PsumBank, format!("a result wider than one bank ({n} > {bank_elems} elements) must start on a bank boundary")).operand("dst"));
+    }
+    let (tpos, tsz) = (ins.ints(mm::TILE_POSITION), ins.ints(mm::TILE_SIZE));
+    if tpos.len() != tsz.len() || !(tpos.is_empty() || tpos.len() == 2) {
+        return Err(err(
+            Value,
+            "tile_position and tile_size must both be empty or both (row, col) pairs",
+        )
+        .operand("tile_position"));
+    }
+    if tpos.len() == 2 {
+        for i in 0..2 {
+            if ![32, 64, 128].contains(&tsz[i])
+                || tpos[i] < 0
+                || tpos[i] % tsz[i] != 0
+                || tpos[i] + tsz[i] > 128
+            {
+                return Err(err(Value, format!("tile {} position {} / size {} invalid (size 32, 64 or 128; position a multiple of size within 128)", ["row", "column"][i], tpos[i], tsz[i])).operand("tile_position"));
+            }
+        }
+        if k as i32 > tsz[0] || m as i32 > tsz[1] {
+            return Err(err(
+                Shape,
+                format!(
+                    "K = {k}, M = {m} do not fit the PE tile {}x{}",
+                    tsz[0], tsz[1]
+                ),
+            )
+            .operand("tile_size"));
+        }
+    }
+    Ok(())
+}
+
+/// Read-modify-write PSUM with a (possibly) accumulate-none rule, element by element.
+fn psum_bits(dst: &Ap, r: u32, byte: i64) -> usize {
+    ((dst.start + r) as usize * crate::memory::PSUM_PART_BYTES + byte as usize) / 2
+}
+
+pub fn matmul(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
+    if ins.enum_val(mm::PERF_MODE) == Some(MatmulPerfMode::DoubleRow as u8) {
+        return Err(err(
+            NotImplemented,
+            "nc_matmul perf_mode=double_row is not implemented in this build",
+        )
+        .operand("perf_mode"));
+    }
+    let dst = ins.ap(mm::DST).unwrap();
+    let st = ins.ap(mm::STATIONARY).unwrap();
+    let mv = ins.ap(mm::MOVING).unwrap();
+    let (k, m, n) = (st.parts as usize, st.free_size(), mv.free_size());
+    if ins.bool_or(mm::IS_TRANSPOSE, false) {
+        // Bit-exact pass-through of the stationary tile (moving is the identity by contract).
+        let raw = ctx.mems.gather(st);
+        let es = st.dtype.size();
+        let mut out = vec![0u8; raw.len()];
+        for kk in 0..k {
+            for mm_ in 0..m {
+                let s = (kk * m + mm_) * es;
+                let d = (mm_ * k + kk) * es;
+                out[d..d + es].copy_from_slice(&raw[s..s + es]);
+            }
+        }
+        ctx.mems.scatter(dst, &out);
+        return Ok(());
+    }
+    let a = ctx.read_f32(st);
+    let b = ctx.read_f32(mv);
+    let fused = is_fp32ish(st.dtype);
+    let mut acc = vec![0f32; m * n];
+    for mi in 0..m {
+        let row = &mut acc[mi * n..(mi + 1) * n];
+        for kk in 0..k {
+            let s = a[kk * m + mi];
+            let mrow = &b[kk * n..(kk + 1) * n];
+            if fused {
+                for (o, x) in row.iter_mut().zip(mrow) {
+                    *o = s.mul_add(*x, *o);
+                }
+            } else {
+                for (o, x) in row.iter_mut().zip(mrow) {
+                    *o += s * *x;
+                }
+            }
+        }
+    }
+    // PSUM write: overwrite, accumulate, or decide per element (accumulate = None).
+    let mode = match ins.arg(mm::ACCUMULATE) {
+        Arg::Bool(b) => Some(*b),
+        _ => None,
+    };
+    let old = ctx.read_f32(dst);
+    let offs = dst.row_offsets();
+    let es = dst.dtype.size() as i64;
+    let mut out = vec![0f32; m * n];
+    for r in 0..m {
+        for (j, o) in offs.iter().enumerate() {
+            let i = r * n + j;
+            let bit = psum_bits(dst, r as u32, dst.offset as i64 + o * es);
+            let written = ctx.state.psum_mm[bit / 64] >> (bit % 64) & 1 == 1;
+            let add = mode.unwrap_or(written);
+            out[i] = if add { old[i] + acc[i] } else { acc[i] };
+            for u in 0..(es as usize / 2) {
+                let bb = bit + u;
+                ctx.state.psum_mm[bb / 64] |= 1 << (bb % 64);
+            }
+        }
+    }
+    ctx.write_f32(dst, &out);
+    Ok(())
+}
+
+pub fn check_transpose(ins: &Instr) -> Result<()> {
+    let dst = ins.ap(tp::DST).unwrap();
+    let src = ins.ap(tp::DATA).unwrap();
+    if dst.dtype != src.dtype {
+        return Err(err(
+            Dtype,
+            format!(
+                "dst dtype {} must equal data dtype {}",
+                dst.dtype.name(),
+                src.dtype.name()
+            ),
+        )
+        .operand("dst"));
+    }
+    let (p, f) = (src.parts as usize, src.free_size());
+    let limit = if ins.engine == Engine::Tensor {
+        128
+    } else {
+        32
+    };
+    if p > limit || f > limit {
+        return Err(err(
+            Shape,
+            format!(
+                "{} transpose handles at most [{limit}, {limit}], got [{p}, {f}]",
+                ins.engine.name()
+            ),
+        )
+        .operand("data"));
+    }
+    if dst.parts as usize != f || dst.free_size() != p {
+        return Err(err(
+            Shape,
+            format!(
+                "dst must be [{f}, {p}] (data transposed), got {} x {}",
+                dst.parts,
+                dst.free_size()
+            ),
+        )
+        .operand("dst"));
+    }
+    if ins.engine == Engine::Tensor {
+        if src.mem != Mem::Sbuf {
+            return Err(err(MemorySpace, "TensorE transpose reads SBUF").operand("data"));
+        }
+        if dst.mem != Mem::Psum {
+            return Err(err(MemorySpace, "TensorE transpose writes PSUM").operand("dst"));
+        }
+    }
+    let _ = same_shape;
+    Ok(())
+}
+
+pub fn transpose(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
+    let dst = ins.ap(tp::DST).unwrap();
+    let src = ins.ap(tp::DATA).unwrap();
+    let (p, f) = (src.parts as usize, src.free_size());
+    let es = src.dtype.size();
+    let raw = ctx.mems.gather(src);
+    let mut out = vec![0u8; raw.len()];
+    for i in 0..p {
+        for j in 0..f {
+            let s = (i * f + j) * es;
+            let d = (j * p + i) * es;
+            out[d..d + es].copy_from_slice(&raw[s..s + es]);
+        }
+    }
+    ctx.mems.scatter(dst, &out);
+    let _ = numerics::load_raw;
+    Ok(())
+}

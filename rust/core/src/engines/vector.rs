@@ -1,0 +1,324 @@
+//! VectorE (and the GpSimd/Scalar variants of the same instructions): tensor_tensor,
+//! tensor_scalar, tensor_copy, memset.
+
+use super::alu::{apply, apply_bits, apply_i32, is_bitwise, is_elementwise, is_unary};
+use super::{check_column, same_shape, Ctx};
+use crate::error::{err, ErrorKind::*, Result};
+use crate::isa::tables::p::{
+    memset as ms, tensor_copy as tc, tensor_scalar as ts, tensor_tensor as tt,
+};
+use crate::isa::{AluOp, Arg, DType, Engine, Instr};
+use crate::memory::Mem;
+use crate::numerics;
+
+fn alu(ins: &Instr, i: usize) -> Option<AluOp> {
+    ins.enum_val(i).and_then(AluOp::from_u8)
+}
+
+fn no_packed(ins: &Instr, names: &[(usize, &str)]) -> Result<()> {
+    for (i, n) in names {
+        if let Some(ap) = ins.ap(*i) {
+            if ap.dtype.is_packed() {
+                return Err(err(
+                    Dtype,
+                    format!(
+                        "{} cannot operate on packed MX dtype {}",
+                        ins.op.spec().name,
+                        ap.dtype.name()
+                    ),
+                )
+                .operand(n.to_string()));
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn check_tensor_tensor(ins: &Instr) -> Result<()> {
+    let dst = ins.ap(tt::DST).unwrap();
+    let a = ins.ap(tt::DATA1).unwrap();
+    let b = ins.ap(tt::DATA2).unwrap();
+    same_shape(dst, "dst", a, "data1")?;
+    same_shape(a, "data1", b, "data2")?;
+    if a.mem == Mem::Psum && b.mem == Mem::Psum {
+        return Err(err(
+            MemorySpace,
+            "at most one input of tensor_tensor may be in PSUM (both data1 and data2 are)",
+        )
+        .operand("data2"));
+    }
+    let op = alu(ins, tt::OP).unwrap();
+    if !is_elementwise(op) || is_unary(op) {
+        return Err(err(
+            Value,
+            format!("{} is not a binary elementwise operator", op.name()),
+        )
+        .operand("op"));
+    }
+    if op == AluOp::Power && ins.engine != Engine::Gpsimd {
+        return Err(err(Value, "power runs on GpSimd only (engine=gpsimd)").operand("op"));
+    }
+    if is_bitwise(op) {
+        for (ap, n) in [(dst, "dst"), (a, "data1"), (b, "data2")] {
+            if !ap.dtype.is_integer() {
+                return Err(err(
+                    Dtype,
+                    format!(
+                        "bitwise {} needs integer dtypes, {n} is {}",
+                        op.name(),
+                        ap.dtype.name()
+                    ),
+                )
+                .operand(n));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn int32_exact(ins: &Instr, dts: &[DType]) -> bool {
+    ins.engine == Engine::Gpsimd
+        && dts
+            .iter()
+            .all(|d| matches!(d, DType::Int32 | DType::Uint32))
+}
+
+pub fn tensor_tensor(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
+    let dst = ins.ap(tt::DST).unwrap();
+    let a = ins.ap(tt::DATA1).unwrap();
+    let b = ins.ap(tt::DATA2).unwrap();
+    let op = alu(ins, tt::OP).unwrap();
+    if is_bitwise(op) {
+        let x = ctx.read_raw(a);
+        let y = ctx.read_raw(b);
+        let out: Vec<u32> = x
+            .iter()
+            .zip(&y)
+            .map(|(x, y)| apply_bits(op, *x, *y))
+            .collect();
+        ctx.write_raw(dst, &out);
+        return Ok(());
+    }
+    if int32_exact(ins, &[dst.dtype, a.dtype, b.dtype]) && apply_i32(op, 0, 0, true).is_some() {
+        let signed = a.dtype == DType::Int32;
+        let x = ctx.read_raw(a);
+        let y = ctx.read_raw(b);
+        let out: Vec<u32> = x
+            .iter()
+            .zip(&y)
+            .map(|(x, y)| apply_i32(op, *x, *y, signed).unwrap())
+            .collect();
+        ctx.write_raw(dst, &out);
+        return Ok(());
+    }
+    let x = ctx.read_f32(a);
+    let y = ctx.read_f32(b);
+    let out: Vec<f32> = x.iter().zip(&y).map(|(x, y)| apply(op, *x, *y)).collect();
+    ctx.write_f32(dst, &out);
+    Ok(())
+}
+
+pub fn check_tensor_scalar(ins: &Instr) -> Result<()> {
+    let dst = ins.ap(ts::DST).unwrap();
+    let src = ins.ap(ts::DATA).unwrap();
+    same_shape(dst, "dst", src, "data")?;
+    no_packed(ins, &[(ts::DST, "dst"), (ts::DATA, "data")])?;
+    check_column(ins.arg(ts::OPERAND0), "operand0", src.parts)?;
+    check_column(ins.arg(ts::OPERAND1), "operand1", src.parts)?;
+    let op0 = alu(ins, ts::OP0).unwrap();
+    let op1 = alu(ins, ts::OP1);
+    for (op, n) in [(Some(op0), "op0"), (op1, "op1")] {
+        if let Some(op) = op {
+            if !is_elementwise(op) {
+                return Err(err(
+                    Value,
+                    format!("{} is not an elementwise operator", op.name()),
+                )
+                .operand(n));
+            }
+        }
+    }
+    if !is_unary(op0) && matches!(ins.arg(ts::OPERAND0), Arg::Absent) {
+        return Err(err(Value, format!("op0 {} needs operand0", op0.name())).operand("operand0"));
+    }
+    if let Some(op1) = op1 {
+        if !is_unary(op1) && matches!(ins.arg(ts::OPERAND1), Arg::Absent) {
+            return Err(
+                err(Value, format!("op1 {} needs operand1", op1.name())).operand("operand1")
+            );
+        }
+        if is_bitwise(op0) != is_bitwise(op1) && op1 != AluOp::Bypass {
+            return Err(
+                err(Value, "op0 and op1 must both be bitwise or both arithmetic").operand("op1"),
+            );
+        }
+    }
+    if is_bitwise(op0) {
+        if ins.engine != Engine::Vector {
+            return Err(err(Value, "bitwise tensor_scalar runs on VectorE only").operand("engine"));
+        }
+        for (ap, n) in [(dst, "dst"), (src, "data")] {
+            if !ap.dtype.is_integer() {
+                return Err(err(
+                    Dtype,
+                    format!(
+                        "bitwise {} needs integer dtypes, {n} is {}",
+                        op0.name(),
+                        ap.dtype.name()
+                    ),
+                )
+                .operand(n));
+            }
+        }
+    }
+    if ins.engine == Engine::Gpsimd && (dst.mem == Mem::Psum || src.mem == Mem::Psum) {
+        return Err(err(MemorySpace, "GpSimd cannot access PSUM").operand("dst"));
+    }
+    Ok(())
+}
+
+pub fn tensor_scalar(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
+    let dst = ins.ap(ts::DST).unwrap();
+    let src = ins.ap(ts::DATA).unwrap();
+    let op0 = alu(ins, ts::OP0).unwrap();
+    let op1 = alu(ins, ts::OP1);
+    let (rev0, rev1) = (
+        ins.bool_or(ts::REVERSE0, false),
+        ins.bool_or(ts::REVERSE1, false),
+    );
+    let p = src.parts as usize;
+    let f = src.free_size();
+    let c0 = ctx.per_partition(ins.arg(ts::OPERAND0), src.parts, 0.0);
+    let c1 = ctx.per_partition(ins.arg(ts::OPERAND1), src.parts, 0.0);
+    if is_bitwise(op0) {
+        let x = ctx.read_raw(src);
+        let mut out = vec![0u32; x.len()];
+        for r in 0..p {
+            let (k0, k1) = (c0[r] as i32 as u32, c1[r] as i32 as u32);
+            for j in 0..f {
+                let v = x[r * f + j];
+                let mut t = if rev0 {
+                    apply_bits(op0, k0, v)
+                } else {
+                    apply_bits(op0, v, k0)
+                };
+                if let Some(op1) = op1 {
+                    t = if rev1 {
+                        apply_bits(op1, k1, t)
+                    } else {
+                        apply_bits(op1, t, k1)
+                    };
+                }
+                out[r * f + j] = t;
+            }
+        }
+        ctx.write_raw(dst, &out);
+        return Ok(());
+    }
+    let x = ctx.read_f32(src);
+    let mut out = vec![0f32; x.len()];
+    for r in 0..p {
+        let (k0, k1) = (c0[r], c1[r]);
+        for j in 0..f {
+            let v = x[r * f + j];
+            let mut t = if rev0 {
+                apply(op0, k0, v)
+            } else {
+                apply(op0, v, k0)
+            };
+            if let Some(op1) = op1 {
+                t = if rev1 {
+                    apply(op1, k1, t)
+                } else {
+                    apply(op1, t, k1)
+                };
+            }
+            out[r * f + j] = t;
+        }
+    }
+    ctx.write_f32(dst, &out);
+    Ok(())
+}
+
+pub fn check_tensor_copy(ins: &Instr) -> Result<()> {
+    let dst = ins.ap(tc::DST).unwrap();
+    let src = ins.ap(tc::SRC).unwrap();
+    same_shape(dst, "dst", src, "src")?;
+    if (dst.dtype.is_packed() || src.dtype.is_packed()) && dst.dtype != src.dtype {
+        return Err(err(
+            Dtype,
+            format!(
+                "packed MX dtypes copy only to the same dtype ({} -> {})",
+                src.dtype.name(),
+                dst.dtype.name()
+            ),
+        )
+        .operand("dst"));
+    }
+    Ok(())
+}
+
+pub fn tensor_copy(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
+    let dst = ins.ap(tc::DST).unwrap();
+    let src = ins.ap(tc::SRC).unwrap();
+    if dst.dtype == src.dtype {
+        let raw = ctx.mems.gather(src);
+        ctx.mems.scatter(dst, &raw);
+    } else {
+        let v = ctx.read_f32(src);
+        ctx.write_f32(dst, &v);
+    }
+    Ok(())
+}
+
+pub fn check_memset(ins: &Instr) -> Result<()> {
+    let dst = ins.ap(ms::DST).unwrap();
+    let v = ins.f32_or(ms::VALUE, 0.0);
+    if dst.dtype.is_packed() && v.to_bits() != 0 {
+        return Err(err(
+            Value,
+            format!(
+                "packed MX dtype {} can only be memset to 0",
+                dst.dtype.name()
+            ),
+        )
+        .operand("value"));
+    }
+    if dst.dtype.is_integer() {
+        let (lo, hi) = match dst.dtype {
+            DType::Int8 => (-128.0, 127.0),
+            DType::Int16 => (-32768.0, 32767.0),
+            DType::Int32 => (-2147483648.0, 2147483647.0),
+            DType::Uint8 | DType::Bool => (0.0, 255.0),
+            DType::Uint16 => (0.0, 65535.0),
+            _ => (0.0, 4294967295.0),
+        };
+        if v.fract() != 0.0 || !(lo..=hi).contains(&(v as f64)) {
+            return Err(err(
+                Value,
+                format!(
+                    "value {v} is not an integer in range of {}",
+                    dst.dtype.name()
+                ),
+            )
+            .operand("value"));
+        }
+    }
+    if ins.engine == Engine::Gpsimd && dst.mem == Mem::Psum {
+        return Err(err(MemorySpace, "GpSimd cannot access PSUM").operand("dst"));
+    }
+    Ok(())
+}
+
+pub fn memset(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
+    let dst = ins.ap(ms::DST).unwrap();
+    let v = ins.f32_or(ms::VALUE, 0.0);
+    let raw = if dst.dtype.is_packed() {
+        0
+    } else {
+        numerics::from_f32(dst.dtype, v)
+    };
+    let vals = vec![raw; dst.num_elements()];
+    ctx.write_raw(dst, &vals);
+    Ok(())
+}

@@ -1,0 +1,118 @@
+//! One error type for the whole core. Its `kind` selects the Python exception class; the message
+//! always names the instruction (when there is one), the operand and the broken rule.
+
+use std::fmt;
+
+/// What went wrong, coarse enough to map one-to-one onto the Python exception hierarchy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// Operand shapes disagree or exceed an instruction's limits.
+    Shape,
+    /// A dtype the instruction or operand does not allow.
+    Dtype,
+    /// A memory space the instruction, operand or engine cannot use.
+    MemorySpace,
+    /// An address or partition outside the memory.
+    Address,
+    /// The start-partition (quadrant) rule.
+    Partition,
+    /// A PSUM access crossing a 2 KiB bank where it must not.
+    PsumBank,
+    /// SBUF/PSUM/HBM capacity exhausted (allocators).
+    Capacity,
+    /// Any other invalid operand value (enum, immediate, flag combination).
+    Value,
+    /// Malformed binary encoding.
+    Decode,
+    /// Malformed text assembly.
+    Parse,
+    /// A known instruction whose semantics are not implemented yet.
+    NotImplemented,
+    /// Two unsynchronised streams touching the same bytes, one writing.
+    Race,
+    /// Every remaining stream waits on a semaphore that can no longer be signalled.
+    Deadlock,
+    /// Semaphore id out of range and similar sync misuse.
+    Semaphore,
+    /// A bug in the emulator itself (a caught panic); the device should be reset.
+    Internal,
+}
+
+impl ErrorKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::Shape => "ShapeError",
+            ErrorKind::Dtype => "DtypeError",
+            ErrorKind::MemorySpace => "MemorySpaceError",
+            ErrorKind::Address => "AddressError",
+            ErrorKind::Partition => "PartitionError",
+            ErrorKind::PsumBank => "PsumBankError",
+            ErrorKind::Capacity => "CapacityError",
+            ErrorKind::Value => "OperandError",
+            ErrorKind::Decode => "DecodeError",
+            ErrorKind::Parse => "AsmSyntaxError",
+            ErrorKind::NotImplemented => "NotImplementedInstruction",
+            ErrorKind::Race => "RaceError",
+            ErrorKind::Deadlock => "DeadlockError",
+            ErrorKind::Semaphore => "SemaphoreError",
+            ErrorKind::Internal => "InternalError",
+        }
+    }
+}
+
+/// An emulator error: kind, optional instruction (index and text), optional operand, and the rule.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EmuError {
+    pub kind: ErrorKind,
+    pub instruction: Option<(usize, String)>,
+    pub operand: Option<String>,
+    pub rule: String,
+}
+
+pub type Result<T> = std::result::Result<T, EmuError>;
+
+impl EmuError {
+    pub fn new(kind: ErrorKind, rule: impl Into<String>) -> Self {
+        EmuError {
+            kind,
+            instruction: None,
+            operand: None,
+            rule: rule.into(),
+        }
+    }
+
+    /// Name the operand, unless an inner layer already did.
+    pub fn operand(mut self, name: impl Into<String>) -> Self {
+        if self.operand.is_none() {
+            self.operand = Some(name.into());
+        }
+        self
+    }
+
+    /// Name the instruction, unless an inner layer already did.
+    pub fn at(mut self, index: usize, text: impl Into<String>) -> Self {
+        if self.instruction.is_none() {
+            self.instruction = Some((index, text.into()));
+        }
+        self
+    }
+}
+
+impl fmt::Display for EmuError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some((i, text)) = &self.instruction {
+            write!(f, "instruction #{i} `{text}`: ")?;
+        }
+        if let Some(op) = &self.operand {
+            write!(f, "operand `{op}`: ")?;
+        }
+        write!(f, "{}", self.rule)
+    }
+}
+
+impl std::error::Error for EmuError {}
+
+/// Shorthand: `Err(err(Shape, format!(..)))`.
+pub fn err(kind: ErrorKind, rule: impl Into<String>) -> EmuError {
+    EmuError::new(kind, rule)
+}

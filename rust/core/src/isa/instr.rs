@@ -1,0 +1,152 @@
+//! Instructions and programs as values.
+
+use super::spec::{Default, Kind};
+use super::tables::{Engine, Opcode};
+use crate::memory::Ap;
+
+/// Semaphores per core available to programs (an emulator choice; the hardware count is not public).
+pub const NUM_SEMAPHORES: u16 = 256;
+/// Registers per engine sequencer.
+pub const NUM_REGISTERS: u8 = 64;
+
+/// One operand value. `Absent` = keyword omitted / None.
+#[derive(Clone, Debug)]
+pub enum Arg {
+    Absent,
+    Tensor(Ap),
+    F32(f32),
+    I32(i32),
+    Bool(bool),
+    Enum(u8),
+    Ints(Vec<i32>),
+    Reg(u8),
+}
+
+impl PartialEq for Arg {
+    /// Bit equality for floats, so NaN payloads and -0.0 round-trip checks are exact.
+    fn eq(&self, other: &Self) -> bool {
+        use Arg::*;
+        match (self, other) {
+            (Absent, Absent) => true,
+            (Tensor(a), Tensor(b)) => a == b,
+            (F32(a), F32(b)) => a.to_bits() == b.to_bits(),
+            (I32(a), I32(b)) => a == b,
+            (Bool(a), Bool(b)) => a == b,
+            (Enum(a), Enum(b)) => a == b,
+            (Ints(a), Ints(b)) => a == b,
+            (Reg(a), Reg(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl Arg {
+    /// The value an omitted keyword takes (`None` when the keyword is required).
+    pub fn from_default(d: &Default, kind: Kind) -> Option<Arg> {
+        Some(match *d {
+            Default::Required => return None,
+            Default::Absent => Arg::Absent,
+            Default::Bool(b) => Arg::Bool(b),
+            Default::F32(f) => Arg::F32(f),
+            Default::I32(i) => Arg::I32(i),
+            Default::Enum(e) => Arg::Enum(e),
+            Default::Ints(v) => {
+                let _ = kind;
+                Arg::Ints(v.to_vec())
+            }
+        })
+    }
+
+    pub fn tensor(&self) -> Option<&Ap> {
+        match self {
+            Arg::Tensor(ap) => Some(ap),
+            _ => None,
+        }
+    }
+}
+
+/// `wait`: block until semaphore `sem` >= `value`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Wait {
+    pub sem: u16,
+    pub value: u32,
+}
+
+/// `signal`: add `delta` to semaphore `sem` when the instruction completes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Signal {
+    pub sem: u16,
+    pub delta: u32,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Instr {
+    pub op: Opcode,
+    pub engine: Engine,
+    pub args: Vec<Arg>,
+    pub waits: Vec<Wait>,
+    pub signals: Vec<Signal>,
+    /// Label (`name=` in NKI; kernel source line from the front end).
+    pub name: Option<String>,
+}
+
+impl Instr {
+    pub fn arg(&self, i: usize) -> &Arg {
+        &self.args[i]
+    }
+
+    pub fn ap(&self, i: usize) -> Option<&Ap> {
+        self.args[i].tensor()
+    }
+
+    pub fn f32_or(&self, i: usize, d: f32) -> f32 {
+        match self.args[i] {
+            Arg::F32(v) => v,
+            _ => d,
+        }
+    }
+
+    pub fn i32_or(&self, i: usize, d: i32) -> i32 {
+        match self.args[i] {
+            Arg::I32(v) => v,
+            _ => d,
+        }
+    }
+
+    pub fn bool_or(&self, i: usize, d: bool) -> bool {
+        match self.args[i] {
+            Arg::Bool(v) => v,
+            _ => d,
+        }
+    }
+
+    pub fn enum_val(&self, i: usize) -> Option<u8> {
+        match self.args[i] {
+            Arg::Enum(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    pub fn ints(&self, i: usize) -> &[i32] {
+        match &self.args[i] {
+            Arg::Ints(v) => v,
+            _ => &[],
+        }
+    }
+
+    /// Tensor operands with their parameter index, name and access.
+    pub fn tensors(&self) -> impl Iterator<Item = (usize, &'static str, super::spec::Access, &Ap)> {
+        let spec = self.op.spec();
+        self.args.iter().enumerate().filter_map(move |(i, a)| {
+            a.tensor()
+                .map(|ap| (i, spec.params[i].name, spec.params[i].access, ap))
+        })
+    }
+}
+
+/// The instructions of one core, in program order (each runs on its engine's stream).
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Program {
+    pub core: u8,
+    pub instrs: Vec<Instr>,
+}

@@ -1,0 +1,467 @@
+//! Text assembly: one instruction per line, `print` and `parse` round-trip exactly.
+//!
+//! ```text
+//! .core 0
+//! tensor_tensor.vector dst=sbuf:float32[0:128]+0[[1,512]] data1=... op=add wait=s0>=1 signal=s1+1 name=k.py:12
+//! ```
+//! Operands equal to their default are omitted; an absent operand whose default is not absent is
+//! written `none`. Access patterns: on-chip `MEM:DTYPE[START:END]+OFFSET[[step,num],...]`, HBM
+//! `hbm:DTYPE+ADDRESS[[row_step,rows],[step,num],...]`. NaNs print as `nan:0x<bits>`.
+
+use super::instr::{Arg, Instr, Program, Signal, Wait};
+use super::spec::Kind;
+use super::tables::{DType, Engine, Opcode, ENUMS};
+use super::validate::validate;
+use crate::error::{err, ErrorKind::*, Result};
+use crate::memory::{Ap, Mem};
+use std::fmt::Write;
+
+pub fn format_f32(v: f32) -> String {
+    if v.is_nan() {
+        format!("nan:{:#010x}", v.to_bits())
+    } else {
+        format!("{v:?}")
+    }
+}
+
+pub fn format_ap(ap: &Ap) -> String {
+    let mut s = String::new();
+    let dims: Vec<String> = ap
+        .dims
+        .iter()
+        .map(|(st, n)| format!("[{st},{n}]"))
+        .collect();
+    match ap.mem {
+        Mem::Hbm => {
+            let _ = write!(
+                s,
+                "hbm:{}+{}[[{},{}],{}]",
+                ap.dtype.name(),
+                ap.offset,
+                ap.pstep,
+                ap.parts,
+                dims.join(",")
+            );
+        }
+        m => {
+            let _ = write!(
+                s,
+                "{}:{}[{}:{}]+{}[{}]",
+                m.name(),
+                ap.dtype.name(),
+                ap.start,
+                ap.start + ap.parts,
+                ap.offset,
+                dims.join(",")
+            );
+        }
+    }
+    s
+}
+
+fn format_arg(a: &Arg, kind: Kind, enum_id: u8) -> String {
+    match a {
+        Arg::Absent => "none".into(),
+        Arg::Tensor(ap) => format_ap(ap),
+        Arg::F32(v) => format_f32(*v),
+        Arg::I32(v) => v.to_string(),
+        Arg::Bool(b) => b.to_string(),
+        Arg::Enum(v) => ENUMS[enum_id as usize]
+            .values
+            .get(*v as usize)
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| format!("#{v}")),
+        Arg::Ints(v) if kind == Kind::Pattern => {
+            let pairs: Vec<String> = v
+                .chunks(2)
+                .map(|c| {
+                    format!(
+                        "[{}]",
+                        c.iter()
+                            .map(|x| x.to_string())
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    )
+                })
+                .collect();
+            format!("[{}]", pairs.join(","))
+        }
+        Arg::Ints(v) => format!(
+            "[{}]",
+            v.iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+        Arg::Reg(r) => format!("r{r}"),
+    }
+}
+
+/// One instruction as a line of text.
+pub fn format_instr(ins: &Instr) -> String {
+    let spec = ins.op.spec();
+    let mut s = format!("{}.{}", spec.name, ins.engine.name());
+    for (p, a) in spec.params.iter().zip(&ins.args) {
+        if let Some(d) = Arg::from_default(&p.default, p.kind) {
+            if d == *a {
+                continue;
+            }
+        }
+        let _ = write!(s, " {}={}", p.name, format_arg(a, p.kind, p.enum_id));
+    }
+    if !ins.waits.is_empty() {
+        let w: Vec<String> = ins
+            .waits
+            .iter()
+            .map(|w| format!("s{}>={}", w.sem, w.value))
+            .collect();
+        let _ = write!(s, " wait={}", w.join(","));
+    }
+    if !ins.signals.is_empty() {
+        let w: Vec<String> = ins
+            .signals
+            .iter()
+            .map(|w| format!("s{}+{}", w.sem, w.delta))
+            .collect();
+        let _ = write!(s, " signal={}", w.join(","));
+    }
+    if let Some(n) = &ins.name {
+        let _ = write!(s, " name={n}");
+    }
+    s
+}
+
+pub fn format_program(p: &Program) -> String {
+    let mut s = format!(".core {}\n", p.core);
+    for ins in &p.instrs {
+        s.push_str(&format_instr(ins));
+        s.push('\n');
+    }
+    s
+}
+
+// ------------------------------------------------------------------------------------------ parsing
+
+fn perr(msg: impl Into<String>) -> crate::error::EmuError {
+    err(Parse, msg)
+}
+
+/// Split on whitespace outside brackets.
+fn tokens(line: &str) -> Result<Vec<&str>> {
+    let mut out = Vec::new();
+    let mut depth = 0i32;
+    let mut start = None;
+    for (i, c) in line.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            _ => {}
+        }
+        if depth < 0 {
+            return Err(perr("unbalanced ']'"));
+        }
+        if c.is_whitespace() && depth == 0 {
+            if let Some(s) = start.take() {
+                out.push(&line[s..i]);
+            }
+        } else if start.is_none() {
+            start = Some(i);
+        }
+    }
+    if depth != 0 {
+        return Err(perr("unbalanced '['"));
+    }
+    if let Some(s) = start {
+        out.push(&line[s..]);
+    }
+    Ok(out)
+}
+
+fn parse_int<T: std::str::FromStr>(s: &str) -> Result<T> {
+    let s = s.trim();
+    if let Some(h) = s.strip_prefix("0x") {
+        let v = u64::from_str_radix(h, 16).map_err(|_| perr(format!("bad number {s:?}")))?;
+        return v
+            .to_string()
+            .parse::<T>()
+            .map_err(|_| perr(format!("number {s:?} out of range")));
+    }
+    s.parse::<T>()
+        .map_err(|_| perr(format!("bad number {s:?}")))
+}
+
+fn parse_f32(s: &str) -> Result<f32> {
+    if let Some(h) = s.strip_prefix("nan:0x") {
+        let bits = u32::from_str_radix(h, 16).map_err(|_| perr(format!("bad NaN bits {s:?}")))?;
+        let v = f32::from_bits(bits);
+        if !v.is_nan() {
+            return Err(perr(format!("{s:?} is not a NaN bit pattern")));
+        }
+        return Ok(v);
+    }
+    match s {
+        "nan" => Ok(f32::NAN),
+        _ => s
+            .parse::<f32>()
+            .map_err(|_| perr(format!("bad float {s:?}"))),
+    }
+}
+
+/// `[a,b,...]` -> ints; nested brackets are flattened (patterns).
+fn parse_ints(s: &str) -> Result<Vec<i32>> {
+    let t = s.trim();
+    if !(t.starts_with('[') && t.ends_with(']')) {
+        return Err(perr(format!("expected a bracketed list, got {s:?}")));
+    }
+    let inner: String = t
+        .chars()
+        .map(|c| if c == '[' || c == ']' { ',' } else { c })
+        .collect();
+    inner
+        .split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(parse_int::<i32>)
+        .collect()
+}
+
+fn parse_pairs(s: &str) -> Result<Vec<(i64, u32)>> {
+    let t = s.trim();
+    if !(t.starts_with("[[") && t.ends_with("]]")) {
+        return Err(perr(format!("expected [[step,num],...], got {s:?}")));
+    }
+    let mut out = Vec::new();
+    for part in t[2..t.len() - 2].split("],") {
+        let part = part.trim().trim_start_matches('[').trim_end_matches(']');
+        let xs: Vec<&str> = part.split(',').collect();
+        if xs.len() != 2 {
+            return Err(perr(format!("expected [step,num], got [{part}]")));
+        }
+        out.push((parse_int::<i64>(xs[0])?, parse_int::<u32>(xs[1])?));
+    }
+    Ok(out)
+}
+
+pub fn parse_ap(s: &str) -> Result<Ap> {
+    let (mem_s, rest) = s
+        .split_once(':')
+        .ok_or_else(|| perr(format!("access pattern {s:?} needs MEM:DTYPE")))?;
+    let mem = Mem::from_name(mem_s).ok_or_else(|| perr(format!("unknown memory {mem_s:?}")))?;
+    let dt_end = rest
+        .find(['[', '+'])
+        .ok_or_else(|| perr(format!("access pattern {s:?} is incomplete")))?;
+    let dtype = DType::from_name(&rest[..dt_end])
+        .ok_or_else(|| perr(format!("unknown dtype {:?}", &rest[..dt_end])))?;
+    let mut rest = &rest[dt_end..];
+    let (mut start, mut parts) = (0u32, 0u32);
+    if mem != Mem::Hbm {
+        let close = rest
+            .find(']')
+            .ok_or_else(|| perr(format!("{s:?}: expected [start:end]")))?;
+        let (a, b) = rest[1..close]
+            .split_once(':')
+            .ok_or_else(|| perr(format!("{s:?}: expected [start:end]")))?;
+        start = parse_int(a)?;
+        let end: u32 = parse_int(b)?;
+        if end <= start {
+            return Err(perr(format!("{s:?}: empty partition range")));
+        }
+        parts = end - start;
+        rest = &rest[close + 1..];
+    }
+    let rest = rest
+        .strip_prefix('+')
+        .ok_or_else(|| perr(format!("{s:?}: expected +OFFSET")))?;
+    let br = rest
+        .find('[')
+        .ok_or_else(|| perr(format!("{s:?}: expected dims")))?;
+    let offset: u64 = parse_int(&rest[..br])?;
+    let mut dims = parse_pairs(&rest[br..])?;
+    let mut pstep = 0i64;
+    if mem == Mem::Hbm {
+        let (st, n) = dims.remove(0);
+        pstep = st;
+        parts = n;
+    }
+    Ok(Ap {
+        mem,
+        dtype,
+        start,
+        parts,
+        pstep,
+        offset,
+        dims,
+    })
+}
+
+fn parse_arg(s: &str, kind: Kind, enum_id: u8) -> Result<Arg> {
+    if s == "none" {
+        return Ok(Arg::Absent);
+    }
+    Ok(match kind {
+        Kind::Tensor => Arg::Tensor(parse_ap(s)?),
+        Kind::TensorOrF32 => {
+            if s.contains(':') && !s.starts_with("nan:") {
+                Arg::Tensor(parse_ap(s)?)
+            } else {
+                Arg::F32(parse_f32(s)?)
+            }
+        }
+        Kind::F32 => Arg::F32(parse_f32(s)?),
+        Kind::I32 => Arg::I32(parse_int(s)?),
+        Kind::Bool => match s {
+            "true" | "True" => Arg::Bool(true),
+            "false" | "False" => Arg::Bool(false),
+            _ => return Err(perr(format!("expected true/false, got {s:?}"))),
+        },
+        Kind::Enum => {
+            let e = &ENUMS[enum_id as usize];
+            let v = e.values.iter().position(|v| *v == s).ok_or_else(|| {
+                perr(format!(
+                    "{s:?} is not a {} value ({})",
+                    e.name,
+                    e.values.join(", ")
+                ))
+            })?;
+            Arg::Enum(v as u8)
+        }
+        Kind::Ints | Kind::Pattern => Arg::Ints(parse_ints(s)?),
+        Kind::Reg => Arg::Reg(parse_int(
+            s.strip_prefix('r')
+                .ok_or_else(|| perr(format!("expected rN, got {s:?}")))?,
+        )?),
+    })
+}
+
+/// Parse one instruction line (without validation).
+pub fn parse_instr_unchecked(line: &str) -> Result<Instr> {
+    let toks = tokens(line)?;
+    let head = toks.first().ok_or_else(|| perr("empty instruction"))?;
+    let (name, eng) = match head.split_once('.') {
+        Some((n, e)) => (n, Some(e)),
+        None => (*head, None),
+    };
+    let op =
+        Opcode::from_name(name).ok_or_else(|| perr(format!("unknown instruction {name:?}")))?;
+    let spec = op.spec();
+    let engine = match eng {
+        Some(e) => {
+            let idx = super::tables::Engine::NAMES
+                .iter()
+                .position(|n| *n == e)
+                .ok_or_else(|| perr(format!("unknown engine {e:?}")))?;
+            Engine::from_u8(idx as u8).unwrap()
+        }
+        None => spec.engines[0],
+    };
+    let mut args: Vec<Option<Arg>> = vec![None; spec.params.len()];
+    let (mut waits, mut signals, mut iname) = (Vec::new(), Vec::new(), None);
+    let mut seen_extra = [false; 3];
+    for t in &toks[1..] {
+        let (k, v) = t
+            .split_once('=')
+            .ok_or_else(|| perr(format!("expected key=value, got {t:?}")))?;
+        match k {
+            "wait" | "signal" => {
+                let slot = if k == "wait" { 0 } else { 1 };
+                if seen_extra[slot] {
+                    return Err(perr(format!("duplicate {k}=")));
+                }
+                seen_extra[slot] = true;
+                for item in v.split(',') {
+                    let item = item
+                        .strip_prefix('s')
+                        .ok_or_else(|| perr(format!("expected sN in {item:?}")))?;
+                    if k == "wait" {
+                        let (a, b) = item
+                            .split_once(">=")
+                            .ok_or_else(|| perr(format!("expected sN>=V, got s{item}")))?;
+                        waits.push(Wait {
+                            sem: parse_int(a)?,
+                            value: parse_int(b)?,
+                        });
+                    } else {
+                        let (a, b) = item
+                            .split_once('+')
+                            .ok_or_else(|| perr(format!("expected sN+D, got s{item}")))?;
+                        signals.push(Signal {
+                            sem: parse_int(a)?,
+                            delta: parse_int(b)?,
+                        });
+                    }
+                }
+            }
+            "name" => {
+                if seen_extra[2] {
+                    return Err(perr("duplicate name="));
+                }
+                seen_extra[2] = true;
+                iname = Some(v.to_string());
+            }
+            _ => {
+                let i = spec
+                    .param_index(k)
+                    .ok_or_else(|| perr(format!("{} has no operand {k:?}", spec.name)))?;
+                if args[i].is_some() {
+                    return Err(perr(format!("duplicate operand {k}")));
+                }
+                let p = &spec.params[i];
+                args[i] = Some(parse_arg(v, p.kind, p.enum_id).map_err(|e| e.operand(p.name))?);
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(args.len());
+    for (p, a) in spec.params.iter().zip(args) {
+        match a {
+            Some(a) => out.push(a),
+            None => out.push(Arg::from_default(&p.default, p.kind).ok_or_else(|| {
+                perr(format!("missing required operand {}", p.name)).operand(p.name)
+            })?),
+        }
+    }
+    Ok(Instr {
+        op,
+        engine,
+        args: out,
+        waits,
+        signals,
+        name: iname,
+    })
+}
+
+/// Parse and validate one instruction line.
+pub fn parse_instr(line: &str) -> Result<Instr> {
+    let ins = parse_instr_unchecked(line)?;
+    validate(&ins)?;
+    Ok(ins)
+}
+
+/// Parse a whole program (`.core N` directive, `#` comments, blank lines).
+pub fn parse_program(text: &str) -> Result<Program> {
+    let mut prog = Program::default();
+    for (ln, raw) in text.lines().enumerate() {
+        let line = raw.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let at = |e: crate::error::EmuError| {
+            e.at(prog_len_hint(ln), format!("line {}: {}", ln + 1, line))
+        };
+        if let Some(rest) = line.strip_prefix(".core") {
+            let c: u8 = parse_int(rest).map_err(at)?;
+            if c >= 8 {
+                return Err(at(err(Value, format!("core {c} out of range (0..8)"))));
+            }
+            prog.core = c;
+            continue;
+        }
+        let ins = parse_instr(line)
+            .map_err(|e| e.at(prog.instrs.len(), format!("line {}: {}", ln + 1, line)))?;
+        prog.instrs.push(ins);
+    }
+    Ok(prog)
+}
+
+fn prog_len_hint(line: usize) -> usize {
+    line
+}

@@ -1,0 +1,174 @@
+//! Validation every instruction passes before it can be part of a program, whatever its origin
+//! (assembler, text, binary): operand kinds, enums, memories, dtypes, bounds, engine connectivity,
+//! the start-partition rule, then the instruction's own shape rules (`engines::check`).
+
+use super::instr::{Arg, Instr, NUM_REGISTERS, NUM_SEMAPHORES};
+use super::spec::{dtype_names, mem_names, Kind};
+use super::tables::{Engine, ENUMS};
+use crate::error::{err, ErrorKind::*, Result};
+use crate::memory::Mem;
+
+/// Characters allowed in instruction names (so text assembly needs no quoting).
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 255
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.:/-+[]".contains(c))
+}
+
+/// True for instructions that move data on DMA queues (their operands obey DMA connectivity).
+pub fn is_dma(instr: &Instr) -> bool {
+    instr.op.spec().name.starts_with("dma_")
+}
+
+pub fn validate(instr: &Instr) -> Result<()> {
+    let spec = instr.op.spec();
+    if !spec.engines.contains(&instr.engine) {
+        let names: Vec<_> = spec.engines.iter().map(|e| e.name()).collect();
+        return Err(err(
+            Value,
+            format!(
+                "engine {} cannot execute {} (allowed: {})",
+                instr.engine.name(),
+                spec.name,
+                names.join(", ")
+            ),
+        )
+        .operand("engine"));
+    }
+    if instr.args.len() != spec.params.len() {
+        return Err(err(
+            Value,
+            format!(
+                "{} takes {} operands, got {}",
+                spec.name,
+                spec.params.len(),
+                instr.args.len()
+            ),
+        ));
+    }
+    if let Some(name) = &instr.name {
+        if !valid_name(name) {
+            return Err(err(
+                Value,
+                format!("name {name:?} must be 1..255 characters of [A-Za-z0-9_.:/+-[]]"),
+            )
+            .operand("name"));
+        }
+    }
+    for w in &instr.waits {
+        if w.sem >= NUM_SEMAPHORES {
+            return Err(err(
+                Semaphore,
+                format!("semaphore s{} out of range (0..{NUM_SEMAPHORES})", w.sem),
+            )
+            .operand("wait"));
+        }
+    }
+    for s in &instr.signals {
+        if s.sem >= NUM_SEMAPHORES {
+            return Err(err(
+                Semaphore,
+                format!("semaphore s{} out of range (0..{NUM_SEMAPHORES})", s.sem),
+            )
+            .operand("signal"));
+        }
+    }
+    let dma = is_dma(instr);
+    let eng = if dma { Engine::Dma } else { instr.engine };
+    let einfo = eng.info();
+    for (p, a) in spec.params.iter().zip(&instr.args) {
+        let fail = |k, msg: String| Err(err(k, msg).operand(p.name));
+        let kind_ok = matches!(
+            (p.kind, a),
+            (_, Arg::Absent)
+                | (Kind::Tensor, Arg::Tensor(_))
+                | (Kind::TensorOrF32, Arg::Tensor(_) | Arg::F32(_))
+                | (Kind::F32, Arg::F32(_))
+                | (Kind::I32, Arg::I32(_))
+                | (Kind::Bool, Arg::Bool(_))
+                | (Kind::Enum, Arg::Enum(_))
+                | (Kind::Ints | Kind::Pattern, Arg::Ints(_))
+                | (Kind::Reg, Arg::Reg(_))
+        );
+        if !kind_ok {
+            return fail(Value, format!("expected {:?}, got {a:?}", p.kind));
+        }
+        match a {
+            Arg::Absent => {
+                if matches!(p.default, super::spec::Default::Required) {
+                    return fail(Value, "required operand is missing".into());
+                }
+            }
+            Arg::Enum(v) => {
+                let e = &ENUMS[p.enum_id as usize];
+                if *v as usize >= e.values.len() {
+                    return fail(Value, format!("{v} is not a valid {} value", e.name));
+                }
+            }
+            Arg::Ints(v) => {
+                if v.len() > 255 {
+                    return fail(Value, "at most 255 integers".into());
+                }
+                if p.kind == Kind::Pattern && (v.len() % 2 != 0 || v.len() > 8) {
+                    return fail(Shape, "pattern must be 1..4 [step, num] pairs".into());
+                }
+            }
+            Arg::Reg(r) if *r >= NUM_REGISTERS => {
+                return fail(
+                    Value,
+                    format!("register r{r} out of range (0..{NUM_REGISTERS})"),
+                );
+            }
+            Arg::Tensor(ap) => {
+                ap.check_bounds().map_err(|e| e.operand(p.name))?;
+                if p.mem & ap.mem.bit() == 0 {
+                    return fail(
+                        MemorySpace,
+                        format!(
+                            "{} is in {}, but {} allows {}",
+                            p.name,
+                            ap.mem.name(),
+                            spec.name,
+                            mem_names(p.mem)
+                        ),
+                    );
+                }
+                if !ap.dtype.in_class(p.dtypes) {
+                    return fail(
+                        Dtype,
+                        format!(
+                            "dtype {} not allowed for {} (allowed: {})",
+                            ap.dtype.name(),
+                            spec.name,
+                            dtype_names(p.dtypes)
+                        ),
+                    );
+                }
+                if let Some(ei) = einfo {
+                    if p.access.reads() && ei.reads & ap.mem.bit() == 0 {
+                        return fail(
+                            MemorySpace,
+                            format!("engine {} cannot read {}", ei.name, ap.mem.name()),
+                        );
+                    }
+                    if p.access.writes() && ei.writes & ap.mem.bit() == 0 {
+                        return fail(
+                            MemorySpace,
+                            format!("engine {} cannot write {}", ei.name, ap.mem.name()),
+                        );
+                    }
+                }
+                if !dma && ap.mem != Mem::Hbm {
+                    ap.check_start_partition().map_err(|e| e.operand(p.name))?;
+                }
+                if eng == Engine::Tensor && p.access.writes() {
+                    ap.check_psum_bank().map_err(|e| e.operand(p.name))?;
+                }
+            }
+            _ => {}
+        }
+    }
+    crate::engines::check(instr)
+}

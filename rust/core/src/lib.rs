@@ -1,0 +1,19 @@
+//! trn3emu core: an emulator of the AWS Trainium3 chip (8 x NeuronCore-v4).
+//!
+//! Layers: `numerics` (dtypes, conversions) · `memory` (HBM, SBUF, PSUM, access patterns) ·
+//! `isa` (generated tables, instructions, text and binary forms, validation) · `engines`
+//! (instruction semantics) · `machine` (device, scheduler, synchronisation) · `cost` · `trace`.
+//! No Python here; the binding crate is a thin layer over this one.
+
+pub mod cost;
+pub mod engines;
+pub mod error;
+pub mod isa;
+pub mod machine;
+pub mod memory;
+pub mod numerics;
+pub mod trace;
+
+pub use error::{EmuError, ErrorKind, Result};
+pub use isa::{Instr, Program};
+pub use machine::{Device, RunOptions, RunResult};

@@ -1,0 +1,123 @@
+//! Automatic synchronisation: insert the semaphore waits and signals that a program's data
+//! dependencies require (RAW, WAR and WAW between different streams or DMA queues), and no
+//! others that are implied already. The result is race-free by construction and keeps engines
+//! as concurrent as the dependencies allow.
+//!
+//! One semaphore per ordered (producer executor, consumer stream) pair, counting signals:
+//! semaphores `AUTO_SEM_BASE..AUTO_SEM_BASE + 50` are reserved for this pass.
+
+use super::region::{conflict, regions, Region};
+use super::{stream_of, AGENTS_PER_CORE};
+use crate::error::{err, ErrorKind::Semaphore, Result};
+use crate::isa::validate::is_dma;
+use crate::isa::{Program, Signal, Wait};
+
+pub const AUTO_SEM_BASE: u16 = 200;
+const N: usize = AGENTS_PER_CORE;
+
+struct Entry {
+    pos: u32,
+    instr: usize,
+    clock: [u32; N],
+    regions: Vec<Region>,
+}
+
+pub fn auto_sync(prog: &Program) -> Result<Program> {
+    let mut out = prog.clone();
+    for ins in &out.instrs {
+        if ins
+            .waits
+            .iter()
+            .map(|w| w.sem)
+            .chain(ins.signals.iter().map(|s| s.sem))
+            .any(|s| (AUTO_SEM_BASE..AUTO_SEM_BASE + 50).contains(&s))
+        {
+            return Err(err(
+                Semaphore,
+                format!(
+                    "semaphores {}..{} are reserved for automatic synchronisation",
+                    AUTO_SEM_BASE,
+                    AUTO_SEM_BASE + 50
+                ),
+            ));
+        }
+    }
+    let mut know = [[0u32; N]; N];
+    let mut pos = [0u32; N];
+    let mut logs: Vec<Vec<Entry>> = (0..N).map(|_| Vec::new()).collect();
+    // Per (producer, consumer stream): signal count and the producer position of the last signaler.
+    let mut sig_count = [[0u32; 5]; N];
+    let mut last_sig: [[Option<(u32, usize)>; 5]; N] = [[None; 5]; N];
+    for i in 0..out.instrs.len() {
+        let w = stream_of(out.instrs[i].engine);
+        let dma = is_dma(&out.instrs[i]);
+        let x = if dma { 5 + w } else { w };
+        let regs = regions(prog.core, &out.instrs[i]);
+        if !regs.is_empty() {
+            for y in 0..N {
+                if y == x {
+                    continue;
+                }
+                let exec_know =
+                    |k: &[[u32; N]; N]| if dma { k[x][y].max(k[w][y]) } else { k[x][y] };
+                let known = exec_know(&know);
+                // Newest unordered conflicting access of y.
+                let hit = logs[y]
+                    .iter()
+                    .rev()
+                    .take_while(|e| e.pos > known)
+                    .find(|e| conflict(&regs, &e.regions).is_some());
+                let Some(e) = hit else { continue };
+                let (epos, einstr, eclock) = (e.pos, e.instr, e.clock);
+                // Wait on the latest signaler at or after e, adding a signal to e if there is none.
+                let (value, clock) = match last_sig[y][w] {
+                    Some((spos, sinstr)) if spos >= epos => {
+                        let c = logs[y]
+                            .iter()
+                            .find(|e| e.pos == spos)
+                            .map(|e| e.clock)
+                            .unwrap_or(eclock);
+                        let _ = sinstr;
+                        (sig_count[y][w], c)
+                    }
+                    _ => {
+                        sig_count[y][w] += 1;
+                        last_sig[y][w] = Some((epos, einstr));
+                        out.instrs[einstr].signals.push(Signal {
+                            sem: AUTO_SEM_BASE + (y * 5 + w) as u16,
+                            delta: 1,
+                        });
+                        (sig_count[y][w], eclock)
+                    }
+                };
+                out.instrs[i].waits.push(Wait {
+                    sem: AUTO_SEM_BASE + (y * 5 + w) as u16,
+                    value,
+                });
+                for k in 0..N {
+                    know[w][k] = know[w][k].max(clock[k]);
+                }
+            }
+        }
+        // Execute: the stream advances; a DMA's transfer inherits the issuer's knowledge.
+        pos[w] += 1;
+        know[w][w] = pos[w];
+        if dma {
+            pos[x] += 1;
+            let kw = know[w];
+            for k in 0..N {
+                know[x][k] = know[x][k].max(kw[k]);
+            }
+            know[x][x] = pos[x];
+        }
+        if !regs.is_empty() {
+            logs[x].push(Entry {
+                pos: pos[x],
+                instr: i,
+                clock: know[x],
+                regions: regs,
+            });
+        }
+    }
+    Ok(out)
+}

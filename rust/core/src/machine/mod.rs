@@ -1,0 +1,103 @@
+//! The device: 8 NeuronCores with their SBUF, PSUM and engine state, and shared HBM.
+
+pub mod autosync;
+pub mod region;
+pub mod sched;
+
+use crate::cost::{CostModel, DefaultCost};
+use crate::engines::EngineState;
+use crate::error::Result;
+use crate::isa::{Engine, Program};
+use crate::memory::hbm::Hbm;
+use crate::memory::onchip::OnChip;
+use crate::trace::Trace;
+
+pub const NUM_CORES: usize = 8;
+/// Instruction streams per core, in stream-index order.
+pub const STREAMS: [Engine; 5] = [
+    Engine::Tensor,
+    Engine::Vector,
+    Engine::Scalar,
+    Engine::Gpsimd,
+    Engine::Sync,
+];
+/// Agents per core: the five streams plus one DMA queue per issuing stream.
+pub const AGENTS_PER_CORE: usize = 10;
+
+pub fn stream_of(e: Engine) -> usize {
+    STREAMS.iter().position(|s| *s == e).unwrap_or(4)
+}
+
+pub struct Core {
+    pub sbuf: OnChip,
+    pub psum: OnChip,
+    pub state: EngineState,
+}
+
+impl Core {
+    fn new() -> Self {
+        Core {
+            sbuf: OnChip::sbuf(),
+            psum: OnChip::psum(),
+            state: EngineState::default(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct RunOptions {
+    /// Report unsynchronised overlapping accesses (default on).
+    pub check_races: bool,
+    /// Keep one trace record per instruction and transfer (default on).
+    pub trace: bool,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            check_races: true,
+            trace: true,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct RunResult {
+    pub trace: Trace,
+    /// Estimated device time of the run (end of the last instruction or transfer), picoseconds.
+    pub end_ps: u64,
+    /// Instructions and transfers executed.
+    pub executed: u64,
+}
+
+pub struct Device {
+    pub hbm: Hbm,
+    pub cores: Vec<Core>,
+    pub cost: Box<dyn CostModel>,
+}
+
+impl Default for Device {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Device {
+    pub fn new() -> Self {
+        Device {
+            hbm: Hbm::new(),
+            cores: (0..NUM_CORES).map(|_| Core::new()).collect(),
+            cost: Box::new(DefaultCost),
+        }
+    }
+
+    /// Run one program per listed core concurrently. Memories persist across runs; semaphores,
+    /// accumulators and the matmul first-write state start fresh each run. On error the device
+    /// stays usable (memory holds whatever the run wrote before the error).
+    pub fn run(&mut self, programs: &[Program], opts: &RunOptions) -> Result<RunResult> {
+        for c in &mut self.cores {
+            c.state = EngineState::default();
+        }
+        sched::run(self, programs, opts)
+    }
+}

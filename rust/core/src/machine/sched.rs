@@ -1,0 +1,455 @@
+//! The scheduler: a discrete-event simulation of every core's five instruction streams and DMA
+//! queues in emulated time. The next item to run is always the ready one with the earliest start
+//! (ties by agent index), so functional effects happen in emulated-time order and results never
+//! depend on the host. Semaphores carry vector clocks, which give the happens-before relation
+//! the race detector checks every memory access against.
+
+use super::region::{conflict, regions, Region};
+use super::{stream_of, Device, RunOptions, RunResult, AGENTS_PER_CORE, NUM_CORES};
+use crate::engines::{self, Ctx};
+use crate::error::{err, EmuError, ErrorKind::*, Result};
+use crate::isa::instr::NUM_SEMAPHORES;
+use crate::isa::text::format_instr;
+use crate::isa::validate::{is_dma, validate};
+use crate::isa::{Instr, Program};
+use crate::memory::onchip::Mems;
+use crate::trace::{Record, Unit};
+use std::collections::VecDeque;
+
+type Vc = Vec<u32>;
+
+fn join(a: &mut Vc, b: &[u32]) {
+    for (x, y) in a.iter_mut().zip(b) {
+        if *y > *x {
+            *x = *y;
+        }
+    }
+}
+
+struct QItem {
+    idx: u32,
+    ready: u64,
+    vc: Vc,
+}
+
+struct LogEntry {
+    epoch: u32,
+    idx: u32,
+    region: Region,
+}
+
+struct Agent {
+    core: u8,
+    stream: usize,
+    /// Engine streams: indices into the core's program, in order.
+    list: Vec<u32>,
+    pos: usize,
+    /// DMA queues: pending transfers.
+    fifo: VecDeque<QItem>,
+    free: u64,
+    vc: Vc,
+    epoch: u32,
+    log: Vec<LogEntry>,
+}
+
+impl Agent {
+    fn is_queue(&self) -> bool {
+        self.stream >= 5
+    }
+    fn live(&self) -> bool {
+        self.pos < self.list.len() || !self.fifo.is_empty()
+    }
+}
+
+#[derive(Default)]
+struct Sem {
+    settled: u64,
+    settled_vc: Vc,
+    /// Increments not yet in the past: (time, delta, clock), sorted by time.
+    pending: Vec<(u64, u32, Vc)>,
+}
+
+impl Sem {
+    fn settle(&mut self, now: u64) {
+        let n = self.pending.iter().take_while(|p| p.0 <= now).count();
+        for (_, d, vc) in self.pending.drain(..n) {
+            self.settled += d as u64;
+            if self.settled_vc.is_empty() {
+                self.settled_vc = vc;
+            } else {
+                join(&mut self.settled_vc, &vc);
+            }
+        }
+    }
+
+    /// Earliest time the value reaches `v`, with the clock of the increments that got it there.
+    fn reach(&self, v: u32) -> Option<(u64, Vc)> {
+        let mut vc = self.settled_vc.clone();
+        if self.settled >= v as u64 {
+            return Some((0, vc));
+        }
+        let mut cum = self.settled;
+        for (t, d, c) in &self.pending {
+            cum += *d as u64;
+            if vc.is_empty() {
+                vc = c.clone();
+            } else {
+                join(&mut vc, c);
+            }
+            if cum >= v as u64 {
+                return Some((*t, vc));
+            }
+        }
+        None
+    }
+
+    fn value_at_end(&self) -> u64 {
+        self.settled + self.pending.iter().map(|p| p.1 as u64).sum::<u64>()
+    }
+
+    fn post(&mut self, t: u64, d: u32, vc: Vc) {
+        let at = self.pending.partition_point(|p| p.0 <= t);
+        self.pending.insert(at, (t, d, vc));
+    }
+}
+
+fn describe(progs: &[Option<&Program>], core: u8, idx: u32) -> String {
+    let ins = &progs[core as usize].unwrap().instrs[idx as usize];
+    format!("core {core} #{idx} `{}`", format_instr(ins))
+}
+
+fn ins_err(e: EmuError, core: u8, idx: u32, ins: &Instr) -> EmuError {
+    e.at(idx as usize, format!("{} (core {core})", format_instr(ins)))
+}
+
+pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<RunResult> {
+    let mut progs: Vec<Option<&Program>> = vec![None; NUM_CORES];
+    for p in programs {
+        if p.core as usize >= NUM_CORES {
+            return Err(err(
+                Value,
+                format!("program for core {} (cores are 0..{NUM_CORES})", p.core),
+            ));
+        }
+        if progs[p.core as usize].is_some() {
+            return Err(err(Value, format!("two programs for core {}", p.core)));
+        }
+        for (i, ins) in p.instrs.iter().enumerate() {
+            validate(ins).map_err(|e| ins_err(e, p.core, i as u32, ins))?;
+        }
+        progs[p.core as usize] = Some(p);
+    }
+    let n_agents = NUM_CORES * AGENTS_PER_CORE;
+    let mut agents: Vec<Agent> = (0..n_agents)
+        .map(|a| Agent {
+            core: (a / AGENTS_PER_CORE) as u8,
+            stream: a % AGENTS_PER_CORE,
+            list: Vec::new(),
+            pos: 0,
+            fifo: VecDeque::new(),
+            free: 0,
+            vc: vec![0; n_agents],
+            epoch: 0,
+            log: Vec::new(),
+        })
+        .collect();
+    for p in programs {
+        for (i, ins) in p.instrs.iter().enumerate() {
+            agents[p.core as usize * AGENTS_PER_CORE + stream_of(ins.engine)]
+                .list
+                .push(i as u32);
+        }
+    }
+    let mut sems: Vec<Sem> = (0..NUM_CORES * NUM_SEMAPHORES as usize)
+        .map(|_| Sem::default())
+        .collect();
+    let mut result = RunResult::default();
+    let mut now = 0u64;
+    let mut since_prune = 0u32;
+    let cost = &*dev.cost;
+
+    loop {
+        // Pick the ready item with the earliest start.
+        let mut best: Option<(u64, usize)> = None;
+        for (ai, a) in agents.iter_mut().enumerate() {
+            let start = if a.is_queue() {
+                match a.fifo.front() {
+                    Some(q) => a.free.max(q.ready),
+                    None => continue,
+                }
+            } else {
+                if a.pos >= a.list.len() {
+                    continue;
+                }
+                let ins = &progs[a.core as usize].unwrap().instrs[a.list[a.pos] as usize];
+                let mut t = a.free;
+                let mut ready = true;
+                for w in &ins.waits {
+                    let s = &mut sems[a.core as usize * NUM_SEMAPHORES as usize + w.sem as usize];
+                    s.settle(now);
+                    match s.reach(w.value) {
+                        Some((tw, _)) => t = t.max(tw),
+                        None => {
+                            ready = false;
+                            break;
+                        }
+                    }
+                }
+                if !ready {
+                    continue;
+                }
+                t
+            };
+            let start = start.max(now);
+            if best.is_none_or(|b| start < b.0) {
+                best = Some((start, ai));
+            }
+        }
+        let Some((start, ai)) = best else {
+            let blocked: Vec<String> = agents
+                .iter()
+                .filter(|a| !a.is_queue() && a.pos < a.list.len())
+                .map(|a| {
+                    let idx = a.list[a.pos];
+                    let ins = &progs[a.core as usize].unwrap().instrs[idx as usize];
+                    let waits: Vec<String> = ins
+                        .waits
+                        .iter()
+                        .map(|w| {
+                            let s =
+                                &sems[a.core as usize * NUM_SEMAPHORES as usize + w.sem as usize];
+                            format!("s{}>={} (stays {})", w.sem, w.value, s.value_at_end())
+                        })
+                        .collect();
+                    format!(
+                        "{} waits {}",
+                        describe(&progs, a.core, idx),
+                        waits.join(", ")
+                    )
+                })
+                .collect();
+            if blocked.is_empty() {
+                break;
+            }
+            return Err(err(Deadlock, format!("deadlock: every remaining stream waits on a semaphore that no pending instruction will signal: {}", blocked.join("; "))));
+        };
+        now = start;
+        let core = agents[ai].core;
+        let cbase = core as usize * AGENTS_PER_CORE;
+        let prog = progs[core as usize].unwrap();
+
+        // Which instruction, with which clock.
+        let (idx, is_transfer) = if agents[ai].is_queue() {
+            let q = agents[ai].fifo.pop_front().unwrap();
+            let a = &mut agents[ai];
+            join(&mut a.vc, &q.vc);
+            (q.idx, true)
+        } else {
+            let a = &agents[ai];
+            let idx = a.list[a.pos];
+            let ins = &prog.instrs[idx as usize];
+            let mut vc = a.vc.clone();
+            for w in &ins.waits {
+                let s = &sems[core as usize * NUM_SEMAPHORES as usize + w.sem as usize];
+                if let Some((_, c)) = s.reach(w.value) {
+                    join(&mut vc, &c);
+                }
+            }
+            agents[ai].vc = vc;
+            agents[ai].pos += 1;
+            (idx, false)
+        };
+        let ins = &prog.instrs[idx as usize];
+        {
+            let a = &mut agents[ai];
+            a.epoch += 1;
+            a.vc[ai] = a.epoch;
+        }
+
+        // A DMA instruction on an engine stream is only the trigger: queue the transfer.
+        if !is_transfer && is_dma(ins) {
+            let end = start + cost.engine_ps(ins);
+            let q = cbase + 5 + agents[ai].stream;
+            let vc = agents[ai].vc.clone();
+            agents[q].fifo.push_back(QItem {
+                idx,
+                ready: end,
+                vc,
+            });
+            agents[ai].free = end;
+            if opts.trace {
+                result.trace.records.push(Record {
+                    core,
+                    unit: Unit::Engine(agents[ai].stream as u8),
+                    index: idx,
+                    opcode: ins.op,
+                    start_ps: start,
+                    end_ps: end,
+                    bytes: 0,
+                    flops: 0,
+                });
+            }
+            result.executed += 1;
+            continue;
+        }
+
+        // Race check against every unordered access of the other agents.
+        let regs = regions(core, ins);
+        if opts.check_races && !regs.is_empty() {
+            let my_vc = &agents[ai].vc;
+            for (bi, b) in agents.iter().enumerate() {
+                if bi == ai {
+                    continue;
+                }
+                for e in &b.log {
+                    if e.epoch <= my_vc[bi] {
+                        continue;
+                    }
+                    if let Some((i, _)) = conflict(&regs, std::slice::from_ref(&e.region)) {
+                        let r = &regs[i];
+                        let what = if r.mem == crate::memory::Mem::Hbm {
+                            format!(
+                                "hbm bytes {}..{}",
+                                r.lo.max(e.region.lo),
+                                r.hi.min(e.region.hi)
+                            )
+                        } else {
+                            format!(
+                                "{} partitions {}..{} bytes {}..{}",
+                                r.mem.name(),
+                                r.p0.max(e.region.p0),
+                                r.p1.min(e.region.p1),
+                                r.lo.max(e.region.lo),
+                                r.hi.min(e.region.hi)
+                            )
+                        };
+                        return Err(err(
+                            Race,
+                            format!(
+                                "data race: {} and {} both touch {} ({} writes) with no semaphore ordering them",
+                                describe(&progs, b.core, e.idx),
+                                describe(&progs, core, idx),
+                                what,
+                                if e.region.write && r.write { "both" } else if e.region.write { "the first" } else { "the second" }
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+
+        // Execute.
+        let bytes: u64 = regs
+            .iter()
+            .map(|r| r.ap.num_elements() as u64 * r.ap.dtype.size() as u64)
+            .sum();
+        {
+            let c = &mut dev.cores[core as usize];
+            let mut ctx = Ctx {
+                mems: Mems {
+                    sbuf: &mut c.sbuf,
+                    psum: &mut c.psum,
+                    hbm: &mut dev.hbm,
+                },
+                state: &mut c.state,
+            };
+            engines::exec(ins, &mut ctx).map_err(|e| ins_err(e, core, idx, ins))?;
+        }
+        let dur = if is_transfer {
+            cost.dma_ps(ins, bytes / 2)
+        } else {
+            cost.engine_ps(ins)
+        };
+        let end = start + dur;
+        let flops = flops_of(ins);
+        {
+            let a = &mut agents[ai];
+            a.free = end;
+            if opts.check_races {
+                let epoch = a.epoch;
+                for r in regs {
+                    a.log.push(LogEntry {
+                        epoch,
+                        idx,
+                        region: r,
+                    });
+                }
+            }
+        }
+        for s in &ins.signals {
+            let vc = agents[ai].vc.clone();
+            sems[core as usize * NUM_SEMAPHORES as usize + s.sem as usize].post(end, s.delta, vc);
+        }
+        if opts.trace {
+            let unit = if is_transfer {
+                Unit::DmaQueue((agents[ai].stream - 5) as u8)
+            } else {
+                Unit::Engine(agents[ai].stream as u8)
+            };
+            result.trace.records.push(Record {
+                core,
+                unit,
+                index: idx,
+                opcode: ins.op,
+                start_ps: start,
+                end_ps: end,
+                bytes,
+                flops,
+            });
+        }
+        result.end_ps = result.end_ps.max(end);
+        result.executed += 1;
+
+        since_prune += 1;
+        if opts.check_races && since_prune >= 128 {
+            since_prune = 0;
+            prune(&mut agents);
+        }
+    }
+    result.end_ps = result
+        .end_ps
+        .max(agents.iter().map(|a| a.free).max().unwrap_or(0));
+    Ok(result)
+}
+
+/// Drop log entries that every agent that can still act is already ordered after.
+fn prune(agents: &mut [Agent]) {
+    let n = agents.len();
+    let mut bound = vec![u32::MAX; n];
+    for a in agents.iter() {
+        if !a.is_queue() && a.pos < a.list.len() {
+            for (b, v) in bound.iter_mut().zip(&a.vc) {
+                *b = (*b).min(*v);
+            }
+        }
+        for q in &a.fifo {
+            for (b, v) in bound.iter_mut().zip(&q.vc) {
+                *b = (*b).min(*v);
+            }
+        }
+    }
+    let any_live = agents.iter().any(|a| a.live());
+    for (i, a) in agents.iter_mut().enumerate() {
+        if !any_live {
+            a.log.clear();
+        } else {
+            let b = bound[i];
+            a.log.retain(|e| e.epoch > b);
+        }
+    }
+}
+
+fn flops_of(ins: &Instr) -> u64 {
+    use crate::isa::Opcode;
+    match ins.op {
+        Opcode::NcMatmul => {
+            let st = ins.ap(1).unwrap();
+            let mv = ins.ap(2).unwrap();
+            2 * st.parts as u64 * st.free_size() as u64 * mv.free_size() as u64
+        }
+        Opcode::TensorTensor | Opcode::TensorScalar | Opcode::Activation => {
+            ins.ap(0).map(|a| a.num_elements() as u64).unwrap_or(0)
+        }
+        _ => 0,
+    }
+}

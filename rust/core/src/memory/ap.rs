@@ -1,0 +1,248 @@
+//! Access patterns: the one way instructions touch memory.
+//!
+//! An AP names `parts` rows (SBUF/PSUM partitions starting at `start`, or HBM rows `pstep`
+//! elements apart) and, in every row, the same free-dim pattern: up to 4 `(step, num)` pairs in
+//! elements, outer to inner, starting `offset` bytes into the row (on-chip) or into HBM.
+
+use super::{Mem, HBM_BYTES, PARTITIONS, PSUM_BANK_BYTES, PSUM_PART_BYTES, SBUF_PART_BYTES};
+use crate::error::{err, ErrorKind::*, Result};
+use crate::isa::DType;
+
+pub const MAX_FREE_DIMS: usize = 4;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ap {
+    pub mem: Mem,
+    pub dtype: DType,
+    /// First partition (on-chip); 0 for HBM.
+    pub start: u32,
+    /// Partitions (on-chip) or rows (HBM).
+    pub parts: u32,
+    /// HBM only: elements between rows. On-chip rows are partitions.
+    pub pstep: i64,
+    /// Byte offset within each partition (on-chip) or byte address (HBM).
+    pub offset: u64,
+    /// Free dims, outer to inner: (step in elements, count).
+    pub dims: Vec<(i64, u32)>,
+}
+
+impl Ap {
+    /// Elements per row.
+    pub fn free_size(&self) -> usize {
+        self.dims.iter().map(|d| d.1 as usize).product()
+    }
+
+    pub fn num_elements(&self) -> usize {
+        self.parts as usize * self.free_size()
+    }
+
+    /// Logical shape: (rows, free dims...).
+    pub fn shape(&self) -> Vec<usize> {
+        let mut s = vec![self.parts as usize];
+        s.extend(self.dims.iter().map(|d| d.1 as usize));
+        s
+    }
+
+    /// Element offsets (relative to the row start) of one row, in logical order.
+    pub fn row_offsets(&self) -> Vec<i64> {
+        let mut offs = vec![0i64];
+        for &(step, num) in &self.dims {
+            let mut next = Vec::with_capacity(offs.len() * num as usize);
+            for &o in &offs {
+                for i in 0..num as i64 {
+                    next.push(o + i * step);
+                }
+            }
+            offs = next;
+        }
+        offs
+    }
+
+    /// Min and max element offset within a row.
+    pub fn row_extent(&self) -> (i64, i64) {
+        let (mut lo, mut hi) = (0i64, 0i64);
+        for &(step, num) in &self.dims {
+            let span = step * (num as i64 - 1);
+            if span < 0 {
+                lo += span;
+            } else {
+                hi += span;
+            }
+        }
+        (lo, hi)
+    }
+
+    /// Byte address of row `r` (partition base for on-chip, absolute for HBM).
+    pub fn row_base(&self, r: u32) -> i128 {
+        match self.mem {
+            Mem::Hbm => {
+                self.offset as i128 + r as i128 * self.pstep as i128 * self.dtype.size() as i128
+            }
+            _ => self.offset as i128,
+        }
+    }
+
+    /// Bytes touched per row, as an inclusive-exclusive range relative to the row base.
+    pub fn row_byte_range(&self) -> (i128, i128) {
+        let (lo, hi) = self.row_extent();
+        let s = self.dtype.size() as i128;
+        (lo as i128 * s, (hi as i128 + 1) * s)
+    }
+
+    /// Check shape, bounds and the row geometry of the memory. Independent of the instruction.
+    pub fn check_bounds(&self) -> Result<()> {
+        if self.dims.is_empty() || self.dims.len() > MAX_FREE_DIMS {
+            return Err(err(
+                Shape,
+                format!(
+                    "access pattern needs 1..={MAX_FREE_DIMS} free dims, got {}",
+                    self.dims.len()
+                ),
+            ));
+        }
+        if self.parts == 0 || self.dims.iter().any(|d| d.1 == 0) {
+            return Err(err(Shape, "access pattern has an empty dimension"));
+        }
+        let (blo, bhi) = self.row_byte_range();
+        match self.mem {
+            Mem::Sbuf | Mem::Psum => {
+                let limit = if self.mem == Mem::Sbuf {
+                    SBUF_PART_BYTES
+                } else {
+                    PSUM_PART_BYTES
+                } as i128;
+                if self.start as u64 + self.parts as u64 > PARTITIONS as u64 {
+                    return Err(err(
+                        Address,
+                        format!(
+                            "partitions {}..{} exceed the {} partitions of {}",
+                            self.start,
+                            self.start as u64 + self.parts as u64,
+                            PARTITIONS,
+                            self.mem.name()
+                        ),
+                    ));
+                }
+                let lo = self.offset as i128 + blo;
+                let hi = self.offset as i128 + bhi;
+                if lo < 0 || hi > limit {
+                    return Err(err(
+                        Address,
+                        format!(
+                            "bytes {lo}..{hi} of each partition are outside {} ({} bytes per partition)",
+                            self.mem.name(),
+                            limit
+                        ),
+                    ));
+                }
+                if !self.offset.is_multiple_of(self.dtype.size() as u64) {
+                    return Err(err(
+                        Address,
+                        format!(
+                            "offset {} is not aligned to {} ({} bytes)",
+                            self.offset,
+                            self.dtype.name(),
+                            self.dtype.size()
+                        ),
+                    ));
+                }
+            }
+            Mem::Hbm => {
+                let rows = self.parts as i128 - 1;
+                let rstep = self.pstep as i128 * self.dtype.size() as i128;
+                let (rlo, rhi) = if rstep < 0 {
+                    (rows * rstep, 0)
+                } else {
+                    (0, rows * rstep)
+                };
+                let lo = self.offset as i128 + rlo + blo;
+                let hi = self.offset as i128 + rhi + bhi;
+                if lo < 0 || hi > HBM_BYTES as i128 {
+                    return Err(err(
+                        Address,
+                        format!("HBM bytes {lo}..{hi} are outside the 144 GiB address space"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The start-partition rule for compute engines: >64 partitions start at 0, 33..64 at 0 or
+    /// 64, 1..32 at a multiple of 32 (quadrant boundary).
+    pub fn check_start_partition(&self) -> Result<()> {
+        if self.mem == Mem::Hbm {
+            return Ok(());
+        }
+        let ok = match self.parts {
+            0..=32 => self.start.is_multiple_of(32),
+            33..=64 => self.start == 0 || self.start == 64,
+            _ => self.start == 0,
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(err(
+                Partition,
+                format!(
+                    "start partition {} is not allowed for {} partitions (start-partition rule: >64 start at 0, 33..64 at 0 or 64, <=32 at 0/32/64/96)",
+                    self.start, self.parts
+                ),
+            ))
+        }
+    }
+
+    /// TensorE PSUM writes: a result that is not bank-aligned must fit in one 2 KiB bank.
+    pub fn check_psum_bank(&self) -> Result<()> {
+        if self.mem != Mem::Psum {
+            return Ok(());
+        }
+        let (blo, bhi) = self.row_byte_range();
+        let lo = self.offset as i128 + blo;
+        let hi = self.offset as i128 + bhi;
+        let bank = PSUM_BANK_BYTES as i128;
+        if lo % bank != 0 && lo / bank != (hi - 1) / bank {
+            return Err(err(
+                PsumBank,
+                format!(
+                    "PSUM bytes {lo}..{hi} cross a 2 KiB bank boundary without starting on one (bank {} to {})",
+                    lo / bank,
+                    (hi - 1) / bank
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// True when each row is one contiguous run (innermost-first dense).
+    pub fn is_row_contiguous(&self) -> bool {
+        let mut expect = 1i64;
+        for &(step, num) in self.dims.iter().rev() {
+            if num > 1 && step != expect {
+                return false;
+            }
+            expect *= num as i64;
+        }
+        true
+    }
+
+    /// Merged contiguous byte runs of one row (relative to the row base), sorted, for overlap tests.
+    pub fn row_runs(&self) -> Vec<(i128, i128)> {
+        let s = self.dtype.size() as i128;
+        if self.is_row_contiguous() {
+            return vec![(0, self.free_size() as i128 * s)];
+        }
+        let mut offs = self.row_offsets();
+        offs.sort_unstable();
+        offs.dedup();
+        let mut runs: Vec<(i128, i128)> = Vec::new();
+        for o in offs {
+            let (a, b) = (o as i128 * s, (o as i128 + 1) * s);
+            match runs.last_mut() {
+                Some(last) if last.1 >= a => last.1 = last.1.max(b),
+                _ => runs.push((a, b)),
+            }
+        }
+        runs
+    }
+}

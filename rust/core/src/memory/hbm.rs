@@ -1,0 +1,84 @@
+//! HBM: the full 144 GiB address space, backed sparsely by 1 MiB pages allocated on first write.
+//! Reads of never-written bytes return zeros.
+
+use super::HBM_BYTES;
+
+const PAGE_BITS: u32 = 20;
+const PAGE: usize = 1 << PAGE_BITS;
+
+pub struct Hbm {
+    pages: Vec<Option<Box<[u8]>>>,
+}
+
+impl Default for Hbm {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Hbm {
+    pub fn new() -> Self {
+        let n = (HBM_BYTES >> PAGE_BITS) as usize;
+        Hbm {
+            pages: (0..n).map(|_| None).collect(),
+        }
+    }
+
+    /// Host bytes actually backing HBM.
+    pub fn resident_bytes(&self) -> u64 {
+        self.pages.iter().filter(|p| p.is_some()).count() as u64 * PAGE as u64
+    }
+
+    /// Copy `out.len()` bytes starting at `addr` (caller has bounds-checked).
+    pub fn read(&self, addr: u64, out: &mut [u8]) {
+        let mut done = 0usize;
+        while done < out.len() {
+            let a = addr + done as u64;
+            let page = (a >> PAGE_BITS) as usize;
+            let off = (a as usize) & (PAGE - 1);
+            let n = (PAGE - off).min(out.len() - done);
+            match &self.pages[page] {
+                Some(p) => out[done..done + n].copy_from_slice(&p[off..off + n]),
+                None => out[done..done + n].fill(0),
+            }
+            done += n;
+        }
+    }
+
+    /// Write `data` at `addr` (caller has bounds-checked).
+    pub fn write(&mut self, addr: u64, data: &[u8]) {
+        let mut done = 0usize;
+        while done < data.len() {
+            let a = addr + done as u64;
+            let page = (a >> PAGE_BITS) as usize;
+            let off = (a as usize) & (PAGE - 1);
+            let n = (PAGE - off).min(data.len() - done);
+            let p = self.pages[page].get_or_insert_with(|| vec![0u8; PAGE].into_boxed_slice());
+            p[off..off + n].copy_from_slice(&data[done..done + n]);
+            done += n;
+        }
+    }
+
+    /// Drop every page (back to all zeros).
+    pub fn clear(&mut self) {
+        for p in &mut self.pages {
+            *p = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sparse_and_straddling() {
+        let mut h = Hbm::new();
+        let addr = (100u64 << 30) + PAGE as u64 - 3;
+        h.write(addr, &[1, 2, 3, 4, 5, 6]);
+        assert_eq!(h.resident_bytes(), 2 * PAGE as u64);
+        let mut out = [9u8; 8];
+        h.read(addr - 1, &mut out);
+        assert_eq!(out, [0, 1, 2, 3, 4, 5, 6, 0]);
+    }
+}

@@ -1,0 +1,57 @@
+//! The memories: sparse HBM, per-core SBUF and PSUM, and access patterns into them.
+
+pub mod ap;
+pub mod hbm;
+pub mod onchip;
+
+pub use ap::Ap;
+
+pub const PARTITIONS: usize = 128;
+pub const SBUF_PART_BYTES: usize = 256 * 1024;
+pub const PSUM_PART_BYTES: usize = 16 * 1024;
+pub const PSUM_BANK_BYTES: usize = 2048;
+pub const PSUM_BANKS: usize = 8;
+pub const HBM_BYTES: u64 = 144 << 30;
+
+/// Memory spaces; the discriminant is the binary encoding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Mem {
+    Sbuf = 0,
+    Psum = 1,
+    Hbm = 2,
+}
+
+impl Mem {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mem::Sbuf => "sbuf",
+            Mem::Psum => "psum",
+            Mem::Hbm => "hbm",
+        }
+    }
+    pub fn from_name(s: &str) -> Option<Mem> {
+        match s {
+            "sbuf" => Some(Mem::Sbuf),
+            "psum" => Some(Mem::Psum),
+            "hbm" => Some(Mem::Hbm),
+            _ => None,
+        }
+    }
+    pub fn from_u8(v: u8) -> Option<Mem> {
+        match v {
+            0 => Some(Mem::Sbuf),
+            1 => Some(Mem::Psum),
+            2 => Some(Mem::Hbm),
+            _ => None,
+        }
+    }
+    /// The bit used in ISA memory sets.
+    pub fn bit(self) -> u8 {
+        match self {
+            Mem::Sbuf => crate::isa::spec::mem::SBUF,
+            Mem::Psum => crate::isa::spec::mem::PSUM,
+            Mem::Hbm => crate::isa::spec::mem::HBM,
+        }
+    }
+}

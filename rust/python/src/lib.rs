@@ -1,0 +1,660 @@
+//! Python bindings: array conversion, error mapping, GIL release. No semantics live here.
+
+use numpy::{PyArray1, PyReadonlyArray1};
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use trn3emu_core as core;
+use trn3emu_core::isa::spec::Kind;
+use trn3emu_core::isa::{Arg, DType, Engine, Instr, Opcode, Signal, Wait};
+use trn3emu_core::memory::{Ap, Mem, PARTITIONS, PSUM_PART_BYTES};
+use trn3emu_core::{EmuError, ErrorKind};
+
+/// Raise the `trn3emu.errors` class named by the error kind, with its fields as attributes.
+fn to_py(py: Python<'_>, e: EmuError) -> PyErr {
+    let build = || -> PyResult<PyErr> {
+        let m = py.import("trn3emu.errors")?;
+        let cls = m.getattr(e.kind.name())?;
+        let (idx, text) = match &e.instruction {
+            Some((i, t)) => (Some(*i), Some(t.clone())),
+            None => (None, None),
+        };
+        let obj = cls.call1((e.to_string(), idx, text, e.operand.clone(), e.rule.clone()))?;
+        Ok(PyErr::from_value(obj))
+    };
+    build().unwrap_or_else(|err| err)
+}
+
+fn emu(kind: ErrorKind, msg: impl Into<String>) -> EmuError {
+    EmuError::new(kind, msg)
+}
+
+/// Run `f`, turning a panic into an InternalError instead of letting it cross into Python.
+fn guarded<T>(f: impl FnOnce() -> core::Result<T>) -> core::Result<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            Err(emu(
+                ErrorKind::Internal,
+                format!("internal emulator error (please report): {msg}"),
+            ))
+        }
+    }
+}
+
+fn parse_ap(obj: &Bound<'_, PyAny>) -> core::Result<Ap> {
+    type T = (String, String, i64, i64, i64, i64, Vec<(i64, i64)>);
+    let (mem, dtype, start, parts, pstep, offset, dims): T = obj.extract().map_err(|_| {
+        emu(
+            ErrorKind::Value,
+            "expected a tensor (SBUF/PSUM tile or HBM tensor view)",
+        )
+    })?;
+    let mem = Mem::from_name(&mem)
+        .ok_or_else(|| emu(ErrorKind::MemorySpace, format!("unknown memory {mem:?}")))?;
+    let dtype = DType::from_name(&dtype)
+        .ok_or_else(|| emu(ErrorKind::Dtype, format!("unknown dtype {dtype:?}")))?;
+    if !(0..=PARTITIONS as i64 * 2).contains(&start) || start < 0 {
+        return Err(emu(
+            ErrorKind::Address,
+            format!("start partition {start} out of range"),
+        ));
+    }
+    if parts <= 0 || parts > u32::MAX as i64 {
+        return Err(emu(
+            ErrorKind::Shape,
+            format!("partition/row count {parts} out of range"),
+        ));
+    }
+    if offset < 0 {
+        return Err(emu(ErrorKind::Address, format!("negative offset {offset}")));
+    }
+    let mut d = Vec::with_capacity(dims.len());
+    for (s, n) in dims {
+        if n <= 0 || n > u32::MAX as i64 {
+            return Err(emu(
+                ErrorKind::Shape,
+                format!("dimension size {n} out of range"),
+            ));
+        }
+        d.push((s, n as u32));
+    }
+    Ok(Ap {
+        mem,
+        dtype,
+        start: start as u32,
+        parts: parts as u32,
+        pstep,
+        offset: offset as u64,
+        dims: d,
+    })
+}
+
+fn parse_arg(obj: &Bound<'_, PyAny>, kind: Kind, enum_id: u8) -> core::Result<Arg> {
+    if obj.is_none() {
+        return Ok(Arg::Absent);
+    }
+    let bad = |what: &str| {
+        emu(
+            ErrorKind::Value,
+            format!(
+                "expected {what}, got {}",
+                obj.repr().map(|r| r.to_string()).unwrap_or_default()
+            ),
+        )
+    };
+    Ok(match kind {
+        Kind::Tensor => Arg::Tensor(parse_ap(obj)?),
+        Kind::TensorOrF32 => {
+            if obj.cast::<PyTuple>().is_ok() {
+                Arg::Tensor(parse_ap(obj)?)
+            } else {
+                Arg::F32(
+                    obj.extract::<f64>()
+                        .map_err(|_| bad("a number or a (P, 1) tile"))? as f32,
+                )
+            }
+        }
+        Kind::F32 => Arg::F32(obj.extract::<f64>().map_err(|_| bad("a number"))? as f32),
+        Kind::I32 => Arg::I32(obj.extract::<i32>().map_err(|_| bad("a 32-bit integer"))?),
+        Kind::Bool => Arg::Bool(obj.extract::<bool>().map_err(|_| bad("a bool"))?),
+        Kind::Enum => {
+            let e = &core::isa::tables::ENUMS[enum_id as usize];
+            let s: String = obj
+                .extract()
+                .map_err(|_| bad(&format!("a {} name", e.name)))?;
+            let v = e.values.iter().position(|v| *v == s).ok_or_else(|| {
+                emu(
+                    ErrorKind::Value,
+                    format!(
+                        "{s:?} is not a {} value (one of {})",
+                        e.name,
+                        e.values.join(", ")
+                    ),
+                )
+            })?;
+            Arg::Enum(v as u8)
+        }
+        Kind::Ints | Kind::Pattern => {
+            let mut v = Vec::new();
+            for item in obj.try_iter().map_err(|_| bad("a list of integers"))? {
+                let item = item.map_err(|_| bad("a list of integers"))?;
+                if let Ok(x) = item.extract::<i32>() {
+                    v.push(x);
+                } else {
+                    for sub in item
+                        .try_iter()
+                        .map_err(|_| bad("integers or [step, num] pairs"))?
+                    {
+                        v.push(
+                            sub.and_then(|s| s.extract::<i32>())
+                                .map_err(|_| bad("integers"))?,
+                        );
+                    }
+                }
+            }
+            Arg::Ints(v)
+        }
+        Kind::Reg => Arg::Reg(obj.extract::<u8>().map_err(|_| bad("a register number"))?),
+    })
+}
+
+/// An ISA program for one core (the assembler's storage).
+#[pyclass(module = "trn3emu._native")]
+#[derive(Clone)]
+struct Program {
+    inner: core::Program,
+    /// Matmul-written state of PSUM (2-byte units) used to resolve accumulate=None at assembly.
+    mm: Vec<u64>,
+}
+
+impl Program {
+    fn wrap(inner: core::Program) -> Self {
+        Program {
+            inner,
+            mm: vec![0; PARTITIONS * PSUM_PART_BYTES / 2 / 64],
+        }
+    }
+
+    fn unit_range(ap: &Ap) -> Vec<usize> {
+        let es = ap.dtype.size() as i64;
+        let offs = ap.row_offsets();
+        let mut v = Vec::new();
+        for r in 0..ap.parts {
+            for o in &offs {
+                let b =
+                    ((ap.start + r) as usize * PSUM_PART_BYTES) as i64 + ap.offset as i64 + o * es;
+                for u in 0..es / 2 {
+                    v.push(((b + 2 * u) / 2) as usize);
+                }
+            }
+        }
+        v
+    }
+
+    /// accumulate=None -> False if no element was matmul-written since its PSUM allocation,
+    /// True if all were; mixed stays None (decided per element at run time).
+    fn resolve_accumulate(&mut self, ins: &mut Instr) {
+        use core::isa::tables::p::nc_matmul as mm;
+        let Some(dst) = ins.ap(mm::DST).cloned() else {
+            return;
+        };
+        let units = Self::unit_range(&dst);
+        let written = units
+            .iter()
+            .filter(|u| self.mm[**u / 64] >> (**u % 64) & 1 == 1)
+            .count();
+        if matches!(ins.args[mm::ACCUMULATE], Arg::Absent) {
+            if written == 0 {
+                ins.args[mm::ACCUMULATE] = Arg::Bool(false);
+            } else if written == units.len() {
+                ins.args[mm::ACCUMULATE] = Arg::Bool(true);
+            }
+        }
+        for u in units {
+            self.mm[u / 64] |= 1 << (u % 64);
+        }
+    }
+}
+
+fn parse_sync(
+    waits: &Bound<'_, PyAny>,
+    signals: &Bound<'_, PyAny>,
+) -> core::Result<(Vec<Wait>, Vec<Signal>)> {
+    let w: Vec<(u16, u32)> = waits.extract().map_err(|_| {
+        emu(
+            ErrorKind::Semaphore,
+            "wait must be a list of (semaphore, value) pairs",
+        )
+    })?;
+    let s: Vec<(u16, u32)> = signals.extract().map_err(|_| {
+        emu(
+            ErrorKind::Semaphore,
+            "signal must be a list of (semaphore, delta) pairs",
+        )
+    })?;
+    Ok((
+        w.into_iter()
+            .map(|(sem, value)| Wait { sem, value })
+            .collect(),
+        s.into_iter()
+            .map(|(sem, delta)| Signal { sem, delta })
+            .collect(),
+    ))
+}
+
+#[pymethods]
+impl Program {
+    #[new]
+    #[pyo3(signature = (core = 0))]
+    fn new(py: Python<'_>, core: i64) -> PyResult<Self> {
+        if !(0..8).contains(&core) {
+            return Err(to_py(
+                py,
+                emu(ErrorKind::Value, format!("core {core} out of range (0..8)")).operand("core"),
+            ));
+        }
+        Ok(Program::wrap(core::Program {
+            core: core as u8,
+            instrs: Vec::new(),
+        }))
+    }
+
+    #[getter]
+    fn core(&self) -> u8 {
+        self.inner.core
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.instrs.len()
+    }
+
+    /// Append one instruction: `args` aligned with the ISA parameters (None = omitted).
+    #[pyo3(signature = (opcode, engine, args, waits, signals, name = None, resolve_accumulate = true))]
+    #[allow(clippy::too_many_arguments)]
+    fn append(
+        &mut self,
+        py: Python<'_>,
+        opcode: &str,
+        engine: Option<&str>,
+        args: &Bound<'_, PyTuple>,
+        waits: &Bound<'_, PyAny>,
+        signals: &Bound<'_, PyAny>,
+        name: Option<String>,
+        resolve_accumulate: bool,
+    ) -> PyResult<usize> {
+        let index = self.inner.instrs.len();
+        let r = (|| -> core::Result<Instr> {
+            let op = Opcode::from_name(opcode)
+                .ok_or_else(|| emu(ErrorKind::Value, format!("unknown instruction {opcode:?}")))?;
+            let spec = op.spec();
+            let engine = match engine {
+                None => spec.engines[0],
+                Some(e) => {
+                    let i = Engine::NAMES.iter().position(|n| *n == e).ok_or_else(|| {
+                        emu(ErrorKind::Value, format!("unknown engine {e:?}")).operand("engine")
+                    })?;
+                    let eng = Engine::from_u8(i as u8).unwrap();
+                    if eng == Engine::Unknown {
+                        spec.engines[0]
+                    } else {
+                        eng
+                    }
+                }
+            };
+            if args.len() != spec.params.len() {
+                return Err(emu(
+                    ErrorKind::Value,
+                    format!(
+                        "{opcode} takes {} operands, got {}",
+                        spec.params.len(),
+                        args.len()
+                    ),
+                ));
+            }
+            let mut out = Vec::with_capacity(args.len());
+            for (p, a) in spec.params.iter().zip(args.iter()) {
+                let arg = parse_arg(&a, p.kind, p.enum_id).map_err(|e| e.operand(p.name))?;
+                let arg = match (arg, Arg::from_default(&p.default, p.kind)) {
+                    (Arg::Absent, Some(d))
+                        if !matches!(p.default, core::isa::spec::Default::Absent) =>
+                    {
+                        d
+                    }
+                    (a, _) => a,
+                };
+                out.push(arg);
+            }
+            let (waits, signals) = parse_sync(waits, signals)?;
+            let mut ins = Instr {
+                op,
+                engine,
+                args: out,
+                waits,
+                signals,
+                name,
+            };
+            core::isa::validate::validate(&ins)?;
+            if op == Opcode::NcMatmul && resolve_accumulate {
+                self.resolve_accumulate(&mut ins);
+            }
+            Ok(ins)
+        })();
+        match r {
+            Ok(ins) => {
+                self.inner.instrs.push(ins);
+                Ok(index)
+            }
+            Err(e) => {
+                let text = format!("{opcode} (being assembled)");
+                Err(to_py(py, e.at(index, text)))
+            }
+        }
+    }
+
+    /// Mark PSUM bytes as freshly allocated: the next matmul with accumulate=None overwrites them.
+    fn psum_fresh(&mut self, start: u32, parts: u32, offset: u64, nbytes: u64) {
+        for p in start..(start + parts).min(PARTITIONS as u32) {
+            let base = p as usize * PSUM_PART_BYTES / 2;
+            let lo = (offset / 2) as usize;
+            let hi = (((offset + nbytes).min(PSUM_PART_BYTES as u64)).div_ceil(2)) as usize;
+            for u in lo..hi {
+                self.mm[(base + u) / 64] &= !(1 << ((base + u) % 64));
+            }
+        }
+    }
+
+    /// Add the semaphores the data dependencies need (automatic synchronisation).
+    fn synced(&self, py: Python<'_>) -> PyResult<Program> {
+        let p = guarded(|| core::machine::autosync::auto_sync(&self.inner))
+            .map_err(|e| to_py(py, e))?;
+        Ok(Program {
+            inner: p,
+            mm: self.mm.clone(),
+        })
+    }
+
+    fn instruction_text(&self, i: usize) -> Option<String> {
+        self.inner.instrs.get(i).map(core::isa::text::format_instr)
+    }
+
+    fn to_text(&self) -> String {
+        core::isa::text::format_program(&self.inner)
+    }
+
+    #[staticmethod]
+    fn from_text(py: Python<'_>, text: &str) -> PyResult<Program> {
+        guarded(|| core::isa::text::parse_program(text))
+            .map(Program::wrap)
+            .map_err(|e| to_py(py, e))
+    }
+
+    fn encode<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &core::isa::encode::encode_program(&self.inner))
+    }
+
+    #[staticmethod]
+    fn decode(py: Python<'_>, data: &[u8]) -> PyResult<Program> {
+        guarded(|| core::isa::encode::decode_program(data))
+            .map(Program::wrap)
+            .map_err(|e| to_py(py, e))
+    }
+
+    fn __eq__(&self, other: &Program) -> bool {
+        self.inner == other.inner
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<Program core={} instructions={}>",
+            self.inner.core,
+            self.inner.instrs.len()
+        )
+    }
+}
+
+/// One Trainium3 device: 8 cores, shared sparse HBM.
+#[pyclass(module = "trn3emu._native")]
+struct Device {
+    inner: core::Device,
+}
+
+fn check_hbm(addr: u64, n: u64) -> core::Result<()> {
+    if addr
+        .checked_add(n)
+        .is_none_or(|e| e > core::memory::HBM_BYTES)
+    {
+        return Err(emu(
+            ErrorKind::Address,
+            format!(
+                "HBM bytes {addr}..{} are outside the 144 GiB address space",
+                addr as u128 + n as u128
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[pymethods]
+impl Device {
+    #[new]
+    fn new() -> Self {
+        Device {
+            inner: core::Device::new(),
+        }
+    }
+
+    /// Write raw bytes (a contiguous uint8 array) at an HBM address.
+    fn hbm_write(
+        &mut self,
+        py: Python<'_>,
+        addr: u64,
+        data: PyReadonlyArray1<'_, u8>,
+    ) -> PyResult<()> {
+        let s = data
+            .as_slice()
+            .map_err(|_| PyRuntimeError::new_err("hbm_write needs a contiguous uint8 array"))?;
+        check_hbm(addr, s.len() as u64).map_err(|e| to_py(py, e))?;
+        self.inner.hbm.write(addr, s);
+        Ok(())
+    }
+
+    /// Read `nbytes` raw bytes at an HBM address into a new uint8 array.
+    fn hbm_read<'py>(
+        &self,
+        py: Python<'py>,
+        addr: u64,
+        nbytes: u64,
+    ) -> PyResult<Bound<'py, PyArray1<u8>>> {
+        check_hbm(addr, nbytes).map_err(|e| to_py(py, e))?;
+        let mut v = vec![0u8; nbytes as usize];
+        self.inner.hbm.read(addr, &mut v);
+        Ok(PyArray1::from_vec(py, v))
+    }
+
+    /// Host bytes backing HBM (pages touched so far).
+    fn hbm_resident_bytes(&self) -> u64 {
+        self.inner.hbm.resident_bytes()
+    }
+
+    /// Read the bytes of `parts` partitions of a core's SBUF or PSUM, `nbytes` from `offset`.
+    #[allow(clippy::too_many_arguments)]
+    fn onchip_read<'py>(
+        &self,
+        py: Python<'py>,
+        core: usize,
+        mem: &str,
+        start: usize,
+        parts: usize,
+        offset: usize,
+        nbytes: usize,
+    ) -> PyResult<Bound<'py, PyArray1<u8>>> {
+        let r = (|| -> core::Result<Vec<u8>> {
+            let c = self
+                .inner
+                .cores
+                .get(core)
+                .ok_or_else(|| emu(ErrorKind::Value, format!("core {core} out of range")))?;
+            let m = match mem {
+                "sbuf" => &c.sbuf,
+                "psum" => &c.psum,
+                _ => {
+                    return Err(emu(
+                        ErrorKind::MemorySpace,
+                        format!("{mem:?} is not an on-chip memory"),
+                    ))
+                }
+            };
+            if start + parts > PARTITIONS || offset + nbytes > m.part_bytes {
+                return Err(emu(
+                    ErrorKind::Address,
+                    format!(
+                        "partitions {start}..{} bytes {offset}..{} outside {mem}",
+                        start + parts,
+                        offset + nbytes
+                    ),
+                ));
+            }
+            let mut v = Vec::with_capacity(parts * nbytes);
+            for p in start..start + parts {
+                let b = p * m.part_bytes + offset;
+                v.extend_from_slice(&m.bytes[b..b + nbytes]);
+            }
+            Ok(v)
+        })();
+        r.map(|v| PyArray1::from_vec(py, v))
+            .map_err(|e| to_py(py, e))
+    }
+
+    /// Fill every core's SBUF and PSUM with one byte value (e.g. 0xFF = NaN for floats).
+    fn fill_onchip(&mut self, byte: u8) {
+        for c in &mut self.inner.cores {
+            c.sbuf.fill(byte);
+            c.psum.fill(byte);
+        }
+    }
+
+    /// Run programs (one per core) concurrently; the GIL is released while the device runs.
+    #[pyo3(signature = (programs, check_races = true, trace = true))]
+    fn run<'py>(
+        &mut self,
+        py: Python<'py>,
+        programs: Vec<PyRef<'py, Program>>,
+        check_races: bool,
+        trace: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let progs: Vec<core::Program> = programs.iter().map(|p| p.inner.clone()).collect();
+        let opts = core::RunOptions { check_races, trace };
+        let dev = &mut self.inner;
+        let res = py
+            .detach(|| guarded(|| dev.run(&progs, &opts)))
+            .map_err(|e| to_py(py, e))?;
+        let d = PyDict::new(py);
+        d.set_item("end_ps", res.end_ps)?;
+        d.set_item("executed", res.executed)?;
+        let recs = &res.trace.records;
+        let cols = PyDict::new(py);
+        cols.set_item(
+            "core",
+            PyArray1::from_vec(py, recs.iter().map(|r| r.core).collect::<Vec<u8>>()),
+        )?;
+        cols.set_item(
+            "unit",
+            PyArray1::from_vec(
+                py,
+                recs.iter()
+                    .map(|r| match r.unit {
+                        core::trace::Unit::Engine(e) => e,
+                        core::trace::Unit::DmaQueue(q) => 5 + q,
+                    })
+                    .collect::<Vec<u8>>(),
+            ),
+        )?;
+        cols.set_item(
+            "index",
+            PyArray1::from_vec(py, recs.iter().map(|r| r.index).collect::<Vec<u32>>()),
+        )?;
+        cols.set_item(
+            "opcode",
+            PyArray1::from_vec(
+                py,
+                recs.iter().map(|r| r.opcode as u16).collect::<Vec<u16>>(),
+            ),
+        )?;
+        cols.set_item(
+            "start_ps",
+            PyArray1::from_vec(py, recs.iter().map(|r| r.start_ps).collect::<Vec<u64>>()),
+        )?;
+        cols.set_item(
+            "end_ps",
+            PyArray1::from_vec(py, recs.iter().map(|r| r.end_ps).collect::<Vec<u64>>()),
+        )?;
+        cols.set_item(
+            "bytes",
+            PyArray1::from_vec(py, recs.iter().map(|r| r.bytes).collect::<Vec<u64>>()),
+        )?;
+        cols.set_item(
+            "flops",
+            PyArray1::from_vec(py, recs.iter().map(|r| r.flops).collect::<Vec<u64>>()),
+        )?;
+        d.set_item("trace", cols)?;
+        Ok(d)
+    }
+}
+
+/// Raw conversions exposed for tests and dtype helpers: fp32 bits -> dtype bits (RNE).
+#[pyfunction]
+fn convert_from_f32<'py>(
+    py: Python<'py>,
+    dtype: &str,
+    bits: PyReadonlyArray1<'py, u32>,
+) -> PyResult<Bound<'py, PyArray1<u32>>> {
+    let dt = DType::from_name(dtype).ok_or_else(|| {
+        to_py(
+            py,
+            emu(ErrorKind::Dtype, format!("unknown dtype {dtype:?}")),
+        )
+    })?;
+    let s = bits
+        .as_slice()
+        .map_err(|_| PyRuntimeError::new_err("contiguous uint32 array needed"))?;
+    Ok(PyArray1::from_vec(
+        py,
+        s.iter()
+            .map(|b| core::numerics::from_f32(dt, f32::from_bits(*b)))
+            .collect(),
+    ))
+}
+
+/// Opcode -> name table and other ISA facts for the Python layer.
+#[pyfunction]
+fn isa_opcodes<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+    let items: Vec<(u16, &str, bool)> = core::isa::tables::INSTRUCTIONS
+        .iter()
+        .map(|s| {
+            (
+                s.opcode as u16,
+                s.name,
+                core::engines::is_implemented(s.opcode),
+            )
+        })
+        .collect();
+    PyList::new(py, items)
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Device>()?;
+    m.add_class::<Program>()?;
+    m.add_function(wrap_pyfunction!(convert_from_f32, m)?)?;
+    m.add_function(wrap_pyfunction!(isa_opcodes, m)?)?;
+    m.add("AUTO_SEM_BASE", core::machine::autosync::AUTO_SEM_BASE)?;
+    m.add("NUM_SEMAPHORES", core::isa::instr::NUM_SEMAPHORES)?;
+    Ok(())
+}

@@ -10,8 +10,9 @@ Standard library only, so it runs before anything is installed.
 from __future__ import annotations
 
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "isa" / "isa.toml"
@@ -123,7 +124,7 @@ def gen_rust(data: dict) -> str:
     for d in sorted(data["dtype"], key=lambda d: d["code"]):
         out.append(
             f'    DTypeInfo {{ dtype: DType::{camel(d["name"])}, name: "{d["name"]}", '
-            f'bits: {d["bits"]}, kind: DKind::{camel(d["kind"])} }},'
+            f"bits: {d['bits']}, kind: DKind::{camel(d['kind'])} }},"
         )
     out.append("];")
     out.append("")
@@ -147,7 +148,9 @@ def gen_rust(data: dict) -> str:
             out.append(f"    {camel(v)} = {i},")
         out.append("}")
         out.append(f"impl {ty} {{")
-        out.append(f"    pub const NAMES: &'static [&'static str] = &[{', '.join(repr(v).replace(chr(39), chr(34)) for v in e['values'])}];")
+        out.append(
+            f"    pub const NAMES: &'static [&'static str] = &[{', '.join(repr(v).replace(chr(39), chr(34)) for v in e['values'])}];"
+        )
         out.append("    pub fn from_u8(v: u8) -> Option<Self> {")
         out.append("        match v {")
         for i, v in enumerate(e["values"]):
@@ -353,7 +356,9 @@ def gen_doc(data: dict) -> str:
     out.append("| code | engine | reads | writes | |")
     out.append("|---|---|---|---|---|")
     for e in data["engine"]:
-        out.append(f"| {e['code']} | `{e['name']}` | {', '.join(e['reads']) or '-'} | {', '.join(e['writes']) or '-'} | {e['doc']} |")
+        out.append(
+            f"| {e['code']} | `{e['name']}` | {', '.join(e['reads']) or '-'} | {', '.join(e['writes']) or '-'} | {e['doc']} |"
+        )
     out.append("")
     out.append("## Enums (encoding = position)")
     out.append("")
@@ -376,7 +381,9 @@ def gen_doc(data: dict) -> str:
         out.append("")
         out.append(f"### {ins['name']}")
         out.append("")
-        out.append(f"`{ins['opcode']:#06x}` · engines {', '.join(ins['engines'])} · cost `{ins['cost']}` · since {ins['since']}")
+        out.append(
+            f"`{ins['opcode']:#06x}` · engines {', '.join(ins['engines'])} · cost `{ins['cost']}` · since {ins['since']}"
+        )
         out.append("")
         out.append(ins["summary"])
         out.append("")

@@ -1,12 +1,12 @@
 """trn3emu: an emulator of the AWS Trainium3 chip (8 x NeuronCore-v4).
 
-    import numpy as np, ml_dtypes, trn3emu as t3
-    dev = t3.Device()
-    a = dev.hbm.put(np.ones((128, 512), np.float32))
-    p = t3.Program()
-    x = p.sbuf((128, 512), ml_dtypes.bfloat16)
-    p.dma_copy(dst=x, src=a)
-    result = dev.run(p)
+import numpy as np, ml_dtypes, trn3emu as t3
+dev = t3.Device()
+a = dev.hbm.put(np.ones((128, 512), np.float32))
+p = t3.Program()
+x = p.sbuf((128, 512), ml_dtypes.bfloat16)
+p.dma_copy(dst=x, src=a)
+result = dev.run(p)
 """
 
 from . import errors

@@ -87,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run", help="run a program (text or binary) on a fresh device")
     r.add_argument("program")
     r.add_argument("--input", action="append", default=[], metavar="ADDR=FILE.npy", help="load an array into HBM")
-    r.add_argument("--output", action="append", default=[], metavar="ADDR:SHAPE:DTYPE=FILE.npy", help="save HBM to .npy")
+    r.add_argument(
+        "--output", action="append", default=[], metavar="ADDR:SHAPE:DTYPE=FILE.npy", help="save HBM to .npy"
+    )
     r.add_argument("--sync", choices=["manual", "auto"], default="manual", help="add semaphores automatically")
     r.add_argument("--no-race-check", action="store_true")
     r.set_defaults(fn=_cmd_run)

@@ -81,7 +81,9 @@ class Program(AssemblerMixin):
             shape = shape + (1,)
         t = Tensor(mem, dtype, shape, name=name, core=self.core)
         if shape[0] > PARTITIONS:
-            raise AddressError(f"{mem} tile {name or ''} spans {shape[0]} partitions (at most {PARTITIONS})", operand="shape")
+            raise AddressError(
+                f"{mem} tile {name or ''} spans {shape[0]} partitions (at most {PARTITIONS})", operand="shape"
+            )
         nbytes = t.nbytes // shape[0]
         alloc = self._sbuf if mem == "sbuf" else self._psum
         label = repr(name) if name else str(shape)
@@ -90,7 +92,9 @@ class Program(AssemblerMixin):
         else:
             start, off = address if isinstance(address, (tuple, list)) else (0, address)
             if mem == "psum" and off % PSUM_BANK_BYTES:
-                raise AddressError(f"PSUM tiles start on a 2 KiB bank boundary, address {off} is not", operand="address")
+                raise AddressError(
+                    f"PSUM tiles start on a 2 KiB bank boundary, address {off} is not", operand="address"
+                )
             alloc.reserve(off, nbytes)
             t.offset, t.start = int(off), int(start)
             if t.start + shape[0] > PARTITIONS:

@@ -19,7 +19,9 @@ MAX_FREE_DIMS = 4
 class Tensor:
     __slots__ = ("mem", "dtype", "shape", "strides", "offset", "start", "name", "core")
 
-    def __init__(self, mem: str, dtype: Any, shape, strides=None, offset: int = 0, start: int = 0, name: str = "", core=None):
+    def __init__(
+        self, mem: str, dtype: Any, shape, strides=None, offset: int = 0, start: int = 0, name: str = "", core=None
+    ):
         self.mem = mem
         self.dtype = dtype_name(dtype)
         self.shape = tuple(int(s) for s in shape)
@@ -66,7 +68,11 @@ class Tensor:
         return self.offset
 
     def __repr__(self) -> str:
-        where = f"{self.mem}@{self.offset:#x}" if self.mem == "hbm" else f"{self.mem}[{self.start}:{self.start + self.shape[0]}]+{self.offset}"
+        where = (
+            f"{self.mem}@{self.offset:#x}"
+            if self.mem == "hbm"
+            else f"{self.mem}[{self.start}:{self.start + self.shape[0]}]+{self.offset}"
+        )
         label = f" {self.name!r}" if self.name else ""
         return f"<Tensor{label} {where} {self.shape} {self.dtype}>"
 

@@ -6,7 +6,18 @@ import numpy as np
 
 from ._asm import INSTRUCTIONS
 
-UNITS = ("tensor", "vector", "scalar", "gpsimd", "sync", "dma.tensor", "dma.vector", "dma.scalar", "dma.gpsimd", "dma.sync")
+UNITS = (
+    "tensor",
+    "vector",
+    "scalar",
+    "gpsimd",
+    "sync",
+    "dma.tensor",
+    "dma.vector",
+    "dma.scalar",
+    "dma.gpsimd",
+    "dma.sync",
+)
 _OPNAME = {code: name for name, (code, _e, _p) in INSTRUCTIONS.items()}
 
 
@@ -59,7 +70,10 @@ class Trace:
         """Per core and unit: records, busy time, utilisation of the run, bytes, GFLOP."""
         total = self.total_ns
         c = self.columns
-        lines = [f"estimated time {total:,.1f} ns, {len(self)} records", f"{'core':>4} {'unit':<11} {'n':>6} {'busy ns':>12} {'util':>6} {'bytes':>12} {'GFLOP':>8}"]
+        lines = [
+            f"estimated time {total:,.1f} ns, {len(self)} records",
+            f"{'core':>4} {'unit':<11} {'n':>6} {'busy ns':>12} {'util':>6} {'bytes':>12} {'GFLOP':>8}",
+        ]
         for core in np.unique(c["core"]):
             for u in range(len(UNITS)):
                 m = (c["core"] == core) & (c["unit"] == u)

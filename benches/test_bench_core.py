@@ -1,0 +1,89 @@
+"""Throughput of the emulator against this host's own limits, measured in the same run.
+
+pytest benches/ --benchmark-only --benchmark-save=base      # record
+pytest benches/ --benchmark-only --benchmark-compare --benchmark-compare-fail=median:10%
+"""
+
+import time
+
+import ml_dtypes
+import numpy as np
+import pytest
+import trn3emu as t3
+
+BF16 = ml_dtypes.bfloat16
+
+
+def _host_median(fn, reps: int = 20) -> float:
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.float32], ids=["bf16", "fp32"])
+def test_matmul_tile(benchmark, dtype):
+    """One nc_matmul 128x128x512 tile (plus run overhead), GFLOP/s vs numpy sgemm of the same shape."""
+    dev = t3.Device()
+    p = t3.Program(sync="manual")
+    a = p.sbuf((128, 128), dtype)
+    b = p.sbuf((128, 512), dtype)
+    acc = p.psum((128, 512), np.float32)
+    p.nc_matmul(dst=acc, stationary=a, moving=b, accumulate=False)
+    benchmark(dev.run, p, check_races=False, trace=False)
+    x = np.random.rand(128, 128).astype(np.float32)
+    y = np.random.rand(128, 512).astype(np.float32)
+    host = _host_median(lambda: x.T @ y)
+    flop = 2 * 128 * 128 * 512
+    emu = benchmark.stats.stats.median
+    benchmark.extra_info.update(
+        emulated_gflops=flop / emu / 1e9, host_sgemm_gflops=flop / host / 1e9, fraction_of_host=host / emu
+    )
+
+
+def test_tensor_tensor_add(benchmark):
+    """tensor_tensor add fp32 on [128, 4096], GB/s vs numpy add on the same data."""
+    dev = t3.Device()
+    p = t3.Program(sync="manual")
+    a = p.sbuf((128, 4096), np.float32)
+    b = p.sbuf((128, 4096), np.float32)
+    c = p.sbuf((128, 4096), np.float32)
+    p.tensor_tensor(dst=c, data1=a, data2=b, op="add")
+    benchmark(dev.run, p, check_races=False, trace=False)
+    x = np.random.rand(128, 4096).astype(np.float32)
+    y = np.random.rand(128, 4096).astype(np.float32)
+    host = _host_median(lambda: np.add(x, y))
+    nbytes = 3 * x.nbytes
+    emu = benchmark.stats.stats.median
+    benchmark.extra_info.update(
+        emulated_gbps=nbytes / emu / 1e9, host_gbps=nbytes / host / 1e9, fraction_of_host=host / emu
+    )
+
+
+def test_python_assembly(benchmark):
+    """Instructions assembled per second from Python."""
+    n = 2000
+
+    def assemble():
+        p = t3.Program(sync="manual")
+        t = p.sbuf((128, 1), np.float32)
+        for _ in range(n):
+            p.tensor_scalar(dst=t, data=t, op0="add", operand0=1.0)
+        return p
+
+    benchmark(assemble)
+    benchmark.extra_info["instructions_per_s"] = n / benchmark.stats.stats.median
+
+
+def test_tiny_instruction_dispatch(benchmark):
+    """[128, 1] tensor_scalar instructions executed per second (race checks off, trace off)."""
+    n = 2000
+    dev = t3.Device()
+    p = t3.Program(sync="manual")
+    t = p.sbuf((128, 1), np.float32)
+    for _ in range(n):
+        p.tensor_scalar(dst=t, data=t, op0="add", operand0=1.0)
+    benchmark(dev.run, p, check_races=False, trace=False)
+    benchmark.extra_info["instructions_per_s"] = n / benchmark.stats.stats.median

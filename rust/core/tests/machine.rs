@@ -23,13 +23,20 @@ fn unsynchronised_reader_is_a_race_naming_both() {
     let mut dev = Device::new();
     let e = run(&mut dev, &format!("{WRITE_A}\n{READ_A}\n")).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Race, "{e}");
-    assert!(e.rule.contains("memset.vector") && e.rule.contains("activation.scalar"), "{e}");
+    assert!(
+        e.rule.contains("memset.vector") && e.rule.contains("activation.scalar"),
+        "{e}"
+    );
 }
 
 #[test]
 fn semaphore_orders_writer_and_reader() {
     let mut dev = Device::new();
-    let r = run(&mut dev, &format!("{WRITE_A} signal=s0+1\n{READ_A} wait=s0>=1\n")).unwrap();
+    let r = run(
+        &mut dev,
+        &format!("{WRITE_A} signal=s0+1\n{READ_A} wait=s0>=1\n"),
+    )
+    .unwrap();
     assert_eq!(sbuf_f32(&dev, 5, 1024), 4.0);
     assert_eq!(r.executed, 2);
     // The reader starts no earlier than the writer ends.
@@ -43,7 +50,10 @@ fn cyclic_wait_is_a_deadlock() {
     let text = "nop.vector wait=s1>=1 signal=s2+1\nnop.scalar wait=s2>=1 signal=s1+1\n";
     let e = run(&mut dev, text).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Deadlock);
-    assert!(e.rule.contains("nop.vector") && e.rule.contains("nop.scalar"), "{e}");
+    assert!(
+        e.rule.contains("nop.vector") && e.rule.contains("nop.scalar"),
+        "{e}"
+    );
     // The device stays usable.
     run(&mut dev, "nop.sync\n").unwrap();
 }
@@ -96,7 +106,11 @@ fn cores_run_concurrently_and_share_hbm() {
 #[test]
 fn not_implemented_instruction_names_itself_and_device_survives() {
     let mut dev = Device::new();
-    let e = run(&mut dev, "reciprocal.vector dst=sbuf:float32[0:128]+0[[1,8]] data=sbuf:float32[0:128]+64[[1,8]]\n").unwrap_err();
+    let e = run(
+        &mut dev,
+        "reciprocal.vector dst=sbuf:float32[0:128]+0[[1,8]] data=sbuf:float32[0:128]+64[[1,8]]\n",
+    )
+    .unwrap_err();
     assert_eq!(e.kind, ErrorKind::NotImplemented);
     assert!(e.to_string().contains("reciprocal"));
     run(&mut dev, &format!("{WRITE_A}\n")).unwrap();

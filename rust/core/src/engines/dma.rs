@@ -3,6 +3,7 @@
 use super::Ctx;
 use crate::error::{err, ErrorKind::*, Result};
 use crate::isa::tables::p::dma_copy as dc;
+use crate::isa::Opcode;
 use crate::isa::{DgeMode, Instr};
 
 pub fn check_dma_copy(ins: &Instr) -> Result<()> {
@@ -63,4 +64,28 @@ pub fn dma_copy(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
         ctx.write_f32(dst, &v);
     }
     Ok(())
+}
+
+/// The instructions this module implements.
+pub const MODULE: super::Module = super::Module {
+    opcodes: &[Opcode::DmaCopy],
+    check,
+    exec,
+};
+
+fn check(ins: &Instr) -> Result<()> {
+    match ins.op {
+        Opcode::DmaCopy => check_dma_copy(ins),
+        _ => Ok(()),
+    }
+}
+
+fn exec(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
+    match ins.op {
+        Opcode::DmaCopy => dma_copy(ins, ctx),
+        _ => Err(crate::error::err(
+            crate::error::ErrorKind::Internal,
+            format!("{} is listed but not dispatched", ins.op.spec().name),
+        )),
+    }
 }

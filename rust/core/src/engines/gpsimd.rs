@@ -3,6 +3,7 @@
 use super::Ctx;
 use crate::error::{err, ErrorKind::*, Result};
 use crate::isa::tables::p::iota as io;
+use crate::isa::Opcode;
 use crate::isa::{DType, Instr};
 use crate::numerics;
 
@@ -68,4 +69,28 @@ pub fn iota(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     }
     ctx.write_raw(dst, &out);
     Ok(())
+}
+
+/// The instructions this module implements.
+pub const MODULE: super::Module = super::Module {
+    opcodes: &[Opcode::Iota],
+    check,
+    exec,
+};
+
+fn check(ins: &Instr) -> Result<()> {
+    match ins.op {
+        Opcode::Iota => check_iota(ins),
+        _ => Ok(()),
+    }
+}
+
+fn exec(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
+    match ins.op {
+        Opcode::Iota => iota(ins, ctx),
+        _ => Err(crate::error::err(
+            crate::error::ErrorKind::Internal,
+            format!("{} is listed but not dispatched", ins.op.spec().name),
+        )),
+    }
 }

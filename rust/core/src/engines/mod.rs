@@ -97,52 +97,57 @@ pub fn check_column(a: &Arg, name: &str, parts: u32) -> Result<()> {
     Ok(())
 }
 
+/// Each engine module lists the opcodes it implements and dispatches its own `check`/`exec`,
+/// so adding instructions touches one module and the `MODULES` table.
+pub struct Module {
+    pub opcodes: &'static [Opcode],
+    pub check: fn(&Instr) -> Result<()>,
+    pub exec: fn(&Instr, &mut Ctx) -> Result<()>,
+}
+
+pub const MODULES: &[&Module] = &[
+    &tensor::MODULE,
+    &vector::MODULE,
+    &scalar::MODULE,
+    &gpsimd::MODULE,
+    &dma::MODULE,
+    &CONTROL,
+];
+
+/// Sequencer-only instructions.
+const CONTROL: Module = Module {
+    opcodes: &[Opcode::Nop],
+    check: |_| Ok(()),
+    exec: |_, _| Ok(()),
+};
+
+fn module_of(op: Opcode) -> Option<&'static Module> {
+    MODULES.iter().copied().find(|m| m.opcodes.contains(&op))
+}
+
 pub fn is_implemented(op: Opcode) -> bool {
-    matches!(
-        op,
-        Opcode::Nop
-            | Opcode::NcMatmul
-            | Opcode::NcTranspose
-            | Opcode::Activation
-            | Opcode::TensorTensor
-            | Opcode::TensorScalar
-            | Opcode::TensorCopy
-            | Opcode::Memset
-            | Opcode::Iota
-            | Opcode::DmaCopy
-    )
+    module_of(op).is_some()
 }
 
 /// Instruction-specific rules beyond the generic operand checks.
 pub fn check(ins: &Instr) -> Result<()> {
-    match ins.op {
-        Opcode::NcMatmul => tensor::check_matmul(ins),
-        Opcode::NcTranspose => tensor::check_transpose(ins),
-        Opcode::Activation => scalar::check_activation(ins),
-        Opcode::TensorTensor => vector::check_tensor_tensor(ins),
-        Opcode::TensorScalar => vector::check_tensor_scalar(ins),
-        Opcode::TensorCopy => vector::check_tensor_copy(ins),
-        Opcode::Memset => vector::check_memset(ins),
-        Opcode::Iota => gpsimd::check_iota(ins),
-        Opcode::DmaCopy => dma::check_dma_copy(ins),
-        _ => Ok(()),
+    match module_of(ins.op) {
+        Some(m) => (m.check)(ins),
+        None => Ok(()),
     }
 }
 
 /// Execute one instruction's semantics.
 pub fn exec(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
-    match ins.op {
-        Opcode::Nop => Ok(()),
-        Opcode::NcMatmul => tensor::matmul(ins, ctx),
-        Opcode::NcTranspose => tensor::transpose(ins, ctx),
-        Opcode::Activation => scalar::activation(ins, ctx),
-        Opcode::TensorTensor => vector::tensor_tensor(ins, ctx),
-        Opcode::TensorScalar => vector::tensor_scalar(ins, ctx),
-        Opcode::TensorCopy => vector::tensor_copy(ins, ctx),
-        Opcode::Memset => vector::memset(ins, ctx),
-        Opcode::Iota => gpsimd::iota(ins, ctx),
-        Opcode::DmaCopy => dma::dma_copy(ins, ctx),
-        op => Err(err(NotImplemented, format!("{} is part of the ISA (it assembles, encodes and prints) but its semantics are not implemented in this build", op.spec().name))),
+    match module_of(ins.op) {
+        Some(m) => (m.exec)(ins, ctx),
+        None => Err(err(
+            NotImplemented,
+            format!(
+                "{} is part of the ISA (it assembles, encodes and prints) but its semantics are not implemented in this build",
+                ins.op.spec().name
+            ),
+        )),
     }
 }
 

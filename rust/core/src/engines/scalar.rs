@@ -4,6 +4,7 @@ use super::act;
 use super::{check_column, same_shape, Ctx};
 use crate::error::{err, ErrorKind::*, Result};
 use crate::isa::tables::p::activation as a;
+use crate::isa::Opcode;
 use crate::isa::{ActFn, AluOp, Arg, Instr, ReduceCmd};
 
 pub fn check_activation(ins: &Instr) -> Result<()> {
@@ -90,4 +91,28 @@ pub fn activation(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
         ctx.write_f32(res, &vals);
     }
     Ok(())
+}
+
+/// The instructions this module implements.
+pub const MODULE: super::Module = super::Module {
+    opcodes: &[Opcode::Activation],
+    check,
+    exec,
+};
+
+fn check(ins: &Instr) -> Result<()> {
+    match ins.op {
+        Opcode::Activation => check_activation(ins),
+        _ => Ok(()),
+    }
+}
+
+fn exec(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
+    match ins.op {
+        Opcode::Activation => activation(ins, ctx),
+        _ => Err(crate::error::err(
+            crate::error::ErrorKind::Internal,
+            format!("{} is listed but not dispatched", ins.op.spec().name),
+        )),
+    }
 }

@@ -8,6 +8,7 @@
 use super::{same_shape, Ctx};
 use crate::error::{err, ErrorKind::*, Result};
 use crate::isa::tables::p::{nc_matmul as mm, nc_transpose as tp};
+use crate::isa::Opcode;
 use crate::isa::{Arg, DType, Engine, Instr, MatmulPerfMode};
 use crate::memory::{Ap, Mem, PSUM_BANK_BYTES};
 use crate::numerics;
@@ -297,4 +298,30 @@ pub fn transpose(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     ctx.mems.scatter(dst, &out);
     let _ = numerics::load_raw;
     Ok(())
+}
+
+/// The instructions this module implements.
+pub const MODULE: super::Module = super::Module {
+    opcodes: &[Opcode::NcMatmul, Opcode::NcTranspose],
+    check,
+    exec,
+};
+
+fn check(ins: &Instr) -> Result<()> {
+    match ins.op {
+        Opcode::NcMatmul => check_matmul(ins),
+        Opcode::NcTranspose => check_transpose(ins),
+        _ => Ok(()),
+    }
+}
+
+fn exec(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
+    match ins.op {
+        Opcode::NcMatmul => matmul(ins, ctx),
+        Opcode::NcTranspose => transpose(ins, ctx),
+        _ => Err(crate::error::err(
+            crate::error::ErrorKind::Internal,
+            format!("{} is listed but not dispatched", ins.op.spec().name),
+        )),
+    }
 }

@@ -7,6 +7,7 @@ use crate::error::{err, ErrorKind::*, Result};
 use crate::isa::tables::p::{
     memset as ms, tensor_copy as tc, tensor_scalar as ts, tensor_tensor as tt,
 };
+use crate::isa::Opcode;
 use crate::isa::{AluOp, Arg, DType, Engine, Instr};
 use crate::memory::Mem;
 use crate::numerics;
@@ -191,10 +192,19 @@ pub fn tensor_scalar(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     let c0 = ctx.per_partition(ins.arg(ts::OPERAND0), src.parts, 0.0);
     let c1 = ctx.per_partition(ins.arg(ts::OPERAND1), src.parts, 0.0);
     if is_bitwise(op0) {
+        // Integer (P,1) tiles give their raw bits (like data); immediates their integer value.
+        let bits = |a: &Arg, c: &[f32]| -> Vec<u32> {
+            match a {
+                Arg::Tensor(ap) if ap.dtype.is_integer() => ctx.read_raw(ap),
+                _ => c.iter().map(|v| *v as i32 as u32).collect(),
+            }
+        };
+        let b0 = bits(ins.arg(ts::OPERAND0), &c0);
+        let b1 = bits(ins.arg(ts::OPERAND1), &c1);
         let x = ctx.read_raw(src);
         let mut out = vec![0u32; x.len()];
         for r in 0..p {
-            let (k0, k1) = (c0[r] as i32 as u32, c1[r] as i32 as u32);
+            let (k0, k1) = (b0[r], b1[r]);
             for j in 0..f {
                 let v = x[r * f + j];
                 let mut t = if rev0 {
@@ -321,4 +331,39 @@ pub fn memset(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     let vals = vec![raw; dst.num_elements()];
     ctx.write_raw(dst, &vals);
     Ok(())
+}
+
+/// The instructions this module implements.
+pub const MODULE: super::Module = super::Module {
+    opcodes: &[
+        Opcode::TensorTensor,
+        Opcode::TensorScalar,
+        Opcode::TensorCopy,
+        Opcode::Memset,
+    ],
+    check,
+    exec,
+};
+
+fn check(ins: &Instr) -> Result<()> {
+    match ins.op {
+        Opcode::TensorTensor => check_tensor_tensor(ins),
+        Opcode::TensorScalar => check_tensor_scalar(ins),
+        Opcode::TensorCopy => check_tensor_copy(ins),
+        Opcode::Memset => check_memset(ins),
+        _ => Ok(()),
+    }
+}
+
+fn exec(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
+    match ins.op {
+        Opcode::TensorTensor => tensor_tensor(ins, ctx),
+        Opcode::TensorScalar => tensor_scalar(ins, ctx),
+        Opcode::TensorCopy => tensor_copy(ins, ctx),
+        Opcode::Memset => memset(ins, ctx),
+        _ => Err(crate::error::err(
+            crate::error::ErrorKind::Internal,
+            format!("{} is listed but not dispatched", ins.op.spec().name),
+        )),
+    }
 }

@@ -12,7 +12,6 @@ from collections.abc import Callable, Sequence
 import ml_dtypes
 import numpy as np
 import pytest
-
 import trn3emu as t3
 
 BF16 = ml_dtypes.bfloat16
@@ -80,6 +79,13 @@ def run_op(
         handles.append(h)
     dev.run(p)
     return [dev.hbm.get(h) for h in handles]
+
+
+def param_id(v) -> str:
+    """Readable pytest ids: dtype names for numpy / ml_dtypes types, str() otherwise."""
+    if isinstance(v, type) and issubclass(v, np.generic):
+        return np.dtype(v).name
+    return str(v)
 
 
 def bits(a: np.ndarray) -> np.ndarray:

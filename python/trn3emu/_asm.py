@@ -138,7 +138,7 @@ class AssemblerMixin:
         dst[m,n] = sum_{k=0..K-1} stationary[k,m] * moving[k,n]: exact products, fp32 accumulation in partition order 0..K-1 starting from +0, then written to PSUM (accumulate: psum = fl32(psum + sum)). accumulate=None: the first write to a PSUM location since it was last written by another instruction overwrites, later ones add.
 
         Engines: tensor.
-        dst: PSUM result [M, N].
+        dst: PSUM result [M, N] (fp32/bf16; transpose mode: the input dtype).
         stationary: [K, M], K <= 128, M <= 128.
         moving: [K, N], N <= 512 per PSUM bank.
         is_stationary_onezero: performance hint.

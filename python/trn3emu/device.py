@@ -85,9 +85,32 @@ class Device:
 
     NUM_CORES = 8
 
-    def __init__(self) -> None:
-        self._native = _native.Device()
+    def __init__(
+        self,
+        rounding: str | None = None,
+        seed: int | None = None,
+        sr_bits: int = 32,
+        fp8_overflow: str = "ieee",
+        mx_scale: str = "nki",
+    ) -> None:
+        """Numerics options (docs/numerics.md):
+
+        - `rounding`: "rne" (default) or "stochastic" for every fp32 -> bf16/fp16/tf32/fp8 output
+          cast of the compute engines and bf16 PSUM writes. None follows the Neuron runtime's
+          `NEURON_RT_STOCHASTIC_ROUNDING_EN` environment variable (off when unset).
+        - `seed`: stochastic-rounding seed, also the RNG power-on seed; None follows
+          `NEURON_RT_STOCHASTIC_ROUNDING_SEED` (0 when unset).
+        - `sr_bits`: random bits per stochastic-rounding decision (1..32).
+        - `fp8_overflow`: "ieee" (ml_dtypes: e4m3/e5m2 -> Inf, e4m3fn -> NaN) or "saturate" (±max).
+        - `mx_scale`: `quantize_mx` scale rule, "nki" (NKI 0.6: 2x the OCP scale) or "ocp".
+        """
+        self._native = _native.Device(rounding, seed, sr_bits, fp8_overflow, mx_scale)
         self.hbm = Hbm(self._native)
+
+    @property
+    def numerics(self) -> dict[str, Any]:
+        """The numerics configuration in effect (after environment variables and arguments)."""
+        return dict(self._native.numerics())
 
     def run(self, programs: Program | list[Program], check_races: bool = True, trace: bool = True) -> RunResult:
         """Run one program, or one per core concurrently. Releases the GIL while running."""

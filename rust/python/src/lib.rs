@@ -443,11 +443,87 @@ fn check_hbm(addr: u64, n: u64) -> core::Result<()> {
 
 #[pymethods]
 impl Device {
+    /// `rounding`: "rne" | "stochastic" (None: NEURON_RT_STOCHASTIC_ROUNDING_EN decides);
+    /// `seed` (None: NEURON_RT_STOCHASTIC_ROUNDING_SEED or 0); `sr_bits` 1..=32;
+    /// `fp8_overflow`: "ieee" (ml_dtypes) | "saturate"; `mx_scale`: "nki" | "ocp".
     #[new]
-    fn new() -> Self {
-        Device {
-            inner: core::Device::new(),
+    #[pyo3(signature = (rounding = None, seed = None, sr_bits = 32, fp8_overflow = "ieee", mx_scale = "nki"))]
+    fn new(
+        py: Python<'_>,
+        rounding: Option<&str>,
+        seed: Option<u64>,
+        sr_bits: u32,
+        fp8_overflow: &str,
+        mx_scale: &str,
+    ) -> PyResult<Self> {
+        use core::numerics::config::{Fp8Overflow, MxScaleRule, NumericsConfig, RoundMode};
+        let bad = |what: &str, v: &str, allowed: &str| {
+            to_py(
+                py,
+                emu(
+                    ErrorKind::Value,
+                    format!("{what} must be one of {allowed}, got {v:?}"),
+                ),
+            )
+        };
+        let mut cfg = NumericsConfig::from_env(|k| std::env::var(k).ok());
+        match rounding {
+            None => {}
+            Some("rne") | Some("nearest") => cfg.rounding = RoundMode::Rne,
+            Some("stochastic") | Some("sr") => cfg.rounding = RoundMode::Stochastic,
+            Some(v) => return Err(bad("rounding", v, "'rne', 'stochastic'")),
         }
+        if let Some(s) = seed {
+            cfg.seed = s;
+        }
+        if !(1..=32).contains(&sr_bits) {
+            return Err(bad("sr_bits", &sr_bits.to_string(), "1..=32"));
+        }
+        cfg.sr_bits = sr_bits;
+        cfg.fp8_overflow = match fp8_overflow {
+            "ieee" => Fp8Overflow::Ieee,
+            "saturate" => Fp8Overflow::Saturate,
+            v => return Err(bad("fp8_overflow", v, "'ieee', 'saturate'")),
+        };
+        cfg.mx_scale = match mx_scale {
+            "nki" => MxScaleRule::Nki,
+            "ocp" => MxScaleRule::Ocp,
+            v => return Err(bad("mx_scale", v, "'nki', 'ocp'")),
+        };
+        Ok(Device {
+            inner: core::Device::with_numerics(cfg),
+        })
+    }
+
+    /// The numerics configuration in effect (after environment variables and arguments).
+    fn numerics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        use core::numerics::config::{Fp8Overflow, MxScaleRule, RoundMode};
+        let c = &self.inner.numerics;
+        let d = PyDict::new(py);
+        d.set_item(
+            "rounding",
+            match c.rounding {
+                RoundMode::Rne => "rne",
+                RoundMode::Stochastic => "stochastic",
+            },
+        )?;
+        d.set_item("seed", c.seed)?;
+        d.set_item("sr_bits", c.sr_bits)?;
+        d.set_item(
+            "fp8_overflow",
+            match c.fp8_overflow {
+                Fp8Overflow::Ieee => "ieee",
+                Fp8Overflow::Saturate => "saturate",
+            },
+        )?;
+        d.set_item(
+            "mx_scale",
+            match c.mx_scale {
+                MxScaleRule::Nki => "nki",
+                MxScaleRule::Ocp => "ocp",
+            },
+        )?;
+        Ok(d)
     }
 
     /// Write raw bytes (a contiguous uint8 array) at an HBM address.
@@ -610,10 +686,12 @@ impl Device {
 
 /// Raw conversions exposed for tests and dtype helpers: fp32 bits -> dtype bits (RNE).
 #[pyfunction]
+#[pyo3(signature = (dtype, bits, saturate = false))]
 fn convert_from_f32<'py>(
     py: Python<'py>,
     dtype: &str,
     bits: PyReadonlyArray1<'py, u32>,
+    saturate: bool,
 ) -> PyResult<Bound<'py, PyArray1<u32>>> {
     let dt = DType::from_name(dtype).ok_or_else(|| {
         to_py(
@@ -624,12 +702,41 @@ fn convert_from_f32<'py>(
     let s = bits
         .as_slice()
         .map_err(|_| PyRuntimeError::new_err("contiguous uint32 array needed"))?;
-    Ok(PyArray1::from_vec(
-        py,
-        s.iter()
-            .map(|b| core::numerics::from_f32(dt, f32::from_bits(*b)))
-            .collect(),
-    ))
+    let mut out = vec![0u32; s.len()];
+    if saturate {
+        let cfg = core::numerics::config::NumericsConfig {
+            fp8_overflow: core::numerics::config::Fp8Overflow::Saturate,
+            ..Default::default()
+        };
+        let r = core::numerics::config::Rounder::new(cfg, 0, 0, 0, false);
+        for (o, b) in out.iter_mut().zip(s) {
+            *o = r.from_f32(dt, f32::from_bits(*b), 0);
+        }
+    } else {
+        py.detach(|| core::numerics::convert_from_f32_slice(dt, s, &mut out));
+    }
+    Ok(PyArray1::from_vec(py, out))
+}
+
+/// Raw conversions for tests and benchmarks: dtype bits (zero-extended to u32) -> fp32 (exact).
+#[pyfunction]
+fn convert_to_f32<'py>(
+    py: Python<'py>,
+    dtype: &str,
+    codes: PyReadonlyArray1<'py, u32>,
+) -> PyResult<Bound<'py, PyArray1<f32>>> {
+    let dt = DType::from_name(dtype).ok_or_else(|| {
+        to_py(
+            py,
+            emu(ErrorKind::Dtype, format!("unknown dtype {dtype:?}")),
+        )
+    })?;
+    let s = codes
+        .as_slice()
+        .map_err(|_| PyRuntimeError::new_err("contiguous uint32 array needed"))?;
+    let mut out = vec![0f32; s.len()];
+    py.detach(|| core::numerics::convert_to_f32_slice(dt, s, &mut out));
+    Ok(PyArray1::from_vec(py, out))
 }
 
 /// Opcode -> name table and other ISA facts for the Python layer.
@@ -653,6 +760,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Device>()?;
     m.add_class::<Program>()?;
     m.add_function(wrap_pyfunction!(convert_from_f32, m)?)?;
+    m.add_function(wrap_pyfunction!(convert_to_f32, m)?)?;
     m.add_function(wrap_pyfunction!(isa_opcodes, m)?)?;
     m.add("AUTO_SEM_BASE", core::machine::autosync::AUTO_SEM_BASE)?;
     m.add("NUM_SEMAPHORES", core::isa::instr::NUM_SEMAPHORES)?;

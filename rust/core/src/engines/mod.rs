@@ -5,6 +5,8 @@ pub mod act;
 pub mod alu;
 pub mod dma;
 pub mod gpsimd;
+pub mod mx;
+pub mod rng;
 pub mod scalar;
 pub mod tensor;
 pub mod vector;
@@ -14,6 +16,8 @@ use crate::isa::{Arg, Instr, Opcode};
 use crate::memory::onchip::Mems;
 use crate::memory::{Ap, PARTITIONS, PSUM_PART_BYTES};
 use crate::numerics;
+use crate::numerics::config::Rounder;
+use crate::numerics::rng::RngStates;
 
 /// Per-core engine state that outlives single instructions.
 pub struct EngineState {
@@ -36,14 +40,20 @@ impl Default for EngineState {
 pub struct Ctx<'a> {
     pub mems: Mems<'a>,
     pub state: &'a mut EngineState,
+    /// The core's PRNG states (persist across runs).
+    pub rng: &'a mut RngStates,
+    /// Output-cast rounding of this instruction (RNE or stochastic; fp8 overflow policy).
+    pub rounder: Rounder,
 }
 
 impl Ctx<'_> {
     pub fn read_f32(&self, ap: &Ap) -> Vec<f32> {
         numerics::decode_all(ap.dtype, &self.mems.gather(ap))
     }
+    /// Write fp32 results, cast to the dtype of `ap` under the instruction's rounding
+    /// (element index = position in `vals`, which drives the stochastic-rounding bits).
     pub fn write_f32(&mut self, ap: &Ap, vals: &[f32]) {
-        let bytes = numerics::encode_all(ap.dtype, vals);
+        let bytes = self.rounder.encode_all(ap.dtype, vals);
         self.mems.scatter(ap, &bytes);
     }
     pub fn read_raw(&self, ap: &Ap) -> Vec<u32> {
@@ -107,7 +117,9 @@ pub struct Module {
 
 pub const MODULES: &[&Module] = &[
     &tensor::MODULE,
+    &mx::MODULE,
     &vector::MODULE,
+    &rng::MODULE,
     &scalar::MODULE,
     &gpsimd::MODULE,
     &dma::MODULE,

@@ -202,8 +202,16 @@ pub fn matmul(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
             }
         }
     }
-    // PSUM write: overwrite, accumulate, or decide per element (accumulate = None).
-    let mode = match ins.arg(mm::ACCUMULATE) {
+    write_psum(ins.arg(mm::ACCUMULATE), ctx, dst, &acc);
+    Ok(())
+}
+
+/// The PSUM write of a matmul result `acc` ([M, N] fp32, row-major): overwrite, accumulate
+/// (`psum = fl32(psum + acc)`), or decide per element (accumulate = None: add when a matmul
+/// already wrote the element in this run). A bf16 PSUM is rounded after the add (RNE or SR).
+pub(crate) fn write_psum(accumulate: &Arg, ctx: &mut Ctx, dst: &Ap, acc: &[f32]) {
+    let (m, n) = (dst.parts as usize, dst.free_size());
+    let mode = match accumulate {
         Arg::Bool(b) => Some(*b),
         _ => None,
     };
@@ -225,7 +233,6 @@ pub fn matmul(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
         }
     }
     ctx.write_f32(dst, &out);
-    Ok(())
 }
 
 pub fn check_transpose(ins: &Instr) -> Result<()> {

@@ -57,6 +57,7 @@ pub mod dclass {
     pub const INT32: u32 = 0x12000;
     pub const MATMUL_IN: u32 = 0x7f;
     pub const PSUM_ACC: u32 = 0x5;
+    pub const MATMUL_DST: u32 = 0x7f;
     pub const MX_DATA: u32 = 0x700;
     pub const MX_QUANT_OUT: u32 = 0x300;
     pub const MX_SCALE: u32 = 0x4080;
@@ -668,7 +669,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         nki: true,
         implemented: true,
         params: &[
-            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::PSUM, dtypes: dclass::PSUM_ACC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::PSUM, dtypes: dclass::MATMUL_DST, enum_id: 255, default: Default::Required },
             ParamSpec { name: "stationary", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::MATMUL_IN, enum_id: 255, default: Default::Required },
             ParamSpec { name: "moving", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::MATMUL_IN, enum_id: 255, default: Default::Required },
             ParamSpec { name: "is_stationary_onezero", kind: Kind::Bool, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Bool(false) },
@@ -810,7 +811,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "pe_matmul",
         since: "v4",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::PSUM, dtypes: dclass::PSUM_ACC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "stationary", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::MX_DATA, enum_id: 255, default: Default::Required },
@@ -1010,7 +1011,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "vec_quant",
         since: "v4",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::MX_QUANT_OUT, enum_id: 255, default: Default::Required },
             ParamSpec { name: "src", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::HALF, enum_id: 255, default: Default::Required },
@@ -1024,7 +1025,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "vec_1in",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "data", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
@@ -1267,7 +1268,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "rng",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::INT_ANY, enum_id: 255, default: Default::Required },
         ],
@@ -1279,7 +1280,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "rng",
         since: "v4",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::RAND2_OUT, enum_id: 255, default: Default::Required },
             ParamSpec { name: "min", kind: Kind::TensorOrF32, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::FP32, enum_id: 255, default: Default::Required },
@@ -1293,7 +1294,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "rng_state",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "src_seeds", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::BITS32, enum_id: 255, default: Default::Required },
         ],
@@ -1305,7 +1306,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "rng_state",
         since: "v3",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "src_seeds", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::U32, enum_id: 255, default: Default::Required },
         ],
@@ -1317,7 +1318,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "rng_state",
         since: "v3",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::U32, enum_id: 255, default: Default::Required },
         ],

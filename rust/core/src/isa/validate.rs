@@ -160,7 +160,13 @@ pub fn validate(instr: &Instr) -> Result<()> {
                         );
                     }
                 }
-                if !dma && ap.mem != Mem::Hbm {
+                // MX scale tiles start at a quadrant offset 0/4/8/12 (checked by the instruction).
+                let mx_scale = p.name.ends_with("scale")
+                    && matches!(
+                        instr.op,
+                        super::Opcode::QuantizeMx | super::Opcode::NcMatmulMx
+                    );
+                if !dma && !mx_scale && ap.mem != Mem::Hbm {
                     ap.check_start_partition().map_err(|e| e.operand(p.name))?;
                 }
                 if eng == Engine::Tensor && p.access.writes() {

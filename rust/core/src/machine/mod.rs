@@ -10,6 +10,8 @@ use crate::error::Result;
 use crate::isa::{Engine, Program};
 use crate::memory::hbm::Hbm;
 use crate::memory::onchip::OnChip;
+use crate::numerics::config::NumericsConfig;
+use crate::numerics::rng::RngStates;
 use crate::trace::Trace;
 
 pub const NUM_CORES: usize = 8;
@@ -32,14 +34,17 @@ pub struct Core {
     pub sbuf: OnChip,
     pub psum: OnChip,
     pub state: EngineState,
+    /// VectorE / GpSimd XORWOW states: persist across runs (like the hardware's, until reset).
+    pub rng: RngStates,
 }
 
 impl Core {
-    fn new() -> Self {
+    fn new(seed: u64, core: usize) -> Self {
         Core {
             sbuf: OnChip::sbuf(),
             psum: OnChip::psum(),
             state: EngineState::default(),
+            rng: RngStates::seeded(seed ^ ((core as u64) << 32)),
         }
     }
 }
@@ -74,6 +79,10 @@ pub struct Device {
     pub hbm: Hbm,
     pub cores: Vec<Core>,
     pub cost: Box<dyn CostModel>,
+    /// Rounding mode, seed, SR bits, fp8 overflow policy, MX scale rule.
+    pub numerics: NumericsConfig,
+    /// Runs so far: part of the stochastic-rounding counter, so repeated runs draw fresh bits.
+    pub runs: u64,
 }
 
 impl Default for Device {
@@ -84,10 +93,19 @@ impl Default for Device {
 
 impl Device {
     pub fn new() -> Self {
+        Self::with_numerics(NumericsConfig::default())
+    }
+
+    /// A device with the given numerics configuration (the RNG power-on states derive from its seed).
+    pub fn with_numerics(numerics: NumericsConfig) -> Self {
         Device {
             hbm: Hbm::new(),
-            cores: (0..NUM_CORES).map(|_| Core::new()).collect(),
+            cores: (0..NUM_CORES)
+                .map(|c| Core::new(numerics.seed, c))
+                .collect(),
             cost: Box::new(DefaultCost),
+            numerics,
+            runs: 0,
         }
     }
 
@@ -98,6 +116,8 @@ impl Device {
         for c in &mut self.cores {
             c.state = EngineState::default();
         }
-        sched::run(self, programs, opts)
+        let r = sched::run(self, programs, opts);
+        self.runs += 1;
+        r
     }
 }

@@ -7,6 +7,7 @@
 use super::region::{conflict, regions, Region};
 use super::{stream_of, Device, RunOptions, RunResult, AGENTS_PER_CORE, NUM_CORES};
 use crate::engines::{self, Ctx};
+use crate::numerics::config::Rounder;
 use crate::error::{err, EmuError, ErrorKind::*, Result};
 use crate::isa::instr::NUM_SEMAPHORES;
 use crate::isa::text::format_instr;
@@ -352,6 +353,8 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
                     hbm: &mut dev.hbm,
                 },
                 state: &mut c.state,
+                rng: &mut c.rng,
+                rounder: Rounder::new(dev.numerics, core, dev.runs, idx, !is_transfer),
             };
             engines::exec(ins, &mut ctx).map_err(|e| ins_err(e, core, idx, ins))?;
         }

@@ -134,6 +134,13 @@ impl Format {
     /// fp32 bits -> code; `rbits` random bits `rand` (0 = RNE) select stochastic rounding: the
     /// dropped fraction is compared against a uniform `rbits`-bit threshold.
     pub fn encode_with(self, u: u32, rbits: u32, rand: u32) -> u32 {
+        self.encode_full(u, rbits, rand, false)
+    }
+
+    /// The full converter: `saturate` maps finite values beyond the largest finite to ±max
+    /// (after rounding, so SR can round up into the saturation path); ±Inf and NaN inputs keep
+    /// their usual encoding (NaN for formats without Inf). Used for the fp8 `saturate` policy.
+    pub fn encode_full(self, u: u32, rbits: u32, rand: u32, saturate: bool) -> u32 {
         let s = u >> 31;
         let a = u & 0x7FFF_FFFF;
         let sign = if self.special == Special::E8m0 {
@@ -168,7 +175,11 @@ impl Format {
         let shift = (q - m) - e0;
         let mut r: u64 = if shift <= 0 {
             (sig as u64) << (-shift) as u32
-        } else if shift >= 40 {
+        } else if shift >= 40 && rbits == 0 {
+            0 // below half of the smallest step: rounds to zero
+        } else if shift >= 64 {
+            // Far below the smallest step (only reachable with stochastic rounding): the dropped
+            // fraction is < 2^-40 of a step, far below any supported random-bit resolution.
             0
         } else {
             let sig = sig as u64;
@@ -191,6 +202,9 @@ impl Format {
         // code magnitude: ((q - 1 + bias) << m) + r handles subnormals and the carry into the next binade.
         r += ((q - 1 + self.bias) as u64) << m;
         if r > self.max_finite() as u64 {
+            if saturate {
+                return sign | self.max_finite();
+            }
             return self.overflow(sign);
         }
         sign | r as u32

@@ -1,7 +1,10 @@
 //! Dtype conversions. Engines compute in fp32: inputs are decoded to fp32 exactly, results are
 //! encoded with round-to-nearest-even (floats) or RNE with saturation (integers).
 
+pub mod config;
 pub mod float;
+pub mod mx;
+pub mod rng;
 
 use crate::isa::DType;
 use float::Format;
@@ -101,6 +104,37 @@ pub fn store_raw(bytes: &mut [u8], size: usize, i: usize, v: u32) {
         1 => bytes[o] = v as u8,
         2 => bytes[o..o + 2].copy_from_slice(&(v as u16).to_le_bytes()),
         _ => bytes[o..o + 4].copy_from_slice(&v.to_le_bytes()),
+    }
+}
+
+/// fp32 bits -> raw bits of `dt` for a slice, with a tight loop per dtype (the conversion
+/// benchmark measures this).
+pub fn convert_from_f32_slice(dt: DType, src: &[u32], dst: &mut [u32]) {
+    match dt {
+        DType::Bfloat16 => {
+            for (o, u) in dst.iter_mut().zip(src) {
+                *o = bf16_rne(*u);
+            }
+        }
+        _ => {
+            for (o, u) in dst.iter_mut().zip(src) {
+                *o = from_f32(dt, f32::from_bits(*u));
+            }
+        }
+    }
+}
+
+/// Raw bits of `dt` -> fp32 for a slice; 8-bit types go through a 256-entry table.
+pub fn convert_to_f32_slice(dt: DType, src: &[u32], dst: &mut [f32]) {
+    if dt.size() == 1 {
+        let lut: Vec<f32> = (0..256u32).map(|c| to_f32(dt, c)).collect();
+        for (o, c) in dst.iter_mut().zip(src) {
+            *o = lut[(*c & 0xFF) as usize];
+        }
+    } else {
+        for (o, c) in dst.iter_mut().zip(src) {
+            *o = to_f32(dt, *c);
+        }
     }
 }
 

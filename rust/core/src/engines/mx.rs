@@ -1,0 +1,277 @@
+//! MX (microscaling) instructions of NeuronCore-v4: `quantize_mx` (VectorE) and `nc_matmul_mx`
+//! (TensorE). Layout and scale rules: reference §1.6 and docs/numerics.md ("MX").
+//!
+//! Scales live in the quadrant layout: scale row r (data partitions 8r..8r+7) sits at partition
+//! `32*(r/4) + r%4` relative to the scale tile's first partition, whose offset within its
+//! quadrant (0, 4, 8 or 12) selects one of four scale sets sharing an allocation.
+
+use super::rng::req;
+use super::tensor::write_psum;
+use super::Ctx;
+use crate::error::{err, ErrorKind::*, Result};
+use crate::isa::tables::p::{nc_matmul_mx as mm, quantize_mx as qm};
+use crate::isa::{Instr, Opcode};
+use crate::memory::{Ap, PSUM_BANK_BYTES};
+use crate::numerics::mx::{
+    element_units, round_wide_to_f32, scale_code, scale_partition, scale_parts_needed,
+    scale_value, x4_code, x4_element,
+};
+
+/// Data partitions: a multiple of 32, at most 128.
+fn check_data_parts(ap: &Ap, name: &'static str) -> Result<()> {
+    if ap.parts == 0 || !ap.parts.is_multiple_of(32) || ap.parts > 128 {
+        return Err(err(
+            Shape,
+            format!("{name} partitions must be a multiple of 32 up to 128, got {}", ap.parts),
+        )
+        .operand(name));
+    }
+    Ok(())
+}
+
+/// A scale tile for `data_parts` data partitions and `free` x4 columns.
+fn check_scale(sc: &Ap, name: &'static str, data_parts: u32, free: usize) -> Result<()> {
+    let off = sc.start % 32;
+    if ![0, 4, 8, 12].contains(&off) {
+        return Err(err(
+            Partition,
+            format!("{name} must start at quadrant offset 0, 4, 8 or 12 (start partition {})", sc.start),
+        )
+        .operand(name));
+    }
+    let need = scale_parts_needed(data_parts);
+    if sc.parts < need {
+        return Err(err(
+            Shape,
+            format!(
+                "{name} needs {need} partitions for {data_parts} data partitions (scale row r at partition 32*(r/4) + r%4), got {}",
+                sc.parts
+            ),
+        )
+        .operand(name));
+    }
+    if sc.start + scale_partition(data_parts.div_ceil(8) - 1) >= 128 {
+        return Err(err(Address, format!("{name} scale rows run past partition 127")).operand(name));
+    }
+    if sc.free_size() != free {
+        return Err(err(
+            Shape,
+            format!("{name} must have one scale per x4 column: {free} elements per partition, got {}", sc.free_size()),
+        )
+        .operand(name));
+    }
+    Ok(())
+}
+
+/// The scale rows of a scale tile: row r as its own one-partition access pattern.
+fn scale_row(sc: &Ap, r: u32) -> Ap {
+    let mut a = sc.clone();
+    a.start = sc.start + scale_partition(r);
+    a.parts = 1;
+    a
+}
+
+fn check_quantize(ins: &Instr) -> Result<()> {
+    let dst = req(ins, qm::DST, "dst")?;
+    let src = req(ins, qm::SRC, "src")?;
+    let sc = req(ins, qm::DST_SCALE, "dst_scale")?;
+    check_data_parts(src, "src")?;
+    let f = src.free_size();
+    if !f.is_multiple_of(4) || f == 0 {
+        return Err(err(Shape, format!("src free size must be a positive multiple of 4, got {f}")).operand("src"));
+    }
+    if dst.parts != src.parts || dst.free_size() != f / 4 {
+        return Err(err(
+            Shape,
+            format!("dst must be (P, F/4) = ({}, {}) x4 words, got {} x {}", src.parts, f / 4, dst.parts, dst.free_size()),
+        )
+        .operand("dst"));
+    }
+    check_scale(sc, "dst_scale", src.parts, f / 4)
+}
+
+fn quantize(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
+    let dst = req(ins, qm::DST, "dst")?;
+    let src = req(ins, qm::SRC, "src")?;
+    let sc = req(ins, qm::DST_SCALE, "dst_scale")?;
+    let (elem, _) = x4_element(dst.dtype)
+        .ok_or_else(|| err(Dtype, "dst must be an fp8 x4 dtype").operand("dst"))?;
+    let fp8 = elem.ebits + elem.mbits == 7;
+    let maxv = elem.decode(0x7E) as f64; // e4m3fn 448 / e5m2 57344 (0x7B): fixed below
+    let maxv = if elem.ebits == 5 { elem.decode(0x7B) as f64 } else { maxv };
+    let v = ctx.read_f32(src);
+    let (p, f) = (src.parts as usize, src.free_size());
+    let w = f / 4;
+    let mut words = vec![0u32; p * w];
+    let mut scales = vec![0u32; (p / 8) * w];
+    for g in 0..p / 8 {
+        for j in 0..w {
+            let mut amax = 0f32;
+            let mut special = false;
+            for pp in 8 * g..8 * g + 8 {
+                for q in 0..4 {
+                    let x = v[pp * f + 4 * j + q];
+                    special |= !x.is_finite();
+                    amax = amax.max(x.abs());
+                }
+            }
+            let code = if special { 0xFF } else { scale_code(amax, elem, ctx.rounder.cfg.mx_scale) };
+            scales[g * w + j] = code;
+            let inv = 1.0 / scale_value(code); // exact power of two (NaN for 0xFF)
+            for pp in 8 * g..8 * g + 8 {
+                let mut word = 0u32;
+                for q in 0..4 {
+                    let i = pp * f + 4 * j + q;
+                    let x = v[i];
+                    let c = if special {
+                        // Inf/NaN group: the whole block is NaN (scale 0xFF); elements get NaN too.
+                        elem.encode(f32::NAN.to_bits()) | ((x.is_sign_negative() as u32) << 7)
+                    } else {
+                        let y = (x as f64 * inv).clamp(-maxv, maxv) as f32; // exact: power-of-two scaling
+                        ctx.rounder.encode_fmt(elem, y, i as u64, fp8)
+                    };
+                    word |= (c & 0xFF) << (8 * q);
+                }
+                words[pp * w + j] = word;
+            }
+        }
+    }
+    ctx.write_raw(dst, &words);
+    for r in 0..(p / 8) as u32 {
+        let row = scale_row(sc, r);
+        ctx.write_raw(&row, &scales[r as usize * w..(r as usize + 1) * w]);
+    }
+    Ok(())
+}
+
+fn check_matmul(ins: &Instr) -> Result<()> {
+    let dst = req(ins, mm::DST, "dst")?;
+    let st = req(ins, mm::STATIONARY, "stationary")?;
+    let mv = req(ins, mm::MOVING, "moving")?;
+    check_data_parts(st, "stationary")?;
+    if mv.parts != st.parts {
+        return Err(err(
+            Shape,
+            format!("stationary has {} partitions but moving has {}", st.parts, mv.parts),
+        )
+        .operand("moving"));
+    }
+    let (m, n) = (st.free_size(), mv.free_size());
+    if m == 0 || m > 128 || !m.is_multiple_of(2) {
+        return Err(err(Shape, format!("stationary free size must be even and at most 128, got {m}")).operand("stationary"));
+    }
+    let max_n = if dst.dtype.size() == 2 { 8192 } else { 4096 };
+    if n == 0 || n > max_n {
+        return Err(err(Shape, format!("moving free size N = {n} must be 1..{max_n} for {} PSUM", dst.dtype.name())).operand("moving"));
+    }
+    if dst.parts as usize != m || dst.free_size() != n {
+        return Err(err(Shape, format!("dst must be [M, N] = [{m}, {n}], got {} x {}", dst.parts, dst.free_size())).operand("dst"));
+    }
+    let bank_elems = PSUM_BANK_BYTES / dst.dtype.size();
+    if n > bank_elems && !dst.offset.is_multiple_of(PSUM_BANK_BYTES as u64) {
+        return Err(err(PsumBank, format!("a result wider than one bank ({n} > {bank_elems} elements) must start on a bank boundary")).operand("dst"));
+    }
+    check_scale(req(ins, mm::STATIONARY_SCALE, "stationary_scale")?, "stationary_scale", st.parts, m)?;
+    check_scale(req(ins, mm::MOVING_SCALE, "moving_scale")?, "moving_scale", mv.parts, n)?;
+    let (tpos, tsz) = (ins.ints(mm::TILE_POSITION), ins.ints(mm::TILE_SIZE));
+    if tpos.len() != tsz.len() || !(tpos.is_empty() || tpos.len() == 2) {
+        return Err(err(Value, "tile_position and tile_size must both be absent or both (row, col) pairs").operand("tile_position"));
+    }
+    if tpos.len() == 2 {
+        if tsz[1] != 128 || tpos[1] != 0 {
+            return Err(err(Value, "nc_matmul_mx supports row tiling only: tile_size column 128, tile_position column 0").operand("tile_size"));
+        }
+        if ![32, 64, 128].contains(&tsz[0]) || tpos[0] < 0 || tpos[0] % tsz[0] != 0 || tpos[0] + tsz[0] > 128 {
+            return Err(err(Value, format!("row tile position {} / size {} invalid (size 32, 64 or 128; position a multiple of size within 128)", tpos[0], tsz[0])).operand("tile_position"));
+        }
+        if st.parts as i32 > tsz[0] {
+            return Err(err(Shape, format!("{} partitions do not fit the {}-row PE tile", st.parts, tsz[0])).operand("tile_size"));
+        }
+    }
+    Ok(())
+}
+
+/// Per partition p and column pair (m, n): the 4 quad products, scaled by 2^(sS + sM), summed
+/// exactly (integer arithmetic) and rounded once to fp32; the fp32 column sum accumulates over
+/// partitions 0..P-1 with RNE from +0.0. Inf/NaN elements or NaN scales use plain fp64 products.
+fn matmul(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
+    let dst = req(ins, mm::DST, "dst")?;
+    let st = req(ins, mm::STATIONARY, "stationary")?;
+    let mv = req(ins, mm::MOVING, "moving")?;
+    let ss = req(ins, mm::STATIONARY_SCALE, "stationary_scale")?;
+    let ms = req(ins, mm::MOVING_SCALE, "moving_scale")?;
+    let (fs, bs) = x4_element(st.dtype).ok_or_else(|| err(Dtype, "stationary must be an x4 dtype").operand("stationary"))?;
+    let (fm, bm) = x4_element(mv.dtype).ok_or_else(|| err(Dtype, "moving must be an x4 dtype").operand("moving"))?;
+    let (p, m, n) = (st.parts as usize, st.free_size(), mv.free_size());
+    let a = ctx.read_raw(st);
+    let b = ctx.read_raw(mv);
+    let rows = p / 8;
+    let mut sa = Vec::with_capacity(rows * m);
+    let mut sb = Vec::with_capacity(rows * n);
+    for r in 0..rows as u32 {
+        sa.extend(ctx.read_raw(&scale_row(ss, r)).iter().map(|c| c & 0xFF));
+        sb.extend(ctx.read_raw(&scale_row(ms, r)).iter().map(|c| c & 0xFF));
+    }
+    // Elements as integer multiples of 2^-16 (None: Inf/NaN), per (p, col, q).
+    let units = |raw: &[u32], f: crate::numerics::float::Format, bits: u32| -> Vec<[Option<i64>; 4]> {
+        raw.iter()
+            .map(|w| std::array::from_fn(|q| element_units(f, x4_code(*w, q as u32, bits))))
+            .collect()
+    };
+    let ua = units(&a, fs, bs);
+    let ub = units(&b, fm, bm);
+    let mut acc = vec![0f32; m * n];
+    for mi in 0..m {
+        for pp in 0..p {
+            let ea = &ua[pp * m + mi];
+            let sca = sa[(pp / 8) * m + mi];
+            for nj in 0..n {
+                let eb = &ub[pp * n + nj];
+                let scb = sb[(pp / 8) * n + nj];
+                let term = if sca == 0xFF || scb == 0xFF || ea.iter().chain(eb.iter()).any(|e| e.is_none()) {
+                    let scale = scale_value(sca) * scale_value(scb);
+                    let mut s = 0f64;
+                    for q in 0..4u32 {
+                        let x = fs.decode(x4_code(a[pp * m + mi], q, bs)) as f64;
+                        let y = fm.decode(x4_code(b[pp * n + nj], q, bm)) as f64;
+                        s += x * y;
+                    }
+                    (s * scale) as f32
+                } else {
+                    let mut s: i128 = 0;
+                    for q in 0..4 {
+                        s += ea[q].unwrap_or(0) as i128 * eb[q].unwrap_or(0) as i128;
+                    }
+                    // value = s * 2^-32 * 2^(sca - 127) * 2^(scb - 127)
+                    round_wide_to_f32(s < 0, s.unsigned_abs(), sca as i32 + scb as i32 - 254 - 32)
+                };
+                acc[mi * n + nj] += term;
+            }
+        }
+    }
+    write_psum(ins.arg(mm::ACCUMULATE), ctx, dst, &acc);
+    Ok(())
+}
+
+/// The instructions this module implements.
+pub const MODULE: super::Module = super::Module {
+    opcodes: &[Opcode::QuantizeMx, Opcode::NcMatmulMx],
+    check,
+    exec,
+};
+
+fn check(ins: &Instr) -> Result<()> {
+    match ins.op {
+        Opcode::QuantizeMx => check_quantize(ins),
+        Opcode::NcMatmulMx => check_matmul(ins),
+        _ => Ok(()),
+    }
+}
+
+fn exec(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
+    match ins.op {
+        Opcode::QuantizeMx => quantize(ins, ctx),
+        Opcode::NcMatmulMx => matmul(ins, ctx),
+        _ => Err(err(Internal, format!("{} is listed but not dispatched", ins.op.spec().name))),
+    }
+}

@@ -367,7 +367,7 @@ class AssemblerMixin:
     ) -> Any:
         """MXFP8/MXFP4 matmul with integrated dequantization: dst[M,N] (+)= (stationary*2^sS)^T @ (moving*2^sM).
 
-        Unpack the x4 words to fp32 S[p,m,q], M[p,n,q] (q = 0..3; logical contraction row k = q*(K/4) + p, K = 4*partitions <= 512); scales are E8M0 (2^(e-127), 0xFF = NaN), one per 32 values = 8 partitions x 4 quad elements: dst[m,n] = sum_p sum_q (S[p,m,q]*2^(sS[p//8,m]-127)) * (M[p,n,q]*2^(sM[p//8,n]-127)), fp32 accumulation, then written to PSUM as nc_matmul (fp32 or bf16 dst; accumulate True/False/None as nc_matmul). MXFP8 x MXFP4 mixing allowed; hardware converts FP4 to FP8 before the PE math. Scale row r = p//8 sits at partition 32*(r//4) + r%4 + off, off in {0,4,8,12} (P <= 32: partitions off..off+P/8-1); scale free index j = data x4 element j. Data partitions: multiple of 32, <= 128, equal for both; stationary free even, <= 128. Row tiling only: tile_size column 128, tile_position column 0. Open (ref 6.2): moving free limit 512 fp32 / 1024 bf16 dst (0.2 API, arch guide [128,512] x4) vs 4096 / 8192 (0.5+ API text).
+        Unpack the x4 words to fp32 S[p,m,q], M[p,n,q] (q = 0..3; logical contraction row k = q*(K/4) + p, K = 4*partitions <= 512); scales are E8M0 (2^(e-127), 0xFF = NaN), one per 32 values = 8 partitions x 4 quad elements: dst[m,n] = sum_p sum_q (S[p,m,q]*2^(sS[p//8,m]-127)) * (M[p,n,q]*2^(sM[p//8,n]-127)), fp32 accumulation, then written to PSUM as nc_matmul (fp32 or bf16 dst; accumulate True/False/None as nc_matmul). MXFP8 x MXFP4 mixing allowed; hardware converts FP4 to FP8 before the PE math. Modeled order: per partition the 4 quad products with both scales are summed exactly and rounded once to fp32, then accumulated over partitions 0..P-1 in fp32 RNE. Scale row r = p//8 sits at partition 32*(r//4) + r%4 + off, off in {0,4,8,12} (P <= 32: partitions off..off+P/8-1); scale free index j = data x4 element j. Data partitions: multiple of 32, <= 128, equal for both; stationary free even, <= 128. Row tiling only: tile_size column 128, tile_position column 0. Open (ref 6.2): moving free limit 512 fp32 / 1024 bf16 dst (0.2 API, arch guide [128,512] x4) vs 4096 / 8192 (0.5+ API text).
 
         Engines: tensor.
         dst: PSUM result [M, N].
@@ -696,7 +696,7 @@ class AssemblerMixin:
     ) -> Any:
         """Quantize fp16/bf16 data to MXFP8 (x4-packed data plus E8M0 scales) in the nc_matmul_mx layout.
 
-        src (P, F): P multiple of 32 (<= 128), F multiple of 4; dst (P, F/4) x4 words; per 8-partition x 4-element group: amax = max |v|; X = 2^(floor(log2 amax) - (Emax - 1)), Emax = 8 (e4m3fn) / 15 (e5m2) (0.5+ rule: 2x the OCP sample scale); amax = 0 -> X = 2^-127 (code 0); dst values = cast(v / X) packed 4 per word (element 0 in the lowest byte); dst_scale = E8M0 code of X, placed per the nc_matmul_mx scale layout (quadrant offset chosen by slicing dst_scale). Layout preserved (input already in MX interleaved order). FP4 output not supported. Open (ref 6.8): rounding / saturation of the fp8 cast unspecified (golden clips to +-max then RNE: modeled).
+        src (P, F): P multiple of 32 (<= 128), F multiple of 4; dst (P, F/4) x4 words; per 8-partition x 4-element group: amax = max |v|; X = 2^(floor(log2 amax) - (Emax - 1)), Emax = 8 (e4m3fn) / 15 (e5m2) (0.5+ rule: 2x the OCP sample scale); amax = 0 -> X = 2^-127 (code 0); dst values = cast(v / X) packed 4 per word (element 0 in the lowest byte); dst_scale = E8M0 code of X, placed per the nc_matmul_mx scale layout (quadrant offset chosen by slicing dst_scale). Layout preserved (input already in MX interleaved order). FP4 output not supported. Open (ref 6.8): rounding / saturation of the fp8 cast unspecified (golden clips to +-max then RNE: modeled; SR when the device rounds stochastically). Our choices: the OCP rule X = 2^(floor(log2 amax) - Emax) with Device(mx_scale="ocp"); a group holding Inf/NaN gets scale 0xFF and NaN elements (docs/numerics.md, MX).
 
         Engines: vector.
         dst: (P, F/4) x4-packed fp8.
@@ -718,7 +718,7 @@ class AssemblerMixin:
     ) -> Any:
         """Replace each element by 0 with probability prob (VectorE PRNG).
 
-        dst[i] = 0 with probability prob (a fp32 scalar, or a (P,1) tile giving one probability per partition), else data[i] (bit copy); prob 1.0 -> all zero, 0.0 -> identity. dst dtype == data dtype; prob must be fp32 for integer data. No rescaling of survivors is documented (none modeled). Open (ref 6.11): which PRNG (VectorE LFSR / XORWOW), the bits -> probability comparison, and state consumption order are undocumented.
+        dst[i] = 0 with probability prob (a fp32 scalar, or a (P,1) tile giving one probability per partition), else data[i] (bit copy); prob 1.0 -> all zero, 0.0 -> identity. dst dtype == data dtype; prob must be fp32 for integer data. No rescaling of survivors is documented (none modeled). Open (ref 6.11): which PRNG (VectorE LFSR / XORWOW), the bits -> probability comparison, and state consumption order are undocumented (modeled: VectorE XORWOW, dropped iff (bits >> 8) * 2^-24 < prob).
 
         Engines: vector.
         dst: output (dtype of data).
@@ -1106,7 +1106,7 @@ class AssemblerMixin:
     ) -> Any:
         """Fill an integer tile with pseudo-random bits.
 
-        Each element gets 32 random bits truncated to the low bits of dst's integer dtype. VectorE (v2+): LFSR before v4, XORWOW on v4; GpSimd (v3+, SBUF only): per-lane XORWOW. Open (ref 6.11): generator parameters, lane -> state mapping and output order undocumented.
+        Each element gets 32 random bits truncated to the low bits of dst's integer dtype. VectorE (v2+): LFSR before v4, XORWOW on v4; GpSimd (v3+, SBUF only): per-lane XORWOW. Open (ref 6.11): generator parameters, lane -> state mapping and output order undocumented (modeled: lane = partition, VectorE element j of a row draws from state j % 4, GpSimd from its one state; docs/numerics.md).
 
         Engines: vector, gpsimd.
         dst: random integers.
@@ -1126,7 +1126,7 @@ class AssemblerMixin:
     ) -> Any:
         """Uniform random fp32 in [min, max] (VectorE XORWOW), cast to dst.
 
-        dst = cast(u) with u uniform fp32 in [min, max] (min < max; fp32 scalars or (P,1) tiles) drawn from the VectorE XORWOW states (4 per lane). Open (ref 6.11): bits -> float mapping and state consumption order undocumented.
+        dst = cast(u) with u uniform fp32 in [min, max] (min < max; fp32 scalars or (P,1) tiles) drawn from the VectorE XORWOW states (4 per lane). Open (ref 6.11): bits -> float mapping and state consumption order undocumented (modeled: u = (bits >> 8) * 2^-24, dst = fl32(min + fl32((max - min) * u))).
 
         Engines: vector.
         dst: random values.

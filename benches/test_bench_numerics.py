@@ -30,7 +30,9 @@ def test_f32_to_bf16(benchmark):
     benchmark(_native.convert_from_f32, "bfloat16", bits)
     x = bits.view(np.float32)
     host = _host_median(lambda: x.astype(ml_dtypes.bfloat16))
-    benchmark.extra_info.update(g_elements_per_s=N / benchmark.stats.stats.median / 1e9, ml_dtypes_g_per_s=N / host / 1e9)
+    benchmark.extra_info.update(
+        g_elements_per_s=N / benchmark.stats.stats.median / 1e9, ml_dtypes_g_per_s=N / host / 1e9
+    )
 
 
 @pytest.mark.parametrize("name", ["float8_e4m3fn", "float8_e5m2"])
@@ -39,7 +41,9 @@ def test_fp8_decode(benchmark, name):
     benchmark(_native.convert_to_f32, name, codes)
     c8 = codes.astype(np.uint8).view(getattr(ml_dtypes, name))
     host = _host_median(lambda: c8.astype(np.float32))
-    benchmark.extra_info.update(g_elements_per_s=N / benchmark.stats.stats.median / 1e9, ml_dtypes_g_per_s=N / host / 1e9)
+    benchmark.extra_info.update(
+        g_elements_per_s=N / benchmark.stats.stats.median / 1e9, ml_dtypes_g_per_s=N / host / 1e9
+    )
 
 
 def test_f32_to_fp8(benchmark):

@@ -264,16 +264,9 @@ def _special_bits(rng, shape, dtype):
     return x
 
 
-_DST_LIMIT = pytest.mark.xfail(
-    raises=t3.DtypeError,
-    strict=True,
-    reason="isa.toml restricts nc_matmul dst to psum_acc (fp32/bf16), so transpose mode cannot keep fp16/fp8",
-)
-
-
 @pytest.mark.parametrize(
     "dtype",
-    [F32, BF16, pytest.param(np.float16, marks=_DST_LIMIT), pytest.param(FP8_E4M3, marks=_DST_LIMIT)],
+    [F32, BF16, np.float16, FP8_E4M3],
     ids=param_id,
 )
 def test_matmul_transpose_mode_bit_exact(dev, rng, dtype):

@@ -218,7 +218,9 @@ def test_matmul_mx_bf16_psum_and_accumulate():
     want = ref_matmul(sw, sdt, ss, mw, mdt, ms)
     got = run_matmul(t3.Device(), sw, sdt, place_scales(ss, 64), mw, mdt, place_scales(ms, 64), ml_dtypes.bfloat16)
     assert np.array_equal(got.view(np.uint16), want.astype(np.float32).astype(ml_dtypes.bfloat16).view(np.uint16))
-    acc = run_matmul(t3.Device(), sw, sdt, place_scales(ss, 64), mw, mdt, place_scales(ms, 64), np.float32, True, pre=1.5)
+    acc = run_matmul(
+        t3.Device(), sw, sdt, place_scales(ss, 64), mw, mdt, place_scales(ms, 64), np.float32, True, pre=1.5
+    )
     assert np.array_equal(acc, (want + 1.5).astype(np.float32))
 
 
@@ -265,9 +267,19 @@ def test_matmul_mx_rejects_bad_operands():
     ss = p.sbuf((32, 4), np.uint8)
     out = p.psum((4, 8), np.float32)
     with pytest.raises(t3.EmuError, match="row tiling"):
-        p.nc_matmul_mx(dst=out, stationary=st, moving=mv, stationary_scale=ss, moving_scale=ms, tile_position=(0, 32), tile_size=(32, 32))
+        p.nc_matmul_mx(
+            dst=out,
+            stationary=st,
+            moving=mv,
+            stationary_scale=ss,
+            moving_scale=ms,
+            tile_position=(0, 32),
+            tile_size=(32, 32),
+        )
     with pytest.raises(t3.ShapeError, match="partitions"):
-        p.nc_matmul_mx(dst=out, stationary=st, moving=p.sbuf((64, 8), "float8_e4m3fn_x4"), stationary_scale=ss, moving_scale=ms)
+        p.nc_matmul_mx(
+            dst=out, stationary=st, moving=p.sbuf((64, 8), "float8_e4m3fn_x4"), stationary_scale=ss, moving_scale=ms
+        )
 
 
 # ----------------------------------------------------------------------- MXFP8 kernel end to end
@@ -298,7 +310,9 @@ def test_mxfp8_kernel_end_to_end(dtype):
     p.quantize_mx(dst=aq, src=a_s, dst_scale=scales[:, 0:M])
     p.quantize_mx(dst=bq, src=b_s, dst_scale=scales[:, M : M + N])
     acc = p.psum((M, N), np.float32)
-    p.nc_matmul_mx(dst=acc, stationary=aq, moving=bq, stationary_scale=scales[:, 0:M], moving_scale=scales[:, M : M + N])
+    p.nc_matmul_mx(
+        dst=acc, stationary=aq, moving=bq, stationary_scale=scales[:, 0:M], moving_scale=scales[:, M : M + N]
+    )
     res = p.sbuf((M, N), np.float32)
     p.tensor_copy(dst=res, src=acc)
     out = dev.hbm.alloc((M, N), np.float32)

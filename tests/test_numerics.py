@@ -9,10 +9,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 import trn3emu as t3
+from conftest import Out, assert_bits_equal, run_op
 from trn3emu import _native
 from trn3emu.dtypes import pack_x4, unpack_x4
-
-from conftest import Out, assert_bits_equal, run_op
 
 FLOATS = {
     "bfloat16": ml_dtypes.bfloat16,
@@ -123,9 +122,34 @@ def test_fp32_to_int_rne_saturating(name, npdt, lo, hi):
 
 
 EDGE = np.array(
-    [0.0, -0.0, 1.0, -1.0, 448.0, 464.0, 465.0, 240.0, 248.0, 57344.0, 61440.0, 65504.0, 65520.0,
-     2.0**-9, 2.0**-10, 1.5 * 2.0**-9, 2.0**-24, 2.0**-25, 2.0**-133, 3.3895314e38, 3.4e38,
-     np.inf, -np.inf, np.nan, 1e-45, 1e-39],
+    [
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        448.0,
+        464.0,
+        465.0,
+        240.0,
+        248.0,
+        57344.0,
+        61440.0,
+        65504.0,
+        65520.0,
+        2.0**-9,
+        2.0**-10,
+        1.5 * 2.0**-9,
+        2.0**-24,
+        2.0**-25,
+        2.0**-133,
+        3.3895314e38,
+        3.4e38,
+        np.inf,
+        -np.inf,
+        np.nan,
+        1e-45,
+        1e-39,
+    ],
     np.float32,
 )
 
@@ -167,7 +191,9 @@ def test_bad_numerics_options_raise():
         t3.Device(sr_bits=0)
 
 
-@pytest.mark.parametrize("dt", [np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3])
+@pytest.mark.parametrize(
+    "dt", [np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3]
+)
 def test_transpose_mode_keeps_narrow_dtypes_in_psum(dev, dt):
     rng = np.random.default_rng(1)
     x = rng.integers(0, 256 ** np.dtype(dt).itemsize, size=(64, 48), dtype=np.uint64)
@@ -212,7 +238,10 @@ def test_pack_x4_fp4_bit_layout_and_rounding():
     assert w.dtype == np.uint16 and w.shape == (1, 2)
     # E2M1 codes: 0.5->1, 1->2, -6->0xF, 0.25->0 (tie to even), 7->7 (saturate), 2.5->4 (2), -0->8, 3->5
     codes = [1, 2, 0xF, 0, 7, 4, 8, 5]
-    want = [codes[0] | codes[1] << 4 | codes[2] << 8 | codes[3] << 12, codes[4] | codes[5] << 4 | codes[6] << 8 | codes[7] << 12]
+    want = [
+        codes[0] | codes[1] << 4 | codes[2] << 8 | codes[3] << 12,
+        codes[4] | codes[5] << 4 | codes[6] << 8 | codes[7] << 12,
+    ]
     assert w.tolist() == [want]
     back = unpack_x4(w, "float4_e2m1fn_x4").astype(np.float32)
     assert back.tolist() == [[0.5, 1.0, -6.0, 0.0, 6.0, 2.0, -0.0, 3.0]]

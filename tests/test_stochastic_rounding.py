@@ -8,7 +8,6 @@ import ml_dtypes
 import numpy as np
 import pytest
 import trn3emu as t3
-
 from conftest import Out, assert_bits_equal, run_op
 
 P, F = 128, 1024  # 131072 draws per point
@@ -67,7 +66,9 @@ def test_sr_frequency_and_support(x, dt):
     assert abs((kn - n * p) / np.sqrt(n * p * (1 - p))) < 5
 
 
-@pytest.mark.parametrize("dt", [ml_dtypes.bfloat16, np.float16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3])
+@pytest.mark.parametrize(
+    "dt", [ml_dtypes.bfloat16, np.float16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3]
+)
 def test_representable_values_unchanged(dt):
     codes = np.arange(1 << (8 * np.dtype(dt).itemsize), dtype=np.uint32)
     codes = codes.astype(np.uint8 if np.dtype(dt).itemsize == 1 else np.uint16)
@@ -120,7 +121,9 @@ def test_bf16_psum_write_and_accumulate_use_sr():
     lo, hi, p = neighbours(exact, ml_dtypes.bfloat16)
     dev = t3.Device(rounding="stochastic", seed=3)
     (got,) = run_op(
-        dev, [ones, mov], [Out((128, 512), ml_dtypes.bfloat16, "psum")],
+        dev,
+        [ones, mov],
+        [Out((128, 512), ml_dtypes.bfloat16, "psum")],
         lambda pr, a, b, o: pr.nc_matmul(dst=o, stationary=a, moving=b, accumulate=False),
     )
     g = got.astype(np.float64).reshape(-1)
@@ -129,7 +132,9 @@ def test_bf16_psum_write_and_accumulate_use_sr():
     assert abs((kk - g.size * p) / np.sqrt(g.size * p * (1 - p))) < 5
     # RNE device: every element rounds to nearest.
     (rne,) = run_op(
-        t3.Device(), [ones, mov], [Out((128, 512), ml_dtypes.bfloat16, "psum")],
+        t3.Device(),
+        [ones, mov],
+        [Out((128, 512), ml_dtypes.bfloat16, "psum")],
         lambda pr, a, b, o: pr.nc_matmul(dst=o, stationary=a, moving=b, accumulate=False),
     )
     assert np.all(rne.astype(np.float64) == np.float64(np.float32(exact).astype(ml_dtypes.bfloat16)))
@@ -165,7 +170,9 @@ def test_environment_switches(monkeypatch):
     a = np.full((128, 256), 1.0 + 0.3 * 2**-7, np.float32)
     (g1,) = run_op(dev, [a], [((128, 256), ml_dtypes.bfloat16)], lambda p, s, o: p.tensor_copy(dst=o, src=s))
     assert len(np.unique(g1.astype(np.float32))) == 2
-    (g2,) = run_op(t3.Device(seed=1234), [a], [((128, 256), ml_dtypes.bfloat16)], lambda p, s, o: p.tensor_copy(dst=o, src=s))
+    (g2,) = run_op(
+        t3.Device(seed=1234), [a], [((128, 256), ml_dtypes.bfloat16)], lambda p, s, o: p.tensor_copy(dst=o, src=s)
+    )
     assert_bits_equal(g1, g2)
     # Explicit arguments override the environment.
     assert t3.Device(rounding="rne").numerics["rounding"] == "rne"

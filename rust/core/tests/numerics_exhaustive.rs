@@ -48,7 +48,7 @@ impl Ref {
     }
     fn encode(&self, u: u32) -> u32 {
         let x = f32::from_bits(u);
-        let sign = ((u >> 31) << (self.ebits + self.mbits)) as u32;
+        let sign = (u >> 31) << (self.ebits + self.mbits);
         if x.is_nan() {
             return sign | self.nan_code();
         }
@@ -66,7 +66,11 @@ impl Ref {
         }
         let e = (a.log2().floor() as i32).max(self.emin());
         // log2 of an exact power of two is exact; guard against off-by-one anyway.
-        let e = if 2f64.powi(e) > a && e > self.emin() { e - 1 } else { e };
+        let e = if 2f64.powi(e) > a && e > self.emin() {
+            e - 1
+        } else {
+            e
+        };
         let quantum = 2f64.powi(e - self.mbits);
         let r = (a / quantum).round_ties_even() * quantum;
         if r > self.max_value() {
@@ -89,7 +93,9 @@ impl Ref {
 
 fn sweep(f: Format, name: &str, step: u64) {
     let r = Ref::of(f);
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4) as u64;
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(4) as u64;
     let bad: u64 = std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads)
             .map(|t| {
@@ -141,6 +147,9 @@ fn exhaustive_all_2_32() {
     for (f, n) in FORMATS {
         let t = std::time::Instant::now();
         sweep(f, n, 1);
-        eprintln!("{n}: all 2^32 inputs bit-identical ({:.1} s)", t.elapsed().as_secs_f64());
+        eprintln!(
+            "{n}: all 2^32 inputs bit-identical ({:.1} s)",
+            t.elapsed().as_secs_f64()
+        );
     }
 }

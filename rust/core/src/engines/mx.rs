@@ -13,8 +13,8 @@ use crate::isa::tables::p::{nc_matmul_mx as mm, quantize_mx as qm};
 use crate::isa::{Instr, Opcode};
 use crate::memory::{Ap, PSUM_BANK_BYTES};
 use crate::numerics::mx::{
-    element_units, round_wide_to_f32, scale_code, scale_partition, scale_parts_needed,
-    scale_value, x4_code, x4_element,
+    element_units, round_wide_to_f32, scale_code, scale_partition, scale_parts_needed, scale_value,
+    x4_code, x4_element,
 };
 
 /// Data partitions: a multiple of 32, at most 128.
@@ -22,7 +22,10 @@ fn check_data_parts(ap: &Ap, name: &'static str) -> Result<()> {
     if ap.parts == 0 || !ap.parts.is_multiple_of(32) || ap.parts > 128 {
         return Err(err(
             Shape,
-            format!("{name} partitions must be a multiple of 32 up to 128, got {}", ap.parts),
+            format!(
+                "{name} partitions must be a multiple of 32 up to 128, got {}",
+                ap.parts
+            ),
         )
         .operand(name));
     }
@@ -35,7 +38,10 @@ fn check_scale(sc: &Ap, name: &'static str, data_parts: u32, free: usize) -> Res
     if ![0, 4, 8, 12].contains(&off) {
         return Err(err(
             Partition,
-            format!("{name} must start at quadrant offset 0, 4, 8 or 12 (start partition {})", sc.start),
+            format!(
+                "{name} must start at quadrant offset 0, 4, 8 or 12 (start partition {})",
+                sc.start
+            ),
         )
         .operand(name));
     }
@@ -51,12 +57,17 @@ fn check_scale(sc: &Ap, name: &'static str, data_parts: u32, free: usize) -> Res
         .operand(name));
     }
     if sc.start + scale_partition(data_parts.div_ceil(8) - 1) >= 128 {
-        return Err(err(Address, format!("{name} scale rows run past partition 127")).operand(name));
+        return Err(
+            err(Address, format!("{name} scale rows run past partition 127")).operand(name),
+        );
     }
     if sc.free_size() != free {
         return Err(err(
             Shape,
-            format!("{name} must have one scale per x4 column: {free} elements per partition, got {}", sc.free_size()),
+            format!(
+                "{name} must have one scale per x4 column: {free} elements per partition, got {}",
+                sc.free_size()
+            ),
         )
         .operand(name));
     }
@@ -78,12 +89,22 @@ fn check_quantize(ins: &Instr) -> Result<()> {
     check_data_parts(src, "src")?;
     let f = src.free_size();
     if !f.is_multiple_of(4) || f == 0 {
-        return Err(err(Shape, format!("src free size must be a positive multiple of 4, got {f}")).operand("src"));
+        return Err(err(
+            Shape,
+            format!("src free size must be a positive multiple of 4, got {f}"),
+        )
+        .operand("src"));
     }
     if dst.parts != src.parts || dst.free_size() != f / 4 {
         return Err(err(
             Shape,
-            format!("dst must be (P, F/4) = ({}, {}) x4 words, got {} x {}", src.parts, f / 4, dst.parts, dst.free_size()),
+            format!(
+                "dst must be (P, F/4) = ({}, {}) x4 words, got {} x {}",
+                src.parts,
+                f / 4,
+                dst.parts,
+                dst.free_size()
+            ),
         )
         .operand("dst"));
     }
@@ -98,7 +119,11 @@ fn quantize(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
         .ok_or_else(|| err(Dtype, "dst must be an fp8 x4 dtype").operand("dst"))?;
     let fp8 = elem.ebits + elem.mbits == 7;
     let maxv = elem.decode(0x7E) as f64; // e4m3fn 448 / e5m2 57344 (0x7B): fixed below
-    let maxv = if elem.ebits == 5 { elem.decode(0x7B) as f64 } else { maxv };
+    let maxv = if elem.ebits == 5 {
+        elem.decode(0x7B) as f64
+    } else {
+        maxv
+    };
     let v = ctx.read_f32(src);
     let (p, f) = (src.parts as usize, src.free_size());
     let w = f / 4;
@@ -115,7 +140,11 @@ fn quantize(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
                     amax = amax.max(x.abs());
                 }
             }
-            let code = if special { 0xFF } else { scale_code(amax, elem, ctx.rounder.cfg.mx_scale) };
+            let code = if special {
+                0xFF
+            } else {
+                scale_code(amax, elem, ctx.rounder.cfg.mx_scale)
+            };
             scales[g * w + j] = code;
             let inv = 1.0 / scale_value(code); // exact power of two (NaN for 0xFF)
             for pp in 8 * g..8 * g + 8 {
@@ -152,40 +181,87 @@ fn check_matmul(ins: &Instr) -> Result<()> {
     if mv.parts != st.parts {
         return Err(err(
             Shape,
-            format!("stationary has {} partitions but moving has {}", st.parts, mv.parts),
+            format!(
+                "stationary has {} partitions but moving has {}",
+                st.parts, mv.parts
+            ),
         )
         .operand("moving"));
     }
     let (m, n) = (st.free_size(), mv.free_size());
     if m == 0 || m > 128 || !m.is_multiple_of(2) {
-        return Err(err(Shape, format!("stationary free size must be even and at most 128, got {m}")).operand("stationary"));
+        return Err(err(
+            Shape,
+            format!("stationary free size must be even and at most 128, got {m}"),
+        )
+        .operand("stationary"));
     }
     let max_n = if dst.dtype.size() == 2 { 8192 } else { 4096 };
     if n == 0 || n > max_n {
-        return Err(err(Shape, format!("moving free size N = {n} must be 1..{max_n} for {} PSUM", dst.dtype.name())).operand("moving"));
+        return Err(err(
+            Shape,
+            format!(
+                "moving free size N = {n} must be 1..{max_n} for {} PSUM",
+                dst.dtype.name()
+            ),
+        )
+        .operand("moving"));
     }
     if dst.parts as usize != m || dst.free_size() != n {
-        return Err(err(Shape, format!("dst must be [M, N] = [{m}, {n}], got {} x {}", dst.parts, dst.free_size())).operand("dst"));
+        return Err(err(
+            Shape,
+            format!(
+                "dst must be [M, N] = [{m}, {n}], got {} x {}",
+                dst.parts,
+                dst.free_size()
+            ),
+        )
+        .operand("dst"));
     }
     let bank_elems = PSUM_BANK_BYTES / dst.dtype.size();
     if n > bank_elems && !dst.offset.is_multiple_of(PSUM_BANK_BYTES as u64) {
         return Err(err(PsumBank, format!("a result wider than one bank ({n} > {bank_elems} elements) must start on a bank boundary")).operand("dst"));
     }
-    check_scale(req(ins, mm::STATIONARY_SCALE, "stationary_scale")?, "stationary_scale", st.parts, m)?;
-    check_scale(req(ins, mm::MOVING_SCALE, "moving_scale")?, "moving_scale", mv.parts, n)?;
+    check_scale(
+        req(ins, mm::STATIONARY_SCALE, "stationary_scale")?,
+        "stationary_scale",
+        st.parts,
+        m,
+    )?;
+    check_scale(
+        req(ins, mm::MOVING_SCALE, "moving_scale")?,
+        "moving_scale",
+        mv.parts,
+        n,
+    )?;
     let (tpos, tsz) = (ins.ints(mm::TILE_POSITION), ins.ints(mm::TILE_SIZE));
     if tpos.len() != tsz.len() || !(tpos.is_empty() || tpos.len() == 2) {
-        return Err(err(Value, "tile_position and tile_size must both be absent or both (row, col) pairs").operand("tile_position"));
+        return Err(err(
+            Value,
+            "tile_position and tile_size must both be absent or both (row, col) pairs",
+        )
+        .operand("tile_position"));
     }
     if tpos.len() == 2 {
         if tsz[1] != 128 || tpos[1] != 0 {
             return Err(err(Value, "nc_matmul_mx supports row tiling only: tile_size column 128, tile_position column 0").operand("tile_size"));
         }
-        if ![32, 64, 128].contains(&tsz[0]) || tpos[0] < 0 || tpos[0] % tsz[0] != 0 || tpos[0] + tsz[0] > 128 {
+        if ![32, 64, 128].contains(&tsz[0])
+            || tpos[0] < 0
+            || tpos[0] % tsz[0] != 0
+            || tpos[0] + tsz[0] > 128
+        {
             return Err(err(Value, format!("row tile position {} / size {} invalid (size 32, 64 or 128; position a multiple of size within 128)", tpos[0], tsz[0])).operand("tile_position"));
         }
         if st.parts as i32 > tsz[0] {
-            return Err(err(Shape, format!("{} partitions do not fit the {}-row PE tile", st.parts, tsz[0])).operand("tile_size"));
+            return Err(err(
+                Shape,
+                format!(
+                    "{} partitions do not fit the {}-row PE tile",
+                    st.parts, tsz[0]
+                ),
+            )
+            .operand("tile_size"));
         }
     }
     Ok(())
@@ -200,8 +276,10 @@ fn matmul(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     let mv = req(ins, mm::MOVING, "moving")?;
     let ss = req(ins, mm::STATIONARY_SCALE, "stationary_scale")?;
     let ms = req(ins, mm::MOVING_SCALE, "moving_scale")?;
-    let (fs, bs) = x4_element(st.dtype).ok_or_else(|| err(Dtype, "stationary must be an x4 dtype").operand("stationary"))?;
-    let (fm, bm) = x4_element(mv.dtype).ok_or_else(|| err(Dtype, "moving must be an x4 dtype").operand("moving"))?;
+    let (fs, bs) = x4_element(st.dtype)
+        .ok_or_else(|| err(Dtype, "stationary must be an x4 dtype").operand("stationary"))?;
+    let (fm, bm) = x4_element(mv.dtype)
+        .ok_or_else(|| err(Dtype, "moving must be an x4 dtype").operand("moving"))?;
     let (p, m, n) = (st.parts as usize, st.free_size(), mv.free_size());
     let a = ctx.read_raw(st);
     let b = ctx.read_raw(mv);
@@ -213,11 +291,12 @@ fn matmul(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
         sb.extend(ctx.read_raw(&scale_row(ms, r)).iter().map(|c| c & 0xFF));
     }
     // Elements as integer multiples of 2^-16 (None: Inf/NaN), per (p, col, q).
-    let units = |raw: &[u32], f: crate::numerics::float::Format, bits: u32| -> Vec<[Option<i64>; 4]> {
-        raw.iter()
-            .map(|w| std::array::from_fn(|q| element_units(f, x4_code(*w, q as u32, bits))))
-            .collect()
-    };
+    let units =
+        |raw: &[u32], f: crate::numerics::float::Format, bits: u32| -> Vec<[Option<i64>; 4]> {
+            raw.iter()
+                .map(|w| std::array::from_fn(|q| element_units(f, x4_code(*w, q as u32, bits))))
+                .collect()
+        };
     let ua = units(&a, fs, bs);
     let ub = units(&b, fm, bm);
     let mut acc = vec![0f32; m * n];
@@ -228,7 +307,10 @@ fn matmul(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
             for nj in 0..n {
                 let eb = &ub[pp * n + nj];
                 let scb = sb[(pp / 8) * n + nj];
-                let term = if sca == 0xFF || scb == 0xFF || ea.iter().chain(eb.iter()).any(|e| e.is_none()) {
+                let term = if sca == 0xFF
+                    || scb == 0xFF
+                    || ea.iter().chain(eb.iter()).any(|e| e.is_none())
+                {
                     let scale = scale_value(sca) * scale_value(scb);
                     let mut s = 0f64;
                     for q in 0..4u32 {
@@ -272,6 +354,9 @@ fn exec(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     match ins.op {
         Opcode::QuantizeMx => quantize(ins, ctx),
         Opcode::NcMatmulMx => matmul(ins, ctx),
-        _ => Err(err(Internal, format!("{} is listed but not dispatched", ins.op.spec().name))),
+        _ => Err(err(
+            Internal,
+            format!("{} is listed but not dispatched", ins.op.spec().name),
+        )),
     }
 }

@@ -17,8 +17,9 @@ use crate::numerics::rng::{VECTOR_STATES, WORDS};
 
 /// A required tensor operand (validation guarantees it; a miss is an emulator bug).
 pub(crate) fn req<'a>(ins: &'a Instr, i: usize, name: &'static str) -> Result<&'a Ap> {
-    ins.ap(i)
-        .ok_or_else(|| err(Internal, format!("{name} is not a tensor after validation")).operand(name))
+    ins.ap(i).ok_or_else(|| {
+        err(Internal, format!("{name} is not a tensor after validation")).operand(name)
+    })
 }
 
 #[inline]
@@ -76,14 +77,21 @@ fn check(ins: &Instr) -> Result<()> {
             super::check_column(ins.arg(p::rand2::MAX), "max", d.parts)?;
             if let (Arg::F32(lo), Arg::F32(hi)) = (ins.arg(p::rand2::MIN), ins.arg(p::rand2::MAX)) {
                 if lo.partial_cmp(hi) != Some(std::cmp::Ordering::Less) {
-                    return Err(err(Value, format!("min ({lo}) must be less than max ({hi})")).operand("max"));
+                    return Err(
+                        err(Value, format!("min ({lo}) must be less than max ({hi})"))
+                            .operand("max"),
+                    );
                 }
             }
         }
         Opcode::SetRngSeed => {
             let s = req(ins, p::set_rng_seed::SRC_SEEDS, "src_seeds")?;
             if s.parts != 1 || s.free_size() != 1 {
-                return Err(err(Shape, format!("src_seeds must be a [1, 1] tile, got {:?}", s.shape())).operand("src_seeds"));
+                return Err(err(
+                    Shape,
+                    format!("src_seeds must be a [1, 1] tile, got {:?}", s.shape()),
+                )
+                .operand("src_seeds"));
             }
         }
         Opcode::RandSetState => {
@@ -94,19 +102,42 @@ fn check(ins: &Instr) -> Result<()> {
             let d = req(ins, p::rand_get_state::DST, "dst")?;
             check_state_tile(ins, d, "dst")?;
             if ins.engine == Engine::Gpsimd && d.mem != Mem::Sbuf {
-                return Err(err(MemorySpace, "GpSimd rand_get_state writes SBUF only (PSUM only from Vector)").operand("dst"));
+                return Err(err(
+                    MemorySpace,
+                    "GpSimd rand_get_state writes SBUF only (PSUM only from Vector)",
+                )
+                .operand("dst"));
             }
         }
         Opcode::Dropout => {
             let d = req(ins, p::dropout::DST, "dst")?;
             let x = req(ins, p::dropout::DATA, "data")?;
             if d.dtype != x.dtype {
-                return Err(err(Dtype, format!("dst dtype {} must equal data dtype {}", d.dtype.name(), x.dtype.name())).operand("dst"));
+                return Err(err(
+                    Dtype,
+                    format!(
+                        "dst dtype {} must equal data dtype {}",
+                        d.dtype.name(),
+                        x.dtype.name()
+                    ),
+                )
+                .operand("dst"));
             }
             super::same_shape(x, "data", d, "dst")?;
             check_prob(ins.arg(p::dropout::PROB), x.parts)?;
             if let Arg::Tensor(t) = ins.arg(p::dropout::PROB) {
-                if t.dtype != DType::Float32 && !matches!(x.dtype, DType::Float32 | DType::Bfloat16 | DType::Float16 | DType::Tfloat32 | DType::Float8E4m3 | DType::Float8E4m3fn | DType::Float8E5m2) {
+                if t.dtype != DType::Float32
+                    && !matches!(
+                        x.dtype,
+                        DType::Float32
+                            | DType::Bfloat16
+                            | DType::Float16
+                            | DType::Tfloat32
+                            | DType::Float8E4m3
+                            | DType::Float8E4m3fn
+                            | DType::Float8E5m2
+                    )
+                {
                     return Err(err(Dtype, "prob must be fp32 for integer data").operand("prob"));
                 }
             }
@@ -143,7 +174,9 @@ fn exec(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
             let hi = ctx.per_partition(ins.arg(p::rand2::MAX), d.parts, 1.0);
             for (l, h) in lo.iter().zip(&hi) {
                 if l.partial_cmp(h) != Some(std::cmp::Ordering::Less) {
-                    return Err(err(Value, format!("min ({l}) must be less than max ({h})")).operand("min"));
+                    return Err(
+                        err(Value, format!("min ({l}) must be less than max ({h})")).operand("min")
+                    );
                 }
             }
             let bits = draws(ctx, vector, d);
@@ -210,7 +243,10 @@ fn exec(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
             ctx.mems.scatter(d, &out);
         }
         _ => {
-            return Err(err(Internal, format!("{} is listed but not dispatched", ins.op.spec().name)));
+            return Err(err(
+                Internal,
+                format!("{} is listed but not dispatched", ins.op.spec().name),
+            ));
         }
     }
     Ok(())

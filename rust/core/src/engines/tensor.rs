@@ -31,16 +31,19 @@ pub fn check_matmul(ins: &Instr) -> Result<()> {
         )
         .operand("moving"));
     }
-    let (k, m, n) = (st.parts, st.free_size(), mv.free_size());
+    let double_row = ins.enum_val(mm::PERF_MODE) == Some(MatmulPerfMode::DoubleRow as u8);
+    let (k, m, n) = if double_row {
+        check_double_row(ins, st, mv)?;
+        (st.parts, st.free_size() / 2, mv.free_size() / 2)
+    } else {
+        (st.parts, st.free_size(), mv.free_size())
+    };
     if m > 128 {
         return Err(err(
             Shape,
             format!("stationary free size M = {m} exceeds 128 (PE columns)"),
         )
         .operand("stationary"));
-    }
-    if ins.enum_val(mm::PERF_MODE) == Some(MatmulPerfMode::DoubleRow as u8) {
-        return Ok(()); // layout rules checked when double_row is implemented
     }
     if is_fp32ish(st.dtype) != is_fp32ish(mv.dtype) {
         return Err(err(
@@ -150,22 +153,85 @@ pub fn check_matmul(ins: &Instr) -> Result<()> {
     Ok(())
 }
 
+/// `perf_mode=double_row` (reference §1.5): FP8 operands only, laid out `[K, 2, M]` /
+/// `[K, 2, N]` (the size-2 dim is the first free dim); no transpose, no column tiling.
+fn check_double_row(ins: &Instr, st: &Ap, mv: &Ap) -> Result<()> {
+    let fp8 = |d: DType| {
+        matches!(
+            d,
+            DType::Float8E4m3 | DType::Float8E4m3fn | DType::Float8E5m2
+        )
+    };
+    for (a, name) in [(st, "stationary"), (mv, "moving")] {
+        if !fp8(a.dtype) {
+            return Err(err(
+                Dtype,
+                format!(
+                    "perf_mode=double_row takes fp8 operands only, {name} is {}",
+                    a.dtype.name()
+                ),
+            )
+            .operand(name));
+        }
+        if a.dims.first().map(|d| d.1) != Some(2) || a.dims.len() < 2 {
+            return Err(err(
+                Shape,
+                format!(
+                    "perf_mode=double_row needs {name} laid out [K, 2, F] (first free dim of size 2), got {:?}",
+                    a.shape()
+                ),
+            )
+            .operand(name));
+        }
+    }
+    if ins.bool_or(mm::IS_TRANSPOSE, false) {
+        return Err(err(
+            Value,
+            "perf_mode=double_row cannot combine with transpose mode",
+        )
+        .operand("is_transpose"));
+    }
+    let tsz = ins.ints(mm::TILE_SIZE);
+    if tsz.len() == 2 && tsz[1] != 128 {
+        return Err(err(
+            Value,
+            "perf_mode=double_row cannot combine with column tiling",
+        )
+        .operand("tile_size"));
+    }
+    Ok(())
+}
+
 /// Read-modify-write PSUM with a (possibly) accumulate-none rule, element by element.
 fn psum_bits(dst: &Ap, r: u32, byte: i64) -> usize {
     ((dst.start + r) as usize * crate::memory::PSUM_PART_BYTES + byte as usize) / 2
 }
 
 pub fn matmul(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
-    if ins.enum_val(mm::PERF_MODE) == Some(MatmulPerfMode::DoubleRow as u8) {
-        return Err(err(
-            NotImplemented,
-            "nc_matmul perf_mode=double_row is not implemented in this build",
-        )
-        .operand("perf_mode"));
-    }
     let dst = ins.ap(mm::DST).unwrap();
     let st = ins.ap(mm::STATIONARY).unwrap();
     let mv = ins.ap(mm::MOVING).unwrap();
+    if ins.enum_val(mm::PERF_MODE) == Some(MatmulPerfMode::DoubleRow as u8) {
+        // [K, 2, M] x [K, 2, N]: logical contraction row 2k + l, accumulated in that order.
+        let (k, m, n) = (st.parts as usize, st.free_size() / 2, mv.free_size() / 2);
+        let a = ctx.read_f32(st);
+        let b = ctx.read_f32(mv);
+        let mut acc = vec![0f32; m * n];
+        for mi in 0..m {
+            let row = &mut acc[mi * n..(mi + 1) * n];
+            for kk in 0..k {
+                for l in 0..2 {
+                    let s = a[kk * 2 * m + l * m + mi];
+                    let mrow = &b[kk * 2 * n + l * n..kk * 2 * n + (l + 1) * n];
+                    for (o, x) in row.iter_mut().zip(mrow) {
+                        *o += s * *x;
+                    }
+                }
+            }
+        }
+        write_psum(ins.arg(mm::ACCUMULATE), ctx, dst, &acc);
+        return Ok(());
+    }
     let (k, m, n) = (st.parts as usize, st.free_size(), mv.free_size());
     if ins.bool_or(mm::IS_TRANSPOSE, false) {
         // Bit-exact pass-through of the stationary tile (moving is the identity by contract).

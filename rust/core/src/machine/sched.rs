@@ -7,13 +7,13 @@
 use super::region::{conflict, regions, Region};
 use super::{stream_of, Device, RunOptions, RunResult, AGENTS_PER_CORE, NUM_CORES};
 use crate::engines::{self, Ctx};
-use crate::numerics::config::Rounder;
 use crate::error::{err, EmuError, ErrorKind::*, Result};
 use crate::isa::instr::NUM_SEMAPHORES;
 use crate::isa::text::format_instr;
 use crate::isa::validate::{is_dma, validate};
 use crate::isa::{Instr, Program};
 use crate::memory::onchip::Mems;
+use crate::numerics::config::Rounder;
 use crate::trace::{Record, Unit};
 use std::collections::VecDeque;
 

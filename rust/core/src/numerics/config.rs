@@ -148,11 +148,7 @@ impl Rounder {
             dt,
             DType::Float8E4m3 | DType::Float8E4m3fn | DType::Float8E5m2
         );
-        let narrow = fp8
-            || matches!(
-                dt,
-                DType::Bfloat16 | DType::Float16 | DType::Tfloat32
-            );
+        let narrow = fp8 || matches!(dt, DType::Bfloat16 | DType::Float16 | DType::Tfloat32);
         match format_of(dt) {
             Some(f) if narrow => {
                 let c = self.encode_fmt(f, x, i, fp8);

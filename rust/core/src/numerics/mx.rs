@@ -133,7 +133,10 @@ mod tests {
             let (m, e) = if b >> 23 == 0 {
                 (b as u128, -149)
             } else {
-                (((b & 0x7F_FFFF) | 0x80_0000) as u128, (b >> 23) as i32 - 150)
+                (
+                    ((b & 0x7F_FFFF) | 0x80_0000) as u128,
+                    (b >> 23) as i32 - 150,
+                )
             };
             assert_eq!(round_wide_to_f32(false, m << 40, e - 40), v);
         }

@@ -64,14 +64,8 @@ impl Ref {
         if a == 0.0 {
             return sign;
         }
-        let e = (a.log2().floor() as i32).max(self.emin());
-        // log2 of an exact power of two is exact; guard against off-by-one anyway.
-        let e = if 2f64.powi(e) > a && e > self.emin() {
-            e - 1
-        } else {
-            e
-        };
-        let quantum = 2f64.powi(e - self.mbits);
+        let e = exp2_floor(a).max(self.emin());
+        let quantum = pow2(e - self.mbits);
         let r = (a / quantum).round_ties_even() * quantum;
         if r > self.max_value() {
             return overflow;
@@ -79,16 +73,25 @@ impl Ref {
         if r == 0.0 {
             return sign;
         }
-        let er = r.log2().floor() as i32;
-        let er = if 2f64.powi(er) > r { er - 1 } else { er };
+        let er = exp2_floor(r);
         if er < self.emin() {
-            let mant = (r / 2f64.powi(self.emin() - self.mbits)) as u32;
+            let mant = (r / pow2(self.emin() - self.mbits)) as u32;
             sign | mant
         } else {
-            let mant = (r / 2f64.powi(er - self.mbits)) as u32 - (1 << self.mbits);
+            let mant = (r / pow2(er - self.mbits)) as u32 - (1 << self.mbits);
             sign | (((er + self.bias) as u32) << self.mbits) | mant
         }
     }
+}
+
+/// floor(log2 a) for a positive normal f64 (every fp32 value is one), from its exponent field.
+fn exp2_floor(a: f64) -> i32 {
+    ((a.to_bits() >> 52) & 0x7FF) as i32 - 1023
+}
+
+/// 2^e for the exponents used here (all normal in f64).
+fn pow2(e: i32) -> f64 {
+    f64::from_bits(((e + 1023) as u64) << 52)
 }
 
 fn sweep(f: Format, name: &str, step: u64) {

@@ -117,13 +117,8 @@ fn quantize(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     let sc = req(ins, qm::DST_SCALE, "dst_scale")?;
     let (elem, _) = x4_element(dst.dtype)
         .ok_or_else(|| err(Dtype, "dst must be an fp8 x4 dtype").operand("dst"))?;
-    let fp8 = elem.ebits + elem.mbits == 7;
-    let maxv = elem.decode(0x7E) as f64; // e4m3fn 448 / e5m2 57344 (0x7B): fixed below
-    let maxv = if elem.ebits == 5 {
-        elem.decode(0x7B) as f64
-    } else {
-        maxv
-    };
+    // Largest finite element: e4m3fn 448 (0x7E), e5m2 57344 (0x7B).
+    let maxv = elem.decode(if elem.ebits == 5 { 0x7B } else { 0x7E }) as f64;
     let v = ctx.read_f32(src);
     let (p, f) = (src.parts as usize, src.free_size());
     let w = f / 4;
@@ -157,7 +152,7 @@ fn quantize(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
                         elem.encode(f32::NAN.to_bits()) | ((x.is_sign_negative() as u32) << 7)
                     } else {
                         let y = (x as f64 * inv).clamp(-maxv, maxv) as f32; // exact: power-of-two scaling
-                        ctx.rounder.encode_fmt(elem, y, i as u64, fp8)
+                        ctx.rounder.encode_fmt(elem, y, i as u64, true)
                     };
                     word |= (c & 0xFF) << (8 * q);
                 }

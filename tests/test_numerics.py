@@ -252,3 +252,16 @@ def test_pack_x4_rejects_bad_input():
         pack_x4(np.zeros((2, 3), np.float32), "float8_e5m2_x4")
     with pytest.raises(t3.DtypeError):
         unpack_x4(np.zeros(2, np.uint32), "bfloat16")
+
+
+@pytest.mark.parametrize("name", list(FLOATS))
+def test_every_code_decodes_exactly_through_tensor_copy(dev, name):
+    """All 2^8 / 2^16 codes of each type, widened to fp32 by VectorE tensor_copy."""
+    dt = np.dtype(FLOATS[name])
+    n = 1 << (8 * dt.itemsize)
+    x = np.arange(n, dtype=np.uint32).astype(UINT[dt.itemsize]).view(dt).reshape(128, -1)
+    (got,) = run_op(dev, [x], [(x.shape, np.float32)], lambda p, a, o: p.tensor_copy(dst=o, src=a))
+    want = x.astype(np.float32)
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan)
+    assert_bits_equal(got[~nan], want[~nan])

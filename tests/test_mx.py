@@ -328,3 +328,12 @@ def test_mxfp8_kernel_end_to_end(dtype):
     exact = A.astype(np.float64).T @ B.astype(np.float64)
     tol = 0.15 if dtype == "float8_e5m2_x4" else 0.08
     assert np.linalg.norm(got - exact) / np.linalg.norm(exact) < tol
+
+
+def test_quantize_mx_dense_scale_tile_for_32_partitions():
+    """P <= 32: a dense [P/8, F/4] scale tile is a valid quadrant layout (rows 0..3)."""
+    rng = np.random.default_rng(13)
+    x = (rng.normal(size=(32, 8)) * 1e-3).astype(np.float16)
+    words, scales = run_quantize(t3.Device(), x, "float8_e5m2_x4", parts_alloc=4)
+    want_w, want_s = ref_quantize(x.astype(np.float32), "float8_e5m2_x4")
+    assert np.array_equal(words, want_w) and np.array_equal(scales, want_s)

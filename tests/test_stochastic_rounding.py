@@ -188,3 +188,24 @@ def test_sr_bits_parameter_staircase():
     frac = np.mean(got.astype(np.float64) > 1.0)
     n = got.size
     assert abs((frac - 0.25) * n / np.sqrt(n * 0.25 * 0.75)) < 5
+
+
+def test_unbiased_on_a_grid_of_fractions():
+    """E[SR(x)] = x: for frac = k/64 (k = 0..63) the up-frequency matches k/64 at every point,
+    and the chi-square over the grid is consistent with the binomial model."""
+    ulp = 2.0**-7
+    k = np.arange(64)
+    row = (1.0 + k / 64 * ulp).astype(np.float32)
+    a = np.tile(row, (P, 32))  # 4096 draws per fraction
+    dev = t3.Device(rounding="stochastic", seed=21)
+    (got,) = run_op(dev, [a], [(a.shape, ml_dtypes.bfloat16)], lambda p, s, o: p.tensor_copy(dst=o, src=s))
+    up = (got.astype(np.float64) > 1.0).reshape(P, 32, 64).sum(axis=(0, 1))
+    n = P * 32
+    p = k / 64
+    assert up[0] == 0
+    z = (up[1:] - n * p[1:]) / np.sqrt(n * p[1:] * (1 - p[1:]))
+    assert np.all(np.abs(z) < 5), z
+    chi2 = float(np.sum(z**2))  # 63 degrees of freedom: mean 63, sd ~11.2
+    assert chi2 < 63 + 6 * 11.2, chi2
+    mean_err = np.mean(got.astype(np.float64).reshape(P, 32, 64), axis=(0, 1)) - row.astype(np.float64)
+    assert np.all(np.abs(mean_err) < 5 * ulp / 2 / np.sqrt(n))

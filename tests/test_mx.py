@@ -83,7 +83,7 @@ def run_quantize(dev, x, dtype, parts_alloc=None, off=0):
     return dev.hbm.get(ho), dev.hbm.get(hs)
 
 
-def run_matmul(dev, sw, sdt, ss_tile, mw, mdt, ms_tile, dst_dtype=np.float32, accumulate=False, pre=None):
+def run_matmul(dev, sw, sdt, ss_tile, mw, mdt, ms_tile, dst_dtype=np.float32, accumulate=False, pre=None, tile=None):
     p = t3.Program()
     words_np = {"float4_e2m1fn_x4": np.uint16}.get(sdt, np.uint32)
     st = p.sbuf(sw.shape, sdt)
@@ -97,7 +97,10 @@ def run_matmul(dev, sw, sdt, ss_tile, mw, mdt, ms_tile, dst_dtype=np.float32, ac
     out = p.psum((sw.shape[1], mw.shape[1]), dst_dtype)
     if pre is not None:
         p.memset(dst=out, value=pre)
-    p.nc_matmul_mx(dst=out, stationary=st, moving=mv, stationary_scale=sst, moving_scale=mst, accumulate=accumulate)
+    kw = {"tile_position": tile[0], "tile_size": tile[1]} if tile else {}
+    p.nc_matmul_mx(
+        dst=out, stationary=st, moving=mv, stationary_scale=sst, moving_scale=mst, accumulate=accumulate, **kw
+    )
     res = p.sbuf(out.shape, dst_dtype)
     p.tensor_copy(dst=res, src=out)
     h = dev.hbm.alloc(out.shape, dst_dtype)
@@ -337,3 +340,15 @@ def test_quantize_mx_dense_scale_tile_for_32_partitions():
     words, scales = run_quantize(t3.Device(), x, "float8_e5m2_x4", parts_alloc=4)
     want_w, want_s = ref_quantize(x.astype(np.float32), "float8_e5m2_x4")
     assert np.array_equal(words, want_w) and np.array_equal(scales, want_s)
+
+
+def test_matmul_mx_row_tiling_has_no_numerical_effect():
+    rng = np.random.default_rng(14)
+    sdt = mdt = "float8_e4m3fn_x4"
+    sw, mw = random_words(rng, (32, 16), sdt), random_words(rng, (32, 40), mdt)
+    ss = rng.integers(125, 130, size=(4, 16)).astype(np.uint8)  # every partial sum exact
+    ms = rng.integers(125, 130, size=(4, 40)).astype(np.uint8)
+    want = ref_matmul(sw, sdt, ss, mw, mdt, ms).astype(np.float32)
+    for tile in [((32, 0), (32, 128)), ((64, 0), (64, 128)), ((0, 0), (128, 128))]:
+        got = run_matmul(t3.Device(), sw, sdt, place_scales(ss, 32), mw, mdt, place_scales(ms, 32), tile=tile)
+        assert np.array_equal(got, want)

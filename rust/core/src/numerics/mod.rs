@@ -116,6 +116,13 @@ pub fn convert_from_f32_slice(dt: DType, src: &[u32], dst: &mut [u32]) {
                 *o = bf16_rne(*u);
             }
         }
+        DType::Float16 | DType::Float8E4m3 | DType::Float8E4m3fn | DType::Float8E5m2 => {
+            // Resolve the format once, outside the loop.
+            let f = format_of(dt).unwrap_or(float::BF16);
+            for (o, u) in dst.iter_mut().zip(src) {
+                *o = f.encode(*u);
+            }
+        }
         _ => {
             for (o, u) in dst.iter_mut().zip(src) {
                 *o = from_f32(dt, f32::from_bits(*u));
@@ -168,6 +175,12 @@ pub fn encode_all(dt: DType, vals: &[f32]) -> Vec<u8> {
         DType::Bfloat16 => {
             for (c, v) in out.chunks_exact_mut(2).zip(vals) {
                 c.copy_from_slice(&(bf16_rne(v.to_bits()) as u16).to_le_bytes());
+            }
+        }
+        DType::Float16 | DType::Float8E4m3 | DType::Float8E4m3fn | DType::Float8E5m2 => {
+            let f = format_of(dt).unwrap_or(float::BF16);
+            for (i, v) in vals.iter().enumerate() {
+                store_raw(&mut out, s, i, f.encode(v.to_bits()));
             }
         }
         _ => {

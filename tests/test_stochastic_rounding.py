@@ -209,3 +209,27 @@ def test_unbiased_on_a_grid_of_fractions():
     assert chi2 < 63 + 6 * 11.2, chi2
     mean_err = np.mean(got.astype(np.float64).reshape(P, 32, 64), axis=(0, 1)) - row.astype(np.float64)
     assert np.all(np.abs(mean_err) < 5 * ulp / 2 / np.sqrt(n))
+
+
+def test_bf16_psum_accumulate_upcast_add_round_sr():
+    """Accumulating into bf16 PSUM: upcast, fp32 add, round (SR): 256 + 0.25 -> 256 or 258 with
+    P(258) = 0.125; with RNE always 256."""
+    k = 32
+    mov = np.full((k, 512), 0.25 / k, np.float32)
+    ones = np.ones((k, 128), np.float32)
+
+    def run(dev):
+        (got,) = run_op(
+            dev,
+            [ones, mov],
+            [Out((128, 512), ml_dtypes.bfloat16, "psum", fill=256.0)],
+            lambda pr, a, b, o: pr.nc_matmul(dst=o, stationary=a, moving=b, accumulate=True),
+        )
+        return got.astype(np.float64).reshape(-1)
+
+    assert np.all(run(t3.Device()) == 256.0)
+    g = run(t3.Device(rounding="stochastic", seed=8))
+    assert set(np.unique(g)) <= {256.0, 258.0}
+    n, p = g.size, 0.125
+    kk = int(np.count_nonzero(g == 258.0))
+    assert abs((kk - n * p) / np.sqrt(n * p * (1 - p))) < 5

@@ -516,9 +516,9 @@ class Trace:
         Path(path).write_text(json.dumps(doc))
         return doc
 
-    def plot(self, path, width: float = 14.0) -> None:
+    def plot(self, path, width: float = 14.0) -> list[str]:
         """Render a timeline PNG: one row per core and engine/DMA queue (needs matplotlib:
-        `pip install 'trn3emu[plot]'`)."""
+        `pip install 'trn3emu[plot]'`). Returns the row labels, top to bottom."""
         try:
             import matplotlib
 
@@ -535,13 +535,15 @@ class Trace:
             bars = list(zip(c["start_ns"][m], c["end_ns"][m] - c["start_ns"][m]))
             ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=colors(u % 10), alpha=0.6 if u >= 5 else 0.9)
         ax.set_yticks(range(len(tracks)))
-        ax.set_yticklabels([f"core {k} {UNITS[u]}" for k, u in tracks])
+        labels = [f"core {k} {UNITS[u]}" for k, u in tracks]
+        ax.set_yticklabels(labels)
         ax.invert_yaxis()
         ax.set_xlabel("estimated time (ns)")
         ax.set_title(f"trn3emu timeline: {self.total_ns:,.0f} ns")
         fig.tight_layout()
         fig.savefig(path, dpi=100)
         plt.close(fig)
+        return labels
 
 
 class RunResult:

@@ -437,6 +437,63 @@ impl CostModel for DefaultCost {
 mod tests {
     use super::*;
 
+    use crate::isa::text::parse_instr_unchecked;
+
+    fn warm_tflops(text: &str) -> f64 {
+        let ins = parse_instr_unchecked(text).unwrap();
+        let t = DefaultCost.engine_ps(&ins, Issue { back_to_back: true });
+        flops(&ins) as f64 / t as f64 // flop per ps = TFLOPS
+    }
+
+    // Peaks from reference §1.2: 128 x 128 PEs x 2 flop x 2.4 GHz x {4, 1, 1/4}.
+    const BF16_PEAK: f64 = 128.0 * 128.0 * 2.0 * 2.4e9 / 1e12;
+
+    #[test]
+    fn bf16_matmul_reaches_the_published_peak() {
+        let t = warm_tflops("nc_matmul dst=psum:float32[0:128]+0[[1,512]] stationary=sbuf:bfloat16[0:128]+0[[1,128]] moving=sbuf:bfloat16[0:128]+256[[1,512]]");
+        assert!((t - BF16_PEAK).abs() / BF16_PEAK < 1e-3, "{t}");
+        assert!(t >= 0.9 * PEAK_TFLOPS_BF16);
+    }
+
+    #[test]
+    fn mx_matmul_is_four_times_bf16() {
+        // 128 partitions x 4 packed values = K 512; 128 x4 stationary columns, 512 moving.
+        let ins = parse_instr_unchecked("nc_matmul_mx dst=psum:float32[0:128]+0[[1,512]] stationary=sbuf:float8_e4m3fn_x4[0:128]+0[[1,128]] moving=sbuf:float8_e4m3fn_x4[0:128]+512[[1,512]] stationary_scale=sbuf:uint8[0:128]+4096[[1,128]] moving_scale=sbuf:uint8[0:128]+4224[[1,512]]").unwrap();
+        assert_eq!(flops(&ins), 2 * 512 * 128 * 512);
+        let t = warm_tflops("nc_matmul_mx dst=psum:float32[0:128]+0[[1,512]] stationary=sbuf:float8_e4m3fn_x4[0:128]+0[[1,128]] moving=sbuf:float8_e4m3fn_x4[0:128]+512[[1,512]] stationary_scale=sbuf:uint8[0:128]+4096[[1,128]] moving_scale=sbuf:uint8[0:128]+4224[[1,512]]");
+        assert!((t - 4.0 * BF16_PEAK).abs() / BF16_PEAK < 4e-3, "{t}");
+        assert!(t >= 0.9 * PEAK_TFLOPS_MX);
+    }
+
+    #[test]
+    fn fp32_is_a_quarter_and_double_row_twice() {
+        let f32t = warm_tflops("nc_matmul dst=psum:float32[0:128]+0[[1,512]] stationary=sbuf:float32[0:128]+0[[1,128]] moving=sbuf:float32[0:128]+512[[1,512]]");
+        assert!((f32t - BF16_PEAK / 4.0).abs() / BF16_PEAK < 1e-3, "{f32t}");
+        let dr = warm_tflops("nc_matmul dst=psum:float32[0:128]+0[[1,512]] stationary=sbuf:float8_e4m3[0:128]+0[[1,256]] moving=sbuf:float8_e4m3[0:128]+256[[1,1024]] perf_mode=double_row");
+        assert!((dr - 2.0 * BF16_PEAK).abs() / BF16_PEAK < 2e-3, "{dr}");
+    }
+
+    #[test]
+    fn cold_matmul_pays_load_stationary_and_start_up() {
+        let ins = parse_instr_unchecked("nc_matmul dst=psum:float32[0:128]+0[[1,512]] stationary=sbuf:bfloat16[0:128]+0[[1,128]] moving=sbuf:bfloat16[0:128]+256[[1,512]]").unwrap();
+        let warm = DefaultCost.cycles(&ins, Issue { back_to_back: true });
+        let cold = DefaultCost.cycles(&ins, Issue { back_to_back: false });
+        assert_eq!(warm, 512.0);
+        assert_eq!(cold, 512.0 + 128.0 / 4.0 + 64.0);
+    }
+
+    #[test]
+    fn vector_perf_modes() {
+        let c = |t: &str| DefaultCost.cycles(&parse_instr_unchecked(t).unwrap(), Issue::default());
+        // fp32: 1 element/lane/cycle; bf16 SBUF contiguous: 4x; bf16 from PSUM: 2x (§1.7).
+        assert_eq!(c("tensor_copy.vector dst=sbuf:float32[0:128]+0[[1,2048]] src=sbuf:float32[0:128]+8192[[1,2048]]"), 2048.0);
+        assert_eq!(c("tensor_copy.vector dst=sbuf:bfloat16[0:128]+0[[1,2048]] src=sbuf:bfloat16[0:128]+8192[[1,2048]]"), 512.0);
+        assert_eq!(c("tensor_copy.vector dst=sbuf:bfloat16[0:128]+0[[1,512]] src=psum:bfloat16[0:128]+0[[1,512]]"), 256.0);
+        assert_eq!(c("tensor_copy.scalar dst=sbuf:bfloat16[0:128]+0[[1,2048]] src=sbuf:bfloat16[0:128]+8192[[1,2048]]"), 1024.0);
+        // Short ops pay the minimum initiation interval.
+        assert_eq!(c("tensor_copy.vector dst=sbuf:float32[0:128]+0[[1,8]] src=sbuf:float32[0:128]+64[[1,8]]"), MIN_II);
+    }
+
     #[test]
     fn every_isa_cost_class_is_modelled() {
         for s in crate::isa::tables::INSTRUCTIONS {

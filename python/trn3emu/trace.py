@@ -506,7 +506,13 @@ class Trace:
         for (core, mem), (ts, vs) in sorted(self.occupancy().items()):
             for t, v in zip(ts, vs):
                 ev.append(
-                    {"ph": "C", "name": f"{mem} bytes written", "pid": core, "ts": t / 1000.0, "args": {"bytes": int(v)}}
+                    {
+                        "ph": "C",
+                        "name": f"{mem} bytes written",
+                        "pid": core,
+                        "ts": t / 1000.0,
+                        "args": {"bytes": int(v)},
+                    }
                 )
         doc = {
             "traceEvents": ev,

@@ -477,7 +477,12 @@ mod tests {
     fn cold_matmul_pays_load_stationary_and_start_up() {
         let ins = parse_instr_unchecked("nc_matmul dst=psum:float32[0:128]+0[[1,512]] stationary=sbuf:bfloat16[0:128]+0[[1,128]] moving=sbuf:bfloat16[0:128]+256[[1,512]]").unwrap();
         let warm = DefaultCost.cycles(&ins, Issue { back_to_back: true });
-        let cold = DefaultCost.cycles(&ins, Issue { back_to_back: false });
+        let cold = DefaultCost.cycles(
+            &ins,
+            Issue {
+                back_to_back: false,
+            },
+        );
         assert_eq!(warm, 512.0);
         assert_eq!(cold, 512.0 + 128.0 / 4.0 + 64.0);
     }

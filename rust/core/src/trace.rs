@@ -88,7 +88,9 @@ impl Trace {
     /// posting order, as the scheduler applies them) and find the one that reached the threshold.
     pub fn link_semaphores(&mut self) {
         use std::collections::HashMap;
-        let mut sig: HashMap<(u8, u16), Vec<(u64, usize, u32, u32)>> = HashMap::new();
+        // (core, semaphore) -> [(visible at, event position, delta, record)]
+        type Increments = Vec<(u64, usize, u32, u32)>;
+        let mut sig: HashMap<(u8, u16), Increments> = HashMap::new();
         for (i, e) in self.sems.iter().enumerate() {
             if !e.wait {
                 sig.entry((e.core, e.sem))

@@ -328,7 +328,8 @@ def test_perfetto_json_is_structurally_valid(dev, tmp_path):
     assert {e["args"]["name"] for e in ev if e["name"] == "process_name"} == {"core 0", "core 1"}
     names = {e["args"]["name"] for e in ev if e["name"] == "thread_name" and e["pid"] == 0}
     assert {f"{e} engine" for e in ENGINES} <= names and "dma queue 4 (sync)" in names
-    assert sum(1 for e in ev if e["ph"] == "s") >= 1
+    assert sum(1 for e in ev if e["ph"] == "s" and e["cat"] == "semaphore") >= 1
+    assert sum(1 for e in ev if e["ph"] == "s" and e["cat"] == "dma") == len(tr.dma)
     counters = [e for e in ev if e["ph"] == "C" and e["pid"] == 0]
     assert {e["name"] for e in counters} == {"SBUF bytes written", "PSUM bytes written"}
     psum = [e["args"]["bytes"] for e in counters if e["name"] == "PSUM bytes written"]

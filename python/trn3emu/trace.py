@@ -444,7 +444,8 @@ class Trace:
     def to_perfetto(self, path) -> dict:
         """Write Chrome Trace Event JSON (open in ui.perfetto.dev): one process per core, one track
         per engine and per DMA queue, flow arrows from each semaphore signal to the wait it
-        satisfied, counters for SBUF/PSUM bytes written. Returns the JSON object."""
+        satisfied and from each DMA trigger to its transfer, counters for SBUF/PSUM bytes
+        written. Returns the JSON object."""
         c = self.columns
         tid, names = self._tracks()
         ev: list[dict] = []
@@ -493,6 +494,30 @@ class Trace:
             mid = (c["start_ns"][b] + c["end_ns"][b]) / 2.0
             common = {"name": f"semaphore {int(sem)}", "cat": "semaphore", "id": flow}
             ev.append({**common, "ph": "s", "pid": int(c["core"][b]), "tid": int(tid[b]), "ts": mid / 1000.0})
+            ev.append(
+                {
+                    **common,
+                    "ph": "f",
+                    "bp": "e",
+                    "pid": int(c["core"][r]),
+                    "tid": int(tid[r]),
+                    "ts": float(c["start_ns"][r]) / 1000.0,
+                }
+            )
+        # DMA triggers -> their transfers.
+        trig = {
+            (int(k), int(u), int(i)): r
+            for r, (k, u, i) in enumerate(zip(c["core"], c["unit"], c["index"]))
+            if u < 5
+        }
+        for r in np.flatnonzero(c["unit"] >= 5):
+            t = trig.get((int(c["core"][r]), int(c["unit"][r]) - 5, int(c["index"][r])))
+            if t is None:
+                continue
+            flow += 1
+            mid = (c["start_ns"][t] + c["end_ns"][t]) / 2.0
+            common = {"name": "dma trigger", "cat": "dma", "id": flow}
+            ev.append({**common, "ph": "s", "pid": int(c["core"][t]), "tid": int(tid[t]), "ts": mid / 1000.0})
             ev.append(
                 {
                     **common,

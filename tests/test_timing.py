@@ -368,3 +368,27 @@ def test_cli_trace_of_a_python_kernel(tmp_path, capsys):
     assert cli(["trace", str(example), "--out", str(out)]) == 0
     assert "tensor" in capsys.readouterr().out
     validate_chrome_trace(json.loads(out.read_text()))
+
+
+def test_flash_attention_example_timeline(tmp_path):
+    """The flash-attention example's PNG timeline shows every engine (once the example exists
+    and exposes `build(dev)`, the hook `trn3emu trace` uses)."""
+    pytest.importorskip("matplotlib")
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "flash_attention.py"
+    if not path.exists():
+        pytest.skip("examples/flash_attention.py not present yet")
+    spec = importlib.util.spec_from_file_location("flash_attention", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    if not hasattr(mod, "build"):
+        pytest.skip("examples/flash_attention.py has no build(dev)")
+    dev = t3.Device()
+    progs = mod.build(dev)
+    tr = dev.run(progs).trace
+    labels = tr.plot(tmp_path / "fa.png")
+    assert (tmp_path / "fa.png").read_bytes()[:4] == b"\x89PNG"
+    used = {lab.split()[-1] for lab in labels}
+    assert {"tensor", "vector", "scalar"} <= used and any(u.startswith("dma.") for u in used)

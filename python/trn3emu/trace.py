@@ -506,9 +506,7 @@ class Trace:
             )
         # DMA triggers -> their transfers.
         trig = {
-            (int(k), int(u), int(i)): r
-            for r, (k, u, i) in enumerate(zip(c["core"], c["unit"], c["index"]))
-            if u < 5
+            (int(k), int(u), int(i)): r for r, (k, u, i) in enumerate(zip(c["core"], c["unit"], c["index"])) if u < 5
         }
         for r in np.flatnonzero(c["unit"] >= 5):
             t = trig.get((int(c["core"][r]), int(c["unit"][r]) - 5, int(c["index"][r])))

@@ -225,54 +225,52 @@ class Trace:
         if n == 0:
             return []
         c = self.columns
-        start, end = c["start_ns"], c["end_ns"]
+        start, end = c["start_ns"].tolist(), c["end_ns"].tolist()
+        cores, units, index = c["core"].tolist(), c["unit"].tolist(), c["index"].tolist()
         eps = 1e-6
-        by_track: dict[tuple[int, int], np.ndarray] = {}
-        for key in {(int(a), int(b)) for a, b in zip(c["core"], c["unit"])}:
-            rows = np.flatnonzero((c["core"] == key[0]) & (c["unit"] == key[1]))
-            by_track[key] = rows[np.argsort(end[rows], kind="stable")]
-        dma_rows = {}
+        # Engine streams run one record at a time: the predecessor is the previous record.
+        prev = [-1] * n
+        last: dict[tuple[int, int], int] = {}
+        for r in np.lexsort((c["end_ns"], c["start_ns"])).tolist():
+            if units[r] < 5:
+                key = (cores[r], units[r])
+                prev[r] = last.get(key, -1)
+                last[key] = r
+        trigger = {(cores[r], units[r], index[r]): r for r in range(n) if units[r] < 5}
+        dma_rows: dict[int, np.ndarray] = {}
         for core in np.unique(c["core"]):
             rows = np.flatnonzero((c["core"] == core) & (c["unit"] >= 5))
-            dma_rows[int(core)] = rows[np.argsort(end[rows], kind="stable")]
-        waits: dict[int, list[tuple[float, int]]] = {}
+            dma_rows[int(core)] = rows[np.argsort(c["end_ns"][rows], kind="stable")]
         s = self._sems
         visible: dict[int, float] = {}
-        for w, rec, t in zip(s["wait"], s["record"], s["time_ns"]):
+        for w, rec, t in zip(s["wait"].tolist(), s["record"].tolist(), s["time_ns"].tolist()):
             if not w:
-                visible[int(rec)] = max(visible.get(int(rec), 0.0), float(t))
-        for w, rec, by in zip(s["wait"], s["record"], s["by"]):
+                visible[rec] = max(visible.get(rec, 0.0), t)
+        waits: dict[int, list[tuple[float, int]]] = {}
+        for w, rec, by in zip(s["wait"].tolist(), s["record"].tolist(), s["by"].tolist()):
             if w and by >= 0:
-                waits.setdefault(int(rec), []).append((visible.get(int(by), float(end[by])), int(by)))
+                waits.setdefault(rec, []).append((visible.get(by, end[by]), by))
         fixed = float(COST["dma_fixed_ns"])
 
-        def latest_before(rows: np.ndarray, t: float, exclude: int) -> tuple[float, int] | None:
-            if len(rows) == 0:
-                return None
-            k = int(np.searchsorted(end[rows], t + eps, side="right"))
-            while k > 0:
-                r = int(rows[k - 1])
-                if r != exclude:
-                    return float(end[r]), r
-                k -= 1
-            return None
-
-        path = [int(np.argmax(end))]
+        path = [int(np.argmax(c["end_ns"]))]
         seen = {path[0]}
         while True:
             r = path[-1]
-            core, unit, t = int(c["core"][r]), int(c["unit"][r]), float(start[r])
+            t = start[r]
             cands = [x for x in waits.get(r, []) if x[0] <= t + eps]
-            if unit < 5:
-                x = latest_before(by_track[(core, unit)], t, r)
-                if x:
-                    cands.append(x)
+            if units[r] < 5:
+                if prev[r] >= 0:
+                    cands.append((end[prev[r]], prev[r]))
             else:
-                trig = np.flatnonzero((c["core"] == core) & (c["unit"] == unit - 5) & (c["index"] == c["index"][r]))
-                cands += [(float(end[k]), int(k)) for k in trig if end[k] <= t + eps]
-                x = latest_before(dma_rows[core], t + fixed, r)
-                if x and x[0] > t:
-                    cands.append((t, x[1]))
+                k = trigger.get((cores[r], units[r] - 5, index[r]))
+                if k is not None and end[k] <= t + eps:
+                    cands.append((end[k], k))
+                rows = dma_rows[cores[r]]
+                pos = int(np.searchsorted(c["end_ns"][rows], t + fixed + eps, side="right"))
+                while pos > 0 and int(rows[pos - 1]) == r:
+                    pos -= 1
+                if pos > 0 and end[int(rows[pos - 1])] > t:
+                    cands.append((t, int(rows[pos - 1])))
             cands = [x for x in cands if x[1] not in seen]
             if not cands:
                 break

@@ -32,6 +32,9 @@ pub struct Plan {
     pub hbm_bytes: u64,
     /// QoS class 0..3 (0 = highest).
     pub priority: u8,
+    /// Fraction of the engine bandwidth the transfer reaches (DMA transpose: 0.9 from HBM,
+    /// 0.5 SBUF -> SBUF, reference §1.8; copies 1.0).
+    pub rate: f64,
 }
 
 fn runs_per_row(a: &Ap) -> u64 {
@@ -57,8 +60,18 @@ pub fn plan(ins: &Instr, p: &DmaParams) -> Plan {
     let Some(dst) = dst else {
         return Plan {
             priority,
+            rate: 1.0,
             ..Plan::default()
         };
+    };
+    let rate = if spec.cost == "dma_transpose" {
+        if srcs.iter().any(|a| a.mem == Mem::Hbm) {
+            0.9
+        } else {
+            0.5
+        }
+    } else {
+        1.0
     };
     let row_bytes = dst.free_size() as u64 * dst.dtype.size() as u64;
     let bytes = row_bytes * dst.parts as u64;
@@ -116,6 +129,7 @@ pub fn plan(ins: &Instr, p: &DmaParams) -> Plan {
         bytes,
         hbm_bytes,
         priority,
+        rate,
     }
 }
 
@@ -169,7 +183,7 @@ impl DmaFabric {
             };
             let s = data_start.max(*slot);
             let work_ns = pc.descriptors as f64 * self.p.descriptor_ns
-                + pc.bytes as f64 / self.p.engine_bytes_per_ns;
+                + pc.bytes as f64 / (self.p.engine_bytes_per_ns * plan.rate.max(0.01));
             let mut end = s + (work_ns * 1000.0).ceil() as u64;
             if plan.hbm_bytes > 0 {
                 let share = plan.hbm_bytes as f64 * pc.bytes as f64 / total;
@@ -203,6 +217,7 @@ mod tests {
             bytes,
             hbm_bytes: if hbm { bytes } else { 0 },
             priority: 0,
+            rate: 1.0,
         }
     }
 
@@ -231,6 +246,26 @@ mod tests {
         assert_eq!(s2, e1 - (p.fixed_ns * 1000.0) as u64);
         let e2 = f.commit(0, s2, &pl);
         assert_eq!(e2, e1 + ((8.0 * p.descriptor_ns + 1000.0) * 1000.0) as u64);
+    }
+
+    #[test]
+    fn plan_splits_partitions_and_rates_transposes() {
+        use crate::isa::text::parse_instr_unchecked;
+        let p = DmaParams::default();
+        let copy = parse_instr_unchecked("dma_copy.sync dst=sbuf:bfloat16[0:24]+0[[1,1024]] src=hbm:bfloat16+0[[1024,24],[1,1024]] priority=2").unwrap();
+        let pl = plan(&copy, &p);
+        // 24 partitions -> engines 0, 1, 2 with 8 rows of 2 KiB each.
+        let want: Vec<(u8, u64)> = (0..3).map(|e| (e, 8 * 2048)).collect();
+        let got: Vec<(u8, u64)> = pl.pieces.iter().map(|x| (x.engine, x.bytes)).collect();
+        assert_eq!(got, want);
+        assert_eq!(
+            (pl.bytes, pl.hbm_bytes, pl.priority, pl.rate),
+            (24 * 2048, 24 * 2048, 2, 1.0)
+        );
+        let tr = parse_instr_unchecked("dma_transpose.sync dst=sbuf:bfloat16[0:32]+0[[1,32]] src=hbm:bfloat16+0[[32,32],[1,32]]").unwrap();
+        assert_eq!(plan(&tr, &p).rate, 0.9);
+        let tr2 = parse_instr_unchecked("dma_transpose.sync dst=sbuf:bfloat16[0:32]+0[[1,32]] src=sbuf:bfloat16[0:32]+4096[[1,32]]").unwrap();
+        assert_eq!(plan(&tr2, &p).rate, 0.5);
     }
 
     #[test]

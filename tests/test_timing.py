@@ -92,6 +92,10 @@ def test_large_hbm_to_sbuf_copy_reaches_modelled_dma_bandwidth(dev):
     assert len(d) == 1 and d["dma_engines"][0] == 16 and d["bytes"][0] == 128 * 65536 * 2
     rate = d["bytes"][0] / (d["end_ns"][0] - d["start_ns"][0])
     assert 0.9 * DMA_PER_CORE <= rate <= DMA_PER_CORE
+    spans = dev.run(p).trace.dma_engines
+    # Each of the 16 engines moved 8 partitions x 128 KiB, at most 33 B/ns.
+    assert sorted(spans["engine"]) == list(range(16)) and (spans["bytes"] == 8 * 65536 * 2).all()
+    assert (spans["bytes"] / (spans["end_ns"] - spans["start_ns"]) <= DMA_ENGINE_BYTES_PER_NS).all()
 
 
 def test_partition_split_decides_how_many_engines_work(dev):
@@ -328,6 +332,7 @@ def test_perfetto_json_is_structurally_valid(dev, tmp_path):
     assert {e["args"]["name"] for e in ev if e["name"] == "process_name"} == {"core 0", "core 1"}
     names = {e["args"]["name"] for e in ev if e["name"] == "thread_name" and e["pid"] == 0}
     assert {f"{e} engine" for e in ENGINES} <= names and "dma queue 4 (sync)" in names
+    assert {f"dma engine {e}" for e in range(16)} <= names
     assert sum(1 for e in ev if e["ph"] == "s" and e["cat"] == "semaphore") >= 1
     assert sum(1 for e in ev if e["ph"] == "s" and e["cat"] == "dma") == len(tr.dma)
     counters = [e for e in ev if e["ph"] == "C" and e["pid"] == 0]

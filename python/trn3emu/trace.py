@@ -12,6 +12,9 @@ written), flops, name (the instruction's `name=` label: the kernel source line),
 priority, start_ns (engines granted), end_ns (last byte landed), bytes (payload), hbm_bytes
 (read plus written in HBM), dma_engines (engines the transfer was split over), name, operands.
 
+`trace.dma_engines` (one row per DMA engine's share of a transfer): core, engine (0..15), queue,
+index, start_ns, end_ns, bytes.
+
 `trace.semaphores` (one row per signal or wait): core, sem, kind ('signal' | 'wait'), value
 (delta or threshold), time_ns (increment visible / waiter starts), unit, index (the instruction),
 by_unit, by_index (waits: the instruction whose signal satisfied it; '' / -1 when none needed).
@@ -71,7 +74,22 @@ _SEM_DTYPE = [
     ("by_unit", "U10"),
     ("by_index", "i8"),
 ]
-SCHEMA = {"version": SCHEMA_VERSION, "instructions": _INSTR_DTYPE, "dma": _DMA_DTYPE, "semaphores": _SEM_DTYPE}
+_SPAN_DTYPE = [
+    ("core", "u1"),
+    ("engine", "u1"),
+    ("queue", "U6"),
+    ("index", "u4"),
+    ("start_ns", "f8"),
+    ("end_ns", "f8"),
+    ("bytes", "u8"),
+]
+SCHEMA = {
+    "version": SCHEMA_VERSION,
+    "instructions": _INSTR_DTYPE,
+    "dma": _DMA_DTYPE,
+    "dma_engines": _SPAN_DTYPE,
+    "semaphores": _SEM_DTYPE,
+}
 
 # SBUF/PSUM occupancy counters track written bytes in 64-byte granules.
 _GRANULE = 64
@@ -109,6 +127,15 @@ class Trace:
             "time_ns": s.get("time_ps", np.zeros(0, np.uint64)) / 1000.0,
             "record": s.get("record", np.zeros(0, np.uint32)),
             "by": s.get("by", np.zeros(0, np.int64)),
+        }
+        sp = cols.get("dma_spans") or {}
+        self._spans = {
+            "core": sp.get("core", np.zeros(0, np.uint8)),
+            "engine": sp.get("engine", np.zeros(0, np.uint8)),
+            "start_ns": sp.get("start_ps", np.zeros(0, np.uint64)) / 1000.0,
+            "end_ns": sp.get("end_ps", np.zeros(0, np.uint64)) / 1000.0,
+            "bytes": sp.get("bytes", np.zeros(0, np.uint64)),
+            "record": sp.get("record", np.zeros(0, np.uint32)),
         }
         self._programs = {p.core: p for p in programs}
         self._names: dict[int, list] = {}
@@ -193,6 +220,21 @@ class Trace:
     def dma(self) -> np.ndarray:
         """One row per DMA transfer (structured array; see the module doc)."""
         return self._view(True)
+
+    @property
+    def dma_engines(self) -> np.ndarray:
+        """One row per DMA engine's share of a transfer (structured array; see the module doc)."""
+        sp, c = self._spans, self.columns
+        out = np.zeros(len(sp["core"]), dtype=_SPAN_DTYPE)
+        rec = sp["record"].astype(np.int64)
+        out["core"] = sp["core"]
+        out["engine"] = sp["engine"]
+        out["queue"] = [ENGINES[int(u) % 5] for u in c["unit"][rec]] if len(rec) else []
+        out["index"] = c["index"][rec] if len(rec) else []
+        out["start_ns"] = sp["start_ns"]
+        out["end_ns"] = sp["end_ns"]
+        out["bytes"] = sp["bytes"]
+        return out
 
     @property
     def semaphores(self) -> np.ndarray:
@@ -323,6 +365,16 @@ class Trace:
             int(k): int(c["bytes"][dmam & (c["core"] == k)].sum()) / total if total else 0.0
             for k in np.unique(c["core"][dmam])
         }
+        sp = self._spans
+        dma_engines = {}
+        for k in np.unique(sp["core"]):
+            m = sp["core"] == k
+            busy = float((sp["end_ns"][m] - sp["start_ns"][m]).sum())
+            n_eng = int(COST["dma_engines"])
+            dma_engines[int(k)] = {
+                "engines_used": int(len(np.unique(sp["engine"][m]))),
+                "mean_utilisation": busy / (n_eng * total) if total else 0.0,
+            }
         path = self.critical_path()
         # Each step owns the time from its predecessor's end to its own end (they sum to the total).
         along: dict[str, float] = {}
@@ -337,6 +389,7 @@ class Trace:
             "total_ns": total,
             "units": units,
             "dma_gbps_per_core": per_core_dma,
+            "dma_engines": dma_engines,
             "hbm_gbps": int(c["hbm_bytes"].sum()) / total if total else 0.0,
             "critical_path": path,
             "critical_path_ns_by_unit": along,
@@ -374,7 +427,11 @@ class Trace:
                 f"{u['core']:>4} {u['unit']:<11} {u['count']:>6} {u['busy_ns']:>12,.1f} {u['utilisation']:>6.1%} {ach:>18}  {peak}"
             )
         for core, g in st["dma_gbps_per_core"].items():
-            lines.append(f"core {core} DMA: {g:,.1f} GB/s of {pk['dma_gbps_per_core']:g} GB/s")
+            e = st["dma_engines"].get(core, {"engines_used": 0, "mean_utilisation": 0.0})
+            lines.append(
+                f"core {core} DMA: {g:,.1f} GB/s of {pk['dma_gbps_per_core']:g} GB/s; "
+                f"{e['engines_used']} of {int(COST['dma_engines'])} engines used, mean busy {e['mean_utilisation']:.1%}"
+            )
         lines.append(f"device HBM traffic: {st['hbm_gbps']:,.1f} GB/s of {pk['hbm_gbps']:g} GB/s")
         along = ", ".join(f"{k} {v:,.1f} ns" for k, v in sorted(st["critical_path_ns_by_unit"].items()))
         lines.append(f"critical path: {len(st['critical_path'])} records; time along it by unit: {along}")
@@ -441,7 +498,7 @@ class Trace:
 
     def to_perfetto(self, path) -> dict:
         """Write Chrome Trace Event JSON (open in ui.perfetto.dev): one process per core, one track
-        per engine and per DMA queue, flow arrows from each semaphore signal to the wait it
+        per engine, per DMA queue and per DMA engine, flow arrows from each semaphore signal to the wait it
         satisfied and from each DMA trigger to its transfer, counters for SBUF/PSUM bytes
         written. Returns the JSON object."""
         c = self.columns
@@ -480,6 +537,32 @@ class Trace:
                     "ts": s / 1000.0,
                     "dur": (e - s) / 1000.0,
                     "args": args,
+                }
+            )
+        sp = self._spans
+        for k in sorted({int(x) for x in sp["core"]}):
+            for e in sorted({int(x) for x in sp["engine"][sp["core"] == k]}):
+                t = 300 + e
+                ev.append({"ph": "M", "name": "thread_name", "pid": k, "tid": t, "args": {"name": f"dma engine {e}"}})
+                ev.append({"ph": "M", "name": "thread_sort_index", "pid": k, "tid": t, "args": {"sort_index": t}})
+        for k, e, a, b, nb, rec in zip(
+            sp["core"].tolist(),
+            sp["engine"].tolist(),
+            sp["start_ns"].tolist(),
+            sp["end_ns"].tolist(),
+            sp["bytes"].tolist(),
+            sp["record"].tolist(),
+        ):
+            ev.append(
+                {
+                    "ph": "X",
+                    "name": _OPNAME.get(int(c["opcode"][rec]), "?"),
+                    "cat": "dma_engine",
+                    "pid": k,
+                    "tid": 300 + e,
+                    "ts": a / 1000.0,
+                    "dur": (b - a) / 1000.0,
+                    "args": {"index": int(c["index"][rec]), "bytes": nb},
                 }
             )
         sm = self._sems

@@ -72,10 +72,24 @@ pub struct SemEvent {
     pub by: i64,
 }
 
+/// One DMA engine's share of a transfer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DmaSpan {
+    pub core: u8,
+    /// DMA engine of the core, 0..16.
+    pub engine: u8,
+    pub start_ps: u64,
+    pub end_ps: u64,
+    pub bytes: u64,
+    /// Index into `Trace::records` of the transfer.
+    pub record: u32,
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct Trace {
     pub records: Vec<Record>,
     pub sems: Vec<SemEvent>,
+    pub dma_spans: Vec<DmaSpan>,
 }
 
 impl Trace {

@@ -602,6 +602,15 @@ impl Device {
         col!(sems, "record", ev, |e| e.record);
         col!(sems, "by", ev, |e| e.by);
         cols.set_item("sems", sems)?;
+        let sp = &res.trace.dma_spans;
+        let spans = PyDict::new(py);
+        col!(spans, "core", sp, |e| e.core);
+        col!(spans, "engine", sp, |e| e.engine);
+        col!(spans, "start_ps", sp, |e| e.start_ps);
+        col!(spans, "end_ps", sp, |e| e.end_ps);
+        col!(spans, "bytes", sp, |e| e.bytes);
+        col!(spans, "record", sp, |e| e.record);
+        cols.set_item("dma_spans", spans)?;
         cols.set_item("schema_version", core::trace::SCHEMA_VERSION)?;
         d.set_item("trace", cols)?;
         Ok(d)

@@ -140,6 +140,8 @@ pub struct DmaFabric {
     free: Vec<Vec<u64>>,
     /// Time (ps) the HBM fluid server drains its backlog.
     hbm_free: u64,
+    /// (engine, start ps, end ps, bytes) of each piece of the last committed transfer.
+    pub last_spans: Vec<(u8, u64, u64, u64)>,
 }
 
 impl DmaFabric {
@@ -148,6 +150,7 @@ impl DmaFabric {
             p,
             free: vec![vec![0; p.engines.max(1)]; cores],
             hbm_free: 0,
+            last_spans: Vec::new(),
         }
     }
 
@@ -173,6 +176,7 @@ impl DmaFabric {
         let data_start = start + self.fixed_ps();
         let mut done = data_start;
         let total = plan.bytes.max(1) as f64;
+        self.last_spans.clear();
         for pc in &plan.pieces {
             let Some(slot) = self
                 .free
@@ -192,6 +196,7 @@ impl DmaFabric {
                 end = end.max(self.hbm_free);
             }
             *slot = end;
+            self.last_spans.push((pc.engine, s, end, pc.bytes));
             done = done.max(end);
         }
         done.max(start + 1)

@@ -16,7 +16,7 @@ use crate::isa::validate::{is_dma, validate};
 use crate::isa::{Instr, Program};
 use crate::memory::onchip::Mems;
 use crate::memory::Mem;
-use crate::trace::{Record, SemEvent, Unit, WriteBox};
+use crate::trace::{DmaSpan, Record, SemEvent, Unit, WriteBox};
 use std::collections::VecDeque;
 
 type Vc = Vec<u32>;
@@ -410,6 +410,18 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
                 Unit::Engine(agents[ai].stream as u8)
             };
             let record = result.trace.records.len() as u32;
+            if is_transfer {
+                for &(engine, s0, s1, b) in &fabric.last_spans {
+                    result.trace.dma_spans.push(DmaSpan {
+                        core,
+                        engine,
+                        start_ps: s0,
+                        end_ps: s1,
+                        bytes: b,
+                        record,
+                    });
+                }
+            }
             for s in &ins.signals {
                 result.trace.sems.push(SemEvent {
                     core,

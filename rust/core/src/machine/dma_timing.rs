@@ -73,45 +73,53 @@ pub fn plan(ins: &Instr, p: &DmaParams) -> Plan {
     } else {
         1.0
     };
-    let row_bytes = dst.free_size() as u64 * dst.dtype.size() as u64;
-    let bytes = row_bytes * dst.parts as u64;
+    let bytes = dst.num_elements() as u64 * dst.dtype.size() as u64;
     let hbm_src: u64 = srcs
         .iter()
         .filter(|a| a.mem == Mem::Hbm)
         .map(|a| a.num_elements() as u64 * a.dtype.size() as u64)
         .sum();
     let hbm_bytes = hbm_src + if dst.mem == Mem::Hbm { bytes } else { 0 };
-    let runs = srcs
+    // DMA buffers: one per contiguous run of a row, on the more fragmented side.
+    let descriptors = srcs
         .iter()
-        .map(|a| runs_per_row(a))
+        .chain(std::iter::once(&dst))
+        .map(|a| a.parts.max(1) as u64 * runs_per_row(a))
         .max()
-        .unwrap_or(1)
-        .max(runs_per_row(dst));
+        .unwrap_or(1);
     let engines = p.engines.max(1);
     let ppe = p.partitions_per_engine.max(1);
-    // The on-chip side decides the split; HBM -> HBM spreads rows evenly over all engines.
-    let onchip = dst.mem != Mem::Hbm || srcs.iter().any(|a| a.mem != Mem::Hbm);
+    // The on-chip side's partitions decide the split; HBM -> HBM spreads rows over all engines.
+    let side = if dst.mem != Mem::Hbm {
+        dst
+    } else {
+        srcs.iter()
+            .copied()
+            .find(|a| a.mem != Mem::Hbm)
+            .unwrap_or(dst)
+    };
+    let onchip = side.mem != Mem::Hbm;
+    let rows = side.parts.max(1) as u64;
+    let share = |total: u64, k: u64, n: u64| total * (k + 1) / n - total * k / n;
     let mut per: Vec<(u64, u64)> = vec![(0, 0); engines];
-    if onchip || dst.parts as usize >= engines {
-        for r in 0..dst.parts {
+    if onchip || rows >= engines as u64 {
+        for r in 0..rows {
             let e = if onchip {
-                (r / ppe) as usize % engines
+                (r / ppe as u64) as usize % engines
             } else {
                 r as usize % engines
             };
-            per[e].0 += row_bytes;
-            per[e].1 += runs;
+            per[e].0 += share(bytes, r, rows);
+            per[e].1 += share(descriptors, r, rows);
         }
     } else {
         // Few HBM rows: cut the bytes into equal slices, one per engine.
-        let slice = bytes.div_ceil(engines as u64);
-        let mut left = bytes;
-        for pe in per.iter_mut() {
-            let b = slice.min(left);
-            left -= b;
-            if b > 0 {
-                *pe = (b, (runs * dst.parts as u64).div_ceil(engines as u64).max(1));
-            }
+        let n = engines as u64;
+        for (e, pe) in per.iter_mut().enumerate() {
+            *pe = (
+                share(bytes, e as u64, n),
+                share(descriptors, e as u64, n).max(1),
+            );
         }
     }
     let pieces = per
@@ -267,6 +275,17 @@ mod tests {
             (pl.bytes, pl.hbm_bytes, pl.priority, pl.rate),
             (24 * 2048, 24 * 2048, 2, 1.0)
         );
+        // SBUF -> a flat HBM row: the SBUF partitions still decide the split.
+        let out = parse_instr_unchecked(
+            "dma_copy.sync dst=hbm:bfloat16+0[[1,24576]] src=sbuf:bfloat16[0:24]+0[[1,1024]]",
+        )
+        .unwrap();
+        let got: Vec<(u8, u64)> = plan(&out, &p)
+            .pieces
+            .iter()
+            .map(|x| (x.engine, x.bytes))
+            .collect();
+        assert_eq!(got, want);
         let tr = parse_instr_unchecked("dma_transpose.sync dst=sbuf:bfloat16[0:32]+0[[1,32]] src=hbm:bfloat16+0[[32,32],[1,32]]").unwrap();
         assert_eq!(plan(&tr, &p).rate, 0.9);
         let tr2 = parse_instr_unchecked("dma_transpose.sync dst=sbuf:bfloat16[0:32]+0[[1,32]] src=sbuf:bfloat16[0:32]+4096[[1,32]]").unwrap();

@@ -134,10 +134,7 @@ fn limit_at_inf(f: ActFn, positive: bool, alpha: f32) -> Option<f32> {
                 0.0
             }
         }
-        (
-            ActFn::Sigmoid | ActFn::GeluDx | ActFn::GeluApprxSigmoidDx | ActFn::SiluDx,
-            p,
-        ) => {
+        (ActFn::Sigmoid | ActFn::GeluDx | ActFn::GeluApprxSigmoidDx | ActFn::SiluDx, p) => {
             if p {
                 1.0
             } else {

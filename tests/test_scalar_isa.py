@@ -281,6 +281,19 @@ def test_hazard_activation_reduce_res_aliases_dst(dev, rng):
     np.testing.assert_allclose(got[:, 0].astype(F64), e.sum(axis=1), rtol=RTOL)
 
 
+def test_hazard_activation_reduce_cmd_default_is_idle(dev, rng):
+    """The activation reduce_cmd default is idle: an activation without it leaves the registers."""
+    x = rng.standard_normal((16, 8)).astype(F32)
+
+    def body(p, xt, d, r):
+        p.activation(dst=d, op="copy", data=xt, reduce_cmd="reset_reduce")
+        p.activation(dst=d, op="exp", data=xt)  # no reduce_cmd
+        p.activation(dst=d, op="exp", data=xt, reduce_cmd="idle", reduce_res=r)
+
+    _, r = run_op(dev, [x], [((16, 8), F32), ((16, 1), F32)], body)
+    assert_bits_equal(r[:, 0], row_sum(x))
+
+
 def test_activation_registers_per_lane_follow_partitions(dev, rng):
     """Registers are per lane: an instruction on partitions 32..63 leaves lanes 0..31 alone."""
     x = rng.standard_normal((64, 8)).astype(F32)

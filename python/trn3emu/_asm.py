@@ -245,7 +245,7 @@ class AssemblerMixin:
     ) -> Any:
         """dst = op1(op0(data, operand0), operand1) with scalar or (P,1) operands.
 
-        t = op0(data, operand0) (reverse0: op0(operand0, data)); dst = op1(t, operand1) (reverse1: op1(operand1, t)). fp32 arithmetic, or raw bits when both ops are bitwise. rsqrt runs on GpSimd / Scalar only, reciprocal on Vector / Scalar only; with engine unknown an rsqrt goes to GpSimd (Scalar if an operand is in PSUM).
+        t = op0(data, operand0) (reverse0: op0(operand0, data)); dst = op1(t, operand1) (reverse1: op1(operand1, t)). fp32 arithmetic, or raw bits when both ops are bitwise. rsqrt runs on GpSimd / Scalar only, reciprocal on Vector / Scalar only; with engine unknown an rsqrt goes to GpSimd (Scalar if an operand is in PSUM). ScalarE accepts every arithmetic (op0, op1) pair (the (multiply, add) / (multiply) / (add) restriction is documented for trn2 only); bitwise ops run on VectorE only.
 
         Engines: vector, scalar, gpsimd.
         dst: output.

@@ -172,3 +172,34 @@ pub fn apply_checked(f: ActFn, x: f32, alpha: f32) -> f32 {
     }
     apply(f, x, alpha)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restricted_functions_are_nan_outside_their_range_only() {
+        let pi = std::f32::consts::PI;
+        assert!(apply_checked(ActFn::Sin, 9.0, 0.0).is_nan());
+        assert!((apply_checked(ActFn::Sin, pi, 0.0)).abs() < 1e-6); // fp32(pi) is in range
+        assert!(apply_checked(ActFn::Log, 0.0, 0.0).is_nan());
+        assert_eq!(apply_checked(ActFn::Log, 1.0, 0.0), 0.0);
+        assert!(apply_checked(ActFn::Sqrt, 0.0, 0.0).is_nan());
+        assert_eq!(apply_checked(ActFn::Sqrt, 4.0, 0.0), 2.0);
+        assert!(apply_checked(ActFn::Reciprocal, 2f32.powi(43), 0.0).is_nan());
+        assert_eq!(apply_checked(ActFn::Reciprocal, -4.0, 0.0), -0.25);
+        assert!(apply_checked(ActFn::Rsqrt, f32::INFINITY, 0.0).is_nan());
+    }
+
+    #[test]
+    fn infinite_inputs_give_limits() {
+        let (inf, ninf) = (f32::INFINITY, f32::NEG_INFINITY);
+        assert_eq!(apply_checked(ActFn::Gelu, ninf, 0.0).to_bits(), 0);
+        assert_eq!(apply_checked(ActFn::Silu, inf, 0.0), inf);
+        assert_eq!(apply_checked(ActFn::SiluDx, inf, 0.0), 1.0);
+        assert_eq!(apply_checked(ActFn::Tanh, ninf, 0.0), -1.0);
+        assert_eq!(apply_checked(ActFn::Prelu, ninf, 0.5), ninf);
+        assert_eq!(apply_checked(ActFn::Prelu, ninf, 0.0), 0.0);
+        assert!(apply_checked(ActFn::Exp, f32::NAN, 0.0).is_nan());
+    }
+}

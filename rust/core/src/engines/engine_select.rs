@@ -94,3 +94,65 @@ pub fn check_engine_ops(ins: &Instr) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::Ap;
+
+    fn tile(mem: Mem, dtype: DType) -> Arg {
+        Arg::Tensor(Ap {
+            mem,
+            dtype,
+            start: 0,
+            parts: 16,
+            pstep: 0,
+            offset: 0,
+            dims: vec![(1, 4)],
+        })
+    }
+
+    #[test]
+    fn tensor_tensor_default_engine() {
+        let add = Arg::Enum(AluOp::Add as u8);
+        let i32s = |m: Mem| tile(m, DType::Int32);
+        let args = vec![
+            i32s(Mem::Sbuf),
+            i32s(Mem::Sbuf),
+            tile(Mem::Sbuf, DType::Uint32),
+            add.clone(),
+        ];
+        assert_eq!(default_engine(Opcode::TensorTensor, &args), Engine::Gpsimd);
+        let args = vec![
+            i32s(Mem::Sbuf),
+            i32s(Mem::Psum),
+            i32s(Mem::Sbuf),
+            add.clone(),
+        ];
+        assert_eq!(default_engine(Opcode::TensorTensor, &args), Engine::Vector);
+        let args = vec![
+            i32s(Mem::Sbuf),
+            tile(Mem::Sbuf, DType::Float32),
+            i32s(Mem::Sbuf),
+            add,
+        ];
+        assert_eq!(default_engine(Opcode::TensorTensor, &args), Engine::Vector);
+        let f = || tile(Mem::Sbuf, DType::Float32);
+        let args = vec![f(), f(), f(), Arg::Enum(AluOp::Power as u8)];
+        assert_eq!(default_engine(Opcode::TensorTensor, &args), Engine::Gpsimd);
+    }
+
+    #[test]
+    fn rsqrt_default_engine() {
+        let f = |m: Mem| tile(m, DType::Float32);
+        let mut args = vec![Arg::Absent; 8];
+        args[ts::DST] = f(Mem::Sbuf);
+        args[ts::DATA] = f(Mem::Sbuf);
+        args[ts::OP0] = Arg::Enum(AluOp::Rsqrt as u8);
+        assert_eq!(default_engine(Opcode::TensorScalar, &args), Engine::Gpsimd);
+        args[ts::DST] = f(Mem::Psum);
+        assert_eq!(default_engine(Opcode::TensorScalar, &args), Engine::Scalar);
+        args[ts::OP0] = Arg::Enum(AluOp::Add as u8);
+        assert_eq!(default_engine(Opcode::TensorScalar, &args), Engine::Vector);
+    }
+}

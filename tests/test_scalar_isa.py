@@ -559,3 +559,21 @@ def test_scalar_engine_tensor_scalar_bitwise_refused():
     a = p.sbuf((16, 4), np.int32)
     with pytest.raises(t3.OperandError, match="VectorE"):
         p.tensor_scalar(dst=a, data=a, op0="bitwise_and", operand0=3.0, engine="scalar")
+
+
+def test_activation_on_gpsimd_same_math_no_registers(dev, rng):
+    """NKI 0.7: activation(engine=gpsimd) on v4 - same function, SBUF only, no accumulator."""
+    x = rng.standard_normal((32, 16)).astype(F32)
+
+    def body(p, xt, out):
+        p.activation(dst=out, op="silu", data=xt, scale=0.5, bias=0.25, engine="gpsimd")
+
+    (got,) = run_op(dev, [x], [((32, 16), F32)], body)
+    t = pre(x, 0.5, 0.25).astype(F64)
+    np.testing.assert_allclose(got.astype(F64), FUNCS["silu"][0](t), rtol=RTOL, atol=ATOL)
+    p = t3.Program()
+    a = p.sbuf((32, 16), F32)
+    with pytest.raises(t3.OperandError, match="only on ScalarE"):
+        p.activation(dst=a, op="exp", data=a, reduce_cmd="reset_reduce", engine="gpsimd")
+    with pytest.raises(t3.MemorySpaceError):
+        p.activation(dst=p.psum((32, 16), F32), op="exp", data=a, engine="gpsimd")

@@ -41,7 +41,7 @@ INSTRUCTIONS = {
     'nop': (0x0001, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), ()),
     'nc_matmul': (0x0100, ('tensor',), (('dst', 'tensor', None), ('stationary', 'tensor', None), ('moving', 'tensor', None), ('is_stationary_onezero', 'bool', None), ('is_moving_onezero', 'bool', None), ('is_transpose', 'bool', None), ('accumulate', 'bool', None), ('tile_position', 'ints', None), ('tile_size', 'ints', None), ('perf_mode', 'enum', 'matmul_perf_mode'))),
     'nc_transpose': (0x0102, ('tensor', 'vector'), (('dst', 'tensor', None), ('data', 'tensor', None))),
-    'activation': (0x0200, ('scalar',), (('dst', 'tensor', None), ('op', 'enum', 'act_fn'), ('data', 'tensor', None), ('bias', 'tensor_or_f32', None), ('scale', 'tensor_or_f32', None), ('reduce_op', 'enum', 'alu_op'), ('reduce_res', 'tensor', None), ('reduce_cmd', 'enum', 'reduce_cmd'))),
+    'activation': (0x0200, ('scalar', 'gpsimd'), (('dst', 'tensor', None), ('op', 'enum', 'act_fn'), ('data', 'tensor', None), ('bias', 'tensor_or_f32', None), ('scale', 'tensor_or_f32', None), ('reduce_op', 'enum', 'alu_op'), ('reduce_res', 'tensor', None), ('reduce_cmd', 'enum', 'reduce_cmd'))),
     'tensor_tensor': (0x0300, ('vector', 'gpsimd'), (('dst', 'tensor', None), ('data1', 'tensor', None), ('data2', 'tensor', None), ('op', 'enum', 'alu_op'))),
     'tensor_scalar': (0x0301, ('vector', 'scalar', 'gpsimd'), (('dst', 'tensor', None), ('data', 'tensor', None), ('op0', 'enum', 'alu_op'), ('operand0', 'tensor_or_f32', None), ('reverse0', 'bool', None), ('op1', 'enum', 'alu_op'), ('operand1', 'tensor_or_f32', None), ('reverse1', 'bool', None))),
     'tensor_copy': (0x0302, ('vector', 'scalar', 'gpsimd'), (('dst', 'tensor', None), ('src', 'tensor', None))),
@@ -189,9 +189,9 @@ class AssemblerMixin:
     ) -> Any:
         """dst = op(data * scale + bias), fp32 inside, optional free-dim sum into reduce registers.
 
-        out = op(data * scale + bias) in fp32, cast to dst (RNE). reduce_cmd: reset -> regs = 0; reset_reduce -> regs = sum(out); reduce -> regs += sum(out); idle -> untouched. reduce_op: add only. reduce_res gets regs after dst is written (a reduce_res aliasing dst ends with the sums). Registers sum the fp32 results in free order. Restricted functions outside their documented range (log [2^-64, 2^64], sin [-pi, pi], arctan [-pi/2, pi/2], sqrt [2^-116, 2^118], rsqrt [2^-87, 2^97], reciprocal |x| in [2^-42, 2^42]) give NaN (hardware: invalid output). prelu is rejected (its slope is activate2's relu_param).
+        out = op(data * scale + bias) in fp32, cast to dst (RNE). reduce_cmd: reset -> regs = 0; reset_reduce -> regs = sum(out); reduce -> regs += sum(out); idle -> untouched. reduce_op: add only. reduce_res gets regs after dst is written (a reduce_res aliasing dst ends with the sums). Registers sum the fp32 results in free order. Restricted functions outside their documented range (log [2^-64, 2^64], sin [-pi, pi], arctan [-pi/2, pi/2], sqrt [2^-116, 2^118], rsqrt [2^-87, 2^97], reciprocal |x| in [2^-42, 2^42]) give NaN (hardware: invalid output). prelu is rejected (its slope is activate2's relu_param). NKI 0.7 (SDK 2.33) also runs activation on GpSimd (v4): same math, SBUF only, no accumulator (reduce_cmd idle, no reduce_op / reduce_res).
 
-        Engines: scalar.
+        Engines: scalar, gpsimd.
         dst: output.
         op: activation function. One of copy, square, sigmoid, relu, prelu, gelu, gelu_dx, gelu_apprx_tanh, gelu_apprx_sigmoid, gelu_apprx_sigmoid_dx, silu, silu_dx, tanh, softplus, mish, erf, erf_dx, exp, sign, abs, log, sin, arctan, sqrt, rsqrt, reciprocal, bypass.
         data: input.

@@ -1,5 +1,6 @@
 //! ScalarE: `activation`, `activation_reduce` and `activate2`, which share the 128 per-lane
-//! accumulator registers (`reduce_regs`, reference §2.5).
+//! accumulator registers (`reduce_regs`, reference §2.5). `activation` also runs on GpSimd (v4,
+//! NKI 0.7), without the registers.
 //!
 //! All arithmetic is fp32; the function itself goes through `act::apply_checked` (f64 formula,
 //! one rounding, NaN outside a restricted function's documented range). The registers accumulate
@@ -11,7 +12,7 @@ use super::alu;
 use super::{check_column, same_shape, Ctx};
 use crate::error::{err, ErrorKind::*, Result};
 use crate::isa::tables::p::{activate2 as a2, activation as a, activation_reduce as ar};
-use crate::isa::{ActFn, AluOp, Arg, DType, Instr, Opcode, ReduceCmd};
+use crate::isa::{ActFn, AluOp, Arg, DType, Engine, Instr, Opcode, ReduceCmd};
 use crate::memory::Ap;
 
 fn tensor<'a>(ins: &'a Instr, i: usize, name: &str) -> Result<&'a Ap> {
@@ -173,6 +174,18 @@ pub fn check_activation(ins: &Instr) -> Result<()> {
         return Err(
             err(Value, "activation does not take reduce_cmd=load_reduce").operand("reduce_cmd"),
         );
+    }
+    if ins.engine == Engine::Gpsimd {
+        let uses_regs = reduce_cmd(ins, a::REDUCE_CMD) != ReduceCmd::Idle
+            || !matches!(ins.arg(a::REDUCE_RES), Arg::Absent)
+            || !matches!(ins.arg(a::REDUCE_OP), Arg::Absent);
+        if uses_regs {
+            return Err(err(
+                Value,
+                "the accumulator registers exist only on ScalarE: activation on GpSimd takes reduce_cmd=idle and no reduce_op / reduce_res",
+            )
+            .operand("reduce_cmd"));
+        }
     }
     Ok(())
 }

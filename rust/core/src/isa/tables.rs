@@ -696,7 +696,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
     InstrSpec {
         opcode: Opcode::Activation,
         name: "activation",
-        engines: &[Engine::Scalar],
+        engines: &[Engine::Scalar, Engine::Gpsimd],
         cost: "act",
         since: "v2",
         nki: true,

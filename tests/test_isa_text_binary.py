@@ -259,7 +259,7 @@ def rand_args(r: random.Random, name: str, engine: str) -> tuple:
 def _fix_activation_reduce(r: random.Random, ix: dict, out: list) -> None:
     data = out[ix["data"]]
     out[ix["reduce_op"]] = "add"
-    if data is not None and data[0] != "hbm":
+    if data is not None and data[0] != "hbm" and isinstance(data[3], int) and 1 <= data[3] <= 128:
         out[ix["reduce_res"]] = rand_ap(r, "sbuf", "float32", data[3], 1, False)
 
 

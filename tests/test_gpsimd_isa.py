@@ -728,3 +728,44 @@ def test_gpsimd_touching_psum_is_refused(case):
     }
     with pytest.raises(t3.MemorySpaceError, match="(?i)psum"):
         calls[case]()
+
+
+def test_nonzero_with_count_partial_partitions_counted_from_tile_start(dev, rng):
+    """A 64-partition tile at partition 64: its partitions 0, 16, 32, 48 (= 64, 80, 96, 112)."""
+    T = 12
+    x = (rng.random((64, T)) < 0.5).astype(F32) * rng.standard_normal((64, T)).astype(F32)
+
+    def build(p):
+        src = p.sbuf((128, T), F32)[64:128]
+        p.dma_copy(dst=src, src=dev.hbm.put(x))
+        out = p.sbuf((128, T + 1), np.int32)
+        p.memset(dst=out, value=9)
+        p.nonzero_with_count(dst=out[64:128], src=src)
+        return [(out, dev.hbm.alloc((128, T + 1), np.int32))]
+
+    (got,) = run_program(dev, build)
+    want = np.full((128, T + 1), 9, np.int32)
+    for q in range(0, 64, 16):
+        nzp = np.flatnonzero(x[q] != 0)
+        want[64 + q, : len(nzp)] = nzp
+        want[64 + q, len(nzp) : T] = -1
+        want[64 + q, T] = len(nzp)
+    assert_bits_equal(got, want)
+
+
+def test_int32_tensor_tensor_partial_partitions_strided(dev, rng):
+    a = rng.integers(-(2**31), 2**31, (32, 4, 8), dtype=np.int64).astype(np.int32)
+    b = rng.integers(-(2**31), 2**31, (32, 4, 8), dtype=np.int64).astype(np.int32)
+
+    def build(p):
+        at = p.sbuf((128, 4, 16), np.int32)[32:64, :, ::2]
+        p.dma_copy(dst=at, src=dev.hbm.put(a))
+        bt = p.sbuf((128, 4, 8), np.int32)[96:128]
+        p.dma_copy(dst=bt, src=dev.hbm.put(b))
+        out = p.sbuf((32, 4, 8), np.int32)
+        p.tensor_tensor(dst=out, data1=at, data2=bt, op="multiply", engine="gpsimd")
+        return [(out, dev.hbm.alloc((32, 4, 8), np.int32))]
+
+    (got,) = run_program(dev, build)
+    with np.errstate(over="ignore"):
+        assert_bits_equal(got, (a * b).astype(np.int32))

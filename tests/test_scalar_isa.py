@@ -577,3 +577,36 @@ def test_activation_on_gpsimd_same_math_no_registers(dev, rng):
         p.activation(dst=a, op="exp", data=a, reduce_cmd="reset_reduce", engine="gpsimd")
     with pytest.raises(t3.MemorySpaceError):
         p.activation(dst=p.psum((32, 16), F32), op="exp", data=a, engine="gpsimd")
+
+
+@pytest.mark.parametrize(("in_dt", "out_dt"), [(np.int16, F32), (F32, BF16), (BF16, np.int8)], ids=param_id)
+def test_activate2_dtype_classes_partial_partitions(dev, rng, in_dt, out_dt):
+    """activate2 on partitions 64..95 with a 3-D free pattern, integer and narrow float dtypes."""
+    x = (rng.standard_normal((32, 2, 5)) * 30).astype(in_dt)
+    i0 = rng.uniform(-1, 1, (32, 1)).astype(BF16)
+
+    def build(p):
+        big = p.sbuf((128, 2, 5), in_dt)
+        src = big[64:96]
+        p.dma_copy(dst=src, src=dev.hbm.put(x))
+        col = p.sbuf((128, 1), BF16)[64:96]
+        p.dma_copy(dst=col, src=dev.hbm.put(i0))
+        out = p.sbuf((128, 2, 5), out_dt)[64:96]
+        r = p.sbuf((128, 1), F32)[64:96]
+        p.activate2(dst=out, op="abs", data=src, imm0=col, imm1=3.0, op0="multiply", op1="subtract",
+                    reduce_op="abs_max", reduce_cmd="reset_reduce", reduce_res=r)  # fmt: skip
+        ho, hr = dev.hbm.alloc((32, 2, 5), out_dt), dev.hbm.alloc((32, 1), F32)
+        p.dma_copy(dst=ho, src=out)
+        p.dma_copy(dst=hr, src=r)
+        return ho, hr
+
+    p = t3.Program()
+    ho, hr = build(p)
+    dev.run(p)
+    v = np.abs((((x.astype(F32) * i0.astype(F32)[:, :, None]).astype(F32)) - F32(3.0)).astype(F32))
+    got = dev.hbm.get(ho)
+    if np.dtype(out_dt).kind == "i":
+        assert_bits_equal(got, np.clip(np.rint(v), -128, 127).astype(out_dt))
+    else:
+        assert_bits_equal(got, v.astype(out_dt))
+    assert_bits_equal(dev.hbm.get(hr)[:, 0], v.reshape(32, 10).max(axis=1))  # abs values: abs_max = max

@@ -113,7 +113,7 @@ fn check(ins: &Instr) -> Result<()> {
             super::same_shape(src, "src", dst, "dst")?;
             if ins.enum_val(s::DMA_ENGINE) == Some(DmaEngine::GpsimdDma as u8) {
                 let lim = gpsimd_dma_limit(src.dtype.size());
-                let per = src.free_size() as usize * src.dtype.size();
+                let per = src.free_size() * src.dtype.size();
                 if per > lim {
                     return Err(err(Shape, format!("sendrecv over gpsimd_dma moves at most {lim} bytes per partition for {}-byte dtypes, src has {per}", src.dtype.size())).operand("src"));
                 }

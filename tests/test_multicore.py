@@ -384,3 +384,28 @@ def test_multicore_run_is_deterministic(dev, rng):
         return r.time_ns, [d.hbm.get(o).tobytes() for o in outs]
 
     assert once() == once()
+
+
+@pytest.mark.parametrize("barrier_waits_for_dma", [True, False])
+def test_manual_sync_barrier_must_wait_for_the_local_dma(dev, rng, barrier_waits_for_dma):
+    """With sync='manual' the barrier only orders what its own engine waited for."""
+    x = rng.integers(0, 9, size=(8, 8)).astype(np.float32)
+    xh, shared, out = dev.hbm.put(x), dev.hbm.alloc((8, 8), "float32"), dev.hbm.alloc((8, 8), "float32")
+    p0, p1 = dev.programs([0, 1], sync="manual")
+    a, b = p0.semaphore(), p0.semaphore()
+    t = p0.sbuf((8, 8), "float32")
+    p0.dma_copy(dst=t, src=xh, signal=a)
+    p0.dma_copy(dst=shared, src=t, wait=[(a, 1)], signal=b)
+    p0.core_barrier(data=shared, cores=[0, 1], wait=[(b, 1)] if barrier_waits_for_dma else [])
+    c, d = p1.semaphore(), p1.semaphore()
+    r = p1.sbuf((8, 8), "float32")
+    p1.core_barrier(data=shared, cores=[0, 1], signal=c)
+    p1.dma_copy(dst=r, src=shared, wait=[(c, 1)], signal=d)
+    p1.dma_copy(dst=out, src=r, wait=[(d, 1)])
+    if barrier_waits_for_dma:
+        dev.run([p0, p1])
+        np.testing.assert_array_equal(dev.hbm.get(out), x)
+    else:
+        # The barrier reads and writes `data` (its ordering footprint): unordered with the DMA.
+        with pytest.raises(RaceError, match="core 0 #2 `core_barrier.*core 0 #1 `dma_copy"):
+            dev.run([p0, p1])

@@ -49,7 +49,12 @@ def _extra_modules() -> dict:
     tens = types.ModuleType("nki.tensor")
     tens.NkiTensor = NkiTensor
     tens.tensor = NkiTensor
+    isa.constants = constants
     return {"nki.isa.constants": constants, "nki.dtype": dtype, "nki.tensor": tens}
+
+
+_EXTRA = _extra_modules()
+dtype = _EXTRA["nki.dtype"]
 
 
 _saved: dict = {}
@@ -61,7 +66,7 @@ def install(legacy: bool = False) -> None:
     `legacy=True` also aliases `neuronxcc.nki.*` (only the new-style API is provided behind it).
     Idempotent; `uninstall()` restores whatever was there before.
     """
-    mods = dict(_ALIASES, **_extra_modules())
+    mods = dict(_ALIASES, **_EXTRA)
     if legacy:
         mods.update({"neuronxcc." + k: v for k, v in list(mods.items())})
         mods.setdefault("neuronxcc", types.ModuleType("neuronxcc"))

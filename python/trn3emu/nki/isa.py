@@ -122,9 +122,12 @@ def _make(opname: str):
         if opname == "tensor_copy":
             kwargs.pop("dtype", None)  # legacy cast argument: the cast is dst's dtype
         try:
-            bound = sig.bind_partial(None, *args, **kwargs)
+            bound = sig.bind(None, *args, **kwargs)
         except TypeError as e:
-            raise not_supported(f"nki.isa.{opname} call form ({e})") from None
+            raise not_supported(
+                f"nki.isa.{opname} call form ({e})",
+                "NKI 0.6 passes a preallocated dst first; legacy value-returning calls are not supported",
+            ) from None
         call = {}
         for k, v in list(bound.arguments.items())[1:]:
             if k in spec:

@@ -7,7 +7,6 @@ Run: python examples/nki_cumsum.py
 """
 
 import numpy as np
-
 import trn3emu.nki
 
 trn3emu.nki.install()

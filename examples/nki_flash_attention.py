@@ -13,7 +13,6 @@ import math
 
 import ml_dtypes
 import numpy as np
-
 import trn3emu.nki
 
 trn3emu.nki.install()
@@ -47,8 +46,15 @@ def flash_attention_causal(q_t, k_t, v, scale):
             s = nl.ndarray((BQ, BK), dtype=nl.float32, buffer=nl.sbuf)
             nisa.activation(dst=s, op=nl.copy, data=s_ps, scale=scale)
             if k0 + BK - 1 > q0:  # the block crosses the diagonal: keep (q0 + p) - (k0 + f) >= 0
-                nisa.affine_select(dst=s, pattern=[[-1, BK]], channel_multiplier=1, on_true_tile=s,
-                                   on_false_value=NEG, cmp_op=nl.greater_equal, offset=q0 - k0)
+                nisa.affine_select(
+                    dst=s,
+                    pattern=[[-1, BK]],
+                    channel_multiplier=1,
+                    on_true_tile=s,
+                    on_false_value=NEG,
+                    cmp_op=nl.greater_equal,
+                    offset=q0 - k0,
+                )
             bmax = nl.ndarray((BQ, 1), dtype=nl.float32, buffer=nl.sbuf)
             nisa.tensor_reduce(dst=bmax, op=nl.maximum, data=s, axis=(1,), keepdims=True)
             m_new = nl.ndarray((BQ, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -59,8 +65,15 @@ def flash_attention_causal(q_t, k_t, v, scale):
             nisa.activation(dst=alpha, op=nl.exp, data=m, bias=neg_m)
             p = nl.ndarray((BQ, BK), dtype=nl.bfloat16, buffer=nl.sbuf)
             rsum = nl.ndarray((BQ, 1), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.activation(dst=p, op=nl.exp, data=s, bias=neg_m, reduce_op=nl.add, reduce_res=rsum,
-                            reduce_cmd=nisa.reduce_cmd.reset_reduce)
+            nisa.activation(
+                dst=p,
+                op=nl.exp,
+                data=s,
+                bias=neg_m,
+                reduce_op=nl.add,
+                reduce_res=rsum,
+                reduce_cmd=nisa.reduce_cmd.reset_reduce,
+            )
             nisa.tensor_scalar(dst=l_sum, data=l_sum, op0=nl.multiply, operand0=alpha)
             nisa.tensor_tensor(dst=l_sum, data1=l_sum, data2=rsum, op=nl.add)
             pv = nl.ndarray((BQ, d), dtype=nl.float32, buffer=nl.psum)

@@ -7,7 +7,6 @@ Run: python examples/nki_rmsnorm.py
 """
 
 import numpy as np
-
 import trn3emu.nki
 
 trn3emu.nki.install()
@@ -32,8 +31,14 @@ def rmsnorm(x, w):
         nisa.dma_copy(dst=xt[0:p, :], src=x[i * 128 : i * 128 + p, :])
         sq = nl.ndarray((128, h), dtype=nl.float32, buffer=nl.sbuf)
         ss = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.activation(dst=sq[0:p], op=nl.square, data=xt[0:p], reduce_op=nl.add, reduce_res=ss[0:p],
-                        reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        nisa.activation(
+            dst=sq[0:p],
+            op=nl.square,
+            data=xt[0:p],
+            reduce_op=nl.add,
+            reduce_res=ss[0:p],
+            reduce_cmd=nisa.reduce_cmd.reset_reduce,
+        )
         nisa.tensor_scalar(dst=ss[0:p], data=ss[0:p], op0=nl.multiply, operand0=1.0 / h, op1=nl.add, operand1=EPS)
         nisa.activation(dst=ss[0:p], op=nl.rsqrt, data=ss[0:p])
         y = nl.ndarray((128, h), dtype=x.dtype, buffer=nl.sbuf)

@@ -308,10 +308,10 @@ def test_loops_unroll_and_fori_loop():
             nisa.tensor_scalar(dst=acc, data=acc, op0=nl.add, operand0=float(i))
 
         nl.fori_loop(0, 5, step)
-        for i in nl.static_range(2):
+        for _i in nl.static_range(2):
             nisa.tensor_scalar(dst=acc, data=acc, op0=nl.multiply, operand0=2.0)
         with nl.no_reorder():
-            for i in nl.sequential_range(1):
+            for _i in nl.sequential_range(1):
                 nl.store(out, acc)
         return out
 

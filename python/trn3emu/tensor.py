@@ -244,8 +244,12 @@ class Tensor:
             raise ShapeError(
                 f"ap: the partition step must be the storage's {row_elems} elements per partition, got {steps[0]}"
             )
-        t = self._view(nums if len(nums) > 1 else nums + [1], [0] + steps[1:] + ([] if len(nums) > 1 else [1]),
-                       self.offset + df * es, self.start + dp)
+        t = self._view(
+            nums if len(nums) > 1 else nums + [1],
+            [0] + steps[1:] + ([] if len(nums) > 1 else [1]),
+            self.offset + df * es,
+            self.start + dp,
+        )
         t.dtype = new
         return t
 
@@ -259,7 +263,7 @@ class Tensor:
         if len(lgroups) != self.ndim:
             raise ShapeError(f"rearrange: {lhs!r} names {len(lgroups)} dims, the tensor has {self.ndim}")
         axes: dict[str, tuple[int, int]] = {}
-        for (names, n, st) in zip(lgroups, self.shape, self.strides):
+        for names, n, st in zip(lgroups, self.shape, self.strides):
             known = 1
             unknown = [a for a in names if a not in sizes]
             for a in names:

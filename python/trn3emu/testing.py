@@ -104,7 +104,8 @@ def compare(actual, expected, rtol=None, atol=None, mode: str = "allclose", equa
     rtol = r0 if rtol is None else rtol
     atol = a0 if atol is None else atol
     af, ef = a.astype(np.float64), e.astype(np.float64)
-    diff = np.abs(af - ef)
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(af - ef)
     if mode == "allclose":
         bound = atol + rtol * np.abs(ef)
     elif mode == "max":
@@ -113,9 +114,9 @@ def compare(actual, expected, rtol=None, atol=None, mode: str = "allclose", equa
     else:
         raise ValueError(f"mode must be 'allclose' or 'max', got {mode!r}")
     with np.errstate(invalid="ignore"):
-        ok_el = diff <= bound
-        same_inf = np.isinf(af) & np.isinf(ef) & (np.sign(af) == np.sign(ef))
-        ok_el |= same_inf
+        any_inf = np.isinf(af) | np.isinf(ef)
+        ok_el = (diff <= bound) & ~any_inf
+        ok_el |= any_inf & (af == ef)
         if equal_nan:
             ok_el |= np.isnan(af) & np.isnan(ef)
     bad = ~ok_el
@@ -137,8 +138,10 @@ def report(actual, expected, bad, diff, worst: int = 5) -> str:
         av, ev = a.ravel()[flat], e.ravel()[flat]
         u = "" if ulps is None else f" ulp={ulps[flat]}"
         bits = f" bits actual=0x{int(_bits(a).ravel()[flat]):x} expected=0x{int(_bits(np.asarray(ea)).ravel()[flat]):x}"
-        lines.append(f"  at {tuple(int(x) for x in i)}: actual={float(av)!r} expected={float(ev)!r} "
-                     f"|diff|={float(d[flat]):.6g}{u}{bits}")
+        lines.append(
+            f"  at {tuple(int(x) for x in i)}: actual={float(av)!r} expected={float(ev)!r} "
+            f"|diff|={float(d[flat]):.6g}{u}{bits}"
+        )
     return "\n".join(lines)
 
 

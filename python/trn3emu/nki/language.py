@@ -308,7 +308,9 @@ def promote(a, b) -> Dtype:
         return DTYPES[b if a == "bool" else a]
     bits = builtins.max(_INT_BITS[a], _INT_BITS[b])
     signed = a.startswith("int") or b.startswith("int")
-    if signed and (a.startswith("uint") and _INT_BITS[a] >= _INT_BITS[b] or b.startswith("uint") and _INT_BITS[b] >= _INT_BITS[a]):
+    if signed and (
+        a.startswith("uint") and _INT_BITS[a] >= _INT_BITS[b] or b.startswith("uint") and _INT_BITS[b] >= _INT_BITS[a]
+    ):
         bits *= 2
     if bits > 32:
         return float32
@@ -388,7 +390,9 @@ def _binary(op: str, x, y, dtype) -> NkiTensor:
     if xf != yf and (xf == 1 or yf == 1):
         tile, col, rev = (x, y, False) if yf == 1 else (y, x, True)
         out = ndarray(tile.shape, odt, sbuf)
-        nisa.tensor_scalar(out, tile, op0=op, operand0=col.reshape((col.shape[0], 1)) if col.ndim != 2 else col, reverse0=rev)
+        nisa.tensor_scalar(
+            out, tile, op0=op, operand0=col.reshape((col.shape[0], 1)) if col.ndim != 2 else col, reverse0=rev
+        )
         return out
     shape = tuple(np.broadcast_shapes(x.shape, y.shape))
     out = ndarray(shape, odt, sbuf)
@@ -514,9 +518,11 @@ def _axes(x, axis) -> tuple:
 def _reduce(op: str, x, axis, dtype, keepdims, negate=False) -> NkiTensor:
     x = _onchip(x)
     axes = _axes(x, axis)
-    shape = [1 if d in axes else n for d, n in enumerate(x.shape)] if keepdims else [
-        n for d, n in enumerate(x.shape) if d not in axes
-    ]
+    shape = (
+        [1 if d in axes else n for d, n in enumerate(x.shape)]
+        if keepdims
+        else [n for d, n in enumerate(x.shape) if d not in axes]
+    )
     out = ndarray(tuple(shape), dtype or x.dtype, sbuf)
     nisa.tensor_reduce(out, op=op, data=x, axis=axes, negate=negate, keepdims=keepdims)
     return out

@@ -107,3 +107,12 @@ def test_flash_attention_causal(seq):
     s[np.triu_indices(seq, 1)] = -np.inf
     p = np.exp(s - s.max(axis=1, keepdims=True))
     assert_close(out, p @ vv / p.sum(axis=1, keepdims=True), rtol=1e-2, atol=1e-2)
+
+
+def test_cli_demo_runs_an_nki_example(capsys):
+    from trn3emu.cli import main
+
+    assert main(["demo", "--nki", "tensor_add"]) == 0
+    assert "tensor_add (256, 1024) float16: exact" in capsys.readouterr().out
+    assert main(["demo", "--nki", "no_such_example"]) != 0
+    assert "no NKI example" in capsys.readouterr().err

@@ -70,9 +70,10 @@ def _bits(x: np.ndarray) -> np.ndarray:
 
 def _ordered(x: np.ndarray) -> np.ndarray:
     """Float bit patterns mapped to integers that order like the values (ULP arithmetic)."""
-    b = _bits(x).astype(np.int64)
-    sign = np.int64(1) << np.int64(8 * x.dtype.itemsize - 1)
-    return np.where(b & sign, -(b & (sign - 1)), b)
+    signed = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}[x.dtype.itemsize]
+    v = np.ascontiguousarray(x).view(signed).astype(np.int64)
+    mag = np.int64((1 << (8 * x.dtype.itemsize - 1)) - 1)
+    return np.where(v < 0, -(v & mag), v)
 
 
 def ulp_distance(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..device import Device
-from ..dtypes import SIZES, dtype_name
+from ..dtypes import SIZES, dtype_name, numpy_dtype
 from ..errors import AddressError, EmuError, MemorySpaceError, NotSupportedError, ShapeError
 from ..program import Program
 from ..tensor import Tensor
@@ -85,6 +85,11 @@ class Dtype(str):
     @property
     def itemsize(self) -> int:
         return SIZES[str(self)]
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The numpy dtype that carries it, so `np.zeros(shape, nl.bfloat16)` works in harnesses."""
+        return numpy_dtype(str(self))
 
 
 DTYPES = {name: Dtype(name) for name in SIZES}
@@ -463,6 +468,7 @@ class _Run:
             group = [c.program for c in self.contexts[lo : lo + Device.NUM_CORES]]
             runs.append(self.device.run(group, check_races=True, trace=self.kernel.options.get("trace", True)))
         self.kernel.last_result = runs[-1] if len(runs) == 1 else runs
+        self.kernel.last_programs = [c.program for c in self.contexts]
         for ctx in self.contexts:
             for prefix, t in ctx.prints:
                 print(f"{prefix} (program {ctx.pid}):\n{self.device.hbm.get(t.tensor)}")
@@ -496,6 +502,7 @@ class Kernel:
         self.fn = fn
         self.options = options
         self.last_result = None
+        self.last_programs: list = []
         self.__name__ = getattr(fn, "__name__", "kernel")
         self.__doc__ = getattr(fn, "__doc__", None)
         self.__wrapped__ = fn

@@ -487,3 +487,50 @@ def test_python_m_runs_a_script_with_nki_installed(tmp_path):
     r = subprocess.run([sys.executable, "-m", "trn3emu.nki", str(script)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "6.0"
+
+
+def test_ap_dtype_reinterprets_hbm_words_as_x4_and_view_helpers():
+    words = np.random.default_rng(23).integers(0, 2**32, (32, 16), dtype=np.uint32)
+
+    def body(w):
+        x4 = w.ap(pattern=[[16, 32], [1, 16]], offset=0, dtype=nl.float8_e4m3fn_x4)
+        assert x4.dtype == nl.float8_e4m3fn_x4 and x4.shape == (32, 16)
+        t = nl.ndarray((32, 16), nl.float8_e4m3fn_x4, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x4)
+        back = nl.ndarray((32, 16), nl.uint32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=back, src=t.view(nl.uint32))
+        # HBM view helpers: one row broadcast to 4 rows (stride 0), a column selected, a dim squeezed
+        row = w.slice(0, 3, 4).broadcast(0, 4)
+        rows = nl.ndarray((4, 16), nl.uint32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=rows, src=row)
+        rep = nl.ndarray((4, 16), nl.uint32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=rep, src=rows)
+        col = nl.ndarray((32, 1), nl.uint32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=col, src=w.select(1, 5).expand_dim(1))
+        colo = nl.ndarray((32, 1), nl.uint32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=colo, src=col)
+        return back, rep, colo
+
+    back, rep, colo = _roundtrip(body, words)
+    np.testing.assert_array_equal(back, words)
+    np.testing.assert_array_equal(rep, np.repeat(words[3:4], 4, axis=0))
+    np.testing.assert_array_equal(colo[:, 0], words[:, 5])
+
+
+def test_nkiobject_helpers_and_nested_kernel_calls():
+    class Cfg(nl.NKIObject):
+        def __init__(self, scale):
+            self.scale = scale
+
+    @nki.jit
+    def inner(t, cfg):
+        return nl.multiply(t, cfg.scale)
+
+    @nki.jit
+    def outer(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, inner(nl.load(a), Cfg(4.0)))
+        return out
+
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(outer(a), a * 4)

@@ -578,3 +578,55 @@ def test_full_with_infinities_and_memset_values():
 
     o1, o2 = _roundtrip(body, np.zeros(1, np.float32))
     assert (o1 == -np.inf).all() and (o2 == 3).all()
+
+
+def _store_all(*tiles):
+    outs = []
+    for v in tiles:
+        o = nl.ndarray(v.shape, v.dtype, buffer=nl.shared_hbm)
+        nl.store(o, v)
+        outs.append(o)
+    return tuple(outs)
+
+
+def test_nl_rms_norm_and_broadcast_to():
+    from trn3emu.testing import assert_close
+
+    rng = np.random.default_rng(24)
+    x = rng.standard_normal((128, 256)).astype(np.float32)
+    w = rng.standard_normal((1, 256)).astype(np.float32)
+
+    def body(x, w):
+        wt = nl.broadcast_to(nl.load(w), (128, 256))
+        return _store_all(nl.rms_norm(nl.load(x), wt, axis=1, n=256, epsilon=1e-5), wt)
+
+    y, wb = _roundtrip(body, x, w)
+    np.testing.assert_array_equal(wb, np.repeat(w, 128, axis=0))
+    x64 = x.astype(np.float64)
+    assert_close(y, x64 / np.sqrt((x64**2).mean(1, keepdims=True) + 1e-5) * w, rtol=1e-4, atol=1e-5)
+
+
+def test_nl_reductions_softmax_where():
+    from nki_util import run_or_skip
+    from trn3emu.testing import assert_close
+
+    rng = np.random.default_rng(25)
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+
+    def body(x):
+        t = nl.load(x)
+        s = nl.sum(t, axis=1, keepdims=True)
+        m = nl.max(t, axis=1)
+        mu = nl.mean(t, axis=1, keepdims=True)
+        sm = nl.softmax(t, axis=1)
+        wh = nl.where(nl.greater(t, 0.0), t, 0.0)
+        return _store_all(s, m, mu, sm, wh)
+
+    s, m, mu, sm, wh = run_or_skip(_roundtrip, body, x)
+    x64 = x.astype(np.float64)
+    assert_close(s[:, 0], x64.sum(1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(m[:, 0], x.max(1))
+    assert_close(mu[:, 0], x64.mean(1), rtol=1e-5, atol=1e-6)
+    e = np.exp(x64 - x64.max(1, keepdims=True))
+    assert_close(sm, e / e.sum(1, keepdims=True), rtol=1e-4, atol=1e-6)
+    np.testing.assert_array_equal(wh, np.where(x > 0, x, 0).astype(np.float32))

@@ -615,6 +615,8 @@ def where(condition, x, y, dtype=None, **kwargs) -> NkiTensor:
         nisa.tensor_copy(dst=out, src=y)
     else:
         nisa.memset(out, value=float(y))
+    if str(condition.dtype) not in ("uint8", "uint16", "uint32", "bool"):
+        condition = copy(condition, dtype=uint8)  # the predicate operand is integer (1.0 -> 1)
     nisa.tensor_copy_predicated(dst=out, src=x if _is_tile(x) else float(x), predicate=condition)
     return out
 

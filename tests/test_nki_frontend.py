@@ -630,3 +630,15 @@ def test_nl_reductions_softmax_where():
     e = np.exp(x64 - x64.max(1, keepdims=True))
     assert_close(sm, e / e.sum(1, keepdims=True), rtol=1e-4, atol=1e-6)
     np.testing.assert_array_equal(wh, np.where(x > 0, x, 0).astype(np.float32))
+
+
+def test_tuple_of_arrays_argument():
+    @nki.jit
+    def k(pair):
+        a, b = pair
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.subtract(nl.load(a), nl.load(b)))
+        return out
+
+    a = np.arange(8, dtype=np.float32).reshape(2, 4)
+    np.testing.assert_array_equal(k((a, a * 3)), a - a * 3)

@@ -447,6 +447,8 @@ class _Run:
                 return NkiTensor(t, "hbm")
             if isinstance(a, (np.generic,)):
                 return a.item()
+            if isinstance(a, tuple):
+                return tuple(conv(x) for x in a)
             if type(a).__module__.startswith("torch"):
                 raise not_supported("torch tensors as kernel arguments", "pass numpy arrays")
             return a

@@ -642,3 +642,21 @@ def test_tuple_of_arrays_argument():
 
     a = np.arange(8, dtype=np.float32).reshape(2, 4)
     np.testing.assert_array_equal(k((a, a * 3)), a - a * 3)
+
+
+def test_annotations_iota_and_legacy_tensor_copy_dtype():
+    from typing import Tuple  # noqa: UP035 - kernels annotate like this
+
+    @nki.jit
+    def k(x: nl.NkiTensor, axis: int = -1) -> Tuple[nl.ndarray, nl.ndarray]:  # noqa: UP006
+        y = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        idx = nl.ndarray((4, 8), dtype=nl.uint32, buffer=nl.sbuf)
+        nisa.iota(idx, [[1, 8]], offset=0, channel_multiplier=100)
+        t = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=t, src=idx, dtype=nl.float32)  # pre-0.3 cast keyword: the cast is dst's dtype
+        nisa.dma_copy(dst=y, src=t)
+        assert getattr(nl, str(x.dtype).split(".")[-1]) == nl.float32
+        return y
+
+    ref = (np.arange(8)[None, :] + 100 * np.arange(4)[:, None]).astype(np.float32)
+    np.testing.assert_array_equal(k(np.zeros((4, 8), np.float32)), ref)

@@ -56,6 +56,10 @@ def _buf(b) -> str:
     return b.buffer if isinstance(b, NkiTensor) else str(b)
 
 
+NkiTensor = NkiTensor  # annotations in kernels: `x: nl.NkiTensor`
+tensor = NkiTensor
+
+
 class NKIObject:
     """Base class kernels subclass for helper objects; plain Python here."""
 

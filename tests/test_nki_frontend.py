@@ -396,7 +396,7 @@ def test_psum_address_must_be_bank_aligned_and_in_range():
         k2(np.zeros(1, np.float32))
 
 
-def test_fill_uninitialized_exposes_unwritten_reads():
+def test_fill_uninitialized_exposes_unwritten_reads(monkeypatch):
     from trn3emu.testing import fill_uninitialized
 
     @nki.jit
@@ -409,6 +409,9 @@ def test_fill_uninitialized_exposes_unwritten_reads():
     with fill_uninitialized(0xFF):
         assert np.isnan(k(np.zeros(1, np.float32))).all()
     assert (k(np.zeros(1, np.float32)) == 0).all()
+    assert np.isnan(nki.jit(k.fn, fill=0xFF)(np.zeros(1, np.float32))).all()
+    monkeypatch.setenv("TRN3EMU_NKI_FILL", "0xff")
+    assert np.isnan(k(np.zeros(1, np.float32))).all()
 
 
 # ------------------------------------------------------------------------ targets, support

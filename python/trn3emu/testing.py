@@ -19,6 +19,7 @@ instruction wrote, as the vendor's simulator does with NaN sentinels.
 from __future__ import annotations
 
 import contextlib
+import os
 
 import ml_dtypes
 import numpy as np
@@ -40,8 +41,14 @@ _FILL: list = [None]
 
 
 def default_fill():
-    """The byte fresh on-chip memory is filled with for kernel runs (None: zeros)."""
-    return _FILL[0]
+    """The byte fresh on-chip memory is filled with for kernel runs (None: zeros).
+
+    Set by `fill_uninitialized`, else by the environment: TRN3EMU_NKI_FILL=0xff (any int literal).
+    """
+    if _FILL[0] is not None:
+        return _FILL[0]
+    env = os.environ.get("TRN3EMU_NKI_FILL")
+    return int(env, 0) if env else None
 
 
 @contextlib.contextmanager

@@ -100,6 +100,10 @@ def _conv(kind: str, enum_id: Any, v: Any) -> Any:
             return float(v)
         except (TypeError, ValueError):
             return v
+    if kind == "ints" and v is not None and not isinstance(v, (list, tuple)):
+        return [int(v)]
+    if kind == "ints" and isinstance(v, (list, tuple)):
+        return [int(x) for x in v]
     if kind == "pattern" and v is not None:
         return [list(map(int, p)) for p in v]
     return v

@@ -663,3 +663,23 @@ def test_annotations_iota_and_legacy_tensor_copy_dtype():
 
     ref = (np.arange(8)[None, :] + 100 * np.arange(4)[:, None]).astype(np.float32)
     np.testing.assert_array_equal(k(np.zeros((4, 8), np.float32)), ref)
+
+
+def test_nl_dropout_rand_load_transpose2d():
+    from nki_util import run_or_skip
+
+    x = np.arange(16 * 64, dtype=np.float32).reshape(16, 64).astype(BF16)
+
+    def body(x):
+        t = nl.load(x)
+        keep = nl.dropout(t, 0.0)
+        drop = nl.dropout(t, 1.0)
+        r = nl.rand((128, 64), nl.float32)
+        tt = nl.load_transpose2d(x)
+        return _store_all(keep, drop, r, tt)
+
+    keep, drop, r, tt = run_or_skip(_roundtrip, body, x)
+    np.testing.assert_array_equal(keep.view(np.uint16), x.view(np.uint16))
+    assert (drop.astype(np.float32) == 0).all()
+    assert ((r >= 0) & (r <= 1)).all() and len(np.unique(r)) > 1000
+    np.testing.assert_array_equal(tt.view(np.uint16), x.T.view(np.uint16))

@@ -463,6 +463,13 @@ def test_unsupported_apis_raise_clearly():
     with pytest.raises(NotSupportedError, match="call form"):
         k3(np.zeros((2, 2), np.float32))
 
+    @nki.jit
+    def k4(a):
+        a.no_such_method()
+
+    with pytest.raises(NotSupportedError, match="not supported: NkiTensor.no_such_method"):
+        k4(np.zeros((2, 2), np.float32))
+
     with pytest.raises(EmuError, match="inside a kernel"):
         nl.zeros((2, 2), nl.float32)
 

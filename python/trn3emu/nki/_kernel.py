@@ -275,6 +275,11 @@ class NkiTensor:
 
         return nl.negative(self)
 
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise missing_attribute(f"NkiTensor.{name}")
+
     def __iadd__(self, o):
         raise not_supported("tensor += value", "legacy accumulation syntax; use nisa.nc_matmul(dst, ...) or nl.add")
 

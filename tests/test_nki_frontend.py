@@ -464,6 +464,13 @@ def test_unsupported_apis_raise_clearly():
         k3(np.zeros((2, 2), np.float32))
 
     @nki.jit
+    def k5(a):
+        nl.zeros((2, 2), nl.float32, bogus=1)
+
+    with pytest.raises(NotSupportedError, match=r"not supported: nl.zeros call form"):
+        k5(np.zeros((2, 2), np.float32))
+
+    @nki.jit
     def k4(a):
         a.no_such_method()
 

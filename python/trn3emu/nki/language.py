@@ -674,6 +674,35 @@ def device_print(prefix, tensor) -> None:
     ctx.prints.append((str(prefix), snap))
 
 
+def _checked(f):
+    """Calls whose arguments do not fit the signature raise "not supported: nl.<name>(...)"."""
+    import functools
+    import inspect
+
+    sig = inspect.signature(f)
+
+    @functools.wraps(f)
+    def g(*args, **kwargs):
+        try:
+            sig.bind(*args, **kwargs)
+        except TypeError as e:
+            raise not_supported(f"nl.{f.__name__} call form ({e})") from None
+        return f(*args, **kwargs)
+
+    return g
+
+
+for _n, _f in list(globals().items()):
+    if (
+        callable(_f)
+        and not isinstance(_f, type)
+        and not _n.startswith("_")
+        and getattr(_f, "__module__", None) == __name__
+        and _n not in ("no_reorder", "promote")
+    ):
+        globals()[_n] = _checked(_f)
+
+
 def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)

@@ -697,3 +697,17 @@ def test_nl_dropout_rand_load_transpose2d():
     assert (drop.astype(np.float32) == 0).all()
     assert ((r >= 0) & (r <= 1)).all() and len(np.unique(r)) > 1000
     np.testing.assert_array_equal(tt.view(np.uint16), x.T.view(np.uint16))
+
+
+def test_nl_sum_over_partitions():
+    from nki_util import run_or_skip
+
+    x = np.random.default_rng(26).integers(-50, 50, (128, 32)).astype(np.float32)
+
+    def body(x):
+        t = nl.load(x)
+        return _store_all(nl.sum(t, axis=0), nl.max(t, axis=0))
+
+    s, m = run_or_skip(_roundtrip, body, x)
+    np.testing.assert_array_equal(s[0], x.sum(0))  # small integers: exact in any order
+    np.testing.assert_array_equal(m[0], x.max(0))

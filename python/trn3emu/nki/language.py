@@ -514,14 +514,24 @@ def _axes(x, axis) -> tuple:
         axes = tuple(int(a) % x.ndim for a in axis)
     else:
         axes = (int(axis) % x.ndim,)
-    if 0 in axes and x.buffer != "hbm":
-        raise not_supported("reducing the partition dim with nl reductions", "use nisa.tensor_partition_reduce")
+    if 0 in axes and axes != (0,):
+        raise not_supported("reducing the partition dim together with free dims", "reduce them in two steps")
     return tuple(sorted(axes))
+
+
+_PARTITION_OPS = {"add": "add", "maximum": "maximum", "logical_or": "bitwise_or", "logical_and": "bitwise_and"}
 
 
 def _reduce(op: str, x, axis, dtype, keepdims, negate=False) -> NkiTensor:
     x = _onchip(x)
     axes = _axes(x, axis)
+    if axes == (0,):
+        # Across partitions: GpSimd's tensor_partition_reduce into one partition (keeps the dim).
+        if op not in _PARTITION_OPS or negate:
+            raise not_supported(f"nl reduction {op} over the partition dim")
+        out = ndarray((1,) + tuple(x.shape[1:]), dtype or x.dtype, sbuf)
+        nisa.tensor_partition_reduce(out, op=_PARTITION_OPS[op], data=x)
+        return out
     shape = (
         [1 if d in axes else n for d, n in enumerate(x.shape)]
         if keepdims

@@ -31,7 +31,6 @@ scalar_engine = engine.scalar
 gpsimd_engine = engine.gpsimd
 sync_engine = engine.sync
 unknown_engine = engine.unknown
-dma_engine_ = engine.dma
 
 
 def get_nc_version():

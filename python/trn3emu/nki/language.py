@@ -10,11 +10,10 @@ from __future__ import annotations
 import builtins
 import contextlib
 import math
-from typing import Any
 
 import numpy as np
 
-from ..dtypes import dtype_name, numpy_dtype
+from ..dtypes import numpy_dtype
 from ..errors import ShapeError
 from . import isa as nisa
 from ._kernel import DTYPES, HBM_BUFFERS, Dtype, NkiTensor, as_dtype, current, missing_attribute, not_supported
@@ -717,6 +716,3 @@ def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)
     raise missing_attribute(f"nki.language.{name}")
-
-
-_ = (dtype_name, Any)

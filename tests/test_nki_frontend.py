@@ -443,9 +443,9 @@ def test_unsupported_apis_raise_clearly():
     @nki.jit
     def k(a):
         t = nl.load(a)
-        nl.cos(t)
+        nl.tan(t)
 
-    with pytest.raises(NotSupportedError, match="not supported: nl.cos"):
+    with pytest.raises(NotSupportedError, match="not supported: nl.tan"):
         k(np.zeros((2, 2), np.float32))
 
     @nki.jit
@@ -711,3 +711,26 @@ def test_nl_sum_over_partitions():
     s, m = run_or_skip(_roundtrip, body, x)
     np.testing.assert_array_equal(s[0], x.sum(0))  # small integers: exact in any order
     np.testing.assert_array_equal(m[0], x.max(0))
+
+
+def test_nl_rounding_mod_and_range_reduced_sin_cos():
+    from trn3emu.testing import assert_close
+
+    rng = np.random.default_rng(27)
+    x = (rng.standard_normal((128, 64)) * 20).astype(np.float32)
+    x[0, :8] = [-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, -3.0, 3.0]  # ties and integers
+
+    def body(x):
+        t = nl.load(x)
+        return _store_all(nl.floor(t), nl.ceil(t), nl.trunc(t), nl.mod(t, 3.0), nl.fmod(t, 3.0), nl.sin(t), nl.cos(t))
+
+    fl, ce, tr, md, fm, sn, cs = _roundtrip(body, x)
+    np.testing.assert_array_equal(fl, np.floor(x))
+    np.testing.assert_array_equal(ce, np.ceil(x))
+    np.testing.assert_array_equal(tr, np.trunc(x))
+    # x - floor(x/3)*3 in fp32 steps: within a few fp32 ulps of |x| of the exact remainder
+    assert_close(md, np.mod(x.astype(np.float64), 3.0), rtol=0, atol=1e-5 * 64)
+    assert_close(fm, np.fmod(x.astype(np.float64), 3.0), rtol=0, atol=1e-5 * 64)
+    # arguments up to ~|80|: reduction error ~1e-5, plus the activation's own sin
+    assert_close(sn, np.sin(x.astype(np.float64)), rtol=0, atol=1e-4)
+    assert_close(cs, np.cos(x.astype(np.float64)), rtol=0, atol=1e-4)

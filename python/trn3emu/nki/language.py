@@ -466,10 +466,92 @@ prelu = "prelu"
 average = "average"
 
 
-def sin(x, dtype=None, **kwargs):
-    """sin with range reduction to [-pi, pi] (ScalarE's sin is only valid there)."""
-    _no_mask("sin", kwargs)
-    raise not_supported("nl.sin", "needs a range-reduction (mod) ALU op the ISA does not have")
+def _round_even(x: NkiTensor) -> NkiTensor:
+    """fp32 -> int32 (RNE, saturating) -> fp32: x rounded to the nearest integer (|x| < 2^31)."""
+    i = ndarray(x.shape, int32, sbuf)
+    nisa.tensor_copy(dst=i, src=x)
+    r = ndarray(x.shape, float32, sbuf)
+    nisa.tensor_copy(dst=r, src=i)
+    return r
+
+
+def _floor_f32(x: NkiTensor) -> NkiTensor:
+    """floor(x) = n - (n > x) with n = round(x); fp32 result."""
+    n = _round_even(x)
+    gt = ndarray(x.shape, float32, sbuf)
+    nisa.tensor_tensor(dst=gt, data1=n, data2=x, op="greater")
+    nisa.tensor_tensor(dst=n, data1=n, data2=gt, op="subtract")
+    return n
+
+
+def _as_f32(x) -> NkiTensor:
+    x = _onchip(x)
+    return x if x.dtype == float32 else copy(x, dtype=float32)
+
+
+def floor(x, dtype=None) -> NkiTensor:
+    """floor: fp32 -> int32 (RNE) -> fp32, minus 1 where that rounded up (`tensor_copy` x2,
+    `tensor_tensor` greater / subtract). Valid for |x| < 2^31."""
+    x = _as_f32(x)
+    return copy(_floor_f32(x), dtype=dtype or x.dtype)
+
+
+def ceil(x, dtype=None) -> NkiTensor:
+    """ceil(x) = -floor(-x)."""
+    x = _as_f32(x)
+    return negative(floor(negative(x)), dtype=dtype or x.dtype)
+
+
+def trunc(x, dtype=None) -> NkiTensor:
+    """trunc(x) = sign(x) * floor(|x|)."""
+    x = _as_f32(x)
+    f = _floor_f32(abs(x))
+    out = ndarray(x.shape, dtype or x.dtype, sbuf)
+    nisa.tensor_tensor(dst=out, data1=f, data2=sign(x), op="multiply")
+    return out
+
+
+def _rem(x, y, dtype, rounding) -> NkiTensor:
+    x = _as_f32(x)
+    q = divide(x, y, dtype=float32)
+    n = _floor_f32(q) if rounding == "floor" else trunc(q, dtype=float32)
+    ny = multiply(n, y, dtype=float32)
+    return subtract(x, ny, dtype=dtype or x.dtype)
+
+
+def mod(x, y, dtype=None) -> NkiTensor:
+    """x - floor(x / y) * y (sign of y, as numpy.mod)."""
+    return _rem(x, y, dtype, "floor")
+
+
+def fmod(x, y, dtype=None) -> NkiTensor:
+    """x - trunc(x / y) * y (sign of x, as numpy.fmod)."""
+    return _rem(x, y, dtype, "trunc")
+
+
+def _reduce_angle(x: NkiTensor, shift: float) -> NkiTensor:
+    """x + shift reduced to [-pi, pi]: r = (x + shift) - round((x + shift) / 2pi) * 2pi."""
+    two_pi = 2.0 * math.pi
+    xs = ndarray(x.shape, float32, sbuf)
+    nisa.tensor_scalar(dst=xs, data=x, op0="add", operand0=shift)
+    q = ndarray(x.shape, float32, sbuf)
+    nisa.tensor_scalar(dst=q, data=xs, op0="multiply", operand0=1.0 / two_pi)
+    n = _round_even(q)
+    nisa.tensor_scalar(dst=n, data=n, op0="multiply", operand0=two_pi)
+    nisa.tensor_tensor(dst=xs, data1=xs, data2=n, op="subtract")
+    return xs
+
+
+def sin(x, dtype=None) -> NkiTensor:
+    """sin with range reduction to [-pi, pi] (ScalarE's sin is only valid there), then `activation(sin)`."""
+    x = _as_f32(x)
+    return _act("sin", _reduce_angle(x, 0.0), dtype or x.dtype)
+
+
+def cos(x, dtype=None) -> NkiTensor:
+    """cos(x) = sin(x + pi/2), range-reduced."""
+    x = _as_f32(x)
+    return _act("sin", _reduce_angle(x, math.pi / 2), dtype or x.dtype)
 
 
 def negative(x, dtype=None, **kwargs) -> NkiTensor:
@@ -501,7 +583,7 @@ def _unsupported(name, why):
     return f
 
 
-for _n in ("cos", "tan", "floor", "ceil", "trunc", "fmod", "mod", "var", "gather_flattened", "random_seed"):
+for _n in ("tan", "var", "gather_flattened", "random_seed"):
     globals()[_n] = _unsupported(_n, "no lowering to NeuronCore-v4 instructions in this front end yet")
 
 

@@ -505,9 +505,9 @@ def ceil(x, dtype=None) -> NkiTensor:
 def trunc(x, dtype=None) -> NkiTensor:
     """trunc(x) = sign(x) * floor(|x|)."""
     x = _as_f32(x)
-    f = _floor_f32(abs(x))
+    f = _floor_f32(_act("abs", x, float32))
     out = ndarray(x.shape, dtype or x.dtype, sbuf)
-    nisa.tensor_tensor(dst=out, data1=f, data2=sign(x), op="multiply")
+    nisa.tensor_tensor(dst=out, data1=f, data2=_act("sign", x, float32), op="multiply")
     return out
 
 

@@ -734,3 +734,16 @@ def test_nl_rounding_mod_and_range_reduced_sin_cos():
     # arguments up to ~|80|: reduction error ~1e-5, plus the activation's own sin
     assert_close(sn, np.sin(x.astype(np.float64)), rtol=0, atol=1e-4)
     assert_close(cs, np.cos(x.astype(np.float64)), rtol=0, atol=1e-4)
+
+
+def test_nl_var_with_bn_stats():
+    from nki_util import run_or_skip
+    from trn3emu.testing import assert_close
+
+    x = (np.random.default_rng(28).standard_normal((128, 1200)) * 3 + 2).astype(np.float32)
+
+    def body(x):
+        return _store_all(nl.var(nl.load(x), axis=1))
+
+    (v,) = run_or_skip(_roundtrip, body, x)
+    assert_close(v[:, 0], x.astype(np.float64).var(1), rtol=1e-4, atol=1e-5)

@@ -583,7 +583,7 @@ def _unsupported(name, why):
     return f
 
 
-for _n in ("tan", "var", "gather_flattened", "random_seed"):
+for _n in ("tan", "gather_flattened", "random_seed"):
     globals()[_n] = _unsupported(_n, "no lowering to NeuronCore-v4 instructions in this front end yet")
 
 
@@ -650,6 +650,26 @@ def mean(x, axis=None, dtype=None, keepdims=False, **kwargs) -> NkiTensor:
     s = _reduce("add", x, axes, float32, keepdims)
     out = ndarray(s.shape, dtype or x.dtype, sbuf)
     nisa.tensor_scalar(out, s, op0="divide", operand0=float(n))
+    return out
+
+
+def var(x, axis=None, dtype=None, keepdims=False) -> NkiTensor:
+    """Population variance over all free axes: `bn_stats` per 512-element chunk, one `bn_aggr`."""
+    x = _onchip(x)
+    if _axes(x, axis) != tuple(range(1, x.ndim)):
+        raise not_supported("nl.var over a subset of the free axes or the partition dim")
+    x2 = _free_2d(x)
+    p, f = x2.shape
+    fmax = tile_size.bn_stats_fmax
+    chunks = -(-f // fmax)
+    stats = ndarray((p, 6 * chunks), float32, sbuf)
+    for c in range(chunks):
+        nisa.bn_stats(dst=stats[:, 6 * c : 6 * c + 6], data=x2[:, c * fmax : builtins.min(f, (c + 1) * fmax)])
+    mv = ndarray((p, 2), float32, sbuf)
+    nisa.bn_aggr(dst=mv, data=stats)
+    shape = (p,) + (1,) * (x.ndim - 1) if keepdims else (p, 1)
+    out = ndarray(shape, dtype or x.dtype, sbuf)
+    nisa.tensor_copy(dst=out.reshape((p, 1)), src=mv[:, 1:2])
     return out
 
 

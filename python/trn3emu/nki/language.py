@@ -529,6 +529,12 @@ def fmod(x, y, dtype=None) -> NkiTensor:
     return _rem(x, y, dtype, "trunc")
 
 
+def tan(x, dtype=None) -> NkiTensor:
+    """sin(x) / cos(x), both range-reduced (`tensor_tensor` divide)."""
+    x = _as_f32(x)
+    return divide(sin(x, dtype=float32), cos(x, dtype=float32), dtype=dtype or x.dtype)
+
+
 def _reduce_angle(x: NkiTensor, shift: float) -> NkiTensor:
     """x + shift reduced to [-pi, pi]: r = (x + shift) - round((x + shift) / 2pi) * 2pi."""
     two_pi = 2.0 * math.pi
@@ -583,7 +589,7 @@ def _unsupported(name, why):
     return f
 
 
-for _n in ("tan", "gather_flattened", "random_seed"):
+for _n in ("gather_flattened", "random_seed"):
     globals()[_n] = _unsupported(_n, "no lowering to NeuronCore-v4 instructions in this front end yet")
 
 

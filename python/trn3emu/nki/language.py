@@ -536,7 +536,7 @@ def tan(x, dtype=None) -> NkiTensor:
 
 
 def _reduce_angle(x: NkiTensor, shift: float) -> NkiTensor:
-    """x + shift reduced to [-pi, pi]: r = (x + shift) - round((x + shift) / 2pi) * 2pi."""
+    """x + shift reduced to [-pi, pi]: r = (x + shift) - round((x + shift) / 2pi) * 2pi, clamped."""
     two_pi = 2.0 * math.pi
     xs = ndarray(x.shape, float32, sbuf)
     nisa.tensor_scalar(dst=xs, data=x, op0="add", operand0=shift)
@@ -545,6 +545,9 @@ def _reduce_angle(x: NkiTensor, shift: float) -> NkiTensor:
     n = _round_even(q)
     nisa.tensor_scalar(dst=n, data=n, op0="multiply", operand0=two_pi)
     nisa.tensor_tensor(dst=xs, data1=xs, data2=n, op="subtract")
+    # fp32 rounding can leave |r| a hair above pi; ScalarE's sin is invalid outside [-pi, pi].
+    pi32 = float(np.float32(math.pi))
+    nisa.tensor_scalar(dst=xs, data=xs, op0="minimum", operand0=pi32, op1="maximum", operand1=-pi32)
     return xs
 
 

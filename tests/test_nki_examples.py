@@ -123,3 +123,11 @@ def test_cli_demo_runs_an_nki_example(capsys):
     assert "tensor_add (256, 1024) float16: exact" in capsys.readouterr().out
     assert main(["demo", "--nki", "no_such_example"]) != 0
     assert "no NKI example" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "name", ["nki_matmul_bf16", "nki_rmsnorm", "nki_lnc2", "nki_softmax", "nki_cumsum", "nki_topk"]
+)
+def test_example_main_checks_itself(name, capsys):
+    assert run_or_skip(load_example(name).main) == 0
+    assert "MISMATCH" not in capsys.readouterr().out

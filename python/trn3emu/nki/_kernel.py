@@ -55,10 +55,20 @@ def current() -> TraceContext:
     return _STACK[-1]
 
 
+_INTERNAL: dict[str, bool] = {}
+
+
+def _internal(filename: str) -> bool:
+    v = _INTERNAL.get(filename)
+    if v is None:
+        v = _INTERNAL[filename] = os.path.abspath(filename).startswith(_PKG)
+    return v
+
+
 def source_line() -> str:
     """file:line of the innermost caller outside the trn3emu package (the kernel's source line)."""
     f = sys._getframe(1)
-    while f is not None and os.path.abspath(f.f_code.co_filename).startswith(_PKG):
+    while f is not None and _internal(f.f_code.co_filename):
         f = f.f_back
     if f is None:
         return "?"

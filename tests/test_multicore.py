@@ -409,3 +409,52 @@ def test_manual_sync_barrier_must_wait_for_the_local_dma(dev, rng, barrier_waits
         # The barrier reads and writes `data` (its ordering footprint): unordered with the DMA.
         with pytest.raises(RaceError, match="core 0 #2 `core_barrier.*core 0 #1 `dma_copy"):
             dev.run([p0, p1])
+
+
+def test_all_four_pairs_exchange_concurrently_with_dma_traffic(dev, rng):
+    data = {c: rng.integers(-(1 << 20), 1 << 20, size=(64, 32)).astype(np.int32) for c in range(8)}
+    outs, side = {}, {}
+    progs = dev.programs()
+    for p in progs:
+        src = _load(p, dev.hbm.put(data[p.core]))
+        dst = p.sbuf((64, 32), "int32")
+        # unrelated DMA traffic on the same core keeps running while the exchange waits
+        side[p.core] = dev.hbm.alloc((64, 32), "int32")
+        p.dma_copy(dst=side[p.core], src=src, engine="scalar")
+        p.sendrecv(src=src, dst=dst, send_to_rank=p.peer_rank, recv_from_rank=p.peer_rank, pipe_id=p.core // 2)
+        outs[p.core] = dev.hbm.alloc((64, 32), "int32")
+        p.dma_copy(dst=outs[p.core], src=dst)
+    dev.run(progs)
+    for c in range(8):
+        np.testing.assert_array_equal(dev.hbm.get(outs[c]), data[c ^ 1])
+        np.testing.assert_array_equal(dev.hbm.get(side[c]), data[c])
+
+
+def test_all_gather_into_sbuf_partitions_in_rank_order(dev, rng):
+    group = [2, 0, 1]
+    xs = {c: rng.integers(0, 1000, size=(4, 8)).astype(np.float32) for c in group}
+    outs = {}
+    progs = dev.programs(group)
+    for p in progs:
+        d = p.sbuf((12, 8), "float32")
+        p.all_gather(dst=d, src=_load(p, dev.hbm.put(xs[p.core])), cores=group)
+        outs[p.core] = dev.hbm.alloc((12, 8), "float32")
+        p.dma_copy(dst=outs[p.core], src=d)
+    dev.run(progs)
+    want = np.concatenate([xs[c] for c in group], axis=0)
+    for c in group:
+        np.testing.assert_array_equal(dev.hbm.get(outs[c]), want)
+
+
+def test_in_place_all_reduce_and_two_rounds(dev, rng):
+    """dst == src works (inputs are read before outputs are written); rounds match in order."""
+    xs = [rng.integers(-8, 8, size=(2, 16)).astype(np.float32) for _ in range(8)]
+    hs = [dev.hbm.put(x) for x in xs]
+    progs = dev.programs()
+    for p in progs:
+        p.all_reduce(dst=hs[p.core], src=hs[p.core])
+        p.all_reduce(dst=hs[p.core], src=hs[p.core], reduce_op="maximum")
+    dev.run(progs)
+    total = np.sum(np.stack(xs), axis=0)
+    for h in hs:
+        np.testing.assert_array_equal(dev.hbm.get(h), total)

@@ -247,8 +247,10 @@ impl Intercore {
         }
         // Each participant's completion is its next epoch: ordered before everyone's later work.
         for a in &group {
+            // Blocked since its arrival, the participant's epoch advances exactly once more.
+            let own = a.vc.get(a.agent).copied().unwrap_or(0);
             if let Some(x) = joined.get_mut(a.agent) {
-                *x = x.saturating_add(1).max(a.vc[a.agent].saturating_add(1));
+                *x = (*x).max(own.saturating_add(1));
             }
         }
         for a in group {

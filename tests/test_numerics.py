@@ -13,6 +13,11 @@ from conftest import Out, assert_bits_equal, run_op
 from trn3emu import _native
 from trn3emu.dtypes import pack_x4, unpack_x4
 
+# The references cast NaN / out-of-range values on purpose; numpy's cast warnings are expected.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:invalid value encountered in cast", "ignore:overflow encountered in cast"
+)
+
 FLOATS = {
     "bfloat16": ml_dtypes.bfloat16,
     "float16": np.float16,

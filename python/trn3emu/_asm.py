@@ -245,7 +245,7 @@ class AssemblerMixin:
     ) -> Any:
         """dst = op1(op0(data, operand0), operand1) with scalar or (P,1) operands.
 
-        t = op0(data, operand0) (reverse0: op0(operand0, data)); dst = op1(t, operand1) (reverse1: op1(operand1, t)). fp32 arithmetic, or raw bits when both ops are bitwise.
+        t = op0(data, operand0) (reverse0: op0(operand0, data)); dst = op1(t, operand1) (reverse1: op1(operand1, t)). fp32 arithmetic, or raw bits when both ops are bitwise (integer immediates, e.g. 0xffffffff, then act as exact 32-bit words; integer (P,1) tiles as their raw bits).
 
         Engines: vector, scalar, gpsimd.
         dst: output.
@@ -291,11 +291,11 @@ class AssemblerMixin:
     ) -> Any:
         """Fill a tile with one value.
 
-        dst[...] = cast(value) (exact integers for integer dtypes; x4 packed dtypes only 0)
+        dst[...] = cast(value). An integer immediate fills integer dtypes exactly (any 32-bit word for int32 / uint32, in range for narrower ints); an fp32 value must be integral and in range for integer dtypes; x4 packed dtypes only 0.
 
         Engines: vector, gpsimd.
         dst: output.
-        value: fill value (fp32; integral for integer dtypes).
+        value: fill value (fp32, or an exact integer immediate for integer dtypes).
         """
         return self._emit('memset', engine, name, wait, signal, (dst, value))
 

@@ -2,7 +2,7 @@
 //! (assembler, text, binary): operand kinds, enums, memories, dtypes, bounds, engine connectivity,
 //! the start-partition rule, then the instruction's own shape rules (`engines::check`).
 
-use super::instr::{Arg, Instr, NUM_REGISTERS, NUM_SEMAPHORES};
+use super::instr::{Arg, Instr, MAX_SYNC, NUM_REGISTERS, NUM_SEMAPHORES};
 use super::spec::{dtype_names, mem_names, Kind};
 use super::tables::{Engine, ENUMS};
 use crate::error::{err, ErrorKind::*, Result};
@@ -57,6 +57,17 @@ pub fn validate(instr: &Instr) -> Result<()> {
             .operand("name"));
         }
     }
+    if instr.waits.len() > MAX_SYNC || instr.signals.len() > MAX_SYNC {
+        return Err(err(
+            Semaphore,
+            format!(
+                "{} waits and {} signals (at most {MAX_SYNC} each: the encoding counts them in a byte)",
+                instr.waits.len(),
+                instr.signals.len()
+            ),
+        )
+        .operand(if instr.waits.len() > MAX_SYNC { "wait" } else { "signal" }));
+    }
     for w in &instr.waits {
         if w.sem >= NUM_SEMAPHORES {
             return Err(err(
@@ -76,8 +87,15 @@ pub fn validate(instr: &Instr) -> Result<()> {
         }
     }
     let dma = is_dma(instr);
-    let eng = if dma { Engine::Dma } else { instr.engine };
-    let einfo = eng.info();
+    // Collectives move their data on the DMA engines (any trigger engine); control instructions
+    // (register / scalar loads and stores) go through the sequencer, not the engine's data path.
+    let dma_path = dma || spec.cost == "collective";
+    let eng = if dma_path { Engine::Dma } else { instr.engine };
+    let einfo = if spec.cost == "control" {
+        None
+    } else {
+        eng.info()
+    };
     for (p, a) in spec.params.iter().zip(&instr.args) {
         let fail = |k, msg: String| Err(err(k, msg).operand(p.name));
         let kind_ok = matches!(
@@ -163,7 +181,7 @@ pub fn validate(instr: &Instr) -> Result<()> {
                         );
                     }
                 }
-                if !dma && ap.mem != Mem::Hbm {
+                if !dma_path && ap.mem != Mem::Hbm {
                     ap.check_start_partition().map_err(|e| e.operand(p.name))?;
                 }
                 if eng == Engine::Tensor && p.access.writes() {

@@ -103,7 +103,37 @@ impl Ap {
         if self.parts == 0 || self.dims.iter().any(|d| d.1 == 0) {
             return Err(err(Shape, "access pattern has an empty dimension"));
         }
-        let (blo, bhi) = self.row_byte_range();
+        // Fields the other memory kind has no use for must be zero (text and binary omit them).
+        if self.mem == Mem::Hbm && self.start != 0 {
+            return Err(err(
+                Address,
+                format!(
+                    "HBM access pattern with start partition {} (HBM has no partitions)",
+                    self.start
+                ),
+            ));
+        }
+        if self.mem != Mem::Hbm && self.pstep != 0 {
+            return Err(err(
+                Shape,
+                format!(
+                    "on-chip access pattern with row step {} (partitions are the rows)",
+                    self.pstep
+                ),
+            ));
+        }
+        // Extents in i128: i64 step * count can overflow and wrap into range.
+        let (mut elo, mut ehi) = (0i128, 0i128);
+        for &(step, num) in &self.dims {
+            let span = step as i128 * (num as i128 - 1);
+            if span < 0 {
+                elo += span;
+            } else {
+                ehi += span;
+            }
+        }
+        let s = self.dtype.size() as i128;
+        let (blo, bhi) = (elo * s, (ehi + 1) * s);
         match self.mem {
             Mem::Sbuf | Mem::Psum => {
                 let limit = if self.mem == Mem::Sbuf {

@@ -111,7 +111,9 @@ def test_hazard_tensor_reduce_axis_numbering(dev, rng):
         run_op(dev, [x], [((32, 5), F32)], lambda p, xt, o: p.tensor_reduce(dst=o, op="add", data=xt, axis=1))
 
 
-@pytest.mark.parametrize("op,fn", [("bitwise_and", np.bitwise_and), ("bitwise_or", np.bitwise_or), ("bitwise_xor", np.bitwise_xor)])
+@pytest.mark.parametrize(
+    "op,fn", [("bitwise_and", np.bitwise_and), ("bitwise_or", np.bitwise_or), ("bitwise_xor", np.bitwise_xor)]
+)
 @pytest.mark.parametrize("dt", [np.int32, np.uint32, np.uint8, np.int16], ids=param_id)
 def test_tensor_reduce_bitwise_raw_bits(dev, rng, op, fn, dt):
     x = random_bits(rng, (64, 2, 17), dt)
@@ -226,7 +228,9 @@ def test_tensor_tensor_scan_reverse_flags(dev, rng, rev0, rev1):
     b = rng.standard_normal((32, 20)).astype(F32)
 
     def body(p, at, bt, out):
-        p.tensor_tensor_scan(dst=out, data0=at, data1=bt, initial=0.5, op0="subtract", op1="divide", reverse0=rev0, reverse1=rev1)
+        p.tensor_tensor_scan(
+            dst=out, data0=at, data1=bt, initial=0.5, op0="subtract", op1="divide", reverse0=rev0, reverse1=rev1
+        )
 
     (got,) = run_op(dev, [a, b], [((32, 20), F32)], body)
     assert_bits_equal(got, scan_ref(a.astype(F32), b, 0.5, "subtract", "divide", rev0, rev1))
@@ -298,11 +302,29 @@ def test_tensor_scalar_reduce_commands_and_negate(dev, rng):
         p.tensor_scalar_reduce(dst=o, data=a, op0="add", operand0=1.0, reduce_op="add", reduce_res=r1)
         p.tensor_scalar_reduce(dst=o, data=b, op0="add", operand0=0.0, reduce_op="add", reduce_cmd="reduce")
         p.tensor_scalar_reduce(
-            dst=o, data=a, op0="abs", operand0=0.0, reduce_op="add", reduce_cmd="reduce", reduce_res=r2, reduce_res_negate=True
+            dst=o,
+            data=a,
+            op0="abs",
+            operand0=0.0,
+            reduce_op="add",
+            reduce_cmd="reduce",
+            reduce_res=r2,
+            reduce_res_negate=True,
         )
         # load_reduce from a (P,1) tile, and from a scalar; reset leaves the identity and no fold.
-        p.tensor_scalar_reduce(dst=o, data=b, op0="maximum", operand0=0.0, reduce_op="maximum", reduce_cmd="load_reduce", reduce_init=it, reduce_res=r3)
-        p.tensor_scalar_reduce(dst=o, data=b, op0="add", operand0=0.0, reduce_op="minimum", reduce_cmd="reset", reduce_res=r4)
+        p.tensor_scalar_reduce(
+            dst=o,
+            data=b,
+            op0="maximum",
+            operand0=0.0,
+            reduce_op="maximum",
+            reduce_cmd="load_reduce",
+            reduce_init=it,
+            reduce_res=r3,
+        )
+        p.tensor_scalar_reduce(
+            dst=o, data=b, op0="add", operand0=0.0, reduce_op="minimum", reduce_cmd="reset", reduce_res=r4
+        )
 
     o, r1, r2, r3, r4 = run_op(dev, [x1, x2, init], [((64, 10), F32)] + [((64, 1), F32)] * 4, body)
     s1 = (x1 + 1).sum(axis=1, keepdims=True)
@@ -320,7 +342,15 @@ def test_vector_accumulators_are_per_lane(dev, rng):
     def body(p, xt, o, res):
         p.tensor_scalar_reduce(dst=o[0:32], data=xt[0:32], op0="add", operand0=0.0, reduce_op="add")
         p.tensor_scalar_reduce(dst=o[32:64], data=xt[32:64], op0="add", operand0=100.0, reduce_op="add")
-        p.tensor_scalar_reduce(dst=o[0:64], data=xt[0:64], op0="multiply", operand0=0.0, reduce_op="add", reduce_cmd="reduce", reduce_res=res[0:64])
+        p.tensor_scalar_reduce(
+            dst=o[0:64],
+            data=xt[0:64],
+            op0="multiply",
+            operand0=0.0,
+            reduce_op="add",
+            reduce_cmd="reduce",
+            reduce_res=res[0:64],
+        )
 
     _, res = run_op(dev, [x], [((128, 8), F32), Out((128, 1), F32, fill=-1.0)], body)
     want = np.full((128, 1), -1.0, F32)
@@ -338,11 +368,24 @@ def test_vector_accumulator_shared_across_instructions(dev, rng):
 
     def body(p, xt, pt, bt0, bt1, o, r1, r2, r3, r4):
         p.exponential(dst=o, src=xt, reduce_cmd="reset_reduce")  # acc = sum exp(x)
-        p.tensor_scalar_reduce(dst=o, data=xt, op0="add", operand0=0.0, reduce_op="add", reduce_cmd="reduce", reduce_res=r1)
+        p.tensor_scalar_reduce(
+            dst=o, data=xt, op0="add", operand0=0.0, reduce_op="add", reduce_cmd="reduce", reduce_res=r1
+        )
         p.tensor_scalar_cumulative(dst=o, src=xt, op0="add", op1="add", imm0=0.0, reduce_cmd="reduce")
-        p.tensor_scalar_reduce(dst=o, data=xt, op0="multiply", operand0=0.0, reduce_op="add", reduce_cmd="reduce", reduce_res=r2)
+        p.tensor_scalar_reduce(
+            dst=o, data=xt, op0="multiply", operand0=0.0, reduce_op="add", reduce_cmd="reduce", reduce_res=r2
+        )
         p.select_reduce(dst=o, predicate=pt, on_true=xt, on_false=-100.0, reduce_cmd="reduce", reduce_res=r3)
-        p.range_select(dst=o, on_true_tile=xt, comp_op0="greater_equal", comp_op1="less", bound0=bt0, bound1=bt1, reduce_cmd="reduce", reduce_res=r4)
+        p.range_select(
+            dst=o,
+            on_true_tile=xt,
+            comp_op0="greater_equal",
+            comp_op1="less",
+            bound0=bt0,
+            bound1=bt1,
+            reduce_cmd="reduce",
+            reduce_res=r4,
+        )
 
     out = run_op(dev, [x, pred, b0, b1], [((32, 6), F32)] + [((32, 1), F32)] * 4, body)
     _, r1, r2, r3, r4 = out
@@ -374,7 +417,9 @@ def test_tensor_scalar_reduce_invalid(dev, rng):
             dev,
             [x],
             [((32, 8), F32), ((32, 2), F32)],
-            lambda p, xt, o, r: p.tensor_scalar_reduce(dst=o, data=xt, op0="add", operand0=0.0, reduce_op="add", reduce_res=r),
+            lambda p, xt, o, r: p.tensor_scalar_reduce(
+                dst=o, data=xt, op0="add", operand0=0.0, reduce_op="add", reduce_res=r
+            ),
         )
 
 
@@ -410,7 +455,9 @@ def test_tensor_scalar_cumulative_load_and_continue(dev, rng):
     init = rng.standard_normal((32, 1)).astype(F32)
 
     def body(p, xt, kt, it, o1, o2, o3):
-        p.tensor_scalar_cumulative(dst=o1, src=xt, op0="multiply", op1="add", imm0=kt, imm1=it, reduce_cmd="load_reduce")
+        p.tensor_scalar_cumulative(
+            dst=o1, src=xt, op0="multiply", op1="add", imm0=kt, imm1=it, reduce_cmd="load_reduce"
+        )
         p.tensor_scalar_cumulative(dst=o2, src=xt, op0="subtract", op1="maximum", imm0=0.5, reduce_cmd="reduce")
         p.tensor_scalar_cumulative(dst=o3, src=xt, op0="add", op1="add", imm0=0.0, imm1=2.5, reduce_cmd="load_reduce")
 
@@ -428,7 +475,9 @@ def test_tensor_scalar_cumulative_partial_partitions(dev, rng, start):
     x = ints_f32(rng, (128, 12))
 
     def body(p, xt, out):
-        p.tensor_scalar_cumulative(dst=out[start : start + 32, ::2], src=xt[start : start + 32, ::2], op0="add", op1="add", imm0=0.0)
+        p.tensor_scalar_cumulative(
+            dst=out[start : start + 32, ::2], src=xt[start : start + 32, ::2], op0="add", op1="add", imm0=0.0
+        )
 
     (got,) = run_op(dev, [x], [Out((128, 12), F32, fill=0.0)], body)
     want = np.zeros((128, 12), F32)
@@ -448,4 +497,9 @@ def test_tensor_scalar_cumulative_invalid(dev, rng):
             run_op(dev, [x], [((32, 8), F32)], lambda p, xt, o, kw=kw: p.tensor_scalar_cumulative(dst=o, src=xt, **kw))
     with pytest.raises(t3.DtypeError):
         xi = x.astype(np.int32)
-        run_op(dev, [xi], [((32, 8), np.int32)], lambda p, xt, o: p.tensor_scalar_cumulative(dst=o, src=xt, op0="add", op1="add", imm0=0.0))
+        run_op(
+            dev,
+            [xi],
+            [((32, 8), np.int32)],
+            lambda p, xt, o: p.tensor_scalar_cumulative(dst=o, src=xt, op0="add", op1="add", imm0=0.0),
+        )

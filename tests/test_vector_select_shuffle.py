@@ -32,7 +32,9 @@ def test_tensor_copy_predicated_tile_bit_exact(dev, rng, dt, pdt):
     assert_bits_equal(got, np.where(pred != 0, src, old))
 
 
-@pytest.mark.parametrize("value,dt", [(2.5, BF16), (-7, np.int16), (123456789, np.int32), (0xFFFFFFFF, np.uint32)], ids=str)
+@pytest.mark.parametrize(
+    "value,dt", [(2.5, BF16), (-7, np.int16), (123456789, np.int32), (0xFFFFFFFF, np.uint32)], ids=str
+)
 def test_tensor_copy_predicated_scalar_src_and_reverse(dev, rng, value, dt):
     pred = rng.integers(0, 2, (32, 3, 7)).astype(np.uint8)
 
@@ -76,9 +78,13 @@ def test_tensor_copy_predicated_invalid(dev, rng):
     x = rng.standard_normal((32, 8)).astype(F32)
     pr = np.ones((32, 8), np.uint8)
     with pytest.raises(t3.DtypeError, match="same dtype"):
-        run_op(dev, [x, pr], [((32, 8), BF16)], lambda p, xt, pt, o: p.tensor_copy_predicated(dst=o, src=xt, predicate=pt))
+        run_op(
+            dev, [x, pr], [((32, 8), BF16)], lambda p, xt, pt, o: p.tensor_copy_predicated(dst=o, src=xt, predicate=pt)
+        )
     with pytest.raises(t3.DtypeError):
-        run_op(dev, [x, x], [((32, 8), F32)], lambda p, xt, pt, o: p.tensor_copy_predicated(dst=o, src=xt, predicate=pt))
+        run_op(
+            dev, [x, x], [((32, 8), F32)], lambda p, xt, pt, o: p.tensor_copy_predicated(dst=o, src=xt, predicate=pt)
+        )
 
     def both_psum(p, xt, pt, o):
         a, b = p.psum((32, 8), F32), p.psum((32, 8), np.uint32)
@@ -94,7 +100,11 @@ def test_tensor_copy_predicated_invalid(dev, rng):
 @pytest.mark.parametrize("rev", [False, True])
 def test_select_reduce(dev, rng, pdt, form, rev):
     x = rng.standard_normal((128, 24)).astype(BF16)
-    pred = (rng.integers(-1, 2, (128, 24))).astype(pdt) if np.dtype(pdt).kind == "i" else rng.integers(0, 2, (128, 24)).astype(pdt)
+    pred = (
+        (rng.integers(-1, 2, (128, 24))).astype(pdt)
+        if np.dtype(pdt).kind == "i"
+        else rng.integers(0, 2, (128, 24)).astype(pdt)
+    )
     f = rng.standard_normal((128, 1)).astype(F32)
 
     def body(p, xt, pt, ft, out, res):
@@ -132,7 +142,12 @@ def test_select_reduce_idle_leaves_accumulator_and_partial_partitions(dev, rng):
         p.select_reduce(dst=out[s], predicate=pt[s], on_true=xt[s], on_false=100.0, reduce_res=r1[s])  # idle
         p.select_reduce(dst=out[s], predicate=pt[s], on_true=xt[s], on_false=-9.0, reduce_cmd="reset", reduce_res=r2[s])
 
-    out, r1, r2 = run_op(dev, [x, pred], [Out((128, 16), F32, fill=0.0), Out((128, 1), F32, fill=0.0), Out((128, 1), F32, fill=0.0)], body)
+    out, r1, r2 = run_op(
+        dev,
+        [x, pred],
+        [Out((128, 16), F32, fill=0.0), Out((128, 1), F32, fill=0.0), Out((128, 1), F32, fill=0.0)],
+        body,
+    )
     s = slice(64, 96)
     first = np.where(pred[s] != 0, x[s], F32(-9))
     want = np.zeros((128, 1), F32)
@@ -150,12 +165,29 @@ def test_select_reduce_invalid(dev, rng):
     x = rng.standard_normal((32, 8)).astype(F32)
     pr = np.ones((32, 8), np.uint8)
     with pytest.raises(t3.OperandError, match="reduce_op must be one of maximum"):
-        run_op(dev, [x, pr], [((32, 8), F32)], lambda p, xt, pt, o: p.select_reduce(dst=o, predicate=pt, on_true=xt, on_false=0.0, reduce_op="add"))
+        run_op(
+            dev,
+            [x, pr],
+            [((32, 8), F32)],
+            lambda p, xt, pt, o: p.select_reduce(dst=o, predicate=pt, on_true=xt, on_false=0.0, reduce_op="add"),
+        )
     with pytest.raises(t3.OperandError, match="load_reduce"):
-        run_op(dev, [x, pr], [((32, 8), F32)], lambda p, xt, pt, o: p.select_reduce(dst=o, predicate=pt, on_true=xt, on_false=0.0, reduce_cmd="load_reduce"))
+        run_op(
+            dev,
+            [x, pr],
+            [((32, 8), F32)],
+            lambda p, xt, pt, o: p.select_reduce(
+                dst=o, predicate=pt, on_true=xt, on_false=0.0, reduce_cmd="load_reduce"
+            ),
+        )
     with pytest.raises(t3.DtypeError):
         xi = x.astype(np.int32)
-        run_op(dev, [xi, pr], [((32, 8), F32)], lambda p, xt, pt, o: p.select_reduce(dst=o, predicate=pt, on_true=xt, on_false=0.0))
+        run_op(
+            dev,
+            [xi, pr],
+            [((32, 8), F32)],
+            lambda p, xt, pt, o: p.select_reduce(dst=o, predicate=pt, on_true=xt, on_false=0.0),
+        )
 
 
 # ------------------------------------------------------------------------------- range_select
@@ -168,7 +200,9 @@ CMP = {
 }
 
 
-@pytest.mark.parametrize("c0,c1", [("greater_equal", "less"), ("greater", "less_equal"), ("equal", "less_equal"), ("less", "greater")])
+@pytest.mark.parametrize(
+    "c0,c1", [("greater_equal", "less"), ("greater", "less_equal"), ("equal", "less_equal"), ("less", "greater")]
+)
 @pytest.mark.parametrize("start", [0, 5])
 def test_range_select(dev, rng, c0, c1, start):
     x = rng.standard_normal((128, 2, 16)).astype(F32)
@@ -176,7 +210,9 @@ def test_range_select(dev, rng, c0, c1, start):
     hi = (lo + rng.integers(0, 16, (128, 1))).astype(F32)
 
     def body(p, xt, lt, ht, out, res):
-        p.range_select(dst=out, on_true_tile=xt, comp_op0=c0, comp_op1=c1, bound0=lt, bound1=ht, range_start=start, reduce_res=res)
+        p.range_select(
+            dst=out, on_true_tile=xt, comp_op0=c0, comp_op1=c1, bound0=lt, bound1=ht, range_start=start, reduce_res=res
+        )
 
     out, res = run_op(dev, [x, lo, hi], [((128, 2, 16), F32), ((128, 1), F32)], body)
     idx = (start + np.arange(32, dtype=np.float64)).astype(F32)[None, :]
@@ -208,7 +244,15 @@ def test_hazard_range_select_python_float_on_false_value(dev, rng, fill):
     lo, hi = np.zeros((64, 1), F32), np.full((64, 1), 6.0, F32)
 
     def body(p, xt, lt, ht, out, res):
-        p.range_select(dst=out, on_true_tile=xt, comp_op0="greater_equal", comp_op1="less", bound0=lt, bound1=ht, on_false_value=fill)
+        p.range_select(
+            dst=out,
+            on_true_tile=xt,
+            comp_op0="greater_equal",
+            comp_op1="less",
+            bound0=lt,
+            bound1=ht,
+            on_false_value=fill,
+        )
         p.range_select(
             dst=out, on_true_tile=xt, comp_op0="greater_equal", comp_op1="less", bound0=ht, bound1=ht,
             on_false_value=fill, reduce_cmd="reduce", reduce_res=res,
@@ -224,7 +268,14 @@ def test_range_select_partial_partitions(dev, rng):
     b = rng.integers(0, 8, (128, 1)).astype(F32)
 
     def body(p, xt, bt, out):
-        p.range_select(dst=out[96:128], on_true_tile=xt[96:128], comp_op0="equal", comp_op1="equal", bound0=bt[96:128], bound1=bt[96:128])
+        p.range_select(
+            dst=out[96:128],
+            on_true_tile=xt[96:128],
+            comp_op0="equal",
+            comp_op1="equal",
+            bound0=bt[96:128],
+            bound1=bt[96:128],
+        )
 
     (got,) = run_op(dev, [x, b], [Out((128, 8), F32, fill=0.0)], body)
     want = np.zeros((128, 8), F32)
@@ -247,7 +298,12 @@ def test_range_select_invalid(dev, rng, kw, msg):
     b = np.zeros((32, 1), F32)
     args = dict(comp_op0="greater_equal", comp_op1="less") | kw
     with pytest.raises(t3.OperandError, match=msg):
-        run_op(dev, [x, b], [((32, 8), F32)], lambda p, xt, bt, o: p.range_select(dst=o, on_true_tile=xt, bound0=bt, bound1=bt, **args))
+        run_op(
+            dev,
+            [x, b],
+            [((32, 8), F32)],
+            lambda p, xt, bt, o: p.range_select(dst=o, on_true_tile=xt, bound0=bt, bound1=bt, **args),
+        )
 
 
 # ----------------------------------------------------------------------------------- max8 etc.
@@ -429,5 +485,9 @@ def test_nc_stream_shuffle_invalid(dev, rng, src_rows, dst_rows, mask, exc, msg)
             lambda p, xt, o: p.nc_stream_shuffle(dst=o[slice(*dst_rows)], src=xt[slice(*src_rows)], shuffle_mask=mask),
         )
     with pytest.raises(t3.ShapeError, match="same dtype"):
-        run_op(dev, [x], [((128, 4), BF16)], lambda p, xt, o: p.nc_stream_shuffle(dst=o, src=xt, shuffle_mask=list(range(32))))
-
+        run_op(
+            dev,
+            [x],
+            [((128, 4), BF16)],
+            lambda p, xt, o: p.nc_stream_shuffle(dst=o, src=xt, shuffle_mask=list(range(32))),
+        )

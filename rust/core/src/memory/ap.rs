@@ -9,6 +9,11 @@ use crate::error::{err, ErrorKind::*, Result};
 use crate::isa::DType;
 
 pub const MAX_FREE_DIMS: usize = 4;
+/// Elements one row of an access pattern may name (2^26; a full SBUF partition holds 2^18 bytes,
+/// larger counts only arise from broadcast steps or HBM rows). An emulator limit, not hardware's.
+pub const MAX_ROW_ELEMENTS: u128 = 1 << 26;
+/// Elements one access pattern may name in all (2^30, e.g. a 4 GiB fp32 HBM tensor).
+pub const MAX_ELEMENTS: u128 = 1 << 30;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ap {
@@ -102,6 +107,16 @@ impl Ap {
         }
         if self.parts == 0 || self.dims.iter().any(|d| d.1 == 0) {
             return Err(err(Shape, "access pattern has an empty dimension"));
+        }
+        let free: u128 = self.dims.iter().map(|d| d.1 as u128).product();
+        if free > MAX_ROW_ELEMENTS || free * self.parts as u128 > MAX_ELEMENTS {
+            return Err(err(
+                Shape,
+                format!(
+                    "access pattern of {} x {free} elements exceeds the emulator's limits ({MAX_ROW_ELEMENTS} per row, {MAX_ELEMENTS} in all)",
+                    self.parts
+                ),
+            ));
         }
         // Fields the other memory kind has no use for must be zero (text and binary omit them).
         if self.mem == Mem::Hbm && self.start != 0 {

@@ -285,3 +285,21 @@ def test_bn_stats_aggr_invalid(dev, rng):
         run_op(dev, [x[:, :10]], [((32, 5), F32)], lambda p, xt, o: p.bn_stats(dst=o, data=xt))
     with pytest.raises(t3.ShapeError, match="divisible by 3"):
         run_op(dev, [x[:, :10]], [((32, 2), F32)], lambda p, xt, o: p.bn_aggr(dst=o, data=xt))
+
+
+@pytest.mark.parametrize("dt", [np.int8, np.int32, np.uint8, np.uint16], ids=param_id)
+def test_hazard_fp32_to_int_is_rne_with_saturation(dev, dt):
+    """nki-kernels §4.4 (0.6.0): fp32 -> int results round half to even and saturate (not numpy's
+    truncation / wrap-around); here on scalar_tensor_tensor and tensor_scalar_cumulative outputs."""
+    x = np.tile(np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3e9, -3e9, 300.0, -300.0, 70000.0, 2.4999998], F32), (32, 1))
+    zero = np.zeros_like(x)
+
+    def body(p, xt, zt, o1, o2):
+        p.scalar_tensor_tensor(dst=o1, data=xt, op0="multiply", operand0=1.0, op1="add", operand1=zt)
+        p.tensor_copy(dst=o2, src=xt)
+
+    o1, o2 = run_op(dev, [x, zero], [((32, 12), dt), ((32, 12), dt)], body)
+    info = np.iinfo(dt)
+    want = np.clip(np.rint(x.astype(np.float64)), info.min, info.max).astype(dt)
+    assert_bits_equal(o1, want)
+    assert_bits_equal(o2, want)

@@ -98,3 +98,29 @@ pub fn no_load_reduce(ins: &Instr, i: usize) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_pick_the_start_value() {
+        let (reg, init) = (5.0, 7.0);
+        assert_eq!(start_value(ReduceCmd::Idle, reg, AluOp::Add, init), 5.0);
+        assert_eq!(start_value(ReduceCmd::Reduce, reg, AluOp::Add, init), 5.0);
+        assert_eq!(
+            start_value(ReduceCmd::LoadReduce, reg, AluOp::Add, init),
+            7.0
+        );
+        assert_eq!(
+            start_value(ReduceCmd::ResetReduce, reg, AluOp::Multiply, init),
+            1.0
+        );
+        assert_eq!(
+            start_value(ReduceCmd::Reset, reg, AluOp::Maximum, init),
+            f32::NEG_INFINITY
+        );
+        assert_eq!(identity(AluOp::Minimum), f32::INFINITY);
+        assert_eq!(identity(AluOp::Subtract), 0.0);
+    }
+}

@@ -511,3 +511,25 @@ pub fn parse_program(text: &str) -> Result<Program> {
 fn prog_len_hint(line: usize) -> usize {
     line
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integer_and_float_immediates() {
+        assert_eq!(parse_imm("123456789").unwrap(), Arg::I32(123456789));
+        assert_eq!(parse_imm("-2147483648").unwrap(), Arg::I32(i32::MIN));
+        assert_eq!(parse_imm("0xffffffff").unwrap(), Arg::I32(-1));
+        assert_eq!(parse_imm("4294967295").unwrap(), Arg::I32(-1));
+        assert!(parse_imm("4294967296").is_err());
+        assert!(parse_imm("-2147483649").is_err());
+        assert_eq!(parse_imm("2.0").unwrap(), Arg::F32(2.0));
+        assert_eq!(parse_imm("1e3").unwrap(), Arg::F32(1000.0));
+        assert_eq!(parse_imm("-inf").unwrap(), Arg::F32(f32::NEG_INFINITY));
+        // The printer never emits a bare integer for an fp32 value, so the forms stay apart.
+        for v in [0.0f32, -0.0, 2.0, 1e20, 16777216.0, -3.0] {
+            assert_eq!(parse_imm(&format_f32(v)).unwrap(), Arg::F32(v));
+        }
+    }
+}

@@ -491,3 +491,27 @@ def test_nc_stream_shuffle_invalid(dev, rng, src_rows, dst_rows, mask, exc, msg)
             [((128, 4), BF16)],
             lambda p, xt, o: p.nc_stream_shuffle(dst=o, src=xt, shuffle_mask=list(range(32))),
         )
+
+
+def test_psum_operands_and_fp8_inputs(dev, rng):
+    """PSUM inputs/outputs (VectorE reaches both memories) and fp8 data through several instructions."""
+    x = (rng.standard_normal((64, 16)) * 4).astype(FP8_E4M3FN)
+    pred = rng.integers(0, 2, (64, 16)).astype(np.uint8)
+
+    def body(p, xt, pt, o_max, o_sel, o_pred):
+        xp = p.psum((64, 16), F32)
+        p.tensor_copy(dst=xp, src=xt)
+        p.max8(dst=o_max, src=xp)
+        p.select_reduce(dst=o_sel, predicate=pt, on_true=xp, on_false=-1.0)
+        p.tensor_copy_predicated(dst=o_pred, src=xt, predicate=pt)
+
+    o_max, o_sel, o_pred = run_op(
+        dev,
+        [x, pred],
+        [Out((64, 8), BF16, "psum"), Out((64, 16), F32, "psum"), Out((64, 16), FP8_E4M3FN, fill=0.0)],
+        body,
+    )
+    xf = x.astype(F32)
+    assert_bits_equal(o_max, (-np.sort(-xf, axis=1)[:, :8]).astype(BF16))
+    assert_bits_equal(o_sel, np.where(pred != 0, xf, F32(-1)))
+    assert_bits_equal(o_pred, np.where(pred != 0, x, np.zeros((), FP8_E4M3FN)))

@@ -76,29 +76,28 @@ pub fn check_nc_stream_shuffle(ins: &Instr) -> Result<()> {
     Ok(())
 }
 
-/// dst row d (quadrant q = d / 32, i = d % 32) = src row 32q + mask[i], bit-exact; 255 keeps
-/// dst row d. All of src is read before dst is written, so in-place shuffles work.
+/// dst row d (quadrant q = d / 32, i = d % 32) = src row 32q + mask[i], bit-exact; rows with
+/// mask 255 are not written at all. All of src is read before dst is written, so in-place
+/// shuffles work.
 pub fn nc_stream_shuffle(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     let dst = ins.ap(ss::DST).unwrap();
     let src = ins.ap(ss::SRC).unwrap();
     let mask = ins.ints(ss::SHUFFLE_MASK);
     let row = src.free_size() * src.dtype.size();
     let s = ctx.mems.gather(src);
-    let mut out = ctx.mems.gather(dst);
-    for d in 0..dst.parts as usize {
-        let m = mask.get(d % 32).copied().unwrap_or(KEEP);
+    for d in 0..dst.parts {
+        let m = mask.get((d % QUADRANT) as usize).copied().unwrap_or(KEEP);
         if m == KEEP {
             continue;
         }
-        let from = d / 32 * 32 + m as usize;
-        if let (Some(o), Some(i)) = (
-            out.get_mut(d * row..(d + 1) * row),
-            s.get(from * row..(from + 1) * row),
-        ) {
-            o.copy_from_slice(i);
+        let from = (d / QUADRANT * QUADRANT) as usize + m as usize;
+        if let Some(bytes) = s.get(from * row..(from + 1) * row) {
+            let mut one = dst.clone();
+            one.start = dst.start + d;
+            one.parts = 1;
+            ctx.mems.scatter(&one, bytes);
         }
     }
-    ctx.mems.scatter(dst, &out);
     Ok(())
 }
 

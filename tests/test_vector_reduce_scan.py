@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 import trn3emu as t3
 from conftest import BF16, Out, assert_bits_equal, param_id, random_bits, run_op
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 F32 = np.float32
 
@@ -503,3 +505,42 @@ def test_tensor_scalar_cumulative_invalid(dev, rng):
             [((32, 8), np.int32)],
             lambda p, xt, o: p.tensor_scalar_cumulative(dst=o, src=xt, op0="add", op1="add", imm0=0.0),
         )
+
+
+# ------------------------------------------------------------------ random shapes (property)
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    shape=st.lists(st.integers(1, 5), min_size=1, max_size=4),
+    parts=st.sampled_from([1, 8, 32, 64, 128]),
+    k=st.integers(0, 3),
+    op=st.sampled_from(["add", "maximum", "minimum"]),
+    seed=st.integers(0, 2**16),
+)
+def test_tensor_reduce_random_shapes_and_axes(dev, shape, parts, k, op, seed):
+    rng = np.random.default_rng(seed)
+    nd = len(shape)
+    first = 1 + min(k, nd - 1)  # reduce axes first..nd
+    x = ints_f32(rng, (parts, *shape))
+    axes = list(range(first, nd + 1))
+    kept = (parts, *shape[: first - 1]) if first > 1 else (parts, 1)
+
+    def body(p, xt, out):
+        p.tensor_reduce(dst=out, op=op, data=xt, axis=axes)
+
+    (got,) = run_op(dev, [x], [(kept, F32)], body)
+    fn = {"add": np.sum, "maximum": np.max, "minimum": np.min}[op]
+    assert_bits_equal(got, fn(x, axis=tuple(axes)).astype(F32).reshape(kept))
+
+
+def test_reduce_res_aliasing_dst_gets_the_accumulator(dev, rng):
+    """reduce_res may alias dst (cf. the activation hazard, nki-kernels §4.4 0.6.0): the read-out is
+    written after dst, so the aliased element holds the accumulator."""
+    x = ints_f32(rng, (32, 8))
+
+    def body(p, xt, out):
+        p.tensor_scalar_reduce(dst=out, data=xt, op0="add", operand0=1.0, reduce_op="add", reduce_res=out[:, 7:8])
+
+    (got,) = run_op(dev, [x], [((32, 8), F32)], body)
+    want = x + F32(1)
+    want[:, 7] = (x + 1).sum(axis=1)
+    assert_bits_equal(got, want)

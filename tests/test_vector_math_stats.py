@@ -303,3 +303,17 @@ def test_hazard_fp32_to_int_is_rne_with_saturation(dev, dt):
     want = np.clip(np.rint(x.astype(np.float64)), info.min, info.max).astype(dt)
     assert_bits_equal(o1, want)
     assert_bits_equal(o2, want)
+
+
+def test_rank_limits_of_exponential_and_tensor_scalar_reduce(dev, rng):
+    """Both take tiles of rank <= 4 (at most three free dims)."""
+    x = rng.standard_normal((16, 2, 2, 2, 3)).astype(F32)
+    with pytest.raises(t3.ShapeError, match="at most 3 free dims"):
+        run_op(dev, [x], [((16, 24), F32)], lambda p, xt, o: p.exponential(dst=o, src=xt))
+    with pytest.raises(t3.ShapeError, match="at most 3 free dims"):
+        run_op(
+            dev,
+            [x],
+            [((16, 24), F32)],
+            lambda p, xt, o: p.tensor_scalar_reduce(dst=o, data=xt, op0="add", operand0=0.0, reduce_op="add"),
+        )

@@ -3,7 +3,7 @@
 
 use super::alu::apply;
 use super::vector_acc as acc;
-use super::vector_rules::{alu_req, arithmetic, not_both_psum};
+use super::vector_rules::{alu_req, arithmetic, max_free_dims, not_both_psum};
 use super::{check_column, same_shape, Ctx};
 use crate::error::{err, ErrorKind::*, Result};
 use crate::isa::tables::p::{exponential as ex, reciprocal as rc, scalar_tensor_tensor as stt};
@@ -62,6 +62,8 @@ pub fn check_exponential(ins: &Instr) -> Result<()> {
     let dst = ins.ap(ex::DST).unwrap();
     let src = ins.ap(ex::SRC).unwrap();
     same_shape(src, "src", dst, "dst")?;
+    max_free_dims(src, "src", 3)?;
+    max_free_dims(dst, "dst", 3)?;
     check_column(ins.arg(ex::MAX_VALUE), "max_value", src.parts)?;
     check_column(ins.arg(ex::REDUCE_RES), "reduce_res", src.parts)?;
     check_column(ins.arg(ex::REDUCE_INIT), "reduce_init", src.parts)?;

@@ -3,7 +3,7 @@
 
 use super::alu::{apply, apply_bits, is_bitwise};
 use super::vector_acc as acc;
-use super::vector_rules::{alu_req, arithmetic, one_of};
+use super::vector_rules::{alu_req, arithmetic, max_free_dims, one_of};
 use super::{check_column, same_shape, Ctx};
 use crate::error::{err, ErrorKind::*, Result};
 use crate::isa::tables::p::{tensor_reduce as tr, tensor_scalar_reduce as tsr};
@@ -157,6 +157,8 @@ pub fn check_tensor_scalar_reduce(ins: &Instr) -> Result<()> {
     let dst = ins.ap(tsr::DST).unwrap();
     let data = ins.ap(tsr::DATA).unwrap();
     same_shape(data, "data", dst, "dst")?;
+    max_free_dims(data, "data", 3)?;
+    max_free_dims(dst, "dst", 3)?;
     check_column(ins.arg(tsr::OPERAND0), "operand0", data.parts)?;
     check_column(ins.arg(tsr::REDUCE_RES), "reduce_res", data.parts)?;
     check_column(ins.arg(tsr::REDUCE_INIT), "reduce_init", data.parts)?;

@@ -87,3 +87,19 @@ pub fn exact_shape(ap: &Ap, name: &str, parts: u32, n: usize) -> Result<()> {
     }
     Ok(())
 }
+
+/// An operand may have at most `n` free dims (rank n + 1 with the partition dim).
+pub fn max_free_dims(ap: &Ap, name: &str, n: usize) -> Result<()> {
+    if ap.dims.len() > n {
+        return Err(err(
+            Shape,
+            format!(
+                "{name} may have at most {n} free dims (rank {}), got shape {:?}",
+                n + 1,
+                ap.shape()
+            ),
+        )
+        .operand(name.to_string()));
+    }
+    Ok(())
+}

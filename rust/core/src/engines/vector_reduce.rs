@@ -46,9 +46,8 @@ fn first_axis(ins: &Instr) -> Result<usize> {
     let want: Vec<i32> = (k..=nd).map(|a| a as i32).collect();
     if axes != want {
         return bad(format!(
-            "axis must be the trailing free axes ending at the last one ({nd} for this {}-D data), e.g. [{nd}] or [{}..={nd}]; got {:?}",
+            "axis must be the trailing free axes k..={nd} of this {}-D data (e.g. [{nd}], or all of 1..={nd}), got {:?}",
             nd + 1,
-            1,
             ins.ints(tr::AXIS)
         ));
     }

@@ -696,7 +696,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
     InstrSpec {
         opcode: Opcode::Activation,
         name: "activation",
-        engines: &[Engine::Scalar],
+        engines: &[Engine::Scalar, Engine::Gpsimd],
         cost: "act",
         since: "v2",
         nki: true,
@@ -829,7 +829,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "act",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "op", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 2, default: Default::Required },
@@ -847,7 +847,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "act",
         since: "v4",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "op", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 2, default: Default::Required },
@@ -1162,7 +1162,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "gpsimd_1in",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "op", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 1, default: Default::Required },
@@ -1176,7 +1176,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "gpsimd_affine",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "pattern", kind: Kind::Pattern, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
@@ -1194,7 +1194,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "gpsimd_gather",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "src_buffer", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
@@ -1210,7 +1210,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "gpsimd_n_gather",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "data", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
@@ -1224,7 +1224,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "gpsimd_1in",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::F32_I32, enum_id: 255, default: Default::Required },
             ParamSpec { name: "segment_ids", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::F32_I32, enum_id: 255, default: Default::Required },
@@ -1237,7 +1237,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "gpsimd_1in",
         since: "v3",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::S32, enum_id: 255, default: Default::Required },
             ParamSpec { name: "src", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::F32_I32, enum_id: 255, default: Default::Required },
@@ -1252,7 +1252,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "topk",
         since: "v3",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "val_dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::BF16, enum_id: 255, default: Default::Required },
             ParamSpec { name: "idx_dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::U32, enum_id: 255, default: Default::Required },

@@ -1,6 +1,7 @@
 //! The device: 8 NeuronCores with their SBUF, PSUM and engine state, and shared HBM.
 
 pub mod autosync;
+pub mod dma_timing;
 pub mod region;
 pub mod sched;
 

@@ -515,3 +515,23 @@ def test_psum_operands_and_fp8_inputs(dev, rng):
     assert_bits_equal(o_max, (-np.sort(-xf, axis=1)[:, :8]).astype(BF16))
     assert_bits_equal(o_sel, np.where(pred != 0, xf, F32(-1)))
     assert_bits_equal(o_pred, np.where(pred != 0, x, np.zeros((), FP8_E4M3FN)))
+
+
+@pytest.mark.parametrize(
+    "name", ["tensor_copy_predicated", "nc_stream_shuffle", "max8", "tensor_reduce", "select_reduce"]
+)
+def test_packed_mx_dtypes_rejected(name):
+    """x4-packed MX words are not elementwise data for these VectorE instructions."""
+    p = t3.Program(sync="manual")
+    w = p.sbuf((32, 8), "float8_e4m3fn_x4")
+    f = p.sbuf((32, 8), F32)
+    u = p.sbuf((32, 8), np.uint8)
+    calls = {
+        "tensor_copy_predicated": lambda: p.tensor_copy_predicated(dst=w, src=w, predicate=u),
+        "nc_stream_shuffle": lambda: p.nc_stream_shuffle(dst=w, src=w, shuffle_mask=list(range(32))),
+        "max8": lambda: p.max8(dst=f, src=w),
+        "tensor_reduce": lambda: p.tensor_reduce(dst=f[:, 0:1], op="add", data=w, axis=1),
+        "select_reduce": lambda: p.select_reduce(dst=f, predicate=u, on_true=w, on_false=0.0),
+    }
+    with pytest.raises(t3.DtypeError, match="float8_e4m3fn_x4"):
+        calls[name]()

@@ -11,6 +11,7 @@ pub mod gpsimd_reduce;
 pub mod gpsimd_scan;
 pub mod gpsimd_select;
 pub mod gpsimd_sort;
+pub mod intercore;
 pub mod scalar;
 pub mod tensor;
 pub mod vector;
@@ -140,6 +141,7 @@ pub const MODULES: &[&Module] = &[
     &gpsimd_scan::MODULE,
     &gpsimd_sort::MODULE,
     &dma::MODULE,
+    &intercore::MODULE,
     &CONTROL,
 ];
 

@@ -2,6 +2,7 @@
 
 pub mod autosync;
 pub mod dma_timing;
+pub mod intercore;
 pub mod region;
 pub mod sched;
 

@@ -341,6 +341,8 @@ def gen_doc(data: dict) -> str:
     out.append("and raise `NotImplementedInstruction` when executed.")
     out.append("")
     out.append("The binary encoding and the text syntax are described in `docs/encoding.md`.")
+    out.append("Operands of kind `f32` / `tensor_or_f32` take an fp32 immediate or an exact 32-bit integer immediate")
+    out.append("(a Python `int`; used bit-exactly by integer `memset` and bitwise ops, converted to fp32 elsewhere).")
     out.append("")
     out.append("## Dtypes")
     out.append("")

@@ -248,7 +248,7 @@ class AssemblerMixin:
     ) -> Any:
         """dst = op1(op0(data, operand0), operand1) with scalar or (P,1) operands.
 
-        t = op0(data, operand0) (reverse0: op0(operand0, data)); dst = op1(t, operand1) (reverse1: op1(operand1, t)). fp32 arithmetic, or raw bits when both ops are bitwise. rsqrt runs on GpSimd / Scalar only, reciprocal on Vector / Scalar only; with engine unknown an rsqrt goes to GpSimd (Scalar if an operand is in PSUM). ScalarE accepts every arithmetic (op0, op1) pair (the (multiply, add) / (multiply) / (add) restriction is documented for trn2 only); bitwise ops run on VectorE only.
+        t = op0(data, operand0) (reverse0: op0(operand0, data)); dst = op1(t, operand1) (reverse1: op1(operand1, t)). fp32 arithmetic, or raw bits when both ops are bitwise (integer immediates, e.g. 0xffffffff, then act as exact 32-bit words; integer (P,1) tiles as their raw bits). rsqrt runs on GpSimd / Scalar only, reciprocal on Vector / Scalar only; with engine unknown an rsqrt goes to GpSimd (Scalar if an operand is in PSUM). ScalarE accepts every arithmetic (op0, op1) pair (the (multiply, add) / (multiply) / (add) restriction is documented for trn2 only); bitwise ops run on VectorE only.
 
         Engines: vector, scalar, gpsimd.
         dst: output.
@@ -294,11 +294,11 @@ class AssemblerMixin:
     ) -> Any:
         """Fill a tile with one value.
 
-        dst[...] = cast(value) (exact integers for integer dtypes; x4 packed dtypes only 0)
+        dst[...] = cast(value). An integer immediate fills integer dtypes exactly (any 32-bit word for int32 / uint32, in range for narrower ints); an fp32 value must be integral and in range for integer dtypes; x4 packed dtypes only 0.
 
         Engines: vector, gpsimd.
         dst: output.
-        value: fill value (fp32; integral for integer dtypes).
+        value: fill value (fp32, or an exact integer immediate for integer dtypes).
         """
         return self._emit('memset', engine, name, wait, signal, (dst, value))
 
@@ -504,7 +504,7 @@ class AssemblerMixin:
     ) -> Any:
         """Reduce the trailing free axes of a tile per partition.
 
-        dst[p, kept...] = op over the free axes listed in axis (must be the last contiguous free dims ending at the final dim, e.g. (3,), (2,3), (1,2,3) for 4-D; axis 0 illegal). Arithmetic op (add, subtract, multiply, maximum, minimum, logical_*): fp32 math (order unspecified), negate multiplies the result by -1, RNE cast to dst. Bitvec op (bitwise_and/or/xor): raw integer bits, integer dtypes, negate not applicable. keepdims only keeps reduced dims as size 1 in dst's shape. dst elements/partition = product of the kept free dims. Open: fold order of subtract (listed as reduction-legal) is undocumented; 0.2 treated axis=1 as the last dim (bug).
+        dst[p, kept...] = op over the free axes listed in axis (must be the last contiguous free dims ending at the final dim, e.g. (3,), (2,3), (1,2,3) for 4-D; axis 0 illegal). Arithmetic op (add, subtract, multiply, maximum, minimum, logical_*): fp32 math (order unspecified), negate multiplies the result by -1, RNE cast to dst. Bitvec op (bitwise_and/or/xor): raw integer bits, integer dtypes, negate not applicable. keepdims only keeps reduced dims as size 1 in dst's shape. dst elements/partition = product of the kept free dims. Open: fold order of subtract (listed as reduction-legal) is undocumented; 0.2 treated axis=1 as the last dim (bug). Emulator: folds run left to right in free order from the first element (subtract = x0 - x1 - ...); logical ops start from their identity; axis must list the trailing axes (any order, each once).
 
         Engines: vector.
         dst: reduction result.
@@ -568,7 +568,7 @@ class AssemblerMixin:
     ) -> Any:
         """dst = op0(data, operand0) plus a reduction of the result over all free dims into the VectorE accumulators.
 
-        dst = op0(data, operand0) (one arithmetic op; unary ops such as abs/square/relu take operand0 = 0; abs_max / abs_min on v4), fp32 math, RNE cast to dst. VectorE per-lane accumulator (shared with exponential, range_select, select_reduce, tensor_scalar_cumulative): reset_reduce -> identity of reduce_op (add 0, multiply 1, maximum -inf, minimum +inf); reduce -> keep; load_reduce -> reduce_init; then acc = reduce_op(acc, r) for every result element r over all free dims. reduce_res[p,0] = acc, negated if reduce_res_negate (the accumulator itself is not negated); reduce_res None keeps the value internal. reduce_op in {add, multiply, maximum, minimum}. reverse0 is documented as not supported. Resolved: the API text says reset_reduce resets to 0, the reference says to the op's identity; the identity is modeled. Open (ref 6.5): fp32 or dst-rounded values are reduced.
+        dst = op0(data, operand0) (one arithmetic op; unary ops such as abs/square/relu take operand0 = 0; abs_max / abs_min on v4), fp32 math, RNE cast to dst. VectorE per-lane accumulator (shared with exponential, range_select, select_reduce, tensor_scalar_cumulative): reset_reduce -> identity of reduce_op (add 0, multiply 1, maximum -inf, minimum +inf); reduce -> keep; load_reduce -> reduce_init; then acc = reduce_op(acc, r) for every result element r over all free dims. reduce_res[p,0] = acc, negated if reduce_res_negate (the accumulator itself is not negated); reduce_res None keeps the value internal. reduce_op in {add, multiply, maximum, minimum}. reverse0 is documented as not supported. Resolved: the API text says reset_reduce resets to 0, the reference says to the op's identity; the identity is modeled. Open (ref 6.5): fp32 or dst-rounded values are reduced. Emulator: reduces the fp32 values before the dst cast; lanes are data's partitions; reverse0=True is rejected; reset loads the identity without folding; idle leaves the registers untouched.
 
         Engines: vector.
         dst: op0 result.
@@ -601,7 +601,7 @@ class AssemblerMixin:
     ) -> Any:
         """Inclusive scan of op0(src, imm0) with op1 through the VectorE accumulator.
 
-        reg init: reset_reduce -> 0 (op1 add/subtract), 1 (multiply), -inf (maximum), +inf (minimum); reduce -> keep; load_reduce -> imm1. Then for each element i in free order: reg = op1(op0(src[i], imm0), reg); dst[i] = cast(reg). fp32 math; op0 arithmetic, op1 in {add, subtract, multiply, maximum, minimum}; imm0 / imm1 fp32 scalars or (P,1) tiles. Accumulator shared with the other VectorE reduce instructions. dtypes: bf16, fp16, fp32, fp8, uint8, uint16, int8, int16 (no int32/uint32; fp8 taken as all three fp8 kinds). Open (ref 6.6): for subtract this is x' - reg, not reg - x' (modeled as written). The API pseudo-code has a reverse0 branch (op0(imm0, src[i])) but the signature has no reverse0 parameter; not modeled. NKI 2.31 docs showed reduce_cmd default idle; 0.6 = reset_reduce.
+        reg init: reset_reduce -> 0 (op1 add/subtract), 1 (multiply), -inf (maximum), +inf (minimum); reduce -> keep; load_reduce -> imm1. Then for each element i in free order: reg = op1(op0(src[i], imm0), reg); dst[i] = cast(reg). fp32 math; op0 arithmetic, op1 in {add, subtract, multiply, maximum, minimum}; imm0 / imm1 fp32 scalars or (P,1) tiles. Accumulator shared with the other VectorE reduce instructions. dtypes: bf16, fp16, fp32, fp8, uint8, uint16, int8, int16 (no int32/uint32; fp8 taken as all three fp8 kinds). Open (ref 6.6): for subtract this is x' - reg, not reg - x' (modeled as written). The API pseudo-code has a reverse0 branch (op0(imm0, src[i])) but the signature has no reverse0 parameter; not modeled. NKI 2.31 docs showed reduce_cmd default idle; 0.6 = reset_reduce. Emulator: reduce_cmd idle / reset are rejected (the scan runs through the register); the final reg stays in the accumulator.
 
         Engines: vector.
         dst: running results.
@@ -654,7 +654,7 @@ class AssemblerMixin:
     ) -> Any:
         """dst = exp(src - max_value) on VectorE, with an optional running sum in the VectorE accumulators.
 
-        dst[i] = exp(src[i] - max_value) in fp32 (max_value fp32 scalar or (P,1) tile), cast to dst. Accumulator: reset_reduce -> 0 then acc += dst[i]; reduce -> continue; load_reduce -> reduce_init then accumulate; idle -> no accumulation (accumulator state may still change). reduce_res (P,1) gets the sum. Up to 4-D; src and dst same P and elements/partition. reduce_init must be unset / 0.0 unless load_reduce. Open (ref 6.5): whether the sum uses the fp32 or the dst-rounded value; exp accuracy (approximation) undocumented.
+        dst[i] = exp(src[i] - max_value) in fp32 (max_value fp32 scalar or (P,1) tile), cast to dst. Accumulator: reset_reduce -> 0 then acc += dst[i]; reduce -> continue; load_reduce -> reduce_init then accumulate; idle -> no accumulation (accumulator state may still change). reduce_res (P,1) gets the sum. Up to 4-D; src and dst same P and elements/partition. reduce_init must be unset / 0.0 unless load_reduce. Open (ref 6.5): whether the sum uses the fp32 or the dst-rounded value; exp accuracy (approximation) undocumented. Emulator: exp evaluated in f64 and rounded once to fp32; the sum uses the fp32 values before the dst cast; reduce_res under idle reads the unchanged accumulator.
 
         Engines: vector.
         dst: output.
@@ -751,7 +751,7 @@ class AssemblerMixin:
     ) -> Any:
         """Keep elements whose free index lies in a per-partition range, fill the rest, and max-reduce.
 
-        idx = range_start + j (j = flattened free index; compared in fp32, keep < 2^24); mask = comp_op0(idx, bound0[p]) and comp_op1(idx, bound1[p]), comp ops in {equal, less, less_equal, greater, greater_equal}; dst = mask ? on_true_tile : on_false_value (must be -3.4028235e38 = FP32_MIN; becomes -inf when cast to bf16/fp16/fp8). Accumulator (VectorE, shared): reset_reduce -> -inf then acc = max(acc, selected fp32 value); reduce -> continue; reduce_res (P,1) gets acc. reduce_op only maximum. on_true_tile float dtypes, bounds fp32 (P,1).
+        idx = range_start + j (j = flattened free index; compared in fp32, keep < 2^24); mask = comp_op0(idx, bound0[p]) and comp_op1(idx, bound1[p]), comp ops in {equal, less, less_equal, greater, greater_equal}; dst = mask ? on_true_tile : on_false_value (must be -3.4028235e38 = FP32_MIN; becomes -inf when cast to bf16/fp16/fp8). Accumulator (VectorE, shared): reset_reduce -> -inf then acc = max(acc, selected fp32 value); reduce -> continue; reduce_res (P,1) gets acc. reduce_op only maximum. on_true_tile float dtypes, bounds fp32 (P,1). Emulator: -inf is accepted as on_false_value too (NKI's default); load_reduce is rejected (no initial value operand); |range_start| and |range_start + free size| must be <= 2^24.
 
         Engines: vector.
         dst: selected values.
@@ -786,7 +786,7 @@ class AssemblerMixin:
     ) -> Any:
         """dst = where(predicate xor reverse_pred, on_true, on_false) with an optional max-reduction.
 
-        dst = ((predicate != 0) != reverse_pred) ? on_true : on_false (on_false: fp32 scalar or (P,1) tile broadcast along the free dims), via fp32 cast to dst. Accumulator (VectorE, shared): reset_reduce -> -inf then acc = max(acc, result); reduce -> continue; idle -> none (state may still change). reduce_res (P,1, float dtype) gets acc. reduce_op only maximum. on_true: any dtype but tf32 / int32 / uint32; predicate int8/uint8/int16/uint16; on_true, predicate, dst same shape; on_true and predicate not both in PSUM.
+        dst = ((predicate != 0) != reverse_pred) ? on_true : on_false (on_false: fp32 scalar or (P,1) tile broadcast along the free dims), via fp32 cast to dst. Accumulator (VectorE, shared): reset_reduce -> -inf then acc = max(acc, result); reduce -> continue; idle -> none (state may still change). reduce_res (P,1, float dtype) gets acc. reduce_op only maximum. on_true: any dtype but tf32 / int32 / uint32; predicate int8/uint8/int16/uint16; on_true, predicate, dst same shape; on_true and predicate not both in PSUM. Emulator: load_reduce is rejected (no initial value operand); the max uses the fp32 values before the dst cast.
 
         Engines: vector.
         dst: output.
@@ -812,7 +812,7 @@ class AssemblerMixin:
     ) -> Any:
         """Per-partition mean/variance statistics of even and odd free positions (<= 512 elements).
 
-        Per partition, fp32, over the flattened free dim (<= 512 = bn_stats_fmax elements): dst = [n_even, mean_even, M2_even, n_odd, mean_odd, M2_odd] where even / odd are the elements at even / odd free positions and M2 = sum of squared deviations from the mean (= variance * count); cast to dst (6 elements/partition). Open: summation order / exact fp32 rounding undocumented.
+        Per partition, fp32, over the flattened free dim (<= 512 = bn_stats_fmax elements): dst = [n_even, mean_even, M2_even, n_odd, mean_odd, M2_odd] where even / odd are the elements at even / odd free positions and M2 = sum of squared deviations from the mean (= variance * count); cast to dst (6 elements/partition). Open: summation order / exact fp32 rounding undocumented. Emulator: accumulates in f64 and rounds each output once; an empty half (1 element) gives 0, 0, 0.
 
         Engines: vector.
         dst: (P,6) statistics.
@@ -832,7 +832,7 @@ class AssemblerMixin:
     ) -> Any:
         """Aggregate bn_stats (count, mean, M2) triples into a per-partition mean and variance.
 
-        data holds k triples (count_i, mean_i, M2_i) per partition (elements/partition divisible by 3), e.g. several bn_stats outputs at offsets 6*j. fp32, Chan's parallel combination: n = sum n_i; mean = sum n_i*mean_i / n; M2 = sum M2_i + sum n_i*(mean_i - mean)^2; dst = [mean, M2 / n] (population variance), cast to dst. Open: combination order / exact rounding undocumented.
+        data holds k triples (count_i, mean_i, M2_i) per partition (elements/partition divisible by 3), e.g. several bn_stats outputs at offsets 6*j. fp32, Chan's parallel combination: n = sum n_i; mean = sum n_i*mean_i / n; M2 = sum M2_i + sum n_i*(mean_i - mean)^2; dst = [mean, M2 / n] (population variance), cast to dst. Open: combination order / exact rounding undocumented. Emulator: f64 inside, each output rounded once; a total count of 0 gives [0, 0].
 
         Engines: vector.
         dst: (P,2) mean, variance.
@@ -852,7 +852,7 @@ class AssemblerMixin:
     ) -> Any:
         """The 8 largest values of each partition, in descending order.
 
-        Per partition: read 8..16384 elements (src up to 3-D, flattened), compare in fp32, dst[p, 0..7] = the 8 largest values in descending order (duplicates kept), cast to dst. Engine not named in the API text (VectorE assumed, ref 6.16).
+        Per partition: read 8..16384 elements (src up to 3-D, flattened), compare in fp32, dst[p, 0..7] = the 8 largest values in descending order (duplicates kept), cast to dst. Engine not named in the API text (VectorE assumed, ref 6.16). Emulator: ordered by IEEE totalOrder (+NaN above +inf, 0.0 above -0.0); ties keep free order.
 
         Engines: vector.
         dst: (P,8) largest values.
@@ -897,7 +897,7 @@ class AssemblerMixin:
     ) -> Any:
         """Replace the first occurrence of each of 8 values per partition with imm; optionally return their indices.
 
-        dst = data (cast), then for i = 7 down to 0: the first not-yet-replaced occurrence of vals[p,i] (fp32 compare) is set to imm (fp32, cast to dst) and dst_idx[p,i] = its flat index. Hence duplicates in vals take positions in descending column order: data [1,2,3,4,8,8,8,8,8,8,8], vals [3,8,8,8,8,8,8,8] -> idx [2,10,9,8,7,6,5,4]. Open: behaviour for a value not found (undefined; modeled as no replacement, index all ones), dst_idx dtype (uint16 / uint32 assumed as nc_find_index8), cost formula (ref 6.16).
+        dst = data (cast), then for i = 7 down to 0: the first not-yet-replaced occurrence of vals[p,i] (fp32 compare) is set to imm (fp32, cast to dst) and dst_idx[p,i] = its flat index. Hence duplicates in vals take positions in descending column order: data [1,2,3,4,8,8,8,8,8,8,8], vals [3,8,8,8,8,8,8,8] -> idx [2,10,9,8,7,6,5,4]. Open: behaviour for a value not found (undefined; modeled as no replacement, index all ones), dst_idx dtype (uint16 / uint32 assumed as nc_find_index8), cost formula (ref 6.16). Emulator: matches compare against the original data (a replaced slot is never matched again).
 
         Engines: vector.
         dst: data with replacements.
@@ -921,7 +921,7 @@ class AssemblerMixin:
     ) -> Any:
         """Cross-partition move within each 32-partition quadrant by a 32-entry mask.
 
-        Within each quadrant: dst partition i = src partition mask[i] (bit copy; same mask for every quadrant); mask[i] = 255 leaves dst partition i unchanged. In place allowed; same dtype and elements/partition. Active partitions A = ceil(max(src_P, dst_P)/32)*32; src / dst start partition must be 0 if A is 96 or 128, 0 or 64 if A = 64, 0/32/64/96 if A = 32 (src and dst quadrants may differ).
+        Within each quadrant: dst partition i = src partition mask[i] (bit copy; same mask for every quadrant); mask[i] = 255 leaves dst partition i unchanged. In place allowed; same dtype and elements/partition. Active partitions A = ceil(max(src_P, dst_P)/32)*32; src / dst start partition must be 0 if A is 96 or 128, 0 or 64 if A = 64, 0/32/64/96 if A = 32 (src and dst quadrants may differ). Emulator: mask must have exactly 32 entries; a mask entry naming a src partition the src view does not have is rejected.
 
         Engines: vector.
         dst: destination.

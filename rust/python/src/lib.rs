@@ -111,9 +111,16 @@ fn parse_arg(obj: &Bound<'_, PyAny>, kind: Kind, enum_id: u8) -> core::Result<Ar
     };
     Ok(match kind {
         Kind::Tensor => Arg::Tensor(parse_ap(obj)?),
-        Kind::TensorOrF32 => {
-            if obj.cast::<PyTuple>().is_ok() {
-                Arg::Tensor(parse_ap(obj)?)
+        Kind::TensorOrF32 if obj.cast::<PyTuple>().is_ok() => Arg::Tensor(parse_ap(obj)?),
+        Kind::TensorOrF32 | Kind::F32 => {
+            // Python ints (and numpy integers) stay exact 32-bit integer immediates.
+            if let Ok(i) = obj.extract::<i64>() {
+                core::isa::text::imm_from_i64(i).ok_or_else(|| {
+                    emu(
+                        ErrorKind::Value,
+                        format!("integer immediate {i} does not fit 32 bits (-2^31 ..= 2^32-1); pass a float"),
+                    )
+                })?
             } else {
                 Arg::F32(
                     obj.extract::<f64>()
@@ -121,7 +128,6 @@ fn parse_arg(obj: &Bound<'_, PyAny>, kind: Kind, enum_id: u8) -> core::Result<Ar
                 )
             }
         }
-        Kind::F32 => Arg::F32(obj.extract::<f64>().map_err(|_| bad("a number"))? as f32),
         Kind::I32 => Arg::I32(obj.extract::<i32>().map_err(|_| bad("a 32-bit integer"))?),
         Kind::Bool => Arg::Bool(obj.extract::<bool>().map_err(|_| bad("a bool"))?),
         Kind::Enum => {
@@ -140,6 +146,10 @@ fn parse_arg(obj: &Bound<'_, PyAny>, kind: Kind, enum_id: u8) -> core::Result<Ar
                 )
             })?;
             Arg::Enum(v as u8)
+        }
+        // A bare int is a one-element list (NKI's `axis=1`).
+        Kind::Ints if obj.extract::<i32>().is_ok() => {
+            Arg::Ints(vec![obj.extract::<i32>().map_err(|_| bad("an integer"))?])
         }
         Kind::Ints | Kind::Pattern => {
             let mut v = Vec::new();

@@ -17,6 +17,15 @@ pub mod rng;
 pub mod scalar;
 pub mod tensor;
 pub mod vector;
+pub mod vector_acc;
+pub mod vector_math;
+pub mod vector_reduce;
+pub mod vector_rules;
+pub mod vector_scan;
+pub mod vector_select;
+pub mod vector_shuffle;
+pub mod vector_stats;
+pub mod vector_top8;
 
 use crate::error::{err, ErrorKind::*, Result};
 use crate::isa::{Arg, Instr, Opcode};
@@ -30,6 +39,8 @@ use crate::numerics::rng::RngStates;
 pub struct EngineState {
     /// ScalarE accumulator registers, one fp32 per lane.
     pub act_regs: [f32; PARTITIONS],
+    /// VectorE accumulator registers, one fp32 per lane (engines::vector_acc).
+    pub vec_acc: [f32; PARTITIONS],
     /// One bit per 2-byte PSUM unit: written by a matmul since the run started (for accumulate=None).
     pub psum_mm: Vec<u64>,
 }
@@ -38,6 +49,7 @@ impl Default for EngineState {
     fn default() -> Self {
         EngineState {
             act_regs: [0.0; PARTITIONS],
+            vec_acc: [0.0; PARTITIONS],
             psum_mm: vec![0; PARTITIONS * PSUM_PART_BYTES / 2 / 64],
         }
     }
@@ -74,8 +86,7 @@ impl Ctx<'_> {
     pub fn per_partition(&self, a: &Arg, parts: u32, dflt: f32) -> Vec<f32> {
         match a {
             Arg::Tensor(ap) => self.read_f32(ap),
-            Arg::F32(v) => vec![*v; parts as usize],
-            _ => vec![dflt; parts as usize],
+            a => vec![a.imm_f32().unwrap_or(dflt); parts as usize],
         }
     }
 }
@@ -127,6 +138,13 @@ pub const MODULES: &[&Module] = &[
     &mx::MODULE,
     &vector::MODULE,
     &rng::MODULE,
+    &vector_math::MODULE,
+    &vector_reduce::MODULE,
+    &vector_scan::MODULE,
+    &vector_select::MODULE,
+    &vector_stats::MODULE,
+    &vector_top8::MODULE,
+    &vector_shuffle::MODULE,
     &scalar::MODULE,
     &gpsimd::MODULE,
     &gpsimd_select::MODULE,

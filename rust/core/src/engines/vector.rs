@@ -196,6 +196,7 @@ pub fn tensor_scalar(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
         let bits = |a: &Arg, c: &[f32]| -> Vec<u32> {
             match a {
                 Arg::Tensor(ap) if ap.dtype.is_integer() => ctx.read_raw(ap),
+                Arg::I32(v) => vec![*v as u32; c.len()],
                 _ => c.iter().map(|v| *v as i32 as u32).collect(),
             }
         };
@@ -283,8 +284,13 @@ pub fn tensor_copy(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
 
 pub fn check_memset(ins: &Instr) -> Result<()> {
     let dst = ins.ap(ms::DST).unwrap();
+    let value = ins.arg(ms::VALUE);
     let v = ins.f32_or(ms::VALUE, 0.0);
-    if dst.dtype.is_packed() && v.to_bits() != 0 {
+    let zero = match value {
+        Arg::I32(i) => *i == 0,
+        _ => v.to_bits() == 0,
+    };
+    if dst.dtype.is_packed() && !zero {
         return Err(err(
             Value,
             format!(
@@ -295,7 +301,7 @@ pub fn check_memset(ins: &Instr) -> Result<()> {
         .operand("value"));
     }
     if dst.dtype.is_integer() {
-        let (lo, hi) = match dst.dtype {
+        let (lo, hi): (f64, f64) = match dst.dtype {
             DType::Int8 => (-128.0, 127.0),
             DType::Int16 => (-32768.0, 32767.0),
             DType::Int32 => (-2147483648.0, 2147483647.0),
@@ -303,11 +309,20 @@ pub fn check_memset(ins: &Instr) -> Result<()> {
             DType::Uint16 => (0.0, 65535.0),
             _ => (0.0, 4294967295.0),
         };
-        if v.fract() != 0.0 || !(lo..=hi).contains(&(v as f64)) {
+        let ok = match value {
+            // A 32-bit integer immediate is a word: any value fills an int32/uint32 tile exactly.
+            Arg::I32(i) => dst.dtype.size() == 4 || (lo..=hi).contains(&(*i as f64)),
+            _ => v.fract() == 0.0 && (lo..=hi).contains(&(v as f64)),
+        };
+        if !ok {
+            let shown = match value {
+                Arg::I32(i) => i.to_string(),
+                _ => v.to_string(),
+            };
             return Err(err(
                 Value,
                 format!(
-                    "value {v} is not an integer in range of {}",
+                    "value {shown} is not an integer in range of {}",
                     dst.dtype.name()
                 ),
             )
@@ -322,11 +337,12 @@ pub fn check_memset(ins: &Instr) -> Result<()> {
 
 pub fn memset(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     let dst = ins.ap(ms::DST).unwrap();
-    let v = ins.f32_or(ms::VALUE, 0.0);
-    let raw = if dst.dtype.is_packed() {
-        0
-    } else {
-        numerics::from_f32(dst.dtype, v)
+    let raw = match ins.arg(ms::VALUE) {
+        _ if dst.dtype.is_packed() => 0,
+        // Integer immediates fill integer tiles exactly (truncated to the dtype's width, which
+        // check_memset has range-checked); float tiles get the RNE fp32 conversion.
+        Arg::I32(i) if dst.dtype.is_integer() => *i as u32,
+        _ => numerics::from_f32(dst.dtype, ins.f32_or(ms::VALUE, 0.0)),
     };
     let vals = vec![raw; dst.num_elements()];
     ctx.write_raw(dst, &vals);

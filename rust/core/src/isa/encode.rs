@@ -249,8 +249,11 @@ fn decode_instr(r: &mut Reader) -> Result<Instr> {
             (p.kind, &a),
             (_, Arg::Absent)
                 | (Kind::Tensor, Arg::Tensor(_))
-                | (Kind::TensorOrF32, Arg::Tensor(_) | Arg::F32(_))
-                | (Kind::F32, Arg::F32(_))
+                | (
+                    Kind::TensorOrF32,
+                    Arg::Tensor(_) | Arg::F32(_) | Arg::I32(_)
+                )
+                | (Kind::F32, Arg::F32(_) | Arg::I32(_))
                 | (Kind::I32, Arg::I32(_))
                 | (Kind::Bool, Arg::Bool(_))
                 | (Kind::Enum, Arg::Enum(_))

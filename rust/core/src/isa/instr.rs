@@ -59,6 +59,16 @@ impl Arg {
         })
     }
 
+    /// A numeric immediate (`F32`, or an exact integer `I32`) as fp32; integer immediates are
+    /// read as signed int32 and rounded to nearest even, the arithmetic path of every engine.
+    pub fn imm_f32(&self) -> Option<f32> {
+        match *self {
+            Arg::F32(v) => Some(v),
+            Arg::I32(v) => Some(v as f32),
+            _ => None,
+        }
+    }
+
     pub fn tensor(&self) -> Option<&Ap> {
         match self {
             Arg::Tensor(ap) => Some(ap),
@@ -101,11 +111,9 @@ impl Instr {
         self.args[i].tensor()
     }
 
+    /// A numeric immediate as fp32 (an integer immediate converts with RNE, read as signed i32).
     pub fn f32_or(&self, i: usize, d: f32) -> f32 {
-        match self.args[i] {
-            Arg::F32(v) => v,
-            _ => d,
-        }
+        self.args[i].imm_f32().unwrap_or(d)
     }
 
     pub fn i32_or(&self, i: usize, d: i32) -> i32 {

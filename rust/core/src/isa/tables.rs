@@ -884,7 +884,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "vec_stt",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "data", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
@@ -903,7 +903,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "vec_reduce",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "op", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 1, default: Default::Required },
@@ -920,7 +920,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "vec_scan",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "data0", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
@@ -939,7 +939,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "vec_1in_acc",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "data", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
@@ -960,7 +960,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "vec_scan",
         since: "v3",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::CUMULATIVE, enum_id: 255, default: Default::Required },
             ParamSpec { name: "src", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::CUMULATIVE, enum_id: 255, default: Default::Required },
@@ -978,7 +978,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "vec_pred",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::ReadWrite, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "src", kind: Kind::TensorOrF32, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
@@ -993,7 +993,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "vec_exp",
         since: "v4",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::EXP_OUT, enum_id: 255, default: Default::Required },
             ParamSpec { name: "src", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::EXP_IN, enum_id: 255, default: Default::Required },
@@ -1010,7 +1010,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "reciprocal",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "data", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
@@ -1051,7 +1051,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "vec_1in",
         since: "v3",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "on_true_tile", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::FLOAT, enum_id: 255, default: Default::Required },
@@ -1073,7 +1073,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "vec_pred",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "predicate", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::PREDICATE_SELECT, enum_id: 255, default: Default::Required },
@@ -1092,7 +1092,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "vec_1in",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "data", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
@@ -1105,7 +1105,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "bn_aggr",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "data", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
@@ -1118,7 +1118,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "vec_max8",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "src", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
@@ -1131,7 +1131,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "vec_max8",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::FIND_INDEX, enum_id: 255, default: Default::Required },
             ParamSpec { name: "data", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
@@ -1145,7 +1145,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "vec_1in",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "data", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
@@ -1161,7 +1161,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "vec_1in",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "src", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },

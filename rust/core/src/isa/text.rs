@@ -220,6 +220,39 @@ fn parse_f32(s: &str) -> Result<f32> {
     }
 }
 
+/// A numeric immediate: an integer literal (decimal, or 0x hex; -2^31 ..= 2^32-1, values above
+/// i32::MAX kept as their 32-bit two's-complement word) is an exact `Arg::I32`; anything else
+/// (`1.0`, `1e20`, `inf`, `nan:0x...`) is an `Arg::F32`. `format_f32` never prints a bare integer,
+/// so both forms round-trip.
+fn parse_imm(s: &str) -> Result<Arg> {
+    let t = s.trim();
+    let digits = t.strip_prefix('-').unwrap_or(t);
+    let is_int = !digits.is_empty()
+        && (digits.bytes().all(|c| c.is_ascii_digit())
+            || (digits.len() > 2
+                && digits.starts_with("0x")
+                && digits[2..].bytes().all(|c| c.is_ascii_hexdigit())));
+    if !is_int {
+        return Ok(Arg::F32(parse_f32(t)?));
+    }
+    let mag: i64 = parse_int(digits)?;
+    let v = if t.starts_with('-') { -mag } else { mag };
+    imm_from_i64(v).ok_or_else(|| {
+        perr(format!(
+            "integer immediate {s:?} does not fit 32 bits (-2^31 ..= 2^32-1)"
+        ))
+    })
+}
+
+/// An integer immediate as a 32-bit word: -2^31 ..= 2^32-1 (u32 values wrap to their i32 bits).
+pub fn imm_from_i64(v: i64) -> Option<Arg> {
+    if (i32::MIN as i64..=u32::MAX as i64).contains(&v) {
+        Some(Arg::I32(v as u32 as i32))
+    } else {
+        None
+    }
+}
+
 /// `[a,b,...]` -> ints; nested brackets are flattened (patterns).
 fn parse_ints(s: &str) -> Result<Vec<i32>> {
     let t = s.trim();
@@ -317,10 +350,10 @@ fn parse_arg(s: &str, kind: Kind, enum_id: u8) -> Result<Arg> {
             if s.contains(':') && !s.starts_with("nan:") {
                 Arg::Tensor(parse_ap(s)?)
             } else {
-                Arg::F32(parse_f32(s)?)
+                parse_imm(s)?
             }
         }
-        Kind::F32 => Arg::F32(parse_f32(s)?),
+        Kind::F32 => parse_imm(s)?,
         Kind::I32 => Arg::I32(parse_int(s)?),
         Kind::Bool => match s {
             "true" | "True" => Arg::Bool(true),
@@ -483,4 +516,26 @@ pub fn parse_program(text: &str) -> Result<Program> {
 
 fn prog_len_hint(line: usize) -> usize {
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integer_and_float_immediates() {
+        assert_eq!(parse_imm("123456789").unwrap(), Arg::I32(123456789));
+        assert_eq!(parse_imm("-2147483648").unwrap(), Arg::I32(i32::MIN));
+        assert_eq!(parse_imm("0xffffffff").unwrap(), Arg::I32(-1));
+        assert_eq!(parse_imm("4294967295").unwrap(), Arg::I32(-1));
+        assert!(parse_imm("4294967296").is_err());
+        assert!(parse_imm("-2147483649").is_err());
+        assert_eq!(parse_imm("2.0").unwrap(), Arg::F32(2.0));
+        assert_eq!(parse_imm("1e3").unwrap(), Arg::F32(1000.0));
+        assert_eq!(parse_imm("-inf").unwrap(), Arg::F32(f32::NEG_INFINITY));
+        // The printer never emits a bare integer for an fp32 value, so the forms stay apart.
+        for v in [0.0f32, -0.0, 2.0, 1e20, 16777216.0, -3.0] {
+            assert_eq!(parse_imm(&format_f32(v)).unwrap(), Arg::F32(v));
+        }
+    }
 }

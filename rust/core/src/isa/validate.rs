@@ -102,8 +102,11 @@ pub fn validate(instr: &Instr) -> Result<()> {
             (p.kind, a),
             (_, Arg::Absent)
                 | (Kind::Tensor, Arg::Tensor(_))
-                | (Kind::TensorOrF32, Arg::Tensor(_) | Arg::F32(_))
-                | (Kind::F32, Arg::F32(_))
+                | (
+                    Kind::TensorOrF32,
+                    Arg::Tensor(_) | Arg::F32(_) | Arg::I32(_)
+                )
+                | (Kind::F32, Arg::F32(_) | Arg::I32(_))
                 | (Kind::I32, Arg::I32(_))
                 | (Kind::Bool, Arg::Bool(_))
                 | (Kind::Enum, Arg::Enum(_))

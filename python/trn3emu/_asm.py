@@ -33,6 +33,7 @@ ENUMS = {
     'dge_mode': ('unknown', 'swdge', 'hwdge', 'none'),
     'oob_mode': ('error', 'skip'),
     'matmul_perf_mode': ('none', 'double_row'),
+    'cmp_op': ('always', 'eq', 'ne', 'lt', 'le', 'gt', 'ge'),
     'dma_engine': ('unused', 'dma', 'gpsimd_dma'),
 }
 
@@ -90,6 +91,8 @@ INSTRUCTIONS = {
     'register_store': (0x0a02, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'tensor', None), ('src', 'reg', None))),
     'scalar_load': (0x0a03, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'reg', None), ('src', 'tensor', None))),
     'scalar_store': (0x0a04, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'tensor', None), ('value', 'reg', None))),
+    'register_op': (0x0a05, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'reg', None), ('src', 'reg', None), ('op', 'enum', 'alu_op'), ('imm', 'i32', None))),
+    'branch': (0x0a06, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('target', 'i32', None), ('cmp', 'enum', 'cmp_op'), ('reg', 'reg', None), ('imm', 'i32', None))),
 }
 
 
@@ -338,7 +341,7 @@ class AssemblerMixin:
     ) -> Any:
         """DMA copy between HBM and SBUF (either side), cast through fp32 when dtypes differ.
 
-        Elements are copied in logical (row-major) order; element counts must match. Different dtypes: src -> fp32 -> dst (RNE), not for packed MX dtypes. Executes on a DMA queue, asynchronously to the issuing engine; signals fire when the transfer completes.
+        Elements are copied in logical (row-major) order; element counts must match. Different dtypes: src -> fp32 -> dst (RNE), not for packed MX dtypes; hwdge moves raw bytes (equal dtypes) and is triggered only from the sync or scalar engine. Executes on a DMA queue, asynchronously to the issuing engine; signals fire when the transfer completes. Dynamic addressing (docs/encoding.md): a scalar offset (register of the issuing engine, read when the DMA is triggered, or a 1x1 int32/uint32 tile, read by the transfer) adds value * step elements, any DGE; a vector offset ((P,1) int32/uint32 SBUF index tile, swdge or unknown DGE, on an HBM operand) moves row r to index[r] * row_step; the dst of a vector-offset gather and src of a scatter must have the same row count. An index outside 0..bound: oob_mode=error raises AddressError, skip leaves that row (or, for a scalar offset, the whole transfer) undone, without any dtype conversion of the rows that do move.
 
         Engines: sync, scalar, gpsimd, vector, tensor.
         dst: destination.
@@ -1422,3 +1425,51 @@ class AssemblerMixin:
         value: source register (NkiScalar).
         """
         return self._emit('scalar_store', engine, name, wait, signal, (dst, value))
+
+    def register_op(
+        self,
+        dst: Any,
+        src: Any,
+        op: Any,
+        imm: Any = 0,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """dst register = op(src register, imm): the sequencer arithmetic behind loop counters and NkiScalar math.
+
+        dst = op(src, imm) on 32-bit values, wrapping: add, subtract, multiply (low 32 bits), bitwise_and, bitwise_or, bitwise_xor, left_shift, right_shift (logical; shift counts taken mod 32). A register copy is op=add, imm=0. Emulator-level: NKI traces fori_loop counters and NkiScalar (+, -, *) into sequencer code the docs do not show.
+
+        Engines: sync, vector, scalar, gpsimd, tensor.
+        dst: destination register.
+        src: source register.
+        op: add, subtract, multiply, bitwise_and/or/xor, left_shift, right_shift. One of bypass, add, subtract, multiply, maximum, minimum, equal, not_equal, greater_equal, greater, less_equal, less, logical_and, logical_or, logical_xor, logical_not, bitwise_and, bitwise_or, bitwise_xor, invert, left_shift, right_shift, power, abs_max, abs_min, abs, square, relu, rsqrt, reciprocal, average, divide.
+        imm: immediate second operand.
+        """
+        return self._emit('register_op', engine, name, wait, signal, (dst, src, op, imm))
+
+    def branch(
+        self,
+        target: Any,
+        cmp: Any = 'always',
+        reg: Any = None,
+        imm: Any = 0,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """Jump within the issuing engine's stream when `reg cmp imm` holds (runtime loops and branches).
+
+        If cmp(reg, imm) (signed 32-bit; cmp = always ignores reg) the engine's next instruction is `target`, an absolute instruction index of the core program that must belong to the same engine stream; otherwise execution falls through to the engine's next instruction in program order. A target at or past the program's last instruction of that engine ends the stream only when target == program length. Emulator-level: NKI's fori_loop / while_loop lower to sequencer jumps the docs do not show. Automatic synchronisation does not handle programs with branches (use sync='manual'); race detection does.
+
+        Engines: sync, vector, scalar, gpsimd, tensor.
+        target: absolute instruction index (same engine) or the program length (= end).
+        cmp: comparison. One of always, eq, ne, lt, le, gt, ge.
+        reg: register compared (required unless cmp = always).
+        imm: value compared against.
+        """
+        return self._emit('branch', engine, name, wait, signal, (target, cmp, reg, imm))

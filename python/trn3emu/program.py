@@ -14,7 +14,7 @@ from typing import Any
 from . import _native
 from ._asm import AssemblerMixin
 from .errors import AddressError, CapacityError, MemorySpaceError, OperandError, SemaphoreError
-from .tensor import Tensor
+from .tensor import Reg, Tensor
 
 PARTITIONS = 128
 SBUF_PARTITION_BYTES = 256 * 1024
@@ -73,6 +73,7 @@ class Program(AssemblerMixin):
         self._sbuf = _Allocator("SBUF", SBUF_PARTITION_BYTES, 64)
         self._psum = _Allocator("PSUM", PSUM_PARTITION_BYTES, PSUM_BANK_BYTES)
         self._next_sem = 0
+        self._next_reg = 0
 
     # ------------------------------------------------------------------------------ allocation
     def _tile(self, mem: str, shape, dtype, address, name: str) -> Tensor:
@@ -122,6 +123,17 @@ class Program(AssemblerMixin):
         self._next_sem += 1
         return self._next_sem - 1
 
+    def register_alloc(self, init: int | None = None, engine: Any = "sync") -> Reg:
+        """A fresh register number (r0..r63); with `init`, a `register_move` on `engine` sets it
+        there (each engine has its own 64 registers; use the register on the engine that set it)."""
+        if self._next_reg >= 64:
+            raise OperandError("out of registers (64 per engine sequencer)", operand="register")
+        r = Reg(self._next_reg)
+        self._next_reg += 1
+        if init is not None:
+            self.register_move(dst=r, src=int(init), engine=engine)
+        return r
+
     # -------------------------------------------------------------------------------- assembly
     def _emit(self, opcode: str, engine: Any, name: Any, wait: Any, signal: Any, args: tuple) -> int:
         conv = []
@@ -132,6 +144,8 @@ class Program(AssemblerMixin):
                         f"{opcode}: tile {a!r} belongs to core {a.core}, this program runs on core {self.core}"
                     )
                 conv.append(a.to_ap())
+            elif isinstance(a, Reg):
+                conv.append(a.index)
             else:
                 conv.append(_enum_name(a))
         if isinstance(wait, tuple) and len(wait) == 2 and all(isinstance(x, int) for x in wait):
@@ -179,6 +193,7 @@ class Program(AssemblerMixin):
         p._sbuf = _Allocator("SBUF", SBUF_PARTITION_BYTES, 64)
         p._psum = _Allocator("PSUM", PSUM_PARTITION_BYTES, PSUM_BANK_BYTES)
         p._next_sem = 0
+        p._next_reg = 0
         return p
 
     @classmethod

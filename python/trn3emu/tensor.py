@@ -11,13 +11,34 @@ from __future__ import annotations
 from typing import Any
 
 from .dtypes import SIZES, dtype_name
-from .errors import ShapeError
+from .errors import OperandError, ShapeError
 
 MAX_FREE_DIMS = 4
 
 
+class Reg:
+    """A sequencer register r0..r63. Each engine has its own 64 registers: an instruction reads
+    and writes the registers of the engine that executes it (`Program.register_alloc`)."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        if not 0 <= int(index) < 64:
+            raise OperandError(f"register r{index} out of range (0..64)", operand="register")
+        self.index = int(index)
+
+    def __repr__(self) -> str:
+        return f"r{self.index}"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Reg) and other.index == self.index
+
+    def __hash__(self) -> int:
+        return hash(("reg", self.index))
+
+
 class Tensor:
-    __slots__ = ("mem", "dtype", "shape", "strides", "offset", "start", "name", "core")
+    __slots__ = ("mem", "dtype", "shape", "strides", "offset", "start", "name", "core", "dyn")
 
     def __init__(
         self, mem: str, dtype: Any, shape, strides=None, offset: int = 0, start: int = 0, name: str = "", core=None
@@ -41,6 +62,7 @@ class Tensor:
         self.start = int(start)
         self.name = name
         self.core = core
+        self.dyn = None
 
     # ------------------------------------------------------------------------------------ info
     @property
@@ -81,9 +103,15 @@ class Tensor:
         t = Tensor.__new__(Tensor)
         t.mem, t.dtype, t.name, t.core = self.mem, self.dtype, self.name, self.core
         t.shape, t.strides, t.offset, t.start = tuple(shape), tuple(strides), offset, start
+        t.dyn = None
         return t
 
+    def _static(self, what: str) -> None:
+        if self.dyn is not None:
+            raise ShapeError(f"{what} of a dynamic (scalar_offset / vector_offset) view is not supported")
+
     def __getitem__(self, key) -> Tensor:
+        self._static("slicing")
         if not isinstance(key, tuple):
             key = (key,)
         if any(k is Ellipsis for k in key):
@@ -134,6 +162,7 @@ class Tensor:
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         shape = tuple(int(s) for s in shape)
+        self._static("reshape")
         n = 1
         for s in shape:
             n *= s
@@ -158,9 +187,65 @@ class Tensor:
             acc *= n
         return True
 
+    # ----------------------------------------------------------------------- dynamic addressing
+    def ap(
+        self, pattern=None, offset: int = 0, scalar_offset=None, vector_offset=None, indirect_dim: int = 0
+    ) -> Tensor:
+        """NKI's `.ap`: a view `pattern` = [[step, num], ...] (outer to inner, in elements) over
+        this tensor's storage from element `offset`, optionally moved at run time.
+
+        HBM: the first pair is the row dim. On-chip: the first pair is the partition dim (its step
+        is implied; partitions are contiguous). `pattern=None` keeps this view's own pattern.
+
+        `scalar_offset` (a `Reg` of the issuing engine, or a 1x1 int32/uint32 tile) adds
+        `value * prod(self.shape[indirect_dim+1:])` elements; valid values are
+        `0..self.shape[indirect_dim]`. `vector_offset` (an int32/uint32 SBUF index tile, (P, 1) for
+        copies) makes row r start at row `index[r]` of this HBM tensor (indirect_dim 0) —
+        gather on a DMA source, scatter on a destination. Out-of-range values follow the
+        instruction's `oob_mode`. This tensor must be contiguous (it is the base the offsets index).
+        """
+        self._static(".ap")
+        if scalar_offset is not None and vector_offset is not None:
+            raise OperandError("give scalar_offset or vector_offset, not both", operand="vector_offset")
+        if not self.is_contiguous():
+            raise ShapeError(f".ap needs a contiguous base tensor, {self!r} has strides {self.strides}")
+        es = self.itemsize
+        if pattern is None:
+            v = self._view(self.shape, self.strides, self.offset + offset * es, self.start)
+        else:
+            pairs = [(int(st), int(n)) for st, n in pattern]
+            if len(pairs) < 2:
+                raise ShapeError("pattern needs the row/partition pair and at least one free pair")
+            if self.mem == "hbm":
+                v = self._view([n for _, n in pairs], [st for st, _ in pairs], self.offset + offset * es, 0)
+            else:
+                v = self._view(
+                    [n for _, n in pairs], [0] + [st for st, _ in pairs[1:]], self.offset + offset * es, self.start
+                )
+        d = int(indirect_dim)
+        if not 0 <= d < self.ndim:
+            raise ShapeError(f"indirect_dim {d} outside 0..{self.ndim}")
+        step = 1
+        for n in self.shape[d + 1 :]:
+            step *= n
+        if scalar_offset is not None:
+            if self.mem != "hbm" and d == 0:
+                raise ShapeError("an on-chip scalar_offset moves along a free dim (indirect_dim >= 1)")
+            src = scalar_offset.index if isinstance(scalar_offset, Reg) else _index_tile(scalar_offset, "scalar_offset")
+            v.dyn = ("s", src, step, self.shape[d])
+        elif vector_offset is not None:
+            if self.mem != "hbm" or d != 0:
+                raise ShapeError("vector_offset indexes the rows (indirect_dim 0) of an HBM tensor")
+            v.dyn = ("v", _index_tile(vector_offset, "vector_offset"), step, self.shape[0])
+        return v
+
     # ------------------------------------------------------------------------- access pattern
     def to_ap(self) -> tuple:
-        """(mem, dtype, start, parts, row_step, offset, [(step, num), ...]) for the assembler."""
+        """(mem, dtype, start, parts, row_step, offset, [(step, num), ...][, dynamic]) for the assembler."""
+        base = self._static_ap()
+        return base if self.dyn is None else base + (self.dyn,)
+
+    def _static_ap(self) -> tuple:
         if self.mem == "hbm":
             dims = list(zip(self.strides, self.shape))
             if len(dims) == 1:
@@ -170,6 +255,14 @@ class Tensor:
             return ("hbm", self.dtype, 0, rows[1], rows[0], self.offset, free)
         free = _merge(list(zip(self.strides[1:], self.shape[1:]))) or [(1, 1)]
         return (self.mem, self.dtype, self.start, self.shape[0], 0, self.offset, free)
+
+
+def _index_tile(t: Any, what: str) -> tuple:
+    if not isinstance(t, Tensor):
+        raise OperandError(f"{what} must be a Reg or an int32/uint32 tile, got {t!r}", operand=what)
+    if t.dyn is not None:
+        raise OperandError(f"{what} tile cannot itself be dynamic", operand=what)
+    return t._static_ap()
 
 
 def _merge(dims: list) -> list:

@@ -3,7 +3,9 @@
 
 pub mod act;
 pub mod alu;
+pub mod control;
 pub mod dma;
+pub mod dynamic;
 pub mod gpsimd;
 pub mod scalar;
 pub mod tensor;
@@ -36,6 +38,11 @@ impl Default for EngineState {
 pub struct Ctx<'a> {
     pub mems: Mems<'a>,
     pub state: &'a mut EngineState,
+    /// The issuing engine's 64 sequencer registers (for a DMA transfer: their values when it
+    /// was triggered).
+    pub regs: &'a mut [u32; crate::isa::instr::NUM_REGISTERS as usize],
+    /// Set by a taken `branch`: the instruction index the stream continues at.
+    pub jump: Option<u32>,
 }
 
 impl Ctx<'_> {
@@ -111,15 +118,8 @@ pub const MODULES: &[&Module] = &[
     &scalar::MODULE,
     &gpsimd::MODULE,
     &dma::MODULE,
-    &CONTROL,
+    &control::MODULE,
 ];
-
-/// Sequencer-only instructions.
-const CONTROL: Module = Module {
-    opcodes: &[Opcode::Nop],
-    check: |_| Ok(()),
-    exec: |_, _| Ok(()),
-};
 
 fn module_of(op: Opcode) -> Option<&'static Module> {
     MODULES.iter().copied().find(|m| m.opcodes.contains(&op))

@@ -6,7 +6,7 @@ use super::instr::{Arg, Instr, NUM_REGISTERS, NUM_SEMAPHORES};
 use super::spec::{dtype_names, mem_names, Kind};
 use super::tables::{Engine, ENUMS};
 use crate::error::{err, ErrorKind::*, Result};
-use crate::memory::Mem;
+use crate::memory::{DynSrc, Mem};
 
 /// Characters allowed in instruction names (so text assembly needs no quoting).
 pub fn valid_name(name: &str) -> bool {
@@ -20,6 +20,15 @@ pub fn valid_name(name: &str) -> bool {
 /// True for instructions that move data on DMA queues (their operands obey DMA connectivity).
 pub fn is_dma(instr: &Instr) -> bool {
     instr.op.spec().name.starts_with("dma_")
+}
+
+/// Register loads and stores (`register_load/store`, `scalar_load/store`).
+pub fn is_sequencer_memory(instr: &Instr) -> bool {
+    use super::tables::Opcode::*;
+    matches!(
+        instr.op,
+        RegisterLoad | RegisterStore | ScalarLoad | ScalarStore
+    )
 }
 
 pub fn validate(instr: &Instr) -> Result<()> {
@@ -77,7 +86,13 @@ pub fn validate(instr: &Instr) -> Result<()> {
     }
     let dma = is_dma(instr);
     let eng = if dma { Engine::Dma } else { instr.engine };
-    let einfo = eng.info();
+    // Register loads and stores go through the sequencer's own memory port (any engine, SBUF or
+    // HBM as the operand allows), not the engine's data path.
+    let einfo = if is_sequencer_memory(instr) {
+        None
+    } else {
+        eng.info()
+    };
     for (p, a) in spec.params.iter().zip(&instr.args) {
         let fail = |k, msg: String| Err(err(k, msg).operand(p.name));
         let kind_ok = matches!(
@@ -123,6 +138,25 @@ pub fn validate(instr: &Instr) -> Result<()> {
             }
             Arg::Tensor(ap) => {
                 ap.check_bounds().map_err(|e| e.operand(p.name))?;
+                if let Some(d) = ap.dynamic.as_deref() {
+                    if !dma {
+                        return fail(
+                            Value,
+                            format!(
+                                "dynamic offsets (scalar_offset / vector_offset) are DMA addressing; {} is not a DMA instruction",
+                                spec.name
+                            ),
+                        );
+                    }
+                    if let DynSrc::Reg(r) = d.src {
+                        if r >= NUM_REGISTERS {
+                            return fail(
+                                Value,
+                                format!("register r{r} out of range (0..{NUM_REGISTERS})"),
+                            );
+                        }
+                    }
+                }
                 if p.mem & ap.mem.bit() == 0 {
                     return fail(
                         MemorySpace,

@@ -1,12 +1,14 @@
 //! The device: 8 NeuronCores with their SBUF, PSUM and engine state, and shared HBM.
 
 pub mod autosync;
+pub mod control;
 pub mod region;
 pub mod sched;
 
 use crate::cost::{CostModel, DefaultCost};
 use crate::engines::EngineState;
 use crate::error::Result;
+use crate::isa::instr::NUM_REGISTERS;
 use crate::isa::{Engine, Program};
 use crate::memory::hbm::Hbm;
 use crate::memory::onchip::OnChip;
@@ -32,6 +34,8 @@ pub struct Core {
     pub sbuf: OnChip,
     pub psum: OnChip,
     pub state: EngineState,
+    /// The 64 x 32-bit registers of each stream's sequencer, in stream-index order.
+    pub regs: [[u32; NUM_REGISTERS as usize]; 5],
 }
 
 impl Core {
@@ -40,6 +44,7 @@ impl Core {
             sbuf: OnChip::sbuf(),
             psum: OnChip::psum(),
             state: EngineState::default(),
+            regs: [[0; NUM_REGISTERS as usize]; 5],
         }
     }
 }
@@ -92,11 +97,12 @@ impl Device {
     }
 
     /// Run one program per listed core concurrently. Memories persist across runs; semaphores,
-    /// accumulators and the matmul first-write state start fresh each run. On error the device
+    /// accumulators, registers and the matmul first-write state start fresh each run. On error the device
     /// stays usable (memory holds whatever the run wrote before the error).
     pub fn run(&mut self, programs: &[Program], opts: &RunOptions) -> Result<RunResult> {
         for c in &mut self.cores {
             c.state = EngineState::default();
+            c.regs = [[0; NUM_REGISTERS as usize]; 5];
         }
         sched::run(self, programs, opts)
     }

@@ -30,7 +30,14 @@ struct QItem {
     idx: u32,
     ready: u64,
     vc: Vc,
+    /// The issuing stream's registers when the DMA was triggered (scalar offsets read them).
+    regs: Box<Regs>,
 }
+
+type Regs = [u32; crate::isa::instr::NUM_REGISTERS as usize];
+
+/// Instructions one run may execute before it is stopped as a runaway loop.
+pub const MAX_EXECUTED: u64 = 1 << 28;
 
 struct LogEntry {
     epoch: u32,
@@ -137,6 +144,7 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
         for (i, ins) in p.instrs.iter().enumerate() {
             validate(ins).map_err(|e| ins_err(e, p.core, i as u32, ins))?;
         }
+        super::control::check_branches(p)?;
         progs[p.core as usize] = Some(p);
     }
     let n_agents = NUM_CORES * AGENTS_PER_CORE;
@@ -238,11 +246,21 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
         let cbase = core as usize * AGENTS_PER_CORE;
         let prog = progs[core as usize].unwrap();
 
-        // Which instruction, with which clock.
+        if result.executed >= MAX_EXECUTED {
+            return Err(err(
+                Value,
+                format!("stopped after {MAX_EXECUTED} executed instructions (a runaway loop?)"),
+            ));
+        }
+        // Which instruction, with which clock (and, for a transfer, its register snapshot).
+        let mut snapshot: Option<Box<Regs>> = None;
         let (idx, is_transfer) = if agents[ai].is_queue() {
-            let q = agents[ai].fifo.pop_front().unwrap();
+            let Some(q) = agents[ai].fifo.pop_front() else {
+                return Err(err(Internal, "empty DMA queue was scheduled"));
+            };
             let a = &mut agents[ai];
             join(&mut a.vc, &q.vc);
+            snapshot = Some(q.regs);
             (q.idx, true)
         } else {
             let a = &agents[ai];
@@ -271,10 +289,12 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
             let end = start + cost.engine_ps(ins);
             let q = cbase + 5 + agents[ai].stream;
             let vc = agents[ai].vc.clone();
+            let regs = Box::new(dev.cores[core as usize].regs[agents[ai].stream]);
             agents[q].fifo.push_back(QItem {
                 idx,
                 ready: end,
                 vc,
+                regs,
             });
             agents[ai].free = end;
             if opts.trace {
@@ -343,8 +363,13 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
             .iter()
             .map(|r| r.ap.num_elements() as u64 * r.ap.dtype.size() as u64)
             .sum();
-        {
+        let jump = {
             let c = &mut dev.cores[core as usize];
+            let stream = agents[ai].stream;
+            let regs = match snapshot.as_deref_mut() {
+                Some(r) => r,
+                None => &mut c.regs[stream.min(4)],
+            };
             let mut ctx = Ctx {
                 mems: Mems {
                     sbuf: &mut c.sbuf,
@@ -352,8 +377,15 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
                     hbm: &mut dev.hbm,
                 },
                 state: &mut c.state,
+                regs,
+                jump: None,
             };
             engines::exec(ins, &mut ctx).map_err(|e| ins_err(e, core, idx, ins))?;
+            ctx.jump
+        };
+        if let Some(t) = jump {
+            let a = &mut agents[ai];
+            super::control::jump(&a.list, &mut a.pos, t);
         }
         let dur = if is_transfer {
             cost.dma_ps(ins, bytes / 2)

@@ -239,6 +239,27 @@ class Tensor:
             v.dyn = ("v", _index_tile(vector_offset, "vector_offset"), step, self.shape[0])
         return v
 
+    def indirect(self, index: Tensor, num_elem: int | None = None) -> Tensor:
+        """v4 tensor indirection: a (P, num_elem) view whose element i of every partition is
+        free element `index_i` of this tile (free dims flattened), `index_i = index[i % G, i // G]`
+        read when the instruction runs (G = 16 on Vector/Scalar/GpSimd, 32 on Tensor). `index`
+        is an int32/uint32 SBUF tile starting on a quadrant boundary; `num_elem` defaults to
+        index.size. Values outside 0..free size raise AddressError at run time.
+        """
+        self._static(".indirect")
+        if self.mem == "hbm":
+            raise ShapeError("tensor indirection addresses SBUF/PSUM tiles; HBM uses .ap(vector_offset=...)")
+        if not self.is_contiguous():
+            raise ShapeError(f".indirect needs a tile with contiguous free dims, {self!r} has strides {self.strides}")
+        n = index.size if num_elem is None else int(num_elem)
+        free = self.size // self.shape[0]
+        v = self._view((self.shape[0], n), (0, 1), self.offset, self.start)
+        v.dyn = ("i", _index_tile(index, "index"), 1, free)
+        return v
+
+    def is_indirect(self) -> bool:
+        return self.dyn is not None and self.dyn[0] == "i"
+
     # ------------------------------------------------------------------------- access pattern
     def to_ap(self) -> tuple:
         """(mem, dtype, start, parts, row_step, offset, [(step, num), ...][, dynamic]) for the assembler."""

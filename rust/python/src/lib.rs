@@ -79,7 +79,7 @@ fn parse_dynamic(d: &Bound<'_, PyAny>) -> core::Result<Dynamic> {
     let bad = || {
         emu(
             ErrorKind::Value,
-            "dynamic offset must be (kind 's'|'v', register | index tile, step, bound)",
+            "dynamic offset must be (kind 's'|'v'|'i', register | index tile, step, bound)",
         )
     };
     let (kind, src, step, bound): (String, Bound<'_, PyAny>, i64, u32) =
@@ -87,6 +87,7 @@ fn parse_dynamic(d: &Bound<'_, PyAny>) -> core::Result<Dynamic> {
     let kind = match kind.as_str() {
         "s" => DynKind::Scalar,
         "v" => DynKind::Vector,
+        "i" => DynKind::Indirect,
         _ => return Err(bad()),
     };
     let src = if let Ok(r) = src.extract::<u8>() {
@@ -99,6 +100,7 @@ fn parse_dynamic(d: &Bound<'_, PyAny>) -> core::Result<Dynamic> {
         src,
         step,
         bound,
+        cols: Vec::new(),
     })
 }
 

@@ -140,7 +140,10 @@ pub fn check(ins: &Instr) -> Result<()> {
 /// Execute one instruction's semantics.
 pub fn exec(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     match module_of(ins.op) {
-        Some(m) => (m.exec)(ins, ctx),
+        Some(m) => match dynamic::resolve_indirect_operands(ins, ctx)? {
+            Some(r) => (m.exec)(&r, ctx),
+            None => (m.exec)(ins, ctx),
+        },
         None => Err(err(
             NotImplemented,
             format!(

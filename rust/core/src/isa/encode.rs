@@ -37,6 +37,8 @@ fn put_ap(out: &mut Vec<u8>, ap: &Ap) {
         out.push(match d.kind {
             DynKind::Scalar => 0,
             DynKind::Vector => 1,
+            DynKind::Indirect => 2,
+            DynKind::Columns => 3,
         });
         match &d.src {
             DynSrc::Reg(r) => {
@@ -193,6 +195,7 @@ fn get_ap(r: &mut Reader, nested: bool) -> Result<Ap> {
         let kind = match r.u8()? {
             0 => DynKind::Scalar,
             1 => DynKind::Vector,
+            2 => DynKind::Indirect,
             k => return Err(err(Decode, format!("unknown dynamic-offset kind {k}"))),
         };
         let src = match r.u8()? {
@@ -207,6 +210,7 @@ fn get_ap(r: &mut Reader, nested: bool) -> Result<Ap> {
             src,
             step,
             bound,
+            cols: Vec::new(),
         }))
     } else {
         None

@@ -60,6 +60,8 @@ pub fn format_ap(ap: &Ap) -> String {
         let kind = match d.kind {
             DynKind::Scalar => 's',
             DynKind::Vector => 'v',
+            DynKind::Indirect => 'i',
+            DynKind::Columns => 'c',
         };
         let src = match &d.src {
             DynSrc::Reg(r) => format!("r{r}"),
@@ -74,12 +76,13 @@ pub fn format_ap(ap: &Ap) -> String {
 fn parse_dynamic(s: &str) -> Result<Dynamic> {
     let bad = || {
         perr(format!(
-            "dynamic offset {s:?}: expected s(SRC,STEP,BOUND) or v(SRC,STEP,BOUND)"
+            "dynamic offset {s:?}: expected s(SRC,STEP,BOUND), v(SRC,STEP,BOUND) or i(SRC,STEP,BOUND)"
         ))
     };
     let kind = match s.get(..2) {
         Some("s(") => DynKind::Scalar,
         Some("v(") => DynKind::Vector,
+        Some("i(") => DynKind::Indirect,
         _ => return Err(bad()),
     };
     let inner = s[2..].strip_suffix(')').ok_or_else(bad)?;
@@ -99,6 +102,7 @@ fn parse_dynamic(s: &str) -> Result<Dynamic> {
         src,
         step,
         bound,
+        cols: Vec::new(),
     })
 }
 

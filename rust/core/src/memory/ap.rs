@@ -45,6 +45,13 @@ pub enum DynKind {
     Scalar,
     /// `vector_offset`: row r starts at `index[r] * step` elements from the base (HBM only).
     Vector,
+    /// v4 tensor indirection (`t.indirect(index)`, compute operands): element i of every row
+    /// is at `index_i * step` elements from the base, `index_i = tile[i % G, i / G]` (G = 16 on
+    /// Vector/Scalar/GpSimd, 32 on Tensor). The pattern has one free dim of the view's length.
+    Indirect,
+    /// An indirect pattern after its index tile was read: explicit element offsets `cols[i] *
+    /// step` (transient, only inside an executing instruction; never encoded).
+    Columns,
 }
 
 /// A runtime offset: `kind`, its source, the element step per index unit, and the number of
@@ -56,6 +63,8 @@ pub struct Dynamic {
     pub src: DynSrc,
     pub step: i64,
     pub bound: u32,
+    /// `Columns` only: the resolved column indices.
+    pub cols: Vec<i64>,
 }
 
 impl Ap {
@@ -75,8 +84,18 @@ impl Ap {
         s
     }
 
+    /// Resolved indirect columns, if this is one.
+    fn columns(&self) -> Option<&Dynamic> {
+        self.dynamic
+            .as_deref()
+            .filter(|d| d.kind == DynKind::Columns)
+    }
+
     /// Element offsets (relative to the row start) of one row, in logical order.
     pub fn row_offsets(&self) -> Vec<i64> {
+        if let Some(d) = self.columns() {
+            return d.cols.iter().map(|c| c * d.step).collect();
+        }
         let mut offs = vec![0i64];
         for &(step, num) in &self.dims {
             let mut next = Vec::with_capacity(offs.len() * num as usize);
@@ -92,6 +111,10 @@ impl Ap {
 
     /// Min and max element offset within a row.
     pub fn row_extent(&self) -> (i64, i64) {
+        if let Some(d) = self.columns() {
+            let it = d.cols.iter().map(|c| c * d.step);
+            return (it.clone().min().unwrap_or(0), it.max().unwrap_or(0));
+        }
         let (mut lo, mut hi) = (0i64, 0i64);
         for &(step, num) in &self.dims {
             let span = step * (num as i64 - 1);
@@ -137,6 +160,9 @@ impl Ap {
             a.offset = off as u64;
             if d.kind == DynKind::Vector {
                 a.pstep = 0;
+            }
+            if d.kind == DynKind::Indirect {
+                a.dims = vec![(d.step, 1)];
             }
         }
         a.dynamic = None;
@@ -230,6 +256,18 @@ impl Ap {
         if d.bound == 0 {
             return Err(err(Shape, "dynamic offset bound must be at least 1"));
         }
+        if d.kind == DynKind::Columns {
+            return Err(err(
+                Value,
+                "resolved indirect columns are not an encodable pattern",
+            ));
+        }
+        if d.kind == DynKind::Indirect && (self.mem == Mem::Hbm || self.dims.len() != 1) {
+            return Err(err(
+                Shape,
+                "tensor indirection views an on-chip tensor as (P, num_elem): one free dim",
+            ));
+        }
         if d.kind == DynKind::Vector && self.mem != Mem::Hbm {
             return Err(err(
                 MemorySpace,
@@ -263,8 +301,17 @@ impl Ap {
                         format!("scalar_offset tile must be 1x1, got {:?}", t.shape()),
                     ))
                 }
-                DynKind::Vector if t.mem != Mem::Sbuf => {
-                    return Err(err(MemorySpace, "vector_offset index tile must be in SBUF"))
+                DynKind::Vector | DynKind::Indirect if t.mem != Mem::Sbuf => {
+                    return Err(err(MemorySpace, "index tiles must be in SBUF"))
+                }
+                DynKind::Indirect if !t.start.is_multiple_of(32) => {
+                    return Err(err(
+                        Partition,
+                        format!(
+                            "an indirection index view starts on a quadrant boundary (0/32/64/96), not partition {}",
+                            t.start
+                        ),
+                    ))
                 }
                 DynKind::Vector if (t.num_elements() as u64) < self.parts as u64 => {
                     return Err(err(
@@ -278,10 +325,10 @@ impl Ap {
                 }
                 _ => {}
             }
-        } else if d.kind == DynKind::Vector {
+        } else if matches!(d.kind, DynKind::Vector | DynKind::Indirect) {
             return Err(err(
                 Value,
-                "vector_offset needs an index tile, not a register",
+                "vector_offset / indirect need an index tile, not a register",
             ));
         }
         self.at_index(0)?.check_bounds()?;
@@ -336,6 +383,9 @@ impl Ap {
 
     /// True when each row is one contiguous run (innermost-first dense).
     pub fn is_row_contiguous(&self) -> bool {
+        if self.columns().is_some() {
+            return false;
+        }
         let mut expect = 1i64;
         for &(step, num) in self.dims.iter().rev() {
             if num > 1 && step != expect {

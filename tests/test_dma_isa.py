@@ -107,7 +107,7 @@ def test_dma_transpose_indirect_gather(dev, rng):
     assert_bits_equal(dev.hbm.get(out), np.ascontiguousarray(table[flat, :].T))
 
 
-def test_dma_transpose_indirect_oob_skip_keeps_dst(dev, rng):
+def test_hazard_0_5_gather_transpose_oob_keeps_dst(dev, rng):
     """Hazard (NKI 0.5 fix): an out-of-bounds gather index must not overwrite valid dst data
     with zeros; the skipped row's column of dst keeps its old contents."""
     table = random_bits(rng, (40, 16), np.float16)
@@ -272,6 +272,20 @@ def test_dma_compute_rules(dev):
         p.dma_compute(dst=p.psum((4, 8), np.float32), src0=b)
 
 
+def test_hazard_0_4_dma_compute_has_no_scale_mode(dev, rng):
+    """Hazard (NKI 0.4 fix): dma_compute sums its sources with scale 1.0; a scale is refused, and
+    the default sum applies no scaling."""
+    a = rng.standard_normal((8, 8)).astype(np.float32)
+    b = rng.standard_normal((8, 8)).astype(np.float32)
+    out = dev.hbm.alloc((8, 8), np.float32)
+    p = t3.Program()
+    with pytest.raises(t3.OperandError, match="no scale mode"):
+        p.dma_compute(dst=out, src0=dev.hbm.put(a), src1=dev.hbm.put(b), scale=0.5)
+    p.dma_compute(dst=out, src0=dev.hbm.put(a), src1=dev.hbm.put(b))
+    dev.run(p)
+    assert_bits_equal(dev.hbm.get(out), a + b)
+
+
 def test_scatter_add_and_gather_add(dev, rng):
     """vector_offset modes: scatter-add dst_hbm[idx] += src_sbuf; gather-add dst_sbuf += src_hbm[idx]."""
     table = rng.integers(-100, 100, size=(50, 24)).astype(np.float32)
@@ -345,7 +359,7 @@ def test_vector_offset_oob_error_names_the_row(dev):
     assert e.value.operand == "src"
 
 
-def test_oob_skip_keeps_rows_and_does_not_cast_ints(dev, rng):
+def test_hazard_0_4_dma_oob_skip_does_not_cast_ints(dev, rng):
     """Hazard (NKI 0.4 fix): dma_copy(oob_mode=skip) must not route ints through fp32; skipped
     rows keep their old contents."""
     table = rng.integers(2**24 + 1, 2**31 - 1, size=(16, 8)).astype(np.int32)  # not fp32-exact
@@ -368,7 +382,7 @@ def test_oob_skip_keeps_rows_and_does_not_cast_ints(dev, rng):
     np.testing.assert_array_equal(dev.hbm.get(out), want)
 
 
-def test_oob_skip_with_packed_x4_rows(dev, rng):
+def test_hazard_0_5_dma_oob_skip_with_x4(dev, rng):
     """Hazard (NKI 0.5 fix): OOB skip with x4 packed dtypes moves raw words."""
     words = rng.integers(0, 2**32, size=(8, 4), dtype=np.uint64).astype(np.uint32)
     idx = np.array([[7], [8], [2], [1000]], np.uint32)

@@ -302,3 +302,26 @@ def test_register_loop_results_are_deterministic(dev, rng):
         want = (want * np.float32(1.1)).astype(np.float32)
     np.testing.assert_array_equal(outs[0], outs[1])
     np.testing.assert_array_equal(outs[0], want)
+
+
+def test_hazard_0_5_while_loop_terminates(dev):
+    """Hazard (NKI 0.5 fix): a while loop whose condition is reloaded from memory each iteration
+    stops when the condition turns false: counter = 5; while counter: counter -= 1; total += 2."""
+    p = t3.Program(sync="manual")
+    cnt = p.sbuf((1, 1), np.int32)
+    tot = p.sbuf((1, 1), np.int32)
+    c = p.register_alloc(5, engine="gpsimd")
+    t = p.register_alloc(0, engine="gpsimd")
+    p.register_store(dst=cnt, src=c, engine="gpsimd")
+    top = len(p)
+    p.register_load(dst=c, src=cnt, engine="gpsimd")
+    p.branch(target=top + 6, cmp="eq", reg=c, imm=0, engine="gpsimd")  # while counter != 0
+    p.register_op(dst=c, src=c, op="subtract", imm=1, engine="gpsimd")
+    p.register_store(dst=cnt, src=c, engine="gpsimd")
+    p.register_op(dst=t, src=t, op="add", imm=2, engine="gpsimd")
+    p.branch(target=top, engine="gpsimd")
+    assert len(p) == top + 6
+    p.register_store(dst=tot, src=t, engine="gpsimd")
+    res = dev.run(p)
+    assert dev.read(tot)[0, 0] == 10 and dev.read(cnt)[0, 0] == 0
+    assert res.executed == 3 + 6 * 5 + 2 + 1

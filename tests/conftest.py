@@ -7,12 +7,19 @@ Expected values always come from an independent numpy / ml_dtypes reference in t
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 
 import ml_dtypes
 import numpy as np
 import pytest
 import trn3emu as t3
+from hypothesis import settings
+
+# CI replays the same examples every run; locally hypothesis explores.
+settings.register_profile("ci", derandomize=True, deadline=None)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 BF16 = ml_dtypes.bfloat16
 FP8_E4M3 = ml_dtypes.float8_e4m3

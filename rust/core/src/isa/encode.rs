@@ -352,7 +352,9 @@ pub fn decode_program(bytes: &[u8]) -> Result<Program> {
     if core >= 8 {
         return Err(err(Decode, format!("core {core} out of range (0..8)")));
     }
-    r.u8()?;
+    if r.u8()? != 0 {
+        return Err(err(Decode, "reserved header byte is not zero"));
+    }
     let n = r.u32()? as usize;
     let mut instrs = Vec::with_capacity(n.min(1 << 16));
     for i in 0..n {

@@ -5,8 +5,9 @@
 //! tensor_tensor.vector dst=sbuf:float32[0:128]+0[[1,512]] data1=... op=add wait=s0>=1 signal=s1+1 name=k.py:12
 //! ```
 //! Operands equal to their default are omitted; an absent operand whose default is not absent is
-//! written `none`. Access patterns: on-chip `MEM:DTYPE[START:END]+OFFSET[[step,num],...]`, HBM
-//! `hbm:DTYPE+ADDRESS[[row_step,rows],[step,num],...]`. NaNs print as `nan:0x<bits>`.
+//! written `none` (`None` for enums that have a value named `none`). Access patterns: on-chip
+//! `MEM:DTYPE[START:END]+OFFSET[[step,num],...]`, HBM `hbm:DTYPE+ADDRESS[[row_step,rows],[step,num],...]`.
+//! NaNs print as `nan:0x<bits>`.
 
 use super::instr::{Arg, Instr, Program, Signal, Wait};
 use super::spec::Kind;
@@ -106,8 +107,15 @@ fn parse_dynamic(s: &str) -> Result<Dynamic> {
     })
 }
 
+/// Enums with a value spelled `none` (dge_mode, matmul_perf_mode): there `none` is the value and
+/// an absent operand is written `None`.
+fn enum_has_none(kind: Kind, enum_id: u8) -> bool {
+    kind == Kind::Enum && ENUMS[enum_id as usize].values.contains(&"none")
+}
+
 fn format_arg(a: &Arg, kind: Kind, enum_id: u8) -> String {
     match a {
+        Arg::Absent if enum_has_none(kind, enum_id) => "None".into(),
         Arg::Absent => "none".into(),
         Arg::Tensor(ap) => format_ap(ap),
         Arg::F32(v) => format_f32(*v),
@@ -198,10 +206,15 @@ fn tokens(line: &str) -> Result<Vec<&str>> {
     let mut out = Vec::new();
     let mut depth = 0i32;
     let mut start = None;
+    // `name=` values may hold unbalanced brackets (they never hold whitespace): no nesting there.
+    let mut raw = false;
     for (i, c) in line.char_indices() {
+        if start.is_none() && !c.is_whitespace() {
+            raw = line[i..].starts_with("name=");
+        }
         match c {
-            '[' => depth += 1,
-            ']' => depth -= 1,
+            '[' if !raw => depth += 1,
+            ']' if !raw => depth -= 1,
             _ => {}
         }
         if depth < 0 {
@@ -348,7 +361,7 @@ pub fn parse_ap(s: &str) -> Result<Ap> {
 }
 
 fn parse_arg(s: &str, kind: Kind, enum_id: u8) -> Result<Arg> {
-    if s == "none" {
+    if s == "None" || (s == "none" && !enum_has_none(kind, enum_id)) {
         return Ok(Arg::Absent);
     }
     Ok(match kind {

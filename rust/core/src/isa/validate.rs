@@ -2,7 +2,7 @@
 //! (assembler, text, binary): operand kinds, enums, memories, dtypes, bounds, engine connectivity,
 //! the start-partition rule, then the instruction's own shape rules (`engines::check`).
 
-use super::instr::{Arg, Instr, NUM_REGISTERS, NUM_SEMAPHORES};
+use super::instr::{Arg, Instr, MAX_SYNC, NUM_REGISTERS, NUM_SEMAPHORES};
 use super::spec::{dtype_names, mem_names, Kind};
 use super::tables::{Engine, ENUMS};
 use crate::error::{err, ErrorKind::*, Result};
@@ -20,15 +20,6 @@ pub fn valid_name(name: &str) -> bool {
 /// True for instructions that move data on DMA queues (their operands obey DMA connectivity).
 pub fn is_dma(instr: &Instr) -> bool {
     instr.op.spec().name.starts_with("dma_")
-}
-
-/// Register loads and stores (`register_load/store`, `scalar_load/store`).
-pub fn is_sequencer_memory(instr: &Instr) -> bool {
-    use super::tables::Opcode::*;
-    matches!(
-        instr.op,
-        RegisterLoad | RegisterStore | ScalarLoad | ScalarStore
-    )
 }
 
 pub fn validate(instr: &Instr) -> Result<()> {
@@ -66,6 +57,17 @@ pub fn validate(instr: &Instr) -> Result<()> {
             .operand("name"));
         }
     }
+    if instr.waits.len() > MAX_SYNC || instr.signals.len() > MAX_SYNC {
+        return Err(err(
+            Semaphore,
+            format!(
+                "{} waits and {} signals (at most {MAX_SYNC} each: the encoding counts them in a byte)",
+                instr.waits.len(),
+                instr.signals.len()
+            ),
+        )
+        .operand(if instr.waits.len() > MAX_SYNC { "wait" } else { "signal" }));
+    }
     for w in &instr.waits {
         if w.sem >= NUM_SEMAPHORES {
             return Err(err(
@@ -85,10 +87,11 @@ pub fn validate(instr: &Instr) -> Result<()> {
         }
     }
     let dma = is_dma(instr);
-    let eng = if dma { Engine::Dma } else { instr.engine };
-    // Register loads and stores go through the sequencer's own memory port (any engine, SBUF or
-    // HBM as the operand allows), not the engine's data path.
-    let einfo = if is_sequencer_memory(instr) {
+    // Collectives move their data on the DMA engines (any trigger engine); control instructions
+    // (register / scalar loads and stores) go through the sequencer, not the engine's data path.
+    let dma_path = dma || spec.cost == "collective";
+    let eng = if dma_path { Engine::Dma } else { instr.engine };
+    let einfo = if spec.cost == "control" {
         None
     } else {
         eng.info()
@@ -203,7 +206,7 @@ pub fn validate(instr: &Instr) -> Result<()> {
                         );
                     }
                 }
-                if !dma && ap.mem != Mem::Hbm {
+                if !dma_path && ap.mem != Mem::Hbm {
                     ap.check_start_partition().map_err(|e| e.operand(p.name))?;
                 }
                 if eng == Engine::Tensor && p.access.writes() {

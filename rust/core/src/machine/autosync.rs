@@ -9,6 +9,7 @@
 use super::region::{conflict, regions, Region};
 use super::{stream_of, AGENTS_PER_CORE};
 use crate::error::{err, ErrorKind::Semaphore, ErrorKind::Value, Result};
+use crate::isa::instr::MAX_SYNC;
 use crate::isa::validate::is_dma;
 use crate::isa::{Program, Signal, Wait};
 
@@ -125,6 +126,19 @@ pub fn auto_sync(prog: &Program) -> Result<Program> {
                 clock: know[x],
                 regions: regs,
             });
+        }
+    }
+    for (i, ins) in out.instrs.iter().enumerate() {
+        if ins.waits.len() > MAX_SYNC || ins.signals.len() > MAX_SYNC {
+            return Err(err(
+                Semaphore,
+                format!(
+                    "with the automatic semaphores this instruction has {} waits and {} signals (at most {MAX_SYNC} each)",
+                    ins.waits.len(),
+                    ins.signals.len()
+                ),
+            )
+            .at(i, crate::isa::text::format_instr(ins)));
         }
     }
     Ok(out)

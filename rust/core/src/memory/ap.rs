@@ -9,6 +9,11 @@ use crate::error::{err, ErrorKind::*, Result};
 use crate::isa::DType;
 
 pub const MAX_FREE_DIMS: usize = 4;
+/// Elements one row of an access pattern may name (2^26; a full SBUF partition holds 2^18 bytes,
+/// larger counts only arise from broadcast steps or HBM rows). An emulator limit, not hardware's.
+pub const MAX_ROW_ELEMENTS: u128 = 1 << 26;
+/// Elements one access pattern may name in all (2^30, e.g. a 4 GiB fp32 HBM tensor).
+pub const MAX_ELEMENTS: u128 = 1 << 30;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ap {
@@ -187,7 +192,47 @@ impl Ap {
         if self.parts == 0 || self.dims.iter().any(|d| d.1 == 0) {
             return Err(err(Shape, "access pattern has an empty dimension"));
         }
-        let (blo, bhi) = self.row_byte_range();
+        let free: u128 = self.dims.iter().map(|d| d.1 as u128).product();
+        if free > MAX_ROW_ELEMENTS || free * self.parts as u128 > MAX_ELEMENTS {
+            return Err(err(
+                Shape,
+                format!(
+                    "access pattern of {} x {free} elements exceeds the emulator's limits ({MAX_ROW_ELEMENTS} per row, {MAX_ELEMENTS} in all)",
+                    self.parts
+                ),
+            ));
+        }
+        // Fields the other memory kind has no use for must be zero (text and binary omit them).
+        if self.mem == Mem::Hbm && self.start != 0 {
+            return Err(err(
+                Address,
+                format!(
+                    "HBM access pattern with start partition {} (HBM has no partitions)",
+                    self.start
+                ),
+            ));
+        }
+        if self.mem != Mem::Hbm && self.pstep != 0 {
+            return Err(err(
+                Shape,
+                format!(
+                    "on-chip access pattern with row step {} (partitions are the rows)",
+                    self.pstep
+                ),
+            ));
+        }
+        // Extents in i128: i64 step * count can overflow and wrap into range.
+        let (mut elo, mut ehi) = (0i128, 0i128);
+        for &(step, num) in &self.dims {
+            let span = step as i128 * (num as i128 - 1);
+            if span < 0 {
+                elo += span;
+            } else {
+                ehi += span;
+            }
+        }
+        let s = self.dtype.size() as i128;
+        let (blo, bhi) = (elo * s, (ehi + 1) * s);
         match self.mem {
             Mem::Sbuf | Mem::Psum => {
                 let limit = if self.mem == Mem::Sbuf {

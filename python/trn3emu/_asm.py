@@ -1464,7 +1464,7 @@ class AssemblerMixin:
     ) -> Any:
         """Jump within the issuing engine's stream when `reg cmp imm` holds (runtime loops and branches).
 
-        If cmp(reg, imm) (signed 32-bit; cmp = always ignores reg) the engine's next instruction is `target`, an absolute instruction index of the core program that must belong to the same engine stream; otherwise execution falls through to the engine's next instruction in program order. A target at or past the program's last instruction of that engine ends the stream only when target == program length. Emulator-level: NKI's fori_loop / while_loop lower to sequencer jumps the docs do not show. Automatic synchronisation does not handle programs with branches (use sync='manual'); race detection does.
+        If cmp(reg, imm) (signed 32-bit; cmp = always ignores reg) the engine's next instruction is `target`, an absolute instruction index of the core program that must belong to the same engine stream; otherwise execution falls through to the engine's next instruction in program order. A target at or past the program's last instruction of that engine ends the stream only when target == program length. Emulator-level: NKI's fori_loop / while_loop lower to sequencer jumps the docs do not show. Automatic synchronisation does not handle programs with branches (use sync='manual'); race detection does. A run that executes more than 2^26 instructions and transfers stops with OperandError (runaway loop; the Rust Device::max_executed sets the limit).
 
         Engines: sync, vector, scalar, gpsimd, tensor.
         target: absolute instruction index (same engine) or the program length (= end).

@@ -69,3 +69,14 @@ dma_compute.scalar dst=sbuf:float32[0:2]+0[[1,4]] src0=sbuf:float32[0:2]+0[[1,4]
     run(&mut dev, text).unwrap();
     assert_eq!(sbuf_f32(&dev, 1, 12), 6.0);
 }
+
+#[test]
+fn runaway_loop_stops_at_the_step_limit() {
+    let mut dev = Device::new();
+    dev.max_executed = 1000;
+    let e = run(&mut dev, "nop.gpsimd\nbranch.gpsimd target=0\n").unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Value, "{e}");
+    assert!(e.rule.contains("runaway"), "{e}");
+    // The device stays usable.
+    run(&mut dev, "nop.sync\n").unwrap();
+}

@@ -79,7 +79,12 @@ pub struct Device {
     pub hbm: Hbm,
     pub cores: Vec<Core>,
     pub cost: Box<dyn CostModel>,
+    /// Instructions and transfers one run may execute before it stops as a runaway loop.
+    pub max_executed: u64,
 }
+
+/// Default `Device::max_executed` (about 15 s of host time).
+pub const MAX_EXECUTED: u64 = 1 << 26;
 
 impl Default for Device {
     fn default() -> Self {
@@ -93,6 +98,7 @@ impl Device {
             hbm: Hbm::new(),
             cores: (0..NUM_CORES).map(|_| Core::new()).collect(),
             cost: Box::new(DefaultCost),
+            max_executed: MAX_EXECUTED,
         }
     }
 

@@ -36,9 +36,6 @@ struct QItem {
 
 type Regs = [u32; crate::isa::instr::NUM_REGISTERS as usize];
 
-/// Instructions one run may execute before it is stopped as a runaway loop.
-pub const MAX_EXECUTED: u64 = 1 << 28;
-
 struct LogEntry {
     epoch: u32,
     idx: u32,
@@ -246,10 +243,13 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
         let cbase = core as usize * AGENTS_PER_CORE;
         let prog = progs[core as usize].unwrap();
 
-        if result.executed >= MAX_EXECUTED {
+        if result.executed >= dev.max_executed {
             return Err(err(
                 Value,
-                format!("stopped after {MAX_EXECUTED} executed instructions (a runaway loop?)"),
+                format!(
+                    "stopped after {} executed instructions (a runaway loop?); Device::max_executed sets the limit",
+                    dev.max_executed
+                ),
             ));
         }
         // Which instruction, with which clock (and, for a transfer, its register snapshot).

@@ -3,7 +3,7 @@
 C[M, N] = A[M, K] @ B[K, N] with A supplied transposed (A^T is [K, M], the stationary layout).
 Each 128 x 512 output tile accumulates K/128 matmuls in one PSUM bank; ScalarE/VectorE evacuate
 PSUM to SBUF with a cast to bf16; DMAs move tiles between HBM and SBUF.
-Run: python examples/tiled_matmul.py
+Run: python examples/tiled_matmul.py; timeline: trn3emu trace examples/tiled_matmul.py --out t.json --png t.png
 """
 
 import ml_dtypes
@@ -34,6 +34,14 @@ def tiled_matmul(dev: t3.Device, a_t: t3.Tensor, b: t3.Tensor, c: t3.Tensor) -> 
             p.free(out)
             p.free(acc)
     return p
+
+
+def build(dev: t3.Device, m: int = 256, k: int = 512, n: int = 1024) -> t3.Program:
+    """Inputs in `dev`'s HBM and the program: what `trn3emu trace examples/tiled_matmul.py` runs."""
+    rng = np.random.default_rng(1)
+    a_t = dev.hbm.put(rng.standard_normal((k, m)).astype(BF16))
+    b = dev.hbm.put(rng.standard_normal((k, n)).astype(BF16))
+    return tiled_matmul(dev, a_t, b, dev.hbm.alloc((m, n), BF16))
 
 
 def main(m: int = 256, k: int = 512, n: int = 1024) -> float:

@@ -1,4 +1,4 @@
-"""The `trn3emu` command: demo, run, asm, disasm, isa."""
+"""The `trn3emu` command: demo, run, trace, asm, disasm, isa."""
 
 from __future__ import annotations
 
@@ -67,6 +67,41 @@ def _cmd_run(args) -> int:
     return 0
 
 
+def _programs_from_python(path: str, dev: Device) -> list[Program]:
+    """A Python file with `build(dev)` returning a Program or a list of them (one per core)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"{path}: cannot load as a Python module")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    build = getattr(mod, "build", None)
+    if build is None:
+        raise ValueError(f"{path}: defines no build(dev) returning the program(s) to trace")
+    progs = build(dev)
+    return [progs] if isinstance(progs, Program) else list(progs)
+
+
+def _cmd_trace(args) -> int:
+    dev = Device()
+    if args.program.endswith(".py"):
+        progs = _programs_from_python(args.program, dev)
+    else:
+        progs = [_load(args.program, args.sync)]
+        for spec in args.input:
+            addr, _, path = spec.partition("=")
+            dev.hbm.put(np.load(path), address=int(addr, 0))
+    result = dev.run(progs, check_races=not args.no_race_check)
+    print(result.trace.summary())
+    result.trace.to_perfetto(args.out)
+    print(f"wrote {args.out} (Chrome Trace Event JSON; open in https://ui.perfetto.dev)")
+    if args.png:
+        result.trace.plot(args.png)
+        print(f"wrote {args.png}")
+    return 0
+
+
 def _cmd_isa(args) -> int:
     for name, (code, engines, params) in _asm.INSTRUCTIONS.items():
         if args.name and name != args.name:
@@ -101,6 +136,14 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("input")
     s.add_argument("-o", "--output")
     s.set_defaults(fn=_cmd_disasm)
+    t = sub.add_parser("trace", help="run a program or kernel, print the timing summary, write a Perfetto trace")
+    t.add_argument("program", help="program text/binary, or a .py file defining build(dev) -> Program(s)")
+    t.add_argument("--out", default="trace.json", help="Chrome Trace Event JSON output (default trace.json)")
+    t.add_argument("--png", help="also render a timeline PNG (needs matplotlib: trn3emu[plot])")
+    t.add_argument("--input", action="append", default=[], metavar="ADDR=FILE.npy", help="load an array into HBM")
+    t.add_argument("--sync", choices=["manual", "auto"], default="manual", help="add semaphores automatically")
+    t.add_argument("--no-race-check", action="store_true")
+    t.set_defaults(fn=_cmd_trace)
     i = sub.add_parser("isa", help="list the instruction set")
     i.add_argument("name", nargs="?")
     i.set_defaults(fn=_cmd_isa)

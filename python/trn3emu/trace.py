@@ -1,32 +1,109 @@
-"""Run results and traces: one record per executed instruction and DMA transfer, as columns."""
+"""Run results and traces: where the estimated time goes.
+
+A `Trace` holds one record per executed instruction (on an engine stream) and per DMA transfer
+(on a DMA queue), and one event per semaphore signal and wait, all with times from the cost
+model (docs/cost-model.md). Views are numpy structured arrays under schema `SCHEMA_VERSION`:
+
+`trace.instructions` (one row per instruction on an engine stream; a DMA instruction's row is its
+trigger): core, engine, index (in its core's program), opcode, start_ns, end_ns, bytes (read plus
+written), flops, name (the instruction's `name=` label: the kernel source line), operands (text).
+
+`trace.dma` (one row per transfer): core, queue (the issuing engine's queue), index, opcode,
+priority, start_ns (engines granted), end_ns (last byte landed), bytes (payload), hbm_bytes
+(read plus written in HBM), dma_engines (engines the transfer was split over), name, operands.
+
+`trace.dma_engines` (one row per DMA engine's share of a transfer): core, engine (0..15), queue,
+index, start_ns, end_ns, bytes.
+
+`trace.semaphores` (one row per signal or wait): core, sem, kind ('signal' | 'wait'), value
+(delta or threshold), time_ns (increment visible / waiter starts), unit, index (the instruction),
+by_unit, by_index (waits: the instruction whose signal satisfied it; '' / -1 when none needed).
+"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 
+from . import _native
 from ._asm import INSTRUCTIONS
 
-UNITS = (
-    "tensor",
-    "vector",
-    "scalar",
-    "gpsimd",
-    "sync",
-    "dma.tensor",
-    "dma.vector",
-    "dma.scalar",
-    "dma.gpsimd",
-    "dma.sync",
-)
+SCHEMA_VERSION = 1
+ENGINES = ("tensor", "vector", "scalar", "gpsimd", "sync")
+UNITS = ENGINES + tuple(f"dma.{e}" for e in ENGINES)
 _OPNAME = {code: name for name, (code, _e, _p) in INSTRUCTIONS.items()}
+COST = _native.cost_params()
+"""The default cost model's numbers (clocks, peaks, DMA machinery), from the Rust core."""
+
+_INSTR_DTYPE = [
+    ("core", "u1"),
+    ("engine", "U6"),
+    ("index", "u4"),
+    ("opcode", "U32"),
+    ("start_ns", "f8"),
+    ("end_ns", "f8"),
+    ("bytes", "u8"),
+    ("flops", "u8"),
+    ("name", "O"),
+    ("operands", "O"),
+]
+_DMA_DTYPE = [
+    ("core", "u1"),
+    ("queue", "U6"),
+    ("index", "u4"),
+    ("opcode", "U32"),
+    ("priority", "u1"),
+    ("start_ns", "f8"),
+    ("end_ns", "f8"),
+    ("bytes", "u8"),
+    ("hbm_bytes", "u8"),
+    ("dma_engines", "u1"),
+    ("name", "O"),
+    ("operands", "O"),
+]
+_SEM_DTYPE = [
+    ("core", "u1"),
+    ("sem", "u2"),
+    ("kind", "U6"),
+    ("value", "u4"),
+    ("time_ns", "f8"),
+    ("unit", "U10"),
+    ("index", "u4"),
+    ("by_unit", "U10"),
+    ("by_index", "i8"),
+]
+_SPAN_DTYPE = [
+    ("core", "u1"),
+    ("engine", "u1"),
+    ("queue", "U6"),
+    ("index", "u4"),
+    ("start_ns", "f8"),
+    ("end_ns", "f8"),
+    ("bytes", "u8"),
+]
+SCHEMA = {
+    "version": SCHEMA_VERSION,
+    "instructions": _INSTR_DTYPE,
+    "dma": _DMA_DTYPE,
+    "dma_engines": _SPAN_DTYPE,
+    "semaphores": _SEM_DTYPE,
+}
+
+# SBUF/PSUM occupancy counters track written bytes in 64-byte granules.
+_GRANULE = 64
+_MEM_BYTES = {0: 256 * 1024, 1: 16 * 1024}
+_MEM_NAME = {0: "SBUF", 1: "PSUM"}
 
 
 class Trace:
-    """Columnar trace. `trace.columns` maps names to numpy arrays of equal length:
-    core, unit (index into `UNITS`), index (instruction index in its core's program), opcode,
-    start_ns, end_ns, bytes, flops."""
+    """Columnar trace of one run. `trace.columns` holds the raw per-record arrays (instructions
+    and transfers together): core, unit (index into `UNITS`), index, opcode, start_ns, end_ns,
+    bytes, flops, hbm_bytes, priority, dma_engines."""
 
     def __init__(self, cols: dict, programs: list) -> None:
+        self.schema_version = int(cols.get("schema_version", SCHEMA_VERSION))
         self.columns = {
             "core": cols["core"],
             "unit": cols["unit"],
@@ -36,17 +113,53 @@ class Trace:
             "end_ns": cols["end_ps"] / 1000.0,
             "bytes": cols["bytes"],
             "flops": cols["flops"],
+            "hbm_bytes": cols.get("hbm_bytes", np.zeros_like(cols["bytes"])),
+            "priority": cols.get("priority", np.zeros_like(cols["core"])),
+            "dma_engines": cols.get("dma_engines", np.zeros_like(cols["core"])),
+        }
+        self._write = {k: cols[k] for k in ("w_mem", "w_p0", "w_p1", "w_lo", "w_hi") if k in cols}
+        s = cols.get("sems") or {}
+        self._sems = {
+            "core": s.get("core", np.zeros(0, np.uint8)),
+            "sem": s.get("sem", np.zeros(0, np.uint16)),
+            "wait": s.get("wait", np.zeros(0, bool)),
+            "value": s.get("value", np.zeros(0, np.uint32)),
+            "time_ns": s.get("time_ps", np.zeros(0, np.uint64)) / 1000.0,
+            "record": s.get("record", np.zeros(0, np.uint32)),
+            "by": s.get("by", np.zeros(0, np.int64)),
+        }
+        sp = cols.get("dma_spans") or {}
+        self._spans = {
+            "core": sp.get("core", np.zeros(0, np.uint8)),
+            "engine": sp.get("engine", np.zeros(0, np.uint8)),
+            "start_ns": sp.get("start_ps", np.zeros(0, np.uint64)) / 1000.0,
+            "end_ns": sp.get("end_ps", np.zeros(0, np.uint64)) / 1000.0,
+            "bytes": sp.get("bytes", np.zeros(0, np.uint64)),
+            "record": sp.get("record", np.zeros(0, np.uint32)),
         }
         self._programs = {p.core: p for p in programs}
+        self._names: dict[int, list] = {}
+        self._cache: dict[str, np.ndarray] = {}
 
+    # ------------------------------------------------------------------------------ records
     def __len__(self) -> int:
         return len(self.columns["core"])
+
+    def _text(self, core: int, idx: int) -> str:
+        prog = self._programs.get(core)
+        return (prog.instruction_text(idx) or "") if prog is not None else ""
+
+    def _name(self, core: int, idx: int):
+        if core not in self._names:
+            prog = self._programs.get(core)
+            self._names[core] = prog.instruction_names() if prog is not None else []
+        names = self._names[core]
+        return names[idx] if idx < len(names) else None
 
     def __getitem__(self, i: int) -> dict:
         """Record `i` as a dict, with the unit and opcode names and the instruction text."""
         c = self.columns
         core, idx = int(c["core"][i]), int(c["index"][i])
-        prog = self._programs.get(core)
         return {
             "core": core,
             "unit": UNITS[int(c["unit"][i])],
@@ -56,7 +169,8 @@ class Trace:
             "end_ns": float(c["end_ns"][i]),
             "bytes": int(c["bytes"][i]),
             "flops": int(c["flops"][i]),
-            "text": prog.instruction_text(idx) if prog is not None else "",
+            "name": self._name(core, idx),
+            "text": self._text(core, idx),
         }
 
     def __iter__(self):
@@ -64,28 +178,482 @@ class Trace:
 
     @property
     def total_ns(self) -> float:
+        """Estimated kernel time: the end of the last instruction or transfer."""
         return float(self.columns["end_ns"].max()) if len(self) else 0.0
 
-    def summary(self) -> str:
-        """Per core and unit: records, busy time, utilisation of the run, bytes, GFLOP."""
-        total = self.total_ns
+    def _operands(self, core: int, idx: int) -> str:
+        text = self._text(core, idx)
+        return text.split(None, 1)[1] if " " in text else ""
+
+    def _view(self, dma: bool) -> np.ndarray:
+        key = "dma" if dma else "instructions"
+        if key in self._cache:
+            return self._cache[key]
         c = self.columns
-        lines = [
-            f"estimated time {total:,.1f} ns, {len(self)} records",
-            f"{'core':>4} {'unit':<11} {'n':>6} {'busy ns':>12} {'util':>6} {'bytes':>12} {'GFLOP':>8}",
-        ]
+        m = c["unit"] >= 5 if dma else c["unit"] < 5
+        rows = np.flatnonzero(m)
+        out = np.zeros(len(rows), dtype=_DMA_DTYPE if dma else _INSTR_DTYPE)
+        out["core"] = c["core"][rows]
+        out["queue" if dma else "engine"] = [ENGINES[int(u) % 5] for u in c["unit"][rows]]
+        out["index"] = c["index"][rows]
+        out["opcode"] = [_OPNAME.get(int(o), "?") for o in c["opcode"][rows]]
+        out["start_ns"] = c["start_ns"][rows]
+        out["end_ns"] = c["end_ns"][rows]
+        out["bytes"] = c["bytes"][rows]
+        if dma:
+            out["priority"] = c["priority"][rows]
+            out["hbm_bytes"] = c["hbm_bytes"][rows]
+            out["dma_engines"] = c["dma_engines"][rows]
+        else:
+            out["flops"] = c["flops"][rows]
+        out["name"] = [self._name(int(k), int(i)) for k, i in zip(c["core"][rows], c["index"][rows])]
+        out["operands"] = [self._operands(int(k), int(i)) for k, i in zip(c["core"][rows], c["index"][rows])]
+        self._cache[key] = out
+        return out
+
+    @property
+    def instructions(self) -> np.ndarray:
+        """One row per instruction on an engine stream (structured array; see the module doc)."""
+        return self._view(False)
+
+    @property
+    def dma(self) -> np.ndarray:
+        """One row per DMA transfer (structured array; see the module doc)."""
+        return self._view(True)
+
+    @property
+    def dma_engines(self) -> np.ndarray:
+        """One row per DMA engine's share of a transfer (structured array; see the module doc)."""
+        sp, c = self._spans, self.columns
+        out = np.zeros(len(sp["core"]), dtype=_SPAN_DTYPE)
+        rec = sp["record"].astype(np.int64)
+        out["core"] = sp["core"]
+        out["engine"] = sp["engine"]
+        out["queue"] = [ENGINES[int(u) % 5] for u in c["unit"][rec]] if len(rec) else []
+        out["index"] = c["index"][rec] if len(rec) else []
+        out["start_ns"] = sp["start_ns"]
+        out["end_ns"] = sp["end_ns"]
+        out["bytes"] = sp["bytes"]
+        return out
+
+    @property
+    def semaphores(self) -> np.ndarray:
+        """One row per semaphore signal or wait (structured array; see the module doc)."""
+        if "semaphores" in self._cache:
+            return self._cache["semaphores"]
+        s, c = self._sems, self.columns
+        out = np.zeros(len(s["core"]), dtype=_SEM_DTYPE)
+        out["core"] = s["core"]
+        out["sem"] = s["sem"]
+        out["kind"] = np.where(s["wait"], "wait", "signal")
+        out["value"] = s["value"]
+        out["time_ns"] = s["time_ns"]
+        rec = s["record"].astype(np.int64)
+        out["unit"] = [UNITS[int(u)] for u in c["unit"][rec]] if len(rec) else []
+        out["index"] = c["index"][rec] if len(rec) else []
+        by = s["by"]
+        out["by_unit"] = [UNITS[int(c["unit"][b])] if b >= 0 else "" for b in by]
+        out["by_index"] = [int(c["index"][b]) if b >= 0 else -1 for b in by]
+        self._cache["semaphores"] = out
+        return out
+
+    # ------------------------------------------------------------------------------ analysis
+    def critical_path(self) -> list[int]:
+        """Record indices (into `columns`) of the chain that ends last, first to last: each step
+        goes to what released the record — the signal that satisfied its wait, the previous
+        record of its engine, or for a transfer its trigger or the transfer that freed the
+        DMA engines — whichever released it latest."""
+        n = len(self)
+        if n == 0:
+            return []
+        c = self.columns
+        start, end = c["start_ns"].tolist(), c["end_ns"].tolist()
+        cores, units, index = c["core"].tolist(), c["unit"].tolist(), c["index"].tolist()
+        eps = 1e-6
+        # Engine streams run one record at a time: the predecessor is the previous record.
+        prev = [-1] * n
+        last: dict[tuple[int, int], int] = {}
+        for r in np.lexsort((c["end_ns"], c["start_ns"])).tolist():
+            if units[r] < 5:
+                key = (cores[r], units[r])
+                prev[r] = last.get(key, -1)
+                last[key] = r
+        trigger = {(cores[r], units[r], index[r]): r for r in range(n) if units[r] < 5}
+        dma_rows: dict[int, np.ndarray] = {}
+        for core in np.unique(c["core"]):
+            rows = np.flatnonzero((c["core"] == core) & (c["unit"] >= 5))
+            dma_rows[int(core)] = rows[np.argsort(c["end_ns"][rows], kind="stable")]
+        s = self._sems
+        visible: dict[int, float] = {}
+        for w, rec, t in zip(s["wait"].tolist(), s["record"].tolist(), s["time_ns"].tolist()):
+            if not w:
+                visible[rec] = max(visible.get(rec, 0.0), t)
+        waits: dict[int, list[tuple[float, int]]] = {}
+        for w, rec, by in zip(s["wait"].tolist(), s["record"].tolist(), s["by"].tolist()):
+            if w and by >= 0:
+                waits.setdefault(rec, []).append((visible.get(by, end[by]), by))
+        fixed = float(COST["dma_fixed_ns"])
+
+        path = [int(np.argmax(c["end_ns"]))]
+        seen = {path[0]}
+        while True:
+            r = path[-1]
+            t = start[r]
+            cands = [x for x in waits.get(r, []) if x[0] <= t + eps]
+            if units[r] < 5:
+                if prev[r] >= 0:
+                    cands.append((end[prev[r]], prev[r]))
+            else:
+                k = trigger.get((cores[r], units[r] - 5, index[r]))
+                if k is not None and end[k] <= t + eps:
+                    cands.append((end[k], k))
+                rows = dma_rows[cores[r]]
+                pos = int(np.searchsorted(c["end_ns"][rows], t + fixed + eps, side="right"))
+                while pos > 0 and int(rows[pos - 1]) == r:
+                    pos -= 1
+                if pos > 0 and end[int(rows[pos - 1])] > t:
+                    cands.append((t, int(rows[pos - 1])))
+            cands = [x for x in cands if x[1] not in seen]
+            if not cands:
+                break
+            nxt = max(cands)[1]
+            seen.add(nxt)
+            path.append(nxt)
+        return path[::-1]
+
+    def stats(self) -> dict:
+        """The numbers `summary()` prints, as a dict."""
+        c = self.columns
+        total = self.total_ns
+        units = []
         for core in np.unique(c["core"]):
             for u in range(len(UNITS)):
                 m = (c["core"] == core) & (c["unit"] == u)
                 if not m.any():
                     continue
-                busy = float((c["end_ns"][m] - c["start_ns"][m]).sum())
-                util = busy / total if total else 0.0
-                lines.append(
-                    f"{int(core):>4} {UNITS[u]:<11} {int(m.sum()):>6} {busy:>12,.1f} {util:>6.1%} "
-                    f"{int(c['bytes'][m].sum()):>12,} {c['flops'][m].sum() / 1e9:>8.3f}"
+                st, en = c["start_ns"][m], c["end_ns"][m]
+                if u >= 5:  # transfers overlap on a queue: count the union of their intervals
+                    order = np.argsort(st)
+                    busy, cur_s, cur_e = 0.0, None, None
+                    for a, b in zip(st[order], en[order]):
+                        if cur_e is None or a > cur_e:
+                            if cur_e is not None:
+                                busy += cur_e - cur_s
+                            cur_s, cur_e = a, b
+                        else:
+                            cur_e = max(cur_e, b)
+                    busy += (cur_e - cur_s) if cur_e is not None else 0.0
+                else:
+                    busy = float((en - st).sum())
+                flops = int(c["flops"][m].sum())
+                nbytes = int(c["bytes"][m].sum())
+                units.append(
+                    {
+                        "core": int(core),
+                        "unit": UNITS[u],
+                        "count": int(m.sum()),
+                        "busy_ns": busy,
+                        "utilisation": busy / total if total else 0.0,
+                        "flops": flops,
+                        "tflops": flops / total / 1e3 if total else 0.0,
+                        "bytes": nbytes,
+                        "gbps": nbytes / total if total and u >= 5 else 0.0,
+                    }
                 )
+        dmam = c["unit"] >= 5
+        per_core_dma = {
+            int(k): int(c["bytes"][dmam & (c["core"] == k)].sum()) / total if total else 0.0
+            for k in np.unique(c["core"][dmam])
+        }
+        sp = self._spans
+        dma_engines = {}
+        for k in np.unique(sp["core"]):
+            m = sp["core"] == k
+            busy = float((sp["end_ns"][m] - sp["start_ns"][m]).sum())
+            n_eng = int(COST["dma_engines"])
+            dma_engines[int(k)] = {
+                "engines_used": int(len(np.unique(sp["engine"][m]))),
+                "mean_utilisation": busy / (n_eng * total) if total else 0.0,
+            }
+        path = self.critical_path()
+        # Each step owns the time from its predecessor's end to its own end (they sum to the total).
+        along: dict[str, float] = {}
+        prev = 0.0
+        for r in path:
+            name = UNITS[int(c["unit"][r])]
+            e = float(c["end_ns"][r])
+            along[name] = along.get(name, 0.0) + max(e - prev, 0.0)
+            prev = max(prev, e)
+        return {
+            "schema_version": self.schema_version,
+            "total_ns": total,
+            "units": units,
+            "dma_gbps_per_core": per_core_dma,
+            "dma_engines": dma_engines,
+            "hbm_gbps": int(c["hbm_bytes"].sum()) / total if total else 0.0,
+            "critical_path": path,
+            "critical_path_ns_by_unit": along,
+            "peaks": {
+                "tensor_tflops_bf16": COST["peak_tflops_bf16"],
+                "tensor_tflops_mx": COST["peak_tflops_mx"],
+                "tensor_tflops_fp32": COST["peak_tflops_fp32"],
+                "dma_gbps_per_core": COST["dma_engines"] * COST["dma_engine_bytes_per_ns"],
+                "hbm_gbps": COST["hbm_bytes_per_ns"],
+            },
+        }
+
+    def summary(self) -> str:
+        """Per core and engine/queue: count, busy time, utilisation, achieved TFLOPS or GB/s against
+        the published peaks; the critical path; the total estimated kernel time."""
+        st = self.stats()
+        pk = st["peaks"]
+        lines = [
+            f"estimated time {st['total_ns']:,.1f} ns ({len(self)} records, trace schema v{self.schema_version})",
+            f"{'core':>4} {'unit':<11} {'n':>6} {'busy ns':>12} {'util':>6} {'achieved':>18}  peak",
+        ]
+        for u in st["units"]:
+            if u["unit"] == "tensor":
+                ach = f"{u['tflops']:.2f} TFLOPS"
+                peak = f"{pk['tensor_tflops_bf16']:g} bf16 / {pk['tensor_tflops_mx']:g} MX / {pk['tensor_tflops_fp32']:g} fp32"
+            elif u["unit"].startswith("dma."):
+                ach = f"{u['gbps']:.1f} GB/s"
+                peak = f"{pk['dma_gbps_per_core']:g} GB/s per core (all queues)"
+            elif u["flops"]:
+                ach = f"{u['tflops'] * 1e3:.1f} GFLOPS"
+                peak = "1.2 TFLOPS fp32" if u["unit"] in ("vector", "scalar") else ""
+            else:
+                ach, peak = "", ""
+            lines.append(
+                f"{u['core']:>4} {u['unit']:<11} {u['count']:>6} {u['busy_ns']:>12,.1f} {u['utilisation']:>6.1%} {ach:>18}  {peak}"
+            )
+        for core, g in st["dma_gbps_per_core"].items():
+            e = st["dma_engines"].get(core, {"engines_used": 0, "mean_utilisation": 0.0})
+            lines.append(
+                f"core {core} DMA: {g:,.1f} GB/s of {pk['dma_gbps_per_core']:g} GB/s; "
+                f"{e['engines_used']} of {int(COST['dma_engines'])} engines used, mean busy {e['mean_utilisation']:.1%}"
+            )
+        lines.append(f"device HBM traffic: {st['hbm_gbps']:,.1f} GB/s of {pk['hbm_gbps']:g} GB/s")
+        along = ", ".join(f"{k} {v:,.1f} ns" for k, v in sorted(st["critical_path_ns_by_unit"].items()))
+        lines.append(f"critical path: {len(st['critical_path'])} records; time along it by unit: {along}")
         return "\n".join(lines)
+
+    # ------------------------------------------------------------------------------ export
+    def occupancy(self) -> dict[tuple[int, str], tuple[np.ndarray, np.ndarray]]:
+        """(core, 'SBUF' | 'PSUM') -> (time_ns, bytes): on-chip bytes written so far (64-byte
+        granules; a footprint, since tile frees are not part of a program)."""
+        w = self._write
+        if not w:
+            return {}
+        c = self.columns
+        out: dict[tuple[int, str], tuple[list, list]] = {}
+        grids: dict[tuple[int, int], np.ndarray] = {}
+        order = np.argsort(c["end_ns"], kind="stable")
+        for r in order:
+            mem = int(w["w_mem"][r])
+            if mem not in _MEM_BYTES:
+                continue
+            core = int(c["core"][r])
+            g = grids.setdefault((core, mem), np.zeros((128, _MEM_BYTES[mem] // _GRANULE), bool))
+            p0, p1 = int(w["w_p0"][r]), int(w["w_p1"][r])
+            lo, hi = int(w["w_lo"][r]) // _GRANULE, -(-int(w["w_hi"][r]) // _GRANULE)
+            cell = g[p0:p1, lo:hi]
+            added = cell.size - int(cell.sum())
+            if not added:
+                continue
+            cell[...] = True
+            ts, vs = out.setdefault((core, _MEM_NAME[mem]), ([0.0], [0]))
+            ts.append(float(c["end_ns"][r]))
+            vs.append(vs[-1] + added * _GRANULE)
+        return {k: (np.array(t), np.array(v)) for k, (t, v) in out.items()}
+
+    def _tracks(self) -> tuple[np.ndarray, dict[tuple[int, int], str]]:
+        """A Perfetto thread id per record: engines keep their stream; overlapping transfers of
+        one DMA queue go to extra lanes so every track nests."""
+        c = self.columns
+        tid = np.zeros(len(self), np.int64)
+        names: dict[tuple[int, int], str] = {}
+        for core in np.unique(c["core"]):
+            for u in range(len(UNITS)):
+                rows = np.flatnonzero((c["core"] == core) & (c["unit"] == u))
+                if not len(rows):
+                    continue
+                if u < 5:
+                    tid[rows] = u
+                    names[(int(core), u)] = f"{ENGINES[u]} engine"
+                    continue
+                rows = rows[np.lexsort((c["end_ns"][rows], c["start_ns"][rows]))]
+                lanes: list[float] = []
+                for r in rows:
+                    s = c["start_ns"][r]
+                    lane = next((i for i, e in enumerate(lanes) if e <= s), None)
+                    if lane is None:
+                        lanes.append(0.0)
+                        lane = len(lanes) - 1
+                    lanes[lane] = c["end_ns"][r]
+                    t = 100 + 16 * (u - 5) + lane
+                    tid[r] = t
+                    q = u - 5
+                    names[(int(core), t)] = f"dma queue {q} ({ENGINES[q]})" + (f" lane {lane}" if lane else "")
+        return tid, names
+
+    def to_perfetto(self, path) -> dict:
+        """Write Chrome Trace Event JSON (open in ui.perfetto.dev): one process per core, one track
+        per engine, per DMA queue and per DMA engine, flow arrows from each semaphore signal to the wait it
+        satisfied and from each DMA trigger to its transfer, counters for SBUF/PSUM bytes
+        written. Returns the JSON object."""
+        c = self.columns
+        tid, names = self._tracks()
+        ev: list[dict] = []
+        for core in sorted({int(k) for k in c["core"]}):
+            ev.append({"ph": "M", "name": "process_name", "pid": core, "tid": 0, "args": {"name": f"core {core}"}})
+            ev.append({"ph": "M", "name": "process_sort_index", "pid": core, "tid": 0, "args": {"sort_index": core}})
+        for (core, t), name in sorted(names.items()):
+            ev.append({"ph": "M", "name": "thread_name", "pid": core, "tid": t, "args": {"name": name}})
+            ev.append({"ph": "M", "name": "thread_sort_index", "pid": core, "tid": t, "args": {"sort_index": t}})
+        for r in range(len(self)):
+            core, idx, u = int(c["core"][r]), int(c["index"][r]), int(c["unit"][r])
+            s, e = float(c["start_ns"][r]), float(c["end_ns"][r])
+            args = {
+                "index": idx,
+                "operands": self._operands(core, idx),
+                "bytes": int(c["bytes"][r]),
+            }
+            if u < 5:
+                args["flops"] = int(c["flops"][r])
+            else:
+                args["priority"] = int(c["priority"][r])
+                args["dma_engines"] = int(c["dma_engines"][r])
+                args["hbm_bytes"] = int(c["hbm_bytes"][r])
+            name = self._name(core, idx)
+            if name:
+                args["name"] = name
+            ev.append(
+                {
+                    "ph": "X",
+                    "name": _OPNAME.get(int(c["opcode"][r]), "?"),
+                    "cat": "dma" if u >= 5 else "instr",
+                    "pid": core,
+                    "tid": int(tid[r]),
+                    "ts": s / 1000.0,
+                    "dur": (e - s) / 1000.0,
+                    "args": args,
+                }
+            )
+        sp = self._spans
+        for k in sorted({int(x) for x in sp["core"]}):
+            for e in sorted({int(x) for x in sp["engine"][sp["core"] == k]}):
+                t = 300 + e
+                ev.append({"ph": "M", "name": "thread_name", "pid": k, "tid": t, "args": {"name": f"dma engine {e}"}})
+                ev.append({"ph": "M", "name": "thread_sort_index", "pid": k, "tid": t, "args": {"sort_index": t}})
+        for k, e, a, b, nb, rec in zip(
+            sp["core"].tolist(),
+            sp["engine"].tolist(),
+            sp["start_ns"].tolist(),
+            sp["end_ns"].tolist(),
+            sp["bytes"].tolist(),
+            sp["record"].tolist(),
+        ):
+            ev.append(
+                {
+                    "ph": "X",
+                    "name": _OPNAME.get(int(c["opcode"][rec]), "?"),
+                    "cat": "dma_engine",
+                    "pid": k,
+                    "tid": 300 + e,
+                    "ts": a / 1000.0,
+                    "dur": (b - a) / 1000.0,
+                    "args": {"index": int(c["index"][rec]), "bytes": nb},
+                }
+            )
+        sm = self._sems
+        flow = 0
+        for w, rec, by, sem in zip(sm["wait"], sm["record"], sm["by"], sm["sem"]):
+            if not w or by < 0:
+                continue
+            flow += 1
+            b, r = int(by), int(rec)
+            mid = (c["start_ns"][b] + c["end_ns"][b]) / 2.0
+            common = {"name": f"semaphore {int(sem)}", "cat": "semaphore", "id": flow}
+            ev.append({**common, "ph": "s", "pid": int(c["core"][b]), "tid": int(tid[b]), "ts": mid / 1000.0})
+            ev.append(
+                {
+                    **common,
+                    "ph": "f",
+                    "bp": "e",
+                    "pid": int(c["core"][r]),
+                    "tid": int(tid[r]),
+                    "ts": float(c["start_ns"][r]) / 1000.0,
+                }
+            )
+        # DMA triggers -> their transfers.
+        trig = {
+            (int(k), int(u), int(i)): r for r, (k, u, i) in enumerate(zip(c["core"], c["unit"], c["index"])) if u < 5
+        }
+        for r in np.flatnonzero(c["unit"] >= 5):
+            t = trig.get((int(c["core"][r]), int(c["unit"][r]) - 5, int(c["index"][r])))
+            if t is None:
+                continue
+            flow += 1
+            mid = (c["start_ns"][t] + c["end_ns"][t]) / 2.0
+            common = {"name": "dma trigger", "cat": "dma", "id": flow}
+            ev.append({**common, "ph": "s", "pid": int(c["core"][t]), "tid": int(tid[t]), "ts": mid / 1000.0})
+            ev.append(
+                {
+                    **common,
+                    "ph": "f",
+                    "bp": "e",
+                    "pid": int(c["core"][r]),
+                    "tid": int(tid[r]),
+                    "ts": float(c["start_ns"][r]) / 1000.0,
+                }
+            )
+        for (core, mem), (ts, vs) in sorted(self.occupancy().items()):
+            for t, v in zip(ts, vs):
+                ev.append(
+                    {
+                        "ph": "C",
+                        "name": f"{mem} bytes written",
+                        "pid": core,
+                        "ts": t / 1000.0,
+                        "args": {"bytes": int(v)},
+                    }
+                )
+        doc = {
+            "traceEvents": ev,
+            "displayTimeUnit": "ns",
+            "otherData": {"generator": "trn3emu", "schema_version": self.schema_version, "total_ns": self.total_ns},
+        }
+        Path(path).write_text(json.dumps(doc))
+        return doc
+
+    def plot(self, path, width: float = 14.0) -> list[str]:
+        """Render a timeline PNG: one row per core and engine/DMA queue (needs matplotlib:
+        `pip install 'trn3emu[plot]'`). Returns the row labels, top to bottom."""
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError as e:  # pragma: no cover - depends on the environment
+            raise ImportError("Trace.plot needs matplotlib: pip install 'trn3emu[plot]'") from e
+        c = self.columns
+        tracks = sorted({(int(k), int(u)) for k, u in zip(c["core"], c["unit"])})
+        fig, ax = plt.subplots(figsize=(width, 0.45 * len(tracks) + 1.2))
+        colors = plt.get_cmap("tab10")
+        for row, (core, u) in enumerate(tracks):
+            m = (c["core"] == core) & (c["unit"] == u)
+            bars = list(zip(c["start_ns"][m], c["end_ns"][m] - c["start_ns"][m]))
+            ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=colors(u % 10), alpha=0.6 if u >= 5 else 0.9)
+        ax.set_yticks(range(len(tracks)))
+        labels = [f"core {k} {UNITS[u]}" for k, u in tracks]
+        ax.set_yticklabels(labels)
+        ax.invert_yaxis()
+        ax.set_xlabel("estimated time (ns)")
+        ax.set_title(f"trn3emu timeline: {self.total_ns:,.0f} ns")
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        return labels
 
 
 class RunResult:

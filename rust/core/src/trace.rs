@@ -1,12 +1,38 @@
-//! Trace: one record per executed instruction and per DMA transfer.
+//! Trace: one record per executed instruction and per DMA transfer, and one event per semaphore
+//! signal and wait. The Python layer turns these into columnar numpy views (schema version
+//! `SCHEMA_VERSION`, documented in python/trn3emu/trace.py and docs/cost-model.md).
 
 use crate::isa::Opcode;
+
+/// Bumped whenever a field is added, removed or changes meaning.
+pub const SCHEMA_VERSION: u32 = 1;
 
 /// Where a record ran: an engine stream or a DMA queue of a core.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unit {
     Engine(u8),
     DmaQueue(u8),
+}
+
+/// The first on-chip region an instruction writes (for SBUF/PSUM occupancy counters).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteBox {
+    /// 0 = SBUF, 1 = PSUM, 255 = none (HBM or nothing written).
+    pub mem: u8,
+    pub p0: u8,
+    pub p1: u8,
+    pub lo: u32,
+    pub hi: u32,
+}
+
+impl WriteBox {
+    pub const NONE: WriteBox = WriteBox {
+        mem: 255,
+        p0: 0,
+        p1: 0,
+        lo: 0,
+        hi: 0,
+    };
 }
 
 #[derive(Clone, Debug)]
@@ -18,19 +44,92 @@ pub struct Record {
     pub opcode: Opcode,
     pub start_ps: u64,
     pub end_ps: u64,
-    /// Bytes read plus bytes written.
+    /// Bytes read plus bytes written (DMA transfers: payload bytes landed in dst).
     pub bytes: u64,
     pub flops: u64,
+    /// DMA transfers: bytes read from plus written to HBM; else 0.
+    pub hbm_bytes: u64,
+    /// DMA transfers: QoS class and DMA engines used; else 0.
+    pub priority: u8,
+    pub dma_engines: u8,
+    pub write: WriteBox,
+}
+
+/// A semaphore signal (posted when the record ends, visible after the semaphore latency) or a
+/// wait (satisfied when the record starts).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SemEvent {
+    pub core: u8,
+    pub sem: u16,
+    pub wait: bool,
+    /// Signal: delta; wait: threshold.
+    pub value: u32,
+    /// Signal: time the increment becomes visible; wait: time the waiter starts.
+    pub time_ps: u64,
+    /// Index into `Trace::records` of the signalling / waiting record.
+    pub record: u32,
+    /// Waits: the record whose signal made the value reach the threshold (-1: none needed).
+    pub by: i64,
+}
+
+/// One DMA engine's share of a transfer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DmaSpan {
+    pub core: u8,
+    /// DMA engine of the core, 0..16.
+    pub engine: u8,
+    pub start_ps: u64,
+    pub end_ps: u64,
+    pub bytes: u64,
+    /// Index into `Trace::records` of the transfer.
+    pub record: u32,
 }
 
 #[derive(Clone, Debug, Default)]
 pub struct Trace {
     pub records: Vec<Record>,
+    pub sems: Vec<SemEvent>,
+    pub dma_spans: Vec<DmaSpan>,
 }
 
 impl Trace {
     /// Estimated end-to-end time of the run (latest record end), ns.
     pub fn total_ns(&self) -> f64 {
         self.records.iter().map(|r| r.end_ps).max().unwrap_or(0) as f64 / 1000.0
+    }
+
+    /// Fill `by` of every wait: replay each semaphore's increments in visibility order (ties in
+    /// posting order, as the scheduler applies them) and find the one that reached the threshold.
+    pub fn link_semaphores(&mut self) {
+        use std::collections::HashMap;
+        // (core, semaphore) -> [(visible at, event position, delta, record)]
+        type Increments = Vec<(u64, usize, u32, u32)>;
+        let mut sig: HashMap<(u8, u16), Increments> = HashMap::new();
+        for (i, e) in self.sems.iter().enumerate() {
+            if !e.wait {
+                sig.entry((e.core, e.sem))
+                    .or_default()
+                    .push((e.time_ps, i, e.value, e.record));
+            }
+        }
+        for v in sig.values_mut() {
+            v.sort_unstable();
+        }
+        for e in self.sems.iter_mut().filter(|e| e.wait) {
+            e.by = -1;
+            let Some(v) = sig.get(&(e.core, e.sem)) else {
+                continue;
+            };
+            let mut cum = 0u64;
+            for &(_, _, d, rec) in v {
+                if cum >= e.value as u64 {
+                    break;
+                }
+                cum += d as u64;
+                if cum >= e.value as u64 {
+                    e.by = rec as i64;
+                }
+            }
+        }
     }
 }

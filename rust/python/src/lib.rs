@@ -437,6 +437,11 @@ impl Program {
         })
     }
 
+    /// Label (`name=`: the kernel source line) of every instruction, in program order.
+    fn instruction_names(&self) -> Vec<Option<String>> {
+        self.inner.instrs.iter().map(|i| i.name.clone()).collect()
+    }
+
     fn instruction_text(&self, i: usize) -> Option<String> {
         self.inner.instrs.get(i).map(core::isa::text::format_instr)
     }
@@ -617,49 +622,53 @@ impl Device {
         d.set_item("executed", res.executed)?;
         let recs = &res.trace.records;
         let cols = PyDict::new(py);
-        cols.set_item(
-            "core",
-            PyArray1::from_vec(py, recs.iter().map(|r| r.core).collect::<Vec<u8>>()),
-        )?;
-        cols.set_item(
-            "unit",
-            PyArray1::from_vec(
-                py,
-                recs.iter()
-                    .map(|r| match r.unit {
-                        core::trace::Unit::Engine(e) => e,
-                        core::trace::Unit::DmaQueue(q) => 5 + q,
-                    })
-                    .collect::<Vec<u8>>(),
-            ),
-        )?;
-        cols.set_item(
-            "index",
-            PyArray1::from_vec(py, recs.iter().map(|r| r.index).collect::<Vec<u32>>()),
-        )?;
-        cols.set_item(
-            "opcode",
-            PyArray1::from_vec(
-                py,
-                recs.iter().map(|r| r.opcode as u16).collect::<Vec<u16>>(),
-            ),
-        )?;
-        cols.set_item(
-            "start_ps",
-            PyArray1::from_vec(py, recs.iter().map(|r| r.start_ps).collect::<Vec<u64>>()),
-        )?;
-        cols.set_item(
-            "end_ps",
-            PyArray1::from_vec(py, recs.iter().map(|r| r.end_ps).collect::<Vec<u64>>()),
-        )?;
-        cols.set_item(
-            "bytes",
-            PyArray1::from_vec(py, recs.iter().map(|r| r.bytes).collect::<Vec<u64>>()),
-        )?;
-        cols.set_item(
-            "flops",
-            PyArray1::from_vec(py, recs.iter().map(|r| r.flops).collect::<Vec<u64>>()),
-        )?;
+        macro_rules! col {
+            ($d:expr, $name:expr, $src:expr, $f:expr) => {
+                $d.set_item(
+                    $name,
+                    PyArray1::from_vec(py, $src.iter().map($f).collect::<Vec<_>>()),
+                )?
+            };
+        }
+        col!(cols, "core", recs, |r| r.core);
+        col!(cols, "unit", recs, |r| match r.unit {
+            core::trace::Unit::Engine(e) => e,
+            core::trace::Unit::DmaQueue(q) => 5 + q,
+        });
+        col!(cols, "index", recs, |r| r.index);
+        col!(cols, "opcode", recs, |r| r.opcode as u16);
+        col!(cols, "start_ps", recs, |r| r.start_ps);
+        col!(cols, "end_ps", recs, |r| r.end_ps);
+        col!(cols, "bytes", recs, |r| r.bytes);
+        col!(cols, "flops", recs, |r| r.flops);
+        col!(cols, "hbm_bytes", recs, |r| r.hbm_bytes);
+        col!(cols, "priority", recs, |r| r.priority);
+        col!(cols, "dma_engines", recs, |r| r.dma_engines);
+        col!(cols, "w_mem", recs, |r| r.write.mem);
+        col!(cols, "w_p0", recs, |r| r.write.p0);
+        col!(cols, "w_p1", recs, |r| r.write.p1);
+        col!(cols, "w_lo", recs, |r| r.write.lo);
+        col!(cols, "w_hi", recs, |r| r.write.hi);
+        let ev = &res.trace.sems;
+        let sems = PyDict::new(py);
+        col!(sems, "core", ev, |e| e.core);
+        col!(sems, "sem", ev, |e| e.sem);
+        col!(sems, "wait", ev, |e| e.wait);
+        col!(sems, "value", ev, |e| e.value);
+        col!(sems, "time_ps", ev, |e| e.time_ps);
+        col!(sems, "record", ev, |e| e.record);
+        col!(sems, "by", ev, |e| e.by);
+        cols.set_item("sems", sems)?;
+        let sp = &res.trace.dma_spans;
+        let spans = PyDict::new(py);
+        col!(spans, "core", sp, |e| e.core);
+        col!(spans, "engine", sp, |e| e.engine);
+        col!(spans, "start_ps", sp, |e| e.start_ps);
+        col!(spans, "end_ps", sp, |e| e.end_ps);
+        col!(spans, "bytes", sp, |e| e.bytes);
+        col!(spans, "record", sp, |e| e.record);
+        cols.set_item("dma_spans", spans)?;
+        cols.set_item("schema_version", core::trace::SCHEMA_VERSION)?;
         d.set_item("trace", cols)?;
         Ok(d)
     }
@@ -689,6 +698,29 @@ fn convert_from_f32<'py>(
     ))
 }
 
+/// The default cost model's numbers the trace reports compare against (docs/cost-model.md).
+#[pyfunction]
+fn cost_params<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    use core::cost::*;
+    let d = PyDict::new(py);
+    let p = DmaParams::default();
+    d.set_item("tensor_ghz", TENSOR_GHZ)?;
+    d.set_item("engine_ghz", ENGINE_GHZ)?;
+    d.set_item("peak_tflops_bf16", PEAK_TFLOPS_BF16)?;
+    d.set_item("peak_tflops_mx", PEAK_TFLOPS_MX)?;
+    d.set_item("peak_tflops_fp32", PEAK_TFLOPS_FP32)?;
+    d.set_item("sem_latency_ns", SEM_LATENCY_NS)?;
+    d.set_item("dma_engines", p.engines)?;
+    d.set_item("dma_queues", p.queues)?;
+    d.set_item("dma_partitions_per_engine", p.partitions_per_engine)?;
+    d.set_item("dma_engine_bytes_per_ns", p.engine_bytes_per_ns)?;
+    d.set_item("dma_fixed_ns", p.fixed_ns)?;
+    d.set_item("dma_descriptor_ns", p.descriptor_ns)?;
+    d.set_item("hbm_bytes_per_ns", p.hbm_bytes_per_ns)?;
+    d.set_item("dma_priorities", p.priorities)?;
+    Ok(d)
+}
+
 /// Opcode -> name table and other ISA facts for the Python layer.
 #[pyfunction]
 fn isa_opcodes<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
@@ -711,6 +743,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Program>()?;
     m.add_function(wrap_pyfunction!(convert_from_f32, m)?)?;
     m.add_function(wrap_pyfunction!(isa_opcodes, m)?)?;
+    m.add_function(wrap_pyfunction!(cost_params, m)?)?;
     m.add("AUTO_SEM_BASE", core::machine::autosync::AUTO_SEM_BASE)?;
     m.add("NUM_SEMAPHORES", core::isa::instr::NUM_SEMAPHORES)?;
     Ok(())

@@ -2,6 +2,7 @@
 
 pub mod autosync;
 pub mod control;
+pub mod dma_timing;
 pub mod region;
 pub mod sched;
 

@@ -4,8 +4,10 @@
 //! depend on the host. Semaphores carry vector clocks, which give the happens-before relation
 //! the race detector checks every memory access against.
 
+use super::dma_timing::{plan, DmaFabric, Plan};
 use super::region::{conflict, regions, Region};
 use super::{stream_of, Device, RunOptions, RunResult, AGENTS_PER_CORE, NUM_CORES};
+use crate::cost::{flops, Issue};
 use crate::engines::{self, Ctx};
 use crate::error::{err, EmuError, ErrorKind::*, Result};
 use crate::isa::instr::NUM_SEMAPHORES;
@@ -13,7 +15,8 @@ use crate::isa::text::format_instr;
 use crate::isa::validate::{is_dma, validate};
 use crate::isa::{Instr, Program};
 use crate::memory::onchip::Mems;
-use crate::trace::{Record, Unit};
+use crate::memory::Mem;
+use crate::trace::{DmaSpan, Record, SemEvent, Unit, WriteBox};
 use std::collections::VecDeque;
 
 type Vc = Vec<u32>;
@@ -32,6 +35,8 @@ struct QItem {
     vc: Vc,
     /// The issuing stream's registers when the DMA was triggered (scalar offsets read them).
     regs: Box<Regs>,
+    /// How the transfer uses the DMA engines (cost model, machine/dma_timing.rs).
+    plan: Plan,
 }
 
 type Regs = [u32; crate::isa::instr::NUM_REGISTERS as usize];
@@ -172,14 +177,21 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
     let mut now = 0u64;
     let mut since_prune = 0u32;
     let cost = &*dev.cost;
+    let mut fabric = DmaFabric::new(cost.dma(), NUM_CORES);
+    let sem_latency = cost.sem_latency_ps();
 
     loop {
         // Pick the ready item with the earliest start.
-        let mut best: Option<(u64, usize)> = None;
+        // Ties go to the higher DMA priority (lower class), then to the lower agent index.
+        let mut best: Option<(u64, u8, usize)> = None;
         for (ai, a) in agents.iter_mut().enumerate() {
+            let mut prio = 0u8;
             let start = if a.is_queue() {
                 match a.fifo.front() {
-                    Some(q) => a.free.max(q.ready),
+                    Some(q) => {
+                        prio = q.plan.priority;
+                        fabric.earliest(a.core as usize, a.free.max(q.ready), &q.plan)
+                    }
                     None => continue,
                 }
             } else {
@@ -206,11 +218,11 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
                 t
             };
             let start = start.max(now);
-            if best.is_none_or(|b| start < b.0) {
-                best = Some((start, ai));
+            if best.is_none_or(|b| (start, prio) < (b.0, b.1)) {
+                best = Some((start, prio, ai));
             }
         }
-        let Some((start, ai)) = best else {
+        let Some((start, _, ai)) = best else {
             let blocked: Vec<String> = agents
                 .iter()
                 .filter(|a| !a.is_queue() && a.pos < a.list.len())
@@ -254,6 +266,10 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
         }
         // Which instruction, with which clock (and, for a transfer, its register snapshot).
         let mut snapshot: Option<Box<Regs>> = None;
+        let issue = Issue {
+            back_to_back: agents[ai].epoch > 0 && agents[ai].free == start,
+        };
+        let mut transfer: Option<Plan> = None;
         let (idx, is_transfer) = if agents[ai].is_queue() {
             let Some(q) = agents[ai].fifo.pop_front() else {
                 return Err(err(Internal, "empty DMA queue was scheduled"));
@@ -261,6 +277,7 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
             let a = &mut agents[ai];
             join(&mut a.vc, &q.vc);
             snapshot = Some(q.regs);
+            transfer = Some(q.plan);
             (q.idx, true)
         } else {
             let a = &agents[ai];
@@ -286,7 +303,7 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
 
         // A DMA instruction on an engine stream is only the trigger: queue the transfer.
         if !is_transfer && is_dma(ins) {
-            let end = start + cost.engine_ps(ins);
+            let end = start + cost.engine_ps(ins, issue);
             let q = cbase + 5 + agents[ai].stream;
             let vc = agents[ai].vc.clone();
             let regs = Box::new(dev.cores[core as usize].regs[agents[ai].stream]);
@@ -295,9 +312,11 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
                 ready: end,
                 vc,
                 regs,
+                plan: plan(ins, &cost.dma()),
             });
             agents[ai].free = end;
             if opts.trace {
+                trace_waits(&mut result.trace, core, ins, start);
                 result.trace.records.push(Record {
                     core,
                     unit: Unit::Engine(agents[ai].stream as u8),
@@ -307,6 +326,10 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
                     end_ps: end,
                     bytes: 0,
                     flops: 0,
+                    hbm_bytes: 0,
+                    priority: 0,
+                    dma_engines: 0,
+                    write: WriteBox::NONE,
                 });
             }
             result.executed += 1;
@@ -387,16 +410,14 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
             let a = &mut agents[ai];
             super::control::jump(&a.list, &mut a.pos, t);
         }
-        let dur = if is_transfer {
-            cost.dma_ps(ins, bytes / 2)
-        } else {
-            cost.engine_ps(ins)
+        let end = match &transfer {
+            Some(pl) => fabric.commit(core as usize, start, pl),
+            None => start + cost.engine_ps(ins, issue),
         };
-        let end = start + dur;
-        let flops = flops_of(ins);
         {
             let a = &mut agents[ai];
-            a.free = end;
+            // A queue hands its next transfer to the engines as soon as this one is committed.
+            a.free = if is_transfer { start } else { end };
             if opts.check_races {
                 let epoch = a.epoch;
                 for r in regs {
@@ -408,15 +429,46 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
                 }
             }
         }
+        let seen = end + sem_latency;
         for s in &ins.signals {
             let vc = agents[ai].vc.clone();
-            sems[core as usize * NUM_SEMAPHORES as usize + s.sem as usize].post(end, s.delta, vc);
+            sems[core as usize * NUM_SEMAPHORES as usize + s.sem as usize].post(seen, s.delta, vc);
         }
         if opts.trace {
             let unit = if is_transfer {
                 Unit::DmaQueue((agents[ai].stream - 5) as u8)
             } else {
+                trace_waits(&mut result.trace, core, ins, start);
                 Unit::Engine(agents[ai].stream as u8)
+            };
+            let record = result.trace.records.len() as u32;
+            if is_transfer {
+                for &(engine, s0, s1, b) in &fabric.last_spans {
+                    result.trace.dma_spans.push(DmaSpan {
+                        core,
+                        engine,
+                        start_ps: s0,
+                        end_ps: s1,
+                        bytes: b,
+                        record,
+                    });
+                }
+            }
+            for s in &ins.signals {
+                result.trace.sems.push(SemEvent {
+                    core,
+                    sem: s.sem,
+                    wait: false,
+                    value: s.delta,
+                    time_ps: seen,
+                    record,
+                    by: -1,
+                });
+            }
+            let write = write_box(core, ins);
+            let (bytes, hbm_bytes, priority, dma_engines) = match &transfer {
+                Some(pl) => (pl.bytes, pl.hbm_bytes, pl.priority, pl.pieces.len() as u8),
+                None => (bytes, 0, 0, 0),
             };
             result.trace.records.push(Record {
                 core,
@@ -426,7 +478,11 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
                 start_ps: start,
                 end_ps: end,
                 bytes,
-                flops,
+                flops: if is_transfer { 0 } else { flops(ins) },
+                hbm_bytes,
+                priority,
+                dma_engines,
+                write,
             });
         }
         result.end_ps = result.end_ps.max(end);
@@ -441,6 +497,9 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
     result.end_ps = result
         .end_ps
         .max(agents.iter().map(|a| a.free).max().unwrap_or(0));
+    if opts.trace {
+        result.trace.link_semaphores();
+    }
     Ok(result)
 }
 
@@ -471,17 +530,36 @@ fn prune(agents: &mut [Agent]) {
     }
 }
 
-fn flops_of(ins: &Instr) -> u64 {
-    use crate::isa::Opcode;
-    match ins.op {
-        Opcode::NcMatmul => {
-            let st = ins.ap(1).unwrap();
-            let mv = ins.ap(2).unwrap();
-            2 * st.parts as u64 * st.free_size() as u64 * mv.free_size() as u64
-        }
-        Opcode::TensorTensor | Opcode::TensorScalar | Opcode::Activation => {
-            ins.ap(0).map(|a| a.num_elements() as u64).unwrap_or(0)
-        }
-        _ => 0,
+/// Record the waits of the instruction about to become record `records.len()` (trace only).
+fn trace_waits(t: &mut crate::trace::Trace, core: u8, ins: &Instr, start: u64) {
+    let record = t.records.len() as u32;
+    for w in &ins.waits {
+        t.sems.push(SemEvent {
+            core,
+            sem: w.sem,
+            wait: true,
+            value: w.value,
+            time_ps: start,
+            record,
+            by: -1,
+        });
     }
+}
+
+/// The first on-chip region `ins` writes, for the occupancy counters of the trace.
+fn write_box(core: u8, ins: &Instr) -> WriteBox {
+    for (_, _, acc, ap) in ins.tensors() {
+        if !acc.writes() || ap.mem == Mem::Hbm {
+            continue;
+        }
+        let r = Region::new(core, ap, true);
+        return WriteBox {
+            mem: ap.mem as u8,
+            p0: r.p0.min(255) as u8,
+            p1: r.p1.min(255) as u8,
+            lo: r.lo.clamp(0, u32::MAX as i128) as u32,
+            hi: r.hi.clamp(0, u32::MAX as i128) as u32,
+        };
+    }
+    WriteBox::NONE
 }

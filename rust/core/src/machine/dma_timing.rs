@@ -1,0 +1,311 @@
+//! Timing of DMA transfers on the DMA machinery (reference §1.1, §1.8): 16 DMA engines per core,
+//! 16 queues each; a transfer is split across engines (by default each engine serves 8
+//! partitions); each engine moves its share at its own bandwidth after the transfer's fixed
+//! cost; every byte that touches HBM also takes its share of the device-wide HBM bandwidth.
+//! The data itself moves in engines/dma.rs; this module only says when.
+//!
+//! Arbitration: a transfer is *committed* (given its engines) when its engines are about to be
+//! free; when several transfers could take the engines at the same time the lower `priority`
+//! value (v4 QoS class) wins, then the scheduler's agent order. Committed work is never
+//! pre-empted. HBM is a fluid server: reservations queue behind each other at 4.7 TB/s, so the
+//! aggregate HBM traffic of all cores never exceeds the cap.
+
+use crate::cost::DmaParams;
+use crate::isa::{Arg, Instr};
+use crate::memory::{Ap, Mem};
+
+/// One engine's share of a transfer.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Piece {
+    pub engine: u8,
+    pub bytes: u64,
+    pub descriptors: u64,
+}
+
+/// How one DMA instruction uses the DMA engines of its core.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    pub pieces: Vec<Piece>,
+    /// Payload bytes (what lands in dst).
+    pub bytes: u64,
+    /// Bytes read from plus written to HBM.
+    pub hbm_bytes: u64,
+    /// QoS class 0..3 (0 = highest).
+    pub priority: u8,
+    /// Fraction of the engine bandwidth the transfer reaches (DMA transpose: 0.9 from HBM,
+    /// 0.5 SBUF -> SBUF, reference §1.8; copies 1.0).
+    pub rate: f64,
+}
+
+fn runs_per_row(a: &Ap) -> u64 {
+    a.row_runs().len().max(1) as u64
+}
+
+/// Split `ins` over the engines of its core.
+pub fn plan(ins: &Instr, p: &DmaParams) -> Plan {
+    let spec = ins.op.spec();
+    let mut dst: Option<&Ap> = None;
+    let mut srcs: Vec<&Ap> = Vec::new();
+    let mut priority = 0u8;
+    for (i, prm) in spec.params.iter().enumerate() {
+        match ins.args.get(i) {
+            Some(Arg::Tensor(ap)) if prm.access.writes() && dst.is_none() => dst = Some(ap),
+            Some(Arg::Tensor(ap)) => srcs.push(ap),
+            Some(Arg::I32(v)) if prm.name == "priority" => {
+                priority = (*v).clamp(0, p.priorities.saturating_sub(1) as i32) as u8
+            }
+            _ => {}
+        }
+    }
+    let Some(dst) = dst else {
+        return Plan {
+            priority,
+            rate: 1.0,
+            ..Plan::default()
+        };
+    };
+    let rate = if spec.cost == "dma_transpose" {
+        if srcs.iter().any(|a| a.mem == Mem::Hbm) {
+            0.9
+        } else {
+            0.5
+        }
+    } else {
+        1.0
+    };
+    let bytes = dst.num_elements() as u64 * dst.dtype.size() as u64;
+    let hbm_src: u64 = srcs
+        .iter()
+        .filter(|a| a.mem == Mem::Hbm)
+        .map(|a| a.num_elements() as u64 * a.dtype.size() as u64)
+        .sum();
+    let hbm_bytes = hbm_src + if dst.mem == Mem::Hbm { bytes } else { 0 };
+    // DMA buffers: one per contiguous run of a row, on the more fragmented side.
+    let descriptors = srcs
+        .iter()
+        .chain(std::iter::once(&dst))
+        .map(|a| a.parts.max(1) as u64 * runs_per_row(a))
+        .max()
+        .unwrap_or(1);
+    let engines = p.engines.max(1);
+    let ppe = p.partitions_per_engine.max(1);
+    // The on-chip side's partitions decide the split; HBM -> HBM spreads rows over all engines.
+    let side = if dst.mem != Mem::Hbm {
+        dst
+    } else {
+        srcs.iter()
+            .copied()
+            .find(|a| a.mem != Mem::Hbm)
+            .unwrap_or(dst)
+    };
+    let onchip = side.mem != Mem::Hbm;
+    let rows = side.parts.max(1) as u64;
+    let share = |total: u64, k: u64, n: u64| total * (k + 1) / n - total * k / n;
+    let mut per: Vec<(u64, u64)> = vec![(0, 0); engines];
+    if onchip || rows >= engines as u64 {
+        for r in 0..rows {
+            let e = if onchip {
+                (r / ppe as u64) as usize % engines
+            } else {
+                r as usize % engines
+            };
+            per[e].0 += share(bytes, r, rows);
+            per[e].1 += share(descriptors, r, rows);
+        }
+    } else {
+        // Few HBM rows: cut the bytes into equal slices, one per engine.
+        let n = engines as u64;
+        for (e, pe) in per.iter_mut().enumerate() {
+            *pe = (
+                share(bytes, e as u64, n),
+                share(descriptors, e as u64, n).max(1),
+            );
+        }
+    }
+    let pieces = per
+        .iter()
+        .enumerate()
+        .filter(|(_, (b, _))| *b > 0)
+        .map(|(e, (b, d))| Piece {
+            engine: e as u8,
+            bytes: *b,
+            descriptors: *d,
+        })
+        .collect();
+    Plan {
+        pieces,
+        bytes,
+        hbm_bytes,
+        priority,
+        rate,
+    }
+}
+
+/// The state of every core's DMA engines and of the shared HBM.
+pub struct DmaFabric {
+    p: DmaParams,
+    /// Per core, per engine: time (ps) the engine finishes its committed work.
+    free: Vec<Vec<u64>>,
+    /// Time (ps) the HBM fluid server drains its backlog.
+    hbm_free: u64,
+    /// (engine, start ps, end ps, bytes) of each piece of the last committed transfer.
+    pub last_spans: Vec<(u8, u64, u64, u64)>,
+}
+
+impl DmaFabric {
+    pub fn new(p: DmaParams, cores: usize) -> DmaFabric {
+        DmaFabric {
+            p,
+            free: vec![vec![0; p.engines.max(1)]; cores],
+            hbm_free: 0,
+            last_spans: Vec::new(),
+        }
+    }
+
+    fn fixed_ps(&self) -> u64 {
+        (self.p.fixed_ns * 1000.0) as u64
+    }
+
+    /// Earliest time a transfer ready at `ready` can be committed: when the busiest of its
+    /// engines has at most the fixed cost's worth of work left (that latency overlaps it).
+    pub fn earliest(&self, core: usize, ready: u64, plan: &Plan) -> u64 {
+        let busy = plan
+            .pieces
+            .iter()
+            .filter_map(|pc| self.free.get(core).and_then(|f| f.get(pc.engine as usize)))
+            .copied()
+            .max()
+            .unwrap_or(0);
+        ready.max(busy.saturating_sub(self.fixed_ps()))
+    }
+
+    /// Give the transfer its engines from `start`; returns its completion time (ps).
+    pub fn commit(&mut self, core: usize, start: u64, plan: &Plan) -> u64 {
+        let data_start = start + self.fixed_ps();
+        let mut done = data_start;
+        let total = plan.bytes.max(1) as f64;
+        self.last_spans.clear();
+        for pc in &plan.pieces {
+            let Some(slot) = self
+                .free
+                .get_mut(core)
+                .and_then(|f| f.get_mut(pc.engine as usize))
+            else {
+                continue;
+            };
+            let s = data_start.max(*slot);
+            let work_ns = pc.descriptors as f64 * self.p.descriptor_ns
+                + pc.bytes as f64 / (self.p.engine_bytes_per_ns * plan.rate.max(0.01));
+            let mut end = s + (work_ns * 1000.0).ceil() as u64;
+            if plan.hbm_bytes > 0 {
+                let share = plan.hbm_bytes as f64 * pc.bytes as f64 / total;
+                let hs = s.max(self.hbm_free);
+                self.hbm_free = hs + (share / self.p.hbm_bytes_per_ns * 1000.0).ceil() as u64;
+                end = end.max(self.hbm_free);
+            }
+            *slot = end;
+            self.last_spans.push((pc.engine, s, end, pc.bytes));
+            done = done.max(end);
+        }
+        done.max(start + 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan_of(bytes_per_engine: &[(u8, u64)], hbm: bool) -> Plan {
+        let pieces: Vec<Piece> = bytes_per_engine
+            .iter()
+            .map(|&(e, b)| Piece {
+                engine: e,
+                bytes: b,
+                descriptors: 8,
+            })
+            .collect();
+        let bytes = pieces.iter().map(|p| p.bytes).sum();
+        Plan {
+            pieces,
+            bytes,
+            hbm_bytes: if hbm { bytes } else { 0 },
+            priority: 0,
+            rate: 1.0,
+        }
+    }
+
+    #[test]
+    fn one_engine_costs_fixed_plus_bytes_over_bandwidth() {
+        let p = DmaParams::default();
+        let mut f = DmaFabric::new(p, 1);
+        let pl = plan_of(&[(0, 33_000)], false);
+        let end = f.commit(0, 0, &pl);
+        let want = p.fixed_ns + 8.0 * p.descriptor_ns + 1000.0;
+        assert_eq!(end, (want * 1000.0) as u64);
+    }
+
+    #[test]
+    fn engines_work_in_parallel_and_queue_serially() {
+        let p = DmaParams::default();
+        let mut f = DmaFabric::new(p, 1);
+        let all: Vec<(u8, u64)> = (0..16).map(|e| (e, 33_000)).collect();
+        let pl = plan_of(&all, false);
+        let e1 = f.commit(0, 0, &pl);
+        // Same duration as one engine moving its share alone.
+        let one = ((p.fixed_ns + 8.0 * p.descriptor_ns + 1000.0) * 1000.0) as u64;
+        assert_eq!(e1, one);
+        // A second transfer committed at once waits for the engines, minus nothing.
+        let s2 = f.earliest(0, 0, &pl);
+        assert_eq!(s2, e1 - (p.fixed_ns * 1000.0) as u64);
+        let e2 = f.commit(0, s2, &pl);
+        assert_eq!(e2, e1 + ((8.0 * p.descriptor_ns + 1000.0) * 1000.0) as u64);
+    }
+
+    #[test]
+    fn plan_splits_partitions_and_rates_transposes() {
+        use crate::isa::text::parse_instr_unchecked;
+        let p = DmaParams::default();
+        let copy = parse_instr_unchecked("dma_copy.sync dst=sbuf:bfloat16[0:24]+0[[1,1024]] src=hbm:bfloat16+0[[1024,24],[1,1024]] priority=2").unwrap();
+        let pl = plan(&copy, &p);
+        // 24 partitions -> engines 0, 1, 2 with 8 rows of 2 KiB each.
+        let want: Vec<(u8, u64)> = (0..3).map(|e| (e, 8 * 2048)).collect();
+        let got: Vec<(u8, u64)> = pl.pieces.iter().map(|x| (x.engine, x.bytes)).collect();
+        assert_eq!(got, want);
+        assert_eq!(
+            (pl.bytes, pl.hbm_bytes, pl.priority, pl.rate),
+            (24 * 2048, 24 * 2048, 2, 1.0)
+        );
+        // SBUF -> a flat HBM row: the SBUF partitions still decide the split.
+        let out = parse_instr_unchecked(
+            "dma_copy.sync dst=hbm:bfloat16+0[[1,24576]] src=sbuf:bfloat16[0:24]+0[[1,1024]]",
+        )
+        .unwrap();
+        let got: Vec<(u8, u64)> = plan(&out, &p)
+            .pieces
+            .iter()
+            .map(|x| (x.engine, x.bytes))
+            .collect();
+        assert_eq!(got, want);
+        let tr = parse_instr_unchecked("dma_transpose.sync dst=sbuf:bfloat16[0:32]+0[[1,32]] src=hbm:bfloat16+0[[32,32],[1,32]]").unwrap();
+        assert_eq!(plan(&tr, &p).rate, 0.9);
+        let tr2 = parse_instr_unchecked("dma_transpose.sync dst=sbuf:bfloat16[0:32]+0[[1,32]] src=sbuf:bfloat16[0:32]+4096[[1,32]]").unwrap();
+        assert_eq!(plan(&tr2, &p).rate, 0.5);
+    }
+
+    #[test]
+    fn hbm_cap_limits_the_aggregate() {
+        let p = DmaParams::default();
+        let mut f = DmaFabric::new(p, 8);
+        let big = 1u64 << 20;
+        let all: Vec<(u8, u64)> = (0..16).map(|e| (e, big)).collect();
+        let mut pl = plan_of(&all, true);
+        pl.hbm_bytes = 2 * pl.bytes; // HBM -> HBM: read and write
+        let mut end = 0;
+        for c in 0..8 {
+            end = end.max(f.commit(c, 0, &pl));
+        }
+        let total_hbm = 8.0 * pl.hbm_bytes as f64;
+        let floor_ps = total_hbm / p.hbm_bytes_per_ns * 1000.0;
+        assert!(end as f64 >= floor_ps, "{end} < {floor_ps}");
+    }
+}

@@ -325,3 +325,35 @@ def test_hazard_0_5_while_loop_terminates(dev):
     res = dev.run(p)
     assert dev.read(tot)[0, 0] == 10 and dev.read(cnt)[0, 0] == 0
     assert res.executed == 3 + 6 * 5 + 2 + 1
+
+
+@pytest.mark.parametrize("lower,upper,step", [(0, 7, 1), (3, 20, 4), (10, -2, -3)])
+def test_fori_loop_helper_visits_range(dev, rng, lower, upper, step):
+    """Row i of a table is copied to row i of the output for every i in range(lower, upper, step)."""
+    n, f = 24, 8
+    src = rng.integers(-1000, 1000, size=(n, f)).astype(np.int32)
+    hs = dev.hbm.put(src + 30)  # rows offset by 2 so negative starts stay in range
+    hd = dev.hbm.put(np.zeros((n, f), np.int32))
+    p = t3.Program(sync="manual")
+    with p.fori_loop(lower, upper, step, engine="sync") as i:
+        p.dma_copy(
+            dst=hd.ap([[f, 1], [1, f]], offset=2 * f, scalar_offset=i),
+            src=hs.ap([[f, 1], [1, f]], offset=2 * f, scalar_offset=i),
+            engine="sync",
+        )
+    dev.run(p)
+    want = np.zeros((n, f), np.int32)
+    for k in range(lower, upper, step):
+        want[k + 2] = src[k + 2] + 30
+    np.testing.assert_array_equal(dev.hbm.get(hd), want)
+
+
+def test_fori_loop_rules():
+    p = t3.Program(sync="manual")
+    with pytest.raises(t3.OperandError, match="zero times"):
+        with p.fori_loop(5, 5):
+            pass
+    t = p.sbuf((4, 4), np.float32)
+    with pytest.raises(t3.OperandError, match="not on the loop's engine"):
+        with p.fori_loop(0, 3, engine="vector"):
+            p.memset(dst=t, value=1.0, engine="gpsimd")

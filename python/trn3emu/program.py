@@ -9,6 +9,8 @@ and signal to the author (`wait=[(sem, value)]`, `signal=[(sem, delta)]` or `sig
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from . import _native
@@ -133,6 +135,35 @@ class Program(AssemblerMixin):
         if init is not None:
             self.register_move(dst=r, src=int(init), engine=engine)
         return r
+
+    @contextlib.contextmanager
+    def fori_loop(self, lower: int, upper: int, step: int = 1, engine: Any = "sync") -> Iterator[Reg]:
+        """A runtime loop on one engine's stream (NKI's `nl.fori_loop`): the body assembled inside
+        the `with` block runs for i = lower, lower + step, ... while i < upper (i > upper for a
+        negative step); the yielded register holds i. The body must stay on `engine` (a branch
+        jumps within its own engine's stream; DMAs it triggers may go anywhere). Programs with
+        loops need `sync="manual"`.
+
+            with p.fori_loop(0, 8, engine="sync") as i:
+                p.dma_copy(dst=out.ap([[n, 1], [1, n]], scalar_offset=i), src=t, engine="sync")
+        """
+        lower, upper, step = int(lower), int(upper), int(step)
+        if step == 0 or (upper - lower) * step <= 0:
+            raise OperandError(
+                f"fori_loop({lower}, {upper}, {step}) would run zero times or never end", operand="step"
+            )
+        eng = _enum_name(engine)
+        i = self.register_alloc(lower, engine=eng)
+        top = len(self)
+        yield i
+        for k in range(top, len(self)):
+            head = self.instruction(k).split(" ", 1)[0]
+            if head.rsplit(".", 1)[-1] != eng:
+                raise OperandError(
+                    f"fori_loop body instruction #{k} `{head}` is not on the loop's engine {eng}", operand="engine"
+                )
+        self.register_op(dst=i, src=i, op="add", imm=step, engine=eng)
+        self.branch(target=top, cmp="lt" if step > 0 else "gt", reg=i, imm=upper, engine=eng)
 
     # -------------------------------------------------------------------------------- assembly
     def _emit(self, opcode: str, engine: Any, name: Any, wait: Any, signal: Any, args: tuple) -> int:

@@ -149,9 +149,7 @@ class Program(AssemblerMixin):
         """
         lower, upper, step = int(lower), int(upper), int(step)
         if step == 0 or (upper - lower) * step <= 0:
-            raise OperandError(
-                f"fori_loop({lower}, {upper}, {step}) would run zero times or never end", operand="step"
-            )
+            raise OperandError(f"fori_loop({lower}, {upper}, {step}) would run zero times or never end", operand="step")
         eng = _enum_name(engine)
         i = self.register_alloc(lower, engine=eng)
         top = len(self)

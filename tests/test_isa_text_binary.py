@@ -928,3 +928,45 @@ def test_parsed_dynamic_pattern_is_validated():
     line = "tensor_copy.vector dst=sbuf:float32[0:1]+0[[1,8]] src=sbuf:float32[0:1]+0[[1,8]]@s(r1,8,4)"
     with pytest.raises(t3.OperandError, match="not a DMA instruction"):
         t3.Program.from_text(line)
+
+
+def _rand_dynamic_instr(r: random.Random, p: t3.Program) -> None:
+    """One DMA or compute instruction with a random dynamic operand (scalar, vector or indirect)."""
+    dev_hbm = t3.Tensor("hbm", "float32", (r.randint(1, 64), r.choice([1, 8, 32])), offset=64 * r.randrange(1 << 20))
+    rows, f = dev_hbm.shape
+    kind = r.choice(["reg", "tile", "vector", "indirect"])
+    eng = r.choice(["sync", "scalar", "gpsimd", "vector", "tensor"])
+    if kind == "indirect":
+        g = 16
+        n = r.randint(1, 2 * g)
+        data = p.sbuf((16, r.randint(1, 64)), np.float32)
+        idx = p.sbuf((16, -(-n // g)), r.choice([np.int32, np.uint32]))
+        dst = p.sbuf((16, n), np.float32)
+        p.tensor_copy(dst=dst, src=data.indirect(idx, num_elem=n), engine=r.choice(["vector", "scalar", "gpsimd"]))
+        return
+    k = r.randint(1, rows)
+    pat = [[f, k], [1, f]]
+    if kind == "reg":
+        src = dev_hbm.ap(pat, scalar_offset=t3.Reg(r.randrange(64)), indirect_dim=0)
+    elif kind == "tile":
+        src = dev_hbm.ap(pat, scalar_offset=p.sbuf((1, 1), r.choice([np.int32, np.uint32])), indirect_dim=0)
+    else:
+        src = dev_hbm.ap(pat, vector_offset=p.sbuf((k, 1), r.choice([np.int32, np.uint32])))
+        eng = r.choice(["gpsimd", "vector", "tensor"])
+    dst = p.sbuf((k, f), np.float32)
+    if r.random() < 0.5:
+        p.dma_copy(dst=dst, src=src, oob_mode=r.choice(["error", "skip"]), engine=eng)
+    else:
+        p.dma_compute(dst=dst, src0=dst, src1=src, engine=eng)
+
+
+@SETTINGS
+@given(st.randoms(use_true_random=False))
+def test_dynamic_patterns_round_trip_property(r):
+    p = t3.Program(core=r.randrange(8), sync="manual")
+    for _ in range(r.randint(1, 6)):
+        _rand_dynamic_instr(r, p)
+    text = p.to_text()
+    assert t3.Program.from_text(text) == p
+    q = t3.Program.decode(p.encode())
+    assert q == p and q.to_text() == text

@@ -276,7 +276,88 @@ def rand_args(r: random.Random, name: str, engine: str) -> tuple:
             out.append(r.randrange(64) if r.random() < 0.97 else r.randrange(64, 256))
         else:  # pragma: no cover - a new kind in isa.toml
             raise AssertionError(f"unknown operand kind {kind}")
+    if name in CONSTRAINED and r.random() < 0.7:
+        CONSTRAINED[name](r, {prm["name"]: i for i, prm in enumerate(spec["params"])}, out)
     return tuple(out)
+
+
+# Instruction-specific rules that generic draws almost never meet; most draws of these
+# instructions get operands that satisfy them (the rest still exercise rejection).
+def _fix_activation_reduce(r: random.Random, ix: dict, out: list) -> None:
+    data = out[ix["data"]]
+    out[ix["reduce_op"]] = "add"
+    if data is not None and data[0] != "hbm" and isinstance(data[3], int) and 1 <= data[3] <= 128:
+        out[ix["reduce_res"]] = rand_ap(r, "sbuf", "float32", data[3], 1, False)
+
+
+def _fix_activate2(r: random.Random, ix: dict, out: list) -> None:
+    pairs = [("multiply", "add"), ("multiply", "subtract"), ("multiply", "bypass"), ("add", "bypass")]
+    out[ix["op0"]], out[ix["op1"]] = r.choice(pairs + [("subtract", "bypass"), ("bypass", "bypass")])
+    for k in ("imm0", "imm1", "relu_param"):
+        out[ix[k]] = rand_f32(r)
+    out[ix["reduce_op"]] = r.choice(["add", "maximum", "minimum", "abs_max", "abs_min"])
+    out[ix["reduce_cmd"]] = r.choice(["idle", "reset", "reduce", "reset_reduce"])
+    out[ix["reduce_res"]] = None
+
+
+def _fix_local_gather(r: random.Random, ix: dict, out: list) -> None:
+    parts, k, e = r.choice([16, 32, 64, 128]), r.choice([1, 2, 4]), r.choice([1, 2, 4, 8, 16, 32])
+    valid = r.randint(1, 16 * k)
+    dtype = r.choice(CLASSES["numeric"])
+    out[ix["src_buffer"]] = rand_ap(r, "sbuf", dtype, parts, r.choice([32, 64]), False)
+    out[ix["index"]] = rand_ap(r, "sbuf", "uint16", parts, k, False)
+    out[ix["dst"]] = rand_ap(r, "sbuf", dtype, parts, valid * e, False)
+    out[ix["num_elem_per_idx"]] = e
+    out[ix["num_valid_indices"]] = valid
+
+
+def _fix_sequence_bounds(r: random.Random, ix: dict, out: list) -> None:
+    dtype, n = r.choice(["float32", "int32"]), r.choice([1, 9, 64])
+    out[ix["segment_ids"]] = rand_ap(r, "sbuf", dtype, 1, n, False)
+    out[ix["dst"]] = rand_ap(r, "sbuf", dtype, 1, 2 * n, False)
+
+
+def _fix_tensor_partition_reduce(r: random.Random, ix: dict, out: list) -> None:
+    op = r.choice(["add", "average", "maximum", "bitwise_or", "bitwise_and"])
+    dtype = r.choice(CLASSES["int_any"] if op.startswith("bitwise") else CLASSES["numeric"])
+    f = r.choice([1, 8, 64])
+    out[ix["op"]] = op
+    out[ix["data"]] = rand_ap(r, "sbuf", dtype, r.choice([1, 16, 64, 128]), f, False)
+    out[ix["dst"]] = rand_ap(r, "sbuf", dtype, 1, f, False)
+
+
+def _fix_nonzero_with_count(r: random.Random, ix: dict, out: list) -> None:
+    parts, t = r.choice([16, 32, 128]), r.choice([1, 8, 50])
+    out[ix["src"]] = rand_ap(r, "sbuf", r.choice(["float32", "int32"]), parts, t, False)
+    out[ix["dst"]] = rand_ap(r, "sbuf", "int32", parts, t + 1, False)
+
+
+def _fix_topk(r: random.Random, ix: dict, out: list) -> None:
+    parts, n = r.choice([16, 32, 128]), r.choice([8, 100, 1000])
+    k = r.randint(1, min(n, 64))
+    out[ix["src"]] = rand_ap(r, "sbuf", "bfloat16", parts, -(-n // 16), False)
+    out[ix["val_dst"]] = rand_ap(r, "sbuf", "bfloat16", parts, k, False)
+    out[ix["idx_dst"]] = rand_ap(r, "sbuf", "uint32", parts, k, False)
+    out[ix["n"]] = n
+
+
+def _fix_nc_n_gather(r: random.Random, ix: dict, out: list) -> None:
+    parts, dtype, n = r.choice([1, 16, 128]), r.choice(CLASSES["numeric"]), r.choice([1, 8, 100])
+    out[ix["data"]] = rand_ap(r, "sbuf", dtype, parts, r.choice([8, 64]), False)
+    out[ix["indices"]] = rand_ap(r, "sbuf", "uint32", parts, n, False)
+    out[ix["dst"]] = rand_ap(r, "sbuf", dtype, parts, n, False)
+
+
+CONSTRAINED = {
+    "tensor_partition_reduce": _fix_tensor_partition_reduce,
+    "nonzero_with_count": _fix_nonzero_with_count,
+    "topk": _fix_topk,
+    "nc_n_gather": _fix_nc_n_gather,
+    "activation_reduce": _fix_activation_reduce,
+    "activate2": _fix_activate2,
+    "local_gather": _fix_local_gather,
+    "sequence_bounds": _fix_sequence_bounds,
+}
 
 
 def rand_sync(r: random.Random) -> tuple[list, list]:

@@ -42,7 +42,7 @@ INSTRUCTIONS = {
     'nop': (0x0001, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), ()),
     'nc_matmul': (0x0100, ('tensor',), (('dst', 'tensor', None), ('stationary', 'tensor', None), ('moving', 'tensor', None), ('is_stationary_onezero', 'bool', None), ('is_moving_onezero', 'bool', None), ('is_transpose', 'bool', None), ('accumulate', 'bool', None), ('tile_position', 'ints', None), ('tile_size', 'ints', None), ('perf_mode', 'enum', 'matmul_perf_mode'))),
     'nc_transpose': (0x0102, ('tensor', 'vector'), (('dst', 'tensor', None), ('data', 'tensor', None))),
-    'activation': (0x0200, ('scalar',), (('dst', 'tensor', None), ('op', 'enum', 'act_fn'), ('data', 'tensor', None), ('bias', 'tensor_or_f32', None), ('scale', 'tensor_or_f32', None), ('reduce_op', 'enum', 'alu_op'), ('reduce_res', 'tensor', None), ('reduce_cmd', 'enum', 'reduce_cmd'))),
+    'activation': (0x0200, ('scalar', 'gpsimd'), (('dst', 'tensor', None), ('op', 'enum', 'act_fn'), ('data', 'tensor', None), ('bias', 'tensor_or_f32', None), ('scale', 'tensor_or_f32', None), ('reduce_op', 'enum', 'alu_op'), ('reduce_res', 'tensor', None), ('reduce_cmd', 'enum', 'reduce_cmd'))),
     'tensor_tensor': (0x0300, ('vector', 'gpsimd'), (('dst', 'tensor', None), ('data1', 'tensor', None), ('data2', 'tensor', None), ('op', 'enum', 'alu_op'))),
     'tensor_scalar': (0x0301, ('vector', 'scalar', 'gpsimd'), (('dst', 'tensor', None), ('data', 'tensor', None), ('op0', 'enum', 'alu_op'), ('operand0', 'tensor_or_f32', None), ('reverse0', 'bool', None), ('op1', 'enum', 'alu_op'), ('operand1', 'tensor_or_f32', None), ('reverse1', 'bool', None))),
     'tensor_copy': (0x0302, ('vector', 'scalar', 'gpsimd'), (('dst', 'tensor', None), ('src', 'tensor', None))),
@@ -192,9 +192,9 @@ class AssemblerMixin:
     ) -> Any:
         """dst = op(data * scale + bias), fp32 inside, optional free-dim sum into reduce registers.
 
-        out = op(data * scale + bias) in fp32, cast to dst (RNE). reduce_cmd: reset -> regs = 0; reset_reduce -> regs = sum(out); reduce -> regs += sum(out); idle -> untouched. reduce_res gets regs.
+        out = op(data * scale + bias) in fp32, cast to dst (RNE). reduce_cmd: reset -> regs = 0; reset_reduce -> regs = sum(out); reduce -> regs += sum(out); idle -> untouched. reduce_op: add only. reduce_res gets regs after dst is written (a reduce_res aliasing dst ends with the sums). Registers sum the fp32 results in free order. Restricted functions outside their documented range (log [2^-64, 2^64], sin [-pi, pi], arctan [-pi/2, pi/2], sqrt [2^-116, 2^118], rsqrt [2^-87, 2^97], reciprocal |x| in [2^-42, 2^42]) give NaN (hardware: invalid output). prelu is rejected (its slope is activate2's relu_param). NKI 0.7 (SDK 2.33) also runs activation on GpSimd (v4): same math, SBUF only, no accumulator (reduce_cmd idle, no reduce_op / reduce_res).
 
-        Engines: scalar.
+        Engines: scalar, gpsimd.
         dst: output.
         op: activation function. One of copy, square, sigmoid, relu, prelu, gelu, gelu_dx, gelu_apprx_tanh, gelu_apprx_sigmoid, gelu_apprx_sigmoid_dx, silu, silu_dx, tanh, softplus, mish, erf, erf_dx, exp, sign, abs, log, sin, arctan, sqrt, rsqrt, reciprocal, bypass.
         data: input.
@@ -220,7 +220,7 @@ class AssemblerMixin:
     ) -> Any:
         """Elementwise dst = op(data1, data2).
 
-        Arithmetic ops: both inputs cast to fp32, fp32 op, RNE cast to dst. Bitwise ops: integer dtypes, raw bits (inputs zero/sign-extended to 32 bits, result truncated to dst width). At most one input in PSUM.
+        Arithmetic ops: both inputs cast to fp32, fp32 op, RNE cast to dst. Bitwise ops: integer dtypes, raw bits (inputs zero/sign-extended to 32 bits, result truncated to dst width). At most one input in PSUM. power runs on GpSimd only. Default engine (engine unknown / not written): GpSimd for power, and when every operand is int32/uint32 with none in PSUM; otherwise Vector. GpSimd with all-int32/uint32 operands is exact: add, subtract, multiply wrap; maximum, minimum, comparisons, logical and abs_max/abs_min are exact integer operations.
 
         Engines: vector, gpsimd.
         dst: output.
@@ -248,7 +248,7 @@ class AssemblerMixin:
     ) -> Any:
         """dst = op1(op0(data, operand0), operand1) with scalar or (P,1) operands.
 
-        t = op0(data, operand0) (reverse0: op0(operand0, data)); dst = op1(t, operand1) (reverse1: op1(operand1, t)). fp32 arithmetic, or raw bits when both ops are bitwise.
+        t = op0(data, operand0) (reverse0: op0(operand0, data)); dst = op1(t, operand1) (reverse1: op1(operand1, t)). fp32 arithmetic, or raw bits when both ops are bitwise. rsqrt runs on GpSimd / Scalar only, reciprocal on Vector / Scalar only; with engine unknown an rsqrt goes to GpSimd (Scalar if an operand is in PSUM). ScalarE accepts every arithmetic (op0, op1) pair (the (multiply, add) / (multiply) / (add) restriction is documented for trn2 only); bitwise ops run on VectorE only.
 
         Engines: vector, scalar, gpsimd.
         dst: output.
@@ -401,7 +401,7 @@ class AssemblerMixin:
     ) -> Any:
         """Legacy activation with a free-dim reduction into reduce_res (= activation with reduce_cmd=reset_reduce).
 
-        out = op(data * scale + bias) in fp32, cast to dst (RNE); reduce_regs = reduce_op over all free elements of out (reset first, fp32, order unspecified); reduce_res[p,0] = reduce_regs[p]. Equivalent to activation(..., reduce_op, reduce_res, reduce_cmd=reset_reduce); shares ScalarE reduce_regs with activation / activate2. v2: reduce_op must be add (later generations undocumented; assume the activate2 set). Open (ref 6.5): whether the fp32 or the dst-rounded value is reduced.
+        out = op(data * scale + bias) in fp32, cast to dst (RNE); reduce_regs = reduce_op over all free elements of out (reset first, fp32, free order); reduce_res[p,0] = reduce_regs[p]. Equivalent to activation(..., reduce_op, reduce_res, reduce_cmd=reset_reduce); shares ScalarE reduce_regs with activation / activate2. reduce_op must be add (NKI 2.33 docs: the registers can only sum; activate2 has max/min). The fp32 values are reduced (emulator choice for ref 6.5).
 
         Engines: scalar.
         dst: output, same shape as data.
@@ -437,7 +437,7 @@ class AssemblerMixin:
     ) -> Any:
         """ScalarE tensor-scalar stage, activation and optional reduction: dst = op(op1(op0(data, imm0), imm1), relu_param).
 
-        Per element, fp32: v = data; if op0 != bypass: v = op0(v, imm0) (reverse0: op0(imm0, v)); if op1 != bypass: v = op1(v, imm1) (reverse1: op1(imm1, v)); out = op(v, relu_param) (relu_param = prelu slope), RNE cast to dst. Allowed (op0, op1): (multiply, add), (multiply, subtract), (multiply, bypass), (add, bypass), (subtract, bypass), (bypass, bypass). imm0/imm1: fp32 scalars or (P,1) tiles (same dtype when both tiles). Reduction into ScalarE reduce_regs (shared with activation): reset -> identity of reduce_op only; reset_reduce -> identity then acc = reduce_op(acc, out[i]) over all free elements; reduce -> continue; idle -> untouched. reduce_op in {add, maximum, minimum, abs_max, abs_min}; reduce_res (P,1) gets the registers (extra read-out instruction). Open (ref 6.5): fp32 or dst-rounded value reduced.
+        Per element, fp32: v = data; if op0 != bypass: v = op0(v, imm0) (reverse0: op0(imm0, v)); if op1 != bypass: v = op1(v, imm1) (reverse1: op1(imm1, v)); out = op(v, relu_param) (relu_param = prelu slope), RNE cast to dst. Allowed (op0, op1): (multiply, add), (multiply, subtract), (multiply, bypass), (add, bypass), (subtract, bypass), (bypass, bypass). imm0/imm1: fp32 scalars or (P,1) tiles (same dtype when both tiles). Reduction into ScalarE reduce_regs (shared with activation): reset -> identity of reduce_op only; reset_reduce -> identity then acc = reduce_op(acc, out[i]) over all free elements; reduce -> continue; idle -> untouched. reduce_op in {add, maximum, minimum, abs_max, abs_min}; reduce_res (P,1) gets the registers (extra read-out instruction). The fp32 values are reduced in free order (emulator choice for ref 6.5); identities add 0, maximum -inf, minimum +inf, abs_max 0, abs_min +inf; abs_max/abs_min keep the signed value, ties -> the newer element. reduce_cmd other than idle needs reduce_op; load_reduce is rejected.
 
         Engines: scalar.
         dst: output.
@@ -943,7 +943,7 @@ class AssemblerMixin:
     ) -> Any:
         """Reduce across the partition dim into one partition.
 
-        dst[0, f] = op over p = 0..P-1 of data[p, f] (dst has 1 partition, same elements/partition). op in {add, average (mean over P), maximum, bitwise_or, bitwise_and}; arithmetic in fp32 (order unspecified) cast to dst, bitwise on raw integer bits. SBUF only.
+        dst[0, f] = op over p = 0..P-1 of data[p, f] (dst has 1 partition, same elements/partition). op in {add, average (mean over P), maximum, bitwise_or, bitwise_and}; arithmetic in fp32 in partition order 0 -> P-1 (order unspecified; emulator choice), average = fp32 sum / P, cast to dst; bitwise on raw integer bits (integer dtypes). SBUF only.
 
         Engines: gpsimd.
         dst: (1, F) result.
@@ -969,7 +969,7 @@ class AssemblerMixin:
     ) -> Any:
         """dst = cmp_op(affine index, 0) ? on_true_tile : on_false_value (e.g. a causal mask).
 
-        value = offset + p*channel_multiplier + sum_i idx_i*step_i over pattern [[step, num], ...] (as iota, int32); dst = cmp_op(value, 0) ? on_true_tile : on_false_value (fp32); a different input dtype goes through fp32. prod(num) = elements/partition of dst and on_true_tile. SBUF in and out.
+        value = offset + p*channel_multiplier + sum_i idx_i*step_i over pattern [[step, num], ...] (as iota, int32); dst = cmp_op(value, 0) ? on_true_tile : on_false_value (fp32, rounded to dst); the comparison is exact on the int32 value; cmp_op must be a comparison. Same dtype: on_true elements copied bit-exactly; a different input dtype goes through fp32. prod(num) = elements/partition of dst and on_true_tile. SBUF in and out.
 
         Engines: gpsimd.
         dst: output.
@@ -997,7 +997,7 @@ class AssemblerMixin:
     ) -> Any:
         """Per-16-partition-group gather of contiguous element runs by uint16 indices.
 
-        Each group g of 16 partitions (GpSimd core g) flattens index[16g:16g+16, :] partition-first (column-major) into a list, keeps the first num_valid_indices (default all), and for every partition p of the group: dst[p, j, e] = src_buffer[p, idx_j + e], e < num_elem_per_idx in {1,2,4,8,16,32} (as the NKI numpy reference). P multiple of 16, equal for src_buffer and index; <= 4096 indices per core; no dtype cast (dst dtype = src dtype); OOB undefined. Open (ref 6.7): the prose calls indices partition offsets, the numpy reference gathers along each partition's free dim (modeled). 0.6 known issue: num_elem_per_idx ignored unless num_valid*num_elem = dst elements/partition.
+        Each group g of 16 partitions (GpSimd core g) flattens index[16g:16g+16, :] partition-first (column-major) into a list, keeps the first num_valid_indices (default all), and for every partition p of the group: dst[p, j, e] = src_buffer[p, idx_j + e], e < num_elem_per_idx in {1,2,4,8,16,32} (as the NKI numpy reference). P multiple of 16, equal for src_buffer, index and dst; <= 4096 indices per core; no dtype cast (dst dtype = src dtype); dst elements per partition must equal num_valid * num_elem_per_idx (the emulator implements the documented semantics, not the 0.6 simulator issue below); OOB is undefined on hardware and an AddressError at run time here. Open (ref 6.7): the prose calls indices partition offsets, the numpy reference gathers along each partition's free dim (modeled). 0.6 known issue: num_elem_per_idx ignored unless num_valid*num_elem = dst elements/partition.
 
         Engines: gpsimd.
         dst: gathered data.
@@ -1021,7 +1021,7 @@ class AssemblerMixin:
     ) -> Any:
         """Per-partition gather: dst[p, i] = flat(data[p])[indices[p, i]].
 
-        Per partition, free dims of data flattened: dst[p, i] = data_flat[p, indices[p, i]]; indices uint32 in [0, elements/partition of data); dst dtype = data dtype (bit copy); dst elements/partition = indices elements/partition; same P (<= 128). All SBUF. Issued as ceil(n/512) hardware instructions. First generation undocumented (v2 assumed).
+        Per partition, free dims of data flattened: dst[p, i] = data_flat[p, indices[p, i]]; indices uint32 in [0, elements/partition of data); dst dtype = data dtype (bit copy); dst elements/partition = indices elements/partition; same P (<= 128). All SBUF. Issued as ceil(n/512) hardware instructions. First generation undocumented (v2 assumed). An index outside the row is an AddressError at run time.
 
         Engines: gpsimd.
         dst: gathered elements.
@@ -1042,7 +1042,7 @@ class AssemblerMixin:
     ) -> Any:
         """Start / end index of each element's segment (segment id 0 = padding).
 
-        P must be 1; segment_ids (1, n), dst (1, 2, n): dst[0,0,i] = first index of the segment containing i, dst[0,1,i] = one past its last index; segment id 0 (padding) -> start n, end -1. Example [0,1,1,2,2,2,0,3,3] -> starts [9,1,1,3,3,3,9,7,7], ends [-1,3,3,6,6,6,-1,9,9]. Ids non-negative; fp32 or int32 in and out. Segments assumed contiguous (behaviour for a repeated non-contiguous id undocumented).
+        P must be 1; segment_ids (1, n), dst (1, 2, n): dst[0,0,i] = first index of the segment containing i, dst[0,1,i] = one past its last index; segment id 0 (padding) -> start n, end -1. Example [0,1,1,2,2,2,0,3,3] -> starts [9,1,1,3,3,3,9,7,7], ends [-1,3,3,6,6,6,-1,9,9]. Ids non-negative; fp32 or int32 in and out. Segments assumed contiguous; the emulator treats each maximal run of equal ids as one segment (a repeated id after a gap starts a new segment; undocumented). int32 ids compare by value exactly, fp32 ids by value (-0.0 is padding).
 
         Engines: gpsimd.
         dst: (1, 2, n) bounds.
@@ -1064,7 +1064,7 @@ class AssemblerMixin:
     ) -> Any:
         """Positions of nonzero elements (+ index_offset), padding, then the count; partitions 0,16,...,112 only.
 
-        Only partitions 0,16,...,112 are read and written (other dst partitions untouched). For a row of T elements: dst[p, 0..N-1] = positions i (+ index_offset) of the N nonzero elements in order, dst[p, N..T-1] = padding_val, dst[p, T] = N. src fp32 / int32, dst int32 with T+1 elements/partition; SBUF.
+        Only partitions 0,16,...,112 are read and written (other dst partitions untouched). For a row of T elements: dst[p, 0..N-1] = positions i (+ index_offset) of the N nonzero elements in order, dst[p, N..T-1] = padding_val, dst[p, T] = N. src fp32 / int32, dst int32 with T+1 elements/partition; SBUF. Partitions are counted from the operand's first partition. fp32 -0.0 counts as zero, NaN as nonzero.
 
         Engines: gpsimd.
         dst: (P, T+1) int32.
@@ -1088,7 +1088,7 @@ class AssemblerMixin:
     ) -> Any:
         """K largest bf16 values and their indices from a 16-partition snake layout (K = val_dst free size).
 
-        src bf16 in a 16-partition snake: element e at partition e%16, column e//16 (n active elements, 8 <= n < 65536, src free >= ceil(n/16)); K = val_dst free size (1 <= K < 32768, K <= n); val_dst (P, K) bf16 = the K largest values in ascending order, idx_dst (P, K) uint32 = their 0-based snake indices. P multiple of 16; SBUF. Open (ref 6.7): 0.6 text says each partition is independent yet reads a 16-partition snake; modeled as one problem per 16-partition group. NKI 0.7 appends sorted=False and writes results in the same snake layout (result j at partition j%16, column j//16); not modeled. Tie order undocumented.
+        src bf16 in a 16-partition snake: element e at partition e%16, column e//16 (n active elements, 8 <= n < 65536, src free >= ceil(n/16)); K = val_dst free size (1 <= K < 32768, K <= n); val_dst (P, K) bf16 = the K largest values in ascending order, idx_dst (P, K) uint32 = their 0-based snake indices. P multiple of 16; SBUF. Open (ref 6.7): 0.6 text says each partition is independent yet reads a 16-partition snake; modeled as one problem per 16-partition group. NKI 0.7 appends sorted=False and writes results in the same snake layout (result j at partition j%16, column j//16); not modeled. Emulator choices (undocumented): every partition of a group receives its group's result; among equal values the lower index wins a place and equal values are emitted by ascending index; NaN ranks above +inf.
 
         Engines: gpsimd.
         val_dst: (P, K) bf16 values.

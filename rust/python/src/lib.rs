@@ -352,17 +352,12 @@ impl Program {
                 .ok_or_else(|| emu(ErrorKind::Value, format!("unknown instruction {opcode:?}")))?;
             let spec = op.spec();
             let engine = match engine {
-                None => spec.engines[0],
+                None => Engine::Unknown,
                 Some(e) => {
                     let i = Engine::NAMES.iter().position(|n| *n == e).ok_or_else(|| {
                         emu(ErrorKind::Value, format!("unknown engine {e:?}")).operand("engine")
                     })?;
-                    let eng = Engine::from_u8(i as u8).unwrap();
-                    if eng == Engine::Unknown {
-                        spec.engines[0]
-                    } else {
-                        eng
-                    }
+                    Engine::from_u8(i as u8).unwrap_or(Engine::Unknown)
                 }
             };
             if args.len() != spec.params.len() {
@@ -389,6 +384,12 @@ impl Program {
                 out.push(arg);
             }
             let (waits, signals) = parse_sync(waits, signals)?;
+            // engine=None / unknown: the ISA's default-engine rule (e.g. int32 tensor_tensor -> GpSimd).
+            let engine = if engine == Engine::Unknown {
+                core::engines::default_engine(op, &out)
+            } else {
+                engine
+            };
             let mut ins = Instr {
                 op,
                 engine,

@@ -79,3 +79,127 @@ pub fn apply(f: ActFn, x: f32, alpha: f32) -> f32 {
     };
     r as f32
 }
+
+/// The documented valid input range of a restricted function (reference §2.3), or `None` when the
+/// function is valid on all of [-inf, inf]. For `reciprocal` the range is on |x|.
+pub fn valid_range(f: ActFn) -> Option<(f64, f64)> {
+    let p = |e: i32| 2f64.powi(e);
+    Some(match f {
+        ActFn::Log => (p(-64), p(64)),
+        ActFn::Sin => (-std::f64::consts::PI, std::f64::consts::PI),
+        ActFn::Arctan => (-std::f64::consts::FRAC_PI_2, std::f64::consts::FRAC_PI_2),
+        ActFn::Sqrt => (p(-116), p(118)),
+        ActFn::Rsqrt => (p(-87), p(97)),
+        ActFn::Reciprocal => (p(-42), p(42)),
+        _ => return None,
+    })
+}
+
+/// The value an unrestricted function takes at +inf (`positive`) or -inf: its limit, so that
+/// the f64 formulas never produce `inf * 0` there (the functions are documented valid on
+/// [-inf, inf]). Zero limits are +0.0 (an emulator choice).
+fn limit_at_inf(f: ActFn, positive: bool, alpha: f32) -> Option<f32> {
+    let inf = f32::INFINITY;
+    Some(match (f, positive) {
+        (ActFn::Copy | ActFn::Bypass, p) => {
+            if p {
+                inf
+            } else {
+                -inf
+            }
+        }
+        (ActFn::Square | ActFn::Abs, _) => inf,
+        (ActFn::Prelu, true) => inf,
+        (ActFn::Prelu, false) => {
+            if alpha == 0.0 {
+                0.0
+            } else {
+                -inf * alpha
+            }
+        }
+        (
+            ActFn::Relu
+            | ActFn::Gelu
+            | ActFn::GeluApprxTanh
+            | ActFn::GeluApprxSigmoid
+            | ActFn::Silu
+            | ActFn::Softplus
+            | ActFn::Mish
+            | ActFn::Exp,
+            p,
+        ) => {
+            if p {
+                inf
+            } else {
+                0.0
+            }
+        }
+        (ActFn::Sigmoid | ActFn::GeluDx | ActFn::GeluApprxSigmoidDx | ActFn::SiluDx, p) => {
+            if p {
+                1.0
+            } else {
+                0.0
+            }
+        }
+        (ActFn::Tanh | ActFn::Erf | ActFn::Sign, p) => {
+            if p {
+                1.0
+            } else {
+                -1.0
+            }
+        }
+        (ActFn::ErfDx, _) => 0.0,
+        _ => return None,
+    })
+}
+
+/// `f(x)` as the ScalarE evaluates it: inside the documented range the f64 formula of `apply`
+/// (limits at +-inf), outside it a quiet NaN. The hardware gives "invalid output" there (e.g. sin
+/// has no range reduction); the emulator makes that invalidity visible instead of returning a
+/// plausible value. Range bounds are compared after rounding them to fp32 (so fp32(pi) is in
+/// sin's range).
+pub fn apply_checked(f: ActFn, x: f32, alpha: f32) -> f32 {
+    if let Some((lo, hi)) = valid_range(f) {
+        let v = if f == ActFn::Reciprocal { x.abs() } else { x };
+        // NaN fails both comparisons and stays NaN through `apply`.
+        if v < lo as f32 || v > hi as f32 {
+            return f32::NAN;
+        }
+    } else if x.is_infinite() {
+        if let Some(l) = limit_at_inf(f, x > 0.0, alpha) {
+            return l;
+        }
+    }
+    apply(f, x, alpha)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restricted_functions_are_nan_outside_their_range_only() {
+        let pi = std::f32::consts::PI;
+        assert!(apply_checked(ActFn::Sin, 9.0, 0.0).is_nan());
+        assert!((apply_checked(ActFn::Sin, pi, 0.0)).abs() < 1e-6); // fp32(pi) is in range
+        assert!(apply_checked(ActFn::Log, 0.0, 0.0).is_nan());
+        assert_eq!(apply_checked(ActFn::Log, 1.0, 0.0), 0.0);
+        assert!(apply_checked(ActFn::Sqrt, 0.0, 0.0).is_nan());
+        assert_eq!(apply_checked(ActFn::Sqrt, 4.0, 0.0), 2.0);
+        assert!(apply_checked(ActFn::Reciprocal, 2f32.powi(43), 0.0).is_nan());
+        assert_eq!(apply_checked(ActFn::Reciprocal, -4.0, 0.0), -0.25);
+        assert!(apply_checked(ActFn::Rsqrt, f32::INFINITY, 0.0).is_nan());
+    }
+
+    #[test]
+    fn infinite_inputs_give_limits() {
+        let (inf, ninf) = (f32::INFINITY, f32::NEG_INFINITY);
+        assert_eq!(apply_checked(ActFn::Gelu, ninf, 0.0).to_bits(), 0);
+        assert_eq!(apply_checked(ActFn::Silu, inf, 0.0), inf);
+        assert_eq!(apply_checked(ActFn::SiluDx, inf, 0.0), 1.0);
+        assert_eq!(apply_checked(ActFn::Tanh, ninf, 0.0), -1.0);
+        assert_eq!(apply_checked(ActFn::Prelu, ninf, 0.5), ninf);
+        assert_eq!(apply_checked(ActFn::Prelu, ninf, 0.0), 0.0);
+        assert!(apply_checked(ActFn::Exp, f32::NAN, 0.0).is_nan());
+    }
+}

@@ -118,7 +118,9 @@ pub fn apply_bits(op: AluOp, x: u32, y: u32) -> u32 {
     }
 }
 
-/// Exact 32-bit integer arithmetic (GpSimd int32/uint32 tensor_tensor), wrapping.
+/// Exact 32-bit integer arithmetic (GpSimd int32/uint32 tensor_tensor): add/subtract/multiply
+/// wrap; comparisons and logical ops give 1/0; abs_max/abs_min as in `apply` (ties -> y).
+/// `None` for operators that only exist in fp32 (power, ...).
 pub fn apply_i32(op: AluOp, x: u32, y: u32, signed: bool) -> Option<u32> {
     Some(match op {
         AluOp::Add => x.wrapping_add(y),
@@ -136,6 +138,44 @@ pub fn apply_i32(op: AluOp, x: u32, y: u32, signed: bool) -> Option<u32> {
                 (x as i32).min(y as i32) as u32
             } else {
                 x.min(y)
+            }
+        }
+        AluOp::Equal => (x == y) as u32,
+        AluOp::NotEqual => (x != y) as u32,
+        AluOp::GreaterEqual | AluOp::Greater | AluOp::LessEqual | AluOp::Less => {
+            let o = if signed {
+                (x as i32).cmp(&(y as i32))
+            } else {
+                x.cmp(&y)
+            };
+            let r = match op {
+                AluOp::GreaterEqual => o.is_ge(),
+                AluOp::Greater => o.is_gt(),
+                AluOp::LessEqual => o.is_le(),
+                _ => o.is_lt(),
+            };
+            r as u32
+        }
+        AluOp::LogicalAnd => (x != 0 && y != 0) as u32,
+        AluOp::LogicalOr => (x != 0 || y != 0) as u32,
+        AluOp::LogicalXor => ((x != 0) != (y != 0)) as u32,
+        AluOp::AbsMax | AluOp::AbsMin => {
+            let mag = |v: u32| {
+                if signed {
+                    (v as i32 as i64).abs()
+                } else {
+                    v as i64
+                }
+            };
+            let pick_x = if op == AluOp::AbsMax {
+                mag(x) > mag(y)
+            } else {
+                mag(x) < mag(y)
+            };
+            if pick_x {
+                x
+            } else {
+                y
             }
         }
         _ => return None,

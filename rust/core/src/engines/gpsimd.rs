@@ -1,4 +1,4 @@
-//! GpSimd: iota.
+//! GpSimd: iota, and the affine-pattern helpers it shares with affine_select.
 
 use super::Ctx;
 use crate::error::{err, ErrorKind::*, Result};
@@ -7,27 +7,47 @@ use crate::isa::Opcode;
 use crate::isa::{DType, Instr};
 use crate::numerics;
 
-pub fn check_iota(ins: &Instr) -> Result<()> {
-    let dst = ins.ap(io::DST).unwrap();
-    let pat = ins.ints(io::PATTERN);
-    if pat.is_empty() {
-        return Err(err(Shape, "pattern needs at least one [step, num] pair").operand("pattern"));
+/// A `[[step, num], ...]` pattern must have positive counts covering `free` elements per partition.
+pub fn check_pattern(pat: &[i32], free: usize) -> Result<()> {
+    if pat.is_empty() || !pat.len().is_multiple_of(2) {
+        return Err(err(Shape, "pattern needs 1..4 [step, num] pairs").operand("pattern"));
     }
-    let n: i64 = pat.chunks(2).map(|c| c[1] as i64).product();
     if pat.chunks(2).any(|c| c[1] <= 0) {
         return Err(err(Shape, "pattern counts must be positive").operand("pattern"));
     }
-    if n != dst.free_size() as i64 {
+    let n: i64 = pat
+        .chunks(2)
+        .map(|c| c[1] as i64)
+        .fold(1i64, |a, b| a.saturating_mul(b));
+    if n != free as i64 {
         return Err(err(
             Shape,
-            format!(
-                "pattern covers {n} elements per partition but dst has {}",
-                dst.free_size()
-            ),
+            format!("pattern covers {n} elements per partition but dst has {free}"),
         )
         .operand("pattern"));
     }
     Ok(())
+}
+
+/// The pattern's per-element offsets `sum_i idx_i * step_i` (outer to inner), int32 wrapping.
+pub fn pattern_offsets(pat: &[i32]) -> Vec<i32> {
+    let mut rel = vec![0i32];
+    for c in pat.chunks(2) {
+        let (step, num) = (c[0], c[1].max(0));
+        let mut next = Vec::with_capacity(rel.len() * num as usize);
+        for &o in &rel {
+            for i in 0..num {
+                next.push(o.wrapping_add(i.wrapping_mul(step)));
+            }
+        }
+        rel = next;
+    }
+    rel
+}
+
+pub fn check_iota(ins: &Instr) -> Result<()> {
+    let dst = ins.ap(io::DST).unwrap();
+    check_pattern(ins.ints(io::PATTERN), dst.free_size())
 }
 
 /// int32 value -> dst element: integers saturate, floats round (RNE) from the exact integer.
@@ -49,17 +69,7 @@ pub fn iota(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     let pat = ins.ints(io::PATTERN).to_vec();
     let off = ins.i32_or(io::OFFSET, 0);
     let cm = ins.i32_or(io::CHANNEL_MULTIPLIER, 0);
-    let mut rel = vec![0i32];
-    for c in pat.chunks(2) {
-        let (step, num) = (c[0], c[1]);
-        let mut next = Vec::with_capacity(rel.len() * num as usize);
-        for &o in &rel {
-            for i in 0..num {
-                next.push(o.wrapping_add(i.wrapping_mul(step)));
-            }
-        }
-        rel = next;
-    }
+    let rel = pattern_offsets(&pat);
     let mut out = Vec::with_capacity(dst.num_elements());
     for p in 0..dst.parts as i32 {
         let base = off.wrapping_add(p.wrapping_mul(cm));

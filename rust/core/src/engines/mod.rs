@@ -6,7 +6,13 @@ pub mod alu;
 pub mod control;
 pub mod dma;
 pub mod dynamic;
+pub mod engine_select;
 pub mod gpsimd;
+pub mod gpsimd_gather;
+pub mod gpsimd_reduce;
+pub mod gpsimd_scan;
+pub mod gpsimd_select;
+pub mod gpsimd_sort;
 pub mod scalar;
 pub mod tensor;
 pub mod vector;
@@ -117,6 +123,11 @@ pub const MODULES: &[&Module] = &[
     &vector::MODULE,
     &scalar::MODULE,
     &gpsimd::MODULE,
+    &gpsimd_select::MODULE,
+    &gpsimd_reduce::MODULE,
+    &gpsimd_gather::MODULE,
+    &gpsimd_scan::MODULE,
+    &gpsimd_sort::MODULE,
     &dma::MODULE,
     &control::MODULE,
 ];
@@ -125,12 +136,15 @@ fn module_of(op: Opcode) -> Option<&'static Module> {
     MODULES.iter().copied().find(|m| m.opcodes.contains(&op))
 }
 
+pub use engine_select::default_engine;
+
 pub fn is_implemented(op: Opcode) -> bool {
     module_of(op).is_some()
 }
 
 /// Instruction-specific rules beyond the generic operand checks.
 pub fn check(ins: &Instr) -> Result<()> {
+    engine_select::check_engine_ops(ins)?;
     match module_of(ins.op) {
         Some(m) => (m.check)(ins),
         None => Ok(()),

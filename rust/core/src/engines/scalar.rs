@@ -1,101 +1,385 @@
-//! ScalarE: activation with scale, bias and the accumulator registers.
+//! ScalarE: `activation`, `activation_reduce` and `activate2`, which share the 128 per-lane
+//! accumulator registers (`reduce_regs`, reference §2.5). `activation` also runs on GpSimd (v4,
+//! NKI 0.7), without the registers.
+//!
+//! All arithmetic is fp32; the function itself goes through `act::apply_checked` (f64 formula,
+//! one rounding, NaN outside a restricted function's documented range). The registers accumulate
+//! the fp32 function results (before the cast to dst), in free-index order — the reference leaves
+//! both the order and the fp32-vs-rounded question open; this is the emulator's choice.
 
 use super::act;
+use super::alu;
 use super::{check_column, same_shape, Ctx};
 use crate::error::{err, ErrorKind::*, Result};
-use crate::isa::tables::p::activation as a;
-use crate::isa::Opcode;
-use crate::isa::{ActFn, AluOp, Arg, Instr, ReduceCmd};
+use crate::isa::tables::p::{activate2 as a2, activation as a, activation_reduce as ar};
+use crate::isa::{ActFn, AluOp, Arg, DType, Engine, Instr, Opcode, ReduceCmd};
+use crate::memory::Ap;
 
-pub fn check_activation(ins: &Instr) -> Result<()> {
-    let dst = ins.ap(a::DST).unwrap();
-    let src = ins.ap(a::DATA).unwrap();
+fn tensor<'a>(ins: &'a Instr, i: usize, name: &str) -> Result<&'a Ap> {
+    ins.ap(i)
+        .ok_or_else(|| err(Value, format!("{name} must be a tensor")).operand(name.to_string()))
+}
+
+fn act_fn(ins: &Instr, i: usize) -> Result<ActFn> {
+    ins.enum_val(i)
+        .and_then(ActFn::from_u8)
+        .ok_or_else(|| err(Value, "op must be an activation function").operand("op"))
+}
+
+fn alu_op(ins: &Instr, i: usize) -> Option<AluOp> {
+    ins.enum_val(i).and_then(AluOp::from_u8)
+}
+
+fn reduce_cmd(ins: &Instr, i: usize) -> ReduceCmd {
+    ins.enum_val(i)
+        .and_then(ReduceCmd::from_u8)
+        .unwrap_or(ReduceCmd::Idle)
+}
+
+/// Rules shared by the three instructions: dst/data shapes, no packed dtypes, (P,1) columns.
+fn check_data(ins: &Instr, dst: &Ap, src: &Ap) -> Result<()> {
     same_shape(dst, "dst", src, "data")?;
     for (ap, n) in [(dst, "dst"), (src, "data")] {
         if ap.dtype.is_packed() {
             return Err(err(
                 Dtype,
                 format!(
-                    "activation cannot operate on packed MX dtype {}",
+                    "{} cannot operate on packed MX dtype {}",
+                    ins.op.spec().name,
                     ap.dtype.name()
                 ),
             )
             .operand(n));
         }
     }
-    check_column(ins.arg(a::BIAS), "bias", src.parts)?;
-    check_column(ins.arg(a::SCALE), "scale", src.parts)?;
-    if let Arg::Tensor(ap) = ins.arg(a::REDUCE_RES) {
-        if ap.parts != src.parts || ap.free_size() != 1 {
+    Ok(())
+}
+
+fn check_bias(ins: &Instr, i: usize, parts: u32) -> Result<()> {
+    check_column(ins.arg(i), "bias", parts)?;
+    if let Arg::Tensor(ap) = ins.arg(i) {
+        if ap.dtype == DType::Tfloat32 {
+            return Err(err(Dtype, "bias may be any dtype except tfloat32").operand("bias"));
+        }
+    }
+    Ok(())
+}
+
+fn check_reduce_res(ins: &Instr, i: usize, parts: u32) -> Result<()> {
+    if let Arg::Tensor(ap) = ins.arg(i) {
+        if ap.parts != parts || ap.free_size() != 1 {
             return Err(err(
                 Shape,
                 format!(
-                    "reduce_res must be a ({}, 1) tile, got {:?}",
-                    src.parts,
+                    "reduce_res must be a ({parts}, 1) tile, got {:?}",
                     ap.shape()
                 ),
             )
             .operand("reduce_res"));
         }
     }
-    if let Some(op) = ins.enum_val(a::REDUCE_OP) {
-        if op != AluOp::Add as u8 {
-            return Err(err(Value, "activation reduces with add only").operand("reduce_op"));
+    Ok(())
+}
+
+/// prelu takes its slope from activate2's relu_param; activation has no such operand.
+fn check_no_prelu(f: ActFn) -> Result<()> {
+    if f == ActFn::Prelu {
+        return Err(err(
+            Value,
+            "prelu needs a slope (relu_param), which only activate2 takes",
+        )
+        .operand("op"));
+    }
+    Ok(())
+}
+
+/// Identity of a register reduction: what `reset` / `reset_reduce` load.
+fn identity(op: AluOp) -> f32 {
+    match op {
+        AluOp::Maximum => f32::NEG_INFINITY,
+        AluOp::Minimum | AluOp::AbsMin => f32::INFINITY,
+        _ => 0.0,
+    }
+}
+
+/// Apply `cmd` to the registers of lanes `base..base+p` with `op` over rows of `out` (n per row).
+fn accumulate(ctx: &mut Ctx, base: usize, out: &[f32], n: usize, cmd: ReduceCmd, op: AluOp) {
+    let p = out.len().checked_div(n).unwrap_or(0);
+    for r in 0..p {
+        let Some(reg) = ctx.state.act_regs.get_mut(base + r) else {
+            continue;
+        };
+        let mut acc = match cmd {
+            ReduceCmd::Idle => continue,
+            ReduceCmd::Reset => {
+                *reg = identity(op);
+                continue;
+            }
+            ReduceCmd::Reduce => *reg,
+            ReduceCmd::ResetReduce | ReduceCmd::LoadReduce => identity(op),
+        };
+        for &v in &out[r * n..(r + 1) * n] {
+            acc = alu::apply(op, acc, v);
+        }
+        *reg = acc;
+    }
+}
+
+/// Copy the registers of the data's lanes to a `(P, 1)` reduce_res (after dst is written, so a
+/// reduce_res aliasing dst ends up holding the register values).
+fn read_out(ctx: &mut Ctx, res: &Arg, base: usize, parts: usize) {
+    if let Arg::Tensor(res) = res {
+        let vals: Vec<f32> = (0..parts)
+            .map(|r| ctx.state.act_regs.get(base + r).copied().unwrap_or(0.0))
+            .collect();
+        ctx.write_f32(res, &vals);
+    }
+}
+
+/// `out = f(data * scale + bias)` for every element, fp32.
+fn activate(ctx: &Ctx, f: ActFn, src: &Ap, scale: &Arg, bias: &Arg) -> (Vec<f32>, usize) {
+    let n = src.free_size();
+    let scale = ctx.per_partition(scale, src.parts, 1.0);
+    let bias = ctx.per_partition(bias, src.parts, 0.0);
+    let mut x = ctx.read_f32(src);
+    for (r, row) in x.chunks_mut(n.max(1)).enumerate() {
+        let (s, b) = (scale[r], bias[r]);
+        for v in row {
+            *v = act::apply_checked(f, *v * s + b, 0.0);
         }
     }
-    if ins.enum_val(a::REDUCE_CMD) == Some(ReduceCmd::LoadReduce as u8) {
+    (x, n)
+}
+
+// ------------------------------------------------------------------------------------ activation
+
+pub fn check_activation(ins: &Instr) -> Result<()> {
+    let dst = tensor(ins, a::DST, "dst")?;
+    let src = tensor(ins, a::DATA, "data")?;
+    check_data(ins, dst, src)?;
+    check_no_prelu(act_fn(ins, a::OP)?)?;
+    check_bias(ins, a::BIAS, src.parts)?;
+    check_column(ins.arg(a::SCALE), "scale", src.parts)?;
+    check_reduce_res(ins, a::REDUCE_RES, src.parts)?;
+    if let Some(op) = ins.enum_val(a::REDUCE_OP) {
+        if op != AluOp::Add as u8 {
+            return Err(err(
+                Value,
+                "activation reduces with add only (the reduce registers can only sum; use activate2 for max/min)",
+            )
+            .operand("reduce_op"));
+        }
+    }
+    if reduce_cmd(ins, a::REDUCE_CMD) == ReduceCmd::LoadReduce {
         return Err(
             err(Value, "activation does not take reduce_cmd=load_reduce").operand("reduce_cmd"),
         );
+    }
+    if ins.engine == Engine::Gpsimd {
+        let uses_regs = reduce_cmd(ins, a::REDUCE_CMD) != ReduceCmd::Idle
+            || !matches!(ins.arg(a::REDUCE_RES), Arg::Absent)
+            || !matches!(ins.arg(a::REDUCE_OP), Arg::Absent);
+        if uses_regs {
+            return Err(err(
+                Value,
+                "the accumulator registers exist only on ScalarE: activation on GpSimd takes reduce_cmd=idle and no reduce_op / reduce_res",
+            )
+            .operand("reduce_cmd"));
+        }
     }
     Ok(())
 }
 
 pub fn activation(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
-    let dst = ins.ap(a::DST).unwrap();
-    let src = ins.ap(a::DATA).unwrap();
-    let f = ActFn::from_u8(ins.enum_val(a::OP).unwrap()).unwrap();
-    let p = src.parts as usize;
+    let dst = tensor(ins, a::DST, "dst")?;
+    let src = tensor(ins, a::DATA, "data")?;
+    let f = act_fn(ins, a::OP)?;
+    let (out, n) = activate(ctx, f, src, ins.arg(a::SCALE), ins.arg(a::BIAS));
+    ctx.write_f32(dst, &out);
+    let base = src.start as usize;
+    accumulate(
+        ctx,
+        base,
+        &out,
+        n,
+        reduce_cmd(ins, a::REDUCE_CMD),
+        AluOp::Add,
+    );
+    read_out(ctx, ins.arg(a::REDUCE_RES), base, src.parts as usize);
+    Ok(())
+}
+
+// ----------------------------------------------------------------------------- activation_reduce
+
+pub fn check_activation_reduce(ins: &Instr) -> Result<()> {
+    let dst = tensor(ins, ar::DST, "dst")?;
+    let src = tensor(ins, ar::DATA, "data")?;
+    check_data(ins, dst, src)?;
+    check_no_prelu(act_fn(ins, ar::OP)?)?;
+    check_bias(ins, ar::BIAS, src.parts)?;
+    check_column(ins.arg(ar::SCALE), "scale", src.parts)?;
+    tensor(ins, ar::REDUCE_RES, "reduce_res")?;
+    check_reduce_res(ins, ar::REDUCE_RES, src.parts)?;
+    if alu_op(ins, ar::REDUCE_OP) != Some(AluOp::Add) {
+        return Err(err(
+            Value,
+            "activation_reduce reduces with add only (the reduce registers can only sum; use activate2 for max/min)",
+        )
+        .operand("reduce_op"));
+    }
+    Ok(())
+}
+
+/// = activation(..., reduce_cmd=reset_reduce, reduce_res).
+pub fn activation_reduce(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
+    let dst = tensor(ins, ar::DST, "dst")?;
+    let src = tensor(ins, ar::DATA, "data")?;
+    let f = act_fn(ins, ar::OP)?;
+    let (out, n) = activate(ctx, f, src, ins.arg(ar::SCALE), ins.arg(ar::BIAS));
+    ctx.write_f32(dst, &out);
+    let base = src.start as usize;
+    accumulate(ctx, base, &out, n, ReduceCmd::ResetReduce, AluOp::Add);
+    read_out(ctx, ins.arg(ar::REDUCE_RES), base, src.parts as usize);
+    Ok(())
+}
+
+// ------------------------------------------------------------------------------------- activate2
+
+/// The (op0, op1) pairs the ScalarE pre-activation stage accepts (reference §2.5).
+const ACTIVATE2_PAIRS: &[(AluOp, AluOp)] = &[
+    (AluOp::Multiply, AluOp::Add),
+    (AluOp::Multiply, AluOp::Subtract),
+    (AluOp::Multiply, AluOp::Bypass),
+    (AluOp::Add, AluOp::Bypass),
+    (AluOp::Subtract, AluOp::Bypass),
+    (AluOp::Bypass, AluOp::Bypass),
+];
+
+const ACTIVATE2_REDUCE: &[AluOp] = &[
+    AluOp::Add,
+    AluOp::Maximum,
+    AluOp::Minimum,
+    AluOp::AbsMax,
+    AluOp::AbsMin,
+];
+
+pub fn check_activate2(ins: &Instr) -> Result<()> {
+    let dst = tensor(ins, a2::DST, "dst")?;
+    let src = tensor(ins, a2::DATA, "data")?;
+    check_data(ins, dst, src)?;
+    act_fn(ins, a2::OP)?;
+    for (i, n) in [
+        (a2::IMM0, "imm0"),
+        (a2::IMM1, "imm1"),
+        (a2::RELU_PARAM, "relu_param"),
+    ] {
+        check_column(ins.arg(i), n, src.parts)?;
+    }
+    if let (Arg::Tensor(t0), Arg::Tensor(t1)) = (ins.arg(a2::IMM0), ins.arg(a2::IMM1)) {
+        if t0.dtype != t1.dtype {
+            return Err(err(
+                Dtype,
+                format!(
+                    "imm0 and imm1 tiles must have the same dtype ({} vs {})",
+                    t0.dtype.name(),
+                    t1.dtype.name()
+                ),
+            )
+            .operand("imm1"));
+        }
+    }
+    let op0 = alu_op(ins, a2::OP0).unwrap_or(AluOp::Bypass);
+    let op1 = alu_op(ins, a2::OP1).unwrap_or(AluOp::Bypass);
+    if !ACTIVATE2_PAIRS.contains(&(op0, op1)) {
+        return Err(err(
+            Value,
+            format!(
+                "activate2 does not support (op0, op1) = ({}, {}); allowed: (multiply, add), (multiply, subtract), \
+                 (multiply, bypass), (add, bypass), (subtract, bypass), (bypass, bypass)",
+                op0.name(),
+                op1.name()
+            ),
+        )
+        .operand("op0"));
+    }
+    check_reduce_res(ins, a2::REDUCE_RES, src.parts)?;
+    let cmd = reduce_cmd(ins, a2::REDUCE_CMD);
+    match alu_op(ins, a2::REDUCE_OP) {
+        Some(op) if !ACTIVATE2_REDUCE.contains(&op) => {
+            return Err(err(
+                Value,
+                format!(
+                    "activate2 reduce_op must be add, maximum, minimum, abs_max or abs_min, got {}",
+                    op.name()
+                ),
+            )
+            .operand("reduce_op"))
+        }
+        None if cmd != ReduceCmd::Idle => {
+            return Err(err(
+                Value,
+                format!(
+                    "reduce_cmd={} needs a reduce_op (add, maximum, minimum, abs_max, abs_min)",
+                    cmd.name()
+                ),
+            )
+            .operand("reduce_op"))
+        }
+        _ => {}
+    }
+    if cmd == ReduceCmd::LoadReduce {
+        return Err(
+            err(Value, "activate2 does not take reduce_cmd=load_reduce").operand("reduce_cmd")
+        );
+    }
+    Ok(())
+}
+
+pub fn activate2(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
+    let dst = tensor(ins, a2::DST, "dst")?;
+    let src = tensor(ins, a2::DATA, "data")?;
+    let f = act_fn(ins, a2::OP)?;
+    let op0 = alu_op(ins, a2::OP0).unwrap_or(AluOp::Bypass);
+    let op1 = alu_op(ins, a2::OP1).unwrap_or(AluOp::Bypass);
+    let (rev0, rev1) = (
+        ins.bool_or(a2::REVERSE0, false),
+        ins.bool_or(a2::REVERSE1, false),
+    );
+    let parts = src.parts;
     let n = src.free_size();
-    let scale = ctx.per_partition(ins.arg(a::SCALE), src.parts, 1.0);
-    let bias = ctx.per_partition(ins.arg(a::BIAS), src.parts, 0.0);
-    let x = ctx.read_f32(src);
-    let mut out = vec![0f32; x.len()];
-    for r in 0..p {
-        for j in 0..n {
-            let t = x[r * n + j] * scale[r] + bias[r];
-            out[r * n + j] = act::apply(f, t, 0.0);
+    let imm0 = ctx.per_partition(ins.arg(a2::IMM0), parts, 0.0);
+    let imm1 = ctx.per_partition(ins.arg(a2::IMM1), parts, 0.0);
+    let alpha = ctx.per_partition(ins.arg(a2::RELU_PARAM), parts, 0.0);
+    let stage = |op: AluOp, rev: bool, v: f32, k: f32| -> f32 {
+        match (op, rev) {
+            (AluOp::Bypass, _) => v,
+            (_, false) => alu::apply(op, v, k),
+            (_, true) => alu::apply(op, k, v),
+        }
+    };
+    let mut out = ctx.read_f32(src);
+    for (r, row) in out.chunks_mut(n.max(1)).enumerate() {
+        for v in row {
+            let t = stage(op0, rev0, *v, imm0[r]);
+            let t = stage(op1, rev1, t, imm1[r]);
+            *v = act::apply_checked(f, t, alpha[r]);
         }
     }
     ctx.write_f32(dst, &out);
-    // Accumulator registers (per lane, fp32, summed in free order over the fp32 results).
-    let cmd =
-        ReduceCmd::from_u8(ins.enum_val(a::REDUCE_CMD).unwrap_or(0)).unwrap_or(ReduceCmd::Idle);
     let base = src.start as usize;
-    for r in 0..p {
-        let reg = &mut ctx.state.act_regs[base + r];
-        match cmd {
-            ReduceCmd::Idle => {}
-            ReduceCmd::Reset => *reg = 0.0,
-            ReduceCmd::ResetReduce | ReduceCmd::Reduce | ReduceCmd::LoadReduce => {
-                let mut acc = if cmd == ReduceCmd::Reduce { *reg } else { 0.0 };
-                for v in &out[r * n..(r + 1) * n] {
-                    acc += v;
-                }
-                *reg = acc;
-            }
-        }
-    }
-    if let Arg::Tensor(res) = ins.arg(a::REDUCE_RES) {
-        let vals: Vec<f32> = (0..p).map(|r| ctx.state.act_regs[base + r]).collect();
-        ctx.write_f32(res, &vals);
-    }
+    let rop = alu_op(ins, a2::REDUCE_OP).unwrap_or(AluOp::Add);
+    accumulate(ctx, base, &out, n, reduce_cmd(ins, a2::REDUCE_CMD), rop);
+    read_out(ctx, ins.arg(a2::REDUCE_RES), base, parts as usize);
     Ok(())
 }
 
 /// The instructions this module implements.
 pub const MODULE: super::Module = super::Module {
-    opcodes: &[Opcode::Activation],
+    opcodes: &[
+        Opcode::Activation,
+        Opcode::ActivationReduce,
+        Opcode::Activate2,
+    ],
     check,
     exec,
 };
@@ -103,6 +387,8 @@ pub const MODULE: super::Module = super::Module {
 fn check(ins: &Instr) -> Result<()> {
     match ins.op {
         Opcode::Activation => check_activation(ins),
+        Opcode::ActivationReduce => check_activation_reduce(ins),
+        Opcode::Activate2 => check_activate2(ins),
         _ => Ok(()),
     }
 }
@@ -110,8 +396,10 @@ fn check(ins: &Instr) -> Result<()> {
 fn exec(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     match ins.op {
         Opcode::Activation => activation(ins, ctx),
-        _ => Err(crate::error::err(
-            crate::error::ErrorKind::Internal,
+        Opcode::ActivationReduce => activation_reduce(ins, ctx),
+        Opcode::Activate2 => activate2(ins, ctx),
+        _ => Err(err(
+            Internal,
             format!("{} is listed but not dispatched", ins.op.spec().name),
         )),
     }

@@ -737,7 +737,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
     InstrSpec {
         opcode: Opcode::Activation,
         name: "activation",
-        engines: &[Engine::Scalar],
+        engines: &[Engine::Scalar, Engine::Gpsimd],
         cost: "act",
         since: "v2",
         nki: true,
@@ -870,7 +870,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "act",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "op", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 2, default: Default::Required },
@@ -888,7 +888,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "act",
         since: "v4",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::PSUM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "op", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 2, default: Default::Required },
@@ -1203,7 +1203,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "gpsimd_1in",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "op", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 1, default: Default::Required },
@@ -1217,7 +1217,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "gpsimd_affine",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "pattern", kind: Kind::Pattern, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
@@ -1235,7 +1235,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "gpsimd_gather",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "src_buffer", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
@@ -1251,7 +1251,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "gpsimd_n_gather",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "data", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
@@ -1265,7 +1265,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "gpsimd_1in",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::F32_I32, enum_id: 255, default: Default::Required },
             ParamSpec { name: "segment_ids", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::F32_I32, enum_id: 255, default: Default::Required },
@@ -1278,7 +1278,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "gpsimd_1in",
         since: "v3",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::S32, enum_id: 255, default: Default::Required },
             ParamSpec { name: "src", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::F32_I32, enum_id: 255, default: Default::Required },
@@ -1293,7 +1293,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "topk",
         since: "v3",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "val_dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::BF16, enum_id: 255, default: Default::Required },
             ParamSpec { name: "idx_dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::U32, enum_id: 255, default: Default::Required },

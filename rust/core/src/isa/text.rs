@@ -418,7 +418,7 @@ pub fn parse_instr_unchecked(line: &str) -> Result<Instr> {
                 .ok_or_else(|| perr(format!("unknown engine {e:?}")))?;
             Engine::from_u8(idx as u8).unwrap()
         }
-        None => spec.engines[0],
+        None => Engine::Unknown,
     };
     let mut args: Vec<Option<Arg>> = vec![None; spec.params.len()];
     let (mut waits, mut signals, mut iname) = (Vec::new(), Vec::new(), None);
@@ -485,6 +485,12 @@ pub fn parse_instr_unchecked(line: &str) -> Result<Instr> {
             })?),
         }
     }
+    // No engine written (or `unknown`): the ISA's default-engine rule decides.
+    let engine = if engine == Engine::Unknown {
+        crate::engines::default_engine(op, &out)
+    } else {
+        engine
+    };
     Ok(Instr {
         op,
         engine,

@@ -541,3 +541,14 @@ def test_dma_stress_64_transfers_with_read_add_writes(dev, rng):
     assert_bits_equal(runs[0][48], want)
     for a, b in zip(*runs):
         assert_bits_equal(a, b)
+
+
+def test_embedding_example_is_exact():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "embedding_gather_scatter.py"
+    spec = importlib.util.spec_from_file_location("embedding_gather_scatter", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(300, 16, 256) == 0.0

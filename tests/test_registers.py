@@ -357,3 +357,20 @@ def test_fori_loop_rules():
     with pytest.raises(t3.OperandError, match="not on the loop's engine"):
         with p.fori_loop(0, 3, engine="vector"):
             p.memset(dst=t, value=1.0, engine="gpsimd")
+
+
+def test_register_move_from_a_register_copies_it(dev):
+    p = t3.Program()
+    a = p.register_alloc(-42, engine="scalar")
+    b = p.register_alloc()
+    p.register_move(dst=b, src=a, engine="scalar")
+    assert p.instruction(len(p) - 1).startswith("register_op.scalar")
+    out = _store_regs(p, dev, [b], "scalar")
+    dev.run(p)
+    assert dev.hbm.get(out)[0, 0] == -42
+
+
+def test_register_where_a_number_is_expected_is_refused():
+    p = t3.Program()
+    with pytest.raises(t3.OperandError, match="not register"):
+        p.register_op(dst=t3.Reg(0), src=t3.Reg(1), op="add", imm=t3.Reg(2))

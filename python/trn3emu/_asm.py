@@ -1338,7 +1338,7 @@ class AssemblerMixin:
     ) -> Any:
         """dst register = an immediate integer.
 
-        dst = src (32-bit). NKI's src is an int or another register; the schema has no int-or-register kind, so src is modeled as an i32 immediate (the 0.2 name was imm). A register copy is expressed as register_store + register_load through a 1-element tile until a reg_or_i32 kind exists.
+        dst = src (32-bit). NKI's src is an int or another register; the schema has no int-or-register kind, so src is modeled as an i32 immediate (the 0.2 name was imm). A register copy is register_op(op=add, imm=0); the Python assembler emits that when src is a register.
 
         Engines: sync, vector, scalar, gpsimd, tensor.
         dst: destination register.

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import _native
-from ._asm import AssemblerMixin
+from ._asm import INSTRUCTIONS, AssemblerMixin
 from .errors import AddressError, CapacityError, MemorySpaceError, OperandError, SemaphoreError
 from .tensor import Reg, Tensor
 
@@ -165,8 +165,17 @@ class Program(AssemblerMixin):
 
     # -------------------------------------------------------------------------------- assembly
     def _emit(self, opcode: str, engine: Any, name: Any, wait: Any, signal: Any, args: tuple) -> int:
+        if opcode == "register_move" and len(args) == 2 and isinstance(args[1], Reg):
+            # NKI's register_move also copies a register: that is register_op(add, 0).
+            return self._emit("register_op", engine, name, wait, signal, (args[0], args[1], "add", 0))
+        kinds = [k for _n, k, _e in INSTRUCTIONS.get(opcode, (0, (), ()))[2]]
         conv = []
-        for a in args:
+        for i, a in enumerate(args):
+            if isinstance(a, Reg) and i < len(kinds) and kinds[i] != "reg":
+                raise OperandError(
+                    f"{opcode}: operand {INSTRUCTIONS[opcode][2][i][0]} takes a {kinds[i]}, not register {a!r}",
+                    operand=INSTRUCTIONS[opcode][2][i][0],
+                )
             if isinstance(a, Tensor):
                 if a.mem != "hbm" and a.core is not None and a.core != self.core:
                     raise MemorySpaceError(

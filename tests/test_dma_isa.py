@@ -552,3 +552,20 @@ def test_embedding_example_is_exact():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.main(300, 16, 256) == 0.0
+
+
+def test_concurrent_hbm_scatter_adds_do_race(dev):
+    """Only SBUF adds near memory: two unsynchronised read-add-writes into the same HBM bytes race
+    (each is a DMA read then a write), unlike SBUF read-add-writes."""
+    h = dev.hbm.alloc((4, 8), np.float32)
+    p = t3.Program(sync="manual")
+    a = p.sbuf((4, 8), np.float32)
+    p.dma_compute(dst=h, src0=h, src1=a, engine="sync")
+    p.dma_compute(dst=h, src0=h, src1=a, engine="gpsimd")
+    with pytest.raises(t3.RaceError):
+        dev.run(p)
+    q = t3.Program(sync="manual")
+    b = q.sbuf((4, 8), np.float32)
+    q.dma_compute(dst=b, src0=b, src1=h, engine="sync")
+    q.dma_compute(dst=b, src0=b, src1=h, engine="gpsimd")
+    dev.run(q)  # SBUF: no race

@@ -15,9 +15,9 @@ pub struct Region {
     pub lo: i128,
     pub hi: i128,
     pub write: bool,
-    /// A near-memory accumulate (`dma_compute` read-add-write): two accumulates into the same
-    /// bytes commute (each is one atomic add at the memory), so they do not conflict with each
-    /// other; against any other access an accumulate counts as a write.
+    /// A near-memory SBUF accumulate (`dma_compute` read-add-write): two accumulates of one dtype
+    /// into the same bytes commute (each is one atomic add at the memory), so they do not
+    /// conflict with each other; against any other access an accumulate counts as a write.
     pub accum: bool,
     /// The footprint is only known as the byte box `lo..hi` (dynamic offsets): every byte in it
     /// counts as touched.
@@ -151,7 +151,9 @@ pub fn regions(core: u8, ins: &Instr) -> Vec<Region> {
             }
         }
         let mut r = Region::new(core, ap, access.writes());
-        r.accum = rmw_dst == Some(i);
+        // Only SBUF has near-memory adders; an HBM read-add-write (scatter-add) is a DMA read
+        // then write, so concurrent ones into the same bytes do race.
+        r.accum = rmw_dst == Some(i) && ap.mem == crate::memory::Mem::Sbuf;
         v.push(r);
         if let Some(DynSrc::Tile(t)) = ap.dynamic.as_deref().map(|d| &d.src) {
             v.push(Region::new(core, t, false));
@@ -164,7 +166,8 @@ pub fn regions(core: u8, ins: &Instr) -> Vec<Region> {
 pub fn conflict(a: &[Region], b: &[Region]) -> Option<(usize, usize)> {
     for (i, x) in a.iter().enumerate() {
         for (j, y) in b.iter().enumerate() {
-            if (x.write || y.write) && !(x.accum && y.accum) && x.overlaps(y) {
+            let commute = x.accum && y.accum && x.ap.dtype == y.ap.dtype;
+            if (x.write || y.write) && !commute && x.overlaps(y) {
                 return Some((i, j));
             }
         }

@@ -25,9 +25,32 @@ def _load(path: str, sync: str) -> Program:
 
 
 def _cmd_demo(args) -> int:
+    if args.nki:
+        return _nki_example(args.nki)
     from .demo import main
 
     return main(args.m, args.k, args.n, args.seed)
+
+
+def _nki_example(name: str) -> int:
+    """Run examples/nki_<name>.py (or a path) with `nki` provided by trn3emu."""
+    import runpy
+
+    from .nki import install
+
+    path = Path(name)
+    if not path.exists():
+        root = Path(__file__).resolve().parents[2] / "examples"
+        path = root / f"nki_{name}.py"
+        if not path.exists():
+            found = sorted(p.stem[4:] for p in root.glob("nki_*.py")) if root.exists() else []
+            raise EmuError(
+                f"no NKI example {name!r}"
+                + (f" (examples: {', '.join(found)})" if found else " (examples/ ships with the source checkout)")
+            )
+    install()
+    mod = runpy.run_path(str(path), run_name="trn3emu_demo")
+    return int(mod["main"]())
 
 
 def _cmd_asm(args) -> int:
@@ -118,6 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--k", type=int, default=512)
     d.add_argument("--n", type=int, default=1024)
     d.add_argument("--seed", type=int, default=0)
+    d.add_argument(
+        "--nki",
+        metavar="NAME",
+        help="run the NKI example kernel examples/nki_NAME.py instead (e.g. tensor_add, matmul_bf16, lnc2)",
+    )
     d.set_defaults(fn=_cmd_demo)
     r = sub.add_parser("run", help="run a program (text or binary) on a fresh device")
     r.add_argument("program")

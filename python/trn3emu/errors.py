@@ -81,6 +81,10 @@ class NotImplementedInstruction(EmuError, NotImplementedError):
     """A known ISA instruction whose semantics this build does not implement yet."""
 
 
+class NotSupportedError(EmuError, NotImplementedError):
+    """An NKI API (or a form of one) that the trn3emu.nki front end does not support yet."""
+
+
 class ExecutionError(EmuError, RuntimeError):
     """A program failed while running."""
 

@@ -100,6 +100,7 @@ class Tensor:
 
     # ---------------------------------------------------------------------------------- views
     def _view(self, shape, strides, offset, start) -> Tensor:
+        self._static("a view")  # views of a dynamic view would silently drop its offset
         t = Tensor.__new__(Tensor)
         t.mem, t.dtype, t.name, t.core = self.mem, self.dtype, self.name, self.core
         t.shape, t.strides, t.offset, t.start = tuple(shape), tuple(strides), offset, start
@@ -108,7 +109,7 @@ class Tensor:
 
     def _static(self, what: str) -> None:
         if self.dyn is not None:
-            raise ShapeError(f"{what} of a dynamic (scalar_offset / vector_offset) view is not supported")
+            raise ShapeError(f"{what} of a dynamic (scalar_offset / vector_offset / indirect) view is not supported")
 
     def __getitem__(self, key) -> Tensor:
         self._static("slicing")
@@ -187,41 +188,106 @@ class Tensor:
             acc *= n
         return True
 
-    # ----------------------------------------------------------------------- dynamic addressing
+    def view_as(self, dtype: Any) -> Tensor:
+        """Reinterpret the bytes as another dtype; the last dim (contiguous) is rescaled by the size ratio."""
+        new = dtype_name(dtype)
+        old_es, new_es = self.itemsize, SIZES[new]
+        shape, strides = list(self.shape), list(self.strides)
+        if shape[-1] > 1 and strides[-1] != 1:
+            raise ShapeError(f"view({new}) needs a contiguous last dim, {self!r} has strides {self.strides}")
+        if (shape[-1] * old_es) % new_es:
+            raise ShapeError(f"view({new}): last dim of {shape[-1]} x {old_es} bytes is not a multiple of {new_es}")
+        shape[-1] = shape[-1] * old_es // new_es
+        strides[-1] = 1
+        for i in range(1 if self.mem != "hbm" else 0, len(shape) - 1):
+            if (strides[i] * old_es) % new_es:
+                raise ShapeError(f"view({new}): stride {strides[i]} of dim {i} is not a whole number of {new}")
+            strides[i] = strides[i] * old_es // new_es
+        t = self._view(shape, strides, self.offset, self.start)
+        t.dtype = new
+        return t
+
+    def permute(self, dims: tuple) -> Tensor:
+        """Reorder dims (a view); on-chip the partition dim stays first."""
+        if sorted(dims) != list(range(self.ndim)):
+            raise ShapeError(f"permute{tuple(dims)} is not a permutation of {self.ndim} dims")
+        if self.mem != "hbm" and dims[0] != 0:
+            raise ShapeError("on-chip permute keeps the partition dim (dim 0) first")
+        return self._view([self.shape[d] for d in dims], [self.strides[d] for d in dims], self.offset, self.start)
+
+    def broadcast(self, dim: int, size: int) -> Tensor:
+        """Repeat a size-1 dim `size` times (stride 0). Not the partition dim of an on-chip tile."""
+        dim = dim % self.ndim
+        if self.shape[dim] != 1:
+            raise ShapeError(f"broadcast: dim {dim} has size {self.shape[dim]}, not 1")
+        if self.mem != "hbm" and dim == 0:
+            raise ShapeError("broadcast along partitions is not a view (use nl.broadcast_to, which copies)")
+        shape, strides = list(self.shape), list(self.strides)
+        shape[dim], strides[dim] = int(size), 0
+        return self._view(shape, strides, self.offset, self.start)
+
+    def expand_dim(self, dim: int) -> Tensor:
+        """Insert a size-1 dim at `dim`."""
+        if dim < 0:
+            dim += self.ndim + 1
+        if self.mem != "hbm" and dim == 0:
+            raise ShapeError("expand_dim cannot insert before the partition dim")
+        shape, strides = list(self.shape), list(self.strides)
+        shape.insert(dim, 1)
+        strides.insert(dim, 0)
+        return self._view(shape, strides, self.offset, self.start)
+
+    def squeeze_dim(self, dim: int) -> Tensor:
+        """Drop a size-1 dim (on-chip views stay at least 2-D)."""
+        dim = dim % self.ndim
+        if self.shape[dim] != 1:
+            raise ShapeError(f"squeeze_dim: dim {dim} has size {self.shape[dim]}, not 1")
+        if self.mem != "hbm" and (dim == 0 or self.ndim <= 2):
+            raise ShapeError("on-chip views keep the partition dim and at least 2 dims")
+        shape, strides = list(self.shape), list(self.strides)
+        del shape[dim], strides[dim]
+        return self._view(shape, strides, self.offset, self.start)
+
     def ap(
-        self, pattern=None, offset: int = 0, scalar_offset=None, vector_offset=None, indirect_dim: int = 0
+        self,
+        pattern: list | None = None,
+        offset: int = 0,
+        dtype: Any = None,
+        row_bytes: int | None = None,
+        *,
+        scalar_offset: Any = None,
+        vector_offset: Any = None,
+        indirect_dim: int = 0,
     ) -> Tensor:
-        """NKI's `.ap`: a view `pattern` = [[step, num], ...] (outer to inner, in elements) over
-        this tensor's storage from element `offset`, optionally moved at run time.
+        """NKI's `.ap`: a raw access pattern over the storage from this view's first element,
+        optionally moved at run time.
 
-        HBM: the first pair is the row dim. On-chip: the first pair is the partition dim (its step
-        is implied; partitions are contiguous). `pattern=None` keeps this view's own pattern.
+        `pattern` = [[step, num], ...] outer to inner, steps and `offset` in elements of `dtype`
+        (default: this view's dtype; `None` keeps this view's own pattern). HBM: the first pair is
+        the row dim. On-chip, the first pair is the partition dim and its step must be the
+        storage's elements per partition (`row_bytes` / itemsize).
 
+        Dynamic offsets (DMA operands; this view is the base they index and must be contiguous):
         `scalar_offset` (a `Reg` of the issuing engine, or a 1x1 int32/uint32 tile) adds
-        `value * prod(self.shape[indirect_dim+1:])` elements; valid values are
-        `0..self.shape[indirect_dim]`. `vector_offset` (an int32/uint32 SBUF index tile, (P, 1) for
-        copies) makes row r start at row `index[r]` of this HBM tensor (indirect_dim 0) —
-        gather on a DMA source, scatter on a destination. Out-of-range values follow the
-        instruction's `oob_mode`. This tensor must be contiguous (it is the base the offsets index).
+        `value * prod(self.shape[indirect_dim+1:])` elements, valid values
+        `0..self.shape[indirect_dim]`; `vector_offset` (an int32/uint32 SBUF index tile, (P, 1) for
+        copies) makes row r start at row `index[r]` of this HBM tensor (indirect_dim 0): a gather
+        on a DMA source, a scatter on a destination. Out-of-range values follow `oob_mode`.
         """
         self._static(".ap")
+        dynamic = scalar_offset is not None or vector_offset is not None
         if scalar_offset is not None and vector_offset is not None:
             raise OperandError("give scalar_offset or vector_offset, not both", operand="vector_offset")
-        if not self.is_contiguous():
+        if dynamic and dtype is not None and dtype_name(dtype) != self.dtype:
+            raise ShapeError("a dynamic .ap cannot also reinterpret the dtype")
+        if dynamic and not self.is_contiguous():
             raise ShapeError(f".ap needs a contiguous base tensor, {self!r} has strides {self.strides}")
-        es = self.itemsize
         if pattern is None:
-            v = self._view(self.shape, self.strides, self.offset + offset * es, self.start)
+            v = self._view(self.shape, self.strides, self.offset + int(offset) * self.itemsize, self.start)
         else:
-            pairs = [(int(st), int(n)) for st, n in pattern]
-            if len(pairs) < 2:
-                raise ShapeError("pattern needs the row/partition pair and at least one free pair")
-            if self.mem == "hbm":
-                v = self._view([n for _, n in pairs], [st for st, _ in pairs], self.offset + offset * es, 0)
-            else:
-                v = self._view(
-                    [n for _, n in pairs], [0] + [st for st, _ in pairs[1:]], self.offset + offset * es, self.start
-                )
+            v = self._static_pattern(pattern, offset, dtype, row_bytes)
+        if not dynamic:
+            return v
         d = int(indirect_dim)
         if not 0 <= d < self.ndim:
             raise ShapeError(f"indirect_dim {d} outside 0..{self.ndim}")
@@ -233,11 +299,46 @@ class Tensor:
                 raise ShapeError("an on-chip scalar_offset moves along a free dim (indirect_dim >= 1)")
             src = scalar_offset.index if isinstance(scalar_offset, Reg) else _index_tile(scalar_offset, "scalar_offset")
             v.dyn = ("s", src, step, self.shape[d])
-        elif vector_offset is not None:
+        else:
             if self.mem != "hbm" or d != 0:
                 raise ShapeError("vector_offset indexes the rows (indirect_dim 0) of an HBM tensor")
             v.dyn = ("v", _index_tile(vector_offset, "vector_offset"), step, self.shape[0])
         return v
+
+    def _static_pattern(self, pattern: list, offset: int, dtype: Any, row_bytes: int | None) -> Tensor:
+        """A raw access pattern over the storage from this view's first element.
+
+        `pattern` = [[step, num], ...] outer to inner, steps and `offset` in elements of `dtype`
+        (default: this view's dtype). On-chip, the first pair is the partition dim and its step must
+        be the storage's elements per partition (`row_bytes` / itemsize).
+        """
+        new = dtype_name(dtype) if dtype is not None else self.dtype
+        es = SIZES[new]
+        if not pattern:
+            raise ShapeError("ap pattern is empty")
+        steps = [int(p[0]) for p in pattern]
+        nums = [int(p[1]) for p in pattern]
+        if self.mem == "hbm":
+            t = self._view(nums, steps, self.offset + int(offset) * es, 0)
+            t.dtype = new
+            return t
+        row = row_bytes if row_bytes is not None else (self.size // self.shape[0]) * self.itemsize
+        if row % es:
+            raise ShapeError(f"ap: {row} bytes per partition is not a whole number of {new} elements")
+        row_elems = row // es
+        dp, df = divmod(int(offset), row_elems)
+        if nums[0] > 1 and steps[0] != row_elems:
+            raise ShapeError(
+                f"ap: the partition step must be the storage's {row_elems} elements per partition, got {steps[0]}"
+            )
+        t = self._view(
+            nums if len(nums) > 1 else nums + [1],
+            [0] + steps[1:] + ([] if len(nums) > 1 else [1]),
+            self.offset + df * es,
+            self.start + dp,
+        )
+        t.dtype = new
+        return t
 
     def indirect(self, index: Tensor, num_elem: int | None = None) -> Tensor:
         """v4 tensor indirection: a (P, num_elem) view whose element i of every partition is
@@ -259,6 +360,52 @@ class Tensor:
 
     def is_indirect(self) -> bool:
         return self.dyn is not None and self.dyn[0] == "i"
+
+    def rearrange(self, pattern: str, **sizes) -> Tensor:
+        """einops-style view, e.g. "p (a b) -> p a b" (a=4) or "p a b -> p b a"; no copies."""
+        try:
+            lhs, rhs = (side.strip() for side in pattern.split("->"))
+        except ValueError:
+            raise ShapeError(f"rearrange pattern {pattern!r} needs one '->'") from None
+        lgroups, rgroups = _groups(lhs), _groups(rhs)
+        if len(lgroups) != self.ndim:
+            raise ShapeError(f"rearrange: {lhs!r} names {len(lgroups)} dims, the tensor has {self.ndim}")
+        axes: dict[str, tuple[int, int]] = {}
+        for names, n, st in zip(lgroups, self.shape, self.strides):
+            known = 1
+            unknown = [a for a in names if a not in sizes]
+            for a in names:
+                if a in sizes:
+                    known *= int(sizes[a])
+            if len(unknown) > 1:
+                raise ShapeError(f"rearrange: sizes of {unknown} are not given")
+            if unknown:
+                if n % known:
+                    raise ShapeError(f"rearrange: dim of {n} does not split by {known}")
+                sizes = dict(sizes, **{unknown[0]: n // known})
+            elif known != n:
+                raise ShapeError(f"rearrange: group {names} has {known} elements, dim has {n}")
+            inner = st
+            for a in reversed(names):
+                axes[a] = (int(sizes[a]), inner)
+                inner *= int(sizes[a])
+        if sorted(a for g in rgroups for a in g) != sorted(axes):
+            raise ShapeError(f"rearrange: {rhs!r} must use exactly the axes of {lhs!r}")
+        shape, strides = [], []
+        for names in rgroups:
+            n, st = 1, 1
+            for i, a in enumerate(reversed(names)):
+                an, ast = axes[a]
+                if i == 0:
+                    st = ast
+                elif an > 1 and ast != st * n:
+                    raise ShapeError(f"rearrange: axes {names} cannot merge without a copy")
+                n *= an
+            shape.append(n)
+            strides.append(st)
+        if self.mem != "hbm" and rgroups[0] != lgroups[0]:
+            raise ShapeError("rearrange keeps the partition dim of an on-chip tile first and whole")
+        return self._view(shape, strides, self.offset, self.start)
 
     # ------------------------------------------------------------------------- access pattern
     def to_ap(self) -> tuple:
@@ -284,6 +431,21 @@ def _index_tile(t: Any, what: str) -> tuple:
     if t.dyn is not None:
         raise OperandError(f"{what} tile cannot itself be dynamic", operand=what)
     return t._static_ap()
+
+
+def _groups(side: str) -> list:
+    out, cur = [], None
+    for tok in side.replace("(", " ( ").replace(")", " ) ").split():
+        if tok == "(":
+            cur = []
+        elif tok == ")":
+            out.append(cur)
+            cur = None
+        elif cur is not None:
+            cur.append(tok)
+        else:
+            out.append([tok])
+    return out
 
 
 def _merge(dims: list) -> list:

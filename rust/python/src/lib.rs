@@ -239,17 +239,23 @@ impl Program {
         }
     }
 
-    fn unit_range(ap: &Ap) -> Vec<usize> {
-        let es = ap.dtype.size() as i64;
-        let offs = ap.row_offsets();
+    /// The PSUM 2-byte units an access pattern covers, as half-open ranges (one per partition
+    /// when rows are contiguous).
+    fn unit_ranges(ap: &Ap) -> Vec<(usize, usize)> {
+        let es = ap.dtype.size();
         let mut v = Vec::new();
-        for r in 0..ap.parts {
+        let contiguous = ap.is_row_contiguous();
+        let offs = if contiguous {
+            vec![0]
+        } else {
+            ap.row_offsets()
+        };
+        let run = if contiguous { ap.free_size() * es } else { es };
+        for r in 0..ap.parts as usize {
+            let base = (ap.start as usize + r) * PSUM_PART_BYTES + ap.offset as usize;
             for o in &offs {
-                let b =
-                    ((ap.start + r) as usize * PSUM_PART_BYTES) as i64 + ap.offset as i64 + o * es;
-                for u in 0..es / 2 {
-                    v.push(((b + 2 * u) / 2) as usize);
-                }
+                let b = (base as i64 + o * es as i64) as usize;
+                v.push((b / 2, (b + run).div_ceil(2)));
             }
         }
         v
@@ -262,21 +268,60 @@ impl Program {
         let Some(dst) = ins.ap(mm::DST).cloned() else {
             return;
         };
-        let units = Self::unit_range(&dst);
-        let written = units
+        let ranges = Self::unit_ranges(&dst);
+        let total: usize = ranges.iter().map(|(a, b)| b - a).sum();
+        let written: usize = ranges
             .iter()
-            .filter(|u| self.mm[**u / 64] >> (**u % 64) & 1 == 1)
-            .count();
+            .map(|(a, b)| bits_count(&self.mm, *a, *b))
+            .sum();
         if matches!(ins.args[mm::ACCUMULATE], Arg::Absent) {
             if written == 0 {
                 ins.args[mm::ACCUMULATE] = Arg::Bool(false);
-            } else if written == units.len() {
+            } else if written == total {
                 ins.args[mm::ACCUMULATE] = Arg::Bool(true);
             }
         }
-        for u in units {
-            self.mm[u / 64] |= 1 << (u % 64);
+        for (a, b) in ranges {
+            bits_assign(&mut self.mm, a, b, true);
         }
+    }
+}
+
+/// Number of one bits in `lo..hi`.
+fn bits_count(words: &[u64], lo: usize, hi: usize) -> usize {
+    let (mut i, mut n_ones) = (lo, 0);
+    while i < hi {
+        let first = i % 64;
+        let n = (64 - first).min(hi - i);
+        let mask = if n == 64 {
+            u64::MAX
+        } else {
+            ((1u64 << n) - 1) << first
+        };
+        n_ones += (words[i / 64] & mask).count_ones() as usize;
+        i += n;
+    }
+    n_ones
+}
+
+/// Set or clear bits `lo..hi` (word at a time).
+fn bits_assign(words: &mut [u64], lo: usize, hi: usize, on: bool) {
+    let mut i = lo;
+    while i < hi {
+        let w = i / 64;
+        let first = i % 64;
+        let n = (64 - first).min(hi - i);
+        let mask = if n == 64 {
+            u64::MAX
+        } else {
+            ((1u64 << n) - 1) << first
+        };
+        if on {
+            words[w] |= mask;
+        } else {
+            words[w] &= !mask;
+        }
+        i += n;
     }
 }
 
@@ -418,13 +463,16 @@ impl Program {
 
     /// Mark PSUM bytes as freshly allocated: the next matmul with accumulate=None overwrites them.
     fn psum_fresh(&mut self, start: u32, parts: u32, offset: u64, nbytes: u64) {
-        for p in start..(start + parts).min(PARTITIONS as u32) {
-            let base = p as usize * PSUM_PART_BYTES / 2;
-            let lo = (offset / 2) as usize;
-            let hi = (((offset + nbytes).min(PSUM_PART_BYTES as u64)).div_ceil(2)) as usize;
-            for u in lo..hi {
-                self.mm[(base + u) / 64] &= !(1 << ((base + u) % 64));
-            }
+        let end = (offset + nbytes).min(PSUM_PART_BYTES as u64) as usize;
+        let offset = (offset as usize).min(end);
+        for p in start as usize..(start + parts).min(PARTITIONS as u32) as usize {
+            let base = p * PSUM_PART_BYTES / 2;
+            bits_assign(
+                &mut self.mm,
+                base + offset / 2,
+                base + end.div_ceil(2),
+                false,
+            );
         }
     }
 

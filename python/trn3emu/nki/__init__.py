@@ -1,0 +1,118 @@
+"""trn3emu.nki: run NKI kernels (NKI 0.6/0.7, `import nki`) unchanged on the emulator.
+
+    import trn3emu.nki
+    trn3emu.nki.install()          # registers `nki`, `nki.isa`, `nki.language`, ... in sys.modules
+    import nki, nki.isa as nisa, nki.language as nl
+
+    @nki.jit
+    def add(a, b):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        ...
+        return out
+
+    y = add(a_np, b_np)            # numpy in, numpy out; also nki.simulate(add)(a_np, b_np), add[2](...)
+
+Activation without code changes: the pytest plugin (`-p trn3emu.nki.pytest_plugin`, automatic when
+NKI_SIMULATOR=1 or TRN3EMU_NKI=1), or `python -m trn3emu.nki script.py`.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+from . import collectives, compiler, isa, language, typing
+from ._kernel import Kernel, NkiTensor, jit, missing_attribute, resolve_target, simulate
+
+tensor = NkiTensor
+
+#: module names registered by install() -> the module object
+_ALIASES = {
+    "nki": sys.modules[__name__],
+    "nki.isa": isa,
+    "nki.language": language,
+    "nki.typing": typing,
+    "nki.compiler": compiler,
+    "nki.collectives": collectives,
+}
+
+
+def _extra_modules() -> dict:
+    """`nki.isa.constants`, `nki.dtype`, `nki.tensor` as thin modules (harnesses import them)."""
+    constants = types.ModuleType("nki.isa.constants")
+    for n in ("engine", "reduce_cmd", "dge_mode", "oob_mode", "matmul_perf_mode", "dma_engine", "nc_version"):
+        setattr(constants, n, getattr(isa, n))
+    dtype = types.ModuleType("nki.dtype")
+    for n, v in vars(language).items():
+        if isinstance(v, str) and type(v).__name__ == "Dtype":
+            setattr(dtype, n, v)
+    tens = types.ModuleType("nki.tensor")
+    tens.NkiTensor = NkiTensor
+    tens.tensor = NkiTensor
+    isa.constants = constants
+    return {"nki.isa.constants": constants, "nki.dtype": dtype, "nki.tensor": tens}
+
+
+_EXTRA = _extra_modules()
+dtype = _EXTRA["nki.dtype"]
+
+
+_saved: dict = {}
+
+
+def install(legacy: bool = False) -> None:
+    """Register trn3emu's front end as `nki` (and submodules) in sys.modules.
+
+    `legacy=True` also aliases `neuronxcc.nki.*` (only the new-style API is provided behind it).
+    Idempotent; `uninstall()` restores whatever was there before.
+    """
+    mods = dict(_ALIASES, **_EXTRA)
+    if legacy:
+        mods.update({"neuronxcc." + k: v for k, v in list(mods.items())})
+        mods.setdefault("neuronxcc", types.ModuleType("neuronxcc"))
+    for name, mod in mods.items():
+        if name not in _saved:
+            _saved[name] = sys.modules.get(name)
+        sys.modules[name] = mod
+    if legacy:
+        sys.modules["neuronxcc"].nki = sys.modules[__name__]
+
+
+def uninstall() -> None:
+    """Undo install()."""
+    for name, prev in list(_saved.items()):
+        if prev is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = prev
+    _saved.clear()
+
+
+def installed() -> bool:
+    return sys.modules.get("nki") is sys.modules[__name__]
+
+
+def __getattr__(name: str):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    if name in ("baremetal", "benchmark", "profile", "simulate_kernel", "cpu_simulate"):
+        raise missing_attribute(f"nki.{name}")
+    raise missing_attribute(f"nki.{name}")
+
+
+__all__ = [
+    "install",
+    "uninstall",
+    "installed",
+    "jit",
+    "simulate",
+    "Kernel",
+    "NkiTensor",
+    "tensor",
+    "isa",
+    "language",
+    "typing",
+    "compiler",
+    "collectives",
+    "resolve_target",
+]

@@ -1,0 +1,565 @@
+"""Tracing NKI kernels into trn3emu Programs, and running them.
+
+`nki.jit(fn)` gives a `Kernel`. Calling it (or `kernel[grid](...)`) with numpy arrays puts the
+arrays into the HBM of a fresh `Device`, runs the kernel's Python body once per program of the
+grid (program k traces onto core k), each `nisa.*` / `nl.*` call appending instructions to that
+core's Program, then runs all Programs together and returns the kernel's HBM results as numpy.
+Nothing executes while tracing: as for the NKI compiler, Python control flow sees shapes and
+constants, never tensor values.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import warnings
+import weakref
+from typing import Any
+
+import numpy as np
+
+from ..device import Device
+from ..dtypes import SIZES, dtype_name, numpy_dtype
+from ..errors import AddressError, EmuError, MemorySpaceError, NotSupportedError, ShapeError
+from ..program import Program
+from ..tensor import Tensor
+from . import _memory
+
+_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_STACK: list[TraceContext] = []
+ONCHIP = ("sbuf", "psum")
+HBM_BUFFERS = ("hbm", "shared_hbm", "private_hbm")
+
+
+def not_supported(name: str, why: str = "") -> NotSupportedError:
+    msg = f"not supported: {name}" + (f" ({why})" if why else "")
+    return NotSupportedError(msg, rule="trn3emu.nki front end")
+
+
+class NotSupportedAttribute(NotSupportedError, AttributeError):
+    """An `nki.*` module attribute the front end does not provide (also an AttributeError, so
+    `hasattr` and feature probes keep working)."""
+
+
+def missing_attribute(name: str) -> NotSupportedAttribute:
+    return NotSupportedAttribute(f"not supported: {name}", rule="trn3emu.nki front end")
+
+
+def current() -> TraceContext:
+    if not _STACK:
+        raise EmuError(
+            "this NKI API can only be called inside a kernel traced by nki.jit / nki.simulate",
+            rule="trace context",
+        )
+    return _STACK[-1]
+
+
+_INTERNAL: dict[str, bool] = {}
+
+
+def _internal(filename: str) -> bool:
+    v = _INTERNAL.get(filename)
+    if v is None:
+        v = _INTERNAL[filename] = os.path.abspath(filename).startswith(_PKG)
+    return v
+
+
+def source_line() -> str:
+    """file:line of the innermost caller outside the trn3emu package (the kernel's source line)."""
+    f = sys._getframe(1)
+    while f is not None and _internal(f.f_code.co_filename):
+        f = f.f_back
+    if f is None:
+        return "?"
+    return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"
+
+
+# ------------------------------------------------------------------------------------- dtypes
+class Dtype(str):
+    """An NKI dtype: its name (as NKI's own stubs spell dtypes), equal to numpy spellings too."""
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            return str.__eq__(self, other) or (other == "bool_" and str.__eq__(self, "bool"))
+        try:
+            return str.__eq__(self, dtype_name(other))
+        except Exception:
+            return False
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = str.__hash__
+
+    @property
+    def itemsize(self) -> int:
+        return SIZES[str(self)]
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The numpy dtype that carries it, so `np.zeros(shape, nl.bfloat16)` works in harnesses."""
+        return numpy_dtype(str(self))
+
+
+DTYPES = {name: Dtype(name) for name in SIZES}
+
+
+def as_dtype(dtype: Any) -> Dtype:
+    if isinstance(dtype, Dtype):
+        return dtype
+    if isinstance(dtype, str) and dtype == "bool_":
+        return DTYPES["bool"]
+    if dtype is bool:
+        return DTYPES["bool"]
+    return DTYPES[dtype_name(dtype)]
+
+
+# ------------------------------------------------------------------------------------ tensors
+class _Block:
+    """One allocation; every view holds it, and the range is freed when the last view dies."""
+
+    __slots__ = ("__weakref__", "parts", "row_bytes", "label")
+
+    def __init__(self, parts: int, row_bytes: int, label: str) -> None:
+        self.parts, self.row_bytes, self.label = parts, row_bytes, label
+
+
+class NkiTensor:
+    """An NKI tensor: a trn3emu `Tensor` view plus its NKI buffer kind and its allocation."""
+
+    __slots__ = ("_t", "buffer", "_block", "name")
+
+    def __init__(self, t: Tensor, buffer: str, block: _Block | None = None, name: str = "") -> None:
+        self._t, self.buffer, self._block, self.name = t, buffer, block, name
+
+    def _wrap(self, t: Tensor) -> NkiTensor:
+        return NkiTensor(t, self.buffer, self._block, self.name)
+
+    # info
+    @property
+    def shape(self) -> tuple:
+        return self._t.shape
+
+    @property
+    def dtype(self) -> Dtype:
+        return DTYPES[self._t.dtype]
+
+    @property
+    def ndim(self) -> int:
+        return self._t.ndim
+
+    @property
+    def size(self) -> int:
+        return self._t.size
+
+    @property
+    def strides(self) -> tuple:
+        return self._t.strides
+
+    @property
+    def offset(self) -> int:
+        return self._t.offset // self._t.itemsize
+
+    @property
+    def tensor(self) -> Tensor:
+        """The underlying trn3emu view."""
+        return self._t
+
+    def __repr__(self) -> str:
+        return f"<NkiTensor {self.buffer} {self.shape} {self._t.dtype} {self._t!r}>"
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __bool__(self) -> bool:
+        raise not_supported("truth value of a tensor", "tensor values are not known while tracing")
+
+    def is_contiguous(self) -> bool:
+        return self._t.is_contiguous()
+
+    # views
+    def __getitem__(self, key) -> NkiTensor:
+        return self._wrap(self._t[_norm_key(key)])
+
+    def __setitem__(self, key, value) -> None:
+        from . import language
+
+        language._assign(self[key], value)
+
+    def reshape(self, *shape) -> NkiTensor:
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        return self._wrap(self._t.reshape(tuple(int(s) for s in shape)))
+
+    def view(self, dtype) -> NkiTensor:
+        return self._wrap(self._t.view_as(dtype_name(dtype)))
+
+    reinterpret_cast = view
+
+    def permute(self, *dims) -> NkiTensor:
+        if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+            dims = tuple(dims[0])
+        return self._wrap(self._t.permute(tuple(int(d) for d in dims)))
+
+    def broadcast(self, dim: int, size: int) -> NkiTensor:
+        return self._wrap(self._t.broadcast(int(dim), int(size)))
+
+    def expand_dim(self, dim: int) -> NkiTensor:
+        return self._wrap(self._t.expand_dim(int(dim)))
+
+    def squeeze_dim(self, dim: int) -> NkiTensor:
+        return self._wrap(self._t.squeeze_dim(int(dim)))
+
+    def slice(self, dim: int, start: int, end: int, step: int = 1) -> NkiTensor:
+        key = [slice(None)] * self.ndim
+        key[int(dim)] = slice(int(start), int(end), int(step))
+        return self[tuple(key)]
+
+    def select(self, dim: int, index) -> NkiTensor:
+        if isinstance(index, NkiTensor):
+            raise not_supported("NkiTensor.select with a tensor index", "dynamic select")
+        key = [slice(None)] * self.ndim
+        key[int(dim)] = int(index)
+        return self[tuple(key)]
+
+    def ap(self, pattern=None, offset=0, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
+        """Raw access pattern over the tensor's storage: element = flat[offset + sum idx_k * step_k]."""
+        if scalar_offset is not None or vector_offset is not None:
+            raise not_supported("NkiTensor.ap(scalar_offset=/vector_offset=)", "dynamic offsets")
+        if pattern is None:
+            raise ShapeError("ap() needs pattern=[[step, num], ...]")
+        row_bytes = self._block.row_bytes if self._block is not None else None
+        return self._wrap(self._t.ap([tuple(int(x) for x in p) for p in pattern], int(offset), dtype, row_bytes))
+
+    def indirect(self, *args, **kwargs):
+        raise not_supported("NkiTensor.indirect", "tensor indirection")
+
+    def vector_select(self, *args, **kwargs):
+        raise not_supported("NkiTensor.vector_select", "dynamic vector offsets")
+
+    def rearrange(self, pattern: str, **sizes) -> NkiTensor:
+        return self._wrap(self._t.rearrange(pattern, **sizes))
+
+    def get_pattern(self) -> list:
+        return [[int(s), int(n)] for s, n in zip(self._t.strides, self._t.shape)]
+
+    # arithmetic sugar -> nl ops
+    def __add__(self, o):
+        from . import language as nl
+
+        return nl.add(self, o)
+
+    def __radd__(self, o):
+        from . import language as nl
+
+        return nl.add(o, self)
+
+    def __sub__(self, o):
+        from . import language as nl
+
+        return nl.subtract(self, o)
+
+    def __rsub__(self, o):
+        from . import language as nl
+
+        return nl.subtract(o, self)
+
+    def __mul__(self, o):
+        from . import language as nl
+
+        return nl.multiply(self, o)
+
+    def __rmul__(self, o):
+        from . import language as nl
+
+        return nl.multiply(o, self)
+
+    def __truediv__(self, o):
+        from . import language as nl
+
+        return nl.divide(self, o)
+
+    def __neg__(self):
+        from . import language as nl
+
+        return nl.negative(self)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise missing_attribute(f"NkiTensor.{name}")
+
+    def __iadd__(self, o):
+        raise not_supported("tensor += value", "legacy accumulation syntax; use nisa.nc_matmul(dst, ...) or nl.add")
+
+
+def _norm_key(key):
+    from .language import DSlice
+
+    if not isinstance(key, tuple):
+        key = (key,)
+    out = []
+    for k in key:
+        if isinstance(k, DSlice):
+            out.append(slice(k.start, k.start + k.size))
+        elif isinstance(k, NkiTensor):
+            raise not_supported("indexing with a tensor", "use .indirect / .ap")
+        elif k is None:
+            raise not_supported("indexing with None (newaxis)", "use expand_dim")
+        elif isinstance(k, (slice, type(Ellipsis))):
+            out.append(k)
+        else:
+            try:
+                out.append(int(k))
+            except TypeError:
+                raise not_supported(f"index {k!r}", "legacy arange/mgrid index expressions") from None
+    return tuple(out)
+
+
+def unwrap(v: Any) -> Any:
+    return v._t if isinstance(v, NkiTensor) else v
+
+
+# -------------------------------------------------------------------------------------- trace
+_LABEL = re.compile(r"[^A-Za-z0-9_.:/+\-\[\]]")
+
+
+class KernelProgram(Program):
+    """A Program whose instructions are named after the kernel source line that issued them."""
+
+    def _emit(self, opcode, engine, name, wait, signal, args):
+        loc = source_line()
+        label = _LABEL.sub("_", loc if name is None else f"{name}/{loc}")[-255:]
+        try:
+            return super()._emit(opcode, engine, label, wait, signal, args)
+        except EmuError as e:
+            if hasattr(e, "add_note"):
+                e.add_note(f"  in kernel at {loc} ({opcode})")
+            raise
+
+
+class TraceContext:
+    """The state of one program of a kernel launch while its body is traced."""
+
+    def __init__(self, launch: _Run, pid: int) -> None:
+        self.launch, self.pid = launch, pid
+        self.core = pid % Device.NUM_CORES
+        self.program = KernelProgram(core=self.core)
+        self.sbuf = _memory.Allocator("SBUF", _memory.SBUF_BYTES, _memory.SBUF_ALIGN)
+        self.psum = _memory.Allocator("PSUM", _memory.PSUM_BYTES, _memory.PSUM_BANK)
+        self.shared_index = 0
+        self.prints: list[tuple[str, NkiTensor]] = []
+        self.no_reorder_depth = 0
+
+    @property
+    def device(self) -> Device:
+        return self.launch.device
+
+    def alloc(self, shape, dtype, buffer: str, name: str = "", address=None) -> NkiTensor:
+        shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        dt = dtype_name(dtype)
+        where = source_line()
+        label = f"{name or 'tile'} {shape} {dt} at {where}"
+        if buffer in HBM_BUFFERS:
+            return self._alloc_hbm(shape, dt, buffer, name, address, label)
+        if buffer not in ONCHIP:
+            raise MemorySpaceError(f"unknown buffer {buffer!r} (sbuf, psum, hbm, shared_hbm, private_hbm)")
+        if len(shape) < 2:
+            shape = shape + (1,) if shape else (1, 1)
+        t = Tensor(buffer, dt, shape, name=name, core=self.core)
+        row = t.nbytes // shape[0]
+        alloc = self.sbuf if buffer == "sbuf" else self.psum
+        if address is None:
+            _memory.check_partitions(0, shape[0], label)
+            key, t.offset = alloc.alloc(row, label)
+        else:
+            if isinstance(address, (tuple, list)):
+                start, off = (0, address[0]) if len(address) == 1 else (int(address[0]), int(address[1]))
+            else:
+                start, off = 0, int(address)
+            _memory.check_partitions(start, shape[0], label)
+            if buffer == "psum" and off % _memory.PSUM_BANK:
+                raise AddressError(
+                    f"{label}: PSUM tiles start on a 2 KiB bank boundary; address {off} is not", operand="address"
+                )
+            key = alloc.place(off, row, label)
+            t.offset, t.start = off, start
+        if buffer == "psum":
+            self.program._native.psum_fresh(t.start, shape[0], t.offset, row)
+        block = _Block(shape[0], row, label)
+        weakref.finalize(block, alloc.free, key)
+        return NkiTensor(t, buffer, block, name)
+
+    def _alloc_hbm(self, shape, dt, buffer, name, address, label) -> NkiTensor:
+        addr = None
+        if address is not None:
+            addr = int(address[0] if isinstance(address, (tuple, list)) else address)
+        if buffer == "shared_hbm":
+            # Programs of one launch see the same shared tensor: the k-th shared allocation of
+            # every program is one HBM tensor (NKI links them by name; order is equivalent
+            # when every program runs the same code).
+            i, self.shared_index = self.shared_index, self.shared_index + 1
+            shared = self.launch.shared
+            if i < len(shared):
+                t = shared[i]
+                if t.shape != shape or t.dtype != dt:
+                    raise ShapeError(
+                        f"shared_hbm allocation #{i} is {shape} {dt} here but {t.shape} {t.dtype} in program 0"
+                    )
+                return NkiTensor(t, buffer, None, name)
+            t = self.device.hbm.alloc(shape, dt, address=addr, name=name)
+            shared.append(t)
+            return NkiTensor(t, buffer, None, name)
+        t = self.device.hbm.alloc(shape, dt, address=addr, name=name)
+        return NkiTensor(t, buffer, None, name)
+
+
+# -------------------------------------------------------------------------------------- targets
+KNOWN_TARGETS = {"trn3": "gen4", "gen4": "gen4", "trn2": "gen3", "gen3": "gen3", "trn1": "gen2", "inf2": "gen2"}
+KNOWN_TARGETS["gen2"] = "gen2"
+_warned: set = set()
+
+
+def resolve_target(target: str | None) -> str:
+    """The target to emulate: always trn3; older known targets run as trn3 with one warning."""
+    t = target or os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE") or "trn3"
+    key = str(t).strip().lower()
+    if key not in KNOWN_TARGETS:
+        raise not_supported(
+            f"platform target {t!r}", f"known targets: {', '.join(sorted(KNOWN_TARGETS))}; trn3emu emulates trn3"
+        )
+    if KNOWN_TARGETS[key] != "gen4" and key not in _warned:
+        _warned.add(key)
+        warnings.warn(
+            f"trn3emu emulates Trainium3 (NeuronCore-v4); target {t!r} runs as trn3", RuntimeWarning, stacklevel=3
+        )
+    return "trn3"
+
+
+# ------------------------------------------------------------------------------------ launches
+class _Run:
+    """One launch of a kernel over a grid, on a fresh Device."""
+
+    def __init__(self, kernel: Kernel, grid: tuple) -> None:
+        self.kernel, self.grid = kernel, grid
+        self.device = Device()
+        self.shared: list[Tensor] = []
+        self.contexts: list[TraceContext] = []
+
+    def __call__(self, args, kwargs):
+        from .. import testing
+
+        fill = self.kernel.options.get("fill", testing.default_fill())
+        if fill is not None:
+            self.device.fill_onchip(fill)
+        arrays: list[tuple[np.ndarray, Tensor]] = []
+
+        def conv(a):
+            if isinstance(a, np.ndarray):
+                t = self.device.hbm.put(a if a.ndim else a.reshape(1))
+                arrays.append((a, t))
+                return NkiTensor(t, "hbm")
+            if isinstance(a, (np.generic,)):
+                return a.item()
+            if isinstance(a, tuple):
+                return tuple(conv(x) for x in a)
+            if type(a).__module__.startswith("torch"):
+                raise not_supported("torch tensors as kernel arguments", "pass numpy arrays")
+            return a
+
+        wargs = [conv(a) for a in args]
+        wkw = {k: conv(v) for k, v in kwargs.items()}
+        n = int(np.prod(self.grid))
+        results = []
+        for pid in range(n):
+            ctx = TraceContext(self, pid)
+            self.contexts.append(ctx)
+            _STACK.append(ctx)
+            try:
+                results.append(self.kernel.fn(*wargs, **wkw))
+            finally:
+                _STACK.pop()
+        runs = []
+        for lo in range(0, n, Device.NUM_CORES):
+            group = [c.program for c in self.contexts[lo : lo + Device.NUM_CORES]]
+            runs.append(self.device.run(group, check_races=True, trace=self.kernel.options.get("trace", True)))
+        self.kernel.last_result = runs[-1] if len(runs) == 1 else runs
+        self.kernel.last_programs = [c.program for c in self.contexts]
+        for ctx in self.contexts:
+            for prefix, t in ctx.prints:
+                print(f"{prefix} (program {ctx.pid}):\n{self.device.hbm.get(t.tensor)}")
+        for a, t in arrays:
+            if a.flags.writeable and a.ndim:
+                new = self.device.hbm.get(t)
+                if new.tobytes() != np.ascontiguousarray(a).tobytes():
+                    a[...] = new
+        return self._out(results[0])
+
+    def _out(self, r):
+        if isinstance(r, NkiTensor):
+            if r.buffer not in HBM_BUFFERS:
+                raise MemorySpaceError(
+                    f"a kernel returns HBM tensors (nl.shared_hbm); it returned a {r.buffer} tile {r.shape}"
+                )
+            return self.device.hbm.get(r.tensor)
+        if isinstance(r, tuple):
+            return tuple(self._out(x) for x in r)
+        if isinstance(r, list):
+            return [self._out(x) for x in r]
+        if isinstance(r, dict):
+            return {k: self._out(v) for k, v in r.items()}
+        return r
+
+
+class Kernel:
+    """A traced NKI kernel: `kernel(*arrays)` or `kernel[grid](*arrays)` runs it on trn3emu."""
+
+    def __init__(self, fn, **options) -> None:
+        self.fn = fn
+        self.options = options
+        self.last_result = None
+        self.last_programs: list = []
+        self.__name__ = getattr(fn, "__name__", "kernel")
+        self.__doc__ = getattr(fn, "__doc__", None)
+        self.__wrapped__ = fn
+        resolve_target(options.get("platform_target"))
+
+    def __getitem__(self, grid) -> _Launcher:
+        grid = tuple(int(g) for g in (grid if isinstance(grid, tuple) else (grid,)))
+        if not grid or any(g < 1 for g in grid):
+            raise ShapeError(f"launch grid {grid} must be positive")
+        return _Launcher(self, grid)
+
+    def __call__(self, *args, **kwargs):
+        if _STACK:  # a kernel called from inside another kernel is an ordinary function
+            return self.fn(*args, **kwargs)
+        return _Run(self, (1,))(args, kwargs)
+
+
+class _Launcher:
+    def __init__(self, kernel: Kernel, grid: tuple) -> None:
+        self.kernel, self.grid = kernel, grid
+
+    def __call__(self, *args, **kwargs):
+        if _STACK:
+            raise not_supported("launching a grid from inside a kernel")
+        return _Run(self.kernel, self.grid)(args, kwargs)
+
+
+def jit(fn=None, **options):
+    """`@nki.jit`, `@nki.jit(...)` or `nki.jit(fn, ...)`; options are accepted (platform_target is checked)."""
+    if fn is None:
+        return lambda f: Kernel(f, **options)
+    if isinstance(fn, Kernel):
+        return fn
+    return Kernel(fn, **options)
+
+
+def simulate(kernel, **options):
+    """`nki.simulate(kernel)(*arrays)` (also `nki.simulate(kernel[2])`): run on trn3emu."""
+    if isinstance(kernel, _Launcher):
+        return kernel
+    if not isinstance(kernel, Kernel):
+        kernel = Kernel(kernel, **options)
+    return kernel

@@ -1,0 +1,188 @@
+"""`nki.isa`: every NeuronCore-v4 instruction, dst first, appended to the traced kernel's Program.
+
+The functions are generated from the ISA tables (`trn3emu._asm.INSTRUCTIONS`): each takes NKI's
+operand names and order, accepts NKI tensors, op tokens (`nl.add`, `np.exp`, strings) and enum
+members, and returns an `Instruction` handle with `.depends_on(...)`. Semantics live in the core.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+from typing import Any
+
+from .._asm import ENUMS, INSTRUCTIONS, AssemblerMixin
+from ..errors import NotSupportedError
+from . import _kernel
+from ._kernel import NkiTensor, current, not_supported
+
+# ------------------------------------------------------------------------------------- enums
+engine = enum.Enum("engine", {n: i for i, n in enumerate(ENUMS["engine"])})
+reduce_cmd = enum.Enum("reduce_cmd", {n: i for i, n in enumerate(ENUMS["reduce_cmd"])})
+dge_mode = enum.Enum("dge_mode", {n: i for i, n in enumerate(ENUMS["dge_mode"])})
+oob_mode = enum.Enum("oob_mode", {n: i for i, n in enumerate(ENUMS["oob_mode"])})
+matmul_perf_mode = enum.Enum("matmul_perf_mode", {n: n for n in ENUMS["matmul_perf_mode"]})
+dma_engine = enum.Enum("dma_engine", {n: i for i, n in enumerate(ENUMS["dma_engine"])})
+nc_version = enum.Enum("nc_version", {"gen2": 2, "gen3": 3, "gen4": 4})
+
+tensor_engine = engine.tensor
+vector_engine = engine.vector
+scalar_engine = engine.scalar
+gpsimd_engine = engine.gpsimd
+sync_engine = engine.sync
+unknown_engine = engine.unknown
+
+
+def get_nc_version():
+    """The NeuronCore generation being emulated: always gen4 (Trainium3)."""
+    return nc_version.gen4
+
+
+# Op-token spellings that differ from the ISA's operator names.
+_OP_ALIASES = {
+    "max": "maximum",
+    "amax": "maximum",
+    "min": "minimum",
+    "amin": "minimum",
+    "true_divide": "divide",
+    "identity": "copy",
+    "sum": "add",
+    "negative": None,
+    "absolute": "abs",
+    "arctan2": None,
+    "bitwise_not": "invert",
+    "logical_not": "logical_not",
+}
+
+
+def op_name(v: Any) -> Any:
+    """ISA operator / activation name of an op token (nl function, numpy ufunc, enum, string)."""
+    if v is None or isinstance(v, (bool, int, float)):
+        return v
+    name = v if isinstance(v, str) else getattr(v, "name", None) or getattr(v, "__name__", None)
+    if not isinstance(name, str):
+        raise not_supported(f"op token {v!r}")
+    if name in _OP_ALIASES:
+        alias = _OP_ALIASES[name]
+        if alias is None:
+            raise not_supported(f"op {name}", "no NeuronCore ALU or activation function")
+        return alias
+    return name
+
+
+class Instruction:
+    """The handle an `nki.isa` call returns; `.depends_on(*others)` orders it after them."""
+
+    def __init__(self, ctx, index: int, opcode: str) -> None:
+        self.ctx, self.index, self.opcode = ctx, index, opcode
+
+    def depends_on(self, *others) -> Instruction:
+        # Automatic synchronisation already orders every data dependency; an explicit edge
+        # between independent instructions only constrains the schedule, which the emulator
+        # does not need for correctness. Accepted so kernels run unchanged (documented).
+        return self
+
+    def __repr__(self) -> str:
+        return f"<nki.isa {self.opcode} #{self.index}>"
+
+
+_ENUM_KINDS = {"alu_op", "act_fn"}
+
+
+def _conv(kind: str, enum_id: Any, v: Any) -> Any:
+    if isinstance(v, NkiTensor):
+        return v.tensor
+    if enum_id in _ENUM_KINDS:
+        return op_name(v)
+    if kind in ("f32", "tensor_or_f32") and v is not None and not hasattr(v, "tensor"):
+        try:
+            return float(v)
+        except (TypeError, ValueError):
+            return v
+    if kind == "ints" and v is not None and not isinstance(v, (list, tuple)):
+        return [int(v)]
+    if kind == "ints" and isinstance(v, (list, tuple)):
+        return [int(x) for x in v]
+    if kind == "pattern" and v is not None:
+        return [list(map(int, p)) for p in v]
+    return v
+
+
+def _make(opname: str):
+    method = getattr(AssemblerMixin, opname)
+    sig = inspect.signature(method)
+    params = [p for p in list(sig.parameters.values())[1:] if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+    spec = {p[0]: (p[1], p[2]) for p in INSTRUCTIONS[opname][2]}
+    names = [p.name for p in params]
+
+    def fn(*args, **kwargs):
+        if "mask" in kwargs:
+            raise not_supported(f"nki.isa.{opname}(mask=...)", "legacy masks; slice the operands instead")
+        if args and not isinstance(args[0], NkiTensor) and "dst" not in kwargs and names[0] == "dst":
+            raise not_supported(
+                f"nki.isa.{opname} without dst", "legacy value-returning form; pass a preallocated dst first"
+            )
+        if opname == "tensor_copy":
+            kwargs.pop("dtype", None)  # legacy cast argument: the cast is dst's dtype
+        try:
+            bound = sig.bind(None, *args, **kwargs)
+        except TypeError as e:
+            raise not_supported(
+                f"nki.isa.{opname} call form ({e})",
+                "NKI 0.6 passes a preallocated dst first; legacy value-returning calls are not supported",
+            ) from None
+        call = {}
+        for k, v in list(bound.arguments.items())[1:]:
+            if k in spec:
+                call[k] = _conv(spec[k][0], spec[k][1], v)
+            elif k == "engine":
+                call[k] = None if v is None else getattr(v, "name", v)
+            else:
+                call[k] = v
+        ctx = current()
+        idx = getattr(ctx.program, opname)(**call)
+        return Instruction(ctx, idx, opname)
+
+    fn.__name__ = opname
+    fn.__qualname__ = opname
+    fn.__doc__ = method.__doc__
+    return fn
+
+
+for _name in INSTRUCTIONS:
+    if _name not in ("dma_compute",):
+        globals()[_name] = _make(_name)
+
+_dma_compute = _make("dma_compute")
+
+
+def dma_compute(dst, srcs, scales=None, reduce_op=None, **kwargs):
+    """`dma_compute(dst, srcs, scales, reduce_op)`: srcs list -> src0..src15 of the ISA record."""
+    srcs = list(srcs)
+    if len(srcs) > 16:
+        raise not_supported("dma_compute with more than 16 sources")
+    if scales is not None and any(float(s) != 1.0 for s in scales):
+        raise not_supported("dma_compute with scales other than 1.0", "the v4 DMA has no scale mode")
+    extra = {f"src{i}": s for i, s in enumerate(srcs)}
+    if reduce_op is not None:
+        extra["reduce_op"] = reduce_op
+    return _dma_compute(dst, **extra, **kwargs)
+
+
+def __getattr__(name: str):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise _kernel.missing_attribute(f"nki.isa.{name}")
+
+
+__all__ = [n for n in INSTRUCTIONS] + [
+    "engine",
+    "reduce_cmd",
+    "dge_mode",
+    "oob_mode",
+    "matmul_perf_mode",
+    "dma_engine",
+    "nc_version",
+    "get_nc_version",
+    "NotSupportedError",
+]

@@ -1,0 +1,829 @@
+"""`nki.language`: tensors, buffers, dtypes, loops, SPMD ids, and the `nl.*` convenience ops.
+
+Every `nl.*` op lowers to the `nki.isa` instructions it stands for (documented per function)
+and returns a new SBUF tile (PSUM for `matmul` / `transpose`). Op functions double as op tokens
+(`op=nl.add`): their `__name__` is the ISA operator or activation name.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import math
+
+import numpy as np
+
+from ..dtypes import numpy_dtype
+from ..errors import ShapeError
+from . import isa as nisa
+from ._kernel import DTYPES, HBM_BUFFERS, Dtype, NkiTensor, as_dtype, current, missing_attribute, not_supported
+
+# ------------------------------------------------------------------------------------ dtypes
+bool_ = DTYPES["bool"]
+int8, int16, int32 = DTYPES["int8"], DTYPES["int16"], DTYPES["int32"]
+uint8, uint16, uint32 = DTYPES["uint8"], DTYPES["uint16"], DTYPES["uint32"]
+float16, float32, bfloat16, tfloat32 = DTYPES["float16"], DTYPES["float32"], DTYPES["bfloat16"], DTYPES["tfloat32"]
+float8_e4m3, float8_e4m3fn, float8_e5m2 = DTYPES["float8_e4m3"], DTYPES["float8_e4m3fn"], DTYPES["float8_e5m2"]
+float8_e8m0fnu = DTYPES["float8_e8m0fnu"]
+float8_e4m3fn_x4, float8_e5m2_x4, float4_e2m1fn_x4 = (
+    DTYPES["float8_e4m3fn_x4"],
+    DTYPES["float8_e5m2_x4"],
+    DTYPES["float4_e2m1fn_x4"],
+)
+
+# ----------------------------------------------------------------------------------- buffers
+sbuf, psum, hbm, shared_hbm, private_hbm = "sbuf", "psum", "hbm", "shared_hbm", "private_hbm"
+
+
+def is_sbuf(buffer) -> bool:
+    return _buf(buffer) == "sbuf"
+
+
+def is_psum(buffer) -> bool:
+    return _buf(buffer) == "psum"
+
+
+def is_hbm(buffer) -> bool:
+    return _buf(buffer) in HBM_BUFFERS
+
+
+def is_on_chip(buffer) -> bool:
+    return _buf(buffer) in ("sbuf", "psum")
+
+
+def _buf(b) -> str:
+    return b.buffer if isinstance(b, NkiTensor) else str(b)
+
+
+NkiTensor = NkiTensor  # annotations in kernels: `x: nl.NkiTensor`
+tensor = NkiTensor
+
+
+class NKIObject:
+    """Base class kernels subclass for helper objects; plain Python here."""
+
+
+class tile_size:
+    """Tile-size constants of NeuronCore-v4 (reference §1.3)."""
+
+    pmax = 128
+    psum_fmax = 512
+    psum_bank_fmax = 512
+    psum_bank_fmax_bytes = 2048
+    psum_num_banks = 8
+    gemm_stationary_fmax = 128
+    gemm_moving_fmax = 512
+    bn_stats_fmax = 512
+    psum_min_align = 2048
+    sbuf_min_align = 64
+    sbuf_size_bytes = 256 * 1024
+    sbuf_fmax_bytes = 256 * 1024
+    total_available_sbuf_size = 256 * 1024
+
+
+# ------------------------------------------------------------------------------ index helpers
+class DSlice:
+    """`nl.ds(start, size)`: the slice start:start+size."""
+
+    __slots__ = ("start", "size")
+
+    def __init__(self, start, size) -> None:
+        self.start, self.size = int(start), int(size)
+
+    def __repr__(self) -> str:
+        return f"ds({self.start}, {self.size})"
+
+
+def ds(start, size) -> DSlice:
+    return DSlice(start, size)
+
+
+# ------------------------------------------------------------------------------------ loops
+def _range(*args):
+    return range(*(int(a) for a in args))
+
+
+def affine_range(start, stop=None, step=1):
+    """Unrolled at trace time (every NKI iterator is unrolled at specialisation)."""
+    return _range(start) if stop is None else _range(start, stop, step)
+
+
+sequential_range = affine_range
+static_range = affine_range
+
+
+def dynamic_range(*args, **kwargs):
+    raise not_supported("nl.dynamic_range", "runtime loops on registers; use range / fori_loop with static bounds")
+
+
+def fori_loop(lower, upper, body_fun, step=1, init_val=None):
+    """Static-bound `fori_loop`, unrolled while tracing: body_fun(i) (or body_fun(i, carry))."""
+    carry = init_val
+    for i in range(int(lower), int(upper), int(step)):
+        carry = body_fun(i) if init_val is None else body_fun(i, carry)
+    return carry
+
+
+def while_loop(*args, **kwargs):
+    raise not_supported("nl.while_loop", "a runtime loop whose trip count depends on device values")
+
+
+@contextlib.contextmanager
+def no_reorder():
+    """Program order is already the issue order of every engine stream here; nothing to pin."""
+    ctx = current()
+    ctx.no_reorder_depth += 1
+    try:
+        yield
+    finally:
+        ctx.no_reorder_depth -= 1
+
+
+# ------------------------------------------------------------------------------------- SPMD
+def program_id(axis=0) -> int:
+    ctx = current()
+    idx = np.unravel_index(ctx.pid, ctx.launch.grid)
+    return int(idx[int(axis)])
+
+
+def num_programs(axes=None) -> int:
+    grid = current().launch.grid
+    if axes is None:
+        return int(np.prod(grid))
+    if isinstance(axes, (tuple, list)):
+        return int(np.prod([grid[a] for a in axes]))
+    return int(grid[int(axes)])
+
+
+def program_ndim() -> int:
+    return len(current().launch.grid)
+
+
+# ---------------------------------------------------------------------------------- tensors
+def ndarray(shape, dtype, buffer=None, name="", address=None, **kwargs) -> NkiTensor:
+    """A new (uninitialised) tensor; SBUF/PSUM from the allocator, or at `address`."""
+    if kwargs:
+        raise not_supported(f"nl.ndarray({', '.join(kwargs)}=...)")
+    return current().alloc(shape, dtype, "sbuf" if buffer is None else _buf(buffer), name, address)
+
+
+def empty_like(t, dtype=None, buffer=None, name="") -> NkiTensor:
+    return ndarray(t.shape, dtype or t.dtype, buffer or t.buffer, name)
+
+
+def full(shape, fill_value, dtype, buffer=None, name="", address=None) -> NkiTensor:
+    """A new tensor filled with `fill_value`: memset on chip, written at load time in HBM."""
+    t = ndarray(shape, dtype, buffer, name, address)
+    if t.buffer in HBM_BUFFERS:
+        current().device.hbm.write(t.tensor, np.full(t.shape, fill_value, numpy_dtype(t.tensor.dtype)))
+    else:
+        nisa.memset(t, value=fill_value)
+    return t
+
+
+def zeros(shape, dtype, buffer=None, name="", address=None) -> NkiTensor:
+    return full(shape, 0, dtype, buffer, name, address)
+
+
+def ones(shape, dtype, buffer=None, name="", address=None) -> NkiTensor:
+    return full(shape, 1, dtype, buffer, name, address)
+
+
+def zeros_like(t, dtype=None, buffer=None, name="") -> NkiTensor:
+    return zeros(t.shape, dtype or t.dtype, buffer or t.buffer, name)
+
+
+def ones_like(t, dtype=None, buffer=None, name="") -> NkiTensor:
+    return ones(t.shape, dtype or t.dtype, buffer or t.buffer, name)
+
+
+def full_like(t, fill_value, dtype=None, buffer=None, name="") -> NkiTensor:
+    return full(t.shape, fill_value, dtype or t.dtype, buffer or t.buffer, name)
+
+
+def shared_constant(constant, dtype=None, **kwargs) -> NkiTensor:
+    """An HBM tensor holding a constant array (or the contents of an .npy path)."""
+    a = np.load(constant) if isinstance(constant, str) else np.asarray(constant)
+    if dtype is not None:
+        a = a.astype(numpy_dtype(dtype))
+    t = current().device.hbm.put(a if a.ndim else a.reshape(1))
+    return NkiTensor(t, "shared_hbm")
+
+
+def shared_identity_matrix(n, dtype=uint8, **kwargs) -> NkiTensor:
+    """An n x n identity in SBUF (loaded by DMA from an HBM constant)."""
+    src = shared_constant(np.eye(int(n)), dtype=dtype)
+    return load(src)
+
+
+# ------------------------------------------------------------------------------- data motion
+def load(src, dtype=None, **kwargs) -> NkiTensor:
+    """HBM -> a new SBUF tile (`dma_copy`; a dtype change is the DMA's cast)."""
+    _no_mask("load", kwargs)
+    t = ndarray(src.shape, dtype or src.dtype, sbuf)
+    nisa.dma_copy(dst=t, src=src)
+    return t
+
+
+def store(dst, value, **kwargs) -> None:
+    """A tile -> HBM (`dma_copy`; PSUM goes through an SBUF `tensor_copy` first: DMA cannot read PSUM)."""
+    _no_mask("store", kwargs)
+    value = _sbuf_operand(value)
+    nisa.dma_copy(dst=dst, src=value)
+
+
+def load_transpose2d(src, dtype=None, **kwargs) -> NkiTensor:
+    """HBM [A, B] -> SBUF [B, A] via `dma_transpose`."""
+    _no_mask("load_transpose2d", kwargs)
+    t = ndarray((src.shape[1], src.shape[0]), dtype or src.dtype, sbuf)
+    nisa.dma_transpose(dst=t, src=src)
+    return t
+
+
+def copy(x, dtype=None, **kwargs) -> NkiTensor:
+    """A new SBUF copy (`tensor_copy`; cast to `dtype`)."""
+    _no_mask("copy", kwargs)
+    x = _onchip(x)
+    t = ndarray(x.shape, dtype or x.dtype, sbuf)
+    nisa.tensor_copy(dst=t, src=x)
+    return t
+
+
+def _assign(dst: NkiTensor, value) -> None:
+    """`dst[...] = value`: DMA when HBM is involved, else tensor_copy; scalars memset."""
+    if isinstance(value, NkiTensor):
+        if dst.buffer in HBM_BUFFERS or value.buffer in HBM_BUFFERS:
+            nisa.dma_copy(dst=dst, src=_sbuf_operand(value) if dst.buffer in HBM_BUFFERS else value)
+        else:
+            src = value
+            if src.size != dst.size and src.shape[0] == dst.shape[0]:
+                src = _bcast_free(src, dst.shape)
+            nisa.tensor_copy(dst=dst, src=src)
+    else:
+        if dst.buffer in HBM_BUFFERS:
+            raise not_supported("assigning a scalar to an HBM tensor", "memset an SBUF tile and store it")
+        nisa.memset(dst, value=float(value))
+
+
+def _no_mask(name, kwargs):
+    if "mask" in kwargs:
+        raise not_supported(f"nl.{name}(mask=...)", "legacy masks; slice the operands instead")
+    if kwargs:
+        raise not_supported(f"nl.{name}({', '.join(kwargs)}=...)")
+
+
+def _sbuf_operand(v: NkiTensor) -> NkiTensor:
+    if v.buffer == "psum":
+        t = ndarray(v.shape, v.dtype, sbuf)
+        nisa.tensor_copy(dst=t, src=v)
+        return t
+    return v
+
+
+def _onchip(v):
+    """HBM operands of nl ops are loaded into SBUF first (a convenience of this front end)."""
+    if isinstance(v, NkiTensor) and v.buffer in HBM_BUFFERS:
+        return load(v)
+    return v
+
+
+# --------------------------------------------------------------------------------- promotion
+_FLOAT_RANK = ["float8_e4m3", "float8_e4m3fn", "float8_e5m2", "float16", "bfloat16", "tfloat32", "float32"]
+_INT_BITS = {"bool": 1, "uint8": 8, "int8": 8, "uint16": 16, "int16": 16, "uint32": 32, "int32": 32}
+
+
+def promote(a, b) -> Dtype:
+    """NKI's documented promotion (reference §3.3): float+int -> the float; wider float wins
+    (fp16+bf16 -> fp32, mixed fp8 -> bf16); int+int -> wider, signed when mixed."""
+    a, b = str(as_dtype(a)), str(as_dtype(b))
+    if a == b:
+        return DTYPES[a]
+    fa, fb = a in _FLOAT_RANK, b in _FLOAT_RANK
+    if fa and fb:
+        if {a, b} == {"float16", "bfloat16"}:
+            return float32
+        if a.startswith("float8") and b.startswith("float8"):
+            return bfloat16
+        return DTYPES[builtins.max(a, b, key=_FLOAT_RANK.index)]
+    if fa or fb:
+        return DTYPES[a if fa else b]
+    if a == "bool" or b == "bool":
+        return DTYPES[b if a == "bool" else a]
+    bits = builtins.max(_INT_BITS[a], _INT_BITS[b])
+    signed = a.startswith("int") or b.startswith("int")
+    if signed and (
+        a.startswith("uint") and _INT_BITS[a] >= _INT_BITS[b] or b.startswith("uint") and _INT_BITS[b] >= _INT_BITS[a]
+    ):
+        bits *= 2
+    if bits > 32:
+        return float32
+    return DTYPES[("int" if signed else "uint") + str(bits)]
+
+
+# ------------------------------------------------------------------------- broadcast helpers
+def _bcast_free(t: NkiTensor, shape) -> NkiTensor:
+    """Stride-0 view of a [P, 1...] tile over the free dims of `shape`."""
+    v = t
+    if v.ndim != len(shape):
+        if v.size // v.shape[0] == 1:
+            v = v.reshape((v.shape[0],) + (1,) * (len(shape) - 1))
+        else:
+            raise ShapeError(f"cannot broadcast {t.shape} to {tuple(shape)}")
+    for d in range(1, len(shape)):
+        if v.shape[d] != shape[d]:
+            if v.shape[d] != 1:
+                raise ShapeError(f"cannot broadcast {t.shape} to {tuple(shape)}")
+            v = v.broadcast(d, shape[d])
+    return v
+
+
+def _bcast_partitions(t: NkiTensor, parts: int) -> NkiTensor:
+    """[1, F] -> a new [parts, F] tile: ones[1, parts]^T @ t on the PE (exact: x * 1 summed once)."""
+    if t.shape[0] != 1:
+        raise ShapeError(f"partition broadcast needs 1 partition, got {t.shape}")
+    free = t.size
+    flat = t.reshape((1, free)) if t.is_contiguous() else copy(t).reshape((1, free))
+    ones_t = full((1, parts), 1.0, float32 if t.dtype in ("float32", "tfloat32") else t.dtype)
+    out = ndarray((parts,) + tuple(t.shape[1:]), t.dtype, sbuf)
+    out_flat = out.reshape((parts, free))
+    for f0 in range(0, free, 512):
+        n = builtins.min(512, free - f0)
+        acc = ndarray((parts, n), float32, psum)
+        nisa.nc_matmul(acc, stationary=ones_t, moving=flat[:, f0 : f0 + n], accumulate=False)
+        nisa.tensor_copy(dst=out_flat[:, f0 : f0 + n], src=acc)
+    return out
+
+
+def broadcast_to(x, shape, **kwargs) -> NkiTensor:
+    """Broadcast a tile: free dims by a stride-0 view; the partition dim by a PE broadcast."""
+    x = _onchip(x)
+    shape = tuple(int(s) for s in shape)
+    if x.shape[0] != shape[0]:
+        x = _bcast_partitions(x, shape[0])
+    return _bcast_free(x, shape) if x.shape != shape else x
+
+
+def expand_dims(x, axis) -> NkiTensor:
+    return x.expand_dim(int(axis))
+
+
+# ------------------------------------------------------------------------------- elementwise
+def _is_tile(v) -> bool:
+    return isinstance(v, NkiTensor)
+
+
+def _binary(op: str, x, y, dtype) -> NkiTensor:
+    if not _is_tile(x) and not _is_tile(y):
+        raise not_supported(f"nl.{op} of two scalars", "compute it in Python")
+    x, y = _onchip(x), _onchip(y)
+    if not _is_tile(y) or not _is_tile(x):
+        tile, scalar, rev = (x, y, False) if _is_tile(x) else (y, x, True)
+        out = ndarray(tile.shape, dtype or tile.dtype, sbuf)
+        nisa.tensor_scalar(out, tile, op0=op, operand0=float(scalar), reverse0=rev)
+        return out
+    odt = dtype or promote(x.dtype, y.dtype)
+    if x.shape[0] != y.shape[0]:
+        if x.shape[0] == 1:
+            x = _bcast_partitions(x, y.shape[0])
+        elif y.shape[0] == 1:
+            y = _bcast_partitions(y, x.shape[0])
+        else:
+            raise ShapeError(f"nl.{op}: partition dims {x.shape[0]} and {y.shape[0]} do not broadcast")
+    xf, yf = x.size // x.shape[0], y.size // y.shape[0]
+    if xf != yf and (xf == 1 or yf == 1):
+        tile, col, rev = (x, y, False) if yf == 1 else (y, x, True)
+        out = ndarray(tile.shape, odt, sbuf)
+        nisa.tensor_scalar(
+            out, tile, op0=op, operand0=col.reshape((col.shape[0], 1)) if col.ndim != 2 else col, reverse0=rev
+        )
+        return out
+    shape = tuple(np.broadcast_shapes(x.shape, y.shape))
+    out = ndarray(shape, odt, sbuf)
+    nisa.tensor_tensor(out, _bcast_free(x, shape), _bcast_free(y, shape), op=op)
+    return out
+
+
+def _make_binary(op: str):
+    def fn(x, y, dtype=None, **kwargs):
+        _no_mask(op, kwargs)
+        return _binary(op, x, y, dtype)
+
+    fn.__name__ = fn.__qualname__ = op
+    fn.__doc__ = f"Elementwise {op} (tensor_tensor; tensor_scalar with a scalar or [P,1] operand)."
+    return fn
+
+
+add = _make_binary("add")
+subtract = _make_binary("subtract")
+multiply = _make_binary("multiply")
+divide = _make_binary("divide")
+maximum = _make_binary("maximum")
+minimum = _make_binary("minimum")
+power = _make_binary("power")
+abs_max = _make_binary("abs_max")
+abs_min = _make_binary("abs_min")
+equal = _make_binary("equal")
+not_equal = _make_binary("not_equal")
+greater = _make_binary("greater")
+greater_equal = _make_binary("greater_equal")
+less = _make_binary("less")
+less_equal = _make_binary("less_equal")
+logical_and = _make_binary("logical_and")
+logical_or = _make_binary("logical_or")
+logical_xor = _make_binary("logical_xor")
+bitwise_and = _make_binary("bitwise_and")
+bitwise_or = _make_binary("bitwise_or")
+bitwise_xor = _make_binary("bitwise_xor")
+left_shift = _make_binary("left_shift")
+right_shift = _make_binary("right_shift")
+
+
+def _act(fn: str, x, dtype=None, bias=None, scale=1.0) -> NkiTensor:
+    x = _onchip(x)
+    out = ndarray(x.shape, dtype or x.dtype, sbuf)
+    nisa.activation(out, op=fn, data=x, bias=bias, scale=scale)
+    return out
+
+
+def _make_act(fn: str):
+    def f(x, dtype=None, **kwargs):
+        _no_mask(fn, kwargs)
+        return _act(fn, x, dtype)
+
+    f.__name__ = f.__qualname__ = fn
+    f.__doc__ = f"Elementwise {fn} on the Scalar engine (`activation(op={fn})`)."
+    return f
+
+
+for _fn in (
+    "exp log sqrt rsqrt reciprocal tanh sigmoid relu gelu gelu_dx gelu_apprx_tanh gelu_apprx_sigmoid "
+    "gelu_apprx_sigmoid_dx silu silu_dx softplus mish erf erf_dx sign abs square arctan"
+).split():
+    globals()[_fn] = _make_act(_fn)
+
+bypass = "bypass"
+prelu = "prelu"
+average = "average"
+
+
+def _round_even(x: NkiTensor) -> NkiTensor:
+    """fp32 -> int32 (RNE, saturating) -> fp32: x rounded to the nearest integer (|x| < 2^31)."""
+    i = ndarray(x.shape, int32, sbuf)
+    nisa.tensor_copy(dst=i, src=x)
+    r = ndarray(x.shape, float32, sbuf)
+    nisa.tensor_copy(dst=r, src=i)
+    return r
+
+
+def _floor_f32(x: NkiTensor) -> NkiTensor:
+    """floor(x) = n - (n > x) with n = round(x); fp32 result."""
+    n = _round_even(x)
+    gt = ndarray(x.shape, float32, sbuf)
+    nisa.tensor_tensor(dst=gt, data1=n, data2=x, op="greater")
+    nisa.tensor_tensor(dst=n, data1=n, data2=gt, op="subtract")
+    return n
+
+
+def _as_f32(x) -> NkiTensor:
+    x = _onchip(x)
+    return x if x.dtype == float32 else copy(x, dtype=float32)
+
+
+def floor(x, dtype=None) -> NkiTensor:
+    """floor: fp32 -> int32 (RNE) -> fp32, minus 1 where that rounded up (`tensor_copy` x2,
+    `tensor_tensor` greater / subtract). Valid for |x| < 2^31."""
+    x = _as_f32(x)
+    return copy(_floor_f32(x), dtype=dtype or x.dtype)
+
+
+def ceil(x, dtype=None) -> NkiTensor:
+    """ceil(x) = -floor(-x)."""
+    x = _as_f32(x)
+    return negative(floor(negative(x)), dtype=dtype or x.dtype)
+
+
+def trunc(x, dtype=None) -> NkiTensor:
+    """trunc(x) = sign(x) * floor(|x|)."""
+    x = _as_f32(x)
+    f = _floor_f32(_act("abs", x, float32))
+    out = ndarray(x.shape, dtype or x.dtype, sbuf)
+    nisa.tensor_tensor(dst=out, data1=f, data2=_act("sign", x, float32), op="multiply")
+    return out
+
+
+def _rem(x, y, dtype, rounding) -> NkiTensor:
+    x = _as_f32(x)
+    q = divide(x, y, dtype=float32)
+    n = _floor_f32(q) if rounding == "floor" else trunc(q, dtype=float32)
+    ny = multiply(n, y, dtype=float32)
+    return subtract(x, ny, dtype=dtype or x.dtype)
+
+
+def mod(x, y, dtype=None) -> NkiTensor:
+    """x - floor(x / y) * y (sign of y, as numpy.mod)."""
+    return _rem(x, y, dtype, "floor")
+
+
+def fmod(x, y, dtype=None) -> NkiTensor:
+    """x - trunc(x / y) * y (sign of x, as numpy.fmod)."""
+    return _rem(x, y, dtype, "trunc")
+
+
+def tan(x, dtype=None) -> NkiTensor:
+    """sin(x) / cos(x), both range-reduced (`tensor_tensor` divide)."""
+    x = _as_f32(x)
+    return divide(sin(x, dtype=float32), cos(x, dtype=float32), dtype=dtype or x.dtype)
+
+
+def _reduce_angle(x: NkiTensor, shift: float) -> NkiTensor:
+    """x + shift reduced to [-pi, pi]: r = (x + shift) - round((x + shift) / 2pi) * 2pi, clamped."""
+    two_pi = 2.0 * math.pi
+    xs = ndarray(x.shape, float32, sbuf)
+    nisa.tensor_scalar(dst=xs, data=x, op0="add", operand0=shift)
+    q = ndarray(x.shape, float32, sbuf)
+    nisa.tensor_scalar(dst=q, data=xs, op0="multiply", operand0=1.0 / two_pi)
+    n = _round_even(q)
+    nisa.tensor_scalar(dst=n, data=n, op0="multiply", operand0=two_pi)
+    nisa.tensor_tensor(dst=xs, data1=xs, data2=n, op="subtract")
+    # fp32 rounding can leave |r| a hair above pi; ScalarE's sin is invalid outside [-pi, pi].
+    pi32 = float(np.float32(math.pi))
+    nisa.tensor_scalar(dst=xs, data=xs, op0="minimum", operand0=pi32, op1="maximum", operand1=-pi32)
+    return xs
+
+
+def sin(x, dtype=None) -> NkiTensor:
+    """sin with range reduction to [-pi, pi] (ScalarE's sin is only valid there), then `activation(sin)`."""
+    x = _as_f32(x)
+    return _act("sin", _reduce_angle(x, 0.0), dtype or x.dtype)
+
+
+def cos(x, dtype=None) -> NkiTensor:
+    """cos(x) = sin(x + pi/2), range-reduced."""
+    x = _as_f32(x)
+    return _act("sin", _reduce_angle(x, math.pi / 2), dtype or x.dtype)
+
+
+def negative(x, dtype=None, **kwargs) -> NkiTensor:
+    """-x (`tensor_scalar(multiply, -1)`)."""
+    _no_mask("negative", kwargs)
+    return _binary("multiply", x, -1.0, dtype)
+
+
+def logical_not(x, dtype=None, **kwargs) -> NkiTensor:
+    """x == 0 (`tensor_scalar(equal, 0)`)."""
+    _no_mask("logical_not", kwargs)
+    return _binary("equal", x, 0.0, dtype)
+
+
+def invert(x, dtype=None, **kwargs) -> NkiTensor:
+    """Bitwise NOT (`tensor_scalar(invert)`)."""
+    _no_mask("invert", kwargs)
+    x = _onchip(x)
+    out = ndarray(x.shape, dtype or x.dtype, sbuf)
+    nisa.tensor_scalar(out, x, op0="invert", operand0=0.0)
+    return out
+
+
+def _unsupported(name, why):
+    def f(*args, **kwargs):
+        raise not_supported(f"nl.{name}", why)
+
+    f.__name__ = name
+    return f
+
+
+for _n in ("gather_flattened", "random_seed"):
+    globals()[_n] = _unsupported(_n, "no lowering to NeuronCore-v4 instructions in this front end yet")
+
+
+# -------------------------------------------------------------------------------- reductions
+def _axes(x, axis) -> tuple:
+    if axis is None:
+        axes = tuple(range(1, x.ndim))
+    elif isinstance(axis, (tuple, list)):
+        axes = tuple(int(a) % x.ndim for a in axis)
+    else:
+        axes = (int(axis) % x.ndim,)
+    if 0 in axes and axes != (0,):
+        raise not_supported("reducing the partition dim together with free dims", "reduce them in two steps")
+    return tuple(sorted(axes))
+
+
+_PARTITION_OPS = {"add": "add", "maximum": "maximum", "logical_or": "bitwise_or", "logical_and": "bitwise_and"}
+
+
+def _reduce(op: str, x, axis, dtype, keepdims, negate=False) -> NkiTensor:
+    x = _onchip(x)
+    axes = _axes(x, axis)
+    if axes == (0,):
+        # Across partitions: GpSimd's tensor_partition_reduce into one partition (keeps the dim).
+        if op not in _PARTITION_OPS or negate:
+            raise not_supported(f"nl reduction {op} over the partition dim")
+        out = ndarray((1,) + tuple(x.shape[1:]), dtype or x.dtype, sbuf)
+        nisa.tensor_partition_reduce(out, op=_PARTITION_OPS[op], data=x)
+        return out
+    shape = (
+        [1 if d in axes else n for d, n in enumerate(x.shape)]
+        if keepdims
+        else [n for d, n in enumerate(x.shape) if d not in axes]
+    )
+    out = ndarray(tuple(shape), dtype or x.dtype, sbuf)
+    nisa.tensor_reduce(out, op=op, data=x, axis=axes, negate=negate, keepdims=keepdims)
+    return out
+
+
+def _make_reduce(name: str, op: str):
+    def f(x, axis=None, dtype=None, keepdims=False, **kwargs):
+        _no_mask(name, kwargs)
+        return _reduce(op, x, axis, dtype, keepdims)
+
+    f.__name__ = f.__qualname__ = name
+    f.__doc__ = f"Reduce with {op} over free axes (`tensor_reduce(op={op})`)."
+    return f
+
+
+sum = _make_reduce("sum", "add")  # noqa: A001
+max = _make_reduce("max", "maximum")  # noqa: A001
+min = _make_reduce("min", "minimum")  # noqa: A001
+prod = _make_reduce("prod", "multiply")
+all = _make_reduce("all", "logical_and")  # noqa: A001
+any = _make_reduce("any", "logical_or")  # noqa: A001
+
+
+def mean(x, axis=None, dtype=None, keepdims=False, **kwargs) -> NkiTensor:
+    """sum over the axes (`tensor_reduce(add)`), then `tensor_scalar(divide, n)`."""
+    _no_mask("mean", kwargs)
+    x = _onchip(x)
+    axes = _axes(x, axis)
+    n = math.prod(x.shape[d] for d in axes)
+    s = _reduce("add", x, axes, float32, keepdims)
+    out = ndarray(s.shape, dtype or x.dtype, sbuf)
+    nisa.tensor_scalar(out, s, op0="divide", operand0=float(n))
+    return out
+
+
+def var(x, axis=None, dtype=None, keepdims=False) -> NkiTensor:
+    """Population variance over all free axes: `bn_stats` per 512-element chunk, one `bn_aggr`."""
+    x = _onchip(x)
+    if _axes(x, axis) != tuple(range(1, x.ndim)):
+        raise not_supported("nl.var over a subset of the free axes or the partition dim")
+    x2 = _free_2d(x)
+    p, f = x2.shape
+    fmax = tile_size.bn_stats_fmax
+    chunks = -(-f // fmax)
+    stats = ndarray((p, 6 * chunks), float32, sbuf)
+    for c in range(chunks):
+        nisa.bn_stats(dst=stats[:, 6 * c : 6 * c + 6], data=x2[:, c * fmax : builtins.min(f, (c + 1) * fmax)])
+    mv = ndarray((p, 2), float32, sbuf)
+    nisa.bn_aggr(dst=mv, data=stats)
+    shape = (p,) + (1,) * (x.ndim - 1) if keepdims else (p, 1)
+    out = ndarray(shape, dtype or x.dtype, sbuf)
+    nisa.tensor_copy(dst=out.reshape((p, 1)), src=mv[:, 1:2])
+    return out
+
+
+# ---------------------------------------------------------------------------- composite ops
+def _free_2d(x: NkiTensor) -> NkiTensor:
+    return x if x.ndim == 2 else x.reshape((x.shape[0], x.size // x.shape[0]))
+
+
+def softmax(x, axis=-1, dtype=None, compute_dtype=None, **kwargs) -> NkiTensor:
+    """exp(x - max) / sum: tensor_reduce(max, negate) -> activation(exp, bias, reduce add) ->
+    reciprocal -> tensor_scalar(multiply)."""
+    _no_mask("softmax", kwargs)
+    x = _free_2d(_onchip(x))
+    if int(axis) % 2 != 1:
+        raise not_supported("nl.softmax over the partition dim")
+    p = x.shape[0]
+    negmax = ndarray((p, 1), float32, sbuf)
+    nisa.tensor_reduce(negmax, op="maximum", data=x, axis=(1,), negate=True, keepdims=True)
+    e = ndarray(x.shape, float32, sbuf)
+    s = ndarray((p, 1), float32, sbuf)
+    nisa.activation(e, op="exp", data=x, bias=negmax, reduce_op="add", reduce_res=s, reduce_cmd="reset_reduce")
+    r = ndarray((p, 1), float32, sbuf)
+    nisa.reciprocal(r, s)
+    out = ndarray(x.shape, dtype or x.dtype, sbuf)
+    nisa.tensor_scalar(out, e, op0="multiply", operand0=r)
+    return out
+
+
+def rms_norm(x, w, axis, n, epsilon=1e-6, dtype=None, compute_dtype=None, **kwargs) -> NkiTensor:
+    """x / sqrt(sum(x^2)/n + eps) * w: activation(square, reduce add) -> tensor_scalar(divide n,
+    add eps) -> activation(rsqrt) -> tensor_scalar(multiply) -> tensor_tensor(multiply w)."""
+    _no_mask("rms_norm", kwargs)
+    x = _onchip(x)
+    if _axes(x, axis) != tuple(range(1, x.ndim)):
+        raise not_supported("nl.rms_norm over a subset of the free axes")
+    x2 = _free_2d(x)
+    p = x2.shape[0]
+    sq = ndarray(x2.shape, float32, sbuf)
+    ss = ndarray((p, 1), float32, sbuf)
+    nisa.activation(sq, op="square", data=x2, reduce_op="add", reduce_res=ss, reduce_cmd="reset_reduce")
+    ms = ndarray((p, 1), float32, sbuf)
+    nisa.tensor_scalar(ms, ss, op0="divide", operand0=float(n), op1="add", operand1=float(epsilon))
+    rs = ndarray((p, 1), float32, sbuf)
+    nisa.activation(rs, op="rsqrt", data=ms)
+    normed = ndarray(x.shape, float32, sbuf)
+    nisa.tensor_scalar(normed, x, op0="multiply", operand0=rs)
+    return _binary("multiply", normed, w, dtype or x.dtype)
+
+
+def where(condition, x, y, dtype=None, **kwargs) -> NkiTensor:
+    """condition ? x : y: copy y (or memset a scalar y), then `tensor_copy_predicated` x where true."""
+    _no_mask("where", kwargs)
+    condition = _onchip(condition)
+    x, y = _onchip(x), _onchip(y)
+    ref = x if _is_tile(x) else y if _is_tile(y) else condition
+    out = ndarray(condition.shape, dtype or (ref.dtype if _is_tile(ref) else float32), sbuf)
+    if _is_tile(y):
+        nisa.tensor_copy(dst=out, src=y)
+    else:
+        nisa.memset(out, value=float(y))
+    if str(condition.dtype) not in ("uint8", "uint16", "uint32", "bool"):
+        condition = copy(condition, dtype=uint8)  # the predicate operand is integer (1.0 -> 1)
+    nisa.tensor_copy_predicated(dst=out, src=x if _is_tile(x) else float(x), predicate=condition)
+    return out
+
+
+def matmul(x, y, transpose_x=False, **kwargs) -> NkiTensor:
+    """x @ y (x.T @ y with transpose_x) into a new fp32 PSUM tile: `nc_matmul`, preceded by a PE
+    transpose of x (`nc_transpose` -> PSUM -> SBUF) when transpose_x is False."""
+    _no_mask("matmul", kwargs)
+    x, y = _onchip(x), _onchip(y)
+    if not transpose_x:
+        xt = transpose(x)
+        x = _sbuf_operand(xt)
+    out = ndarray((x.shape[1], y.shape[1]), float32, psum)
+    nisa.nc_matmul(out, stationary=x, moving=y, accumulate=False)
+    return out
+
+
+def transpose(x, dtype=None, **kwargs) -> NkiTensor:
+    """Swap partition and free dims on the PE (`nc_transpose`), result in PSUM."""
+    _no_mask("transpose", kwargs)
+    x = _free_2d(_onchip(x))
+    out = ndarray((x.shape[1], x.shape[0]), dtype or x.dtype, psum)
+    nisa.nc_transpose(out, x)
+    return out
+
+
+def dropout(x, rate, dtype=None, **kwargs) -> NkiTensor:
+    """Zero elements with probability `rate` (`nisa.dropout`)."""
+    _no_mask("dropout", kwargs)
+    x = _onchip(x)
+    out = ndarray(x.shape, dtype or x.dtype, sbuf)
+    nisa.dropout(out, x, prob=rate)
+    return out
+
+
+def rand(shape, dtype=float32, buffer=None, **kwargs) -> NkiTensor:
+    """Uniform [0, 1) values (`nisa.rand2(min=0, max=1)`)."""
+    out = ndarray(shape, dtype, buffer)
+    nisa.rand2(out, min=0.0, max=1.0)
+    return out
+
+
+def device_print(prefix, tensor) -> None:
+    """Print a tensor's value at this point of the kernel, after the run (copied to HBM now)."""
+    ctx = current()
+    t = tensor
+    if t.buffer == "psum":
+        t = _sbuf_operand(t)
+    snap = ndarray(t.shape, t.dtype, "private_hbm")
+    nisa.dma_copy(dst=snap, src=t)
+    ctx.prints.append((str(prefix), snap))
+
+
+def _checked(f):
+    """Calls whose arguments do not fit the signature raise "not supported: nl.<name>(...)"."""
+    import functools
+    import inspect
+
+    sig = inspect.signature(f)
+
+    @functools.wraps(f)
+    def g(*args, **kwargs):
+        try:
+            sig.bind(*args, **kwargs)
+        except TypeError as e:
+            raise not_supported(f"nl.{f.__name__} call form ({e})") from None
+        return f(*args, **kwargs)
+
+    return g
+
+
+for _n, _f in list(globals().items()):
+    if (
+        callable(_f)
+        and not isinstance(_f, type)
+        and not _n.startswith("_")
+        and getattr(_f, "__module__", None) == __name__
+        and _n not in ("no_reorder", "promote")
+    ):
+        globals()[_n] = _checked(_f)
+
+
+def __getattr__(name: str):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise missing_attribute(f"nki.language.{name}")

@@ -1,0 +1,14 @@
+"""`nki.typing`: annotation names kernels import (`from nki.typing import tensor`)."""
+
+from __future__ import annotations
+
+from ._kernel import NkiTensor, missing_attribute
+
+tensor = NkiTensor
+mutable_tensor = NkiTensor
+
+
+def __getattr__(name: str):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise missing_attribute(f"nki.typing.{name}")

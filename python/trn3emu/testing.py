@@ -1,0 +1,183 @@
+"""Golden-model helpers: compare kernel outputs with numpy references and explain mismatches.
+
+`assert_close(actual, expected)` passes when every element satisfies the chosen rule and
+otherwise raises an AssertionError listing the worst elements (index, values, |diff|, ULP distance
+in the actual array's dtype, bit patterns):
+
+- mode="allclose": |a - b| <= atol + rtol * |b|   (numpy.allclose)
+- mode="max":      |a - b| <= atol + rtol * max|b| (range-relative, as nki-library's maxAllClose)
+
+Default tolerances depend on the dtype of `actual` (DEFAULT_TOLERANCES). Exact dtypes (integers,
+bool) default to 0/0. NaNs compare equal to NaNs at the same place (equal_nan=True).
+
+`run_kernel(kernel, reference, *arrays)` runs a kernel, computes the reference on the same inputs
+and asserts closeness. `fill_uninitialized(byte)` makes every kernel run start with SBUF/PSUM
+filled with that byte (0xFF -> NaN in every float dtype), to expose reads of memory no
+instruction wrote, as the vendor's simulator does with NaN sentinels.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import ml_dtypes
+import numpy as np
+
+#: dtype name -> (rtol, atol) used when none are given.
+DEFAULT_TOLERANCES = {
+    "float32": (1e-5, 1e-6),
+    "tfloat32": (1e-3, 1e-5),
+    "float16": (1e-3, 1e-5),
+    "bfloat16": (1e-2, 1e-5),
+    "float8_e4m3": (1.25e-1, 1e-3),
+    "float8_e4m3fn": (1.25e-1, 1e-3),
+    "float8_e5m2": (2.5e-1, 1e-3),
+    "float8_e8m0fnu": (0.0, 0.0),
+    "float64": (1e-7, 1e-9),
+}
+
+_FILL: list = [None]
+
+
+def default_fill():
+    """The byte fresh on-chip memory is filled with for kernel runs (None: zeros).
+
+    Set by `fill_uninitialized`, else by the environment: TRN3EMU_NKI_FILL=0xff (any int literal).
+    """
+    if _FILL[0] is not None:
+        return _FILL[0]
+    env = os.environ.get("TRN3EMU_NKI_FILL")
+    return int(env, 0) if env else None
+
+
+@contextlib.contextmanager
+def fill_uninitialized(byte: int | None = 0xFF):
+    """Within the block, kernels start with every SBUF/PSUM byte = `byte` (0xFF: NaN floats)."""
+    prev = _FILL[0]
+    _FILL[0] = byte
+    try:
+        yield
+    finally:
+        _FILL[0] = prev
+
+
+def tolerances(dtype) -> tuple[float, float]:
+    """(rtol, atol) for a dtype (exact for integer and bool dtypes)."""
+    dt = np.dtype(dtype)
+    if dt.kind in "iub":
+        return 0.0, 0.0
+    return DEFAULT_TOLERANCES.get(dt.name, (1e-5, 1e-6))
+
+
+def _bits(x: np.ndarray) -> np.ndarray:
+    u = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[x.dtype.itemsize]
+    return np.ascontiguousarray(x).view(u)
+
+
+def _ordered(x: np.ndarray) -> np.ndarray:
+    """Float bit patterns mapped to integers that order like the values (ULP arithmetic)."""
+    signed = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}[x.dtype.itemsize]
+    v = np.ascontiguousarray(x).view(signed).astype(np.int64)
+    mag = np.int64((1 << (8 * x.dtype.itemsize - 1)) - 1)
+    return np.where(v < 0, -(v & mag), v)
+
+
+def ulp_distance(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """Distance in units in the last place of actual's dtype (expected cast to that dtype first)."""
+    a = np.asarray(actual)
+    if a.dtype.kind not in "fV" and not _is_ml_float(a.dtype):
+        return np.abs(a.astype(np.int64) - np.asarray(expected).astype(np.int64))
+    e = np.asarray(expected).astype(np.float64).astype(a.dtype)
+    return np.abs(_ordered(a) - _ordered(e))
+
+
+def _is_ml_float(dt) -> bool:
+    return dt in (
+        np.dtype(ml_dtypes.bfloat16),
+        np.dtype(ml_dtypes.float8_e4m3),
+        np.dtype(ml_dtypes.float8_e4m3fn),
+        np.dtype(ml_dtypes.float8_e5m2),
+        np.dtype(ml_dtypes.float8_e8m0fnu),
+    )
+
+
+def compare(actual, expected, rtol=None, atol=None, mode: str = "allclose", equal_nan: bool = True):
+    """(ok, bad_mask, diff, bound) for the chosen rule; see the module docstring."""
+    a = np.asarray(actual)
+    e = np.asarray(expected)
+    if a.shape != e.shape:
+        raise AssertionError(f"shape mismatch: actual {a.shape}, expected {e.shape}")
+    r0, a0 = tolerances(a.dtype)
+    rtol = r0 if rtol is None else rtol
+    atol = a0 if atol is None else atol
+    af, ef = a.astype(np.float64), e.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(af - ef)
+    if mode == "allclose":
+        bound = atol + rtol * np.abs(ef)
+    elif mode == "max":
+        finite = np.abs(ef[np.isfinite(ef)])
+        bound = np.full(ef.shape, atol + rtol * (finite.max() if finite.size else 0.0))
+    else:
+        raise ValueError(f"mode must be 'allclose' or 'max', got {mode!r}")
+    with np.errstate(invalid="ignore"):
+        any_inf = np.isinf(af) | np.isinf(ef)
+        ok_el = (diff <= bound) & ~any_inf
+        ok_el |= any_inf & (af == ef)
+        if equal_nan:
+            ok_el |= np.isnan(af) & np.isnan(ef)
+    bad = ~ok_el
+    return not bad.any(), bad, diff, bound
+
+
+def report(actual, expected, bad, diff, worst: int = 5) -> str:
+    """The worst mismatching elements as text."""
+    a = np.asarray(actual)
+    e = np.asarray(expected)
+    idx = np.flatnonzero(bad.ravel())
+    d = np.where(np.isnan(diff), np.inf, diff).ravel()
+    order = idx[np.argsort(-d[idx], kind="stable")][:worst]
+    ulps = ulp_distance(a, e).ravel() if a.dtype.itemsize <= 8 else None
+    ea = e.astype(np.float64).astype(a.dtype) if (a.dtype.kind == "f" or _is_ml_float(a.dtype)) else e
+    lines = [f"{idx.size} of {a.size} elements differ ({100.0 * idx.size / max(a.size, 1):.3g}%); worst:"]
+    for flat in order:
+        i = np.unravel_index(flat, a.shape)
+        av, ev = a.ravel()[flat], e.ravel()[flat]
+        u = "" if ulps is None else f" ulp={ulps[flat]}"
+        bits = f" bits actual=0x{int(_bits(a).ravel()[flat]):x} expected=0x{int(_bits(np.asarray(ea)).ravel()[flat]):x}"
+        lines.append(
+            f"  at {tuple(int(x) for x in i)}: actual={float(av)!r} expected={float(ev)!r} "
+            f"|diff|={float(d[flat]):.6g}{u}{bits}"
+        )
+    return "\n".join(lines)
+
+
+def assert_close(actual, expected, rtol=None, atol=None, mode: str = "allclose", equal_nan=True, worst=5):
+    """Assert closeness (see module docstring); the error lists the worst elements."""
+    ok, bad, diff, _ = compare(actual, expected, rtol, atol, mode, equal_nan)
+    if not ok:
+        a = np.asarray(actual)
+        r0, a0 = tolerances(a.dtype)
+        rule = "|a-b| <= atol + rtol*|b|" if mode == "allclose" else "|a-b| <= atol + rtol*max|b|"
+        raise AssertionError(
+            f"arrays not close ({rule}, rtol={r0 if rtol is None else rtol}, atol={a0 if atol is None else atol}, "
+            f"dtype {a.dtype})\n" + report(actual, expected, bad, diff, worst)
+        )
+
+
+def run_kernel(kernel, reference, *arrays, rtol=None, atol=None, mode="allclose", grid=None, **kwargs):
+    """Run `kernel` (optionally `kernel[grid]`) on numpy arrays, compare with `reference(*arrays)`.
+
+    Several outputs (tuples) are compared pairwise. Returns the kernel's outputs.
+    """
+    ref = reference(*[a.copy() if isinstance(a, np.ndarray) else a for a in arrays], **kwargs)
+    run = kernel if grid is None else kernel[grid]
+    out = run(*arrays, **kwargs)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    refs = ref if isinstance(ref, (tuple, list)) else (ref,)
+    if len(outs) != len(refs):
+        raise AssertionError(f"kernel returned {len(outs)} outputs, reference {len(refs)}")
+    for o, r in zip(outs, refs):
+        assert_close(o, np.asarray(r), rtol, atol, mode)
+    return out

@@ -86,6 +86,9 @@ INSTRUCTIONS = {
     'dma_compute': (0x0802, ('sync', 'scalar', 'gpsimd', 'vector', 'tensor'), (('dst', 'tensor', None), ('src0', 'tensor', None), ('src1', 'tensor', None), ('src2', 'tensor', None), ('src3', 'tensor', None), ('src4', 'tensor', None), ('src5', 'tensor', None), ('src6', 'tensor', None), ('src7', 'tensor', None), ('src8', 'tensor', None), ('src9', 'tensor', None), ('src10', 'tensor', None), ('src11', 'tensor', None), ('src12', 'tensor', None), ('src13', 'tensor', None), ('src14', 'tensor', None), ('src15', 'tensor', None), ('reduce_op', 'enum', 'alu_op'), ('scale', 'f32', None), ('unique_indices', 'bool', None), ('oob_mode', 'enum', 'oob_mode'))),
     'sendrecv': (0x0900, ('sync', 'scalar', 'gpsimd', 'vector', 'tensor'), (('src', 'tensor', None), ('dst', 'tensor', None), ('send_to_rank', 'i32', None), ('recv_from_rank', 'i32', None), ('pipe_id', 'i32', None), ('dma_engine', 'enum', 'dma_engine'))),
     'core_barrier': (0x0901, ('gpsimd', 'sync', 'vector', 'scalar', 'tensor'), (('data', 'tensor', None), ('cores', 'ints', None))),
+    'all_reduce': (0x0902, ('gpsimd', 'sync', 'vector', 'scalar', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('cores', 'ints', None), ('reduce_op', 'enum', 'alu_op'))),
+    'all_gather': (0x0903, ('gpsimd', 'sync', 'vector', 'scalar', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('cores', 'ints', None))),
+    'reduce_scatter': (0x0904, ('gpsimd', 'sync', 'vector', 'scalar', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('cores', 'ints', None), ('reduce_op', 'enum', 'alu_op'))),
     'register_move': (0x0a00, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'reg', None), ('src', 'i32', None))),
     'register_load': (0x0a01, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'reg', None), ('src', 'tensor', None))),
     'register_store': (0x0a02, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'tensor', None), ('src', 'reg', None))),
@@ -1325,6 +1328,76 @@ class AssemblerMixin:
         cores: core ids, only (0, 1).
         """
         return self._emit('core_barrier', engine, name, wait, signal, (data, cores))
+
+    def all_reduce(
+        self,
+        dst: Any,
+        src: Any,
+        cores: Any = (0, 1, 2, 3, 4, 5, 6, 7),
+        reduce_op: Any = 'add',
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """nki.collectives.all_reduce over the cores of a device: every rank's dst = reduce_op over all ranks' src.
+
+        Stands for one rank's call of nki.collectives.all_reduce (not an nki.isa instruction). Every core listed in cores (physical core ids; the replica group; rank = position in the list) issues one with the same cores; the group completes when all have arrived. dst_r = fold(reduce_op, src_0, src_1, ..., src_{N-1}) elementwise in rank order, ((src_0 op src_1) op src_2) ..., in fp32, cast to dst's dtype once (emulator choice: a fixed left fold, so results are deterministic). reduce_op add, max or min. Every src and dst of the group has the same element count.
+
+        Engines: gpsimd, sync, vector, scalar, tensor.
+        dst: this rank's result.
+        src: this rank's contribution.
+        cores: replica group: physical core ids in rank order.
+        reduce_op: add, max or min. One of bypass, add, subtract, multiply, maximum, minimum, equal, not_equal, greater_equal, greater, less_equal, less, logical_and, logical_or, logical_xor, logical_not, bitwise_and, bitwise_or, bitwise_xor, invert, left_shift, right_shift, power, abs_max, abs_min, abs, square, relu, rsqrt, reciprocal, average, divide.
+        """
+        return self._emit('all_reduce', engine, name, wait, signal, (dst, src, cores, reduce_op))
+
+    def all_gather(
+        self,
+        dst: Any,
+        src: Any,
+        cores: Any = (0, 1, 2, 3, 4, 5, 6, 7),
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """nki.collectives.all_gather over the cores of a device: every rank's dst = all ranks' src, concatenated in rank order.
+
+        Stands for one rank's call of nki.collectives.all_gather. dst_r (N x the elements of src, same dtype) holds src_0, src_1, ..., src_{N-1} one after the other in dst's element order (raw copy, exact). Ranks and grouping as all_reduce.
+
+        Engines: gpsimd, sync, vector, scalar, tensor.
+        dst: N x src elements.
+        src: this rank's contribution.
+        cores: replica group: physical core ids in rank order.
+        """
+        return self._emit('all_gather', engine, name, wait, signal, (dst, src, cores))
+
+    def reduce_scatter(
+        self,
+        dst: Any,
+        src: Any,
+        cores: Any = (0, 1, 2, 3, 4, 5, 6, 7),
+        reduce_op: Any = 'add',
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """nki.collectives.reduce_scatter over the cores of a device: rank r gets chunk r of the reduction of all srcs.
+
+        Stands for one rank's call of nki.collectives.reduce_scatter. Each src (element order) is cut into N equal chunks; dst_r = fold(reduce_op, chunk r of src_0, ..., chunk r of src_{N-1}) in rank order, fp32, cast once (as all_reduce). Element count of src divisible by N; dst has src/N elements.
+
+        Engines: gpsimd, sync, vector, scalar, tensor.
+        dst: this rank's chunk.
+        src: this rank's contribution.
+        cores: replica group: physical core ids in rank order.
+        reduce_op: add, max or min. One of bypass, add, subtract, multiply, maximum, minimum, equal, not_equal, greater_equal, greater, less_equal, less, logical_and, logical_or, logical_xor, logical_not, bitwise_and, bitwise_or, bitwise_xor, invert, left_shift, right_shift, power, abs_max, abs_min, abs, square, relu, rsqrt, reciprocal, average, divide.
+        """
+        return self._emit('reduce_scatter', engine, name, wait, signal, (dst, src, cores, reduce_op))
 
     def register_move(
         self,

@@ -34,20 +34,28 @@ class Hbm:
             )
         return int(address)
 
-    def alloc(self, shape, dtype: Any, address: int | None = None, name: str = "") -> Tensor:
-        """Reserve an HBM tensor (zeros unless written); `address` places it explicitly."""
+    def alloc(self, shape, dtype: Any, address: int | None = None, name: str = "", core: int | None = None) -> Tensor:
+        """Reserve an HBM tensor (zeros unless written); `address` places it explicitly.
+
+        HBM is shared by every core; `core=k` makes the tensor private to core k (another core's
+        program naming it raises MemorySpaceError at assembly).
+        """
         shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
-        t = Tensor("hbm", dtype, shape, name=name)
+        if core is not None and not 0 <= core < Device.NUM_CORES:
+            raise AddressError(f"core {core} is not a core of the device (0..{Device.NUM_CORES - 1})", operand="core")
+        t = Tensor("hbm", dtype, shape, name=name, core=core)
         t.offset = self._place(t.nbytes, address)
         return t
 
-    def put(self, array, dtype: Any = None, address: int | None = None, name: str = "") -> Tensor:
+    def put(
+        self, array, dtype: Any = None, address: int | None = None, name: str = "", core: int | None = None
+    ) -> Tensor:
         """Copy a numpy array into HBM. `dtype` reinterprets raw words (e.g. uint32 as float8_e4m3fn_x4)."""
         a = np.ascontiguousarray(array)
         name_ = dtype_name(a.dtype) if dtype is None else dtype_name(dtype)
         if a.dtype.itemsize != numpy_dtype(name_).itemsize:
             raise DtypeError(f"array of {a.dtype} cannot carry {name_} ({numpy_dtype(name_).itemsize}-byte words)")
-        t = self.alloc(a.shape if a.ndim else (1,), name_, address, name)
+        t = self.alloc(a.shape if a.ndim else (1,), name_, address, name, core)
         self._native.hbm_write(t.offset, a.reshape(-1).view(np.uint8))
         return t
 
@@ -88,6 +96,15 @@ class Device:
     def __init__(self) -> None:
         self._native = _native.Device()
         self.hbm = Hbm(self._native)
+
+    def programs(self, cores=None, sync: str = "auto") -> list[Program]:
+        """One empty Program per core (default: all 8), for a multi-core `run`.
+
+        `p.rank`, `p.peer` and `p.peer_rank` give each program its LNC=2 position; collectives take
+        the replica group as `cores=[...]` (default: every core, rank = position in the list).
+        """
+        cores = range(self.NUM_CORES) if cores is None else cores
+        return [Program(core=int(c), sync=sync) for c in cores]
 
     def run(self, programs: Program | list[Program], check_races: bool = True, trace: bool = True) -> RunResult:
         """Run one program, or one per core concurrently. Releases the GIL while running."""

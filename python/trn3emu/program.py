@@ -77,6 +77,22 @@ class Program(AssemblerMixin):
         self._next_sem = 0
         self._next_reg = 0
 
+    # ------------------------------------------------------------------------------ multi-core
+    @property
+    def rank(self) -> int:
+        """Rank of this core in its LNC=2 pair (cores 2i and 2i+1 are ranks 0 and 1): `nl.program_id(0)`."""
+        return self.core % 2
+
+    @property
+    def peer(self) -> int:
+        """The other core of this core's LNC=2 pair (the partner of `sendrecv` and `core_barrier`)."""
+        return self.core ^ 1
+
+    @property
+    def peer_rank(self) -> int:
+        """The rank of `peer` (what `sendrecv` takes as `send_to_rank` / `recv_from_rank`)."""
+        return 1 - self.rank
+
     # ------------------------------------------------------------------------------ allocation
     def _tile(self, mem: str, shape, dtype, address, name: str) -> Tensor:
         shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
@@ -177,9 +193,11 @@ class Program(AssemblerMixin):
                     operand=INSTRUCTIONS[opcode][2][i][0],
                 )
             if isinstance(a, Tensor):
-                if a.mem != "hbm" and a.core is not None and a.core != self.core:
+                if a.core is not None and a.core != self.core:
+                    what = "private HBM tensor" if a.mem == "hbm" else "tile"
                     raise MemorySpaceError(
-                        f"{opcode}: tile {a!r} belongs to core {a.core}, this program runs on core {self.core}"
+                        f"{opcode}: {what} {a!r} belongs to core {a.core}, this program runs on core {self.core}",
+                        rule="on-chip memory and private HBM belong to one core",
                     )
                 conv.append(a.to_ap())
             elif isinstance(a, Reg):

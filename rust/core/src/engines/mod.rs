@@ -13,6 +13,7 @@ pub mod gpsimd_reduce;
 pub mod gpsimd_scan;
 pub mod gpsimd_select;
 pub mod gpsimd_sort;
+pub mod intercore;
 pub mod scalar;
 pub mod tensor;
 pub mod vector;
@@ -129,6 +130,7 @@ pub const MODULES: &[&Module] = &[
     &gpsimd_scan::MODULE,
     &gpsimd_sort::MODULE,
     &dma::MODULE,
+    &intercore::MODULE,
     &control::MODULE,
 ];
 

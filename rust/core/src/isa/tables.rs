@@ -500,6 +500,9 @@ pub enum Opcode {
     DmaCompute = 0x0802,
     Sendrecv = 0x0900,
     CoreBarrier = 0x0901,
+    AllReduce = 0x0902,
+    AllGather = 0x0903,
+    ReduceScatter = 0x0904,
     RegisterMove = 0x0a00,
     RegisterLoad = 0x0a01,
     RegisterStore = 0x0a02,
@@ -559,6 +562,9 @@ impl Opcode {
             0x0802 => Some(Self::DmaCompute),
             0x0900 => Some(Self::Sendrecv),
             0x0901 => Some(Self::CoreBarrier),
+            0x0902 => Some(Self::AllReduce),
+            0x0903 => Some(Self::AllGather),
+            0x0904 => Some(Self::ReduceScatter),
             0x0a00 => Some(Self::RegisterMove),
             0x0a01 => Some(Self::RegisterLoad),
             0x0a02 => Some(Self::RegisterStore),
@@ -618,6 +624,9 @@ impl Opcode {
             "dma_compute" => Some(Self::DmaCompute),
             "sendrecv" => Some(Self::Sendrecv),
             "core_barrier" => Some(Self::CoreBarrier),
+            "all_reduce" => Some(Self::AllReduce),
+            "all_gather" => Some(Self::AllGather),
+            "reduce_scatter" => Some(Self::ReduceScatter),
             "register_move" => Some(Self::RegisterMove),
             "register_load" => Some(Self::RegisterLoad),
             "register_store" => Some(Self::RegisterStore),
@@ -677,13 +686,16 @@ impl Opcode {
             Self::DmaCompute => &INSTRUCTIONS[44],
             Self::Sendrecv => &INSTRUCTIONS[45],
             Self::CoreBarrier => &INSTRUCTIONS[46],
-            Self::RegisterMove => &INSTRUCTIONS[47],
-            Self::RegisterLoad => &INSTRUCTIONS[48],
-            Self::RegisterStore => &INSTRUCTIONS[49],
-            Self::ScalarLoad => &INSTRUCTIONS[50],
-            Self::ScalarStore => &INSTRUCTIONS[51],
-            Self::RegisterOp => &INSTRUCTIONS[52],
-            Self::Branch => &INSTRUCTIONS[53],
+            Self::AllReduce => &INSTRUCTIONS[47],
+            Self::AllGather => &INSTRUCTIONS[48],
+            Self::ReduceScatter => &INSTRUCTIONS[49],
+            Self::RegisterMove => &INSTRUCTIONS[50],
+            Self::RegisterLoad => &INSTRUCTIONS[51],
+            Self::RegisterStore => &INSTRUCTIONS[52],
+            Self::ScalarLoad => &INSTRUCTIONS[53],
+            Self::ScalarStore => &INSTRUCTIONS[54],
+            Self::RegisterOp => &INSTRUCTIONS[55],
+            Self::Branch => &INSTRUCTIONS[56],
         }
     }
 }
@@ -1419,7 +1431,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "collective",
         since: "v3",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "src", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::ANY, enum_id: 255, default: Default::Required },
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::ANY, enum_id: 255, default: Default::Required },
@@ -1436,10 +1448,54 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "collective",
         since: "v3",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "data", kind: Kind::Tensor, access: Access::ReadWrite, mem: mem::HBM, dtypes: dclass::ANY, enum_id: 255, default: Default::Required },
             ParamSpec { name: "cores", kind: Kind::Ints, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::AllReduce,
+        name: "all_reduce",
+        engines: &[Engine::Gpsimd, Engine::Sync, Engine::Vector, Engine::Scalar, Engine::Tensor],
+        cost: "collective",
+        since: "v3",
+        nki: false,
+        implemented: true,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::HBM|mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "src", kind: Kind::Tensor, access: Access::Read, mem: mem::HBM|mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "cores", kind: Kind::Ints, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Ints(&[0, 1, 2, 3, 4, 5, 6, 7]) },
+            ParamSpec { name: "reduce_op", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 1, default: Default::Enum(1) },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::AllGather,
+        name: "all_gather",
+        engines: &[Engine::Gpsimd, Engine::Sync, Engine::Vector, Engine::Scalar, Engine::Tensor],
+        cost: "collective",
+        since: "v3",
+        nki: false,
+        implemented: true,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::HBM|mem::SBUF, dtypes: dclass::ANY, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "src", kind: Kind::Tensor, access: Access::Read, mem: mem::HBM|mem::SBUF, dtypes: dclass::ANY, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "cores", kind: Kind::Ints, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Ints(&[0, 1, 2, 3, 4, 5, 6, 7]) },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::ReduceScatter,
+        name: "reduce_scatter",
+        engines: &[Engine::Gpsimd, Engine::Sync, Engine::Vector, Engine::Scalar, Engine::Tensor],
+        cost: "collective",
+        since: "v3",
+        nki: false,
+        implemented: true,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::HBM|mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "src", kind: Kind::Tensor, access: Access::Read, mem: mem::HBM|mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "cores", kind: Kind::Ints, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Ints(&[0, 1, 2, 3, 4, 5, 6, 7]) },
+            ParamSpec { name: "reduce_op", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 1, default: Default::Enum(1) },
         ],
     },
     InstrSpec {
@@ -1869,6 +1925,23 @@ pub mod p {
     pub mod core_barrier {
         pub const DATA: usize = 0;
         pub const CORES: usize = 1;
+    }
+    pub mod all_reduce {
+        pub const DST: usize = 0;
+        pub const SRC: usize = 1;
+        pub const CORES: usize = 2;
+        pub const REDUCE_OP: usize = 3;
+    }
+    pub mod all_gather {
+        pub const DST: usize = 0;
+        pub const SRC: usize = 1;
+        pub const CORES: usize = 2;
+    }
+    pub mod reduce_scatter {
+        pub const DST: usize = 0;
+        pub const SRC: usize = 1;
+        pub const CORES: usize = 2;
+        pub const REDUCE_OP: usize = 3;
     }
     pub mod register_move {
         pub const DST: usize = 0;

@@ -3,6 +3,7 @@
 pub mod autosync;
 pub mod control;
 pub mod dma_timing;
+pub mod intercore;
 pub mod region;
 pub mod sched;
 

@@ -5,6 +5,7 @@
 //! the race detector checks every memory access against.
 
 use super::dma_timing::{plan, DmaFabric, Plan};
+use super::intercore::{self, DevMem, Intercore, Ready};
 use super::region::{conflict, regions, Region};
 use super::{stream_of, Device, RunOptions, RunResult, AGENTS_PER_CORE, NUM_CORES};
 use crate::cost::{flops, Issue};
@@ -149,6 +150,10 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
         super::control::check_branches(p)?;
         progs[p.core as usize] = Some(p);
     }
+    for p in programs {
+        intercore::check_program(p, &progs)?;
+    }
+    let mut inter = Intercore::default();
     let n_agents = NUM_CORES * AGENTS_PER_CORE;
     let mut agents: Vec<Agent> = (0..n_agents)
         .map(|a| Agent {
@@ -215,6 +220,13 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
                 if !ready {
                     continue;
                 }
+                if intercore::is_rendezvous(ins) {
+                    match inter.ready(ai) {
+                        Ready::Arrive => {}
+                        Ready::Blocked => continue,
+                        Ready::At(done) => t = t.max(done),
+                    }
+                }
                 t
             };
             let start = start.max(now);
@@ -225,9 +237,13 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
         let Some((start, _, ai)) = best else {
             let blocked: Vec<String> = agents
                 .iter()
-                .filter(|a| !a.is_queue() && a.pos < a.list.len())
-                .map(|a| {
+                .enumerate()
+                .filter(|(_, a)| !a.is_queue() && a.pos < a.list.len())
+                .map(|(bi, a)| {
                     let idx = a.list[a.pos];
+                    if let Some(why) = inter.blocked(bi) {
+                        return format!("{} {why}", describe(&progs, a.core, idx));
+                    }
                     let ins = &progs[a.core as usize].unwrap().instrs[idx as usize];
                     let waits: Vec<String> = ins
                         .waits
@@ -270,6 +286,7 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
             back_to_back: agents[ai].epoch > 0 && agents[ai].free == start,
         };
         let mut transfer: Option<Plan> = None;
+        let mut release: Option<intercore::Release> = None;
         let (idx, is_transfer) = if agents[ai].is_queue() {
             let Some(q) = agents[ai].fifo.pop_front() else {
                 return Err(err(Internal, "empty DMA queue was scheduled"));
@@ -288,6 +305,38 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
                 let s = &sems[core as usize * NUM_SEMAPHORES as usize + w.sem as usize];
                 if let Some((_, c)) = s.reach(w.value) {
                     join(&mut vc, &c);
+                }
+            }
+            if intercore::is_rendezvous(ins) {
+                match inter.complete(ai) {
+                    Some(r) => {
+                        join(&mut vc, &r.vc);
+                        release = Some(r);
+                    }
+                    None => {
+                        // Arrival: the stream blocks until every participant has arrived.
+                        let a = &mut agents[ai];
+                        a.epoch += 1;
+                        vc[ai] = a.epoch;
+                        a.vc = vc.clone();
+                        let mut mem = DevMem {
+                            cores: &mut dev.cores,
+                            hbm: &mut dev.hbm,
+                        };
+                        inter.arrive(
+                            &mut mem,
+                            &progs,
+                            ai,
+                            core,
+                            idx,
+                            ins,
+                            start,
+                            vc,
+                            &cost.dma(),
+                            sem_latency,
+                        )?;
+                        continue;
+                    }
                 }
             }
             agents[ai].vc = vc;
@@ -403,16 +452,19 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
                 regs,
                 jump: None,
             };
-            engines::exec(ins, &mut ctx).map_err(|e| ins_err(e, core, idx, ins))?;
+            if release.is_none() {
+                engines::exec(ins, &mut ctx).map_err(|e| ins_err(e, core, idx, ins))?;
+            }
             ctx.jump
         };
         if let Some(t) = jump {
             let a = &mut agents[ai];
             super::control::jump(&a.list, &mut a.pos, t);
         }
-        let end = match &transfer {
-            Some(pl) => fabric.commit(core as usize, start, pl),
-            None => start + cost.engine_ps(ins, issue),
+        let end = match (&transfer, &release) {
+            (Some(pl), _) => fabric.commit(core as usize, start, pl),
+            (None, Some(r)) => r.end,
+            (None, None) => start + cost.engine_ps(ins, issue),
         };
         {
             let a = &mut agents[ai];
@@ -475,7 +527,7 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
                 unit,
                 index: idx,
                 opcode: ins.op,
-                start_ps: start,
+                start_ps: release.as_ref().map_or(start, |r| r.arrived),
                 end_ps: end,
                 bytes,
                 flops: if is_transfer { 0 } else { flops(ins) },

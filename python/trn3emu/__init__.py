@@ -16,7 +16,7 @@ from .dtypes import dtype_name, numpy_dtype, pack_x4, unpack_x4
 from .errors import *  # noqa: F403
 from .errors import EmuError
 from .program import Program
-from .tensor import Tensor
+from .tensor import Reg, Tensor
 from .trace import RunResult, Trace
 
 __version__ = "0.1.0"
@@ -26,6 +26,7 @@ __all__ = [
     "Hbm",
     "Program",
     "Tensor",
+    "Reg",
     "Trace",
     "RunResult",
     "EmuError",

@@ -33,6 +33,7 @@ ENUMS = {
     'dge_mode': ('unknown', 'swdge', 'hwdge', 'none'),
     'oob_mode': ('error', 'skip'),
     'matmul_perf_mode': ('none', 'double_row'),
+    'cmp_op': ('always', 'eq', 'ne', 'lt', 'le', 'gt', 'ge'),
     'dma_engine': ('unused', 'dma', 'gpsimd_dma'),
 }
 
@@ -93,6 +94,8 @@ INSTRUCTIONS = {
     'register_store': (0x0a02, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'tensor', None), ('src', 'reg', None))),
     'scalar_load': (0x0a03, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'reg', None), ('src', 'tensor', None))),
     'scalar_store': (0x0a04, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'tensor', None), ('value', 'reg', None))),
+    'register_op': (0x0a05, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'reg', None), ('src', 'reg', None), ('op', 'enum', 'alu_op'), ('imm', 'i32', None))),
+    'branch': (0x0a06, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('target', 'i32', None), ('cmp', 'enum', 'cmp_op'), ('reg', 'reg', None), ('imm', 'i32', None))),
 }
 
 
@@ -341,7 +344,7 @@ class AssemblerMixin:
     ) -> Any:
         """DMA copy between HBM and SBUF (either side), cast through fp32 when dtypes differ.
 
-        Elements are copied in logical (row-major) order; element counts must match. Different dtypes: src -> fp32 -> dst (RNE), not for packed MX dtypes. Executes on a DMA queue, asynchronously to the issuing engine; signals fire when the transfer completes.
+        Elements are copied in logical (row-major) order; element counts must match. Different dtypes: src -> fp32 -> dst (RNE), not for packed MX dtypes; hwdge moves raw bytes (equal dtypes) and is triggered only from the sync or scalar engine. Executes on a DMA queue, asynchronously to the issuing engine; signals fire when the transfer completes. Dynamic addressing (docs/encoding.md): a scalar offset (register of the issuing engine, read when the DMA is triggered, or a 1x1 int32/uint32 tile, read by the transfer) adds value * step elements, any DGE; a vector offset ((P,1) int32/uint32 SBUF index tile, swdge or unknown DGE, on an HBM operand) moves row r to index[r] * row_step; the dst of a vector-offset gather and src of a scatter must have the same row count. An index outside 0..bound: oob_mode=error raises AddressError, skip leaves that row (or, for a scalar offset, the whole transfer) undone, without any dtype conversion of the rows that do move.
 
         Engines: sync, scalar, gpsimd, vector, tensor.
         dst: destination.
@@ -1208,7 +1211,7 @@ class AssemblerMixin:
     ) -> Any:
         """Transpose through the DMA engines (HBM or SBUF -> SBUF), bit-exact.
 
-        dst = src permuted by axes: 2-D (1,0), 3-D (2,1,0), 4-D (3,1,2,0); dst shape equals the permuted src shape; same dtype (raw bytes). HWDGE (direct): 2-D src.shape[0] == 16; 3-/4-D src.shape[0] in {1,2,4,8,16} and (shape[0]*shape[-2]) % 16 == 0. SWDGE (indirect, src.ap(vector_offset=indices), src HBM): indices 2-D uint32 SBUF, shape[0] in [16,128] multiple of 16 (exactly 128 if shape[1] > 1), total >= src.shape[0], src.shape[0] % 16 == 0, 4-D needs shape[1] or shape[2] == 1; flat = indices.T.flatten()[:src.shape[0]]; dst = src[flat, :].T. Open (ref 6.9): src.shape[-1] <= 128 (API / 0.6) vs % 128 == 0 (DGE deep-dive), modeled <= 128; 2-byte dtypes only per API (the arch guide also allows 4-byte), modeled 2-byte.
+        dst = src permuted by axes: 2-D (1,0), 3-D (2,1,0), 4-D (3,1,2,0); dst shape equals the permuted src shape; same dtype (raw bytes). HWDGE (direct): 2-D src.shape[0] == 16; 3-/4-D src.shape[0] in {1,2,4,8,16} and (shape[0]*shape[-2]) % 16 == 0. SWDGE (indirect, src.ap(vector_offset=indices), src HBM): indices 2-D uint32 SBUF, shape[0] in [16,128] multiple of 16 (exactly 128 if shape[1] > 1), total >= src.shape[0], src.shape[0] % 16 == 0, 4-D needs shape[1] or shape[2] == 1; flat = indices.T.flatten()[:src.shape[0]]; dst = src[flat, :].T; oob_mode=skip leaves the dst columns of out-of-range rows untouched. Emulator rule: a direct transpose takes dge_mode hwdge or unknown (swdge / none are refused), an indirect one swdge or unknown; hwdge is triggered only from sync or scalar. Open (ref 6.9): src.shape[-1] <= 128 (API / 0.6) vs % 128 == 0 (DGE deep-dive), modeled <= 128; 2-byte dtypes only per API (the arch guide also allows 4-byte), modeled 2-byte.
 
         Engines: sync, scalar, gpsimd, vector, tensor.
         dst: transposed tile.
@@ -1251,7 +1254,7 @@ class AssemblerMixin:
     ) -> Any:
         """DMA-side elementwise sum of up to 16 sources: dst = sum_i srcs[i] (scales all 1.0).
 
-        dst = reduce_op(srcs[0]*scales[0], srcs[1]*scales[1], ...), fp32 internal, cast to dst; reduce_op only add, scales all 1.0. NKI's list `srcs` (<= 16 tensors) is modeled as src0..src15 (src1..src15 optional, given in order without gaps) and NKI's list `scales` as the single f32 `scale`, which must be 1.0 (= every scale). Element counts of every src and dst match; HBM / SBUF; static DGE (none). RMW modes with a vector_offset operand (SWDGE, exactly 2 srcs, unique indices): scatter-add dst_hbm[idx] += src_sbuf (one src is dst with the offset), gather-add dst_sbuf += src_hbm[idx] (one src is dst). v4 SBUF read-add-write runs at full DMA bandwidth (50% before v4). First generation: v3 assumed (DMA compute documented for v3 and v4).
+        dst = reduce_op(srcs[0]*scales[0], srcs[1]*scales[1], ...), fp32 internal, cast to dst; reduce_op only add, scales all 1.0. NKI's list `srcs` (<= 16 tensors) is modeled as src0..src15 (src1..src15 optional, given in order without gaps) and NKI's list `scales` as the single f32 `scale`, which must be 1.0 (= every scale). Element counts of every src and dst match; HBM / SBUF; static DGE (none). RMW modes with a vector_offset operand (SWDGE, exactly 2 srcs, unique indices): scatter-add dst_hbm[idx] += src_sbuf (one src is dst with the offset), gather-add dst_sbuf += src_hbm[idx] (one src is dst). v4 SBUF read-add-write runs at full DMA bandwidth (50% before v4). Sum order: src0 + src1 + ... in fp32, every source read before dst is written (so src0 = dst is B += A). An SBUF read-add-write needs bf16 or fp32 on every operand, one dtype. SBUF read-add-writes into the same bytes do not race with each other (atomic adds at the memory; HBM ones do); against any other access they count as writes. First generation: v3 assumed (DMA compute documented for v3 and v4).
 
         Engines: sync, scalar, gpsimd, vector, tensor.
         dst: result.
@@ -1408,7 +1411,7 @@ class AssemblerMixin:
     ) -> Any:
         """dst register = an immediate integer.
 
-        dst = src (32-bit). NKI's src is an int or another register; the schema has no int-or-register kind, so src is modeled as an i32 immediate (the 0.2 name was imm). A register copy is expressed as register_store + register_load through a 1-element tile until a reg_or_i32 kind exists.
+        dst = src (32-bit). NKI's src is an int or another register; the schema has no int-or-register kind, so src is modeled as an i32 immediate (the 0.2 name was imm). A register copy is register_op(op=add, imm=0); the Python assembler emits that when src is a register.
 
         Engines: sync, vector, scalar, gpsimd, tensor.
         dst: destination register.
@@ -1495,3 +1498,51 @@ class AssemblerMixin:
         value: source register (NkiScalar).
         """
         return self._emit('scalar_store', engine, name, wait, signal, (dst, value))
+
+    def register_op(
+        self,
+        dst: Any,
+        src: Any,
+        op: Any,
+        imm: Any = 0,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """dst register = op(src register, imm): the sequencer arithmetic behind loop counters and NkiScalar math.
+
+        dst = op(src, imm) on 32-bit values, wrapping: add, subtract, multiply (low 32 bits), bitwise_and, bitwise_or, bitwise_xor, left_shift, right_shift (logical; shift counts taken mod 32). A register copy is op=add, imm=0. Emulator-level: NKI traces fori_loop counters and NkiScalar (+, -, *) into sequencer code the docs do not show.
+
+        Engines: sync, vector, scalar, gpsimd, tensor.
+        dst: destination register.
+        src: source register.
+        op: add, subtract, multiply, bitwise_and/or/xor, left_shift, right_shift. One of bypass, add, subtract, multiply, maximum, minimum, equal, not_equal, greater_equal, greater, less_equal, less, logical_and, logical_or, logical_xor, logical_not, bitwise_and, bitwise_or, bitwise_xor, invert, left_shift, right_shift, power, abs_max, abs_min, abs, square, relu, rsqrt, reciprocal, average, divide.
+        imm: immediate second operand.
+        """
+        return self._emit('register_op', engine, name, wait, signal, (dst, src, op, imm))
+
+    def branch(
+        self,
+        target: Any,
+        cmp: Any = 'always',
+        reg: Any = None,
+        imm: Any = 0,
+        engine: Any = None,
+        name: Any = None,
+        *,
+        wait: Any = (),
+        signal: Any = (),
+    ) -> Any:
+        """Jump within the issuing engine's stream when `reg cmp imm` holds (runtime loops and branches).
+
+        If cmp(reg, imm) (signed 32-bit; cmp = always ignores reg) the engine's next instruction is `target`, an absolute instruction index of the core program that must belong to the same engine stream; otherwise execution falls through to the engine's next instruction in program order. A target at or past the program's last instruction of that engine ends the stream only when target == program length. Emulator-level: NKI's fori_loop / while_loop lower to sequencer jumps the docs do not show. Automatic synchronisation does not handle programs with branches (use sync='manual'); race detection does. A run that executes more than 2^26 instructions and transfers stops with OperandError (runaway loop; the Rust Device::max_executed sets the limit).
+
+        Engines: sync, vector, scalar, gpsimd, tensor.
+        target: absolute instruction index (same engine) or the program length (= end).
+        cmp: comparison. One of always, eq, ne, lt, le, gt, ge.
+        reg: register compared (required unless cmp = always).
+        imm: value compared against.
+        """
+        return self._emit('branch', engine, name, wait, signal, (target, cmp, reg, imm))

@@ -9,12 +9,14 @@ and signal to the author (`wait=[(sem, value)]`, `signal=[(sem, delta)]` or `sig
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from . import _native
-from ._asm import AssemblerMixin
+from ._asm import INSTRUCTIONS, AssemblerMixin
 from .errors import AddressError, CapacityError, MemorySpaceError, OperandError, SemaphoreError
-from .tensor import Tensor
+from .tensor import Reg, Tensor
 
 PARTITIONS = 128
 SBUF_PARTITION_BYTES = 256 * 1024
@@ -73,6 +75,7 @@ class Program(AssemblerMixin):
         self._sbuf = _Allocator("SBUF", SBUF_PARTITION_BYTES, 64)
         self._psum = _Allocator("PSUM", PSUM_PARTITION_BYTES, PSUM_BANK_BYTES)
         self._next_sem = 0
+        self._next_reg = 0
 
     # ------------------------------------------------------------------------------ multi-core
     @property
@@ -138,10 +141,57 @@ class Program(AssemblerMixin):
         self._next_sem += 1
         return self._next_sem - 1
 
+    def register_alloc(self, init: int | None = None, engine: Any = "sync") -> Reg:
+        """A fresh register number (r0..r63); with `init`, a `register_move` on `engine` sets it
+        there (each engine has its own 64 registers; use the register on the engine that set it)."""
+        if self._next_reg >= 64:
+            raise OperandError("out of registers (64 per engine sequencer)", operand="register")
+        r = Reg(self._next_reg)
+        self._next_reg += 1
+        if init is not None:
+            self.register_move(dst=r, src=int(init), engine=engine)
+        return r
+
+    @contextlib.contextmanager
+    def fori_loop(self, lower: int, upper: int, step: int = 1, engine: Any = "sync") -> Iterator[Reg]:
+        """A runtime loop on one engine's stream (NKI's `nl.fori_loop`): the body assembled inside
+        the `with` block runs for i = lower, lower + step, ... while i < upper (i > upper for a
+        negative step); the yielded register holds i. The body must stay on `engine` (a branch
+        jumps within its own engine's stream; DMAs it triggers may go anywhere). Programs with
+        loops need `sync="manual"`.
+
+            with p.fori_loop(0, 8, engine="sync") as i:
+                p.dma_copy(dst=out.ap([[n, 1], [1, n]], scalar_offset=i), src=t, engine="sync")
+        """
+        lower, upper, step = int(lower), int(upper), int(step)
+        if step == 0 or (upper - lower) * step <= 0:
+            raise OperandError(f"fori_loop({lower}, {upper}, {step}) would run zero times or never end", operand="step")
+        eng = _enum_name(engine)
+        i = self.register_alloc(lower, engine=eng)
+        top = len(self)
+        yield i
+        for k in range(top, len(self)):
+            head = self.instruction(k).split(" ", 1)[0]
+            if head.rsplit(".", 1)[-1] != eng:
+                raise OperandError(
+                    f"fori_loop body instruction #{k} `{head}` is not on the loop's engine {eng}", operand="engine"
+                )
+        self.register_op(dst=i, src=i, op="add", imm=step, engine=eng)
+        self.branch(target=top, cmp="lt" if step > 0 else "gt", reg=i, imm=upper, engine=eng)
+
     # -------------------------------------------------------------------------------- assembly
     def _emit(self, opcode: str, engine: Any, name: Any, wait: Any, signal: Any, args: tuple) -> int:
+        if opcode == "register_move" and len(args) == 2 and isinstance(args[1], Reg):
+            # NKI's register_move also copies a register: that is register_op(add, 0).
+            return self._emit("register_op", engine, name, wait, signal, (args[0], args[1], "add", 0))
+        kinds = [k for _n, k, _e in INSTRUCTIONS.get(opcode, (0, (), ()))[2]]
         conv = []
-        for a in args:
+        for i, a in enumerate(args):
+            if isinstance(a, Reg) and i < len(kinds) and kinds[i] != "reg":
+                raise OperandError(
+                    f"{opcode}: operand {INSTRUCTIONS[opcode][2][i][0]} takes a {kinds[i]}, not register {a!r}",
+                    operand=INSTRUCTIONS[opcode][2][i][0],
+                )
             if isinstance(a, Tensor):
                 if a.core is not None and a.core != self.core:
                     what = "private HBM tensor" if a.mem == "hbm" else "tile"
@@ -150,6 +200,8 @@ class Program(AssemblerMixin):
                         rule="on-chip memory and private HBM belong to one core",
                     )
                 conv.append(a.to_ap())
+            elif isinstance(a, Reg):
+                conv.append(a.index)
             else:
                 conv.append(_enum_name(a))
         if isinstance(wait, tuple) and len(wait) == 2 and all(isinstance(x, int) for x in wait):
@@ -197,6 +249,7 @@ class Program(AssemblerMixin):
         p._sbuf = _Allocator("SBUF", SBUF_PARTITION_BYTES, 64)
         p._psum = _Allocator("PSUM", PSUM_PARTITION_BYTES, PSUM_BANK_BYTES)
         p._next_sem = 0
+        p._next_reg = 0
         return p
 
     @classmethod

@@ -11,13 +11,34 @@ from __future__ import annotations
 from typing import Any
 
 from .dtypes import SIZES, dtype_name
-from .errors import ShapeError
+from .errors import OperandError, ShapeError
 
 MAX_FREE_DIMS = 4
 
 
+class Reg:
+    """A sequencer register r0..r63. Each engine has its own 64 registers: an instruction reads
+    and writes the registers of the engine that executes it (`Program.register_alloc`)."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        if not 0 <= int(index) < 64:
+            raise OperandError(f"register r{index} out of range (0..64)", operand="register")
+        self.index = int(index)
+
+    def __repr__(self) -> str:
+        return f"r{self.index}"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Reg) and other.index == self.index
+
+    def __hash__(self) -> int:
+        return hash(("reg", self.index))
+
+
 class Tensor:
-    __slots__ = ("mem", "dtype", "shape", "strides", "offset", "start", "name", "core")
+    __slots__ = ("mem", "dtype", "shape", "strides", "offset", "start", "name", "core", "dyn")
 
     def __init__(
         self, mem: str, dtype: Any, shape, strides=None, offset: int = 0, start: int = 0, name: str = "", core=None
@@ -41,6 +62,7 @@ class Tensor:
         self.start = int(start)
         self.name = name
         self.core = core
+        self.dyn = None
 
     # ------------------------------------------------------------------------------------ info
     @property
@@ -78,12 +100,19 @@ class Tensor:
 
     # ---------------------------------------------------------------------------------- views
     def _view(self, shape, strides, offset, start) -> Tensor:
+        self._static("a view")  # views of a dynamic view would silently drop its offset
         t = Tensor.__new__(Tensor)
         t.mem, t.dtype, t.name, t.core = self.mem, self.dtype, self.name, self.core
         t.shape, t.strides, t.offset, t.start = tuple(shape), tuple(strides), offset, start
+        t.dyn = None
         return t
 
+    def _static(self, what: str) -> None:
+        if self.dyn is not None:
+            raise ShapeError(f"{what} of a dynamic (scalar_offset / vector_offset / indirect) view is not supported")
+
     def __getitem__(self, key) -> Tensor:
+        self._static("slicing")
         if not isinstance(key, tuple):
             key = (key,)
         if any(k is Ellipsis for k in key):
@@ -134,6 +163,7 @@ class Tensor:
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         shape = tuple(int(s) for s in shape)
+        self._static("reshape")
         n = 1
         for s in shape:
             n *= s
@@ -218,7 +248,64 @@ class Tensor:
         del shape[dim], strides[dim]
         return self._view(shape, strides, self.offset, self.start)
 
-    def ap(self, pattern: list, offset: int = 0, dtype: Any = None, row_bytes: int | None = None) -> Tensor:
+    def ap(
+        self,
+        pattern: list | None = None,
+        offset: int = 0,
+        dtype: Any = None,
+        row_bytes: int | None = None,
+        *,
+        scalar_offset: Any = None,
+        vector_offset: Any = None,
+        indirect_dim: int = 0,
+    ) -> Tensor:
+        """NKI's `.ap`: a raw access pattern over the storage from this view's first element,
+        optionally moved at run time.
+
+        `pattern` = [[step, num], ...] outer to inner, steps and `offset` in elements of `dtype`
+        (default: this view's dtype; `None` keeps this view's own pattern). HBM: the first pair is
+        the row dim. On-chip, the first pair is the partition dim and its step must be the
+        storage's elements per partition (`row_bytes` / itemsize).
+
+        Dynamic offsets (DMA operands; this view is the base they index and must be contiguous):
+        `scalar_offset` (a `Reg` of the issuing engine, or a 1x1 int32/uint32 tile) adds
+        `value * prod(self.shape[indirect_dim+1:])` elements, valid values
+        `0..self.shape[indirect_dim]`; `vector_offset` (an int32/uint32 SBUF index tile, (P, 1) for
+        copies) makes row r start at row `index[r]` of this HBM tensor (indirect_dim 0): a gather
+        on a DMA source, a scatter on a destination. Out-of-range values follow `oob_mode`.
+        """
+        self._static(".ap")
+        dynamic = scalar_offset is not None or vector_offset is not None
+        if scalar_offset is not None and vector_offset is not None:
+            raise OperandError("give scalar_offset or vector_offset, not both", operand="vector_offset")
+        if dynamic and dtype is not None and dtype_name(dtype) != self.dtype:
+            raise ShapeError("a dynamic .ap cannot also reinterpret the dtype")
+        if dynamic and not self.is_contiguous():
+            raise ShapeError(f".ap needs a contiguous base tensor, {self!r} has strides {self.strides}")
+        if pattern is None:
+            v = self._view(self.shape, self.strides, self.offset + int(offset) * self.itemsize, self.start)
+        else:
+            v = self._static_pattern(pattern, offset, dtype, row_bytes)
+        if not dynamic:
+            return v
+        d = int(indirect_dim)
+        if not 0 <= d < self.ndim:
+            raise ShapeError(f"indirect_dim {d} outside 0..{self.ndim}")
+        step = 1
+        for n in self.shape[d + 1 :]:
+            step *= n
+        if scalar_offset is not None:
+            if self.mem != "hbm" and d == 0:
+                raise ShapeError("an on-chip scalar_offset moves along a free dim (indirect_dim >= 1)")
+            src = scalar_offset.index if isinstance(scalar_offset, Reg) else _index_tile(scalar_offset, "scalar_offset")
+            v.dyn = ("s", src, step, self.shape[d])
+        else:
+            if self.mem != "hbm" or d != 0:
+                raise ShapeError("vector_offset indexes the rows (indirect_dim 0) of an HBM tensor")
+            v.dyn = ("v", _index_tile(vector_offset, "vector_offset"), step, self.shape[0])
+        return v
+
+    def _static_pattern(self, pattern: list, offset: int, dtype: Any, row_bytes: int | None) -> Tensor:
         """A raw access pattern over the storage from this view's first element.
 
         `pattern` = [[step, num], ...] outer to inner, steps and `offset` in elements of `dtype`
@@ -252,6 +339,27 @@ class Tensor:
         )
         t.dtype = new
         return t
+
+    def indirect(self, index: Tensor, num_elem: int | None = None) -> Tensor:
+        """v4 tensor indirection: a (P, num_elem) view whose element i of every partition is
+        free element `index_i` of this tile (free dims flattened), `index_i = index[i % G, i // G]`
+        read when the instruction runs (G = 16 on Vector/Scalar/GpSimd, 32 on Tensor). `index`
+        is an int32/uint32 SBUF tile starting on a quadrant boundary; `num_elem` defaults to
+        index.size. Values outside 0..free size raise AddressError at run time.
+        """
+        self._static(".indirect")
+        if self.mem == "hbm":
+            raise ShapeError("tensor indirection addresses SBUF/PSUM tiles; HBM uses .ap(vector_offset=...)")
+        if not self.is_contiguous():
+            raise ShapeError(f".indirect needs a tile with contiguous free dims, {self!r} has strides {self.strides}")
+        n = index.size if num_elem is None else int(num_elem)
+        free = self.size // self.shape[0]
+        v = self._view((self.shape[0], n), (0, 1), self.offset, self.start)
+        v.dyn = ("i", _index_tile(index, "index"), 1, free)
+        return v
+
+    def is_indirect(self) -> bool:
+        return self.dyn is not None and self.dyn[0] == "i"
 
     def rearrange(self, pattern: str, **sizes) -> Tensor:
         """einops-style view, e.g. "p (a b) -> p a b" (a=4) or "p a b -> p b a"; no copies."""
@@ -301,7 +409,11 @@ class Tensor:
 
     # ------------------------------------------------------------------------- access pattern
     def to_ap(self) -> tuple:
-        """(mem, dtype, start, parts, row_step, offset, [(step, num), ...]) for the assembler."""
+        """(mem, dtype, start, parts, row_step, offset, [(step, num), ...][, dynamic]) for the assembler."""
+        base = self._static_ap()
+        return base if self.dyn is None else base + (self.dyn,)
+
+    def _static_ap(self) -> tuple:
         if self.mem == "hbm":
             dims = list(zip(self.strides, self.shape))
             if len(dims) == 1:
@@ -311,6 +423,14 @@ class Tensor:
             return ("hbm", self.dtype, 0, rows[1], rows[0], self.offset, free)
         free = _merge(list(zip(self.strides[1:], self.shape[1:]))) or [(1, 1)]
         return (self.mem, self.dtype, self.start, self.shape[0], 0, self.offset, free)
+
+
+def _index_tile(t: Any, what: str) -> tuple:
+    if not isinstance(t, Tensor):
+        raise OperandError(f"{what} must be a Reg or an int32/uint32 tile, got {t!r}", operand=what)
+    if t.dyn is not None:
+        raise OperandError(f"{what} tile cannot itself be dynamic", operand=what)
+    return t._static_ap()
 
 
 def _groups(side: str) -> list:

@@ -8,7 +8,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use trn3emu_core as core;
 use trn3emu_core::isa::spec::Kind;
 use trn3emu_core::isa::{Arg, DType, Engine, Instr, Opcode, Signal, Wait};
-use trn3emu_core::memory::{Ap, Mem, PARTITIONS, PSUM_PART_BYTES};
+use trn3emu_core::memory::{Ap, DynKind, DynSrc, Dynamic, Mem, PARTITIONS, PSUM_PART_BYTES};
 use trn3emu_core::{EmuError, ErrorKind};
 
 /// Raise the `trn3emu.errors` class named by the error kind, with its fields as attributes.
@@ -48,7 +48,63 @@ fn guarded<T>(f: impl FnOnce() -> core::Result<T>) -> core::Result<T> {
     }
 }
 
+/// An access pattern tuple `(mem, dtype, start, parts, row_step, offset, dims[, dynamic])`;
+/// `dynamic` = `(kind 's'|'v', register int | index-tile tuple, step, bound)`.
 fn parse_ap(obj: &Bound<'_, PyAny>) -> core::Result<Ap> {
+    let tup = obj.cast::<PyTuple>().map_err(|_| {
+        emu(
+            ErrorKind::Value,
+            "expected a tensor (SBUF/PSUM tile or HBM tensor view)",
+        )
+    })?;
+    let dynamic = if tup.len() == 8 {
+        let d = tup
+            .get_item(7)
+            .map_err(|_| emu(ErrorKind::Value, "bad dynamic offset"))?;
+        Some(Box::new(parse_dynamic(&d)?))
+    } else {
+        None
+    };
+    let base = if tup.len() == 8 {
+        tup.get_slice(0, 7).into_any()
+    } else {
+        obj.clone()
+    };
+    let mut ap = parse_static_ap(&base)?;
+    ap.dynamic = dynamic;
+    Ok(ap)
+}
+
+fn parse_dynamic(d: &Bound<'_, PyAny>) -> core::Result<Dynamic> {
+    let bad = || {
+        emu(
+            ErrorKind::Value,
+            "dynamic offset must be (kind 's'|'v'|'i', register | index tile, step, bound)",
+        )
+    };
+    let (kind, src, step, bound): (String, Bound<'_, PyAny>, i64, u32) =
+        d.extract().map_err(|_| bad())?;
+    let kind = match kind.as_str() {
+        "s" => DynKind::Scalar,
+        "v" => DynKind::Vector,
+        "i" => DynKind::Indirect,
+        _ => return Err(bad()),
+    };
+    let src = if let Ok(r) = src.extract::<u8>() {
+        DynSrc::Reg(r)
+    } else {
+        DynSrc::Tile(parse_static_ap(&src)?)
+    };
+    Ok(Dynamic {
+        kind,
+        src,
+        step,
+        bound,
+        cols: Vec::new(),
+    })
+}
+
+fn parse_static_ap(obj: &Bound<'_, PyAny>) -> core::Result<Ap> {
     type T = (String, String, i64, i64, i64, i64, Vec<(i64, i64)>);
     let (mem, dtype, start, parts, pstep, offset, dims): T = obj.extract().map_err(|_| {
         emu(
@@ -93,6 +149,7 @@ fn parse_ap(obj: &Bound<'_, PyAny>) -> core::Result<Ap> {
         pstep,
         offset: offset as u64,
         dims: d,
+        dynamic: None,
     })
 }
 

@@ -109,6 +109,7 @@ mod tests {
             pstep: 0,
             offset: 0,
             dims: vec![(1, 4)],
+            dynamic: None,
         })
     }
 

@@ -3,7 +3,9 @@
 
 pub mod act;
 pub mod alu;
+pub mod control;
 pub mod dma;
+pub mod dynamic;
 pub mod engine_select;
 pub mod gpsimd;
 pub mod gpsimd_gather;
@@ -63,6 +65,11 @@ pub struct Ctx<'a> {
     pub rng: &'a mut RngStates,
     /// Output-cast rounding of this instruction (RNE or stochastic; fp8 overflow policy).
     pub rounder: Rounder,
+    /// The issuing engine's 64 sequencer registers (for a DMA transfer: their values when it
+    /// was triggered).
+    pub regs: &'a mut [u32; crate::isa::instr::NUM_REGISTERS as usize],
+    /// Set by a taken `branch`: the instruction index the stream continues at.
+    pub jump: Option<u32>,
 }
 
 impl Ctx<'_> {
@@ -154,15 +161,8 @@ pub const MODULES: &[&Module] = &[
     &gpsimd_sort::MODULE,
     &dma::MODULE,
     &intercore::MODULE,
-    &CONTROL,
+    &control::MODULE,
 ];
-
-/// Sequencer-only instructions.
-const CONTROL: Module = Module {
-    opcodes: &[Opcode::Nop],
-    check: |_| Ok(()),
-    exec: |_, _| Ok(()),
-};
 
 fn module_of(op: Opcode) -> Option<&'static Module> {
     MODULES.iter().copied().find(|m| m.opcodes.contains(&op))
@@ -186,7 +186,10 @@ pub fn check(ins: &Instr) -> Result<()> {
 /// Execute one instruction's semantics.
 pub fn exec(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     match module_of(ins.op) {
-        Some(m) => (m.exec)(ins, ctx),
+        Some(m) => match dynamic::resolve_indirect_operands(ins, ctx)? {
+            Some(r) => (m.exec)(&r, ctx),
+            None => (m.exec)(ins, ctx),
+        },
         None => Err(err(
             NotImplemented,
             format!(

@@ -6,7 +6,7 @@ use super::spec::Kind;
 use super::tables::{DType, Engine, Opcode};
 use super::validate::validate;
 use crate::error::{err, EmuError, ErrorKind::Decode, Result};
-use crate::memory::{Ap, Mem};
+use crate::memory::{Ap, DynKind, DynSrc, Dynamic, Mem};
 
 pub const MAGIC: &[u8; 4] = b"T3EP";
 pub const VERSION: u16 = 1;
@@ -24,7 +24,7 @@ fn put_ap(out: &mut Vec<u8>, ap: &Ap) {
     out.push(ap.mem as u8);
     out.push(ap.dtype as u8);
     out.push(ap.start.min(255) as u8);
-    out.push(0);
+    out.push(ap.dynamic.is_some() as u8);
     out.extend_from_slice(&ap.parts.to_le_bytes());
     out.extend_from_slice(&ap.pstep.to_le_bytes());
     out.extend_from_slice(&ap.offset.to_le_bytes());
@@ -32,6 +32,26 @@ fn put_ap(out: &mut Vec<u8>, ap: &Ap) {
     for (st, n) in &ap.dims {
         out.extend_from_slice(&st.to_le_bytes());
         out.extend_from_slice(&n.to_le_bytes());
+    }
+    if let Some(d) = ap.dynamic.as_deref() {
+        out.push(match d.kind {
+            DynKind::Scalar => 0,
+            DynKind::Vector => 1,
+            DynKind::Indirect => 2,
+            DynKind::Columns => 3,
+        });
+        match &d.src {
+            DynSrc::Reg(r) => {
+                out.push(0);
+                out.push(*r);
+            }
+            DynSrc::Tile(t) => {
+                out.push(1);
+                put_ap(out, t);
+            }
+        }
+        out.extend_from_slice(&d.step.to_le_bytes());
+        out.extend_from_slice(&d.bound.to_le_bytes());
     }
 }
 
@@ -145,14 +165,18 @@ impl<'a> Reader<'a> {
     }
 }
 
-fn get_ap(r: &mut Reader) -> Result<Ap> {
+fn get_ap(r: &mut Reader, nested: bool) -> Result<Ap> {
     let m = r.u8()?;
     let mem = Mem::from_u8(m).ok_or_else(|| err(Decode, format!("bad memory code {m}")))?;
     let d = r.u8()?;
     let dtype = DType::from_u8(d).ok_or_else(|| err(Decode, format!("bad dtype code {d}")))?;
     let start = r.u8()? as u32;
-    if r.u8()? != 0 {
-        return Err(err(Decode, "reserved access-pattern byte is not zero"));
+    let flags = r.u8()?;
+    if flags > 1 || (nested && flags != 0) {
+        return Err(err(
+            Decode,
+            format!("unknown access-pattern flags {flags:#x}"),
+        ));
     }
     let parts = r.u32()?;
     let pstep = r.i64()?;
@@ -167,6 +191,30 @@ fn get_ap(r: &mut Reader) -> Result<Ap> {
         let n = r.u32()?;
         dims.push((st, n));
     }
+    let dynamic = if flags & 1 != 0 {
+        let kind = match r.u8()? {
+            0 => DynKind::Scalar,
+            1 => DynKind::Vector,
+            2 => DynKind::Indirect,
+            k => return Err(err(Decode, format!("unknown dynamic-offset kind {k}"))),
+        };
+        let src = match r.u8()? {
+            0 => DynSrc::Reg(r.u8()?),
+            1 => DynSrc::Tile(get_ap(r, true)?),
+            k => return Err(err(Decode, format!("unknown dynamic-offset source {k}"))),
+        };
+        let step = r.i64()?;
+        let bound = r.u32()?;
+        Some(Box::new(Dynamic {
+            kind,
+            src,
+            step,
+            bound,
+            cols: Vec::new(),
+        }))
+    } else {
+        None
+    };
     if mem != Mem::Hbm && pstep != 0 {
         return Err(err(Decode, "on-chip access pattern with a row step"));
     }
@@ -181,6 +229,7 @@ fn get_ap(r: &mut Reader) -> Result<Ap> {
         pstep,
         offset,
         dims,
+        dynamic,
     })
 }
 
@@ -225,7 +274,7 @@ fn decode_instr(r: &mut Reader) -> Result<Instr> {
         let tag = r.u8()?;
         let a = match tag {
             TAG_ABSENT => Arg::Absent,
-            TAG_TENSOR => Arg::Tensor(get_ap(r).map_err(|e| e.operand(p.name))?),
+            TAG_TENSOR => Arg::Tensor(get_ap(r, false).map_err(|e| e.operand(p.name))?),
             TAG_F32 => Arg::F32(f32::from_bits(r.u32()?)),
             TAG_I32 => Arg::I32(r.i32()?),
             TAG_BOOL => match r.u8()? {

@@ -363,6 +363,37 @@ impl MatmulPerfMode {
     }
 }
 
+/// Register comparisons of `branch` (signed 32-bit); `always` jumps unconditionally (emulator-level).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum CmpOp {
+    Always = 0,
+    Eq = 1,
+    Ne = 2,
+    Lt = 3,
+    Le = 4,
+    Gt = 5,
+    Ge = 6,
+}
+impl CmpOp {
+    pub const NAMES: &'static [&'static str] = &["always", "eq", "ne", "lt", "le", "gt", "ge"];
+    pub fn from_u8(v: u8) -> Option<Self> {
+        match v {
+            0 => Some(Self::Always),
+            1 => Some(Self::Eq),
+            2 => Some(Self::Ne),
+            3 => Some(Self::Lt),
+            4 => Some(Self::Le),
+            5 => Some(Self::Gt),
+            6 => Some(Self::Ge),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+}
+
 /// DMA engine for sendrecv; encoding equals nki.isa.dma_engine (dma = 1, gpsimd_dma = 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -394,6 +425,7 @@ pub const ENUMS: &[EnumInfo] = &[
     EnumInfo { name: "dge_mode", values: DgeMode::NAMES },
     EnumInfo { name: "oob_mode", values: OobMode::NAMES },
     EnumInfo { name: "matmul_perf_mode", values: MatmulPerfMode::NAMES },
+    EnumInfo { name: "cmp_op", values: CmpOp::NAMES },
     EnumInfo { name: "dma_engine", values: DmaEngine::NAMES },
 ];
 
@@ -405,7 +437,8 @@ pub mod enum_id {
     pub const DGE_MODE: u8 = 4;
     pub const OOB_MODE: u8 = 5;
     pub const MATMUL_PERF_MODE: u8 = 6;
-    pub const DMA_ENGINE: u8 = 7;
+    pub const CMP_OP: u8 = 7;
+    pub const DMA_ENGINE: u8 = 8;
 }
 
 pub const ENGINES: &[EngineInfo] = &[
@@ -476,6 +509,8 @@ pub enum Opcode {
     RegisterStore = 0x0a02,
     ScalarLoad = 0x0a03,
     ScalarStore = 0x0a04,
+    RegisterOp = 0x0a05,
+    Branch = 0x0a06,
 }
 
 impl Opcode {
@@ -536,6 +571,8 @@ impl Opcode {
             0x0a02 => Some(Self::RegisterStore),
             0x0a03 => Some(Self::ScalarLoad),
             0x0a04 => Some(Self::ScalarStore),
+            0x0a05 => Some(Self::RegisterOp),
+            0x0a06 => Some(Self::Branch),
             _ => None,
         }
     }
@@ -596,6 +633,8 @@ impl Opcode {
             "register_store" => Some(Self::RegisterStore),
             "scalar_load" => Some(Self::ScalarLoad),
             "scalar_store" => Some(Self::ScalarStore),
+            "register_op" => Some(Self::RegisterOp),
+            "branch" => Some(Self::Branch),
             _ => None,
         }
     }
@@ -656,6 +695,8 @@ impl Opcode {
             Self::RegisterStore => &INSTRUCTIONS[52],
             Self::ScalarLoad => &INSTRUCTIONS[53],
             Self::ScalarStore => &INSTRUCTIONS[54],
+            Self::RegisterOp => &INSTRUCTIONS[55],
+            Self::Branch => &INSTRUCTIONS[56],
         }
     }
 }
@@ -1342,7 +1383,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "dma_transpose",
         since: "v3",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::BYTES2, enum_id: 255, default: Default::Required },
             ParamSpec { name: "src", kind: Kind::Tensor, access: Access::Read, mem: mem::HBM|mem::SBUF, dtypes: dclass::BYTES2, enum_id: 255, default: Default::Required },
@@ -1359,7 +1400,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "dma",
         since: "v3",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::HBM|mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "src0", kind: Kind::Tensor, access: Access::Read, mem: mem::HBM|mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
@@ -1398,7 +1439,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
             ParamSpec { name: "send_to_rank", kind: Kind::I32, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
             ParamSpec { name: "recv_from_rank", kind: Kind::I32, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
             ParamSpec { name: "pipe_id", kind: Kind::I32, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
-            ParamSpec { name: "dma_engine", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 7, default: Default::Enum(1) },
+            ParamSpec { name: "dma_engine", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 8, default: Default::Enum(1) },
         ],
     },
     InstrSpec {
@@ -1465,7 +1506,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "control",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Reg, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
             ParamSpec { name: "src", kind: Kind::I32, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
@@ -1478,7 +1519,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "control",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Reg, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
             ParamSpec { name: "src", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::HBM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
@@ -1491,7 +1532,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "control",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::HBM, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "src", kind: Kind::Reg, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
@@ -1504,7 +1545,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "control",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Reg, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
             ParamSpec { name: "src", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::HBM, dtypes: dclass::S32, enum_id: 255, default: Default::Required },
@@ -1517,10 +1558,40 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         cost: "control",
         since: "v2",
         nki: true,
-        implemented: false,
+        implemented: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::HBM, dtypes: dclass::S32, enum_id: 255, default: Default::Required },
             ParamSpec { name: "value", kind: Kind::Reg, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::RegisterOp,
+        name: "register_op",
+        engines: &[Engine::Sync, Engine::Vector, Engine::Scalar, Engine::Gpsimd, Engine::Tensor],
+        cost: "control",
+        since: "v2",
+        nki: false,
+        implemented: true,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Reg, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "src", kind: Kind::Reg, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "op", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 1, default: Default::Required },
+            ParamSpec { name: "imm", kind: Kind::I32, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::I32(0) },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::Branch,
+        name: "branch",
+        engines: &[Engine::Sync, Engine::Vector, Engine::Scalar, Engine::Gpsimd, Engine::Tensor],
+        cost: "control",
+        since: "v2",
+        nki: false,
+        implemented: true,
+        params: &[
+            ParamSpec { name: "target", kind: Kind::I32, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "cmp", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 7, default: Default::Enum(0) },
+            ParamSpec { name: "reg", kind: Kind::Reg, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Absent },
+            ParamSpec { name: "imm", kind: Kind::I32, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::I32(0) },
         ],
     },
 ];
@@ -1892,5 +1963,17 @@ pub mod p {
     pub mod scalar_store {
         pub const DST: usize = 0;
         pub const VALUE: usize = 1;
+    }
+    pub mod register_op {
+        pub const DST: usize = 0;
+        pub const SRC: usize = 1;
+        pub const OP: usize = 2;
+        pub const IMM: usize = 3;
+    }
+    pub mod branch {
+        pub const TARGET: usize = 0;
+        pub const CMP: usize = 1;
+        pub const REG: usize = 2;
+        pub const IMM: usize = 3;
     }
 }

@@ -14,7 +14,7 @@ use super::spec::Kind;
 use super::tables::{DType, Engine, Opcode, ENUMS};
 use super::validate::validate;
 use crate::error::{err, ErrorKind::*, Result};
-use crate::memory::{Ap, Mem};
+use crate::memory::{Ap, DynKind, DynSrc, Dynamic, Mem};
 use std::fmt::Write;
 
 pub fn format_f32(v: f32) -> String {
@@ -57,7 +57,54 @@ pub fn format_ap(ap: &Ap) -> String {
             );
         }
     }
+    if let Some(d) = ap.dynamic.as_deref() {
+        let kind = match d.kind {
+            DynKind::Scalar => 's',
+            DynKind::Vector => 'v',
+            DynKind::Indirect => 'i',
+            DynKind::Columns => 'c',
+        };
+        let src = match &d.src {
+            DynSrc::Reg(r) => format!("r{r}"),
+            DynSrc::Tile(t) => format_ap(t),
+        };
+        let _ = write!(s, "@{kind}({src},{},{})", d.step, d.bound);
+    }
     s
+}
+
+/// `s(SRC,STEP,BOUND)` / `v(SRC,STEP,BOUND)` after the `@` of a dynamic access pattern.
+fn parse_dynamic(s: &str) -> Result<Dynamic> {
+    let bad = || {
+        perr(format!(
+            "dynamic offset {s:?}: expected s(SRC,STEP,BOUND), v(SRC,STEP,BOUND) or i(SRC,STEP,BOUND)"
+        ))
+    };
+    let kind = match s.get(..2) {
+        Some("s(") => DynKind::Scalar,
+        Some("v(") => DynKind::Vector,
+        Some("i(") => DynKind::Indirect,
+        _ => return Err(bad()),
+    };
+    let inner = s[2..].strip_suffix(')').ok_or_else(bad)?;
+    let mut it = inner.rsplitn(3, ',');
+    let bound: u32 = parse_int(it.next().ok_or_else(bad)?)?;
+    let step: i64 = parse_int(it.next().ok_or_else(bad)?)?;
+    let src_s = it.next().ok_or_else(bad)?;
+    let src = if let Some(r) = src_s.strip_prefix('r') {
+        DynSrc::Reg(parse_int(r)?)
+    } else if src_s.contains('@') {
+        return Err(perr("a dynamic-offset tile cannot itself be dynamic"));
+    } else {
+        DynSrc::Tile(parse_ap(src_s)?)
+    };
+    Ok(Dynamic {
+        kind,
+        src,
+        step,
+        bound,
+        cols: Vec::new(),
+    })
 }
 
 /// Enums with a value spelled `none` (dge_mode, matmul_perf_mode): there `none` is the value and
@@ -289,6 +336,11 @@ fn parse_pairs(s: &str) -> Result<Vec<(i64, u32)>> {
 }
 
 pub fn parse_ap(s: &str) -> Result<Ap> {
+    if let Some((base, dyn_s)) = s.split_once('@') {
+        let mut ap = parse_ap(base)?;
+        ap.dynamic = Some(Box::new(parse_dynamic(dyn_s)?));
+        return Ok(ap);
+    }
     let (mem_s, rest) = s
         .split_once(':')
         .ok_or_else(|| perr(format!("access pattern {s:?} needs MEM:DTYPE")))?;
@@ -337,6 +389,7 @@ pub fn parse_ap(s: &str) -> Result<Ap> {
         pstep,
         offset,
         dims,
+        dynamic: None,
     })
 }
 

@@ -6,7 +6,7 @@ use super::instr::{Arg, Instr, MAX_SYNC, NUM_REGISTERS, NUM_SEMAPHORES};
 use super::spec::{dtype_names, mem_names, Kind};
 use super::tables::{Engine, ENUMS};
 use crate::error::{err, ErrorKind::*, Result};
-use crate::memory::Mem;
+use crate::memory::{DynKind, DynSrc, Mem};
 
 /// Characters allowed in instruction names (so text assembly needs no quoting).
 pub fn valid_name(name: &str) -> bool {
@@ -96,7 +96,7 @@ pub fn validate(instr: &Instr) -> Result<()> {
     } else {
         eng.info()
     };
-    for (p, a) in spec.params.iter().zip(&instr.args) {
+    for (i, (p, a)) in spec.params.iter().zip(&instr.args).enumerate() {
         let fail = |k, msg: String| Err(err(k, msg).operand(p.name));
         let kind_ok = matches!(
             (p.kind, a),
@@ -144,6 +144,34 @@ pub fn validate(instr: &Instr) -> Result<()> {
             }
             Arg::Tensor(ap) => {
                 ap.check_bounds().map_err(|e| e.operand(p.name))?;
+                if let Some(d) = ap.dynamic.as_deref() {
+                    if d.kind == DynKind::Indirect {
+                        if dma {
+                            return fail(
+                                Value,
+                                "tensor indirection (.indirect) is for compute operands; DMAs gather with vector_offset".into(),
+                            );
+                        }
+                        crate::engines::dynamic::check_indirect(instr, i, ap)
+                            .map_err(|e| e.operand(p.name))?;
+                    } else if !dma {
+                        return fail(
+                            Value,
+                            format!(
+                                "dynamic offsets (scalar_offset / vector_offset) are DMA addressing; {} is not a DMA instruction",
+                                spec.name
+                            ),
+                        );
+                    }
+                    if let DynSrc::Reg(r) = d.src {
+                        if r >= NUM_REGISTERS {
+                            return fail(
+                                Value,
+                                format!("register r{r} out of range (0..{NUM_REGISTERS})"),
+                            );
+                        }
+                    }
+                }
                 if p.mem & ap.mem.bit() == 0 {
                     return fail(
                         MemorySpace,

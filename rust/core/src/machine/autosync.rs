@@ -8,7 +8,7 @@
 
 use super::region::{conflict, regions, Region};
 use super::{stream_of, AGENTS_PER_CORE};
-use crate::error::{err, ErrorKind::Semaphore, Result};
+use crate::error::{err, ErrorKind::Semaphore, ErrorKind::Value, Result};
 use crate::isa::instr::MAX_SYNC;
 use crate::isa::validate::is_dma;
 use crate::isa::{Program, Signal, Wait};
@@ -23,7 +23,15 @@ struct Entry {
     regions: Vec<Region>,
 }
 
+/// Programs with `branch` are refused (a conservative rule: the signal counts this pass computes
+/// assume each instruction runs once); synchronise them manually. Race detection still checks them.
 pub fn auto_sync(prog: &Program) -> Result<Program> {
+    if super::control::has_branches(prog) {
+        return Err(err(
+            Value,
+            "automatic synchronisation does not handle runtime control flow (branch): use sync='manual' and explicit semaphores",
+        ));
+    }
     let mut out = prog.clone();
     for ins in &out.instrs {
         if ins

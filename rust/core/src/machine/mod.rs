@@ -1,6 +1,7 @@
 //! The device: 8 NeuronCores with their SBUF, PSUM and engine state, and shared HBM.
 
 pub mod autosync;
+pub mod control;
 pub mod dma_timing;
 pub mod intercore;
 pub mod region;
@@ -9,6 +10,7 @@ pub mod sched;
 use crate::cost::{CostModel, DefaultCost};
 use crate::engines::EngineState;
 use crate::error::Result;
+use crate::isa::instr::NUM_REGISTERS;
 use crate::isa::{Engine, Program};
 use crate::memory::hbm::Hbm;
 use crate::memory::onchip::OnChip;
@@ -38,6 +40,8 @@ pub struct Core {
     pub state: EngineState,
     /// VectorE / GpSimd XORWOW states: persist across runs (like the hardware's, until reset).
     pub rng: RngStates,
+    /// The 64 x 32-bit registers of each stream's sequencer, in stream-index order.
+    pub regs: [[u32; NUM_REGISTERS as usize]; 5],
 }
 
 impl Core {
@@ -47,6 +51,7 @@ impl Core {
             psum: OnChip::psum(),
             state: EngineState::default(),
             rng: RngStates::seeded(seed ^ ((core as u64) << 32)),
+            regs: [[0; NUM_REGISTERS as usize]; 5],
         }
     }
 }
@@ -85,7 +90,12 @@ pub struct Device {
     pub numerics: NumericsConfig,
     /// Runs so far: part of the stochastic-rounding counter, so repeated runs draw fresh bits.
     pub runs: u64,
+    /// Instructions and transfers one run may execute before it stops as a runaway loop.
+    pub max_executed: u64,
 }
+
+/// Default `Device::max_executed` (about 15 s of host time).
+pub const MAX_EXECUTED: u64 = 1 << 26;
 
 impl Default for Device {
     fn default() -> Self {
@@ -108,15 +118,17 @@ impl Device {
             cost: Box::new(DefaultCost),
             numerics,
             runs: 0,
+            max_executed: MAX_EXECUTED,
         }
     }
 
     /// Run one program per listed core concurrently. Memories persist across runs; semaphores,
-    /// accumulators and the matmul first-write state start fresh each run. On error the device
+    /// accumulators, registers and the matmul first-write state start fresh each run. On error the device
     /// stays usable (memory holds whatever the run wrote before the error).
     pub fn run(&mut self, programs: &[Program], opts: &RunOptions) -> Result<RunResult> {
         for c in &mut self.cores {
             c.state = EngineState::default();
+            c.regs = [[0; NUM_REGISTERS as usize]; 5];
         }
         let r = sched::run(self, programs, opts);
         self.runs += 1;

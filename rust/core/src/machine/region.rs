@@ -2,7 +2,7 @@
 //! and the automatic synchronisation pass.
 
 use crate::isa::{Instr, Opcode};
-use crate::memory::{Ap, Mem};
+use crate::memory::{Ap, DynSrc, Mem};
 
 /// One operand's footprint: memory, core (on-chip), partition/row range and absolute byte box.
 #[derive(Clone, Debug)]
@@ -15,11 +15,49 @@ pub struct Region {
     pub lo: i128,
     pub hi: i128,
     pub write: bool,
+    /// A near-memory SBUF accumulate (`dma_compute` read-add-write): two accumulates of one dtype
+    /// into the same bytes commute (each is one atomic add at the memory), so they do not
+    /// conflict with each other; against any other access an accumulate counts as a write.
+    pub accum: bool,
+    /// The footprint is only known as the byte box `lo..hi` (dynamic offsets): every byte in it
+    /// counts as touched.
+    pub boxed: bool,
     pub ap: Ap,
 }
 
 impl Region {
     pub fn new(core: u8, ap: &Ap, write: bool) -> Region {
+        if let Some(d) = ap.dynamic.as_deref() {
+            return Self::dynamic(core, ap, d.bound, write);
+        }
+        Self::fixed(core, ap, write)
+    }
+
+    /// A dynamic pattern may touch any index in `0..bound`: the box spanning the first and
+    /// last index's footprints (offsets are linear in the index, so it covers all between).
+    fn dynamic(core: u8, ap: &Ap, bound: u32, write: bool) -> Region {
+        let ends = [ap.at_index(0), ap.at_index(bound as i64 - 1)];
+        let mut r: Option<Region> = None;
+        for a in ends.into_iter().flatten() {
+            let x = Self::fixed(core, &a, write);
+            r = Some(match r {
+                None => x,
+                Some(mut y) => {
+                    y.lo = y.lo.min(x.lo);
+                    y.hi = y.hi.max(x.hi);
+                    y.p0 = y.p0.min(x.p0);
+                    y.p1 = y.p1.max(x.p1);
+                    y
+                }
+            });
+        }
+        let mut r = r.unwrap_or_else(|| Self::fixed(core, ap, write));
+        r.boxed = true;
+        r.ap = ap.clone();
+        r
+    }
+
+    fn fixed(core: u8, ap: &Ap, write: bool) -> Region {
         let (blo, bhi) = ap.row_byte_range();
         let (p0, p1, lo, hi) = match ap.mem {
             Mem::Hbm => {
@@ -43,12 +81,17 @@ impl Region {
             lo,
             hi,
             write,
+            accum: false,
+            boxed: false,
             ap: ap.clone(),
         }
     }
 
     /// Absolute sorted byte intervals (HBM) or within-partition intervals (on-chip).
     fn intervals(&self) -> Vec<(i128, i128)> {
+        if self.boxed {
+            return vec![(self.lo, self.hi)];
+        }
         let runs = self.ap.row_runs();
         match self.mem {
             Mem::Hbm => {
@@ -92,16 +135,30 @@ impl Region {
 }
 
 /// Regions an instruction touches (DMAs included: the queue performs them).
+/// Offset tiles of dynamic patterns are read too. A `dma_compute` whose dst is also one of its
+/// sources is a read-add-write: one accumulate region instead of a read and a write.
 pub fn regions(core: u8, ins: &Instr) -> Vec<Region> {
     let mut v = Vec::new();
-    for (_, _, access, ap) in ins.tensors() {
-        if access.reads() && !access.writes() {
-            v.push(Region::new(core, ap, false));
-        } else {
-            v.push(Region::new(core, ap, true));
+    let rmw_dst = if ins.op == Opcode::DmaCompute {
+        crate::engines::dma::rmw_target(ins)
+    } else {
+        None
+    };
+    for (i, _, access, ap) in ins.tensors() {
+        if let Some(d) = rmw_dst {
+            if i != d && ins.ap(d) == Some(ap) {
+                continue;
+            }
+        }
+        let mut r = Region::new(core, ap, access.writes());
+        // Only SBUF has near-memory adders; an HBM read-add-write (scatter-add) is a DMA read
+        // then write, so concurrent ones into the same bytes do race.
+        r.accum = rmw_dst == Some(i) && ap.mem == crate::memory::Mem::Sbuf;
+        v.push(r);
+        if let Some(DynSrc::Tile(t)) = ap.dynamic.as_deref().map(|d| &d.src) {
+            v.push(Region::new(core, t, false));
         }
     }
-    let _ = Opcode::Nop;
     v
 }
 
@@ -109,7 +166,8 @@ pub fn regions(core: u8, ins: &Instr) -> Vec<Region> {
 pub fn conflict(a: &[Region], b: &[Region]) -> Option<(usize, usize)> {
     for (i, x) in a.iter().enumerate() {
         for (j, y) in b.iter().enumerate() {
-            if (x.write || y.write) && x.overlaps(y) {
+            let commute = x.accum && y.accum && x.ap.dtype == y.ap.dtype;
+            if (x.write || y.write) && !commute && x.overlaps(y) {
                 return Some((i, j));
             }
         }

@@ -35,9 +35,13 @@ struct QItem {
     idx: u32,
     ready: u64,
     vc: Vc,
+    /// The issuing stream's registers when the DMA was triggered (scalar offsets read them).
+    regs: Box<Regs>,
     /// How the transfer uses the DMA engines (cost model, machine/dma_timing.rs).
     plan: Plan,
 }
+
+type Regs = [u32; crate::isa::instr::NUM_REGISTERS as usize];
 
 struct LogEntry {
     epoch: u32,
@@ -144,6 +148,7 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
         for (i, ins) in p.instrs.iter().enumerate() {
             validate(ins).map_err(|e| ins_err(e, p.core, i as u32, ins))?;
         }
+        super::control::check_branches(p)?;
         progs[p.core as usize] = Some(p);
     }
     for p in programs {
@@ -267,16 +272,29 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
         let cbase = core as usize * AGENTS_PER_CORE;
         let prog = progs[core as usize].unwrap();
 
-        // Which instruction, with which clock.
+        if result.executed >= dev.max_executed {
+            return Err(err(
+                Value,
+                format!(
+                    "stopped after {} executed instructions (a runaway loop?); Device::max_executed sets the limit",
+                    dev.max_executed
+                ),
+            ));
+        }
+        // Which instruction, with which clock (and, for a transfer, its register snapshot).
+        let mut snapshot: Option<Box<Regs>> = None;
         let issue = Issue {
             back_to_back: agents[ai].epoch > 0 && agents[ai].free == start,
         };
         let mut transfer: Option<Plan> = None;
         let mut release: Option<intercore::Release> = None;
         let (idx, is_transfer) = if agents[ai].is_queue() {
-            let q = agents[ai].fifo.pop_front().unwrap();
+            let Some(q) = agents[ai].fifo.pop_front() else {
+                return Err(err(Internal, "empty DMA queue was scheduled"));
+            };
             let a = &mut agents[ai];
             join(&mut a.vc, &q.vc);
+            snapshot = Some(q.regs);
             transfer = Some(q.plan);
             (q.idx, true)
         } else {
@@ -338,10 +356,12 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
             let end = start + cost.engine_ps(ins, issue);
             let q = cbase + 5 + agents[ai].stream;
             let vc = agents[ai].vc.clone();
+            let regs = Box::new(dev.cores[core as usize].regs[agents[ai].stream]);
             agents[q].fifo.push_back(QItem {
                 idx,
                 ready: end,
                 vc,
+                regs,
                 plan: plan(ins, &cost.dma()),
             });
             agents[ai].free = end;
@@ -416,8 +436,13 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
             .iter()
             .map(|r| r.ap.num_elements() as u64 * r.ap.dtype.size() as u64)
             .sum();
-        {
+        let jump = {
             let c = &mut dev.cores[core as usize];
+            let stream = agents[ai].stream;
+            let regs = match snapshot.as_deref_mut() {
+                Some(r) => r,
+                None => &mut c.regs[stream.min(4)],
+            };
             let mut ctx = Ctx {
                 mems: Mems {
                     sbuf: &mut c.sbuf,
@@ -427,10 +452,17 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
                 state: &mut c.state,
                 rng: &mut c.rng,
                 rounder: Rounder::new(dev.numerics, core, dev.runs, idx, !is_transfer),
+                regs,
+                jump: None,
             };
             if release.is_none() {
                 engines::exec(ins, &mut ctx).map_err(|e| ins_err(e, core, idx, ins))?;
             }
+            ctx.jump
+        };
+        if let Some(t) = jump {
+            let a = &mut agents[ai];
+            super::control::jump(&a.list, &mut a.pos, t);
         }
         let end = match (&transfer, &release) {
             (Some(pl), _) => fabric.commit(core as usize, start, pl),

@@ -29,6 +29,47 @@ pub struct Ap {
     pub offset: u64,
     /// Free dims, outer to inner: (step in elements, count).
     pub dims: Vec<(i64, u32)>,
+    /// A runtime (register- or tile-valued) offset; `None` for static patterns.
+    pub dynamic: Option<Box<Dynamic>>,
+}
+
+/// Where a dynamic offset comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DynSrc {
+    /// A sequencer register of the issuing engine (read when the instruction issues).
+    Reg(u8),
+    /// An int32/uint32 tile (read when the instruction executes): 1x1 for scalar offsets,
+    /// (P, K) for vector offsets (row r uses `tile[r % P, r / P]`).
+    Tile(Ap),
+}
+
+/// How a dynamic offset moves the pattern.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DynKind {
+    /// `scalar_offset`: the whole pattern moves by `value * step` elements.
+    Scalar,
+    /// `vector_offset`: row r starts at `index[r] * step` elements from the base (HBM only).
+    Vector,
+    /// v4 tensor indirection (`t.indirect(index)`, compute operands): element i of every row
+    /// is at `index_i * step` elements from the base, `index_i = tile[i % G, i / G]` (G = 16 on
+    /// Vector/Scalar/GpSimd, 32 on Tensor). The pattern has one free dim of the view's length.
+    Indirect,
+    /// An indirect pattern after its index tile was read: explicit element offsets `cols[i] *
+    /// step` (transient, only inside an executing instruction; never encoded).
+    Columns,
+}
+
+/// A runtime offset: `kind`, its source, the element step per index unit, and the number of
+/// valid index values (`0..bound`, the extent of the indexed dim of the base tensor). Statically
+/// the access may touch any index in `0..bound`; race detection and auto-sync assume all of them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dynamic {
+    pub kind: DynKind,
+    pub src: DynSrc,
+    pub step: i64,
+    pub bound: u32,
+    /// `Columns` only: the resolved column indices.
+    pub cols: Vec<i64>,
 }
 
 impl Ap {
@@ -48,8 +89,18 @@ impl Ap {
         s
     }
 
+    /// Resolved indirect columns, if this is one.
+    fn columns(&self) -> Option<&Dynamic> {
+        self.dynamic
+            .as_deref()
+            .filter(|d| d.kind == DynKind::Columns)
+    }
+
     /// Element offsets (relative to the row start) of one row, in logical order.
     pub fn row_offsets(&self) -> Vec<i64> {
+        if let Some(d) = self.columns() {
+            return d.cols.iter().map(|c| c * d.step).collect();
+        }
         let mut offs = vec![0i64];
         for &(step, num) in &self.dims {
             let mut next = Vec::with_capacity(offs.len() * num as usize);
@@ -65,6 +116,10 @@ impl Ap {
 
     /// Min and max element offset within a row.
     pub fn row_extent(&self) -> (i64, i64) {
+        if let Some(d) = self.columns() {
+            let it = d.cols.iter().map(|c| c * d.step);
+            return (it.clone().min().unwrap_or(0), it.max().unwrap_or(0));
+        }
         let (mut lo, mut hi) = (0i64, 0i64);
         for &(step, num) in &self.dims {
             let span = step * (num as i64 - 1);
@@ -94,8 +149,37 @@ impl Ap {
         (lo as i128 * s, (hi as i128 + 1) * s)
     }
 
+    /// The static pattern with the dynamic offset fixed at `index` (scalar) or every row at
+    /// `index` (vector); used for bounds and footprints over the whole index range.
+    pub fn at_index(&self, index: i64) -> Result<Ap> {
+        let mut a = self.clone();
+        if let Some(d) = self.dynamic.as_deref() {
+            let delta = index as i128 * d.step as i128 * self.dtype.size() as i128;
+            let off = self.offset as i128 + delta;
+            if !(0..=u64::MAX as i128).contains(&off) {
+                return Err(err(
+                    Address,
+                    format!("dynamic index {index} moves the pattern to byte offset {off}"),
+                ));
+            }
+            a.offset = off as u64;
+            if d.kind == DynKind::Vector {
+                a.pstep = 0;
+            }
+            if d.kind == DynKind::Indirect {
+                a.dims = vec![(d.step, 1)];
+            }
+        }
+        a.dynamic = None;
+        Ok(a)
+    }
+
     /// Check shape, bounds and the row geometry of the memory. Independent of the instruction.
+    /// A dynamic pattern must be in bounds for every index in `0..bound`.
     pub fn check_bounds(&self) -> Result<()> {
+        if let Some(d) = self.dynamic.as_deref() {
+            return self.check_dynamic(d);
+        }
         if self.dims.is_empty() || self.dims.len() > MAX_FREE_DIMS {
             return Err(err(
                 Shape,
@@ -213,6 +297,89 @@ impl Ap {
         Ok(())
     }
 
+    fn check_dynamic(&self, d: &Dynamic) -> Result<()> {
+        if d.bound == 0 {
+            return Err(err(Shape, "dynamic offset bound must be at least 1"));
+        }
+        if d.kind == DynKind::Columns {
+            return Err(err(
+                Value,
+                "resolved indirect columns are not an encodable pattern",
+            ));
+        }
+        if d.kind == DynKind::Indirect && (self.mem == Mem::Hbm || self.dims.len() != 1) {
+            return Err(err(
+                Shape,
+                "tensor indirection views an on-chip tensor as (P, num_elem): one free dim",
+            ));
+        }
+        if d.kind == DynKind::Vector && self.mem != Mem::Hbm {
+            return Err(err(
+                MemorySpace,
+                "vector_offset indexes an HBM tensor (the indexed tensor must be in HBM)",
+            ));
+        }
+        if let DynSrc::Tile(t) = &d.src {
+            if t.dynamic.is_some() {
+                return Err(err(Value, "a dynamic-offset tile cannot itself be dynamic"));
+            }
+            t.check_bounds()?;
+            if t.mem == Mem::Psum {
+                return Err(err(
+                    MemorySpace,
+                    "offset tiles live in SBUF or HBM, not PSUM",
+                ));
+            }
+            if !matches!(t.dtype, DType::Int32 | DType::Uint32) {
+                return Err(err(
+                    Dtype,
+                    format!(
+                        "offset tile must be int32 or uint32, got {}",
+                        t.dtype.name()
+                    ),
+                ));
+            }
+            match d.kind {
+                DynKind::Scalar if t.num_elements() != 1 => {
+                    return Err(err(
+                        Shape,
+                        format!("scalar_offset tile must be 1x1, got {:?}", t.shape()),
+                    ))
+                }
+                DynKind::Vector | DynKind::Indirect if t.mem != Mem::Sbuf => {
+                    return Err(err(MemorySpace, "index tiles must be in SBUF"))
+                }
+                DynKind::Indirect if !t.start.is_multiple_of(32) => {
+                    return Err(err(
+                        Partition,
+                        format!(
+                            "an indirection index view starts on a quadrant boundary (0/32/64/96), not partition {}",
+                            t.start
+                        ),
+                    ))
+                }
+                DynKind::Vector if (t.num_elements() as u64) < self.parts as u64 => {
+                    return Err(err(
+                        Shape,
+                        format!(
+                            "vector_offset index tile {:?} has fewer than the {} rows it indexes",
+                            t.shape(),
+                            self.parts
+                        ),
+                    ))
+                }
+                _ => {}
+            }
+        } else if matches!(d.kind, DynKind::Vector | DynKind::Indirect) {
+            return Err(err(
+                Value,
+                "vector_offset / indirect need an index tile, not a register",
+            ));
+        }
+        self.at_index(0)?.check_bounds()?;
+        self.at_index(d.bound as i64 - 1)?.check_bounds()
+    }
+
     /// The start-partition rule for compute engines: >64 partitions start at 0, 33..64 at 0 or
     /// 64, 1..32 at a multiple of 32 (quadrant boundary).
     pub fn check_start_partition(&self) -> Result<()> {
@@ -261,6 +428,9 @@ impl Ap {
 
     /// True when each row is one contiguous run (innermost-first dense).
     pub fn is_row_contiguous(&self) -> bool {
+        if self.columns().is_some() {
+            return false;
+        }
         let mut expect = 1i64;
         for &(step, num) in self.dims.iter().rev() {
             if num > 1 && step != expect {

@@ -4,7 +4,7 @@ pub mod ap;
 pub mod hbm;
 pub mod onchip;
 
-pub use ap::Ap;
+pub use ap::{Ap, DynKind, DynSrc, Dynamic};
 
 pub const PARTITIONS: usize = 128;
 pub const SBUF_PART_BYTES: usize = 256 * 1024;

@@ -337,8 +337,11 @@ def gen_doc(data: dict) -> str:
     out = [f"<!-- {HEADER} -->", "", "# trn3emu ISA reference (NeuronCore-v4)", ""]
     n = len(data["instruction"])
     impl = sum(1 for i in data["instruction"] if i.get("implemented"))
-    out.append(f"{n} instructions, {impl} executable in this build; the others assemble, encode, decode and print,")
-    out.append("and raise `NotImplementedInstruction` when executed.")
+    if impl == n:
+        out.append(f"{n} instructions, all executable in this build.")
+    else:
+        out.append(f"{n} instructions, {impl} executable in this build; the others assemble, encode, decode and print,")
+        out.append("and raise `NotImplementedInstruction` when executed.")
     out.append("")
     out.append("The binary encoding and the text syntax are described in `docs/encoding.md`.")
     out.append("Operands of kind `f32` / `tensor_or_f32` take an fp32 immediate or an exact 32-bit integer immediate")

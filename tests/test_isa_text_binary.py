@@ -60,7 +60,8 @@ def test_tables_agree():
         spec = SPECS[name]
         assert tuple(spec["engines"]) == engines
         assert [(p["name"], p["kind"], p.get("enum")) for p in spec["params"]] == list(params)
-    assert any(not v for v in IMPLEMENTED.values())
+    # The goal: no instruction of the ISA is left unimplemented.
+    assert [n for n, ok in IMPLEMENTED.items() if not ok] == []
 
 
 # ============================================================================ random programs

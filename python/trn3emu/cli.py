@@ -40,7 +40,10 @@ def _nki_example(name: str) -> int:
 
     path = Path(name)
     if not path.exists():
-        root = Path(__file__).resolve().parents[2] / "examples"
+        # The source checkout's examples/: beside the package (editable install) or in the
+        # current directory (an installed wheel run from the checkout).
+        roots = [Path(__file__).resolve().parents[2] / "examples", Path.cwd() / "examples"]
+        root = next((r for r in roots if (r / f"nki_{name}.py").exists()), roots[-1])
         path = root / f"nki_{name}.py"
         if not path.exists():
             found = sorted(p.stem[4:] for p in root.glob("nki_*.py")) if root.exists() else []

@@ -65,6 +65,8 @@ def test_tables_agree():
     # ... and the generated reference page says so.
     page = (Path(__file__).resolve().parent.parent / "docs" / "isa.md").read_text()
     assert all(IMPLEMENTED.values()) == ("| not implemented |" not in page)
+    # The flags agree with isa.toml.
+    assert all(IMPLEMENTED[n] == bool(SPECS[n].get("implemented")) for n in SPECS)
 
 
 # ============================================================================ random programs

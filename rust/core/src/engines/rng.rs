@@ -55,8 +55,9 @@ fn check_state_tile(ins: &Instr, ap: &Ap, name: &'static str) -> Result<()> {
 
 fn check_prob(a: &Arg, parts: u32) -> Result<()> {
     super::check_column(a, "prob", parts)?;
-    if let Arg::F32(v) = a {
-        if !(0.0..=1.0).contains(v) {
+    // Integer immediates count too (docs/encoding.md): prob=2 is as wrong as prob=2.0.
+    if let Some(v) = a.imm_f32() {
+        if !(0.0..=1.0).contains(&v) {
             return Err(err(Value, format!("prob must be in [0, 1], got {v}")).operand("prob"));
         }
     }
@@ -75,8 +76,11 @@ fn check(ins: &Instr) -> Result<()> {
             let d = req(ins, p::rand2::DST, "dst")?;
             super::check_column(ins.arg(p::rand2::MIN), "min", d.parts)?;
             super::check_column(ins.arg(p::rand2::MAX), "max", d.parts)?;
-            if let (Arg::F32(lo), Arg::F32(hi)) = (ins.arg(p::rand2::MIN), ins.arg(p::rand2::MAX)) {
-                if lo.partial_cmp(hi) != Some(std::cmp::Ordering::Less) {
+            if let (Some(lo), Some(hi)) = (
+                ins.arg(p::rand2::MIN).imm_f32(),
+                ins.arg(p::rand2::MAX).imm_f32(),
+            ) {
+                if lo.partial_cmp(&hi) != Some(std::cmp::Ordering::Less) {
                     return Err(
                         err(Value, format!("min ({lo}) must be less than max ({hi})"))
                             .operand("max"),

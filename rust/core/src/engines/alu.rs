@@ -15,6 +15,30 @@ pub fn is_bitwise(op: AluOp) -> bool {
     )
 }
 
+/// Bitwise operators need integer operands: the first non-integer one is a DtypeError.
+pub fn require_integer(
+    op: AluOp,
+    operands: &[(&crate::memory::Ap, &'static str)],
+) -> crate::error::Result<()> {
+    if !is_bitwise(op) {
+        return Ok(());
+    }
+    for (ap, n) in operands {
+        if !ap.dtype.is_integer() {
+            return Err(crate::error::err(
+                crate::error::ErrorKind::Dtype,
+                format!(
+                    "bitwise {} needs integer dtypes, {n} is {}",
+                    op.name(),
+                    ap.dtype.name()
+                ),
+            )
+            .operand(*n));
+        }
+    }
+    Ok(())
+}
+
 /// Operators that ignore their second operand.
 pub fn is_unary(op: AluOp) -> bool {
     matches!(

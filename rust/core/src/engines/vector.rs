@@ -59,21 +59,7 @@ pub fn check_tensor_tensor(ins: &Instr) -> Result<()> {
     if op == AluOp::Power && ins.engine != Engine::Gpsimd {
         return Err(err(Value, "power runs on GpSimd only (engine=gpsimd)").operand("op"));
     }
-    if is_bitwise(op) {
-        for (ap, n) in [(dst, "dst"), (a, "data1"), (b, "data2")] {
-            if !ap.dtype.is_integer() {
-                return Err(err(
-                    Dtype,
-                    format!(
-                        "bitwise {} needs integer dtypes, {n} is {}",
-                        op.name(),
-                        ap.dtype.name()
-                    ),
-                )
-                .operand(n));
-            }
-        }
-    }
+    super::alu::require_integer(op, &[(dst, "dst"), (a, "data1"), (b, "data2")])?;
     Ok(())
 }
 
@@ -158,19 +144,7 @@ pub fn check_tensor_scalar(ins: &Instr) -> Result<()> {
         if ins.engine != Engine::Vector {
             return Err(err(Value, "bitwise tensor_scalar runs on VectorE only").operand("engine"));
         }
-        for (ap, n) in [(dst, "dst"), (src, "data")] {
-            if !ap.dtype.is_integer() {
-                return Err(err(
-                    Dtype,
-                    format!(
-                        "bitwise {} needs integer dtypes, {n} is {}",
-                        op0.name(),
-                        ap.dtype.name()
-                    ),
-                )
-                .operand(n));
-            }
-        }
+        super::alu::require_integer(op0, &[(dst, "dst"), (src, "data")])?;
     }
     if ins.engine == Engine::Gpsimd && (dst.mem == Mem::Psum || src.mem == Mem::Psum) {
         return Err(err(MemorySpace, "GpSimd cannot access PSUM").operand("dst"));

@@ -84,19 +84,7 @@ pub fn check_tensor_reduce(ins: &Instr) -> Result<()> {
             )
             .operand("negate"));
         }
-        for (ap, n) in [(dst, "dst"), (data, "data")] {
-            if !ap.dtype.is_integer() {
-                return Err(err(
-                    Dtype,
-                    format!(
-                        "bitwise {} needs integer dtypes, {n} is {}",
-                        op.name(),
-                        ap.dtype.name()
-                    ),
-                )
-                .operand(n));
-            }
-        }
+        super::alu::require_integer(op, &[(dst, "dst"), (data, "data")])?;
     }
     Ok(())
 }

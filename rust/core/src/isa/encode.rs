@@ -2,7 +2,6 @@
 //! field and then the whole instruction, so a decoded program is as trustworthy as an assembled one.
 
 use super::instr::{Arg, Instr, Program, Signal, Wait};
-use super::spec::Kind;
 use super::tables::{DType, Engine, Opcode};
 use super::validate::validate;
 use crate::error::{err, EmuError, ErrorKind::Decode, Result};
@@ -294,21 +293,7 @@ fn decode_instr(r: &mut Reader) -> Result<Instr> {
             TAG_REG => Arg::Reg(r.u8()?),
             t => return Err(err(Decode, format!("unknown operand tag {t}")).operand(p.name)),
         };
-        let ok = matches!(
-            (p.kind, &a),
-            (_, Arg::Absent)
-                | (Kind::Tensor, Arg::Tensor(_))
-                | (
-                    Kind::TensorOrF32,
-                    Arg::Tensor(_) | Arg::F32(_) | Arg::I32(_)
-                )
-                | (Kind::F32, Arg::F32(_) | Arg::I32(_))
-                | (Kind::I32, Arg::I32(_))
-                | (Kind::Bool, Arg::Bool(_))
-                | (Kind::Enum, Arg::Enum(_))
-                | (Kind::Ints | Kind::Pattern, Arg::Ints(_))
-                | (Kind::Reg, Arg::Reg(_))
-        );
+        let ok = p.kind.accepts(&a);
         if !ok {
             return Err(err(
                 Decode,

@@ -42,6 +42,27 @@ impl PartialEq for Arg {
     }
 }
 
+impl Kind {
+    /// Whether an operand of this kind may hold `a` (absent is always representable).
+    pub fn accepts(self, a: &Arg) -> bool {
+        matches!(
+            (self, a),
+            (_, Arg::Absent)
+                | (Kind::Tensor, Arg::Tensor(_))
+                | (
+                    Kind::TensorOrF32,
+                    Arg::Tensor(_) | Arg::F32(_) | Arg::I32(_)
+                )
+                | (Kind::F32, Arg::F32(_) | Arg::I32(_))
+                | (Kind::I32, Arg::I32(_))
+                | (Kind::Bool, Arg::Bool(_))
+                | (Kind::Enum, Arg::Enum(_))
+                | (Kind::Ints | Kind::Pattern, Arg::Ints(_))
+                | (Kind::Reg, Arg::Reg(_))
+        )
+    }
+}
+
 impl Arg {
     /// The value an omitted keyword takes (`None` when the keyword is required).
     pub fn from_default(d: &Default, kind: Kind) -> Option<Arg> {

@@ -98,21 +98,7 @@ pub fn validate(instr: &Instr) -> Result<()> {
     };
     for (i, (p, a)) in spec.params.iter().zip(&instr.args).enumerate() {
         let fail = |k, msg: String| Err(err(k, msg).operand(p.name));
-        let kind_ok = matches!(
-            (p.kind, a),
-            (_, Arg::Absent)
-                | (Kind::Tensor, Arg::Tensor(_))
-                | (
-                    Kind::TensorOrF32,
-                    Arg::Tensor(_) | Arg::F32(_) | Arg::I32(_)
-                )
-                | (Kind::F32, Arg::F32(_) | Arg::I32(_))
-                | (Kind::I32, Arg::I32(_))
-                | (Kind::Bool, Arg::Bool(_))
-                | (Kind::Enum, Arg::Enum(_))
-                | (Kind::Ints | Kind::Pattern, Arg::Ints(_))
-                | (Kind::Reg, Arg::Reg(_))
-        );
+        let kind_ok = p.kind.accepts(a);
         if !kind_ok {
             return fail(Value, format!("expected {:?}, got {a:?}", p.kind));
         }

@@ -47,7 +47,7 @@ INSTRUCTIONS = {
     'tensor_scalar': (0x0301, ('vector', 'scalar', 'gpsimd'), (('dst', 'tensor', None), ('data', 'tensor', None), ('op0', 'enum', 'alu_op'), ('operand0', 'tensor_or_f32', None), ('reverse0', 'bool', None), ('op1', 'enum', 'alu_op'), ('operand1', 'tensor_or_f32', None), ('reverse1', 'bool', None))),
     'tensor_copy': (0x0302, ('vector', 'scalar', 'gpsimd'), (('dst', 'tensor', None), ('src', 'tensor', None))),
     'memset': (0x0303, ('vector', 'gpsimd'), (('dst', 'tensor', None), ('value', 'f32', None))),
-    'iota': (0x0400, ('gpsimd',), (('dst', 'tensor', None), ('pattern', 'pattern', None), ('offset', 'i32', None), ('channel_multiplier', 'i32', None))),
+    'iota': (0x0400, ('gpsimd',), (('dst', 'tensor', None), ('pattern', 'pattern', None), ('offset', 'i32_or_reg', None), ('channel_multiplier', 'i32', None))),
     'dma_copy': (0x0800, ('sync', 'scalar', 'gpsimd', 'vector', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('priority', 'i32', None), ('oob_mode', 'enum', 'oob_mode'), ('dge_mode', 'enum', 'dge_mode'))),
     'nc_matmul_mx': (0x0101, ('tensor',), (('dst', 'tensor', None), ('stationary', 'tensor', None), ('moving', 'tensor', None), ('stationary_scale', 'tensor', None), ('moving_scale', 'tensor', None), ('tile_position', 'ints', None), ('tile_size', 'ints', None), ('accumulate', 'bool', None))),
     'activation_reduce': (0x0201, ('scalar',), (('dst', 'tensor', None), ('op', 'enum', 'act_fn'), ('data', 'tensor', None), ('reduce_op', 'enum', 'alu_op'), ('reduce_res', 'tensor', None), ('bias', 'tensor_or_f32', None), ('scale', 'tensor_or_f32', None))),
@@ -71,7 +71,7 @@ INSTRUCTIONS = {
     'nc_match_replace8': (0x0314, ('vector',), (('dst', 'tensor', None), ('data', 'tensor', None), ('vals', 'tensor', None), ('imm', 'f32', None), ('dst_idx', 'tensor', None))),
     'nc_stream_shuffle': (0x0315, ('vector',), (('dst', 'tensor', None), ('src', 'tensor', None), ('shuffle_mask', 'ints', None))),
     'tensor_partition_reduce': (0x0401, ('gpsimd',), (('dst', 'tensor', None), ('op', 'enum', 'alu_op'), ('data', 'tensor', None))),
-    'affine_select': (0x0402, ('gpsimd',), (('dst', 'tensor', None), ('pattern', 'pattern', None), ('channel_multiplier', 'i32', None), ('on_true_tile', 'tensor', None), ('on_false_value', 'f32', None), ('cmp_op', 'enum', 'alu_op'), ('offset', 'i32', None))),
+    'affine_select': (0x0402, ('gpsimd',), (('dst', 'tensor', None), ('pattern', 'pattern', None), ('channel_multiplier', 'i32', None), ('on_true_tile', 'tensor', None), ('on_false_value', 'f32', None), ('cmp_op', 'enum', 'alu_op'), ('offset', 'i32_or_reg', None))),
     'local_gather': (0x0403, ('gpsimd',), (('dst', 'tensor', None), ('src_buffer', 'tensor', None), ('index', 'tensor', None), ('num_elem_per_idx', 'i32', None), ('num_valid_indices', 'i32', None))),
     'nc_n_gather': (0x0404, ('gpsimd',), (('dst', 'tensor', None), ('data', 'tensor', None), ('indices', 'tensor', None))),
     'sequence_bounds': (0x0405, ('gpsimd',), (('dst', 'tensor', None), ('segment_ids', 'tensor', None))),
@@ -319,12 +319,12 @@ class AssemblerMixin:
     ) -> Any:
         """Affine index generator.
 
-        value = offset + p * channel_multiplier + sum_i idx_i * step_i over pattern [[step, num], ...] (outer to inner), computed in int32 (wrapping) then cast to dst's dtype.
+        value = offset + p * channel_multiplier + sum_i idx_i * step_i over pattern [[step, num], ...] (outer to inner), computed in int32 (wrapping) then cast to dst's dtype. offset is an immediate or a register of the issuing engine (GpSimd), read when the instruction executes (a dynamic offset).
 
         Engines: gpsimd.
         dst: output.
         pattern: [[step, num], ..] (<= 4 dims), prod(num) = dst free size.
-        offset: base value.
+        offset: base value (immediate or register).
         channel_multiplier: per-partition increment.
         """
         return self._emit('iota', engine, name, wait, signal, (dst, pattern, offset, channel_multiplier))
@@ -972,7 +972,7 @@ class AssemblerMixin:
     ) -> Any:
         """dst = cmp_op(affine index, 0) ? on_true_tile : on_false_value (e.g. a causal mask).
 
-        value = offset + p*channel_multiplier + sum_i idx_i*step_i over pattern [[step, num], ...] (as iota, int32); dst = cmp_op(value, 0) ? on_true_tile : on_false_value (fp32, rounded to dst); the comparison is exact on the int32 value; cmp_op must be a comparison. Same dtype: on_true elements copied bit-exactly; a different input dtype goes through fp32. prod(num) = elements/partition of dst and on_true_tile. SBUF in and out.
+        value = offset + p*channel_multiplier + sum_i idx_i*step_i over pattern [[step, num], ...] (as iota, int32); dst = cmp_op(value, 0) ? on_true_tile : on_false_value (fp32, rounded to dst); the comparison is exact on the int32 value; cmp_op must be a comparison. Same dtype: on_true elements copied bit-exactly; a different input dtype goes through fp32. prod(num) = elements/partition of dst and on_true_tile. SBUF in and out. offset is an immediate or a register of the issuing engine (GpSimd), read when the instruction executes (a dynamic offset).
 
         Engines: gpsimd.
         dst: output.
@@ -981,7 +981,7 @@ class AssemblerMixin:
         on_true_tile: values where the predicate holds.
         on_false_value: fp32 fill value.
         cmp_op: comparison with 0. One of bypass, add, subtract, multiply, maximum, minimum, equal, not_equal, greater_equal, greater, less_equal, less, logical_and, logical_or, logical_xor, logical_not, bitwise_and, bitwise_or, bitwise_xor, invert, left_shift, right_shift, power, abs_max, abs_min, abs, square, relu, rsqrt, reciprocal, average, divide.
-        offset: base value.
+        offset: base value (immediate or register).
         """
         return self._emit('affine_select', engine, name, wait, signal, (dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op, offset))
 

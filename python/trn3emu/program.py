@@ -187,7 +187,7 @@ class Program(AssemblerMixin):
         kinds = [k for _n, k, _e in INSTRUCTIONS.get(opcode, (0, (), ()))[2]]
         conv = []
         for i, a in enumerate(args):
-            if isinstance(a, Reg) and i < len(kinds) and kinds[i] != "reg":
+            if isinstance(a, Reg) and i < len(kinds) and kinds[i] not in ("reg", "i32_or_reg"):
                 raise OperandError(
                     f"{opcode}: operand {INSTRUCTIONS[opcode][2][i][0]} takes a {kinds[i]}, not register {a!r}",
                     operand=INSTRUCTIONS[opcode][2][i][0],
@@ -201,7 +201,8 @@ class Program(AssemblerMixin):
                     )
                 conv.append(a.to_ap())
             elif isinstance(a, Reg):
-                conv.append(a.index)
+                # "rN" tells a register from an integer immediate in an i32_or_reg operand.
+                conv.append(f"r{a.index}" if i < len(kinds) and kinds[i] == "i32_or_reg" else a.index)
             else:
                 conv.append(_enum_name(a))
         if isinstance(wait, tuple) and len(wait) == 2 and all(isinstance(x, int) for x in wait):

@@ -186,6 +186,18 @@ fn parse_arg(obj: &Bound<'_, PyAny>, kind: Kind, enum_id: u8) -> core::Result<Ar
             }
         }
         Kind::I32 => Arg::I32(obj.extract::<i32>().map_err(|_| bad("a 32-bit integer"))?),
+        // The assembler passes a register as "rN" (a bare int is an immediate).
+        Kind::I32OrReg => match obj.extract::<String>() {
+            Ok(s) => Arg::Reg(
+                s.strip_prefix('r')
+                    .and_then(|n| n.parse::<u8>().ok())
+                    .ok_or_else(|| bad("a 32-bit integer or a register"))?,
+            ),
+            Err(_) => Arg::I32(
+                obj.extract::<i32>()
+                    .map_err(|_| bad("a 32-bit integer or a register"))?,
+            ),
+        },
         Kind::Bool => Arg::Bool(obj.extract::<bool>().map_err(|_| bad("a bool"))?),
         Kind::Enum => {
             let e = &core::isa::tables::ENUMS[enum_id as usize];

@@ -67,7 +67,7 @@ pub fn from_i64(dt: DType, v: i64) -> u32 {
 pub fn iota(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     let dst = ins.ap(io::DST).unwrap();
     let pat = ins.ints(io::PATTERN).to_vec();
-    let off = ins.i32_or(io::OFFSET, 0);
+    let off = ins.i32_or_reg(io::OFFSET, 0, &ctx.regs[..]);
     let cm = ins.i32_or(io::CHANNEL_MULTIPLIER, 0);
     let rel = pattern_offsets(&pat);
     let mut out = Vec::with_capacity(dst.num_elements());

@@ -73,7 +73,7 @@ pub fn affine_select(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     let on_true = tensor(ins, s::ON_TRUE_TILE, "on_true_tile")?;
     let op = cmp_op(ins)?;
     let rel = pattern_offsets(ins.ints(s::PATTERN));
-    let off = ins.i32_or(s::OFFSET, 0);
+    let off = ins.i32_or_reg(s::OFFSET, 0, &ctx.regs[..]);
     let cm = ins.i32_or(s::CHANNEL_MULTIPLIER, 0);
     let fill = numerics::from_f32(dst.dtype, ins.f32_or(s::ON_FALSE_VALUE, 0.0));
     let src: Vec<u32> = if on_true.dtype == dst.dtype {

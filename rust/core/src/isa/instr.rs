@@ -55,6 +55,7 @@ impl Kind {
                 )
                 | (Kind::F32, Arg::F32(_) | Arg::I32(_))
                 | (Kind::I32, Arg::I32(_))
+                | (Kind::I32OrReg, Arg::I32(_) | Arg::Reg(_))
                 | (Kind::Bool, Arg::Bool(_))
                 | (Kind::Enum, Arg::Enum(_))
                 | (Kind::Ints | Kind::Pattern, Arg::Ints(_))
@@ -140,6 +141,16 @@ impl Instr {
     pub fn i32_or(&self, i: usize, d: i32) -> i32 {
         match self.args[i] {
             Arg::I32(v) => v,
+            _ => d,
+        }
+    }
+
+    /// An `i32_or_reg` operand: the immediate, or the value (as int32) of register `r` in `regs`
+    /// (the issuing engine's registers; validation keeps `r` in range).
+    pub fn i32_or_reg(&self, i: usize, d: i32, regs: &[u32]) -> i32 {
+        match self.args[i] {
+            Arg::I32(v) => v,
+            Arg::Reg(r) => regs.get(r as usize).map_or(d, |&v| v as i32),
             _ => d,
         }
     }

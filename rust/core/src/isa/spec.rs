@@ -47,6 +47,8 @@ pub enum Kind {
     TensorOrF32,
     F32,
     I32,
+    /// An int32 immediate or a register of the issuing engine (a dynamic offset).
+    I32OrReg,
     Bool,
     Enum,
     Ints,

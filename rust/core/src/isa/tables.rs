@@ -837,7 +837,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "pattern", kind: Kind::Pattern, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
-            ParamSpec { name: "offset", kind: Kind::I32, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::I32(0) },
+            ParamSpec { name: "offset", kind: Kind::I32OrReg, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::I32(0) },
             ParamSpec { name: "channel_multiplier", kind: Kind::I32, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::I32(0) },
         ],
     },
@@ -1238,7 +1238,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
             ParamSpec { name: "on_true_tile", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::NUMERIC, enum_id: 255, default: Default::Required },
             ParamSpec { name: "on_false_value", kind: Kind::F32, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required },
             ParamSpec { name: "cmp_op", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 1, default: Default::Enum(6) },
-            ParamSpec { name: "offset", kind: Kind::I32, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::I32(0) },
+            ParamSpec { name: "offset", kind: Kind::I32OrReg, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::I32(0) },
         ],
     },
     InstrSpec {

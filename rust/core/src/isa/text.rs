@@ -408,6 +408,10 @@ fn parse_arg(s: &str, kind: Kind, enum_id: u8) -> Result<Arg> {
         }
         Kind::F32 => parse_imm(s)?,
         Kind::I32 => Arg::I32(parse_int(s)?),
+        Kind::I32OrReg => match s.strip_prefix('r') {
+            Some(n) => Arg::Reg(parse_int(n)?),
+            None => Arg::I32(parse_int(s)?),
+        },
         Kind::Bool => match s {
             "true" | "True" => Arg::Bool(true),
             "false" | "False" => Arg::Bool(false),

@@ -86,8 +86,37 @@ def test_hazard_0_6_overlapping_psum_accumulation_conv_pattern(dev, rng):
         p.nc_matmul(dst=o[:, 0:8], stationary=x1, moving=y1)
         p.nc_matmul(dst=o[:, 4:12], stationary=x2, moving=y2)
 
-    (got,) = run_op(dev, [a1, a2, b1, b2], [Out((M, 16), F32, "psum", fill=100.0)], body)
+    with pytest.warns(t3.AccumulateWarning, match="nc_matmul #"):
+        (got,) = run_op(dev, [a1, a2, b1, b2], [Out((M, 16), F32, "psum", fill=100.0)], body)
     assert_bits_equal(got, want)
+
+
+def test_hazard_0_6_warning_on_accumulate_patterns_that_fail_on_hardware():
+    """The 0.6 simulator warns on accumulate patterns hardware cannot do. Here: an accumulate=None
+    matmul whose dst is partly matmul-written (one hardware flag cannot add on part and overwrite
+    the rest) warns with AccumulateWarning; fresh, fully-written and explicit-flag dsts do not."""
+    import warnings
+
+    p = t3.Program()
+    a, b = p.sbuf((16, 8), BF16), p.sbuf((16, 8), BF16)
+    o = p.psum((8, 16), F32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        p.nc_matmul(dst=o[:, 0:8], stationary=a, moving=b)  # fresh: overwrite
+        p.nc_matmul(dst=o[:, 0:8], stationary=a, moving=b)  # fully written: accumulate
+        p.nc_matmul(dst=o[:, 4:12], stationary=a, moving=b, accumulate=True)  # explicit flag
+    n = len(p)
+    with pytest.warns(t3.AccumulateWarning) as rec:
+        p.nc_matmul(dst=o[:, 8:16], stationary=a, moving=b)  # 8:12 written, 12:16 fresh
+    assert len(rec) == 1 and f"#{n}" in str(rec[0].message)
+    assert rec[0].filename == __file__  # points at the kernel's line
+    o2 = p.psum((8, 16), F32)
+    p.nc_matmul(dst=o2[:, 0:8], stationary=a, moving=b)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(t3.AccumulateWarning):
+            p.nc_matmul(dst=o2[:, 4:12], stationary=a, moving=b)
+    assert len(p) == n + 2  # refused under warnings-as-errors: not appended
 
 
 def test_hazard_0_6_double_row_result_size(dev, rng):

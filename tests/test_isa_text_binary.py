@@ -297,6 +297,12 @@ def rand_args(r: random.Random, name: str, engine: str) -> tuple:
             out.append(rand_f32(r))
         elif kind == "i32":
             out.append(rand_i32(r))
+        elif kind == "i32_or_reg":  # an immediate, or a register written "rN" (rarely out of range)
+            out.append(
+                rand_i32(r)
+                if r.random() < 0.6
+                else f"r{r.randrange(64) if r.random() < 0.97 else r.randrange(64, 256)}"
+            )
         elif kind == "bool":
             out.append(r.random() < 0.5)
         elif kind == "enum":

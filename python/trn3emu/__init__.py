@@ -14,7 +14,7 @@ from ._asm import ENUMS, INSTRUCTIONS
 from .device import Device, Hbm
 from .dtypes import dtype_name, numpy_dtype, pack_x4, unpack_x4
 from .errors import *  # noqa: F403
-from .errors import EmuError
+from .errors import AccumulateWarning, EmuError
 from .program import Program
 from .tensor import Reg, Tensor
 from .trace import RunResult, Trace
@@ -30,6 +30,7 @@ __all__ = [
     "Trace",
     "RunResult",
     "EmuError",
+    "AccumulateWarning",
     "errors",
     "ENUMS",
     "INSTRUCTIONS",

@@ -101,4 +101,11 @@ class InternalError(EmuError, RuntimeError):
     """A bug in the emulator (a caught panic). Please report it."""
 
 
+class AccumulateWarning(UserWarning):
+    """An `nc_matmul` with accumulate=None whose PSUM dst is partly matmul-written (e.g. overlapping
+    conv-pattern tiles). The emulator decides per element (add on the overlap, overwrite elsewhere);
+    hardware has one accumulate flag per instruction, so such a kernel can fail there. Pass
+    accumulate=True/False, or split the matmul, to be portable."""
+
+
 __all__ = [name for name, obj in list(globals().items()) if isinstance(obj, type) and issubclass(obj, EmuError)]

@@ -309,6 +309,19 @@ impl Program {
     }
 }
 
+/// `trn3emu.errors.AccumulateWarning` for instruction `index` (stack level: the kernel's call
+/// of `Program.nc_matmul`). An error (warnings as errors) propagates.
+fn warn_accumulate(py: Python<'_>, index: usize) -> PyResult<()> {
+    let cls = py.import("trn3emu.errors")?.getattr("AccumulateWarning")?;
+    let msg = std::ffi::CString::new(format!(
+        "nc_matmul #{index}: accumulate=None on a PSUM dst that earlier matmuls wrote only in part; \
+         the emulator adds on those elements and overwrites the rest, but hardware has one \
+         accumulate flag per instruction (pass accumulate=True/False or split the matmul)"
+    ))
+    .unwrap_or_default();
+    PyErr::warn(py, &cls, &msg, 3)
+}
+
 /// Number of one bits in `lo..hi`.
 fn bits_count(words: &[u64], lo: usize, hi: usize) -> usize {
     let (mut i, mut n_ones) = (lo, 0);
@@ -473,7 +486,21 @@ impl Program {
         })();
         match r {
             Ok(ins) => {
+                // Still None after assembly: partly matmul-written dst, resolved per element.
+                let mixed = ins.op == Opcode::NcMatmul
+                    && resolve_accumulate
+                    && matches!(
+                        ins.args[core::isa::tables::p::nc_matmul::ACCUMULATE],
+                        Arg::Absent
+                    );
                 self.inner.instrs.push(ins);
+                if mixed {
+                    if let Err(e) = warn_accumulate(py, index) {
+                        // Warnings as errors: the instruction is not appended.
+                        self.inner.instrs.pop();
+                        return Err(e);
+                    }
+                }
                 Ok(index)
             }
             Err(e) => {

@@ -580,6 +580,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn i32_or_reg_operand_takes_an_immediate_or_a_register() {
+        use crate::isa::tables::p::iota as io;
+        for (t, want) in [("offset=r3", Arg::Reg(3)), ("offset=-5", Arg::I32(-5))] {
+            let line = format!("iota.gpsimd dst=sbuf:int32[0:4]+0[[1,8]] pattern=[[1,8]] {t}");
+            let ins = parse_instr(&line).unwrap();
+            assert_eq!(ins.args[io::OFFSET], want);
+            assert_eq!(parse_instr(&format_instr(&ins)).unwrap(), ins);
+            let prog = crate::isa::instr::Program {
+                core: 0,
+                instrs: vec![ins.clone()],
+            };
+            let enc = crate::isa::encode::encode_program(&prog);
+            assert_eq!(crate::isa::encode::decode_program(&enc).unwrap(), prog);
+        }
+        assert!(
+            parse_instr("iota.gpsimd dst=sbuf:int32[0:4]+0[[1,8]] pattern=[[1,8]] offset=r64")
+                .is_err()
+        );
+        assert!(parse_instr(
+            "iota.gpsimd dst=sbuf:int32[0:4]+0[[1,8]] pattern=[[1,8]] channel_multiplier=r1"
+        )
+        .is_err());
+    }
+
+    #[test]
     fn integer_and_float_immediates() {
         assert_eq!(parse_imm("123456789").unwrap(), Arg::I32(123456789));
         assert_eq!(parse_imm("-2147483648").unwrap(), Arg::I32(i32::MIN));

@@ -6,6 +6,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use trn3emu_core as core;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use trn3emu_core::isa::spec::Kind;
 use trn3emu_core::isa::{Arg, DType, Engine, Instr, Opcode, Signal, Wait};
 use trn3emu_core::memory::{Ap, DynKind, DynSrc, Dynamic, Mem, PARTITIONS, PSUM_PART_BYTES};

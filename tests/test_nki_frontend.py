@@ -752,3 +752,65 @@ def test_nl_var_with_bn_stats():
 
     (v,) = run_or_skip(_roundtrip, body, x)
     assert_close(v[:, 0], x.astype(np.float64).var(1), rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------------ dynamic offsets and indirection
+
+
+@nki.jit
+def _gather_rows_two_ways(table, idx):
+    """Rows `idx` of an HBM table via .ap(vector_offset=) and via .vector_select, summed."""
+    n, f = idx.shape[0], table.shape[1]
+    out = nl.ndarray((n, f), dtype=table.dtype, buffer=nl.shared_hbm)
+    it = nl.ndarray((n, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=it, src=idx)
+    a = nl.ndarray((n, f), dtype=table.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=table.ap([[f, n], [1, f]], vector_offset=it, indirect_dim=0))
+    b = nl.ndarray((n, f), dtype=table.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=b, src=table.vector_select(0, it))
+    nisa.tensor_tensor(dst=a, data1=a, data2=b, op=nl.add)
+    nisa.dma_copy(dst=out, src=a)
+    return out
+
+
+def test_vector_offset_gather_and_vector_select():
+    rng = np.random.default_rng(3)
+    table = rng.standard_normal((1000, 64)).astype(np.float32)
+    idx = rng.integers(0, 1000, (128, 1)).astype(np.int32)
+    got = _gather_rows_two_ways(table, idx)
+    np.testing.assert_array_equal(got, 2 * table[idx[:, 0]])
+
+
+@nki.jit
+def _columns_by_index(x, idx):
+    """x[:, idx] through v4 tensor indirection on a VectorE copy."""
+    k = idx.shape[0]
+    out = nl.ndarray((x.shape[0], k), dtype=x.dtype, buffer=nl.shared_hbm)
+    xt = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=xt, src=x)
+    it = nl.ndarray((k, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=it, src=idx)
+    r = nl.ndarray((x.shape[0], k), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=r, src=xt.indirect(it, k))
+    nisa.dma_copy(dst=out, src=r)
+    return out
+
+
+def test_tensor_indirection_gathers_columns():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((128, 100)).astype(np.float32)
+    idx = rng.integers(0, 100, (16, 1)).astype(np.int32)
+    np.testing.assert_array_equal(_columns_by_index(x, idx), x[:, idx[:, 0]])
+
+
+def test_vector_select_only_along_rows():
+    with pytest.raises(NotSupportedError, match=r"vector_select\(dim=1\)"):
+
+        @nki.jit
+        def k(t, idx):
+            it = nl.ndarray((16, 1), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=it, src=idx)
+            t.vector_select(1, it)
+            return t
+
+        k(np.zeros((16, 16), np.float32), np.zeros((16, 1), np.int32))

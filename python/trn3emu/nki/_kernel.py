@@ -32,6 +32,11 @@ ONCHIP = ("sbuf", "psum")
 HBM_BUFFERS = ("hbm", "shared_hbm", "private_hbm")
 
 
+def _inner(x):
+    """The emulator Tensor behind an NkiTensor (other values pass through)."""
+    return x._t if isinstance(x, NkiTensor) else x
+
+
 def not_supported(name: str, why: str = "") -> NotSupportedError:
     msg = f"not supported: {name}" + (f" ({why})" if why else "")
     return NotSupportedError(msg, rule="trn3emu.nki front end")
@@ -224,19 +229,40 @@ class NkiTensor:
         return self[tuple(key)]
 
     def ap(self, pattern=None, offset=0, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
-        """Raw access pattern over the tensor's storage: element = flat[offset + sum idx_k * step_k]."""
+        """Raw access pattern over the tensor's storage: element = flat[offset + sum idx_k * step_k],
+        optionally moved at run time by `scalar_offset` (a 1x1 int tile) or `vector_offset` (an index
+        tile: per-row gather/scatter on HBM)."""
         if scalar_offset is not None or vector_offset is not None:
-            raise not_supported("NkiTensor.ap(scalar_offset=/vector_offset=)", "dynamic offsets")
+            row_bytes = self._block.row_bytes if self._block is not None else None
+            pat = None if pattern is None else [tuple(int(x) for x in p) for p in pattern]
+            return self._wrap(
+                self._t.ap(
+                    pat,
+                    int(offset),
+                    dtype,
+                    row_bytes,
+                    scalar_offset=_inner(scalar_offset),
+                    vector_offset=_inner(vector_offset),
+                    indirect_dim=int(indirect_dim),
+                )
+            )
         if pattern is None:
             raise ShapeError("ap() needs pattern=[[step, num], ...]")
         row_bytes = self._block.row_bytes if self._block is not None else None
         return self._wrap(self._t.ap([tuple(int(x) for x in p) for p in pattern], int(offset), dtype, row_bytes))
 
-    def indirect(self, *args, **kwargs):
-        raise not_supported("NkiTensor.indirect", "tensor indirection")
+    def indirect(self, index, num_elem=None):
+        """v4 tensor indirection: free-dim columns at run-time offsets from `index`."""
+        return self._wrap(self._t.indirect(_inner(index), None if num_elem is None else int(num_elem)))
 
-    def vector_select(self, *args, **kwargs):
-        raise not_supported("NkiTensor.vector_select", "dynamic vector offsets")
+    def vector_select(self, dim, offsets):
+        """HBM rows selected at run time by an index tile (a DMA gather/scatter): one row per
+        index partition."""
+        if int(dim) != 0:
+            raise not_supported(f"NkiTensor.vector_select(dim={dim})", "only dim 0 (rows)")
+        rows = int(_inner(offsets).shape[0])
+        pattern = [[self._t.strides[0], rows]] + [[st, n] for st, n in zip(self._t.strides[1:], self._t.shape[1:])]
+        return self.ap(pattern, vector_offset=offsets, indirect_dim=0)
 
     def rearrange(self, pattern: str, **sizes) -> NkiTensor:
         return self._wrap(self._t.rearrange(pattern, **sizes))

@@ -437,8 +437,8 @@ def test_unsupported_apis_raise_clearly():
     with pytest.raises(AttributeError):
         nl.no_such_thing  # noqa: B018
     assert not hasattr(nki, "baremetal")
-    with pytest.raises(NotSupportedError, match="not supported: nki.collectives.all_reduce"):
-        nki.collectives.all_reduce  # noqa: B018
+    with pytest.raises(NotSupportedError, match="not supported: nki.collectives.all_to_all"):
+        nki.collectives.all_to_all  # noqa: B018
 
     @nki.jit
     def k(a):
@@ -814,3 +814,45 @@ def test_vector_select_only_along_rows():
             return t
 
         k(np.zeros((16, 16), np.float32), np.zeros((16, 1), np.int32))
+
+
+# --------------------------------------------------------------------------- nki.collectives
+
+
+@nki.jit
+def _collectives_kernel(x):
+    """all_reduce (add) over ranks 0-7, all_gather over [[0..3], [4..7]], reduce_scatter (max)
+    over [[0, 2, 4, 6], [1, 3, 5, 7]]; rank 0 stores all three results."""
+    import nki.collectives as cc
+
+    pid = nl.program_id(0)
+    red = nl.ndarray((32, 16), dtype=x.dtype, buffer=nl.shared_hbm)
+    gat = nl.ndarray((4 * 32, 16), dtype=x.dtype, buffer=nl.shared_hbm)
+    sca = nl.ndarray((8, 16), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((32, 16), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x[pid])
+    r = nl.ndarray((32, 16), dtype=x.dtype, buffer=nl.sbuf)
+    cc.all_reduce(srcs=[t], dsts=[r], replica_group=cc.ReplicaGroup([list(range(8))]), op=nl.add)
+    g = nl.ndarray((4 * 32, 16), dtype=x.dtype, buffer=nl.sbuf)
+    halves = cc.ReplicaGroup.from_partition_op(8, cc.rg_partition_op.div, 4)
+    cc.all_gather(srcs=[t], dsts=[g], replica_group=halves)
+    s = nl.ndarray((8, 16), dtype=x.dtype, buffer=nl.sbuf)
+    strided = cc.ReplicaGroup.from_partition_op(8, cc.rg_partition_op.mod, 2)
+    cc.reduce_scatter(srcs=[t], dsts=[s], replica_group=strided, op=nl.maximum)
+    if pid == 0:
+        nisa.dma_copy(dst=red, src=r)
+        nisa.dma_copy(dst=gat, src=g)
+        nisa.dma_copy(dst=sca, src=s)
+    return red, gat, sca
+
+
+def test_collectives_lower_to_the_device_collectives():
+    import nki.collectives as cc
+
+    assert cc.ReplicaGroup.from_partition_op(8, cc.rg_partition_op.mod, 4).groups == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    x = np.random.default_rng(5).integers(-60, 60, (8, 32, 16)).astype(np.float32)
+    red, gat, sca = _collectives_kernel[8](x)
+    np.testing.assert_array_equal(red, x.sum(axis=0))  # integer-valued: exact in any order
+    np.testing.assert_array_equal(gat, np.concatenate([x[0], x[1], x[2], x[3]]))
+    # rank 0 is rank 0 of [0, 2, 4, 6]: it keeps the first quarter (8 of 32 rows) of the max.
+    np.testing.assert_array_equal(sca, np.maximum.reduce([x[0], x[2], x[4], x[6]])[:8])

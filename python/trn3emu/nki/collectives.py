@@ -1,8 +1,91 @@
-"""`nki.collectives`: not modelled by the front end yet (every name raises "not supported")."""
+"""`nki.collectives`: all_reduce, all_gather and reduce_scatter across the cores of a kernel
+launch, lowered to the emulator's collective instructions (docs/multicore.md). A rank is the
+kernel's program id (program k runs on core k); each rank-list of the ReplicaGroup runs its own
+collective. The other collectives (all_to_all, collective_permute*, …) raise "not supported".
+"""
 
 from __future__ import annotations
 
-from ._kernel import missing_attribute
+import enum
+from collections.abc import Sequence
+
+from ..errors import OperandError, ShapeError
+from . import isa as _isa
+from ._kernel import current, missing_attribute
+
+
+class rg_partition_op(enum.Enum):  # noqa: N801 - NKI's spelling
+    """How `ReplicaGroup.from_partition_op` maps a rank to its rank-list id."""
+
+    bitwise_and = "bitwise_and"
+    div = "div"
+    mod = "mod"
+
+
+class ReplicaGroup:
+    """The set of ranks a collective runs on, as a list of disjoint rank-lists."""
+
+    def __init__(self, groups: Sequence[Sequence[int]]) -> None:
+        self.groups = [[int(r) for r in g] for g in groups]
+        seen = [r for g in self.groups for r in g]
+        if len(seen) != len(set(seen)):
+            raise OperandError(f"ReplicaGroup {self.groups}: a rank appears in more than one rank-list")
+
+    @staticmethod
+    def from_partition_op(world_size: int, op: rg_partition_op, operand: int) -> ReplicaGroup:
+        """Ranks 0..world_size sharing `op(rank, operand)` form one rank-list."""
+        key = {
+            rg_partition_op.bitwise_and: lambda r: r & operand,
+            rg_partition_op.div: lambda r: r // operand,
+            rg_partition_op.mod: lambda r: r % operand,
+        }[rg_partition_op(op)]
+        lists: dict[int, list[int]] = {}
+        for r in range(int(world_size)):
+            lists.setdefault(key(r), []).append(r)
+        return ReplicaGroup(list(lists.values()))
+
+    def __repr__(self) -> str:
+        return f"ReplicaGroup({self.groups})"
+
+
+def rank_id() -> int:
+    """The rank of the program being traced (its program id)."""
+    return current().pid
+
+
+def _cores(replica_group) -> list[int]:
+    groups = replica_group.groups if isinstance(replica_group, ReplicaGroup) else [list(g) for g in replica_group]
+    me = rank_id()
+    for g in groups:
+        if me in g:
+            return [int(r) for r in g]
+    raise OperandError(f"rank {me} is in no rank-list of {groups}", operand="replica_group")
+
+
+def _pairs(srcs, dsts) -> list:
+    srcs = list(srcs) if isinstance(srcs, (list, tuple)) else [srcs]
+    dsts = list(dsts) if isinstance(dsts, (list, tuple)) else [dsts]
+    if len(srcs) != len(dsts):
+        raise ShapeError(f"{len(srcs)} srcs but {len(dsts)} dsts", operand="dsts")
+    return list(zip(srcs, dsts, strict=True))
+
+
+def all_reduce(srcs, dsts, replica_group, op, priority=None, name=None):
+    """Every rank of its rank-list gets op-reduced srcs (fixed rank-order fold, fp32)."""
+    cores = _cores(replica_group)
+    return [_isa.all_reduce(dst=d, src=s, cores=cores, reduce_op=op) for s, d in _pairs(srcs, dsts)]
+
+
+def all_gather(srcs, dsts, replica_group, priority=None, name=None):
+    """Every rank gets the concatenation of all ranks' srcs, in rank order."""
+    cores = _cores(replica_group)
+    return [_isa.all_gather(dst=d, src=s, cores=cores) for s, d in _pairs(srcs, dsts)]
+
+
+def reduce_scatter(srcs, dsts, replica_group, op, priority=None, name=None):
+    """Rank i gets slice i of the op-reduced srcs."""
+    cores = _cores(replica_group)
+    return [_isa.reduce_scatter(dst=d, src=s, cores=cores, reduce_op=op) for s, d in _pairs(srcs, dsts)]
 
 
 def __getattr__(name: str):

@@ -108,7 +108,6 @@ def rust_default(p: dict, enums: dict) -> str:
 def gen_rust(data: dict) -> str:
     enums = {e["name"]: e["values"] for e in data["enum"]}
     dtype_code = {d["name"]: d["code"] for d in data["dtype"]}
-    engine_code = {e["name"]: e["code"] for e in data["engine"]}
     enum_ids = {e["name"]: i for i, e in enumerate(data["enum"])}
     out = [f"// @{HEADER}.", "#![allow(clippy::all)]", "", "use super::spec::*;", ""]
 
@@ -254,7 +253,6 @@ def gen_rust(data: dict) -> str:
         out.append("    }")
     out.append("}")
     out.append("")
-    _ = engine_code
     return "\n".join(out)
 
 
@@ -333,7 +331,6 @@ def gen_python(data: dict) -> str:
 
 
 def gen_doc(data: dict) -> str:
-    enums = {e["name"]: e["values"] for e in data["enum"]}
     out = [f"<!-- {HEADER} -->", "", "# trn3emu ISA reference (NeuronCore-v4)", ""]
     n = len(data["instruction"])
     impl = sum(1 for i in data["instruction"] if i.get("implemented"))
@@ -409,7 +406,6 @@ def gen_doc(data: dict) -> str:
                     f"| {i} | `{p['name']}` | {kind} | {p.get('access', '')} | {', '.join(p.get('mem', []))} "
                     f"| {p.get('dtypes', '')} | {dflt} | {p.get('doc', '')} |"
                 )
-    _ = enums
     out.append("")
     return "\n".join(out)
 

@@ -5,13 +5,12 @@
 //! in partition order 0..K-1 starting from +0.0; the column sum is then added to PSUM
 //! (`psum = fl32(psum + sum)`) or overwrites it, and a bf16 PSUM is rounded RNE after the add.
 
-use super::{same_shape, Ctx};
+use super::Ctx;
 use crate::error::{err, ErrorKind::*, Result};
 use crate::isa::tables::p::{nc_matmul as mm, nc_transpose as tp};
 use crate::isa::Opcode;
 use crate::isa::{Arg, DType, Engine, Instr, MatmulPerfMode};
 use crate::memory::{Ap, Mem, PSUM_BANK_BYTES};
-use crate::numerics;
 
 fn is_fp32ish(d: DType) -> bool {
     matches!(d, DType::Float32 | DType::Tfloat32)
@@ -350,7 +349,6 @@ pub fn check_transpose(ins: &Instr) -> Result<()> {
             return Err(err(MemorySpace, "TensorE transpose writes PSUM").operand("dst"));
         }
     }
-    let _ = same_shape;
     Ok(())
 }
 
@@ -369,7 +367,6 @@ pub fn transpose(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
         }
     }
     ctx.mems.scatter(dst, &out);
-    let _ = numerics::load_raw;
     Ok(())
 }
 

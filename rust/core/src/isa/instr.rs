@@ -66,7 +66,7 @@ impl Kind {
 
 impl Arg {
     /// The value an omitted keyword takes (`None` when the keyword is required).
-    pub fn from_default(d: &Default, kind: Kind) -> Option<Arg> {
+    pub fn from_default(d: &Default, _kind: Kind) -> Option<Arg> {
         Some(match *d {
             Default::Required => return None,
             Default::Absent => Arg::Absent,
@@ -74,10 +74,7 @@ impl Arg {
             Default::F32(f) => Arg::F32(f),
             Default::I32(i) => Arg::I32(i),
             Default::Enum(e) => Arg::Enum(e),
-            Default::Ints(v) => {
-                let _ = kind;
-                Arg::Ints(v.to_vec())
-            }
+            Default::Ints(v) => Arg::Ints(v.to_vec()),
         })
     }
 

@@ -554,7 +554,7 @@ pub fn parse_program(text: &str) -> Result<Program> {
             continue;
         }
         let at = |e: crate::error::EmuError| {
-            e.at(prog_len_hint(ln), format!("line {}: {}", ln + 1, line))
+            e.at(prog.instrs.len(), format!("line {}: {}", ln + 1, line))
         };
         if let Some(rest) = line.strip_prefix(".core") {
             let c: u8 = parse_int(rest).map_err(at)?;
@@ -564,15 +564,10 @@ pub fn parse_program(text: &str) -> Result<Program> {
             prog.core = c;
             continue;
         }
-        let ins = parse_instr(line)
-            .map_err(|e| e.at(prog.instrs.len(), format!("line {}: {}", ln + 1, line)))?;
+        let ins = parse_instr(line).map_err(at)?;
         prog.instrs.push(ins);
     }
     Ok(prog)
-}
-
-fn prog_len_hint(line: usize) -> usize {
-    line
 }
 
 #[cfg(test)]

@@ -15,6 +15,8 @@ use crate::isa::{Program, Signal, Wait};
 
 pub const AUTO_SEM_BASE: u16 = 200;
 const N: usize = AGENTS_PER_CORE;
+/// What one executor knows of every executor's progress (positions).
+type Clock = [u32; N];
 
 struct Entry {
     pos: u32,
@@ -54,9 +56,9 @@ pub fn auto_sync(prog: &Program) -> Result<Program> {
     let mut know = [[0u32; N]; N];
     let mut pos = [0u32; N];
     let mut logs: Vec<Vec<Entry>> = (0..N).map(|_| Vec::new()).collect();
-    // Per (producer, consumer stream): signal count and the producer position of the last signaler.
+    // Per (producer, consumer stream): signal count, and the position and clock of the last signaler.
     let mut sig_count = [[0u32; 5]; N];
-    let mut last_sig: [[Option<(u32, usize)>; 5]; N] = [[None; 5]; N];
+    let mut last_sig: [[Option<(u32, Clock)>; 5]; N] = [[None; 5]; N];
     for i in 0..out.instrs.len() {
         let w = stream_of(out.instrs[i].engine);
         let dma = is_dma(&out.instrs[i]);
@@ -80,18 +82,10 @@ pub fn auto_sync(prog: &Program) -> Result<Program> {
                 let (epos, einstr, eclock) = (e.pos, e.instr, e.clock);
                 // Wait on the latest signaler at or after e, adding a signal to e if there is none.
                 let (value, clock) = match last_sig[y][w] {
-                    Some((spos, sinstr)) if spos >= epos => {
-                        let c = logs[y]
-                            .iter()
-                            .find(|e| e.pos == spos)
-                            .map(|e| e.clock)
-                            .unwrap_or(eclock);
-                        let _ = sinstr;
-                        (sig_count[y][w], c)
-                    }
+                    Some((spos, sclock)) if spos >= epos => (sig_count[y][w], sclock),
                     _ => {
                         sig_count[y][w] += 1;
-                        last_sig[y][w] = Some((epos, einstr));
+                        last_sig[y][w] = Some((epos, eclock));
                         out.instrs[einstr].signals.push(Signal {
                             sem: AUTO_SEM_BASE + (y * 5 + w) as u16,
                             delta: 1,

@@ -205,3 +205,47 @@ pub fn apply_i32(op: AluOp, x: u32, y: u32, signed: bool) -> Option<u32> {
         _ => return None,
     })
 }
+
+/// `out[i] = op(x[i], y[i])`: one tight loop per common operator (vectorisable), the generic
+/// `apply` per element for the rest. Same results as `apply`.
+pub fn apply_slices(op: AluOp, x: &[f32], y: &[f32], out: &mut [f32]) {
+    #[inline(always)]
+    fn zip(x: &[f32], y: &[f32], out: &mut [f32], f: impl Fn(f32, f32) -> f32) {
+        for ((o, a), b) in out.iter_mut().zip(x).zip(y) {
+            *o = f(*a, *b);
+        }
+    }
+    match op {
+        AluOp::Add => zip(x, y, out, |a, b| a + b),
+        AluOp::Subtract => zip(x, y, out, |a, b| a - b),
+        AluOp::Multiply => zip(x, y, out, |a, b| a * b),
+        AluOp::Maximum => zip(x, y, out, f32::max),
+        AluOp::Minimum => zip(x, y, out, f32::min),
+        AluOp::Divide => zip(x, y, out, |a, b| a / b),
+        op => zip(x, y, out, |a, b| apply(op, a, b)),
+    }
+}
+
+/// `v[i] = op(v[i], k)` (or `op(k, v[i])` when `rev`), in place; same results as `apply`.
+pub fn apply_scalar_inplace(op: AluOp, v: &mut [f32], k: f32, rev: bool) {
+    #[inline(always)]
+    fn each(v: &mut [f32], f: impl Fn(f32) -> f32) {
+        for x in v.iter_mut() {
+            *x = f(*x);
+        }
+    }
+    match (op, rev) {
+        (AluOp::Bypass, false) => {}
+        // Operand order kept even for commutative ops (NaN payloads follow the first operand).
+        (AluOp::Add, false) => each(v, |x| x + k),
+        (AluOp::Add, true) => each(v, |x| k + x),
+        (AluOp::Multiply, false) => each(v, |x| x * k),
+        (AluOp::Multiply, true) => each(v, |x| k * x),
+        (AluOp::Subtract, false) => each(v, |x| x - k),
+        (AluOp::Subtract, true) => each(v, |x| k - x),
+        (AluOp::Maximum, false) => each(v, |x| x.max(k)),
+        (AluOp::Minimum, false) => each(v, |x| x.min(k)),
+        (op, false) => each(v, |x| apply(op, x, k)),
+        (op, true) => each(v, |x| apply(op, k, x)),
+    }
+}

@@ -16,6 +16,7 @@ pub mod gpsimd_sort;
 pub mod intercore;
 pub mod mx;
 pub mod rng;
+pub mod rows;
 pub mod scalar;
 pub mod tensor;
 pub mod vector;
@@ -73,21 +74,29 @@ pub struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// Every element of `ap` decoded to fp32, row-major (on-chip patterns decode straight from
+    /// memory; HBM and indirect ones through a byte gather).
     pub fn read_f32(&self, ap: &Ap) -> Vec<f32> {
-        numerics::decode_all(ap.dtype, &self.mems.gather(ap))
+        rows::read_f32_direct(&self.mems, ap)
+            .unwrap_or_else(|| numerics::decode_all(ap.dtype, &self.mems.gather(ap)))
     }
     /// Write fp32 results, cast to the dtype of `ap` under the instruction's rounding
     /// (element index = position in `vals`, which drives the stochastic-rounding bits).
     pub fn write_f32(&mut self, ap: &Ap, vals: &[f32]) {
-        let bytes = self.rounder.encode_all(ap.dtype, vals);
-        self.mems.scatter(ap, &bytes);
+        if !rows::write_f32_direct(self, ap, vals) {
+            let bytes = self.rounder.encode_all(ap.dtype, vals);
+            self.mems.scatter(ap, &bytes);
+        }
     }
     pub fn read_raw(&self, ap: &Ap) -> Vec<u32> {
-        numerics::raw_all(ap.dtype, &self.mems.gather(ap))
+        rows::read_raw_direct(&self.mems, ap)
+            .unwrap_or_else(|| numerics::raw_all(ap.dtype, &self.mems.gather(ap)))
     }
     pub fn write_raw(&mut self, ap: &Ap, vals: &[u32]) {
-        let bytes = numerics::unraw_all(ap.dtype, vals);
-        self.mems.scatter(ap, &bytes);
+        if !rows::write_raw_direct(&mut self.mems, ap, vals) {
+            let bytes = numerics::unraw_all(ap.dtype, vals);
+            self.mems.scatter(ap, &bytes);
+        }
     }
     /// A scalar immediate or a (P,1) tile as P per-partition fp32 values.
     pub fn per_partition(&self, a: &Arg, parts: u32, dflt: f32) -> Vec<f32> {

@@ -1,7 +1,10 @@
 //! VectorE (and the GpSimd/Scalar variants of the same instructions): tensor_tensor,
 //! tensor_scalar, tensor_copy, memset.
 
-use super::alu::{apply, apply_bits, apply_i32, is_bitwise, is_elementwise, is_unary};
+use super::alu::{
+    apply_bits, apply_i32, apply_scalar_inplace, apply_slices, is_bitwise, is_elementwise, is_unary,
+};
+use super::rows;
 use super::{check_column, same_shape, Ctx};
 use crate::error::{err, ErrorKind::*, Result};
 use crate::isa::tables::p::{
@@ -76,6 +79,14 @@ pub fn tensor_tensor(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     let b = ins.ap(tt::DATA2).unwrap();
     let op = alu(ins, tt::OP).unwrap();
     if is_bitwise(op) {
+        let streamed = rows::map_raw(ctx, dst, [a, b], |_, _, [x, y], out| {
+            for ((o, x), y) in out.iter_mut().zip(x).zip(y) {
+                *o = apply_bits(op, *x, *y);
+            }
+        });
+        if streamed {
+            return Ok(());
+        }
         let x = ctx.read_raw(a);
         let y = ctx.read_raw(b);
         let out: Vec<u32> = x
@@ -88,19 +99,31 @@ pub fn tensor_tensor(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     }
     if int32_exact(ins, &[dst.dtype, a.dtype, b.dtype]) && apply_i32(op, 0, 0, true).is_some() {
         let signed = a.dtype == DType::Int32;
+        // apply_i32 is Some for this op (checked above); `x` is never used.
+        let f = |x: u32, y: u32| apply_i32(op, x, y, signed).unwrap_or(x);
+        let streamed = rows::map_raw(ctx, dst, [a, b], |_, _, [x, y], out| {
+            for ((o, x), y) in out.iter_mut().zip(x).zip(y) {
+                *o = f(*x, *y);
+            }
+        });
+        if streamed {
+            return Ok(());
+        }
         let x = ctx.read_raw(a);
         let y = ctx.read_raw(b);
-        let out: Vec<u32> = x
-            .iter()
-            .zip(&y)
-            .map(|(x, y)| apply_i32(op, *x, *y, signed).unwrap())
-            .collect();
+        let out: Vec<u32> = x.iter().zip(&y).map(|(x, y)| f(*x, *y)).collect();
         ctx.write_raw(dst, &out);
+        return Ok(());
+    }
+    if rows::map_f32(ctx, dst, [a, b], |_, _, [x, y], out| {
+        apply_slices(op, x, y, out)
+    }) {
         return Ok(());
     }
     let x = ctx.read_f32(a);
     let y = ctx.read_f32(b);
-    let out: Vec<f32> = x.iter().zip(&y).map(|(x, y)| apply(op, *x, *y)).collect();
+    let mut out = vec![0f32; x.len()];
+    apply_slices(op, &x, &y, &mut out);
     ctx.write_f32(dst, &out);
     Ok(())
 }
@@ -200,26 +223,21 @@ pub fn tensor_scalar(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
         ctx.write_raw(dst, &out);
         return Ok(());
     }
+    // One partition row (or a chunk of it): op0 then op1 with that row's operands.
+    let row = |r: usize, x: &[f32], out: &mut [f32]| {
+        out.copy_from_slice(x);
+        apply_scalar_inplace(op0, out, c0[r], rev0);
+        if let Some(op1) = op1 {
+            apply_scalar_inplace(op1, out, c1[r], rev1);
+        }
+    };
+    if rows::map_f32(ctx, dst, [src], |r, _, [x], out| row(r, x, out)) {
+        return Ok(());
+    }
     let x = ctx.read_f32(src);
     let mut out = vec![0f32; x.len()];
     for r in 0..p {
-        let (k0, k1) = (c0[r], c1[r]);
-        for j in 0..f {
-            let v = x[r * f + j];
-            let mut t = if rev0 {
-                apply(op0, k0, v)
-            } else {
-                apply(op0, v, k0)
-            };
-            if let Some(op1) = op1 {
-                t = if rev1 {
-                    apply(op1, k1, t)
-                } else {
-                    apply(op1, t, k1)
-                };
-            }
-            out[r * f + j] = t;
-        }
+        row(r, &x[r * f..(r + 1) * f], &mut out[r * f..(r + 1) * f]);
     }
     ctx.write_f32(dst, &out);
     Ok(())
@@ -247,9 +265,11 @@ pub fn tensor_copy(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     let dst = ins.ap(tc::DST).unwrap();
     let src = ins.ap(tc::SRC).unwrap();
     if dst.dtype == src.dtype {
-        let raw = ctx.mems.gather(src);
-        ctx.mems.scatter(dst, &raw);
-    } else {
+        if !rows::copy_same(ctx, dst, src) {
+            let raw = ctx.mems.gather(src);
+            ctx.mems.scatter(dst, &raw);
+        }
+    } else if !rows::map_f32(ctx, dst, [src], |_, _, [x], out| out.copy_from_slice(x)) {
         let v = ctx.read_f32(src);
         ctx.write_f32(dst, &v);
     }
@@ -318,8 +338,10 @@ pub fn memset(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
         Arg::I32(i) if dst.dtype.is_integer() => *i as u32,
         _ => numerics::from_f32(dst.dtype, ins.f32_or(ms::VALUE, 0.0)),
     };
-    let vals = vec![raw; dst.num_elements()];
-    ctx.write_raw(dst, &vals);
+    if !rows::fill_raw(&mut ctx.mems, dst, raw) {
+        let vals = vec![raw; dst.num_elements()];
+        ctx.write_raw(dst, &vals);
+    }
     Ok(())
 }
 

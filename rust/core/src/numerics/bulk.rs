@@ -1,0 +1,410 @@
+//! Bulk conversions between memory bytes and fp32 / raw words, monomorphised per dtype: the
+//! dtype is matched once per run of elements, never per element. A *run* is `n` elements of one
+//! dtype, the first at byte `off` of a byte slice, `step` elements apart (1 = contiguous;
+//! 0 and negative steps occur in broadcast and reversed access patterns). Callers pass runs of
+//! validated access patterns, so every address is inside the slice.
+//!
+//! The per-element semantics are exactly those of `to_f32` / `from_f32` / `Rounder::from_f32`
+//! (tests below compare them on every code or on structured samples).
+
+use super::config::Rounder;
+use super::float::{Format, Special, E4M3, E4M3FN, E5M2, FP16};
+use super::{bf16_rne, from_f32, to_f32};
+use crate::isa::DType;
+use std::sync::OnceLock;
+
+#[inline(always)]
+fn load<const S: usize>(c: &[u8]) -> u32 {
+    match S {
+        1 => c[0] as u32,
+        2 => u16::from_le_bytes([c[0], c[1]]) as u32,
+        _ => u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+    }
+}
+
+#[inline(always)]
+fn store<const S: usize>(c: &mut [u8], v: u32) {
+    match S {
+        1 => c[0] = v as u8,
+        2 => c.copy_from_slice(&(v as u16).to_le_bytes()),
+        _ => c.copy_from_slice(&v.to_le_bytes()),
+    }
+}
+
+/// Apply `f` to each loaded element of a run (the one generic loop every decoder shares).
+#[inline(always)]
+fn dec<const S: usize, T>(
+    mem: &[u8],
+    off: usize,
+    step: isize,
+    out: &mut [T],
+    f: impl Fn(u32) -> T,
+) {
+    if step == 1 {
+        let src = &mem[off..off + out.len() * S];
+        for (o, c) in out.iter_mut().zip(src.chunks_exact(S)) {
+            *o = f(load::<S>(c));
+        }
+    } else {
+        let mut p = off as isize;
+        let d = step * S as isize;
+        for o in out.iter_mut() {
+            let i = p as usize;
+            *o = f(load::<S>(&mem[i..i + S]));
+            p += d;
+        }
+    }
+}
+
+/// Store `f(v)` for each value of a run. Element `k` of the run gets `f(k, vals[k])`.
+#[inline(always)]
+fn enc<const S: usize, T: Copy>(
+    mem: &mut [u8],
+    off: usize,
+    step: isize,
+    vals: &[T],
+    f: impl Fn(usize, T) -> u32,
+) {
+    if step == 1 {
+        let dst = &mut mem[off..off + vals.len() * S];
+        for (k, (c, v)) in dst.chunks_exact_mut(S).zip(vals).enumerate() {
+            store::<S>(c, f(k, *v));
+        }
+    } else {
+        let mut p = off as isize;
+        let d = step * S as isize;
+        for (k, v) in vals.iter().enumerate() {
+            let i = p as usize;
+            store::<S>(&mut mem[i..i + S], f(k, *v));
+            p += d;
+        }
+    }
+}
+
+/// 256-entry fp32 tables of every 1-byte dtype (built once, from `to_f32`).
+fn lut8(dt: DType) -> &'static [f32; 256] {
+    static LUTS: OnceLock<Vec<[f32; 256]>> = OnceLock::new();
+    let all = LUTS.get_or_init(|| {
+        (0..=DType::Bool as u8)
+            .map(|c| {
+                let mut t = [0f32; 256];
+                if let Some(d) = DType::from_u8(c).filter(|d| d.size() == 1) {
+                    for (i, v) in t.iter_mut().enumerate() {
+                        *v = to_f32(d, i as u32);
+                    }
+                }
+                t
+            })
+            .collect()
+    });
+    &all[dt as usize]
+}
+
+/// fp16 -> fp32 by bit manipulation; identical to `to_f32(Float16, _)` on all 65536 codes
+/// (NaNs become the canonical fp32 quiet NaN with the sign kept).
+#[inline(always)]
+pub fn fp16_to_f32(h: u32) -> f32 {
+    let sign = (h & 0x8000) << 16;
+    let e = (h >> 10) & 0x1F;
+    let m = h & 0x3FF;
+    let bits = if e == 0x1F {
+        if m == 0 {
+            0x7F80_0000
+        } else {
+            0x7FC0_0000
+        }
+    } else if e == 0 {
+        // Subnormal (or zero): m * 2^-24, exact in fp32.
+        (m as f32 * f32::from_bits(0x3380_0000)).to_bits()
+    } else {
+        ((e + 112) << 23) | (m << 13)
+    };
+    f32::from_bits(sign | bits)
+}
+
+/// Decode a run of `dt` elements to fp32.
+pub fn decode_run(dt: DType, mem: &[u8], off: usize, step: isize, out: &mut [f32]) {
+    match dt {
+        DType::Float32 => dec::<4, _>(mem, off, step, out, f32::from_bits),
+        DType::Bfloat16 => dec::<2, _>(mem, off, step, out, |r| f32::from_bits(r << 16)),
+        DType::Float16 => dec::<2, _>(mem, off, step, out, fp16_to_f32),
+        DType::Tfloat32 => dec::<4, _>(mem, off, step, out, |r| f32::from_bits(r & 0xFFFF_E000)),
+        DType::Int16 => dec::<2, _>(mem, off, step, out, |r| to_f32(DType::Int16, r)),
+        DType::Uint16 => dec::<2, _>(mem, off, step, out, |r| to_f32(DType::Uint16, r)),
+        DType::Int32 => dec::<4, _>(mem, off, step, out, |r| to_f32(DType::Int32, r)),
+        DType::Uint32 => dec::<4, _>(mem, off, step, out, |r| to_f32(DType::Uint32, r)),
+        d if d.size() == 1 => {
+            let t = lut8(d);
+            dec::<1, _>(mem, off, step, out, |r| t[(r & 0xFF) as usize])
+        }
+        d if d.size() == 2 => dec::<2, _>(mem, off, step, out, |r| to_f32(d, r)),
+        d => dec::<4, _>(mem, off, step, out, |r| to_f32(d, r)),
+    }
+}
+
+/// Decode a run of `dt` elements to raw 32-bit words (int8/int16 sign-extended, as
+/// `numerics::raw_all`).
+pub fn decode_raw_run(dt: DType, mem: &[u8], off: usize, step: isize, out: &mut [u32]) {
+    match dt {
+        DType::Int8 => dec::<1, _>(mem, off, step, out, |r| r as u8 as i8 as i32 as u32),
+        DType::Int16 => dec::<2, _>(mem, off, step, out, |r| r as u16 as i16 as i32 as u32),
+        d => match d.size() {
+            1 => dec::<1, _>(mem, off, step, out, |r| r),
+            2 => dec::<2, _>(mem, off, step, out, |r| r),
+            _ => dec::<4, _>(mem, off, step, out, |r| r),
+        },
+    }
+}
+
+/// Store raw 32-bit words truncated to `dt`'s width.
+pub fn encode_raw_run(dt: DType, mem: &mut [u8], off: usize, step: isize, vals: &[u32]) {
+    match dt.size() {
+        1 => enc::<1, _>(mem, off, step, vals, |_, v| v),
+        2 => enc::<2, _>(mem, off, step, vals, |_, v| v),
+        _ => enc::<4, _>(mem, off, step, vals, |_, v| v),
+    }
+}
+
+/// Fill a run with one raw value.
+pub fn fill_raw_run(dt: DType, mem: &mut [u8], off: usize, step: isize, n: usize, v: u32) {
+    let size = dt.size();
+    if step == 1 {
+        let dst = &mut mem[off..off + n * size];
+        match size {
+            1 => dst.fill(v as u8),
+            2 => dst
+                .chunks_exact_mut(2)
+                .for_each(|c| c.copy_from_slice(&(v as u16).to_le_bytes())),
+            _ => dst
+                .chunks_exact_mut(4)
+                .for_each(|c| c.copy_from_slice(&v.to_le_bytes())),
+        }
+        return;
+    }
+    let mut p = off as isize;
+    for _ in 0..n {
+        let i = p as usize;
+        match size {
+            1 => mem[i] = v as u8,
+            2 => mem[i..i + 2].copy_from_slice(&(v as u16).to_le_bytes()),
+            _ => mem[i..i + 4].copy_from_slice(&v.to_le_bytes()),
+        }
+        p += step * size as isize;
+    }
+}
+
+/// Round-to-nearest-even fp32 -> fp16/fp8 by bit arithmetic, equal to `Format::encode_full`
+/// with no random bits for the IEEE-like and "fn" formats (tests compare them).
+#[derive(Clone, Copy, Debug)]
+pub struct FastEnc {
+    /// fp32 magnitude bits at and above which a finite value overflows.
+    over: u32,
+    /// fp32 bits of the target's smallest normal.
+    min_normal: u32,
+    /// fp32 value whose ulp is the target's subnormal step (adding it rounds to that step).
+    magic: f32,
+    shift: u32,
+    rebias: u32,
+    sign_shift: u32,
+    nan: u32,
+    overflow: u32,
+    max_finite: u32,
+    saturate: bool,
+}
+
+impl FastEnc {
+    /// `None` for formats the bit trick does not cover (E8M0, finite-only).
+    pub fn new(f: Format, saturate: bool) -> Option<FastEnc> {
+        if !matches!(f.special, Special::Ieee | Special::Fn) || f.mbits >= 23 {
+            return None;
+        }
+        let max_code = match f.special {
+            Special::Ieee => (((1u32 << f.ebits) - 1) << f.mbits) - 1,
+            _ => (1u32 << (f.ebits + f.mbits)) - 2,
+        };
+        let m_bits = f.decode(max_code).to_bits();
+        // Half an ulp above the largest finite; a tie there rounds up only from an odd code.
+        let half = m_bits + (1 << (22 - f.mbits));
+        let over = if max_code & 1 == 0 { half + 1 } else { half };
+        let nan = match f.special {
+            Special::Ieee => (((1u32 << f.ebits) - 1) << f.mbits) | (1 << (f.mbits - 1)),
+            _ => (1u32 << (f.ebits + f.mbits)) - 1,
+        };
+        let overflow = match f.special {
+            Special::Ieee => ((1u32 << f.ebits) - 1) << f.mbits,
+            _ => nan,
+        };
+        Some(FastEnc {
+            over,
+            min_normal: ((128 - f.bias) as u32) << 23,
+            magic: f32::from_bits(((24 - f.bias - f.mbits as i32 + 127) as u32) << 23),
+            shift: 23 - f.mbits,
+            rebias: ((127 - f.bias) as u32) << f.mbits,
+            sign_shift: 31 - f.ebits - f.mbits,
+            nan,
+            overflow,
+            max_finite: max_code,
+            saturate,
+        })
+    }
+
+    #[inline(always)]
+    pub fn encode(&self, u: u32) -> u32 {
+        let a = u & 0x7FFF_FFFF;
+        let sign = (u >> 31) << (31 - self.sign_shift);
+        if a >= self.over {
+            return sign
+                | if a > 0x7F80_0000 {
+                    self.nan
+                } else if self.saturate && a != 0x7F80_0000 {
+                    self.max_finite
+                } else {
+                    self.overflow
+                };
+        }
+        if a < self.min_normal {
+            let y = f32::from_bits(a) + self.magic;
+            return sign | (y.to_bits() - self.magic.to_bits());
+        }
+        let sh = self.shift;
+        let r = a + ((1 << (sh - 1)) - 1) + ((a >> sh) & 1);
+        sign | ((r >> sh) - self.rebias)
+    }
+}
+
+/// Encode a run of fp32 values as `dt` under `rd`; `idx0` is the element index (within the
+/// instruction's output) of `vals[0]`, which drives the stochastic-rounding bits.
+pub fn encode_run(
+    rd: &Rounder,
+    dt: DType,
+    mem: &mut [u8],
+    off: usize,
+    step: isize,
+    vals: &[f32],
+    idx0: u64,
+) {
+    let sr = !rd.is_default();
+    match dt {
+        DType::Float32 => enc::<4, _>(mem, off, step, vals, |_, v| v.to_bits()),
+        DType::Bfloat16 if !sr => enc::<2, _>(mem, off, step, vals, |_, v| bf16_rne(v.to_bits())),
+        DType::Float16 | DType::Float8E4m3 | DType::Float8E4m3fn | DType::Float8E5m2 if !sr => {
+            let f = match dt {
+                DType::Float16 => FP16,
+                DType::Float8E4m3 => E4M3,
+                DType::Float8E4m3fn => E4M3FN,
+                _ => E5M2,
+            };
+            let Some(fe) = FastEnc::new(f, false) else {
+                return;
+            };
+            if dt == DType::Float16 {
+                enc::<2, _>(mem, off, step, vals, |_, v| fe.encode(v.to_bits()))
+            } else {
+                enc::<1, _>(mem, off, step, vals, |_, v| fe.encode(v.to_bits()))
+            }
+        }
+        DType::Int8 | DType::Uint8 | DType::Bool if !sr => {
+            enc::<1, _>(mem, off, step, vals, |_, v| from_f32(dt, v))
+        }
+        DType::Int32 => enc::<4, _>(mem, off, step, vals, |_, v| from_f32(DType::Int32, v)),
+        _ => match dt.size() {
+            1 => enc::<1, _>(mem, off, step, vals, |k, v| {
+                rd.from_f32(dt, v, idx0 + k as u64)
+            }),
+            2 => enc::<2, _>(mem, off, step, vals, |k, v| {
+                rd.from_f32(dt, v, idx0 + k as u64)
+            }),
+            _ => enc::<4, _>(mem, off, step, vals, |k, v| {
+                rd.from_f32(dt, v, idx0 + k as u64)
+            }),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::numerics::config::{Fp8Overflow, NumericsConfig};
+
+    #[test]
+    fn fp16_decode_matches_all_codes() {
+        for c in 0..=0xFFFFu32 {
+            assert_eq!(
+                fp16_to_f32(c).to_bits(),
+                to_f32(DType::Float16, c).to_bits(),
+                "{c:#x}"
+            );
+        }
+    }
+
+    fn samples() -> impl Iterator<Item = u32> {
+        // Every top-16-bit pattern with tie, sticky and boundary low bits of every target width.
+        let lows = [
+            0u32, 1, 0xFFFF, 0x8000, 0x7FFF, 0x8001, 0x1000, 0x0FFF, 0x1001, 0x2000, 0x3000,
+        ];
+        (0..=0xFFFFu32).flat_map(move |hi| {
+            lows.into_iter().flat_map(move |lo| {
+                [
+                    (hi << 16) | lo,
+                    (hi << 16) | (lo << 4),
+                    (hi << 16) | (lo >> 4),
+                ]
+            })
+        })
+    }
+
+    #[test]
+    fn fast_encoder_matches_general() {
+        for f in [FP16, E4M3, E4M3FN, E5M2] {
+            for sat in [false, true] {
+                let fe = FastEnc::new(f, sat).unwrap();
+                for u in samples() {
+                    assert_eq!(fe.encode(u), f.encode_full(u, 0, 0, sat), "{f:?} {u:#x}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn runs_match_scalar_conversions() {
+        let vals: Vec<f32> = samples().step_by(97).map(f32::from_bits).collect();
+        let rne = Rounder::default();
+        let sr = Rounder::new(
+            NumericsConfig {
+                rounding: crate::numerics::config::RoundMode::Stochastic,
+                fp8_overflow: Fp8Overflow::Saturate,
+                ..Default::default()
+            },
+            1,
+            2,
+            3,
+            true,
+        );
+        for c in 0..=DType::Bool as u8 {
+            let dt = DType::from_u8(c).unwrap();
+            let s = dt.size();
+            for rd in [rne, sr] {
+                // Reversed strided run (step -2) into a buffer, then decoded back.
+                let n = vals.len();
+                let mut mem = vec![0u8; (2 * n) * s];
+                encode_run(&rd, dt, &mut mem, (2 * n - 2) * s, -2, &vals, 5);
+                let mut back = vec![0f32; n];
+                decode_run(dt, &mem, (2 * n - 2) * s, -2, &mut back);
+                let mut raw = vec![0u32; n];
+                decode_raw_run(dt, &mem, (2 * n - 2) * s, -2, &mut raw);
+                for (k, v) in vals.iter().enumerate() {
+                    let want = rd.from_f32(dt, *v, 5 + k as u64);
+                    let got = crate::numerics::load_raw(&mem, s, 2 * n - 2 - 2 * k);
+                    assert_eq!(got, want, "{dt:?} {:#x}", v.to_bits());
+                    assert_eq!(back[k].to_bits(), to_f32(dt, want).to_bits(), "{dt:?}");
+                    let ext = match dt {
+                        DType::Int8 => want as u8 as i8 as i32 as u32,
+                        DType::Int16 => want as u16 as i16 as i32 as u32,
+                        _ => want,
+                    };
+                    assert_eq!(raw[k], ext, "{dt:?}");
+                }
+            }
+        }
+    }
+}

@@ -762,8 +762,7 @@ impl Device {
             }
             let mut v = Vec::with_capacity(parts * nbytes);
             for p in start..start + parts {
-                let b = p * m.part_bytes + offset;
-                v.extend_from_slice(&m.bytes[b..b + nbytes]);
+                v.extend_from_slice(&m.partition(p)[offset..offset + nbytes]);
             }
             Ok(v)
         })();
@@ -788,11 +787,11 @@ impl Device {
         check_races: bool,
         trace: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let progs: Vec<core::Program> = programs.iter().map(|p| p.inner.clone()).collect();
+        let progs: Vec<&core::Program> = programs.iter().map(|p| &p.inner).collect();
         let opts = core::RunOptions { check_races, trace };
         let dev = &mut self.inner;
         let res = py
-            .detach(|| guarded(|| dev.run(&progs, &opts)))
+            .detach(|| guarded(|| dev.run_refs(&progs, &opts)))
             .map_err(|e| to_py(py, e))?;
         let d = PyDict::new(py);
         d.set_item("end_ps", res.end_ps)?;

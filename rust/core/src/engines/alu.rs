@@ -249,3 +249,24 @@ pub fn apply_scalar_inplace(op: AluOp, v: &mut [f32], k: f32, rev: bool) {
         (op, true) => each(v, |x| apply(op, k, x)),
     }
 }
+
+/// `v[i] = op(v[i], y[i])` (or `op(y[i], v[i])` when `rev`), in place; same results as `apply`.
+pub fn apply_vec_inplace(op: AluOp, v: &mut [f32], y: &[f32], rev: bool) {
+    #[inline(always)]
+    fn each(v: &mut [f32], y: &[f32], f: impl Fn(f32, f32) -> f32) {
+        for (x, k) in v.iter_mut().zip(y) {
+            *x = f(*x, *k);
+        }
+    }
+    match (op, rev) {
+        (AluOp::Bypass, false) => {}
+        (AluOp::Add, false) => each(v, y, |x, k| x + k),
+        (AluOp::Add, true) => each(v, y, |x, k| k + x),
+        (AluOp::Multiply, false) => each(v, y, |x, k| x * k),
+        (AluOp::Multiply, true) => each(v, y, |x, k| k * x),
+        (AluOp::Subtract, false) => each(v, y, |x, k| x - k),
+        (AluOp::Subtract, true) => each(v, y, |x, k| k - x),
+        (op, false) => each(v, y, |x, k| apply(op, x, k)),
+        (op, true) => each(v, y, |x, k| apply(op, k, x)),
+    }
+}

@@ -48,6 +48,15 @@ pub struct EngineState {
     pub psum_mm: Vec<u64>,
 }
 
+impl EngineState {
+    /// Back to the start-of-run state, in place (no reallocation of the 128 KiB bitmap).
+    pub fn reset(&mut self) {
+        self.act_regs = [0.0; PARTITIONS];
+        self.vec_acc = [0.0; PARTITIONS];
+        self.psum_mm.fill(0);
+    }
+}
+
 impl Default for EngineState {
     fn default() -> Self {
         EngineState {
@@ -173,8 +182,23 @@ pub const MODULES: &[&Module] = &[
     &control::MODULE,
 ];
 
+/// The module implementing `op`: a table indexed by the 16-bit opcode (built once from
+/// `MODULES`; entry = module index + 1, 0 = not implemented), so dispatch is one load.
 fn module_of(op: Opcode) -> Option<&'static Module> {
-    MODULES.iter().copied().find(|m| m.opcodes.contains(&op))
+    static TABLE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let t = TABLE.get_or_init(|| {
+        let mut t = vec![0u8; 1 << 16];
+        for (i, m) in MODULES.iter().enumerate().rev() {
+            for op in m.opcodes {
+                t[*op as u16 as usize] = i as u8 + 1;
+            }
+        }
+        t
+    });
+    match t.get(op as u16 as usize).copied().unwrap_or(0) {
+        0 => None,
+        i => MODULES.get(i as usize - 1).copied(),
+    }
 }
 
 pub use engine_select::default_engine;

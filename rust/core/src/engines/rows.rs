@@ -11,7 +11,10 @@ use super::Ctx;
 use crate::memory::onchip::{Mems, OnChip};
 use crate::memory::rows::RowGeom;
 use crate::memory::{Ap, Mem};
-use crate::numerics::bulk::{decode_raw_run, decode_run, encode_raw_run, encode_run};
+use crate::numerics::bulk::{
+    decode_raw_run, decode_raw_runs, decode_run, decode_runs, encode_raw_run, encode_raw_runs,
+    encode_run, encode_runs, Run,
+};
 use std::cell::RefCell;
 
 /// Elements per chunk: a few chunks of fp32 stay inside L1.
@@ -39,14 +42,12 @@ fn onchip_mut<'m>(mems: &'m mut Mems, m: Mem) -> &'m mut OnChip {
 /// Bytes of the partition holding row `r` of an on-chip pattern.
 #[inline]
 fn part<'m>(mem: &'m OnChip, ap: &Ap, r: usize) -> &'m [u8] {
-    let p = ap.start as usize + r;
-    &mem.bytes[p * mem.part_bytes..(p + 1) * mem.part_bytes]
+    mem.partition(ap.start as usize + r)
 }
 
 #[inline]
 fn part_mut<'m>(mem: &'m mut OnChip, ap: &Ap, r: usize) -> &'m mut [u8] {
-    let p = ap.start as usize + r;
-    &mut mem.bytes[p * mem.part_bytes..(p + 1) * mem.part_bytes]
+    mem.partition_mut(ap.start as usize + r)
 }
 
 /// Byte offset in the partition of element offset `eoff` (validated patterns stay in bounds).
@@ -96,72 +97,143 @@ pub fn can_stream(dst: &Ap, srcs: &[&Ap]) -> bool {
     })
 }
 
-/// `dst = kernel(srcs)` in fp32, streamed. `kernel(row, first column, input chunks, output
-/// chunk)`. Returns false (and does nothing) when the patterns need the materialising path.
+/// The block shape of a streamed map: `rows` partition rows of `width` columns at a time, so
+/// short rows are batched (a [128, 1] tile is one block) and long rows are cut into chunks.
+fn block(parts: usize, free: usize) -> (usize, usize) {
+    if free >= CHUNK {
+        (1, CHUNK)
+    } else {
+        ((CHUNK / free.max(1)).clamp(1, parts.max(1)), free)
+    }
+}
+
+/// The runs of rows `r0..r0 + rows`, columns `j0..j1` of `ap`, as absolute byte offsets into
+/// its memory (`idx` = row-major output index, for stochastic rounding).
+fn block_runs(
+    ap: &Ap,
+    g: &RowGeom,
+    stride: usize,
+    (r0, rows): (usize, usize),
+    (j0, j1): (usize, usize),
+    out: &mut Vec<Run>,
+) {
+    out.clear();
+    let es = ap.dtype.size() as i64;
+    if g.is_dense() {
+        // One run per row.
+        let first = ((ap.start as usize + r0) * stride) as i64 + ap.offset as i64 + j0 as i64 * es;
+        out.extend((0..rows).map(|k| Run {
+            off: (first + (k * stride) as i64) as usize,
+            step: 1,
+            n: j1 - j0,
+            idx: ((r0 + k) * g.free + j0) as u64,
+        }));
+        return;
+    }
+    for r in r0..r0 + rows {
+        let base = ((ap.start as usize + r) * stride) as i64 + ap.offset as i64;
+        let idx = (r * g.free + j0) as u64;
+        g.runs(j0, j1, |o, st, pos, n| {
+            out.push(Run {
+                off: (base + o * es) as usize,
+                step: st as isize,
+                n,
+                idx: idx + pos as u64,
+            })
+        });
+    }
+}
+
+/// Plan of a streamed map, or `None` when the materialising path is needed.
+fn plan<const N: usize>(dst: &Ap, srcs: &[&Ap; N]) -> Option<(RowGeom, [RowGeom; N])> {
+    if !can_stream(dst, srcs) {
+        return None;
+    }
+    let gd = RowGeom::new(dst)?;
+    let mut gs: [Option<RowGeom>; N] = std::array::from_fn(|_| None);
+    for (g, s) in gs.iter_mut().zip(srcs) {
+        *g = Some(RowGeom::new(s)?);
+    }
+    let gs = gs.map(|g| g.unwrap_or_else(|| gd.clone()));
+    Some((gd, gs))
+}
+
+/// The block loop shared by `map_f32` and `map_raw`: for each block, `read(k, runs, buf)` fills
+/// input k, `compute` runs the kernel, `write(runs, out)` stores the result.
+#[allow(clippy::too_many_arguments)]
+fn drive<T: Copy + Default, const N: usize>(
+    mems: &mut Mems,
+    dst: &Ap,
+    srcs: &[&Ap; N],
+    (gd, gs): (RowGeom, [RowGeom; N]),
+    scratch: &mut Vec<T>,
+    read: impl Fn(&Ap, &[u8], &[Run], &mut [T]),
+    mut write: impl FnMut(&Ap, &mut [u8], &[Run], &[T]),
+    kernel: impl Fn(usize, usize, usize, usize, [&[T]; N], &mut [T]),
+) {
+    let parts = dst.parts as usize;
+    let free = gd.free;
+    let (rows_per, width) = block(parts, free);
+    let cap = rows_per * width;
+    if scratch.len() < (N + 1) * cap {
+        scratch.resize((N + 1) * cap, T::default());
+    }
+    let (out, ins) = scratch.split_at_mut(cap);
+    let segs = gs
+        .iter()
+        .map(|g| g.inner)
+        .chain([gd.inner])
+        .min()
+        .unwrap_or(1);
+    let mut runs = Vec::with_capacity(rows_per * (width / segs.max(1) + 2));
+    let mut r0 = 0;
+    while r0 < parts {
+        let rows = rows_per.min(parts - r0);
+        let mut j0 = 0;
+        while j0 < free {
+            let j1 = (j0 + width).min(free);
+            let n = rows * (j1 - j0);
+            for (k, (s, g)) in srcs.iter().zip(&gs).enumerate() {
+                let mem = onchip(mems, s.mem);
+                block_runs(s, g, mem.stride(), (r0, rows), (j0, j1), &mut runs);
+                read(s, mem.raw(), &runs, &mut ins[k * cap..k * cap + n]);
+            }
+            let views: [&[T]; N] = std::array::from_fn(|k| &ins[k * cap..k * cap + n]);
+            kernel(r0, rows, j0, j1 - j0, views, &mut out[..n]);
+            let mem = onchip_mut(mems, dst.mem);
+            block_runs(dst, &gd, mem.stride(), (r0, rows), (j0, j1), &mut runs);
+            write(dst, mem.raw_mut(), &runs, &out[..n]);
+            j0 = j1;
+        }
+        r0 += rows;
+    }
+}
+
+/// `dst = kernel(srcs)` in fp32, streamed block by block. `kernel(first row, rows, first column,
+/// width, input blocks, output block)`, blocks row-major `[rows, width]`. Returns false (and
+/// does nothing) when the patterns need the materialising path.
 pub fn map_f32<const N: usize>(
     ctx: &mut Ctx,
     dst: &Ap,
     srcs: [&Ap; N],
-    kernel: impl Fn(usize, usize, [&[f32]; N], &mut [f32]),
+    kernel: impl Fn(usize, usize, usize, usize, [&[f32]; N], &mut [f32]),
 ) -> bool {
-    if !can_stream(dst, &srcs) {
-        return false;
-    }
-    let Some(gd) = RowGeom::new(dst) else {
+    let Some(p) = plan(dst, &srcs) else {
         return false;
     };
-    let mut gs = Vec::with_capacity(N);
-    for s in srcs {
-        match RowGeom::new(s) {
-            Some(g) => gs.push(g),
-            None => return false,
-        }
-    }
-    let free = gd.free;
-    let chunk = free.min(CHUNK);
     let rounder = ctx.rounder;
     SCRATCH_F32.with(|cell| {
         let mut scratch = cell.borrow_mut();
-        if scratch.len() < (N + 1) * chunk {
-            scratch.resize((N + 1) * chunk, 0.0);
-        }
-        let (out, ins) = scratch.split_at_mut(chunk);
-        for r in 0..dst.parts as usize {
-            let mut j0 = 0;
-            while j0 < free {
-                let j1 = (j0 + chunk).min(free);
-                let n = j1 - j0;
-                for (k, (s, g)) in srcs.iter().zip(&gs).enumerate() {
-                    let buf = &mut ins[k * chunk..k * chunk + n];
-                    let mem = part(onchip(&ctx.mems, s.mem), s, r);
-                    g.runs(j0, j1, |o, st, pos, cnt| {
-                        decode_run(
-                            s.dtype,
-                            mem,
-                            byte(s, o),
-                            st as isize,
-                            &mut buf[pos..pos + cnt],
-                        )
-                    });
-                }
-                let views: [&[f32]; N] = std::array::from_fn(|k| &ins[k * chunk..k * chunk + n]);
-                kernel(r, j0, views, &mut out[..n]);
-                let mem = part_mut(onchip_mut(&mut ctx.mems, dst.mem), dst, r);
-                let base = (r * free + j0) as u64;
-                gd.runs(j0, j1, |o, st, pos, cnt| {
-                    encode_run(
-                        &rounder,
-                        dst.dtype,
-                        mem,
-                        byte(dst, o),
-                        st as isize,
-                        &out[pos..pos + cnt],
-                        base + pos as u64,
-                    )
-                });
-                j0 = j1;
-            }
-        }
+        drive(
+            &mut ctx.mems,
+            dst,
+            &srcs,
+            p,
+            &mut scratch,
+            |s, mem, runs, buf| decode_runs(s.dtype, mem, runs, buf),
+            |d, mem, runs, out| encode_runs(&rounder, d.dtype, mem, runs, out),
+            kernel,
+        )
     });
     true
 }
@@ -171,62 +243,23 @@ pub fn map_raw<const N: usize>(
     ctx: &mut Ctx,
     dst: &Ap,
     srcs: [&Ap; N],
-    kernel: impl Fn(usize, usize, [&[u32]; N], &mut [u32]),
+    kernel: impl Fn(usize, usize, usize, usize, [&[u32]; N], &mut [u32]),
 ) -> bool {
-    if !can_stream(dst, &srcs) {
-        return false;
-    }
-    let Some(gd) = RowGeom::new(dst) else {
+    let Some(p) = plan(dst, &srcs) else {
         return false;
     };
-    let mut gs = Vec::with_capacity(N);
-    for s in srcs {
-        match RowGeom::new(s) {
-            Some(g) => gs.push(g),
-            None => return false,
-        }
-    }
-    let free = gd.free;
-    let chunk = free.min(CHUNK);
     SCRATCH_U32.with(|cell| {
         let mut scratch = cell.borrow_mut();
-        if scratch.len() < (N + 1) * chunk {
-            scratch.resize((N + 1) * chunk, 0);
-        }
-        let (out, ins) = scratch.split_at_mut(chunk);
-        for r in 0..dst.parts as usize {
-            let mut j0 = 0;
-            while j0 < free {
-                let j1 = (j0 + chunk).min(free);
-                let n = j1 - j0;
-                for (k, (s, g)) in srcs.iter().zip(&gs).enumerate() {
-                    let buf = &mut ins[k * chunk..k * chunk + n];
-                    let mem = part(onchip(&ctx.mems, s.mem), s, r);
-                    g.runs(j0, j1, |o, st, pos, cnt| {
-                        decode_raw_run(
-                            s.dtype,
-                            mem,
-                            byte(s, o),
-                            st as isize,
-                            &mut buf[pos..pos + cnt],
-                        )
-                    });
-                }
-                let views: [&[u32]; N] = std::array::from_fn(|k| &ins[k * chunk..k * chunk + n]);
-                kernel(r, j0, views, &mut out[..n]);
-                let mem = part_mut(onchip_mut(&mut ctx.mems, dst.mem), dst, r);
-                gd.runs(j0, j1, |o, st, pos, cnt| {
-                    encode_raw_run(
-                        dst.dtype,
-                        mem,
-                        byte(dst, o),
-                        st as isize,
-                        &out[pos..pos + cnt],
-                    )
-                });
-                j0 = j1;
-            }
-        }
+        drive(
+            &mut ctx.mems,
+            dst,
+            &srcs,
+            p,
+            &mut scratch,
+            |s, mem, runs, buf| decode_raw_runs(s.dtype, mem, runs, buf),
+            |d, mem, runs, out| encode_raw_runs(d.dtype, mem, runs, out),
+            kernel,
+        )
     });
     true
 }
@@ -236,7 +269,9 @@ pub fn copy_same(ctx: &mut Ctx, dst: &Ap, src: &Ap) -> bool {
     if dst.dtype != src.dtype {
         return false;
     }
-    map_raw(ctx, dst, [src], |_, _, [x], out| out.copy_from_slice(x))
+    map_raw(ctx, dst, [src], |_, _, _, _, [x], out| {
+        out.copy_from_slice(x)
+    })
 }
 
 /// Decode a whole static on-chip pattern into fp32 (row-major), without a byte copy.

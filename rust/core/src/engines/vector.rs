@@ -2,7 +2,8 @@
 //! tensor_scalar, tensor_copy, memset.
 
 use super::alu::{
-    apply_bits, apply_i32, apply_scalar_inplace, apply_slices, is_bitwise, is_elementwise, is_unary,
+    apply_bits, apply_i32, apply_scalar_inplace, apply_slices, apply_vec_inplace, is_bitwise,
+    is_elementwise, is_unary,
 };
 use super::rows;
 use super::{check_column, same_shape, Ctx};
@@ -79,7 +80,7 @@ pub fn tensor_tensor(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     let b = ins.ap(tt::DATA2).unwrap();
     let op = alu(ins, tt::OP).unwrap();
     if is_bitwise(op) {
-        let streamed = rows::map_raw(ctx, dst, [a, b], |_, _, [x, y], out| {
+        let streamed = rows::map_raw(ctx, dst, [a, b], |_, _, _, _, [x, y], out| {
             for ((o, x), y) in out.iter_mut().zip(x).zip(y) {
                 *o = apply_bits(op, *x, *y);
             }
@@ -101,7 +102,7 @@ pub fn tensor_tensor(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
         let signed = a.dtype == DType::Int32;
         // apply_i32 is Some for this op (checked above); `x` is never used.
         let f = |x: u32, y: u32| apply_i32(op, x, y, signed).unwrap_or(x);
-        let streamed = rows::map_raw(ctx, dst, [a, b], |_, _, [x, y], out| {
+        let streamed = rows::map_raw(ctx, dst, [a, b], |_, _, _, _, [x, y], out| {
             for ((o, x), y) in out.iter_mut().zip(x).zip(y) {
                 *o = f(*x, *y);
             }
@@ -115,7 +116,7 @@ pub fn tensor_tensor(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
         ctx.write_raw(dst, &out);
         return Ok(());
     }
-    if rows::map_f32(ctx, dst, [a, b], |_, _, [x, y], out| {
+    if rows::map_f32(ctx, dst, [a, b], |_, _, _, _, [x, y], out| {
         apply_slices(op, x, y, out)
     }) {
         return Ok(());
@@ -223,22 +224,32 @@ pub fn tensor_scalar(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
         ctx.write_raw(dst, &out);
         return Ok(());
     }
-    // One partition row (or a chunk of it): op0 then op1 with that row's operands.
-    let row = |r: usize, x: &[f32], out: &mut [f32]| {
+    // A block of rows r0..r0 + rows: op0 then op1 with each row's operands.
+    let block = |r0: usize, rows: usize, w: usize, x: &[f32], out: &mut [f32]| {
         out.copy_from_slice(x);
-        apply_scalar_inplace(op0, out, c0[r], rev0);
-        if let Some(op1) = op1 {
-            apply_scalar_inplace(op1, out, c1[r], rev1);
+        if w == 1 {
+            // One element per row: the per-row operands are a vector.
+            apply_vec_inplace(op0, out, &c0[r0..r0 + rows], rev0);
+            if let Some(op1) = op1 {
+                apply_vec_inplace(op1, out, &c1[r0..r0 + rows], rev1);
+            }
+            return;
+        }
+        for (k, row) in out.chunks_exact_mut(w).enumerate() {
+            apply_scalar_inplace(op0, row, c0[r0 + k], rev0);
+            if let Some(op1) = op1 {
+                apply_scalar_inplace(op1, row, c1[r0 + k], rev1);
+            }
         }
     };
-    if rows::map_f32(ctx, dst, [src], |r, _, [x], out| row(r, x, out)) {
+    if rows::map_f32(ctx, dst, [src], |r0, rows, _, w, [x], out| {
+        block(r0, rows, w, x, out)
+    }) {
         return Ok(());
     }
     let x = ctx.read_f32(src);
     let mut out = vec![0f32; x.len()];
-    for r in 0..p {
-        row(r, &x[r * f..(r + 1) * f], &mut out[r * f..(r + 1) * f]);
-    }
+    block(0, p, f, &x, &mut out);
     ctx.write_f32(dst, &out);
     Ok(())
 }
@@ -269,7 +280,9 @@ pub fn tensor_copy(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
             let raw = ctx.mems.gather(src);
             ctx.mems.scatter(dst, &raw);
         }
-    } else if !rows::map_f32(ctx, dst, [src], |_, _, [x], out| out.copy_from_slice(x)) {
+    } else if !rows::map_f32(ctx, dst, [src], |_, _, _, _, [x], out| {
+        out.copy_from_slice(x)
+    }) {
         let v = ctx.read_f32(src);
         ctx.write_f32(dst, &v);
     }

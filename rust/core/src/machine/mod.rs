@@ -126,8 +126,14 @@ impl Device {
     /// accumulators, registers and the matmul first-write state start fresh each run. On error the device
     /// stays usable (memory holds whatever the run wrote before the error).
     pub fn run(&mut self, programs: &[Program], opts: &RunOptions) -> Result<RunResult> {
+        let refs: Vec<&Program> = programs.iter().collect();
+        self.run_refs(&refs, opts)
+    }
+
+    /// `run` on borrowed programs (the bindings run Python-owned programs without copying them).
+    pub fn run_refs(&mut self, programs: &[&Program], opts: &RunOptions) -> Result<RunResult> {
         for c in &mut self.cores {
-            c.state = EngineState::default();
+            c.state.reset();
             c.regs = [[0; NUM_REGISTERS as usize]; 5];
         }
         let r = sched::run(self, programs, opts);

@@ -31,54 +31,91 @@ fn store<const S: usize>(c: &mut [u8], v: u32) {
     }
 }
 
-/// Apply `f` to each loaded element of a run (the one generic loop every decoder shares).
+/// One run of elements in a byte slice: `n` elements, the first at byte `off`, `step` elements
+/// apart; `idx` is the element index (within the instruction's output) of its first element,
+/// which drives the stochastic-rounding bits when the run is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Run {
+    pub off: usize,
+    pub step: isize,
+    pub n: usize,
+    pub idx: u64,
+}
+
+/// Apply `f` to each loaded element of the runs, filling `out` in order (the one generic loop
+/// every decoder shares; the dtype is resolved by the caller, once).
 #[inline(always)]
-fn dec<const S: usize, T>(
-    mem: &[u8],
-    off: usize,
-    step: isize,
-    out: &mut [T],
-    f: impl Fn(u32) -> T,
-) {
-    if step == 1 {
-        let src = &mem[off..off + out.len() * S];
-        for (o, c) in out.iter_mut().zip(src.chunks_exact(S)) {
-            *o = f(load::<S>(c));
+fn dec<const S: usize, T>(mem: &[u8], runs: &[Run], out: &mut [T], f: impl Fn(u32) -> T) {
+    let mut pos = 0;
+    for r in runs {
+        let out = &mut out[pos..pos + r.n];
+        pos += r.n;
+        // Short runs take the indexed loop: the slice loop becomes a memcpy call per run.
+        if r.step == 1 && r.n >= 16 {
+            let src = &mem[r.off..r.off + r.n * S];
+            for (o, c) in out.iter_mut().zip(src.chunks_exact(S)) {
+                *o = f(load::<S>(c));
+            }
+        } else {
+            let mut p = r.off as isize;
+            let d = r.step * S as isize;
+            for o in out.iter_mut() {
+                let i = p as usize;
+                *o = f(load::<S>(&mem[i..i + S]));
+                p += d;
+            }
         }
-    } else {
-        let mut p = off as isize;
-        let d = step * S as isize;
-        for o in out.iter_mut() {
+    }
+}
+
+/// Store `f(v)` for each value, run by run.
+#[inline(always)]
+fn enc<const S: usize, T: Copy>(mem: &mut [u8], runs: &[Run], vals: &[T], f: impl Fn(T) -> u32) {
+    let mut pos = 0;
+    for r in runs {
+        let vals = &vals[pos..pos + r.n];
+        pos += r.n;
+        if r.step == 1 && r.n >= 16 {
+            let dst = &mut mem[r.off..r.off + r.n * S];
+            for (c, v) in dst.chunks_exact_mut(S).zip(vals) {
+                store::<S>(c, f(*v));
+            }
+        } else {
+            let mut p = r.off as isize;
+            let d = r.step * S as isize;
+            for v in vals {
+                let i = p as usize;
+                store::<S>(&mut mem[i..i + S], f(*v));
+                p += d;
+            }
+        }
+    }
+}
+
+/// `enc` with each element's output index (stochastic rounding needs it).
+#[inline(always)]
+fn enc_idx<const S: usize>(
+    mem: &mut [u8],
+    runs: &[Run],
+    vals: &[f32],
+    f: impl Fn(u64, f32) -> u32,
+) {
+    let mut pos = 0;
+    for r in runs {
+        let vals = &vals[pos..pos + r.n];
+        pos += r.n;
+        let mut p = r.off as isize;
+        let d = r.step * S as isize;
+        for (k, v) in vals.iter().enumerate() {
             let i = p as usize;
-            *o = f(load::<S>(&mem[i..i + S]));
+            store::<S>(&mut mem[i..i + S], f(r.idx + k as u64, *v));
             p += d;
         }
     }
 }
 
-/// Store `f(v)` for each value of a run. Element `k` of the run gets `f(k, vals[k])`.
-#[inline(always)]
-fn enc<const S: usize, T: Copy>(
-    mem: &mut [u8],
-    off: usize,
-    step: isize,
-    vals: &[T],
-    f: impl Fn(usize, T) -> u32,
-) {
-    if step == 1 {
-        let dst = &mut mem[off..off + vals.len() * S];
-        for (k, (c, v)) in dst.chunks_exact_mut(S).zip(vals).enumerate() {
-            store::<S>(c, f(k, *v));
-        }
-    } else {
-        let mut p = off as isize;
-        let d = step * S as isize;
-        for (k, v) in vals.iter().enumerate() {
-            let i = p as usize;
-            store::<S>(&mut mem[i..i + S], f(k, *v));
-            p += d;
-        }
-    }
+fn one(off: usize, step: isize, n: usize, idx: u64) -> [Run; 1] {
+    [Run { off, step, n, idx }]
 }
 
 /// 256-entry fp32 tables of every 1-byte dtype (built once, from `to_f32`).
@@ -122,47 +159,62 @@ pub fn fp16_to_f32(h: u32) -> f32 {
     f32::from_bits(sign | bits)
 }
 
-/// Decode a run of `dt` elements to fp32.
-pub fn decode_run(dt: DType, mem: &[u8], off: usize, step: isize, out: &mut [f32]) {
+/// Decode runs of `dt` elements to fp32 (into `out`, in run order).
+pub fn decode_runs(dt: DType, mem: &[u8], runs: &[Run], out: &mut [f32]) {
     match dt {
-        DType::Float32 => dec::<4, _>(mem, off, step, out, f32::from_bits),
-        DType::Bfloat16 => dec::<2, _>(mem, off, step, out, |r| f32::from_bits(r << 16)),
-        DType::Float16 => dec::<2, _>(mem, off, step, out, fp16_to_f32),
-        DType::Tfloat32 => dec::<4, _>(mem, off, step, out, |r| f32::from_bits(r & 0xFFFF_E000)),
-        DType::Int16 => dec::<2, _>(mem, off, step, out, |r| to_f32(DType::Int16, r)),
-        DType::Uint16 => dec::<2, _>(mem, off, step, out, |r| to_f32(DType::Uint16, r)),
-        DType::Int32 => dec::<4, _>(mem, off, step, out, |r| to_f32(DType::Int32, r)),
-        DType::Uint32 => dec::<4, _>(mem, off, step, out, |r| to_f32(DType::Uint32, r)),
+        DType::Float32 => dec::<4, _>(mem, runs, out, f32::from_bits),
+        DType::Bfloat16 => dec::<2, _>(mem, runs, out, |r| f32::from_bits(r << 16)),
+        DType::Float16 => dec::<2, _>(mem, runs, out, fp16_to_f32),
+        DType::Tfloat32 => dec::<4, _>(mem, runs, out, |r| f32::from_bits(r & 0xFFFF_E000)),
+        DType::Int16 => dec::<2, _>(mem, runs, out, |r| to_f32(DType::Int16, r)),
+        DType::Uint16 => dec::<2, _>(mem, runs, out, |r| to_f32(DType::Uint16, r)),
+        DType::Int32 => dec::<4, _>(mem, runs, out, |r| to_f32(DType::Int32, r)),
+        DType::Uint32 => dec::<4, _>(mem, runs, out, |r| to_f32(DType::Uint32, r)),
         d if d.size() == 1 => {
             let t = lut8(d);
-            dec::<1, _>(mem, off, step, out, |r| t[(r & 0xFF) as usize])
+            dec::<1, _>(mem, runs, out, |r| t[(r & 0xFF) as usize])
         }
-        d if d.size() == 2 => dec::<2, _>(mem, off, step, out, |r| to_f32(d, r)),
-        d => dec::<4, _>(mem, off, step, out, |r| to_f32(d, r)),
+        d if d.size() == 2 => dec::<2, _>(mem, runs, out, |r| to_f32(d, r)),
+        d => dec::<4, _>(mem, runs, out, |r| to_f32(d, r)),
     }
 }
 
-/// Decode a run of `dt` elements to raw 32-bit words (int8/int16 sign-extended, as
+/// Decode one run of `dt` elements to fp32.
+pub fn decode_run(dt: DType, mem: &[u8], off: usize, step: isize, out: &mut [f32]) {
+    decode_runs(dt, mem, &one(off, step, out.len(), 0), out)
+}
+
+/// Decode runs of `dt` elements to raw 32-bit words (int8/int16 sign-extended, as
 /// `numerics::raw_all`).
-pub fn decode_raw_run(dt: DType, mem: &[u8], off: usize, step: isize, out: &mut [u32]) {
+pub fn decode_raw_runs(dt: DType, mem: &[u8], runs: &[Run], out: &mut [u32]) {
     match dt {
-        DType::Int8 => dec::<1, _>(mem, off, step, out, |r| r as u8 as i8 as i32 as u32),
-        DType::Int16 => dec::<2, _>(mem, off, step, out, |r| r as u16 as i16 as i32 as u32),
+        DType::Int8 => dec::<1, _>(mem, runs, out, |r| r as u8 as i8 as i32 as u32),
+        DType::Int16 => dec::<2, _>(mem, runs, out, |r| r as u16 as i16 as i32 as u32),
         d => match d.size() {
-            1 => dec::<1, _>(mem, off, step, out, |r| r),
-            2 => dec::<2, _>(mem, off, step, out, |r| r),
-            _ => dec::<4, _>(mem, off, step, out, |r| r),
+            1 => dec::<1, _>(mem, runs, out, |r| r),
+            2 => dec::<2, _>(mem, runs, out, |r| r),
+            _ => dec::<4, _>(mem, runs, out, |r| r),
         },
     }
 }
 
-/// Store raw 32-bit words truncated to `dt`'s width.
-pub fn encode_raw_run(dt: DType, mem: &mut [u8], off: usize, step: isize, vals: &[u32]) {
+/// Decode one run of raw words.
+pub fn decode_raw_run(dt: DType, mem: &[u8], off: usize, step: isize, out: &mut [u32]) {
+    decode_raw_runs(dt, mem, &one(off, step, out.len(), 0), out)
+}
+
+/// Store raw 32-bit words truncated to `dt`'s width, run by run.
+pub fn encode_raw_runs(dt: DType, mem: &mut [u8], runs: &[Run], vals: &[u32]) {
     match dt.size() {
-        1 => enc::<1, _>(mem, off, step, vals, |_, v| v),
-        2 => enc::<2, _>(mem, off, step, vals, |_, v| v),
-        _ => enc::<4, _>(mem, off, step, vals, |_, v| v),
+        1 => enc::<1, _>(mem, runs, vals, |v| v),
+        2 => enc::<2, _>(mem, runs, vals, |v| v),
+        _ => enc::<4, _>(mem, runs, vals, |v| v),
     }
+}
+
+/// Store one run of raw words.
+pub fn encode_raw_run(dt: DType, mem: &mut [u8], off: usize, step: isize, vals: &[u32]) {
+    encode_raw_runs(dt, mem, &one(off, step, vals.len(), 0), vals)
 }
 
 /// Fill a run with one raw value.
@@ -214,15 +266,17 @@ pub struct FastEnc {
 
 impl FastEnc {
     /// `None` for formats the bit trick does not cover (E8M0, finite-only).
-    pub fn new(f: Format, saturate: bool) -> Option<FastEnc> {
-        if !matches!(f.special, Special::Ieee | Special::Fn) || f.mbits >= 23 {
+    pub const fn new(f: Format, saturate: bool) -> Option<FastEnc> {
+        if !matches!(f.special, Special::Ieee | Special::Fn) || f.mbits >= 23 || f.mbits == 0 {
             return None;
         }
         let max_code = match f.special {
             Special::Ieee => (((1u32 << f.ebits) - 1) << f.mbits) - 1,
             _ => (1u32 << (f.ebits + f.mbits)) - 2,
         };
-        let m_bits = f.decode(max_code).to_bits();
+        // fp32 bits of the largest finite (a normal number of the format).
+        let e = (max_code >> f.mbits) as i32 - f.bias + 127;
+        let m_bits = ((e as u32) << 23) | ((max_code & ((1 << f.mbits) - 1)) << (23 - f.mbits));
         // Half an ulp above the largest finite; a tie there rounds up only from an odd code.
         let half = m_bits + (1 << (22 - f.mbits));
         let over = if max_code & 1 == 0 { half + 1 } else { half };
@@ -248,6 +302,17 @@ impl FastEnc {
         })
     }
 
+    const fn must(f: Format) -> FastEnc {
+        match FastEnc::new(f, false) {
+            Some(e) => e,
+            None => panic!("format not covered by FastEnc"),
+        }
+    }
+    pub const FP16: FastEnc = FastEnc::must(FP16);
+    pub const E4M3: FastEnc = FastEnc::must(E4M3);
+    pub const E4M3FN: FastEnc = FastEnc::must(E4M3FN);
+    pub const E5M2: FastEnc = FastEnc::must(E5M2);
+
     #[inline(always)]
     pub fn encode(&self, u: u32) -> u32 {
         let a = u & 0x7FFF_FFFF;
@@ -272,8 +337,38 @@ impl FastEnc {
     }
 }
 
-/// Encode a run of fp32 values as `dt` under `rd`; `idx0` is the element index (within the
-/// instruction's output) of `vals[0]`, which drives the stochastic-rounding bits.
+/// Encode fp32 values as `dt` under `rd`, run by run (each run's `idx` is the output index of
+/// its first element: stochastic-rounding bits are drawn per output index).
+pub fn encode_runs(rd: &Rounder, dt: DType, mem: &mut [u8], runs: &[Run], vals: &[f32]) {
+    let sr = !rd.is_default();
+    match dt {
+        DType::Float32 => enc::<4, _>(mem, runs, vals, |v| v.to_bits()),
+        DType::Bfloat16 if !sr => enc::<2, _>(mem, runs, vals, |v| bf16_rne(v.to_bits())),
+        DType::Float16 if !sr => {
+            let fe = FastEnc::FP16;
+            enc::<2, _>(mem, runs, vals, |v| fe.encode(v.to_bits()))
+        }
+        DType::Float8E4m3 | DType::Float8E4m3fn | DType::Float8E5m2 if !sr => {
+            let fe = match dt {
+                DType::Float8E4m3 => FastEnc::E4M3,
+                DType::Float8E4m3fn => FastEnc::E4M3FN,
+                _ => FastEnc::E5M2,
+            };
+            enc::<1, _>(mem, runs, vals, |v| fe.encode(v.to_bits()))
+        }
+        DType::Int8 | DType::Uint8 | DType::Bool => {
+            enc::<1, _>(mem, runs, vals, |v| from_f32(dt, v))
+        }
+        DType::Int32 => enc::<4, _>(mem, runs, vals, |v| from_f32(DType::Int32, v)),
+        _ => match dt.size() {
+            1 => enc_idx::<1>(mem, runs, vals, |i, v| rd.from_f32(dt, v, i)),
+            2 => enc_idx::<2>(mem, runs, vals, |i, v| rd.from_f32(dt, v, i)),
+            _ => enc_idx::<4>(mem, runs, vals, |i, v| rd.from_f32(dt, v, i)),
+        },
+    }
+}
+
+/// Encode one run of fp32 values; `idx0` is the output index of `vals[0]`.
 pub fn encode_run(
     rd: &Rounder,
     dt: DType,
@@ -283,42 +378,7 @@ pub fn encode_run(
     vals: &[f32],
     idx0: u64,
 ) {
-    let sr = !rd.is_default();
-    match dt {
-        DType::Float32 => enc::<4, _>(mem, off, step, vals, |_, v| v.to_bits()),
-        DType::Bfloat16 if !sr => enc::<2, _>(mem, off, step, vals, |_, v| bf16_rne(v.to_bits())),
-        DType::Float16 | DType::Float8E4m3 | DType::Float8E4m3fn | DType::Float8E5m2 if !sr => {
-            let f = match dt {
-                DType::Float16 => FP16,
-                DType::Float8E4m3 => E4M3,
-                DType::Float8E4m3fn => E4M3FN,
-                _ => E5M2,
-            };
-            let Some(fe) = FastEnc::new(f, false) else {
-                return;
-            };
-            if dt == DType::Float16 {
-                enc::<2, _>(mem, off, step, vals, |_, v| fe.encode(v.to_bits()))
-            } else {
-                enc::<1, _>(mem, off, step, vals, |_, v| fe.encode(v.to_bits()))
-            }
-        }
-        DType::Int8 | DType::Uint8 | DType::Bool if !sr => {
-            enc::<1, _>(mem, off, step, vals, |_, v| from_f32(dt, v))
-        }
-        DType::Int32 => enc::<4, _>(mem, off, step, vals, |_, v| from_f32(DType::Int32, v)),
-        _ => match dt.size() {
-            1 => enc::<1, _>(mem, off, step, vals, |k, v| {
-                rd.from_f32(dt, v, idx0 + k as u64)
-            }),
-            2 => enc::<2, _>(mem, off, step, vals, |k, v| {
-                rd.from_f32(dt, v, idx0 + k as u64)
-            }),
-            _ => enc::<4, _>(mem, off, step, vals, |k, v| {
-                rd.from_f32(dt, v, idx0 + k as u64)
-            }),
-        },
-    }
+    encode_runs(rd, dt, mem, &one(off, step, vals.len(), idx0), vals)
 }
 
 #[cfg(test)]

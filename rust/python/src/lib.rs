@@ -796,7 +796,24 @@ impl Device {
         let d = PyDict::new(py);
         d.set_item("end_ps", res.end_ps)?;
         d.set_item("executed", res.executed)?;
-        let recs = &res.trace.records;
+        // The trace stays in Rust until Python asks for its columns (RunResult.trace).
+        d.set_item("trace", Py::new(py, RawTrace { inner: res.trace })?)?;
+        Ok(d)
+    }
+}
+
+/// A run's trace, held natively; `columns()` builds the numpy columns on demand.
+#[pyclass(module = "trn3emu._native", frozen)]
+struct RawTrace {
+    inner: core::trace::Trace,
+}
+
+#[pymethods]
+impl RawTrace {
+    /// The trace as a dict of numpy columns (records, plus `sems` and `dma_spans` sub-dicts).
+    fn columns<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let res = self;
+        let recs = &res.inner.records;
         let cols = PyDict::new(py);
         macro_rules! col {
             ($d:expr, $name:expr, $src:expr, $f:expr) => {
@@ -825,7 +842,7 @@ impl Device {
         col!(cols, "w_p1", recs, |r| r.write.p1);
         col!(cols, "w_lo", recs, |r| r.write.lo);
         col!(cols, "w_hi", recs, |r| r.write.hi);
-        let ev = &res.trace.sems;
+        let ev = &res.inner.sems;
         let sems = PyDict::new(py);
         col!(sems, "core", ev, |e| e.core);
         col!(sems, "sem", ev, |e| e.sem);
@@ -835,7 +852,7 @@ impl Device {
         col!(sems, "record", ev, |e| e.record);
         col!(sems, "by", ev, |e| e.by);
         cols.set_item("sems", sems)?;
-        let sp = &res.trace.dma_spans;
+        let sp = &res.inner.dma_spans;
         let spans = PyDict::new(py);
         col!(spans, "core", sp, |e| e.core);
         col!(spans, "engine", sp, |e| e.engine);
@@ -845,8 +862,7 @@ impl Device {
         col!(spans, "record", sp, |e| e.record);
         cols.set_item("dma_spans", spans)?;
         cols.set_item("schema_version", core::trace::SCHEMA_VERSION)?;
-        d.set_item("trace", cols)?;
-        Ok(d)
+        Ok(cols)
     }
 }
 
@@ -948,6 +964,7 @@ fn isa_opcodes<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Device>()?;
     m.add_class::<Program>()?;
+    m.add_class::<RawTrace>()?;
     m.add_function(wrap_pyfunction!(convert_from_f32, m)?)?;
     m.add_function(wrap_pyfunction!(convert_to_f32, m)?)?;
     m.add_function(wrap_pyfunction!(isa_opcodes, m)?)?;

@@ -270,3 +270,28 @@ pub fn apply_vec_inplace(op: AluOp, v: &mut [f32], y: &[f32], rev: bool) {
         (op, true) => each(v, y, |x, k| apply(op, k, x)),
     }
 }
+
+/// `apply_slices` on little-endian fp32 bytes (`x`, `y`, `out` of equal length), for the fused
+/// in-memory path; same results as `apply`.
+pub fn apply_bytes(op: AluOp, x: &[u8], y: &[u8], out: &mut [u8]) {
+    #[inline(always)]
+    fn zip(x: &[u8], y: &[u8], out: &mut [u8], f: impl Fn(f32, f32) -> f32) {
+        let ld = |c: &[u8]| f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        for ((o, a), b) in out
+            .chunks_exact_mut(4)
+            .zip(x.chunks_exact(4))
+            .zip(y.chunks_exact(4))
+        {
+            o.copy_from_slice(&f(ld(a), ld(b)).to_le_bytes());
+        }
+    }
+    match op {
+        AluOp::Add => zip(x, y, out, |a, b| a + b),
+        AluOp::Subtract => zip(x, y, out, |a, b| a - b),
+        AluOp::Multiply => zip(x, y, out, |a, b| a * b),
+        AluOp::Maximum => zip(x, y, out, f32::max),
+        AluOp::Minimum => zip(x, y, out, f32::min),
+        AluOp::Divide => zip(x, y, out, |a, b| a / b),
+        op => zip(x, y, out, |a, b| apply(op, a, b)),
+    }
+}

@@ -46,6 +46,9 @@ pub struct EngineState {
     pub vec_acc: [f32; PARTITIONS],
     /// One bit per 2-byte PSUM unit: written by a matmul since the run started (for accumulate=None).
     pub psum_mm: Vec<u64>,
+    /// Set by the scheduler when a TensorE instruction ran (the only writer of `psum_mm`), so a
+    /// run without matmuls does not clear the 128 KiB bitmap.
+    pub psum_mm_dirty: bool,
 }
 
 impl EngineState {
@@ -53,7 +56,10 @@ impl EngineState {
     pub fn reset(&mut self) {
         self.act_regs = [0.0; PARTITIONS];
         self.vec_acc = [0.0; PARTITIONS];
-        self.psum_mm.fill(0);
+        if self.psum_mm_dirty {
+            self.psum_mm.fill(0);
+            self.psum_mm_dirty = false;
+        }
     }
 }
 
@@ -63,6 +69,7 @@ impl Default for EngineState {
             act_regs: [0.0; PARTITIONS],
             vec_acc: [0.0; PARTITIONS],
             psum_mm: vec![0; PARTITIONS * PSUM_PART_BYTES / 2 / 64],
+            psum_mm_dirty: false,
         }
     }
 }

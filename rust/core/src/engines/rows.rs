@@ -395,3 +395,84 @@ pub fn fill_raw(mems: &mut Mems, ap: &Ap, v: u32) -> bool {
     }
     true
 }
+
+/// The byte range of row `r` of a dense on-chip pattern, in its memory's host buffer.
+fn dense_row(ap: &Ap, stride: usize, r: usize) -> std::ops::Range<usize> {
+    let lo = (ap.start as usize + r) * stride + ap.offset as usize;
+    lo..lo + ap.free_size() * ap.dtype.size()
+}
+
+/// Split `raw` into the mutable `d` and shared views of `srcs`, when every source is disjoint
+/// from `d` (sources may overlap each other).
+fn split_around<'m, const N: usize>(
+    raw: &'m mut [u8],
+    d: std::ops::Range<usize>,
+    srcs: [Option<std::ops::Range<usize>>; N],
+) -> Option<(&'m mut [u8], [Option<&'m [u8]>; N])> {
+    let (lo, rest) = raw.split_at_mut(d.start);
+    let (dm, hi) = rest.split_at_mut(d.len());
+    let (lo, hi): (&[u8], &[u8]) = (lo, hi);
+    let mut out: [Option<&[u8]>; N] = [None; N];
+    for (o, s) in out.iter_mut().zip(srcs) {
+        let Some(s) = s else { continue };
+        *o = Some(if s.end <= d.start {
+            &lo[s]
+        } else if s.start >= d.end {
+            &hi[s.start - d.end..s.end - d.end]
+        } else {
+            return None;
+        });
+    }
+    Some((dm, out))
+}
+
+/// Fused two-input map over dense rows of 4-byte elements: `kernel(x row bytes, y row bytes,
+/// dst row bytes)` reads the inputs straight from memory and writes the destination in one
+/// pass. Only when no input overlaps the destination (then order cannot matter); false (and
+/// nothing done) otherwise.
+pub fn zip_dense4(
+    ctx: &mut Ctx,
+    dst: &Ap,
+    srcs: [&Ap; 2],
+    kernel: impl Fn(&[u8], &[u8], &mut [u8]),
+) -> bool {
+    let all = [dst, srcs[0], srcs[1]];
+    if !all
+        .iter()
+        .all(|a| static_onchip(a) && a.dtype.size() == 4 && a.is_row_contiguous())
+        || !can_stream(dst, &srcs)
+    {
+        return false;
+    }
+    let Mems { sbuf, psum, .. } = &mut ctx.mems;
+    let (dmem, other): (&mut OnChip, &OnChip) = match dst.mem {
+        Mem::Sbuf => (sbuf, psum),
+        _ => (psum, sbuf),
+    };
+    let stride_d = dmem.stride();
+    let stride_o = other.stride();
+    // Check every row first, so a refusal leaves memory untouched.
+    for r in 0..dst.parts as usize {
+        let d = dense_row(dst, stride_d, r);
+        for s in srcs {
+            if s.mem == dst.mem {
+                let x = dense_row(s, stride_d, r);
+                if x.start < d.end && d.start < x.end {
+                    return false;
+                }
+            }
+        }
+    }
+    for r in 0..dst.parts as usize {
+        let d = dense_row(dst, stride_d, r);
+        let same = |s: &Ap| (s.mem == dst.mem).then(|| dense_row(s, stride_d, r));
+        let Some((out, [x, y])) = split_around(dmem.raw_mut(), d, [same(srcs[0]), same(srcs[1])])
+        else {
+            return false;
+        };
+        let x = x.unwrap_or_else(|| &other.raw()[dense_row(srcs[0], stride_o, r)]);
+        let y = y.unwrap_or_else(|| &other.raw()[dense_row(srcs[1], stride_o, r)]);
+        kernel(x, y, out);
+    }
+    true
+}

@@ -2,8 +2,8 @@
 //! tensor_scalar, tensor_copy, memset.
 
 use super::alu::{
-    apply_bits, apply_i32, apply_scalar_inplace, apply_slices, apply_vec_inplace, is_bitwise,
-    is_elementwise, is_unary,
+    apply_bits, apply_bytes, apply_i32, apply_scalar_inplace, apply_slices, apply_vec_inplace,
+    is_bitwise, is_elementwise, is_unary,
 };
 use super::rows;
 use super::{check_column, same_shape, Ctx};
@@ -114,6 +114,12 @@ pub fn tensor_tensor(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
         let y = ctx.read_raw(b);
         let out: Vec<u32> = x.iter().zip(&y).map(|(x, y)| f(*x, *y)).collect();
         ctx.write_raw(dst, &out);
+        return Ok(());
+    }
+    // fp32 in and out, dense rows, no overlap: one fused pass straight through memory.
+    if [dst, a, b].iter().all(|t| t.dtype == DType::Float32)
+        && rows::zip_dense4(ctx, dst, [a, b], |x, y, out| apply_bytes(op, x, y, out))
+    {
         return Ok(());
     }
     if rows::map_f32(ctx, dst, [a, b], |_, _, _, _, [x, y], out| {

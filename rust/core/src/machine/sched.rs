@@ -485,6 +485,9 @@ pub fn run(dev: &mut Device, programs: &[&Program], opts: &RunOptions) -> Result
                 jump: None,
             };
             if release.is_none() {
+                if ins.engine == crate::isa::Engine::Tensor {
+                    ctx.state.psum_mm_dirty = true;
+                }
                 engines::exec(ins, &mut ctx).map_err(|e| ins_err(e, core, idx, ins))?;
             }
             ctx.jump

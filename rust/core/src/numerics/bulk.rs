@@ -46,6 +46,13 @@ pub struct Run {
 /// every decoder shares; the dtype is resolved by the caller, once).
 #[inline(always)]
 fn dec<const S: usize, T>(mem: &[u8], runs: &[Run], out: &mut [T], f: impl Fn(u32) -> T) {
+    if runs.len() == out.len() {
+        // One element per run (a column): no per-run loop setup.
+        for (r, o) in runs.iter().zip(out.iter_mut()) {
+            *o = f(load::<S>(&mem[r.off..r.off + S]));
+        }
+        return;
+    }
     let mut pos = 0;
     for r in runs {
         let out = &mut out[pos..pos + r.n];
@@ -71,6 +78,12 @@ fn dec<const S: usize, T>(mem: &[u8], runs: &[Run], out: &mut [T], f: impl Fn(u3
 /// Store `f(v)` for each value, run by run.
 #[inline(always)]
 fn enc<const S: usize, T: Copy>(mem: &mut [u8], runs: &[Run], vals: &[T], f: impl Fn(T) -> u32) {
+    if runs.len() == vals.len() {
+        for (r, v) in runs.iter().zip(vals) {
+            store::<S>(&mut mem[r.off..r.off + S], f(*v));
+        }
+        return;
+    }
     let mut pos = 0;
     for r in runs {
         let vals = &vals[pos..pos + r.n];

@@ -1,0 +1,195 @@
+"""The streaming / fused data paths keep the materialising semantics: every input is read before
+the destination is written (aliasing), stochastic-rounding indices stay row-major, strided,
+reversed, broadcast and chunk-crossing patterns give the numpy answer. References are numpy /
+ml_dtypes computed in the test on a copy of the original memory.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+import trn3emu as t3
+
+W = 96  # arena columns (fp32 elements per partition)
+
+
+def _arena(dev, p, rng, cols=W, dtype=np.float32):
+    """An SBUF [128, cols] tile filled from HBM with random values; returns (tile, values)."""
+    vals = rng.standard_normal((128, cols)).astype(dtype)
+    t = p.sbuf((128, cols), dtype)
+    p.dma_copy(dst=t, src=dev.hbm.put(vals))
+    return t, vals
+
+
+def _run(dev, p, tile):
+    dev.run(p)
+    return dev.read(tile)
+
+
+@pytest.mark.parametrize(
+    "dst_sl, a_sl, b_sl",
+    [
+        # in place on data1 (streamed: each chunk is read before it is written)
+        ((slice(0, 128), slice(0, 40)), (slice(0, 128), slice(0, 40)), (slice(0, 128), slice(40, 80))),
+        # other partitions (the start-partition rule keeps equal-sized operands from partly
+        # overlapping across partitions)
+        ((slice(32, 64), slice(0, 40)), (slice(0, 32), slice(0, 40)), (slice(96, 128), slice(0, 40))),
+        ((slice(0, 32), slice(0, 40)), (slice(32, 64), slice(0, 40)), (slice(64, 96), slice(8, 48))),
+        # dst shifted by one element inside the same partitions
+        ((slice(0, 128), slice(1, 41)), (slice(0, 128), slice(0, 40)), (slice(0, 128), slice(50, 90))),
+        ((slice(0, 128), slice(0, 40)), (slice(0, 128), slice(1, 41)), (slice(0, 128), slice(50, 90))),
+        # disjoint (the fused single-pass path)
+        ((slice(0, 128), slice(80, 96)), (slice(0, 128), slice(0, 16)), (slice(0, 128), slice(16, 32))),
+    ],
+)
+@pytest.mark.parametrize("op, f", [("subtract", np.subtract), ("maximum", np.maximum)])
+def test_tensor_tensor_aliasing_reads_before_writes(dev, rng, dst_sl, a_sl, b_sl, op, f):
+    p = t3.Program()
+    t, vals = _arena(dev, p, rng)
+    p.tensor_tensor(dst=t[dst_sl], data1=t[a_sl], data2=t[b_sl], op=op)
+    want = vals.copy()
+    want[dst_sl] = f(vals[a_sl], vals[b_sl])
+    np.testing.assert_array_equal(_run(dev, p, t).view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("cols", [1, 3, 2047, 2048, 2049, 5000])
+def test_tensor_scalar_rows_and_chunks(dev, rng, cols):
+    """Per-partition operands with short rows (batched into one block) and long rows (chunked)."""
+    p = t3.Program()
+    x, xv = _arena(dev, p, rng, cols)
+    c, cv = _arena(dev, p, rng, 1)
+    out = p.sbuf((128, cols), np.float32)
+    p.tensor_scalar(dst=out, data=x, op0="multiply", operand0=c, op1="subtract", operand1=0.5, reverse1=True)
+    want = np.float32(0.5) - xv * cv
+    np.testing.assert_array_equal(_run(dev, p, out).view(np.uint32), want.view(np.uint32))
+
+
+def test_tensor_scalar_in_place_column(dev, rng):
+    p = t3.Program()
+    x, xv = _arena(dev, p, rng, 1)
+    for _ in range(3):
+        p.tensor_scalar(dst=x, data=x, op0="add", operand0=1.25, op1="maximum", operand1=0.0)
+    want = xv
+    for _ in range(3):
+        want = np.maximum(want + np.float32(1.25), np.float32(0.0))
+    np.testing.assert_array_equal(_run(dev, p, x).view(np.uint32), want.view(np.uint32))
+
+
+def test_strided_reversed_and_broadcast_views(dev, rng):
+    """Reversed inner step, a two-level strided source, and a step-0 (broadcast) source."""
+    p = t3.Program()
+    t, vals = _arena(dev, p, rng)
+    out = p.sbuf((128, 4, 6), np.float32)
+    rev = t.ap([[W, 128], [6, 4], [-1, 6]], offset=5)  # [r, i, j] = vals[r, 6 i + 5 - j]
+    bc = t.ap([[W, 128], [0, 4], [1, 6]], offset=40)  # [r, i, j] = vals[r, 40 + j]
+    p.tensor_tensor(dst=out, data1=rev, data2=bc, op="add")
+    idx = 6 * np.arange(4)[:, None] + 5 - np.arange(6)[None, :]
+    want = vals[:, idx] + vals[:, 40 + np.arange(6)][:, None, :]
+    np.testing.assert_array_equal(_run(dev, p, out).view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [ml_dtypes.bfloat16, np.float16, ml_dtypes.float8_e4m3, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2],
+)
+def test_cast_copy_bitwise_against_ml_dtypes(dev, rng, dtype):
+    """fp32 -> narrow casts on a strided source, every element bit-exact with ml_dtypes (RNE)."""
+    n = 3000
+    bits = rng.integers(0, 2**32, (128, 2 * n), dtype=np.uint32)
+    # Keep the magnitudes near each format's range so rounding, subnormals and overflow all occur.
+    scale = {np.float16: 2**-10, ml_dtypes.bfloat16: 1.0}.get(dtype, 2**-12)
+    mant = (bits >> 9).astype(np.float32) / 2**23 + 1
+    expo = (bits % 40).astype(np.int32) - 20
+    src = (np.where(bits & 1, -1, 1) * mant * np.exp2(expo) * scale).astype(np.float32)
+    src[0, :6] = [np.inf, -np.inf, 0.0, -0.0, 1e30, -1e-30]
+    if dtype is not np.float16:  # numpy's fp16 NaN keeps payload bits (documented difference)
+        src[1, :2] = [np.nan, -np.nan]
+    p = t3.Program()
+    t = p.sbuf((128, 2 * n), np.float32)
+    p.dma_copy(dst=t, src=dev.hbm.put(src))
+    out = p.sbuf((128, n), dtype)
+    p.tensor_copy(dst=out, src=t[:, ::2])
+    got = _run(dev, p, out)
+    with np.errstate(over="ignore"):
+        want = src[:, ::2].astype(dtype)
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def test_memset_strided_leaves_the_gaps(dev, rng):
+    p = t3.Program()
+    t, vals = _arena(dev, p, rng)
+    p.memset(dst=t[:, 1::3], value=2.5)
+    want = vals.copy()
+    want[:, 1::3] = 2.5
+    np.testing.assert_array_equal(_run(dev, p, t).view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("cols", [1, 4100])
+def test_bitwise_int8_raw_path(dev, rng, cols):
+    a = rng.integers(-128, 128, (128, cols), dtype=np.int8)
+    b = rng.integers(-128, 128, (128, cols), dtype=np.int8)
+    p = t3.Program()
+    ta = p.sbuf((128, cols), np.int8)
+    tb = p.sbuf((128, cols), np.int8)
+    out = p.sbuf((128, cols), np.int32)
+    p.dma_copy(dst=ta, src=dev.hbm.put(a))
+    p.dma_copy(dst=tb, src=dev.hbm.put(b))
+    p.tensor_tensor(dst=out, data1=ta, data2=tb, op="bitwise_xor")
+    want = a.astype(np.int32) ^ b.astype(np.int32)
+    np.testing.assert_array_equal(_run(dev, p, out), want)
+
+
+def test_fused_path_with_a_psum_input(dev, rng):
+    """fp32 add with data2 in PSUM: the fused pass reads across the two memories."""
+    p = t3.Program()
+    a, av = _arena(dev, p, rng, 512)
+    b, bv = _arena(dev, p, rng, 512)
+    ps = p.psum((128, 512), np.float32)
+    p.tensor_copy(dst=ps, src=b)
+    out = p.sbuf((128, 512), np.float32)
+    p.tensor_tensor(dst=out, data1=a, data2=ps, op="add")
+    np.testing.assert_array_equal(_run(dev, p, out).view(np.uint32), (av + bv).view(np.uint32))
+
+
+M64 = (1 << 64) - 1
+
+
+def _mix64(z):
+    """SplitMix64 finaliser on Python ints or uint64 arrays (docs/numerics.md)."""
+    if isinstance(z, int):
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9 & M64
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EB & M64
+        return z ^ (z >> 31)
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+@pytest.mark.parametrize("cols", [1, 2500])
+def test_stochastic_rounding_index_order_streamed(rng, cols):
+    """SR bits of a streamed cast follow the documented counter: element i (row-major over dst)
+    draws mix64(key + i * phi) >> 32; bf16 rounds up iff (dropped 16 bits << 16) > that word."""
+    seed = 7
+    vals = rng.standard_normal((128, cols)).astype(np.float32)
+    dev = t3.Device(rounding="stochastic", seed=seed)
+    load = t3.Program()
+    t = load.sbuf((128, cols), np.float32, address=0)
+    load.dma_copy(dst=t, src=dev.hbm.put(vals))
+    dev.run(load)  # run 0
+    cast = t3.Program(sync="manual")
+    src = cast.sbuf((128, cols), np.float32, address=0)
+    out = cast.sbuf((128, cols), ml_dtypes.bfloat16)
+    cast.tensor_copy(dst=out, src=src, engine="vector")  # run 1, instruction 0, core 0
+    dev.run(cast)
+    got = dev.read(out).view(np.uint16)
+
+    key = _mix64(_mix64(seed ^ 0x54524E3353520000) ^ _mix64((0 << 56) ^ (1 << 24) ^ 0))
+    i = np.arange(128 * cols, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        r = (_mix64(np.uint64(key) + i * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)).reshape(128, cols)
+    u = vals.view(np.uint32).astype(np.uint64)
+    up = ((u & np.uint64(0xFFFF)) << np.uint64(16)) > r
+    want = ((u >> np.uint64(16)) + up).astype(np.uint16)
+    np.testing.assert_array_equal(got, want)

@@ -404,11 +404,14 @@ fn dense_row(ap: &Ap, stride: usize, r: usize) -> std::ops::Range<usize> {
 
 /// Split `raw` into the mutable `d` and shared views of `srcs`, when every source is disjoint
 /// from `d` (sources may overlap each other).
-fn split_around<'m, const N: usize>(
-    raw: &'m mut [u8],
+/// A destination row and the source rows that live in the same buffer.
+type Split<'m, const N: usize> = (&'m mut [u8], [Option<&'m [u8]>; N]);
+
+fn split_around<const N: usize>(
+    raw: &mut [u8],
     d: std::ops::Range<usize>,
     srcs: [Option<std::ops::Range<usize>>; N],
-) -> Option<(&'m mut [u8], [Option<&'m [u8]>; N])> {
+) -> Option<Split<'_, N>> {
     let (lo, rest) = raw.split_at_mut(d.start);
     let (dm, hi) = rest.split_at_mut(d.len());
     let (lo, hi): (&[u8], &[u8]) = (lo, hi);

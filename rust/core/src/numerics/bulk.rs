@@ -466,7 +466,10 @@ mod tests {
                 let mut raw = vec![0u32; n];
                 decode_raw_run(dt, &mem, (2 * n - 2) * s, -2, &mut raw);
                 for (k, v) in vals.iter().enumerate() {
-                    let want = rd.from_f32(dt, *v, 5 + k as u64);
+                    let mut want = rd.from_f32(dt, *v, 5 + k as u64);
+                    if s < 4 {
+                        want &= (1u32 << (8 * s)) - 1; // stores keep the dtype's width
+                    }
                     let got = crate::numerics::load_raw(&mem, s, 2 * n - 2 - 2 * k);
                     assert_eq!(got, want, "{dt:?} {:#x}", v.to_bits());
                     assert_eq!(back[k].to_bits(), to_f32(dt, want).to_bits(), "{dt:?}");

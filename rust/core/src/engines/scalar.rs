@@ -143,12 +143,22 @@ fn activate(ctx: &Ctx, f: ActFn, src: &Ap, scale: &Arg, bias: &Arg) -> (Vec<f32>
     let bias = ctx.per_partition(bias, src.parts, 0.0);
     let mut x = ctx.read_f32(src);
     for (r, row) in x.chunks_mut(n.max(1)).enumerate() {
-        let (s, b) = (scale[r], bias[r]);
-        for v in row {
-            *v = act::apply_checked(f, *v * s + b, 0.0);
-        }
+        act::apply_affine_slice(f, row, scale[r], bias[r]);
     }
     (x, n)
+}
+
+/// `activation` without register traffic, streamed block by block into dst; false when the
+/// patterns need the materialising path.
+fn activate_streamed(ctx: &mut Ctx, f: ActFn, dst: &Ap, src: &Ap, scale: &Arg, bias: &Arg) -> bool {
+    let scale = ctx.per_partition(scale, src.parts, 1.0);
+    let bias = ctx.per_partition(bias, src.parts, 0.0);
+    super::rows::map_f32(ctx, dst, [src], |r0, _, _, w, [x], out| {
+        out.copy_from_slice(x);
+        for (k, row) in out.chunks_exact_mut(w.max(1)).enumerate() {
+            act::apply_affine_slice(f, row, scale[r0 + k], bias[r0 + k]);
+        }
+    })
 }
 
 // ------------------------------------------------------------------------------------ activation
@@ -194,17 +204,17 @@ pub fn activation(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     let dst = tensor(ins, a::DST, "dst")?;
     let src = tensor(ins, a::DATA, "data")?;
     let f = act_fn(ins, a::OP)?;
+    let cmd = reduce_cmd(ins, a::REDUCE_CMD);
+    if cmd == ReduceCmd::Idle
+        && matches!(ins.arg(a::REDUCE_RES), Arg::Absent)
+        && activate_streamed(ctx, f, dst, src, ins.arg(a::SCALE), ins.arg(a::BIAS))
+    {
+        return Ok(());
+    }
     let (out, n) = activate(ctx, f, src, ins.arg(a::SCALE), ins.arg(a::BIAS));
     ctx.write_f32(dst, &out);
     let base = src.start as usize;
-    accumulate(
-        ctx,
-        base,
-        &out,
-        n,
-        reduce_cmd(ins, a::REDUCE_CMD),
-        AluOp::Add,
-    );
+    accumulate(ctx, base, &out, n, cmd, AluOp::Add);
     read_out(ctx, ins.arg(a::REDUCE_RES), base, src.parts as usize);
     Ok(())
 }

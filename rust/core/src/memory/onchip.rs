@@ -119,6 +119,49 @@ impl Mems<'_> {
         out
     }
 
+    /// Same-dtype copy between HBM and on-chip memory when both patterns have dense rows:
+    /// each row moves as one slice, with no staging buffer (the two memories cannot overlap).
+    /// False (nothing done) for other shapes.
+    pub fn copy_dense_hbm(&mut self, dst: &Ap, src: &Ap) -> bool {
+        let dense = |a: &Ap| a.dynamic.is_none() && a.is_row_contiguous();
+        if dst.dtype != src.dtype
+            || dst.parts != src.parts
+            || !dense(dst)
+            || !dense(src)
+            || (dst.mem == Mem::Hbm) == (src.mem == Mem::Hbm)
+        {
+            return false;
+        }
+        let n = src.free_size() * src.dtype.size();
+        if n != dst.free_size() * dst.dtype.size() {
+            return false;
+        }
+        for r in 0..src.parts {
+            if src.mem == Mem::Hbm {
+                let base = src.row_base(r) as u64;
+                let mem = match dst.mem {
+                    Mem::Sbuf => &mut *self.sbuf,
+                    _ => &mut *self.psum,
+                };
+                let o = dst.offset as usize;
+                self.hbm.read(
+                    base,
+                    &mut mem.partition_mut((dst.start + r) as usize)[o..o + n],
+                );
+            } else {
+                let base = dst.row_base(r) as u64;
+                let o = src.offset as usize;
+                let mem: &OnChip = match src.mem {
+                    Mem::Sbuf => self.sbuf,
+                    _ => self.psum,
+                };
+                let part = mem.partition((src.start + r) as usize);
+                self.hbm.write(base, &part[o..o + n]);
+            }
+        }
+        true
+    }
+
     /// Write packed little-endian bytes to the elements of a (validated) AP in logical order.
     pub fn scatter(&mut self, ap: &Ap, data: &[u8]) {
         let es = ap.dtype.size();

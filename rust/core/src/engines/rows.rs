@@ -13,7 +13,7 @@ use crate::memory::rows::RowGeom;
 use crate::memory::{Ap, Mem};
 use crate::numerics::bulk::{
     decode_raw_run, decode_raw_runs, decode_run, decode_runs, encode_raw_run, encode_raw_runs,
-    encode_run, encode_runs, Run,
+    encode_run, encode_runs, Grid, Run, Runs,
 };
 use std::cell::RefCell;
 
@@ -108,33 +108,33 @@ fn block(parts: usize, free: usize) -> (usize, usize) {
 }
 
 /// The runs of rows `r0..r0 + rows`, columns `j0..j1` of `ap`, as absolute byte offsets into
-/// its memory (`idx` = row-major output index, for stochastic rounding).
-fn block_runs(
+/// its memory (`idx` = row-major output index, for stochastic rounding): a uniform grid for
+/// dense rows, else a run list built in `list`.
+fn block_runs<'l>(
     ap: &Ap,
     g: &RowGeom,
     stride: usize,
     (r0, rows): (usize, usize),
     (j0, j1): (usize, usize),
-    out: &mut Vec<Run>,
-) {
-    out.clear();
+    list: &'l mut Vec<Run>,
+) -> Runs<'l> {
     let es = ap.dtype.size() as i64;
     if g.is_dense() {
-        // One run per row.
-        let first = ((ap.start as usize + r0) * stride) as i64 + ap.offset as i64 + j0 as i64 * es;
-        out.extend((0..rows).map(|k| Run {
-            off: (first + (k * stride) as i64) as usize,
-            step: 1,
+        return Runs::Grid(Grid {
+            off: ((ap.start as usize + r0) * stride) + ap.offset as usize + j0 * es as usize,
+            stride,
             n: j1 - j0,
-            idx: ((r0 + k) * g.free + j0) as u64,
-        }));
-        return;
+            rows,
+            idx: (r0 * g.free + j0) as u64,
+            idx_step: g.free as u64,
+        });
     }
+    list.clear();
     for r in r0..r0 + rows {
         let base = ((ap.start as usize + r) * stride) as i64 + ap.offset as i64;
         let idx = (r * g.free + j0) as u64;
         g.runs(j0, j1, |o, st, pos, n| {
-            out.push(Run {
+            list.push(Run {
                 off: (base + o * es) as usize,
                 step: st as isize,
                 n,
@@ -142,6 +142,7 @@ fn block_runs(
             })
         });
     }
+    Runs::List(list)
 }
 
 /// Plan of a streamed map, or `None` when the materialising path is needed.
@@ -167,8 +168,8 @@ fn drive<T: Copy + Default, const N: usize>(
     srcs: &[&Ap; N],
     (gd, gs): (RowGeom, [RowGeom; N]),
     scratch: &mut Vec<T>,
-    read: impl Fn(&Ap, &[u8], &[Run], &mut [T]),
-    mut write: impl FnMut(&Ap, &mut [u8], &[Run], &[T]),
+    read: impl Fn(&Ap, &[u8], Runs, &mut [T]),
+    mut write: impl FnMut(&Ap, &mut [u8], Runs, &[T]),
     kernel: impl Fn(usize, usize, usize, usize, [&[T]; N], &mut [T]),
 ) {
     let parts = dst.parts as usize;
@@ -179,13 +180,8 @@ fn drive<T: Copy + Default, const N: usize>(
         scratch.resize((N + 1) * cap, T::default());
     }
     let (out, ins) = scratch.split_at_mut(cap);
-    let segs = gs
-        .iter()
-        .map(|g| g.inner)
-        .chain([gd.inner])
-        .min()
-        .unwrap_or(1);
-    let mut runs = Vec::with_capacity(rows_per * (width / segs.max(1) + 2));
+    // Run lists only for non-dense patterns (dense ones are grids): allocated on first use.
+    let mut runs = Vec::new();
     let mut r0 = 0;
     while r0 < parts {
         let rows = rows_per.min(parts - r0);
@@ -195,14 +191,14 @@ fn drive<T: Copy + Default, const N: usize>(
             let n = rows * (j1 - j0);
             for (k, (s, g)) in srcs.iter().zip(&gs).enumerate() {
                 let mem = onchip(mems, s.mem);
-                block_runs(s, g, mem.stride(), (r0, rows), (j0, j1), &mut runs);
-                read(s, mem.raw(), &runs, &mut ins[k * cap..k * cap + n]);
+                let rs = block_runs(s, g, mem.stride(), (r0, rows), (j0, j1), &mut runs);
+                read(s, mem.raw(), rs, &mut ins[k * cap..k * cap + n]);
             }
             let views: [&[T]; N] = std::array::from_fn(|k| &ins[k * cap..k * cap + n]);
             kernel(r0, rows, j0, j1 - j0, views, &mut out[..n]);
             let mem = onchip_mut(mems, dst.mem);
-            block_runs(dst, &gd, mem.stride(), (r0, rows), (j0, j1), &mut runs);
-            write(dst, mem.raw_mut(), &runs, &out[..n]);
+            let rs = block_runs(dst, &gd, mem.stride(), (r0, rows), (j0, j1), &mut runs);
+            write(dst, mem.raw_mut(), rs, &out[..n]);
             j0 = j1;
         }
         r0 += rows;

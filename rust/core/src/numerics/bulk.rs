@@ -42,17 +42,44 @@ pub struct Run {
     pub idx: u64,
 }
 
-/// Apply `f` to each loaded element of the runs, filling `out` in order (the one generic loop
-/// every decoder shares; the dtype is resolved by the caller, once).
-#[inline(always)]
-fn dec<const S: usize, T>(mem: &[u8], runs: &[Run], out: &mut [T], f: impl Fn(u32) -> T) {
-    if runs.len() == out.len() {
-        // One element per run (a column): no per-run loop setup.
-        for (r, o) in runs.iter().zip(out.iter_mut()) {
-            *o = f(load::<S>(&mem[r.off..r.off + S]));
-        }
-        return;
+/// A uniform block of runs: `rows` dense runs of `n` elements, `stride` bytes apart (a block
+/// of dense rows in partition-major memory), the first at byte `off`; output indices start at
+/// `idx` and advance `idx_step` per run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grid {
+    pub off: usize,
+    pub stride: usize,
+    pub n: usize,
+    pub rows: usize,
+    pub idx: u64,
+    pub idx_step: u64,
+}
+
+impl Grid {
+    fn iter(self) -> impl Iterator<Item = Run> {
+        (0..self.rows).map(move |k| Run {
+            off: self.off + k * self.stride,
+            step: 1,
+            n: self.n,
+            idx: self.idx + k as u64 * self.idx_step,
+        })
     }
+}
+
+/// Where a block's elements are: an explicit run list or a uniform grid.
+#[derive(Clone, Copy, Debug)]
+pub enum Runs<'a> {
+    List(&'a [Run]),
+    Grid(Grid),
+}
+
+#[inline(always)]
+fn dec_iter<const S: usize, T>(
+    mem: &[u8],
+    runs: impl Iterator<Item = Run>,
+    out: &mut [T],
+    f: &impl Fn(u32) -> T,
+) {
     let mut pos = 0;
     for r in runs {
         let out = &mut out[pos..pos + r.n];
@@ -75,15 +102,35 @@ fn dec<const S: usize, T>(mem: &[u8], runs: &[Run], out: &mut [T], f: impl Fn(u3
     }
 }
 
-/// Store `f(v)` for each value, run by run.
+/// Apply `f` to each loaded element of the runs, filling `out` in order (the one generic loop
+/// every decoder shares; the dtype is resolved by the caller, once).
 #[inline(always)]
-fn enc<const S: usize, T: Copy>(mem: &mut [u8], runs: &[Run], vals: &[T], f: impl Fn(T) -> u32) {
-    if runs.len() == vals.len() {
-        for (r, v) in runs.iter().zip(vals) {
-            store::<S>(&mut mem[r.off..r.off + S], f(*v));
+fn dec<const S: usize, T>(mem: &[u8], runs: Runs, out: &mut [T], f: impl Fn(u32) -> T) {
+    match runs {
+        // One element per run (a column): no per-run loop setup.
+        Runs::List(l) if l.len() == out.len() => {
+            for (r, o) in l.iter().zip(out.iter_mut()) {
+                *o = f(load::<S>(&mem[r.off..r.off + S]));
+            }
         }
-        return;
+        Runs::Grid(g) if g.n == 1 => {
+            for (k, o) in out.iter_mut().enumerate().take(g.rows) {
+                let i = g.off + k * g.stride;
+                *o = f(load::<S>(&mem[i..i + S]));
+            }
+        }
+        Runs::List(l) => dec_iter::<S, T>(mem, l.iter().copied(), out, &f),
+        Runs::Grid(g) => dec_iter::<S, T>(mem, g.iter(), out, &f),
     }
+}
+
+#[inline(always)]
+fn enc_iter<const S: usize, T: Copy>(
+    mem: &mut [u8],
+    runs: impl Iterator<Item = Run>,
+    vals: &[T],
+    f: &impl Fn(T) -> u32,
+) {
     let mut pos = 0;
     for r in runs {
         let vals = &vals[pos..pos + r.n];
@@ -105,25 +152,46 @@ fn enc<const S: usize, T: Copy>(mem: &mut [u8], runs: &[Run], vals: &[T], f: imp
     }
 }
 
+/// Store `f(v)` for each value, run by run.
+#[inline(always)]
+fn enc<const S: usize, T: Copy>(mem: &mut [u8], runs: Runs, vals: &[T], f: impl Fn(T) -> u32) {
+    match runs {
+        Runs::List(l) if l.len() == vals.len() => {
+            for (r, v) in l.iter().zip(vals) {
+                store::<S>(&mut mem[r.off..r.off + S], f(*v));
+            }
+        }
+        Runs::Grid(g) if g.n == 1 => {
+            for (k, v) in vals.iter().enumerate().take(g.rows) {
+                let i = g.off + k * g.stride;
+                store::<S>(&mut mem[i..i + S], f(*v));
+            }
+        }
+        Runs::List(l) => enc_iter::<S, T>(mem, l.iter().copied(), vals, &f),
+        Runs::Grid(g) => enc_iter::<S, T>(mem, g.iter(), vals, &f),
+    }
+}
+
 /// `enc` with each element's output index (stochastic rounding needs it).
 #[inline(always)]
-fn enc_idx<const S: usize>(
-    mem: &mut [u8],
-    runs: &[Run],
-    vals: &[f32],
-    f: impl Fn(u64, f32) -> u32,
-) {
-    let mut pos = 0;
-    for r in runs {
-        let vals = &vals[pos..pos + r.n];
-        pos += r.n;
-        let mut p = r.off as isize;
-        let d = r.step * S as isize;
-        for (k, v) in vals.iter().enumerate() {
-            let i = p as usize;
-            store::<S>(&mut mem[i..i + S], f(r.idx + k as u64, *v));
-            p += d;
+fn enc_idx<const S: usize>(mem: &mut [u8], runs: Runs, vals: &[f32], f: impl Fn(u64, f32) -> u32) {
+    let body = |mem: &mut [u8], runs: &mut dyn Iterator<Item = Run>| {
+        let mut pos = 0;
+        for r in runs {
+            let vals = &vals[pos..pos + r.n];
+            pos += r.n;
+            let mut p = r.off as isize;
+            let d = r.step * S as isize;
+            for (k, v) in vals.iter().enumerate() {
+                let i = p as usize;
+                store::<S>(&mut mem[i..i + S], f(r.idx + k as u64, *v));
+                p += d;
+            }
         }
+    };
+    match runs {
+        Runs::List(l) => body(mem, &mut l.iter().copied()),
+        Runs::Grid(g) => body(mem, &mut g.iter()),
     }
 }
 
@@ -173,7 +241,7 @@ pub fn fp16_to_f32(h: u32) -> f32 {
 }
 
 /// Decode runs of `dt` elements to fp32 (into `out`, in run order).
-pub fn decode_runs(dt: DType, mem: &[u8], runs: &[Run], out: &mut [f32]) {
+pub fn decode_runs(dt: DType, mem: &[u8], runs: Runs, out: &mut [f32]) {
     match dt {
         DType::Float32 => dec::<4, _>(mem, runs, out, f32::from_bits),
         DType::Bfloat16 => dec::<2, _>(mem, runs, out, |r| f32::from_bits(r << 16)),
@@ -194,12 +262,12 @@ pub fn decode_runs(dt: DType, mem: &[u8], runs: &[Run], out: &mut [f32]) {
 
 /// Decode one run of `dt` elements to fp32.
 pub fn decode_run(dt: DType, mem: &[u8], off: usize, step: isize, out: &mut [f32]) {
-    decode_runs(dt, mem, &one(off, step, out.len(), 0), out)
+    decode_runs(dt, mem, Runs::List(&one(off, step, out.len(), 0)), out)
 }
 
 /// Decode runs of `dt` elements to raw 32-bit words (int8/int16 sign-extended, as
 /// `numerics::raw_all`).
-pub fn decode_raw_runs(dt: DType, mem: &[u8], runs: &[Run], out: &mut [u32]) {
+pub fn decode_raw_runs(dt: DType, mem: &[u8], runs: Runs, out: &mut [u32]) {
     match dt {
         DType::Int8 => dec::<1, _>(mem, runs, out, |r| r as u8 as i8 as i32 as u32),
         DType::Int16 => dec::<2, _>(mem, runs, out, |r| r as u16 as i16 as i32 as u32),
@@ -213,11 +281,11 @@ pub fn decode_raw_runs(dt: DType, mem: &[u8], runs: &[Run], out: &mut [u32]) {
 
 /// Decode one run of raw words.
 pub fn decode_raw_run(dt: DType, mem: &[u8], off: usize, step: isize, out: &mut [u32]) {
-    decode_raw_runs(dt, mem, &one(off, step, out.len(), 0), out)
+    decode_raw_runs(dt, mem, Runs::List(&one(off, step, out.len(), 0)), out)
 }
 
 /// Store raw 32-bit words truncated to `dt`'s width, run by run.
-pub fn encode_raw_runs(dt: DType, mem: &mut [u8], runs: &[Run], vals: &[u32]) {
+pub fn encode_raw_runs(dt: DType, mem: &mut [u8], runs: Runs, vals: &[u32]) {
     match dt.size() {
         1 => enc::<1, _>(mem, runs, vals, |v| v),
         2 => enc::<2, _>(mem, runs, vals, |v| v),
@@ -227,7 +295,7 @@ pub fn encode_raw_runs(dt: DType, mem: &mut [u8], runs: &[Run], vals: &[u32]) {
 
 /// Store one run of raw words.
 pub fn encode_raw_run(dt: DType, mem: &mut [u8], off: usize, step: isize, vals: &[u32]) {
-    encode_raw_runs(dt, mem, &one(off, step, vals.len(), 0), vals)
+    encode_raw_runs(dt, mem, Runs::List(&one(off, step, vals.len(), 0)), vals)
 }
 
 /// Fill a run with one raw value.
@@ -352,7 +420,7 @@ impl FastEnc {
 
 /// Encode fp32 values as `dt` under `rd`, run by run (each run's `idx` is the output index of
 /// its first element: stochastic-rounding bits are drawn per output index).
-pub fn encode_runs(rd: &Rounder, dt: DType, mem: &mut [u8], runs: &[Run], vals: &[f32]) {
+pub fn encode_runs(rd: &Rounder, dt: DType, mem: &mut [u8], runs: Runs, vals: &[f32]) {
     let sr = !rd.is_default();
     match dt {
         DType::Float32 => enc::<4, _>(mem, runs, vals, |v| v.to_bits()),
@@ -391,7 +459,13 @@ pub fn encode_run(
     vals: &[f32],
     idx0: u64,
 ) {
-    encode_runs(rd, dt, mem, &one(off, step, vals.len(), idx0), vals)
+    encode_runs(
+        rd,
+        dt,
+        mem,
+        Runs::List(&one(off, step, vals.len(), idx0)),
+        vals,
+    )
 }
 
 #[cfg(test)]

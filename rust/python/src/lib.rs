@@ -1,6 +1,6 @@
 //! Python bindings: array conversion, error mapping, GIL release. No semantics live here.
 
-use numpy::{PyArray1, PyReadonlyArray1};
+use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1, PyUntypedArrayMethods};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
@@ -866,14 +866,40 @@ impl RawTrace {
     }
 }
 
+/// `out` if given (contiguous, writeable, `n` long: conversions then allocate nothing, which
+/// is what keeps large buffers from being page-fault bound), else a new zeroed array.
+fn out_array<'py, T: numpy::Element>(
+    py: Python<'py>,
+    out: Option<Bound<'py, PyArray1<T>>>,
+    n: usize,
+) -> PyResult<Bound<'py, PyArray1<T>>> {
+    match out {
+        Some(o) => {
+            if o.len() != n {
+                return Err(to_py(
+                    py,
+                    emu(
+                        ErrorKind::Shape,
+                        format!("out has {} elements, the input {n}", o.len()),
+                    )
+                    .operand("out"),
+                ));
+            }
+            Ok(o)
+        }
+        None => Ok(PyArray1::zeros(py, n, false)),
+    }
+}
+
 /// Raw conversions exposed for tests and dtype helpers: fp32 bits -> dtype bits (RNE).
 #[pyfunction]
-#[pyo3(signature = (dtype, bits, saturate = false))]
+#[pyo3(signature = (dtype, bits, saturate = false, out = None))]
 fn convert_from_f32<'py>(
     py: Python<'py>,
     dtype: &str,
     bits: PyReadonlyArray1<'py, u32>,
     saturate: bool,
+    out: Option<Bound<'py, PyArray1<u32>>>,
 ) -> PyResult<Bound<'py, PyArray1<u32>>> {
     let dt = DType::from_name(dtype).ok_or_else(|| {
         to_py(
@@ -884,28 +910,38 @@ fn convert_from_f32<'py>(
     let s = bits
         .as_slice()
         .map_err(|_| PyRuntimeError::new_err("contiguous uint32 array needed"))?;
-    let mut out = vec![0u32; s.len()];
-    if saturate {
-        let cfg = core::numerics::config::NumericsConfig {
-            fp8_overflow: core::numerics::config::Fp8Overflow::Saturate,
-            ..Default::default()
-        };
-        let r = core::numerics::config::Rounder::new(cfg, 0, 0, 0, false);
-        for (o, b) in out.iter_mut().zip(s) {
-            *o = r.from_f32(dt, f32::from_bits(*b), 0);
+    let arr = out_array(py, out, s.len())?;
+    {
+        let mut w = arr
+            .try_readwrite()
+            .map_err(|_| PyRuntimeError::new_err("out must be a writeable array"))?;
+        let o = w
+            .as_slice_mut()
+            .map_err(|_| PyRuntimeError::new_err("out must be contiguous"))?;
+        if saturate {
+            let cfg = core::numerics::config::NumericsConfig {
+                fp8_overflow: core::numerics::config::Fp8Overflow::Saturate,
+                ..Default::default()
+            };
+            let r = core::numerics::config::Rounder::new(cfg, 0, 0, 0, false);
+            for (o, b) in o.iter_mut().zip(s) {
+                *o = r.from_f32(dt, f32::from_bits(*b), 0);
+            }
+        } else {
+            py.detach(|| core::numerics::convert_from_f32_slice(dt, s, o));
         }
-    } else {
-        py.detach(|| core::numerics::convert_from_f32_slice(dt, s, &mut out));
     }
-    Ok(PyArray1::from_vec(py, out))
+    Ok(arr)
 }
 
 /// Raw conversions for tests and benchmarks: dtype bits (zero-extended to u32) -> fp32 (exact).
 #[pyfunction]
+#[pyo3(signature = (dtype, codes, out = None))]
 fn convert_to_f32<'py>(
     py: Python<'py>,
     dtype: &str,
     codes: PyReadonlyArray1<'py, u32>,
+    out: Option<Bound<'py, PyArray1<f32>>>,
 ) -> PyResult<Bound<'py, PyArray1<f32>>> {
     let dt = DType::from_name(dtype).ok_or_else(|| {
         to_py(
@@ -916,9 +952,17 @@ fn convert_to_f32<'py>(
     let s = codes
         .as_slice()
         .map_err(|_| PyRuntimeError::new_err("contiguous uint32 array needed"))?;
-    let mut out = vec![0f32; s.len()];
-    py.detach(|| core::numerics::convert_to_f32_slice(dt, s, &mut out));
-    Ok(PyArray1::from_vec(py, out))
+    let arr = out_array(py, out, s.len())?;
+    {
+        let mut w = arr
+            .try_readwrite()
+            .map_err(|_| PyRuntimeError::new_err("out must be a writeable array"))?;
+        let o = w
+            .as_slice_mut()
+            .map_err(|_| PyRuntimeError::new_err("out must be contiguous"))?;
+        py.detach(|| core::numerics::convert_to_f32_slice(dt, s, o));
+    }
+    Ok(arr)
 }
 
 /// The default cost model's numbers the trace reports compare against (docs/cost-model.md).

@@ -419,7 +419,8 @@ pub fn run(dev: &mut Device, programs: &[&Program], opts: &RunOptions) -> Result
         };
         if races && !regs.is_empty() {
             let my_vc = &agents[ai].vc;
-            for (bi, b) in agents.iter().enumerate() {
+            for &bi in &active {
+                let b = &agents[bi];
                 if bi == ai {
                     continue;
                 }

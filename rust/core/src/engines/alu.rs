@@ -295,3 +295,45 @@ pub fn apply_bytes(op: AluOp, x: &[u8], y: &[u8], out: &mut [u8]) {
         op => zip(x, y, out, |a, b| apply(op, a, b)),
     }
 }
+
+/// One row of `tensor_scalar` on little-endian fp32 bytes: `out = op1(op0(x, k0), k1)` (each
+/// with its `rev` order; `op1` None = op0 only); same results as `apply`, for the fused path.
+#[allow(clippy::too_many_arguments)]
+pub fn apply_scalar_bytes(
+    op0: AluOp,
+    rev0: bool,
+    k0: f32,
+    op1: Option<AluOp>,
+    rev1: bool,
+    k1: f32,
+    x: &[u8],
+    out: &mut [u8],
+) {
+    #[inline(always)]
+    fn each(x: &[u8], out: &mut [u8], f: impl Fn(f32) -> f32) {
+        for (o, a) in out.chunks_exact_mut(4).zip(x.chunks_exact(4)) {
+            o.copy_from_slice(&f(f32::from_le_bytes([a[0], a[1], a[2], a[3]])).to_le_bytes());
+        }
+    }
+    let one = |op: AluOp, rev: bool, k: f32, v: f32| {
+        if rev {
+            apply(op, k, v)
+        } else {
+            apply(op, v, k)
+        }
+    };
+    match (op0, rev0, op1, rev1) {
+        (AluOp::Multiply, false, Some(AluOp::Add), false) => each(x, out, |v| v * k0 + k1),
+        (AluOp::Multiply, false, None, _) => each(x, out, |v| v * k0),
+        (AluOp::Add, false, None, _) => each(x, out, |v| v + k0),
+        (AluOp::Add, false, Some(AluOp::Multiply), false) => each(x, out, |v| (v + k0) * k1),
+        (AluOp::Subtract, false, Some(AluOp::Multiply), false) => each(x, out, |v| (v - k0) * k1),
+        _ => each(x, out, |v| {
+            let t = one(op0, rev0, k0, v);
+            match op1 {
+                Some(op1) => one(op1, rev1, k1, t),
+                None => t,
+            }
+        }),
+    }
+}

@@ -425,19 +425,18 @@ fn split_around<const N: usize>(
     Some((dm, out))
 }
 
-/// Fused two-input map over dense rows of 4-byte elements: `kernel(x row bytes, y row bytes,
-/// dst row bytes)` reads the inputs straight from memory and writes the destination in one
-/// pass. Only when no input overlaps the destination (then order cannot matter); false (and
-/// nothing done) otherwise.
-pub fn zip_dense4(
+/// Fused map over dense rows of 4-byte elements: `kernel(row, input row bytes, dst row bytes)`
+/// reads the inputs straight from memory and writes the destination in one pass. Only when no
+/// input overlaps the destination (then order cannot matter); false (and nothing done)
+/// otherwise.
+pub fn fused_dense4<const N: usize>(
     ctx: &mut Ctx,
     dst: &Ap,
-    srcs: [&Ap; 2],
-    kernel: impl Fn(&[u8], &[u8], &mut [u8]),
+    srcs: [&Ap; N],
+    kernel: impl Fn(usize, [&[u8]; N], &mut [u8]),
 ) -> bool {
-    let all = [dst, srcs[0], srcs[1]];
-    if !all
-        .iter()
+    if !std::iter::once(dst)
+        .chain(srcs)
         .all(|a| static_onchip(a) && a.dtype.size() == 4 && a.is_row_contiguous())
         || !can_stream(dst, &srcs)
     {
@@ -464,14 +463,15 @@ pub fn zip_dense4(
     }
     for r in 0..dst.parts as usize {
         let d = dense_row(dst, stride_d, r);
-        let same = |s: &Ap| (s.mem == dst.mem).then(|| dense_row(s, stride_d, r));
-        let Some((out, [x, y])) = split_around(dmem.raw_mut(), d, [same(srcs[0]), same(srcs[1])])
-        else {
+        let same = srcs.map(|s| (s.mem == dst.mem).then(|| dense_row(s, stride_d, r)));
+        let Some((out, mine)) = split_around(dmem.raw_mut(), d, same) else {
             return false;
         };
-        let x = x.unwrap_or_else(|| &other.raw()[dense_row(srcs[0], stride_o, r)]);
-        let y = y.unwrap_or_else(|| &other.raw()[dense_row(srcs[1], stride_o, r)]);
-        kernel(x, y, out);
+        let mut views: [&[u8]; N] = [&[]; N];
+        for ((v, m), s) in views.iter_mut().zip(mine).zip(srcs) {
+            *v = m.unwrap_or_else(|| &other.raw()[dense_row(s, stride_o, r)]);
+        }
+        kernel(r, views, out);
     }
     true
 }

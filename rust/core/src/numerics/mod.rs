@@ -80,10 +80,14 @@ pub fn from_f32(dt: DType, x: f32) -> u32 {
 /// fp32 -> bf16 round-to-nearest-even (canonical quiet NaN, sign kept, as ml_dtypes).
 #[inline]
 pub fn bf16_rne(u: u32) -> u32 {
+    // Both results computed and one selected: branch-free, so slice loops vectorise.
+    let nan = ((u >> 16) & 0x8000) | 0x7FC0;
+    let r = (u.wrapping_add(0x7FFF + ((u >> 16) & 1))) >> 16;
     if u & 0x7FFF_FFFF > 0x7F80_0000 {
-        return ((u >> 16) & 0x8000) | 0x7FC0;
+        nan
+    } else {
+        r
     }
-    (u.wrapping_add(0x7FFF + ((u >> 16) & 1))) >> 16
 }
 
 /// Read element `i` (raw bits) from little-endian bytes.

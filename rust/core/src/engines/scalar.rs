@@ -105,6 +105,37 @@ fn identity(op: AluOp) -> f32 {
 /// Apply `cmd` to the registers of lanes `base..base+p` with `op` over rows of `out` (n per row).
 fn accumulate(ctx: &mut Ctx, base: usize, out: &[f32], n: usize, cmd: ReduceCmd, op: AluOp) {
     let p = out.len().checked_div(n).unwrap_or(0);
+    if op == AluOp::Add
+        && matches!(cmd, ReduceCmd::Reduce | ReduceCmd::ResetReduce)
+        && base + p <= ctx.state.act_regs.len()
+    {
+        // Eight lanes' sums advance together: each lane still adds in free-index order, but
+        // the eight dependency chains overlap instead of waiting on one fp32 add at a time.
+        let regs = &mut ctx.state.act_regs[base..base + p];
+        if cmd == ReduceCmd::ResetReduce {
+            regs.fill(0.0);
+        }
+        for (g, accs) in regs.chunks_mut(8).enumerate() {
+            let rows = &out[g * 8 * n..(g * 8 + accs.len()) * n];
+            let mut a = [0f32; 8];
+            a[..accs.len()].copy_from_slice(accs);
+            if accs.len() == 8 {
+                for j in 0..n {
+                    for (k, ak) in a.iter_mut().enumerate() {
+                        *ak += rows[k * n + j];
+                    }
+                }
+            } else {
+                for (k, ak) in a.iter_mut().enumerate().take(accs.len()) {
+                    for v in &rows[k * n..(k + 1) * n] {
+                        *ak += *v;
+                    }
+                }
+            }
+            accs.copy_from_slice(&a[..accs.len()]);
+        }
+        return;
+    }
     for r in 0..p {
         let Some(reg) = ctx.state.act_regs.get_mut(base + r) else {
             continue;

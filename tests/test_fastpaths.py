@@ -193,3 +193,22 @@ def test_stochastic_rounding_index_order_streamed(rng, cols):
     up = ((u & np.uint64(0xFFFF)) << np.uint64(16)) > r
     want = ((u >> np.uint64(16)) + up).astype(np.uint16)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("parts", [37, 128])
+def test_activation_register_sum_is_sequential_per_lane(dev, rng, parts):
+    """The add registers fold fp32 results in free-index order per lane (interleaved lanes must
+    not change that): compare with numpy's sequential accumulate, on values whose sum is order
+    sensitive; a second instruction with reduce_cmd=reduce continues from the registers."""
+    n = 300
+    x = (rng.standard_normal((parts, n)) * np.exp2(rng.integers(-20, 20, (parts, n)))).astype(np.float32)
+    p = t3.Program()
+    t = p.sbuf((parts, n), np.float32)
+    p.dma_copy(dst=t, src=dev.hbm.put(x))
+    sq = p.sbuf((parts, n), np.float32)
+    res = p.sbuf((parts, 1), np.float32)
+    p.activation(dst=sq, op="copy", data=t, reduce_op="add", reduce_cmd="reset_reduce")
+    p.activation(dst=sq, op="copy", data=t, reduce_op="add", reduce_cmd="reduce", reduce_res=res)
+    dev.run(p)
+    seq = np.add.accumulate(np.concatenate([x, x], axis=1), axis=1, dtype=np.float32)[:, -1:]
+    np.testing.assert_array_equal(dev.read(res).view(np.uint32), seq.view(np.uint32))

@@ -212,3 +212,43 @@ def test_activation_register_sum_is_sequential_per_lane(dev, rng, parts):
     dev.run(p)
     seq = np.add.accumulate(np.concatenate([x, x], axis=1), axis=1, dtype=np.float32)[:, -1:]
     np.testing.assert_array_equal(dev.read(res).view(np.uint32), seq.view(np.uint32))
+
+
+@pytest.mark.parametrize("op, ufunc", [("add", np.add), ("maximum", np.fmax), ("multiply", np.multiply)])
+def test_tensor_reduce_left_to_right_per_group(dev, rng, op, ufunc):
+    """tensor_reduce over the last axis of [P, 5, 13]: each of the 5 groups per partition folds
+    left to right from its first element (numpy's sequential accumulate), negate after."""
+    x = (rng.standard_normal((128, 5, 13)) * np.exp2(rng.integers(-15, 15, (128, 5, 13)))).astype(np.float32)
+    if op == "multiply":
+        x = (1 + x * 1e-3).astype(np.float32)
+    p = t3.Program()
+    t = p.sbuf((128, 5, 13), np.float32)
+    p.dma_copy(dst=t, src=dev.hbm.put(x))
+    out = p.sbuf((128, 5), np.float32)
+    p.tensor_reduce(dst=out, op=op, data=t, axis=2, negate=True)
+    dev.run(p)
+    want = -ufunc.accumulate(x, axis=2, dtype=np.float32)[:, :, -1]
+    np.testing.assert_array_equal(dev.read(out).view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("shift", [1, -1, 0])
+@pytest.mark.parametrize("cast", [False, True])
+def test_dma_sbuf_to_sbuf_overlapping_partitions(dev, rng, shift, cast):
+    """DMA has no start-partition rule, so a copy can overlap its source across partitions:
+    the result is the source as it was before the copy (every element read before written)."""
+    p = t3.Program()
+    t, vals = _arena(dev, p, rng)
+    lo = 1 if shift < 0 else 0
+    src = t[lo : lo + 100, 0:40]
+    dst = t[lo + shift : lo + shift + 100, 3:43]
+    if cast:  # same bytes reinterpreted through a bf16 round trip is not a copy: cast to int32
+        out = p.sbuf((128, 40), np.int32)
+        p.dma_copy(dst=out[lo + shift : lo + shift + 100, :], src=src)
+    p.dma_copy(dst=dst, src=src)
+    got = _run(dev, p, t)
+    want = vals.copy()
+    want[lo + shift : lo + shift + 100, 3:43] = vals[lo : lo + 100, 0:40]
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    if cast:
+        r = np.clip(np.round(vals[lo : lo + 100, 0:40].astype(np.float64)), -(2**31), 2**31 - 1)
+        np.testing.assert_array_equal(dev.read(out)[lo + shift : lo + shift + 100], r.astype(np.int32))

@@ -337,3 +337,44 @@ pub fn apply_scalar_bytes(
         }),
     }
 }
+
+/// `out[g] = x[g*m] op x[g*m+1] op ... op x[g*m+m-1]` (left to right from the first element,
+/// as `Iterator::reduce` with `apply`) for every group of `m`; 0 for an empty group. Eight
+/// groups advance together for the common operators so their fp32 dependency chains overlap;
+/// each group's order is unchanged.
+pub fn reduce_groups(op: AluOp, x: &[f32], m: usize, out: &mut [f32]) {
+    #[inline(always)]
+    fn run(x: &[f32], m: usize, out: &mut [f32], f: impl Fn(f32, f32) -> f32) {
+        for (g8, o) in out.chunks_mut(8).enumerate() {
+            let base = g8 * 8 * m;
+            if o.len() == 8 {
+                let mut a = [0f32; 8];
+                for (k, ak) in a.iter_mut().enumerate() {
+                    *ak = x[base + k * m];
+                }
+                for j in 1..m {
+                    for (k, ak) in a.iter_mut().enumerate() {
+                        *ak = f(*ak, x[base + k * m + j]);
+                    }
+                }
+                o.copy_from_slice(&a);
+            } else {
+                for (k, ok) in o.iter_mut().enumerate() {
+                    let row = &x[base + k * m..base + (k + 1) * m];
+                    *ok = row.iter().copied().reduce(&f).unwrap_or(0.0);
+                }
+            }
+        }
+    }
+    if m == 0 {
+        out.fill(0.0);
+        return;
+    }
+    match op {
+        AluOp::Add => run(x, m, out, |a, b| a + b),
+        AluOp::Multiply => run(x, m, out, |a, b| a * b),
+        AluOp::Maximum => run(x, m, out, f32::max),
+        AluOp::Minimum => run(x, m, out, f32::min),
+        op => run(x, m, out, |a, b| apply(op, a, b)),
+    }
+}

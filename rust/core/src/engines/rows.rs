@@ -159,8 +159,33 @@ fn plan<const N: usize>(dst: &Ap, srcs: &[&Ap; N]) -> Option<(RowGeom, [RowGeom;
     Some((gd, gs))
 }
 
+/// True when the blocks of a streamed map are independent of each other (no input byte is
+/// written by any block, except an exactly in-place dense destination), so the block loop of
+/// `drive` may run on several threads. `can_stream` alone also admits a destination that
+/// starts at a lower partition than an overlapping input, which is only correct in row order.
+pub fn blocks_independent(dst: &Ap, srcs: &[&Ap]) -> bool {
+    can_stream(dst, srcs)
+        && srcs.iter().all(|s| {
+            let same_place = s.start == dst.start
+                && s.offset == dst.offset
+                && s.dims == dst.dims
+                && s.dtype.size() == dst.dtype.size();
+            let (a, b) = (row_bytes(s), row_bytes(dst));
+            s.mem != dst.mem
+                || s.start >= dst.start + dst.parts
+                || dst.start >= s.start + s.parts
+                || a.1 <= b.0
+                || b.1 <= a.0
+                || same_place
+        })
+}
+
 /// The block loop shared by `map_f32` and `map_raw`: for each block, `read(k, runs, buf)` fills
-/// input k, `compute` runs the kernel, `write(runs, out)` stores the result.
+/// input k, `compute` runs the kernel, `write(runs, out)` stores the result. Each block reads
+/// through a shared borrow of the memories, computes with a pure kernel into its own scratch,
+/// then writes only its own destination rows (which lie in their own partitions); with
+/// `blocks_independent`, running blocks on a thread pool (per-thread scratch, write-back per
+/// partition chunk) gives the same bytes.
 #[allow(clippy::too_many_arguments)]
 fn drive<T: Copy + Default, const N: usize>(
     mems: &mut Mems,
@@ -474,4 +499,56 @@ pub fn fused_dense4<const N: usize>(
         kernel(r, views, out);
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::isa::DType;
+
+    fn ap(start: u32, parts: u32, offset: u64, n: u32) -> Ap {
+        Ap {
+            mem: Mem::Sbuf,
+            dtype: DType::Float32,
+            start,
+            parts,
+            pstep: 0,
+            offset,
+            dims: vec![(1, n)],
+            dynamic: None,
+        }
+    }
+
+    #[test]
+    fn stream_and_parallel_rules() {
+        let a = ap(0, 64, 0, 16);
+        // exactly in place: both
+        assert!(can_stream(&a, &[&a]) && blocks_independent(&a, &[&a]));
+        // other bytes of the same partitions: both
+        let b = ap(0, 64, 64, 16);
+        assert!(can_stream(&b, &[&a]) && blocks_independent(&b, &[&a]));
+        // dst one partition below an overlapping source: row order only
+        let lower = ap(0, 64, 0, 16);
+        let src = ap(1, 64, 0, 16);
+        assert!(can_stream(&lower, &[&src]) && !blocks_independent(&lower, &[&src]));
+        // dst one partition above: neither (a later source row is overwritten first)
+        assert!(!can_stream(&src, &[&lower]));
+        // shifted by one element in the same partitions: neither
+        let shifted = ap(0, 64, 4, 16);
+        assert!(!can_stream(&shifted, &[&a]) && !can_stream(&a, &[&shifted]));
+    }
+
+    #[test]
+    fn dense_rows_fold_to_one_segment() {
+        let mut x = ap(0, 1, 0, 1);
+        x.dims = vec![(8, 4), (1, 8)];
+        let g = RowGeom::new(&x).unwrap_or_else(|| panic!("static pattern"));
+        assert!(g.is_dense() && g.inner == 32);
+        x.dims = vec![(16, 4), (1, 8)];
+        let g = RowGeom::new(&x).unwrap_or_else(|| panic!("static pattern"));
+        assert!(!g.is_dense() && g.inner == 8);
+        let mut seen = Vec::new();
+        g.runs(6, 20, |o, st, pos, n| seen.push((o, st, pos, n)));
+        assert_eq!(seen, vec![(6, 1, 0, 2), (16, 1, 2, 8), (32, 1, 10, 4)]);
+    }
 }

@@ -466,6 +466,11 @@ pub fn run(dev: &mut Device, programs: &[&Program], opts: &RunOptions) -> Result
             .iter()
             .map(|r| r.ap.num_elements() as u64 * r.ap.dtype.size() as u64)
             .sum();
+        let wbox = if opts.trace {
+            write_box(&regs)
+        } else {
+            WriteBox::NONE
+        };
         let jump = {
             let c = &mut dev.cores[core as usize];
             let stream = agents[ai].stream;
@@ -557,7 +562,7 @@ pub fn run(dev: &mut Device, programs: &[&Program], opts: &RunOptions) -> Result
                     by: -1,
                 });
             }
-            let write = write_box(core, ins);
+            let write = wbox;
             let (bytes, hbm_bytes, priority, dma_engines) = match &transfer {
                 Some(pl) => (pl.bytes, pl.hbm_bytes, pl.priority, pl.pieces.len() as u8),
                 None => (bytes, 0, 0, 0),
@@ -638,15 +643,15 @@ fn trace_waits(t: &mut crate::trace::Trace, core: u8, ins: &Instr, start: u64) {
     }
 }
 
-/// The first on-chip region `ins` writes, for the occupancy counters of the trace.
-fn write_box(core: u8, ins: &Instr) -> WriteBox {
-    for (_, _, acc, ap) in ins.tensors() {
-        if !acc.writes() || ap.mem == Mem::Hbm {
+/// The first on-chip region the instruction writes (from its `regions`, which list operands in
+/// order), for the occupancy counters of the trace.
+fn write_box(regs: &[Region]) -> WriteBox {
+    for r in regs {
+        if !r.write || r.mem == Mem::Hbm {
             continue;
         }
-        let r = Region::new(core, ap, true);
         return WriteBox {
-            mem: ap.mem as u8,
+            mem: r.mem as u8,
             p0: r.p0.min(255) as u8,
             p1: r.p1.min(255) as u8,
             lo: r.lo.clamp(0, u32::MAX as i128) as u32,

@@ -252,3 +252,24 @@ def test_dma_sbuf_to_sbuf_overlapping_partitions(dev, rng, shift, cast):
     if cast:
         r = np.clip(np.round(vals[lo : lo + 100, 0:40].astype(np.float64)), -(2**31), 2**31 - 1)
         np.testing.assert_array_equal(dev.read(out)[lo + shift : lo + shift + 100], r.astype(np.int32))
+
+
+@pytest.mark.parametrize("op, f", [("add", np.add), ("multiply", np.multiply), ("maximum", np.fmax)])
+def test_bf16_fused_matches_fp32_then_rne(dev, rng, op, f):
+    """bf16 tensor_tensor (the fused single pass): exact widening, one fp32 op, RNE to bf16,
+    bit-exact with ml_dtypes; includes inf, NaN (in one operand), subnormals and overflow."""
+    a = (rng.standard_normal((128, 700)) * np.exp2(rng.integers(-130, 127, (128, 700)))).astype(np.float32)
+    b = (rng.standard_normal((128, 700)) * np.exp2(rng.integers(-130, 127, (128, 700)))).astype(np.float32)
+    a[0, :4] = [np.inf, -np.inf, np.nan, 3e38]
+    b[0, :4] = [1.0, 2.0, 5.0, 3e38]
+    a, b = a.astype(ml_dtypes.bfloat16), b.astype(ml_dtypes.bfloat16)
+    p = t3.Program()
+    ta, tb = p.sbuf((128, 700), ml_dtypes.bfloat16), p.sbuf((128, 700), ml_dtypes.bfloat16)
+    p.dma_copy(dst=ta, src=dev.hbm.put(a))
+    p.dma_copy(dst=tb, src=dev.hbm.put(b))
+    out = p.sbuf((128, 700), ml_dtypes.bfloat16)
+    p.tensor_tensor(dst=out, data1=ta, data2=tb, op=op)
+    dev.run(p)
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = f(a.astype(np.float32), b.astype(np.float32)).astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(dev.read(out).view(np.uint16), want.view(np.uint16))

@@ -378,3 +378,28 @@ pub fn reduce_groups(op: AluOp, x: &[f32], m: usize, out: &mut [f32]) {
         op => run(x, m, out, |a, b| apply(op, a, b)),
     }
 }
+
+/// `apply_slices` on little-endian bf16 bytes: widen exactly, one fp32 operation, round to
+/// nearest even (`numerics::bf16_rne`); same results as decode + `apply` + RNE encode.
+pub fn apply_bytes_bf16(op: AluOp, x: &[u8], y: &[u8], out: &mut [u8]) {
+    #[inline(always)]
+    fn zip(x: &[u8], y: &[u8], out: &mut [u8], f: impl Fn(f32, f32) -> f32) {
+        let ld = |c: &[u8]| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16);
+        for ((o, a), b) in out
+            .chunks_exact_mut(2)
+            .zip(x.chunks_exact(2))
+            .zip(y.chunks_exact(2))
+        {
+            let r = crate::numerics::bf16_rne(f(ld(a), ld(b)).to_bits()) as u16;
+            o.copy_from_slice(&r.to_le_bytes());
+        }
+    }
+    match op {
+        AluOp::Add => zip(x, y, out, |a, b| a + b),
+        AluOp::Subtract => zip(x, y, out, |a, b| a - b),
+        AluOp::Multiply => zip(x, y, out, |a, b| a * b),
+        AluOp::Maximum => zip(x, y, out, f32::max),
+        AluOp::Minimum => zip(x, y, out, f32::min),
+        op => zip(x, y, out, |a, b| apply(op, a, b)),
+    }
+}

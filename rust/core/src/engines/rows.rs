@@ -450,11 +450,11 @@ fn split_around<const N: usize>(
     Some((dm, out))
 }
 
-/// Fused map over dense rows of 4-byte elements: `kernel(row, input row bytes, dst row bytes)`
+/// Fused map over dense rows: `kernel(row, input row bytes, dst row bytes)`
 /// reads the inputs straight from memory and writes the destination in one pass. Only when no
 /// input overlaps the destination (then order cannot matter); false (and nothing done)
 /// otherwise.
-pub fn fused_dense4<const N: usize>(
+pub fn fused_dense<const N: usize>(
     ctx: &mut Ctx,
     dst: &Ap,
     srcs: [&Ap; N],
@@ -462,7 +462,7 @@ pub fn fused_dense4<const N: usize>(
 ) -> bool {
     if !std::iter::once(dst)
         .chain(srcs)
-        .all(|a| static_onchip(a) && a.dtype.size() == 4 && a.is_row_contiguous())
+        .all(|a| static_onchip(a) && a.is_row_contiguous())
         || !can_stream(dst, &srcs)
     {
         return false;

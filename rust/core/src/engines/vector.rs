@@ -2,8 +2,8 @@
 //! tensor_scalar, tensor_copy, memset.
 
 use super::alu::{
-    apply_bits, apply_bytes, apply_i32, apply_scalar_bytes, apply_scalar_inplace, apply_slices,
-    apply_vec_inplace, is_bitwise, is_elementwise, is_unary,
+    apply_bits, apply_bytes, apply_bytes_bf16, apply_i32, apply_scalar_bytes, apply_scalar_inplace,
+    apply_slices, apply_vec_inplace, is_bitwise, is_elementwise, is_unary,
 };
 use super::rows;
 use super::{check_column, same_shape, Ctx};
@@ -118,8 +118,17 @@ pub fn tensor_tensor(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     }
     // fp32 in and out, dense rows, no overlap: one fused pass straight through memory.
     if [dst, a, b].iter().all(|t| t.dtype == DType::Float32)
-        && rows::fused_dense4(ctx, dst, [a, b], |_, [x, y], out| {
+        && rows::fused_dense(ctx, dst, [a, b], |_, [x, y], out| {
             apply_bytes(op, x, y, out)
+        })
+    {
+        return Ok(());
+    }
+    // bf16 in and out with RNE casts: the same single pass, widening and rounding inline.
+    if [dst, a, b].iter().all(|t| t.dtype == DType::Bfloat16)
+        && ctx.rounder.is_default()
+        && rows::fused_dense(ctx, dst, [a, b], |_, [x, y], out| {
+            apply_bytes_bf16(op, x, y, out)
         })
     {
         return Ok(());
@@ -253,7 +262,7 @@ pub fn tensor_scalar(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     // fp32 in and out, dense rows, no overlap: one pass straight through memory.
     if dst.dtype == DType::Float32
         && src.dtype == DType::Float32
-        && rows::fused_dense4(ctx, dst, [src], |r, [x], out| {
+        && rows::fused_dense(ctx, dst, [src], |r, [x], out| {
             apply_scalar_bytes(op0, rev0, c0[r], op1, rev1, c1[r], x, out)
         })
     {

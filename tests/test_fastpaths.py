@@ -273,3 +273,23 @@ def test_bf16_fused_matches_fp32_then_rne(dev, rng, op, f):
     with np.errstate(over="ignore", invalid="ignore"):
         want = f(a.astype(np.float32), b.astype(np.float32)).astype(ml_dtypes.bfloat16)
     np.testing.assert_array_equal(dev.read(out).view(np.uint16), want.view(np.uint16))
+
+
+def test_auto_sync_reused_until_the_program_grows(dev, rng):
+    """`Program.native()` synchronises once per program length: a run after more instructions
+    were appended uses the new ones (with their semaphores), a repeat run the cached program."""
+    x = rng.standard_normal((128, 8)).astype(np.float32)
+    p = t3.Program()
+    t = p.sbuf((128, 8), np.float32)
+    p.dma_copy(dst=t, src=dev.hbm.put(x))
+    p.tensor_scalar(dst=t, data=t, op0="multiply", operand0=2.0)
+    first = p.native()
+    assert p.native() is first
+    dev.run(p)
+    np.testing.assert_array_equal(dev.read(t), x * np.float32(2.0))
+    out = dev.hbm.alloc((128, 8), np.float32)
+    p.tensor_scalar(dst=t, data=t, op0="add", operand0=1.0, engine="gpsimd")
+    p.dma_copy(dst=out, src=t)
+    assert p.native() is not first and len(p.native()) == 4
+    dev.run(p)
+    np.testing.assert_array_equal(dev.hbm.get(out), x * np.float32(2.0) + np.float32(1.0))

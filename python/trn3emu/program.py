@@ -104,6 +104,7 @@ class Program(AssemblerMixin):
         self._psum = _Allocator("PSUM", PSUM_PARTITION_BYTES, PSUM_BANK_BYTES)
         self._next_sem = 0
         self._next_reg = 0
+        self._synced: tuple[int, _native.Program] | None = None
 
     # ------------------------------------------------------------------------------ multi-core
     @property
@@ -275,8 +276,15 @@ class Program(AssemblerMixin):
         return t
 
     def native(self) -> _native.Program:
-        """The program that runs: with automatic semaphores when sync='auto'."""
-        return self._native.synced() if self.sync == "auto" else self._native
+        """The program that runs: with automatic semaphores when sync='auto' (computed once per
+        program length: instructions are only ever appended, so repeated runs reuse it)."""
+        if self.sync != "auto":
+            return self._native
+        n = len(self._native)
+        cached = getattr(self, "_synced", None)
+        if cached is None or cached[0] != n:
+            cached = self._synced = (n, self._native.synced())
+        return cached[1]
 
     def to_text(self, synced: bool = False) -> str:
         """Text assembly (round-trips through `from_text`); `synced=True` shows the added semaphores."""
@@ -294,6 +302,7 @@ class Program(AssemblerMixin):
         p._psum = _Allocator("PSUM", PSUM_PARTITION_BYTES, PSUM_BANK_BYTES)
         p._next_sem = 0
         p._next_reg = 0
+        p._synced = None
         return p
 
     @classmethod

@@ -132,9 +132,13 @@ impl Device {
 
     /// `run` on borrowed programs (the bindings run Python-owned programs without copying them).
     pub fn run_refs(&mut self, programs: &[&Program], opts: &RunOptions) -> Result<RunResult> {
-        for c in &mut self.cores {
-            c.state.reset();
-            c.regs = [[0; NUM_REGISTERS as usize]; 5];
+        // Only cores that run can observe their per-run state; the others are reset when they
+        // next run.
+        for p in programs {
+            if let Some(c) = self.cores.get_mut(p.core as usize) {
+                c.state.reset();
+                c.regs = [[0; NUM_REGISTERS as usize]; 5];
+            }
         }
         let r = sched::run(self, programs, opts);
         self.runs += 1;

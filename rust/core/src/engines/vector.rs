@@ -204,66 +204,109 @@ pub fn tensor_scalar(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     );
     let p = src.parts as usize;
     let f = src.free_size();
+    if !is_bitwise(op0) {
+        return tensor_scalar_f32(ins, ctx, (op0, rev0), op1.map(|o| (o, rev1)));
+    }
     let c0 = ctx.per_partition(ins.arg(ts::OPERAND0), src.parts, 0.0);
     let c1 = ctx.per_partition(ins.arg(ts::OPERAND1), src.parts, 0.0);
-    if is_bitwise(op0) {
-        // Integer (P,1) tiles give their raw bits (like data); immediates their integer value.
-        let bits = |a: &Arg, c: &[f32]| -> Vec<u32> {
-            match a {
-                Arg::Tensor(ap) if ap.dtype.is_integer() => ctx.read_raw(ap),
-                Arg::I32(v) => vec![*v as u32; c.len()],
-                _ => c.iter().map(|v| *v as i32 as u32).collect(),
-            }
-        };
-        let b0 = bits(ins.arg(ts::OPERAND0), &c0);
-        let b1 = bits(ins.arg(ts::OPERAND1), &c1);
-        let x = ctx.read_raw(src);
-        let mut out = vec![0u32; x.len()];
-        for r in 0..p {
-            let (k0, k1) = (b0[r], b1[r]);
-            for j in 0..f {
-                let v = x[r * f + j];
-                let mut t = if rev0 {
-                    apply_bits(op0, k0, v)
-                } else {
-                    apply_bits(op0, v, k0)
-                };
-                if let Some(op1) = op1 {
-                    t = if rev1 {
-                        apply_bits(op1, k1, t)
-                    } else {
-                        apply_bits(op1, t, k1)
-                    };
-                }
-                out[r * f + j] = t;
-            }
+    // Bitwise: integer (P,1) tiles give their raw bits (like data); immediates their integer value.
+    let bits = |a: &Arg, c: &[f32]| -> Vec<u32> {
+        match a {
+            Arg::Tensor(ap) if ap.dtype.is_integer() => ctx.read_raw(ap),
+            Arg::I32(v) => vec![*v as u32; c.len()],
+            _ => c.iter().map(|v| *v as i32 as u32).collect(),
         }
-        ctx.write_raw(dst, &out);
-        return Ok(());
+    };
+    let b0 = bits(ins.arg(ts::OPERAND0), &c0);
+    let b1 = bits(ins.arg(ts::OPERAND1), &c1);
+    let x = ctx.read_raw(src);
+    let mut out = vec![0u32; x.len()];
+    for r in 0..p {
+        let (k0, k1) = (b0[r], b1[r]);
+        for j in 0..f {
+            let v = x[r * f + j];
+            let mut t = if rev0 {
+                apply_bits(op0, k0, v)
+            } else {
+                apply_bits(op0, v, k0)
+            };
+            if let Some(op1) = op1 {
+                t = if rev1 {
+                    apply_bits(op1, k1, t)
+                } else {
+                    apply_bits(op1, t, k1)
+                };
+            }
+            out[r * f + j] = t;
+        }
     }
+    ctx.write_raw(dst, &out);
+    Ok(())
+}
+
+/// A tensor_scalar operand: one immediate for every partition, or a (P, 1) column's values.
+enum Operand {
+    Imm(f32),
+    Col(Vec<f32>),
+}
+
+impl Operand {
+    fn read(ctx: &Ctx, a: &Arg) -> Operand {
+        match a {
+            Arg::Tensor(ap) => Operand::Col(ctx.read_f32(ap)),
+            a => Operand::Imm(a.imm_f32().unwrap_or(0.0)),
+        }
+    }
+    #[inline]
+    fn at(&self, r: usize) -> f32 {
+        match self {
+            Operand::Imm(v) => *v,
+            Operand::Col(c) => c.get(r).copied().unwrap_or(0.0),
+        }
+    }
+}
+
+/// Arithmetic tensor_scalar: fused in-memory pass for dense fp32, else streamed blocks, else
+/// the materialising path.
+fn tensor_scalar_f32(
+    ins: &Instr,
+    ctx: &mut Ctx,
+    (op0, rev0): (AluOp, bool),
+    op1: Option<(AluOp, bool)>,
+) -> Result<()> {
+    let dst = ins.ap(ts::DST).unwrap();
+    let src = ins.ap(ts::DATA).unwrap();
+    let (p, f) = (src.parts as usize, src.free_size());
+    let c0 = Operand::read(ctx, ins.arg(ts::OPERAND0));
+    let c1 = Operand::read(ctx, ins.arg(ts::OPERAND1));
+    let (op1, rev1) = match op1 {
+        Some((o, r)) => (Some(o), r),
+        None => (None, false),
+    };
     // A block of rows r0..r0 + rows: op0 then op1 with each row's operands.
     let block = |r0: usize, rows: usize, w: usize, x: &[f32], out: &mut [f32]| {
         out.copy_from_slice(x);
-        if w == 1 {
+        let stage = |out: &mut [f32], op: AluOp, c: &Operand, rev: bool| match c {
+            // The same constant for every row: one pass over the block.
+            Operand::Imm(k) => apply_scalar_inplace(op, out, *k, rev),
             // One element per row: the per-row operands are a vector.
-            apply_vec_inplace(op0, out, &c0[r0..r0 + rows], rev0);
-            if let Some(op1) = op1 {
-                apply_vec_inplace(op1, out, &c1[r0..r0 + rows], rev1);
+            Operand::Col(v) if w == 1 => apply_vec_inplace(op, out, &v[r0..r0 + rows], rev),
+            Operand::Col(v) => {
+                for (k, row) in out.chunks_exact_mut(w.max(1)).enumerate() {
+                    apply_scalar_inplace(op, row, v[r0 + k], rev);
+                }
             }
-            return;
-        }
-        for (k, row) in out.chunks_exact_mut(w).enumerate() {
-            apply_scalar_inplace(op0, row, c0[r0 + k], rev0);
-            if let Some(op1) = op1 {
-                apply_scalar_inplace(op1, row, c1[r0 + k], rev1);
-            }
+        };
+        stage(out, op0, &c0, rev0);
+        if let Some(op1) = op1 {
+            stage(out, op1, &c1, rev1);
         }
     };
     // fp32 in and out, dense rows, no overlap: one pass straight through memory.
     if dst.dtype == DType::Float32
         && src.dtype == DType::Float32
         && rows::fused_dense(ctx, dst, [src], |r, [x], out| {
-            apply_scalar_bytes(op0, rev0, c0[r], op1, rev1, c1[r], x, out)
+            apply_scalar_bytes(op0, rev0, c0.at(r), op1, rev1, c1.at(r), x, out)
         })
     {
         return Ok(());

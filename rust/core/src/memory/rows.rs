@@ -3,7 +3,7 @@
 //! (`outer.step == inner.step * inner.num`) are folded first, so a dense row is one segment and
 //! a plain slice of memory.
 
-use super::ap::{Ap, DynKind};
+use super::ap::{Ap, DynKind, MAX_FREE_DIMS};
 
 #[derive(Clone, Debug)]
 pub struct RowGeom {
@@ -28,13 +28,17 @@ impl RowGeom {
         {
             return None;
         }
-        // Drop unit dims, then fold from the innermost outwards.
-        let dims: Vec<(i64, usize)> = ap
-            .dims
-            .iter()
-            .filter(|d| d.1 != 1)
-            .map(|d| (d.0, d.1 as usize))
-            .collect();
+        if ap.dims.len() > MAX_FREE_DIMS {
+            return None;
+        }
+        // Drop unit dims, then fold from the innermost outwards (no allocation: at most 4 dims).
+        let mut buf = [(0i64, 0usize); MAX_FREE_DIMS];
+        let mut nd = 0;
+        for d in ap.dims.iter().filter(|d| d.1 != 1) {
+            buf[nd] = (d.0, d.1 as usize);
+            nd += 1;
+        }
+        let dims = &buf[..nd];
         let Some(&(mut istep, mut inner)) = dims.last() else {
             return Some(RowGeom {
                 inner: 1,

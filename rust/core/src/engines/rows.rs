@@ -1,11 +1,14 @@
-//! Streaming row-wise data paths for the elementwise instructions: for each partition row, in
-//! chunks of at most `CHUNK` elements, decode the inputs into small reusable scratch buffers,
-//! compute, and encode straight into the destination — no whole-tile vectors.
+//! Streaming data paths for the elementwise instructions: block by block (a few short partition
+//! rows, or a chunk of one long row; at most `CHUNK` elements), decode the inputs into small
+//! reusable scratch buffers, compute, and encode straight into the destination — no whole-tile
+//! vectors. `fused_dense` goes further for dense rows with no overlap: one pass from the input
+//! bytes to the output bytes.
 //!
-//! The kernel of a map is a pure per-(row, chunk) closure, so running rows on several threads
-//! later only changes the driver loop. Results equal the materialising path (read every input,
-//! then write): streams are only used when no write can reach an input element that is still to
-//! be read (`can_stream`), and stochastic-rounding indices stay row-major over the destination.
+//! The kernel of a map is a pure per-block closure, so running blocks on several threads later
+//! only changes the driver loop (see `blocks_independent`). Results equal the materialising
+//! path (read every input, then write): streams are only used when no write can reach an input
+//! element that is still to be read (`can_stream`), and stochastic-rounding indices stay
+//! row-major over the destination.
 
 use super::Ctx;
 use crate::memory::onchip::{Mems, OnChip};

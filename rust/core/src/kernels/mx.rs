@@ -1,0 +1,245 @@
+//! The arithmetic of `nc_matmul_mx` (semantics: engines/mx.rs and docs/numerics.md "MX"):
+//! per partition p and output (m, n), the 4 quad products are summed exactly with the two
+//! block scales and rounded once to fp32; the fp32 column sum accumulates over p in order.
+//!
+//! Fast path: when every partial sum of 4 element products of the two formats is exact in
+//! f64 (true for e4m3fn x e4m3fn and anything with fp4: values are multiples of the smallest
+//! subnormal and bounded, so the sum needs < 53 bits), the exact sum is formed in f64, scaled
+//! by the exact power of two and converted to f32 with one RNE rounding, the same value the
+//! integer formula gives. Otherwise (e5m2 pairs) the integer formula runs. Partitions whose
+//! terms involve Inf/NaN elements or a NaN scale use the reference IEEE formula unchanged.
+
+use crate::numerics::float::Format;
+use crate::numerics::mx::{element_units, round_wide_to_f32, scale_value, x4_code};
+use crate::par;
+
+/// One operand: `p` partitions of `w` x4 words, its element format and code width, and the
+/// E8M0 scale codes `[p / 8][w]`.
+pub struct Operand<'a> {
+    pub words: &'a [u32],
+    pub scales: &'a [u32],
+    pub w: usize,
+    pub fmt: Format,
+    pub bits: u32,
+}
+
+/// Elements decoded per (partition, column): 4 values (f32, exact), the block scale as f64,
+/// and whether the reference formula must be used (Inf/NaN element or NaN scale).
+struct Decoded {
+    q: [Vec<f32>; 4],
+    units: Vec<[i64; 4]>,
+    scale: Vec<f64>,
+    code: Vec<u32>,
+    special: Vec<bool>,
+}
+
+fn decode(o: &Operand, p: usize) -> Decoded {
+    let codes = 1usize << o.bits;
+    let vals: Vec<f32> = (0..codes as u32).map(|c| o.fmt.decode(c)).collect();
+    let units: Vec<Option<i64>> = (0..codes as u32).map(|c| element_units(o.fmt, c)).collect();
+    let n = p * o.w;
+    let mut d = Decoded {
+        q: std::array::from_fn(|_| vec![0f32; n]),
+        units: vec![[0; 4]; n],
+        scale: vec![0f64; n],
+        code: vec![0; n],
+        special: vec![false; n],
+    };
+    for i in 0..n {
+        let word = o.words.get(i).copied().unwrap_or(0);
+        let sc = o
+            .scales
+            .get((i / o.w / 8) * o.w + i % o.w)
+            .copied()
+            .unwrap_or(0xFF)
+            & 0xFF;
+        let mut special = sc == 0xFF;
+        for q in 0..4 {
+            let c = x4_code(word, q as u32, o.bits) as usize;
+            d.q[q][i] = vals.get(c).copied().unwrap_or(f32::NAN);
+            match units.get(c).copied().flatten() {
+                Some(u) => d.units[i][q] = u,
+                None => special = true,
+            }
+        }
+        d.scale[i] = scale_value(sc);
+        d.code[i] = sc;
+        d.special[i] = special;
+    }
+    d
+}
+
+/// True when a sum of 4 products of elements of `a` and `b` is always exact in f64.
+fn f64_exact(a: Format, abits: u32, b: Format, bbits: u32) -> bool {
+    let range = |f: Format, bits: u32| {
+        let v: Vec<f64> = (0..1u32 << bits)
+            .map(|c| f.decode(c).abs() as f64)
+            .filter(|x| x.is_finite() && *x > 0.0)
+            .collect();
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(0.0, f64::max);
+        (lo, hi)
+    };
+    let (la, ha) = range(a, abits);
+    let (lb, hb) = range(b, bbits);
+    4.0 * ha * hb / (la * lb) < 2f64.powi(53)
+}
+
+/// The reference term of one (partition, m, n): IEEE f64 products when special, else the
+/// exact integer formula.
+fn reference_term(a: &Decoded, ia: usize, b: &Decoded, ib: usize) -> f32 {
+    if a.special[ia] || b.special[ib] {
+        let scale = a.scale[ia] * b.scale[ib];
+        let mut s = 0f64;
+        for q in 0..4 {
+            s += a.q[q][ia] as f64 * b.q[q][ib] as f64;
+        }
+        (s * scale) as f32
+    } else {
+        let mut s: i128 = 0;
+        for q in 0..4 {
+            s += a.units[ia][q] as i128 * b.units[ib][q] as i128;
+        }
+        // value = s * 2^-32 * 2^(sa - 127) * 2^(sb - 127)
+        round_wide_to_f32(
+            s < 0,
+            s.unsigned_abs(),
+            a.code[ia] as i32 + b.code[ib] as i32 - 254 - 32,
+        )
+    }
+}
+
+/// `acc[m, n]` (row-major, `m = a.w`, `n = b.w`) over `p` partitions.
+pub fn matmul_mx(p: usize, a: &Operand, b: &Operand) -> Vec<f32> {
+    let (m, n) = (a.w, b.w);
+    let da = decode(a, p);
+    let db = decode(b, p);
+    let fast = f64_exact(a.fmt, a.bits, b.fmt, b.bits);
+    // Per partition: the B columns that need the reference term.
+    let b_special: Vec<Vec<usize>> = (0..p)
+        .map(|pp| (0..n).filter(|&j| db.special[pp * n + j]).collect())
+        .collect();
+    let mut acc = vec![0f32; m * n];
+    par::for_each_row(&mut acc, n, 16 * p * n, |mi, row| {
+        let mut t = vec![0f32; n];
+        for (pp, bsp) in b_special.iter().enumerate() {
+            let ia = pp * m + mi;
+            let cols = pp * n..(pp + 1) * n;
+            if fast && !da.special[ia] {
+                terms_f64(
+                    [da.q[0][ia], da.q[1][ia], da.q[2][ia], da.q[3][ia]],
+                    da.scale[ia],
+                    [
+                        &db.q[0][cols.clone()],
+                        &db.q[1][cols.clone()],
+                        &db.q[2][cols.clone()],
+                        &db.q[3][cols.clone()],
+                    ],
+                    &db.scale[cols.clone()],
+                    &mut t,
+                );
+                for &j in bsp {
+                    t[j] = reference_term(&da, ia, &db, pp * n + j);
+                }
+            } else {
+                for (j, x) in t.iter_mut().enumerate() {
+                    *x = reference_term(&da, ia, &db, pp * n + j);
+                }
+            }
+            for (o, x) in row.iter_mut().zip(&t) {
+                *o += *x;
+            }
+        }
+    });
+    acc
+}
+
+/// `t[j] = fl32((sum_q a_q * b_q[j]) * (sa * sb[j]))`, every step before the cast exact.
+fn terms_f64(a: [f32; 4], sa: f64, b: [&[f32]; 4], sb: &[f64], t: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::simd::path() == super::simd::Path::Avx512 {
+        // SAFETY: only taken when the host has AVX-512F (simd::path checks).
+        unsafe { terms_avx512(a, sa, b, sb, t) };
+        return;
+    }
+    terms_body(a, sa, b, sb, t)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn terms_avx512(a: [f32; 4], sa: f64, b: [&[f32]; 4], sb: &[f64], t: &mut [f32]) {
+    terms_body(a, sa, b, sb, t)
+}
+
+#[inline(always)]
+fn terms_body(a: [f32; 4], sa: f64, b: [&[f32]; 4], sb: &[f64], t: &mut [f32]) {
+    let n = t
+        .len()
+        .min(sb.len())
+        .min(b.iter().map(|x| x.len()).min().unwrap_or(0));
+    let [a0, a1, a2, a3] = a.map(|x| x as f64);
+    let (b0, b1, b2, b3) = (&b[0][..n], &b[1][..n], &b[2][..n], &b[3][..n]);
+    let (sb, t) = (&sb[..n], &mut t[..n]);
+    for j in 0..n {
+        let s = a0 * b0[j] as f64 + a1 * b1[j] as f64 + a2 * b2[j] as f64 + a3 * b3[j] as f64;
+        t[j] = (s * (sa * sb[j])) as f32;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::numerics::float::{E2M1, E4M3FN, E5M2};
+
+    #[test]
+    fn exactness_classification() {
+        assert!(f64_exact(E4M3FN, 8, E4M3FN, 8));
+        assert!(f64_exact(E2M1, 4, E5M2, 8));
+        assert!(!f64_exact(E5M2, 8, E5M2, 8));
+    }
+
+    #[test]
+    fn fast_terms_equal_the_integer_formula() {
+        // Every e4m3fn code pair in one quad slot, with extreme scales (subnormal and
+        // overflowing f32 results included).
+        let mut seed = 7u64;
+        let mut rnd = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 32) as u32
+        };
+        for _ in 0..20000 {
+            let (wa, wb) = (rnd(), rnd());
+            let (sa, sb) = (rnd() % 255, rnd() % 255);
+            let oa = Operand {
+                words: &[wa],
+                scales: &[sa],
+                w: 1,
+                fmt: E4M3FN,
+                bits: 8,
+            };
+            let ob = Operand {
+                words: &[wb],
+                scales: &[sb],
+                w: 1,
+                fmt: E4M3FN,
+                bits: 8,
+            };
+            let (da, db) = (decode(&oa, 1), decode(&ob, 1));
+            if da.special[0] || db.special[0] {
+                continue;
+            }
+            let mut t = [0f32];
+            let q = |d: &Decoded| [d.q[0][0], d.q[1][0], d.q[2][0], d.q[3][0]];
+            let qb = [&db.q[0][..], &db.q[1][..], &db.q[2][..], &db.q[3][..]];
+            terms_body(q(&da), da.scale[0], qb, &db.scale, &mut t);
+            let want = reference_term(&da, 0, &db, 0);
+            assert_eq!(
+                t[0].to_bits(),
+                want.to_bits(),
+                "{wa:08x} {wb:08x} {sa} {sb}"
+            );
+        }
+    }
+}

@@ -945,6 +945,31 @@ fn isa_opcodes<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
     PyList::new(py, items)
 }
 
+/// Host threads the kernels use (`TRN3EMU_NUM_THREADS`, else every core, unless set).
+#[pyfunction]
+fn get_num_threads() -> usize {
+    core::par::num_threads()
+}
+
+/// Set the host thread count for later runs (0 restores the default). Results are the same
+/// bits for every count.
+#[pyfunction]
+fn set_num_threads(n: usize) {
+    core::par::set_num_threads(n)
+}
+
+/// The SIMD path the kernels take ("avx512", "avx2+fma" or "portable").
+#[pyfunction]
+fn simd_path() -> &'static str {
+    core::kernels::simd::path_name()
+}
+
+/// Tests: pin the portable (non-SIMD) kernels, or let the host's features decide again.
+#[pyfunction]
+fn force_portable_kernels(on: bool) {
+    core::kernels::simd::set_force_portable(on)
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Device>()?;
@@ -953,6 +978,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(convert_to_f32, m)?)?;
     m.add_function(wrap_pyfunction!(isa_opcodes, m)?)?;
     m.add_function(wrap_pyfunction!(cost_params, m)?)?;
+    m.add_function(wrap_pyfunction!(get_num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(set_num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(simd_path, m)?)?;
+    m.add_function(wrap_pyfunction!(force_portable_kernels, m)?)?;
     m.add("AUTO_SEM_BASE", core::machine::autosync::AUTO_SEM_BASE)?;
     m.add("NUM_SEMAPHORES", core::isa::instr::NUM_SEMAPHORES)?;
     Ok(())

@@ -133,6 +133,40 @@ pub fn for_each_chunk_mut<T: Send>(
     }
 }
 
+/// Two buffers split in step: chunk i of `a` (`ca` elements) and chunk i of `b` (`cb`
+/// elements) go to `f(i, a_i, b_i)` together (as many chunks as the shorter split has).
+pub fn for_each_chunk_pair_mut<A: Send, B: Send>(
+    a: &mut [A],
+    ca: usize,
+    b: &mut [B],
+    cb: usize,
+    work: usize,
+    f: impl Fn(usize, &mut [A], &mut [B]) + Sync + Send,
+) {
+    let (ca, cb) = (ca.max(1), cb.max(1));
+    let threads = num_threads();
+    let n = a.len().div_ceil(ca).min(b.len().div_ceil(cb));
+    let serial = |a: &mut [A], b: &mut [B]| {
+        for (i, (x, y)) in a.chunks_mut(ca).zip(b.chunks_mut(cb)).enumerate() {
+            f(i, x, y)
+        }
+    };
+    if threads <= 1 || n <= 1 || work < MIN_PARALLEL_WORK {
+        serial(a, b);
+        return;
+    }
+    match pool(threads) {
+        Some(p) => p.install(|| {
+            use rayon::prelude::*;
+            a.par_chunks_mut(ca)
+                .zip(b.par_chunks_mut(cb))
+                .enumerate()
+                .for_each(|(i, (x, y))| f(i, x, y))
+        }),
+        None => serial(a, b),
+    }
+}
+
 /// Rows of a row-major `[rows, row_len]` buffer, each handed to `f(row_index, row)`: the helper
 /// engines use for per-partition work.
 pub fn for_each_row<T: Send>(

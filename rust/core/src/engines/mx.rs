@@ -12,6 +12,7 @@ use crate::error::{err, ErrorKind::*, Result};
 use crate::isa::tables::p::{nc_matmul_mx as mm, quantize_mx as qm};
 use crate::isa::{Instr, Opcode};
 use crate::kernels::mx::{matmul_mx, Operand};
+use crate::kernels::psum::Acc;
 use crate::memory::{Ap, PSUM_BANK_BYTES};
 use crate::numerics::mx::{
     scale_code, scale_partition, scale_parts_needed, scale_value, x4_element,
@@ -301,7 +302,12 @@ fn matmul(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
         bits: bm,
     };
     let acc = matmul_mx(p, &opa, &opb);
-    write_psum(ins.arg(mm::ACCUMULATE), ctx, dst, &acc);
+    write_psum(
+        ins.arg(mm::ACCUMULATE),
+        ctx,
+        dst,
+        &Acc::row_major(&acc, m, n),
+    );
     Ok(())
 }
 

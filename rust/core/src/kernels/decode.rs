@@ -12,27 +12,55 @@ use std::sync::OnceLock;
 
 /// Decode packed little-endian elements of `dt` into `out` (same element count).
 pub fn decode_into(dt: DType, bytes: &[u8], out: &mut [f32]) {
+    decode_panel(dt, &[bytes], 0, out.len(), out.len(), out)
+}
+
+/// Columns `j0..j0 + len` of every row of `rows` (packed elements of `dt`) into `dst` laid out
+/// `[rows][pw]`, lanes `len..pw` zeroed: one matmul operand panel. The dtype is resolved once
+/// per panel and the loops run with the widest vector instructions the host has (the same
+/// exact conversion on every path).
+pub fn decode_panel(dt: DType, rows: &[&[u8]], j0: usize, len: usize, pw: usize, dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::simd::path() == super::simd::Path::Avx512 {
+        // SAFETY: simd::path reports AVX-512 only when the host has it.
+        unsafe { panel_avx512(dt, rows, j0, len, pw, dst) };
+        return;
+    }
+    panel_body(dt, rows, j0, len, pw, dst)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn panel_avx512(
+    dt: DType,
+    rows: &[&[u8]],
+    j0: usize,
+    len: usize,
+    pw: usize,
+    dst: &mut [f32],
+) {
+    panel_body(dt, rows, j0, len, pw, dst)
+}
+
+#[inline(always)]
+fn panel_body(dt: DType, rows: &[&[u8]], j0: usize, len: usize, pw: usize, dst: &mut [f32]) {
     match dt {
-        DType::Float32 => {
-            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
-                *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-            }
-        }
-        DType::Tfloat32 => {
-            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
-                *o = f32::from_bits(u32::from_le_bytes([c[0], c[1], c[2], c[3]]) & 0xFFFF_E000);
-            }
-        }
-        DType::Bfloat16 => {
-            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-                *o = f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16);
-            }
-        }
+        DType::Float32 => rows_with::<4>(rows, j0, len, pw, dst, |c| {
+            f32::from_le_bytes([c[0], c[1], c[2], c[3]])
+        }),
+        DType::Tfloat32 => rows_with::<4>(rows, j0, len, pw, dst, |c| {
+            f32::from_bits(u32::from_le_bytes([c[0], c[1], c[2], c[3]]) & 0xFFFF_E000)
+        }),
+        DType::Bfloat16 => rows_with::<2>(rows, j0, len, pw, dst, |c| {
+            f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16)
+        }),
         DType::Float16 => {
             let t = lut16();
-            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-                *o = t[u16::from_le_bytes([c[0], c[1]]) as usize];
-            }
+            rows_with::<2>(rows, j0, len, pw, dst, |c| {
+                t.get(u16::from_le_bytes([c[0], c[1]]) as usize)
+                    .copied()
+                    .unwrap_or(f32::NAN)
+            })
         }
         DType::Float8E4m3 | DType::Float8E4m3fn | DType::Float8E5m2 => {
             let slot = match dt {
@@ -41,16 +69,37 @@ pub fn decode_into(dt: DType, bytes: &[u8], out: &mut [f32]) {
                 _ => 2,
             };
             let t = lut8(slot, dt);
-            for (o, c) in out.iter_mut().zip(bytes) {
-                *o = t[*c as usize];
-            }
+            rows_with::<1>(rows, j0, len, pw, dst, |c| t[c[0] as usize])
         }
-        d => {
-            let s = d.size();
-            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(s)) {
-                *o = to_f32(d, crate::numerics::load_raw(c, s, 0));
-            }
+        d => match d.size() {
+            1 => rows_with::<1>(rows, j0, len, pw, dst, |c| to_f32(d, c[0] as u32)),
+            2 => rows_with::<2>(rows, j0, len, pw, dst, |c| {
+                to_f32(d, u16::from_le_bytes(*c) as u32)
+            }),
+            _ => rows_with::<4>(rows, j0, len, pw, dst, |c| {
+                to_f32(d, u32::from_le_bytes(*c))
+            }),
+        },
+    }
+}
+
+#[inline(always)]
+fn rows_with<const ES: usize>(
+    rows: &[&[u8]],
+    j0: usize,
+    len: usize,
+    pw: usize,
+    dst: &mut [f32],
+    conv: impl Fn(&[u8; ES]) -> f32,
+) {
+    for (row, out) in rows.iter().zip(dst.chunks_exact_mut(pw.max(1))) {
+        let src = row.get(j0 * ES..(j0 + len) * ES).unwrap_or(&[]);
+        let (vals, pad) = out.split_at_mut(len.min(pw));
+        let (chunks, _) = src.as_chunks::<ES>();
+        for (o, c) in vals.iter_mut().zip(chunks) {
+            *o = conv(c);
         }
+        pad.fill(0.0);
     }
 }
 

@@ -1,14 +1,13 @@
 //! The fp32 matmul engine behind `nc_matmul`: `out[m, n] = fma-chain over k = 0..K-1` of
 //! `a[k, m] * b[k, n]`, starting from +0.0, one fused multiply-add (one RNE rounding) per step.
 //!
-//! Operands arrive packed in panels (see `PackedOperand`): A in panels of `MR` output rows,
+//! Operands arrive packed in panels (kernels/matmul.rs packs them): A in panels of `MR` output rows,
 //! B in panels of `NR` output columns, each panel `[K][width]` contiguous and zero-padded.
 //! A register-blocked microkernel keeps an `MR x NR` block of accumulators in SIMD registers
 //! and walks k in order, so each output element sees exactly the documented sequence of
 //! fused multiply-adds whatever the path (AVX-512, AVX2+FMA, portable) or thread count.
 
 use super::simd::Path;
-use crate::par;
 
 /// Panel widths (rows of A, columns of B) of one SIMD path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,12 +25,12 @@ pub fn blocking(p: Path) -> Blocking {
 }
 
 /// Largest microkernel tile over all paths (the stack buffer a tile is written to).
-const MAX_TILE: usize = 8 * 32;
+pub const MAX_TILE: usize = 8 * 32;
 
-/// `out` ([m, n] row-major) = A^T B for packed A (`ceil(m/mr)` panels of `[k][mr]`) and packed
-/// B (`ceil(n/nr)` panels of `[k][nr]`), with the blocking of `path`. Row blocks run in
-/// parallel (each output element is computed by one thread, in k order).
-pub fn gemm(path: Path, k: usize, m: usize, n: usize, a: &[f32], b: &[f32], out: &mut [f32]) {
+/// Test driver: `out` ([m, n] row-major) = A^T B for packed A (`ceil(m/mr)` panels of
+/// `[k][mr]`) and packed B (`ceil(n/nr)` panels of `[k][nr]`), with the blocking of `path`.
+#[cfg(test)]
+fn gemm(path: Path, k: usize, m: usize, n: usize, a: &[f32], b: &[f32], out: &mut [f32]) {
     let Blocking { mr, nr } = blocking(path);
     let nb = n.div_ceil(nr);
     if out.len() < m * n || a.len() < m.div_ceil(mr) * k * mr || b.len() < nb * k * nr {
@@ -39,7 +38,7 @@ pub fn gemm(path: Path, k: usize, m: usize, n: usize, a: &[f32], b: &[f32], out:
     }
     let out = &mut out[..m * n];
     let work = 2 * k * m * n;
-    par::for_each_chunk_mut(out, mr * n, work, |ib, rows| {
+    crate::par::for_each_chunk_mut(out, mr * n, work, |ib, rows| {
         let ap = &a[ib * k * mr..(ib + 1) * k * mr];
         let rows_here = rows.len() / n.max(1);
         let mut tile = [0f32; MAX_TILE];
@@ -56,7 +55,7 @@ pub fn gemm(path: Path, k: usize, m: usize, n: usize, a: &[f32], b: &[f32], out:
 }
 
 /// One `mr x nr` block over all k: `tile[r][c] = fma-chain(a[.][r], b[.][c])`.
-fn micro(path: Path, k: usize, a: &[f32], b: &[f32], tile: &mut [f32]) {
+pub fn micro(path: Path, k: usize, a: &[f32], b: &[f32], tile: &mut [f32]) {
     match path {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the path is only chosen when the host has the features (simd::path), and the
@@ -144,7 +143,8 @@ mod x86 {
 /// Lay out `rows` logical rows of width `w` as panels of `pw` columns (zero-padded):
 /// element (r, j) goes to `dst[(j / pw) * rows * pw + r * pw + j % pw]`. `row(r, buf)` fills
 /// `buf` (length `w`) with logical row r.
-pub fn pack(
+#[cfg(test)]
+fn pack(
     dst: &mut Vec<f32>,
     rows: usize,
     w: usize,

@@ -1,58 +1,90 @@
-//! The arithmetic of `nc_matmul` (normal and double-row): decode both operands once into packed
-//! fp32 panels (per-thread scratch reused across instructions), run the register-blocked gemm,
-//! and hand the `[M, N]` column sums to the PSUM write.
+//! The arithmetic of `nc_matmul` (normal and double-row): decode the operands straight from
+//! SBUF into packed fp32 panels (scratch reused across instructions), run the register-blocked
+//! microkernel (kernels/gemm.rs) over column panels in parallel, and hand the `[M, N]` column
+//! sums to the PSUM write. Each output element is one thread's fma chain in k order.
 
 use super::decode::{decode_into, Rows};
-use super::gemm::{blocking, gemm, grow, pack};
-use super::psum::write_psum;
+use super::gemm::{blocking, grow, micro, Blocking, MAX_TILE};
+use super::psum::{write_psum, Acc};
 use super::simd;
 use crate::engines::Ctx;
-use crate::error::Result;
+use crate::error::{err, ErrorKind::Internal, Result};
 use crate::isa::Arg;
+use crate::isa::DType;
 use crate::memory::onchip::Mems;
 use crate::memory::Ap;
+use crate::par;
 use std::cell::RefCell;
 
 #[derive(Default)]
 struct Scratch {
+    /// Decoded operand rows, row-major (`[K][M]` then `[K][N]`).
+    rows: Vec<f32>,
+    /// Stationary panels `[M / MR][K][MR]`.
     a: Vec<f32>,
-    b: Vec<f32>,
-    tmp: Vec<f32>,
+    /// Result, panel-major `[N / NR][M][NR]`.
     out: Vec<f32>,
 }
 
 thread_local! {
+    /// Per instruction: packed stationary panels and the panel-major result.
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+    /// Per worker thread: the moving panel being multiplied (K x NR, stays in L1).
+    static PANEL: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Decode the `parts x groups` logical rows (each `free / groups` wide) of `ap` into panels.
-fn pack_operand(
-    mems: &Mems,
-    ap: &Ap,
-    groups: usize,
-    pw: usize,
-    dst: &mut Vec<f32>,
-    tmp: &mut Vec<f32>,
-) -> Result<()> {
-    let rows = Rows::new(mems, ap);
-    let w = ap.free_size() / groups;
-    let wb = w * ap.dtype.size();
-    let mut res = Ok(());
-    pack(
-        dst,
-        ap.parts as usize * groups,
-        w,
-        pw,
-        |r, buf| match rows.row(r / groups) {
-            Ok(bytes) => {
-                let l = r % groups;
-                decode_into(ap.dtype, &bytes[l * wb..(l + 1) * wb], buf)
-            }
-            Err(e) => res = Err(e),
-        },
-        tmp,
-    );
-    res
+/// The logical rows of `ap` (partition `r / groups`, part `r % groups`) as byte slices.
+fn logical_rows<'r>(rows: &'r Rows, ap: &Ap, groups: usize) -> Result<Vec<&'r [u8]>> {
+    let wb = ap.free_size() / groups * ap.dtype.size();
+    (0..ap.parts as usize * groups)
+        .map(|r| {
+            rows.row(r / groups)?
+                .get((r % groups) * wb..(r % groups + 1) * wb)
+                .ok_or_else(|| err(Internal, "operand row outside memory"))
+        })
+        .collect()
+}
+
+/// Hint the cache to fetch `bytes` (no architectural effect). Partition rows sit 256 KiB apart,
+/// a stride the hardware prefetchers do not follow.
+fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in bytes.chunks(64) {
+        // SAFETY: prefetch is a hint on a valid address; it never faults or changes memory.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch(
+                line.as_ptr() as *const i8,
+                std::arch::x86_64::_MM_HINT_T0,
+            )
+        };
+    }
+}
+
+/// Decode every logical row of `ap` into `dst` (`[rows][w]` fp32), rows split across threads
+/// when `work` warrants. Rows are read whole, in order, one row ahead prefetched: SBUF
+/// partitions sit 256 KiB apart, a stride the hardware prefetchers do not follow.
+fn decode_rows(rows: &[&[u8]], dt: DType, w: usize, work: usize, dst: &mut [f32]) {
+    par::for_each_row(dst, w, work / rows.len().max(1), |r, out| {
+        if let Some(next) = rows.get(r + 1) {
+            prefetch(next);
+        }
+        if let Some(row) = rows.get(r) {
+            decode_into(dt, row, out);
+        }
+    });
+}
+
+/// Columns `j0..j0 + pw` of the row-major `[rows][w]` buffer into `dst` (`[rows][pw]`),
+/// zero-padded: one panel.
+fn pack_panel(src: &[f32], w: usize, j0: usize, pw: usize, dst: &mut [f32]) {
+    let len = pw.min(w.saturating_sub(j0));
+    for (row, out) in src
+        .chunks_exact(w.max(1))
+        .zip(dst.chunks_exact_mut(pw.max(1)))
+    {
+        out[..len].copy_from_slice(&row[j0..j0 + len]);
+        out[len..].fill(0.0);
+    }
 }
 
 /// `acc[m, n] = fma-chain over logical rows` of stationary `[K, groups*M]` and moving
@@ -65,28 +97,79 @@ pub fn matmul(
     dst: &Ap,
     accumulate: &Arg,
 ) -> Result<()> {
+    let path = simd::path();
+    let nr = blocking(path).nr;
     // The scratch leaves the thread-local while in use (the PSUM write needs `ctx` mutably).
     let mut s = SCRATCH.with(|c| c.take());
-    let r = compute(&ctx.mems, st, mv, groups, &mut s);
+    let r = compute(path, &ctx.mems, st, mv, groups, &mut s);
     if r.is_ok() {
-        let mn = st.free_size() / groups * (mv.free_size() / groups);
-        write_psum(accumulate, ctx, dst, s.out.get(..mn).unwrap_or(&[]));
+        let (m, n) = (st.free_size() / groups, mv.free_size() / groups);
+        let acc = Acc {
+            data: &s.out,
+            m,
+            n,
+            nr,
+        };
+        write_psum(accumulate, ctx, dst, &acc);
     }
     SCRATCH.with(|c| c.replace(s));
     r
 }
 
-fn compute(mems: &Mems, st: &Ap, mv: &Ap, groups: usize, s: &mut Scratch) -> Result<()> {
-    let path = simd::path();
-    let bl = blocking(path);
+/// Packs the stationary operand, then runs column panels of the moving operand in parallel:
+/// each task decodes its `K x NR` panel and multiplies every row block against it, writing
+/// `s.out` in panel-major layout `[N / NR][M][NR]`.
+fn compute(
+    path: simd::Path,
+    mems: &Mems,
+    st: &Ap,
+    mv: &Ap,
+    groups: usize,
+    s: &mut Scratch,
+) -> Result<()> {
+    let Blocking { mr, nr } = blocking(path);
     let (k, m, n) = (
         st.parts as usize * groups,
         st.free_size() / groups,
         mv.free_size() / groups,
     );
-    pack_operand(mems, st, groups, bl.mr, &mut s.a, &mut s.tmp)?;
-    pack_operand(mems, mv, groups, bl.nr, &mut s.b, &mut s.tmp)?;
-    grow(&mut s.out, m * n);
-    gemm(path, k, m, n, &s.a, &s.b, &mut s.out[..m * n]);
+    let (mb, nb) = (m.div_ceil(mr), n.div_ceil(nr));
+    let work = 2 * k * m * n;
+    let srows = Rows::new(mems, st);
+    let srows = logical_rows(&srows, st, groups)?;
+    grow(&mut s.rows, k * m.max(n));
+    decode_rows(&srows, st.dtype, m, 0, &mut s.rows[..k * m]);
+    grow(&mut s.a, mb * k * mr);
+    for ib in 0..mb {
+        let panel = &mut s.a[ib * k * mr..(ib + 1) * k * mr];
+        pack_panel(&s.rows[..k * m], m, ib * mr, mr, panel);
+    }
+    let a = &s.a[..mb * k * mr];
+    let mrows = Rows::new(mems, mv);
+    let mrows = logical_rows(&mrows, mv, groups)?;
+    decode_rows(&mrows, mv.dtype, n, work, &mut s.rows[..k * n]);
+    let b = &s.rows[..k * n];
+    grow(&mut s.out, nb * m * nr);
+    par::for_each_chunk_mut(&mut s.out[..nb * m * nr], m * nr, work, |jb, out| {
+        PANEL.with(|p| {
+            let mut p = p.borrow_mut();
+            grow(&mut p, k * nr);
+            let panel = &mut p[..k * nr];
+            pack_panel(b, n, jb * nr, nr, panel);
+            let mut tile = [0f32; MAX_TILE];
+            for ib in 0..mb {
+                micro(
+                    path,
+                    k,
+                    &a[ib * k * mr..(ib + 1) * k * mr],
+                    panel,
+                    &mut tile[..mr * nr],
+                );
+                let rows_here = mr.min(m - ib * mr);
+                out[ib * mr * nr..(ib * mr + rows_here) * nr]
+                    .copy_from_slice(&tile[..rows_here * nr]);
+            }
+        })
+    });
     Ok(())
 }

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Path {
-    /// x86-64 AVX-512F (512-bit FMA).
+    /// x86-64 AVX-512F + BW (512-bit FMA; byte/word conversions for decoding).
     Avx512,
     /// x86-64 AVX2 + FMA3.
     Avx2Fma,
@@ -47,7 +47,7 @@ pub fn path() -> Path {
 
 #[cfg(target_arch = "x86_64")]
 fn host_path() -> Path {
-    if is_x86_feature_detected!("avx512f") {
+    if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") {
         Path::Avx512
     } else if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
         Path::Avx2Fma

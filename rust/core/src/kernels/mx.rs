@@ -27,6 +27,8 @@ pub struct Operand<'a> {
 /// and whether the reference formula must be used (Inf/NaN element or NaN scale).
 struct Decoded {
     q: [Vec<f32>; 4],
+    /// `q * scale` in f64: exact (8-bit significands times a power of two in range).
+    scaled: [Vec<f64>; 4],
     units: Vec<[i64; 4]>,
     scale: Vec<f64>,
     code: Vec<u32>,
@@ -38,8 +40,10 @@ fn decode(o: &Operand, p: usize) -> Decoded {
     let vals: Vec<f32> = (0..codes as u32).map(|c| o.fmt.decode(c)).collect();
     let units: Vec<Option<i64>> = (0..codes as u32).map(|c| element_units(o.fmt, c)).collect();
     let n = p * o.w;
+    let scales: Vec<f64> = (0..256u32).map(scale_value).collect();
     let mut d = Decoded {
         q: std::array::from_fn(|_| vec![0f32; n]),
+        scaled: std::array::from_fn(|_| vec![0f64; n]),
         units: vec![[0; 4]; n],
         scale: vec![0f64; n],
         code: vec![0; n],
@@ -62,7 +66,10 @@ fn decode(o: &Operand, p: usize) -> Decoded {
                 None => special = true,
             }
         }
-        d.scale[i] = scale_value(sc);
+        d.scale[i] = scales.get(sc as usize).copied().unwrap_or(f64::NAN);
+        for q in 0..4 {
+            d.scaled[q][i] = d.q[q][i] as f64 * d.scale[i];
+        }
         d.code[i] = sc;
         d.special[i] = special;
     }
@@ -120,69 +127,84 @@ pub fn matmul_mx(p: usize, a: &Operand, b: &Operand) -> Vec<f32> {
         .map(|pp| (0..n).filter(|&j| db.special[pp * n + j]).collect())
         .collect();
     let mut acc = vec![0f32; m * n];
-    par::for_each_row(&mut acc, n, 16 * p * n, |mi, row| {
+    // Tasks own blocks of output rows; within a block, partition-outer order keeps one
+    // partition's decoded moving row in L1 while it meets every output row (each element
+    // still accumulates its partitions in order 0..P-1).
+    const ROWS: usize = 16;
+    par::for_each_chunk_mut(&mut acc, ROWS * n, 16 * p * m * n, |ci, block| {
         let mut t = vec![0f32; n];
         for (pp, bsp) in b_special.iter().enumerate() {
-            let ia = pp * m + mi;
             let cols = pp * n..(pp + 1) * n;
-            if fast && !da.special[ia] {
-                terms_f64(
-                    [da.q[0][ia], da.q[1][ia], da.q[2][ia], da.q[3][ia]],
-                    da.scale[ia],
-                    [
-                        &db.q[0][cols.clone()],
-                        &db.q[1][cols.clone()],
-                        &db.q[2][cols.clone()],
-                        &db.q[3][cols.clone()],
-                    ],
-                    &db.scale[cols.clone()],
-                    &mut t,
-                );
-                for &j in bsp {
-                    t[j] = reference_term(&da, ia, &db, pp * n + j);
+            for (li, row) in block.chunks_exact_mut(n).enumerate() {
+                let mi = ci * ROWS + li;
+                let ia = pp * m + mi;
+                let qa = [
+                    da.scaled[0][ia],
+                    da.scaled[1][ia],
+                    da.scaled[2][ia],
+                    da.scaled[3][ia],
+                ];
+                let qb = [
+                    &db.scaled[0][cols.clone()],
+                    &db.scaled[1][cols.clone()],
+                    &db.scaled[2][cols.clone()],
+                    &db.scaled[3][cols.clone()],
+                ];
+                if fast && !da.special[ia] && bsp.is_empty() {
+                    terms_f64(qa, qb, row, true);
+                    continue;
                 }
-            } else {
-                for (j, x) in t.iter_mut().enumerate() {
-                    *x = reference_term(&da, ia, &db, pp * n + j);
+                if fast && !da.special[ia] {
+                    terms_f64(qa, qb, &mut t, false);
+                    for &j in bsp {
+                        t[j] = reference_term(&da, ia, &db, pp * n + j);
+                    }
+                } else {
+                    for (j, x) in t.iter_mut().enumerate() {
+                        *x = reference_term(&da, ia, &db, pp * n + j);
+                    }
                 }
-            }
-            for (o, x) in row.iter_mut().zip(&t) {
-                *o += *x;
+                for (o, x) in row.iter_mut().zip(&t) {
+                    *o += *x;
+                }
             }
         }
     });
     acc
 }
 
-/// `t[j] = fl32((sum_q a_q * b_q[j]) * (sa * sb[j]))`, every step before the cast exact.
-fn terms_f64(a: [f32; 4], sa: f64, b: [&[f32]; 4], sb: &[f64], t: &mut [f32]) {
+/// `term[j] = fl32(sum_q a_q * b_q[j])` for block-scaled elements `a_q`, `b_q[j]`: every product
+/// and partial sum is exact in f64 (see `f64_exact`), so the cast is the only rounding. Stored
+/// to `t[j]`, or added to it (`t[j] = fl32(t[j] + term)`) when `accumulate`.
+fn terms_f64(a: [f64; 4], b: [&[f64]; 4], t: &mut [f32], accumulate: bool) {
     #[cfg(target_arch = "x86_64")]
     if super::simd::path() == super::simd::Path::Avx512 {
         // SAFETY: only taken when the host has AVX-512F (simd::path checks).
-        unsafe { terms_avx512(a, sa, b, sb, t) };
+        unsafe { terms_avx512(a, b, t, accumulate) };
         return;
     }
-    terms_body(a, sa, b, sb, t)
+    terms_body(a, b, t, accumulate)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn terms_avx512(a: [f32; 4], sa: f64, b: [&[f32]; 4], sb: &[f64], t: &mut [f32]) {
-    terms_body(a, sa, b, sb, t)
+unsafe fn terms_avx512(a: [f64; 4], b: [&[f64]; 4], t: &mut [f32], accumulate: bool) {
+    terms_body(a, b, t, accumulate)
 }
 
 #[inline(always)]
-fn terms_body(a: [f32; 4], sa: f64, b: [&[f32]; 4], sb: &[f64], t: &mut [f32]) {
-    let n = t
-        .len()
-        .min(sb.len())
-        .min(b.iter().map(|x| x.len()).min().unwrap_or(0));
-    let [a0, a1, a2, a3] = a.map(|x| x as f64);
+fn terms_body(a: [f64; 4], b: [&[f64]; 4], t: &mut [f32], accumulate: bool) {
+    let n = t.len().min(b.iter().map(|x| x.len()).min().unwrap_or(0));
+    let [a0, a1, a2, a3] = a;
     let (b0, b1, b2, b3) = (&b[0][..n], &b[1][..n], &b[2][..n], &b[3][..n]);
-    let (sb, t) = (&sb[..n], &mut t[..n]);
-    for j in 0..n {
-        let s = a0 * b0[j] as f64 + a1 * b1[j] as f64 + a2 * b2[j] as f64 + a3 * b3[j] as f64;
-        t[j] = (s * (sa * sb[j])) as f32;
+    if accumulate {
+        for (j, o) in t[..n].iter_mut().enumerate() {
+            *o += (a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j]) as f32;
+        }
+    } else {
+        for (j, o) in t[..n].iter_mut().enumerate() {
+            *o = (a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j]) as f32;
+        }
     }
 }
 
@@ -231,9 +253,19 @@ mod tests {
                 continue;
             }
             let mut t = [0f32];
-            let q = |d: &Decoded| [d.q[0][0], d.q[1][0], d.q[2][0], d.q[3][0]];
-            let qb = [&db.q[0][..], &db.q[1][..], &db.q[2][..], &db.q[3][..]];
-            terms_body(q(&da), da.scale[0], qb, &db.scale, &mut t);
+            let qa = [
+                da.scaled[0][0],
+                da.scaled[1][0],
+                da.scaled[2][0],
+                da.scaled[3][0],
+            ];
+            let qb = [
+                &db.scaled[0][..],
+                &db.scaled[1][..],
+                &db.scaled[2][..],
+                &db.scaled[3][..],
+            ];
+            terms_body(qa, qb, &mut t, false);
             let want = reference_term(&da, 0, &db, 0);
             assert_eq!(
                 t[0].to_bits(),

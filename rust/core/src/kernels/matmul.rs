@@ -75,15 +75,35 @@ fn decode_rows(rows: &[&[u8]], dt: DType, w: usize, work: usize, dst: &mut [f32]
 }
 
 /// Columns `j0..j0 + pw` of the row-major `[rows][w]` buffer into `dst` (`[rows][pw]`),
-/// zero-padded: one panel.
+/// zero-padded: one panel. Full panels of the SIMD widths copy as fixed-size arrays (inline
+/// moves instead of a memcpy call per 128-byte row).
 fn pack_panel(src: &[f32], w: usize, j0: usize, pw: usize, dst: &mut [f32]) {
     let len = pw.min(w.saturating_sub(j0));
-    for (row, out) in src
-        .chunks_exact(w.max(1))
-        .zip(dst.chunks_exact_mut(pw.max(1)))
-    {
-        out[..len].copy_from_slice(&row[j0..j0 + len]);
-        out[len..].fill(0.0);
+    match (pw, len == pw) {
+        (32, true) => pack_full::<32>(src, w, j0, dst),
+        (16, true) => pack_full::<16>(src, w, j0, dst),
+        (8, true) => pack_full::<8>(src, w, j0, dst),
+        _ => {
+            for (row, out) in src
+                .chunks_exact(w.max(1))
+                .zip(dst.chunks_exact_mut(pw.max(1)))
+            {
+                out[..len].copy_from_slice(&row[j0..j0 + len]);
+                out[len..].fill(0.0);
+            }
+        }
+    }
+}
+
+fn pack_full<const PW: usize>(src: &[f32], w: usize, j0: usize, dst: &mut [f32]) {
+    let (panel, _) = dst.as_chunks_mut::<PW>();
+    for (row, out) in src.chunks_exact(w.max(1)).zip(panel) {
+        if let Some(seg) = row
+            .get(j0..j0 + PW)
+            .and_then(|s| <&[f32; PW]>::try_from(s).ok())
+        {
+            *out = *seg;
+        }
     }
 }
 

@@ -125,17 +125,7 @@ fn write_f32_rows(mode: Option<bool>, ctx: &mut Ctx, dst: &Ap, acc: &Acc) {
                     continue;
                 };
                 match mode {
-                    Some(false) => {
-                        for (o, x) in out.chunks_exact_mut(4).zip(seg) {
-                            o.copy_from_slice(&x.to_le_bytes());
-                        }
-                    }
-                    Some(true) => {
-                        for (o, x) in out.chunks_exact_mut(4).zip(seg) {
-                            let v = f32::from_le_bytes([o[0], o[1], o[2], o[3]]) + *x;
-                            o.copy_from_slice(&v.to_le_bytes());
-                        }
-                    }
+                    Some(add) => row_f32(out, seg, add),
                     None => {
                         for (i, (o, x)) in out.chunks_exact_mut(4).zip(seg).enumerate() {
                             let v = if test_bit(bits, u0 + 2 * (j0 + i)) {
@@ -151,6 +141,38 @@ fn write_f32_rows(mode: Option<bool>, ctx: &mut Ctx, dst: &Ap, acc: &Acc) {
             set_bits(bits, u0, u0 + 2 * n);
         },
     );
+}
+
+/// One row segment of an fp32 PSUM: `out = seg` or `out = fl32(out + seg)`, little-endian bytes,
+/// with the widest vectors the host has.
+fn row_f32(out: &mut [u8], seg: &[f32], add: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if super::simd::path() == super::simd::Path::Avx512 {
+        // SAFETY: simd::path reports AVX-512 only when the host has it.
+        unsafe { row_f32_avx512(out, seg, add) };
+        return;
+    }
+    row_f32_body(out, seg, add)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn row_f32_avx512(out: &mut [u8], seg: &[f32], add: bool) {
+    row_f32_body(out, seg, add)
+}
+
+#[inline(always)]
+fn row_f32_body(out: &mut [u8], seg: &[f32], add: bool) {
+    let (words, _) = out.as_chunks_mut::<4>();
+    if add {
+        for (o, x) in words.iter_mut().zip(seg) {
+            *o = (f32::from_le_bytes(*o) + *x).to_le_bytes();
+        }
+    } else {
+        for (o, x) in words.iter_mut().zip(seg) {
+            *o = x.to_le_bytes();
+        }
+    }
 }
 
 /// bf16 PSUM: fp32 sums staged, then rounded through the instruction's rounder.

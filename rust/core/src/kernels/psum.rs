@@ -108,6 +108,7 @@ fn write_f32_rows(mode: Option<bool>, ctx: &mut Ctx, dst: &Ap, acc: &Acc) {
     ) else {
         return; // validated APs are in bounds
     };
+    let path = super::simd::path();
     par::for_each_chunk_pair_mut(
         bytes,
         PSUM_PART_BYTES,
@@ -120,13 +121,13 @@ fn write_f32_rows(mode: Option<bool>, ctx: &mut Ctx, dst: &Ap, acc: &Acc) {
             let Some(row) = part.get_mut(off..off + 4 * n) else {
                 return;
             };
-            for (j0, seg) in acc.segments(r) {
-                let Some(out) = row.get_mut(4 * j0..4 * (j0 + seg.len())) else {
-                    continue;
-                };
-                match mode {
-                    Some(add) => row_f32(out, seg, add),
-                    None => {
+            match mode {
+                Some(add) => row_f32(path, row, acc, r, add),
+                None => {
+                    for (j0, seg) in acc.segments(r) {
+                        let Some(out) = row.get_mut(4 * j0..4 * (j0 + seg.len())) else {
+                            continue;
+                        };
                         for (i, (o, x)) in out.chunks_exact_mut(4).zip(seg).enumerate() {
                             let v = if test_bit(bits, u0 + 2 * (j0 + i)) {
                                 f32::from_le_bytes([o[0], o[1], o[2], o[3]]) + *x
@@ -143,26 +144,59 @@ fn write_f32_rows(mode: Option<bool>, ctx: &mut Ctx, dst: &Ap, acc: &Acc) {
     );
 }
 
-/// One row segment of an fp32 PSUM: `out = seg` or `out = fl32(out + seg)`, little-endian bytes,
-/// with the widest vectors the host has.
-fn row_f32(out: &mut [u8], seg: &[f32], add: bool) {
+/// Row `r` of an fp32 PSUM tile (`out`, little-endian bytes): `out = acc` or
+/// `out = fl32(out + acc)`, with the widest vectors the host has.
+fn row_f32(path: super::simd::Path, out: &mut [u8], acc: &Acc, r: usize, add: bool) {
     #[cfg(target_arch = "x86_64")]
-    if super::simd::path() == super::simd::Path::Avx512 {
+    if path == super::simd::Path::Avx512 {
         // SAFETY: simd::path reports AVX-512 only when the host has it.
-        unsafe { row_f32_avx512(out, seg, add) };
+        unsafe { row_f32_avx512(out, acc, r, add) };
         return;
     }
-    row_f32_body(out, seg, add)
+    let _ = path;
+    row_f32_body(out, acc, r, add)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn row_f32_avx512(out: &mut [u8], seg: &[f32], add: bool) {
-    row_f32_body(out, seg, add)
+unsafe fn row_f32_avx512(out: &mut [u8], acc: &Acc, r: usize, add: bool) {
+    row_f32_body(out, acc, r, add)
 }
 
 #[inline(always)]
-fn row_f32_body(out: &mut [u8], seg: &[f32], add: bool) {
+fn row_f32_body(out: &mut [u8], acc: &Acc, r: usize, add: bool) {
+    match acc.nr {
+        32 => row_panels::<32>(out, acc, r, add),
+        16 => row_panels::<16>(out, acc, r, add),
+        _ => {
+            for (j0, seg) in acc.segments(r) {
+                if let Some(o) = out.get_mut(4 * j0..4 * (j0 + seg.len())) {
+                    seg_f32(o, seg, add);
+                }
+            }
+        }
+    }
+}
+
+/// A row whose values sit in `NR`-wide panels: whole panels as fixed-size blocks.
+#[inline(always)]
+fn row_panels<const NR: usize>(out: &mut [u8], acc: &Acc, r: usize, add: bool) {
+    let n = acc.n;
+    for (p, j0) in (0..n).step_by(NR).enumerate() {
+        let len = NR.min(n - j0);
+        let at = p * acc.m * NR + r * NR;
+        let (Some(o), Some(seg)) = (
+            out.get_mut(4 * j0..4 * (j0 + len)),
+            acc.data.get(at..at + len),
+        ) else {
+            continue;
+        };
+        seg_f32(o, seg, add);
+    }
+}
+
+#[inline(always)]
+fn seg_f32(out: &mut [u8], seg: &[f32], add: bool) {
     let (words, _) = out.as_chunks_mut::<4>();
     if add {
         for (o, x) in words.iter_mut().zip(seg) {

@@ -34,10 +34,14 @@ def _median_time(fn, reps: int) -> float:
 
 
 def _sgemm_seconds(k: int, m: int, n: int, reps: int) -> float:
+    """Median numpy sgemm time, after a warm-up: OpenBLAS's first calls in a process (thread
+    start-up) can take milliseconds each, which would flatter the emulator."""
     rng = np.random.default_rng(0)
     x = rng.random((k, m), np.float32)
     y = rng.random((k, n), np.float32)
-    x.T @ y
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < 1.0:
+        x.T @ y
     return _median_time(lambda: x.T @ y, reps)
 
 

@@ -98,6 +98,20 @@ pub fn for_each_index(n: usize, work: usize, f: impl Fn(usize) + Sync + Send) {
     }
 }
 
+/// Run `f` on a pool thread when more than one thread is configured and `work` warrants it
+/// (else inline), so that the parallel loops inside it (the helpers below) split work among
+/// threads that are already awake: one wake-up per kernel instead of one per loop.
+pub fn install<R: Send>(work: usize, f: impl FnOnce() -> R + Send) -> R {
+    let threads = num_threads();
+    if threads <= 1 || work < MIN_PARALLEL_WORK {
+        return f();
+    }
+    match pool(threads) {
+        Some(p) => p.install(f),
+        None => f(),
+    }
+}
+
 /// Below this many operations a parallel call costs more than it saves (pool wake-up is a few
 /// microseconds).
 pub const MIN_PARALLEL_WORK: usize = 1 << 16;
@@ -197,6 +211,22 @@ mod tests {
             let mut rows = vec![0u8; 12];
             for_each_row(&mut rows, 4, usize::MAX, |r, row| row.fill(r as u8));
             assert_eq!(rows, [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]);
+            let hits: Vec<std::sync::atomic::AtomicU32> = (0..37)
+                .map(|_| std::sync::atomic::AtomicU32::new(0))
+                .collect();
+            install(usize::MAX, || {
+                for_each_index(37, usize::MAX, |i| {
+                    hits[i].fetch_add(1, Ordering::Relaxed);
+                })
+            });
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+            let (mut a, mut b) = (vec![0u16; 30], vec![0u32; 20]);
+            for_each_chunk_pair_mut(&mut a, 3, &mut b, 2, usize::MAX, |i, x, y| {
+                x.fill(i as u16);
+                y.fill(i as u32);
+            });
+            assert!(a.iter().enumerate().all(|(j, x)| *x == (j / 3) as u16));
+            assert!(b.iter().enumerate().all(|(j, y)| *y == (j / 2) as u32));
         }
         set_num_threads(0);
         assert!(num_threads() >= 1);

@@ -163,12 +163,12 @@ fn compute(
     let srows = Rows::new(mems, st);
     let srows = logical_rows(&srows, st, groups)?;
     grow(&mut s.rows, k * m.max(n));
-    decode_rows(&srows, st.dtype, m, 0, &mut s.rows[..k * m]);
+    decode_rows(&srows, st.dtype, m, work, &mut s.rows[..k * m]);
     grow(&mut s.a, mb * k * mr);
-    for ib in 0..mb {
-        let panel = &mut s.a[ib * k * mr..(ib + 1) * k * mr];
-        pack_panel(&s.rows[..k * m], m, ib * mr, mr, panel);
-    }
+    let arows = &s.rows[..k * m];
+    par::for_each_chunk_mut(&mut s.a[..mb * k * mr], k * mr, work, |ib, panel| {
+        pack_panel(arows, m, ib * mr, mr, panel)
+    });
     let a = &s.a[..mb * k * mr];
     let mrows = Rows::new(mems, mv);
     let mrows = logical_rows(&mrows, mv, groups)?;

@@ -1,5 +1,5 @@
 """Host threads and SIMD paths change speed, never bits: every result here is computed with 1 and 2
-threads (and with the portable kernels forced) and compared bitwise, plus against an independent
+threads (and on every SIMD path the host can run: AVX-512, AVX2+FMA, portable) and compared bitwise, plus against an independent
 numpy reference where one is cheap. Also: the thread-count API, TRN3EMU_NUM_THREADS, fork safety."""
 
 from __future__ import annotations
@@ -24,18 +24,23 @@ F32 = np.float32
 def _restore_settings():
     yield
     t3.set_num_threads(0)
-    _native.force_portable_kernels(False)
+    _native.limit_simd(None)
+
+
+# SIMD paths this host can run besides its best (each compared bitwise with the best).
+NARROWER = [p for p in ("avx2+fma", "portable") if p != t3.simd_path() and _native.limit_simd(p)]
+_native.limit_simd(None)
 
 
 def variants(fn):
-    """fn() under (1 thread), (2 threads), (2 threads, portable kernels): the three results."""
+    """fn() with 1 thread, with 2 threads, and with 2 threads on every narrower SIMD path."""
     out = []
-    for threads, portable in [(1, False), (2, False), (2, True)]:
+    for threads, path in [(1, None), (2, None)] + [(2, p) for p in NARROWER]:
         t3.set_num_threads(threads)
-        _native.force_portable_kernels(portable)
+        _native.limit_simd(path)
         out.append(fn())
     t3.set_num_threads(0)
-    _native.force_portable_kernels(False)
+    _native.limit_simd(None)
     return out
 
 
@@ -265,8 +270,10 @@ def test_thread_count_api():
     with pytest.raises(t3.errors.ValidationError):
         t3.set_num_threads(-1)
     assert t3.simd_path() in ("avx512", "avx2+fma", "portable")
-    _native.force_portable_kernels(True)
+    assert _native.limit_simd("portable")
     assert t3.simd_path() == "portable"
+    with pytest.raises(t3.errors.ValidationError):
+        _native.limit_simd("sse9")
 
 
 def test_env_var_sets_default_threads():

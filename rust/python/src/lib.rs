@@ -964,10 +964,26 @@ fn simd_path() -> &'static str {
     core::kernels::simd::path_name()
 }
 
-/// Tests: pin the portable (non-SIMD) kernels, or let the host's features decide again.
+/// Tests: limit the kernels to a SIMD path ("avx512", "avx2+fma", "portable"; None: the
+/// host's best). Returns whether the host can run that path (if not, the limit still applies
+/// and the next narrower supported path runs).
 #[pyfunction]
-fn force_portable_kernels(on: bool) {
-    core::kernels::simd::set_force_portable(on)
+#[pyo3(signature = (path = None))]
+fn limit_simd(py: Python<'_>, path: Option<&str>) -> PyResult<bool> {
+    let p = match path {
+        None => None,
+        Some(name) => Some(core::kernels::simd::parse(name).ok_or_else(|| {
+            to_py(
+                py,
+                emu(
+                    ErrorKind::Value,
+                    format!("SIMD path must be 'avx512', 'avx2+fma' or 'portable', got {name:?}"),
+                ),
+            )
+        })?),
+    };
+    core::kernels::simd::set_limit(p);
+    Ok(p.is_none_or(core::kernels::simd::host_supports))
 }
 
 #[pymodule]
@@ -981,7 +997,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(get_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(set_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(simd_path, m)?)?;
-    m.add_function(wrap_pyfunction!(force_portable_kernels, m)?)?;
+    m.add_function(wrap_pyfunction!(limit_simd, m)?)?;
     m.add("AUTO_SEM_BASE", core::machine::autosync::AUTO_SEM_BASE)?;
     m.add("NUM_SEMAPHORES", core::isa::instr::NUM_SEMAPHORES)?;
     Ok(())

@@ -2,8 +2,8 @@
 //!
 //! The wheel targets baseline x86-64, so wide SIMD is chosen at run time
 //! (`is_x86_feature_detected!`). Every path computes the same IEEE operations in the same
-//! order per output element, so they give the same bits; `set_force_portable(true)` (or
-//! `TRN3EMU_PORTABLE_KERNELS=1` at start-up) pins the portable path so tests can compare.
+//! order per output element, so they give the same bits; `set_limit` (or
+//! `TRN3EMU_PORTABLE_KERNELS=1` at start-up) narrows the choice so tests can compare paths.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -17,32 +17,63 @@ pub enum Path {
     Portable,
 }
 
-/// 0: not decided yet, 1: follow the host, 2: forced portable.
-static MODE: AtomicU8 = AtomicU8::new(0);
+/// The widest path allowed: 0 not decided yet, 1 portable, 2 AVX2+FMA, 3 any (the host's best).
+static CAP: AtomicU8 = AtomicU8::new(0);
 
-fn forced() -> bool {
-    match MODE.load(Ordering::Relaxed) {
-        1 => false,
-        2 => true,
-        _ => {
-            let f = std::env::var("TRN3EMU_PORTABLE_KERNELS").is_ok_and(|v| v == "1");
-            MODE.store(if f { 2 } else { 1 }, Ordering::Relaxed);
-            f
+fn cap() -> u8 {
+    match CAP.load(Ordering::Relaxed) {
+        0 => {
+            let c = if std::env::var("TRN3EMU_PORTABLE_KERNELS").is_ok_and(|v| v == "1") {
+                1
+            } else {
+                3
+            };
+            CAP.store(c, Ordering::Relaxed);
+            c
         }
+        c => c,
     }
 }
 
-/// Force the portable kernels (true) or let the host's features decide (false).
-pub fn set_force_portable(on: bool) {
-    MODE.store(if on { 2 } else { 1 }, Ordering::Relaxed);
+/// Limit the kernels to at most `limit` (None: the host's best). Paths the host lacks are
+/// never used; this only narrows, for tests that compare paths.
+pub fn set_limit(limit: Option<Path>) {
+    CAP.store(
+        match limit {
+            Some(Path::Portable) => 1,
+            Some(Path::Avx2Fma) => 2,
+            _ => 3,
+        },
+        Ordering::Relaxed,
+    );
 }
 
-/// The widest path this host supports (unless forced portable).
+/// The widest path this host supports within the limit.
 pub fn path() -> Path {
-    if forced() {
-        return Path::Portable;
+    match (cap(), host_path()) {
+        (1, _) => Path::Portable,
+        (2, Path::Avx512) => Path::Avx2Fma,
+        (_, p) => p,
     }
-    host_path()
+}
+
+/// Parse a path name as `path_name` prints it.
+pub fn parse(name: &str) -> Option<Path> {
+    match name {
+        "avx512" => Some(Path::Avx512),
+        "avx2+fma" => Some(Path::Avx2Fma),
+        "portable" => Some(Path::Portable),
+        _ => None,
+    }
+}
+
+/// Whether this host can run `p`.
+pub fn host_supports(p: Path) -> bool {
+    match (p, host_path()) {
+        (Path::Portable, _) => true,
+        (Path::Avx2Fma, h) => h != Path::Portable,
+        (Path::Avx512, h) => h == Path::Avx512,
+    }
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -157,18 +157,22 @@ def test_bf16_underflowing_products_are_fused():
         assert_bits_equal(r, np.full((1, 16), 2.0**-148, F32))
 
 
-def random_mx_words(rng, shape):
-    """e4m3fn x4 words from random finite codes (NaN codes 0x7F/0xFF replaced)."""
+def random_mx_words(rng, shape, dtype="float8_e4m3fn_x4"):
+    """x4 words from random finite codes (e4m3fn NaN 0x7F/0xFF, e5m2 Inf/NaN 0x7C..0x7F replaced)."""
     b = rng.integers(0, 256, size=(*shape, 4)).astype(np.uint32)
-    b[(b & 0x7F) == 0x7F] = 0x3C
+    special = (b & 0x7F) == 0x7F if dtype == "float8_e4m3fn_x4" else (b & 0x7C) == 0x7C
+    b[special] = 0x3C
     return b[..., 0] | b[..., 1] << 8 | b[..., 2] << 16 | b[..., 3] << 24
 
 
-def test_matmul_mx_same_bits_any_threads_or_path():
+@pytest.mark.parametrize("dt", ["float8_e4m3fn_x4", "float8_e5m2_x4"])
+def test_matmul_mx_same_bits_any_threads_or_path(dt):
+    """e4m3fn x e4m3fn takes the exact-f64 fast path, e5m2 x e5m2 the integer formula."""
+    sdt = mdt = dt
     rng = np.random.default_rng(5)
     parts, m, n = 128, 128, 512
-    sw = random_mx_words(rng, (parts, m))
-    mw = random_mx_words(rng, (parts, n))
+    sw = random_mx_words(rng, (parts, m), sdt)
+    mw = random_mx_words(rng, (parts, n), mdt)
     sw[3, 5] = (sw[3, 5] & ~np.uint32(0xFF)) | 0x7F  # a NaN element: the IEEE reference term path
     scale_rows = np.zeros((parts, m + n), np.uint8)
     for r in range(parts // 8):
@@ -178,11 +182,11 @@ def test_matmul_mx_same_bits_any_threads_or_path():
     def once():
         dev = t3.Device()
         p = t3.Program()
-        st = p.sbuf((parts, m), "float8_e4m3fn_x4")
-        mv = p.sbuf((parts, n), "float8_e4m3fn_x4")
+        st = p.sbuf((parts, m), sdt)
+        mv = p.sbuf((parts, n), mdt)
         sc = p.sbuf((parts, m + n), np.uint8)
-        p.dma_copy(dst=st, src=dev.hbm.put(sw, dtype="float8_e4m3fn_x4"))
-        p.dma_copy(dst=mv, src=dev.hbm.put(mw, dtype="float8_e4m3fn_x4"))
+        p.dma_copy(dst=st, src=dev.hbm.put(sw, dtype=sdt))
+        p.dma_copy(dst=mv, src=dev.hbm.put(mw, dtype=mdt))
         p.dma_copy(dst=sc, src=dev.hbm.put(scale_rows))
         acc = p.psum((m, n), F32)
         p.nc_matmul_mx(dst=acc, stationary=st, moving=mv, stationary_scale=sc[:, :m], moving_scale=sc[:, m:])

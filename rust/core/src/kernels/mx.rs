@@ -10,7 +10,7 @@
 //! terms involve Inf/NaN elements or a NaN scale use the reference IEEE formula unchanged.
 
 use crate::numerics::float::Format;
-use crate::numerics::mx::{element_units, round_wide_to_f32, scale_value, x4_code};
+use crate::numerics::mx::{round_wide_to_f32, scale_value, x4_code};
 use crate::par;
 
 /// One operand: `p` partitions of `w` x4 words, its element format and code width, and the
@@ -29,7 +29,6 @@ struct Decoded {
     q: [Vec<f32>; 4],
     /// `q * scale` in f64: exact (8-bit significands times a power of two in range).
     scaled: [Vec<f64>; 4],
-    units: Vec<[i64; 4]>,
     scale: Vec<f64>,
     code: Vec<u32>,
     special: Vec<bool>,
@@ -38,13 +37,11 @@ struct Decoded {
 fn decode(o: &Operand, p: usize) -> Decoded {
     let codes = 1usize << o.bits;
     let vals: Vec<f32> = (0..codes as u32).map(|c| o.fmt.decode(c)).collect();
-    let units: Vec<Option<i64>> = (0..codes as u32).map(|c| element_units(o.fmt, c)).collect();
     let n = p * o.w;
     let scales: Vec<f64> = (0..256u32).map(scale_value).collect();
     let mut d = Decoded {
         q: std::array::from_fn(|_| vec![0f32; n]),
         scaled: std::array::from_fn(|_| vec![0f64; n]),
-        units: vec![[0; 4]; n],
         scale: vec![0f64; n],
         code: vec![0; n],
         special: vec![false; n],
@@ -60,11 +57,9 @@ fn decode(o: &Operand, p: usize) -> Decoded {
         let mut special = sc == 0xFF;
         for q in 0..4 {
             let c = x4_code(word, q as u32, o.bits) as usize;
-            d.q[q][i] = vals.get(c).copied().unwrap_or(f32::NAN);
-            match units.get(c).copied().flatten() {
-                Some(u) => d.units[i][q] = u,
-                None => special = true,
-            }
+            let v = vals.get(c).copied().unwrap_or(f32::NAN);
+            d.q[q][i] = v;
+            special |= !v.is_finite();
         }
         d.scale[i] = scales.get(sc as usize).copied().unwrap_or(f64::NAN);
         for q in 0..4 {
@@ -74,6 +69,12 @@ fn decode(o: &Operand, p: usize) -> Decoded {
         d.special[i] = special;
     }
     d
+}
+
+/// A finite MX element value as an integer multiple of 2^-16 (exact: MX elements are multiples
+/// of 2^-16 and below 2^16), as `numerics::mx::element_units` computes it from the code.
+fn element_units_of(v: f32) -> i64 {
+    (v as f64 * 65536.0) as i64
 }
 
 /// True when a sum of 4 products of elements of `a` and `b` is always exact in f64.
@@ -103,9 +104,11 @@ fn reference_term(a: &Decoded, ia: usize, b: &Decoded, ib: usize) -> f32 {
         }
         (s * scale) as f32
     } else {
+        // Finite elements as exact integer multiples of 2^-16 (numerics::mx::element_units).
+        let units = |d: &Decoded, i: usize, q: usize| element_units_of(d.q[q][i]) as i128;
         let mut s: i128 = 0;
         for q in 0..4 {
-            s += a.units[ia][q] as i128 * b.units[ib][q] as i128;
+            s += units(a, ia, q) * units(b, ib, q);
         }
         // value = s * 2^-32 * 2^(sa - 127) * 2^(sb - 127)
         round_wide_to_f32(
@@ -212,6 +215,17 @@ fn terms_body(a: [f64; 4], b: [&[f64]; 4], t: &mut [f32], accumulate: bool) {
 mod tests {
     use super::*;
     use crate::numerics::float::{E2M1, E4M3FN, E5M2};
+
+    #[test]
+    fn units_from_values_match_units_from_codes() {
+        for (f, bits) in [(E4M3FN, 8), (E5M2, 8), (E2M1, 4)] {
+            for c in 0..1u32 << bits {
+                let want = crate::numerics::mx::element_units(f, c);
+                let v = f.decode(c);
+                assert_eq!(want, v.is_finite().then(|| element_units_of(v)), "{f:?} {c:#x}");
+            }
+        }
+    }
 
     #[test]
     fn exactness_classification() {

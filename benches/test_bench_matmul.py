@@ -1,8 +1,8 @@
 """Matmul throughput against this host's numpy sgemm, measured in the same run.
 
 pytest benches/test_bench_matmul.py --benchmark-only
-Records in extra_info: emulated GFLOP/s, host sgemm GFLOP/s, fraction_of_host, emulated device
-time / host wall time, the thread count, the kernels' SIMD path and the load average.
+Records in extra_info: emulated GFLOP/s, host sgemm GFLOP/s (best and median), fraction_of_host
+(host best time / emulator median time), emulated device time / host wall time, the thread count, the kernels' SIMD path and the load average.
 """
 
 from __future__ import annotations
@@ -33,24 +33,33 @@ def _median_time(fn, reps: int) -> float:
     return float(np.median(ts))
 
 
-def _sgemm_seconds(k: int, m: int, n: int, reps: int) -> float:
-    """Median numpy sgemm time, after a warm-up: OpenBLAS's first calls in a process (thread
-    start-up) can take milliseconds each, which would flatter the emulator."""
+def _sgemm_seconds(k: int, m: int, n: int, reps: int) -> tuple[float, float]:
+    """numpy sgemm time of the shape: (best, median) over `reps` after a 1 s warm-up. The best is
+    the host's limit; the median is recorded too. On a loaded shared host OpenBLAS's thread
+    hand-offs can stall for whole scheduler ticks (ms per call), which would flatter the emulator
+    if the median were the baseline."""
     rng = np.random.default_rng(0)
     x = rng.random((k, m), np.float32)
     y = rng.random((k, n), np.float32)
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < 1.0:
         x.T @ y
-    return _median_time(lambda: x.T @ y, reps)
+    ts = []
+    for _ in range(reps):
+        t1 = time.perf_counter()
+        x.T @ y
+        ts.append(time.perf_counter() - t1)
+    return float(np.min(ts)), float(np.median(ts))
 
 
-def _record(benchmark, flop: float, host_s: float, emulated_ns: float, threads: int) -> None:
+def _record(benchmark, flop: float, host: tuple[float, float], emulated_ns: float, threads: int) -> None:
     emu = benchmark.stats.stats.median
+    best, median = host
     benchmark.extra_info.update(
         emulated_gflops=flop / emu / 1e9,
-        host_sgemm_gflops=flop / host_s / 1e9,
-        fraction_of_host=host_s / emu,
+        host_sgemm_gflops=flop / best / 1e9,
+        host_sgemm_median_gflops=flop / median / 1e9,
+        fraction_of_host=best / emu,
         emulated_over_wall=emulated_ns * 1e-9 / emu,
         threads=threads,
         simd=t3.simd_path(),
@@ -75,7 +84,7 @@ def test_matmul_tile_1thread(benchmark, dtype):
     p = _tile_program(dtype)
     ns = dev.run(p, check_races=False, trace=False).time_ns
     benchmark(dev.run, p, check_races=False, trace=False)
-    _record(benchmark, 2 * 128 * 128 * 512, _sgemm_seconds(128, 128, 512, 50), ns, 1)
+    _record(benchmark, 2 * 128 * 128 * 512, _sgemm_seconds(128, 128, 512, 200), ns, 1)
 
 
 def test_matmul_mx_tile_1thread(benchmark):
@@ -103,7 +112,7 @@ def test_matmul_mx_tile_1thread(benchmark):
     p.nc_matmul_mx(dst=acc, stationary=st, moving=mv, stationary_scale=sc[:, :128], moving_scale=sc[:, 128:])
     ns = dev.run(p, check_races=False, trace=False).time_ns
     benchmark(dev.run, p, check_races=False, trace=False)
-    _record(benchmark, 2 * 512 * 128 * 512, _sgemm_seconds(512, 128, 512, 20), ns, 1)
+    _record(benchmark, 2 * 512 * 128 * 512, _sgemm_seconds(512, 128, 512, 100), ns, 1)
 
 
 def tiled_bf16_matmul(dev: t3.Device, size: int):
@@ -152,7 +161,13 @@ def test_tiled_bf16_matmul_2048(benchmark, threads):
     benchmark.pedantic(dev.run, args=(p,), kwargs={"check_races": False, "trace": False}, rounds=5, iterations=1)
     _record(benchmark, 2.0 * size**3, _sgemm_seconds(size, size, size, 5), ns, threads)
     if threads > 1:
-        t3.set_num_threads(1)
-        one = _median_time(lambda: dev.run(p, check_races=False, trace=False), 3)
-        benchmark.extra_info["single_thread_s"] = one
-        benchmark.extra_info["speedup_vs_1_thread"] = one / benchmark.stats.stats.median
+        # Alternate 1-thread and n-thread runs so load changes on the shared host hit both alike.
+        ones, ns_ = [], []
+        for _ in range(4):
+            for count, sink in ((1, ones), (threads, ns_)):
+                t3.set_num_threads(count)
+                t0 = time.perf_counter()
+                dev.run(p, check_races=False, trace=False)
+                sink.append(time.perf_counter() - t0)
+        benchmark.extra_info["single_thread_s"] = float(np.median(ones))
+        benchmark.extra_info["speedup_vs_1_thread"] = float(np.median(ones) / np.median(ns_))

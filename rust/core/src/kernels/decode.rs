@@ -10,54 +10,39 @@ use crate::memory::{Ap, Mem};
 use crate::numerics::to_f32;
 use std::sync::OnceLock;
 
-/// Decode packed little-endian elements of `dt` into `out` (same element count).
+/// Decode packed little-endian elements of `dt` into `out` (same element count). The dtype is
+/// resolved once per call and the loop runs with the widest vector instructions the host has
+/// (the same exact conversion on every path).
 pub fn decode_into(dt: DType, bytes: &[u8], out: &mut [f32]) {
-    decode_panel(dt, &[bytes], 0, out.len(), out.len(), out)
-}
-
-/// Columns `j0..j0 + len` of every row of `rows` (packed elements of `dt`) into `dst` laid out
-/// `[rows][pw]`, lanes `len..pw` zeroed: one matmul operand panel. The dtype is resolved once
-/// per panel and the loops run with the widest vector instructions the host has (the same
-/// exact conversion on every path).
-pub fn decode_panel(dt: DType, rows: &[&[u8]], j0: usize, len: usize, pw: usize, dst: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if super::simd::path() == super::simd::Path::Avx512 {
         // SAFETY: simd::path reports AVX-512 only when the host has it.
-        unsafe { panel_avx512(dt, rows, j0, len, pw, dst) };
+        unsafe { decode_avx512(dt, bytes, out) };
         return;
     }
-    panel_body(dt, rows, j0, len, pw, dst)
+    decode_body(dt, bytes, out)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn panel_avx512(
-    dt: DType,
-    rows: &[&[u8]],
-    j0: usize,
-    len: usize,
-    pw: usize,
-    dst: &mut [f32],
-) {
-    panel_body(dt, rows, j0, len, pw, dst)
+unsafe fn decode_avx512(dt: DType, bytes: &[u8], out: &mut [f32]) {
+    decode_body(dt, bytes, out)
 }
 
 #[inline(always)]
-fn panel_body(dt: DType, rows: &[&[u8]], j0: usize, len: usize, pw: usize, dst: &mut [f32]) {
+fn decode_body(dt: DType, bytes: &[u8], out: &mut [f32]) {
     match dt {
-        DType::Float32 => rows_with::<4>(rows, j0, len, pw, dst, |c| {
-            f32::from_le_bytes([c[0], c[1], c[2], c[3]])
+        DType::Float32 => convert::<4>(bytes, out, |c| f32::from_le_bytes(*c)),
+        DType::Tfloat32 => convert::<4>(bytes, out, |c| {
+            f32::from_bits(u32::from_le_bytes(*c) & 0xFFFF_E000)
         }),
-        DType::Tfloat32 => rows_with::<4>(rows, j0, len, pw, dst, |c| {
-            f32::from_bits(u32::from_le_bytes([c[0], c[1], c[2], c[3]]) & 0xFFFF_E000)
-        }),
-        DType::Bfloat16 => rows_with::<2>(rows, j0, len, pw, dst, |c| {
-            f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16)
+        DType::Bfloat16 => convert::<2>(bytes, out, |c| {
+            f32::from_bits((u16::from_le_bytes(*c) as u32) << 16)
         }),
         DType::Float16 => {
             let t = lut16();
-            rows_with::<2>(rows, j0, len, pw, dst, |c| {
-                t.get(u16::from_le_bytes([c[0], c[1]]) as usize)
+            convert::<2>(bytes, out, |c| {
+                t.get(u16::from_le_bytes(*c) as usize)
                     .copied()
                     .unwrap_or(f32::NAN)
             })
@@ -69,37 +54,22 @@ fn panel_body(dt: DType, rows: &[&[u8]], j0: usize, len: usize, pw: usize, dst: 
                 _ => 2,
             };
             let t = lut8(slot, dt);
-            rows_with::<1>(rows, j0, len, pw, dst, |c| t[c[0] as usize])
+            convert::<1>(bytes, out, |c| t[c[0] as usize])
         }
         d => match d.size() {
-            1 => rows_with::<1>(rows, j0, len, pw, dst, |c| to_f32(d, c[0] as u32)),
-            2 => rows_with::<2>(rows, j0, len, pw, dst, |c| {
-                to_f32(d, u16::from_le_bytes(*c) as u32)
-            }),
-            _ => rows_with::<4>(rows, j0, len, pw, dst, |c| {
-                to_f32(d, u32::from_le_bytes(*c))
-            }),
+            1 => convert::<1>(bytes, out, |c| to_f32(d, c[0] as u32)),
+            2 => convert::<2>(bytes, out, |c| to_f32(d, u16::from_le_bytes(*c) as u32)),
+            _ => convert::<4>(bytes, out, |c| to_f32(d, u32::from_le_bytes(*c))),
         },
     }
 }
 
+/// Elements of `ES` bytes through `conv`, as many as both sides hold.
 #[inline(always)]
-fn rows_with<const ES: usize>(
-    rows: &[&[u8]],
-    j0: usize,
-    len: usize,
-    pw: usize,
-    dst: &mut [f32],
-    conv: impl Fn(&[u8; ES]) -> f32,
-) {
-    for (row, out) in rows.iter().zip(dst.chunks_exact_mut(pw.max(1))) {
-        let src = row.get(j0 * ES..(j0 + len) * ES).unwrap_or(&[]);
-        let (vals, pad) = out.split_at_mut(len.min(pw));
-        let (chunks, _) = src.as_chunks::<ES>();
-        for (o, c) in vals.iter_mut().zip(chunks) {
-            *o = conv(c);
-        }
-        pad.fill(0.0);
+fn convert<const ES: usize>(bytes: &[u8], out: &mut [f32], conv: impl Fn(&[u8; ES]) -> f32) {
+    let (chunks, _) = bytes.as_chunks::<ES>();
+    for (o, c) in out.iter_mut().zip(chunks) {
+        *o = conv(c);
     }
 }
 

@@ -1,7 +1,9 @@
-//! The arithmetic of `nc_matmul` (normal and double-row): decode the operands straight from
-//! SBUF into packed fp32 panels (scratch reused across instructions), run the register-blocked
-//! microkernel (kernels/gemm.rs) over column panels in parallel, and hand the `[M, N]` column
-//! sums to the PSUM write. Each output element is one thread's fma chain in k order.
+//! The arithmetic of `nc_matmul` (normal and double-row): decode the operand rows straight from
+//! SBUF into fp32 (rows split across threads), pack the stationary operand into row panels, then
+//! per column panel of the moving operand (in parallel) pack it and run the register-blocked
+//! microkernel (kernels/gemm.rs) against every row panel, and hand the `[M, N]` column sums to
+//! the PSUM write. Scratch buffers are reused across instructions. Each output element is one
+//! thread's fma chain in k order, so thread count and SIMD path never change a bit.
 
 use super::decode::{decode_into, Rows};
 use super::gemm::{blocking, grow, micro, Blocking, MAX_TILE};
@@ -9,8 +11,7 @@ use super::psum::{write_psum, Acc};
 use super::simd;
 use crate::engines::Ctx;
 use crate::error::{err, ErrorKind::Internal, Result};
-use crate::isa::Arg;
-use crate::isa::DType;
+use crate::isa::{Arg, DType};
 use crate::memory::onchip::Mems;
 use crate::memory::Ap;
 use crate::par;
@@ -27,7 +28,7 @@ struct Scratch {
 }
 
 thread_local! {
-    /// Per instruction: packed stationary panels and the panel-major result.
+    /// Per issuing thread: decoded rows, stationary panels and the panel-major result.
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
     /// Per worker thread: the moving panel being multiplied (K x NR, stays in L1).
     static PANEL: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };

@@ -222,7 +222,11 @@ mod tests {
             for c in 0..1u32 << bits {
                 let want = crate::numerics::mx::element_units(f, c);
                 let v = f.decode(c);
-                assert_eq!(want, v.is_finite().then(|| element_units_of(v)), "{f:?} {c:#x}");
+                assert_eq!(
+                    want,
+                    v.is_finite().then(|| element_units_of(v)),
+                    "{f:?} {c:#x}"
+                );
             }
         }
     }

@@ -15,11 +15,18 @@ use std::sync::OnceLock;
 /// (the same exact conversion on every path).
 pub fn decode_into(dt: DType, bytes: &[u8], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if super::simd::path() == super::simd::Path::Avx512 {
-        // SAFETY: simd::path reports AVX-512 only when the host has it.
-        unsafe { decode_avx512(dt, bytes, out) };
-        return;
+    match super::simd::path() {
+        // SAFETY: simd::path reports a path only when the host has its features.
+        super::simd::Path::Avx512 => return unsafe { decode_avx512(dt, bytes, out) },
+        super::simd::Path::Avx2Fma => return unsafe { decode_avx2(dt, bytes, out) },
+        super::simd::Path::Portable => {}
     }
+    decode_body(dt, bytes, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn decode_avx2(dt: DType, bytes: &[u8], out: &mut [f32]) {
     decode_body(dt, bytes, out)
 }
 

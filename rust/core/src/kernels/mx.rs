@@ -181,11 +181,19 @@ pub fn matmul_mx(p: usize, a: &Operand, b: &Operand) -> Vec<f32> {
 /// to `t[j]`, or added to it (`t[j] = fl32(t[j] + term)`) when `accumulate`.
 fn terms_f64(a: [f64; 4], b: [&[f64]; 4], t: &mut [f32], accumulate: bool) {
     #[cfg(target_arch = "x86_64")]
-    if super::simd::path() == super::simd::Path::Avx512 {
-        // SAFETY: only taken when the host has AVX-512F (simd::path checks).
-        unsafe { terms_avx512(a, b, t, accumulate) };
-        return;
+    match super::simd::path() {
+        // SAFETY: simd::path reports a path only when the host has its features.
+        super::simd::Path::Avx512 => return unsafe { terms_avx512(a, b, t, accumulate) },
+        super::simd::Path::Avx2Fma => return unsafe { terms_avx2(a, b, t, accumulate) },
+        super::simd::Path::Portable => {}
     }
+    terms_body(a, b, t, accumulate)
+}
+
+/// (Rust never contracts `a * b + c` into an FMA, so enabling `fma` cannot change a bit.)
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn terms_avx2(a: [f64; 4], b: [&[f64]; 4], t: &mut [f32], accumulate: bool) {
     terms_body(a, b, t, accumulate)
 }
 

@@ -148,12 +148,19 @@ fn write_f32_rows(mode: Option<bool>, ctx: &mut Ctx, dst: &Ap, acc: &Acc) {
 /// `out = fl32(out + acc)`, with the widest vectors the host has.
 fn row_f32(path: super::simd::Path, out: &mut [u8], acc: &Acc, r: usize, add: bool) {
     #[cfg(target_arch = "x86_64")]
-    if path == super::simd::Path::Avx512 {
-        // SAFETY: simd::path reports AVX-512 only when the host has it.
-        unsafe { row_f32_avx512(out, acc, r, add) };
-        return;
+    match path {
+        // SAFETY: simd::path reports a path only when the host has its features.
+        super::simd::Path::Avx512 => return unsafe { row_f32_avx512(out, acc, r, add) },
+        super::simd::Path::Avx2Fma => return unsafe { row_f32_avx2(out, acc, r, add) },
+        super::simd::Path::Portable => {}
     }
     let _ = path;
+    row_f32_body(out, acc, r, add)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn row_f32_avx2(out: &mut [u8], acc: &Acc, r: usize, add: bool) {
     row_f32_body(out, acc, r, add)
 }
 

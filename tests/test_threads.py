@@ -280,11 +280,11 @@ def test_thread_count_api():
         _native.limit_simd("sse9")
 
 
-def test_env_var_sets_default_threads():
-    code = "import trn3emu as t3; print(t3.get_num_threads())"
-    env = dict(os.environ, TRN3EMU_NUM_THREADS="3")
+def test_env_vars_set_defaults():
+    code = "import trn3emu as t3; print(t3.get_num_threads(), t3.simd_path())"
+    env = dict(os.environ, TRN3EMU_NUM_THREADS="3", TRN3EMU_PORTABLE_KERNELS="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert out.stdout.strip() == "3", out.stderr
+    assert out.stdout.split() == ["3", "portable"], out.stderr
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")

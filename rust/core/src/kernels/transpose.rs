@@ -8,34 +8,36 @@ pub fn transpose_bytes(src: &[u8], p: usize, f: usize, es: usize) -> Vec<u8> {
         return out; // callers pass whole tiles
     }
     match es {
-        1 => blocked(src, &mut out, p, f, |s, d, i, o| d[o] = s[i]),
-        2 => blocked(src, &mut out, p, f, |s, d, i, o| {
-            d[2 * o..2 * o + 2].copy_from_slice(&s[2 * i..2 * i + 2])
-        }),
-        4 => blocked(src, &mut out, p, f, |s, d, i, o| {
-            d[4 * o..4 * o + 4].copy_from_slice(&s[4 * i..4 * i + 4])
-        }),
-        _ => blocked(src, &mut out, p, f, |s, d, i, o| {
-            d[es * o..es * o + es].copy_from_slice(&s[es * i..es * i + es])
-        }),
+        1 => blocked::<1>(src, &mut out, p, f),
+        2 => blocked::<2>(src, &mut out, p, f),
+        4 => blocked::<4>(src, &mut out, p, f),
+        _ => {
+            for i in 0..p {
+                for j in 0..f {
+                    let (s, d) = ((i * f + j) * es, (j * p + i) * es);
+                    out[d..d + es].copy_from_slice(&src[s..s + es]);
+                }
+            }
+        }
     }
     out
 }
 
-/// Visit (source element i, destination element o) pairs in 32 x 32 blocks.
-fn blocked(
-    src: &[u8],
-    dst: &mut [u8],
-    p: usize,
-    f: usize,
-    mv: impl Fn(&[u8], &mut [u8], usize, usize),
-) {
+/// Whole elements of `ES` bytes, in 32 x 32 blocks (both sides stay in cache).
+fn blocked<const ES: usize>(src: &[u8], dst: &mut [u8], p: usize, f: usize) {
     const B: usize = 32;
+    let (s, _) = src.as_chunks::<ES>();
+    let (d, _) = dst.as_chunks_mut::<ES>();
+    if s.len() < p * f || d.len() < p * f {
+        return;
+    }
     for i0 in (0..p).step_by(B) {
         for j0 in (0..f).step_by(B) {
+            let j1 = (j0 + B).min(f);
             for i in i0..(i0 + B).min(p) {
-                for j in j0..(j0 + B).min(f) {
-                    mv(src, dst, i * f + j, j * p + i);
+                let row = &s[i * f + j0..i * f + j1];
+                for (j, e) in (j0..j1).zip(row) {
+                    d[j * p + i] = *e;
                 }
             }
         }

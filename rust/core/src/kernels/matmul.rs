@@ -1,5 +1,7 @@
 //! The arithmetic of `nc_matmul` (normal and double-row): decode the operand rows straight from
-//! SBUF into fp32 (rows split across threads), pack the stationary operand into row panels, then
+//! SBUF into fp32 (rows split across threads, a row ahead prefetched: SBUF partitions sit
+//! 256 KiB apart, a stride the hardware prefetchers do not follow), pack the stationary operand
+//! into row panels, then
 //! per column panel of the moving operand (in parallel) pack it and run the register-blocked
 //! microkernel (kernels/gemm.rs) against every row panel, and hand the `[M, N]` column sums to
 //! the PSUM write. Scratch buffers are reused across instructions. Each output element is one
@@ -11,7 +13,7 @@ use super::psum::{write_psum, Acc};
 use super::simd;
 use crate::engines::Ctx;
 use crate::error::{err, ErrorKind::Internal, Result};
-use crate::isa::{Arg, DType};
+use crate::isa::Arg;
 use crate::memory::onchip::Mems;
 use crate::memory::Ap;
 use crate::par;
@@ -19,7 +21,7 @@ use std::cell::RefCell;
 
 #[derive(Default)]
 struct Scratch {
-    /// Decoded operand rows, row-major (`[K][M]` then `[K][N]`).
+    /// Decoded operand rows, row-major: `[K][M]` stationary then `[K][N]` moving.
     rows: Vec<f32>,
     /// Stationary panels `[M / MR][K][MR]`.
     a: Vec<f32>,
@@ -59,20 +61,6 @@ fn prefetch(bytes: &[u8]) {
             )
         };
     }
-}
-
-/// Decode every logical row of `ap` into `dst` (`[rows][w]` fp32), rows split across threads
-/// when `work` warrants. Rows are read whole, in order, one row ahead prefetched: SBUF
-/// partitions sit 256 KiB apart, a stride the hardware prefetchers do not follow.
-fn decode_rows(rows: &[&[u8]], dt: DType, w: usize, work: usize, dst: &mut [f32]) {
-    par::for_each_row(dst, w, work / rows.len().max(1), |r, out| {
-        if let Some(next) = rows.get(r + 1) {
-            prefetch(next);
-        }
-        if let Some(row) = rows.get(r) {
-            decode_into(dt, row, out);
-        }
-    });
 }
 
 /// Columns `j0..j0 + pw` of the row-major `[rows][w]` buffer into `dst` (`[rows][pw]`),
@@ -163,18 +151,29 @@ fn compute(
     let work = 2 * k * m * n;
     let srows = Rows::new(mems, st);
     let srows = logical_rows(&srows, st, groups)?;
-    grow(&mut s.rows, k * m.max(n));
-    decode_rows(&srows, st.dtype, m, work, &mut s.rows[..k * m]);
-    grow(&mut s.a, mb * k * mr);
-    let arows = &s.rows[..k * m];
-    par::for_each_chunk_mut(&mut s.a[..mb * k * mr], k * mr, work, |ib, panel| {
-        pack_panel(arows, m, ib * mr, mr, panel)
-    });
-    let a = &s.a[..mb * k * mr];
     let mrows = Rows::new(mems, mv);
     let mrows = logical_rows(&mrows, mv, groups)?;
-    decode_rows(&mrows, mv.dtype, n, work, &mut s.rows[..k * n]);
-    let b = &s.rows[..k * n];
+    // Decode row k of both operands together (one parallel pass), then pack the stationary
+    // panels (small; serial), then the moving panels meet them in parallel.
+    grow(&mut s.rows, k * (m + n));
+    let (arows, brows) = s.rows[..k * (m + n)].split_at_mut(k * m);
+    let (ad, bd) = (st.dtype, mv.dtype);
+    par::for_each_chunk_pair_mut(arows, m, brows, n, work, |r, ao, bo| {
+        for (rows, dt, out) in [(&srows, ad, ao), (&mrows, bd, bo)] {
+            if let Some(next) = rows.get(r + 1) {
+                prefetch(next);
+            }
+            if let Some(row) = rows.get(r) {
+                decode_into(dt, row, out);
+            }
+        }
+    });
+    let (arows, b) = s.rows[..k * (m + n)].split_at(k * m);
+    grow(&mut s.a, mb * k * mr);
+    for (ib, panel) in s.a[..mb * k * mr].chunks_exact_mut(k * mr).enumerate() {
+        pack_panel(arows, m, ib * mr, mr, panel);
+    }
+    let a = &s.a[..mb * k * mr];
     grow(&mut s.out, nb * m * nr);
     par::for_each_chunk_mut(&mut s.out[..nb * m * nr], m * nr, work, |jb, out| {
         PANEL.with(|p| {

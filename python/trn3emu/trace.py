@@ -668,6 +668,7 @@ class RunResult:
 
     @property
     def trace(self) -> Trace:
+        """The run's trace, built on first access (runs in a tight loop rarely look at it)."""
         if self._trace is None:
             self._trace = Trace(self._raw_trace.columns(), self._programs)
         return self._trace

@@ -46,8 +46,8 @@ pub struct EngineState {
     pub vec_acc: [f32; PARTITIONS],
     /// One bit per 2-byte PSUM unit: written by a matmul since the run started (for accumulate=None).
     pub psum_mm: Vec<u64>,
-    /// Set by the scheduler when a TensorE instruction ran (the only writer of `psum_mm`), so a
-    /// run without matmuls does not clear the 128 KiB bitmap.
+    /// Set by the scheduler when an instruction that writes PSUM ran (only those can set bits
+    /// in `psum_mm`), so a run without PSUM writes does not clear the 128 KiB bitmap.
     pub psum_mm_dirty: bool,
 }
 

@@ -132,8 +132,8 @@ impl Device {
 
     /// `run` on borrowed programs (the bindings run Python-owned programs without copying them).
     pub fn run_refs(&mut self, programs: &[&Program], opts: &RunOptions) -> Result<RunResult> {
-        // Only cores that run can observe their per-run state; the others are reset when they
-        // next run.
+        // Only cores that run can observe their per-run state; the others are reset when
+        // they next run (saves zeroing 8 x 128 KiB of matmul-written bits per run).
         for p in programs {
             if let Some(c) = self.cores.get_mut(p.core as usize) {
                 c.state.reset();

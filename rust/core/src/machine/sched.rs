@@ -491,7 +491,11 @@ pub fn run(dev: &mut Device, programs: &[&Program], opts: &RunOptions) -> Result
                 jump: None,
             };
             if release.is_none() {
-                if ins.engine == crate::isa::Engine::Tensor {
+                if !ctx.state.psum_mm_dirty
+                    && ins
+                        .tensors()
+                        .any(|(_, _, acc, ap)| acc.writes() && ap.mem == Mem::Psum)
+                {
                     ctx.state.psum_mm_dirty = true;
                 }
                 engines::exec(ins, &mut ctx).map_err(|e| ins_err(e, core, idx, ins))?;

@@ -293,3 +293,28 @@ def test_auto_sync_reused_until_the_program_grows(dev, rng):
     assert p.native() is not first and len(p.native()) == 4
     dev.run(p)
     np.testing.assert_array_equal(dev.hbm.get(out), x * np.float32(2.0) + np.float32(1.0))
+
+
+def test_run_time_accumulate_state_resets_every_run(dev, rng):
+    """accumulate absent (resolved per element at run time): each run starts with no PSUM
+    element matmul-written, also when the bitmap is only cleared for runs that wrote PSUM."""
+    a = rng.integers(-3, 4, (128, 128)).astype(np.float32)
+    b = rng.integers(-3, 4, (128, 64)).astype(np.float32)
+    load = t3.Program()
+    ta, tb = load.sbuf((128, 128), np.float32), load.sbuf((128, 64), np.float32)
+    load.dma_copy(dst=ta, src=dev.hbm.put(a))
+    load.dma_copy(dst=tb, src=dev.hbm.put(b))
+    dev.run(load)
+    text = ".core 0\n" + (
+        "nc_matmul.tensor dst=psum:float32[0:128]+0[[1,64]] stationary=sbuf:float32[0:128]+0[[1,128]] "
+        f"moving=sbuf:float32[0:128]+{ta.offset + 512}[[1,64]]\n"
+    ) * 2
+    assert tb.offset == ta.offset + 512
+    mm = t3.Program.from_text(text)
+    ps = t3.Program(sync="manual").psum((128, 64), np.float32)
+    want = 2 * (a.T @ b)  # exact in fp32 (small integers)
+    for i in range(3):  # back to back, then after a run without PSUM writes
+        dev.run(mm)
+        np.testing.assert_array_equal(dev.read(ps), want)
+        if i == 1:
+            dev.run(load)

@@ -305,10 +305,14 @@ def test_run_time_accumulate_state_resets_every_run(dev, rng):
     load.dma_copy(dst=ta, src=dev.hbm.put(a))
     load.dma_copy(dst=tb, src=dev.hbm.put(b))
     dev.run(load)
-    text = ".core 0\n" + (
-        "nc_matmul.tensor dst=psum:float32[0:128]+0[[1,64]] stationary=sbuf:float32[0:128]+0[[1,128]] "
-        f"moving=sbuf:float32[0:128]+{ta.offset + 512}[[1,64]]\n"
-    ) * 2
+    text = (
+        ".core 0\n"
+        + (
+            "nc_matmul.tensor dst=psum:float32[0:128]+0[[1,64]] stationary=sbuf:float32[0:128]+0[[1,128]] "
+            f"moving=sbuf:float32[0:128]+{ta.offset + 512}[[1,64]]\n"
+        )
+        * 2
+    )
     assert tb.offset == ta.offset + 512
     mm = t3.Program.from_text(text)
     ps = t3.Program(sync="manual").psum((128, 64), np.float32)

@@ -15,8 +15,7 @@ use crate::memory::onchip::{Mems, OnChip};
 use crate::memory::rows::RowGeom;
 use crate::memory::{Ap, Mem};
 use crate::numerics::bulk::{
-    decode_raw_run, decode_raw_runs, decode_run, decode_runs, encode_raw_run, encode_raw_runs,
-    encode_run, encode_runs, Grid, Run, Runs,
+    decode_raw_runs, decode_runs, encode_raw_runs, encode_runs, Grid, Run, Runs,
 };
 use std::cell::RefCell;
 
@@ -40,12 +39,6 @@ fn onchip_mut<'m>(mems: &'m mut Mems, m: Mem) -> &'m mut OnChip {
         Mem::Sbuf => mems.sbuf,
         _ => mems.psum,
     }
-}
-
-/// Bytes of the partition holding row `r` of an on-chip pattern.
-#[inline]
-fn part<'m>(mem: &'m OnChip, ap: &Ap, r: usize) -> &'m [u8] {
-    mem.partition(ap.start as usize + r)
 }
 
 #[inline]
@@ -298,27 +291,19 @@ pub fn copy_same(ctx: &mut Ctx, dst: &Ap, src: &Ap) -> bool {
     })
 }
 
-/// Decode a whole static on-chip pattern into fp32 (row-major), without a byte copy.
+/// Decode a whole static on-chip pattern into fp32 (row-major), without a byte copy: one
+/// dtype dispatch for all rows (a uniform grid when rows are dense).
 pub fn read_f32_direct(mems: &Mems, ap: &Ap) -> Option<Vec<f32>> {
     if !static_onchip(ap) {
         return None;
     }
     let g = RowGeom::new(ap)?;
-    let f = g.free;
-    let mut out = vec![0f32; ap.parts as usize * f];
+    let (parts, f) = (ap.parts as usize, g.free);
+    let mut out = vec![0f32; parts * f];
     let mem = onchip(mems, ap.mem);
-    for (r, row) in out.chunks_exact_mut(f.max(1)).enumerate() {
-        let p = part(mem, ap, r);
-        g.runs(0, f, |o, st, pos, cnt| {
-            decode_run(
-                ap.dtype,
-                p,
-                byte(ap, o),
-                st as isize,
-                &mut row[pos..pos + cnt],
-            )
-        });
-    }
+    let mut list = Vec::new();
+    let runs = block_runs(ap, &g, mem.stride(), (0, parts), (0, f), &mut list);
+    decode_runs(ap.dtype, mem.raw(), runs, &mut out);
     Some(out)
 }
 
@@ -328,25 +313,17 @@ pub fn read_raw_direct(mems: &Mems, ap: &Ap) -> Option<Vec<u32>> {
         return None;
     }
     let g = RowGeom::new(ap)?;
-    let f = g.free;
-    let mut out = vec![0u32; ap.parts as usize * f];
+    let (parts, f) = (ap.parts as usize, g.free);
+    let mut out = vec![0u32; parts * f];
     let mem = onchip(mems, ap.mem);
-    for (r, row) in out.chunks_exact_mut(f.max(1)).enumerate() {
-        let p = part(mem, ap, r);
-        g.runs(0, f, |o, st, pos, cnt| {
-            decode_raw_run(
-                ap.dtype,
-                p,
-                byte(ap, o),
-                st as isize,
-                &mut row[pos..pos + cnt],
-            )
-        });
-    }
+    let mut list = Vec::new();
+    let runs = block_runs(ap, &g, mem.stride(), (0, parts), (0, f), &mut list);
+    decode_raw_runs(ap.dtype, mem.raw(), runs, &mut out);
     Some(out)
 }
 
-/// Encode row-major fp32 values into a static on-chip pattern; false if not applicable.
+/// Encode row-major fp32 values (element i = output index i for stochastic rounding) into a
+/// static on-chip pattern; false if not applicable.
 pub fn write_f32_direct(ctx: &mut Ctx, ap: &Ap, vals: &[f32]) -> bool {
     if !static_onchip(ap) {
         return false;
@@ -354,28 +331,15 @@ pub fn write_f32_direct(ctx: &mut Ctx, ap: &Ap, vals: &[f32]) -> bool {
     let Some(g) = RowGeom::new(ap) else {
         return false;
     };
-    let f = g.free;
+    let (parts, f) = (ap.parts as usize, g.free);
+    if vals.len() != parts * f {
+        return false;
+    }
     let rounder = ctx.rounder;
     let mem = onchip_mut(&mut ctx.mems, ap.mem);
-    for (r, row) in vals
-        .chunks_exact(f.max(1))
-        .enumerate()
-        .take(ap.parts as usize)
-    {
-        let p = part_mut(mem, ap, r);
-        let base = (r * f) as u64;
-        g.runs(0, f, |o, st, pos, cnt| {
-            encode_run(
-                &rounder,
-                ap.dtype,
-                p,
-                byte(ap, o),
-                st as isize,
-                &row[pos..pos + cnt],
-                base + pos as u64,
-            )
-        });
-    }
+    let mut list = Vec::new();
+    let runs = block_runs(ap, &g, mem.stride(), (0, parts), (0, f), &mut list);
+    encode_runs(&rounder, ap.dtype, mem.raw_mut(), runs, vals);
     true
 }
 
@@ -387,18 +351,14 @@ pub fn write_raw_direct(mems: &mut Mems, ap: &Ap, vals: &[u32]) -> bool {
     let Some(g) = RowGeom::new(ap) else {
         return false;
     };
-    let f = g.free;
-    let mem = onchip_mut(mems, ap.mem);
-    for (r, row) in vals
-        .chunks_exact(f.max(1))
-        .enumerate()
-        .take(ap.parts as usize)
-    {
-        let p = part_mut(mem, ap, r);
-        g.runs(0, f, |o, st, pos, cnt| {
-            encode_raw_run(ap.dtype, p, byte(ap, o), st as isize, &row[pos..pos + cnt])
-        });
+    let (parts, f) = (ap.parts as usize, g.free);
+    if vals.len() != parts * f {
+        return false;
     }
+    let mem = onchip_mut(mems, ap.mem);
+    let mut list = Vec::new();
+    let runs = block_runs(ap, &g, mem.stride(), (0, parts), (0, f), &mut list);
+    encode_raw_runs(ap.dtype, mem.raw_mut(), runs, vals);
     true
 }
 

@@ -322,3 +322,29 @@ def test_run_time_accumulate_state_resets_every_run(dev, rng):
         np.testing.assert_array_equal(dev.read(ps), want)
         if i == 1:
             dev.run(load)
+
+
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, np.int8])
+@pytest.mark.parametrize("policy", ["ieee", "saturate"])
+def test_dma_casts_between_hbm_and_sbuf(rng, dtype, policy):
+    """DMA casts stream HBM rows through small buffers (rows longer than one chunk too): the
+    same bits as ml_dtypes RNE (fp8 overflow per the device policy; ints round and saturate)."""
+    dev = t3.Device(fp8_overflow=policy)
+    x = (rng.standard_normal((6, 5000)) * 300).astype(np.float32)
+    x[0, :3] = [1e6, -1e6, np.inf]
+    p = t3.Program()
+    t = p.sbuf((6, 5000), dtype)
+    p.dma_copy(dst=t, src=dev.hbm.put(x))  # HBM fp32 -> SBUF narrow
+    back = dev.hbm.alloc((6, 5000), np.float32)
+    p.dma_copy(dst=back, src=t)  # SBUF narrow -> HBM fp32 (exact widening)
+    dev.run(p)
+    if dtype is np.int8:
+        want = np.clip(np.round(x.astype(np.float64)), -128, 127).astype(np.int8)
+    else:
+        with np.errstate(over="ignore"):
+            want = x.astype(dtype)
+        if policy == "saturate" and dtype is ml_dtypes.float8_e4m3fn:
+            fin = np.isfinite(x)
+            want = np.where(fin, np.clip(x, -448, 448), x).astype(dtype)
+    np.testing.assert_array_equal(dev.read(t).view(np.uint8), want.view(np.uint8))
+    np.testing.assert_array_equal(dev.hbm.get(back), want.astype(np.float32))

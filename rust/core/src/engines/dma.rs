@@ -148,9 +148,11 @@ fn copy(ctx: &mut Ctx, dst: &Ap, src: &Ap) {
         let raw = ctx.mems.gather(src);
         ctx.mems.scatter(dst, &raw);
     } else {
-        if super::rows::map_f32(ctx, dst, [src], |_, _, _, _, [x], out| {
-            out.copy_from_slice(x)
-        }) {
+        if super::rows::cast_dense_hbm(ctx, dst, src)
+            || super::rows::map_f32(ctx, dst, [src], |_, _, _, _, [x], out| {
+                out.copy_from_slice(x)
+            })
+        {
             return;
         }
         let v = ctx.read_f32(src);

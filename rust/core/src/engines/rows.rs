@@ -515,3 +515,96 @@ mod tests {
         assert_eq!(seen, vec![(6, 1, 0, 2), (16, 1, 2, 8), (32, 1, 10, 4)]);
     }
 }
+
+/// Converting copy between HBM and on-chip memory when both patterns have dense rows (a DMA
+/// cast): each row streams through two small scratch buffers in `CHUNK`-element pieces
+/// (HBM bytes -> fp32 -> on-chip bytes, or the reverse). The memories cannot overlap, so this
+/// equals reading everything first. Element index (for the rounder) = row-major position.
+pub fn cast_dense_hbm(ctx: &mut Ctx, dst: &Ap, src: &Ap) -> bool {
+    let dense = |a: &Ap| a.dynamic.is_none() && a.is_row_contiguous();
+    if dst.parts != src.parts
+        || dst.free_size() != src.free_size()
+        || !dense(dst)
+        || !dense(src)
+        || (dst.mem == Mem::Hbm) == (src.mem == Mem::Hbm)
+        || dst.dtype.is_packed()
+        || src.dtype.is_packed()
+    {
+        return false;
+    }
+    let (parts, f) = (src.parts as usize, src.free_size());
+    let (ss, ds) = (src.dtype.size(), dst.dtype.size());
+    let rounder = ctx.rounder;
+    let mut bytes = vec![0u8; CHUNK.min(f) * ss.max(ds)];
+    SCRATCH_F32.with(|cell| {
+        let mut vals = cell.borrow_mut();
+        if vals.len() < CHUNK.min(f) {
+            vals.resize(CHUNK.min(f), 0.0);
+        }
+        let Mems { sbuf, psum, hbm } = &mut ctx.mems;
+        for r in 0..parts {
+            let mut j0 = 0;
+            while j0 < f {
+                let n = CHUNK.min(f - j0);
+                let v = &mut vals[..n];
+                let idx = (r * f + j0) as u64;
+                if src.mem == Mem::Hbm {
+                    let b = &mut bytes[..n * ss];
+                    hbm.read(src.row_base(r as u32) as u64 + (j0 * ss) as u64, b);
+                    decode_runs(
+                        src.dtype,
+                        b,
+                        Runs::List(&[Run {
+                            off: 0,
+                            step: 1,
+                            n,
+                            idx,
+                        }]),
+                        v,
+                    );
+                    let mem: &mut OnChip = if dst.mem == Mem::Sbuf { sbuf } else { psum };
+                    let off =
+                        (dst.start as usize + r) * mem.stride() + dst.offset as usize + j0 * ds;
+                    let runs = [Run {
+                        off,
+                        step: 1,
+                        n,
+                        idx,
+                    }];
+                    encode_runs(&rounder, dst.dtype, mem.raw_mut(), Runs::List(&runs), v);
+                } else {
+                    let mem: &OnChip = if src.mem == Mem::Sbuf { sbuf } else { psum };
+                    let off =
+                        (src.start as usize + r) * mem.stride() + src.offset as usize + j0 * ss;
+                    decode_runs(
+                        src.dtype,
+                        mem.raw(),
+                        Runs::List(&[Run {
+                            off,
+                            step: 1,
+                            n,
+                            idx,
+                        }]),
+                        v,
+                    );
+                    let b = &mut bytes[..n * ds];
+                    encode_runs(
+                        &rounder,
+                        dst.dtype,
+                        b,
+                        Runs::List(&[Run {
+                            off: 0,
+                            step: 1,
+                            n,
+                            idx,
+                        }]),
+                        v,
+                    );
+                    hbm.write(dst.row_base(r as u32) as u64 + (j0 * ds) as u64, b);
+                }
+                j0 += n;
+            }
+        }
+    });
+    true
+}

@@ -464,58 +464,6 @@ pub fn fused_dense<const N: usize>(
     true
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::isa::DType;
-
-    fn ap(start: u32, parts: u32, offset: u64, n: u32) -> Ap {
-        Ap {
-            mem: Mem::Sbuf,
-            dtype: DType::Float32,
-            start,
-            parts,
-            pstep: 0,
-            offset,
-            dims: vec![(1, n)],
-            dynamic: None,
-        }
-    }
-
-    #[test]
-    fn stream_and_parallel_rules() {
-        let a = ap(0, 64, 0, 16);
-        // exactly in place: both
-        assert!(can_stream(&a, &[&a]) && blocks_independent(&a, &[&a]));
-        // other bytes of the same partitions: both
-        let b = ap(0, 64, 64, 16);
-        assert!(can_stream(&b, &[&a]) && blocks_independent(&b, &[&a]));
-        // dst one partition below an overlapping source: row order only
-        let lower = ap(0, 64, 0, 16);
-        let src = ap(1, 64, 0, 16);
-        assert!(can_stream(&lower, &[&src]) && !blocks_independent(&lower, &[&src]));
-        // dst one partition above: neither (a later source row is overwritten first)
-        assert!(!can_stream(&src, &[&lower]));
-        // shifted by one element in the same partitions: neither
-        let shifted = ap(0, 64, 4, 16);
-        assert!(!can_stream(&shifted, &[&a]) && !can_stream(&a, &[&shifted]));
-    }
-
-    #[test]
-    fn dense_rows_fold_to_one_segment() {
-        let mut x = ap(0, 1, 0, 1);
-        x.dims = vec![(8, 4), (1, 8)];
-        let g = RowGeom::new(&x).unwrap_or_else(|| panic!("static pattern"));
-        assert!(g.is_dense() && g.inner == 32);
-        x.dims = vec![(16, 4), (1, 8)];
-        let g = RowGeom::new(&x).unwrap_or_else(|| panic!("static pattern"));
-        assert!(!g.is_dense() && g.inner == 8);
-        let mut seen = Vec::new();
-        g.runs(6, 20, |o, st, pos, n| seen.push((o, st, pos, n)));
-        assert_eq!(seen, vec![(6, 1, 0, 2), (16, 1, 2, 8), (32, 1, 10, 4)]);
-    }
-}
-
 /// Converting copy between HBM and on-chip memory when both patterns have dense rows (a DMA
 /// cast): each row streams through two small scratch buffers in `CHUNK`-element pieces
 /// (HBM bytes -> fp32 -> on-chip bytes, or the reverse). The memories cannot overlap, so this
@@ -607,4 +555,56 @@ pub fn cast_dense_hbm(ctx: &mut Ctx, dst: &Ap, src: &Ap) -> bool {
         }
     });
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::isa::DType;
+
+    fn ap(start: u32, parts: u32, offset: u64, n: u32) -> Ap {
+        Ap {
+            mem: Mem::Sbuf,
+            dtype: DType::Float32,
+            start,
+            parts,
+            pstep: 0,
+            offset,
+            dims: vec![(1, n)],
+            dynamic: None,
+        }
+    }
+
+    #[test]
+    fn stream_and_parallel_rules() {
+        let a = ap(0, 64, 0, 16);
+        // exactly in place: both
+        assert!(can_stream(&a, &[&a]) && blocks_independent(&a, &[&a]));
+        // other bytes of the same partitions: both
+        let b = ap(0, 64, 64, 16);
+        assert!(can_stream(&b, &[&a]) && blocks_independent(&b, &[&a]));
+        // dst one partition below an overlapping source: row order only
+        let lower = ap(0, 64, 0, 16);
+        let src = ap(1, 64, 0, 16);
+        assert!(can_stream(&lower, &[&src]) && !blocks_independent(&lower, &[&src]));
+        // dst one partition above: neither (a later source row is overwritten first)
+        assert!(!can_stream(&src, &[&lower]));
+        // shifted by one element in the same partitions: neither
+        let shifted = ap(0, 64, 4, 16);
+        assert!(!can_stream(&shifted, &[&a]) && !can_stream(&a, &[&shifted]));
+    }
+
+    #[test]
+    fn dense_rows_fold_to_one_segment() {
+        let mut x = ap(0, 1, 0, 1);
+        x.dims = vec![(8, 4), (1, 8)];
+        let g = RowGeom::new(&x).unwrap_or_else(|| panic!("static pattern"));
+        assert!(g.is_dense() && g.inner == 32);
+        x.dims = vec![(16, 4), (1, 8)];
+        let g = RowGeom::new(&x).unwrap_or_else(|| panic!("static pattern"));
+        assert!(!g.is_dense() && g.inner == 8);
+        let mut seen = Vec::new();
+        g.runs(6, 20, |o, st, pos, n| seen.push((o, st, pos, n)));
+        assert_eq!(seen, vec![(6, 1, 0, 2), (16, 1, 2, 8), (32, 1, 10, 4)]);
+    }
 }

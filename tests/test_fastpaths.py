@@ -348,3 +348,19 @@ def test_dma_casts_between_hbm_and_sbuf(rng, dtype, policy):
             want = np.where(fin, np.clip(x, -448, 448), x).astype(dtype)
     np.testing.assert_array_equal(dev.read(t).view(np.uint8), want.view(np.uint8))
     np.testing.assert_array_equal(dev.hbm.get(back), want.astype(np.float32))
+
+
+def test_fused_path_writing_psum(dev, rng):
+    """fp32 tensor_tensor and tensor_scalar with the destination in PSUM, inputs in SBUF and
+    PSUM (the fused pass splits the destination buffer around a same-memory input)."""
+    p = t3.Program()
+    a, av = _arena(dev, p, rng, 256)
+    b, bv = _arena(dev, p, rng, 256)
+    ps_in = p.psum((128, 256), np.float32)
+    p.tensor_copy(dst=ps_in, src=b)
+    ps_out = p.psum((128, 256), np.float32)
+    p.tensor_tensor(dst=ps_out, data1=a, data2=ps_in, op="subtract")
+    p.tensor_scalar(dst=ps_in, data=ps_out, op0="multiply", operand0=3.0)
+    dev.run(p)
+    np.testing.assert_array_equal(dev.read(ps_out), av - bv)
+    np.testing.assert_array_equal(dev.read(ps_in), (av - bv) * np.float32(3.0))

@@ -60,22 +60,38 @@ dtype = _EXTRA["nki.dtype"]
 _saved: dict = {}
 
 
-def install(legacy: bool = False) -> None:
-    """Register trn3emu's front end as `nki` (and submodules) in sys.modules.
+_LEGACY: dict = {}
 
-    `legacy=True` also aliases `neuronxcc.nki.*` (only the new-style API is provided behind it).
+
+def _legacy_modules() -> dict:
+    """`neuronxcc.nki.*`: the legacy dialect (value-returning isa, masks, simulate_kernel, ...)."""
+    if not _LEGACY:
+        from . import legacy as _lg
+
+        pkg = _lg.make_package(sys.modules[__name__])
+        mods = {"neuronxcc." + k: v for k, v in dict(_ALIASES, **_EXTRA).items()}
+        mods["neuronxcc.nki"] = pkg
+        mods["neuronxcc.nki.isa"] = _lg.isa
+        root = types.ModuleType("neuronxcc")
+        root.nki = pkg
+        mods["neuronxcc"] = root
+        _LEGACY.update(mods)
+    return _LEGACY
+
+
+def install(legacy: bool = True) -> None:
+    """Register trn3emu's front end as `nki` (and submodules) in sys.modules, and the legacy
+    dialect as `neuronxcc.nki` (and submodules) unless `legacy=False`.
+
     Idempotent; `uninstall()` restores whatever was there before.
     """
     mods = dict(_ALIASES, **_EXTRA)
     if legacy:
-        mods.update({"neuronxcc." + k: v for k, v in list(mods.items())})
-        mods.setdefault("neuronxcc", types.ModuleType("neuronxcc"))
+        mods.update(_legacy_modules())
     for name, mod in mods.items():
         if name not in _saved:
             _saved[name] = sys.modules.get(name)
         sys.modules[name] = mod
-    if legacy:
-        sys.modules["neuronxcc"].nki = sys.modules[__name__]
 
 
 def uninstall() -> None:

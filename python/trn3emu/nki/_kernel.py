@@ -185,6 +185,10 @@ class NkiTensor:
 
     # views
     def __getitem__(self, key) -> NkiTensor:
+        from . import indexing
+
+        if indexing.has_expr(key):  # legacy nl.arange / nl.mgrid index expressions
+            return indexing.index_view(self, key)
         return self._wrap(self._t[_norm_key(key)])
 
     def __setitem__(self, key, value) -> None:
@@ -316,8 +320,35 @@ class NkiTensor:
             raise AttributeError(name)
         raise missing_attribute(f"NkiTensor.{name}")
 
+    # in-place arithmetic: `t[...] += u` updates the tile (tensor_tensor / tensor_scalar into itself)
+    def _inplace(self, op, o):
+        from . import language as nl
+
+        nl._inplace(self, op, o)
+        return self
+
     def __iadd__(self, o):
-        raise not_supported("tensor += value", "legacy accumulation syntax; use nisa.nc_matmul(dst, ...) or nl.add")
+        return self._inplace("add", o)
+
+    def __isub__(self, o):
+        return self._inplace("subtract", o)
+
+    def __imul__(self, o):
+        return self._inplace("multiply", o)
+
+    def __itruediv__(self, o):
+        return self._inplace("divide", o)
+
+    def broadcast_to(self, shape) -> NkiTensor:
+        from . import language as nl
+
+        return nl.broadcast_to(self, shape)
+
+    def same_view(self, other) -> bool:
+        """True when `other` is exactly this view (same storage, place, shape and strides)."""
+        a, b = self._t, getattr(other, "_t", None)
+        key = (a.mem, a.core, a.dtype, a.shape, a.strides, a.offset, a.start, a.dyn)
+        return b is not None and key == (b.mem, b.core, b.dtype, b.shape, b.strides, b.offset, b.start, b.dyn)
 
 
 def _norm_key(key):

@@ -14,6 +14,7 @@ from typing import Any
 from .._asm import ENUMS, INSTRUCTIONS, AssemblerMixin
 from ..errors import NotSupportedError
 from . import _kernel
+from . import indexing as _indexing
 from ._kernel import NkiTensor, current, not_supported
 
 # ------------------------------------------------------------------------------------- enums
@@ -116,8 +117,11 @@ def _make(opname: str):
     names = [p.name for p in params]
 
     def fn(*args, **kwargs):
-        if "mask" in kwargs:
-            raise not_supported(f"nki.isa.{opname}(mask=...)", "legacy masks; slice the operands instead")
+        if "mask" in kwargs or _indexing._MASKS:  # legacy masks: operands restricted to the sub-grid
+            masked = _indexing.mask_call(opname, args, kwargs)
+            if masked is None:
+                return None  # the mask selects nothing: no instruction
+            args, kwargs = masked
         if args and not isinstance(args[0], NkiTensor) and "dst" not in kwargs and names[0] == "dst":
             raise not_supported(
                 f"nki.isa.{opname} without dst", "legacy value-returning form; pass a preallocated dst first"

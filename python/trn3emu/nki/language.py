@@ -15,7 +15,9 @@ import numpy as np
 
 from ..dtypes import numpy_dtype
 from ..errors import ShapeError
+from . import indexing as _indexing
 from . import isa as nisa
+from .indexing import ParDim, arange, mgrid, par_dim  # noqa: F401  (legacy index expressions)
 from ._kernel import DTYPES, HBM_BUFFERS, Dtype, NkiTensor, as_dtype, current, missing_attribute, not_supported
 
 # ------------------------------------------------------------------------------------ dtypes
@@ -161,10 +163,47 @@ def program_ndim() -> int:
 
 # ---------------------------------------------------------------------------------- tensors
 def ndarray(shape, dtype, buffer=None, name="", address=None, **kwargs) -> NkiTensor:
-    """A new (uninitialised) tensor; SBUF/PSUM from the allocator, or at `address`."""
+    """A new (uninitialised) tensor; SBUF/PSUM from the allocator, or at `address`.
+
+    A legacy shape with `nl.par_dim` after leading block dims, `(n, nl.par_dim(P), F)`, is one
+    [P, n, F] tile whose block index is a free dim (`BlockTensor`)."""
     if kwargs:
         raise not_supported(f"nl.ndarray({', '.join(kwargs)}=...)")
-    return current().alloc(shape, dtype, "sbuf" if buffer is None else _buf(buffer), name, address)
+    buf = "sbuf" if buffer is None else _buf(buffer)
+    if isinstance(shape, (tuple, list)):
+        pd = [i for i, s in enumerate(shape) if isinstance(s, ParDim)]
+        if pd and pd[0] > 0 and buf in ("sbuf", "psum"):
+            k = pd[0]
+            inner = (shape[k],) + tuple(shape[:k]) + tuple(shape[k + 1 :])
+            t = current().alloc(inner, dtype, buf, name, address)
+            return BlockTensor(t._t, t.buffer, t._block, t.name, k)
+    return current().alloc(shape, dtype, buf, name, address)
+
+
+class BlockTensor(NkiTensor):
+    """A legacy `(blocks..., par_dim(P), free...)` tile, stored as [P, blocks..., free...]:
+    indexing moves the partition index first (`t[b, 0:P, 0:F]` is the [P, F] tile of block b)."""
+
+    __slots__ = ("_pd",)
+
+    def __init__(self, t, buffer, block, name, pd: int) -> None:
+        super().__init__(t, buffer, block, name)
+        self._pd = pd
+
+    @property
+    def shape(self) -> tuple:
+        s = self._t.shape
+        return tuple(s[1 : self._pd + 1]) + (s[0],) + tuple(s[self._pd + 1 :])
+
+    def __getitem__(self, key):
+        key = key if isinstance(key, tuple) else (key,)
+        if builtins.any(k is Ellipsis for k in key) or len(key) < self._pd + 1:
+            raise not_supported("indexing a par_dim block tile without its block and partition indices")
+        pd = self._pd
+        return NkiTensor.__getitem__(self, (key[pd],) + tuple(key[:pd]) + tuple(key[pd + 1 :]))
+
+    def __setitem__(self, key, value) -> None:
+        _assign(self[key], value)
 
 
 def empty_like(t, dtype=None, buffer=None, name="") -> NkiTensor:
@@ -251,6 +290,8 @@ def copy(x, dtype=None, **kwargs) -> NkiTensor:
 
 def _assign(dst: NkiTensor, value) -> None:
     """`dst[...] = value`: DMA when HBM is involved, else tensor_copy; scalars memset."""
+    if isinstance(value, NkiTensor) and dst.same_view(value):
+        return  # `t[k] += u` ends by assigning the updated view to itself
     if isinstance(value, NkiTensor):
         if dst.buffer in HBM_BUFFERS or value.buffer in HBM_BUFFERS:
             nisa.dma_copy(dst=dst, src=_sbuf_operand(value) if dst.buffer in HBM_BUFFERS else value)
@@ -266,8 +307,6 @@ def _assign(dst: NkiTensor, value) -> None:
 
 
 def _no_mask(name, kwargs):
-    if "mask" in kwargs:
-        raise not_supported(f"nl.{name}(mask=...)", "legacy masks; slice the operands instead")
     if kwargs:
         raise not_supported(f"nl.{name}({', '.join(kwargs)}=...)")
 
@@ -372,13 +411,20 @@ def _is_tile(v) -> bool:
     return isinstance(v, NkiTensor)
 
 
-def _binary(op: str, x, y, dtype) -> NkiTensor:
+def _inplace(dst: NkiTensor, op: str, value) -> None:
+    """`dst op= value` (`t[...] += u`): the op's instruction writes dst itself."""
+    if dst.buffer in HBM_BUFFERS:
+        raise not_supported(f"in-place {op} on an HBM tensor", "load it, update the tile, store it")
+    _binary(op, dst, value, None, out=dst)
+
+
+def _binary(op: str, x, y, dtype, out=None) -> NkiTensor:
     if not _is_tile(x) and not _is_tile(y):
         raise not_supported(f"nl.{op} of two scalars", "compute it in Python")
     x, y = _onchip(x), _onchip(y)
     if not _is_tile(y) or not _is_tile(x):
         tile, scalar, rev = (x, y, False) if _is_tile(x) else (y, x, True)
-        out = ndarray(tile.shape, dtype or tile.dtype, sbuf)
+        out = ndarray(tile.shape, dtype or tile.dtype, sbuf) if out is None else out
         nisa.tensor_scalar(out, tile, op0=op, operand0=float(scalar), reverse0=rev)
         return out
     odt = dtype or promote(x.dtype, y.dtype)
@@ -392,13 +438,13 @@ def _binary(op: str, x, y, dtype) -> NkiTensor:
     xf, yf = x.size // x.shape[0], y.size // y.shape[0]
     if xf != yf and (xf == 1 or yf == 1):
         tile, col, rev = (x, y, False) if yf == 1 else (y, x, True)
-        out = ndarray(tile.shape, odt, sbuf)
+        out = ndarray(tile.shape, odt, sbuf) if out is None else out
         nisa.tensor_scalar(
             out, tile, op0=op, operand0=col.reshape((col.shape[0], 1)) if col.ndim != 2 else col, reverse0=rev
         )
         return out
-    shape = tuple(np.broadcast_shapes(x.shape, y.shape))
-    out = ndarray(shape, odt, sbuf)
+    shape = tuple(np.broadcast_shapes(x.shape, y.shape)) if out is None else out.shape
+    out = ndarray(shape, odt, sbuf) if out is None else out
     nisa.tensor_tensor(out, _bcast_free(x, shape), _bcast_free(y, shape), op=op)
     return out
 
@@ -622,6 +668,13 @@ def _reduce(op: str, x, axis, dtype, keepdims, negate=False) -> NkiTensor:
         out = ndarray((1,) + tuple(x.shape[1:]), dtype or x.dtype, sbuf)
         nisa.tensor_partition_reduce(out, op=_PARTITION_OPS[op], data=x)
         return out
+    if axes != tuple(range(x.ndim - len(axes), x.ndim)):
+        # tensor_reduce reduces trailing axes: move the reduced axes last (a strided view).
+        kept = [d for d in range(x.ndim) if d not in axes]
+        flat = _reduce(op, x.permute(kept + list(axes)), tuple(range(len(kept), x.ndim)), dtype, False, negate)
+        if not keepdims:
+            return flat
+        return flat.reshape(tuple(1 if d in axes else n for d, n in enumerate(x.shape)))
     shape = (
         [1 if d in axes else n for d, n in enumerate(x.shape)]
         if keepdims
@@ -803,11 +856,15 @@ def _checked(f):
 
     @functools.wraps(f)
     def g(*args, **kwargs):
+        mask = kwargs.pop("mask", None)  # legacy mask=: every instruction of the op is restricted
         try:
             sig.bind(*args, **kwargs)
         except TypeError as e:
             raise not_supported(f"nl.{f.__name__} call form ({e})") from None
-        return f(*args, **kwargs)
+        if mask is None:
+            return f(*args, **kwargs)
+        with _indexing.masked(mask):
+            return f(*args, **kwargs)
 
     return g
 

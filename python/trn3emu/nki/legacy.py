@@ -1,0 +1,283 @@
+"""The legacy `neuronxcc.nki` dialect (Neuron SDK <= 2.26) on the same front end.
+
+Differences from NKI 0.6 handled here: `nisa.*` calls return a new tile instead of taking a `dst`
+(shape, dtype and buffer of the result follow the operation; `dtype=` casts it), every call takes
+`mask=` (`indexing.masked`), `iota` / `affine_select` take index expressions, `memset` makes a tile,
+and the harness entry points `nki.simulate_kernel`, `nki.baremetal`, `nki.benchmark`, `nki.profile`
+and `@nki.jit(mode=...)` run the kernel on trn3emu. `nki.language` is shared (its ops already return
+tiles and accept `mask=`, `nl.arange`, `nl.mgrid`, `nl.par_dim`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+from typing import Any
+
+from .._asm import INSTRUCTIONS, AssemblerMixin
+from . import indexing
+from . import isa as nisa
+from . import language as nl
+from ._kernel import Kernel, NkiTensor, _Launcher, jit, missing_attribute, not_supported
+
+_DST = object()  # placeholder bound to the dst parameter while reading a legacy call
+
+# The operand whose shape (and dtype) a legacy result takes, in order of preference.
+_SHAPE_FROM = ("data", "src", "data1", "data0", "on_true_tile", "on_true", "src_buffer")
+
+
+def _tensors(args: dict) -> list:
+    return [v for v in args.values() if isinstance(v, NkiTensor)]
+
+
+def _out_spec(opname: str, a: dict, dtype: Any) -> tuple:
+    """(shape, dtype, buffer) of the tile a legacy `nisa.<opname>(...)` returns."""
+    if opname == "nc_matmul":
+        st, mv = a["stationary"], a["moving"]
+        return (st.shape[1], mv.shape[1]), dtype or nl.float32, nl.psum
+    if opname == "nc_transpose":
+        d = a["data"]
+        on_vector = str(getattr(a.get("engine"), "name", a.get("engine"))) == "vector"
+        return (d.shape[1], d.shape[0]), dtype or d.dtype, nl.sbuf if on_vector else nl.psum
+    if opname == "tensor_reduce":
+        d = a["data"]
+        axes = nl._axes(d, a.get("axis"))
+        keep = bool(a.get("keepdims", False))
+        shape = [1 if i in axes else n for i, n in enumerate(d.shape)] if keep else [
+            n for i, n in enumerate(d.shape) if i not in axes
+        ]
+        if len(shape) < 2:
+            shape = list(shape) + [1]
+        return tuple(shape), dtype or d.dtype, nl.sbuf
+    if opname == "tensor_partition_reduce":
+        d = a["data"]
+        return (1,) + tuple(d.shape[1:]), dtype or d.dtype, nl.sbuf
+    if opname == "bn_stats":
+        d = a["data"]
+        return (d.shape[0], 6), dtype or nl.float32, nl.sbuf
+    if opname == "bn_aggr":
+        d = a["data"]
+        return (d.shape[0], 2), dtype or nl.float32, nl.sbuf
+    if opname in ("max8",):
+        d = a["src"]
+        return (d.shape[0], 8), dtype or d.dtype, nl.sbuf
+    if opname == "nc_find_index8":
+        d = a["data"]
+        return (d.shape[0], 8), dtype or nl.uint32, nl.sbuf
+    src = next((a[k] for k in _SHAPE_FROM if isinstance(a.get(k), NkiTensor)), None)
+    if src is None:
+        ts = _tensors(a)
+        if not ts:
+            raise not_supported(f"legacy nki.isa.{opname} without a tensor operand", "pass dst")
+        src = ts[0]
+    odt = dtype
+    if odt is None:
+        ts = [a[k] for k in ("data1", "data2") if isinstance(a.get(k), NkiTensor)]
+        odt = nl.promote(ts[0].dtype, ts[1].dtype) if len(ts) == 2 else src.dtype
+    return tuple(src.shape), odt, nl.sbuf
+
+
+def _legacy(opname: str):
+    new = getattr(nisa, opname)
+    sig = inspect.signature(getattr(AssemblerMixin, opname))
+
+    def fn(*args, dtype=None, mask=None, **kwargs):
+        extra = {} if mask is None else {"mask": mask}
+        if "dst" in kwargs:  # legacy ops that took dst (dma_copy, ...) or a dst-first call
+            return new(*args, **kwargs, **extra)
+        if opname == "tensor_copy_predicated" and len(args) >= 2:  # legacy order (src, dst, predicate)
+            return new(args[1], args[0], *args[2:], **kwargs, **extra)
+        try:
+            bound = sig.bind(None, _DST, *args, **kwargs)
+        except TypeError as e:
+            raise not_supported(f"legacy nki.isa.{opname} call form ({e})") from None
+        a = dict(list(bound.arguments.items())[2:])
+        shape, odt, buf = _out_spec(opname, a, dtype)
+        out = nl.ndarray(shape, odt, buffer=buf)
+        new(out, **a, **extra)
+        return out
+
+    fn.__name__ = fn.__qualname__ = opname
+    fn.__doc__ = f"Legacy value-returning `nki.isa.{opname}` (returns a new tile; `dtype=` casts, `mask=` restricts)."
+    return fn
+
+
+def iota(expr, dtype, mask=None, **kwargs):
+    """Legacy `iota(expr, dtype)`: a tile holding the value of an index expression at every
+    grid point (grid axis 0 = partitions) -> `nisa.iota(pattern, offset, channel_multiplier)`."""
+    shape = indexing.grid_size(expr)
+    if len(shape) < 2:
+        shape = [1] + shape
+    pattern, offset, cm = indexing.iota_pattern(expr)
+    out = nl.ndarray(tuple(shape), dtype, buffer=nl.sbuf)
+    extra = {} if mask is None else {"mask": mask}
+    nisa.iota(out, pattern=pattern, offset=offset, channel_multiplier=cm, **kwargs, **extra)
+    return out
+
+
+def affine_select(pred, on_true_tile, on_false_value, dtype=None, mask=None, **kwargs):
+    """Legacy `affine_select(pred, on_true_tile, on_false_value)`: `pred` is one affine comparison
+    of index expressions over the tile's grid (axis 0 = partitions), e.g. causal `i_q >= i_k`."""
+    if not isinstance(pred, indexing.Predicate):
+        raise not_supported(f"affine_select(pred={pred!r})", "pred is a comparison of index expressions")
+    cons = pred.cons
+    if len(cons) == 1:
+        e, cmp = cons[0], "greater_equal"
+    elif len(cons) == 2 and all(not (a + b).terms and (a + b).const == 0 for a, b in [cons]):
+        e, cmp = cons[0], "equal"
+    else:
+        raise not_supported("affine_select with a conjunction", "one comparison per affine_select")
+    pattern, offset, cm = indexing.iota_pattern(e)
+    t = on_true_tile
+    free = list(t.shape[1:])
+    steps = [p[0] for p in pattern] + [0] * max(0, len(free) - len(pattern))
+    pattern = [[steps[i], n] for i, n in enumerate(free)] or [[0, 1]]
+    out = nl.ndarray(t.shape, dtype or t.dtype, buffer=nl.sbuf)
+    extra = {} if mask is None else {"mask": mask}
+    nisa.affine_select(
+        out,
+        pattern=pattern,
+        channel_multiplier=cm,
+        on_true_tile=t,
+        on_false_value=on_false_value,
+        cmp_op=cmp,
+        offset=offset,
+        **kwargs,
+        **extra,
+    )
+    return out
+
+
+def memset(shape, value, dtype, mask=None, **kwargs):
+    """Legacy `memset(shape, value, dtype)`: a new SBUF tile filled with value."""
+    out = nl.ndarray(shape, dtype, buffer=kwargs.pop("buffer", nl.sbuf))
+    extra = {} if mask is None else {"mask": mask}
+    nisa.memset(out, value=value, **kwargs, **extra)
+    return out
+
+
+def activation_reduce(op, data, reduce_op, reduce_res, bias=None, scale=1.0, dtype=None, mask=None, **kwargs):
+    """Legacy `activation_reduce`: activation with a free-dim reduction into reduce_res."""
+    out = nl.ndarray(data.shape, dtype or data.dtype, buffer=nl.sbuf)
+    extra = {} if mask is None else {"mask": mask}
+    nisa.activation_reduce(
+        out, op=op, data=data, reduce_op=reduce_op, reduce_res=reduce_res, bias=bias, scale=scale, **kwargs, **extra
+    )
+    return out
+
+
+def _make_isa_module() -> types.ModuleType:
+    mod = types.ModuleType("neuronxcc.nki.isa", "Legacy value-returning nki.isa (see trn3emu.nki.legacy).")
+    for k, v in vars(nisa).items():
+        if not k.startswith("__"):
+            setattr(mod, k, v)
+    for name, (_, _, params) in INSTRUCTIONS.items():
+        if params and params[0][0] == "dst" and name not in ("dma_copy", "dma_compute"):
+            setattr(mod, name, _legacy(name))
+    mod.iota, mod.affine_select, mod.memset, mod.activation_reduce = iota, affine_select, memset, activation_reduce
+
+    def _missing(name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise missing_attribute(f"neuronxcc.nki.isa.{name}")
+
+    mod.__getattr__ = _missing
+    return mod
+
+
+isa = _make_isa_module()
+
+
+# ------------------------------------------------------------------------------- harness entries
+def _kernel(k) -> Kernel | _Launcher:
+    return k if isinstance(k, (Kernel, _Launcher)) else Kernel(k)
+
+
+def simulate_kernel(kernel, *args, **kwargs):
+    """`nki.simulate_kernel(kernel, *arrays)`: run on trn3emu, numpy results."""
+    return _kernel(kernel)(*args, **kwargs)
+
+
+class _LatencyStats:
+    """`benchmark_result.nc_latency`: the emulator's estimated kernel time (every percentile)."""
+
+    def __init__(self, us: float) -> None:
+        self.us = us
+
+    def get_latency_percentile(self, p) -> float:
+        return self.us
+
+
+class _BenchmarkResult:
+    def __init__(self, us: float) -> None:
+        self.nc_latency = _LatencyStats(us)
+
+
+def _deco(name: str, benchmark: bool = False):
+    def entry(kernel=None, **options):
+        """Runs the kernel on trn3emu (no device, NEFF or trace files); options are accepted."""
+
+        def wrap(k):
+            kern = _kernel(k)
+            if not benchmark:
+                return kern
+            base = kern.kernel if isinstance(kern, _Launcher) else kern
+
+            class _Bench:
+                def __getitem__(self, grid):
+                    inner = base[grid]
+                    return _deco_call(inner, base)
+
+                def __call__(self, *a, **kw):
+                    return _deco_call(base, base)(*a, **kw)
+
+            return _Bench()
+
+        return wrap if kernel is None else wrap(kernel)
+
+    entry.__name__ = name
+    return entry
+
+
+def _deco_call(runner, base):
+    def call(*a, **kw):
+        out = runner(*a, **kw)
+        res = base.last_result if not isinstance(base.last_result, list) else base.last_result[-1]
+        ns = getattr(res, "time_ns", 0) or 0
+        call.benchmark_result = _BenchmarkResult(float(ns) / 1000.0)
+        return out
+
+    return call
+
+
+baremetal = _deco("baremetal")
+profile = _deco("profile")
+benchmark = _deco("benchmark", benchmark=True)
+
+
+def legacy_jit(fn=None, mode=None, **options):
+    """`@nki.jit`, `@nki.jit(mode="simulation" | "baremetal" | ...)`: every mode runs on trn3emu."""
+    return jit(fn, **options)
+
+
+def make_package(pkg: types.ModuleType) -> types.ModuleType:
+    """The `neuronxcc.nki` module: the new package's namespace with the legacy isa and entries."""
+    mod = types.ModuleType("neuronxcc.nki", __doc__)
+    for k, v in vars(pkg).items():
+        if not k.startswith("__"):
+            setattr(mod, k, v)
+    mod.isa = isa
+    mod.jit = legacy_jit
+    mod.simulate_kernel = simulate_kernel
+    mod.baremetal, mod.profile, mod.benchmark = baremetal, profile, benchmark
+
+    def _missing(name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise missing_attribute(f"neuronxcc.nki.{name}")
+
+    mod.__getattr__ = _missing
+    return mod
+
+
+__all__ = ["isa", "simulate_kernel", "baremetal", "profile", "benchmark", "legacy_jit", "make_package"]

@@ -45,6 +45,24 @@ def test_dma_transpose_2d_sbuf_to_sbuf_hwdge_from_scalar(dev, rng):
     assert_bits_equal(dev.hbm.get(out), np.ascontiguousarray(src.T))
 
 
+def test_dma_transpose_default_dge_has_no_hwdge_shape_rules(dev, rng):
+    # dge_mode unknown (the default) lets the compiler pick the lowering: a 128x128 SBUF->SBUF
+    # transpose (as public attention kernels issue) is valid there; only hwdge needs shape[0] == 16.
+    src = random_bits(rng, (128, 128), BF16)
+    h = dev.hbm.put(src)
+    out = dev.hbm.alloc((128, 128), BF16)
+    p = t3.Program()
+    a = p.sbuf((128, 128), BF16)
+    b = p.sbuf((128, 128), BF16)
+    p.dma_copy(dst=a, src=h)
+    p.dma_transpose(dst=b, src=a)
+    p.dma_copy(dst=out, src=b)
+    dev.run(p)
+    assert_bits_equal(dev.hbm.get(out), np.ascontiguousarray(src.T))
+    with pytest.raises(t3.ShapeError, match=r"src.shape\[0\] == 16"):
+        t3.Program().dma_transpose(dst=p.sbuf((128, 128), BF16), src=a, dge_mode="hwdge", engine="scalar")
+
+
 @pytest.mark.parametrize(
     "shape,axes",
     [((2, 8, 64), (2, 1, 0)), ((16, 3, 128), (2, 1, 0)), ((4, 2, 4, 32), (3, 1, 2, 0)), ((1, 3, 16, 8), (3, 1, 2, 0))],
@@ -66,7 +84,7 @@ def test_dma_transpose_rules(dev):
     p = t3.Program()
     h16 = dev.hbm.alloc((16, 32), BF16)
     with pytest.raises(t3.ShapeError, match=r"src.shape\[0\] == 16"):
-        p.dma_transpose(dst=p.sbuf((32, 8), BF16), src=dev.hbm.alloc((8, 32), BF16))
+        p.dma_transpose(dst=p.sbuf((32, 8), BF16), src=dev.hbm.alloc((8, 32), BF16), dge_mode="hwdge", engine="scalar")
     with pytest.raises(t3.DtypeError):
         p.dma_transpose(dst=p.sbuf((32, 16), np.float32), src=dev.hbm.alloc((16, 32), np.float32))
     with pytest.raises(t3.DtypeError, match="same dtype"):
@@ -79,9 +97,11 @@ def test_dma_transpose_rules(dev):
     with pytest.raises(t3.ShapeError, match="exceeds 128"):
         p.dma_transpose(dst=p.sbuf((128, 16, 2), BF16), src=dev.hbm.alloc((2, 16, 129), BF16))
     with pytest.raises(t3.ShapeError, match=r"\{1,2,4,8,16\}"):
-        p.dma_transpose(dst=p.sbuf((32, 16, 3), BF16), src=dev.hbm.alloc((3, 16, 32), BF16))
+        p.dma_transpose(
+            dst=p.sbuf((32, 16, 3), BF16), src=dev.hbm.alloc((3, 16, 32), BF16), dge_mode="hwdge", engine="scalar"
+        )
     with pytest.raises(t3.ShapeError, match="% 16"):
-        p.dma_transpose(dst=p.sbuf((32, 4, 2), BF16), src=dev.hbm.alloc((2, 4, 32), BF16))
+        p.dma_transpose(dst=p.sbuf((32, 4, 2), BF16), src=dev.hbm.alloc((2, 4, 32), BF16), dge_mode="hwdge", engine="sync")
     with pytest.raises(t3.OperandError, match="hardware DGE"):
         p.dma_transpose(dst=p.sbuf((32, 16), BF16), src=h16, dge_mode="swdge")
     with pytest.raises(t3.OperandError, match="sync or scalar"):

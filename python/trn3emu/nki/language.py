@@ -800,12 +800,17 @@ def where(condition, x, y, dtype=None, **kwargs) -> NkiTensor:
 
 def matmul(x, y, transpose_x=False, **kwargs) -> NkiTensor:
     """x @ y (x.T @ y with transpose_x) into a new fp32 PSUM tile: `nc_matmul`, preceded by a PE
-    transpose of x (`nc_transpose` -> PSUM -> SBUF) when transpose_x is False."""
+    transpose of x (`nc_transpose` -> PSUM -> SBUF) when transpose_x is False. An fp32 operand
+    paired with a narrower one promotes it to fp32 first (`tensor_copy`): the PE cannot mix them."""
     _no_mask("matmul", kwargs)
     x, y = _onchip(x), _onchip(y)
     if not transpose_x:
         xt = transpose(x)
         x = _sbuf_operand(xt)
+    # The PE pairs fp32 only with fp32: a mixed call promotes the other operand (a tensor_copy).
+    wide = ("float32", "tfloat32")
+    if (str(x.dtype) in wide) != (str(y.dtype) in wide):
+        x, y = (x, copy(y, dtype=float32)) if str(x.dtype) in wide else (copy(x, dtype=float32), y)
     out = ndarray((x.shape[1], y.shape[1]), float32, psum)
     nisa.nc_matmul(out, stationary=x, moving=y, accumulate=False)
     return out

@@ -442,6 +442,11 @@ fn check_dma_transpose(ins: &Instr) -> Result<()> {
             .operand("dge_mode"));
         }
         check_dge(ins, Some(dge), false)?;
+        // The HWDGE shape rules bind only when hwdge is asked for: with `unknown` the compiler
+        // may lower to a descriptor DMA (public kernels transpose 128x128 SBUF tiles that way).
+        if dge != DgeMode::Hwdge as u8 {
+            return Ok(());
+        }
         if s.len() == 2 && s[0] != 16 {
             return Err(terr(
                 format!(

@@ -267,6 +267,16 @@ class IndexedTensor(NkiTensor):
 
     __slots__ = ("_base", "_exprs", "_oob")
 
+    @property
+    def tensor(self):
+        """The view an instruction uses; an out-of-bounds index needs a mask= first."""
+        if self._oob:
+            raise ShapeError(
+                f"index expressions {self._exprs!r} run outside the {self._base.shape} tensor "
+                "(give the instruction a mask= that keeps them in bounds)"
+            )
+        return self._t
+
 
 def index_view(nt: NkiTensor, key, ranges: dict | None = None) -> NkiTensor:
     """The view of `nt` at index expressions `key` (one per dim; ints allowed): its dims are the

@@ -415,6 +415,8 @@ def _inplace(dst: NkiTensor, op: str, value) -> None:
     """`dst op= value` (`t[...] += u`): the op's instruction writes dst itself."""
     if dst.buffer in HBM_BUFFERS:
         raise not_supported(f"in-place {op} on an HBM tensor", "load it, update the tile, store it")
+    if dst.buffer == "psum" and isinstance(value, NkiTensor) and value.buffer == "psum":
+        value = _sbuf_operand(value)  # an engine reads at most one PSUM input (`psum += matmul(...)`)
     _binary(op, dst, value, None, out=dst)
 
 

@@ -83,8 +83,9 @@ def _legacy(opname: str):
 
     def fn(*args, dtype=None, mask=None, **kwargs):
         extra = {} if mask is None else {"mask": mask}
-        if "dst" in kwargs:  # legacy ops that took dst (dma_copy, ...) or a dst-first call
-            return new(*args, **kwargs, **extra)
+        if "dst" in kwargs:  # legacy ops that took dst (dma_copy, ...): operands follow dst
+            dst = kwargs.pop("dst")
+            return new(dst, *args, **kwargs, **extra)
         if opname == "tensor_copy_predicated" and len(args) >= 2:  # legacy order (src, dst, predicate)
             return new(args[1], args[0], *args[2:], **kwargs, **extra)
         try:
@@ -213,6 +214,26 @@ class _BenchmarkResult:
         self.nc_latency = _LatencyStats(us)
 
 
+class _Benchmarked:
+    """`nki.benchmark(...)(kernel)`: runs on trn3emu; `.benchmark_result.nc_latency` reports the
+    emulator's estimated kernel time (us) for every percentile (there is no device to sample)."""
+
+    def __init__(self, kernel: Kernel, grid=None) -> None:
+        self.kernel, self.grid = kernel, grid
+        self.benchmark_result = None
+
+    def __getitem__(self, grid) -> _Benchmarked:
+        return _Benchmarked(self.kernel, grid)
+
+    def __call__(self, *args, **kwargs):
+        run = self.kernel if self.grid is None else self.kernel[self.grid]
+        out = run(*args, **kwargs)
+        res = self.kernel.last_result
+        res = res[-1] if isinstance(res, list) else res
+        self.benchmark_result = _BenchmarkResult(float(getattr(res, "time_ns", 0) or 0) / 1000.0)
+        return out
+
+
 def _deco(name: str, benchmark: bool = False):
     def entry(kernel=None, **options):
         """Runs the kernel on trn3emu (no device, NEFF or trace files); options are accepted."""
@@ -221,33 +242,12 @@ def _deco(name: str, benchmark: bool = False):
             kern = _kernel(k)
             if not benchmark:
                 return kern
-            base = kern.kernel if isinstance(kern, _Launcher) else kern
-
-            class _Bench:
-                def __getitem__(self, grid):
-                    inner = base[grid]
-                    return _deco_call(inner, base)
-
-                def __call__(self, *a, **kw):
-                    return _deco_call(base, base)(*a, **kw)
-
-            return _Bench()
+            return _Benchmarked(kern.kernel if isinstance(kern, _Launcher) else kern)
 
         return wrap if kernel is None else wrap(kernel)
 
     entry.__name__ = name
     return entry
-
-
-def _deco_call(runner, base):
-    def call(*a, **kw):
-        out = runner(*a, **kw)
-        res = base.last_result if not isinstance(base.last_result, list) else base.last_result[-1]
-        ns = getattr(res, "time_ns", 0) or 0
-        call.benchmark_result = _BenchmarkResult(float(ns) / 1000.0)
-        return out
-
-    return call
 
 
 baremetal = _deco("baremetal")

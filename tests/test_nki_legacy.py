@@ -1,0 +1,286 @@
+"""The legacy `neuronxcc.nki` dialect on the NKI front end: nl.arange / nl.mgrid index expressions,
+mask=, par_dim block tiles, in-place `t[...] += u`, value-returning nisa calls, iota / affine_select
+from index expressions, and the simulate_kernel / baremetal / benchmark entry points.
+
+The kernels are written here in the legacy style; every expectation is numpy (exact where the
+hardware is exact: copies, integer data, small-integer float sums)."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+import trn3emu.nki as tn
+from trn3emu.errors import NotSupportedError, ShapeError
+
+BF16 = ml_dtypes.bfloat16
+tn.install()
+
+import neuronxcc.nki as lnki  # noqa: E402
+import neuronxcc.nki.isa as lisa  # noqa: E402
+import neuronxcc.nki.language as nl  # noqa: E402
+
+
+# ------------------------------------------------------------------------- index expressions
+def test_mgrid_strided_copy_reverses_blocks_exactly():
+    # out[p, j*4 + i] = in[p, i*3 + j]: a per-partition (4, 3) -> (3, 4) transpose by index arithmetic
+    @lnki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        ip, i, j = nl.mgrid[0 : a.shape[0], 0:4, 0:3]
+        o = nl.ndarray(a.shape, dtype=a.dtype)
+        o[ip, j * 4 + i] = nl.copy(t[ip, i * 3 + j])
+        nl.store(out, value=o)
+        return out
+
+    a = np.arange(7 * 12, dtype=np.int16).reshape(7, 12)
+    want = a.reshape(7, 4, 3).transpose(0, 2, 1).reshape(7, 12)
+    np.testing.assert_array_equal(k(a), want)
+
+
+def test_arange_hbm_index_with_offsets_and_grid_attrs():
+    # rows 2..5 of an HBM tensor, every second column, via i.p / i.x of an mgrid
+    @lnki.jit
+    def k(a):
+        out = nl.ndarray((4, 5), dtype=a.dtype, buffer=nl.shared_hbm)
+        i = nl.mgrid[0:4, 0:5]
+        t = nl.load(a[i.p + 2, 2 * i.x + 1])
+        nl.store(out[i.p, i.x], value=t)
+        return out
+
+    a = np.arange(8 * 10, dtype=np.float32).reshape(8, 10)
+    np.testing.assert_array_equal(k(a), a[2:6, 1:10:2])
+
+
+def test_sum_over_inner_pool_axes_of_a_5d_view():
+    # 2x2 average pooling of (C, H, W) through a 5-D index view and a reduction over axes 2 and 4
+    @lnki.jit
+    def k(x):
+        c, h, w = x.shape
+        out = nl.ndarray((c, h // 2, w // 2), dtype=x.dtype, buffer=nl.shared_hbm)
+        i0, i1, i2, i3, i4 = nl.mgrid[0:c, 0 : h // 2, 0:2, 0 : w // 2, 0:2]
+        t = nl.load(x)
+        s = nl.sum(t[i0, 2 * i1 + i2, 2 * i3 + i4], axis=[2, 4])
+        nl.store(out, value=s * 0.25)
+        return out
+
+    x = np.arange(3 * 4 * 6, dtype=np.float32).reshape(3, 4, 6)
+    want = x.reshape(3, 2, 2, 3, 2).sum(axis=(2, 4)) * 0.25
+    np.testing.assert_array_equal(k(x), want)
+
+
+def test_index_expression_rules():
+    @lnki.jit
+    def partition_strided(a):
+        t = nl.load(a)
+        ip = nl.arange(2)[:, None]
+        nl.copy(t[2 * ip, 0])
+
+    with pytest.raises(NotSupportedError, match="partition index"):
+        partition_strided(np.zeros((4, 4), np.float32))
+
+    @lnki.jit
+    def out_of_bounds(a):
+        ip, jf = nl.arange(4)[:, None], nl.arange(8)[None, :]
+        nl.load(a[ip, jf])
+
+    with pytest.raises(ShapeError, match="outside"):
+        out_of_bounds(np.zeros((4, 4), np.float32))
+
+    with pytest.raises(NotSupportedError, match="affine"):
+        nl.arange(4)[:, None] * nl.arange(4)[None, :]
+
+
+# ------------------------------------------------------------------------------------- masks
+def test_masked_tiles_cover_a_ragged_tensor():
+    # a (200, 300) tensor in 128 x 256 tiles; the edges are loaded, computed and stored under masks
+    @lnki.jit
+    def k(a):
+        n, m = a.shape
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        ip, jf = nl.arange(128)[:, None], nl.arange(256)[None, :]
+        for r in nl.affine_range((n + 127) // 128):
+            for c in nl.affine_range((m + 255) // 256):
+                mask = (r * 128 + ip < n) & (c * 256 + jf < m)
+                t = nl.load(a[r * 128 + ip, c * 256 + jf], mask=mask)
+                u = nl.multiply(t, 2.0, mask=mask)
+                v = nl.add(u, 1.0, mask=mask)
+                nl.store(out[r * 128 + ip, c * 256 + jf], value=v, mask=mask)
+        return out
+
+    a = np.random.default_rng(0).standard_normal((200, 300)).astype(np.float32)
+    np.testing.assert_array_equal(k(a), a * np.float32(2) + np.float32(1))
+
+
+def test_mask_on_value_returning_isa_leaves_the_rest_untouched():
+    @lnki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        ip, jf = nl.arange(a.shape[0])[:, None], nl.arange(a.shape[1])[None, :]
+        lisa.tensor_scalar(t[ip, jf], np.multiply, 10.0, dst=t[ip, jf], mask=(ip < 3) & (jf >= 2))
+        nl.store(out, value=t)
+        return out
+
+    a = np.arange(20, dtype=np.float32).reshape(4, 5)
+    want = a.copy()
+    want[:3, 2:] *= 10
+    np.testing.assert_array_equal(k(a), want)
+
+
+def test_mask_selecting_nothing_issues_no_instruction():
+    @lnki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        ip = nl.arange(4)[:, None]
+        nl.store(out, value=t)
+        nl.store(out, value=nl.multiply(t, 0.0), mask=(ip > 10))
+        return out
+
+    a = np.ones((4, 4), np.float32)
+    np.testing.assert_array_equal(k(a), a)
+
+
+# -------------------------------------------------------------------- par_dim and in-place ops
+def test_par_dim_block_tiles_and_inplace_accumulation():
+    @lnki.jit
+    def k(a):
+        nb, p, f = a.shape
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        acc = nl.zeros((nb, nl.par_dim(p), f), dtype=nl.float32)
+        for rep in nl.affine_range(3):
+            for b in nl.affine_range(nb):
+                acc[b, 0:p, 0:f] += nl.load(a[b])
+        for b in nl.affine_range(nb):
+            acc[b, 0:p, 0:f] -= 1.0
+            nl.store(out[b], value=acc[b, 0:p, 0:f])
+        return out
+
+    a = np.arange(2 * 8 * 6, dtype=np.float32).reshape(2, 8, 6)
+    np.testing.assert_array_equal(k(a), 3 * a - 1)
+
+
+def test_inplace_ops_on_new_style_tiles():
+    import nki
+    import nki.isa as nisa
+
+    @nki.jit
+    def k(a, b):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        u = nl.ndarray(b.shape, dtype=b.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        nisa.dma_copy(dst=u, src=b)
+        t[...] *= u
+        t[:, 0:2] += 1.0
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    b = np.full((3, 4), 3.0, np.float32)
+    want = a * 3
+    want[:, :2] += 1
+    np.testing.assert_array_equal(k(a, b), want)
+
+
+# ------------------------------------------------------------------ value-returning nisa calls
+def test_value_returning_isa_ops_match_numpy():
+    @lnki.jit
+    def k(x, w, s):
+        out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        red = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        xt, wt, st = nl.load(x), nl.load(w), nl.load(s)
+        e = lisa.activation(op=np.exp, data=xt, scale=st)  # exp(x * s[p])
+        prod = lisa.tensor_tensor(e, wt, op=np.multiply)
+        scan = lisa.tensor_tensor_scan(wt, prod, initial=0.0, op0=np.multiply, op1=np.add)
+        mx = lisa.tensor_reduce(np.max, scan, axis=(1,), keepdims=True)
+        nl.store(out, value=scan)
+        nl.store(red, value=mx)
+        return out, red
+
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((16, 32)).astype(np.float32) * 0.3
+    w = rng.uniform(0.5, 1.0, (16, 32)).astype(np.float32)
+    s = rng.uniform(-1, 1, (16, 1)).astype(np.float32)
+    got, gred = k(x, w, s)
+    prod = np.exp(x.astype(np.float64) * s) * w
+    want = np.zeros_like(prod)
+    acc = np.zeros(16)
+    for j in range(32):
+        acc = w[:, j] * acc + prod[:, j]
+        want[:, j] = acc
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)
+    np.testing.assert_allclose(gred[:, 0], want.max(axis=1), rtol=2e-5, atol=1e-6)
+
+
+def test_value_returning_matmul_psum_accumulation_and_transpose():
+    @lnki.jit
+    def k(at, b):
+        kk, m = at.shape
+        out = nl.ndarray((m, b.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+        tr = nl.ndarray((m, kk), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.zeros((m, b.shape[1]), dtype=nl.float32, buffer=nl.psum)
+        for c in nl.affine_range(kk // 32):
+            acc += lisa.nc_matmul(nl.load(at[c * 32 : (c + 1) * 32, :]), nl.load(b[c * 32 : (c + 1) * 32, :]))
+        nl.store(out, value=acc)
+        nl.store(tr, value=lisa.nc_transpose(nl.load(at)))
+        return out, tr
+
+    rng = np.random.default_rng(2)
+    at = rng.integers(-4, 5, (64, 16)).astype(np.float32)
+    b = rng.integers(-4, 5, (64, 24)).astype(np.float32)
+    got, tr = k(at, b)
+    np.testing.assert_array_equal(got, at.T @ b)  # small integers: exact in fp32
+    np.testing.assert_array_equal(tr, at.T)
+
+
+def test_iota_and_affine_select_from_index_expressions():
+    @lnki.jit
+    def k(x):
+        p, f = x.shape
+        vals = nl.ndarray((p, f), dtype=nl.float32, buffer=nl.shared_hbm)
+        causal = nl.ndarray((p, f), dtype=nl.float32, buffer=nl.shared_hbm)
+        ip, jf = nl.arange(p)[:, None], nl.arange(f)[None, :]
+        nl.store(vals, value=lisa.iota(3 * ip + 2 * jf + 1, dtype=nl.float32))
+        nl.store(causal, value=lisa.affine_select(pred=(ip >= jf), on_true_tile=nl.load(x), on_false_value=-9.0))
+        return vals, causal
+
+    x = np.arange(6 * 8, dtype=np.float32).reshape(6, 8)
+    vals, causal = k(x)
+    p, f = np.meshgrid(np.arange(6), np.arange(8), indexing="ij")
+    np.testing.assert_array_equal(vals, 3 * p + 2 * f + 1)
+    np.testing.assert_array_equal(causal, np.where(p >= f, x, -9.0))
+
+
+def test_legacy_memset_and_dtype_cast():
+    @lnki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=nl.int32, buffer=nl.shared_hbm)
+        m = lisa.memset((a.shape[0], a.shape[1]), 5, dtype=nl.float32)
+        s = lisa.tensor_tensor(nl.load(a), m, op=np.add, dtype=nl.int32)
+        nl.store(out, value=s)
+        return out
+
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    got = k(a)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, (a + 5).astype(np.int32))
+
+
+# ------------------------------------------------------------------------------ entry points
+def test_legacy_entry_points_run_on_the_emulator():
+    def add_one(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.add(nl.load(a), 1.0))
+        return out
+
+    a = np.arange(8, dtype=np.float32).reshape(2, 4)
+    np.testing.assert_array_equal(lnki.simulate_kernel(lnki.jit(add_one), a), a + 1)
+    np.testing.assert_array_equal(lnki.simulate_kernel(lnki.baremetal(add_one), a), a + 1)
+    np.testing.assert_array_equal(lnki.jit(mode="simulation")(add_one)(a), a + 1)
+    np.testing.assert_array_equal(lnki.baremetal(save_neff_name="x.neff")(add_one)(a), a + 1)
+    bench = lnki.benchmark(warmup=1, iters=2)(add_one)
+    np.testing.assert_array_equal(bench(a), a + 1)
+    assert bench.benchmark_result.nc_latency.get_latency_percentile(50) > 0
+    with pytest.raises(NotSupportedError, match="not supported: neuronxcc.nki.isa.no_such_op"):
+        lisa.no_such_op  # noqa: B018

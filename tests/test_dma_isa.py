@@ -101,7 +101,9 @@ def test_dma_transpose_rules(dev):
             dst=p.sbuf((32, 16, 3), BF16), src=dev.hbm.alloc((3, 16, 32), BF16), dge_mode="hwdge", engine="scalar"
         )
     with pytest.raises(t3.ShapeError, match="% 16"):
-        p.dma_transpose(dst=p.sbuf((32, 4, 2), BF16), src=dev.hbm.alloc((2, 4, 32), BF16), dge_mode="hwdge", engine="sync")
+        p.dma_transpose(
+            dst=p.sbuf((32, 4, 2), BF16), src=dev.hbm.alloc((2, 4, 32), BF16), dge_mode="hwdge", engine="sync"
+        )
     with pytest.raises(t3.OperandError, match="hardware DGE"):
         p.dma_transpose(dst=p.sbuf((32, 16), BF16), src=h16, dge_mode="swdge")
     with pytest.raises(t3.OperandError, match="sync or scalar"):

@@ -122,7 +122,7 @@ class IndexExpr:
         """`nl.arange(n)[:, None]` / `[None, :]`: place a 1-variable expression on a grid axis."""
         if len(self.terms) != 1:
             raise not_supported("indexing a compound index expression")
-        (var, coef), = self.terms.items()
+        ((var, coef),) = self.terms.items()
         key = key if isinstance(key, tuple) else (key,)
         axes = [i for i, k in enumerate(key) if isinstance(k, slice)]
         if len(axes) != 1 or any(k is not None for i, k in enumerate(key) if i != axes[0]):
@@ -180,7 +180,7 @@ class Predicate:
                 raise not_supported(
                     f"mask {e!r} >= 0 on two indices", "a mask= restricts each index to a range; use affine_select"
                 )
-            (v, c), = e.terms.items()
+            ((v, c),) = e.terms.items()
             lo, hi = out.get(v, (0, v.size))
             if c > 0:  # c*v + k >= 0  <=>  v >= ceil(-k / c)
                 lo = builtins_max(lo, -(e.const // c))
@@ -296,7 +296,10 @@ def index_view(nt: NkiTensor, key, ranges: dict | None = None) -> NkiTensor:
                     lo, hi = ranges[v]
                     sub[v] = (IndexVar(v.axis, v.ndim, hi - lo), lo)
         exprs = [
-            IndexExpr({sub.get(v, (v, 0))[0]: c for v, c in e.terms.items()}, e.const + sum(c * sub[v][1] for v, c in e.terms.items() if v in sub))
+            IndexExpr(
+                {sub.get(v, (v, 0))[0]: c for v, c in e.terms.items()},
+                e.const + sum(c * sub[v][1] for v, c in e.terms.items() if v in sub),
+            )
             for e in exprs
         ]
     shape = _grid(exprs)
@@ -380,7 +383,9 @@ def apply(v: Any, ranges: dict) -> Any:
         if mine or v._oob:
             w = index_view(v._base, v._exprs, mine)
             if w._oob:
-                raise ShapeError(f"index expressions {v._exprs!r} run outside the {v._base.shape} tensor under the mask")
+                raise ShapeError(
+                    f"index expressions {v._exprs!r} run outside the {v._base.shape} tensor under the mask"
+                )
             v = w
         ranges = {var: r for var, r in ranges.items() if var not in mine}
     key = []

@@ -43,9 +43,11 @@ def _out_spec(opname: str, a: dict, dtype: Any) -> tuple:
         d = a["data"]
         axes = nl._axes(d, a.get("axis"))
         keep = bool(a.get("keepdims", False))
-        shape = [1 if i in axes else n for i, n in enumerate(d.shape)] if keep else [
-            n for i, n in enumerate(d.shape) if i not in axes
-        ]
+        shape = (
+            [1 if i in axes else n for i, n in enumerate(d.shape)]
+            if keep
+            else [n for i, n in enumerate(d.shape) if i not in axes]
+        )
         if len(shape) < 2:
             shape = list(shape) + [1]
         return tuple(shape), dtype or d.dtype, nl.sbuf

@@ -148,7 +148,7 @@ def test_par_dim_block_tiles_and_inplace_accumulation():
         nb, p, f = a.shape
         out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
         acc = nl.zeros((nb, nl.par_dim(p), f), dtype=nl.float32)
-        for rep in nl.affine_range(3):
+        for _rep in nl.affine_range(3):
             for b in nl.affine_range(nb):
                 acc[b, 0:p, 0:f] += nl.load(a[b])
         for b in nl.affine_range(nb):

@@ -17,8 +17,8 @@ from ..dtypes import numpy_dtype
 from ..errors import ShapeError
 from . import indexing as _indexing
 from . import isa as nisa
-from .indexing import ParDim, arange, mgrid, par_dim  # noqa: F401  (legacy index expressions)
 from ._kernel import DTYPES, HBM_BUFFERS, Dtype, NkiTensor, as_dtype, current, missing_attribute, not_supported
+from .indexing import ParDim, arange, mgrid, par_dim  # noqa: F401  (legacy index expressions)
 
 # ------------------------------------------------------------------------------------ dtypes
 bool_ = DTYPES["bool"]

@@ -226,8 +226,12 @@ class NkiTensor:
         return self[tuple(key)]
 
     def select(self, dim: int, index) -> NkiTensor:
-        if isinstance(index, NkiTensor):
-            raise not_supported("NkiTensor.select with a tensor index", "dynamic select")
+        if isinstance(index, NkiTensor):  # dynamic: a run-time offset from a 1x1 int tile
+            d = int(dim)
+            pattern = [[st, n] for k, (st, n) in enumerate(zip(self._t.strides, self._t.shape)) if k != d]
+            if self.buffer in ONCHIP:
+                pattern[0][0] = self._block.row_bytes // self._t.itemsize if self._block is not None else 1
+            return self.ap(pattern or [[1, 1]], 0, scalar_offset=index, indirect_dim=d)
         key = [slice(None)] * self.ndim
         key[int(dim)] = int(index)
         return self[tuple(key)]

@@ -1,12 +1,16 @@
 """`nki.collectives`: all_reduce, all_gather and reduce_scatter across the cores of a kernel
 launch, lowered to the emulator's collective instructions (docs/multicore.md). A rank is the
 kernel's program id (program k runs on core k); each rank-list of the ReplicaGroup runs its own
-collective. The other collectives (all_to_all, collective_permute*, …) raise "not supported".
+collective. all_to_all and collective_permute have no instruction of their own here: they are an
+all_gather into a private HBM scratch tensor followed by DMA copies of the slices this rank
+receives (the same data movement result; more traffic than the hardware's point-to-point DMAs).
+The implicit ring permutes and all_to_all_v raise "not supported".
 """
 
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Sequence
 
 from ..errors import OperandError, ShapeError
@@ -86,6 +90,56 @@ def reduce_scatter(srcs, dsts, replica_group, op, priority=None, name=None):
     """Rank i gets slice i of the op-reduced srcs."""
     cores = _cores(replica_group)
     return [_isa.reduce_scatter(dst=d, src=s, cores=cores, reduce_op=op) for s, d in _pairs(srcs, dsts)]
+
+
+def _gather_all(src, cores):
+    """All ranks' src, concatenated in rank order, in a private HBM scratch tensor of this rank."""
+    from . import language as nl
+
+    scratch = nl.ndarray((len(cores) * src.shape[0],) + tuple(src.shape[1:]), src.dtype, buffer=nl.private_hbm)
+    _isa.all_gather(dst=scratch, src=src, cores=cores)
+    return scratch
+
+
+def all_to_all(srcs, dsts, replica_group, collective_dim=0, priority=None, name=None):
+    """Rank i's dst = concat over ranks j of chunk i of rank j's src (split along dim 0)."""
+    if int(collective_dim) != 0:
+        raise OperandError("all_to_all: only collective_dim=0 is supported (as NKI)", operand="collective_dim")
+    cores = _cores(replica_group)
+    me = cores.index(rank_id())
+    n = len(cores)
+    out = []
+    for s, d in _pairs(srcs, dsts):
+        if s.shape[0] % n or d.shape != s.shape:
+            raise ShapeError(
+                f"all_to_all: src {s.shape} must split into {n} chunks along dim 0 and match dst {d.shape}"
+            )
+        c = s.shape[0] // n
+        g = _gather_all(s, cores)
+        for j in range(n):
+            base = j * s.shape[0] + me * c
+            out.append(_isa.dma_copy(dst=d[j * c : (j + 1) * c], src=g[base : base + c]))
+    return out
+
+
+def collective_permute(srcs, dsts, source_target_pairs, priority=None, name=None):
+    """Each (source, target) pair sends source's src to target's dst; every rank of the launch
+    takes part (ranks that receive nothing keep their dst)."""
+    n = math.prod(current().launch.grid)
+    pairs = [(int(a), int(b)) for a, b in source_target_pairs]
+    if len({t for _, t in pairs}) != len(pairs):
+        raise OperandError(
+            f"collective_permute: a rank receives from two sources in {pairs}", operand="source_target_pairs"
+        )
+    cores = list(range(n))
+    me = rank_id()
+    out = []
+    for s, d in _pairs(srcs, dsts):
+        g = _gather_all(s, cores)
+        for a, b in pairs:
+            if b == me:
+                out.append(_isa.dma_copy(dst=d, src=g[a * s.shape[0] : (a + 1) * s.shape[0]]))
+    return out
 
 
 def __getattr__(name: str):

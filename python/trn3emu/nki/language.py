@@ -640,8 +640,36 @@ def _unsupported(name, why):
     return f
 
 
-for _n in ("gather_flattened", "random_seed"):
-    globals()[_n] = _unsupported(_n, "no lowering to NeuronCore-v4 instructions in this front end yet")
+def gather_flattened(data, indices, axis=0, dtype=None, **kwargs) -> NkiTensor:
+    """Per partition, out[p, i...] = data[p].flatten()[indices[p].flatten()[i]] (`nc_n_gather`;
+    uint32 indices, result shaped like indices; a `dtype` other than data's casts with `tensor_copy`).
+    An index outside the row raises AddressError at run time (NKI returns garbage there)."""
+    _no_mask("gather_flattened", kwargs)
+    if int(axis) != 0:
+        raise not_supported(f"nl.gather_flattened(axis={axis})", "the gather runs per partition (axis 0)")
+    data, indices = _onchip(data), _onchip(indices)
+    if str(indices.dtype) != "uint32":
+        indices = copy(indices, dtype=uint32)
+    out = ndarray(indices.shape, data.dtype, sbuf)
+    nisa.nc_n_gather(dst=out, data=data, indices=indices)
+    return out if dtype is None or as_dtype(dtype) == out.dtype else copy(out, dtype=dtype)
+
+
+def random_seed(seed, **kwargs) -> None:
+    """Seed the random number generator used by `nl.rand` / `nl.dropout` (`set_rng_seed` from a
+    [1, 1] 32-bit tile; a Python int is memset into one first, an HBM tensor loaded)."""
+    _no_mask("random_seed", kwargs)
+    if isinstance(seed, NkiTensor):
+        t = _onchip(seed)
+        if t.size != 1:
+            raise ShapeError(f"nl.random_seed takes a single 32-bit value, got a {t.shape} tensor")
+        t = t.reshape((1, 1)) if t.shape != (1, 1) else t
+        if str(t.dtype) not in ("uint32", "int32"):
+            t = copy(t, dtype=uint32)
+    else:
+        t = ndarray((1, 1), uint32, sbuf)
+        nisa.memset(t, value=int(seed))
+    nisa.set_rng_seed(src_seeds=t)
 
 
 # -------------------------------------------------------------------------------- reductions

@@ -1,0 +1,93 @@
+"""NKI APIs added on the front end: dynamic NkiTensor.select, nl.gather_flattened, nl.random_seed,
+nki.collectives.all_to_all / collective_permute. References are numpy (exact: data movement)."""
+
+import numpy as np
+import pytest
+import trn3emu.nki as tn
+from trn3emu.errors import NotSupportedError
+
+tn.install()
+
+import nki  # noqa: E402
+import nki.collectives as cc  # noqa: E402
+import nki.isa as nisa  # noqa: E402
+import nki.language as nl  # noqa: E402
+
+
+def test_dynamic_select_reads_the_row_chosen_at_run_time():
+    @nki.jit
+    def k(table, which):
+        out = nl.ndarray((1, table.shape[1]), dtype=table.dtype, buffer=nl.shared_hbm)
+        idx = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=idx, src=which)
+        row = nl.ndarray((1, table.shape[1]), dtype=table.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=row, src=table.select(0, idx))
+        nisa.dma_copy(dst=out, src=row)
+        return out
+
+    table = np.arange(5 * 7, dtype=np.float32).reshape(5, 7)
+    for r in (0, 3, 4):
+        np.testing.assert_array_equal(k(table, np.array([[r]], np.int32)), table[r : r + 1])
+
+
+def test_gather_flattened_is_a_per_partition_take():
+    @nki.jit
+    def k(data, idx):
+        out = nl.ndarray(idx.shape, dtype=data.dtype, buffer=nl.shared_hbm)
+        g = nl.gather_flattened(nl.load(data), nl.load(idx))
+        nl.store(out, value=g)
+        return out
+
+    rng = np.random.default_rng(3)
+    data = rng.standard_normal((16, 4, 8)).astype(np.float32)
+    idx = rng.integers(0, 32, (16, 12)).astype(np.uint32)
+    want = np.take_along_axis(data.reshape(16, 32), idx.astype(np.int64), axis=1)
+    np.testing.assert_array_equal(k(data, idx), want)
+
+
+def test_random_seed_makes_rand_reproducible():
+    @nki.jit
+    def k(a, seed):
+        out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.random_seed(seed)
+        nl.store(out, value=nl.rand(a.shape, dtype=nl.float32))
+        return out
+
+    a = np.zeros((8, 64), np.float32)
+    x1, x2, y = k(a, 1234), k(a, 1234), k(a, 99)
+    np.testing.assert_array_equal(x1, x2)
+    assert not np.array_equal(x1, y)
+    assert x1.min() >= 0.0 and x1.max() <= 1.0 and len(np.unique(x1)) > 400
+
+
+@nki.jit
+def _a2a_kernel(x):
+    pid = nl.program_id(0)
+    n = nl.num_programs(0)
+    src = nl.ndarray(x.shape[1:], dtype=x.dtype, buffer=nl.private_hbm)
+    nisa.dma_copy(dst=src, src=x[pid])
+    dst = nl.ndarray(x.shape[1:], dtype=x.dtype, buffer=nl.private_hbm)
+    cc.all_to_all(srcs=[src], dsts=[dst], replica_group=cc.ReplicaGroup([list(range(n))]), collective_dim=0)
+    perm = nl.ndarray(x.shape[1:], dtype=x.dtype, buffer=nl.private_hbm)
+    nisa.dma_copy(dst=perm, src=src)  # ranks that receive nothing keep this
+    cc.collective_permute(srcs=[src], dsts=[perm], source_target_pairs=[(0, 1), (1, 2), (2, 0)])
+    res = nl.ndarray((n,) + tuple(x.shape[1:]), dtype=x.dtype, buffer=nl.shared_hbm)
+    res2 = nl.ndarray((n,) + tuple(x.shape[1:]), dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=res[pid], src=dst)
+    nisa.dma_copy(dst=res2[pid], src=perm)
+    return res, res2
+
+
+def test_all_to_all_and_collective_permute():
+    n, rows, f = 4, 8, 3
+    x = np.arange(n * rows * f, dtype=np.float32).reshape(n, rows, f)
+    a2a, perm = _a2a_kernel[n](x)
+    c = rows // n
+    for i in range(n):
+        np.testing.assert_array_equal(a2a[i], np.concatenate([x[j][i * c : (i + 1) * c] for j in range(n)]))
+    np.testing.assert_array_equal(perm, np.stack([x[2], x[0], x[1], x[3]]))
+
+
+def test_still_unsupported_collectives_name_themselves():
+    with pytest.raises(NotSupportedError, match="not supported: nki.collectives.collective_permute_implicit"):
+        cc.collective_permute_implicit  # noqa: B018

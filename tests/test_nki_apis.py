@@ -91,3 +91,71 @@ def test_all_to_all_and_collective_permute():
 def test_still_unsupported_collectives_name_themselves():
     with pytest.raises(NotSupportedError, match="not supported: nki.collectives.collective_permute_implicit"):
         cc.collective_permute_implicit  # noqa: B018
+
+
+def test_registers_load_store_and_cross_engine_use():
+    @nki.jit
+    def k(table, which):
+        out = nl.ndarray((1, table.shape[1]), dtype=table.dtype, buffer=nl.shared_hbm)
+        idx_out = nl.ndarray((1, 8), dtype=nl.int32, buffer=nl.shared_hbm)
+        w = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=w, src=which)
+        r = nisa.register_alloc()
+        nisa.register_load(r, w)
+        r2 = nisa.register_alloc(0)
+        nisa.register_move(r2, r)  # copy of a register
+        row = nl.ndarray((1, table.shape[1]), dtype=table.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=row, src=table.ap([[table.shape[1], 1], [1, table.shape[1]]], scalar_offset=r2))
+        nisa.dma_copy(dst=out, src=row)
+        it = nl.ndarray((1, 8), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.iota(it, pattern=[[1, 8]], offset=r)  # GpSimd reads the register set on another engine
+        nisa.dma_copy(dst=idx_out, src=it)
+        back = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.register_store(back, r2)
+        return out, idx_out
+
+    table = np.arange(6 * 5, dtype=np.float32).reshape(6, 5)
+    for r in (1, 5):
+        row, it = k(table, np.array([[r]], np.int32))
+        np.testing.assert_array_equal(row, table[r : r + 1])
+        np.testing.assert_array_equal(it, r + np.arange(8, dtype=np.int32)[None, :])
+
+
+def test_registers_are_device_values():
+    @nki.jit
+    def k(a):
+        r = nisa.register_alloc(3)
+        if r:
+            pass
+
+    with pytest.raises(NotSupportedError, match="Python control flow"):
+        k(np.zeros((1, 1), np.float32))
+
+    @nki.jit
+    def k2(a):
+        r = nisa.register_alloc(3)
+        for _ in nl.dynamic_range(r):
+            pass
+
+    with pytest.raises(NotSupportedError, match="register bounds"):
+        k2(np.zeros((1, 1), np.float32))
+
+
+def test_static_dynamic_range_and_while_loop_unroll():
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        for _ in nl.dynamic_range(3):
+            t[...] += 1.0
+
+        def body(r):
+            t[...] *= 2.0
+            return r - 1
+
+        nl.while_loop(2, body)
+        nl.store(out, value=t)
+        return out
+
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(k(a), (a + 3) * 4)

@@ -144,6 +144,8 @@ def _make(opname: str):
             else:
                 call[k] = v
         ctx = current()
+        if getattr(ctx, "vregs", None):  # virtual registers read on this instruction's engine
+            _registers.prepare(ctx, opname, call)
         idx = getattr(ctx.program, opname)(**call)
         return Instruction(ctx, idx, opname)
 
@@ -158,6 +160,9 @@ for _name in INSTRUCTIONS:
         globals()[_name] = _make(_name)
 
 _dma_compute = _make("dma_compute")
+
+from . import registers as _registers  # noqa: E402
+from .registers import VirtualRegister, register_alloc, register_load, register_move, register_store  # noqa: E402,F401
 
 
 def dma_compute(dst, srcs, scales=None, reduce_op=None, **kwargs):
@@ -189,4 +194,6 @@ __all__ = [n for n in INSTRUCTIONS] + [
     "nc_version",
     "get_nc_version",
     "NotSupportedError",
+    "VirtualRegister",
+    "register_alloc",
 ]

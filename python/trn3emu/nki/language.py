@@ -114,20 +114,41 @@ sequential_range = affine_range
 static_range = affine_range
 
 
-def dynamic_range(*args, **kwargs):
-    raise not_supported("nl.dynamic_range", "runtime loops on registers; use range / fori_loop with static bounds")
+def _device_loop(name: str, *bounds) -> None:
+    if builtins.any(isinstance(b, nisa.VirtualRegister) for b in bounds):
+        raise not_supported(
+            f"{name} with register bounds (a device loop)",
+            "automatic synchronisation assumes every instruction runs once; a device loop needs branch "
+            "instructions (Program.fori_loop with sync='manual' at the emulator level)",
+        )
+
+
+def dynamic_range(start, stop=None, step=1):
+    """With int bounds, the same iterations unrolled while tracing; register bounds are a device
+    loop (not supported: see `registers`)."""
+    _device_loop("nl.dynamic_range", start, stop)
+    return _range(start) if stop is None else _range(start, stop, step)
 
 
 def fori_loop(lower, upper, body_fun, step=1, init_val=None):
     """Static-bound `fori_loop`, unrolled while tracing: body_fun(i) (or body_fun(i, carry))."""
+    _device_loop("nl.fori_loop", lower, upper)
     carry = init_val
     for i in range(int(lower), int(upper), int(step)):
         carry = body_fun(i) if init_val is None else body_fun(i, carry)
     return carry
 
 
-def while_loop(*args, **kwargs):
-    raise not_supported("nl.while_loop", "a runtime loop whose trip count depends on device values")
+def while_loop(init, body_fun=None, *args, **kwargs):
+    """A loop on a register condition runs on the device (not supported: see `registers`); an int
+    condition is unrolled while tracing (`r = init; while r: r = body_fun(r)`)."""
+    _device_loop("nl.while_loop", init)
+    if body_fun is None or not isinstance(init, int):
+        raise not_supported("nl.while_loop call form", "while_loop(init, body_fun) with a register or int init")
+    r = init
+    while r:
+        r = body_fun(r)
+        _device_loop("nl.while_loop", r)
 
 
 @contextlib.contextmanager

@@ -24,7 +24,7 @@ dge_mode = enum.Enum("dge_mode", {n: i for i, n in enumerate(ENUMS["dge_mode"])}
 oob_mode = enum.Enum("oob_mode", {n: i for i, n in enumerate(ENUMS["oob_mode"])})
 matmul_perf_mode = enum.Enum("matmul_perf_mode", {n: n for n in ENUMS["matmul_perf_mode"]})
 dma_engine = enum.Enum("dma_engine", {n: i for i, n in enumerate(ENUMS["dma_engine"])})
-nc_version = enum.Enum("nc_version", {"gen2": 2, "gen3": 3, "gen4": 4})
+nc_version = enum.IntEnum("nc_version", {"gen2": 2, "gen3": 3, "gen4": 4})  # ordered: kernels compare versions
 
 tensor_engine = engine.tensor
 vector_engine = engine.vector

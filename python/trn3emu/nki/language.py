@@ -163,13 +163,25 @@ def no_reorder():
 
 
 # ------------------------------------------------------------------------------------- SPMD
+def _tracing() -> bool:
+    from . import _kernel
+
+    return bool(_kernel._STACK)
+
+
+# Outside a traced kernel (host-side helper code that sizes a launch) there is no launch grid:
+# program_ndim() is 0, num_programs() 1 and program_id() 0 (a choice; NKI does not document it).
 def program_id(axis=0) -> int:
+    if not _tracing():
+        return 0
     ctx = current()
     idx = np.unravel_index(ctx.pid, ctx.launch.grid)
     return int(idx[int(axis)])
 
 
 def num_programs(axes=None) -> int:
+    if not _tracing():
+        return 1
     grid = current().launch.grid
     if axes is None:
         return int(np.prod(grid))
@@ -179,7 +191,7 @@ def num_programs(axes=None) -> int:
 
 
 def program_ndim() -> int:
-    return len(current().launch.grid)
+    return len(current().launch.grid) if _tracing() else 0
 
 
 # ---------------------------------------------------------------------------------- tensors

@@ -284,3 +284,82 @@ def test_legacy_entry_points_run_on_the_emulator():
     assert bench.benchmark_result.nc_latency.get_latency_percentile(50) > 0
     with pytest.raises(NotSupportedError, match="not supported: neuronxcc.nki.isa.no_such_op"):
         lisa.no_such_op  # noqa: B018
+
+
+# --------------------------------------------------------------- run-time indices, allocation
+def test_runtime_index_from_a_tile_reads_the_chosen_columns():
+    @lnki.jit
+    def k(src, offs):
+        out = nl.ndarray((src.shape[0], offs.shape[1]), dtype=src.dtype, buffer=nl.shared_hbm)
+        s = nl.load(src)
+        o = nl.load(offs)
+        res = nl.ndarray((src.shape[0], offs.shape[1]), dtype=src.dtype)
+        ip, jf = nl.mgrid[0 : src.shape[0], 0:1]
+        for i in nl.affine_range(offs.shape[1]):
+            res[ip, i + jf] = lisa.tensor_copy_dynamic_src(s[ip, o[0, i] + jf])
+        nl.store(out, value=res)
+        return out
+
+    src = np.arange(16 * 40, dtype=np.float32).reshape(16, 40)
+    offs = np.array([[7, 0, 39, 12, 12]], np.int32)
+    np.testing.assert_array_equal(k(src, offs), src[:, offs[0]])
+
+
+def test_direct_allocation_places_tiles_where_the_function_says():
+    import neuronxcc.nki.compiler as ncc
+
+    def at(base):
+        return lambda idx, p, f: (0, base)
+
+    @lnki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((nl.par_dim(a.shape[0]), a.shape[1]), dtype=a.dtype, buffer=ncc.sbuf.alloc(at(4096)))
+        alias = nl.ndarray((a.shape[0], a.shape[1]), dtype=a.dtype, buffer=ncc.sbuf.mod_alloc(base_addr=4096))
+        acc = nl.ndarray((a.shape[0], a.shape[1]), dtype=nl.float32, buffer=ncc.psum.mod_alloc(base_bank=3))
+        t[...] = nl.load(a)
+        acc[...] = nl.copy(alias)  # alias shares t's bytes
+        nl.store(out, value=acc)
+        return out, t.tensor.offset, acc.tensor.offset
+
+    a = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
+    got, t_off, acc_off = k(a)
+    np.testing.assert_array_equal(got, a)
+    assert (t_off, acc_off) == (4096, 3 * 2048)
+
+
+def test_returned_sbuf_tiles_come_back_as_arrays_and_store_fills_scalars():
+    @lnki.jit
+    def k(a):
+        filled = nl.ndarray((200, 3), dtype=nl.int32, buffer=nl.shared_hbm)
+        nl.store(filled, 7)
+        return nl.multiply(nl.load(a), 3.0), filled
+
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    tile, filled = k(a)
+    np.testing.assert_array_equal(tile, a * 3)
+    np.testing.assert_array_equal(filled, np.full((200, 3), 7, np.int32))
+
+
+def test_fp_info_namespaces_and_ordered_nc_version():
+    assert nl.fp32.min == float(np.finfo(np.float32).min) and nl.fp16.max == 65504.0
+    assert nl.bf16.max == float(ml_dtypes.finfo(BF16).max)
+    assert lisa.nc_version.gen2 < lisa.nc_version.gen3 < lisa.get_nc_version()
+    # host-side code (outside a kernel) sees no launch grid
+    assert (nl.program_ndim(), nl.num_programs(), nl.program_id(0)) == (0, 1, 0)
+
+
+def test_double_row_generation_spelling_and_block_tile_whole_index():
+    @lnki.jit
+    def k(a, b):
+        out = nl.ndarray((a.shape[2], b.shape[2]), dtype=nl.float32, buffer=nl.shared_hbm)
+        blk = nl.ndarray((2, nl.par_dim(a.shape[0]), a.shape[2]), dtype=a.dtype)
+        blk[1] = nl.load(a[:, 0, :])
+        c = lisa.nc_matmul(nl.load(a), nl.load(b), perf_mode="double_row_gen3")
+        nl.store(out, value=c)
+        return out
+
+    a = np.ones((128, 2, 16), dtype=ml_dtypes.float8_e5m2)
+    b = np.full((128, 2, 64), 2.0, dtype=ml_dtypes.float8_e5m2)
+    want = np.einsum("kli,klj->ij", a.astype(np.float32), b.astype(np.float32))
+    np.testing.assert_array_equal(k(a, b), want)

@@ -280,13 +280,19 @@ class NkiTensor:
 
     # arithmetic sugar -> nl ops
     def __add__(self, o):
+        from . import indexing
         from . import language as nl
 
+        if isinstance(o, (indexing.IndexExpr, indexing.DynIndex)):  # legacy run-time index
+            return indexing.DynIndex.of(self) + o
         return nl.add(self, o)
 
     def __radd__(self, o):
+        from . import indexing
         from . import language as nl
 
+        if isinstance(o, (indexing.IndexExpr, indexing.DynIndex)):
+            return indexing.DynIndex.of(self) + o
         return nl.add(o, self)
 
     def __sub__(self, o):
@@ -538,7 +544,7 @@ class _Run:
             self.contexts.append(ctx)
             _STACK.append(ctx)
             try:
-                results.append(self.kernel.fn(*wargs, **wkw))
+                results.append(_to_hbm(self.kernel.fn(*wargs, **wkw)))
             finally:
                 _STACK.pop()
         runs = []
@@ -571,6 +577,22 @@ class _Run:
         if isinstance(r, dict):
             return {k: self._out(v) for k, v in r.items()}
         return r
+
+
+def _to_hbm(r):
+    """Returned SBUF/PSUM tiles are copied to new HBM tensors (as the legacy simulator returns
+    their values); HBM tensors and other values pass through."""
+    if isinstance(r, NkiTensor) and r.buffer in ONCHIP:
+        from . import language as nl
+
+        out = nl.ndarray(r.shape, r.dtype, buffer="hbm")
+        nl.store(out, value=r)
+        return out
+    if isinstance(r, (tuple, list)):
+        return type(r)(_to_hbm(x) for x in r)
+    if isinstance(r, dict):
+        return {k: _to_hbm(v) for k, v in r.items()}
+    return r
 
 
 class Kernel:

@@ -24,6 +24,62 @@ def skip_middle_end_transformations(f=None, **kwargs):
     return f if f is not None else (lambda g: g)
 
 
+class AllocatedBuffer:
+    """`buffer=ncc.sbuf.alloc(func)` / `ncc.sbuf.mod_alloc(...)` / `ncc.psum.mod_alloc(...)`: a
+    buffer kind plus the function placing a tile, func(block_index, partition_size, free_bytes)
+    -> (partition, byte address). Tiles without block dims use block_index ()."""
+
+    def __init__(self, kind: str, func) -> None:
+        self.buffer, self.func = kind, func
+
+    def address(self, shape, itemsize: int) -> tuple:
+        free = itemsize
+        for n in shape[1:]:
+            free *= int(n)
+        p, b = self.func((), int(shape[0]), free)
+        return int(p), int(b)
+
+
+def _modulo(base: int, tiles: tuple, scale: int):
+    """NKI's modulo allocation: block index i -> base + linear(i mod tiles) * scale."""
+
+    def f(idx):
+        shape = tuple(tiles) or (1,) * len(idx)
+        lin, mult = 0, 1
+        for i, n in reversed(list(zip(idx, shape))):
+            lin += (i % n) * mult
+            mult *= n
+        return base + lin * scale
+
+    return f
+
+
+class _Space:
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def alloc(self, func) -> AllocatedBuffer:
+        return AllocatedBuffer(self.kind, func)
+
+    def mod_alloc(self, base_addr=0, *, base_bank=None, base_partition=0, num_par_tiles=(), num_free_tiles=()):
+        if base_bank is not None:
+            base_addr = int(base_bank) * 2048  # PSUM banks are 2 KiB per partition
+        par = _modulo(int(base_partition), tuple(num_par_tiles), 1)
+        free = _modulo(int(base_addr), tuple(num_free_tiles), 1)
+
+        def func(idx, pdim_size, fdim_size):
+            return _modulo(int(base_partition), tuple(num_par_tiles), pdim_size)(idx), _modulo(
+                int(base_addr), tuple(num_free_tiles), fdim_size
+            )(idx)
+
+        del par, free
+        return AllocatedBuffer(self.kind, func)
+
+
+sbuf = _Space("sbuf")
+psum = _Space("psum")
+
+
 def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)

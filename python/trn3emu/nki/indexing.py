@@ -59,6 +59,8 @@ class IndexExpr:
 
     # arithmetic (affine only)
     def __add__(self, o):
+        if isinstance(o, (NkiTensor, DynIndex)):
+            return DynIndex.of(o) + self
         o = IndexExpr.of(o)
         terms = dict(self.terms)
         for v, c in o.terms.items():
@@ -143,6 +145,27 @@ class IndexExpr:
 
 
 builtins_min, builtins_max = min, max
+
+
+class DynIndex:
+    """An index expression plus a value read at run time from a 1x1 integer tile (legacy
+    `t[ix, offsets[0, i] + iy]`): lowered to a view with a dynamic `scalar_offset` (DMA operands)."""
+
+    __slots__ = ("expr", "tile")
+
+    def __init__(self, expr: IndexExpr, tile: NkiTensor) -> None:
+        self.expr, self.tile = expr, tile
+
+    @staticmethod
+    def of(v) -> DynIndex:
+        return v if isinstance(v, DynIndex) else DynIndex(IndexExpr({}, 0), v)
+
+    def __add__(self, o):
+        if isinstance(o, (NkiTensor, DynIndex)):
+            raise not_supported("an index with two run-time terms")
+        return DynIndex(self.expr + o, self.tile)
+
+    __radd__ = __add__
 
 
 class Predicate:
@@ -246,7 +269,7 @@ def par_dim(n) -> ParDim:
 # --------------------------------------------------------------------------------- indexed views
 def has_expr(key) -> bool:
     key = key if isinstance(key, tuple) else (key,)
-    return any(isinstance(k, IndexExpr) for k in key)
+    return any(isinstance(k, (IndexExpr, DynIndex)) for k in key)
 
 
 def _grid(exprs) -> list:
@@ -282,6 +305,9 @@ def index_view(nt: NkiTensor, key, ranges: dict | None = None) -> NkiTensor:
     """The view of `nt` at index expressions `key` (one per dim; ints allowed): its dims are the
     grid axes. `ranges` restricts variables to sub-ranges (a mask)."""
     key = key if isinstance(key, tuple) else (key,)
+    dyn = [(d, k) for d, k in enumerate(key) if isinstance(k, (DynIndex, NkiTensor))]
+    if dyn:
+        return _dynamic_view(nt, key, dyn)
     t = nt.tensor
     if any(k is Ellipsis or isinstance(k, slice) for k in key) or len(key) != t.ndim:
         raise not_supported(
@@ -334,6 +360,28 @@ def index_view(nt: NkiTensor, key, ranges: dict | None = None) -> NkiTensor:
     out = IndexedTensor(view, nt.buffer, nt._block, nt.name)
     out._base, out._exprs, out._oob = nt, tuple(key), oob
     return out
+
+
+def _dynamic_view(nt: NkiTensor, key, dyn) -> NkiTensor:
+    """`nt[...]` with one run-time index term: the static view's access pattern over the base
+    tensor plus `scalar_offset` = that tile along its dimension."""
+    if len(dyn) != 1:
+        raise not_supported("more than one run-time index", "one dimension may take a tile value")
+    d, k = dyn[0]
+    k = DynIndex.of(k)
+    static = index_view(nt, tuple(k.expr if i == d else v for i, v in enumerate(key)))
+    if static._oob:
+        raise ShapeError(f"index {key!r} runs outside the {nt.shape} tensor before its run-time offset")
+    base, view = nt.tensor, static._t
+    es = base.itemsize
+    if base.mem == "hbm":
+        pattern = [[st, n] for st, n in zip(view.strides, view.shape)]
+        off = (view.offset - base.offset) // es
+    else:
+        row = nt._block.row_bytes // es if nt._block is not None else base.size // base.shape[0]
+        pattern = [[row, view.shape[0]]] + [[st, n] for st, n in zip(view.strides[1:], view.shape[1:])]
+        off = (view.start - base.start) * row + (view.offset - base.offset) // es
+    return nt.ap(pattern, off, scalar_offset=k.tile, indirect_dim=d)
 
 
 # ------------------------------------------------------------------------------------------ masks

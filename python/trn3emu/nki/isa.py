@@ -95,6 +95,8 @@ def _conv(kind: str, enum_id: Any, v: Any) -> Any:
         return v.tensor
     if enum_id in _ENUM_KINDS:
         return op_name(v)
+    if enum_id == "matmul_perf_mode" and isinstance(v, str) and v.startswith("double_row_gen"):
+        return "double_row"  # NKI's per-generation spelling of the double-row mode
     if kind in ("f32", "tensor_or_f32") and v is not None and not hasattr(v, "tensor"):
         try:
             return float(v)

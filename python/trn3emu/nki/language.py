@@ -65,6 +65,22 @@ class NKIObject:
     """Base class kernels subclass for helper objects; plain Python here."""
 
 
+class _FloatInfo:
+    """`nl.fp32.min` etc.: the finite range of a float dtype (as numpy.finfo)."""
+
+    def __init__(self, np_dtype) -> None:
+        import ml_dtypes
+
+        fi = ml_dtypes.finfo(np_dtype)
+        self.min, self.max, self.eps, self.tiny = float(fi.min), float(fi.max), float(fi.eps), float(fi.tiny)
+        self.dtype = DTYPES[np.dtype(np_dtype).name]
+
+
+fp32 = _FloatInfo(np.float32)
+fp16 = _FloatInfo(np.float16)
+bf16 = _FloatInfo(numpy_dtype("bfloat16"))
+
+
 class tile_size:
     """Tile-size constants of NeuronCore-v4 (reference §1.3)."""
 
@@ -202,6 +218,13 @@ def ndarray(shape, dtype, buffer=None, name="", address=None, **kwargs) -> NkiTe
     [P, n, F] tile whose block index is a free dim (`BlockTensor`)."""
     if kwargs:
         raise not_supported(f"nl.ndarray({', '.join(kwargs)}=...)")
+    from .compiler import AllocatedBuffer
+
+    if isinstance(buffer, AllocatedBuffer):  # legacy direct allocation (ncc.sbuf.alloc / mod_alloc)
+        if isinstance(shape, (tuple, list)) and builtins.any(isinstance(s, ParDim) for s in shape[1:]):
+            raise not_supported("direct allocation of a par_dim block tile", "allocate one tile per block")
+        address = buffer.address(tuple(int(s) for s in shape), as_dtype(dtype).itemsize)
+        buffer = buffer.buffer
     buf = "sbuf" if buffer is None else _buf(buffer)
     if isinstance(shape, (tuple, list)):
         pd = [i for i, s in enumerate(shape) if isinstance(s, ParDim)]
@@ -230,9 +253,12 @@ class BlockTensor(NkiTensor):
 
     def __getitem__(self, key):
         key = key if isinstance(key, tuple) else (key,)
-        if builtins.any(k is Ellipsis for k in key) or len(key) < self._pd + 1:
-            raise not_supported("indexing a par_dim block tile without its block and partition indices")
         pd = self._pd
+        if builtins.any(k is Ellipsis for k in key):
+            raise not_supported("... in the index of a par_dim block tile", "index the block dims first")
+        if len(key) < pd:
+            raise not_supported("indexing a par_dim block tile without all its block indices")
+        key = key + (slice(None),) * (self._t.ndim - len(key))  # t[b]: the whole [P, F] tile of block b
         return NkiTensor.__getitem__(self, (key[pd],) + tuple(key[:pd]) + tuple(key[pd + 1 :]))
 
     def __setitem__(self, key, value) -> None:
@@ -298,8 +324,18 @@ def load(src, dtype=None, **kwargs) -> NkiTensor:
 
 
 def store(dst, value, **kwargs) -> None:
-    """A tile -> HBM (`dma_copy`; PSUM goes through an SBUF `tensor_copy` first: DMA cannot read PSUM)."""
+    """A tile -> HBM (`dma_copy`; PSUM goes through an SBUF `tensor_copy` first: DMA cannot read PSUM).
+    A scalar value fills dst (`memset` of an SBUF tile, then `dma_copy` per 128 rows)."""
     _no_mask("store", kwargs)
+    if not isinstance(value, NkiTensor):
+        rows = dst.shape[0] if dst.ndim > 1 else 1
+        flat = dst if dst.ndim > 1 else dst.reshape((1, dst.size))
+        chunk = builtins.min(rows, tile_size.pmax)
+        t = full((chunk,) + tuple(flat.shape[1:]), value, dst.dtype, sbuf)
+        for r0 in range(0, rows, chunk):
+            n = builtins.min(chunk, rows - r0)
+            nisa.dma_copy(dst=flat[r0 : r0 + n], src=t[0:n])
+        return
     value = _sbuf_operand(value)
     nisa.dma_copy(dst=dst, src=value)
 

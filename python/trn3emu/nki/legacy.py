@@ -11,6 +11,7 @@ tiles and accept `mask=`, `nl.arange`, `nl.mgrid`, `nl.par_dim`).
 from __future__ import annotations
 
 import inspect
+import math
 import types
 from typing import Any
 
@@ -34,7 +35,10 @@ def _out_spec(opname: str, a: dict, dtype: Any) -> tuple:
     """(shape, dtype, buffer) of the tile a legacy `nisa.<opname>(...)` returns."""
     if opname == "nc_matmul":
         st, mv = a["stationary"], a["moving"]
-        return (st.shape[1], mv.shape[1]), dtype or nl.float32, nl.psum
+        if str(getattr(a.get("perf_mode"), "name", a.get("perf_mode"))).startswith("double_row"):
+            return (st.shape[-1], mv.shape[-1]), dtype or nl.float32, nl.psum  # [K, 2, M] x [K, 2, N]
+        m, n = math.prod(st.shape[1:]), math.prod(mv.shape[1:])
+        return (m, n), dtype or nl.float32, nl.psum
     if opname == "nc_transpose":
         d = a["data"]
         on_vector = str(getattr(a.get("engine"), "name", a.get("engine"))) == "vector"
@@ -169,6 +173,21 @@ def activation_reduce(op, data, reduce_op, reduce_res, bias=None, scale=1.0, dty
     return out
 
 
+def tensor_copy_dynamic_src(src, dtype=None, mask=None, **kwargs):
+    """Legacy copy from a view with a run-time index (`t[ix, offsets[0, i] + iy]`) into a new
+    SBUF tile: a DMA (`dma_copy`; dynamic offsets are DMA operands)."""
+    out = nl.ndarray(src.shape, dtype or src.dtype, buffer=nl.sbuf)
+    extra = {} if mask is None else {"mask": mask}
+    nisa.dma_copy(dst=out, src=src, **extra)
+    return out
+
+
+def tensor_copy_dynamic_dst(dst, src, mask=None, dtype=None, **kwargs):
+    """Legacy copy into a view with a run-time index (`dma_copy`)."""
+    extra = {} if mask is None else {"mask": mask}
+    return nisa.dma_copy(dst=dst, src=src, **extra)
+
+
 def _make_isa_module() -> types.ModuleType:
     mod = types.ModuleType("neuronxcc.nki.isa", "Legacy value-returning nki.isa (see trn3emu.nki.legacy).")
     for k, v in vars(nisa).items():
@@ -178,6 +197,7 @@ def _make_isa_module() -> types.ModuleType:
         if params and params[0][0] == "dst" and name not in ("dma_copy", "dma_compute"):
             setattr(mod, name, _legacy(name))
     mod.iota, mod.affine_select, mod.memset, mod.activation_reduce = iota, affine_select, memset, activation_reduce
+    mod.tensor_copy_dynamic_src, mod.tensor_copy_dynamic_dst = tensor_copy_dynamic_src, tensor_copy_dynamic_dst
 
     def _missing(name: str):
         if name.startswith("__"):
@@ -270,6 +290,7 @@ def make_package(pkg: types.ModuleType) -> types.ModuleType:
             setattr(mod, k, v)
     mod.isa = isa
     mod.jit = legacy_jit
+    mod.trace = legacy_jit
     mod.simulate_kernel = simulate_kernel
     mod.baremetal, mod.profile, mod.benchmark = baremetal, profile, benchmark
 

@@ -363,3 +363,32 @@ def test_double_row_generation_spelling_and_block_tile_whole_index():
     b = np.full((128, 2, 64), 2.0, dtype=ml_dtypes.float8_e5m2)
     want = np.einsum("kli,klj->ij", a.astype(np.float32), b.astype(np.float32))
     np.testing.assert_array_equal(k(a, b), want)
+
+
+def test_view_dims_follow_the_key_and_masked_bn_stats():
+    # dims come from the key positions (a size-1 mgrid index first gives a [1, F] view), and
+    # bn_stats under a mask sees only the masked columns of a ragged last chunk.
+    @lnki.jit
+    def k(x, w):
+        f = x.shape[1]
+        mv = nl.ndarray((x.shape[0], 2), dtype=nl.float32, buffer=nl.shared_hbm)
+        wrow = nl.ndarray((1, f), dtype=w.dtype, buffer=nl.shared_hbm)
+        ip, jf, one = nl.mgrid[0 : x.shape[0], 0:f, 0:1]
+        wt = nl.load(w.reshape((1, f))[one, jf])
+        nl.store(wrow, value=wt)
+        t = nl.load(x)
+        ib, js = nl.mgrid[0:512, 0:6]
+        n = (f + 511) // 512
+        stats = nl.ndarray((x.shape[0], 6 * n), dtype=nl.float32)
+        for c in nl.affine_range(n):
+            stats[ip, c * 6 + js] = lisa.bn_stats(t[ip, c * 512 + ib], mask=(c * 512 + ib < f), dtype=nl.float32)
+        nl.store(mv, value=lisa.bn_aggr(stats))
+        return mv, wrow
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((8, 700)).astype(np.float32)
+    w = rng.standard_normal(700).astype(np.float32)
+    mv, wrow = k(x, w)
+    np.testing.assert_array_equal(wrow, w[None, :])
+    np.testing.assert_allclose(mv[:, 0], x.astype(np.float64).mean(1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(mv[:, 1], x.astype(np.float64).var(1), rtol=1e-4, atol=1e-6)

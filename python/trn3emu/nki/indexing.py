@@ -328,8 +328,14 @@ def index_view(nt: NkiTensor, key, ranges: dict | None = None) -> NkiTensor:
             )
             for e in exprs
         ]
-    shape = _grid(exprs)
     onchip = t.mem != "hbm"
+    # The view's dims are the variables in order of first appearance along the key (variables of
+    # one position in grid-axis order): t[i_p, i_f] is [P, F]; t[i, 3*j + k] is [I, J, K].
+    order: list = []
+    for e in exprs:
+        for v in sorted(e.terms, key=lambda v: v.axis):
+            if v not in order:
+                order.append(v)
     oob = False
     for d, e in enumerate(exprs):
         lo, hi = e.bounds()
@@ -337,12 +343,18 @@ def index_view(nt: NkiTensor, key, ranges: dict | None = None) -> NkiTensor:
             oob = True
     if onchip:
         p = exprs[0]
-        if any(v.axis != 0 or c != 1 for v, c in p.terms.items()):
+        if len(p.terms) > 1 or any(c != 1 for c in p.terms.values()):
             raise not_supported(
-                f"on-chip partition index {p!r}", "the partition index must be grid axis 0 with coefficient 1"
+                f"on-chip partition index {p!r}", "the partition index must be one index with coefficient 1"
             )
-        if any(v.axis == 0 for e in exprs[1:] for v in e.terms) and shape[0] > 1:
-            raise not_supported("the partition index used in a free-dim index expression")
+        if p.terms:
+            (pv,) = p.terms
+            if pv.size > 1 and any(pv in e.terms for e in exprs[1:]):
+                raise not_supported("the partition index used in a free-dim index expression")
+        else:  # a constant partition: one partition, then the free dims
+            order.insert(0, None)
+    shape = [1 if v is None else v.size for v in order]
+    pos = {v: i for i, v in enumerate(order)}
     first = 1 if onchip else 0
     strides = [0] * len(shape)
     off = 0
@@ -350,10 +362,12 @@ def index_view(nt: NkiTensor, key, ranges: dict | None = None) -> NkiTensor:
         st = t.strides[d]
         off += st * exprs[d].const
         for v, c in exprs[d].terms.items():
-            strides[v.axis] += st * c
+            strides[pos[v]] += st * c
     if onchip:
         strides[0] = 0
     start = t.start + (exprs[0].const if onchip else 0)
+    if not shape:
+        shape, strides = [1], [1]
     if onchip and len(shape) < 2:
         shape, strides = shape + [1], strides + [1]
     view = t._view(shape, strides, t.offset + off * t.itemsize, start)
@@ -446,7 +460,7 @@ def apply(v: Any, ranges: dict) -> Any:
     return v[tuple(key)] if any(k != slice(None) for k in key) else v
 
 
-_UNMASKABLE = ("nc_matmul", "nc_matmul_mx", "nc_transpose", "dma_transpose", "bn_stats", "bn_aggr")
+_UNMASKABLE = ("nc_matmul", "nc_matmul_mx", "nc_transpose", "dma_transpose")
 
 
 def mask_call(opname: str, args: tuple, kwargs: dict):

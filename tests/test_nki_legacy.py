@@ -392,3 +392,17 @@ def test_view_dims_follow_the_key_and_masked_bn_stats():
     np.testing.assert_array_equal(wrow, w[None, :])
     np.testing.assert_allclose(mv[:, 0], x.astype(np.float64).mean(1), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(mv[:, 1], x.astype(np.float64).var(1), rtol=1e-4, atol=1e-6)
+
+
+def test_legacy_dma_transpose_returns_the_transposed_tile_and_lazy_zeros():
+    @lnki.jit
+    def k(a):
+        out = nl.ndarray((a.shape[1], a.shape[0]), dtype=a.dtype, buffer=nl.shared_hbm)
+        acc = nl.zeros((a.shape[1], a.shape[0]), dtype=nl.float32, buffer=nl.psum, lazy_initialization=True)
+        t = lisa.dma_transpose(nl.load(a))
+        acc += nl.copy(t, dtype=nl.float32)
+        nl.store(out, value=nl.copy(acc, dtype=a.dtype))
+        return out
+
+    a = (np.arange(16 * 32) % 251).astype(BF16).reshape(16, 32)
+    np.testing.assert_array_equal(k(a), a.T)

@@ -216,6 +216,7 @@ def ndarray(shape, dtype, buffer=None, name="", address=None, **kwargs) -> NkiTe
 
     A legacy shape with `nl.par_dim` after leading block dims, `(n, nl.par_dim(P), F)`, is one
     [P, n, F] tile whose block index is a free dim (`BlockTensor`)."""
+    kwargs.pop("lazy_initialization", None)  # legacy scheduling hint: no effect here
     if kwargs:
         raise not_supported(f"nl.ndarray({', '.join(kwargs)}=...)")
     from .compiler import AllocatedBuffer
@@ -269,7 +270,7 @@ def empty_like(t, dtype=None, buffer=None, name="") -> NkiTensor:
     return ndarray(t.shape, dtype or t.dtype, buffer or t.buffer, name)
 
 
-def full(shape, fill_value, dtype, buffer=None, name="", address=None) -> NkiTensor:
+def full(shape, fill_value, dtype, buffer=None, name="", address=None, lazy_initialization=None) -> NkiTensor:
     """A new tensor filled with `fill_value`: memset on chip, written at load time in HBM."""
     t = ndarray(shape, dtype, buffer, name, address)
     if t.buffer in HBM_BUFFERS:
@@ -279,11 +280,11 @@ def full(shape, fill_value, dtype, buffer=None, name="", address=None) -> NkiTen
     return t
 
 
-def zeros(shape, dtype, buffer=None, name="", address=None) -> NkiTensor:
+def zeros(shape, dtype, buffer=None, name="", address=None, lazy_initialization=None) -> NkiTensor:
     return full(shape, 0, dtype, buffer, name, address)
 
 
-def ones(shape, dtype, buffer=None, name="", address=None) -> NkiTensor:
+def ones(shape, dtype, buffer=None, name="", address=None, lazy_initialization=None) -> NkiTensor:
     return full(shape, 1, dtype, buffer, name, address)
 
 

@@ -43,6 +43,12 @@ def _out_spec(opname: str, a: dict, dtype: Any) -> tuple:
         d = a["data"]
         on_vector = str(getattr(a.get("engine"), "name", a.get("engine"))) == "vector"
         return (d.shape[1], d.shape[0]), dtype or d.dtype, nl.sbuf if on_vector else nl.psum
+    if opname == "dma_transpose":
+        d = a["src"]
+        perm = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}.get(d.ndim)
+        if perm is None:
+            raise not_supported(f"legacy dma_transpose of a {d.ndim}-D tile")
+        return tuple(d.shape[i] for i in perm), dtype or d.dtype, nl.sbuf
     if opname == "tensor_reduce":
         d = a["data"]
         axes = nl._axes(d, a.get("axis"))

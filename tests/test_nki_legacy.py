@@ -406,3 +406,37 @@ def test_legacy_dma_transpose_returns_the_transposed_tile_and_lazy_zeros():
 
     a = (np.arange(16 * 32) % 251).astype(BF16).reshape(16, 32)
     np.testing.assert_array_equal(k(a), a.T)
+
+
+def test_assigning_a_masked_result_writes_only_the_masked_part():
+    @lnki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        ip, jf = nl.mgrid[0 : a.shape[0], 0 : a.shape[1]]
+        t[...] = nl.multiply(t, 10.0, mask=(jf < 2))  # columns >= 2 keep their values
+        t[...] = lisa.tensor_scalar(t, np.add, 1.0, mask=False)  # masked off entirely: no change
+        t[...] = lisa.affine_select(pred=(ip >= jf), on_true_tile=t, on_false_value=-1.0, mask=(jf >= 3))
+        nl.store(out, value=t)
+        return out
+
+    a = np.arange(4 * 6, dtype=np.float32).reshape(4, 6)
+    want = a.copy()
+    want[:, :2] *= 10
+    p, f = np.meshgrid(np.arange(4), np.arange(6), indexing="ij")
+    want = np.where((f >= 3) & (p < f), -1.0, want)
+    np.testing.assert_array_equal(k(a), want)
+
+
+def test_static_cast_on_host_arrays_and_tiles():
+    x = np.array([1.7, -2.2], np.float64)
+    got = nl.static_cast(x, nl.bfloat16)
+    assert got.dtype == BF16 and np.array_equal(got, x.astype(BF16))
+
+    @lnki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=nl.int32, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.static_cast(nl.load(a), nl.int32))
+        return out
+
+    np.testing.assert_array_equal(k(np.array([[1.0, 2.0, -3.0]], np.float32)), [[1, 2, -3]])

@@ -399,6 +399,22 @@ def _dynamic_view(nt: NkiTensor, key, dyn) -> NkiTensor:
 
 
 # ------------------------------------------------------------------------------------------ masks
+class MaskedResult(NkiTensor):
+    """A tile produced under `mask=`: assigning it (`t[...] = op(..., mask=m)`) copies only the
+    masked part, as NKI writes such a result straight into the assignment target."""
+
+    __slots__ = ("_pred",)
+
+
+def tag(result, mask):
+    """`result` of a call made with `mask`, remembered for a following assignment."""
+    if mask is None or mask is True or not isinstance(result, NkiTensor):
+        return result
+    out = MaskedResult(result._t, result.buffer, result._block, result.name)
+    out._pred = mask
+    return out
+
+
 @contextlib.contextmanager
 def masked(mask):
     """Instructions issued inside touch only the sub-grid `mask` selects."""

@@ -341,6 +341,13 @@ def store(dst, value, **kwargs) -> None:
     nisa.dma_copy(dst=dst, src=value)
 
 
+def static_cast(x, dtype):
+    """A numpy array (host code) cast with numpy; a tile cast on chip (`tensor_copy`)."""
+    if isinstance(x, np.ndarray) or np.isscalar(x):
+        return np.asarray(x).astype(numpy_dtype(as_dtype(dtype)))
+    return copy(x, dtype=dtype)
+
+
 def load_transpose2d(src, dtype=None, **kwargs) -> NkiTensor:
     """HBM [A, B] -> SBUF [B, A] via `dma_transpose`."""
     _no_mask("load_transpose2d", kwargs)
@@ -362,6 +369,10 @@ def _assign(dst: NkiTensor, value) -> None:
     """`dst[...] = value`: DMA when HBM is involved, else tensor_copy; scalars memset."""
     if isinstance(value, NkiTensor) and dst.same_view(value):
         return  # `t[k] += u` ends by assigning the updated view to itself
+    if isinstance(value, _indexing.MaskedResult):  # only the masked part was computed
+        pred, value = value._pred, NkiTensor(value._t, value.buffer, value._block, value.name)
+        with _indexing.masked(pred):
+            return _assign(dst, value)
     if isinstance(value, NkiTensor):
         if dst.buffer in HBM_BUFFERS or value.buffer in HBM_BUFFERS:
             nisa.dma_copy(dst=dst, src=_sbuf_operand(value) if dst.buffer in HBM_BUFFERS else value)
@@ -969,7 +980,7 @@ def _checked(f):
         if mask is None:
             return f(*args, **kwargs)
         with _indexing.masked(mask):
-            return f(*args, **kwargs)
+            return _indexing.tag(f(*args, **kwargs), mask)
 
     return g
 

@@ -108,11 +108,31 @@ def _legacy(opname: str):
         shape, odt, buf = _out_spec(opname, a, dtype)
         out = nl.ndarray(shape, odt, buffer=buf)
         new(out, **a, **extra)
-        return out
+        return indexing.tag(out, mask)
 
     fn.__name__ = fn.__qualname__ = opname
     fn.__doc__ = f"Legacy value-returning `nki.isa.{opname}` (returns a new tile; `dtype=` casts, `mask=` restricts)."
     return fn
+
+
+def _restrict(mask, shape, pattern, offset, cm):
+    """For a pattern-generating op (iota, affine_select) under `mask`: the per-dim slices of the
+    operands and the pattern / offset of the restricted sub-grid (the value at an element is the
+    same as in the whole tile). None when the mask selects nothing."""
+    with indexing.masked(mask):
+        ranges = indexing._current_ranges()
+    if ranges is None:
+        return None
+    key = []
+    for d, n in enumerate(shape):
+        lo, hi = 0, n
+        for var, (a, b) in ranges.items():
+            if var is not None and var.axis == d and var.size == n:
+                lo, hi = max(lo, a), min(hi, b)
+        key.append(slice(lo, hi))
+    offset += cm * key[0].start + sum(p[0] * k.start for p, k in zip(pattern, key[1:]))
+    pattern = [[p[0], k.stop - k.start] for p, k in zip(pattern, key[1:])] or pattern
+    return tuple(key), pattern, offset
 
 
 def iota(expr, dtype, mask=None, **kwargs):
@@ -123,9 +143,11 @@ def iota(expr, dtype, mask=None, **kwargs):
         shape = [1] + shape
     pattern, offset, cm = indexing.iota_pattern(expr)
     out = nl.ndarray(tuple(shape), dtype, buffer=nl.sbuf)
-    extra = {} if mask is None else {"mask": mask}
-    nisa.iota(out, pattern=pattern, offset=offset, channel_multiplier=cm, **kwargs, **extra)
-    return out
+    r = _restrict(mask, out.shape, pattern, offset, cm)
+    if r is not None:
+        key, pattern, offset = r
+        nisa.iota(out[key], pattern=pattern, offset=offset, channel_multiplier=cm, **kwargs)
+    return indexing.tag(out, mask)
 
 
 def affine_select(pred, on_true_tile, on_false_value, dtype=None, mask=None, **kwargs):
@@ -142,23 +164,26 @@ def affine_select(pred, on_true_tile, on_false_value, dtype=None, mask=None, **k
         raise not_supported("affine_select with a conjunction", "one comparison per affine_select")
     pattern, offset, cm = indexing.iota_pattern(e)
     t = on_true_tile
+    if t.buffer == "psum":  # GpSimd reads SBUF only: the operand goes through SBUF (as the compiler did)
+        t = nl._sbuf_operand(t)
     free = list(t.shape[1:])
     steps = [p[0] for p in pattern] + [0] * max(0, len(free) - len(pattern))
     pattern = [[steps[i], n] for i, n in enumerate(free)] or [[0, 1]]
     out = nl.ndarray(t.shape, dtype or t.dtype, buffer=nl.sbuf)
-    extra = {} if mask is None else {"mask": mask}
-    nisa.affine_select(
-        out,
-        pattern=pattern,
-        channel_multiplier=cm,
-        on_true_tile=t,
-        on_false_value=on_false_value,
-        cmp_op=cmp,
-        offset=offset,
-        **kwargs,
-        **extra,
-    )
-    return out
+    r = _restrict(mask, out.shape, pattern, offset, cm)
+    if r is not None:
+        key, pattern, offset = r
+        nisa.affine_select(
+            out[key],
+            pattern=pattern,
+            channel_multiplier=cm,
+            on_true_tile=t[key],
+            on_false_value=on_false_value,
+            cmp_op=cmp,
+            offset=offset,
+            **kwargs,
+        )
+    return indexing.tag(out, mask)
 
 
 def memset(shape, value, dtype, mask=None, **kwargs):
@@ -166,7 +191,7 @@ def memset(shape, value, dtype, mask=None, **kwargs):
     out = nl.ndarray(shape, dtype, buffer=kwargs.pop("buffer", nl.sbuf))
     extra = {} if mask is None else {"mask": mask}
     nisa.memset(out, value=value, **kwargs, **extra)
-    return out
+    return indexing.tag(out, mask)
 
 
 def activation_reduce(op, data, reduce_op, reduce_res, bias=None, scale=1.0, dtype=None, mask=None, **kwargs):
@@ -176,7 +201,7 @@ def activation_reduce(op, data, reduce_op, reduce_res, bias=None, scale=1.0, dty
     nisa.activation_reduce(
         out, op=op, data=data, reduce_op=reduce_op, reduce_res=reduce_res, bias=bias, scale=scale, **kwargs, **extra
     )
-    return out
+    return indexing.tag(out, mask)
 
 
 def tensor_copy_dynamic_src(src, dtype=None, mask=None, **kwargs):
@@ -185,7 +210,7 @@ def tensor_copy_dynamic_src(src, dtype=None, mask=None, **kwargs):
     out = nl.ndarray(src.shape, dtype or src.dtype, buffer=nl.sbuf)
     extra = {} if mask is None else {"mask": mask}
     nisa.dma_copy(dst=out, src=src, **extra)
-    return out
+    return indexing.tag(out, mask)
 
 
 def tensor_copy_dynamic_dst(dst, src, mask=None, dtype=None, **kwargs):

@@ -440,3 +440,19 @@ def test_static_cast_on_host_arrays_and_tiles():
         return out
 
     np.testing.assert_array_equal(k(np.array([[1.0, 2.0, -3.0]], np.float32)), [[1, 2, -3]])
+
+
+def test_spmd_dim_with_nc_multiplies_the_grid_axis():
+    assert nl.spmd_dim(3, nl.nc(2)) == 6
+
+    @lnki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        ix = nl.program_id(0) * 4 + nl.arange(4)[:, None]
+        iy = nl.arange(a.shape[1])[None, :]
+        nl.store(out[ix, iy], value=nl.add(nl.load(a[ix, iy]), nl.program_id(0)))
+        return out
+
+    a = np.zeros((4 * 6, 8), np.float32)
+    want = np.repeat(np.arange(6, dtype=np.float32), 4)[:, None] * np.ones((1, 8), np.float32)
+    np.testing.assert_array_equal(k[nl.spmd_dim(3, nl.nc(2))](a), want)

@@ -206,6 +206,20 @@ def num_programs(axes=None) -> int:
     return int(grid[int(axes)])
 
 
+class _NC(int):
+    """`nl.nc(n)`: n physical NeuronCores (a legacy SPMD grid annotation)."""
+
+
+def nc(n) -> _NC:
+    return _NC(int(n))
+
+
+def spmd_dim(*dims) -> int:
+    """Legacy `nl.spmd_dim(n, nl.nc(k))` grid entry: n programs on each of k cores, i.e. n * k
+    programs along that grid axis (program k of the launch runs on core k mod 8 here)."""
+    return math.prod(int(d) for d in dims)
+
+
 def program_ndim() -> int:
     return len(current().launch.grid) if _tracing() else 0
 

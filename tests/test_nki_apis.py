@@ -159,3 +159,32 @@ def test_static_dynamic_range_and_while_loop_unroll():
 
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     np.testing.assert_array_equal(k(a), (a + 3) * 4)
+
+
+def test_tile_operators_compare_and_combine_elementwise():
+    @nki.jit
+    def k(a, b):
+        outs = [nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm) for _ in range(6)]
+        x, y = nl.load(a), nl.load(b)
+        vals = [
+            nl.where(x > 0.0, x, 0.0),
+            (x >= y).astype(nl.float32),
+            (x == y).astype(nl.float32),
+            abs(x) ** 2.0,
+            1.0 / (abs(x) + 1.0),
+            (x < y) & (x != 0.0),
+        ]
+        for o, v in zip(outs, vals):
+            nl.store(o, value=nl.copy(v, dtype=nl.float32))
+        assert not (x == None) and x != "token"  # noqa: E711 (identity semantics for other objects)
+        return tuple(outs)
+
+    a = np.array([[-2.0, 0.0, 1.5, 3.0]], np.float32)
+    b = np.array([[-2.0, 1.0, 1.0, 4.0]], np.float32)
+    r = k(a, b)
+    np.testing.assert_array_equal(r[0], np.maximum(a, 0))
+    np.testing.assert_array_equal(r[1], (a >= b).astype(np.float32))
+    np.testing.assert_array_equal(r[2], (a == b).astype(np.float32))
+    np.testing.assert_allclose(r[3], a**2, rtol=1e-6)
+    np.testing.assert_allclose(r[4], 1 / (np.abs(a) + 1), rtol=1e-6)
+    np.testing.assert_array_equal(r[5], ((a < b) & (a != 0)).astype(np.float32))

@@ -325,6 +325,73 @@ class NkiTensor:
 
         return nl.negative(self)
 
+    # comparisons, logic and the rest of numpy's operator set -> nl ops (tile results; a
+    # comparison with anything but a number or a tensor keeps Python's identity semantics)
+    def _op(self, name, o, reverse=False):
+        if not isinstance(o, (NkiTensor, int, float, np.number)):
+            return NotImplemented
+        from . import language as nl
+
+        f = getattr(nl, name)
+        return f(o, self) if reverse else f(self, o)
+
+    def __lt__(self, o):
+        return self._op("less", o)
+
+    def __le__(self, o):
+        return self._op("less_equal", o)
+
+    def __gt__(self, o):
+        return self._op("greater", o)
+
+    def __ge__(self, o):
+        return self._op("greater_equal", o)
+
+    def __eq__(self, o):  # type: ignore[override]
+        return self._op("equal", o)
+
+    def __ne__(self, o):  # type: ignore[override]
+        return self._op("not_equal", o)
+
+    __hash__ = object.__hash__
+
+    def __and__(self, o):  # integer tiles: bitwise; float / bool (comparison results): logical
+        return self._op("bitwise_and" if "int" in str(self.dtype) else "logical_and", o)
+
+    def __or__(self, o):
+        return self._op("bitwise_or" if "int" in str(self.dtype) else "logical_or", o)
+
+    def __xor__(self, o):
+        return self._op("bitwise_xor", o)
+
+    def __pow__(self, o):
+        return self._op("power", o)
+
+    def __rpow__(self, o):
+        return self._op("power", o, reverse=True)
+
+    def __mod__(self, o):
+        return self._op("mod", o)
+
+    def __rtruediv__(self, o):
+        return self._op("divide", o, reverse=True)
+
+    def __abs__(self):
+        from . import language as nl
+
+        return nl.abs(self)
+
+    def __invert__(self):
+        from . import language as nl
+
+        return nl.invert(self)
+
+    def astype(self, dtype):
+        """A new SBUF copy cast to dtype (`tensor_copy`)."""
+        from . import language as nl
+
+        return nl.copy(self, dtype=dtype)
+
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)

@@ -137,8 +137,49 @@ def test_registers_are_device_values():
         for _ in nl.dynamic_range(r):
             pass
 
-    with pytest.raises(NotSupportedError, match="register bounds"):
-        k2(np.zeros((1, 1), np.float32))
+    with pytest.raises(NotSupportedError, match="multi-program launch"):
+        k2[2](np.zeros((1, 1), np.float32))
+
+
+@nki.jit
+def _device_loops_kernel(a, n):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    total = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.shared_hbm)
+    t = nl.load(a)
+    cnt = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=cnt, src=n)
+    r = nisa.register_alloc()
+    nisa.register_load(r, cnt)
+    for _ in nl.dynamic_range(r):  # n iterations, n read on the device
+        t[...] += 1.0
+
+    def halve_and_count_down(c):  # while c: t *= 2; c -= 1 (the condition lives in SBUF)
+        t[...] *= 2.0
+        nisa.tensor_scalar(cnt, cnt, op0=nl.add, operand0=-1)
+        nxt = nisa.register_alloc()
+        nisa.register_load(nxt, cnt)
+        return nxt
+
+    nl.while_loop(r, halve_and_count_down)
+    acc = nl.zeros((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    one = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+
+    def add_i(i):  # i is a register: iota writes its value
+        nisa.iota(one, pattern=[[0, 1]], offset=i)
+        nisa.tensor_tensor(acc, acc, one, op=nl.add)
+
+    nl.fori_loop(0, r, add_i)
+    nl.store(out, value=t)
+    nisa.dma_copy(dst=total, src=acc)
+    return out, total
+
+
+def test_device_loops_read_their_bounds_on_the_device():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for n in (0, 1, 3):
+        out, total = _device_loops_kernel(a, np.array([[n]], np.int32))
+        np.testing.assert_array_equal(out, (a + n) * 2.0**n)
+        assert int(total[0, 0]) == sum(range(n))
 
 
 def test_static_dynamic_range_and_while_loop_unroll():

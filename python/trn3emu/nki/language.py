@@ -130,41 +130,55 @@ sequential_range = affine_range
 static_range = affine_range
 
 
-def _device_loop(name: str, *bounds) -> None:
-    if builtins.any(isinstance(b, nisa.VirtualRegister) for b in bounds):
-        raise not_supported(
-            f"{name} with register bounds (a device loop)",
-            "automatic synchronisation assumes every instruction runs once; a device loop needs branch "
-            "instructions (Program.fori_loop with sync='manual' at the emulator level)",
-        )
+def _is_reg(v) -> bool:
+    return isinstance(v, nisa.VirtualRegister)
+
+
+def _loop_register(values):
+    """One register for a device loop's iteration value (register_move per iteration)."""
+    reg = nisa.register_alloc()
+    for i in values:
+        nisa.register_move(reg, int(i))
+        yield reg
 
 
 def dynamic_range(start, stop=None, step=1):
-    """With int bounds, the same iterations unrolled while tracing; register bounds are a device
-    loop (not supported: see `registers`)."""
-    _device_loop("nl.dynamic_range", start, stop)
-    return _range(start) if stop is None else _range(start, stop, step)
+    """A device loop: register bounds are read on the device (registers.device_value: the kernel so
+    far runs, tracing continues with the loop unrolled) and the iteration value is a register; with
+    int bounds, the same iterations unrolled with int values."""
+    if stop is None:
+        start, stop = 0, start
+    if _is_reg(start) or _is_reg(stop):
+        from .registers import device_value
+
+        return _loop_register(range(device_value(start), device_value(stop), int(step)))
+    return _range(start, stop, step)
 
 
 def fori_loop(lower, upper, body_fun, step=1, init_val=None):
-    """Static-bound `fori_loop`, unrolled while tracing: body_fun(i) (or body_fun(i, carry))."""
-    _device_loop("nl.fori_loop", lower, upper)
+    """`body_fun(i)` for i in range(lower, upper, step) (or body_fun(i, carry)); unrolled while
+    tracing. Register bounds are read on the device first and i is then a register (`dynamic_range`)."""
+    it = (
+        dynamic_range(lower, upper, step)
+        if _is_reg(lower) or _is_reg(upper)
+        else range(int(lower), int(upper), int(step))
+    )
     carry = init_val
-    for i in range(int(lower), int(upper), int(step)):
+    for i in it:
         carry = body_fun(i) if init_val is None else body_fun(i, carry)
     return carry
 
 
 def while_loop(init, body_fun=None, *args, **kwargs):
-    """A loop on a register condition runs on the device (not supported: see `registers`); an int
-    condition is unrolled while tracing (`r = init; while r: r = body_fun(r)`)."""
-    _device_loop("nl.while_loop", init)
-    if body_fun is None or not isinstance(init, int):
-        raise not_supported("nl.while_loop call form", "while_loop(init, body_fun) with a register or int init")
+    """`r = init; while r: r = body_fun(r)`; a register condition is read on the device before
+    every iteration (`registers.device_value`); an int condition is evaluated while tracing."""
+    if body_fun is None:
+        raise not_supported("nl.while_loop call form", "while_loop(init, body_fun)")
+    from .registers import device_value
+
     r = init
-    while r:
+    while device_value(r) if _is_reg(r) else r:
         r = body_fun(r)
-        _device_loop("nl.while_loop", r)
 
 
 @contextlib.contextmanager

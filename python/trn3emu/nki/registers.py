@@ -9,15 +9,25 @@ scratch tile (`register_store` on the home engine, `register_load` on the reader
 synchronisation orders that copy like any other data dependency.
 
 Registers hold values known only on the device: Python control flow on them (`while reg:`,
-`int(reg)`, `range(reg)`) raises "not supported". Device loops (`nl.dynamic_range`,
-`nl.fori_loop` / `nl.while_loop` with register bounds) also raise "not supported": they need
-`branch` instructions, and automatic synchronisation assumes every instruction runs once
-(`Program.fori_loop` with `sync="manual"` is the emulator-level way to write one).
+`int(reg)`, `range(reg)`) raises "not supported".
+
+Device loops (`nl.dynamic_range`, `nl.fori_loop` / `nl.while_loop` with register bounds or
+conditions) are not compiled to `branch` instructions (automatic synchronisation assumes every
+instruction runs once). Instead `device_value` ends the program traced so far, runs it on the
+device, reads the register there, and tracing continues in a new program with the loop unrolled
+to the trip count the device computed (a host round trip per loop bound / condition). Results are
+those of the device loop; the trace shows one run per segment. Memories persist across runs;
+live virtual registers are saved to their scratch tiles and reloaded, but PSUM matmul first-write
+state and activation accumulators start fresh in each segment (as for any new run). Single-program
+launches only (a grid's programs would need to stop together).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+import numpy as np
 
 from .._asm import INSTRUCTIONS
 from ..errors import OperandError
@@ -131,3 +141,41 @@ def prepare(ctx, opname: str, call: dict) -> None:
             dyn = getattr(v, "dyn", None)
             if dyn is not None and dyn[0] == "s" and isinstance(dyn[1], int) and dyn[1] in regs:
                 ensure_on(regs[dyn[1]], eng)
+
+
+def device_value(v) -> int:
+    """The value register `v` holds at this point of the kernel, computed by running the program
+    traced so far (see the module doc); tracing continues in a fresh program."""
+    if not isinstance(v, VirtualRegister):
+        return int(v)
+    ctx = v.ctx
+    if math.prod(ctx.launch.grid) != 1:
+        raise not_supported(
+            "a loop bound or condition read from a register in a multi-program launch",
+            "the emulator reads it by running the program traced so far; only single-program launches",
+        )
+    from . import language as nl
+    from ._kernel import KernelProgram
+
+    regs = ctx.vregs
+    for r in regs.values():  # save every live register: registers start fresh in a new run
+        if r.valid:
+            if r.scratch is None:
+                r.scratch = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf, name=f"vreg{r.index}")
+            src = HOME if HOME in r.valid else next(iter(sorted(r.valid)))
+            ctx.program.register_store(dst=r.scratch.tensor, src=Reg(r.index), engine=src)
+    if v.scratch is None:
+        raise OperandError(f"register r{v.index} is read before any value was written to it", operand="register")
+    result = ctx.device.run([ctx.program], check_races=True, trace=ctx.launch.kernel.options.get("trace", True))
+    if not hasattr(ctx, "segments"):
+        ctx.segments = []
+    ctx.segments.append((ctx.program, result))
+    value = int(np.asarray(ctx.device.read(v.scratch.tensor)).reshape(-1)[0])
+    old = ctx.program
+    ctx.program = KernelProgram(core=ctx.core)
+    ctx.program._next_reg = old._next_reg  # register numbers stay allocated across segments
+    for r in regs.values():
+        if r.valid:
+            ctx.program.register_load(dst=Reg(r.index), src=r.scratch.tensor, engine=HOME)
+            r.valid = {HOME}
+    return value

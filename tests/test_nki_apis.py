@@ -89,8 +89,42 @@ def test_all_to_all_and_collective_permute():
 
 
 def test_still_unsupported_collectives_name_themselves():
-    with pytest.raises(NotSupportedError, match="not supported: nki.collectives.collective_permute_implicit"):
-        cc.collective_permute_implicit  # noqa: B018
+    with pytest.raises(NotSupportedError, match="not supported: nki.collectives.all_gather_v"):
+        cc.all_gather_v  # noqa: B018
+
+
+@nki.jit
+def _ring_kernel(x):
+    pid = nl.program_id(0)
+    n = nl.num_programs(0)
+    group = cc.ReplicaGroup([list(range(n))])
+    src = nl.ndarray(x.shape[1:], dtype=x.dtype, buffer=nl.private_hbm)
+    nisa.dma_copy(dst=src, src=x[pid])
+    got = nl.ndarray(x.shape[1:], dtype=x.dtype, buffer=nl.private_hbm)
+    cc.collective_permute_implicit([[src]], [[got]], group)
+    t = nl.load(src)
+    red = nl.ndarray(x.shape[1:], dtype=x.dtype, buffer=nl.private_hbm)
+    cc.collective_permute_implicit_reduce([[t]], [[t]], [[red]], group, op=nl.add)
+    rid = cc.collective_permute_implicit_current_processing_rank_id(1, group)
+    rid_t = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.register_store(rid_t, rid)
+    res = nl.ndarray((n,) + tuple(x.shape[1:]), dtype=x.dtype, buffer=nl.shared_hbm)
+    res2 = nl.ndarray((n,) + tuple(x.shape[1:]), dtype=x.dtype, buffer=nl.shared_hbm)
+    rids = nl.ndarray((n, 1), dtype=nl.int32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=res[pid], src=got)
+    nisa.dma_copy(dst=res2[pid], src=red)
+    nisa.dma_copy(dst=rids[pid : pid + 1, :], src=rid_t)
+    return res, res2, rids
+
+
+def test_implicit_ring_permutes_receive_from_the_predecessor():
+    n = 4
+    x = np.arange(n * 2 * 3, dtype=np.float32).reshape(n, 2, 3)
+    got, red, rids = _ring_kernel[n](x)
+    pred = [(r - 1) % n for r in range(n)]
+    np.testing.assert_array_equal(got, x[pred])
+    np.testing.assert_array_equal(red, 2 * x[pred])
+    np.testing.assert_array_equal(rids[:, 0], pred)
 
 
 def test_registers_load_store_and_cross_engine_use():

@@ -263,3 +263,19 @@ def test_tile_operators_compare_and_combine_elementwise():
     np.testing.assert_allclose(r[3], a**2, rtol=1e-6)
     np.testing.assert_allclose(r[4], 1 / (np.abs(a) + 1), rtol=1e-6)
     np.testing.assert_array_equal(r[5], ((a < b) & (a != 0)).astype(np.float32))
+
+
+def test_nl_matmul_promotes_a_narrow_operand_paired_with_fp32():
+    @nki.jit
+    def k(x, y):
+        out = nl.ndarray((x.shape[1], y.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+        p = nl.matmul(nl.load(x), nl.load(y), transpose_x=True)  # fp32 x bf16 -> both fp32 on the PE
+        nl.store(out, value=p)
+        return out
+
+    import ml_dtypes
+
+    rng = np.random.default_rng(9)
+    x = rng.integers(-3, 4, (32, 8)).astype(np.float32)
+    y = rng.integers(-3, 4, (32, 16)).astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(k(x, y), x.T @ y.astype(np.float32))  # small integers: exact

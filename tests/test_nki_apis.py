@@ -279,3 +279,23 @@ def test_nl_matmul_promotes_a_narrow_operand_paired_with_fp32():
     x = rng.integers(-3, 4, (32, 8)).astype(np.float32)
     y = rng.integers(-3, 4, (32, 16)).astype(ml_dtypes.bfloat16)
     np.testing.assert_array_equal(k(x, y), x.T @ y.astype(np.float32))  # small integers: exact
+
+
+def test_tensor_reduce_accepts_minor_first_axis_numbering():
+    @nki.jit
+    def k(a):
+        out1 = nl.ndarray((a.shape[0], a.shape[1]), dtype=a.dtype, buffer=nl.shared_hbm)
+        out2 = nl.ndarray((a.shape[0], a.shape[1]), dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        r1 = nl.ndarray((a.shape[0], a.shape[1]), dtype=a.dtype, buffer=nl.sbuf)
+        r2 = nl.ndarray((a.shape[0], a.shape[1]), dtype=a.dtype, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=r1, op=nl.maximum, data=t, axis=1)  # older numbering: the last dim
+        nisa.tensor_reduce(dst=r2, op=nl.maximum, data=t, axis=(2,))  # documented numbering
+        nl.store(out1, value=r1)
+        nl.store(out2, value=r2)
+        return out1, out2
+
+    a = np.random.default_rng(2).standard_normal((4, 3, 5)).astype(np.float32)
+    r1, r2 = k(a)
+    np.testing.assert_array_equal(r1, a.max(axis=2))
+    np.testing.assert_array_equal(r2, a.max(axis=2))

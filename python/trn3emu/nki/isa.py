@@ -161,6 +161,30 @@ for _name in INSTRUCTIONS:
     if _name not in ("dma_compute",):
         globals()[_name] = _make(_name)
 
+
+def _minor_first_axes(data, axis):
+    """tensor_reduce axes in the older minor-first numbering (1 = the last free dim, 2 = the one
+    before, ...), which kernels still use, map onto dims when the spec is not already the documented
+    "last contiguous dims" form: (1,) on a 3-D tile reduces dim 2. Specs valid as documented are
+    unchanged, so both numberings are accepted where they do not conflict."""
+    if not isinstance(data, NkiTensor) or axis is None:
+        return axis
+    axes = [int(a) for a in (axis if isinstance(axis, (list, tuple)) else (axis,))]
+    nd = data.ndim
+    if axes and sorted(axes) == list(range(1, len(axes) + 1)) and max(axes) != nd - 1:
+        return tuple(sorted(nd - a for a in axes))
+    return axis
+
+
+_tensor_reduce = tensor_reduce  # noqa: F821 (generated above)
+
+
+def tensor_reduce(dst, op, data, axis, *args, **kwargs):  # noqa: F811
+    return _tensor_reduce(dst, op, data, _minor_first_axes(data, axis), *args, **kwargs)
+
+
+tensor_reduce.__doc__ = _tensor_reduce.__doc__
+
 _dma_compute = _make("dma_compute")
 
 from . import registers as _registers  # noqa: E402

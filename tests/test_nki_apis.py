@@ -299,3 +299,21 @@ def test_tensor_reduce_accepts_minor_first_axis_numbering():
     r1, r2 = k(a)
     np.testing.assert_array_equal(r1, a.max(axis=2))
     np.testing.assert_array_equal(r2, a.max(axis=2))
+
+
+def test_flatten_dims_merges_contiguous_dims():
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((a.shape[0] * a.shape[1], a.shape[2]), dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((a.shape[2], a.shape[0], a.shape[1]), dtype=a.dtype, buffer=nl.sbuf)
+        flat_hbm = a.flatten_dims(start_dim=0, end_dim=1)  # [B*S, H]
+        nisa.dma_copy(dst=out, src=flat_hbm)
+        nisa.dma_copy(dst=t.flatten_dims(1, 2), src=flat_hbm.permute(1, 0))  # on chip: free dims only
+        with pytest.raises(ShapeError, match="partition"):
+            t.flatten_dims(0, 1)
+        return out
+
+    from trn3emu.errors import ShapeError
+
+    a = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
+    np.testing.assert_array_equal(k(a), a.reshape(6, 4))

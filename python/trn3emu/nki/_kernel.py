@@ -214,6 +214,27 @@ class NkiTensor:
     def broadcast(self, dim: int, size: int) -> NkiTensor:
         return self._wrap(self._t.broadcast(int(dim), int(size)))
 
+    def flatten_dims(self, start_dim: int = 0, end_dim: int = -1) -> NkiTensor:
+        """Merge dims start_dim..end_dim (inclusive) into one; they must be mergeable without a
+        copy (each dim's stride = the next one's stride x size). On chip, dim 0 stays alone."""
+        t = self._t
+        a, b = int(start_dim) % t.ndim, int(end_dim) % t.ndim
+        if a > b:
+            raise ShapeError(f"flatten_dims({start_dim}, {end_dim}) of a {t.ndim}-D tensor")
+        if a == b:
+            return self
+        if t.mem != "hbm" and a == 0:
+            raise ShapeError("flatten_dims cannot merge the partition dim of an on-chip tile")
+        for d in range(a, b):
+            if t.strides[d] != t.strides[d + 1] * t.shape[d + 1]:
+                raise ShapeError(f"flatten_dims: dims {a}..{b} of {t!r} are not contiguous with each other")
+        n = 1
+        for d in range(a, b + 1):
+            n *= t.shape[d]
+        shape = t.shape[:a] + (n,) + t.shape[b + 1 :]
+        strides = t.strides[:a] + (t.strides[b],) + t.strides[b + 1 :]
+        return self._wrap(t._view(shape, strides, t.offset, t.start))
+
     def expand_dim(self, dim: int) -> NkiTensor:
         return self._wrap(self._t.expand_dim(int(dim)))
 

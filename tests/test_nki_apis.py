@@ -317,3 +317,19 @@ def test_flatten_dims_merges_contiguous_dims():
 
     a = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
     np.testing.assert_array_equal(k(a), a.reshape(6, 4))
+
+
+def test_reshape_dim_splits_one_dim():
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((a.shape[0], 3, 4), dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        assert not t.is_indirect()
+        nisa.tensor_copy(
+            dst=nl.ndarray((a.shape[0], 3, 4), dtype=a.dtype, buffer=nl.sbuf), src=t.reshape_dim(1, (3, 4))
+        )
+        nisa.dma_copy(dst=out, src=a.reshape_dim(1, (3, 4)))
+        return out
+
+    a = np.arange(2 * 12, dtype=np.float32).reshape(2, 12)
+    np.testing.assert_array_equal(k(a), a.reshape(2, 3, 4))

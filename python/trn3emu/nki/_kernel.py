@@ -10,6 +10,7 @@ constants, never tensor values.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -234,6 +235,31 @@ class NkiTensor:
         shape = t.shape[:a] + (n,) + t.shape[b + 1 :]
         strides = t.strides[:a] + (t.strides[b],) + t.strides[b + 1 :]
         return self._wrap(t._view(shape, strides, t.offset, t.start))
+
+    def reshape_dim(self, dim: int, shape) -> NkiTensor:
+        """Split dim into dims of `shape` (their product must be its size); on chip not dim 0."""
+        t = self._t
+        d = int(dim) % t.ndim
+        sizes = [int(x) for x in shape]
+        if math.prod(sizes) != t.shape[d]:
+            raise ShapeError(f"reshape_dim({dim}, {tuple(sizes)}): dim {d} has size {t.shape[d]}")
+        if t.mem != "hbm" and d == 0 and len(sizes) > 1:
+            raise ShapeError("reshape_dim cannot split the partition dim of an on-chip tile")
+        st, strides = t.strides[d], []
+        for n in reversed(sizes):
+            strides.insert(0, st)
+            st *= n
+        return self._wrap(
+            t._view(
+                t.shape[:d] + tuple(sizes) + t.shape[d + 1 :],
+                t.strides[:d] + tuple(strides) + t.strides[d + 1 :],
+                t.offset,
+                t.start,
+            )
+        )
+
+    def is_indirect(self) -> bool:
+        return self._t.is_indirect()
 
     def expand_dim(self, dim: int) -> NkiTensor:
         return self._wrap(self._t.expand_dim(int(dim)))

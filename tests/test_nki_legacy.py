@@ -456,3 +456,13 @@ def test_spmd_dim_with_nc_multiplies_the_grid_axis():
     a = np.zeros((4 * 6, 8), np.float32)
     want = np.repeat(np.arange(6, dtype=np.float32), 4)[:, None] * np.ones((1, 8), np.float32)
     np.testing.assert_array_equal(k[nl.spmd_dim(3, nl.nc(2))](a), want)
+
+
+def test_compiler_allocation_spaces_name_unsupported_apis():
+    import neuronxcc.nki.compiler as ncc
+
+    assert ncc.sbuf.auto_alloc() == "sbuf" and ncc.psum.auto_alloc() == "psum"
+    with pytest.raises(NotSupportedError, match="not supported: nki.compiler.sbuf.no_such_alloc"):
+        ncc.sbuf.no_such_alloc  # noqa: B018
+    with pytest.raises(NotSupportedError, match="not supported: nki.language.atomic_rmw"):
+        nl.atomic_rmw  # noqa: B018

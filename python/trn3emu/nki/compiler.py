@@ -58,6 +58,15 @@ class _Space:
     def __init__(self, kind: str) -> None:
         self.kind = kind
 
+    def auto_alloc(self, *args, **kwargs) -> str:
+        """Let the allocator place the tile (the default)."""
+        return self.kind
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise missing_attribute(f"nki.compiler.{self.kind}.{name}")
+
     def alloc(self, func) -> AllocatedBuffer:
         return AllocatedBuffer(self.kind, func)
 

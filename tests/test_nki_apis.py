@@ -333,3 +333,38 @@ def test_reshape_dim_splits_one_dim():
 
     a = np.arange(2 * 12, dtype=np.float32).reshape(2, 12)
     np.testing.assert_array_equal(k(a), a.reshape(2, 3, 4))
+
+
+def test_atomic_rmw_scatter_adds_rows_chosen_by_an_index_tile():
+    @nki.jit
+    def k(table, idx, vals):
+        out = nl.ndarray(table.shape, dtype=table.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(table))
+        i_f = nl.arange(table.shape[1])[None, :]
+        nl.atomic_rmw(out[nl.load(idx), i_f], value=nl.load(vals), op=np.add)
+        return out
+
+    rng = np.random.default_rng(6)
+    table = rng.integers(-5, 5, (10, 8)).astype(np.float32)
+    idx = np.array([[7], [2], [9], [0]], np.int32)
+    vals = rng.integers(-5, 5, (4, 8)).astype(np.float32)
+    want = table.copy()
+    want[idx[:, 0]] += vals
+    np.testing.assert_array_equal(k(table, idx, vals), want)
+
+
+def test_runtime_offset_tiles_live_as_long_as_their_view():
+    # the offset tile is a temporary: its memory must not be reused while the view can still run
+    @nki.jit
+    def k(table, which):
+        out = nl.ndarray((1, table.shape[1]), dtype=table.dtype, buffer=nl.shared_hbm)
+        view = table.ap([[table.shape[1], 1], [1, table.shape[1]]], scalar_offset=nl.load(which))
+        junk = nl.full((1, 1), 3, dtype=nl.int32, buffer=nl.sbuf)  # would land on the freed index tile
+        row = nl.ndarray((1, table.shape[1]), dtype=table.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=row, src=view)
+        nisa.dma_copy(dst=out, src=row)
+        del junk
+        return out
+
+    table = np.arange(6 * 4, dtype=np.float32).reshape(6, 4)
+    np.testing.assert_array_equal(k(table, np.array([[5]], np.int32)), table[5:6])

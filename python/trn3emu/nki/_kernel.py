@@ -131,6 +131,27 @@ class _Block:
         self.parts, self.row_bytes, self.label = parts, row_bytes, label
 
 
+class _Blocks(_Block):
+    """A view's own allocation plus the allocations it reads at run time (index / offset tiles):
+    the index tile of `t.ap(vector_offset=nl.load(idx))` lives as long as the view."""
+
+    __slots__ = ("keep",)
+
+    def __init__(self, own: _Block | None, *others) -> None:
+        if own is not None:
+            super().__init__(own.parts, own.row_bytes, own.label)
+        else:
+            super().__init__(0, 0, "")
+        self.keep = (own,) + tuple(others)
+
+
+def _with_runtime_operands(view: NkiTensor, *operands) -> NkiTensor:
+    blocks = [o._block for o in operands if isinstance(o, NkiTensor) and o._block is not None]
+    if blocks:
+        view._block = _Blocks(view._block, *blocks)
+    return view
+
+
 class NkiTensor:
     """An NKI tensor: a trn3emu `Tensor` view plus its NKI buffer kind and its allocation."""
 
@@ -290,7 +311,7 @@ class NkiTensor:
         if scalar_offset is not None or vector_offset is not None:
             row_bytes = self._block.row_bytes if self._block is not None else None
             pat = None if pattern is None else [tuple(int(x) for x in p) for p in pattern]
-            return self._wrap(
+            view = self._wrap(
                 self._t.ap(
                     pat,
                     int(offset),
@@ -301,6 +322,7 @@ class NkiTensor:
                     indirect_dim=int(indirect_dim),
                 )
             )
+            return _with_runtime_operands(view, scalar_offset, vector_offset)
         if pattern is None:
             raise ShapeError("ap() needs pattern=[[step, num], ...]")
         row_bytes = self._block.row_bytes if self._block is not None else None
@@ -308,7 +330,8 @@ class NkiTensor:
 
     def indirect(self, index, num_elem=None):
         """v4 tensor indirection: free-dim columns at run-time offsets from `index`."""
-        return self._wrap(self._t.indirect(_inner(index), None if num_elem is None else int(num_elem)))
+        view = self._wrap(self._t.indirect(_inner(index), None if num_elem is None else int(num_elem)))
+        return _with_runtime_operands(view, index)
 
     def vector_select(self, dim, offsets):
         """HBM rows selected at run time by an index tile (a DMA gather/scatter): one row per

@@ -382,6 +382,13 @@ def _dynamic_view(nt: NkiTensor, key, dyn) -> NkiTensor:
     if len(dyn) != 1:
         raise not_supported("more than one run-time index", "one dimension may take a tile value")
     d, k = dyn[0]
+    if isinstance(k, NkiTensor) and k.shape[0] > 1:  # one row per index partition (gather/scatter)
+        if d != 0 or nt.tensor.mem != "hbm":
+            raise not_supported("a tile of indices outside the row dim of an HBM tensor", "index rows (dim 0)")
+        rest = index_view(nt, (0,) + tuple(key[1:]))
+        view, base = rest._t, nt.tensor
+        pattern = [[base.strides[0], k.shape[0]]] + [[st, n] for st, n in zip(view.strides, view.shape)]
+        return nt.ap(pattern, (view.offset - base.offset) // base.itemsize, vector_offset=k, indirect_dim=0)
     k = DynIndex.of(k)
     static = index_view(nt, tuple(k.expr if i == d else v for i, v in enumerate(key)))
     if static._oob:

@@ -376,6 +376,18 @@ def static_cast(x, dtype):
     return copy(x, dtype=dtype)
 
 
+def atomic_rmw(dst, value, op, **kwargs) -> None:
+    """dst = op(dst, value) on HBM, atomically per element: `dma_compute` read-add-write (op add only;
+    a dst indexed by an index tile, `t[idx_tile, i_f]`, is a scatter-add, indices unique)."""
+    _no_mask("atomic_rmw", kwargs)
+    if nisa.op_name(op) != "add":
+        raise not_supported(f"nl.atomic_rmw(op={nisa.op_name(op)})", "the DMA read-modify-write adds")
+    value = _sbuf_operand(_onchip(value)) if isinstance(value, NkiTensor) else value
+    if not isinstance(value, NkiTensor):
+        raise not_supported("nl.atomic_rmw with a scalar value", "pass a tile")
+    nisa.dma_compute(dst, [dst, value], reduce_op="add")
+
+
 def load_transpose2d(src, dtype=None, **kwargs) -> NkiTensor:
     """HBM [A, B] -> SBUF [B, A] via `dma_transpose`."""
     _no_mask("load_transpose2d", kwargs)

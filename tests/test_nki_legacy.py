@@ -464,5 +464,5 @@ def test_compiler_allocation_spaces_name_unsupported_apis():
     assert ncc.sbuf.auto_alloc() == "sbuf" and ncc.psum.auto_alloc() == "psum"
     with pytest.raises(NotSupportedError, match="not supported: nki.compiler.sbuf.no_such_alloc"):
         ncc.sbuf.no_such_alloc  # noqa: B018
-    with pytest.raises(NotSupportedError, match="not supported: nki.language.atomic_rmw"):
-        nl.atomic_rmw  # noqa: B018
+    with pytest.raises(NotSupportedError, match="not supported: nki.language.loop_reduce"):
+        nl.loop_reduce  # noqa: B018

@@ -466,3 +466,18 @@ def test_compiler_allocation_spaces_name_unsupported_apis():
         ncc.sbuf.no_such_alloc  # noqa: B018
     with pytest.raises(NotSupportedError, match="not supported: nki.language.loop_reduce"):
         nl.loop_reduce  # noqa: B018
+
+
+def test_legacy_all_reduce_over_program_axes():
+    @lnki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        i, j = nl.program_id(0), nl.program_id(1)
+        t = nl.load(x[i, j])
+        r = nl.all_reduce(t, op=np.add, program_axes=[0])  # sum over i for each j
+        nl.store(out[i, j], value=r)
+        return out
+
+    x = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+    want = np.broadcast_to(x.sum(axis=0, keepdims=True), x.shape)
+    np.testing.assert_array_equal(k[2, 3](x), want)

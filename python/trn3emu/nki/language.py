@@ -376,6 +376,28 @@ def static_cast(x, dtype):
     return copy(x, dtype=dtype)
 
 
+def all_reduce(x, op, program_axes, dtype=None, parallel_reduce=True, asynchronous=False, **kwargs) -> NkiTensor:
+    """Legacy: reduce a tile over the SPMD programs that differ only along `program_axes` (the
+    device `all_reduce` on their cores; launches of at most 8 programs)."""
+    _no_mask("all_reduce", kwargs)
+    ctx = current()
+    grid = ctx.launch.grid
+    n = math.prod(grid)
+    if n > 8:
+        raise not_supported("nl.all_reduce in a launch of more than 8 programs", "programs 8.. run separately")
+    axes = {int(a) for a in (program_axes if isinstance(program_axes, (list, tuple)) else (program_axes,))}
+    me = np.unravel_index(ctx.pid, grid)
+    group = [
+        p
+        for p in range(n)
+        if builtins.all(c == m for d, (c, m) in enumerate(zip(np.unravel_index(p, grid), me)) if d not in axes)
+    ]
+    x = _sbuf_operand(_onchip(x))
+    out = ndarray(x.shape, dtype or x.dtype, sbuf)
+    nisa.all_reduce(dst=out, src=x, cores=group, reduce_op=nisa.op_name(op))
+    return out
+
+
 def atomic_rmw(dst, value, op, **kwargs) -> None:
     """dst = op(dst, value) on HBM, atomically per element: `dma_compute` read-add-write (op add only;
     a dst indexed by an index tile, `t[idx_tile, i_f]`, is a scatter-add, indices unique)."""

@@ -214,6 +214,7 @@ def test_device_loops_read_their_bounds_on_the_device():
         out, total = _device_loops_kernel(a, np.array([[n]], np.int32))
         np.testing.assert_array_equal(out, (a + n) * 2.0**n)
         assert int(total[0, 0]) == sum(range(n))
+    assert _device_loops_kernel.device_dependent  # traces depend on device data: never replay them
 
 
 def test_static_dynamic_range_and_while_loop_unroll():

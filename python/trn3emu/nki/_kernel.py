@@ -740,6 +740,7 @@ class Kernel:
         self.options = options
         self.last_result = None
         self.last_programs: list = []
+        self.device_dependent = False  # set when a trace read device values (device loops)
         self.__name__ = getattr(fn, "__name__", "kernel")
         self.__doc__ = getattr(fn, "__doc__", None)
         self.__wrapped__ = fn

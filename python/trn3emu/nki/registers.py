@@ -166,6 +166,8 @@ def device_value(v) -> int:
             ctx.program.register_store(dst=r.scratch.tensor, src=Reg(r.index), engine=src)
     if v.scratch is None:
         raise OperandError(f"register r{v.index} is read before any value was written to it", operand="register")
+    # The trace now depends on device data: a cache of traced programs must not replay it.
+    ctx.launch.kernel.device_dependent = True
     result = ctx.device.run([ctx.program], check_races=True, trace=ctx.launch.kernel.options.get("trace", True))
     if not hasattr(ctx, "segments"):
         ctx.segments = []

@@ -245,7 +245,7 @@ def test_tile_operators_compare_and_combine_elementwise():
         vals = [
             nl.where(x > 0.0, x, 0.0),
             (x >= y).astype(nl.float32),
-            (x == y).astype(nl.float32),
+            nl.equal(x, y).astype(nl.float32),
             abs(x) ** 2.0,
             1.0 / (abs(x) + 1.0),
             (x < y) & (x != 0.0),
@@ -253,6 +253,8 @@ def test_tile_operators_compare_and_combine_elementwise():
         for o, v in zip(outs, vals):
             nl.store(o, value=nl.copy(v, dtype=nl.float32))
         assert not (x == None) and x != "token"  # noqa: E711 (identity semantics for other objects)
+        assert x in [y, x] and [y, x].index(x) == 1 and x != y  # tile vs tile: identity (lists work)
+        assert isinstance(x == 0.0, type(x))  # tile vs number: elementwise
         return tuple(outs)
 
     a = np.array([[-2.0, 0.0, 1.5, 3.0]], np.float32)

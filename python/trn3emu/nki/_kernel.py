@@ -417,11 +417,13 @@ class NkiTensor:
     def __ge__(self, o):
         return self._op("greater_equal", o)
 
+    # == / != with a number are elementwise; between tensors they stay identity comparisons, so
+    # lists of tiles (`t in tiles`, `tiles.remove(t)`) keep working (use nl.equal for tiles).
     def __eq__(self, o):  # type: ignore[override]
-        return self._op("equal", o)
+        return self is o if isinstance(o, NkiTensor) else self._op("equal", o)
 
     def __ne__(self, o):  # type: ignore[override]
-        return self._op("not_equal", o)
+        return self is not o if isinstance(o, NkiTensor) else self._op("not_equal", o)
 
     __hash__ = object.__hash__
 

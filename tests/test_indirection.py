@@ -53,7 +53,9 @@ def test_uint16_index_tile_gathers_and_other_offsets_refuse_it(dev, rng):
     assert_bits_equal(dev.hbm.get(out), np.ascontiguousarray(data[:, _cols(idx, n, 16)]))
     table = dev.hbm.alloc((8, 8), np.float32)
     with pytest.raises(t3.DtypeError, match="int32 or uint32"):
-        p.dma_copy(dst=p.sbuf((4, 8), np.float32), src=table.ap([[8, 4], [1, 8]], vector_offset=p.sbuf((4, 1), np.uint16)))
+        p.dma_copy(
+            dst=p.sbuf((4, 8), np.float32), src=table.ap([[8, 4], [1, 8]], vector_offset=p.sbuf((4, 1), np.uint16))
+        )
 
 
 def test_scatter_columns_with_indirect_dst(dev, rng):

@@ -371,3 +371,33 @@ def test_runtime_offset_tiles_live_as_long_as_their_view():
 
     table = np.arange(6 * 4, dtype=np.float32).reshape(6, 4)
     np.testing.assert_array_equal(k(table, np.array([[5]], np.int32)), table[5:6])
+
+
+def test_trace_time_tensors_become_shared_constants():
+    import nki.tensor as ntensor
+
+    @nki.jit
+    def k(x):
+        eye = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=eye, src=nl.shared_constant(ntensor.identity(8, dtype=nl.int8), dtype=nl.float32))
+        ramp = nl.shared_constant(ntensor.arange(0, 16, 2, dtype=nl.int32), dtype=nl.float32)
+        ones = nl.shared_constant(ntensor.zeros((8, 8), dtype=nl.int8) + 1, dtype=nl.int16)
+        out = nl.ndarray((3, 8, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        xs = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=xs, src=x)
+        nisa.tensor_tensor(dst=xs, data1=xs, data2=eye, op=nl.multiply)
+        nisa.dma_copy(dst=out[0], src=xs)
+        nisa.dma_copy(dst=out[1], src=ramp.reshape((1, 8)).broadcast(0, 8))
+        o16 = nl.ndarray((8, 8), dtype=nl.int16, buffer=nl.sbuf)
+        nisa.dma_copy(dst=o16, src=ones)
+        nisa.tensor_copy(dst=xs, src=o16)
+        nisa.dma_copy(dst=out[2], src=xs)
+        return out
+
+    x = np.arange(64, dtype=np.float32).reshape(8, 8)
+    got = k(x)
+    np.testing.assert_array_equal(got[0], np.diag(np.diag(x)))
+    np.testing.assert_array_equal(got[1], np.tile(np.arange(0, 16, 2, dtype=np.float32), (8, 1)))
+    np.testing.assert_array_equal(got[2], np.ones((8, 8), np.float32))
+    with pytest.raises(NotSupportedError, match="nki.tensor.nonexistent"):
+        ntensor.nonexistent  # noqa: B018

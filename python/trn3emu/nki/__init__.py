@@ -22,9 +22,8 @@ import sys
 import types
 
 from . import collectives, compiler, isa, language, typing
+from . import tracetime as tensor
 from ._kernel import Kernel, NkiTensor, jit, missing_attribute, resolve_target, simulate
-
-tensor = NkiTensor
 
 #: module names registered by install() -> the module object
 _ALIASES = {
@@ -46,11 +45,8 @@ def _extra_modules() -> dict:
     for n, v in vars(language).items():
         if isinstance(v, str) and type(v).__name__ == "Dtype":
             setattr(dtype, n, v)
-    tens = types.ModuleType("nki.tensor")
-    tens.NkiTensor = NkiTensor
-    tens.tensor = NkiTensor
     isa.constants = constants
-    return {"nki.isa.constants": constants, "nki.dtype": dtype, "nki.tensor": tens}
+    return {"nki.isa.constants": constants, "nki.dtype": dtype, "nki.tensor": tensor}
 
 
 _EXTRA = _extra_modules()

@@ -356,6 +356,29 @@ def test_atomic_rmw_scatter_adds_rows_chosen_by_an_index_tile():
     np.testing.assert_array_equal(k(table, idx, vals), want)
 
 
+def test_atomic_rmw_tile_mask_skips_cleared_rows():
+    @nki.jit
+    def k(table, idx, vals):
+        out = nl.ndarray(table.shape, dtype=table.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(table))
+        it = nl.load(idx)
+        i_f = nl.arange(table.shape[1])[None, :]
+        valid = (it != np.iinfo(np.int32).max).astype(nl.int1)
+        nl.atomic_rmw(out[it, i_f], value=nl.load(vals), op=np.add, mask=valid)
+        return out
+
+    rng = np.random.default_rng(8)
+    table = rng.integers(-5, 5, (10, 8)).astype(np.float32)
+    sentinel = np.iinfo(np.int32).max
+    idx = np.array([[7], [sentinel], [9], [sentinel], [1]], np.int32)  # cleared rows repeat the sentinel
+    vals = rng.integers(-5, 5, (5, 8)).astype(np.float32)
+    want = table.copy()
+    for r, i in enumerate(idx[:, 0]):
+        if i != sentinel:
+            want[i] += vals[r]
+    np.testing.assert_array_equal(k(table, idx, vals), want)
+
+
 def test_runtime_offset_tiles_live_as_long_as_their_view():
     # the offset tile is a temporary: its memory must not be reused while the view can still run
     @nki.jit

@@ -135,20 +135,21 @@ class _Blocks(_Block):
     """A view's own allocation plus the allocations it reads at run time (index / offset tiles):
     the index tile of `t.ap(vector_offset=nl.load(idx))` lives as long as the view."""
 
-    __slots__ = ("keep",)
+    __slots__ = ("keep", "tiles")
 
-    def __init__(self, own: _Block | None, *others) -> None:
+    def __init__(self, own: _Block | None, *others, tiles: tuple = ()) -> None:
         if own is not None:
             super().__init__(own.parts, own.row_bytes, own.label)
         else:
             super().__init__(0, 0, "")
         self.keep = (own,) + tuple(others)
+        self.tiles = tiles  # the run-time operand tiles themselves (e.g. for nl.atomic_rmw's mask)
 
 
 def _with_runtime_operands(view: NkiTensor, *operands) -> NkiTensor:
-    blocks = [o._block for o in operands if isinstance(o, NkiTensor) and o._block is not None]
-    if blocks:
-        view._block = _Blocks(view._block, *blocks)
+    tiles = tuple(o for o in operands if isinstance(o, NkiTensor))
+    if tiles:
+        view._block = _Blocks(view._block, *[o._block for o in tiles if o._block is not None], tiles=tiles)
     return view
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import copy as _copy_module
 import math
 
 import numpy as np
@@ -17,11 +18,24 @@ from ..dtypes import numpy_dtype
 from ..errors import ShapeError
 from . import indexing as _indexing
 from . import isa as nisa
-from ._kernel import DTYPES, HBM_BUFFERS, Dtype, NkiTensor, as_dtype, current, missing_attribute, not_supported
+from ._kernel import (
+    DTYPES,
+    HBM_BUFFERS,
+    Dtype,
+    NkiTensor,
+    _with_runtime_operands,
+    as_dtype,
+    current,
+    missing_attribute,
+    not_supported,
+)
 from .indexing import ParDim, arange, mgrid, par_dim  # noqa: F401  (legacy index expressions)
 
 # ------------------------------------------------------------------------------------ dtypes
 bool_ = DTYPES["bool"]
+# NKI 0.6's 1-bit integers (one byte per element) serve kernels as predicates; carried as bool
+# (0/1). int1's two's-complement range [-1, 0] is not modeled.
+int1 = uint1 = bool_
 int8, int16, int32 = DTYPES["int8"], DTYPES["int16"], DTYPES["int32"]
 uint8, uint16, uint32 = DTYPES["uint8"], DTYPES["uint16"], DTYPES["uint32"]
 float16, float32, bfloat16, tfloat32 = DTYPES["float16"], DTYPES["float32"], DTYPES["bfloat16"], DTYPES["tfloat32"]
@@ -398,16 +412,37 @@ def all_reduce(x, op, program_axes, dtype=None, parallel_reduce=True, asynchrono
     return out
 
 
-def atomic_rmw(dst, value, op, **kwargs) -> None:
+def atomic_rmw(dst, value, op, mask=None, **kwargs) -> None:
     """dst = op(dst, value) on HBM, atomically per element: `dma_compute` read-add-write (op add only;
-    a dst indexed by an index tile, `t[idx_tile, i_f]`, is a scatter-add, indices unique)."""
+    a dst indexed by an index tile, `t[idx_tile, i_f]`, is a scatter-add, indices unique).
+
+    A tile `mask` ((P, 1), nonzero = update) on a scatter-add skips the rows it clears: their
+    indices are replaced by an out-of-range one (`tensor_copy_predicated`) and the DMA runs with
+    oob_mode=skip."""
     _no_mask("atomic_rmw", kwargs)
     if nisa.op_name(op) != "add":
         raise not_supported(f"nl.atomic_rmw(op={nisa.op_name(op)})", "the DMA read-modify-write adds")
     value = _sbuf_operand(_onchip(value)) if isinstance(value, NkiTensor) else value
     if not isinstance(value, NkiTensor):
         raise not_supported("nl.atomic_rmw with a scalar value", "pass a tile")
-    nisa.dma_compute(dst, [dst, value], reduce_op="add")
+    if mask is None:
+        nisa.dma_compute(dst, [dst, value], reduce_op="add")
+        return
+    dyn = getattr(dst.tensor, "dyn", None)
+    if not isinstance(mask, NkiTensor) or dyn is None or dyn[0] != "v":
+        raise not_supported("nl.atomic_rmw(mask=...)", "a tile mask on a dst indexed by an index tile")
+    index = getattr(dst._block, "tiles", ())
+    index = next((o for o in index if isinstance(o, NkiTensor) and o.tensor._static_ap() == dyn[1]), None)
+    if index is None:
+        raise not_supported("nl.atomic_rmw(mask=...)", "a dst indexed by an index tile")
+    _, _, step, bound = dyn
+    kept = full(index.shape, bound, index.dtype, sbuf)  # `bound` is one past the last row: skipped
+    nisa.tensor_copy_predicated(dst=kept, src=index, predicate=_onchip(mask))
+    view = _copy_module.copy(dst.tensor)
+    view.dyn = ("v", kept.tensor._static_ap(), step, bound)
+    target = NkiTensor(view, dst.buffer, dst._block, dst.name)
+    target = _with_runtime_operands(target, kept)
+    nisa.dma_compute(target, [target, value], reduce_op="add", oob_mode="skip")
 
 
 def load_transpose2d(src, dtype=None, **kwargs) -> NkiTensor:
@@ -1035,6 +1070,8 @@ def _checked(f):
     @functools.wraps(f)
     def g(*args, **kwargs):
         mask = kwargs.pop("mask", None)  # legacy mask=: every instruction of the op is restricted
+        if isinstance(mask, NkiTensor) and "mask" in sig.parameters:
+            kwargs["mask"], mask = mask, None  # a tile mask the op handles itself
         try:
             sig.bind(*args, **kwargs)
         except TypeError as e:

@@ -63,6 +63,19 @@ def test_dma_transpose_default_dge_has_no_hwdge_shape_rules(dev, rng):
         t3.Program().dma_transpose(dst=p.sbuf((128, 128), BF16), src=a, dge_mode="hwdge", engine="scalar")
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.uint32], ids=lambda d: np.dtype(d).name)
+def test_dma_transpose_4byte_with_default_dge_is_bit_exact(dev, rng, dtype):
+    # 4-byte elements: the arch guide allows them; the API's 2-byte rule binds the DGE forms only
+    src = random_bits(rng, (256, 96), dtype)
+    out = dev.hbm.alloc((96, 256), dtype)
+    p = t3.Program()
+    t = p.sbuf((96, 256), dtype)
+    p.dma_transpose(dst=t, src=dev.hbm.put(src))
+    p.dma_copy(dst=out, src=t)
+    dev.run(p)
+    assert_bits_equal(dev.hbm.get(out), np.ascontiguousarray(src.T))
+
+
 @pytest.mark.parametrize(
     "shape,axes",
     [((2, 8, 64), (2, 1, 0)), ((16, 3, 128), (2, 1, 0)), ((4, 2, 4, 32), (3, 1, 2, 0)), ((1, 3, 16, 8), (3, 1, 2, 0))],
@@ -85,8 +98,12 @@ def test_dma_transpose_rules(dev):
     h16 = dev.hbm.alloc((16, 32), BF16)
     with pytest.raises(t3.ShapeError, match=r"src.shape\[0\] == 16"):
         p.dma_transpose(dst=p.sbuf((32, 8), BF16), src=dev.hbm.alloc((8, 32), BF16), dge_mode="hwdge", engine="scalar")
+    with pytest.raises(t3.DtypeError, match="2-byte"):
+        p.dma_transpose(
+            dst=p.sbuf((32, 16), np.float32), src=dev.hbm.alloc((16, 32), np.float32), dge_mode="hwdge", engine="sync"
+        )
     with pytest.raises(t3.DtypeError):
-        p.dma_transpose(dst=p.sbuf((32, 16), np.float32), src=dev.hbm.alloc((16, 32), np.float32))
+        p.dma_transpose(dst=p.sbuf((32, 16), np.int8), src=dev.hbm.alloc((16, 32), np.int8))
     with pytest.raises(t3.DtypeError, match="same dtype"):
         p.dma_transpose(dst=p.sbuf((32, 16), np.float16), src=h16)
     with pytest.raises(t3.ShapeError, match="permuted src shape"):

@@ -424,3 +424,27 @@ def test_trace_time_tensors_become_shared_constants():
     np.testing.assert_array_equal(got[2], np.ones((8, 8), np.float32))
     with pytest.raises(NotSupportedError, match="nki.tensor.nonexistent"):
         ntensor.nonexistent  # noqa: B018
+
+
+def test_truth_value_of_hbm_arguments_is_existence_and_of_tiles_unsupported():
+    @nki.jit
+    def k(a, bias=None):
+        t = nl.load(a)
+        if bias:  # optional HBM argument given or not
+            t = nl.add(t, nl.load(bias))
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=t)
+        return out
+
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(k(a), a)
+    np.testing.assert_array_equal(k(a, np.ones_like(a)), a + 1)
+
+    @nki.jit
+    def branchy(a):
+        if nl.load(a) > 0:  # a data-dependent branch
+            pass
+        return a
+
+    with pytest.raises(NotSupportedError, match="truth value of an on-chip tile"):
+        branchy(a)

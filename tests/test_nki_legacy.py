@@ -328,6 +328,26 @@ def test_direct_allocation_places_tiles_where_the_function_says():
     assert (t_off, acc_off) == (4096, 3 * 2048)
 
 
+def test_psum_allocation_functions_name_a_bank():
+    import neuronxcc.nki.compiler as ncc
+
+    @lnki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        # PSUM placement functions return (bank, partition, byte address in the bank)
+        acc = nl.ndarray(a.shape, dtype=nl.float32, buffer=ncc.psum.alloc(lambda idx, p, f: (5, 0, 0)))
+        mod = nl.ndarray(a.shape, dtype=nl.float32, buffer=ncc.psum.mod_alloc(base_addr=0, base_bank=2))
+        acc[...] = nl.load(a)
+        mod[...] = nl.copy(acc)
+        nl.store(out, value=mod)
+        return out, acc.tensor.offset, mod.tensor.offset
+
+    a = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
+    got, acc_off, mod_off = k(a)
+    np.testing.assert_array_equal(got, a)
+    assert (acc_off, mod_off) == (5 * 2048, 2 * 2048)
+
+
 def test_returned_sbuf_tiles_come_back_as_arrays_and_store_fills_scalars():
     @lnki.jit
     def k(a):

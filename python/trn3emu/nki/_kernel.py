@@ -201,7 +201,11 @@ class NkiTensor:
         return self.shape[0]
 
     def __bool__(self) -> bool:
-        raise not_supported("truth value of a tensor", "tensor values are not known while tracing")
+        # An HBM tensor (a kernel argument, `if bias:`) is an object that exists: true, as for any
+        # Python object. On-chip tiles hold computed values (`if x > 0:`), unknown while tracing.
+        if self.buffer in HBM_BUFFERS:
+            return True
+        raise not_supported("truth value of an on-chip tile", "tile values are not known while tracing")
 
     def is_contiguous(self) -> bool:
         return self._t.is_contiguous()

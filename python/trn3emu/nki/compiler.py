@@ -24,10 +24,15 @@ def skip_middle_end_transformations(f=None, **kwargs):
     return f if f is not None else (lambda g: g)
 
 
+#: bytes per partition of one PSUM bank
+PSUM_BANK_BYTES = 2048
+
+
 class AllocatedBuffer:
-    """`buffer=ncc.sbuf.alloc(func)` / `ncc.sbuf.mod_alloc(...)` / `ncc.psum.mod_alloc(...)`: a
-    buffer kind plus the function placing a tile, func(block_index, partition_size, free_bytes)
-    -> (partition, byte address). Tiles without block dims use block_index ()."""
+    """`buffer=ncc.sbuf.alloc(func)` / `ncc.sbuf.mod_alloc(...)` / `ncc.psum.alloc(func)` /
+    `ncc.psum.mod_alloc(...)`: a buffer kind plus the function placing a tile,
+    func(block_index, partition_size, free_bytes) -> (partition, byte address), or for PSUM
+    (bank, partition, byte address within the bank). Tiles without block dims use block_index ()."""
 
     def __init__(self, kind: str, func) -> None:
         self.buffer, self.func = kind, func
@@ -36,7 +41,11 @@ class AllocatedBuffer:
         free = itemsize
         for n in shape[1:]:
             free *= int(n)
-        p, b = self.func((), int(shape[0]), free)
+        placed = tuple(self.func((), int(shape[0]), free))
+        if len(placed) == 3:  # PSUM form: (bank, partition, address in the bank)
+            bank, p, b = (int(x) for x in placed)
+            return p, bank * PSUM_BANK_BYTES + b
+        p, b = placed
         return int(p), int(b)
 
 
@@ -70,18 +79,23 @@ class _Space:
     def alloc(self, func) -> AllocatedBuffer:
         return AllocatedBuffer(self.kind, func)
 
-    def mod_alloc(self, base_addr=0, *, base_bank=None, base_partition=0, num_par_tiles=(), num_free_tiles=()):
-        if base_bank is not None:
-            base_addr = int(base_bank) * 2048  # PSUM banks are 2 KiB per partition
-        par = _modulo(int(base_partition), tuple(num_par_tiles), 1)
-        free = _modulo(int(base_addr), tuple(num_free_tiles), 1)
+    def mod_alloc(
+        self,
+        base_addr=0,
+        *,
+        base_bank=None,
+        num_bank_tiles=(),
+        base_partition=0,
+        num_par_tiles=(),
+        num_free_tiles=(),
+    ):
+        bank = _modulo(int(base_bank or 0), tuple(num_bank_tiles), 1)
 
         def func(idx, pdim_size, fdim_size):
-            return _modulo(int(base_partition), tuple(num_par_tiles), pdim_size)(idx), _modulo(
-                int(base_addr), tuple(num_free_tiles), fdim_size
-            )(idx)
+            p = _modulo(int(base_partition), tuple(num_par_tiles), pdim_size)(idx)
+            b = _modulo(int(base_addr), tuple(num_free_tiles), fdim_size)(idx)
+            return (bank(idx), p, b) if self.kind == "psum" else (p, b)
 
-        del par, free
         return AllocatedBuffer(self.kind, func)
 
 

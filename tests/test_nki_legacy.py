@@ -501,3 +501,21 @@ def test_legacy_all_reduce_over_program_axes():
     x = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
     want = np.broadcast_to(x.sum(axis=0, keepdims=True), x.shape)
     np.testing.assert_array_equal(k[2, 3](x), want)
+
+
+def test_value_returning_local_gather_is_partition_by_index_by_element():
+    @lnki.jit
+    def k(src, idx):
+        return lisa.local_gather(nl.load(src), nl.load(idx), num_elem_per_idx=2, num_valid_indices=3)
+
+    rng = np.random.default_rng(3)
+    src = rng.standard_normal((32, 8, 2)).astype(np.float32)
+    idx = (rng.integers(0, 8, (32, 2)) * 2).astype(np.uint16)  # element offsets of 2-element pairs
+    got = k(src, idx)
+    assert got.shape == (32, 3, 2)
+    flat = src.reshape(32, 16)
+    for g in range(2):  # GpSimd core g: partitions 16g..16g+15 share its index list
+        offs = idx[16 * g : 16 * g + 16].flatten(order="F")[:3]
+        for p in range(16 * g, 16 * g + 16):
+            want = np.stack([flat[p, o : o + 2] for o in offs])
+            np.testing.assert_array_equal(got[p], want)

@@ -73,6 +73,10 @@ def _out_spec(opname: str, a: dict, dtype: Any) -> tuple:
     if opname in ("max8",):
         d = a["src"]
         return (d.shape[0], 8), dtype or d.dtype, nl.sbuf
+    if opname == "local_gather":  # (P, valid indices per GpSimd core, elements per index)
+        d, idx = a["src_buffer"], a["index"]
+        valid = a.get("num_valid_indices") or 16 * math.prod(idx.shape[1:])
+        return (d.shape[0], int(valid), int(a.get("num_elem_per_idx") or 1)), dtype or d.dtype, nl.sbuf
     if opname == "nc_find_index8":
         d = a["data"]
         return (d.shape[0], 8), dtype or nl.uint32, nl.sbuf

@@ -526,6 +526,26 @@ def test_dynamic_access_is_raced_over_its_whole_range(dev):
         dev.run(p)
 
 
+def test_dynamic_footprint_is_the_union_over_indices_not_a_byte_box(dev):
+    """A dynamic access touches, for every index it could take, its pattern there: a scatter into
+    columns 0..8 of gathered rows does not race with an unsynchronised read of columns 8..16 of
+    every row (the byte box spanning both would), but does with a read of column 7."""
+    h = dev.hbm.alloc((10, 16), np.float32)
+
+    def prog(first_col):
+        p = t3.Program(sync="manual")
+        idx = p.sbuf((4, 1), np.int32)
+        p.memset(dst=idx, value=3, engine="gpsimd")
+        left = h.ap([[16, 4], [1, 8]], vector_offset=idx, indirect_dim=0)
+        p.dma_copy(dst=left, src=p.sbuf((4, 8), np.float32), engine="gpsimd")
+        p.dma_copy(dst=p.sbuf((10, 16 - first_col), np.float32), src=h[:, first_col:16], engine="sync")
+        return p
+
+    dev.run(prog(8))
+    with pytest.raises(t3.RaceError):
+        dev.run(prog(7))
+
+
 def test_auto_sync_orders_dynamic_accesses(dev, rng):
     """Auto-sync sees the index tile read and the whole possible range: a gather after the index
     load and a scatter before a read-back come out right without manual semaphores."""

@@ -448,3 +448,16 @@ def test_truth_value_of_hbm_arguments_is_existence_and_of_tiles_unsupported():
 
     with pytest.raises(NotSupportedError, match="truth value of an on-chip tile"):
         branchy(a)
+
+
+def test_nki_tensor_module_still_names_the_tensor_type():
+    @nki.jit
+    def k(a):
+        assert isinstance(a, nki.tensor) and not isinstance(3, nki.tensor)
+        assert nki.tensor[128, 64] is type(a)  # the subscripted annotation form
+        return a
+
+    a = np.ones((2, 2), np.float32)
+    np.testing.assert_array_equal(k(a), a)
+    with pytest.raises(NotSupportedError, match="nki.tensor.missing"):
+        nki.tensor.missing  # noqa: B018

@@ -7,6 +7,9 @@ The module also keeps `NkiTensor` / `tensor` (the on-device tensor type) for ann
 
 from __future__ import annotations
 
+import sys
+import types
+
 import numpy as np
 
 from ..dtypes import numpy_dtype
@@ -53,5 +56,18 @@ def __getattr__(name: str):
         raise AttributeError(name)
     raise missing_attribute(f"nki.tensor.{name}")
 
+
+class _TensorModule(types.ModuleType):
+    """Code that used the name `nki.tensor` as the tensor type keeps working:
+    `isinstance(t, nki.tensor)` and `nki.tensor[P, F]` annotations."""
+
+    def __instancecheck__(self, obj) -> bool:
+        return isinstance(obj, NkiTensor)
+
+    def __getitem__(self, key):
+        return NkiTensor
+
+
+sys.modules[__name__].__class__ = _TensorModule
 
 __all__ = ["TraceTimeTensor", "NkiTensor", "tensor", "zeros", "ones", "full", "identity", "arange"]

@@ -461,3 +461,24 @@ def test_nki_tensor_module_still_names_the_tensor_type():
     np.testing.assert_array_equal(k(a), a)
     with pytest.raises(NotSupportedError, match="nki.tensor.missing"):
         nki.tensor.missing  # noqa: B018
+
+
+def test_host_code_sees_no_launch_and_falls_back_to_the_requested_program_count():
+    # nki-library's pattern: size an LNC config on the host, `count or requested`
+    requested = 2
+    host_count = nl.num_programs(axes=0) if nl.program_ndim() != 0 else 1
+    n_prgs = host_count or requested
+    assert (nl.program_ndim(), nl.num_programs(), nl.program_id(0)) == (None, None, None)
+
+    @nki.jit
+    def k(a):
+        assert nl.num_programs(axes=0) == n_prgs  # the launch matches the host config
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        rows = a.shape[0] // n_prgs
+        pid = nl.program_id(0)
+        t = nl.load(a[pid * rows : (pid + 1) * rows])
+        nl.store(out[pid * rows : (pid + 1) * rows], value=nl.multiply(t, float(pid + 1)))
+        return out
+
+    a = np.ones((4, 3), np.float32)
+    np.testing.assert_array_equal(k[n_prgs](a), np.repeat([[1.0], [2.0]], 2, axis=0) * a)

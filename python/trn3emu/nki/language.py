@@ -215,17 +215,21 @@ def _tracing() -> bool:
 
 # Outside a traced kernel (host-side helper code that sizes a launch) there is no launch grid:
 # program_ndim() is 0, num_programs() 1 and program_id() 0 (a choice; NKI does not document it).
-def program_id(axis=0) -> int:
+# Outside a traced kernel (host code building a launch config) there is no launch: program_id,
+# num_programs and program_ndim return None. nki-library sizes LNC configs on the host with
+# `get_program_sharding_info()` and falls back to the requested program count when the count it
+# gets is falsy (`shard_info[1] or num_programs`), which its LNC=2 tests rely on.
+def program_id(axis=0) -> int | None:
     if not _tracing():
-        return 0
+        return None
     ctx = current()
     idx = np.unravel_index(ctx.pid, ctx.launch.grid)
     return int(idx[int(axis)])
 
 
-def num_programs(axes=None) -> int:
+def num_programs(axes=None) -> int | None:
     if not _tracing():
-        return 1
+        return None
     grid = current().launch.grid
     if axes is None:
         return int(np.prod(grid))
@@ -248,8 +252,8 @@ def spmd_dim(*dims) -> int:
     return math.prod(int(d) for d in dims)
 
 
-def program_ndim() -> int:
-    return len(current().launch.grid) if _tracing() else 0
+def program_ndim() -> int | None:
+    return len(current().launch.grid) if _tracing() else None
 
 
 # ---------------------------------------------------------------------------------- tensors

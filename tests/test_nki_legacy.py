@@ -519,3 +519,42 @@ def test_value_returning_local_gather_is_partition_by_index_by_element():
         for p in range(16 * g, 16 * g + 16):
             want = np.stack([flat[p, o : o + 2] for o in offs])
             np.testing.assert_array_equal(got[p], want)
+
+
+def test_value_returning_matmul_assigned_into_psum_needs_no_extra_bank():
+    # 8 live PSUM tiles fill the 8 banks; `psum[...] = nisa.nc_matmul(...)` writes into psum directly
+    @lnki.jit
+    def k(a, b):
+        ts = [lisa.nc_transpose(nl.load(a)) for _ in range(4)]  # 4 PSUM results stay live
+        accs = [nl.ndarray((a.shape[0], b.shape[1]), dtype=nl.float32, buffer=nl.psum) for _ in range(4)]
+        bt = nl.load(b)
+        for i in range(4):
+            accs[i][...] = lisa.nc_matmul(ts[i], bt)  # the transposes go through SBUF as operands
+        out = nl.ndarray((4, a.shape[0], b.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+        for i in range(4):
+            nl.store(out[i], value=nl.copy(accs[i]))
+        return out
+
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((32, 16)).astype(np.float32)
+    b = rng.standard_normal((16, 24)).astype(np.float32)
+    got = k(a, b)
+    for i in range(4):
+        np.testing.assert_allclose(got[i], a @ b, rtol=1e-5, atol=1e-5)  # stationary a^T: [K, M] -> a @ b
+
+
+def test_pending_legacy_result_keeps_program_order():
+    # the result is issued before the next instruction: changing an input afterwards does not reach it
+    @lnki.jit
+    def k(a, b):
+        at, bt = nl.load(a), nl.load(b)
+        r = lisa.nc_matmul(at, bt)  # [K, M] x [K, N] -> [M, N]
+        at[...] = nl.multiply(at, 0.0)
+        out = nl.ndarray((a.shape[1], b.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.copy(r))
+        return out
+
+    rng = np.random.default_rng(10)
+    a = rng.standard_normal((16, 8)).astype(np.float32)
+    b = rng.standard_normal((16, 12)).astype(np.float32)
+    np.testing.assert_allclose(k(a, b), a.T @ b, rtol=1e-5, atol=1e-5)

@@ -111,6 +111,10 @@ def _conv(kind: str, enum_id: Any, v: Any) -> Any:
     return v
 
 
+#: callables run before any instruction is issued (the legacy dialect's pending results)
+_before_issue: list = []
+
+
 def _make(opname: str):
     method = getattr(AssemblerMixin, opname)
     sig = inspect.signature(method)
@@ -119,6 +123,9 @@ def _make(opname: str):
     names = [p.name for p in params]
 
     def fn(*args, **kwargs):
+        if _before_issue:  # e.g. legacy results still pending: issued first, in program order
+            for hook in _before_issue:
+                hook()
         if "mask" in kwargs or _indexing._MASKS:  # legacy masks: operands restricted to the sub-grid
             masked = _indexing.mask_call(opname, args, kwargs)
             if masked is None:

@@ -484,8 +484,8 @@ def test_compiler_allocation_spaces_name_unsupported_apis():
     assert ncc.sbuf.auto_alloc() == "sbuf" and ncc.psum.auto_alloc() == "psum"
     with pytest.raises(NotSupportedError, match="not supported: nki.compiler.sbuf.no_such_alloc"):
         ncc.sbuf.no_such_alloc  # noqa: B018
-    with pytest.raises(NotSupportedError, match="not supported: nki.language.loop_reduce"):
-        nl.loop_reduce  # noqa: B018
+    with pytest.raises(NotSupportedError, match="not supported: nki.language.no_such_api"):
+        nl.no_such_api  # noqa: B018
 
 
 def test_legacy_all_reduce_over_program_axes():
@@ -558,3 +558,25 @@ def test_pending_legacy_result_keeps_program_order():
     a = rng.standard_normal((16, 8)).astype(np.float32)
     b = rng.standard_normal((16, 12)).astype(np.float32)
     np.testing.assert_allclose(k(a, b), a.T @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_loop_reduce_accumulates_into_the_assignment_target():
+    @lnki.jit
+    def k(a):
+        acc = nl.zeros((a.shape[1], a.shape[2]), dtype=nl.float32, buffer=nl.sbuf)
+        best = nl.full((a.shape[1], a.shape[2]), -1e30, dtype=nl.float32, buffer=nl.sbuf)
+        for i in nl.affine_range(a.shape[0]):
+            t = nl.load(a[i])
+            acc[...] = nl.loop_reduce(t, op=np.add, loop_indices=[i], dtype=nl.float32)
+            best[...] = nl.loop_reduce(t, op=np.maximum, loop_indices=[i], mask=(i != 1))  # skips i == 1
+        out = nl.ndarray((2, a.shape[1], a.shape[2]), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out[0], value=acc)
+        nl.store(out[1], value=best)
+        return out
+
+    a = np.random.default_rng(12).standard_normal((4, 8, 16)).astype(np.float32)
+    got = k(a)
+    np.testing.assert_allclose(got[0], ((a[0] + a[1]) + a[2]) + a[3], rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(got[1], np.maximum.reduce(a[[0, 2, 3]]))
+    with pytest.raises(NotSupportedError, match="loop_reduce result used"):
+        nl.loop_reduce(None, op=np.add, loop_indices=[0]).shape  # noqa: B018

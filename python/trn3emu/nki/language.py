@@ -449,6 +449,40 @@ def atomic_rmw(dst, value, op, mask=None, **kwargs) -> None:
     nisa.dma_compute(target, [target, value], reduce_op="add", oob_mode="skip")
 
 
+class _LoopReduce:
+    """`dst[...] = nl.loop_reduce(x, op, loop_indices)`: dst = op(dst, x) (the destination is the
+    other operand, per the API docs), issued at the assignment. Other uses are not supported: the
+    destination is unknown until then."""
+
+    def __init__(self, x, op, masks) -> None:
+        self.x, self.op, self.masks = x, op, masks
+
+    def _fuse_into(self, dst) -> bool:
+        n = len(_indexing._MASKS)
+        _indexing._MASKS.extend(self.masks)  # the call's mask= applies to the reduction
+        try:
+            if _indexing._current_ranges() is not None:
+                nisa.tensor_tensor(dst=dst, data1=dst, data2=_onchip(self.x), op=self.op)
+        finally:
+            del _indexing._MASKS[n:]
+        return True
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise not_supported(
+            "nl.loop_reduce result used other than as `dst[...] = nl.loop_reduce(...)`",
+            "the reduction's destination is the assignment target",
+        )
+
+
+def loop_reduce(x, op, loop_indices, dtype=None, **kwargs) -> _LoopReduce:
+    """Reduce `x` into the assignment target across loop iterations (`dst = op(dst, x)`); the
+    target's dtype is the result dtype. `loop_indices` is a compiler hint (no effect here)."""
+    _no_mask("loop_reduce", kwargs)
+    return _LoopReduce(x, op, list(_indexing._MASKS))
+
+
 def load_transpose2d(src, dtype=None, **kwargs) -> NkiTensor:
     """HBM [A, B] -> SBUF [B, A] via `dma_transpose`."""
     _no_mask("load_transpose2d", kwargs)

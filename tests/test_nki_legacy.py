@@ -580,3 +580,41 @@ def test_loop_reduce_accumulates_into_the_assignment_target():
     np.testing.assert_array_equal(got[1], np.maximum.reduce(a[[0, 2, 3]]))
     with pytest.raises(NotSupportedError, match="loop_reduce result used"):
         nl.loop_reduce(None, op=np.add, loop_indices=[0]).shape  # noqa: B018
+
+
+def test_view_dims_after_the_first_key_follow_the_grid_axes():
+    # windows[c, oh, ow, kh, kw] = x[c, 2*oh + kh, 2*ow + kw]: a 2x2 stride-2 max pool
+    @lnki.jit
+    def k(x):
+        c, h, w = x.shape
+        i0 = nl.arange(c)[:, None, None, None, None]
+        i1 = nl.arange(h // 2)[None, :, None, None, None]
+        i2 = nl.arange(w // 2)[None, None, :, None, None]
+        i3 = nl.arange(2)[None, None, None, :, None]
+        i4 = nl.arange(2)[None, None, None, None, :]
+        t = nl.load(x)
+        # a two-index mask that holds on the whole grid restricts nothing
+        m = nl.max(t[i0, 2 * i1 + i3, 2 * i2 + i4], axis=[3, 4], mask=(2 * i1 + i3 < h) & (2 * i2 + i4 >= 0))
+        out = nl.ndarray((c, h // 2, w // 2), dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=m)
+        return out
+
+    x = np.random.default_rng(13).standard_normal((4, 6, 8)).astype(np.float32)
+    want = x.reshape(4, 3, 2, 4, 2).max(axis=(2, 4))
+    np.testing.assert_array_equal(k(x), want)
+
+
+def test_two_index_masks_hold_everywhere_nowhere_or_are_refused():
+    @lnki.jit
+    def k(x, lim):
+        i_p, i_f = nl.mgrid[0 : x.shape[0], 0 : x.shape[1]]
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.zeros(x.shape, dtype=x.dtype, buffer=nl.sbuf))
+        nl.store(out[i_p, i_f], value=nl.load(x), mask=(i_p + i_f < lim))
+        return out
+
+    x = np.ones((4, 5), np.float32)
+    np.testing.assert_array_equal(k(x, 100), x)  # true on the whole grid
+    np.testing.assert_array_equal(k(x, 0), np.zeros_like(x))  # false everywhere: nothing stored
+    with pytest.raises(NotSupportedError, match="on two indices"):
+        k(x, 4)  # a triangle

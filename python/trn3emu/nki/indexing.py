@@ -192,17 +192,19 @@ class Predicate:
         raise not_supported("truth value of a mask", "combine comparisons with &, not `and`")
 
     def ranges(self) -> dict:
-        """{var: (lo, hi)} for constraints on one variable each; raises for multi-variable ones."""
+        """{var: (lo, hi)} for constraints on one variable each. A constraint on several variables
+        must hold everywhere (or nowhere) on the grid those ranges leave: a mask restricts each
+        index to a range, it cannot cut a triangle (that raises; use affine_select)."""
         out: dict = {}
+        multi = []
         for e in self.cons:
             if not e.terms:
                 if e.const < 0:  # constant false: empty range on a dummy
                     out[None] = (0, 0)
                 continue
             if len(e.terms) != 1:
-                raise not_supported(
-                    f"mask {e!r} >= 0 on two indices", "a mask= restricts each index to a range; use affine_select"
-                )
+                multi.append(e)
+                continue
             ((v, c),) = e.terms.items()
             lo, hi = out.get(v, (0, v.size))
             if c > 0:  # c*v + k >= 0  <=>  v >= ceil(-k / c)
@@ -210,6 +212,21 @@ class Predicate:
             else:  # v <= floor(k / -c)
                 hi = builtins_min(hi, e.const // (-c) + 1)
             out[v] = (lo, hi)
+        for e in multi:  # bounds of e over the box the single-variable constraints leave
+            lo_e = hi_e = e.const
+            for v, c in e.terms.items():
+                a, b = out.get(v, (0, v.size))
+                if a >= b:
+                    return out  # already empty
+                lo_e += builtins_min(c * a, c * (b - 1))
+                hi_e += builtins_max(c * a, c * (b - 1))
+            if hi_e < 0:
+                out[None] = (0, 0)  # false everywhere
+            elif lo_e < 0:
+                raise not_supported(
+                    f"mask {e!r} >= 0 on two indices",
+                    "a mask= restricts each index to a range (here it would cut the grid unevenly); use affine_select",
+                )
         return out
 
 
@@ -329,13 +346,23 @@ def index_view(nt: NkiTensor, key, ranges: dict | None = None) -> NkiTensor:
             for e in exprs
         ]
     onchip = t.mem != "hbm"
-    # The view's dims are the variables in order of first appearance along the key (variables of
-    # one position in grid-axis order): t[i_p, i_f] is [P, F]; t[i, 3*j + k] is [I, J, K].
+    # The first key position gives the first dims (the partition dim of a tile, as in NKI); the
+    # other variables follow in grid-axis order, as numpy broadcasts index arrays (grids of fewer
+    # dims align to the right): t[i0, 2*i1 + i3, 2*i2 + i4] is [I0, I1, I2, I3, I4]. When two of
+    # them share an axis they follow first appearance along the key instead (t[i, 3*j + k] is
+    # [I, J, K]; one position in grid-axis order).
     order: list = []
     for e in exprs:
         for v in sorted(e.terms, key=lambda v: v.axis):
             if v not in order:
                 order.append(v)
+    head = len(exprs[0].terms) if exprs else 0
+    rest = order[head:]
+    if rest:
+        nd = max(v.ndim for v in rest)
+        eff = {v: v.axis + nd - v.ndim for v in rest}
+        if len(set(eff.values())) == len(rest):
+            order = order[:head] + sorted(rest, key=lambda v: eff[v])
     oob = False
     for d, e in enumerate(exprs):
         lo, hi = e.bounds()

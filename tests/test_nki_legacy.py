@@ -618,3 +618,11 @@ def test_two_index_masks_hold_everywhere_nowhere_or_are_refused():
     np.testing.assert_array_equal(k(x, 0), np.zeros_like(x))  # false everywhere: nothing stored
     with pytest.raises(NotSupportedError, match="on two indices"):
         k(x, 4)  # a triangle
+
+
+def test_language_constants_sizeinbytes():
+    import nki.language.constants as lc
+    from neuronxcc.nki.language.constants import sizeinbytes
+
+    assert lc.sizeinbytes is sizeinbytes
+    assert [sizeinbytes(d) for d in (nl.bfloat16, nl.float32, nl.int8, np.float16)] == [2, 4, 1, 2]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import sys
 import types
 
+from ..dtypes import numpy_dtype
 from . import collectives, compiler, isa, language, typing
 from . import tracetime as tensor
 from ._kernel import Kernel, NkiTensor, jit, missing_attribute, resolve_target, simulate
@@ -46,7 +47,15 @@ def _extra_modules() -> dict:
         if isinstance(v, str) and type(v).__name__ == "Dtype":
             setattr(dtype, n, v)
     isa.constants = constants
-    return {"nki.isa.constants": constants, "nki.dtype": dtype, "nki.tensor": tensor}
+    lconst = types.ModuleType("nki.language.constants")  # legacy kernels import sizeinbytes from here
+    lconst.sizeinbytes = lambda dt: int(numpy_dtype(dt).itemsize)
+    language.constants = lconst
+    return {
+        "nki.isa.constants": constants,
+        "nki.dtype": dtype,
+        "nki.tensor": tensor,
+        "nki.language.constants": lconst,
+    }
 
 
 _EXTRA = _extra_modules()

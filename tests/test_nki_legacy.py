@@ -626,3 +626,24 @@ def test_language_constants_sizeinbytes():
 
     assert lc.sizeinbytes is sizeinbytes
     assert [sizeinbytes(d) for d in (nl.bfloat16, nl.float32, nl.int8, np.float16)] == [2, 4, 1, 2]
+
+
+def test_masked_transpose_of_a_ragged_tile():
+    # the mask names the source's rows and columns; the transposed result has them swapped
+    @lnki.jit
+    def k(x):
+        b, n = x.shape
+        out = nl.ndarray((n, b), dtype=x.dtype, buffer=nl.shared_hbm)
+        i = nl.arange(128)[:, None]
+        j = nl.arange(128)[None, :]
+        src = nl.ndarray((128, 128), dtype=x.dtype, buffer=nl.sbuf)
+        src[i, j] = nl.load(x[i, j], mask=(i < b) & (j < n))
+        p = nl.arange(128)[:, None]
+        q = nl.arange(128)[None, :]
+        t = nl.ndarray((128, 128), dtype=x.dtype, buffer=nl.sbuf)
+        t[p, q] = lisa.nc_transpose(src[i, j], mask=(i < b) & (j < n))
+        nl.store(out[p, q], t[p, q], mask=(q < b) & (p < n))
+        return out
+
+    x = np.random.default_rng(14).standard_normal((22, 100)).astype(np.float32)
+    np.testing.assert_array_equal(k(x), x.T)

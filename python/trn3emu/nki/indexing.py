@@ -513,6 +513,33 @@ def apply(v: Any, ranges: dict) -> Any:
 _UNMASKABLE = ("nc_matmul", "nc_matmul_mx", "nc_transpose", "dma_transpose")
 
 
+def _masked_transpose(args: tuple, kwargs: dict, ranges: dict):
+    """A 2-D transpose under a mask on its source's index variables: the source keeps the masked
+    rows and columns, the (plain) destination the same ranges swapped. None when the operands do
+    not have that form."""
+    names = ("dst", "data") if "data" in kwargs or len(args) < 2 or "src" not in kwargs else ("dst", "src")
+    vals = list(args) + [None] * 2
+    dst = kwargs.get("dst", vals[0])
+    src = kwargs.get(names[1], kwargs.get("src", vals[1]))
+    if not isinstance(src, IndexedTensor) or isinstance(dst, IndexedTensor) or not isinstance(dst, NkiTensor):
+        return None
+    if len(src.shape) != 2 or tuple(dst.shape) != (src.shape[1], src.shape[0]):
+        return None
+    ends = []
+    for k in src._exprs[:2]:
+        e = IndexExpr.of(k)
+        if len(e.terms) != 1:
+            return None
+        (v,) = e.terms
+        ends.append(ranges.get(v, (0, v.size)))
+    (r0, r1) = ends
+    src = apply(src, ranges)
+    dst = dst[r1[0] : r1[1], r0[0] : r0[1]]
+    args = tuple(dst if a is vals[0] and i == 0 else src if i == 1 else a for i, a in enumerate(args))
+    kwargs = {k: (dst if k == "dst" else src if k in ("data", "src") else v) for k, v in kwargs.items()}
+    return args, kwargs
+
+
 def mask_call(opname: str, args: tuple, kwargs: dict):
     """Arguments of a `nisa.<opname>` call restricted by its `mask=` and the active masks;
     None when the mask selects nothing (the instruction is skipped)."""
@@ -523,7 +550,12 @@ def mask_call(opname: str, args: tuple, kwargs: dict):
         ranges = _current_ranges()
         if ranges is None:
             return None
-        if opname in _UNMASKABLE and ranges:
+        restricting = [v for v, r in ranges.items() if v is None or r != (0, v.size)]
+        if opname in ("nc_transpose", "dma_transpose") and restricting:
+            swapped = _masked_transpose(args, kwargs, ranges)
+            if swapped is not None:
+                return swapped
+        if opname in _UNMASKABLE and restricting:  # a mask true on the whole grid restricts nothing
             raise not_supported(f"mask= on nki.isa.{opname}", "slice its operands instead")
         args = tuple(apply(a, ranges) for a in args)
         kwargs = {k: apply(v, ranges) for k, v in kwargs.items()}

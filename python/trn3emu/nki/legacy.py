@@ -186,6 +186,8 @@ def _legacy(opname: str):
             return _Pending((shape, odt, buf), lambda dst: new(dst, **a))
         out = nl.ndarray(shape, odt, buffer=buf)
         new(out, **a, **extra)
+        if opname in ("nc_transpose", "dma_transpose"):  # the mask's rows are the result's columns:
+            return out  # the whole tile is the value (only the masked part was written)
         return indexing.tag(out, mask)
 
     fn.__name__ = fn.__qualname__ = opname

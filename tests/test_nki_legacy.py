@@ -647,3 +647,26 @@ def test_masked_transpose_of_a_ragged_tile():
 
     x = np.random.default_rng(14).standard_normal((22, 100)).astype(np.float32)
     np.testing.assert_array_equal(k(x), x.T)
+
+
+def test_ds_window_past_the_end_needs_and_takes_a_mask():
+    @lnki.jit
+    def k(x):
+        n, f = x.shape
+        out = nl.ndarray((n, f), dtype=x.dtype, buffer=nl.shared_hbm)
+        for t in nl.affine_range((n + 127) // 128):
+            i_p, i_f = nl.mgrid[0:128, 0:f]
+            # the window keeps 128 rows; the mask drops those past the end
+            tile = nl.load(x[nl.ds(t * 128, 128), :], mask=(t * 128 + i_p < n)).reshape((128, f))
+            nl.store(out[nl.ds(t * 128, 128), :], value=nl.multiply(tile, 2.0), mask=(t * 128 + i_p < n))
+        return out
+
+    x = np.random.default_rng(15).standard_normal((150, 6)).astype(np.float32)
+    np.testing.assert_array_equal(k(x), x * 2)
+
+    @lnki.jit
+    def unmasked(x):
+        return nl.load(x[nl.ds(0, 128), :])
+
+    with pytest.raises(ShapeError, match="outside"):
+        unmasked(x[:50])

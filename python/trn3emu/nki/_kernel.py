@@ -214,7 +214,7 @@ class NkiTensor:
     def __getitem__(self, key) -> NkiTensor:
         from . import indexing
 
-        if indexing.has_expr(key):  # legacy nl.arange / nl.mgrid index expressions
+        if indexing.has_expr(key) or indexing.ds_past_end(self, key):  # legacy index expressions
             return indexing.index_view(self, key)
         return self._wrap(self._t[_norm_key(key)])
 

@@ -289,6 +289,33 @@ def has_expr(key) -> bool:
     return any(isinstance(k, (IndexExpr, DynIndex)) for k in key)
 
 
+def ds_past_end(nt: NkiTensor, key) -> bool:
+    """`t[nl.ds(start, size), ...]` with a window running past the tensor's end: a legacy view
+    whose rows beyond the end a mask= must exclude (a plain slice would silently shrink it)."""
+    from .language import DSlice
+
+    key = key if isinstance(key, tuple) else (key,)
+    shape = nt.shape
+    return any(isinstance(k, DSlice) and d < len(shape) and k.start + k.size > shape[d] for d, k in enumerate(key))
+
+
+def _slices_as_exprs(key: tuple, shape) -> tuple:
+    """Slices and nl.ds windows of a key as index expressions over grid axis = key position."""
+    from .language import DSlice
+
+    key = tuple(key) + (slice(None),) * (len(shape) - len(key))
+    out = []
+    for d, k in enumerate(key):
+        if isinstance(k, DSlice):
+            out.append(IndexExpr({IndexVar(d, len(key), k.size): 1}, k.start))
+        elif isinstance(k, slice):
+            r = range(*k.indices(shape[d]))
+            out.append(IndexExpr({IndexVar(d, len(key), len(r)): r.step}, r.start) if len(r) else k)
+        else:
+            out.append(k)
+    return tuple(out)
+
+
 def _grid(exprs) -> list:
     """The grid shape spanned by the variables of `exprs` (unreferenced axes have size 1)."""
     vars_ = {v for e in exprs for v in e.terms}
@@ -326,6 +353,8 @@ def index_view(nt: NkiTensor, key, ranges: dict | None = None) -> NkiTensor:
     if dyn:
         return _dynamic_view(nt, key, dyn)
     t = nt.tensor
+    if not has_expr(key) and Ellipsis not in key:  # nl.ds windows past the end (ds_past_end)
+        key = _slices_as_exprs(key, t.shape)
     if any(k is Ellipsis or isinstance(k, slice) for k in key) or len(key) != t.ndim:
         raise not_supported(
             f"index {key!r} on a {t.ndim}-D tensor", "legacy index expressions need one integer or index per dim"
@@ -492,6 +521,17 @@ def apply(v: Any, ranges: dict) -> Any:
         return v
     if isinstance(v, IndexedTensor):
         mine = {var: r for var, r in ranges.items() if any(var in IndexExpr.of(k).terms for k in v._exprs)}
+        for k in v._exprs:  # view variables restricted like tile dims: same grid axis and size
+            for u in IndexExpr.of(k).terms if isinstance(k, IndexExpr) else ():
+                for var, r in ranges.items():
+                    if (
+                        u not in mine
+                        and var is not None
+                        and var not in mine
+                        and (var.axis, var.size) == (u.axis, u.size)
+                    ):
+                        if r != (0, u.size):
+                            mine[u] = r
         if mine or v._oob:
             w = index_view(v._base, v._exprs, mine)
             if w._oob:

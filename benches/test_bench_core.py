@@ -77,13 +77,18 @@ def test_python_assembly(benchmark):
     benchmark.extra_info["instructions_per_s"] = n / benchmark.stats.stats.median
 
 
-def test_tiny_instruction_dispatch(benchmark):
-    """[128, 1] tensor_scalar instructions executed per second (race checks off, trace off)."""
+@pytest.mark.parametrize("checks", [False, True], ids=["fast", "races+trace"])
+def test_tiny_instruction_dispatch(benchmark, checks):
+    """[128, 1] tensor_scalar instructions executed per second: race checks and trace off
+    ("fast") and with the defaults (both on)."""
     n = 2000
     dev = t3.Device()
     p = t3.Program(sync="manual")
     t = p.sbuf((128, 1), np.float32)
+    p.memset(dst=t, value=0.0, engine="vector")
     for _ in range(n):
-        p.tensor_scalar(dst=t, data=t, op0="add", operand0=1.0)
-    benchmark(dev.run, p, check_races=False, trace=False)
-    benchmark.extra_info["instructions_per_s"] = n / benchmark.stats.stats.median
+        p.tensor_scalar(dst=t, data=t, op0="add", operand0=1.0, engine="vector")
+    res = benchmark(dev.run, p, check_races=checks, trace=checks)
+    assert res.executed == n + 1
+    np.testing.assert_array_equal(dev.read(t), np.full((128, 1), float(n), np.float32))
+    benchmark.extra_info["instructions_per_s"] = (n + 1) / benchmark.stats.stats.median

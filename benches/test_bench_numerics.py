@@ -50,3 +50,36 @@ def test_f32_to_fp8(benchmark):
     bits = np.random.default_rng(2).integers(0, 2**32, N, dtype=np.uint32)
     benchmark(_native.convert_from_f32, "float8_e4m3fn", bits)
     benchmark.extra_info.update(g_elements_per_s=N / benchmark.stats.stats.median / 1e9)
+
+
+BIG = 1 << 24
+
+
+@pytest.mark.parametrize("into", [False, True], ids=["alloc", "out"])
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn"])
+def test_f32_encode_16m(benchmark, name, into):
+    """16 M-element fp32 -> bf16 / fp8 encodes: with a fresh output array per call (page faults
+    included) and into a preallocated `out` (the converter alone). Host: ml_dtypes astype."""
+    bits = np.random.default_rng(5).standard_normal(BIG).astype(np.float32).view(np.uint32)
+    out = np.empty(BIG, np.uint32) if into else None
+    benchmark(_native.convert_from_f32, name, bits, out=out)
+    x = bits.view(np.float32)
+    host = _host_median(lambda: x.astype(getattr(ml_dtypes, name)), reps=5)
+    g = BIG / benchmark.stats.stats.median / 1e9
+    benchmark.extra_info.update(
+        g_elements_per_s=g, ml_dtypes_g_per_s=BIG / host / 1e9, fraction_of_host=g / (BIG / host / 1e9)
+    )
+
+
+@pytest.mark.parametrize("into", [False, True], ids=["alloc", "out"])
+def test_fp8_decode_16m(benchmark, into):
+    """16 M float8_e4m3fn codes -> fp32, fresh output vs preallocated `out`; host: ml_dtypes."""
+    codes = np.random.default_rng(6).integers(0, 256, BIG, dtype=np.uint32)
+    out = np.empty(BIG, np.float32) if into else None
+    benchmark(_native.convert_to_f32, "float8_e4m3fn", codes, out=out)
+    c8 = codes.astype(np.uint8).view(ml_dtypes.float8_e4m3fn)
+    host = _host_median(lambda: c8.astype(np.float32), reps=5)
+    g = BIG / benchmark.stats.stats.median / 1e9
+    benchmark.extra_info.update(
+        g_elements_per_s=g, ml_dtypes_g_per_s=BIG / host / 1e9, fraction_of_host=g / (BIG / host / 1e9)
+    )

@@ -63,6 +63,34 @@ def _enum_name(v: Any) -> Any:
     return name if isinstance(name, str) else v
 
 
+_PARAMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+
+
+def _params(opcode: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(operand names, operand kinds) of an instruction, from the generated ISA table."""
+    p = _PARAMS.get(opcode)
+    if p is None:
+        params = INSTRUCTIONS.get(opcode, (0, (), ()))[2]
+        p = _PARAMS[opcode] = (tuple(n for n, _k, _e in params), tuple(k for _n, k, _e in params))
+    return p
+
+
+_AP_CACHE: dict[tuple, tuple] = {}
+
+
+def _ap_of(t: Tensor) -> tuple:
+    """`t.to_ap()`, memoised on the view's geometry (assembly loops reuse the same few views)."""
+    if t.dyn is not None:
+        return t.to_ap()
+    key = (t.mem, t.dtype, t.start, t.offset, t.shape, t.strides)
+    ap = _AP_CACHE.get(key)
+    if ap is None:
+        if len(_AP_CACHE) > 4096:
+            _AP_CACHE.clear()
+        ap = _AP_CACHE[key] = t.to_ap()
+    return ap
+
+
 class Program(AssemblerMixin):
     """Instructions for one NeuronCore. `Program(core=k)` targets core k."""
 
@@ -76,6 +104,7 @@ class Program(AssemblerMixin):
         self._psum = _Allocator("PSUM", PSUM_PARTITION_BYTES, PSUM_BANK_BYTES)
         self._next_sem = 0
         self._next_reg = 0
+        self._synced: tuple[int, _native.Program] | None = None
 
     # ------------------------------------------------------------------------------ multi-core
     @property
@@ -181,38 +210,53 @@ class Program(AssemblerMixin):
 
     # -------------------------------------------------------------------------------- assembly
     def _emit(self, opcode: str, engine: Any, name: Any, wait: Any, signal: Any, args: tuple) -> int:
+        # The hot path of assembly: plain Python per operand, one native call per instruction
+        # (which parses, validates and appends; errors name the instruction and operand).
         if opcode == "register_move" and len(args) == 2 and isinstance(args[1], Reg):
             # NKI's register_move also copies a register: that is register_op(add, 0).
             return self._emit("register_op", engine, name, wait, signal, (args[0], args[1], "add", 0))
-        kinds = [k for _n, k, _e in INSTRUCTIONS.get(opcode, (0, (), ()))[2]]
         conv = []
+        append = conv.append
         for i, a in enumerate(args):
-            if isinstance(a, Reg) and i < len(kinds) and kinds[i] not in ("reg", "i32_or_reg"):
-                raise OperandError(
-                    f"{opcode}: operand {INSTRUCTIONS[opcode][2][i][0]} takes a {kinds[i]}, not register {a!r}",
-                    operand=INSTRUCTIONS[opcode][2][i][0],
-                )
-            if isinstance(a, Tensor):
+            ta = type(a)
+            if ta is str or ta is float or a is None or ta is bool or ta is int:
+                append(a)
+            elif isinstance(a, Tensor):
                 if a.core is not None and a.core != self.core:
                     what = "private HBM tensor" if a.mem == "hbm" else "tile"
                     raise MemorySpaceError(
                         f"{opcode}: {what} {a!r} belongs to core {a.core}, this program runs on core {self.core}",
                         rule="on-chip memory and private HBM belong to one core",
                     )
-                conv.append(a.to_ap())
+                append(_ap_of(a))
             elif isinstance(a, Reg):
+                names, kinds = _params(opcode)
+                if i < len(kinds) and kinds[i] not in ("reg", "i32_or_reg"):
+                    raise OperandError(
+                        f"{opcode}: operand {names[i]} takes a {kinds[i]}, not register {a!r}",
+                        operand=names[i],
+                    )
                 # "rN" tells a register from an integer immediate in an i32_or_reg operand.
-                conv.append(f"r{a.index}" if i < len(kinds) and kinds[i] == "i32_or_reg" else a.index)
+                append(f"r{a.index}" if i < len(kinds) and kinds[i] == "i32_or_reg" else a.index)
             else:
-                conv.append(_enum_name(a))
-        if isinstance(wait, tuple) and len(wait) == 2 and all(isinstance(x, int) for x in wait):
-            wait = [wait]
+                append(_enum_name(a))
+        if wait:
+            if isinstance(wait, tuple) and len(wait) == 2 and all(isinstance(x, int) for x in wait):
+                wait = [wait]
+            wait = list(wait)
+        else:
+            wait = []
         if isinstance(signal, int):
             signal = [(signal, 1)]
+        elif not signal:
+            signal = []
         elif isinstance(signal, tuple) and len(signal) == 2 and all(isinstance(x, int) for x in signal):
             signal = [signal]
-        eng = _enum_name(engine)
-        return self._native.append(opcode, eng, tuple(conv), list(wait), list(signal), name)
+        else:
+            signal = list(signal)
+        if engine is not None and type(engine) is not str:
+            engine = _enum_name(engine)
+        return self._native.append(opcode, engine, tuple(conv), wait, signal, name)
 
     # ----------------------------------------------------------------------------- text/binary
     def __len__(self) -> int:
@@ -232,8 +276,15 @@ class Program(AssemblerMixin):
         return t
 
     def native(self) -> _native.Program:
-        """The program that runs: with automatic semaphores when sync='auto'."""
-        return self._native.synced() if self.sync == "auto" else self._native
+        """The program that runs: with automatic semaphores when sync='auto' (computed once per
+        program length: instructions are only ever appended, so repeated runs reuse it)."""
+        if self.sync != "auto":
+            return self._native
+        n = len(self._native)
+        cached = getattr(self, "_synced", None)
+        if cached is None or cached[0] != n:
+            cached = self._synced = (n, self._native.synced())
+        return cached[1]
 
     def to_text(self, synced: bool = False) -> str:
         """Text assembly (round-trips through `from_text`); `synced=True` shows the added semaphores."""
@@ -251,6 +302,7 @@ class Program(AssemblerMixin):
         p._psum = _Allocator("PSUM", PSUM_PARTITION_BYTES, PSUM_BANK_BYTES)
         p._next_sem = 0
         p._next_reg = 0
+        p._synced = None
         return p
 
     @classmethod

@@ -662,6 +662,7 @@ class RunResult:
     def __init__(self, raw: dict, programs: list) -> None:
         self.time_ns = raw["end_ps"] / 1000.0
         self.executed = int(raw["executed"])
+        # Built on first access: a run's fixed cost should not include ~30 numpy arrays.
         self._raw_trace, self._programs = raw["trace"], programs
         self._trace: Trace | None = None
 
@@ -669,7 +670,7 @@ class RunResult:
     def trace(self) -> Trace:
         """The run's trace, built on first access (runs in a tight loop rarely look at it)."""
         if self._trace is None:
-            self._trace = Trace(self._raw_trace, self._programs)
+            self._trace = Trace(self._raw_trace.columns(), self._programs)
         return self._trace
 
     def __repr__(self) -> str:

@@ -11,7 +11,7 @@ fn run(dev: &mut Device, text: &str) -> trn3emu_core::Result<trn3emu_core::RunRe
 }
 
 fn sbuf_f32(dev: &Device, part: usize, off: usize) -> f32 {
-    let b = &dev.cores[0].sbuf.bytes[part * dev.cores[0].sbuf.part_bytes + off..];
+    let b = &dev.cores[0].sbuf.partition(part)[off..];
     f32::from_le_bytes([b[0], b[1], b[2], b[3]])
 }
 

@@ -1,6 +1,6 @@
 //! Python bindings: array conversion, error mapping, GIL release. No semantics live here.
 
-use numpy::{PyArray1, PyReadonlyArray1};
+use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1, PyUntypedArrayMethods};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
@@ -762,8 +762,7 @@ impl Device {
             }
             let mut v = Vec::with_capacity(parts * nbytes);
             for p in start..start + parts {
-                let b = p * m.part_bytes + offset;
-                v.extend_from_slice(&m.bytes[b..b + nbytes]);
+                v.extend_from_slice(&m.partition(p)[offset..offset + nbytes]);
             }
             Ok(v)
         })();
@@ -788,16 +787,33 @@ impl Device {
         check_races: bool,
         trace: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let progs: Vec<core::Program> = programs.iter().map(|p| p.inner.clone()).collect();
+        let progs: Vec<&core::Program> = programs.iter().map(|p| &p.inner).collect();
         let opts = core::RunOptions { check_races, trace };
         let dev = &mut self.inner;
         let res = py
-            .detach(|| guarded(|| dev.run(&progs, &opts)))
+            .detach(|| guarded(|| dev.run_refs(&progs, &opts)))
             .map_err(|e| to_py(py, e))?;
         let d = PyDict::new(py);
         d.set_item("end_ps", res.end_ps)?;
         d.set_item("executed", res.executed)?;
-        let recs = &res.trace.records;
+        // The trace stays in Rust until Python asks for its columns (RunResult.trace).
+        d.set_item("trace", Py::new(py, RawTrace { inner: res.trace })?)?;
+        Ok(d)
+    }
+}
+
+/// A run's trace, held natively; `columns()` builds the numpy columns on demand.
+#[pyclass(module = "trn3emu._native", frozen)]
+struct RawTrace {
+    inner: core::trace::Trace,
+}
+
+#[pymethods]
+impl RawTrace {
+    /// The trace as a dict of numpy columns (records, plus `sems` and `dma_spans` sub-dicts).
+    fn columns<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let res = self;
+        let recs = &res.inner.records;
         let cols = PyDict::new(py);
         macro_rules! col {
             ($d:expr, $name:expr, $src:expr, $f:expr) => {
@@ -826,7 +842,7 @@ impl Device {
         col!(cols, "w_p1", recs, |r| r.write.p1);
         col!(cols, "w_lo", recs, |r| r.write.lo);
         col!(cols, "w_hi", recs, |r| r.write.hi);
-        let ev = &res.trace.sems;
+        let ev = &res.inner.sems;
         let sems = PyDict::new(py);
         col!(sems, "core", ev, |e| e.core);
         col!(sems, "sem", ev, |e| e.sem);
@@ -836,7 +852,7 @@ impl Device {
         col!(sems, "record", ev, |e| e.record);
         col!(sems, "by", ev, |e| e.by);
         cols.set_item("sems", sems)?;
-        let sp = &res.trace.dma_spans;
+        let sp = &res.inner.dma_spans;
         let spans = PyDict::new(py);
         col!(spans, "core", sp, |e| e.core);
         col!(spans, "engine", sp, |e| e.engine);
@@ -846,19 +862,44 @@ impl Device {
         col!(spans, "record", sp, |e| e.record);
         cols.set_item("dma_spans", spans)?;
         cols.set_item("schema_version", core::trace::SCHEMA_VERSION)?;
-        d.set_item("trace", cols)?;
-        Ok(d)
+        Ok(cols)
+    }
+}
+
+/// `out` if given (contiguous, writeable, `n` long: conversions then allocate nothing, which
+/// is what keeps large buffers from being page-fault bound), else a new zeroed array.
+fn out_array<'py, T: numpy::Element>(
+    py: Python<'py>,
+    out: Option<Bound<'py, PyArray1<T>>>,
+    n: usize,
+) -> PyResult<Bound<'py, PyArray1<T>>> {
+    match out {
+        Some(o) => {
+            if o.len() != n {
+                return Err(to_py(
+                    py,
+                    emu(
+                        ErrorKind::Shape,
+                        format!("out has {} elements, the input {n}", o.len()),
+                    )
+                    .operand("out"),
+                ));
+            }
+            Ok(o)
+        }
+        None => Ok(PyArray1::zeros(py, n, false)),
     }
 }
 
 /// Raw conversions exposed for tests and dtype helpers: fp32 bits -> dtype bits (RNE).
 #[pyfunction]
-#[pyo3(signature = (dtype, bits, saturate = false))]
+#[pyo3(signature = (dtype, bits, saturate = false, out = None))]
 fn convert_from_f32<'py>(
     py: Python<'py>,
     dtype: &str,
     bits: PyReadonlyArray1<'py, u32>,
     saturate: bool,
+    out: Option<Bound<'py, PyArray1<u32>>>,
 ) -> PyResult<Bound<'py, PyArray1<u32>>> {
     let dt = DType::from_name(dtype).ok_or_else(|| {
         to_py(
@@ -869,28 +910,38 @@ fn convert_from_f32<'py>(
     let s = bits
         .as_slice()
         .map_err(|_| PyRuntimeError::new_err("contiguous uint32 array needed"))?;
-    let mut out = vec![0u32; s.len()];
-    if saturate {
-        let cfg = core::numerics::config::NumericsConfig {
-            fp8_overflow: core::numerics::config::Fp8Overflow::Saturate,
-            ..Default::default()
-        };
-        let r = core::numerics::config::Rounder::new(cfg, 0, 0, 0, false);
-        for (o, b) in out.iter_mut().zip(s) {
-            *o = r.from_f32(dt, f32::from_bits(*b), 0);
+    let arr = out_array(py, out, s.len())?;
+    {
+        let mut w = arr
+            .try_readwrite()
+            .map_err(|_| PyRuntimeError::new_err("out must be a writeable array"))?;
+        let o = w
+            .as_slice_mut()
+            .map_err(|_| PyRuntimeError::new_err("out must be contiguous"))?;
+        if saturate {
+            let cfg = core::numerics::config::NumericsConfig {
+                fp8_overflow: core::numerics::config::Fp8Overflow::Saturate,
+                ..Default::default()
+            };
+            let r = core::numerics::config::Rounder::new(cfg, 0, 0, 0, false);
+            for (o, b) in o.iter_mut().zip(s) {
+                *o = r.from_f32(dt, f32::from_bits(*b), 0);
+            }
+        } else {
+            py.detach(|| core::numerics::convert_from_f32_slice(dt, s, o));
         }
-    } else {
-        py.detach(|| core::numerics::convert_from_f32_slice(dt, s, &mut out));
     }
-    Ok(PyArray1::from_vec(py, out))
+    Ok(arr)
 }
 
 /// Raw conversions for tests and benchmarks: dtype bits (zero-extended to u32) -> fp32 (exact).
 #[pyfunction]
+#[pyo3(signature = (dtype, codes, out = None))]
 fn convert_to_f32<'py>(
     py: Python<'py>,
     dtype: &str,
     codes: PyReadonlyArray1<'py, u32>,
+    out: Option<Bound<'py, PyArray1<f32>>>,
 ) -> PyResult<Bound<'py, PyArray1<f32>>> {
     let dt = DType::from_name(dtype).ok_or_else(|| {
         to_py(
@@ -901,9 +952,17 @@ fn convert_to_f32<'py>(
     let s = codes
         .as_slice()
         .map_err(|_| PyRuntimeError::new_err("contiguous uint32 array needed"))?;
-    let mut out = vec![0f32; s.len()];
-    py.detach(|| core::numerics::convert_to_f32_slice(dt, s, &mut out));
-    Ok(PyArray1::from_vec(py, out))
+    let arr = out_array(py, out, s.len())?;
+    {
+        let mut w = arr
+            .try_readwrite()
+            .map_err(|_| PyRuntimeError::new_err("out must be a writeable array"))?;
+        let o = w
+            .as_slice_mut()
+            .map_err(|_| PyRuntimeError::new_err("out must be contiguous"))?;
+        py.detach(|| core::numerics::convert_to_f32_slice(dt, s, o));
+    }
+    Ok(arr)
 }
 
 /// The default cost model's numbers the trace reports compare against (docs/cost-model.md).
@@ -990,6 +1049,7 @@ fn limit_simd(py: Python<'_>, path: Option<&str>) -> PyResult<bool> {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Device>()?;
     m.add_class::<Program>()?;
+    m.add_class::<RawTrace>()?;
     m.add_function(wrap_pyfunction!(convert_from_f32, m)?)?;
     m.add_function(wrap_pyfunction!(convert_to_f32, m)?)?;
     m.add_function(wrap_pyfunction!(isa_opcodes, m)?)?;

@@ -23,6 +23,7 @@ fn softplus(x: f64) -> f64 {
 }
 
 /// `f(x)` with `alpha` the prelu slope.
+#[inline]
 pub fn apply(f: ActFn, x: f32, alpha: f32) -> f32 {
     let v = x as f64;
     let r = match f {
@@ -158,6 +159,7 @@ fn limit_at_inf(f: ActFn, positive: bool, alpha: f32) -> Option<f32> {
 /// has no range reduction); the emulator makes that invalidity visible instead of returning a
 /// plausible value. Range bounds are compared after rounding them to fp32 (so fp32(pi) is in
 /// sin's range).
+#[inline]
 pub fn apply_checked(f: ActFn, x: f32, alpha: f32) -> f32 {
     if let Some((lo, hi)) = valid_range(f) {
         let v = if f == ActFn::Reciprocal { x.abs() } else { x };
@@ -171,6 +173,39 @@ pub fn apply_checked(f: ActFn, x: f32, alpha: f32) -> f32 {
         }
     }
     apply(f, x, alpha)
+}
+
+/// `v[i] = apply_checked(f, fl32(fl32(v[i] * scale) + bias), 0)`, with the function resolved
+/// once per slice for the common functions (the per-element `match` folds away).
+pub fn apply_affine_slice(f: ActFn, v: &mut [f32], scale: f32, bias: f32) {
+    #[inline(always)]
+    fn each(v: &mut [f32], scale: f32, bias: f32, g: impl Fn(f32) -> f32) {
+        for x in v.iter_mut() {
+            *x = g(*x * scale + bias);
+        }
+    }
+    macro_rules! mono {
+        ($($f:ident),*) => {
+            match f {
+                $(ActFn::$f => each(v, scale, bias, |x| apply_checked(ActFn::$f, x, 0.0)),)*
+                f => each(v, scale, bias, |x| apply_checked(f, x, 0.0)),
+            }
+        };
+    }
+    mono!(
+        Copy,
+        Bypass,
+        Exp,
+        Relu,
+        Tanh,
+        Sigmoid,
+        Gelu,
+        GeluApprxTanh,
+        Silu,
+        Square,
+        Rsqrt,
+        Reciprocal
+    );
 }
 
 #[cfg(test)]

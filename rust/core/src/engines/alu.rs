@@ -205,3 +205,201 @@ pub fn apply_i32(op: AluOp, x: u32, y: u32, signed: bool) -> Option<u32> {
         _ => return None,
     })
 }
+
+/// `out[i] = op(x[i], y[i])`: one tight loop per common operator (vectorisable), the generic
+/// `apply` per element for the rest. Same results as `apply`.
+pub fn apply_slices(op: AluOp, x: &[f32], y: &[f32], out: &mut [f32]) {
+    #[inline(always)]
+    fn zip(x: &[f32], y: &[f32], out: &mut [f32], f: impl Fn(f32, f32) -> f32) {
+        for ((o, a), b) in out.iter_mut().zip(x).zip(y) {
+            *o = f(*a, *b);
+        }
+    }
+    match op {
+        AluOp::Add => zip(x, y, out, |a, b| a + b),
+        AluOp::Subtract => zip(x, y, out, |a, b| a - b),
+        AluOp::Multiply => zip(x, y, out, |a, b| a * b),
+        AluOp::Maximum => zip(x, y, out, f32::max),
+        AluOp::Minimum => zip(x, y, out, f32::min),
+        AluOp::Divide => zip(x, y, out, |a, b| a / b),
+        op => zip(x, y, out, |a, b| apply(op, a, b)),
+    }
+}
+
+/// `v[i] = op(v[i], k)` (or `op(k, v[i])` when `rev`), in place; same results as `apply`.
+pub fn apply_scalar_inplace(op: AluOp, v: &mut [f32], k: f32, rev: bool) {
+    #[inline(always)]
+    fn each(v: &mut [f32], f: impl Fn(f32) -> f32) {
+        for x in v.iter_mut() {
+            *x = f(*x);
+        }
+    }
+    match (op, rev) {
+        (AluOp::Bypass, false) => {}
+        // Operand order kept even for commutative ops (NaN payloads follow the first operand).
+        (AluOp::Add, false) => each(v, |x| x + k),
+        (AluOp::Add, true) => each(v, |x| k + x),
+        (AluOp::Multiply, false) => each(v, |x| x * k),
+        (AluOp::Multiply, true) => each(v, |x| k * x),
+        (AluOp::Subtract, false) => each(v, |x| x - k),
+        (AluOp::Subtract, true) => each(v, |x| k - x),
+        (AluOp::Maximum, false) => each(v, |x| x.max(k)),
+        (AluOp::Minimum, false) => each(v, |x| x.min(k)),
+        (op, false) => each(v, |x| apply(op, x, k)),
+        (op, true) => each(v, |x| apply(op, k, x)),
+    }
+}
+
+/// `v[i] = op(v[i], y[i])` (or `op(y[i], v[i])` when `rev`), in place; same results as `apply`.
+pub fn apply_vec_inplace(op: AluOp, v: &mut [f32], y: &[f32], rev: bool) {
+    #[inline(always)]
+    fn each(v: &mut [f32], y: &[f32], f: impl Fn(f32, f32) -> f32) {
+        for (x, k) in v.iter_mut().zip(y) {
+            *x = f(*x, *k);
+        }
+    }
+    match (op, rev) {
+        (AluOp::Bypass, false) => {}
+        (AluOp::Add, false) => each(v, y, |x, k| x + k),
+        (AluOp::Add, true) => each(v, y, |x, k| k + x),
+        (AluOp::Multiply, false) => each(v, y, |x, k| x * k),
+        (AluOp::Multiply, true) => each(v, y, |x, k| k * x),
+        (AluOp::Subtract, false) => each(v, y, |x, k| x - k),
+        (AluOp::Subtract, true) => each(v, y, |x, k| k - x),
+        (op, false) => each(v, y, |x, k| apply(op, x, k)),
+        (op, true) => each(v, y, |x, k| apply(op, k, x)),
+    }
+}
+
+/// `apply_slices` on little-endian fp32 bytes (`x`, `y`, `out` of equal length), for the fused
+/// in-memory path; same results as `apply`.
+pub fn apply_bytes(op: AluOp, x: &[u8], y: &[u8], out: &mut [u8]) {
+    #[inline(always)]
+    fn zip(x: &[u8], y: &[u8], out: &mut [u8], f: impl Fn(f32, f32) -> f32) {
+        let ld = |c: &[u8]| f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        for ((o, a), b) in out
+            .chunks_exact_mut(4)
+            .zip(x.chunks_exact(4))
+            .zip(y.chunks_exact(4))
+        {
+            o.copy_from_slice(&f(ld(a), ld(b)).to_le_bytes());
+        }
+    }
+    match op {
+        AluOp::Add => zip(x, y, out, |a, b| a + b),
+        AluOp::Subtract => zip(x, y, out, |a, b| a - b),
+        AluOp::Multiply => zip(x, y, out, |a, b| a * b),
+        AluOp::Maximum => zip(x, y, out, f32::max),
+        AluOp::Minimum => zip(x, y, out, f32::min),
+        AluOp::Divide => zip(x, y, out, |a, b| a / b),
+        op => zip(x, y, out, |a, b| apply(op, a, b)),
+    }
+}
+
+/// One row of `tensor_scalar` on little-endian fp32 bytes: `out = op1(op0(x, k0), k1)` (each
+/// with its `rev` order; `op1` None = op0 only); same results as `apply`, for the fused path.
+#[allow(clippy::too_many_arguments)]
+pub fn apply_scalar_bytes(
+    op0: AluOp,
+    rev0: bool,
+    k0: f32,
+    op1: Option<AluOp>,
+    rev1: bool,
+    k1: f32,
+    x: &[u8],
+    out: &mut [u8],
+) {
+    #[inline(always)]
+    fn each(x: &[u8], out: &mut [u8], f: impl Fn(f32) -> f32) {
+        for (o, a) in out.chunks_exact_mut(4).zip(x.chunks_exact(4)) {
+            o.copy_from_slice(&f(f32::from_le_bytes([a[0], a[1], a[2], a[3]])).to_le_bytes());
+        }
+    }
+    let one = |op: AluOp, rev: bool, k: f32, v: f32| {
+        if rev {
+            apply(op, k, v)
+        } else {
+            apply(op, v, k)
+        }
+    };
+    match (op0, rev0, op1, rev1) {
+        (AluOp::Multiply, false, Some(AluOp::Add), false) => each(x, out, |v| v * k0 + k1),
+        (AluOp::Multiply, false, None, _) => each(x, out, |v| v * k0),
+        (AluOp::Add, false, None, _) => each(x, out, |v| v + k0),
+        (AluOp::Add, false, Some(AluOp::Multiply), false) => each(x, out, |v| (v + k0) * k1),
+        (AluOp::Subtract, false, Some(AluOp::Multiply), false) => each(x, out, |v| (v - k0) * k1),
+        _ => each(x, out, |v| {
+            let t = one(op0, rev0, k0, v);
+            match op1 {
+                Some(op1) => one(op1, rev1, k1, t),
+                None => t,
+            }
+        }),
+    }
+}
+
+/// `out[g] = x[g*m] op x[g*m+1] op ... op x[g*m+m-1]` (left to right from the first element,
+/// as `Iterator::reduce` with `apply`) for every group of `m`; 0 for an empty group. Eight
+/// groups advance together for the common operators so their fp32 dependency chains overlap;
+/// each group's order is unchanged.
+pub fn reduce_groups(op: AluOp, x: &[f32], m: usize, out: &mut [f32]) {
+    #[inline(always)]
+    fn run(x: &[f32], m: usize, out: &mut [f32], f: impl Fn(f32, f32) -> f32) {
+        for (g8, o) in out.chunks_mut(8).enumerate() {
+            let base = g8 * 8 * m;
+            if o.len() == 8 {
+                let mut a = [0f32; 8];
+                for (k, ak) in a.iter_mut().enumerate() {
+                    *ak = x[base + k * m];
+                }
+                for j in 1..m {
+                    for (k, ak) in a.iter_mut().enumerate() {
+                        *ak = f(*ak, x[base + k * m + j]);
+                    }
+                }
+                o.copy_from_slice(&a);
+            } else {
+                for (k, ok) in o.iter_mut().enumerate() {
+                    let row = &x[base + k * m..base + (k + 1) * m];
+                    *ok = row.iter().copied().reduce(&f).unwrap_or(0.0);
+                }
+            }
+        }
+    }
+    if m == 0 {
+        out.fill(0.0);
+        return;
+    }
+    match op {
+        AluOp::Add => run(x, m, out, |a, b| a + b),
+        AluOp::Multiply => run(x, m, out, |a, b| a * b),
+        AluOp::Maximum => run(x, m, out, f32::max),
+        AluOp::Minimum => run(x, m, out, f32::min),
+        op => run(x, m, out, |a, b| apply(op, a, b)),
+    }
+}
+
+/// `apply_slices` on little-endian bf16 bytes: widen exactly, one fp32 operation, round to
+/// nearest even (`numerics::bf16_rne`); same results as decode + `apply` + RNE encode.
+pub fn apply_bytes_bf16(op: AluOp, x: &[u8], y: &[u8], out: &mut [u8]) {
+    #[inline(always)]
+    fn zip(x: &[u8], y: &[u8], out: &mut [u8], f: impl Fn(f32, f32) -> f32) {
+        let ld = |c: &[u8]| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16);
+        for ((o, a), b) in out
+            .chunks_exact_mut(2)
+            .zip(x.chunks_exact(2))
+            .zip(y.chunks_exact(2))
+        {
+            let r = crate::numerics::bf16_rne(f(ld(a), ld(b)).to_bits()) as u16;
+            o.copy_from_slice(&r.to_le_bytes());
+        }
+    }
+    match op {
+        AluOp::Add => zip(x, y, out, |a, b| a + b),
+        AluOp::Subtract => zip(x, y, out, |a, b| a - b),
+        AluOp::Multiply => zip(x, y, out, |a, b| a * b),
+        AluOp::Maximum => zip(x, y, out, f32::max),
+        AluOp::Minimum => zip(x, y, out, f32::min),
+        op => zip(x, y, out, |a, b| apply(op, a, b)),
+    }
+}

@@ -138,11 +138,23 @@ pub fn check_dma_copy(ins: &Instr) -> Result<()> {
 }
 
 /// Copy `src` to `dst` (static patterns): raw bytes for equal dtypes, else through fp32.
+/// Fast paths first: HBM <-> on-chip dense rows as slices, on-chip streams (which fall back
+/// themselves when dst overlaps a source row not yet read); else gather then scatter.
 fn copy(ctx: &mut Ctx, dst: &Ap, src: &Ap) {
     if dst.dtype == src.dtype {
+        if ctx.mems.copy_dense_hbm(dst, src) || super::rows::copy_same(ctx, dst, src) {
+            return;
+        }
         let raw = ctx.mems.gather(src);
         ctx.mems.scatter(dst, &raw);
     } else {
+        if super::rows::cast_dense_hbm(ctx, dst, src)
+            || super::rows::map_f32(ctx, dst, [src], |_, _, _, _, [x], out| {
+                out.copy_from_slice(x)
+            })
+        {
+            return;
+        }
         let v = ctx.read_f32(src);
         ctx.write_f32(dst, &v);
     }

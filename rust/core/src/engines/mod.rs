@@ -16,6 +16,7 @@ pub mod gpsimd_sort;
 pub mod intercore;
 pub mod mx;
 pub mod rng;
+pub mod rows;
 pub mod scalar;
 pub mod tensor;
 pub mod vector;
@@ -45,16 +46,20 @@ pub struct EngineState {
     pub vec_acc: [f32; PARTITIONS],
     /// One bit per 2-byte PSUM unit: written by a matmul since the run started (for accumulate=None).
     pub psum_mm: Vec<u64>,
+    /// Set by the scheduler when an instruction that writes PSUM ran (only those can set bits
+    /// in `psum_mm`), so a run without PSUM writes does not clear the 128 KiB bitmap.
+    pub psum_mm_dirty: bool,
 }
 
 impl EngineState {
-    /// Back to the power-on state, reusing the allocation (runs reset every running core).
+    /// Back to the start-of-run state, in place (no reallocation of the 128 KiB bitmap).
     pub fn reset(&mut self) {
         self.act_regs = [0.0; PARTITIONS];
         self.vec_acc = [0.0; PARTITIONS];
-        self.psum_mm.clear();
-        self.psum_mm
-            .resize(PARTITIONS * PSUM_PART_BYTES / 2 / 64, 0);
+        if self.psum_mm_dirty {
+            self.psum_mm.fill(0);
+            self.psum_mm_dirty = false;
+        }
     }
 }
 
@@ -64,6 +69,7 @@ impl Default for EngineState {
             act_regs: [0.0; PARTITIONS],
             vec_acc: [0.0; PARTITIONS],
             psum_mm: vec![0; PARTITIONS * PSUM_PART_BYTES / 2 / 64],
+            psum_mm_dirty: false,
         }
     }
 }
@@ -84,21 +90,29 @@ pub struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// Every element of `ap` decoded to fp32, row-major (on-chip patterns decode straight from
+    /// memory; HBM and indirect ones through a byte gather).
     pub fn read_f32(&self, ap: &Ap) -> Vec<f32> {
-        numerics::decode_all(ap.dtype, &self.mems.gather(ap))
+        rows::read_f32_direct(&self.mems, ap)
+            .unwrap_or_else(|| numerics::decode_all(ap.dtype, &self.mems.gather(ap)))
     }
     /// Write fp32 results, cast to the dtype of `ap` under the instruction's rounding
     /// (element index = position in `vals`, which drives the stochastic-rounding bits).
     pub fn write_f32(&mut self, ap: &Ap, vals: &[f32]) {
-        let bytes = self.rounder.encode_all(ap.dtype, vals);
-        self.mems.scatter(ap, &bytes);
+        if !rows::write_f32_direct(self, ap, vals) {
+            let bytes = self.rounder.encode_all(ap.dtype, vals);
+            self.mems.scatter(ap, &bytes);
+        }
     }
     pub fn read_raw(&self, ap: &Ap) -> Vec<u32> {
-        numerics::raw_all(ap.dtype, &self.mems.gather(ap))
+        rows::read_raw_direct(&self.mems, ap)
+            .unwrap_or_else(|| numerics::raw_all(ap.dtype, &self.mems.gather(ap)))
     }
     pub fn write_raw(&mut self, ap: &Ap, vals: &[u32]) {
-        let bytes = numerics::unraw_all(ap.dtype, vals);
-        self.mems.scatter(ap, &bytes);
+        if !rows::write_raw_direct(&mut self.mems, ap, vals) {
+            let bytes = numerics::unraw_all(ap.dtype, vals);
+            self.mems.scatter(ap, &bytes);
+        }
     }
     /// A scalar immediate or a (P,1) tile as P per-partition fp32 values.
     pub fn per_partition(&self, a: &Arg, parts: u32, dflt: f32) -> Vec<f32> {
@@ -175,8 +189,23 @@ pub const MODULES: &[&Module] = &[
     &control::MODULE,
 ];
 
+/// The module implementing `op`: a table indexed by the 16-bit opcode (built once from
+/// `MODULES`; entry = module index + 1, 0 = not implemented), so dispatch is one load.
 fn module_of(op: Opcode) -> Option<&'static Module> {
-    MODULES.iter().copied().find(|m| m.opcodes.contains(&op))
+    static TABLE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let t = TABLE.get_or_init(|| {
+        let mut t = vec![0u8; 1 << 16];
+        for (i, m) in MODULES.iter().enumerate().rev() {
+            for op in m.opcodes {
+                t[*op as u16 as usize] = i as u8 + 1;
+            }
+        }
+        t
+    });
+    match t.get(op as u16 as usize).copied().unwrap_or(0) {
+        0 => None,
+        i => MODULES.get(i as usize - 1).copied(),
+    }
 }
 
 pub use engine_select::default_engine;

@@ -105,6 +105,37 @@ fn identity(op: AluOp) -> f32 {
 /// Apply `cmd` to the registers of lanes `base..base+p` with `op` over rows of `out` (n per row).
 fn accumulate(ctx: &mut Ctx, base: usize, out: &[f32], n: usize, cmd: ReduceCmd, op: AluOp) {
     let p = out.len().checked_div(n).unwrap_or(0);
+    if op == AluOp::Add
+        && matches!(cmd, ReduceCmd::Reduce | ReduceCmd::ResetReduce)
+        && base + p <= ctx.state.act_regs.len()
+    {
+        // Eight lanes' sums advance together: each lane still adds in free-index order, but
+        // the eight dependency chains overlap instead of waiting on one fp32 add at a time.
+        let regs = &mut ctx.state.act_regs[base..base + p];
+        if cmd == ReduceCmd::ResetReduce {
+            regs.fill(0.0);
+        }
+        for (g, accs) in regs.chunks_mut(8).enumerate() {
+            let rows = &out[g * 8 * n..(g * 8 + accs.len()) * n];
+            let mut a = [0f32; 8];
+            a[..accs.len()].copy_from_slice(accs);
+            if accs.len() == 8 {
+                for j in 0..n {
+                    for (k, ak) in a.iter_mut().enumerate() {
+                        *ak += rows[k * n + j];
+                    }
+                }
+            } else {
+                for (k, ak) in a.iter_mut().enumerate().take(accs.len()) {
+                    for v in &rows[k * n..(k + 1) * n] {
+                        *ak += *v;
+                    }
+                }
+            }
+            accs.copy_from_slice(&a[..accs.len()]);
+        }
+        return;
+    }
     for r in 0..p {
         let Some(reg) = ctx.state.act_regs.get_mut(base + r) else {
             continue;
@@ -143,12 +174,22 @@ fn activate(ctx: &Ctx, f: ActFn, src: &Ap, scale: &Arg, bias: &Arg) -> (Vec<f32>
     let bias = ctx.per_partition(bias, src.parts, 0.0);
     let mut x = ctx.read_f32(src);
     for (r, row) in x.chunks_mut(n.max(1)).enumerate() {
-        let (s, b) = (scale[r], bias[r]);
-        for v in row {
-            *v = act::apply_checked(f, *v * s + b, 0.0);
-        }
+        act::apply_affine_slice(f, row, scale[r], bias[r]);
     }
     (x, n)
+}
+
+/// `activation` without register traffic, streamed block by block into dst; false when the
+/// patterns need the materialising path.
+fn activate_streamed(ctx: &mut Ctx, f: ActFn, dst: &Ap, src: &Ap, scale: &Arg, bias: &Arg) -> bool {
+    let scale = ctx.per_partition(scale, src.parts, 1.0);
+    let bias = ctx.per_partition(bias, src.parts, 0.0);
+    super::rows::map_f32(ctx, dst, [src], |r0, _, _, w, [x], out| {
+        out.copy_from_slice(x);
+        for (k, row) in out.chunks_exact_mut(w.max(1)).enumerate() {
+            act::apply_affine_slice(f, row, scale[r0 + k], bias[r0 + k]);
+        }
+    })
 }
 
 // ------------------------------------------------------------------------------------ activation
@@ -194,17 +235,17 @@ pub fn activation(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     let dst = tensor(ins, a::DST, "dst")?;
     let src = tensor(ins, a::DATA, "data")?;
     let f = act_fn(ins, a::OP)?;
+    let cmd = reduce_cmd(ins, a::REDUCE_CMD);
+    if cmd == ReduceCmd::Idle
+        && matches!(ins.arg(a::REDUCE_RES), Arg::Absent)
+        && activate_streamed(ctx, f, dst, src, ins.arg(a::SCALE), ins.arg(a::BIAS))
+    {
+        return Ok(());
+    }
     let (out, n) = activate(ctx, f, src, ins.arg(a::SCALE), ins.arg(a::BIAS));
     ctx.write_f32(dst, &out);
     let base = src.start as usize;
-    accumulate(
-        ctx,
-        base,
-        &out,
-        n,
-        reduce_cmd(ins, a::REDUCE_CMD),
-        AluOp::Add,
-    );
+    accumulate(ctx, base, &out, n, cmd, AluOp::Add);
     read_out(ctx, ins.arg(a::REDUCE_RES), base, src.parts as usize);
     Ok(())
 }

@@ -1,7 +1,11 @@
 //! VectorE (and the GpSimd/Scalar variants of the same instructions): tensor_tensor,
 //! tensor_scalar, tensor_copy, memset.
 
-use super::alu::{apply, apply_bits, apply_i32, is_bitwise, is_elementwise, is_unary};
+use super::alu::{
+    apply_bits, apply_bytes, apply_bytes_bf16, apply_i32, apply_scalar_bytes, apply_scalar_inplace,
+    apply_slices, apply_vec_inplace, is_bitwise, is_elementwise, is_unary,
+};
+use super::rows;
 use super::{check_column, same_shape, Ctx};
 use crate::error::{err, ErrorKind::*, Result};
 use crate::isa::tables::p::{
@@ -76,6 +80,14 @@ pub fn tensor_tensor(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     let b = ins.ap(tt::DATA2).unwrap();
     let op = alu(ins, tt::OP).unwrap();
     if is_bitwise(op) {
+        let streamed = rows::map_raw(ctx, dst, [a, b], |_, _, _, _, [x, y], out| {
+            for ((o, x), y) in out.iter_mut().zip(x).zip(y) {
+                *o = apply_bits(op, *x, *y);
+            }
+        });
+        if streamed {
+            return Ok(());
+        }
         let x = ctx.read_raw(a);
         let y = ctx.read_raw(b);
         let out: Vec<u32> = x
@@ -88,19 +100,48 @@ pub fn tensor_tensor(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     }
     if int32_exact(ins, &[dst.dtype, a.dtype, b.dtype]) && apply_i32(op, 0, 0, true).is_some() {
         let signed = a.dtype == DType::Int32;
+        // apply_i32 is Some for this op (checked above); `x` is never used.
+        let f = |x: u32, y: u32| apply_i32(op, x, y, signed).unwrap_or(x);
+        let streamed = rows::map_raw(ctx, dst, [a, b], |_, _, _, _, [x, y], out| {
+            for ((o, x), y) in out.iter_mut().zip(x).zip(y) {
+                *o = f(*x, *y);
+            }
+        });
+        if streamed {
+            return Ok(());
+        }
         let x = ctx.read_raw(a);
         let y = ctx.read_raw(b);
-        let out: Vec<u32> = x
-            .iter()
-            .zip(&y)
-            .map(|(x, y)| apply_i32(op, *x, *y, signed).unwrap())
-            .collect();
+        let out: Vec<u32> = x.iter().zip(&y).map(|(x, y)| f(*x, *y)).collect();
         ctx.write_raw(dst, &out);
+        return Ok(());
+    }
+    // fp32 in and out, dense rows, no overlap: one fused pass straight through memory.
+    if [dst, a, b].iter().all(|t| t.dtype == DType::Float32)
+        && rows::fused_dense(ctx, dst, [a, b], |_, [x, y], out| {
+            apply_bytes(op, x, y, out)
+        })
+    {
+        return Ok(());
+    }
+    // bf16 in and out with RNE casts: the same single pass, widening and rounding inline.
+    if [dst, a, b].iter().all(|t| t.dtype == DType::Bfloat16)
+        && ctx.rounder.is_default()
+        && rows::fused_dense(ctx, dst, [a, b], |_, [x, y], out| {
+            apply_bytes_bf16(op, x, y, out)
+        })
+    {
+        return Ok(());
+    }
+    if rows::map_f32(ctx, dst, [a, b], |_, _, _, _, [x, y], out| {
+        apply_slices(op, x, y, out)
+    }) {
         return Ok(());
     }
     let x = ctx.read_f32(a);
     let y = ctx.read_f32(b);
-    let out: Vec<f32> = x.iter().zip(&y).map(|(x, y)| apply(op, *x, *y)).collect();
+    let mut out = vec![0f32; x.len()];
+    apply_slices(op, &x, &y, &mut out);
     ctx.write_f32(dst, &out);
     Ok(())
 }
@@ -163,64 +204,121 @@ pub fn tensor_scalar(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     );
     let p = src.parts as usize;
     let f = src.free_size();
+    if !is_bitwise(op0) {
+        return tensor_scalar_f32(ins, ctx, (op0, rev0), op1.map(|o| (o, rev1)));
+    }
     let c0 = ctx.per_partition(ins.arg(ts::OPERAND0), src.parts, 0.0);
     let c1 = ctx.per_partition(ins.arg(ts::OPERAND1), src.parts, 0.0);
-    if is_bitwise(op0) {
-        // Integer (P,1) tiles give their raw bits (like data); immediates their integer value.
-        let bits = |a: &Arg, c: &[f32]| -> Vec<u32> {
-            match a {
-                Arg::Tensor(ap) if ap.dtype.is_integer() => ctx.read_raw(ap),
-                Arg::I32(v) => vec![*v as u32; c.len()],
-                _ => c.iter().map(|v| *v as i32 as u32).collect(),
-            }
-        };
-        let b0 = bits(ins.arg(ts::OPERAND0), &c0);
-        let b1 = bits(ins.arg(ts::OPERAND1), &c1);
-        let x = ctx.read_raw(src);
-        let mut out = vec![0u32; x.len()];
-        for r in 0..p {
-            let (k0, k1) = (b0[r], b1[r]);
-            for j in 0..f {
-                let v = x[r * f + j];
-                let mut t = if rev0 {
-                    apply_bits(op0, k0, v)
-                } else {
-                    apply_bits(op0, v, k0)
-                };
-                if let Some(op1) = op1 {
-                    t = if rev1 {
-                        apply_bits(op1, k1, t)
-                    } else {
-                        apply_bits(op1, t, k1)
-                    };
-                }
-                out[r * f + j] = t;
-            }
+    // Bitwise: integer (P,1) tiles give their raw bits (like data); immediates their integer value.
+    let bits = |a: &Arg, c: &[f32]| -> Vec<u32> {
+        match a {
+            Arg::Tensor(ap) if ap.dtype.is_integer() => ctx.read_raw(ap),
+            Arg::I32(v) => vec![*v as u32; c.len()],
+            _ => c.iter().map(|v| *v as i32 as u32).collect(),
         }
-        ctx.write_raw(dst, &out);
-        return Ok(());
-    }
-    let x = ctx.read_f32(src);
-    let mut out = vec![0f32; x.len()];
+    };
+    let b0 = bits(ins.arg(ts::OPERAND0), &c0);
+    let b1 = bits(ins.arg(ts::OPERAND1), &c1);
+    let x = ctx.read_raw(src);
+    let mut out = vec![0u32; x.len()];
     for r in 0..p {
-        let (k0, k1) = (c0[r], c1[r]);
+        let (k0, k1) = (b0[r], b1[r]);
         for j in 0..f {
             let v = x[r * f + j];
             let mut t = if rev0 {
-                apply(op0, k0, v)
+                apply_bits(op0, k0, v)
             } else {
-                apply(op0, v, k0)
+                apply_bits(op0, v, k0)
             };
             if let Some(op1) = op1 {
                 t = if rev1 {
-                    apply(op1, k1, t)
+                    apply_bits(op1, k1, t)
                 } else {
-                    apply(op1, t, k1)
+                    apply_bits(op1, t, k1)
                 };
             }
             out[r * f + j] = t;
         }
     }
+    ctx.write_raw(dst, &out);
+    Ok(())
+}
+
+/// A tensor_scalar operand: one immediate for every partition, or a (P, 1) column's values.
+enum Operand {
+    Imm(f32),
+    Col(Vec<f32>),
+}
+
+impl Operand {
+    fn read(ctx: &Ctx, a: &Arg) -> Operand {
+        match a {
+            Arg::Tensor(ap) => Operand::Col(ctx.read_f32(ap)),
+            a => Operand::Imm(a.imm_f32().unwrap_or(0.0)),
+        }
+    }
+    #[inline]
+    fn at(&self, r: usize) -> f32 {
+        match self {
+            Operand::Imm(v) => *v,
+            Operand::Col(c) => c.get(r).copied().unwrap_or(0.0),
+        }
+    }
+}
+
+/// Arithmetic tensor_scalar: fused in-memory pass for dense fp32, else streamed blocks, else
+/// the materialising path.
+fn tensor_scalar_f32(
+    ins: &Instr,
+    ctx: &mut Ctx,
+    (op0, rev0): (AluOp, bool),
+    op1: Option<(AluOp, bool)>,
+) -> Result<()> {
+    let dst = ins.ap(ts::DST).unwrap();
+    let src = ins.ap(ts::DATA).unwrap();
+    let (p, f) = (src.parts as usize, src.free_size());
+    let c0 = Operand::read(ctx, ins.arg(ts::OPERAND0));
+    let c1 = Operand::read(ctx, ins.arg(ts::OPERAND1));
+    let (op1, rev1) = match op1 {
+        Some((o, r)) => (Some(o), r),
+        None => (None, false),
+    };
+    // A block of rows r0..r0 + rows: op0 then op1 with each row's operands.
+    let block = |r0: usize, rows: usize, w: usize, x: &[f32], out: &mut [f32]| {
+        out.copy_from_slice(x);
+        let stage = |out: &mut [f32], op: AluOp, c: &Operand, rev: bool| match c {
+            // The same constant for every row: one pass over the block.
+            Operand::Imm(k) => apply_scalar_inplace(op, out, *k, rev),
+            // One element per row: the per-row operands are a vector.
+            Operand::Col(v) if w == 1 => apply_vec_inplace(op, out, &v[r0..r0 + rows], rev),
+            Operand::Col(v) => {
+                for (k, row) in out.chunks_exact_mut(w.max(1)).enumerate() {
+                    apply_scalar_inplace(op, row, v[r0 + k], rev);
+                }
+            }
+        };
+        stage(out, op0, &c0, rev0);
+        if let Some(op1) = op1 {
+            stage(out, op1, &c1, rev1);
+        }
+    };
+    // fp32 in and out, dense rows, no overlap: one pass straight through memory.
+    if dst.dtype == DType::Float32
+        && src.dtype == DType::Float32
+        && rows::fused_dense(ctx, dst, [src], |r, [x], out| {
+            apply_scalar_bytes(op0, rev0, c0.at(r), op1, rev1, c1.at(r), x, out)
+        })
+    {
+        return Ok(());
+    }
+    if rows::map_f32(ctx, dst, [src], |r0, rows, _, w, [x], out| {
+        block(r0, rows, w, x, out)
+    }) {
+        return Ok(());
+    }
+    let x = ctx.read_f32(src);
+    let mut out = vec![0f32; x.len()];
+    block(0, p, f, &x, &mut out);
     ctx.write_f32(dst, &out);
     Ok(())
 }
@@ -247,9 +345,13 @@ pub fn tensor_copy(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     let dst = ins.ap(tc::DST).unwrap();
     let src = ins.ap(tc::SRC).unwrap();
     if dst.dtype == src.dtype {
-        let raw = ctx.mems.gather(src);
-        ctx.mems.scatter(dst, &raw);
-    } else {
+        if !rows::copy_same(ctx, dst, src) {
+            let raw = ctx.mems.gather(src);
+            ctx.mems.scatter(dst, &raw);
+        }
+    } else if !rows::map_f32(ctx, dst, [src], |_, _, _, _, [x], out| {
+        out.copy_from_slice(x)
+    }) {
         let v = ctx.read_f32(src);
         ctx.write_f32(dst, &v);
     }
@@ -318,8 +420,10 @@ pub fn memset(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
         Arg::I32(i) if dst.dtype.is_integer() => *i as u32,
         _ => numerics::from_f32(dst.dtype, ins.f32_or(ms::VALUE, 0.0)),
     };
-    let vals = vec![raw; dst.num_elements()];
-    ctx.write_raw(dst, &vals);
+    if !rows::fill_raw(&mut ctx.mems, dst, raw) {
+        let vals = vec![raw; dst.num_elements()];
+        ctx.write_raw(dst, &vals);
+    }
     Ok(())
 }
 

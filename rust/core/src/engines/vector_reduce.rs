@@ -1,7 +1,7 @@
 //! VectorE reductions along the free dims: tensor_reduce (trailing axes, negate, keepdims) and
 //! tensor_scalar_reduce (an elementwise op whose results fold into the VectorE accumulators).
 
-use super::alu::{apply, apply_bits, is_bitwise};
+use super::alu::{apply, apply_bits, is_bitwise, reduce_groups};
 use super::vector_acc as acc;
 use super::vector_rules::{alu_req, arithmetic, max_free_dims, one_of};
 use super::{check_column, same_shape, Ctx};
@@ -115,27 +115,28 @@ pub fn tensor_reduce(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     }
     let negate = ins.bool_or(tr::NEGATE, false);
     let x = ctx.read_f32(data);
-    let out: Vec<f32> = (0..groups)
-        .map(|g| {
-            let row = &x[g * m..(g + 1) * m];
-            let r = match op {
-                AluOp::LogicalAnd => row.iter().fold(1.0, |a, b| apply(op, a, *b)),
-                AluOp::LogicalOr | AluOp::LogicalXor => {
-                    row.iter().fold(0.0, |a, b| apply(op, a, *b))
-                }
-                _ => row
-                    .iter()
-                    .copied()
-                    .reduce(|a, b| apply(op, a, b))
-                    .unwrap_or(0.0),
-            };
-            if negate {
-                -r
-            } else {
-                r
-            }
-        })
-        .collect();
+    let mut out: Vec<f32> = match op {
+        AluOp::LogicalAnd | AluOp::LogicalOr | AluOp::LogicalXor => {
+            let init = if op == AluOp::LogicalAnd { 1.0 } else { 0.0 };
+            (0..groups)
+                .map(|g| {
+                    x[g * m..(g + 1) * m]
+                        .iter()
+                        .fold(init, |a, b| apply(op, a, *b))
+                })
+                .collect()
+        }
+        _ => {
+            let mut o = vec![0f32; groups];
+            reduce_groups(op, &x[..groups * m], m, &mut o);
+            o
+        }
+    };
+    if negate {
+        for v in &mut out {
+            *v = -*v;
+        }
+    }
     ctx.write_f32(dst, &out);
     Ok(())
 }

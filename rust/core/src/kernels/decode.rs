@@ -96,7 +96,8 @@ fn lut8(slot: usize, d: DType) -> &'static [f32; 256] {
 pub enum Rows<'m> {
     Direct {
         bytes: &'m [u8],
-        part_bytes: usize,
+        /// Host bytes between partitions (`OnChip::stride`, padded).
+        stride: usize,
         start: usize,
         offset: usize,
         len: usize,
@@ -117,8 +118,8 @@ impl<'m> Rows<'m> {
         };
         match mem {
             Some(m) if ap.is_row_contiguous() && ap.dynamic.is_none() => Rows::Direct {
-                bytes: &m.bytes,
-                part_bytes: m.part_bytes,
+                bytes: m.raw(),
+                stride: m.stride(),
                 start: ap.start as usize,
                 offset: ap.offset as usize,
                 len,
@@ -135,12 +136,12 @@ impl<'m> Rows<'m> {
         let got = match self {
             Rows::Direct {
                 bytes,
-                part_bytes,
+                stride,
                 start,
                 offset,
                 len,
             } => {
-                let at = (start + r) * part_bytes + offset;
+                let at = (start + r) * stride + offset;
                 bytes.get(at..at + len)
             }
             Rows::Gathered { bytes, len } => bytes.get(r * len..(r + 1) * len),

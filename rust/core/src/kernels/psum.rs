@@ -100,10 +100,13 @@ pub fn write_psum(accumulate: &Arg, ctx: &mut Ctx, dst: &Ap, acc: &Acc) {
 fn write_f32_rows(mode: Option<bool>, ctx: &mut Ctx, dst: &Ap, acc: &Acc) {
     let (start, m, n) = (dst.start as usize, dst.parts as usize, dst.free_size());
     let off = dst.offset as usize;
-    let psum = &mut ctx.mems.psum.bytes;
+    // Partitions are `stride` host bytes apart (padded, memory/onchip.rs); each chunk holds one
+    // partition's bytes first.
+    let stride = ctx.mems.psum.stride();
+    let psum = ctx.mems.psum.raw_mut();
     let words = &mut ctx.state.psum_mm;
     let (Some(bytes), Some(bits)) = (
-        psum.get_mut(start * PSUM_PART_BYTES..(start + m) * PSUM_PART_BYTES),
+        psum.get_mut(start * stride..(start + m) * stride),
         words.get_mut(start * WORDS_PER_PART..(start + m) * WORDS_PER_PART),
     ) else {
         return; // validated APs are in bounds
@@ -111,7 +114,7 @@ fn write_f32_rows(mode: Option<bool>, ctx: &mut Ctx, dst: &Ap, acc: &Acc) {
     let path = super::simd::path();
     par::for_each_chunk_pair_mut(
         bytes,
-        PSUM_PART_BYTES,
+        stride,
         bits,
         WORDS_PER_PART,
         2 * m * n,
@@ -220,12 +223,12 @@ fn seg_f32(out: &mut [u8], seg: &[f32], add: bool) {
 fn write_bf16_rows(mode: Option<bool>, ctx: &mut Ctx, dst: &Ap, acc: &Acc) {
     let (m, n) = (dst.parts as usize, dst.free_size());
     let mut staged = vec![0f32; m * n];
-    let psum = &ctx.mems.psum.bytes;
+    let psum = &*ctx.mems.psum;
     let words = &mut ctx.state.psum_mm;
     for r in 0..m {
         let part = dst.start as usize + r;
-        let base = part * PSUM_PART_BYTES + dst.offset as usize;
-        let Some(row) = psum.get(base..base + 2 * n) else {
+        let base = dst.offset as usize;
+        let Some(row) = psum.partition(part).get(base..base + 2 * n) else {
             continue;
         };
         let u0 = unit(part, dst.offset as usize);

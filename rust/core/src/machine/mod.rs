@@ -126,6 +126,12 @@ impl Device {
     /// accumulators, registers and the matmul first-write state start fresh each run. On error the device
     /// stays usable (memory holds whatever the run wrote before the error).
     pub fn run(&mut self, programs: &[Program], opts: &RunOptions) -> Result<RunResult> {
+        let refs: Vec<&Program> = programs.iter().collect();
+        self.run_refs(&refs, opts)
+    }
+
+    /// `run` on borrowed programs (the bindings run Python-owned programs without copying them).
+    pub fn run_refs(&mut self, programs: &[&Program], opts: &RunOptions) -> Result<RunResult> {
         // Only cores that run can observe their per-run state; the others are reset when
         // they next run (saves zeroing 8 x 128 KiB of matmul-written bits per run).
         for p in programs {

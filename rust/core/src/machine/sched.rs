@@ -93,25 +93,35 @@ impl Sem {
         }
     }
 
-    /// Earliest time the value reaches `v`, with the clock of the increments that got it there.
-    fn reach(&self, v: u32) -> Option<(u64, Vc)> {
-        let mut vc = self.settled_vc.clone();
+    /// Earliest time the value reaches `v` (`reach` without building the clock).
+    fn reach_at(&self, v: u32) -> Option<u64> {
         if self.settled >= v as u64 {
-            return Some((0, vc));
+            return Some(0);
         }
         let mut cum = self.settled;
-        for (t, d, c) in &self.pending {
+        for (t, d, _) in &self.pending {
             cum += *d as u64;
-            if vc.is_empty() {
-                vc = c.clone();
-            } else {
-                join(&mut vc, c);
-            }
             if cum >= v as u64 {
-                return Some((*t, vc));
+                return Some(*t);
             }
         }
         None
+    }
+
+    /// Join the clock of the increments that bring the value to `v` into `into`.
+    fn join_reach(&self, v: u32, into: &mut Vc) {
+        join(into, &self.settled_vc);
+        if self.settled >= v as u64 {
+            return;
+        }
+        let mut cum = self.settled;
+        for (_, d, c) in &self.pending {
+            cum += *d as u64;
+            join(into, c);
+            if cum >= v as u64 {
+                return;
+            }
+        }
     }
 
     fn value_at_end(&self) -> u64 {
@@ -133,7 +143,7 @@ fn ins_err(e: EmuError, core: u8, idx: u32, ins: &Instr) -> EmuError {
     e.at(idx as usize, format!("{} (core {core})", format_instr(ins)))
 }
 
-pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<RunResult> {
+pub fn run(dev: &mut Device, programs: &[&Program], opts: &RunOptions) -> Result<RunResult> {
     let mut progs: Vec<Option<&Program>> = vec![None; NUM_CORES];
     for p in programs {
         if p.core as usize >= NUM_CORES {
@@ -156,6 +166,11 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
     }
     let mut inter = Intercore::default();
     let n_agents = NUM_CORES * AGENTS_PER_CORE;
+    // Only the streams and queues of cores with a program can ever act: the scheduler scans
+    // those, and only they carry a vector clock.
+    let active: Vec<usize> = (0..n_agents)
+        .filter(|a| progs[a / AGENTS_PER_CORE].is_some())
+        .collect();
     let mut agents: Vec<Agent> = (0..n_agents)
         .map(|a| Agent {
             core: (a / AGENTS_PER_CORE) as u8,
@@ -164,11 +179,18 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
             pos: 0,
             fifo: VecDeque::new(),
             free: 0,
-            vc: vec![0; n_agents],
+            vc: if progs[a / AGENTS_PER_CORE].is_some() {
+                vec![0; n_agents]
+            } else {
+                Vec::new()
+            },
             epoch: 0,
             log: Vec::new(),
         })
         .collect();
+    // Vector clocks only order accesses for the race detector: without it, clocks are not
+    // copied into semaphores and transfers (empty clocks join as no-ops).
+    let races = opts.check_races;
     for p in programs {
         for (i, ins) in p.instrs.iter().enumerate() {
             agents[p.core as usize * AGENTS_PER_CORE + stream_of(ins.engine)]
@@ -190,7 +212,8 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
         // Pick the ready item with the earliest start.
         // Ties go to the higher DMA priority (lower class), then to the lower agent index.
         let mut best: Option<(u64, u8, usize)> = None;
-        for (ai, a) in agents.iter_mut().enumerate() {
+        for &ai in &active {
+            let a = &agents[ai];
             let mut prio = 0u8;
             let start = if a.is_queue() {
                 match a.fifo.front() {
@@ -210,8 +233,8 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
                 for w in &ins.waits {
                     let s = &mut sems[a.core as usize * NUM_SEMAPHORES as usize + w.sem as usize];
                     s.settle(now);
-                    match s.reach(w.value) {
-                        Some((tw, _)) => t = t.max(tw),
+                    match s.reach_at(w.value) {
+                        Some(tw) => t = t.max(tw),
                         None => {
                             ready = false;
                             break;
@@ -298,17 +321,15 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
             transfer = Some(q.plan);
             (q.idx, true)
         } else {
-            let a = &agents[ai];
+            let a = &mut agents[ai];
             let idx = a.list[a.pos];
             let ins = &prog.instrs[idx as usize];
-            let mut vc = a.vc.clone();
             for w in &ins.waits {
                 let s = &sems[core as usize * NUM_SEMAPHORES as usize + w.sem as usize];
-                if let Some((_, c)) = s.reach(w.value) {
-                    join(&mut vc, &c);
-                }
+                s.join_reach(w.value, &mut a.vc);
             }
             if intercore::is_rendezvous(ins) {
+                let mut vc = a.vc.clone();
                 match inter.complete(ai) {
                     Some(r) => {
                         join(&mut vc, &r.vc);
@@ -339,8 +360,8 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
                         continue;
                     }
                 }
+                agents[ai].vc = vc;
             }
-            agents[ai].vc = vc;
             agents[ai].pos += 1;
             (idx, false)
         };
@@ -355,7 +376,11 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
         if !is_transfer && is_dma(ins) {
             let end = start + cost.engine_ps(ins, issue);
             let q = cbase + 5 + agents[ai].stream;
-            let vc = agents[ai].vc.clone();
+            let vc = if races {
+                agents[ai].vc.clone()
+            } else {
+                Vec::new()
+            };
             let regs = Box::new(dev.cores[core as usize].regs[agents[ai].stream]);
             agents[q].fifo.push_back(QItem {
                 idx,
@@ -387,10 +412,15 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
         }
 
         // Race check against every unordered access of the other agents.
-        let regs = regions(core, ins);
-        if opts.check_races && !regs.is_empty() {
+        let regs = if races || opts.trace {
+            regions(core, ins)
+        } else {
+            Vec::new()
+        };
+        if races && !regs.is_empty() {
             let my_vc = &agents[ai].vc;
-            for (bi, b) in agents.iter().enumerate() {
+            for &bi in &active {
+                let b = &agents[bi];
                 if bi == ai {
                     continue;
                 }
@@ -436,6 +466,11 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
             .iter()
             .map(|r| r.ap.num_elements() as u64 * r.ap.dtype.size() as u64)
             .sum();
+        let wbox = if opts.trace {
+            write_box(&regs)
+        } else {
+            WriteBox::NONE
+        };
         let jump = {
             let c = &mut dev.cores[core as usize];
             let stream = agents[ai].stream;
@@ -456,6 +491,13 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
                 jump: None,
             };
             if release.is_none() {
+                if !ctx.state.psum_mm_dirty
+                    && ins
+                        .tensors()
+                        .any(|(_, _, acc, ap)| acc.writes() && ap.mem == Mem::Psum)
+                {
+                    ctx.state.psum_mm_dirty = true;
+                }
                 engines::exec(ins, &mut ctx).map_err(|e| ins_err(e, core, idx, ins))?;
             }
             ctx.jump
@@ -486,7 +528,11 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
         }
         let seen = end + sem_latency;
         for s in &ins.signals {
-            let vc = agents[ai].vc.clone();
+            let vc = if races {
+                agents[ai].vc.clone()
+            } else {
+                Vec::new()
+            };
             sems[core as usize * NUM_SEMAPHORES as usize + s.sem as usize].post(seen, s.delta, vc);
         }
         if opts.trace {
@@ -520,7 +566,7 @@ pub fn run(dev: &mut Device, programs: &[Program], opts: &RunOptions) -> Result<
                     by: -1,
                 });
             }
-            let write = write_box(core, ins);
+            let write = wbox;
             let (bytes, hbm_bytes, priority, dma_engines) = match &transfer {
                 Some(pl) => (pl.bytes, pl.hbm_bytes, pl.priority, pl.pieces.len() as u8),
                 None => (bytes, 0, 0, 0),
@@ -601,15 +647,15 @@ fn trace_waits(t: &mut crate::trace::Trace, core: u8, ins: &Instr, start: u64) {
     }
 }
 
-/// The first on-chip region `ins` writes, for the occupancy counters of the trace.
-fn write_box(core: u8, ins: &Instr) -> WriteBox {
-    for (_, _, acc, ap) in ins.tensors() {
-        if !acc.writes() || ap.mem == Mem::Hbm {
+/// The first on-chip region the instruction writes (from its `regions`, which list operands in
+/// order), for the occupancy counters of the trace.
+fn write_box(regs: &[Region]) -> WriteBox {
+    for r in regs {
+        if !r.write || r.mem == Mem::Hbm {
             continue;
         }
-        let r = Region::new(core, ap, true);
         return WriteBox {
-            mem: ap.mem as u8,
+            mem: r.mem as u8,
             p0: r.p0.min(255) as u8,
             p1: r.p1.min(255) as u8,
             lo: r.lo.clamp(0, u32::MAX as i128) as u32,

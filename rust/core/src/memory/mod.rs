@@ -3,6 +3,7 @@
 pub mod ap;
 pub mod hbm;
 pub mod onchip;
+pub mod rows;
 
 pub use ap::{Ap, DynKind, DynSrc, Dynamic};
 

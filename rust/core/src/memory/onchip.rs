@@ -1,19 +1,53 @@
 //! SBUF and PSUM of one core: `PARTITIONS` rows of `part_bytes`, partition-major.
+//!
+//! Partitions sit `stride` = `part_bytes + PAD` bytes apart in host memory: with a power-of-two
+//! stride every partition's byte k falls into the same cache set, so a column access (a [128, 1]
+//! tile) would miss L1 and L2 on every element. The padding is host layout only; use
+//! `partition(p)` (or `stride()` for absolute offsets), never `p * part_bytes`.
 
 use super::{Ap, Mem, PARTITIONS, PSUM_PART_BYTES, SBUF_PART_BYTES};
 use crate::memory::hbm::Hbm;
 
+/// Host bytes between consecutive partitions beyond `part_bytes` (one cache line).
+const PAD: usize = 64;
+
 pub struct OnChip {
     pub part_bytes: usize,
-    pub bytes: Vec<u8>,
+    stride: usize,
+    data: Vec<u8>,
 }
 
 impl OnChip {
     pub fn new(part_bytes: usize) -> Self {
+        let stride = part_bytes + PAD;
         OnChip {
             part_bytes,
-            bytes: vec![0u8; part_bytes * PARTITIONS],
+            stride,
+            data: vec![0u8; stride * PARTITIONS],
         }
+    }
+    /// Host bytes from one partition's start to the next's.
+    #[inline]
+    pub fn stride(&self) -> usize {
+        self.stride
+    }
+    /// The `part_bytes` bytes of partition `p`.
+    #[inline]
+    pub fn partition(&self, p: usize) -> &[u8] {
+        &self.data[p * self.stride..p * self.stride + self.part_bytes]
+    }
+    #[inline]
+    pub fn partition_mut(&mut self, p: usize) -> &mut [u8] {
+        &mut self.data[p * self.stride..p * self.stride + self.part_bytes]
+    }
+    /// The whole host buffer (partition p at `p * stride()`), for run lists with absolute offsets.
+    #[inline]
+    pub fn raw(&self) -> &[u8] {
+        &self.data
+    }
+    #[inline]
+    pub fn raw_mut(&mut self) -> &mut [u8] {
+        &mut self.data
     }
     pub fn sbuf() -> Self {
         Self::new(SBUF_PART_BYTES)
@@ -22,7 +56,7 @@ impl OnChip {
         Self::new(PSUM_PART_BYTES)
     }
     pub fn fill(&mut self, byte: u8) {
-        self.bytes.fill(byte);
+        self.data.fill(byte);
     }
 }
 
@@ -69,20 +103,63 @@ impl Mems<'_> {
                     }
                 }
                 m => {
-                    let mem = self.onchip(m);
-                    let base = (ap.start + r) as usize * mem.part_bytes + ap.offset as usize;
+                    let part = self.onchip(m).partition((ap.start + r) as usize);
+                    let base = ap.offset as usize;
                     if contiguous {
-                        dst.copy_from_slice(&mem.bytes[base..base + f * es]);
+                        dst.copy_from_slice(&part[base..base + f * es]);
                     } else {
                         for (i, o) in offs.iter().enumerate() {
                             let a = (base as i64 + o * es as i64) as usize;
-                            dst[i * es..(i + 1) * es].copy_from_slice(&mem.bytes[a..a + es]);
+                            dst[i * es..(i + 1) * es].copy_from_slice(&part[a..a + es]);
                         }
                     }
                 }
             }
         }
         out
+    }
+
+    /// Same-dtype copy between HBM and on-chip memory when both patterns have dense rows:
+    /// each row moves as one slice, with no staging buffer (the two memories cannot overlap).
+    /// False (nothing done) for other shapes.
+    pub fn copy_dense_hbm(&mut self, dst: &Ap, src: &Ap) -> bool {
+        let dense = |a: &Ap| a.dynamic.is_none() && a.is_row_contiguous();
+        if dst.dtype != src.dtype
+            || dst.parts != src.parts
+            || !dense(dst)
+            || !dense(src)
+            || (dst.mem == Mem::Hbm) == (src.mem == Mem::Hbm)
+        {
+            return false;
+        }
+        let n = src.free_size() * src.dtype.size();
+        if n != dst.free_size() * dst.dtype.size() {
+            return false;
+        }
+        for r in 0..src.parts {
+            if src.mem == Mem::Hbm {
+                let base = src.row_base(r) as u64;
+                let mem = match dst.mem {
+                    Mem::Sbuf => &mut *self.sbuf,
+                    _ => &mut *self.psum,
+                };
+                let o = dst.offset as usize;
+                self.hbm.read(
+                    base,
+                    &mut mem.partition_mut((dst.start + r) as usize)[o..o + n],
+                );
+            } else {
+                let base = dst.row_base(r) as u64;
+                let o = src.offset as usize;
+                let mem: &OnChip = match src.mem {
+                    Mem::Sbuf => self.sbuf,
+                    _ => self.psum,
+                };
+                let part = mem.partition((src.start + r) as usize);
+                self.hbm.write(base, &part[o..o + n]);
+            }
+        }
+        true
     }
 
     /// Write packed little-endian bytes to the elements of a (validated) AP in logical order.
@@ -116,13 +193,14 @@ impl Mems<'_> {
                         Mem::Sbuf => &mut *self.sbuf,
                         _ => &mut *self.psum,
                     };
-                    let base = (ap.start + r) as usize * mem.part_bytes + ap.offset as usize;
+                    let part = mem.partition_mut((ap.start + r) as usize);
+                    let base = ap.offset as usize;
                     if contiguous {
-                        mem.bytes[base..base + f * es].copy_from_slice(src);
+                        part[base..base + f * es].copy_from_slice(src);
                     } else {
                         for (i, o) in offs.iter().enumerate() {
                             let a = (base as i64 + o * es as i64) as usize;
-                            mem.bytes[a..a + es].copy_from_slice(&src[i * es..(i + 1) * es]);
+                            part[a..a + es].copy_from_slice(&src[i * es..(i + 1) * es]);
                         }
                     }
                 }

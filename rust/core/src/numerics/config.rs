@@ -6,7 +6,7 @@
 //! the program, never on host threads or on the order in which engines happen to execute.
 
 use super::float::Format;
-use super::{format_of, from_f32, store_raw};
+use super::{format_of, from_f32};
 use crate::isa::DType;
 
 /// Output rounding of fp32 -> narrower float casts.
@@ -164,14 +164,8 @@ impl Rounder {
 
     /// Encode fp32 values into a packed byte buffer of `dt` elements.
     pub fn encode_all(&self, dt: DType, vals: &[f32]) -> Vec<u8> {
-        if self.is_default() {
-            return super::encode_all(dt, vals);
-        }
-        let s = dt.size();
-        let mut out = vec![0u8; vals.len() * s];
-        for (i, v) in vals.iter().enumerate() {
-            store_raw(&mut out, s, i, self.from_f32(dt, *v, i as u64));
-        }
+        let mut out = vec![0u8; vals.len() * dt.size()];
+        super::bulk::encode_run(self, dt, &mut out, 0, 1, vals, 0);
         out
     }
 }

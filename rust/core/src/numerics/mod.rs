@@ -1,6 +1,7 @@
 //! Dtype conversions. Engines compute in fp32: inputs are decoded to fp32 exactly, results are
 //! encoded with round-to-nearest-even (floats) or RNE with saturation (integers).
 
+pub mod bulk;
 pub mod config;
 pub mod float;
 pub mod mx;
@@ -79,10 +80,14 @@ pub fn from_f32(dt: DType, x: f32) -> u32 {
 /// fp32 -> bf16 round-to-nearest-even (canonical quiet NaN, sign kept, as ml_dtypes).
 #[inline]
 pub fn bf16_rne(u: u32) -> u32 {
+    // Both results computed and one selected: branch-free, so slice loops vectorise.
+    let nan = ((u >> 16) & 0x8000) | 0x7FC0;
+    let r = (u.wrapping_add(0x7FFF + ((u >> 16) & 1))) >> 16;
     if u & 0x7FFF_FFFF > 0x7F80_0000 {
-        return ((u >> 16) & 0x8000) | 0x7FC0;
+        nan
+    } else {
+        r
     }
-    (u.wrapping_add(0x7FFF + ((u >> 16) & 1))) >> 16
 }
 
 /// Read element `i` (raw bits) from little-endian bytes.
@@ -117,10 +122,18 @@ pub fn convert_from_f32_slice(dt: DType, src: &[u32], dst: &mut [u32]) {
             }
         }
         DType::Float16 | DType::Float8E4m3 | DType::Float8E4m3fn | DType::Float8E5m2 => {
-            // Resolve the format once, outside the loop.
-            let f = format_of(dt).unwrap_or(float::BF16);
-            for (o, u) in dst.iter_mut().zip(src) {
-                *o = f.encode(*u);
+            // Resolve the format once, outside the loop; the bit-arithmetic RNE encoder.
+            match format_of(dt).and_then(|f| bulk::FastEnc::new(f, false)) {
+                Some(fe) => {
+                    for (o, u) in dst.iter_mut().zip(src) {
+                        *o = fe.encode(*u);
+                    }
+                }
+                None => {
+                    for (o, u) in dst.iter_mut().zip(src) {
+                        *o = from_f32(dt, f32::from_bits(*u));
+                    }
+                }
             }
         }
         _ => {
@@ -147,73 +160,27 @@ pub fn convert_to_f32_slice(dt: DType, src: &[u32], dst: &mut [f32]) {
 
 /// Decode a packed byte buffer of `dt` elements into fp32.
 pub fn decode_all(dt: DType, bytes: &[u8]) -> Vec<f32> {
-    let s = dt.size();
-    let n = bytes.len() / s;
-    match dt {
-        DType::Float32 => bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect(),
-        DType::Bfloat16 => bytes
-            .chunks_exact(2)
-            .map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16))
-            .collect(),
-        _ => (0..n).map(|i| to_f32(dt, load_raw(bytes, s, i))).collect(),
-    }
+    let mut out = vec![0f32; bytes.len() / dt.size()];
+    bulk::decode_run(dt, bytes, 0, 1, &mut out);
+    out
 }
 
 /// Encode fp32 values into a packed byte buffer of `dt` elements (RNE / saturating).
 pub fn encode_all(dt: DType, vals: &[f32]) -> Vec<u8> {
-    let s = dt.size();
-    let mut out = vec![0u8; vals.len() * s];
-    match dt {
-        DType::Float32 => {
-            for (c, v) in out.chunks_exact_mut(4).zip(vals) {
-                c.copy_from_slice(&v.to_le_bytes());
-            }
-        }
-        DType::Bfloat16 => {
-            for (c, v) in out.chunks_exact_mut(2).zip(vals) {
-                c.copy_from_slice(&(bf16_rne(v.to_bits()) as u16).to_le_bytes());
-            }
-        }
-        DType::Float16 | DType::Float8E4m3 | DType::Float8E4m3fn | DType::Float8E5m2 => {
-            let f = format_of(dt).unwrap_or(float::BF16);
-            for (i, v) in vals.iter().enumerate() {
-                store_raw(&mut out, s, i, f.encode(v.to_bits()));
-            }
-        }
-        _ => {
-            for (i, v) in vals.iter().enumerate() {
-                store_raw(&mut out, s, i, from_f32(dt, *v));
-            }
-        }
-    }
-    out
+    config::Rounder::default().encode_all(dt, vals)
 }
 
 /// Raw element bits (integers sign- or zero-extended to 32 bits) for bitwise ops.
 pub fn raw_all(dt: DType, bytes: &[u8]) -> Vec<u32> {
-    let s = dt.size();
-    (0..bytes.len() / s)
-        .map(|i| {
-            let r = load_raw(bytes, s, i);
-            match dt {
-                DType::Int8 => r as u8 as i8 as i32 as u32,
-                DType::Int16 => r as u16 as i16 as i32 as u32,
-                _ => r,
-            }
-        })
-        .collect()
+    let mut out = vec![0u32; bytes.len() / dt.size()];
+    bulk::decode_raw_run(dt, bytes, 0, 1, &mut out);
+    out
 }
 
 /// Truncate 32-bit raw values to `dt`'s width into a byte buffer.
 pub fn unraw_all(dt: DType, vals: &[u32]) -> Vec<u8> {
-    let s = dt.size();
-    let mut out = vec![0u8; vals.len() * s];
-    for (i, v) in vals.iter().enumerate() {
-        store_raw(&mut out, s, i, *v);
-    }
+    let mut out = vec![0u8; vals.len() * dt.size()];
+    bulk::encode_raw_run(dt, &mut out, 0, 1, vals);
     out
 }
 

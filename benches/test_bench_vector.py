@@ -1,0 +1,164 @@
+"""Elementwise Vector/Scalar ops, DMA copies and a whole RMSNorm kernel against this host's own
+limits, measured in the same run (issue 7). Each records in extra_info the emulated GB/s, the
+host baseline (numpy on the same data), fraction_of_host, and emulated-time / wall-time.
+
+pytest benches/test_bench_vector.py --benchmark-only
+"""
+
+from __future__ import annotations
+
+import time
+
+import ml_dtypes
+import numpy as np
+import pytest
+import trn3emu as t3
+
+BF16 = ml_dtypes.bfloat16
+P, F = 128, 4096
+
+
+def _host_median(fn, reps: int = 20) -> float:
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
+def _record(benchmark, nbytes: int, host_s: float, result) -> None:
+    emu = benchmark.stats.stats.median
+    benchmark.extra_info.update(
+        emulated_gbps=nbytes / emu / 1e9,
+        host_gbps=nbytes / host_s / 1e9,
+        fraction_of_host=host_s / emu,
+        emulated_over_wall=result.time_ns * 1e-9 / emu,
+    )
+
+
+def _loaded(dev, p, dtype, rng, n=2):
+    """n [P, F] SBUF tiles holding random data (loaded by a separate run)."""
+    vals = [rng.standard_normal((P, F)).astype(np.float32).astype(dtype) for _ in range(n)]
+    load = t3.Program()
+    tiles = []
+    for v in vals:
+        t = load.sbuf((P, F), dtype)
+        load.dma_copy(dst=t, src=dev.hbm.put(v))
+        tiles.append(p.sbuf((P, F), dtype, address=t.offset))
+    dev.run(load)
+    return tiles, vals
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("op", ["add", "multiply"])
+def test_tensor_tensor(benchmark, dtype, op):
+    """tensor_tensor on [128, 4096]: bytes moved (2 inputs + 1 output) per second vs numpy."""
+    dev, rng = t3.Device(), np.random.default_rng(0)
+    p = t3.Program(sync="manual")
+    (a, b), (x, y) = _loaded(dev, p, dtype, rng)
+    c = p.sbuf((P, F), dtype)
+    p.tensor_tensor(dst=c, data1=a, data2=b, op=op)
+    res = benchmark(dev.run, p, check_races=False, trace=False)
+    f = getattr(np, op)
+    want = f(x.astype(np.float32), y.astype(np.float32)).astype(dtype)
+    np.testing.assert_array_equal(dev.read(c).view(np.uint8), want.view(np.uint8))
+    if dtype is np.float32:
+        host = _host_median(lambda: f(x, y))
+    else:  # the same work on the host: widen, compute in fp32, round to bf16
+        host = _host_median(lambda: f(x.astype(np.float32), y.astype(np.float32)).astype(BF16))
+    _record(benchmark, 3 * x.nbytes, host, res)
+
+
+def test_tensor_scalar(benchmark):
+    """tensor_scalar (x * k + 1) fp32 with a (P, 1) operand vs numpy's two passes."""
+    dev, rng = t3.Device(), np.random.default_rng(1)
+    p = t3.Program(sync="manual")
+    (a, k), (x, kv) = _loaded(dev, p, np.float32, rng)
+    c = p.sbuf((P, F), np.float32)
+    p.tensor_scalar(dst=c, data=a, op0="multiply", operand0=k[:, 0:1], op1="add", operand1=1.0)
+    res = benchmark(dev.run, p, check_races=False, trace=False)
+    col = kv[:, 0:1]
+    np.testing.assert_array_equal(dev.read(c), x * col + np.float32(1.0))
+    host = _host_median(lambda: x * col + np.float32(1.0))
+    _record(benchmark, 2 * x.nbytes, host, res)
+
+
+def test_activation_exp(benchmark):
+    """activation exp fp32 [128, 4096] vs numpy exp (the emulator evaluates in f64, rounds once)."""
+    dev, rng = t3.Device(), np.random.default_rng(2)
+    p = t3.Program(sync="manual")
+    (a,), (x,) = _loaded(dev, p, np.float32, rng, 1)
+    c = p.sbuf((P, F), np.float32)
+    p.activation(dst=c, op="exp", data=a)
+    res = benchmark(dev.run, p, check_races=False, trace=False)
+    np.testing.assert_array_equal(dev.read(c), np.exp(x.astype(np.float64)).astype(np.float32))
+    host = _host_median(lambda: np.exp(x))
+    _record(benchmark, 2 * x.nbytes, host, res)
+
+
+def test_dma_copy_roundtrip(benchmark):
+    """HBM -> SBUF -> HBM of a [128, 16384] fp32 tensor (8 MiB each way) vs np.copyto twice."""
+    n = 16384
+    dev = t3.Device()
+    x = np.random.default_rng(3).standard_normal((P, n)).astype(np.float32)
+    src, dst = dev.hbm.put(x), dev.hbm.alloc((P, n), np.float32)
+    p = t3.Program(sync="manual")
+    t = p.sbuf((P, n), np.float32)
+    s = p.semaphore()
+    p.dma_copy(dst=t, src=src, engine="sync", signal=s)
+    p.dma_copy(dst=dst, src=t, engine="sync", wait=(s, 1))
+    res = benchmark(dev.run, p, check_races=False, trace=False)
+    np.testing.assert_array_equal(dev.hbm.get(dst), x)
+    tmp, out = np.empty_like(x), np.empty_like(x)
+    host = _host_median(lambda: (np.copyto(tmp, x), np.copyto(out, tmp)))
+    _record(benchmark, 2 * x.nbytes, host, res)
+
+
+def _rmsnorm_program(dev, x, g, eps):
+    """RMSNorm over rows of x [N, D] with weight g [D]: 128-row tiles through SBUF."""
+    n, d = x.shape
+    xh, gh = dev.hbm.put(x), dev.hbm.put(np.broadcast_to(g, (P, d)).copy())
+    out = dev.hbm.alloc((n, d), np.float32)
+    p = t3.Program()
+    gt = p.sbuf((P, d), np.float32)
+    p.dma_copy(dst=gt, src=gh)
+    xt, sq, yt = (p.sbuf((P, d), np.float32) for _ in range(3))
+    ss, rs = p.sbuf((P, 1), np.float32), p.sbuf((P, 1), np.float32)
+    for i in range(n // P):
+        p.dma_copy(dst=xt, src=xh[i * P : (i + 1) * P, :])
+        p.activation_reduce(dst=sq, op="square", data=xt, reduce_op="add", reduce_res=ss)
+        p.tensor_scalar(dst=rs, data=ss, op0="multiply", operand0=1.0 / d, op1="add", operand1=eps)
+        p.activation(dst=rs, op="rsqrt", data=rs)
+        p.tensor_scalar(dst=yt, data=xt, op0="multiply", operand0=rs)
+        p.tensor_tensor(dst=yt, data1=yt, data2=gt, op="multiply")
+        p.dma_copy(dst=out[i * P : (i + 1) * P, :], src=yt)
+    # Synchronise once; the benchmark then runs the synced program as it is.
+    return t3.Program._wrap(p.native(), "manual"), out
+
+
+def test_rmsnorm_kernel(benchmark):
+    """Whole-kernel RMSNorm 4096 x 4096 fp32 (DMA in, square-sum, rsqrt, scale, DMA out),
+    checked against numpy; host baseline = the same numpy RMSNorm."""
+    n = d = 4096
+    eps = 1e-6
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    g = rng.uniform(0.5, 1.5, d).astype(np.float32)
+    dev = t3.Device()
+    prog, out = _rmsnorm_program(dev, x, g, eps)
+    res = benchmark.pedantic(dev.run, args=(prog,), kwargs=dict(check_races=False, trace=False), rounds=3)
+
+    def host():
+        return x / np.sqrt(np.mean(x * x, axis=1, keepdims=True) + np.float32(eps)) * g
+
+    np.testing.assert_allclose(dev.hbm.get(out), host(), rtol=2e-5, atol=1e-6)
+    host_s = _host_median(host, reps=3)
+    emu = benchmark.stats.stats.median
+    benchmark.extra_info.update(
+        emulated_gbps=2 * x.nbytes / emu / 1e9,
+        host_gbps=2 * x.nbytes / host_s / 1e9,
+        fraction_of_host=host_s / emu,
+        emulated_over_wall=res.time_ns * 1e-9 / emu,
+        instructions=len(prog),
+    )

@@ -70,14 +70,28 @@ def _internal(filename: str) -> bool:
     return v
 
 
+_LOC: dict[tuple[str, int], str] = {}
+
+
 def source_line() -> str:
     """file:line of the innermost caller outside the trn3emu package (the kernel's source line)."""
     f = sys._getframe(1)
-    while f is not None and _internal(f.f_code.co_filename):
+    known = _INTERNAL
+    while f is not None:
+        fname = f.f_code.co_filename
+        inside = known.get(fname)
+        if inside is None:
+            inside = _internal(fname)
+        if not inside:
+            break
         f = f.f_back
     if f is None:
         return "?"
-    return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"
+    key = (fname, f.f_lineno)
+    loc = _LOC.get(key)
+    if loc is None:
+        loc = _LOC[key] = f"{os.path.basename(fname)}:{key[1]}"
+    return loc
 
 
 # ------------------------------------------------------------------------------------- dtypes
@@ -349,6 +363,7 @@ def unwrap(v: Any) -> Any:
 
 # -------------------------------------------------------------------------------------- trace
 _LABEL = re.compile(r"[^A-Za-z0-9_.:/+\-\[\]]")
+_LABELS: dict = {}  # (source line, name) -> instruction label
 
 
 class KernelProgram(Program):
@@ -356,7 +371,10 @@ class KernelProgram(Program):
 
     def _emit(self, opcode, engine, name, wait, signal, args):
         loc = source_line()
-        label = _LABEL.sub("_", loc if name is None else f"{name}/{loc}")[-255:]
+        key = (loc, None if name is None else str(name))
+        label = _LABELS.get(key)
+        if label is None:
+            label = _LABELS[key] = _LABEL.sub("_", loc if name is None else f"{name}/{loc}")[-255:]
         try:
             return super()._emit(opcode, engine, label, wait, signal, args)
         except EmuError as e:

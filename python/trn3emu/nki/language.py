@@ -804,10 +804,15 @@ def _checked(f):
     @functools.wraps(f)
     def g(*args, **kwargs):
         try:
-            sig.bind(*args, **kwargs)
-        except TypeError as e:
-            raise not_supported(f"nl.{f.__name__} call form ({e})") from None
-        return f(*args, **kwargs)
+            return f(*args, **kwargs)
+        except TypeError:
+            # Python binds the arguments before running the body, so a bad call form fails with
+            # nothing done; binding only here keeps inspect off the hot path.
+            try:
+                sig.bind(*args, **kwargs)
+            except TypeError as e:
+                raise not_supported(f"nl.{f.__name__} call form ({e})") from None
+            raise
 
     return g
 

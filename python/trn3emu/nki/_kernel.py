@@ -10,9 +10,11 @@ constants, never tensor values.
 
 from __future__ import annotations
 
+import enum
 import os
 import re
 import sys
+import types
 import warnings
 import weakref
 from typing import Any
@@ -482,21 +484,177 @@ def resolve_target(target: str | None) -> str:
 
 
 # ------------------------------------------------------------------------------------ launches
+class _HbmRecorder:
+    """Stands in for the native device under `Device.hbm` while a kernel traces, recording the
+    HBM writes tracing makes (`nl.full` in HBM, `nl.shared_constant`) so a cached launch can
+    replay them on the next call's fresh device."""
+
+    def __init__(self, native) -> None:
+        self._native = native
+        self.writes: list[tuple[int, np.ndarray]] = []
+
+    def hbm_write(self, addr, data) -> None:
+        self._native.hbm_write(addr, data)
+        self.writes.append((int(addr), np.array(data, copy=True)))
+
+    def __getattr__(self, name: str):
+        return getattr(self._native, name)
+
+
+class _Synced:
+    """A traced program with its automatic semaphores resolved once (what `Device.run` runs)."""
+
+    __slots__ = ("_synced",)
+
+    def __init__(self, program: Program) -> None:
+        self._synced = program.native()
+
+    def native(self):
+        return self._synced
+
+
+class _Traced:
+    """What one trace of a kernel leaves for reuse, like a compiled NEFF: the programs (already
+    synchronised), where each input array lives in HBM, the HBM writes made while tracing, the
+    returned structure (HBM tensors to read back) and the `device_print` snapshots."""
+
+    def __init__(self, contexts, inputs, preload, result, hbm_ranges) -> None:
+        self.programs = [c.program for c in contexts]
+        #: (address, bytes) of every HBM tensor of the launch: what to zero before reusing a device
+        self.hbm_ranges: set[tuple[int, int]] = hbm_ranges
+        self.input_ranges = {(t.offset, t.nbytes) for t in inputs}
+        # The only device state that outlives a run besides memory is the RNG (and the run
+        # count that seeds stochastic rounding): launches that use it get a fresh device.
+        self.reusable = not any(_RNG_OPS.search(p.to_text()) for p in self.programs)
+        self.groups = [
+            [_Synced(p) for p in self.programs[lo : lo + Device.NUM_CORES]]
+            for lo in range(0, len(self.programs), Device.NUM_CORES)
+        ]
+        self.inputs: list[Tensor] = inputs
+        self.preload: list[tuple[int, np.ndarray]] = preload
+        self.result = result
+        self.prints = [(c.pid, prefix, t) for c in contexts for prefix, t in c.prints]
+
+
+_RNG_OPS = re.compile(r"^(rng|rand2|dropout|set_rng_seed|rand_set_state|rand_get_state)[.\s]", re.M)
+#: Environment variables read when a Device is made (its numerics configuration).
+_DEVICE_ENV = ("NEURON_RT_STOCHASTIC_ROUNDING_EN", "NEURON_RT_STOCHASTIC_ROUNDING_SEED")
+
+
+class _Spare:
+    """The device of a kernel's last cached launch, kept to run the next one: making a Device
+    zero-fills 8 cores of SBUF/PSUM (slow when the pages are fresh); resetting a used one costs
+    one memset of on-chip memory plus zeroing the HBM tensors the last launch used."""
+
+    def __init__(self, device: Device, env: tuple, dirty: set) -> None:
+        self.device, self.env, self.dirty = device, env, dirty
+
+
+class _Uncacheable(Exception):
+    """An argument whose value the cache cannot key on (the launch is traced every call)."""
+
+
+_FUNCS = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, np.ufunc, type, np.dtype)
+
+
+def _arg_key(a, in_list: bool = False):
+    """Cache key of one kernel argument: arrays by shape and dtype (values and strides are not
+    seen while tracing), other values by type and value (they steer tracing)."""
+    if isinstance(a, np.ndarray):
+        if in_list:
+            raise _Uncacheable
+        return ("array", a.shape, a.dtype)
+    if isinstance(a, np.generic):
+        a = a.item()
+    if a is None or isinstance(a, (bool, int, str, bytes)):
+        return (type(a), a)
+    if isinstance(a, (float, complex)):
+        return (type(a), repr(a))  # -0.0 and nan keyed apart / by spelling
+    if isinstance(a, tuple):
+        return ("tuple", tuple(_arg_key(x, in_list) for x in a))
+    if isinstance(a, list):
+        return ("list", tuple(_arg_key(x, True) for x in a))
+    if isinstance(a, enum.Enum):
+        return (type(a), a.name)
+    if isinstance(a, _FUNCS):
+        return ("object", a)  # held by the key: identity cannot be reused while cached
+    raise _Uncacheable
+
+
+#: Environment variables that change what tracing produces.
+_TRACE_ENV = ("NEURON_PLATFORM_TARGET_OVERRIDE",)
+CACHE_SIZE = 16
+
+
 class _Run:
     """One launch of a kernel over a grid, on a fresh Device."""
 
     def __init__(self, kernel: Kernel, grid: tuple) -> None:
         self.kernel, self.grid = kernel, grid
-        self.device = Device()
+        self.device: Device
         self.shared: list[Tensor] = []
         self.contexts: list[TraceContext] = []
+
+    def _key(self, args, kwargs):
+        """The launch's cache key, or None when caching is off or an argument is not keyable."""
+        if not self.kernel.options.get("cache", True) or os.environ.get("TRN3EMU_NKI_CACHE", "1") == "0":
+            return None
+        try:
+            return (
+                self.grid,
+                tuple(_arg_key(a) for a in args),
+                tuple((k, _arg_key(v)) for k, v in kwargs.items()),
+                tuple(os.environ.get(v) for v in _TRACE_ENV),
+            )
+        except (_Uncacheable, TypeError):
+            return None
 
     def __call__(self, args, kwargs):
         from .. import testing
 
         fill = self.kernel.options.get("fill", testing.default_fill())
-        if fill is not None:
-            self.device.fill_onchip(fill)
+        key = self._key(args, kwargs)
+        cache = self.kernel._cache
+        traced = cache.get(key) if key is not None else None
+        if traced is None:
+            self.device = Device()
+            if fill is not None:
+                self.device.fill_onchip(fill)
+            arrays, traced = self._trace(args, kwargs)
+            if key is not None:
+                cache[key] = traced
+                while len(cache) > CACHE_SIZE:
+                    cache.pop(next(iter(cache)))
+        else:
+            cache[key] = cache.pop(key)  # most recently used last
+            self.device = self._device_for(traced, fill)
+            arrays = list(zip(_input_arrays(args, kwargs), traced.inputs))
+            for a, t in arrays:
+                self.device.hbm.write(t, a if a.ndim else a.reshape(1))
+            for addr, data in traced.preload:
+                self.device.hbm._native.hbm_write(addr, data)
+        out = self._run(traced, arrays)
+        if key is not None and traced.reusable and self.device.numerics["rounding"] != "stochastic":
+            self.kernel._spare = _Spare(self.device, _device_env(), traced.hbm_ranges)
+        return out
+
+    def _device_for(self, traced: _Traced, fill):
+        """A device in the state a fresh one has (on-chip bytes = fill, HBM zero), reusing the
+        kernel's spare device when the launch allows it."""
+        spare, self.kernel._spare = self.kernel._spare, None
+        if not traced.reusable or spare is None or spare.env != _device_env():
+            dev = Device()
+            if fill is not None:
+                dev.fill_onchip(fill)
+            return dev
+        dev = spare.device
+        dev.fill_onchip(0 if fill is None else fill)
+        for addr, n in spare.dirty - traced.input_ranges:
+            dev.hbm._native.hbm_write(addr, np.zeros(n, np.uint8))
+        return dev
+
+    def _trace(self, args, kwargs):
+        """Trace every program of the grid into `_Traced` (inputs placed in this run's HBM)."""
         arrays: list[tuple[np.ndarray, Tensor]] = []
 
         def conv(a):
@@ -514,38 +672,51 @@ class _Run:
 
         wargs = [conv(a) for a in args]
         wkw = {k: conv(v) for k, v in kwargs.items()}
+        hbm = self.device.hbm
+        recorder = hbm._native = _HbmRecorder(hbm._native)
+        ranges = {(t.offset, t.nbytes) for _, t in arrays}
+        alloc = hbm.alloc
+
+        def recording_alloc(*a, **k):
+            t = alloc(*a, **k)
+            ranges.add((t.offset, t.nbytes))
+            return t
+
+        hbm.alloc = recording_alloc
         n = int(np.prod(self.grid))
         results = []
-        for pid in range(n):
-            ctx = TraceContext(self, pid)
-            self.contexts.append(ctx)
-            _STACK.append(ctx)
-            try:
-                results.append(self.kernel.fn(*wargs, **wkw))
-            finally:
-                _STACK.pop()
-        runs = []
-        for lo in range(0, n, Device.NUM_CORES):
-            group = [c.program for c in self.contexts[lo : lo + Device.NUM_CORES]]
-            runs.append(self.device.run(group, check_races=True, trace=self.kernel.options.get("trace", True)))
+        try:
+            for pid in range(n):
+                ctx = TraceContext(self, pid)
+                self.contexts.append(ctx)
+                _STACK.append(ctx)
+                try:
+                    results.append(self.kernel.fn(*wargs, **wkw))
+                finally:
+                    _STACK.pop()
+        finally:
+            hbm._native = recorder._native
+            del hbm.alloc
+        _check_result(results[0])
+        return arrays, _Traced(self.contexts, [t for _, t in arrays], recorder.writes, results[0], ranges)
+
+    def _run(self, traced: _Traced, arrays):
+        dev = self.device
+        trace = self.kernel.options.get("trace", True)
+        runs = [dev.run(group, check_races=True, trace=trace) for group in traced.groups]
         self.kernel.last_result = runs[-1] if len(runs) == 1 else runs
-        self.kernel.last_programs = [c.program for c in self.contexts]
-        for ctx in self.contexts:
-            for prefix, t in ctx.prints:
-                print(f"{prefix} (program {ctx.pid}):\n{self.device.hbm.get(t.tensor)}")
+        self.kernel.last_programs = traced.programs
+        for pid, prefix, t in traced.prints:
+            print(f"{prefix} (program {pid}):\n{dev.hbm.get(t.tensor)}")
         for a, t in arrays:
             if a.flags.writeable and a.ndim:
-                new = self.device.hbm.get(t)
+                new = dev.hbm.get(t)
                 if new.tobytes() != np.ascontiguousarray(a).tobytes():
                     a[...] = new
-        return self._out(results[0])
+        return self._out(traced.result)
 
     def _out(self, r):
         if isinstance(r, NkiTensor):
-            if r.buffer not in HBM_BUFFERS:
-                raise MemorySpaceError(
-                    f"a kernel returns HBM tensors (nl.shared_hbm); it returned a {r.buffer} tile {r.shape}"
-                )
             return self.device.hbm.get(r.tensor)
         if isinstance(r, tuple):
             return tuple(self._out(x) for x in r)
@@ -556,8 +727,50 @@ class _Run:
         return r
 
 
+def _device_env() -> tuple:
+    return tuple(os.environ.get(v) for v in _DEVICE_ENV)
+
+
+def _check_result(r) -> None:
+    """A kernel returns HBM tensors (possibly nested in tuples / lists / dicts)."""
+    if isinstance(r, NkiTensor):
+        if r.buffer not in HBM_BUFFERS:
+            raise MemorySpaceError(
+                f"a kernel returns HBM tensors (nl.shared_hbm); it returned a {r.buffer} tile {r.shape}"
+            )
+    elif isinstance(r, (tuple, list)):
+        for x in r:
+            _check_result(x)
+    elif isinstance(r, dict):
+        for x in r.values():
+            _check_result(x)
+
+
+def _input_arrays(args, kwargs) -> list:
+    """The numpy arrays of a launch's arguments, in the order tracing placed them in HBM."""
+    out: list = []
+
+    def walk(a):
+        if isinstance(a, np.ndarray):
+            out.append(a)
+        elif isinstance(a, tuple):
+            for x in a:
+                walk(x)
+
+    for a in args:
+        walk(a)
+    for v in kwargs.values():
+        walk(v)
+    return out
+
+
 class Kernel:
-    """A traced NKI kernel: `kernel(*arrays)` or `kernel[grid](*arrays)` runs it on trn3emu."""
+    """A traced NKI kernel: `kernel(*arrays)` or `kernel[grid](*arrays)` runs it on trn3emu.
+
+    Like a jit that caches compiled NEFFs, each traced launch is kept per call signature (grid,
+    array shapes and dtypes, values of the other arguments, target): a repeated call only loads
+    the inputs into a fresh device, runs and reads the outputs. `nki.jit(cache=False)` or
+    TRN3EMU_NKI_CACHE=0 traces every call."""
 
     def __init__(self, fn, **options) -> None:
         self.fn = fn
@@ -567,7 +780,15 @@ class Kernel:
         self.__name__ = getattr(fn, "__name__", "kernel")
         self.__doc__ = getattr(fn, "__doc__", None)
         self.__wrapped__ = fn
+        #: traced launches by call signature (`_Run._key`), least recently used first
+        self._cache: dict = {}
+        self._spare: _Spare | None = None
         resolve_target(options.get("platform_target"))
+
+    def cache_clear(self) -> None:
+        """Forget every traced launch (and the kept device): the next call traces again."""
+        self._cache.clear()
+        self._spare = None
 
     def __getitem__(self, grid) -> _Launcher:
         grid = tuple(int(g) for g in (grid if isinstance(grid, tuple) else (grid,)))

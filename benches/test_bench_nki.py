@@ -144,3 +144,25 @@ def test_nki_rmsnorm_4096(benchmark):
         fraction_of_host=host_s / emu,
         load_avg_1min=_load_avg(),
     )
+
+
+def test_nki_tracing_per_instruction(benchmark, monkeypatch):
+    """The front end alone: tracing + assembling the flash-attention kernel (seq 4096) with the
+    trace cache off and Device.run stubbed out; extra_info has microseconds per instruction."""
+    import trn3emu.device
+
+    class _NoRun:
+        time_ns = 0.0
+
+    monkeypatch.setattr(trn3emu.device.Device, "run", lambda self, *a, **k: _NoRun())
+    fa = nki_flash_attention
+    q_t, k_t, v, scale = fa.make_inputs()
+    kern = nki.jit(fa.flash_attention_causal.fn, cache=False)
+    benchmark.pedantic(kern, args=(q_t, k_t, v, scale), rounds=5, iterations=1, warmup_rounds=1)
+    n_instr = sum(len(p) for p in kern.last_programs)
+    benchmark.extra_info.update(
+        instructions=n_instr,
+        us_per_instruction=benchmark.stats.stats.median / n_instr * 1e6,
+        instructions_per_s=n_instr / benchmark.stats.stats.median,
+        load_avg_1min=_load_avg(),
+    )

@@ -205,3 +205,18 @@ def test_grids_are_part_of_the_key():
         r1 = per_program[1](x[:128])
         np.testing.assert_array_equal(r1, x[:128])
     assert len(per_program._cache) == 2
+
+
+@nki.jit
+def alias_of_input(a):
+    """An HBM output placed at address 0, where a new device puts the first input (aliasing)."""
+    return nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm, address=0)
+
+
+def test_hbm_placement_is_the_same_on_a_reused_device():
+    a = np.arange(64, dtype=np.float32).reshape(8, 8)
+    np.testing.assert_array_equal(alias_of_input(a), a)
+    first_row(np.ones((64, 16), np.float32))  # leaves its device as the spare
+    alias_of_input.cache_clear()
+    np.testing.assert_array_equal(alias_of_input(a), a)  # traced on the reused device
+    np.testing.assert_array_equal(alias_of_input(a + 1), a + 1)  # cached

@@ -542,12 +542,17 @@ _DEVICE_ENV = ("NEURON_RT_STOCHASTIC_ROUNDING_EN", "NEURON_RT_STOCHASTIC_ROUNDIN
 
 
 class _Spare:
-    """The device of a kernel's last cached launch, kept to run the next one: making a Device
+    """The device of the last launch, kept to run the next one (of any kernel): making a Device
     zero-fills 8 cores of SBUF/PSUM (slow when the pages are fresh); resetting a used one costs
-    one memset of on-chip memory plus zeroing the HBM tensors the last launch used."""
+    one memset of on-chip memory plus zeroing the HBM tensors the last launch used. Only devices
+    whose RNG never ran and that round by RNE are kept, so a spare is as good as a new one."""
 
     def __init__(self, device: Device, env: tuple, dirty: set) -> None:
         self.device, self.env, self.dirty = device, env, dirty
+
+
+#: At most one spare device for the whole process (each holds ~272 MiB of on-chip memory).
+_SPARE: list[_Spare] = []
 
 
 class _Uncacheable(Exception):
@@ -617,9 +622,7 @@ class _Run:
         cache = self.kernel._cache
         traced = cache.get(key) if key is not None else None
         if traced is None:
-            self.device = Device()
-            if fill is not None:
-                self.device.fill_onchip(fill)
+            self.device = self._fresh_device(fill, set())
             arrays, traced = self._trace(args, kwargs)
             if key is not None:
                 cache[key] = traced
@@ -627,30 +630,31 @@ class _Run:
                     cache.pop(next(iter(cache)))
         else:
             cache[key] = cache.pop(key)  # most recently used last
-            self.device = self._device_for(traced, fill)
+            self.device = self._fresh_device(fill, traced.input_ranges)
             arrays = list(zip(_input_arrays(args, kwargs), traced.inputs))
             for a, t in arrays:
                 self.device.hbm.write(t, a if a.ndim else a.reshape(1))
             for addr, data in traced.preload:
                 self.device.hbm._native.hbm_write(addr, data)
         out = self._run(traced, arrays)
-        if key is not None and traced.reusable and self.device.numerics["rounding"] != "stochastic":
-            self.kernel._spare = _Spare(self.device, _device_env(), traced.hbm_ranges)
+        if traced.reusable and self.device.numerics["rounding"] != "stochastic":
+            _SPARE[:] = [_Spare(self.device, _device_env(), traced.hbm_ranges)]
         return out
 
-    def _device_for(self, traced: _Traced, fill):
-        """A device in the state a fresh one has (on-chip bytes = fill, HBM zero), reusing the
-        kernel's spare device when the launch allows it."""
-        spare, self.kernel._spare = self.kernel._spare, None
-        if not traced.reusable or spare is None or spare.env != _device_env():
+    def _fresh_device(self, fill, rewritten: set) -> Device:
+        """A device in the state a new one has (on-chip bytes = fill, HBM zero, RNG at power-on):
+        the spare device reset, or a new one. `rewritten`: HBM ranges the caller overwrites anyway."""
+        spare = _SPARE.pop() if _SPARE else None
+        if spare is None or spare.env != _device_env():
             dev = Device()
             if fill is not None:
                 dev.fill_onchip(fill)
             return dev
         dev = spare.device
         dev.fill_onchip(0 if fill is None else fill)
-        for addr, n in spare.dirty - traced.input_ranges:
+        for addr, n in spare.dirty - rewritten:
             dev.hbm._native.hbm_write(addr, np.zeros(n, np.uint8))
+        dev.hbm._next = 0  # HBM placement as on a new device
         return dev
 
     def _trace(self, args, kwargs):
@@ -782,13 +786,11 @@ class Kernel:
         self.__wrapped__ = fn
         #: traced launches by call signature (`_Run._key`), least recently used first
         self._cache: dict = {}
-        self._spare: _Spare | None = None
         resolve_target(options.get("platform_target"))
 
     def cache_clear(self) -> None:
-        """Forget every traced launch (and the kept device): the next call traces again."""
+        """Forget every traced launch: the next call traces again."""
         self._cache.clear()
-        self._spare = None
 
     def __getitem__(self, grid) -> _Launcher:
         grid = tuple(int(g) for g in (grid if isinstance(grid, tuple) else (grid,)))

@@ -371,7 +371,13 @@ _LABELS: dict = {}  # (source line, name) -> instruction label
 class KernelProgram(Program):
     """A Program whose instructions are named after the kernel source line that issued them."""
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        #: opcodes appended so far (the trace cache asks whether the RNG is used)
+        self.opcodes: set[str] = set()
+
     def _emit(self, opcode, engine, name, wait, signal, args):
+        self.opcodes.add(opcode)
         loc = source_line()
         key = (loc, None if name is None else str(name))
         label = _LABELS.get(key)
@@ -525,7 +531,7 @@ class _Traced:
         self.input_ranges = {(t.offset, t.nbytes) for t in inputs}
         # The only device state that outlives a run besides memory is the RNG (and the run
         # count that seeds stochastic rounding): launches that use it get a fresh device.
-        self.reusable = not any(_RNG_OPS.search(p.to_text()) for p in self.programs)
+        self.reusable = not any(getattr(p, "opcodes", set()) & _RNG_OPS for p in self.programs)
         self.groups = [
             [_Synced(p) for p in self.programs[lo : lo + Device.NUM_CORES]]
             for lo in range(0, len(self.programs), Device.NUM_CORES)
@@ -536,7 +542,7 @@ class _Traced:
         self.prints = [(c.pid, prefix, t) for c in contexts for prefix, t in c.prints]
 
 
-_RNG_OPS = re.compile(r"^(rng|rand2|dropout|set_rng_seed|rand_set_state|rand_get_state)[.\s]", re.M)
+_RNG_OPS = frozenset(("rng", "rand2", "dropout", "set_rng_seed", "rand_set_state", "rand_get_state"))
 #: Environment variables read when a Device is made (its numerics configuration).
 _DEVICE_ENV = ("NEURON_RT_STOCHASTIC_ROUNDING_EN", "NEURON_RT_STOCHASTIC_ROUNDING_SEED")
 

@@ -150,7 +150,7 @@ def _make(opname: str):
     names = [p.name for p in params if p.kind is not inspect.Parameter.KEYWORD_ONLY]
     npos = len(names)
     allowed = frozenset(p.name for p in params)
-    required = [p.name for p in params if p.default is inspect.Parameter.empty]
+    required = frozenset(p.name for p in params if p.default is inspect.Parameter.empty)
     spec = {p[0]: (p[1], p[2]) for p in INSTRUCTIONS[opname][2]}
     # Per-operand converters, chosen once: the hot path below replaces inspect.Signature.bind
     # (the binding is checked with plain dict/tuple operations; bind only builds the message).
@@ -172,32 +172,32 @@ def _make(opname: str):
             "NKI 0.6 passes a preallocated dst first; legacy value-returning calls are not supported",
         )
 
+    dst_first = names[0] == "dst"
+    legacy_dtype = opname == "tensor_copy"
+
     def fn(*args, **kwargs):
-        if "mask" in kwargs:
-            raise not_supported(f"nki.isa.{opname}(mask=...)", "legacy masks; slice the operands instead")
-        if args and not isinstance(args[0], NkiTensor) and "dst" not in kwargs and names[0] == "dst":
+        if kwargs:
+            if "mask" in kwargs:
+                raise not_supported(f"nki.isa.{opname}(mask=...)", "legacy masks; slice the operands instead")
+            if legacy_dtype:
+                kwargs.pop("dtype", None)  # legacy cast argument: the cast is dst's dtype
+        if dst_first and args and "dst" not in kwargs and not isinstance(args[0], NkiTensor):
             raise not_supported(
                 f"nki.isa.{opname} without dst", "legacy value-returning form; pass a preallocated dst first"
             )
-        if opname == "tensor_copy":
-            kwargs.pop("dtype", None)  # legacy cast argument: the cast is dst's dtype
         if len(args) > npos:
             raise bad_form(args, kwargs)
         call = dict(zip(names, args))
-        for k, v in kwargs.items():
-            if k in call or k not in allowed:
-                raise bad_form(args, kwargs)
-            call[k] = v
-        for k in required:
-            if k not in call:
-                raise bad_form(args, kwargs)
+        n = len(call) + len(kwargs)
+        call.update(kwargs)
+        if len(call) != n or not allowed.issuperset(call) or not required.issubset(call):
+            raise bad_form(args, kwargs)  # an argument given twice, unknown or missing
         for k, v in call.items():
             c = convs.get(k)
             if c is not None:
                 call[k] = c(v)
         ctx = current()
-        idx = getattr(ctx.program, opname)(**call)
-        return Instruction(ctx, idx, opname)
+        return Instruction(ctx, getattr(ctx.program, opname)(**call), opname)
 
     fn.__name__ = opname
     fn.__qualname__ = opname

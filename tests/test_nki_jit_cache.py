@@ -220,3 +220,14 @@ def test_hbm_placement_is_the_same_on_a_reused_device():
     alias_of_input.cache_clear()
     np.testing.assert_array_equal(alias_of_input(a), a)  # traced on the reused device
     np.testing.assert_array_equal(alias_of_input(a + 1), a + 1)  # cached
+
+
+def test_simulate_of_a_plain_function_reuses_its_trace():
+    def plain(x):
+        TRACES.append("plain")
+        return axpb.fn(x, 1.0)
+
+    x = np.ones((128, 4), np.float32)
+    for k in range(3):
+        np.testing.assert_array_equal(nki.simulate(plain)(x * k), np.full((128, 4), k + 1.0, np.float32))
+    assert TRACES.count("plain") == 1

@@ -829,10 +829,22 @@ def jit(fn=None, **options):
     return Kernel(fn, **options)
 
 
+#: `nki.simulate(plain_function)` gives the same Kernel (and so the same trace cache) every time.
+_SIMULATED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def simulate(kernel, **options):
     """`nki.simulate(kernel)(*arrays)` (also `nki.simulate(kernel[2])`): run on trn3emu."""
     if isinstance(kernel, _Launcher):
         return kernel
     if not isinstance(kernel, Kernel):
-        kernel = Kernel(kernel, **options)
+        if options:
+            return Kernel(kernel, **options)
+        try:
+            k = _SIMULATED.get(kernel)
+            if k is None:
+                k = _SIMULATED[kernel] = Kernel(kernel)
+            return k
+        except TypeError:  # not weak-referenceable
+            return Kernel(kernel)
     return kernel

@@ -598,7 +598,7 @@ CACHE_SIZE = 16
 
 
 class _Run:
-    """One launch of a kernel over a grid, on a fresh Device."""
+    """One launch of a kernel over a grid, on a device in the state of a new one."""
 
     def __init__(self, kernel: Kernel, grid: tuple) -> None:
         self.kernel, self.grid = kernel, grid
@@ -611,14 +611,16 @@ class _Run:
         if not self.kernel.options.get("cache", True) or os.environ.get("TRN3EMU_NKI_CACHE", "1") == "0":
             return None
         try:
-            return (
+            key = (
                 self.grid,
                 tuple(_arg_key(a) for a in args),
                 tuple((k, _arg_key(v)) for k, v in kwargs.items()),
                 tuple(os.environ.get(v) for v in _TRACE_ENV),
             )
+            hash(key)
         except (_Uncacheable, TypeError):
             return None
+        return key
 
     def __call__(self, args, kwargs):
         from .. import testing

@@ -80,14 +80,21 @@ def test_nki_tiled_matmul_end_to_end(benchmark):
         instructions_per_s=n_instr / emu,
         emulated_gflops=2 * 512 * 1024 * 2048 / emu / 1e9,
     )
-    want = lhs_t.astype(np.float32).T @ rhs.astype(np.float32)
+    a32, b32 = lhs_t.astype(np.float32), rhs.astype(np.float32)
+    want = a32.T @ b32
     np.testing.assert_allclose(out.astype(np.float32), want, rtol=1e-2, atol=1e-1)
+    with _blas_threads(1):
+        host = _median(lambda: a32.T @ b32, 10)
+    benchmark.extra_info.update(host_sgemm_gflops=2 * 512 * 1024 * 2048 / host / 1e9, fraction_of_host=host / emu)
 
 
 def test_nki_flash_attention_vs_numpy_eager(benchmark):
     """Causal flash attention, seq 4096, d 128 (examples/nki_flash_attention.py): the emulator's
     warm call (traced once, cached) and first call against the same kernel run eagerly in numpy
-    (benches/numpy_eager_nki.py), both checked against the float64 numpy reference."""
+    (benches/numpy_eager_nki.py), both checked against the float64 numpy reference.
+
+    `speedup_vs_eager_bound` = eager time / time of the kernel's matmuls alone in numpy sgemm:
+    the most any emulator that performs those matmuls at sgemm speed could reach."""
     fa = nki_flash_attention
     q_t, k_t, v, scale = fa.make_inputs()
     ref = fa.reference(q_t, k_t, v, scale).astype(np.float32)
@@ -104,12 +111,34 @@ def test_nki_flash_attention_vs_numpy_eager(benchmark):
         eager_1t = _median(lambda: eager(q_t, k_t, v, scale), 5)
     eager_default = _median(lambda: eager(q_t, k_t, v, scale), 5)
 
+    # The kernel's matmuls alone in numpy fp32 (QK^T blocks and P V chunks): a floor for any
+    # emulator that computes them at sgemm speed.
+    d, seq = q_t.shape
+    blocks = sum((q0 + 127) // 512 + 1 for q0 in range(0, seq, 128))
+    qk_a, qk_b = np.ones((d, 128), np.float32), np.ones((d, 512), np.float32)
+    pv_a, pv_b = np.ones((128, 128), np.float32), np.ones((128, d), np.float32)
+
+    def matmuls():
+        for _ in range(blocks):
+            qk_a.T @ qk_b
+            for _ in range(4):
+                pv_a.T @ pv_b
+
+    with _blas_threads(1):
+        host_mm = _median(matmuls, 3)
+    flop = blocks * 2 * 128 * (d * 512 + 512 * d)
+
     out = benchmark.pedantic(kern, args=(q_t, k_t, v, scale), rounds=5, iterations=1)
     np.testing.assert_allclose(out.astype(np.float32), ref, rtol=1e-2, atol=1e-2)
     warm = benchmark.stats.stats.median
     n_instr = sum(len(p) for p in kern.last_programs)
     benchmark.extra_info.update(
         instructions=n_instr,
+        matmul_gflop=flop / 1e9,
+        emulated_gflops=flop / warm / 1e9,
+        host_sgemm_s=host_mm,
+        fraction_of_host=host_mm / warm,
+        speedup_vs_eager_bound=eager_1t / host_mm,
         cold_first_call_s=cold,
         warm_median_s=warm,
         eager_median_s=eager_1t,

@@ -17,6 +17,7 @@ from .errors import *  # noqa: F403
 from .errors import AccumulateWarning, EmuError
 from .program import Program
 from .tensor import Reg, Tensor
+from .threads import get_num_threads, set_num_threads, simd_path
 from .trace import RunResult, Trace
 
 __version__ = "0.1.0"
@@ -38,4 +39,7 @@ __all__ = [
     "numpy_dtype",
     "pack_x4",
     "unpack_x4",
+    "get_num_threads",
+    "set_num_threads",
+    "simd_path",
 ] + errors.__all__

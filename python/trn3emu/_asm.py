@@ -141,7 +141,7 @@ class AssemblerMixin:
     ) -> Any:
         """Matrix multiply on the PE array: dst[M,N] (+)= stationary[K,M]^T @ moving[K,N].
 
-        dst[m,n] = sum_{k=0..K-1} stationary[k,m] * moving[k,n]: exact products, fp32 accumulation in partition order 0..K-1 starting from +0, then written to PSUM (accumulate: psum = fl32(psum + sum)). accumulate=None: the first write to a PSUM location since it was last written by another instruction overwrites, later ones add.
+        dst[m,n] = sum_{k=0..K-1} stationary[k,m] * moving[k,n]: exact products, fp32 accumulation in partition order 0..K-1 starting from +0, one fused multiply-add acc = fl32(acc + a*b) per step, then written to PSUM (accumulate: psum = fl32(psum + sum)). accumulate=None: the first write to a PSUM location since it was last written by another instruction overwrites, later ones add.
 
         Engines: tensor.
         dst: PSUM result [M, N] (fp32/bf16; transpose mode: the input dtype).

@@ -662,7 +662,15 @@ class RunResult:
     def __init__(self, raw: dict, programs: list) -> None:
         self.time_ns = raw["end_ps"] / 1000.0
         self.executed = int(raw["executed"])
-        self.trace = Trace(raw["trace"], programs)
+        self._raw_trace, self._programs = raw["trace"], programs
+        self._trace: Trace | None = None
+
+    @property
+    def trace(self) -> Trace:
+        """The run's trace, built on first access (runs in a tight loop rarely look at it)."""
+        if self._trace is None:
+            self._trace = Trace(self._raw_trace, self._programs)
+        return self._trace
 
     def __repr__(self) -> str:
         return f"<RunResult {self.executed} executed, {self.time_ns:,.1f} ns estimated>"

@@ -9,9 +9,11 @@ pub mod cost;
 pub mod engines;
 pub mod error;
 pub mod isa;
+pub mod kernels;
 pub mod machine;
 pub mod memory;
 pub mod numerics;
+pub mod par;
 pub mod trace;
 
 pub use error::{EmuError, ErrorKind, Result};

@@ -945,6 +945,47 @@ fn isa_opcodes<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
     PyList::new(py, items)
 }
 
+/// Host threads the kernels use (`TRN3EMU_NUM_THREADS`, else every core, unless set).
+#[pyfunction]
+fn get_num_threads() -> usize {
+    core::par::num_threads()
+}
+
+/// Set the host thread count for later runs (0 restores the default). Results are the same
+/// bits for every count.
+#[pyfunction]
+fn set_num_threads(n: usize) {
+    core::par::set_num_threads(n)
+}
+
+/// The SIMD path the kernels take ("avx512", "avx2+fma" or "portable").
+#[pyfunction]
+fn simd_path() -> &'static str {
+    core::kernels::simd::path_name()
+}
+
+/// Tests: limit the kernels to a SIMD path ("avx512", "avx2+fma", "portable"; None: the
+/// host's best). Returns whether the host can run that path (if not, the limit still applies
+/// and the next narrower supported path runs).
+#[pyfunction]
+#[pyo3(signature = (path = None))]
+fn limit_simd(py: Python<'_>, path: Option<&str>) -> PyResult<bool> {
+    let p = match path {
+        None => None,
+        Some(name) => Some(core::kernels::simd::parse(name).ok_or_else(|| {
+            to_py(
+                py,
+                emu(
+                    ErrorKind::Value,
+                    format!("SIMD path must be 'avx512', 'avx2+fma' or 'portable', got {name:?}"),
+                ),
+            )
+        })?),
+    };
+    core::kernels::simd::set_limit(p);
+    Ok(p.is_none_or(core::kernels::simd::host_supports))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Device>()?;
@@ -953,6 +994,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(convert_to_f32, m)?)?;
     m.add_function(wrap_pyfunction!(isa_opcodes, m)?)?;
     m.add_function(wrap_pyfunction!(cost_params, m)?)?;
+    m.add_function(wrap_pyfunction!(get_num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(set_num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(simd_path, m)?)?;
+    m.add_function(wrap_pyfunction!(limit_simd, m)?)?;
     m.add("AUTO_SEM_BASE", core::machine::autosync::AUTO_SEM_BASE)?;
     m.add("NUM_SEMAPHORES", core::isa::instr::NUM_SEMAPHORES)?;
     Ok(())

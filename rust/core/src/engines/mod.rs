@@ -47,6 +47,17 @@ pub struct EngineState {
     pub psum_mm: Vec<u64>,
 }
 
+impl EngineState {
+    /// Back to the power-on state, reusing the allocation (runs reset every running core).
+    pub fn reset(&mut self) {
+        self.act_regs = [0.0; PARTITIONS];
+        self.vec_acc = [0.0; PARTITIONS];
+        self.psum_mm.clear();
+        self.psum_mm
+            .resize(PARTITIONS * PSUM_PART_BYTES / 2 / 64, 0);
+    }
+}
+
 impl Default for EngineState {
     fn default() -> Self {
         EngineState {

@@ -11,10 +11,11 @@ use super::Ctx;
 use crate::error::{err, ErrorKind::*, Result};
 use crate::isa::tables::p::{nc_matmul_mx as mm, quantize_mx as qm};
 use crate::isa::{Instr, Opcode};
+use crate::kernels::mx::{matmul_mx, Operand};
+use crate::kernels::psum::Acc;
 use crate::memory::{Ap, PSUM_BANK_BYTES};
 use crate::numerics::mx::{
-    element_units, round_wide_to_f32, scale_code, scale_partition, scale_parts_needed, scale_value,
-    x4_code, x4_element,
+    scale_code, scale_partition, scale_parts_needed, scale_value, x4_element,
 };
 
 /// Data partitions: a multiple of 32, at most 128.
@@ -265,6 +266,7 @@ fn check_matmul(ins: &Instr) -> Result<()> {
 /// Per partition p and column pair (m, n): the 4 quad products, scaled by 2^(sS + sM), summed
 /// exactly (integer arithmetic) and rounded once to fp32; the fp32 column sum accumulates over
 /// partitions 0..P-1 with RNE from +0.0. Inf/NaN elements or NaN scales use plain fp64 products.
+/// The arithmetic runs in kernels/mx.rs.
 fn matmul(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     let dst = req(ins, mm::DST, "dst")?;
     let st = req(ins, mm::STATIONARY, "stationary")?;
@@ -285,48 +287,27 @@ fn matmul(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
         sa.extend(ctx.read_raw(&scale_row(ss, r)).iter().map(|c| c & 0xFF));
         sb.extend(ctx.read_raw(&scale_row(ms, r)).iter().map(|c| c & 0xFF));
     }
-    // Elements as integer multiples of 2^-16 (None: Inf/NaN), per (p, col, q).
-    let units =
-        |raw: &[u32], f: crate::numerics::float::Format, bits: u32| -> Vec<[Option<i64>; 4]> {
-            raw.iter()
-                .map(|w| std::array::from_fn(|q| element_units(f, x4_code(*w, q as u32, bits))))
-                .collect()
-        };
-    let ua = units(&a, fs, bs);
-    let ub = units(&b, fm, bm);
-    let mut acc = vec![0f32; m * n];
-    for mi in 0..m {
-        for pp in 0..p {
-            let ea = &ua[pp * m + mi];
-            let sca = sa[(pp / 8) * m + mi];
-            for nj in 0..n {
-                let eb = &ub[pp * n + nj];
-                let scb = sb[(pp / 8) * n + nj];
-                let term = if sca == 0xFF
-                    || scb == 0xFF
-                    || ea.iter().chain(eb.iter()).any(|e| e.is_none())
-                {
-                    let scale = scale_value(sca) * scale_value(scb);
-                    let mut s = 0f64;
-                    for q in 0..4u32 {
-                        let x = fs.decode(x4_code(a[pp * m + mi], q, bs)) as f64;
-                        let y = fm.decode(x4_code(b[pp * n + nj], q, bm)) as f64;
-                        s += x * y;
-                    }
-                    (s * scale) as f32
-                } else {
-                    let mut s: i128 = 0;
-                    for q in 0..4 {
-                        s += ea[q].unwrap_or(0) as i128 * eb[q].unwrap_or(0) as i128;
-                    }
-                    // value = s * 2^-32 * 2^(sca - 127) * 2^(scb - 127)
-                    round_wide_to_f32(s < 0, s.unsigned_abs(), sca as i32 + scb as i32 - 254 - 32)
-                };
-                acc[mi * n + nj] += term;
-            }
-        }
-    }
-    write_psum(ins.arg(mm::ACCUMULATE), ctx, dst, &acc);
+    let opa = Operand {
+        words: &a,
+        scales: &sa,
+        w: m,
+        fmt: fs,
+        bits: bs,
+    };
+    let opb = Operand {
+        words: &b,
+        scales: &sb,
+        w: n,
+        fmt: fm,
+        bits: bm,
+    };
+    let acc = matmul_mx(p, &opa, &opb);
+    write_psum(
+        ins.arg(mm::ACCUMULATE),
+        ctx,
+        dst,
+        &Acc::row_major(&acc, m, n),
+    );
     Ok(())
 }
 

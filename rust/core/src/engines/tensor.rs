@@ -1,15 +1,18 @@
 //! TensorE: nc_matmul and nc_transpose.
 //!
-//! Matmul numerics (docs/numerics.md): every product is exact (bf16/fp16/fp8 products fit fp32;
-//! fp32/tf32 products use a fused multiply-add), accumulated in fp32 with round-to-nearest-even
-//! in partition order 0..K-1 starting from +0.0; the column sum is then added to PSUM
+//! Matmul numerics (docs/numerics.md): every product is exact and each accumulation step is one
+//! fused multiply-add `acc = fl32(acc + a*b)` in fp32 with round-to-nearest-even, in partition
+//! order 0..K-1 starting from +0.0; the column sum is then added to PSUM
 //! (`psum = fl32(psum + sum)`) or overwrites it, and a bf16 PSUM is rounded RNE after the add.
+//! The arithmetic runs in crate::kernels (packed panels, SIMD microkernels, threads).
 
 use super::Ctx;
 use crate::error::{err, ErrorKind::*, Result};
 use crate::isa::tables::p::{nc_matmul as mm, nc_transpose as tp};
 use crate::isa::Opcode;
-use crate::isa::{Arg, DType, Engine, Instr, MatmulPerfMode};
+use crate::isa::{DType, Engine, Instr, MatmulPerfMode};
+use crate::kernels;
+use crate::kernels::transpose::transpose_bytes;
 use crate::memory::{Ap, Mem, PSUM_BANK_BYTES};
 
 fn is_fp32ish(d: DType) -> bool {
@@ -201,104 +204,29 @@ fn check_double_row(ins: &Instr, st: &Ap, mv: &Ap) -> Result<()> {
     Ok(())
 }
 
-/// Read-modify-write PSUM with a (possibly) accumulate-none rule, element by element.
-fn psum_bits(dst: &Ap, r: u32, byte: i64) -> usize {
-    ((dst.start + r) as usize * crate::memory::PSUM_PART_BYTES + byte as usize) / 2
-}
-
 pub fn matmul(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     let dst = ins.ap(mm::DST).unwrap();
     let st = ins.ap(mm::STATIONARY).unwrap();
     let mv = ins.ap(mm::MOVING).unwrap();
-    if ins.enum_val(mm::PERF_MODE) == Some(MatmulPerfMode::DoubleRow as u8) {
-        // [K, 2, M] x [K, 2, N]: logical contraction row 2k + l, accumulated in that order.
-        let (k, m, n) = (st.parts as usize, st.free_size() / 2, mv.free_size() / 2);
-        let a = ctx.read_f32(st);
-        let b = ctx.read_f32(mv);
-        let mut acc = vec![0f32; m * n];
-        for mi in 0..m {
-            let row = &mut acc[mi * n..(mi + 1) * n];
-            for kk in 0..k {
-                for l in 0..2 {
-                    let s = a[kk * 2 * m + l * m + mi];
-                    let mrow = &b[kk * 2 * n + l * n..kk * 2 * n + (l + 1) * n];
-                    for (o, x) in row.iter_mut().zip(mrow) {
-                        *o += s * *x;
-                    }
-                }
-            }
-        }
-        write_psum(ins.arg(mm::ACCUMULATE), ctx, dst, &acc);
-        return Ok(());
-    }
-    let (k, m, n) = (st.parts as usize, st.free_size(), mv.free_size());
     if ins.bool_or(mm::IS_TRANSPOSE, false) {
         // Bit-exact pass-through of the stationary tile (moving is the identity by contract).
+        let (k, m) = (st.parts as usize, st.free_size());
         let raw = ctx.mems.gather(st);
-        let es = st.dtype.size();
-        let mut out = vec![0u8; raw.len()];
-        for kk in 0..k {
-            for mm_ in 0..m {
-                let s = (kk * m + mm_) * es;
-                let d = (mm_ * k + kk) * es;
-                out[d..d + es].copy_from_slice(&raw[s..s + es]);
-            }
-        }
+        let out = transpose_bytes(&raw, k, m, st.dtype.size());
         ctx.mems.scatter(dst, &out);
         return Ok(());
     }
-    let a = ctx.read_f32(st);
-    let b = ctx.read_f32(mv);
-    let fused = is_fp32ish(st.dtype);
-    let mut acc = vec![0f32; m * n];
-    for mi in 0..m {
-        let row = &mut acc[mi * n..(mi + 1) * n];
-        for kk in 0..k {
-            let s = a[kk * m + mi];
-            let mrow = &b[kk * n..(kk + 1) * n];
-            if fused {
-                for (o, x) in row.iter_mut().zip(mrow) {
-                    *o = s.mul_add(*x, *o);
-                }
-            } else {
-                for (o, x) in row.iter_mut().zip(mrow) {
-                    *o += s * *x;
-                }
-            }
-        }
-    }
-    write_psum(ins.arg(mm::ACCUMULATE), ctx, dst, &acc);
-    Ok(())
+    // double_row: [K, 2, M] x [K, 2, N], logical contraction row 2k + l, accumulated in order.
+    let groups = if ins.enum_val(mm::PERF_MODE) == Some(MatmulPerfMode::DoubleRow as u8) {
+        2
+    } else {
+        1
+    };
+    kernels::matmul::matmul(ctx, st, mv, groups, dst, ins.arg(mm::ACCUMULATE))
 }
 
-/// The PSUM write of a matmul result `acc` ([M, N] fp32, row-major): overwrite, accumulate
-/// (`psum = fl32(psum + acc)`), or decide per element (accumulate = None: add when a matmul
-/// already wrote the element in this run). A bf16 PSUM is rounded after the add (RNE or SR).
-pub(crate) fn write_psum(accumulate: &Arg, ctx: &mut Ctx, dst: &Ap, acc: &[f32]) {
-    let (m, n) = (dst.parts as usize, dst.free_size());
-    let mode = match accumulate {
-        Arg::Bool(b) => Some(*b),
-        _ => None,
-    };
-    let old = ctx.read_f32(dst);
-    let offs = dst.row_offsets();
-    let es = dst.dtype.size() as i64;
-    let mut out = vec![0f32; m * n];
-    for r in 0..m {
-        for (j, o) in offs.iter().enumerate() {
-            let i = r * n + j;
-            let bit = psum_bits(dst, r as u32, dst.offset as i64 + o * es);
-            let written = ctx.state.psum_mm[bit / 64] >> (bit % 64) & 1 == 1;
-            let add = mode.unwrap_or(written);
-            out[i] = if add { old[i] + acc[i] } else { acc[i] };
-            for u in 0..(es as usize / 2) {
-                let bb = bit + u;
-                ctx.state.psum_mm[bb / 64] |= 1 << (bb % 64);
-            }
-        }
-    }
-    ctx.write_f32(dst, &out);
-}
+/// The PSUM write of a matmul result (kernels/psum.rs), shared with nc_matmul_mx.
+pub(crate) use crate::kernels::psum::write_psum;
 
 pub fn check_transpose(ins: &Instr) -> Result<()> {
     let dst = ins.ap(tp::DST).unwrap();
@@ -356,16 +284,8 @@ pub fn transpose(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     let dst = ins.ap(tp::DST).unwrap();
     let src = ins.ap(tp::DATA).unwrap();
     let (p, f) = (src.parts as usize, src.free_size());
-    let es = src.dtype.size();
     let raw = ctx.mems.gather(src);
-    let mut out = vec![0u8; raw.len()];
-    for i in 0..p {
-        for j in 0..f {
-            let s = (i * f + j) * es;
-            let d = (j * p + i) * es;
-            out[d..d + es].copy_from_slice(&raw[s..s + es]);
-        }
-    }
+    let out = transpose_bytes(&raw, p, f, src.dtype.size());
     ctx.mems.scatter(dst, &out);
     Ok(())
 }

@@ -1,0 +1,25 @@
+"""Host threads and SIMD path of the emulator's kernels.
+
+Results are bit-identical for every thread count and SIMD path; these settings only change speed.
+The default thread count is ``TRN3EMU_NUM_THREADS`` if set, else every available core. The
+thread pool is private to trn3emu and rebuilt in a child process after ``os.fork``.
+"""
+
+from . import _native, errors
+
+
+def get_num_threads() -> int:
+    """Host threads a run's kernels use."""
+    return int(_native.get_num_threads())
+
+
+def set_num_threads(n: int) -> None:
+    """Use ``n`` host threads from the next run on (``0`` restores the default)."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise errors.ValidationError(f"num_threads must be a non-negative int, got {n!r}", operand="n")
+    _native.set_num_threads(n)
+
+
+def simd_path() -> str:
+    """The kernels' SIMD path on this host: ``"avx512"``, ``"avx2+fma"`` or ``"portable"``."""
+    return str(_native.simd_path())

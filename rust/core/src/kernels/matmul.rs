@@ -1,0 +1,200 @@
+//! The arithmetic of `nc_matmul` (normal and double-row): decode the operand rows straight from
+//! SBUF into fp32 (rows split across threads, a row ahead prefetched: SBUF partitions sit
+//! 256 KiB apart, a stride the hardware prefetchers do not follow), pack the stationary operand
+//! into row panels, then
+//! per column panel of the moving operand (in parallel) pack it and run the register-blocked
+//! microkernel (kernels/gemm.rs) against every row panel, and hand the `[M, N]` column sums to
+//! the PSUM write. Scratch buffers are reused across instructions. Each output element is one
+//! thread's fma chain in k order, so thread count and SIMD path never change a bit.
+
+use super::decode::{decode_into, Rows};
+use super::gemm::{blocking, grow, micro, Blocking, MAX_TILE};
+use super::psum::{write_psum, Acc};
+use super::simd;
+use crate::engines::Ctx;
+use crate::error::{err, ErrorKind::Internal, Result};
+use crate::isa::Arg;
+use crate::memory::onchip::Mems;
+use crate::memory::Ap;
+use crate::par;
+use std::cell::RefCell;
+
+#[derive(Default)]
+struct Scratch {
+    /// Decoded operand rows, row-major: `[K][M]` stationary then `[K][N]` moving.
+    rows: Vec<f32>,
+    /// Stationary panels `[M / MR][K][MR]`.
+    a: Vec<f32>,
+    /// Result, panel-major `[N / NR][M][NR]`.
+    out: Vec<f32>,
+}
+
+thread_local! {
+    /// Per issuing thread: decoded rows, stationary panels and the panel-major result.
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+    /// Per worker thread: the moving panel being multiplied (K x NR, stays in L1).
+    static PANEL: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The logical rows of `ap` (partition `r / groups`, part `r % groups`) as byte slices.
+fn logical_rows<'r>(rows: &'r Rows, ap: &Ap, groups: usize) -> Result<Vec<&'r [u8]>> {
+    let wb = ap.free_size() / groups * ap.dtype.size();
+    (0..ap.parts as usize * groups)
+        .map(|r| {
+            rows.row(r / groups)?
+                .get((r % groups) * wb..(r % groups + 1) * wb)
+                .ok_or_else(|| err(Internal, "operand row outside memory"))
+        })
+        .collect()
+}
+
+/// Hint the cache to fetch `bytes` (no architectural effect). Partition rows sit 256 KiB apart,
+/// a stride the hardware prefetchers do not follow.
+fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in bytes.chunks(64) {
+        // SAFETY: prefetch is a hint on a valid address; it never faults or changes memory.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch(
+                line.as_ptr() as *const i8,
+                std::arch::x86_64::_MM_HINT_T0,
+            )
+        };
+    }
+}
+
+/// Columns `j0..j0 + pw` of the row-major `[rows][w]` buffer into `dst` (`[rows][pw]`),
+/// zero-padded: one panel. Full panels of the SIMD widths copy as fixed-size arrays (inline
+/// moves instead of a memcpy call per 128-byte row).
+fn pack_panel(src: &[f32], w: usize, j0: usize, pw: usize, dst: &mut [f32]) {
+    let len = pw.min(w.saturating_sub(j0));
+    match (pw, len == pw) {
+        (32, true) => pack_full::<32>(src, w, j0, dst),
+        (16, true) => pack_full::<16>(src, w, j0, dst),
+        (8, true) => pack_full::<8>(src, w, j0, dst),
+        _ => {
+            for (row, out) in src
+                .chunks_exact(w.max(1))
+                .zip(dst.chunks_exact_mut(pw.max(1)))
+            {
+                out[..len].copy_from_slice(&row[j0..j0 + len]);
+                out[len..].fill(0.0);
+            }
+        }
+    }
+}
+
+fn pack_full<const PW: usize>(src: &[f32], w: usize, j0: usize, dst: &mut [f32]) {
+    let (panel, _) = dst.as_chunks_mut::<PW>();
+    for (row, out) in src.chunks_exact(w.max(1)).zip(panel) {
+        if let Some(seg) = row
+            .get(j0..j0 + PW)
+            .and_then(|s| <&[f32; PW]>::try_from(s).ok())
+        {
+            *out = *seg;
+        }
+    }
+}
+
+/// `acc[m, n] = fma-chain over logical rows` of stationary `[K, groups*M]` and moving
+/// `[K, groups*N]` (logical row `groups*k + l`), written to PSUM `dst` per `accumulate`.
+pub fn matmul(
+    ctx: &mut Ctx,
+    st: &Ap,
+    mv: &Ap,
+    groups: usize,
+    dst: &Ap,
+    accumulate: &Arg,
+) -> Result<()> {
+    let path = simd::path();
+    let nr = blocking(path).nr;
+    // The scratch leaves the thread-local while in use (the PSUM write needs `ctx` mutably).
+    let mut s = SCRATCH.with(|c| c.take());
+    let (m, n) = (st.free_size() / groups, mv.free_size() / groups);
+    let work = 2 * st.parts as usize * groups * m * n;
+    // One pool entry per instruction: decode, multiply and PSUM write share awake threads.
+    let r = par::install(work, || {
+        let r = compute(path, &ctx.mems, st, mv, groups, &mut s);
+        if r.is_ok() {
+            let acc = Acc {
+                data: &s.out,
+                m,
+                n,
+                nr,
+            };
+            write_psum(accumulate, ctx, dst, &acc);
+        }
+        r
+    });
+    SCRATCH.with(|c| c.replace(s));
+    r
+}
+
+/// Packs the stationary operand, then runs column panels of the moving operand in parallel:
+/// each task decodes its `K x NR` panel and multiplies every row block against it, writing
+/// `s.out` in panel-major layout `[N / NR][M][NR]`.
+fn compute(
+    path: simd::Path,
+    mems: &Mems,
+    st: &Ap,
+    mv: &Ap,
+    groups: usize,
+    s: &mut Scratch,
+) -> Result<()> {
+    let Blocking { mr, nr } = blocking(path);
+    let (k, m, n) = (
+        st.parts as usize * groups,
+        st.free_size() / groups,
+        mv.free_size() / groups,
+    );
+    let (mb, nb) = (m.div_ceil(mr), n.div_ceil(nr));
+    let work = 2 * k * m * n;
+    let srows = Rows::new(mems, st);
+    let srows = logical_rows(&srows, st, groups)?;
+    let mrows = Rows::new(mems, mv);
+    let mrows = logical_rows(&mrows, mv, groups)?;
+    // Decode row k of both operands together (one parallel pass), then pack the stationary
+    // panels (small; serial), then the moving panels meet them in parallel.
+    grow(&mut s.rows, k * (m + n));
+    let (arows, brows) = s.rows[..k * (m + n)].split_at_mut(k * m);
+    let (ad, bd) = (st.dtype, mv.dtype);
+    par::for_each_chunk_pair_mut(arows, m, brows, n, work, |r, ao, bo| {
+        for (rows, dt, out) in [(&srows, ad, ao), (&mrows, bd, bo)] {
+            if let Some(next) = rows.get(r + 1) {
+                prefetch(next);
+            }
+            if let Some(row) = rows.get(r) {
+                decode_into(dt, row, out);
+            }
+        }
+    });
+    let (arows, b) = s.rows[..k * (m + n)].split_at(k * m);
+    grow(&mut s.a, mb * k * mr);
+    for (ib, panel) in s.a[..mb * k * mr].chunks_exact_mut(k * mr).enumerate() {
+        pack_panel(arows, m, ib * mr, mr, panel);
+    }
+    let a = &s.a[..mb * k * mr];
+    grow(&mut s.out, nb * m * nr);
+    par::for_each_chunk_mut(&mut s.out[..nb * m * nr], m * nr, work, |jb, out| {
+        PANEL.with(|p| {
+            let mut p = p.borrow_mut();
+            grow(&mut p, k * nr);
+            let panel = &mut p[..k * nr];
+            pack_panel(b, n, jb * nr, nr, panel);
+            let mut tile = [0f32; MAX_TILE];
+            for ib in 0..mb {
+                micro(
+                    path,
+                    k,
+                    &a[ib * k * mr..(ib + 1) * k * mr],
+                    panel,
+                    &mut tile[..mr * nr],
+                );
+                let rows_here = mr.min(m - ib * mr);
+                out[ib * mr * nr..(ib * mr + rows_here) * nr]
+                    .copy_from_slice(&tile[..rows_here * nr]);
+            }
+        })
+    });
+    Ok(())
+}

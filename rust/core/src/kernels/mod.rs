@@ -1,0 +1,11 @@
+//! Host-speed kernels behind the engines' instruction semantics: the same documented
+//! arithmetic as the engine modules state, organised for SIMD and threads. Nothing here
+//! decides semantics; every kernel is bit-identical across SIMD paths and thread counts.
+
+pub mod decode;
+pub mod gemm;
+pub mod matmul;
+pub mod mx;
+pub mod psum;
+pub mod simd;
+pub mod transpose;

@@ -1,0 +1,268 @@
+//! The PSUM write of a matmul result: overwrite, accumulate (`psum = fl32(psum + acc)`), or
+//! decide per element (accumulate = None: add when a matmul already wrote the element in this
+//! run). A bf16 PSUM is rounded after the add with the instruction's rounder (RNE or SR).
+//! Contiguous fp32/bf16 destinations (every matmul in practice) read and write the PSUM bytes
+//! in place, set the "written by a matmul" bits a row at a time, and (fp32) split the
+//! partitions across host threads: each element is still one fp32 add or copy.
+
+use crate::engines::Ctx;
+use crate::isa::{Arg, DType};
+use crate::memory::{Ap, Mem, PSUM_PART_BYTES};
+use crate::par;
+
+/// Words of `EngineState::psum_mm` per partition (one bit per 2-byte unit).
+const WORDS_PER_PART: usize = PSUM_PART_BYTES / 2 / 64;
+
+/// A matmul result `[M, N]`: row-major, or in column panels `[N / nr][M][nr]` (the gemm's
+/// output layout, padding lanes ignored).
+#[derive(Clone, Copy)]
+pub struct Acc<'a> {
+    pub data: &'a [f32],
+    pub m: usize,
+    pub n: usize,
+    /// Panel width; 0 = row-major.
+    pub nr: usize,
+}
+
+impl<'a> Acc<'a> {
+    pub fn row_major(data: &'a [f32], m: usize, n: usize) -> Self {
+        Acc { data, m, n, nr: 0 }
+    }
+
+    /// Row `r` as consecutive (first column, values) segments.
+    fn segments(&self, r: usize) -> impl Iterator<Item = (usize, &'a [f32])> + 'a {
+        let (data, m, n, panels) = (self.data, self.m, self.n, self.nr != 0);
+        let nr = if panels { self.nr } else { n.max(1) };
+        let panel = if panels { m * nr } else { 0 };
+        let stride = if panels { nr } else { n };
+        (0..n.div_ceil(nr)).map(move |p| {
+            let j0 = p * nr;
+            let len = nr.min(n - j0);
+            let at = p * panel + r * stride + if panels { 0 } else { j0 };
+            (j0, data.get(at..at + len).unwrap_or(&[]))
+        })
+    }
+
+    fn get(&self, r: usize, j: usize) -> f32 {
+        let at = match (j.checked_div(self.nr), j.checked_rem(self.nr)) {
+            (Some(p), Some(c)) => p * self.m * self.nr + r * self.nr + c,
+            _ => r * self.n + j,
+        };
+        self.data.get(at).copied().unwrap_or(0.0)
+    }
+}
+
+/// Index of the 2-byte PSUM unit holding byte `byte` of partition `part`.
+fn unit(part: usize, byte: usize) -> usize {
+    (part * PSUM_PART_BYTES + byte) / 2
+}
+
+fn test_bit(words: &[u64], b: usize) -> bool {
+    words.get(b / 64).is_some_and(|w| w >> (b % 64) & 1 == 1)
+}
+
+/// Set bits `lo..hi`.
+fn set_bits(words: &mut [u64], lo: usize, hi: usize) {
+    let mut b = lo;
+    while b < hi {
+        let (w, s) = (b / 64, b % 64);
+        let n = (64 - s).min(hi - b);
+        let mask = if n == 64 { !0 } else { ((1u64 << n) - 1) << s };
+        if let Some(x) = words.get_mut(w) {
+            *x |= mask;
+        }
+        b += n;
+    }
+}
+
+/// Write `acc` (in dst's logical order) to the PSUM tile `dst`.
+pub fn write_psum(accumulate: &Arg, ctx: &mut Ctx, dst: &Ap, acc: &Acc) {
+    let mode = match accumulate {
+        Arg::Bool(b) => Some(*b),
+        _ => None,
+    };
+    let fast = dst.mem == Mem::Psum
+        && dst.dynamic.is_none()
+        && dst.is_row_contiguous()
+        && matches!(dst.dtype, DType::Float32 | DType::Bfloat16)
+        && dst.offset.is_multiple_of(2)
+        && (dst.offset as usize + dst.free_size() * dst.dtype.size()) <= PSUM_PART_BYTES;
+    if !fast {
+        write_general(mode, ctx, dst, acc);
+    } else if dst.dtype == DType::Float32 {
+        write_f32_rows(mode, ctx, dst, acc);
+    } else {
+        write_bf16_rows(mode, ctx, dst, acc);
+    }
+}
+
+/// fp32 PSUM: per partition, in parallel (partitions own disjoint bytes and bit words).
+fn write_f32_rows(mode: Option<bool>, ctx: &mut Ctx, dst: &Ap, acc: &Acc) {
+    let (start, m, n) = (dst.start as usize, dst.parts as usize, dst.free_size());
+    let off = dst.offset as usize;
+    let psum = &mut ctx.mems.psum.bytes;
+    let words = &mut ctx.state.psum_mm;
+    let (Some(bytes), Some(bits)) = (
+        psum.get_mut(start * PSUM_PART_BYTES..(start + m) * PSUM_PART_BYTES),
+        words.get_mut(start * WORDS_PER_PART..(start + m) * WORDS_PER_PART),
+    ) else {
+        return; // validated APs are in bounds
+    };
+    let path = super::simd::path();
+    par::for_each_chunk_pair_mut(
+        bytes,
+        PSUM_PART_BYTES,
+        bits,
+        WORDS_PER_PART,
+        2 * m * n,
+        |r, part, bits| {
+            // Units relative to this partition's first bit word.
+            let u0 = off / 2;
+            let Some(row) = part.get_mut(off..off + 4 * n) else {
+                return;
+            };
+            match mode {
+                Some(add) => row_f32(path, row, acc, r, add),
+                None => {
+                    for (j0, seg) in acc.segments(r) {
+                        let Some(out) = row.get_mut(4 * j0..4 * (j0 + seg.len())) else {
+                            continue;
+                        };
+                        for (i, (o, x)) in out.chunks_exact_mut(4).zip(seg).enumerate() {
+                            let v = if test_bit(bits, u0 + 2 * (j0 + i)) {
+                                f32::from_le_bytes([o[0], o[1], o[2], o[3]]) + *x
+                            } else {
+                                *x
+                            };
+                            o.copy_from_slice(&v.to_le_bytes());
+                        }
+                    }
+                }
+            }
+            set_bits(bits, u0, u0 + 2 * n);
+        },
+    );
+}
+
+/// Row `r` of an fp32 PSUM tile (`out`, little-endian bytes): `out = acc` or
+/// `out = fl32(out + acc)`, with the widest vectors the host has.
+fn row_f32(path: super::simd::Path, out: &mut [u8], acc: &Acc, r: usize, add: bool) {
+    #[cfg(target_arch = "x86_64")]
+    match path {
+        // SAFETY: simd::path reports a path only when the host has its features.
+        super::simd::Path::Avx512 => return unsafe { row_f32_avx512(out, acc, r, add) },
+        super::simd::Path::Avx2Fma => return unsafe { row_f32_avx2(out, acc, r, add) },
+        super::simd::Path::Portable => {}
+    }
+    let _ = path;
+    row_f32_body(out, acc, r, add)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn row_f32_avx2(out: &mut [u8], acc: &Acc, r: usize, add: bool) {
+    row_f32_body(out, acc, r, add)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn row_f32_avx512(out: &mut [u8], acc: &Acc, r: usize, add: bool) {
+    row_f32_body(out, acc, r, add)
+}
+
+#[inline(always)]
+fn row_f32_body(out: &mut [u8], acc: &Acc, r: usize, add: bool) {
+    match acc.nr {
+        32 => row_panels::<32>(out, acc, r, add),
+        16 => row_panels::<16>(out, acc, r, add),
+        _ => {
+            for (j0, seg) in acc.segments(r) {
+                if let Some(o) = out.get_mut(4 * j0..4 * (j0 + seg.len())) {
+                    seg_f32(o, seg, add);
+                }
+            }
+        }
+    }
+}
+
+/// A row whose values sit in `NR`-wide panels: whole panels as fixed-size blocks.
+#[inline(always)]
+fn row_panels<const NR: usize>(out: &mut [u8], acc: &Acc, r: usize, add: bool) {
+    let n = acc.n;
+    for (p, j0) in (0..n).step_by(NR).enumerate() {
+        let len = NR.min(n - j0);
+        let at = p * acc.m * NR + r * NR;
+        let (Some(o), Some(seg)) = (
+            out.get_mut(4 * j0..4 * (j0 + len)),
+            acc.data.get(at..at + len),
+        ) else {
+            continue;
+        };
+        seg_f32(o, seg, add);
+    }
+}
+
+#[inline(always)]
+fn seg_f32(out: &mut [u8], seg: &[f32], add: bool) {
+    let (words, _) = out.as_chunks_mut::<4>();
+    if add {
+        for (o, x) in words.iter_mut().zip(seg) {
+            *o = (f32::from_le_bytes(*o) + *x).to_le_bytes();
+        }
+    } else {
+        for (o, x) in words.iter_mut().zip(seg) {
+            *o = x.to_le_bytes();
+        }
+    }
+}
+
+/// bf16 PSUM: fp32 sums staged, then rounded through the instruction's rounder.
+fn write_bf16_rows(mode: Option<bool>, ctx: &mut Ctx, dst: &Ap, acc: &Acc) {
+    let (m, n) = (dst.parts as usize, dst.free_size());
+    let mut staged = vec![0f32; m * n];
+    let psum = &ctx.mems.psum.bytes;
+    let words = &mut ctx.state.psum_mm;
+    for r in 0..m {
+        let part = dst.start as usize + r;
+        let base = part * PSUM_PART_BYTES + dst.offset as usize;
+        let Some(row) = psum.get(base..base + 2 * n) else {
+            continue;
+        };
+        let u0 = unit(part, dst.offset as usize);
+        for (j0, seg) in acc.segments(r) {
+            for (i, x) in seg.iter().enumerate() {
+                let j = j0 + i;
+                let add = mode.unwrap_or_else(|| test_bit(words, u0 + j));
+                staged[r * n + j] = if add {
+                    f32::from_bits((u16::from_le_bytes([row[2 * j], row[2 * j + 1]]) as u32) << 16)
+                        + *x
+                } else {
+                    *x
+                };
+            }
+        }
+        set_bits(words, u0, u0 + n);
+    }
+    ctx.write_f32(dst, &staged);
+}
+
+/// Any other destination pattern, element by element.
+fn write_general(mode: Option<bool>, ctx: &mut Ctx, dst: &Ap, acc: &Acc) {
+    let (m, n) = (dst.parts as usize, dst.free_size());
+    let old = ctx.read_f32(dst);
+    let offs = dst.row_offsets();
+    let es = dst.dtype.size() as i64;
+    let mut out = vec![0f32; m * n];
+    for r in 0..m {
+        for (j, o) in offs.iter().enumerate() {
+            let i = r * n + j;
+            let byte = dst.offset as i64 + o * es;
+            let bit = unit(dst.start as usize + r, byte.max(0) as usize);
+            let add = mode.unwrap_or_else(|| test_bit(&ctx.state.psum_mm, bit));
+            let (x, y) = (old.get(i).copied().unwrap_or(0.0), acc.get(r, j));
+            out[i] = if add { x + y } else { y };
+            set_bits(&mut ctx.state.psum_mm, bit, bit + es as usize / 2);
+        }
+    }
+    ctx.write_f32(dst, &out);
+}

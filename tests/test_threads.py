@@ -1,0 +1,317 @@
+"""Host threads and SIMD paths change speed, never bits: every result here is computed with 1 and 2
+threads (and on every SIMD path the host can run: AVX-512, AVX2+FMA, portable) and compared bitwise, plus against an independent
+numpy reference where one is cheap. Also: the thread-count API, TRN3EMU_NUM_THREADS, fork safety."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import ml_dtypes
+import numpy as np
+import pytest
+import trn3emu as t3
+from conftest import BF16, FP8_E4M3FN, FP8_E5M2, assert_bits_equal
+from test_matmul import fma32
+from trn3emu import _native
+
+F32 = np.float32
+
+
+@pytest.fixture(autouse=True)
+def _restore_settings():
+    yield
+    t3.set_num_threads(0)
+    _native.limit_simd(None)
+
+
+# SIMD paths this host can run besides its best (each compared bitwise with the best).
+NARROWER = [p for p in ("avx2+fma", "portable") if p != t3.simd_path() and _native.limit_simd(p)]
+_native.limit_simd(None)
+
+
+def variants(fn):
+    """fn() with 1 thread, with 2 threads, and with 2 threads on every narrower SIMD path."""
+    out = []
+    for threads, path in [(1, None), (2, None)] + [(2, p) for p in NARROWER]:
+        t3.set_num_threads(threads)
+        _native.limit_simd(path)
+        out.append(fn())
+    t3.set_num_threads(0)
+    _native.limit_simd(None)
+    return out
+
+
+def assert_all_same(results):
+    for r in results[1:]:
+        for x, y in zip(results[0], r) if isinstance(r, tuple) else [(results[0], r)]:
+            assert_bits_equal(x, y)
+
+
+def tiled_matmul(a, b, kt, psum_dtype, out_dtype, core=0, dev=None):
+    """DMA in, K tiles accumulating in PSUM, PSUM evacuation with a cast, DMA out."""
+    dev = dev or t3.Device()
+    k, m = a.shape
+    n = b.shape[1]
+    ha, hb = dev.hbm.put(a), dev.hbm.put(b)
+    out = dev.hbm.alloc((m, n), out_dtype)
+    p = t3.Program(core=core)
+    acc = p.psum((m, n), psum_dtype)
+    for i in range(k // kt):
+        at = p.sbuf((kt, m), a.dtype)
+        bt = p.sbuf((kt, n), b.dtype)
+        p.dma_copy(dst=at, src=ha[i * kt : (i + 1) * kt, :])
+        p.dma_copy(dst=bt, src=hb[i * kt : (i + 1) * kt, :])
+        p.nc_matmul(dst=acc, stationary=at, moving=bt)
+    res = p.sbuf((m, n), out_dtype)
+    p.tensor_copy(dst=res, src=acc)
+    p.dma_copy(dst=out, src=res)
+    return dev, p, out
+
+
+def run_tiled(a, b, kt, psum_dtype, out_dtype):
+    dev, p, out = tiled_matmul(a, b, kt, psum_dtype, out_dtype)
+    dev.run(p)
+    return dev.hbm.get(out)
+
+
+def ref_exact_products(a, b):
+    """Column sums, one correctly rounded fl32(acc + a*b) per step (exact f64 product), k in order."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    acc = np.zeros((a.shape[1], b.shape[1]), F32)
+    for k in range(a.shape[0]):
+        acc = fma32(a64[k][:, None], b64[k][None, :], acc)
+    return acc
+
+
+@pytest.mark.parametrize("dtype", [BF16, FP8_E4M3FN, FP8_E5M2, np.float16], ids=lambda d: np.dtype(d).name)
+def test_matmul_tile_same_bits_any_threads_or_path(dtype):
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((128, 128)).astype(dtype)
+    b = rng.standard_normal((128, 512)).astype(dtype)
+    res = variants(lambda: run_tiled(a, b, 128, F32, F32))
+    assert_all_same(res)
+    assert_bits_equal(res[0], ref_exact_products(a, b))
+
+
+def test_matmul_fp32_same_bits_any_threads_or_path():
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((128, 96)).astype(F32)
+    b = rng.standard_normal((128, 300)).astype(F32)
+    assert_all_same(variants(lambda: run_tiled(a, b, 128, F32, F32)))
+
+
+def test_tiled_bf16_kernel_same_bits_any_threads_or_path():
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((512, 128)).astype(BF16)
+    b = rng.standard_normal((512, 512)).astype(BF16)
+    res = variants(lambda: run_tiled(a, b, 128, F32, BF16))
+    assert_all_same(res)
+    ps = np.zeros((128, 512), F32)
+    for i in range(4):
+        ps = (ps + ref_exact_products(a[i * 128 : (i + 1) * 128], b[i * 128 : (i + 1) * 128])).astype(F32)
+    assert_bits_equal(res[0], ps.astype(BF16))
+
+
+def test_bf16_psum_and_double_row_same_bits():
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((256, 64)).astype(BF16)
+    b = rng.standard_normal((256, 700)).astype(BF16)
+    assert_all_same(variants(lambda: run_tiled(a, b, 128, BF16, BF16)))
+
+    a8 = rng.standard_normal((64, 2, 128)).astype(FP8_E4M3FN)
+    b8 = rng.standard_normal((64, 2, 512)).astype(FP8_E4M3FN)
+
+    def double_row():
+        dev = t3.Device()
+        p = t3.Program()
+        st, mv = p.sbuf(a8.shape, a8.dtype), p.sbuf(b8.shape, b8.dtype)
+        p.dma_copy(dst=st, src=dev.hbm.put(a8))
+        p.dma_copy(dst=mv, src=dev.hbm.put(b8))
+        acc = p.psum((128, 512), F32)
+        p.nc_matmul(dst=acc, stationary=st, moving=mv, perf_mode="double_row")
+        res = p.sbuf((128, 512), F32)
+        p.tensor_copy(dst=res, src=acc)
+        out = dev.hbm.alloc((128, 512), F32)
+        p.dma_copy(dst=out, src=res)
+        dev.run(p)
+        return dev.hbm.get(out)
+
+    res = variants(double_row)
+    assert_all_same(res)
+    # Logical contraction row 2k + l.
+    assert_bits_equal(res[0], ref_exact_products(a8.reshape(128, 128), b8.reshape(128, 512)))
+
+
+def test_bf16_underflowing_products_are_fused():
+    """docs/numerics.md: each step is fl32(acc + a*b) with the exact product. Row 0 gives 2^-74 * 2^-75 =
+    2^-149 (the smallest subnormal); row 1 adds 2^-150: the exact sum 1.5 * 2^-149 ties to even, 2^-148.
+    (Rounding the product first would give 2^-150 -> 0 and leave 2^-149.)"""
+    a = np.zeros((2, 1), F32)
+    b = np.zeros((2, 16), F32)
+    a[:, 0] = [2.0**-74, 2.0**-75]
+    b[:, :] = 2.0**-75
+    for r in variants(lambda: run_tiled(a.astype(BF16), b.astype(BF16), 2, F32, F32)):
+        assert_bits_equal(r, np.full((1, 16), 2.0**-148, F32))
+
+
+def random_mx_words(rng, shape, dtype="float8_e4m3fn_x4"):
+    """x4 words from random finite codes (e4m3fn NaN 0x7F/0xFF, e5m2 Inf/NaN 0x7C..0x7F replaced)."""
+    b = rng.integers(0, 256, size=(*shape, 4)).astype(np.uint32)
+    special = (b & 0x7F) == 0x7F if dtype == "float8_e4m3fn_x4" else (b & 0x7C) == 0x7C
+    b[special] = 0x3C
+    return b[..., 0] | b[..., 1] << 8 | b[..., 2] << 16 | b[..., 3] << 24
+
+
+@pytest.mark.parametrize("dt", ["float8_e4m3fn_x4", "float8_e5m2_x4"])
+def test_matmul_mx_same_bits_any_threads_or_path(dt):
+    """e4m3fn x e4m3fn takes the exact-f64 fast path, e5m2 x e5m2 the integer formula."""
+    sdt = mdt = dt
+    rng = np.random.default_rng(5)
+    parts, m, n = 128, 128, 512
+    sw = random_mx_words(rng, (parts, m), sdt)
+    mw = random_mx_words(rng, (parts, n), mdt)
+    sw[3, 5] = (sw[3, 5] & ~np.uint32(0xFF)) | 0x7F  # a NaN element: the IEEE reference term path
+    scale_rows = np.zeros((parts, m + n), np.uint8)
+    for r in range(parts // 8):
+        scale_rows[32 * (r // 4) + r % 4] = rng.integers(100, 150, size=m + n)
+    scale_rows[32 * (1 // 4) + 1, m + 7] = 0xFF  # a NaN scale
+
+    def once():
+        dev = t3.Device()
+        p = t3.Program()
+        st = p.sbuf((parts, m), sdt)
+        mv = p.sbuf((parts, n), mdt)
+        sc = p.sbuf((parts, m + n), np.uint8)
+        p.dma_copy(dst=st, src=dev.hbm.put(sw, dtype=sdt))
+        p.dma_copy(dst=mv, src=dev.hbm.put(mw, dtype=mdt))
+        p.dma_copy(dst=sc, src=dev.hbm.put(scale_rows))
+        acc = p.psum((m, n), F32)
+        p.nc_matmul_mx(dst=acc, stationary=st, moving=mv, stationary_scale=sc[:, :m], moving_scale=sc[:, m:])
+        res = p.sbuf((m, n), F32)
+        p.tensor_copy(dst=res, src=acc)
+        out = dev.hbm.alloc((m, n), F32)
+        p.dma_copy(dst=out, src=res)
+        dev.run(p)
+        return dev.hbm.get(out)
+
+    res = variants(once)
+    assert_all_same(res)
+    assert np.isnan(res[0][5]).all() and np.isnan(res[0][:, 7]).all()
+    assert np.isfinite(res[0][:5]).any()
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.uint8, F32], ids=lambda d: np.dtype(d).name)
+def test_transposes_same_bits_and_exact(dtype):
+    rng = np.random.default_rng(6)
+    x = rng.integers(0, 256, size=(128, 128 * np.dtype(dtype).itemsize), dtype=np.uint8).view(dtype)
+
+    def once():
+        dev = t3.Device()
+        p = t3.Program()
+        s = p.sbuf(x.shape, x.dtype)
+        p.dma_copy(dst=s, src=dev.hbm.put(x))
+        t = p.psum(x.shape[::-1], x.dtype)
+        p.nc_transpose(dst=t, data=s)
+        res = p.sbuf(t.shape, x.dtype)
+        p.tensor_copy(dst=res, src=t)
+        out = dev.hbm.alloc(t.shape, x.dtype)
+        p.dma_copy(dst=out, src=res)
+        dev.run(p)
+        return dev.hbm.get(out)
+
+    res = variants(once)
+    assert_all_same(res)
+    assert_bits_equal(res[0], x.T)
+
+
+def test_multicore_program_same_bits():
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((256, 128)).astype(BF16)
+    b = rng.standard_normal((256, 512)).astype(BF16)
+
+    def once():
+        dev = t3.Device()
+        _, p0, o0 = tiled_matmul(a, b, 128, F32, BF16, core=0, dev=dev)
+        _, p1, o1 = tiled_matmul(b[:, :128], a, 128, F32, F32, core=1, dev=dev)
+        dev.run([p0, p1])
+        return dev.hbm.get(o0), dev.hbm.get(o1)
+
+    res = variants(once)
+    assert_all_same(res)
+
+
+def test_elementwise_same_bits():
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((128, 2048)).astype(F32)
+    y = rng.standard_normal((128, 2048)).astype(F32)
+
+    def once():
+        dev = t3.Device()
+        p = t3.Program()
+        a, b = p.sbuf(x.shape, F32), p.sbuf(y.shape, F32)
+        p.dma_copy(dst=a, src=dev.hbm.put(x))
+        p.dma_copy(dst=b, src=dev.hbm.put(y))
+        c = p.sbuf(x.shape, BF16)
+        p.tensor_tensor(dst=c, data1=a, data2=b, op="add")
+        out = dev.hbm.alloc(x.shape, BF16)
+        p.dma_copy(dst=out, src=c)
+        dev.run(p)
+        return dev.hbm.get(out)
+
+    res = variants(once)
+    assert_all_same(res)
+    assert_bits_equal(res[0], (x + y).astype(ml_dtypes.bfloat16))
+
+
+def test_thread_count_api():
+    t3.set_num_threads(3)
+    assert t3.get_num_threads() == 3
+    t3.set_num_threads(0)
+    assert t3.get_num_threads() >= 1
+    with pytest.raises(t3.errors.ValidationError):
+        t3.set_num_threads(-1)
+    assert t3.simd_path() in ("avx512", "avx2+fma", "portable")
+    assert _native.limit_simd("portable")
+    assert t3.simd_path() == "portable"
+    with pytest.raises(t3.errors.ValidationError):
+        _native.limit_simd("sse9")
+
+
+def test_env_vars_set_defaults():
+    code = "import trn3emu as t3; print(t3.get_num_threads(), t3.simd_path())"
+    env = dict(os.environ, TRN3EMU_NUM_THREADS="3", TRN3EMU_PORTABLE_KERNELS="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["3", "portable"], out.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_fork_child_can_run_parallel_kernels():
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((128, 128)).astype(BF16)
+    b = rng.standard_normal((128, 512)).astype(BF16)
+    t3.set_num_threads(2)
+    want = run_tiled(a, b, 128, F32, F32)  # builds the pool in the parent
+    pid = os.fork()
+    if pid == 0:  # child: the parent's pool threads do not exist here
+        code = 1
+        try:
+            got = run_tiled(a, b, 128, F32, F32)
+            code = 0 if np.array_equal(got.view(np.uint32), want.view(np.uint32)) else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 120
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("child process hung in a parallel kernel after fork")
+        time.sleep(0.02)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    # The parent's pool still works after the fork.
+    assert_bits_equal(run_tiled(a, b, 128, F32, F32), want)

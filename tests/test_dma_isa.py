@@ -45,6 +45,37 @@ def test_dma_transpose_2d_sbuf_to_sbuf_hwdge_from_scalar(dev, rng):
     assert_bits_equal(dev.hbm.get(out), np.ascontiguousarray(src.T))
 
 
+def test_dma_transpose_default_dge_has_no_hwdge_shape_rules(dev, rng):
+    # dge_mode unknown (the default) lets the compiler pick the lowering: a 128x128 SBUF->SBUF
+    # transpose (as public attention kernels issue) is valid there; only hwdge needs shape[0] == 16.
+    src = random_bits(rng, (128, 128), BF16)
+    h = dev.hbm.put(src)
+    out = dev.hbm.alloc((128, 128), BF16)
+    p = t3.Program()
+    a = p.sbuf((128, 128), BF16)
+    b = p.sbuf((128, 128), BF16)
+    p.dma_copy(dst=a, src=h)
+    p.dma_transpose(dst=b, src=a)
+    p.dma_copy(dst=out, src=b)
+    dev.run(p)
+    assert_bits_equal(dev.hbm.get(out), np.ascontiguousarray(src.T))
+    with pytest.raises(t3.ShapeError, match=r"src.shape\[0\] == 16"):
+        t3.Program().dma_transpose(dst=p.sbuf((128, 128), BF16), src=a, dge_mode="hwdge", engine="scalar")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.uint32], ids=lambda d: np.dtype(d).name)
+def test_dma_transpose_4byte_with_default_dge_is_bit_exact(dev, rng, dtype):
+    # 4-byte elements: the arch guide allows them; the API's 2-byte rule binds the DGE forms only
+    src = random_bits(rng, (256, 96), dtype)
+    out = dev.hbm.alloc((96, 256), dtype)
+    p = t3.Program()
+    t = p.sbuf((96, 256), dtype)
+    p.dma_transpose(dst=t, src=dev.hbm.put(src))
+    p.dma_copy(dst=out, src=t)
+    dev.run(p)
+    assert_bits_equal(dev.hbm.get(out), np.ascontiguousarray(src.T))
+
+
 @pytest.mark.parametrize(
     "shape,axes",
     [((2, 8, 64), (2, 1, 0)), ((16, 3, 128), (2, 1, 0)), ((4, 2, 4, 32), (3, 1, 2, 0)), ((1, 3, 16, 8), (3, 1, 2, 0))],
@@ -66,9 +97,13 @@ def test_dma_transpose_rules(dev):
     p = t3.Program()
     h16 = dev.hbm.alloc((16, 32), BF16)
     with pytest.raises(t3.ShapeError, match=r"src.shape\[0\] == 16"):
-        p.dma_transpose(dst=p.sbuf((32, 8), BF16), src=dev.hbm.alloc((8, 32), BF16))
+        p.dma_transpose(dst=p.sbuf((32, 8), BF16), src=dev.hbm.alloc((8, 32), BF16), dge_mode="hwdge", engine="scalar")
+    with pytest.raises(t3.DtypeError, match="2-byte"):
+        p.dma_transpose(
+            dst=p.sbuf((32, 16), np.float32), src=dev.hbm.alloc((16, 32), np.float32), dge_mode="hwdge", engine="sync"
+        )
     with pytest.raises(t3.DtypeError):
-        p.dma_transpose(dst=p.sbuf((32, 16), np.float32), src=dev.hbm.alloc((16, 32), np.float32))
+        p.dma_transpose(dst=p.sbuf((32, 16), np.int8), src=dev.hbm.alloc((16, 32), np.int8))
     with pytest.raises(t3.DtypeError, match="same dtype"):
         p.dma_transpose(dst=p.sbuf((32, 16), np.float16), src=h16)
     with pytest.raises(t3.ShapeError, match="permuted src shape"):
@@ -79,9 +114,13 @@ def test_dma_transpose_rules(dev):
     with pytest.raises(t3.ShapeError, match="exceeds 128"):
         p.dma_transpose(dst=p.sbuf((128, 16, 2), BF16), src=dev.hbm.alloc((2, 16, 129), BF16))
     with pytest.raises(t3.ShapeError, match=r"\{1,2,4,8,16\}"):
-        p.dma_transpose(dst=p.sbuf((32, 16, 3), BF16), src=dev.hbm.alloc((3, 16, 32), BF16))
+        p.dma_transpose(
+            dst=p.sbuf((32, 16, 3), BF16), src=dev.hbm.alloc((3, 16, 32), BF16), dge_mode="hwdge", engine="scalar"
+        )
     with pytest.raises(t3.ShapeError, match="% 16"):
-        p.dma_transpose(dst=p.sbuf((32, 4, 2), BF16), src=dev.hbm.alloc((2, 4, 32), BF16))
+        p.dma_transpose(
+            dst=p.sbuf((32, 4, 2), BF16), src=dev.hbm.alloc((2, 4, 32), BF16), dge_mode="hwdge", engine="sync"
+        )
     with pytest.raises(t3.OperandError, match="hardware DGE"):
         p.dma_transpose(dst=p.sbuf((32, 16), BF16), src=h16, dge_mode="swdge")
     with pytest.raises(t3.OperandError, match="sync or scalar"):
@@ -485,6 +524,26 @@ def test_dynamic_access_is_raced_over_its_whole_range(dev):
     p.dma_copy(dst=p.sbuf((1, 16), np.float32), src=h[9:10], engine="gpsimd")
     with pytest.raises(t3.RaceError):
         dev.run(p)
+
+
+def test_dynamic_footprint_is_the_union_over_indices_not_a_byte_box(dev):
+    """A dynamic access touches, for every index it could take, its pattern there: a scatter into
+    columns 0..8 of gathered rows does not race with an unsynchronised read of columns 8..16 of
+    every row (the byte box spanning both would), but does with a read of column 7."""
+    h = dev.hbm.alloc((10, 16), np.float32)
+
+    def prog(first_col):
+        p = t3.Program(sync="manual")
+        idx = p.sbuf((4, 1), np.int32)
+        p.memset(dst=idx, value=3, engine="gpsimd")
+        left = h.ap([[16, 4], [1, 8]], vector_offset=idx, indirect_dim=0)
+        p.dma_copy(dst=left, src=p.sbuf((4, 8), np.float32), engine="gpsimd")
+        p.dma_copy(dst=p.sbuf((10, 16 - first_col), np.float32), src=h[:, first_col:16], engine="sync")
+        return p
+
+    dev.run(prog(8))
+    with pytest.raises(t3.RaceError):
+        dev.run(prog(7))
 
 
 def test_auto_sync_orders_dynamic_accesses(dev, rng):

@@ -38,6 +38,26 @@ def test_gather_columns_with_tensor_copy(dev, rng, engine):
     assert_bits_equal(dev.hbm.get(out), np.ascontiguousarray(data[:, _cols(idx, n, 16)]))
 
 
+def test_uint16_index_tile_gathers_and_other_offsets_refuse_it(dev, rng):
+    """TI index tiles may be uint16 (the vendor's TI tutorial uses them); DMA offsets may not."""
+    data = random_bits(rng, (128, 300), np.float32)
+    idx = np.array([[299, 0], [7, 256]] * 8, dtype=np.uint16)  # (16, 2): values above 255
+    n = 32
+    out = dev.hbm.alloc((128, n), np.float32)
+    p = t3.Program()
+    dt, it = _load(p, dev, data), _load(p, dev, idx)
+    o = p.sbuf((128, n), np.float32)
+    p.tensor_copy(dst=o, src=dt.indirect(it, num_elem=n))
+    p.dma_copy(dst=out, src=o)
+    dev.run(p)
+    assert_bits_equal(dev.hbm.get(out), np.ascontiguousarray(data[:, _cols(idx, n, 16)]))
+    table = dev.hbm.alloc((8, 8), np.float32)
+    with pytest.raises(t3.DtypeError, match="int32 or uint32"):
+        p.dma_copy(
+            dst=p.sbuf((4, 8), np.float32), src=table.ap([[8, 4], [1, 8]], vector_offset=p.sbuf((4, 1), np.uint16))
+        )
+
+
 def test_scatter_columns_with_indirect_dst(dev, rng):
     src = rng.standard_normal((64, 32)).astype(np.float32)
     idx = rng.permutation(100)[:32].astype(np.uint32).reshape(2, 16).T.copy()  # (16, 2), unique

@@ -231,3 +231,25 @@ def test_simulate_of_a_plain_function_reuses_its_trace():
     for k in range(3):
         np.testing.assert_array_equal(nki.simulate(plain)(x * k), np.full((128, 4), k + 1.0, np.float32))
     assert TRACES.count("plain") == 1
+
+
+@nki.jit
+def count_up(a, n):
+    """a + n, with n read on the device (a device loop): the trace depends on device data."""
+    t = nl.load(a)
+    cnt = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=cnt, src=n)
+    r = nisa.register_alloc()
+    nisa.register_load(r, cnt)
+    for _ in nl.dynamic_range(r):
+        t[...] += 1.0
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=t)
+    return out
+
+
+def test_device_dependent_traces_are_never_replayed():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for n in (2, 0, 3, 2):
+        np.testing.assert_array_equal(count_up(a, np.array([[n]], np.int32)), a + n)
+    assert count_up.device_dependent and not count_up._cache

@@ -21,10 +21,10 @@ from __future__ import annotations
 import sys
 import types
 
+from ..dtypes import numpy_dtype
 from . import collectives, compiler, isa, language, typing
+from . import tracetime as tensor
 from ._kernel import Kernel, NkiTensor, jit, missing_attribute, resolve_target, simulate
-
-tensor = NkiTensor
 
 #: module names registered by install() -> the module object
 _ALIASES = {
@@ -46,11 +46,16 @@ def _extra_modules() -> dict:
     for n, v in vars(language).items():
         if isinstance(v, str) and type(v).__name__ == "Dtype":
             setattr(dtype, n, v)
-    tens = types.ModuleType("nki.tensor")
-    tens.NkiTensor = NkiTensor
-    tens.tensor = NkiTensor
     isa.constants = constants
-    return {"nki.isa.constants": constants, "nki.dtype": dtype, "nki.tensor": tens}
+    lconst = types.ModuleType("nki.language.constants")  # legacy kernels import sizeinbytes from here
+    lconst.sizeinbytes = lambda dt: int(numpy_dtype(dt).itemsize)
+    language.constants = lconst
+    return {
+        "nki.isa.constants": constants,
+        "nki.dtype": dtype,
+        "nki.tensor": tensor,
+        "nki.language.constants": lconst,
+    }
 
 
 _EXTRA = _extra_modules()
@@ -60,22 +65,38 @@ dtype = _EXTRA["nki.dtype"]
 _saved: dict = {}
 
 
-def install(legacy: bool = False) -> None:
-    """Register trn3emu's front end as `nki` (and submodules) in sys.modules.
+_LEGACY: dict = {}
 
-    `legacy=True` also aliases `neuronxcc.nki.*` (only the new-style API is provided behind it).
+
+def _legacy_modules() -> dict:
+    """`neuronxcc.nki.*`: the legacy dialect (value-returning isa, masks, simulate_kernel, ...)."""
+    if not _LEGACY:
+        from . import legacy as _lg
+
+        pkg = _lg.make_package(sys.modules[__name__])
+        mods = {"neuronxcc." + k: v for k, v in dict(_ALIASES, **_EXTRA).items()}
+        mods["neuronxcc.nki"] = pkg
+        mods["neuronxcc.nki.isa"] = _lg.isa
+        root = types.ModuleType("neuronxcc")
+        root.nki = pkg
+        mods["neuronxcc"] = root
+        _LEGACY.update(mods)
+    return _LEGACY
+
+
+def install(legacy: bool = True) -> None:
+    """Register trn3emu's front end as `nki` (and submodules) in sys.modules, and the legacy
+    dialect as `neuronxcc.nki` (and submodules) unless `legacy=False`.
+
     Idempotent; `uninstall()` restores whatever was there before.
     """
     mods = dict(_ALIASES, **_EXTRA)
     if legacy:
-        mods.update({"neuronxcc." + k: v for k, v in list(mods.items())})
-        mods.setdefault("neuronxcc", types.ModuleType("neuronxcc"))
+        mods.update(_legacy_modules())
     for name, mod in mods.items():
         if name not in _saved:
             _saved[name] = sys.modules.get(name)
         sys.modules[name] = mod
-    if legacy:
-        sys.modules["neuronxcc"].nki = sys.modules[__name__]
 
 
 def uninstall() -> None:

@@ -11,6 +11,7 @@ constants, never tensor values.
 from __future__ import annotations
 
 import enum
+import math
 import os
 import re
 import sys
@@ -146,6 +147,28 @@ class _Block:
         self.parts, self.row_bytes, self.label = parts, row_bytes, label
 
 
+class _Blocks(_Block):
+    """A view's own allocation plus the allocations it reads at run time (index / offset tiles):
+    the index tile of `t.ap(vector_offset=nl.load(idx))` lives as long as the view."""
+
+    __slots__ = ("keep", "tiles")
+
+    def __init__(self, own: _Block | None, *others, tiles: tuple = ()) -> None:
+        if own is not None:
+            super().__init__(own.parts, own.row_bytes, own.label)
+        else:
+            super().__init__(0, 0, "")
+        self.keep = (own,) + tuple(others)
+        self.tiles = tiles  # the run-time operand tiles themselves (e.g. for nl.atomic_rmw's mask)
+
+
+def _with_runtime_operands(view: NkiTensor, *operands) -> NkiTensor:
+    tiles = tuple(o for o in operands if isinstance(o, NkiTensor))
+    if tiles:
+        view._block = _Blocks(view._block, *[o._block for o in tiles if o._block is not None], tiles=tiles)
+    return view
+
+
 class NkiTensor:
     """An NKI tensor: a trn3emu `Tensor` view plus its NKI buffer kind and its allocation."""
 
@@ -194,13 +217,21 @@ class NkiTensor:
         return self.shape[0]
 
     def __bool__(self) -> bool:
-        raise not_supported("truth value of a tensor", "tensor values are not known while tracing")
+        # An HBM tensor (a kernel argument, `if bias:`) is an object that exists: true, as for any
+        # Python object. On-chip tiles hold computed values (`if x > 0:`), unknown while tracing.
+        if self.buffer in HBM_BUFFERS:
+            return True
+        raise not_supported("truth value of an on-chip tile", "tile values are not known while tracing")
 
     def is_contiguous(self) -> bool:
         return self._t.is_contiguous()
 
     # views
     def __getitem__(self, key) -> NkiTensor:
+        from . import indexing
+
+        if indexing.has_expr(key) or indexing.ds_past_end(self, key):  # legacy index expressions
+            return indexing.index_view(self, key)
         return self._wrap(self._t[_norm_key(key)])
 
     def __setitem__(self, key, value) -> None:
@@ -226,6 +257,52 @@ class NkiTensor:
     def broadcast(self, dim: int, size: int) -> NkiTensor:
         return self._wrap(self._t.broadcast(int(dim), int(size)))
 
+    def flatten_dims(self, start_dim: int = 0, end_dim: int = -1) -> NkiTensor:
+        """Merge dims start_dim..end_dim (inclusive) into one; they must be mergeable without a
+        copy (each dim's stride = the next one's stride x size). On chip, dim 0 stays alone."""
+        t = self._t
+        a, b = int(start_dim) % t.ndim, int(end_dim) % t.ndim
+        if a > b:
+            raise ShapeError(f"flatten_dims({start_dim}, {end_dim}) of a {t.ndim}-D tensor")
+        if a == b:
+            return self
+        if t.mem != "hbm" and a == 0:
+            raise ShapeError("flatten_dims cannot merge the partition dim of an on-chip tile")
+        for d in range(a, b):
+            if t.strides[d] != t.strides[d + 1] * t.shape[d + 1]:
+                raise ShapeError(f"flatten_dims: dims {a}..{b} of {t!r} are not contiguous with each other")
+        n = 1
+        for d in range(a, b + 1):
+            n *= t.shape[d]
+        shape = t.shape[:a] + (n,) + t.shape[b + 1 :]
+        strides = t.strides[:a] + (t.strides[b],) + t.strides[b + 1 :]
+        return self._wrap(t._view(shape, strides, t.offset, t.start))
+
+    def reshape_dim(self, dim: int, shape) -> NkiTensor:
+        """Split dim into dims of `shape` (their product must be its size); on chip not dim 0."""
+        t = self._t
+        d = int(dim) % t.ndim
+        sizes = [int(x) for x in shape]
+        if math.prod(sizes) != t.shape[d]:
+            raise ShapeError(f"reshape_dim({dim}, {tuple(sizes)}): dim {d} has size {t.shape[d]}")
+        if t.mem != "hbm" and d == 0 and len(sizes) > 1:
+            raise ShapeError("reshape_dim cannot split the partition dim of an on-chip tile")
+        st, strides = t.strides[d], []
+        for n in reversed(sizes):
+            strides.insert(0, st)
+            st *= n
+        return self._wrap(
+            t._view(
+                t.shape[:d] + tuple(sizes) + t.shape[d + 1 :],
+                t.strides[:d] + tuple(strides) + t.strides[d + 1 :],
+                t.offset,
+                t.start,
+            )
+        )
+
+    def is_indirect(self) -> bool:
+        return self._t.is_indirect()
+
     def expand_dim(self, dim: int) -> NkiTensor:
         return self._wrap(self._t.expand_dim(int(dim)))
 
@@ -238,8 +315,12 @@ class NkiTensor:
         return self[tuple(key)]
 
     def select(self, dim: int, index) -> NkiTensor:
-        if isinstance(index, NkiTensor):
-            raise not_supported("NkiTensor.select with a tensor index", "dynamic select")
+        if isinstance(index, NkiTensor):  # dynamic: a run-time offset from a 1x1 int tile
+            d = int(dim)
+            pattern = [[st, n] for k, (st, n) in enumerate(zip(self._t.strides, self._t.shape)) if k != d]
+            if self.buffer in ONCHIP:
+                pattern[0][0] = self._block.row_bytes // self._t.itemsize if self._block is not None else 1
+            return self.ap(pattern or [[1, 1]], 0, scalar_offset=index, indirect_dim=d)
         key = [slice(None)] * self.ndim
         key[int(dim)] = int(index)
         return self[tuple(key)]
@@ -251,7 +332,7 @@ class NkiTensor:
         if scalar_offset is not None or vector_offset is not None:
             row_bytes = self._block.row_bytes if self._block is not None else None
             pat = None if pattern is None else [tuple(int(x) for x in p) for p in pattern]
-            return self._wrap(
+            view = self._wrap(
                 self._t.ap(
                     pat,
                     int(offset),
@@ -262,6 +343,7 @@ class NkiTensor:
                     indirect_dim=int(indirect_dim),
                 )
             )
+            return _with_runtime_operands(view, scalar_offset, vector_offset)
         if pattern is None:
             raise ShapeError("ap() needs pattern=[[step, num], ...]")
         row_bytes = self._block.row_bytes if self._block is not None else None
@@ -269,7 +351,8 @@ class NkiTensor:
 
     def indirect(self, index, num_elem=None):
         """v4 tensor indirection: free-dim columns at run-time offsets from `index`."""
-        return self._wrap(self._t.indirect(_inner(index), None if num_elem is None else int(num_elem)))
+        view = self._wrap(self._t.indirect(_inner(index), None if num_elem is None else int(num_elem)))
+        return _with_runtime_operands(view, index)
 
     def vector_select(self, dim, offsets):
         """HBM rows selected at run time by an index tile (a DMA gather/scatter): one row per
@@ -288,13 +371,19 @@ class NkiTensor:
 
     # arithmetic sugar -> nl ops
     def __add__(self, o):
+        from . import indexing
         from . import language as nl
 
+        if isinstance(o, (indexing.IndexExpr, indexing.DynIndex)):  # legacy run-time index
+            return indexing.DynIndex.of(self) + o
         return nl.add(self, o)
 
     def __radd__(self, o):
+        from . import indexing
         from . import language as nl
 
+        if isinstance(o, (indexing.IndexExpr, indexing.DynIndex)):
+            return indexing.DynIndex.of(self) + o
         return nl.add(o, self)
 
     def __sub__(self, o):
@@ -327,13 +416,109 @@ class NkiTensor:
 
         return nl.negative(self)
 
+    # comparisons, logic and the rest of numpy's operator set -> nl ops (tile results; a
+    # comparison with anything but a number or a tensor keeps Python's identity semantics)
+    def _op(self, name, o, reverse=False):
+        if not isinstance(o, (NkiTensor, int, float, np.number)):
+            return NotImplemented
+        from . import language as nl
+
+        f = getattr(nl, name)
+        return f(o, self) if reverse else f(self, o)
+
+    def __lt__(self, o):
+        return self._op("less", o)
+
+    def __le__(self, o):
+        return self._op("less_equal", o)
+
+    def __gt__(self, o):
+        return self._op("greater", o)
+
+    def __ge__(self, o):
+        return self._op("greater_equal", o)
+
+    # == / != with a number are elementwise; between tensors they stay identity comparisons, so
+    # lists of tiles (`t in tiles`, `tiles.remove(t)`) keep working (use nl.equal for tiles).
+    def __eq__(self, o):  # type: ignore[override]
+        return self is o if isinstance(o, NkiTensor) else self._op("equal", o)
+
+    def __ne__(self, o):  # type: ignore[override]
+        return self is not o if isinstance(o, NkiTensor) else self._op("not_equal", o)
+
+    __hash__ = object.__hash__
+
+    def __and__(self, o):  # integer tiles: bitwise; float / bool (comparison results): logical
+        return self._op("bitwise_and" if "int" in str(self.dtype) else "logical_and", o)
+
+    def __or__(self, o):
+        return self._op("bitwise_or" if "int" in str(self.dtype) else "logical_or", o)
+
+    def __xor__(self, o):
+        return self._op("bitwise_xor", o)
+
+    def __pow__(self, o):
+        return self._op("power", o)
+
+    def __rpow__(self, o):
+        return self._op("power", o, reverse=True)
+
+    def __mod__(self, o):
+        return self._op("mod", o)
+
+    def __rtruediv__(self, o):
+        return self._op("divide", o, reverse=True)
+
+    def __abs__(self):
+        from . import language as nl
+
+        return nl.abs(self)
+
+    def __invert__(self):
+        from . import language as nl
+
+        return nl.invert(self)
+
+    def astype(self, dtype):
+        """A new SBUF copy cast to dtype (`tensor_copy`)."""
+        from . import language as nl
+
+        return nl.copy(self, dtype=dtype)
+
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
         raise missing_attribute(f"NkiTensor.{name}")
 
+    # in-place arithmetic: `t[...] += u` updates the tile (tensor_tensor / tensor_scalar into itself)
+    def _inplace(self, op, o):
+        from . import language as nl
+
+        nl._inplace(self, op, o)
+        return self
+
     def __iadd__(self, o):
-        raise not_supported("tensor += value", "legacy accumulation syntax; use nisa.nc_matmul(dst, ...) or nl.add")
+        return self._inplace("add", o)
+
+    def __isub__(self, o):
+        return self._inplace("subtract", o)
+
+    def __imul__(self, o):
+        return self._inplace("multiply", o)
+
+    def __itruediv__(self, o):
+        return self._inplace("divide", o)
+
+    def broadcast_to(self, shape) -> NkiTensor:
+        from . import language as nl
+
+        return nl.broadcast_to(self, shape)
+
+    def same_view(self, other) -> bool:
+        """True when `other` is exactly this view (same storage, place, shape and strides)."""
+        a, b = self._t, getattr(other, "_t", None)
+        key = (a.mem, a.core, a.dtype, a.shape, a.strides, a.offset, a.start, a.dyn)
+        return b is not None and key == (b.mem, b.core, b.dtype, b.shape, b.strides, b.offset, b.start, b.dyn)
 
 
 def _norm_key(key):
@@ -531,7 +716,12 @@ class _Traced:
         self.input_ranges = {(t.offset, t.nbytes) for t in inputs}
         # The only device state that outlives a run besides memory is the RNG (and the run
         # count that seeds stochastic rounding): launches that use it get a fresh device.
-        self.reusable = not any(getattr(p, "opcodes", set()) & _RNG_OPS for p in self.programs)
+        # A trace that read device values (device loops ran earlier segments while tracing,
+        # `registers.device_value`) depends on data: never replayed, and its device not kept.
+        self.device_dependent = any(getattr(c, "segments", None) for c in contexts)
+        self.reusable = not self.device_dependent and not any(
+            getattr(p, "opcodes", set()) & _RNG_OPS for p in self.programs
+        )
         self.groups = [
             [_Synced(p) for p in self.programs[lo : lo + Device.NUM_CORES]]
             for lo in range(0, len(self.programs), Device.NUM_CORES)
@@ -632,7 +822,7 @@ class _Run:
         if traced is None:
             self.device = self._fresh_device(fill, set())
             arrays, traced = self._trace(args, kwargs)
-            if key is not None:
+            if key is not None and not traced.device_dependent:
                 cache[key] = traced
                 while len(cache) > CACHE_SIZE:
                     cache.pop(next(iter(cache)))
@@ -703,7 +893,7 @@ class _Run:
                 self.contexts.append(ctx)
                 _STACK.append(ctx)
                 try:
-                    results.append(self.kernel.fn(*wargs, **wkw))
+                    results.append(_to_hbm(self.kernel.fn(*wargs, **wkw)))
                 finally:
                     _STACK.pop()
         finally:
@@ -776,6 +966,22 @@ def _input_arrays(args, kwargs) -> list:
     return out
 
 
+def _to_hbm(r):
+    """Returned SBUF/PSUM tiles are copied to new HBM tensors (as the legacy simulator returns
+    their values); HBM tensors and other values pass through."""
+    if isinstance(r, NkiTensor) and r.buffer in ONCHIP:
+        from . import language as nl
+
+        out = nl.ndarray(r.shape, r.dtype, buffer="hbm")
+        nl.store(out, value=r)
+        return out
+    if isinstance(r, (tuple, list)):
+        return type(r)(_to_hbm(x) for x in r)
+    if isinstance(r, dict):
+        return {k: _to_hbm(v) for k, v in r.items()}
+    return r
+
+
 class Kernel:
     """A traced NKI kernel: `kernel(*arrays)` or `kernel[grid](*arrays)` runs it on trn3emu.
 
@@ -789,6 +995,7 @@ class Kernel:
         self.options = options
         self.last_result = None
         self.last_programs: list = []
+        self.device_dependent = False  # set when a trace read device values (device loops)
         self.__name__ = getattr(fn, "__name__", "kernel")
         self.__doc__ = getattr(fn, "__doc__", None)
         self.__wrapped__ = fn

@@ -1,12 +1,16 @@
 """`nki.collectives`: all_reduce, all_gather and reduce_scatter across the cores of a kernel
 launch, lowered to the emulator's collective instructions (docs/multicore.md). A rank is the
 kernel's program id (program k runs on core k); each rank-list of the ReplicaGroup runs its own
-collective. The other collectives (all_to_all, collective_permute*, …) raise "not supported".
+collective. all_to_all, collective_permute and the implicit ring permutes have no instruction of
+their own here: they are an all_gather into a private HBM scratch tensor followed by DMA copies of
+the slices this rank receives (the same data movement result; more traffic than the hardware's
+point-to-point DMAs). all_to_all_v and all_gather_v raise "not supported".
 """
 
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Sequence
 
 from ..errors import OperandError, ShapeError
@@ -86,6 +90,94 @@ def reduce_scatter(srcs, dsts, replica_group, op, priority=None, name=None):
     """Rank i gets slice i of the op-reduced srcs."""
     cores = _cores(replica_group)
     return [_isa.reduce_scatter(dst=d, src=s, cores=cores, reduce_op=op) for s, d in _pairs(srcs, dsts)]
+
+
+def _gather_all(src, cores):
+    """All ranks' src, concatenated in rank order, in a private HBM scratch tensor of this rank."""
+    from . import language as nl
+
+    scratch = nl.ndarray((len(cores) * src.shape[0],) + tuple(src.shape[1:]), src.dtype, buffer=nl.private_hbm)
+    _isa.all_gather(dst=scratch, src=src, cores=cores)
+    return scratch
+
+
+def all_to_all(srcs, dsts, replica_group, collective_dim=0, priority=None, name=None):
+    """Rank i's dst = concat over ranks j of chunk i of rank j's src (split along dim 0)."""
+    if int(collective_dim) != 0:
+        raise OperandError("all_to_all: only collective_dim=0 is supported (as NKI)", operand="collective_dim")
+    cores = _cores(replica_group)
+    me = cores.index(rank_id())
+    n = len(cores)
+    out = []
+    for s, d in _pairs(srcs, dsts):
+        if s.shape[0] % n or d.shape != s.shape:
+            raise ShapeError(
+                f"all_to_all: src {s.shape} must split into {n} chunks along dim 0 and match dst {d.shape}"
+            )
+        c = s.shape[0] // n
+        g = _gather_all(s, cores)
+        for j in range(n):
+            base = j * s.shape[0] + me * c
+            out.append(_isa.dma_copy(dst=d[j * c : (j + 1) * c], src=g[base : base + c]))
+    return out
+
+
+def collective_permute(srcs, dsts, source_target_pairs, priority=None, name=None):
+    """Each (source, target) pair sends source's src to target's dst; every rank of the launch
+    takes part (ranks that receive nothing keep their dst)."""
+    n = math.prod(current().launch.grid)
+    pairs = [(int(a), int(b)) for a, b in source_target_pairs]
+    if len({t for _, t in pairs}) != len(pairs):
+        raise OperandError(
+            f"collective_permute: a rank receives from two sources in {pairs}", operand="source_target_pairs"
+        )
+    cores = list(range(n))
+    me = rank_id()
+    out = []
+    for s, d in _pairs(srcs, dsts):
+        g = _gather_all(s, cores)
+        for a, b in pairs:
+            if b == me:
+                out.append(_isa.dma_copy(dst=d, src=g[a * s.shape[0] : (a + 1) * s.shape[0]]))
+    return out
+
+
+def _ring(replica_group):
+    cores = _cores(replica_group)
+    i = cores.index(rank_id())
+    return cores, cores[(i - 1) % len(cores)]
+
+
+def collective_permute_implicit(srcs_by_channel, dsts_by_channel, replica_group, channel_ids=(0,), name=None):
+    """Ring permute: each rank of its rank-list receives its predecessor's src (all_gather into
+    private HBM + a copy of the predecessor's slice; channels are independent transfers)."""
+    cores, pred = _ring(replica_group)
+    out = []
+    for srcs, dsts in zip(srcs_by_channel, dsts_by_channel, strict=True):
+        for s, d in _pairs(srcs, dsts):
+            g = _gather_all(s, cores)
+            j = cores.index(pred)
+            out.append(_isa.dma_copy(dst=d, src=g[j * s.shape[0] : (j + 1) * s.shape[0]]))
+    return out
+
+
+def collective_permute_implicit_reduce(
+    srcs0_by_channel, srcs1_by_channel, dsts_by_channel, replica_group, op, channel_ids=(0,), name=None
+):
+    """op(srcs0, srcs1) on each rank (an SBUF tile), then the ring permute of the results."""
+    from . import language as nl
+
+    fn = getattr(nl, _isa.op_name(op))
+    reduced = [[fn(a, b) for a, b in zip(s0, s1, strict=True)] for s0, s1 in zip(srcs0_by_channel, srcs1_by_channel)]
+    return collective_permute_implicit(reduced, dsts_by_channel, replica_group, channel_ids, name)
+
+
+def collective_permute_implicit_current_processing_rank_id(iteration_id, replica_group, channel_id=0, name=None):
+    """A register holding the rank whose data a ring step `iteration_id` processes: this rank at
+    iteration 0, then its predecessors around the ring (known while tracing: ranks are program ids)."""
+    cores = _cores(replica_group)
+    i = cores.index(rank_id())
+    return _isa.register_alloc(cores[(i - int(iteration_id)) % len(cores)])
 
 
 def __getattr__(name: str):

@@ -24,6 +24,85 @@ def skip_middle_end_transformations(f=None, **kwargs):
     return f if f is not None else (lambda g: g)
 
 
+#: bytes per partition of one PSUM bank
+PSUM_BANK_BYTES = 2048
+
+
+class AllocatedBuffer:
+    """`buffer=ncc.sbuf.alloc(func)` / `ncc.sbuf.mod_alloc(...)` / `ncc.psum.alloc(func)` /
+    `ncc.psum.mod_alloc(...)`: a buffer kind plus the function placing a tile,
+    func(block_index, partition_size, free_bytes) -> (partition, byte address), or for PSUM
+    (bank, partition, byte address within the bank). Tiles without block dims use block_index ()."""
+
+    def __init__(self, kind: str, func) -> None:
+        self.buffer, self.func = kind, func
+
+    def address(self, shape, itemsize: int) -> tuple:
+        free = itemsize
+        for n in shape[1:]:
+            free *= int(n)
+        placed = tuple(self.func((), int(shape[0]), free))
+        if len(placed) == 3:  # PSUM form: (bank, partition, address in the bank)
+            bank, p, b = (int(x) for x in placed)
+            return p, bank * PSUM_BANK_BYTES + b
+        p, b = placed
+        return int(p), int(b)
+
+
+def _modulo(base: int, tiles: tuple, scale: int):
+    """NKI's modulo allocation: block index i -> base + linear(i mod tiles) * scale."""
+
+    def f(idx):
+        shape = tuple(tiles) or (1,) * len(idx)
+        lin, mult = 0, 1
+        for i, n in reversed(list(zip(idx, shape))):
+            lin += (i % n) * mult
+            mult *= n
+        return base + lin * scale
+
+    return f
+
+
+class _Space:
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def auto_alloc(self, *args, **kwargs) -> str:
+        """Let the allocator place the tile (the default)."""
+        return self.kind
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise missing_attribute(f"nki.compiler.{self.kind}.{name}")
+
+    def alloc(self, func) -> AllocatedBuffer:
+        return AllocatedBuffer(self.kind, func)
+
+    def mod_alloc(
+        self,
+        base_addr=0,
+        *,
+        base_bank=None,
+        num_bank_tiles=(),
+        base_partition=0,
+        num_par_tiles=(),
+        num_free_tiles=(),
+    ):
+        bank = _modulo(int(base_bank or 0), tuple(num_bank_tiles), 1)
+
+        def func(idx, pdim_size, fdim_size):
+            p = _modulo(int(base_partition), tuple(num_par_tiles), pdim_size)(idx)
+            b = _modulo(int(base_addr), tuple(num_free_tiles), fdim_size)(idx)
+            return (bank(idx), p, b) if self.kind == "psum" else (p, b)
+
+        return AllocatedBuffer(self.kind, func)
+
+
+sbuf = _Space("sbuf")
+psum = _Space("psum")
+
+
 def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)

@@ -14,6 +14,7 @@ from typing import Any
 from .._asm import ENUMS, INSTRUCTIONS, AssemblerMixin
 from ..errors import NotSupportedError
 from . import _kernel
+from . import indexing as _indexing
 from ._kernel import NkiTensor, current, not_supported
 
 # ------------------------------------------------------------------------------------- enums
@@ -23,7 +24,7 @@ dge_mode = enum.Enum("dge_mode", {n: i for i, n in enumerate(ENUMS["dge_mode"])}
 oob_mode = enum.Enum("oob_mode", {n: i for i, n in enumerate(ENUMS["oob_mode"])})
 matmul_perf_mode = enum.Enum("matmul_perf_mode", {n: n for n in ENUMS["matmul_perf_mode"]})
 dma_engine = enum.Enum("dma_engine", {n: i for i, n in enumerate(ENUMS["dma_engine"])})
-nc_version = enum.Enum("nc_version", {"gen2": 2, "gen3": 3, "gen4": 4})
+nc_version = enum.IntEnum("nc_version", {"gen2": 2, "gen3": 3, "gen4": 4})  # ordered: kernels compare versions
 
 tensor_engine = engine.tensor
 vector_engine = engine.vector
@@ -129,11 +130,19 @@ def _same(v: Any) -> Any:
     return v
 
 
+def _perf_mode(v: Any) -> Any:
+    if isinstance(v, str) and v.startswith("double_row_gen"):
+        return "double_row"  # NKI's per-generation spelling of the double-row mode
+    return v
+
+
 def _converter(kind: str, enum_id: Any):
     """The operand conversion for an ISA operand kind (NKI tensors -> views, op tokens -> names,
     numbers -> float / int lists), picked once per operand when the wrapper is built."""
     if enum_id in _ENUM_KINDS:
         return _tensor_or(op_name)
+    if enum_id == "matmul_perf_mode":
+        return _tensor_or(_perf_mode)
     if kind in ("f32", "tensor_or_f32"):
         return _tensor_or(_as_float)
     if kind == "ints":
@@ -141,6 +150,10 @@ def _converter(kind: str, enum_id: Any):
     if kind == "pattern":
         return _tensor_or(_as_pattern)
     return _tensor_or(_same)
+
+
+#: callables run before any instruction is issued (the legacy dialect's pending results)
+_before_issue: list = []
 
 
 def _make(opname: str):
@@ -176,15 +189,20 @@ def _make(opname: str):
     legacy_dtype = opname == "tensor_copy"
 
     def fn(*args, **kwargs):
-        if kwargs:
-            if "mask" in kwargs:
-                raise not_supported(f"nki.isa.{opname}(mask=...)", "legacy masks; slice the operands instead")
-            if legacy_dtype:
-                kwargs.pop("dtype", None)  # legacy cast argument: the cast is dst's dtype
+        if _before_issue:  # e.g. legacy results still pending: issued first, in program order
+            for hook in _before_issue:
+                hook()
+        if "mask" in kwargs or _indexing._MASKS:  # legacy masks: operands restricted to the sub-grid
+            masked = _indexing.mask_call(opname, args, kwargs)
+            if masked is None:
+                return None  # the mask selects nothing: no instruction
+            args, kwargs = masked
         if dst_first and args and "dst" not in kwargs and not isinstance(args[0], NkiTensor):
             raise not_supported(
                 f"nki.isa.{opname} without dst", "legacy value-returning form; pass a preallocated dst first"
             )
+        if legacy_dtype and kwargs:
+            kwargs.pop("dtype", None)  # legacy cast argument: the cast is dst's dtype
         if len(args) > npos:
             raise bad_form(args, kwargs)
         call = dict(zip(names, args))
@@ -197,6 +215,8 @@ def _make(opname: str):
             if c is not None:
                 call[k] = c(v)
         ctx = current()
+        if getattr(ctx, "vregs", None):  # virtual registers read on this instruction's engine
+            _registers.prepare(ctx, opname, call)
         return Instruction(ctx, getattr(ctx.program, opname)(**call), opname)
 
     fn.__name__ = opname
@@ -209,7 +229,34 @@ for _name in INSTRUCTIONS:
     if _name not in ("dma_compute",):
         globals()[_name] = _make(_name)
 
+
+def _minor_first_axes(data, axis):
+    """tensor_reduce axes in the older minor-first numbering (1 = the last free dim, 2 = the one
+    before, ...), which kernels still use, map onto dims when the spec is not already the documented
+    "last contiguous dims" form: (1,) on a 3-D tile reduces dim 2. Specs valid as documented are
+    unchanged, so both numberings are accepted where they do not conflict."""
+    if not isinstance(data, NkiTensor) or axis is None:
+        return axis
+    axes = [int(a) for a in (axis if isinstance(axis, (list, tuple)) else (axis,))]
+    nd = data.ndim
+    if axes and sorted(axes) == list(range(1, len(axes) + 1)) and max(axes) != nd - 1:
+        return tuple(sorted(nd - a for a in axes))
+    return axis
+
+
+_tensor_reduce = tensor_reduce  # noqa: F821 (generated above)
+
+
+def tensor_reduce(dst, op, data, axis, *args, **kwargs):  # noqa: F811
+    return _tensor_reduce(dst, op, data, _minor_first_axes(data, axis), *args, **kwargs)
+
+
+tensor_reduce.__doc__ = _tensor_reduce.__doc__
+
 _dma_compute = _make("dma_compute")
+
+from . import registers as _registers  # noqa: E402
+from .registers import VirtualRegister, register_alloc, register_load, register_move, register_store  # noqa: E402,F401
 
 
 def dma_compute(dst, srcs, scales=None, reduce_op=None, **kwargs):
@@ -241,4 +288,6 @@ __all__ = [n for n in INSTRUCTIONS] + [
     "nc_version",
     "get_nc_version",
     "NotSupportedError",
+    "VirtualRegister",
+    "register_alloc",
 ]

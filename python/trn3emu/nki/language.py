@@ -9,17 +9,33 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import copy as _copy_module
 import math
 
 import numpy as np
 
 from ..dtypes import numpy_dtype
 from ..errors import ShapeError
+from . import indexing as _indexing
 from . import isa as nisa
-from ._kernel import DTYPES, HBM_BUFFERS, Dtype, NkiTensor, as_dtype, current, missing_attribute, not_supported
+from ._kernel import (
+    DTYPES,
+    HBM_BUFFERS,
+    Dtype,
+    NkiTensor,
+    _with_runtime_operands,
+    as_dtype,
+    current,
+    missing_attribute,
+    not_supported,
+)
+from .indexing import ParDim, arange, mgrid, par_dim  # noqa: F401  (legacy index expressions)
 
 # ------------------------------------------------------------------------------------ dtypes
 bool_ = DTYPES["bool"]
+# NKI 0.6's 1-bit integers (one byte per element) serve kernels as predicates; carried as bool
+# (0/1). int1's two's-complement range [-1, 0] is not modeled.
+int1 = uint1 = bool_
 int8, int16, int32 = DTYPES["int8"], DTYPES["int16"], DTYPES["int32"]
 uint8, uint16, uint32 = DTYPES["uint8"], DTYPES["uint16"], DTYPES["uint32"]
 float16, float32, bfloat16, tfloat32 = DTYPES["float16"], DTYPES["float32"], DTYPES["bfloat16"], DTYPES["tfloat32"]
@@ -61,6 +77,22 @@ tensor = NkiTensor
 
 class NKIObject:
     """Base class kernels subclass for helper objects; plain Python here."""
+
+
+class _FloatInfo:
+    """`nl.fp32.min` etc.: the finite range of a float dtype (as numpy.finfo)."""
+
+    def __init__(self, np_dtype) -> None:
+        import ml_dtypes
+
+        fi = ml_dtypes.finfo(np_dtype)
+        self.min, self.max, self.eps, self.tiny = float(fi.min), float(fi.max), float(fi.eps), float(fi.tiny)
+        self.dtype = DTYPES[np.dtype(np_dtype).name]
+
+
+fp32 = _FloatInfo(np.float32)
+fp16 = _FloatInfo(np.float16)
+bf16 = _FloatInfo(numpy_dtype("bfloat16"))
 
 
 class tile_size:
@@ -112,20 +144,55 @@ sequential_range = affine_range
 static_range = affine_range
 
 
-def dynamic_range(*args, **kwargs):
-    raise not_supported("nl.dynamic_range", "runtime loops on registers; use range / fori_loop with static bounds")
+def _is_reg(v) -> bool:
+    return isinstance(v, nisa.VirtualRegister)
+
+
+def _loop_register(values):
+    """One register for a device loop's iteration value (register_move per iteration)."""
+    reg = nisa.register_alloc()
+    for i in values:
+        nisa.register_move(reg, int(i))
+        yield reg
+
+
+def dynamic_range(start, stop=None, step=1):
+    """A device loop: register bounds are read on the device (registers.device_value: the kernel so
+    far runs, tracing continues with the loop unrolled) and the iteration value is a register; with
+    int bounds, the same iterations unrolled with int values."""
+    if stop is None:
+        start, stop = 0, start
+    if _is_reg(start) or _is_reg(stop):
+        from .registers import device_value
+
+        return _loop_register(range(device_value(start), device_value(stop), int(step)))
+    return _range(start, stop, step)
 
 
 def fori_loop(lower, upper, body_fun, step=1, init_val=None):
-    """Static-bound `fori_loop`, unrolled while tracing: body_fun(i) (or body_fun(i, carry))."""
+    """`body_fun(i)` for i in range(lower, upper, step) (or body_fun(i, carry)); unrolled while
+    tracing. Register bounds are read on the device first and i is then a register (`dynamic_range`)."""
+    it = (
+        dynamic_range(lower, upper, step)
+        if _is_reg(lower) or _is_reg(upper)
+        else range(int(lower), int(upper), int(step))
+    )
     carry = init_val
-    for i in range(int(lower), int(upper), int(step)):
+    for i in it:
         carry = body_fun(i) if init_val is None else body_fun(i, carry)
     return carry
 
 
-def while_loop(*args, **kwargs):
-    raise not_supported("nl.while_loop", "a runtime loop whose trip count depends on device values")
+def while_loop(init, body_fun=None, *args, **kwargs):
+    """`r = init; while r: r = body_fun(r)`; a register condition is read on the device before
+    every iteration (`registers.device_value`); an int condition is evaluated while tracing."""
+    if body_fun is None:
+        raise not_supported("nl.while_loop call form", "while_loop(init, body_fun)")
+    from .registers import device_value
+
+    r = init
+    while device_value(r) if _is_reg(r) else r:
+        r = body_fun(r)
 
 
 @contextlib.contextmanager
@@ -140,13 +207,29 @@ def no_reorder():
 
 
 # ------------------------------------------------------------------------------------- SPMD
-def program_id(axis=0) -> int:
+def _tracing() -> bool:
+    from . import _kernel
+
+    return bool(_kernel._STACK)
+
+
+# Outside a traced kernel (host-side helper code that sizes a launch) there is no launch grid:
+# program_ndim() is 0, num_programs() 1 and program_id() 0 (a choice; NKI does not document it).
+# Outside a traced kernel (host code building a launch config) there is no launch: program_id,
+# num_programs and program_ndim return None. nki-library sizes LNC configs on the host with
+# `get_program_sharding_info()` and falls back to the requested program count when the count it
+# gets is falsy (`shard_info[1] or num_programs`), which its LNC=2 tests rely on.
+def program_id(axis=0) -> int | None:
+    if not _tracing():
+        return None
     ctx = current()
     idx = np.unravel_index(ctx.pid, ctx.launch.grid)
     return int(idx[int(axis)])
 
 
-def num_programs(axes=None) -> int:
+def num_programs(axes=None) -> int | None:
+    if not _tracing():
+        return None
     grid = current().launch.grid
     if axes is None:
         return int(np.prod(grid))
@@ -155,23 +238,85 @@ def num_programs(axes=None) -> int:
     return int(grid[int(axes)])
 
 
-def program_ndim() -> int:
-    return len(current().launch.grid)
+class _NC(int):
+    """`nl.nc(n)`: n physical NeuronCores (a legacy SPMD grid annotation)."""
+
+
+def nc(n) -> _NC:
+    return _NC(int(n))
+
+
+def spmd_dim(*dims) -> int:
+    """Legacy `nl.spmd_dim(n, nl.nc(k))` grid entry: n programs on each of k cores, i.e. n * k
+    programs along that grid axis (program k of the launch runs on core k mod 8 here)."""
+    return math.prod(int(d) for d in dims)
+
+
+def program_ndim() -> int | None:
+    return len(current().launch.grid) if _tracing() else None
 
 
 # ---------------------------------------------------------------------------------- tensors
 def ndarray(shape, dtype, buffer=None, name="", address=None, **kwargs) -> NkiTensor:
-    """A new (uninitialised) tensor; SBUF/PSUM from the allocator, or at `address`."""
+    """A new (uninitialised) tensor; SBUF/PSUM from the allocator, or at `address`.
+
+    A legacy shape with `nl.par_dim` after leading block dims, `(n, nl.par_dim(P), F)`, is one
+    [P, n, F] tile whose block index is a free dim (`BlockTensor`)."""
+    kwargs.pop("lazy_initialization", None)  # legacy scheduling hint: no effect here
     if kwargs:
         raise not_supported(f"nl.ndarray({', '.join(kwargs)}=...)")
-    return current().alloc(shape, dtype, "sbuf" if buffer is None else _buf(buffer), name, address)
+    from .compiler import AllocatedBuffer
+
+    if isinstance(buffer, AllocatedBuffer):  # legacy direct allocation (ncc.sbuf.alloc / mod_alloc)
+        if isinstance(shape, (tuple, list)) and builtins.any(isinstance(s, ParDim) for s in shape[1:]):
+            raise not_supported("direct allocation of a par_dim block tile", "allocate one tile per block")
+        address = buffer.address(tuple(int(s) for s in shape), as_dtype(dtype).itemsize)
+        buffer = buffer.buffer
+    buf = "sbuf" if buffer is None else _buf(buffer)
+    if isinstance(shape, (tuple, list)):
+        pd = [i for i, s in enumerate(shape) if isinstance(s, ParDim)]
+        if pd and pd[0] > 0 and buf in ("sbuf", "psum"):
+            k = pd[0]
+            inner = (shape[k],) + tuple(shape[:k]) + tuple(shape[k + 1 :])
+            t = current().alloc(inner, dtype, buf, name, address)
+            return BlockTensor(t._t, t.buffer, t._block, t.name, k)
+    return current().alloc(shape, dtype, buf, name, address)
+
+
+class BlockTensor(NkiTensor):
+    """A legacy `(blocks..., par_dim(P), free...)` tile, stored as [P, blocks..., free...]:
+    indexing moves the partition index first (`t[b, 0:P, 0:F]` is the [P, F] tile of block b)."""
+
+    __slots__ = ("_pd",)
+
+    def __init__(self, t, buffer, block, name, pd: int) -> None:
+        super().__init__(t, buffer, block, name)
+        self._pd = pd
+
+    @property
+    def shape(self) -> tuple:
+        s = self._t.shape
+        return tuple(s[1 : self._pd + 1]) + (s[0],) + tuple(s[self._pd + 1 :])
+
+    def __getitem__(self, key):
+        key = key if isinstance(key, tuple) else (key,)
+        pd = self._pd
+        if builtins.any(k is Ellipsis for k in key):
+            raise not_supported("... in the index of a par_dim block tile", "index the block dims first")
+        if len(key) < pd:
+            raise not_supported("indexing a par_dim block tile without all its block indices")
+        key = key + (slice(None),) * (self._t.ndim - len(key))  # t[b]: the whole [P, F] tile of block b
+        return NkiTensor.__getitem__(self, (key[pd],) + tuple(key[:pd]) + tuple(key[pd + 1 :]))
+
+    def __setitem__(self, key, value) -> None:
+        _assign(self[key], value)
 
 
 def empty_like(t, dtype=None, buffer=None, name="") -> NkiTensor:
     return ndarray(t.shape, dtype or t.dtype, buffer or t.buffer, name)
 
 
-def full(shape, fill_value, dtype, buffer=None, name="", address=None) -> NkiTensor:
+def full(shape, fill_value, dtype, buffer=None, name="", address=None, lazy_initialization=None) -> NkiTensor:
     """A new tensor filled with `fill_value`: memset on chip, written at load time in HBM."""
     t = ndarray(shape, dtype, buffer, name, address)
     if t.buffer in HBM_BUFFERS:
@@ -181,11 +326,11 @@ def full(shape, fill_value, dtype, buffer=None, name="", address=None) -> NkiTen
     return t
 
 
-def zeros(shape, dtype, buffer=None, name="", address=None) -> NkiTensor:
+def zeros(shape, dtype, buffer=None, name="", address=None, lazy_initialization=None) -> NkiTensor:
     return full(shape, 0, dtype, buffer, name, address)
 
 
-def ones(shape, dtype, buffer=None, name="", address=None) -> NkiTensor:
+def ones(shape, dtype, buffer=None, name="", address=None, lazy_initialization=None) -> NkiTensor:
     return full(shape, 1, dtype, buffer, name, address)
 
 
@@ -226,10 +371,116 @@ def load(src, dtype=None, **kwargs) -> NkiTensor:
 
 
 def store(dst, value, **kwargs) -> None:
-    """A tile -> HBM (`dma_copy`; PSUM goes through an SBUF `tensor_copy` first: DMA cannot read PSUM)."""
+    """A tile -> HBM (`dma_copy`; PSUM goes through an SBUF `tensor_copy` first: DMA cannot read PSUM).
+    A scalar value fills dst (`memset` of an SBUF tile, then `dma_copy` per 128 rows)."""
     _no_mask("store", kwargs)
+    if not isinstance(value, NkiTensor):
+        rows = dst.shape[0] if dst.ndim > 1 else 1
+        flat = dst if dst.ndim > 1 else dst.reshape((1, dst.size))
+        chunk = builtins.min(rows, tile_size.pmax)
+        t = full((chunk,) + tuple(flat.shape[1:]), value, dst.dtype, sbuf)
+        for r0 in range(0, rows, chunk):
+            n = builtins.min(chunk, rows - r0)
+            nisa.dma_copy(dst=flat[r0 : r0 + n], src=t[0:n])
+        return
     value = _sbuf_operand(value)
     nisa.dma_copy(dst=dst, src=value)
+
+
+def static_cast(x, dtype):
+    """A numpy array (host code) cast with numpy; a tile cast on chip (`tensor_copy`)."""
+    if isinstance(x, np.ndarray) or np.isscalar(x):
+        return np.asarray(x).astype(numpy_dtype(as_dtype(dtype)))
+    return copy(x, dtype=dtype)
+
+
+def all_reduce(x, op, program_axes, dtype=None, parallel_reduce=True, asynchronous=False, **kwargs) -> NkiTensor:
+    """Legacy: reduce a tile over the SPMD programs that differ only along `program_axes` (the
+    device `all_reduce` on their cores; launches of at most 8 programs)."""
+    _no_mask("all_reduce", kwargs)
+    ctx = current()
+    grid = ctx.launch.grid
+    n = math.prod(grid)
+    if n > 8:
+        raise not_supported("nl.all_reduce in a launch of more than 8 programs", "programs 8.. run separately")
+    axes = {int(a) for a in (program_axes if isinstance(program_axes, (list, tuple)) else (program_axes,))}
+    me = np.unravel_index(ctx.pid, grid)
+    group = [
+        p
+        for p in range(n)
+        if builtins.all(c == m for d, (c, m) in enumerate(zip(np.unravel_index(p, grid), me)) if d not in axes)
+    ]
+    x = _sbuf_operand(_onchip(x))
+    out = ndarray(x.shape, dtype or x.dtype, sbuf)
+    nisa.all_reduce(dst=out, src=x, cores=group, reduce_op=nisa.op_name(op))
+    return out
+
+
+def atomic_rmw(dst, value, op, mask=None, **kwargs) -> None:
+    """dst = op(dst, value) on HBM, atomically per element: `dma_compute` read-add-write (op add only;
+    a dst indexed by an index tile, `t[idx_tile, i_f]`, is a scatter-add, indices unique).
+
+    A tile `mask` ((P, 1), nonzero = update) on a scatter-add skips the rows it clears: their
+    indices are replaced by an out-of-range one (`tensor_copy_predicated`) and the DMA runs with
+    oob_mode=skip."""
+    _no_mask("atomic_rmw", kwargs)
+    if nisa.op_name(op) != "add":
+        raise not_supported(f"nl.atomic_rmw(op={nisa.op_name(op)})", "the DMA read-modify-write adds")
+    value = _sbuf_operand(_onchip(value)) if isinstance(value, NkiTensor) else value
+    if not isinstance(value, NkiTensor):
+        raise not_supported("nl.atomic_rmw with a scalar value", "pass a tile")
+    if mask is None:
+        nisa.dma_compute(dst, [dst, value], reduce_op="add")
+        return
+    dyn = getattr(dst.tensor, "dyn", None)
+    if not isinstance(mask, NkiTensor) or dyn is None or dyn[0] != "v":
+        raise not_supported("nl.atomic_rmw(mask=...)", "a tile mask on a dst indexed by an index tile")
+    index = getattr(dst._block, "tiles", ())
+    index = next((o for o in index if isinstance(o, NkiTensor) and o.tensor._static_ap() == dyn[1]), None)
+    if index is None:
+        raise not_supported("nl.atomic_rmw(mask=...)", "a dst indexed by an index tile")
+    _, _, step, bound = dyn
+    kept = full(index.shape, bound, index.dtype, sbuf)  # `bound` is one past the last row: skipped
+    nisa.tensor_copy_predicated(dst=kept, src=index, predicate=_onchip(mask))
+    view = _copy_module.copy(dst.tensor)
+    view.dyn = ("v", kept.tensor._static_ap(), step, bound)
+    target = NkiTensor(view, dst.buffer, dst._block, dst.name)
+    target = _with_runtime_operands(target, kept)
+    nisa.dma_compute(target, [target, value], reduce_op="add", oob_mode="skip")
+
+
+class _LoopReduce:
+    """`dst[...] = nl.loop_reduce(x, op, loop_indices)`: dst = op(dst, x) (the destination is the
+    other operand, per the API docs), issued at the assignment. Other uses are not supported: the
+    destination is unknown until then."""
+
+    def __init__(self, x, op, masks) -> None:
+        self.x, self.op, self.masks = x, op, masks
+
+    def _fuse_into(self, dst) -> bool:
+        n = len(_indexing._MASKS)
+        _indexing._MASKS.extend(self.masks)  # the call's mask= applies to the reduction
+        try:
+            if _indexing._current_ranges() is not None:
+                nisa.tensor_tensor(dst=dst, data1=dst, data2=_onchip(self.x), op=self.op)
+        finally:
+            del _indexing._MASKS[n:]
+        return True
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise not_supported(
+            "nl.loop_reduce result used other than as `dst[...] = nl.loop_reduce(...)`",
+            "the reduction's destination is the assignment target",
+        )
+
+
+def loop_reduce(x, op, loop_indices, dtype=None, **kwargs) -> _LoopReduce:
+    """Reduce `x` into the assignment target across loop iterations (`dst = op(dst, x)`); the
+    target's dtype is the result dtype. `loop_indices` is a compiler hint (no effect here)."""
+    _no_mask("loop_reduce", kwargs)
+    return _LoopReduce(x, op, list(_indexing._MASKS))
 
 
 def load_transpose2d(src, dtype=None, **kwargs) -> NkiTensor:
@@ -251,6 +502,15 @@ def copy(x, dtype=None, **kwargs) -> NkiTensor:
 
 def _assign(dst: NkiTensor, value) -> None:
     """`dst[...] = value`: DMA when HBM is involved, else tensor_copy; scalars memset."""
+    fuse = getattr(type(value), "_fuse_into", None)  # a legacy result not issued yet: write it here
+    if fuse is not None and fuse(value, dst):
+        return
+    if isinstance(value, NkiTensor) and dst.same_view(value):
+        return  # `t[k] += u` ends by assigning the updated view to itself
+    if isinstance(value, _indexing.MaskedResult):  # only the masked part was computed
+        pred, value = value._pred, NkiTensor(value._t, value.buffer, value._block, value.name)
+        with _indexing.masked(pred):
+            return _assign(dst, value)
     if isinstance(value, NkiTensor):
         if dst.buffer in HBM_BUFFERS or value.buffer in HBM_BUFFERS:
             nisa.dma_copy(dst=dst, src=_sbuf_operand(value) if dst.buffer in HBM_BUFFERS else value)
@@ -266,8 +526,6 @@ def _assign(dst: NkiTensor, value) -> None:
 
 
 def _no_mask(name, kwargs):
-    if "mask" in kwargs:
-        raise not_supported(f"nl.{name}(mask=...)", "legacy masks; slice the operands instead")
     if kwargs:
         raise not_supported(f"nl.{name}({', '.join(kwargs)}=...)")
 
@@ -372,13 +630,22 @@ def _is_tile(v) -> bool:
     return isinstance(v, NkiTensor)
 
 
-def _binary(op: str, x, y, dtype) -> NkiTensor:
+def _inplace(dst: NkiTensor, op: str, value) -> None:
+    """`dst op= value` (`t[...] += u`): the op's instruction writes dst itself."""
+    if dst.buffer in HBM_BUFFERS:
+        raise not_supported(f"in-place {op} on an HBM tensor", "load it, update the tile, store it")
+    if dst.buffer == "psum" and isinstance(value, NkiTensor) and value.buffer == "psum":
+        value = _sbuf_operand(value)  # an engine reads at most one PSUM input (`psum += matmul(...)`)
+    _binary(op, dst, value, None, out=dst)
+
+
+def _binary(op: str, x, y, dtype, out=None) -> NkiTensor:
     if not _is_tile(x) and not _is_tile(y):
         raise not_supported(f"nl.{op} of two scalars", "compute it in Python")
     x, y = _onchip(x), _onchip(y)
     if not _is_tile(y) or not _is_tile(x):
         tile, scalar, rev = (x, y, False) if _is_tile(x) else (y, x, True)
-        out = ndarray(tile.shape, dtype or tile.dtype, sbuf)
+        out = ndarray(tile.shape, dtype or tile.dtype, sbuf) if out is None else out
         nisa.tensor_scalar(out, tile, op0=op, operand0=float(scalar), reverse0=rev)
         return out
     odt = dtype or promote(x.dtype, y.dtype)
@@ -392,13 +659,13 @@ def _binary(op: str, x, y, dtype) -> NkiTensor:
     xf, yf = x.size // x.shape[0], y.size // y.shape[0]
     if xf != yf and (xf == 1 or yf == 1):
         tile, col, rev = (x, y, False) if yf == 1 else (y, x, True)
-        out = ndarray(tile.shape, odt, sbuf)
+        out = ndarray(tile.shape, odt, sbuf) if out is None else out
         nisa.tensor_scalar(
             out, tile, op0=op, operand0=col.reshape((col.shape[0], 1)) if col.ndim != 2 else col, reverse0=rev
         )
         return out
-    shape = tuple(np.broadcast_shapes(x.shape, y.shape))
-    out = ndarray(shape, odt, sbuf)
+    shape = tuple(np.broadcast_shapes(x.shape, y.shape)) if out is None else out.shape
+    out = ndarray(shape, odt, sbuf) if out is None else out
     nisa.tensor_tensor(out, _bcast_free(x, shape), _bcast_free(y, shape), op=op)
     return out
 
@@ -592,8 +859,36 @@ def _unsupported(name, why):
     return f
 
 
-for _n in ("gather_flattened", "random_seed"):
-    globals()[_n] = _unsupported(_n, "no lowering to NeuronCore-v4 instructions in this front end yet")
+def gather_flattened(data, indices, axis=0, dtype=None, **kwargs) -> NkiTensor:
+    """Per partition, out[p, i...] = data[p].flatten()[indices[p].flatten()[i]] (`nc_n_gather`;
+    uint32 indices, result shaped like indices; a `dtype` other than data's casts with `tensor_copy`).
+    An index outside the row raises AddressError at run time (NKI returns garbage there)."""
+    _no_mask("gather_flattened", kwargs)
+    if int(axis) != 0:
+        raise not_supported(f"nl.gather_flattened(axis={axis})", "the gather runs per partition (axis 0)")
+    data, indices = _onchip(data), _onchip(indices)
+    if str(indices.dtype) != "uint32":
+        indices = copy(indices, dtype=uint32)
+    out = ndarray(indices.shape, data.dtype, sbuf)
+    nisa.nc_n_gather(dst=out, data=data, indices=indices)
+    return out if dtype is None or as_dtype(dtype) == out.dtype else copy(out, dtype=dtype)
+
+
+def random_seed(seed, **kwargs) -> None:
+    """Seed the random number generator used by `nl.rand` / `nl.dropout` (`set_rng_seed` from a
+    [1, 1] 32-bit tile; a Python int is memset into one first, an HBM tensor loaded)."""
+    _no_mask("random_seed", kwargs)
+    if isinstance(seed, NkiTensor):
+        t = _onchip(seed)
+        if t.size != 1:
+            raise ShapeError(f"nl.random_seed takes a single 32-bit value, got a {t.shape} tensor")
+        t = t.reshape((1, 1)) if t.shape != (1, 1) else t
+        if str(t.dtype) not in ("uint32", "int32"):
+            t = copy(t, dtype=uint32)
+    else:
+        t = ndarray((1, 1), uint32, sbuf)
+        nisa.memset(t, value=int(seed))
+    nisa.set_rng_seed(src_seeds=t)
 
 
 # -------------------------------------------------------------------------------- reductions
@@ -622,6 +917,13 @@ def _reduce(op: str, x, axis, dtype, keepdims, negate=False) -> NkiTensor:
         out = ndarray((1,) + tuple(x.shape[1:]), dtype or x.dtype, sbuf)
         nisa.tensor_partition_reduce(out, op=_PARTITION_OPS[op], data=x)
         return out
+    if axes != tuple(range(x.ndim - len(axes), x.ndim)):
+        # tensor_reduce reduces trailing axes: move the reduced axes last (a strided view).
+        kept = [d for d in range(x.ndim) if d not in axes]
+        flat = _reduce(op, x.permute(kept + list(axes)), tuple(range(len(kept), x.ndim)), dtype, False, negate)
+        if not keepdims:
+            return flat
+        return flat.reshape(tuple(1 if d in axes else n for d, n in enumerate(x.shape)))
     shape = (
         [1 if d in axes else n for d, n in enumerate(x.shape)]
         if keepdims
@@ -747,12 +1049,17 @@ def where(condition, x, y, dtype=None, **kwargs) -> NkiTensor:
 
 def matmul(x, y, transpose_x=False, **kwargs) -> NkiTensor:
     """x @ y (x.T @ y with transpose_x) into a new fp32 PSUM tile: `nc_matmul`, preceded by a PE
-    transpose of x (`nc_transpose` -> PSUM -> SBUF) when transpose_x is False."""
+    transpose of x (`nc_transpose` -> PSUM -> SBUF) when transpose_x is False. An fp32 operand
+    paired with a narrower one promotes it to fp32 first (`tensor_copy`): the PE cannot mix them."""
     _no_mask("matmul", kwargs)
     x, y = _onchip(x), _onchip(y)
     if not transpose_x:
         xt = transpose(x)
         x = _sbuf_operand(xt)
+    # The PE pairs fp32 only with fp32: a mixed call promotes the other operand (a tensor_copy).
+    wide = ("float32", "tfloat32")
+    if (str(x.dtype) in wide) != (str(y.dtype) in wide):
+        x, y = (x, copy(y, dtype=float32)) if str(x.dtype) in wide else (copy(x, dtype=float32), y)
     out = ndarray((x.shape[1], y.shape[1]), float32, psum)
     nisa.nc_matmul(out, stationary=x, moving=y, accumulate=False)
     return out
@@ -803,8 +1110,14 @@ def _checked(f):
 
     @functools.wraps(f)
     def g(*args, **kwargs):
+        mask = kwargs.pop("mask", None)  # legacy mask=: every instruction of the op is restricted
+        if isinstance(mask, NkiTensor) and "mask" in sig.parameters:
+            kwargs["mask"], mask = mask, None  # a tile mask the op handles itself
         try:
-            return f(*args, **kwargs)
+            if mask is None:
+                return f(*args, **kwargs)
+            with _indexing.masked(mask):
+                return _indexing.tag(f(*args, **kwargs), mask)
         except TypeError:
             # Python binds the arguments before running the body, so a bad call form fails with
             # nothing done; binding only here keeps inspect off the hot path.

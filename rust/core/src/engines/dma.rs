@@ -393,6 +393,19 @@ fn check_dma_transpose(ins: &Instr) -> Result<()> {
         ));
     }
     let dge = ins.enum_val(dt::DGE_MODE).unwrap_or(0);
+    // The DGE forms move 2-byte elements (API); 4-byte ones only with dge_mode unknown, where
+    // the compiler picks the mechanism (the arch guide allows 4-byte DMA transposes).
+    if src.dtype.size() != 2 && (is_vector(src) || dge == DgeMode::Hwdge as u8) {
+        return Err(err(
+            Dtype,
+            format!(
+                "{} dma_transpose moves 2-byte elements, got {} (4-byte dtypes only with dge_mode unknown)",
+                if is_vector(src) { "indirect (swdge)" } else { "hwdge" },
+                src.dtype.name()
+            ),
+        )
+        .operand("src"));
+    }
     if is_vector(src) {
         check_dge(ins, Some(dge), true)?;
         if s[0] % 16 != 0 {
@@ -442,6 +455,11 @@ fn check_dma_transpose(ins: &Instr) -> Result<()> {
             .operand("dge_mode"));
         }
         check_dge(ins, Some(dge), false)?;
+        // The HWDGE shape rules bind only when hwdge is asked for: with `unknown` the compiler
+        // may lower to a descriptor DMA (public kernels transpose 128x128 SBUF tiles that way).
+        if dge != DgeMode::Hwdge as u8 {
+            return Ok(());
+        }
         if s.len() == 2 && s[0] != 16 {
             return Err(terr(
                 format!(

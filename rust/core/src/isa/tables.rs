@@ -75,6 +75,7 @@ pub mod dclass {
     pub const F32_I32: u32 = 0x2001;
     pub const INT_ANY: u32 = 0x1f800;
     pub const BYTES2: u32 = 0x900c;
+    pub const TRANSPOSE_ELEM: u32 = 0x1b00d;
     pub const FIND_INDEX: u32 = 0x18000;
     pub const PREDICATE_COPY: u32 = 0x3c000;
     pub const PREDICATE_SELECT: u32 = 0x2d800;
@@ -1385,8 +1386,8 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         nki: true,
         implemented: true,
         params: &[
-            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::BYTES2, enum_id: 255, default: Default::Required },
-            ParamSpec { name: "src", kind: Kind::Tensor, access: Access::Read, mem: mem::HBM|mem::SBUF, dtypes: dclass::BYTES2, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF, dtypes: dclass::TRANSPOSE_ELEM, enum_id: 255, default: Default::Required },
+            ParamSpec { name: "src", kind: Kind::Tensor, access: Access::Read, mem: mem::HBM|mem::SBUF, dtypes: dclass::TRANSPOSE_ELEM, enum_id: 255, default: Default::Required },
             ParamSpec { name: "axes", kind: Kind::Ints, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Absent },
             ParamSpec { name: "priority", kind: Kind::I32, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Absent },
             ParamSpec { name: "dge_mode", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 4, default: Default::Enum(0) },

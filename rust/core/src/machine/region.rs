@@ -1,6 +1,8 @@
 //! Memory regions of instruction operands and exact overlap tests, shared by the race detector
 //! and the automatic synchronisation pass.
 
+use std::borrow::Cow;
+
 use crate::isa::{Instr, Opcode};
 use crate::memory::{Ap, DynSrc, Mem};
 
@@ -20,10 +22,17 @@ pub struct Region {
     /// conflict with each other; against any other access an accumulate counts as a write.
     pub accum: bool,
     /// The footprint is only known as the byte box `lo..hi` (dynamic offsets): every byte in it
-    /// counts as touched.
+    /// counts as touched, unless `exact` lists it.
     pub boxed: bool,
+    /// A dynamic footprint's sorted byte runs over every index in `0..bound`, when there are few
+    /// enough of them (`MAX_EXACT_RUNS`): disjoint column slices of gathered rows, as LNC-sharded
+    /// scatters use, then do not overlap.
+    pub exact: Option<Vec<(i128, i128)>>,
     pub ap: Ap,
 }
+
+/// Above this many byte runs a dynamic footprint stays a box.
+const MAX_EXACT_RUNS: usize = 4096;
 
 impl Region {
     pub fn new(core: u8, ap: &Ap, write: bool) -> Region {
@@ -53,8 +62,32 @@ impl Region {
         }
         let mut r = r.unwrap_or_else(|| Self::fixed(core, ap, write));
         r.boxed = true;
+        r.exact = Self::exact_runs(ap, bound);
         r.ap = ap.clone();
         r
+    }
+
+    /// The union of the footprints at every index (`None` when too many runs or an index is out
+    /// of the address space). A vector offset puts every row at the index, so one row suffices.
+    fn exact_runs(ap: &Ap, bound: u32) -> Option<Vec<(i128, i128)>> {
+        let vector = ap
+            .dynamic
+            .as_deref()
+            .is_some_and(|d| d.kind == crate::memory::DynKind::Vector);
+        let mut out = Vec::new();
+        for i in 0..bound as i64 {
+            let mut a = ap.at_index(i).ok()?;
+            if vector {
+                a.parts = 1;
+            }
+            let runs = Self::fixed(0, &a, false).intervals().into_owned();
+            if out.len() + runs.len() > MAX_EXACT_RUNS {
+                return None;
+            }
+            out.extend(runs);
+        }
+        out.sort_unstable();
+        Some(out)
     }
 
     fn fixed(core: u8, ap: &Ap, write: bool) -> Region {
@@ -83,17 +116,21 @@ impl Region {
             write,
             accum: false,
             boxed: false,
+            exact: None,
             ap: ap.clone(),
         }
     }
 
     /// Absolute sorted byte intervals (HBM) or within-partition intervals (on-chip).
-    fn intervals(&self) -> Vec<(i128, i128)> {
+    fn intervals(&self) -> Cow<'_, [(i128, i128)]> {
         if self.boxed {
-            return vec![(self.lo, self.hi)];
+            return match &self.exact {
+                Some(v) => Cow::Borrowed(v.as_slice()),
+                None => Cow::Owned(vec![(self.lo, self.hi)]),
+            };
         }
         let runs = self.ap.row_runs();
-        match self.mem {
+        Cow::Owned(match self.mem {
             Mem::Hbm => {
                 let mut v: Vec<(i128, i128)> = (0..self.ap.parts)
                     .flat_map(|r| {
@@ -108,7 +145,7 @@ impl Region {
                 .iter()
                 .map(|(x, y)| (self.ap.offset as i128 + x, self.ap.offset as i128 + y))
                 .collect(),
-        }
+        })
     }
 
     /// Do the two footprints share at least one byte?

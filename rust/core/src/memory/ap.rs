@@ -330,11 +330,14 @@ impl Ap {
                     "offset tiles live in SBUF or HBM, not PSUM",
                 ));
             }
-            if !matches!(t.dtype, DType::Int32 | DType::Uint32) {
+            // Tensor indirection also takes uint16 offsets: the vendor's TI tutorial builds its
+            // index tile as uint16 (the API docs name no index dtype).
+            let uint16_ti = d.kind == DynKind::Indirect && t.dtype == DType::Uint16;
+            if !matches!(t.dtype, DType::Int32 | DType::Uint32) && !uint16_ti {
                 return Err(err(
                     Dtype,
                     format!(
-                        "offset tile must be int32 or uint32, got {}",
+                        "offset tile must be int32 or uint32 (uint16 also for tensor indirection), got {}",
                         t.dtype.name()
                     ),
                 ));

@@ -99,7 +99,7 @@ def _tensor_or(rest):
 
     def conv(v: Any) -> Any:
         if isinstance(v, NkiTensor):
-            return v._t
+            return v.tensor  # the property: index views check their bounds there
         return rest(v)
 
     return conv

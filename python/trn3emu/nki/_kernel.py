@@ -10,10 +10,12 @@ constants, never tensor values.
 
 from __future__ import annotations
 
+import enum
 import math
 import os
 import re
 import sys
+import types
 import warnings
 import weakref
 from typing import Any
@@ -71,14 +73,28 @@ def _internal(filename: str) -> bool:
     return v
 
 
+_LOC: dict[tuple[str, int], str] = {}
+
+
 def source_line() -> str:
     """file:line of the innermost caller outside the trn3emu package (the kernel's source line)."""
     f = sys._getframe(1)
-    while f is not None and _internal(f.f_code.co_filename):
+    known = _INTERNAL
+    while f is not None:
+        fname = f.f_code.co_filename
+        inside = known.get(fname)
+        if inside is None:
+            inside = _internal(fname)
+        if not inside:
+            break
         f = f.f_back
     if f is None:
         return "?"
-    return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"
+    key = (fname, f.f_lineno)
+    loc = _LOC.get(key)
+    if loc is None:
+        loc = _LOC[key] = f"{os.path.basename(fname)}:{key[1]}"
+    return loc
 
 
 # ------------------------------------------------------------------------------------- dtypes
@@ -534,14 +550,24 @@ def unwrap(v: Any) -> Any:
 
 # -------------------------------------------------------------------------------------- trace
 _LABEL = re.compile(r"[^A-Za-z0-9_.:/+\-\[\]]")
+_LABELS: dict = {}  # (source line, name) -> instruction label
 
 
 class KernelProgram(Program):
     """A Program whose instructions are named after the kernel source line that issued them."""
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        #: opcodes appended so far (the trace cache asks whether the RNG is used)
+        self.opcodes: set[str] = set()
+
     def _emit(self, opcode, engine, name, wait, signal, args):
+        self.opcodes.add(opcode)
         loc = source_line()
-        label = _LABEL.sub("_", loc if name is None else f"{name}/{loc}")[-255:]
+        key = (loc, None if name is None else str(name))
+        label = _LABELS.get(key)
+        if label is None:
+            label = _LABELS[key] = _LABEL.sub("_", loc if name is None else f"{name}/{loc}")[-255:]
         try:
             return super()._emit(opcode, engine, label, wait, signal, args)
         except EmuError as e:
@@ -649,21 +675,188 @@ def resolve_target(target: str | None) -> str:
 
 
 # ------------------------------------------------------------------------------------ launches
+class _HbmRecorder:
+    """Stands in for the native device under `Device.hbm` while a kernel traces, recording the
+    HBM writes tracing makes (`nl.full` in HBM, `nl.shared_constant`) so a cached launch can
+    replay them on the next call's fresh device."""
+
+    def __init__(self, native) -> None:
+        self._native = native
+        self.writes: list[tuple[int, np.ndarray]] = []
+
+    def hbm_write(self, addr, data) -> None:
+        self._native.hbm_write(addr, data)
+        self.writes.append((int(addr), np.array(data, copy=True)))
+
+    def __getattr__(self, name: str):
+        return getattr(self._native, name)
+
+
+class _Synced:
+    """A traced program with its automatic semaphores resolved once (what `Device.run` runs)."""
+
+    __slots__ = ("_synced",)
+
+    def __init__(self, program: Program) -> None:
+        self._synced = program.native()
+
+    def native(self):
+        return self._synced
+
+
+class _Traced:
+    """What one trace of a kernel leaves for reuse, like a compiled NEFF: the programs (already
+    synchronised), where each input array lives in HBM, the HBM writes made while tracing, the
+    returned structure (HBM tensors to read back) and the `device_print` snapshots."""
+
+    def __init__(self, contexts, inputs, preload, result, hbm_ranges) -> None:
+        self.programs = [c.program for c in contexts]
+        #: (address, bytes) of every HBM tensor of the launch: what to zero before reusing a device
+        self.hbm_ranges: set[tuple[int, int]] = hbm_ranges
+        self.input_ranges = {(t.offset, t.nbytes) for t in inputs}
+        # The only device state that outlives a run besides memory is the RNG (and the run
+        # count that seeds stochastic rounding): launches that use it get a fresh device.
+        # A trace that read device values (device loops ran earlier segments while tracing,
+        # `registers.device_value`) depends on data: never replayed, and its device not kept.
+        self.device_dependent = any(getattr(c, "segments", None) for c in contexts)
+        self.reusable = not self.device_dependent and not any(
+            getattr(p, "opcodes", set()) & _RNG_OPS for p in self.programs
+        )
+        self.groups = [
+            [_Synced(p) for p in self.programs[lo : lo + Device.NUM_CORES]]
+            for lo in range(0, len(self.programs), Device.NUM_CORES)
+        ]
+        self.inputs: list[Tensor] = inputs
+        self.preload: list[tuple[int, np.ndarray]] = preload
+        self.result = result
+        self.prints = [(c.pid, prefix, t) for c in contexts for prefix, t in c.prints]
+
+
+_RNG_OPS = frozenset(("rng", "rand2", "dropout", "set_rng_seed", "rand_set_state", "rand_get_state"))
+#: Environment variables read when a Device is made (its numerics configuration).
+_DEVICE_ENV = ("NEURON_RT_STOCHASTIC_ROUNDING_EN", "NEURON_RT_STOCHASTIC_ROUNDING_SEED")
+
+
+class _Spare:
+    """The device of the last launch, kept to run the next one (of any kernel): making a Device
+    zero-fills 8 cores of SBUF/PSUM (slow when the pages are fresh); resetting a used one costs
+    one memset of on-chip memory plus zeroing the HBM tensors the last launch used. Only devices
+    whose RNG never ran and that round by RNE are kept, so a spare is as good as a new one."""
+
+    def __init__(self, device: Device, env: tuple, dirty: set) -> None:
+        self.device, self.env, self.dirty = device, env, dirty
+
+
+#: At most one spare device for the whole process (each holds ~272 MiB of on-chip memory).
+_SPARE: list[_Spare] = []
+
+
+class _Uncacheable(Exception):
+    """An argument whose value the cache cannot key on (the launch is traced every call)."""
+
+
+_FUNCS = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, np.ufunc, type, np.dtype)
+
+
+def _arg_key(a, in_list: bool = False):
+    """Cache key of one kernel argument: arrays by shape and dtype (values and strides are not
+    seen while tracing), other values by type and value (they steer tracing)."""
+    if isinstance(a, np.ndarray):
+        if in_list:
+            raise _Uncacheable
+        return ("array", a.shape, a.dtype)
+    if isinstance(a, np.generic):
+        a = a.item()
+    if a is None or isinstance(a, (bool, int, str, bytes)):
+        return (type(a), a)
+    if isinstance(a, (float, complex)):
+        return (type(a), repr(a))  # -0.0 and nan keyed apart / by spelling
+    if isinstance(a, tuple):
+        return ("tuple", tuple(_arg_key(x, in_list) for x in a))
+    if isinstance(a, list):
+        return ("list", tuple(_arg_key(x, True) for x in a))
+    if isinstance(a, enum.Enum):
+        return (type(a), a.name)
+    if isinstance(a, _FUNCS):
+        return ("object", a)  # held by the key: identity cannot be reused while cached
+    raise _Uncacheable
+
+
+#: Environment variables that change what tracing produces.
+_TRACE_ENV = ("NEURON_PLATFORM_TARGET_OVERRIDE",)
+CACHE_SIZE = 16
+
+
 class _Run:
-    """One launch of a kernel over a grid, on a fresh Device."""
+    """One launch of a kernel over a grid, on a device in the state of a new one."""
 
     def __init__(self, kernel: Kernel, grid: tuple) -> None:
         self.kernel, self.grid = kernel, grid
-        self.device = Device()
+        self.device: Device
         self.shared: list[Tensor] = []
         self.contexts: list[TraceContext] = []
+
+    def _key(self, args, kwargs):
+        """The launch's cache key, or None when caching is off or an argument is not keyable."""
+        if not self.kernel.options.get("cache", True) or os.environ.get("TRN3EMU_NKI_CACHE", "1") == "0":
+            return None
+        try:
+            key = (
+                self.grid,
+                tuple(_arg_key(a) for a in args),
+                tuple((k, _arg_key(v)) for k, v in kwargs.items()),
+                tuple(os.environ.get(v) for v in _TRACE_ENV),
+            )
+            hash(key)
+        except (_Uncacheable, TypeError):
+            return None
+        return key
 
     def __call__(self, args, kwargs):
         from .. import testing
 
         fill = self.kernel.options.get("fill", testing.default_fill())
-        if fill is not None:
-            self.device.fill_onchip(fill)
+        key = self._key(args, kwargs)
+        cache = self.kernel._cache
+        traced = cache.get(key) if key is not None else None
+        if traced is None:
+            self.device = self._fresh_device(fill, set())
+            arrays, traced = self._trace(args, kwargs)
+            if key is not None and not traced.device_dependent:
+                cache[key] = traced
+                while len(cache) > CACHE_SIZE:
+                    cache.pop(next(iter(cache)))
+        else:
+            cache[key] = cache.pop(key)  # most recently used last
+            self.device = self._fresh_device(fill, traced.input_ranges)
+            arrays = list(zip(_input_arrays(args, kwargs), traced.inputs))
+            for a, t in arrays:
+                self.device.hbm.write(t, a if a.ndim else a.reshape(1))
+            for addr, data in traced.preload:
+                self.device.hbm._native.hbm_write(addr, data)
+        out = self._run(traced, arrays)
+        if traced.reusable and self.device.numerics["rounding"] != "stochastic":
+            _SPARE[:] = [_Spare(self.device, _device_env(), traced.hbm_ranges)]
+        return out
+
+    def _fresh_device(self, fill, rewritten: set) -> Device:
+        """A device in the state a new one has (on-chip bytes = fill, HBM zero, RNG at power-on):
+        the spare device reset, or a new one. `rewritten`: HBM ranges the caller overwrites anyway."""
+        spare = _SPARE.pop() if _SPARE else None
+        if spare is None or spare.env != _device_env():
+            dev = Device()
+            if fill is not None:
+                dev.fill_onchip(fill)
+            return dev
+        dev = spare.device
+        dev.fill_onchip(0 if fill is None else fill)
+        for addr, n in spare.dirty - rewritten:
+            dev.hbm._native.hbm_write(addr, np.zeros(n, np.uint8))
+        dev.hbm._next = 0  # HBM placement as on a new device
+        return dev
+
+    def _trace(self, args, kwargs):
+        """Trace every program of the grid into `_Traced` (inputs placed in this run's HBM)."""
         arrays: list[tuple[np.ndarray, Tensor]] = []
 
         def conv(a):
@@ -681,38 +874,51 @@ class _Run:
 
         wargs = [conv(a) for a in args]
         wkw = {k: conv(v) for k, v in kwargs.items()}
+        hbm = self.device.hbm
+        recorder = hbm._native = _HbmRecorder(hbm._native)
+        ranges = {(t.offset, t.nbytes) for _, t in arrays}
+        alloc = hbm.alloc
+
+        def recording_alloc(*a, **k):
+            t = alloc(*a, **k)
+            ranges.add((t.offset, t.nbytes))
+            return t
+
+        hbm.alloc = recording_alloc
         n = int(np.prod(self.grid))
         results = []
-        for pid in range(n):
-            ctx = TraceContext(self, pid)
-            self.contexts.append(ctx)
-            _STACK.append(ctx)
-            try:
-                results.append(_to_hbm(self.kernel.fn(*wargs, **wkw)))
-            finally:
-                _STACK.pop()
-        runs = []
-        for lo in range(0, n, Device.NUM_CORES):
-            group = [c.program for c in self.contexts[lo : lo + Device.NUM_CORES]]
-            runs.append(self.device.run(group, check_races=True, trace=self.kernel.options.get("trace", True)))
+        try:
+            for pid in range(n):
+                ctx = TraceContext(self, pid)
+                self.contexts.append(ctx)
+                _STACK.append(ctx)
+                try:
+                    results.append(_to_hbm(self.kernel.fn(*wargs, **wkw)))
+                finally:
+                    _STACK.pop()
+        finally:
+            hbm._native = recorder._native
+            del hbm.alloc
+        _check_result(results[0])
+        return arrays, _Traced(self.contexts, [t for _, t in arrays], recorder.writes, results[0], ranges)
+
+    def _run(self, traced: _Traced, arrays):
+        dev = self.device
+        trace = self.kernel.options.get("trace", True)
+        runs = [dev.run(group, check_races=True, trace=trace) for group in traced.groups]
         self.kernel.last_result = runs[-1] if len(runs) == 1 else runs
-        self.kernel.last_programs = [c.program for c in self.contexts]
-        for ctx in self.contexts:
-            for prefix, t in ctx.prints:
-                print(f"{prefix} (program {ctx.pid}):\n{self.device.hbm.get(t.tensor)}")
+        self.kernel.last_programs = traced.programs
+        for pid, prefix, t in traced.prints:
+            print(f"{prefix} (program {pid}):\n{dev.hbm.get(t.tensor)}")
         for a, t in arrays:
             if a.flags.writeable and a.ndim:
-                new = self.device.hbm.get(t)
+                new = dev.hbm.get(t)
                 if new.tobytes() != np.ascontiguousarray(a).tobytes():
                     a[...] = new
-        return self._out(results[0])
+        return self._out(traced.result)
 
     def _out(self, r):
         if isinstance(r, NkiTensor):
-            if r.buffer not in HBM_BUFFERS:
-                raise MemorySpaceError(
-                    f"a kernel returns HBM tensors (nl.shared_hbm); it returned a {r.buffer} tile {r.shape}"
-                )
             return self.device.hbm.get(r.tensor)
         if isinstance(r, tuple):
             return tuple(self._out(x) for x in r)
@@ -721,6 +927,43 @@ class _Run:
         if isinstance(r, dict):
             return {k: self._out(v) for k, v in r.items()}
         return r
+
+
+def _device_env() -> tuple:
+    return tuple(os.environ.get(v) for v in _DEVICE_ENV)
+
+
+def _check_result(r) -> None:
+    """A kernel returns HBM tensors (possibly nested in tuples / lists / dicts)."""
+    if isinstance(r, NkiTensor):
+        if r.buffer not in HBM_BUFFERS:
+            raise MemorySpaceError(
+                f"a kernel returns HBM tensors (nl.shared_hbm); it returned a {r.buffer} tile {r.shape}"
+            )
+    elif isinstance(r, (tuple, list)):
+        for x in r:
+            _check_result(x)
+    elif isinstance(r, dict):
+        for x in r.values():
+            _check_result(x)
+
+
+def _input_arrays(args, kwargs) -> list:
+    """The numpy arrays of a launch's arguments, in the order tracing placed them in HBM."""
+    out: list = []
+
+    def walk(a):
+        if isinstance(a, np.ndarray):
+            out.append(a)
+        elif isinstance(a, tuple):
+            for x in a:
+                walk(x)
+
+    for a in args:
+        walk(a)
+    for v in kwargs.values():
+        walk(v)
+    return out
 
 
 def _to_hbm(r):
@@ -740,7 +983,12 @@ def _to_hbm(r):
 
 
 class Kernel:
-    """A traced NKI kernel: `kernel(*arrays)` or `kernel[grid](*arrays)` runs it on trn3emu."""
+    """A traced NKI kernel: `kernel(*arrays)` or `kernel[grid](*arrays)` runs it on trn3emu.
+
+    Like a jit that caches compiled NEFFs, each traced launch is kept per call signature (grid,
+    array shapes and dtypes, values of the other arguments, target): a repeated call only loads
+    the inputs into a fresh device, runs and reads the outputs. `nki.jit(cache=False)` or
+    TRN3EMU_NKI_CACHE=0 traces every call."""
 
     def __init__(self, fn, **options) -> None:
         self.fn = fn
@@ -751,7 +999,13 @@ class Kernel:
         self.__name__ = getattr(fn, "__name__", "kernel")
         self.__doc__ = getattr(fn, "__doc__", None)
         self.__wrapped__ = fn
+        #: traced launches by call signature (`_Run._key`), least recently used first
+        self._cache: dict = {}
         resolve_target(options.get("platform_target"))
+
+    def cache_clear(self) -> None:
+        """Forget every traced launch: the next call traces again."""
+        self._cache.clear()
 
     def __getitem__(self, grid) -> _Launcher:
         grid = tuple(int(g) for g in (grid if isinstance(grid, tuple) else (grid,)))
@@ -784,10 +1038,22 @@ def jit(fn=None, **options):
     return Kernel(fn, **options)
 
 
+#: `nki.simulate(plain_function)` gives the same Kernel (and so the same trace cache) every time.
+_SIMULATED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def simulate(kernel, **options):
     """`nki.simulate(kernel)(*arrays)` (also `nki.simulate(kernel[2])`): run on trn3emu."""
     if isinstance(kernel, _Launcher):
         return kernel
     if not isinstance(kernel, Kernel):
-        kernel = Kernel(kernel, **options)
+        if options:
+            return Kernel(kernel, **options)
+        try:
+            k = _SIMULATED.get(kernel)
+            if k is None:
+                k = _SIMULATED[kernel] = Kernel(kernel)
+            return k
+        except TypeError:  # not weak-referenceable
+            return Kernel(kernel)
     return kernel

@@ -90,25 +90,66 @@ class Instruction:
 _ENUM_KINDS = {"alu_op", "act_fn"}
 
 
-def _conv(kind: str, enum_id: Any, v: Any) -> Any:
-    if isinstance(v, NkiTensor):
-        return v.tensor
-    if enum_id in _ENUM_KINDS:
-        return op_name(v)
-    if enum_id == "matmul_perf_mode" and isinstance(v, str) and v.startswith("double_row_gen"):
-        return "double_row"  # NKI's per-generation spelling of the double-row mode
-    if kind in ("f32", "tensor_or_f32") and v is not None and not hasattr(v, "tensor"):
+def _engine_name(v: Any) -> Any:
+    return None if v is None else getattr(v, "name", v)
+
+
+def _tensor_or(rest):
+    """A converter that unwraps NKI tensors, else applies `rest`."""
+
+    def conv(v: Any) -> Any:
+        if isinstance(v, NkiTensor):
+            return v.tensor  # the property: index views check their bounds there
+        return rest(v)
+
+    return conv
+
+
+def _as_float(v: Any) -> Any:
+    if v is not None and not hasattr(v, "tensor"):
         try:
             return float(v)
         except (TypeError, ValueError):
             return v
-    if kind == "ints" and v is not None and not isinstance(v, (list, tuple)):
-        return [int(v)]
-    if kind == "ints" and isinstance(v, (list, tuple)):
-        return [int(x) for x in v]
-    if kind == "pattern" and v is not None:
-        return [list(map(int, p)) for p in v]
     return v
+
+
+def _as_ints(v: Any) -> Any:
+    if v is None:
+        return v
+    if isinstance(v, (list, tuple)):
+        return [int(x) for x in v]
+    return [int(v)]
+
+
+def _as_pattern(v: Any) -> Any:
+    return None if v is None else [list(map(int, p)) for p in v]
+
+
+def _same(v: Any) -> Any:
+    return v
+
+
+def _perf_mode(v: Any) -> Any:
+    if isinstance(v, str) and v.startswith("double_row_gen"):
+        return "double_row"  # NKI's per-generation spelling of the double-row mode
+    return v
+
+
+def _converter(kind: str, enum_id: Any):
+    """The operand conversion for an ISA operand kind (NKI tensors -> views, op tokens -> names,
+    numbers -> float / int lists), picked once per operand when the wrapper is built."""
+    if enum_id in _ENUM_KINDS:
+        return _tensor_or(op_name)
+    if enum_id == "matmul_perf_mode":
+        return _tensor_or(_perf_mode)
+    if kind in ("f32", "tensor_or_f32"):
+        return _tensor_or(_as_float)
+    if kind == "ints":
+        return _tensor_or(_as_ints)
+    if kind == "pattern":
+        return _tensor_or(_as_pattern)
+    return _tensor_or(_same)
 
 
 #: callables run before any instruction is issued (the legacy dialect's pending results)
@@ -118,9 +159,34 @@ _before_issue: list = []
 def _make(opname: str):
     method = getattr(AssemblerMixin, opname)
     sig = inspect.signature(method)
-    params = [p for p in list(sig.parameters.values())[1:] if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+    params = list(sig.parameters.values())[1:]
+    names = [p.name for p in params if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+    npos = len(names)
+    allowed = frozenset(p.name for p in params)
+    required = frozenset(p.name for p in params if p.default is inspect.Parameter.empty)
     spec = {p[0]: (p[1], p[2]) for p in INSTRUCTIONS[opname][2]}
-    names = [p.name for p in params]
+    # Per-operand converters, chosen once: the hot path below replaces inspect.Signature.bind
+    # (the binding is checked with plain dict/tuple operations; bind only builds the message).
+    convs = {}
+    for k in allowed:
+        if k in spec:
+            convs[k] = _converter(*spec[k])
+        elif k == "engine":
+            convs[k] = _engine_name
+
+    def bad_form(args, kwargs):
+        try:
+            sig.bind(None, *args, **kwargs)
+            msg = "unexpected arguments"
+        except TypeError as e:
+            msg = str(e)
+        return not_supported(
+            f"nki.isa.{opname} call form ({msg})",
+            "NKI 0.6 passes a preallocated dst first; legacy value-returning calls are not supported",
+        )
+
+    dst_first = names[0] == "dst"
+    legacy_dtype = opname == "tensor_copy"
 
     def fn(*args, **kwargs):
         if _before_issue:  # e.g. legacy results still pending: issued first, in program order
@@ -131,32 +197,27 @@ def _make(opname: str):
             if masked is None:
                 return None  # the mask selects nothing: no instruction
             args, kwargs = masked
-        if args and not isinstance(args[0], NkiTensor) and "dst" not in kwargs and names[0] == "dst":
+        if dst_first and args and "dst" not in kwargs and not isinstance(args[0], NkiTensor):
             raise not_supported(
                 f"nki.isa.{opname} without dst", "legacy value-returning form; pass a preallocated dst first"
             )
-        if opname == "tensor_copy":
+        if legacy_dtype and kwargs:
             kwargs.pop("dtype", None)  # legacy cast argument: the cast is dst's dtype
-        try:
-            bound = sig.bind(None, *args, **kwargs)
-        except TypeError as e:
-            raise not_supported(
-                f"nki.isa.{opname} call form ({e})",
-                "NKI 0.6 passes a preallocated dst first; legacy value-returning calls are not supported",
-            ) from None
-        call = {}
-        for k, v in list(bound.arguments.items())[1:]:
-            if k in spec:
-                call[k] = _conv(spec[k][0], spec[k][1], v)
-            elif k == "engine":
-                call[k] = None if v is None else getattr(v, "name", v)
-            else:
-                call[k] = v
+        if len(args) > npos:
+            raise bad_form(args, kwargs)
+        call = dict(zip(names, args))
+        n = len(call) + len(kwargs)
+        call.update(kwargs)
+        if len(call) != n or not allowed.issuperset(call) or not required.issubset(call):
+            raise bad_form(args, kwargs)  # an argument given twice, unknown or missing
+        for k, v in call.items():
+            c = convs.get(k)
+            if c is not None:
+                call[k] = c(v)
         ctx = current()
         if getattr(ctx, "vregs", None):  # virtual registers read on this instruction's engine
             _registers.prepare(ctx, opname, call)
-        idx = getattr(ctx.program, opname)(**call)
-        return Instruction(ctx, idx, opname)
+        return Instruction(ctx, getattr(ctx.program, opname)(**call), opname)
 
     fn.__name__ = opname
     fn.__qualname__ = opname

@@ -1114,13 +1114,18 @@ def _checked(f):
         if isinstance(mask, NkiTensor) and "mask" in sig.parameters:
             kwargs["mask"], mask = mask, None  # a tile mask the op handles itself
         try:
-            sig.bind(*args, **kwargs)
-        except TypeError as e:
-            raise not_supported(f"nl.{f.__name__} call form ({e})") from None
-        if mask is None:
-            return f(*args, **kwargs)
-        with _indexing.masked(mask):
-            return _indexing.tag(f(*args, **kwargs), mask)
+            if mask is None:
+                return f(*args, **kwargs)
+            with _indexing.masked(mask):
+                return _indexing.tag(f(*args, **kwargs), mask)
+        except TypeError:
+            # Python binds the arguments before running the body, so a bad call form fails with
+            # nothing done; binding only here keeps inspect off the hot path.
+            try:
+                sig.bind(*args, **kwargs)
+            except TypeError as e:
+                raise not_supported(f"nl.{f.__name__} call form ({e})") from None
+            raise
 
     return g
 

@@ -285,6 +285,9 @@ def test_env_vars_set_defaults():
     env = dict(os.environ, TRN3EMU_NUM_THREADS="3", TRN3EMU_PORTABLE_KERNELS="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["3", "portable"], out.stderr
+    env = {k: v for k, v in os.environ.items() if k != "TRN3EMU_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.split()[0] == "1", out.stderr  # threads are opt-in
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")

@@ -115,6 +115,20 @@ pub fn install<R: Send>(work: usize, f: impl FnOnce() -> R + Send) -> R {
     }
 }
 
+/// Run a whole device run on a pool thread when threads are on, so the per-instruction splits
+/// below start on the running thread and only the extra halves wait for a woken worker (from
+/// outside the pool every split would also park and wake the caller).
+pub fn run_in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    let threads = num_threads();
+    if threads <= 1 {
+        return f();
+    }
+    match pool(threads) {
+        Some(p) => p.install(f),
+        None => f(),
+    }
+}
+
 /// Below this many operations a parallel call costs more than it saves (pool wake-up is a few
 /// microseconds).
 pub const MIN_PARALLEL_WORK: usize = 1 << 16;

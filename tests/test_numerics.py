@@ -289,3 +289,20 @@ def test_fp32_to_float_exhaustive_vs_ml_dtypes(name):
             nan = (u & 0x7FFFFFFF) > 0x7F800000
             want[nan] = 0x7E00 | ((u[nan] >> 16) & 0x8000)
         assert np.array_equal(got, want), f"chunk {c}"
+
+
+def test_raw_conversion_helpers_reject_bad_arrays_with_project_errors():
+    from trn3emu import _native
+
+    bits = np.arange(8, dtype=np.uint32)
+    with pytest.raises(t3.ValidationError) as e:
+        _native.convert_from_f32("bfloat16", bits[::2])  # not contiguous
+    assert e.value.operand == "bits"
+    with pytest.raises(t3.ValidationError) as e:
+        _native.convert_to_f32("bfloat16", bits, out=np.zeros(16, np.float32)[::2])
+    assert e.value.operand == "out"
+    with pytest.raises(t3.DtypeError):
+        _native.convert_to_f32("bfloat17", bits)
+    with pytest.raises(t3.ValidationError) as e:
+        _native.Device().hbm_write(0, np.zeros(8, np.uint8)[::2])
+    assert e.value.operand == "data"

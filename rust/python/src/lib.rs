@@ -1,7 +1,6 @@
 //! Python bindings: array conversion, error mapping, GIL release. No semantics live here.
 
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1, PyUntypedArrayMethods};
-use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -698,7 +697,7 @@ impl Device {
     ) -> PyResult<()> {
         let s = data
             .as_slice()
-            .map_err(|_| PyRuntimeError::new_err("hbm_write needs a contiguous uint8 array"))?;
+            .map_err(|_| bad_array(py, "data", "hbm_write needs a contiguous uint8 array"))?;
         check_hbm(addr, s.len() as u64).map_err(|e| to_py(py, e))?;
         self.inner.hbm.write(addr, s);
         Ok(())
@@ -866,6 +865,21 @@ impl RawTrace {
     }
 }
 
+/// An array argument the conversion or HBM helpers cannot use, as a project ValueError.
+fn bad_array(py: Python<'_>, operand: &str, msg: &str) -> PyErr {
+    to_py(py, emu(ErrorKind::Value, msg.to_string()).operand(operand))
+}
+
+/// A dtype by name, or a DtypeError naming it.
+fn dtype_named(py: Python<'_>, name: &str) -> PyResult<DType> {
+    DType::from_name(name).ok_or_else(|| {
+        to_py(
+            py,
+            emu(ErrorKind::Dtype, format!("unknown dtype {name:?}")).operand("dtype"),
+        )
+    })
+}
+
 /// `out` if given (contiguous, writeable, `n` long: conversions then allocate nothing, which
 /// is what keeps large buffers from being page-fault bound), else a new zeroed array.
 fn out_array<'py, T: numpy::Element>(
@@ -901,23 +915,18 @@ fn convert_from_f32<'py>(
     saturate: bool,
     out: Option<Bound<'py, PyArray1<u32>>>,
 ) -> PyResult<Bound<'py, PyArray1<u32>>> {
-    let dt = DType::from_name(dtype).ok_or_else(|| {
-        to_py(
-            py,
-            emu(ErrorKind::Dtype, format!("unknown dtype {dtype:?}")),
-        )
-    })?;
+    let dt = dtype_named(py, dtype)?;
     let s = bits
         .as_slice()
-        .map_err(|_| PyRuntimeError::new_err("contiguous uint32 array needed"))?;
+        .map_err(|_| bad_array(py, "bits", "a contiguous uint32 array is needed"))?;
     let arr = out_array(py, out, s.len())?;
     {
         let mut w = arr
             .try_readwrite()
-            .map_err(|_| PyRuntimeError::new_err("out must be a writeable array"))?;
+            .map_err(|_| bad_array(py, "out", "out must be a writeable array"))?;
         let o = w
             .as_slice_mut()
-            .map_err(|_| PyRuntimeError::new_err("out must be contiguous"))?;
+            .map_err(|_| bad_array(py, "out", "out must be contiguous"))?;
         if saturate {
             let cfg = core::numerics::config::NumericsConfig {
                 fp8_overflow: core::numerics::config::Fp8Overflow::Saturate,
@@ -943,23 +952,18 @@ fn convert_to_f32<'py>(
     codes: PyReadonlyArray1<'py, u32>,
     out: Option<Bound<'py, PyArray1<f32>>>,
 ) -> PyResult<Bound<'py, PyArray1<f32>>> {
-    let dt = DType::from_name(dtype).ok_or_else(|| {
-        to_py(
-            py,
-            emu(ErrorKind::Dtype, format!("unknown dtype {dtype:?}")),
-        )
-    })?;
+    let dt = dtype_named(py, dtype)?;
     let s = codes
         .as_slice()
-        .map_err(|_| PyRuntimeError::new_err("contiguous uint32 array needed"))?;
+        .map_err(|_| bad_array(py, "codes", "a contiguous uint32 array is needed"))?;
     let arr = out_array(py, out, s.len())?;
     {
         let mut w = arr
             .try_readwrite()
-            .map_err(|_| PyRuntimeError::new_err("out must be a writeable array"))?;
+            .map_err(|_| bad_array(py, "out", "out must be a writeable array"))?;
         let o = w
             .as_slice_mut()
-            .map_err(|_| PyRuntimeError::new_err("out must be contiguous"))?;
+            .map_err(|_| bad_array(py, "out", "out must be contiguous"))?;
         py.detach(|| core::numerics::convert_to_f32_slice(dt, s, o));
     }
     Ok(arr)

@@ -206,6 +206,22 @@ pub fn apply_i32(op: AluOp, x: u32, y: u32, signed: bool) -> Option<u32> {
     })
 }
 
+/// Calls `$zip(x, y, out, f)` with `f` a closure specialised per common operator (so each
+/// loop vectorises), the generic `apply` for the rest.
+macro_rules! per_op {
+    ($op:expr, $zip:ident, $x:expr, $y:expr, $out:expr) => {
+        match $op {
+            AluOp::Add => $zip($x, $y, $out, |a, b| a + b),
+            AluOp::Subtract => $zip($x, $y, $out, |a, b| a - b),
+            AluOp::Multiply => $zip($x, $y, $out, |a, b| a * b),
+            AluOp::Maximum => $zip($x, $y, $out, f32::max),
+            AluOp::Minimum => $zip($x, $y, $out, f32::min),
+            AluOp::Divide => $zip($x, $y, $out, |a, b| a / b),
+            op => $zip($x, $y, $out, |a, b| apply(op, a, b)),
+        }
+    };
+}
+
 /// `out[i] = op(x[i], y[i])`: one tight loop per common operator (vectorisable), the generic
 /// `apply` per element for the rest. Same results as `apply`.
 pub fn apply_slices(op: AluOp, x: &[f32], y: &[f32], out: &mut [f32]) {
@@ -215,15 +231,7 @@ pub fn apply_slices(op: AluOp, x: &[f32], y: &[f32], out: &mut [f32]) {
             *o = f(*a, *b);
         }
     }
-    match op {
-        AluOp::Add => zip(x, y, out, |a, b| a + b),
-        AluOp::Subtract => zip(x, y, out, |a, b| a - b),
-        AluOp::Multiply => zip(x, y, out, |a, b| a * b),
-        AluOp::Maximum => zip(x, y, out, f32::max),
-        AluOp::Minimum => zip(x, y, out, f32::min),
-        AluOp::Divide => zip(x, y, out, |a, b| a / b),
-        op => zip(x, y, out, |a, b| apply(op, a, b)),
-    }
+    per_op!(op, zip, x, y, out)
 }
 
 /// `v[i] = op(v[i], k)` (or `op(k, v[i])` when `rev`), in place; same results as `apply`.
@@ -285,15 +293,7 @@ pub fn apply_bytes(op: AluOp, x: &[u8], y: &[u8], out: &mut [u8]) {
             o.copy_from_slice(&f(ld(a), ld(b)).to_le_bytes());
         }
     }
-    match op {
-        AluOp::Add => zip(x, y, out, |a, b| a + b),
-        AluOp::Subtract => zip(x, y, out, |a, b| a - b),
-        AluOp::Multiply => zip(x, y, out, |a, b| a * b),
-        AluOp::Maximum => zip(x, y, out, f32::max),
-        AluOp::Minimum => zip(x, y, out, f32::min),
-        AluOp::Divide => zip(x, y, out, |a, b| a / b),
-        op => zip(x, y, out, |a, b| apply(op, a, b)),
-    }
+    per_op!(op, zip, x, y, out)
 }
 
 /// One row of `tensor_scalar` on little-endian fp32 bytes: `out = op1(op0(x, k0), k1)` (each

@@ -176,13 +176,23 @@ pub fn apply_checked(f: ActFn, x: f32, alpha: f32) -> f32 {
 }
 
 /// `v[i] = apply_checked(f, fl32(fl32(v[i] * scale) + bias), 0)`, with the function resolved
-/// once per slice for the common functions (the per-element `match` folds away).
+/// once per slice for the common functions (the per-element `match` folds away) and `exp` on the
+/// fast kernel.
 pub fn apply_affine_slice(f: ActFn, v: &mut [f32], scale: f32, bias: f32) {
     #[inline(always)]
     fn each(v: &mut [f32], scale: f32, bias: f32, g: impl Fn(f32) -> f32) {
         for x in v.iter_mut() {
             *x = g(*x * scale + bias);
         }
+    }
+    if f == ActFn::Exp {
+        // vectorised, bit-identical to the `apply_checked` path it falls back to (kernels/exp.rs)
+        crate::kernels::exp::exp_map(
+            v,
+            |x| x * scale + bias,
+            |x| apply_checked(ActFn::Exp, x, 0.0),
+        );
+        return;
     }
     macro_rules! mono {
         ($($f:ident),*) => {
@@ -195,7 +205,6 @@ pub fn apply_affine_slice(f: ActFn, v: &mut [f32], scale: f32, bias: f32) {
     mono!(
         Copy,
         Bypass,
-        Exp,
         Relu,
         Tanh,
         Sigmoid,

@@ -400,6 +400,12 @@ pub fn activate2(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     };
     let mut out = ctx.read_f32(src);
     for (r, row) in out.chunks_mut(n.max(1)).enumerate() {
+        if f == ActFn::Exp {
+            // the fast kernel (bit-identical to apply_checked, kernels/exp.rs)
+            let pre = |v: f32| stage(op1, rev1, stage(op0, rev0, v, imm0[r]), imm1[r]);
+            crate::kernels::exp::exp_map(row, pre, |t| act::apply_checked(f, t, 0.0));
+            continue;
+        }
         for v in row {
             let t = stage(op0, rev0, *v, imm0[r]);
             let t = stage(op1, rev1, t, imm1[r]);

@@ -8,6 +8,7 @@ use super::{check_column, same_shape, Ctx};
 use crate::error::{err, ErrorKind::*, Result};
 use crate::isa::tables::p::{exponential as ex, reciprocal as rc, scalar_tensor_tensor as stt};
 use crate::isa::{AluOp, Instr, Opcode, ReduceCmd};
+use crate::kernels::exp::exp_map;
 
 pub fn check_scalar_tensor_tensor(ins: &Instr) -> Result<()> {
     let dst = ins.ap(stt::DST).unwrap();
@@ -90,12 +91,11 @@ pub fn exponential(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     let (p, n) = (src.parts as usize, src.free_size());
     let m = ctx.per_partition(ins.arg(ex::MAX_VALUE), src.parts, 0.0);
     let init = ctx.per_partition(ins.arg(ex::REDUCE_INIT), src.parts, 0.0);
-    let x = ctx.read_f32(src);
-    let out: Vec<f32> = x
-        .iter()
-        .enumerate()
-        .map(|(i, v)| (((*v - m[i / n.max(1)]) as f64).exp()) as f32)
-        .collect();
+    let mut out = ctx.read_f32(src);
+    for (row, m) in out.chunks_mut(n.max(1)).zip(&m) {
+        // vectorised, bit-identical to `((x - m) as f64).exp() as f32` (kernels/exp.rs)
+        exp_map(row, |x| x - *m, |x| (x as f64).exp() as f32);
+    }
     ctx.write_f32(dst, &out);
     let base = src.start as usize;
     let cmd = acc::reduce_cmd(ins, ex::REDUCE_CMD);

@@ -3,6 +3,7 @@
 //! decides semantics; every kernel is bit-identical across SIMD paths and thread counts.
 
 pub mod decode;
+pub mod exp;
 pub mod gemm;
 pub mod matmul;
 pub mod mx;

@@ -1,0 +1,318 @@
+//! fp32 `exp` over slices, bit-identical to the emulator's definition `(x as f64).exp() as f32`
+//! (libm's f64 exp rounded once to fp32; engines/act.rs) but several times faster.
+//!
+//! Per element: a fast f64 exp `y` with a proven relative error, then a rounding check. With
+//! `D = 2^-44` comfortably above (this error + libm's), libm's f64 result lies in
+//! `[y(1-D), y(1+D)]`; when both ends round to the same fp32 value, so does libm's result
+//! (rounding is monotone), and that value is returned. Otherwise (the exact value is within
+//! ~2^-44 relative of an fp32 rounding midpoint: about one element in a million; also NaN) the
+//! element takes the caller's scalar path. So every SIMD path gives the same bits by construction.
+//!
+//! The fast exp: clamp x to [-150, 100] (outside, fp32 exp is +0 / +inf, and the clamped value
+//! gives the same), `x = n ln2 + r` with `n = round(x / ln2)` (round-to-nearest by adding
+//! 1.5 * 2^52) and a Cody-Waite split of ln2 (`n * LN2_HI` and `x - n * LN2_HI` are exact:
+//! |n| <= 217, LN2_HI has 32 significant bits and x is an fp32 >= ln2/2 in magnitude when
+//! n != 0), so |r| <= ln2/2 + 2^-40 with an absolute error below 2^-53 |r| + 2^-90.
+//! `exp(r)` is the degree-12 Taylor polynomial in Horner form: truncation error
+//! <= |r|^13/13! e^{2|r|} < 2^-51.4 relative, Horner and coefficient rounding < 26 * 2^-53 *
+//! e^{2|r|} < 2^-47.2 relative. Scaling by 2^n (built in the exponent bits) is exact since all
+//! results stay normal f64 (>= e^-150). Total < 2^-47, libm's exp is within 1 ulp (2^-52).
+
+use super::simd::{self, Path};
+
+/// Elements per chunk: the inner loops are fixed-width so LLVM vectorises them.
+const LANES: usize = 16;
+/// Relative half-width of the interval that must round to one fp32 value (see the module doc).
+const D: f64 = 1.0 / (1u64 << 44) as f64;
+/// Below this exp rounds to +0 in fp32 (e^-150 < 2^-216), above it to +inf (e^100 > 2^144).
+const X_MIN: f32 = -150.0;
+const X_MAX: f32 = 100.0;
+/// 1.5 * 2^52: adding it rounds a |v| < 2^51 to an integer held in the low mantissa bits.
+const SHIFT: f64 = 6755399441055744.0;
+const INV_LN2: f64 = std::f64::consts::LOG2_E;
+/// ln 2 truncated to 32 significant bits (0x1.62e42feep-1), and the f64 nearest the rest.
+const LN2_HI: f64 = 0.693_147_180_369_123_8;
+const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
+/// 1/k! for k = 0..=12.
+const C: [f64; 13] = [
+    1.0,
+    1.0,
+    1.0 / 2.0,
+    1.0 / 6.0,
+    1.0 / 24.0,
+    1.0 / 120.0,
+    1.0 / 720.0,
+    1.0 / 5040.0,
+    1.0 / 40320.0,
+    1.0 / 362880.0,
+    1.0 / 3628800.0,
+    1.0 / 39916800.0,
+    1.0 / 479001600.0,
+];
+
+/// The fast f64 exp of an fp32 input, clamped to [X_MIN, X_MAX] (NaN stays NaN).
+#[inline(always)]
+fn exp_f64(x: f32) -> f64 {
+    let x = if x < X_MIN {
+        X_MIN
+    } else if x > X_MAX {
+        X_MAX
+    } else {
+        x
+    };
+    let v = x as f64;
+    let t = v * INV_LN2 + SHIFT;
+    let n = t - SHIFT;
+    let r = (v - n * LN2_HI) - n * LN2_LO;
+    let mut p = C[12];
+    for c in C[..12].iter().rev() {
+        p = p * r + *c;
+    }
+    // The low mantissa bits of t hold 2^51 + n; (n + 1023) << 52 is the f64 2^n, since
+    // -217 <= n <= 145 keeps n + 1023 within the 11 exponent bits.
+    let scale = f64::from_bits(t.to_bits().wrapping_add(1023) << 52);
+    p * scale
+}
+
+/// The fp32 result when it is certain, and whether it is.
+#[inline(always)]
+fn exp_f32(x: f32) -> (f32, bool) {
+    let y = exp_f64(x);
+    let lo = (y * (1.0 - D)) as f32;
+    let hi = (y * (1.0 + D)) as f32;
+    (lo, lo == hi) // false for NaN
+}
+
+#[inline(always)]
+fn body(v: &mut [f32], pre: impl Fn(f32) -> f32, slow: impl Fn(f32) -> f32) -> usize {
+    let mut fallbacks = 0;
+    let mut chunks = v.chunks_exact_mut(LANES);
+    for c in &mut chunks {
+        let mut xs = [0f32; LANES];
+        let mut out = [0f32; LANES];
+        let mut ok = [false; LANES];
+        for i in 0..LANES {
+            xs[i] = pre(c[i]);
+            (out[i], ok[i]) = exp_f32(xs[i]);
+        }
+        if ok.iter().fold(true, |a, &b| a & b) {
+            c.copy_from_slice(&out);
+        } else {
+            for i in 0..LANES {
+                c[i] = if ok[i] {
+                    out[i]
+                } else {
+                    fallbacks += 1;
+                    slow(xs[i])
+                };
+            }
+        }
+    }
+    for e in chunks.into_remainder() {
+        let x = pre(*e);
+        let (y, ok) = exp_f32(x);
+        *e = if ok {
+            y
+        } else {
+            fallbacks += 1;
+            slow(x)
+        };
+    }
+    fallbacks
+}
+
+/// `v[i] = exp(pre(v[i]))` with `pre` the fp32 step before the function (affine, subtraction)
+/// and `slow` the caller's scalar exp, used for the elements the fast path cannot decide; it must
+/// equal `(x as f64).exp() as f32` on finite inputs. Returns how many elements took `slow`.
+pub fn exp_map(
+    v: &mut [f32],
+    pre: impl Fn(f32) -> f32 + Copy,
+    slow: impl Fn(f32) -> f32 + Copy,
+) -> usize {
+    match simd::path() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the path is only chosen when the host has the features (simd::path).
+        Path::Avx512 => unsafe { x86::avx512(v, pre, slow) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above, for AVX2 + FMA.
+        Path::Avx2Fma => unsafe { x86::avx2(v, pre, slow) },
+        _ => body(v, pre, slow),
+    }
+}
+
+/// `body` compiled for wider vectors (the arithmetic is the same IEEE operations; no FMA
+/// contraction happens without fast-math flags).
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn avx512(
+        v: &mut [f32],
+        pre: impl Fn(f32) -> f32,
+        slow: impl Fn(f32) -> f32,
+    ) -> usize {
+        super::body(v, pre, slow)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn avx2(
+        v: &mut [f32],
+        pre: impl Fn(f32) -> f32,
+        slow: impl Fn(f32) -> f32,
+    ) -> usize {
+        super::body(v, pre, slow)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn libm(x: f32) -> f32 {
+        (x as f64).exp() as f32
+    }
+
+    /// The paths this host can run.
+    fn paths() -> Vec<Path> {
+        [Path::Portable, Path::Avx2Fma, Path::Avx512]
+            .into_iter()
+            .filter(|p| simd::host_supports(*p))
+            .collect()
+    }
+
+    /// Run the kernel on `xs` on the path `p`, with a fallback that counts; compare bitwise
+    /// with libm. Returns (mismatches, fallbacks).
+    fn check_on(p: Path, xs: &[f32]) -> (usize, usize) {
+        let mut v = xs.to_vec();
+        let n = match p {
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx512 => unsafe { x86::avx512(&mut v, |x| x, libm) },
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx2Fma => unsafe { x86::avx2(&mut v, |x| x, libm) },
+            _ => body(&mut v, |x| x, libm),
+        };
+        let bad = xs
+            .iter()
+            .zip(&v)
+            .filter(|(x, y)| libm(**x).to_bits() != y.to_bits())
+            .count();
+        (bad, n)
+    }
+
+    /// Every `stride`-th bit pattern, plus a dense linear sweep of [-104, 89], the neighbourhoods
+    /// of the overflow / subnormal / underflow thresholds, and the specials.
+    fn inputs() -> Vec<f32> {
+        let mut xs: Vec<f32> = (0..=u32::MAX / 4099)
+            .map(|k| f32::from_bits(k * 4099))
+            .collect();
+        let m = 2_000_000;
+        xs.extend((0..=m).map(|k| (-104.0 + 193.0 * k as f64 / m as f64) as f32));
+        for t in [
+            88.722_84f32,
+            -87.336_55,
+            -103.278_93,
+            -103.972_08,
+            1e-30,
+            1.0,
+            -1.0,
+        ] {
+            let b = t.to_bits() as i64;
+            xs.extend((b - 20_000..b + 20_000).map(|b| f32::from_bits(b as u32)));
+        }
+        xs.extend([
+            0.0,
+            -0.0,
+            f32::NAN,
+            -f32::NAN,
+            f32::from_bits(0x7fa0_0001), // signalling NaN with a payload
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::MAX,
+            f32::MIN,
+            f32::MIN_POSITIVE,
+            f32::from_bits(1),
+            X_MIN,
+            X_MAX,
+            88.0,
+            89.0,
+            -104.0,
+        ]);
+        xs
+    }
+
+    #[test]
+    fn matches_libm_bitwise_on_every_path() {
+        let xs = inputs();
+        assert!(xs.len() > 2_000_000);
+        let nans = xs.iter().filter(|x| x.is_nan()).count();
+        for p in paths() {
+            let (bad, fallbacks) = check_on(p, &xs);
+            assert_eq!(bad, 0, "{p:?}: {bad} of {} differ from libm", xs.len());
+            // NaNs always take the scalar path; of the rest ~1e-6 are expected to, while a broken
+            // fast path (always ambiguous) would send everything there
+            let others = fallbacks - nans;
+            eprintln!(
+                "{p:?}: {others} fallbacks of {} non-NaN inputs",
+                xs.len() - nans
+            );
+            assert!(others < 200, "{p:?}: {others} fallbacks of {}", xs.len());
+        }
+    }
+
+    #[test]
+    fn fast_exp_is_within_its_error_bound() {
+        // the bound the rounding check relies on, measured against libm on finite in-range inputs
+        let mut worst = 0f64;
+        for x in inputs() {
+            if !(X_MIN..=X_MAX).contains(&x) {
+                continue;
+            }
+            let (y, l) = (exp_f64(x), (x as f64).exp());
+            worst = worst.max(((y - l) / l).abs());
+        }
+        assert!(worst < 2f64.powi(-47), "worst relative error {worst:e}");
+        assert!(worst > 0.0);
+    }
+
+    #[test]
+    fn pre_and_fallback_are_applied_in_order() {
+        // pre runs before exp on every element, including the remainder after whole chunks;
+        // slow is only called for elements the fast path cannot decide (here: NaN)
+        let xs: Vec<f32> = (0..37).map(|k| k as f32 * 0.25 - 4.0).collect();
+        let mut v = xs.clone();
+        v[5] = f32::NAN;
+        v[36] = f32::NAN;
+        let n = exp_map(&mut v, |x| x * 2.0 + 1.0, |_| -7.0);
+        assert_eq!(n, 2);
+        for (k, (x, y)) in xs.iter().zip(&v).enumerate() {
+            let want = if k == 5 || k == 36 {
+                -7.0
+            } else {
+                libm(x * 2.0 + 1.0)
+            };
+            assert_eq!(y.to_bits(), want.to_bits(), "element {k}");
+        }
+    }
+
+    /// All 2^32 inputs on every path (release: `cargo test --release -p trn3emu-core --
+    /// --ignored exhaustive`).
+    #[test]
+    #[ignore]
+    fn exhaustive_matches_libm() {
+        for p in paths() {
+            let (mut bad, mut fallbacks) = (0usize, 0usize);
+            let block = 1u64 << 24;
+            let mut start = 0u64;
+            while start < 1u64 << 32 {
+                let xs: Vec<f32> = (start..start + block)
+                    .map(|b| f32::from_bits(b as u32))
+                    .collect();
+                let (b, f) = check_on(p, &xs);
+                bad += b;
+                fallbacks += f;
+                start += block;
+            }
+            eprintln!("{p:?}: {bad} mismatches, {fallbacks} fallbacks of 2^32");
+            assert_eq!(bad, 0);
+        }
+    }
+}

@@ -3,6 +3,7 @@
 //! docs/numerics.md), so results are deterministic and within an ulp or two of the exact value.
 
 use crate::isa::ActFn;
+use crate::kernels::exp;
 use std::f64::consts::{FRAC_2_SQRT_PI, PI, SQRT_2};
 
 fn sigmoid(x: f64) -> f64 {
@@ -175,9 +176,19 @@ pub fn apply_checked(f: ActFn, x: f32, alpha: f32) -> f32 {
     apply(f, x, alpha)
 }
 
+/// The functions kernels/exp.rs evaluates fast, giving the bits of `apply_checked`.
+pub fn fast_kernel(f: ActFn) -> Option<exp::Func> {
+    match f {
+        ActFn::Exp => Some(exp::Func::Exp),
+        ActFn::Sigmoid => Some(exp::Func::Sigmoid),
+        ActFn::Silu => Some(exp::Func::Silu),
+        _ => None,
+    }
+}
+
 /// `v[i] = apply_checked(f, fl32(fl32(v[i] * scale) + bias), 0)`, with the function resolved
-/// once per slice for the common functions (the per-element `match` folds away) and `exp` on the
-/// fast kernel.
+/// once per slice for the common functions (the per-element `match` folds away) and exp, sigmoid and
+/// silu on the fast kernel.
 pub fn apply_affine_slice(f: ActFn, v: &mut [f32], scale: f32, bias: f32) {
     #[inline(always)]
     fn each(v: &mut [f32], scale: f32, bias: f32, g: impl Fn(f32) -> f32) {
@@ -185,13 +196,9 @@ pub fn apply_affine_slice(f: ActFn, v: &mut [f32], scale: f32, bias: f32) {
             *x = g(*x * scale + bias);
         }
     }
-    if f == ActFn::Exp {
-        // vectorised, bit-identical to the `apply_checked` path it falls back to (kernels/exp.rs)
-        crate::kernels::exp::exp_map(
-            v,
-            |x| x * scale + bias,
-            |x| apply_checked(ActFn::Exp, x, 0.0),
-        );
+    if let Some(k) = fast_kernel(f) {
+        // vectorised, bit-identical to the `apply_checked` path it falls back to
+        exp::map(k, v, |x| x * scale + bias, |x| apply_checked(f, x, 0.0));
         return;
     }
     macro_rules! mono {
@@ -207,10 +214,8 @@ pub fn apply_affine_slice(f: ActFn, v: &mut [f32], scale: f32, bias: f32) {
         Bypass,
         Relu,
         Tanh,
-        Sigmoid,
         Gelu,
         GeluApprxTanh,
-        Silu,
         Square,
         Rsqrt,
         Reciprocal

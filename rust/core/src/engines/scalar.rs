@@ -13,6 +13,7 @@ use super::{check_column, same_shape, Ctx};
 use crate::error::{err, ErrorKind::*, Result};
 use crate::isa::tables::p::{activate2 as a2, activation as a, activation_reduce as ar};
 use crate::isa::{ActFn, AluOp, Arg, DType, Engine, Instr, Opcode, ReduceCmd};
+use crate::kernels::exp;
 use crate::memory::Ap;
 
 fn tensor<'a>(ins: &'a Instr, i: usize, name: &str) -> Result<&'a Ap> {
@@ -398,12 +399,13 @@ pub fn activate2(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
             (_, true) => alu::apply(op, k, v),
         }
     };
+    let fast = act::fast_kernel(f);
     let mut out = ctx.read_f32(src);
     for (r, row) in out.chunks_mut(n.max(1)).enumerate() {
-        if f == ActFn::Exp {
+        if let Some(k) = fast {
             // the fast kernel (bit-identical to apply_checked, kernels/exp.rs)
             let pre = |v: f32| stage(op1, rev1, stage(op0, rev0, v, imm0[r]), imm1[r]);
-            crate::kernels::exp::exp_map(row, pre, |t| act::apply_checked(f, t, 0.0));
+            exp::map(k, row, pre, |t| act::apply_checked(f, t, 0.0));
             continue;
         }
         for v in row {

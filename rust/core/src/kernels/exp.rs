@@ -74,17 +74,52 @@ fn exp_f64(x: f32) -> f64 {
     p * scale
 }
 
-/// The fp32 result when it is certain, and whether it is.
+/// act.rs's sigmoid formula on the fast exp: `1 / (1 + e^-x)` for x >= 0, else `e^x / (1 + e^x)`
+/// (one division: the numerator is selected). The exp error changes the result by at most the
+/// same relative amount (d/de of either form, times e / s, is at most 1 in magnitude), and the
+/// add and divide round twice: < 2^-47 + 2^-52 relative. Inputs below -150 give e^-150 / (1 +
+/// e^-150) <= 2^-216 where the true value is smaller still; both round to fp32 +0.
 #[inline(always)]
-fn exp_f32(x: f32) -> (f32, bool) {
-    let y = exp_f64(x);
+fn sigmoid_f64(x: f32) -> f64 {
+    let e = exp_f64(-x.abs());
+    let num = if x >= 0.0 { 1.0 } else { e };
+    num / (1.0 + e)
+}
+
+/// `x * sigmoid(x)` (act.rs's silu); one more rounding. Below -150 the clamped sigmoid is not
+/// accurate and the product need not round to -0 like libm's: NaN sends those to the scalar path.
+#[inline(always)]
+fn silu_f64(x: f32) -> f64 {
+    if x < X_MIN {
+        f64::NAN
+    } else {
+        x as f64 * sigmoid_f64(x)
+    }
+}
+
+/// The functions with a fast path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Func {
+    Exp,
+    Sigmoid,
+    Silu,
+}
+
+/// The fp32 rounding of `y` when it is certain, and whether it is.
+#[inline(always)]
+fn certain(y: f64) -> (f32, bool) {
     let lo = (y * (1.0 - D)) as f32;
     let hi = (y * (1.0 + D)) as f32;
     (lo, lo == hi) // false for NaN
 }
 
 #[inline(always)]
-fn body(v: &mut [f32], pre: impl Fn(f32) -> f32, slow: impl Fn(f32) -> f32) -> usize {
+fn body(
+    v: &mut [f32],
+    pre: impl Fn(f32) -> f32,
+    g: impl Fn(f32) -> f64,
+    slow: impl Fn(f32) -> f32,
+) -> usize {
     let mut fallbacks = 0;
     let mut chunks = v.chunks_exact_mut(LANES);
     for c in &mut chunks {
@@ -93,7 +128,7 @@ fn body(v: &mut [f32], pre: impl Fn(f32) -> f32, slow: impl Fn(f32) -> f32) -> u
         let mut ok = [false; LANES];
         for i in 0..LANES {
             xs[i] = pre(c[i]);
-            (out[i], ok[i]) = exp_f32(xs[i]);
+            (out[i], ok[i]) = certain(g(xs[i]));
         }
         if ok.iter().fold(true, |a, &b| a & b) {
             c.copy_from_slice(&out);
@@ -110,7 +145,7 @@ fn body(v: &mut [f32], pre: impl Fn(f32) -> f32, slow: impl Fn(f32) -> f32) -> u
     }
     for e in chunks.into_remainder() {
         let x = pre(*e);
-        let (y, ok) = exp_f32(x);
+        let (y, ok) = certain(g(x));
         *e = if ok {
             y
         } else {
@@ -121,22 +156,46 @@ fn body(v: &mut [f32], pre: impl Fn(f32) -> f32, slow: impl Fn(f32) -> f32) -> u
     fallbacks
 }
 
-/// `v[i] = exp(pre(v[i]))` with `pre` the fp32 step before the function (affine, subtraction)
-/// and `slow` the caller's scalar exp, used for the elements the fast path cannot decide; it must
-/// equal `(x as f64).exp() as f32` on finite inputs. Returns how many elements took `slow`.
+/// `v[i] = f(pre(v[i]))` with `pre` the fp32 step before the function (affine, subtraction)
+/// and `slow` the caller's scalar `f`, used for the elements the fast path cannot decide; on
+/// finite inputs it must equal act.rs's f64 formula rounded to fp32 (`(x as f64).exp() as f32`
+/// for exp). Returns how many elements took `slow`.
+pub fn map(
+    f: Func,
+    v: &mut [f32],
+    pre: impl Fn(f32) -> f32 + Copy,
+    slow: impl Fn(f32) -> f32 + Copy,
+) -> usize {
+    match f {
+        Func::Exp => dispatch(v, pre, exp_f64, slow),
+        Func::Sigmoid => dispatch(v, pre, sigmoid_f64, slow),
+        Func::Silu => dispatch(v, pre, silu_f64, slow),
+    }
+}
+
+/// `map(Func::Exp, ..)`.
 pub fn exp_map(
     v: &mut [f32],
     pre: impl Fn(f32) -> f32 + Copy,
     slow: impl Fn(f32) -> f32 + Copy,
 ) -> usize {
+    map(Func::Exp, v, pre, slow)
+}
+
+fn dispatch(
+    v: &mut [f32],
+    pre: impl Fn(f32) -> f32 + Copy,
+    g: impl Fn(f32) -> f64 + Copy,
+    slow: impl Fn(f32) -> f32 + Copy,
+) -> usize {
     match simd::path() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the path is only chosen when the host has the features (simd::path).
-        Path::Avx512 => unsafe { x86::avx512(v, pre, slow) },
+        Path::Avx512 => unsafe { x86::avx512(v, pre, g, slow) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, for AVX2 + FMA.
-        Path::Avx2Fma => unsafe { x86::avx2(v, pre, slow) },
-        _ => body(v, pre, slow),
+        Path::Avx2Fma => unsafe { x86::avx2(v, pre, g, slow) },
+        _ => body(v, pre, g, slow),
     }
 }
 
@@ -148,18 +207,20 @@ mod x86 {
     pub unsafe fn avx512(
         v: &mut [f32],
         pre: impl Fn(f32) -> f32,
+        g: impl Fn(f32) -> f64,
         slow: impl Fn(f32) -> f32,
     ) -> usize {
-        super::body(v, pre, slow)
+        super::body(v, pre, g, slow)
     }
 
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn avx2(
         v: &mut [f32],
         pre: impl Fn(f32) -> f32,
+        g: impl Fn(f32) -> f64,
         slow: impl Fn(f32) -> f32,
     ) -> usize {
-        super::body(v, pre, slow)
+        super::body(v, pre, g, slow)
     }
 }
 
@@ -179,23 +240,32 @@ mod tests {
             .collect()
     }
 
-    /// Run the kernel on `xs` on the path `p`, with a fallback that counts; compare bitwise
-    /// with libm. Returns (mismatches, fallbacks).
-    fn check_on(p: Path, xs: &[f32]) -> (usize, usize) {
+    /// Run the kernel for `f` on `xs` on the path `p`, with `want` as the fallback; compare
+    /// bitwise with `want`. Returns (mismatches, fallbacks).
+    fn check_with(p: Path, f: Func, xs: &[f32], want: fn(f32) -> f32) -> (usize, usize) {
         let mut v = xs.to_vec();
+        let g = match f {
+            Func::Exp => exp_f64,
+            Func::Sigmoid => sigmoid_f64,
+            Func::Silu => silu_f64,
+        };
         let n = match p {
             #[cfg(target_arch = "x86_64")]
-            Path::Avx512 => unsafe { x86::avx512(&mut v, |x| x, libm) },
+            Path::Avx512 => unsafe { x86::avx512(&mut v, |x| x, g, want) },
             #[cfg(target_arch = "x86_64")]
-            Path::Avx2Fma => unsafe { x86::avx2(&mut v, |x| x, libm) },
-            _ => body(&mut v, |x| x, libm),
+            Path::Avx2Fma => unsafe { x86::avx2(&mut v, |x| x, g, want) },
+            _ => body(&mut v, |x| x, g, want),
         };
         let bad = xs
             .iter()
             .zip(&v)
-            .filter(|(x, y)| libm(**x).to_bits() != y.to_bits())
+            .filter(|(x, y)| want(**x).to_bits() != y.to_bits())
             .count();
         (bad, n)
+    }
+
+    fn check_on(p: Path, xs: &[f32]) -> (usize, usize) {
+        check_with(p, Func::Exp, xs, libm)
     }
 
     /// Every `stride`-th bit pattern, plus a dense linear sweep of [-104, 89], the neighbourhoods
@@ -293,6 +363,55 @@ mod tests {
         }
     }
 
+    /// The activation engine's definitions (engines/act.rs), written out here: f64 formula, one
+    /// rounding, limits at +-inf.
+    fn sigmoid64(v: f64) -> f64 {
+        if v >= 0.0 {
+            1.0 / (1.0 + (-v).exp())
+        } else {
+            v.exp() / (1.0 + v.exp())
+        }
+    }
+
+    fn sigmoid_ref(x: f32) -> f32 {
+        match x {
+            f32::INFINITY => 1.0,
+            f32::NEG_INFINITY => 0.0,
+            _ => sigmoid64(x as f64) as f32,
+        }
+    }
+
+    fn silu_ref(x: f32) -> f32 {
+        match x {
+            f32::INFINITY => f32::INFINITY,
+            f32::NEG_INFINITY => 0.0,
+            _ => (x as f64 * sigmoid64(x as f64)) as f32,
+        }
+    }
+
+    #[test]
+    fn sigmoid_and_silu_match_their_f64_formulas_bitwise() {
+        let xs = inputs();
+        // silu sends x < -150 (a fifth of the bit patterns) to the scalar path; for |x| <
+        // 2^-124 silu(x) = x/2 (1 + x/2 + ...) where x/2 is an fp32 subnormal rounding midpoint
+        // for odd x: inherently undecidable from an approximation, half of those fall back
+        let undecidable = |x: &f32| *x < X_MIN || x.abs() < 2f32.powi(-124);
+        let decidable: Vec<f32> = xs.iter().copied().filter(|x| !undecidable(x)).collect();
+        for p in paths() {
+            for (f, want) in [
+                (Func::Sigmoid, sigmoid_ref as fn(f32) -> f32),
+                (Func::Silu, silu_ref),
+            ] {
+                let (bad, _) = check_with(p, f, &xs, want);
+                assert_eq!(bad, 0, "{p:?} {f:?}: {bad} of {} differ", xs.len());
+                let (_, fallbacks) = check_with(p, f, &decidable, want);
+                let others = fallbacks - decidable.iter().filter(|x| x.is_nan()).count();
+                eprintln!("{p:?} {f:?}: {others} fallbacks of {}", decidable.len());
+                assert!(others < 400, "{p:?} {f:?}: {others} fallbacks");
+            }
+        }
+    }
+
     /// All 2^32 inputs on every path (release: `cargo test --release -p trn3emu-core --
     /// --ignored exhaustive`).
     #[test]
@@ -312,6 +431,32 @@ mod tests {
                 start += block;
             }
             eprintln!("{p:?}: {bad} mismatches, {fallbacks} fallbacks of 2^32");
+            assert_eq!(bad, 0);
+        }
+    }
+
+    /// Sigmoid and silu on all 2^32 inputs, on the host's best path (release, `--ignored`).
+    #[test]
+    #[ignore]
+    fn exhaustive_sigmoid_silu() {
+        let p = simd::path();
+        for (f, want) in [
+            (Func::Sigmoid, sigmoid_ref as fn(f32) -> f32),
+            (Func::Silu, silu_ref),
+        ] {
+            let (mut bad, mut fallbacks) = (0usize, 0usize);
+            let block = 1u64 << 24;
+            let mut start = 0u64;
+            while start < 1u64 << 32 {
+                let xs: Vec<f32> = (start..start + block)
+                    .map(|b| f32::from_bits(b as u32))
+                    .collect();
+                let (b, n) = check_with(p, f, &xs, want);
+                bad += b;
+                fallbacks += n;
+                start += block;
+            }
+            eprintln!("{p:?} {f:?}: {bad} mismatches, {fallbacks} fallbacks of 2^32");
             assert_eq!(bad, 0);
         }
     }

@@ -1,0 +1,127 @@
+"""exp on ScalarE (activation, activation_reduce, activate2) and VectorE (exponential) is defined as
+libm's float64 exp rounded once to fp32 (docs/numerics.md); the emulator computes it with a fast
+vectorised kernel that must give exactly those bits on every SIMD path. Reference here:
+np.exp(t.astype(float64)).astype(float32) of the fp32 pre-step t, compared bitwise (NaN positions
+compared as NaN; NaN payloads compared across paths)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import trn3emu as t3
+from conftest import assert_bits_equal, random_bits, run_op
+from trn3emu import _native
+
+F32, F64 = np.float32, np.float64
+P, N = 128, 515  # N not a multiple of the kernel's chunk: exercises the remainder
+
+
+@pytest.fixture(autouse=True)
+def _restore_simd():
+    yield
+    _native.limit_simd(None)
+
+
+def paths() -> list[str | None]:
+    """None (the host's best) and every narrower SIMD path this host can run."""
+    out: list[str | None] = [None]
+    best = t3.simd_path()
+    for p in ("avx2+fma", "portable"):
+        if p != best and _native.limit_simd(p):
+            out.append(p)
+    _native.limit_simd(None)
+    return out
+
+
+def exp_ref(t: np.ndarray) -> np.ndarray:
+    return np.exp(np.asarray(t, F32).astype(F64)).astype(F32)
+
+
+def inputs(seed: int) -> np.ndarray:
+    """[P, N] fp32: dense over the finite-output range, random bit patterns, near the overflow /
+    subnormal / underflow thresholds, and the specials."""
+    rng = np.random.default_rng(seed)
+    thresholds = np.array([88.72283, 88.7228, -87.33655, -103.27893, -103.97208, 0.0, 1.0], F32)
+    near = (thresholds.view(np.int32)[:, None] + np.arange(-200, 200, dtype=np.int32)).view(F32).ravel()
+    specials = np.array(
+        [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 3.4e38, -3.4e38, 88.0, 89.0, -104.0, -150.0, 100.0],
+        F32,
+    )
+    parts = [
+        rng.uniform(-104, 89, 30000).astype(F32),
+        random_bits(rng, (10000,), F32),
+        (rng.standard_normal(10000) * 10).astype(F32),
+        near,
+        specials,
+    ]
+    x = np.concatenate(parts)
+    x = np.concatenate([x, rng.uniform(-30, 30, P * N - x.size).astype(F32)])
+    return rng.permutation(x).reshape(P, N)
+
+
+def assert_exp_bits(got: np.ndarray, t: np.ndarray) -> None:
+    want = exp_ref(t)
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan)
+    assert_bits_equal(np.where(nan, F32(0), got), np.where(nan, F32(0), want))
+
+
+def run_all(x: np.ndarray, m: np.ndarray, s: np.ndarray, b: np.ndarray, dev) -> list[np.ndarray]:
+    def body(p, xt, mt, st, bt, o_act, o_aff, o_red, r_red, o_a2, o_ex, r_ex):
+        p.activation(dst=o_act, op="exp", data=xt)
+        p.activation(dst=o_aff, op="exp", data=xt, scale=st, bias=bt)
+        p.activation_reduce(dst=o_red, op="exp", data=xt, reduce_op="add", reduce_res=r_red, scale=0.5)
+        p.activate2(dst=o_a2, op="exp", data=xt, imm0=st, imm1=bt, op0="multiply", op1="add")
+        p.exponential(dst=o_ex, src=xt, max_value=mt, reduce_cmd="reset_reduce", reduce_res=r_ex)
+
+    outs = [((P, N), F32)] * 3 + [((P, 1), F32)] + [((P, N), F32)] * 2 + [((P, 1), F32)]
+    return run_op(dev, [x, m, s, b], outs, body)
+
+
+def row_sum(v: np.ndarray) -> np.ndarray:
+    """fp32 sum of each row in free-index order (the documented register order)."""
+    acc = np.zeros(v.shape[0], F32)
+    for j in range(v.shape[1]):
+        acc = (acc + v[:, j]).astype(F32)
+    return acc
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_exp_is_libm_f64_rounded_once_on_every_simd_path(seed):
+    rng = np.random.default_rng(100 + seed)
+    x = inputs(seed)
+    m = rng.uniform(-5, 5, (P, 1)).astype(F32)
+    s = rng.uniform(-2, 2, (P, 1)).astype(F32)
+    b = rng.uniform(-3, 3, (P, 1)).astype(F32)
+    affine = ((x * s).astype(F32) + b).astype(F32)
+    results = []
+    for path in paths():
+        _native.limit_simd(path)
+        o_act, o_aff, o_red, r_red, o_a2, o_ex, r_ex = run_all(x, m, s, b, t3.Device())
+        assert_exp_bits(o_act, x)
+        assert_exp_bits(o_aff, affine)
+        half = (x * F32(0.5)).astype(F32)
+        assert_exp_bits(o_red, half)
+        np.testing.assert_array_equal(r_red[:, 0], row_sum(exp_ref(half)))
+        assert_exp_bits(o_a2, affine)
+        assert_exp_bits(o_ex, (x - m).astype(F32))
+        np.testing.assert_array_equal(r_ex[:, 0], row_sum(exp_ref((x - m).astype(F32))))
+        results.append((o_act, o_aff, o_red, o_a2, o_ex))
+    for r in results[1:]:  # NaN payloads too
+        for got, first in zip(r, results[0]):
+            assert_bits_equal(got, first)
+
+
+def test_exp_limits_and_signed_zero():
+    """exp(-inf) = +0, exp(+inf) = +inf, exp(+-0) = 1, underflow to +0, overflow to +inf."""
+    x = np.tile(np.array([-np.inf, np.inf, 0.0, -0.0, -200.0, 200.0, 88.72283, 88.72284], F32), (4, 4))
+
+    def body(p, xt, o):
+        p.activation(dst=o, op="exp", data=xt)
+
+    for path in paths():
+        _native.limit_simd(path)
+        (got,) = run_op(t3.Device(), [x], [((4, 32), F32)], body)
+        want = np.tile(np.array([0.0, np.inf, 1.0, 1.0, 0.0, np.inf, 3.4028e38, np.inf], F32), (4, 4))
+        assert_bits_equal(got[:, :6], want[:, :6])
+        assert np.isfinite(got[0, 6]) and got[0, 6] > 3.4e38 and got[0, 7] == np.inf

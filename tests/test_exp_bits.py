@@ -2,7 +2,8 @@
 libm's float64 exp rounded once to fp32 (docs/numerics.md); the emulator computes it with a fast
 vectorised kernel that must give exactly those bits on every SIMD path. Reference here:
 np.exp(t.astype(float64)).astype(float32) of the fp32 pre-step t, compared bitwise (NaN positions
-compared as NaN; NaN payloads compared across paths)."""
+compared as NaN; NaN payloads compared across paths). Sigmoid and silu share the kernel; their
+references are the documented float64 formulas on np.exp, rounded once."""
 
 from __future__ import annotations
 
@@ -37,6 +38,21 @@ def exp_ref(t: np.ndarray) -> np.ndarray:
     return np.exp(np.asarray(t, F32).astype(F64)).astype(F32)
 
 
+def sigmoid64(v: np.ndarray) -> np.ndarray:
+    """1 / (1 + e^-x) for x >= 0, e^x / (1 + e^x) below (the documented f64 formula)."""
+    e = np.exp(-np.abs(v))
+    return np.where(v >= 0, 1.0, e) / (1.0 + e)
+
+
+def sigmoid_ref(t: np.ndarray) -> np.ndarray:
+    return sigmoid64(t.astype(F64)).astype(F32)
+
+
+def silu_ref(t: np.ndarray) -> np.ndarray:
+    v = t.astype(F64)
+    return np.where(v == -np.inf, 0.0, v * sigmoid64(v)).astype(F32)  # silu(-inf) = its limit +0
+
+
 def inputs(seed: int) -> np.ndarray:
     """[P, N] fp32: dense over the finite-output range, random bit patterns, near the overflow /
     subnormal / underflow thresholds, and the specials."""
@@ -59,8 +75,8 @@ def inputs(seed: int) -> np.ndarray:
     return rng.permutation(x).reshape(P, N)
 
 
-def assert_exp_bits(got: np.ndarray, t: np.ndarray) -> None:
-    want = exp_ref(t)
+def assert_exp_bits(got: np.ndarray, t: np.ndarray, ref=exp_ref) -> None:
+    want = ref(t)
     nan = np.isnan(want)
     assert np.array_equal(np.isnan(got), nan)
     assert_bits_equal(np.where(nan, F32(0), got), np.where(nan, F32(0), want))
@@ -84,6 +100,12 @@ def row_sum(v: np.ndarray) -> np.ndarray:
     for j in range(v.shape[1]):
         acc = (acc + v[:, j]).astype(F32)
     return acc
+
+
+@pytest.fixture(autouse=True)
+def _quiet_numpy():
+    with np.errstate(all="ignore"):  # the inputs hold inf and NaN on purpose
+        yield
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -125,3 +147,29 @@ def test_exp_limits_and_signed_zero():
         want = np.tile(np.array([0.0, np.inf, 1.0, 1.0, 0.0, np.inf, 3.4028e38, np.inf], F32), (4, 4))
         assert_bits_equal(got[:, :6], want[:, :6])
         assert np.isfinite(got[0, 6]) and got[0, 6] > 3.4e38 and got[0, 7] == np.inf
+
+
+@pytest.mark.parametrize("op,ref", [("sigmoid", sigmoid_ref), ("silu", silu_ref)])
+def test_sigmoid_silu_are_f64_formulas_rounded_once_on_every_simd_path(op, ref):
+    x = inputs(2)
+    tiny = np.array([1e-45, -3e-45, 2.5e-38, -1e-40, 7e-39], F32)  # silu ~ x/2: subnormal midpoints
+    x[0, : tiny.size] = tiny
+    s, b = F32(0.75), F32(-0.5)
+
+    def body(p, xt, o, o_aff, o_a2):
+        p.activation(dst=o, op=op, data=xt)
+        p.activation(dst=o_aff, op=op, data=xt, scale=float(s), bias=float(b))
+        p.activate2(dst=o_a2, op=op, data=xt, imm0=float(s), imm1=float(b), op0="multiply", op1="add")
+
+    affine = ((x * s).astype(F32) + b).astype(F32)
+    results = []
+    for path in paths():
+        _native.limit_simd(path)
+        got = run_op(t3.Device(), [x], [((P, N), F32)] * 3, body)
+        assert_exp_bits(got[0], x + F32(0), ref)  # the default bias 0 turns -0 into +0
+        assert_exp_bits(got[1], affine, ref)
+        assert_exp_bits(got[2], affine, ref)
+        results.append(got)
+    for r in results[1:]:
+        for got, first in zip(r, results[0]):
+            assert_bits_equal(got, first)

@@ -65,14 +65,7 @@ fn madd<const FMA: bool>(a: f64, b: f64, c: f64) -> f64 {
 /// The fast f64 exp of an fp32 input, clamped to [X_MIN, X_MAX] (NaN stays NaN).
 #[inline(always)]
 fn exp_f64<const FMA: bool>(x: f32) -> f64 {
-    let x = if x < X_MIN {
-        X_MIN
-    } else if x > X_MAX {
-        X_MAX
-    } else {
-        x
-    };
-    let v = x as f64;
+    let v = x.clamp(X_MIN, X_MAX) as f64; // NaN stays NaN
     let t = madd::<FMA>(v, INV_LN2, SHIFT);
     let n = t - SHIFT;
     let r = madd::<FMA>(-n, LN2_LO, v - n * LN2_HI);
@@ -99,11 +92,16 @@ fn sigmoid_f64<const FMA: bool>(x: f32) -> f64 {
 }
 
 /// `x * sigmoid(x)` (act.rs's silu); one more rounding. Below -150 the clamped sigmoid is not
-/// accurate and the product need not round to -0 like libm's: NaN sends those to the scalar path.
+/// accurate, but there |x| e^x < 150 e^-150 < 2^-200, so the f64 formula rounds to fp32 -0 (also
+/// where libm's e^x underflows: x * 0 = -0); -inf (limit +0) goes to the scalar path via NaN.
 #[inline(always)]
 fn silu_f64<const FMA: bool>(x: f32) -> f64 {
     if x < X_MIN {
-        f64::NAN
+        if x == f32::NEG_INFINITY {
+            f64::NAN
+        } else {
+            -0.0
+        }
     } else {
         x as f64 * sigmoid_f64::<FMA>(x)
     }
@@ -404,10 +402,10 @@ mod tests {
     #[test]
     fn sigmoid_and_silu_match_their_f64_formulas_bitwise() {
         let xs = inputs();
-        // silu sends x < -150 (a fifth of the bit patterns) to the scalar path; for |x| <
-        // 2^-124 silu(x) = x/2 (1 + x/2 + ...) where x/2 is an fp32 subnormal rounding midpoint
-        // for odd x: inherently undecidable from an approximation, half of those fall back
-        let undecidable = |x: &f32| *x < X_MIN || x.abs() < 2f32.powi(-124);
+        // for |x| < 2^-124 silu(x) = x/2 (1 + x/2 + ...) where x/2 is an fp32 subnormal
+        // rounding midpoint for odd x: inherently undecidable from an approximation, half of
+        // those fall back
+        let undecidable = |x: &f32| x.abs() < 2f32.powi(-124);
         let decidable: Vec<f32> = xs.iter().copied().filter(|x| !undecidable(x)).collect();
         for p in paths() {
             for (f, want) in [

@@ -739,8 +739,8 @@ _DEVICE_ENV = ("NEURON_RT_STOCHASTIC_ROUNDING_EN", "NEURON_RT_STOCHASTIC_ROUNDIN
 
 class _Spare:
     """The device of the last launch, kept to run the next one (of any kernel): making a Device
-    zero-fills 8 cores of SBUF/PSUM (slow when the pages are fresh); resetting a used one costs
-    one memset of on-chip memory plus zeroing the HBM tensors the last launch used. Only devices
+    zero-fills 8 cores of SBUF/PSUM (slow when the pages are fresh); resetting a used one refills
+    only the cores the last launch touched and zeroes the HBM tensors it used. Only devices
     whose RNG never ran and that round by RNE are kept, so a spare is as good as a new one."""
 
     def __init__(self, device: Device, env: tuple, dirty: set) -> None:
@@ -851,7 +851,7 @@ class _Run:
         dev = spare.device
         dev.fill_onchip(0 if fill is None else fill)
         for addr, n in spare.dirty - rewritten:
-            dev.hbm._native.hbm_write(addr, np.zeros(n, np.uint8))
+            dev.hbm._native.hbm_zero(addr, n)
         dev.hbm._next = 0  # HBM placement as on a new device
         return dev
 

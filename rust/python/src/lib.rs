@@ -703,6 +703,13 @@ impl Device {
         Ok(())
     }
 
+    /// Zero `nbytes` of HBM at `addr` (no host buffer needed; whole 1 MiB pages are released).
+    fn hbm_zero(&mut self, py: Python<'_>, addr: u64, nbytes: u64) -> PyResult<()> {
+        check_hbm(addr, nbytes).map_err(|e| to_py(py, e))?;
+        self.inner.hbm.zero(addr, nbytes);
+        Ok(())
+    }
+
     /// Read `nbytes` raw bytes at an HBM address into a new uint8 array.
     fn hbm_read<'py>(
         &self,
@@ -769,7 +776,8 @@ impl Device {
             .map_err(|e| to_py(py, e))
     }
 
-    /// Fill every core's SBUF and PSUM with one byte value (e.g. 0xFF = NaN for floats).
+    /// Fill every core's SBUF and PSUM with one byte value (e.g. 0xFF = NaN for floats); free
+    /// for a memory that holds only that byte already (a core no run has touched since).
     fn fill_onchip(&mut self, byte: u8) {
         for c in &mut self.inner.cores {
             c.sbuf.fill(byte);

@@ -710,6 +710,20 @@ impl Device {
         Ok(())
     }
 
+    /// Whether HBM at `addr` holds exactly `data` (compared in place, no copy).
+    fn hbm_equals(
+        &self,
+        py: Python<'_>,
+        addr: u64,
+        data: PyReadonlyArray1<'_, u8>,
+    ) -> PyResult<bool> {
+        let s = data
+            .as_slice()
+            .map_err(|_| bad_array(py, "data", "hbm_equals needs a contiguous uint8 array"))?;
+        check_hbm(addr, s.len() as u64).map_err(|e| to_py(py, e))?;
+        Ok(self.inner.hbm.equals(addr, s))
+    }
+
     /// Read `nbytes` raw bytes at an HBM address into a new uint8 array.
     fn hbm_read<'py>(
         &self,

@@ -45,6 +45,27 @@ impl Hbm {
         }
     }
 
+    /// Whether the bytes at `addr` equal `data` (caller has bounds-checked).
+    pub fn equals(&self, addr: u64, data: &[u8]) -> bool {
+        let mut done = 0usize;
+        while done < data.len() {
+            let a = addr + done as u64;
+            let page = (a >> PAGE_BITS) as usize;
+            let off = (a as usize) & (PAGE - 1);
+            let n = (PAGE - off).min(data.len() - done);
+            let want = &data[done..done + n];
+            let same = match &self.pages[page] {
+                Some(p) => p[off..off + n] == *want,
+                None => want.iter().all(|b| *b == 0),
+            };
+            if !same {
+                return false;
+            }
+            done += n;
+        }
+        true
+    }
+
     /// Write `data` at `addr` (caller has bounds-checked).
     pub fn write(&mut self, addr: u64, data: &[u8]) {
         let mut done = 0usize;
@@ -96,6 +117,9 @@ mod tests {
         let mut out = [9u8; 8];
         h.read(addr - 1, &mut out);
         assert_eq!(out, [0, 1, 2, 3, 4, 5, 6, 0]);
+        assert!(h.equals(addr - 1, &[0, 1, 2, 3, 4, 5, 6, 0]));
+        assert!(!h.equals(addr - 1, &[0, 1, 2, 3, 4, 5, 7, 0]));
+        assert!(h.equals(1 << 30, &[0; 100]) && !h.equals(1 << 30, &[0, 1]));
         h.zero(addr + 1, 2);
         h.read(addr - 1, &mut out);
         assert_eq!(out, [0, 1, 0, 0, 4, 5, 6, 0]);

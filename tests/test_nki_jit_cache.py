@@ -253,3 +253,35 @@ def test_device_dependent_traces_are_never_replayed():
     for n in (2, 0, 3, 2):
         np.testing.assert_array_equal(count_up(a, np.array([[n]], np.int32)), a + n)
     assert count_up.device_dependent and not count_up._cache
+
+
+def test_device_reset_primitives_restore_what_runs_and_the_host_wrote():
+    """The spare-device reset: `fill_onchip` must refill every core a run wrote (it skips memories
+    it knows are untouched) and `hbm_zero` must zero exactly its range, across 1 MiB pages."""
+    import trn3emu as t3
+
+    dev = t3.Device()
+    dev.fill_onchip(0x5A)
+    x = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
+    for core in (0, 3):
+        p = t3.Program(core=core)
+        t = p.sbuf((128, 8), np.float32)
+        p.dma_copy(dst=t, src=dev.hbm.put(x))
+        dev.run(p)
+        assert (dev._native.onchip_read(core, "sbuf", 0, 128, t.offset, 32) != 0x5A).any()
+    dev.fill_onchip(0x5A)
+    for core in range(8):
+        for mem, nbytes in (("sbuf", 256 * 1024), ("psum", 16 * 1024)):
+            got = dev._native.onchip_read(core, mem, 0, 128, 0, nbytes)
+            assert (got == 0x5A).all(), (core, mem)
+
+    base = 3 << 20
+    data = np.arange(3 << 20, dtype=np.uint32).astype(np.uint8)
+    dev._native.hbm_write(base, data)
+    lo, n = 5, (2 << 20) + 11  # straddles two page boundaries
+    dev._native.hbm_zero(base + lo, n)
+    want = data.copy()
+    want[lo : lo + n] = 0
+    np.testing.assert_array_equal(dev._native.hbm_read(base, data.size), want)
+    with pytest.raises(t3.ValidationError, match="HBM"):
+        dev._native.hbm_zero(145 << 30, 16)

@@ -79,8 +79,15 @@ class Hbm:
             lo, hi = (lo + span, hi) if span < 0 else (lo, hi + span)
         raw = self._native.hbm_read(t.offset + lo * es, (hi - lo + 1) * es)
         dt = numpy_dtype(t.dtype)
+        if t.is_contiguous():
+            return raw.view(dt).reshape(t.shape)  # a fresh buffer of exactly the tensor's bytes
         view = np.ndarray(t.shape, dt, raw.data, offset=-lo * es, strides=[s * es for s in t.strides])
         return view.copy()
+
+    def holds(self, t: Tensor, array: np.ndarray) -> bool:
+        """Whether the contiguous HBM tensor `t` holds exactly the bytes of `array` (no copies)."""
+        a = np.ascontiguousarray(array)
+        return self._native.hbm_equals(t.offset, a.reshape(-1).view(np.uint8))
 
     @property
     def resident_bytes(self) -> int:

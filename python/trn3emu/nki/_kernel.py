@@ -739,8 +739,8 @@ _DEVICE_ENV = ("NEURON_RT_STOCHASTIC_ROUNDING_EN", "NEURON_RT_STOCHASTIC_ROUNDIN
 
 class _Spare:
     """The device of the last launch, kept to run the next one (of any kernel): making a Device
-    zero-fills 8 cores of SBUF/PSUM (slow when the pages are fresh); resetting a used one costs
-    one memset of on-chip memory plus zeroing the HBM tensors the last launch used. Only devices
+    zero-fills 8 cores of SBUF/PSUM (slow when the pages are fresh); resetting a used one refills
+    only the cores the last launch touched and zeroes the HBM tensors it used. Only devices
     whose RNG never ran and that round by RNE are kept, so a spare is as good as a new one."""
 
     def __init__(self, device: Device, env: tuple, dirty: set) -> None:
@@ -851,7 +851,7 @@ class _Run:
         dev = spare.device
         dev.fill_onchip(0 if fill is None else fill)
         for addr, n in spare.dirty - rewritten:
-            dev.hbm._native.hbm_write(addr, np.zeros(n, np.uint8))
+            dev.hbm._native.hbm_zero(addr, n)
         dev.hbm._next = 0  # HBM placement as on a new device
         return dev
 
@@ -910,11 +910,9 @@ class _Run:
         self.kernel.last_programs = traced.programs
         for pid, prefix, t in traced.prints:
             print(f"{prefix} (program {pid}):\n{dev.hbm.get(t.tensor)}")
-        for a, t in arrays:
-            if a.flags.writeable and a.ndim:
-                new = dev.hbm.get(t)
-                if new.tobytes() != np.ascontiguousarray(a).tobytes():
-                    a[...] = new
+        for a, t in arrays:  # inputs the kernel wrote to: copied back, as on the device
+            if a.flags.writeable and a.ndim and not dev.hbm.holds(t, a):
+                a[...] = dev.hbm.get(t)
         return self._out(traced.result)
 
     def _out(self, r):

@@ -703,6 +703,27 @@ impl Device {
         Ok(())
     }
 
+    /// Zero `nbytes` of HBM at `addr` (no host buffer needed; whole 1 MiB pages are released).
+    fn hbm_zero(&mut self, py: Python<'_>, addr: u64, nbytes: u64) -> PyResult<()> {
+        check_hbm(addr, nbytes).map_err(|e| to_py(py, e))?;
+        self.inner.hbm.zero(addr, nbytes);
+        Ok(())
+    }
+
+    /// Whether HBM at `addr` holds exactly `data` (compared in place, no copy).
+    fn hbm_equals(
+        &self,
+        py: Python<'_>,
+        addr: u64,
+        data: PyReadonlyArray1<'_, u8>,
+    ) -> PyResult<bool> {
+        let s = data
+            .as_slice()
+            .map_err(|_| bad_array(py, "data", "hbm_equals needs a contiguous uint8 array"))?;
+        check_hbm(addr, s.len() as u64).map_err(|e| to_py(py, e))?;
+        Ok(self.inner.hbm.equals(addr, s))
+    }
+
     /// Read `nbytes` raw bytes at an HBM address into a new uint8 array.
     fn hbm_read<'py>(
         &self,
@@ -769,7 +790,8 @@ impl Device {
             .map_err(|e| to_py(py, e))
     }
 
-    /// Fill every core's SBUF and PSUM with one byte value (e.g. 0xFF = NaN for floats).
+    /// Fill every core's SBUF and PSUM with one byte value (e.g. 0xFF = NaN for floats); free
+    /// for a memory that holds only that byte already (a core no run has touched since).
     fn fill_onchip(&mut self, byte: u8) {
         for c in &mut self.inner.cores {
             c.sbuf.fill(byte);

@@ -111,21 +111,16 @@ pub fn matmul(
     // The scratch leaves the thread-local while in use (the PSUM write needs `ctx` mutably).
     let mut s = SCRATCH.with(|c| c.take());
     let (m, n) = (st.free_size() / groups, mv.free_size() / groups);
-    let work = 2 * st.parts as usize * groups * m * n;
-    // One pool entry per instruction: decode, multiply and PSUM write share awake threads.
-    let r = par::install(work, || {
-        let r = compute(path, &ctx.mems, st, mv, groups, &mut s);
-        if r.is_ok() {
-            let acc = Acc {
-                data: &s.out,
-                m,
-                n,
-                nr,
-            };
-            write_psum(accumulate, ctx, dst, &acc);
-        }
-        r
-    });
+    let r = compute(path, &ctx.mems, st, mv, groups, &mut s);
+    if r.is_ok() {
+        let acc = Acc {
+            data: &s.out,
+            m,
+            n,
+            nr,
+        };
+        write_psum(accumulate, ctx, dst, &acc);
+    }
     SCRATCH.with(|c| c.replace(s));
     r
 }

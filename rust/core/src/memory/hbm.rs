@@ -45,6 +45,27 @@ impl Hbm {
         }
     }
 
+    /// Whether the bytes at `addr` equal `data` (caller has bounds-checked).
+    pub fn equals(&self, addr: u64, data: &[u8]) -> bool {
+        let mut done = 0usize;
+        while done < data.len() {
+            let a = addr + done as u64;
+            let page = (a >> PAGE_BITS) as usize;
+            let off = (a as usize) & (PAGE - 1);
+            let n = (PAGE - off).min(data.len() - done);
+            let want = &data[done..done + n];
+            let same = match &self.pages[page] {
+                Some(p) => p[off..off + n] == *want,
+                None => want.iter().all(|b| *b == 0),
+            };
+            if !same {
+                return false;
+            }
+            done += n;
+        }
+        true
+    }
+
     /// Write `data` at `addr` (caller has bounds-checked).
     pub fn write(&mut self, addr: u64, data: &[u8]) {
         let mut done = 0usize;
@@ -56,6 +77,22 @@ impl Hbm {
             let p = self.pages[page].get_or_insert_with(|| vec![0u8; PAGE].into_boxed_slice());
             p[off..off + n].copy_from_slice(&data[done..done + n]);
             done += n;
+        }
+    }
+
+    /// Zero `n` bytes at `addr` (caller has bounds-checked). Pages never written stay unbacked;
+    /// backed ones are kept (a launch that reuses the range would fault fresh pages in again).
+    pub fn zero(&mut self, addr: u64, n: u64) {
+        let end = addr + n;
+        let mut a = addr;
+        while a < end {
+            let page = (a >> PAGE_BITS) as usize;
+            let off = (a as usize) & (PAGE - 1);
+            let len = ((PAGE - off) as u64).min(end - a) as usize;
+            if let Some(p) = &mut self.pages[page] {
+                p[off..off + len].fill(0);
+            }
+            a += len as u64;
         }
     }
 
@@ -80,5 +117,21 @@ mod tests {
         let mut out = [9u8; 8];
         h.read(addr - 1, &mut out);
         assert_eq!(out, [0, 1, 2, 3, 4, 5, 6, 0]);
+        assert!(h.equals(addr - 1, &[0, 1, 2, 3, 4, 5, 6, 0]));
+        assert!(!h.equals(addr - 1, &[0, 1, 2, 3, 4, 5, 7, 0]));
+        assert!(h.equals(1 << 30, &[0; 100]) && !h.equals(1 << 30, &[0, 1]));
+        h.zero(addr + 1, 2);
+        h.read(addr - 1, &mut out);
+        assert_eq!(out, [0, 1, 0, 0, 4, 5, 6, 0]);
+        let big = 5u64 << 30;
+        h.write(big, &vec![7u8; 3 * PAGE]);
+        h.zero(big + 1, 3 * PAGE as u64 - 2);
+        h.zero(big + 64 * PAGE as u64, 10); // never written: stays unbacked
+        assert_eq!(h.resident_bytes(), 5 * PAGE as u64);
+        let mut all = vec![1u8; 3 * PAGE];
+        h.read(big, &mut all);
+        assert!(
+            all[0] == 7 && all[3 * PAGE - 1] == 7 && all[1..3 * PAGE - 1].iter().all(|b| *b == 0)
+        );
     }
 }

@@ -15,6 +15,10 @@ pub struct OnChip {
     pub part_bytes: usize,
     stride: usize,
     data: Vec<u8>,
+    /// `Some(b)` while every byte is known to be `b` (new or just filled, and not handed out
+    /// mutably since): refilling with `b` is then free. Resetting a device between kernel
+    /// launches refills all 8 cores, and most launches touch one.
+    uniform: Option<u8>,
 }
 
 impl OnChip {
@@ -24,6 +28,7 @@ impl OnChip {
             part_bytes,
             stride,
             data: vec![0u8; stride * PARTITIONS],
+            uniform: Some(0),
         }
     }
     /// Host bytes from one partition's start to the next's.
@@ -38,6 +43,7 @@ impl OnChip {
     }
     #[inline]
     pub fn partition_mut(&mut self, p: usize) -> &mut [u8] {
+        self.uniform = None;
         &mut self.data[p * self.stride..p * self.stride + self.part_bytes]
     }
     /// The whole host buffer (partition p at `p * stride()`), for run lists with absolute offsets.
@@ -47,6 +53,7 @@ impl OnChip {
     }
     #[inline]
     pub fn raw_mut(&mut self) -> &mut [u8] {
+        self.uniform = None;
         &mut self.data
     }
     pub fn sbuf() -> Self {
@@ -55,8 +62,12 @@ impl OnChip {
     pub fn psum() -> Self {
         Self::new(PSUM_PART_BYTES)
     }
+    /// Set every byte to `byte` (free when they all are already).
     pub fn fill(&mut self, byte: u8) {
-        self.data.fill(byte);
+        if self.uniform != Some(byte) {
+            self.data.fill(byte);
+            self.uniform = Some(byte);
+        }
     }
 }
 
@@ -206,5 +217,25 @@ impl Mems<'_> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod fill_tests {
+    use super::*;
+
+    #[test]
+    fn refill_restores_bytes_written_through_any_mutable_view() {
+        let mut m = OnChip::psum();
+        m.fill(0xAB);
+        m.partition_mut(5)[7] = 1;
+        m.fill(0xAB);
+        assert_eq!(m.partition(5)[7], 0xAB);
+        let at = 9 * m.stride() + 3;
+        m.raw_mut()[at] = 2;
+        m.fill(0xAB);
+        assert_eq!(m.partition(9)[3], 0xAB);
+        m.fill(0);
+        assert!((0..PARTITIONS).all(|p| m.partition(p).iter().all(|b| *b == 0)));
     }
 }

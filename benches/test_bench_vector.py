@@ -103,6 +103,26 @@ def test_activation_exp(benchmark):
     )
 
 
+@pytest.mark.parametrize("op", ["sigmoid", "silu"])
+def test_activation_sigmoid_silu(benchmark, op):
+    """activation sigmoid / silu fp32 [128, 4096] (the exp kernel plus a division): elements/s,
+    and the fraction of numpy's np.exp on the same fp32 data for scale."""
+    dev, rng = t3.Device(), np.random.default_rng(3)
+    p = t3.Program(sync="manual")
+    (a,), (x,) = _loaded(dev, p, np.float32, rng, 1)
+    c = p.sbuf((P, F), np.float32)
+    p.activation(dst=c, op=op, data=a)
+    res = benchmark(dev.run, p, check_races=False, trace=False)
+    v = x.astype(np.float64)
+    e = np.exp(-np.abs(v))
+    s = np.where(v >= 0, 1.0, e) / (1.0 + e)
+    want = (s if op == "sigmoid" else v * s).astype(np.float32)
+    np.testing.assert_array_equal(dev.read(c), want)
+    host = _host_median(lambda: np.exp(x))
+    _record(benchmark, 2 * x.nbytes, host, res)
+    benchmark.extra_info.update(elements_per_s=x.size / benchmark.stats.stats.median, simd_path=t3.simd_path())
+
+
 def test_dma_copy_roundtrip(benchmark):
     """HBM -> SBUF -> HBM of a [128, 16384] fp32 tensor (8 MiB each way) vs np.copyto twice."""
     n = 16384

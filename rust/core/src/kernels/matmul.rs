@@ -148,8 +148,8 @@ fn compute(
     let srows = logical_rows(&srows, st, groups)?;
     let mrows = Rows::new(mems, mv);
     let mrows = logical_rows(&mrows, mv, groups)?;
-    // Decode row k of both operands together (one parallel pass), then pack the stationary
-    // panels (small; serial), then the moving panels meet them in parallel.
+    // Decode row k of both operands together, then pack the stationary panels, then the moving
+    // panels meet them: three parallel passes.
     grow(&mut s.rows, k * (m + n));
     let (arows, brows) = s.rows[..k * (m + n)].split_at_mut(k * m);
     let (ad, bd) = (st.dtype, mv.dtype);
@@ -165,9 +165,9 @@ fn compute(
     });
     let (arows, b) = s.rows[..k * (m + n)].split_at(k * m);
     grow(&mut s.a, mb * k * mr);
-    for (ib, panel) in s.a[..mb * k * mr].chunks_exact_mut(k * mr).enumerate() {
-        pack_panel(arows, m, ib * mr, mr, panel);
-    }
+    par::for_each_chunk_mut(&mut s.a[..mb * k * mr], k * mr, work, |ib, panel| {
+        pack_panel(arows, m, ib * mr, mr, panel)
+    });
     let a = &s.a[..mb * k * mr];
     grow(&mut s.out, nb * m * nr);
     par::for_each_chunk_mut(&mut s.out[..nb * m * nr], m * nr, work, |jb, out| {

@@ -28,29 +28,34 @@ thread_local! {
     static IN_JOB: Cell<bool> = const { Cell::new(false) };
 }
 
-/// One published job: `f(i)` for every `i in 0..n`.
+/// One published job: `f(i)` for every `i in 0..n`, claimed `grain` consecutive indices at a
+/// time (one shared counter update per batch instead of per index).
 struct Job<'a> {
     f: &'a (dyn Fn(usize) + Sync),
     n: usize,
+    grain: usize,
     next: AtomicUsize,
     done: AtomicUsize,
     panic: Mutex<Option<Box<dyn Any + Send>>>,
 }
 
 impl Job<'_> {
-    /// Claim and run indices until none are left.
+    /// Claim and run batches of indices until none are left.
     fn work(&self) {
         IN_JOB.with(|c| c.set(true));
         loop {
-            let i = self.next.fetch_add(1, Relaxed);
-            if i >= self.n {
+            let i0 = self.next.fetch_add(self.grain, Relaxed);
+            if i0 >= self.n {
                 break;
             }
-            if let Err(p) = catch_unwind(AssertUnwindSafe(|| (self.f)(i))) {
-                let mut slot = self.panic.lock().unwrap_or_else(|e| e.into_inner());
-                slot.get_or_insert(p);
+            let i1 = (i0 + self.grain).min(self.n);
+            for i in i0..i1 {
+                if let Err(p) = catch_unwind(AssertUnwindSafe(|| (self.f)(i))) {
+                    let mut slot = self.panic.lock().unwrap_or_else(|e| e.into_inner());
+                    slot.get_or_insert(p);
+                }
             }
-            self.done.fetch_add(1, Release);
+            self.done.fetch_add(i1 - i0, Release);
         }
         IN_JOB.with(|c| c.set(false));
     }
@@ -119,9 +124,13 @@ impl Team {
             (0..n).for_each(f);
             return;
         }
+        // About four batches per thread: few counter updates, and a thread that starts late
+        // still finds work.
+        let grain = n.div_ceil(4 * (self.workers + 1)).max(1);
         let job = Job {
             f,
             n,
+            grain,
             next: AtomicUsize::new(0),
             done: AtomicUsize::new(0),
             panic: Mutex::new(None),

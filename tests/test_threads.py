@@ -22,7 +22,9 @@ F32 = np.float32
 
 @pytest.fixture(autouse=True)
 def _restore_settings():
+    _native.set_min_parallel_work(1)  # split every instruction, however small, when threads > 1
     yield
+    _native.set_min_parallel_work(0)
     t3.set_num_threads(0)
     _native.limit_simd(None)
 
@@ -264,6 +266,37 @@ def test_elementwise_same_bits():
     res = variants(once)
     assert_all_same(res)
     assert_bits_equal(res[0], (x + y).astype(ml_dtypes.bfloat16))
+
+
+def test_activation_rows_same_bits():
+    """Activation with a register reduction (rows split across threads) on exp and sigmoid."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((128, 777)).astype(F32) * 4
+    bias = np.linspace(-1, 1, 128, dtype=F32).reshape(128, 1)  # per partition: rows must not mix
+
+    def once():
+        dev = t3.Device()
+        p = t3.Program()
+        a, b = p.sbuf(x.shape, F32), p.sbuf((128, 1), F32)
+        p.dma_copy(dst=a, src=dev.hbm.put(x))
+        p.dma_copy(dst=b, src=dev.hbm.put(bias))
+        outs = []
+        for op in ("exp", "sigmoid"):
+            d, s = p.sbuf(x.shape, F32), p.sbuf((128, 1), F32)
+            p.activation(dst=d, op=op, data=a, bias=b, reduce_op="add", reduce_res=s, reduce_cmd="reset_reduce")
+            for t in (d, s):
+                h = dev.hbm.alloc(t.shape, F32)
+                p.dma_copy(dst=h, src=t)
+                outs.append(h)
+        dev.run(p)
+        return tuple(dev.hbm.get(h) for h in outs)
+
+    res = variants(once)
+    assert_all_same(res)
+    x64 = (x + bias).astype(np.float64)  # fl32(x * 1 + bias), then the f64 function
+    assert_bits_equal(res[0][0], np.exp(x64).astype(F32))
+    e = np.exp(-np.abs(x64))  # the documented f64 formula: 1/(1+e^-x) for x >= 0, e^x/(1+e^x) below
+    assert_bits_equal(res[0][2], np.where(x64 >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(F32))
 
 
 def test_thread_count_api():

@@ -1043,6 +1043,13 @@ fn set_num_threads(n: usize) {
     core::par::set_num_threads(n)
 }
 
+/// Testing hook: instructions with at least `n` operations are split across threads (0: the
+/// default threshold). Speed only, never bits.
+#[pyfunction]
+fn set_min_parallel_work(n: usize) {
+    core::par::set_min_parallel_work(n)
+}
+
 /// The SIMD path the kernels take ("avx512", "avx2+fma" or "portable").
 #[pyfunction]
 fn simd_path() -> &'static str {
@@ -1082,6 +1089,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cost_params, m)?)?;
     m.add_function(wrap_pyfunction!(get_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(set_num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(set_min_parallel_work, m)?)?;
     m.add_function(wrap_pyfunction!(simd_path, m)?)?;
     m.add_function(wrap_pyfunction!(limit_simd, m)?)?;
     m.add("AUTO_SEM_BASE", core::machine::autosync::AUTO_SEM_BASE)?;

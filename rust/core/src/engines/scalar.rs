@@ -174,9 +174,15 @@ fn activate(ctx: &Ctx, f: ActFn, src: &Ap, scale: &Arg, bias: &Arg) -> (Vec<f32>
     let scale = ctx.per_partition(scale, src.parts, 1.0);
     let bias = ctx.per_partition(bias, src.parts, 0.0);
     let mut x = ctx.read_f32(src);
-    for (r, row) in x.chunks_mut(n.max(1)).enumerate() {
-        act::apply_affine_slice(f, row, scale[r], bias[r]);
-    }
+    // Rows on host threads when configured (each row's bits do not depend on it).
+    let per_elem = if matches!(f, ActFn::Copy | ActFn::Bypass) {
+        1
+    } else {
+        16
+    };
+    crate::par::for_each_row(&mut x, n.max(1), n * per_elem, |r, row| {
+        act::apply_affine_slice(f, row, scale[r], bias[r])
+    });
     (x, n)
 }
 

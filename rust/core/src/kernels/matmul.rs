@@ -118,6 +118,7 @@ pub fn matmul(
             m,
             n,
             nr,
+            work: 2 * st.parts as usize * groups * m * n,
         };
         write_psum(accumulate, ctx, dst, &acc);
     }

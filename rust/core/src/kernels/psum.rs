@@ -22,11 +22,21 @@ pub struct Acc<'a> {
     pub n: usize,
     /// Panel width; 0 = row-major.
     pub nr: usize,
+    /// Operations of the instruction that produced it: the write is split across threads by
+    /// the instruction's size (its threads are awake and its data already shared), not by the
+    /// size of the write alone.
+    pub work: usize,
 }
 
 impl<'a> Acc<'a> {
     pub fn row_major(data: &'a [f32], m: usize, n: usize) -> Self {
-        Acc { data, m, n, nr: 0 }
+        Acc {
+            data,
+            m,
+            n,
+            nr: 0,
+            work: 2 * m * n,
+        }
     }
 
     /// Row `r` as consecutive (first column, values) segments.
@@ -117,7 +127,7 @@ fn write_f32_rows(mode: Option<bool>, ctx: &mut Ctx, dst: &Ap, acc: &Acc) {
         stride,
         bits,
         WORDS_PER_PART,
-        2 * m * n,
+        acc.work,
         |r, part, bits| {
             // Units relative to this partition's first bit word.
             let u0 = off / 2;

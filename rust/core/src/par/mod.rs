@@ -87,7 +87,7 @@ fn team() -> Option<Arc<Team>> {
 /// exactly once; the order between indices is unspecified, so `f` must write disjoint outputs
 /// (it gets only shared access; use `for_each_chunk_mut` for a split output slice).
 pub fn for_each_index(n: usize, work: usize, f: impl Fn(usize) + Sync + Send) {
-    if n <= 1 || work < MIN_PARALLEL_WORK {
+    if !worth_splitting(n, work) {
         (0..n).for_each(f);
         return;
     }
@@ -104,8 +104,29 @@ pub fn run_in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     f()
 }
 
-/// Below this many operations a split costs more than it saves.
-pub const MIN_PARALLEL_WORK: usize = 1 << 16;
+/// Below this many operations (of the whole instruction) a split costs more than it saves.
+/// The team's own hand-off is ~1 us, but the halves a worker computes land in its core's
+/// caches and the next instruction reads them from the other core: measured on the 2-core host
+/// (flash attention seq 4096 at 2 threads), splitting 128x128x128 matmuls and [128, 512]
+/// activations made the kernel 10-15 % slower than one thread, splitting only instructions of
+/// this size and up (a 128x128x512 matmul is 2^24) made it 0-15 % faster.
+pub const MIN_PARALLEL_WORK: usize = 1 << 23;
+
+/// The split threshold in force: `MIN_PARALLEL_WORK`, or what `set_min_parallel_work` set
+/// (tests lower it so that small instructions take the parallel paths too).
+static MIN_WORK: AtomicUsize = AtomicUsize::new(MIN_PARALLEL_WORK);
+
+/// Set the split threshold (0 restores `MIN_PARALLEL_WORK`). Changes speed only, never bits.
+pub fn set_min_parallel_work(n: usize) {
+    MIN_WORK.store(
+        if n == 0 { MIN_PARALLEL_WORK } else { n },
+        Ordering::Relaxed,
+    );
+}
+
+fn worth_splitting(n: usize, work: usize) -> bool {
+    n > 1 && work >= MIN_WORK.load(Ordering::Relaxed)
+}
 
 /// A raw pointer that may cross threads: each index derives a disjoint sub-slice from it.
 struct SendPtr<T>(*mut T);
@@ -140,7 +161,7 @@ pub fn for_each_chunk_mut<T: Send>(
 ) {
     let chunk = chunk.max(1);
     let n = data.len().div_ceil(chunk);
-    let team = if n > 1 && work >= MIN_PARALLEL_WORK {
+    let team = if worth_splitting(n, work) {
         team()
     } else {
         None
@@ -168,7 +189,7 @@ pub fn for_each_chunk_pair_mut<A: Send, B: Send>(
 ) {
     let (ca, cb) = (ca.max(1), cb.max(1));
     let n = a.len().div_ceil(ca).min(b.len().div_ceil(cb));
-    let team = if n > 1 && work >= MIN_PARALLEL_WORK {
+    let team = if worth_splitting(n, work) {
         team()
     } else {
         None

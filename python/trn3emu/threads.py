@@ -1,9 +1,10 @@
 """Host threads and SIMD path of the emulator's kernels.
 
 Results are bit-identical for every thread count and SIMD path; these settings only change speed.
-The default thread count is ``TRN3EMU_NUM_THREADS`` if set, else 1 (threads are opt-in: per-instruction
-work is small, and on a 2-core host the pool's wake-ups cost more than they save for tile-sized
-instructions; large matmuls gain). The thread pool is private to trn3emu and rebuilt in a child process after ``os.fork``.
+The default thread count is ``TRN3EMU_NUM_THREADS`` if set, else 1 (threads are opt-in: the extra
+threads spin on their cores while a device runs, and only instructions of 2^23 operations and up,
+such as 128x128x512 matmuls, are split). The threads are private to trn3emu and rebuilt in a child
+process after ``os.fork``.
 """
 
 from . import _native, errors

@@ -180,7 +180,7 @@ pub fn blocks_independent(dst: &Ap, srcs: &[&Ap]) -> bool {
 /// input k, `compute` runs the kernel, `write(runs, out)` stores the result. Each block reads
 /// through a shared borrow of the memories, computes with a pure kernel into its own scratch,
 /// then writes only its own destination rows (which lie in their own partitions); with
-/// `blocks_independent`, running blocks on a thread pool (per-thread scratch, write-back per
+/// `blocks_independent`, running blocks on host threads (per-thread scratch, write-back per
 /// partition chunk) gives the same bytes.
 #[allow(clippy::too_many_arguments)]
 fn drive<T: Copy + Default, const N: usize>(

@@ -140,7 +140,7 @@ impl Device {
                 c.regs = [[0; NUM_REGISTERS as usize]; 5];
             }
         }
-        let r = crate::par::run_in_pool(|| sched::run(self, programs, opts));
+        let r = crate::par::run_hot(|| sched::run(self, programs, opts));
         self.runs += 1;
         r
     }

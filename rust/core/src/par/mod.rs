@@ -99,7 +99,7 @@ pub fn for_each_index(n: usize, work: usize, f: impl Fn(usize) + Sync + Send) {
 
 /// Run a whole device run with the team's workers kept awake between splits (they spin on
 /// their cores until the run ends instead of parking after each instruction).
-pub fn run_in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+pub fn run_hot<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     let _hot = team().map(|t| t.hot());
     f()
 }

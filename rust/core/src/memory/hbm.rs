@@ -6,6 +6,36 @@ use super::HBM_BYTES;
 const PAGE_BITS: u32 = 20;
 const PAGE: usize = 1 << PAGE_BITS;
 
+/// The part of a byte range inside one page: `n` bytes at `off` in `page`, which are bytes
+/// `at..at + n` of the range.
+struct Span {
+    page: usize,
+    off: usize,
+    at: usize,
+    n: usize,
+}
+
+/// The pages a range of `len` bytes at `addr` covers, in order.
+fn spans(addr: u64, len: usize) -> impl Iterator<Item = Span> {
+    let mut at = 0usize;
+    std::iter::from_fn(move || {
+        if at >= len {
+            return None;
+        }
+        let a = addr + at as u64;
+        let off = (a as usize) & (PAGE - 1);
+        let n = (PAGE - off).min(len - at);
+        let s = Span {
+            page: (a >> PAGE_BITS) as usize,
+            off,
+            at,
+            n,
+        };
+        at += n;
+        Some(s)
+    })
+}
+
 pub struct Hbm {
     pages: Vec<Option<Box<[u8]>>>,
 }
@@ -31,68 +61,40 @@ impl Hbm {
 
     /// Copy `out.len()` bytes starting at `addr` (caller has bounds-checked).
     pub fn read(&self, addr: u64, out: &mut [u8]) {
-        let mut done = 0usize;
-        while done < out.len() {
-            let a = addr + done as u64;
-            let page = (a >> PAGE_BITS) as usize;
-            let off = (a as usize) & (PAGE - 1);
-            let n = (PAGE - off).min(out.len() - done);
+        for Span { page, off, at, n } in spans(addr, out.len()) {
             match &self.pages[page] {
-                Some(p) => out[done..done + n].copy_from_slice(&p[off..off + n]),
-                None => out[done..done + n].fill(0),
+                Some(p) => out[at..at + n].copy_from_slice(&p[off..off + n]),
+                None => out[at..at + n].fill(0),
             }
-            done += n;
         }
     }
 
     /// Whether the bytes at `addr` equal `data` (caller has bounds-checked).
     pub fn equals(&self, addr: u64, data: &[u8]) -> bool {
-        let mut done = 0usize;
-        while done < data.len() {
-            let a = addr + done as u64;
-            let page = (a >> PAGE_BITS) as usize;
-            let off = (a as usize) & (PAGE - 1);
-            let n = (PAGE - off).min(data.len() - done);
-            let want = &data[done..done + n];
-            let same = match &self.pages[page] {
+        spans(addr, data.len()).all(|Span { page, off, at, n }| {
+            let want = &data[at..at + n];
+            match &self.pages[page] {
                 Some(p) => p[off..off + n] == *want,
                 None => want.iter().all(|b| *b == 0),
-            };
-            if !same {
-                return false;
             }
-            done += n;
-        }
-        true
+        })
     }
 
     /// Write `data` at `addr` (caller has bounds-checked).
     pub fn write(&mut self, addr: u64, data: &[u8]) {
-        let mut done = 0usize;
-        while done < data.len() {
-            let a = addr + done as u64;
-            let page = (a >> PAGE_BITS) as usize;
-            let off = (a as usize) & (PAGE - 1);
-            let n = (PAGE - off).min(data.len() - done);
+        for Span { page, off, at, n } in spans(addr, data.len()) {
             let p = self.pages[page].get_or_insert_with(|| vec![0u8; PAGE].into_boxed_slice());
-            p[off..off + n].copy_from_slice(&data[done..done + n]);
-            done += n;
+            p[off..off + n].copy_from_slice(&data[at..at + n]);
         }
     }
 
     /// Zero `n` bytes at `addr` (caller has bounds-checked). Pages never written stay unbacked;
     /// backed ones are kept (a launch that reuses the range would fault fresh pages in again).
     pub fn zero(&mut self, addr: u64, n: u64) {
-        let end = addr + n;
-        let mut a = addr;
-        while a < end {
-            let page = (a >> PAGE_BITS) as usize;
-            let off = (a as usize) & (PAGE - 1);
-            let len = ((PAGE - off) as u64).min(end - a) as usize;
+        for Span { page, off, n, .. } in spans(addr, n as usize) {
             if let Some(p) = &mut self.pages[page] {
-                p[off..off + len].fill(0);
+                p[off..off + n].fill(0);
             }
-            a += len as u64;
         }
     }
 

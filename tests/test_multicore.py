@@ -458,3 +458,26 @@ def test_in_place_all_reduce_and_two_rounds(dev, rng):
     total = np.sum(np.stack(xs), axis=0)
     for h in hs:
         np.testing.assert_array_equal(dev.hbm.get(h), total)
+
+
+@pytest.mark.parametrize("policy", ["ieee", "saturate"])
+def test_all_reduce_fp8_output_follows_the_overflow_policy(policy):
+    """Collectives cast their result like DMA does: round to nearest even, and the device's fp8
+    overflow policy (saturate: +-448 for e4m3fn; ieee: NaN, as ml_dtypes)."""
+    import ml_dtypes
+
+    dev = t3.Device(fp8_overflow=policy)
+    x = np.array([[100.0, -100.0, 3.0, 0.3]], np.float32)  # summed over 8 cores: 800, -800, 24, 2.4
+    progs = dev.programs()
+    outs = []
+    for p in progs:
+        outs.append(dev.hbm.alloc((1, 4), "float8_e4m3fn"))
+        p.all_reduce(dst=outs[-1], src=dev.hbm.put(x))
+    dev.run(progs)
+    total = _fold([x] * 8, np.add)
+    want = total.astype(ml_dtypes.float8_e4m3fn)
+    if policy == "saturate":
+        want = np.clip(total, -448, 448).astype(ml_dtypes.float8_e4m3fn)
+    for out in outs:
+        got = dev.hbm.get(out)
+        np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))

@@ -286,10 +286,12 @@ fn cost_ps(op: Opcode, bytes: u64, n: usize, dma: &DmaParams, sem_latency: u64) 
     (ns * 1000.0) as u64 + sem_latency
 }
 
-/// The device memory as one core sees it.
+/// The device memory as one core sees it, and how collectives cast their results: like DMA
+/// casts (round to nearest even; the device's fp8 overflow policy applies).
 pub struct DevMem<'a> {
     pub cores: &'a mut [Core],
     pub hbm: &'a mut Hbm,
+    pub rounder: crate::numerics::config::Rounder,
 }
 
 fn mems<'b>(dev: &'b mut DevMem<'_>, core: u8) -> Mems<'b> {
@@ -460,7 +462,7 @@ fn move_data(dev: &mut DevMem<'_>, group: &[Arrival], instrs: &[&Instr]) -> Resu
                 } else {
                     &acc[..]
                 };
-                let bytes = numerics::encode_all(dsts[k].dtype, part);
+                let bytes = dev.rounder.encode_all(dsts[k].dtype, part);
                 mems(&mut *dev, group[k].core).scatter(&dsts[k], &bytes);
             }
         }

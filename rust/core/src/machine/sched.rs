@@ -344,6 +344,7 @@ pub fn run(dev: &mut Device, programs: &[&Program], opts: &RunOptions) -> Result
                         let mut mem = DevMem {
                             cores: &mut dev.cores,
                             hbm: &mut dev.hbm,
+                            rounder: Rounder::new(dev.numerics, core, dev.runs, idx, false),
                         };
                         inter.arrive(
                             &mut mem,

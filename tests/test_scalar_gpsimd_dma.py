@@ -177,6 +177,36 @@ def test_iota_float32_rounds_from_int(dev):
     assert_bits_equal(o2, _iota_ref([[1, 32]], -16, -1, 64).astype(F32))
 
 
+def _round_int(v: int, p: int) -> int:
+    """v rounded to p significant bits, ties to even (exact integer arithmetic)."""
+    a = abs(v)
+    drop = a.bit_length() - p
+    if drop <= 0:
+        return v
+    q, r = divmod(a, 1 << drop)
+    half = 1 << (drop - 1)
+    q += r > half or (r == half and q % 2 == 1)
+    return (q << drop) * (1 if v >= 0 else -1)
+
+
+def test_iota_bf16_rounds_once_from_the_integer(dev):
+    """Integers above 2^24 round straight to bf16 (8 significant bits); through fp32 first,
+    2^24 + 2^16 + 1 would land on a bf16 tie and round down."""
+    import ml_dtypes
+
+    pattern, offset, cm = [[1, 64]], (1 << 24) + (1 << 16) - 31, 4093
+    shape = (128, 64)
+
+    def body(p, out):
+        p.iota(dst=out, pattern=pattern, offset=offset, channel_multiplier=cm)
+
+    (got,) = run_op(dev, [], [(shape, ml_dtypes.bfloat16)], body)
+    ref = _iota_ref(pattern, offset, cm, 128)
+    assert (1 << 24) + (1 << 16) + 1 in ref
+    want = np.array([_round_int(int(v), 8) for v in ref.reshape(-1)], np.float64).reshape(shape)
+    assert_bits_equal(got, want.astype(np.float32).astype(ml_dtypes.bfloat16))  # exact: representable
+
+
 # ------------------------------------------------------------------------------------ dma_copy
 ROUND_TRIP = [n for n in t3.dtypes.NUMPY if n not in ("float8_e4m3fn_x4", "float8_e5m2_x4", "float4_e2m1fn_x4")]
 

@@ -50,7 +50,7 @@ pub fn check_iota(ins: &Instr) -> Result<()> {
     check_pattern(ins.ints(io::PATTERN), dst.free_size())
 }
 
-/// int32 value -> dst element: integers saturate, floats round (RNE) from the exact integer.
+/// int32 value -> dst element: integers saturate, floats round (RNE) once from the exact integer.
 pub fn from_i64(dt: DType, v: i64) -> u32 {
     match dt {
         DType::Int8 => v.clamp(-128, 127) as i8 as u8 as u32,
@@ -60,8 +60,27 @@ pub fn from_i64(dt: DType, v: i64) -> u32 {
         DType::Uint16 => v.clamp(0, 65535) as u32,
         DType::Uint32 => v.clamp(0, u32::MAX as i64) as u32,
         DType::Bool => (v != 0) as u32,
-        _ => numerics::from_f32(dt, v as f32),
+        // fp32 itself (and the raw-word packed types): one RNE rounding.
+        DType::Float32 | DType::Float8E4m3fnX4 | DType::Float8E5m2X4 | DType::Float4E2m1fnX4 => {
+            numerics::from_f32(dt, v as f32)
+        }
+        _ => numerics::from_f32(dt, to_f32_odd(v)),
     }
+}
+
+/// `v` rounded to fp32 toward zero, with the lowest significand bit set when that was inexact
+/// (round to odd). A narrower float format (at most 11 significant bits, against fp32's 24)
+/// then rounds it exactly as it would round `v` itself: no double rounding through fp32
+/// (RNE to fp32 could land on a bf16 tie that `v` is not on). Exact for |v| < 2^24.
+fn to_f32_odd(v: i64) -> f32 {
+    let mut f = v as f32; // RNE; |v| <= 2^32 keeps it finite and `f as i64` exact
+    if (f as i64).unsigned_abs() > v.unsigned_abs() {
+        f = f32::from_bits(f.to_bits() - 1); // one ulp toward zero
+    }
+    if f as i64 != v {
+        f = f32::from_bits(f.to_bits() | 1);
+    }
+    f
 }
 
 pub fn iota(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
@@ -102,5 +121,47 @@ fn exec(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
             crate::error::ErrorKind::Internal,
             format!("{} is listed but not dispatched", ins.op.spec().name),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `v` rounded to `p` significant bits, ties to even, in exact integer arithmetic.
+    fn round_int(v: i64, p: u32) -> i64 {
+        let a = v.unsigned_abs();
+        let bits = 64 - a.leading_zeros();
+        if bits <= p {
+            return v;
+        }
+        let ulp = 1u64 << (bits - p);
+        let (q, r) = (a / ulp, a % ulp);
+        let up = r > ulp / 2 || (r == ulp / 2 && q % 2 == 1);
+        let m = (q + up as u64) * ulp;
+        if v < 0 {
+            -(m as i64)
+        } else {
+            m as i64
+        }
+    }
+
+    #[test]
+    fn integers_round_once_into_bf16() {
+        // 2^24 + 2^16 + 1 is just above a bf16 midpoint; RNE to fp32 first lands on the
+        // midpoint (2^24 + 2^16) and the tie then goes down to 2^24.
+        let tricky = (1i64 << 24) + (1 << 16) + 1;
+        let got = f32::from_bits(from_i64(DType::Bfloat16, tricky) << 16);
+        assert_eq!(got as i64, (1 << 24) + (1 << 17));
+        for base in [1i64 << 24, 3 << 25, 1 << 30, -(5 << 26)] {
+            for d in -70_000..70_000i64 {
+                let v = base + d * 3;
+                let got = f32::from_bits(from_i64(DType::Bfloat16, v) << 16);
+                assert_eq!(got as i64, round_int(v, 8), "v = {v}");
+            }
+        }
+        for v in -3000..3000i64 {
+            assert_eq!(to_f32_odd(v), v as f32); // small integers stay exact
+        }
     }
 }

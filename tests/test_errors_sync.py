@@ -66,6 +66,7 @@ def test_missing_semaphore_between_engines_is_a_race_naming_both(device):
     msg = str(ei.value)
     expect_in(msg, p, w, r)
     assert "sbuf" in msg
+    assert ei.value.instruction_index == r  # the later access, the one that found the race
     assert isinstance(ei.value, E.ExecutionError) and isinstance(ei.value, RuntimeError)
     assert_device_works(device)
 

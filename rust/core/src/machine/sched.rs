@@ -447,15 +447,21 @@ pub fn run(dev: &mut Device, programs: &[&Program], opts: &RunOptions) -> Result
                                 r.hi.min(e.region.hi)
                             )
                         };
-                        return Err(err(
-                            Race,
-                            format!(
-                                "data race: {} and {} both touch {} ({} writes) with no semaphore ordering them",
-                                describe(&progs, b.core, e.idx),
-                                describe(&progs, core, idx),
-                                what,
-                                if e.region.write && r.write { "both" } else if e.region.write { "the first" } else { "the second" }
+                        // Reported at the later instruction (the one that found the conflict).
+                        return Err(ins_err(
+                            err(
+                                Race,
+                                format!(
+                                    "data race: {} and {} both touch {} ({} writes) with no semaphore ordering them",
+                                    describe(&progs, b.core, e.idx),
+                                    describe(&progs, core, idx),
+                                    what,
+                                    if e.region.write && r.write { "both" } else if e.region.write { "the first" } else { "the second" }
+                                ),
                             ),
+                            core,
+                            idx,
+                            &prog.instrs[idx as usize],
                         ));
                     }
                 }

@@ -4,23 +4,13 @@ pytest benches/ --benchmark-only --benchmark-save=base      # record
 pytest benches/ --benchmark-only --benchmark-compare --benchmark-compare-fail=median:10%
 """
 
-import time
-
 import ml_dtypes
 import numpy as np
 import pytest
 import trn3emu as t3
+from hosttime import median_s
 
 BF16 = ml_dtypes.bfloat16
-
-
-def _host_median(fn, reps: int = 20) -> float:
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
 
 
 @pytest.mark.parametrize("dtype", [BF16, np.float32], ids=["bf16", "fp32"])
@@ -35,7 +25,7 @@ def test_matmul_tile(benchmark, dtype):
     benchmark(dev.run, p, check_races=False, trace=False)
     x = np.random.rand(128, 128).astype(np.float32)
     y = np.random.rand(128, 512).astype(np.float32)
-    host = _host_median(lambda: x.T @ y)
+    host = median_s(lambda: x.T @ y, 20)
     flop = 2 * 128 * 128 * 512
     emu = benchmark.stats.stats.median
     benchmark.extra_info.update(
@@ -54,7 +44,7 @@ def test_tensor_tensor_add(benchmark):
     benchmark(dev.run, p, check_races=False, trace=False)
     x = np.random.rand(128, 4096).astype(np.float32)
     y = np.random.rand(128, 4096).astype(np.float32)
-    host = _host_median(lambda: np.add(x, y))
+    host = median_s(lambda: np.add(x, y), 20)
     nbytes = 3 * x.nbytes
     emu = benchmark.stats.stats.median
     benchmark.extra_info.update(

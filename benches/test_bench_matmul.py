@@ -7,13 +7,13 @@ Records in extra_info: emulated GFLOP/s, host sgemm GFLOP/s (best and median), f
 
 from __future__ import annotations
 
-import os
 import time
 
 import ml_dtypes
 import numpy as np
 import pytest
 import trn3emu as t3
+from hosttime import blas_threads, load_avg
 
 BF16 = ml_dtypes.bfloat16
 
@@ -22,15 +22,6 @@ BF16 = ml_dtypes.bfloat16
 def _threads_default():
     yield
     t3.set_num_threads(0)
-
-
-def _median_time(fn, reps: int) -> float:
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
 
 
 def _sgemm_seconds(k: int, m: int, n: int, reps: int) -> tuple[float, float]:
@@ -63,7 +54,7 @@ def _record(benchmark, flop: float, host: tuple[float, float], emulated_ns: floa
         emulated_over_wall=emulated_ns * 1e-9 / emu,
         threads=threads,
         simd=t3.simd_path(),
-        loadavg=os.getloadavg()[0],
+        loadavg=load_avg(),
     )
 
 
@@ -164,8 +155,6 @@ def test_tiled_bf16_matmul_2048(benchmark, threads):
         # Alternate 1-thread and n-thread runs, of the emulator and of numpy's own sgemm on the
         # same shape, so load changes on the shared host hit all four alike: numpy's scaling is
         # what this host gives a well-parallelised kernel right now.
-        from threadpoolctl import threadpool_limits
-
         x = np.random.default_rng(0).random((size, size), np.float32)
         times: dict[str, list[float]] = {}
         for _ in range(4):
@@ -174,7 +163,7 @@ def test_tiled_bf16_matmul_2048(benchmark, threads):
                 t0 = time.perf_counter()
                 dev.run(p, check_races=False, trace=False)
                 times.setdefault(f"emu{count}", []).append(time.perf_counter() - t0)
-                with threadpool_limits(limits=count, user_api="blas"):
+                with blas_threads(count):
                     t0 = time.perf_counter()
                     x.T @ x
                     times.setdefault(f"np{count}", []).append(time.perf_counter() - t0)

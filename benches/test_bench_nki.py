@@ -7,8 +7,6 @@ The flash-attention figures are single-thread on both sides: the emulator runs w
 default-thread times are recorded too.
 """
 
-import contextlib
-import os
 import time
 
 import ml_dtypes
@@ -16,6 +14,7 @@ import numpy as np
 import numpy_eager_nki
 import trn3emu as t3
 import trn3emu.nki as tn
+from hosttime import blas_threads, load_avg, median_s
 
 BF16 = ml_dtypes.bfloat16
 tn.install()
@@ -25,28 +24,6 @@ import nki.isa as nisa  # noqa: E402
 import nki.language as nl  # noqa: E402
 import nki_flash_attention  # noqa: E402
 import nki_rmsnorm  # noqa: E402
-
-
-def _median(fn, reps: int) -> float:
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
-
-
-def _blas_threads(n):
-    """numpy's BLAS limited to n threads (a no-op without threadpoolctl)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=n, user_api="blas")
-
-
-def _load_avg() -> float:
-    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
 
 
 @nki.jit
@@ -85,8 +62,8 @@ def test_nki_tiled_matmul_end_to_end(benchmark):
     a32, b32 = lhs_t.astype(np.float32), rhs.astype(np.float32)
     want = a32.T @ b32
     np.testing.assert_allclose(out.astype(np.float32), want, rtol=1e-2, atol=1e-1)
-    with _blas_threads(1):
-        host = _median(lambda: a32.T @ b32, 10)
+    with blas_threads(1):
+        host = median_s(lambda: a32.T @ b32, 10)
     benchmark.extra_info.update(host_sgemm_gflops=2 * 512 * 1024 * 2048 / host / 1e9, fraction_of_host=host / emu)
 
 
@@ -112,9 +89,9 @@ def test_nki_flash_attention_vs_numpy_eager(benchmark):
 
     eager = numpy_eager_nki.rebind(kern)
     np.testing.assert_allclose(eager(q_t, k_t, v, scale).astype(np.float32), ref, rtol=1e-2, atol=1e-2)
-    with _blas_threads(1):
-        eager_1t = _median(lambda: eager(q_t, k_t, v, scale), 5)
-    eager_default = _median(lambda: eager(q_t, k_t, v, scale), 5)
+    with blas_threads(1):
+        eager_1t = median_s(lambda: eager(q_t, k_t, v, scale), 5)
+    eager_default = median_s(lambda: eager(q_t, k_t, v, scale), 5)
 
     # The kernel's matmuls alone in numpy fp32 (QK^T blocks and P V chunks): a floor for any
     # emulator that computes them at sgemm speed.
@@ -129,8 +106,8 @@ def test_nki_flash_attention_vs_numpy_eager(benchmark):
             for _ in range(4):
                 pv_a.T @ pv_b
 
-    with _blas_threads(1):
-        host_mm = _median(matmuls, 3)
+    with blas_threads(1):
+        host_mm = median_s(matmuls, 3)
     flop = blocks * 2 * 128 * (d * 512 + 512 * d)
 
     # The same matmuls (bf16 operands, fp32 PSUM, P V accumulated over 4 chunks) on the emulator.
@@ -144,10 +121,10 @@ def test_nki_flash_attention_vs_numpy_eager(benchmark):
         for c in range(4):
             mm.nc_matmul(dst=pv_ps, stationary=pt, moving=vt, accumulate=c > 0)
     t3.set_num_threads(1)
-    emu_mm = _median(lambda: dev.run(mm, check_races=False, trace=False), 3)
+    emu_mm = median_s(lambda: dev.run(mm, check_races=False, trace=False), 3)
 
     t3.set_num_threads(0)
-    warm_default_threads = _median(lambda: kern(q_t, k_t, v, scale), 3)
+    warm_default_threads = median_s(lambda: kern(q_t, k_t, v, scale), 3)
     t3.set_num_threads(1)  # the headline figure: one host thread, like the eager baseline
     try:
         out = benchmark.pedantic(kern, args=(q_t, k_t, v, scale), rounds=5, iterations=1)
@@ -174,7 +151,7 @@ def test_nki_flash_attention_vs_numpy_eager(benchmark):
         emulator_threads=1,
         warm_median_default_threads_s=warm_default_threads,
         default_threads=t3.get_num_threads(),
-        load_avg_1min=_load_avg(),
+        load_avg_1min=load_avg(),
     )
 
 
@@ -192,14 +169,14 @@ def test_nki_rmsnorm_4096(benchmark):
         r = 1.0 / np.sqrt(np.mean(x * x, axis=1, keepdims=True) + np.float32(nki_rmsnorm.EPS))
         return x * r * w
 
-    host_s = _median(host, 5)
+    host_s = median_s(host, 5)
     emu = benchmark.stats.stats.median
     nbytes = 2 * x.nbytes
     benchmark.extra_info.update(
         emulated_gbps=nbytes / emu / 1e9,
         host_numpy_gbps=nbytes / host_s / 1e9,
         fraction_of_host=host_s / emu,
-        load_avg_1min=_load_avg(),
+        load_avg_1min=load_avg(),
     )
 
 
@@ -221,5 +198,5 @@ def test_nki_tracing_per_instruction(benchmark, monkeypatch):
         instructions=n_instr,
         us_per_instruction=benchmark.stats.stats.median / n_instr * 1e6,
         instructions_per_s=n_instr / benchmark.stats.stats.median,
-        load_avg_1min=_load_avg(),
+        load_avg_1min=load_avg(),
     )

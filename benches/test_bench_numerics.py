@@ -6,30 +6,20 @@ N = 2^18 keeps the buffers cache-resident: with 2^24 elements a fresh 64 MiB out
 in on every call and the allocator, not the converter, dominates.
 """
 
-import time
-
 import ml_dtypes
 import numpy as np
 import pytest
+from hosttime import median_s
 from trn3emu import _native
 
 N = 1 << 18
-
-
-def _host_median(fn, reps: int = 10) -> float:
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
 
 
 def test_f32_to_bf16(benchmark):
     bits = np.random.default_rng(0).integers(0, 2**32, N, dtype=np.uint32)
     benchmark(_native.convert_from_f32, "bfloat16", bits)
     x = bits.view(np.float32)
-    host = _host_median(lambda: x.astype(ml_dtypes.bfloat16))
+    host = median_s(lambda: x.astype(ml_dtypes.bfloat16), 10)
     benchmark.extra_info.update(
         g_elements_per_s=N / benchmark.stats.stats.median / 1e9, ml_dtypes_g_per_s=N / host / 1e9
     )
@@ -40,7 +30,7 @@ def test_fp8_decode(benchmark, name):
     codes = np.random.default_rng(1).integers(0, 256, N, dtype=np.uint32)
     benchmark(_native.convert_to_f32, name, codes)
     c8 = codes.astype(np.uint8).view(getattr(ml_dtypes, name))
-    host = _host_median(lambda: c8.astype(np.float32))
+    host = median_s(lambda: c8.astype(np.float32), 10)
     benchmark.extra_info.update(
         g_elements_per_s=N / benchmark.stats.stats.median / 1e9, ml_dtypes_g_per_s=N / host / 1e9
     )
@@ -64,7 +54,7 @@ def test_f32_encode_16m(benchmark, name, into):
     out = np.empty(BIG, np.uint32) if into else None
     benchmark(_native.convert_from_f32, name, bits, out=out)
     x = bits.view(np.float32)
-    host = _host_median(lambda: x.astype(getattr(ml_dtypes, name)), reps=5)
+    host = median_s(lambda: x.astype(getattr(ml_dtypes, name)), 5)
     g = BIG / benchmark.stats.stats.median / 1e9
     benchmark.extra_info.update(
         g_elements_per_s=g, ml_dtypes_g_per_s=BIG / host / 1e9, fraction_of_host=g / (BIG / host / 1e9)
@@ -78,7 +68,7 @@ def test_fp8_decode_16m(benchmark, into):
     out = np.empty(BIG, np.float32) if into else None
     benchmark(_native.convert_to_f32, "float8_e4m3fn", codes, out=out)
     c8 = codes.astype(np.uint8).view(ml_dtypes.float8_e4m3fn)
-    host = _host_median(lambda: c8.astype(np.float32), reps=5)
+    host = median_s(lambda: c8.astype(np.float32), 5)
     g = BIG / benchmark.stats.stats.median / 1e9
     benchmark.extra_info.update(
         g_elements_per_s=g, ml_dtypes_g_per_s=BIG / host / 1e9, fraction_of_host=g / (BIG / host / 1e9)

@@ -7,24 +7,14 @@ pytest benches/test_bench_vector.py --benchmark-only
 
 from __future__ import annotations
 
-import time
-
 import ml_dtypes
 import numpy as np
 import pytest
 import trn3emu as t3
+from hosttime import median_s
 
 BF16 = ml_dtypes.bfloat16
 P, F = 128, 4096
-
-
-def _host_median(fn, reps: int = 20) -> float:
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
 
 
 def _record(benchmark, nbytes: int, host_s: float, result) -> None:
@@ -64,9 +54,9 @@ def test_tensor_tensor(benchmark, dtype, op):
     want = f(x.astype(np.float32), y.astype(np.float32)).astype(dtype)
     np.testing.assert_array_equal(dev.read(c).view(np.uint8), want.view(np.uint8))
     if dtype is np.float32:
-        host = _host_median(lambda: f(x, y))
+        host = median_s(lambda: f(x, y), 20)
     else:  # the same work on the host: widen, compute in fp32, round to bf16
-        host = _host_median(lambda: f(x.astype(np.float32), y.astype(np.float32)).astype(BF16))
+        host = median_s(lambda: f(x.astype(np.float32), y.astype(np.float32)).astype(BF16), 20)
     _record(benchmark, 3 * x.nbytes, host, res)
 
 
@@ -80,7 +70,7 @@ def test_tensor_scalar(benchmark):
     res = benchmark(dev.run, p, check_races=False, trace=False)
     col = kv[:, 0:1]
     np.testing.assert_array_equal(dev.read(c), x * col + np.float32(1.0))
-    host = _host_median(lambda: x * col + np.float32(1.0))
+    host = median_s(lambda: x * col + np.float32(1.0), 20)
     _record(benchmark, 2 * x.nbytes, host, res)
 
 
@@ -94,7 +84,7 @@ def test_activation_exp(benchmark):
     p.activation(dst=c, op="exp", data=a)
     res = benchmark(dev.run, p, check_races=False, trace=False)
     np.testing.assert_array_equal(dev.read(c), np.exp(x.astype(np.float64)).astype(np.float32))
-    host = _host_median(lambda: np.exp(x))
+    host = median_s(lambda: np.exp(x), 20)
     _record(benchmark, 2 * x.nbytes, host, res)
     benchmark.extra_info.update(
         elements_per_s=x.size / benchmark.stats.stats.median,
@@ -118,7 +108,7 @@ def test_activation_sigmoid_silu(benchmark, op):
     s = np.where(v >= 0, 1.0, e) / (1.0 + e)
     want = (s if op == "sigmoid" else v * s).astype(np.float32)
     np.testing.assert_array_equal(dev.read(c), want)
-    host = _host_median(lambda: np.exp(x))
+    host = median_s(lambda: np.exp(x), 20)
     _record(benchmark, 2 * x.nbytes, host, res)
     benchmark.extra_info.update(elements_per_s=x.size / benchmark.stats.stats.median, simd_path=t3.simd_path())
 
@@ -137,7 +127,7 @@ def test_dma_copy_roundtrip(benchmark):
     res = benchmark(dev.run, p, check_races=False, trace=False)
     np.testing.assert_array_equal(dev.hbm.get(dst), x)
     tmp, out = np.empty_like(x), np.empty_like(x)
-    host = _host_median(lambda: (np.copyto(tmp, x), np.copyto(out, tmp)))
+    host = median_s(lambda: (np.copyto(tmp, x), np.copyto(out, tmp)), 20)
     _record(benchmark, 2 * x.nbytes, host, res)
 
 
@@ -179,7 +169,7 @@ def test_rmsnorm_kernel(benchmark):
         return x / np.sqrt(np.mean(x * x, axis=1, keepdims=True) + np.float32(eps)) * g
 
     np.testing.assert_allclose(dev.hbm.get(out), host(), rtol=2e-5, atol=1e-6)
-    host_s = _host_median(host, reps=3)
+    host_s = median_s(host, 3)
     emu = benchmark.stats.stats.median
     benchmark.extra_info.update(
         emulated_gbps=2 * x.nbytes / emu / 1e9,

@@ -927,6 +927,22 @@ fn out_array<'py, T: numpy::Element>(
     }
 }
 
+/// Fill a result array in place: it must be writeable and contiguous (an `out=` argument).
+fn write_out<T: numpy::Element>(
+    py: Python<'_>,
+    arr: &Bound<'_, PyArray1<T>>,
+    f: impl FnOnce(&mut [T]),
+) -> PyResult<()> {
+    let mut w = arr
+        .try_readwrite()
+        .map_err(|_| bad_array(py, "out", "out must be a writeable array"))?;
+    let o = w
+        .as_slice_mut()
+        .map_err(|_| bad_array(py, "out", "out must be contiguous"))?;
+    f(o);
+    Ok(())
+}
+
 /// Raw conversions exposed for tests and dtype helpers: fp32 bits -> dtype bits (RNE).
 #[pyfunction]
 #[pyo3(signature = (dtype, bits, saturate = false, out = None))]
@@ -942,13 +958,7 @@ fn convert_from_f32<'py>(
         .as_slice()
         .map_err(|_| bad_array(py, "bits", "a contiguous uint32 array is needed"))?;
     let arr = out_array(py, out, s.len())?;
-    {
-        let mut w = arr
-            .try_readwrite()
-            .map_err(|_| bad_array(py, "out", "out must be a writeable array"))?;
-        let o = w
-            .as_slice_mut()
-            .map_err(|_| bad_array(py, "out", "out must be contiguous"))?;
+    write_out(py, &arr, |o| {
         if saturate {
             let cfg = core::numerics::config::NumericsConfig {
                 fp8_overflow: core::numerics::config::Fp8Overflow::Saturate,
@@ -961,7 +971,7 @@ fn convert_from_f32<'py>(
         } else {
             py.detach(|| core::numerics::convert_from_f32_slice(dt, s, o));
         }
-    }
+    })?;
     Ok(arr)
 }
 
@@ -979,15 +989,9 @@ fn convert_to_f32<'py>(
         .as_slice()
         .map_err(|_| bad_array(py, "codes", "a contiguous uint32 array is needed"))?;
     let arr = out_array(py, out, s.len())?;
-    {
-        let mut w = arr
-            .try_readwrite()
-            .map_err(|_| bad_array(py, "out", "out must be a writeable array"))?;
-        let o = w
-            .as_slice_mut()
-            .map_err(|_| bad_array(py, "out", "out must be contiguous"))?;
-        py.detach(|| core::numerics::convert_to_f32_slice(dt, s, o));
-    }
+    write_out(py, &arr, |o| {
+        py.detach(|| core::numerics::convert_to_f32_slice(dt, s, o))
+    })?;
     Ok(arr)
 }
 

@@ -291,60 +291,34 @@ pub fn copy_same(ctx: &mut Ctx, dst: &Ap, src: &Ap) -> bool {
     })
 }
 
-/// Decode a whole static on-chip pattern into fp32 (row-major), without a byte copy: one
-/// dtype dispatch for all rows (a uniform grid when rows are dense).
-pub fn read_f32_direct(mems: &Mems, ap: &Ap) -> Option<Vec<f32>> {
+/// Decode a whole static on-chip pattern (row-major) with `dec`, without a byte copy: one
+/// dtype dispatch for all rows (a uniform grid when rows are dense). `None` if not applicable.
+fn read_direct<T: Copy + Default>(
+    mems: &Mems,
+    ap: &Ap,
+    dec: impl FnOnce(crate::isa::DType, &[u8], Runs, &mut [T]),
+) -> Option<Vec<T>> {
     if !static_onchip(ap) {
         return None;
     }
     let g = RowGeom::new(ap)?;
     let (parts, f) = (ap.parts as usize, g.free);
-    let mut out = vec![0f32; parts * f];
+    let mut out = vec![T::default(); parts * f];
     let mem = onchip(mems, ap.mem);
     let mut list = Vec::new();
     let runs = block_runs(ap, &g, mem.stride(), (0, parts), (0, f), &mut list);
-    decode_runs(ap.dtype, mem.raw(), runs, &mut out);
+    dec(ap.dtype, mem.raw(), runs, &mut out);
     Some(out)
 }
 
-/// Raw words of a whole static on-chip pattern (row-major).
-pub fn read_raw_direct(mems: &Mems, ap: &Ap) -> Option<Vec<u32>> {
-    if !static_onchip(ap) {
-        return None;
-    }
-    let g = RowGeom::new(ap)?;
-    let (parts, f) = (ap.parts as usize, g.free);
-    let mut out = vec![0u32; parts * f];
-    let mem = onchip(mems, ap.mem);
-    let mut list = Vec::new();
-    let runs = block_runs(ap, &g, mem.stride(), (0, parts), (0, f), &mut list);
-    decode_raw_runs(ap.dtype, mem.raw(), runs, &mut out);
-    Some(out)
-}
-
-/// Encode row-major fp32 values (element i = output index i for stochastic rounding) into a
-/// static on-chip pattern; false if not applicable.
-pub fn write_f32_direct(ctx: &mut Ctx, ap: &Ap, vals: &[f32]) -> bool {
-    if !static_onchip(ap) {
-        return false;
-    }
-    let Some(g) = RowGeom::new(ap) else {
-        return false;
-    };
-    let (parts, f) = (ap.parts as usize, g.free);
-    if vals.len() != parts * f {
-        return false;
-    }
-    let rounder = ctx.rounder;
-    let mem = onchip_mut(&mut ctx.mems, ap.mem);
-    let mut list = Vec::new();
-    let runs = block_runs(ap, &g, mem.stride(), (0, parts), (0, f), &mut list);
-    encode_runs(&rounder, ap.dtype, mem.raw_mut(), runs, vals);
-    true
-}
-
-/// Store row-major raw words into a static on-chip pattern; false if not applicable.
-pub fn write_raw_direct(mems: &mut Mems, ap: &Ap, vals: &[u32]) -> bool {
+/// Store row-major values into a whole static on-chip pattern with `enc` (element i = output
+/// index i, for stochastic rounding); false if not applicable.
+fn write_direct<T>(
+    mems: &mut Mems,
+    ap: &Ap,
+    vals: &[T],
+    enc: impl FnOnce(crate::isa::DType, &mut [u8], Runs, &[T]),
+) -> bool {
     if !static_onchip(ap) {
         return false;
     }
@@ -358,8 +332,31 @@ pub fn write_raw_direct(mems: &mut Mems, ap: &Ap, vals: &[u32]) -> bool {
     let mem = onchip_mut(mems, ap.mem);
     let mut list = Vec::new();
     let runs = block_runs(ap, &g, mem.stride(), (0, parts), (0, f), &mut list);
-    encode_raw_runs(ap.dtype, mem.raw_mut(), runs, vals);
+    enc(ap.dtype, mem.raw_mut(), runs, vals);
     true
+}
+
+/// A whole static on-chip pattern decoded to fp32 (row-major).
+pub fn read_f32_direct(mems: &Mems, ap: &Ap) -> Option<Vec<f32>> {
+    read_direct(mems, ap, decode_runs)
+}
+
+/// Raw words of a whole static on-chip pattern (row-major).
+pub fn read_raw_direct(mems: &Mems, ap: &Ap) -> Option<Vec<u32>> {
+    read_direct(mems, ap, decode_raw_runs)
+}
+
+/// Encode row-major fp32 values into a static on-chip pattern; false if not applicable.
+pub fn write_f32_direct(ctx: &mut Ctx, ap: &Ap, vals: &[f32]) -> bool {
+    let rounder = ctx.rounder;
+    write_direct(&mut ctx.mems, ap, vals, |dt, mem, runs, v| {
+        encode_runs(&rounder, dt, mem, runs, v)
+    })
+}
+
+/// Store row-major raw words into a static on-chip pattern; false if not applicable.
+pub fn write_raw_direct(mems: &mut Mems, ap: &Ap, vals: &[u32]) -> bool {
+    write_direct(mems, ap, vals, encode_raw_runs)
 }
 
 /// Fill a static on-chip pattern with one raw value; false if not applicable.

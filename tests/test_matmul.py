@@ -58,13 +58,14 @@ def ref_tile_sum_fp32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return acc
 
 
-def matmul_program(dev, a, b, kt: int, psum_dtype, out_dtype, accumulate=None):
-    """Tiled matmul as in a kernel: K tiles of `kt` partitions accumulate in one PSUM tile."""
+def matmul_kernel(dev, a, b, kt: int, psum_dtype, out_dtype, accumulate=None, core: int = 0):
+    """Tiled matmul as in a kernel: K tiles of `kt` partitions accumulate in one PSUM tile, the
+    PSUM evacuation casts, DMA out. Returns (program, output tensor)."""
     k, m = a.shape
     n = b.shape[1]
     ha, hb = dev.hbm.put(a), dev.hbm.put(b)
     out = dev.hbm.alloc((m, n), out_dtype)
-    p = t3.Program()
+    p = t3.Program(core=core)
     acc = p.psum((m, n), psum_dtype)
     for i in range(k // kt):
         at = p.sbuf((kt, m), a.dtype)
@@ -75,6 +76,12 @@ def matmul_program(dev, a, b, kt: int, psum_dtype, out_dtype, accumulate=None):
     res = p.sbuf((m, n), out_dtype)
     p.tensor_copy(dst=res, src=acc)
     p.dma_copy(dst=out, src=res)
+    return p, out
+
+
+def matmul_program(dev, a, b, kt: int, psum_dtype, out_dtype, accumulate=None):
+    """`matmul_kernel` run; the result read back."""
+    p, out = matmul_kernel(dev, a, b, kt, psum_dtype, out_dtype, accumulate)
     dev.run(p)
     return dev.hbm.get(out)
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import trn3emu as t3
 from conftest import BF16, FP8_E4M3FN, FP8_E5M2, assert_bits_equal
-from test_matmul import fma32
+from test_matmul import fma32, matmul_kernel
 from trn3emu import _native
 
 F32 = np.float32
@@ -53,23 +53,9 @@ def assert_all_same(results):
 
 
 def tiled_matmul(a, b, kt, psum_dtype, out_dtype, core=0, dev=None):
-    """DMA in, K tiles accumulating in PSUM, PSUM evacuation with a cast, DMA out."""
+    """test_matmul's tiled kernel on `dev` (a new device by default): (device, program, output)."""
     dev = dev or t3.Device()
-    k, m = a.shape
-    n = b.shape[1]
-    ha, hb = dev.hbm.put(a), dev.hbm.put(b)
-    out = dev.hbm.alloc((m, n), out_dtype)
-    p = t3.Program(core=core)
-    acc = p.psum((m, n), psum_dtype)
-    for i in range(k // kt):
-        at = p.sbuf((kt, m), a.dtype)
-        bt = p.sbuf((kt, n), b.dtype)
-        p.dma_copy(dst=at, src=ha[i * kt : (i + 1) * kt, :])
-        p.dma_copy(dst=bt, src=hb[i * kt : (i + 1) * kt, :])
-        p.nc_matmul(dst=acc, stationary=at, moving=bt)
-    res = p.sbuf((m, n), out_dtype)
-    p.tensor_copy(dst=res, src=acc)
-    p.dma_copy(dst=out, src=res)
+    p, out = matmul_kernel(dev, a, b, kt, psum_dtype, out_dtype, core=core)
     return dev, p, out
 
 

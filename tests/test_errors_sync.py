@@ -8,6 +8,7 @@ raises its specific `trn3emu.errors` class naming the operand, and the device ke
 from __future__ import annotations
 
 import itertools
+import re
 
 import ml_dtypes
 import numpy as np
@@ -423,9 +424,8 @@ def test_error_class_and_operand_then_device_still_works(device, case, cls, oper
     if e.instruction is not None:  # raised by the native validator: the message names all three
         assert "(being assembled)" in e.instruction
         assert f"operand `{operand}`" in str(e), str(e)
-        assert e.rule in str(e)
     assert words in str(e), str(e)
-    assert isinstance(e.rule, str) and e.rule
+    assert re.fullmatch(r"[a-z][a-z0-9_]*", e.rule), e.rule  # a stable id, not prose
     assert isinstance(e, E.ValidationError) and isinstance(e, ValueError)
     assert_device_works(device)
 
@@ -453,25 +453,6 @@ def test_validation_also_guards_decode_and_text(device):
     with pytest.raises(E.DtypeError) as ei:
         t3.Program.from_text(bad)
     assert ei.value.operand == "stationary"
-    assert_device_works(device)
-
-
-def test_errors_raised_at_run_time_leave_the_device_usable(device):
-    # Not implemented (run time) then a good run on the same device. The instruction is any one
-    # the ISA still marks unimplemented (valid operands drawn by the text/binary test generator).
-    from test_isa_text_binary import valid_instance
-
-    todo = sorted(name for _code, name, ok in t3._native.isa_opcodes() if not ok)
-    if not todo:
-        pytest.skip("every instruction is implemented")
-    p = _p()
-    t = p.sbuf((128, 8), F32)
-    p.memset(dst=t, value=1.0)
-    p = t3.Program.from_text(p.to_text() + valid_instance(todo[0]).to_text().splitlines()[-1] + "\n")
-    k = len(p) - 1
-    with pytest.raises(E.NotImplementedInstruction) as ei:
-        device.run(p, check_races=False)
-    assert todo[0] in str(ei.value) and ei.value.instruction_index == k
     assert_device_works(device)
 
 
@@ -510,9 +491,8 @@ def test_exception_hierarchy():
         assert issubclass(c, E.ExecutionError) and issubclass(c, RuntimeError)
         assert not issubclass(c, ValueError)
     assert issubclass(E.InternalError, RuntimeError)
-    e = E.ShapeError("m", 3, "nop.vector", "dst", "the rule")
-    assert (e.instruction_index, e.instruction, e.operand, e.rule, str(e)) == (3, "nop.vector", "dst", "the rule", "m")
-    assert E.EmuError("only a message").rule == "only a message"
+    e = E.ShapeError("m", 3, "nop.vector", "dst", "the_rule")
+    assert (e.instruction_index, e.instruction, e.operand, e.rule, str(e)) == (3, "nop.vector", "dst", "the_rule", "m")
 
 
 def test_raised_errors_carry_operand_and_rule():
@@ -520,9 +500,9 @@ def test_raised_errors_carry_operand_and_rule():
         case_64_partitions_starting_at_32()
     e = ei.value
     assert isinstance(e, E.PartitionError)
-    assert e.operand == "dst" and "start-partition rule" in e.rule
+    assert e.operand == "dst" and "start-partition rule" in str(e)
     with pytest.raises(TypeError) as ei:
         case_bitwise_on_float_tiles()
-    assert ei.value.operand == "dst" and "integer" in ei.value.rule
+    assert ei.value.operand == "dst" and "integer" in str(ei.value)
     with pytest.raises(IndexError):
         case_sbuf_access_past_256k()

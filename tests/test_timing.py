@@ -14,7 +14,6 @@ import ml_dtypes
 import numpy as np
 import pytest
 import trn3emu as t3
-from trn3emu import _native
 from trn3emu.cli import main as cli
 
 BF16 = ml_dtypes.bfloat16
@@ -60,11 +59,6 @@ def test_fp32_matmul_chain_is_a_quarter_of_bf16():
     assert f32 / bf == pytest.approx(0.25, rel=0.05)
 
 
-def _implemented(name: str) -> bool:
-    return any(n == name and impl for _c, n, impl in _native.isa_opcodes())
-
-
-@pytest.mark.skipif(not _implemented("nc_matmul_mx"), reason="nc_matmul_mx not implemented yet")
 def test_mxfp8_matmul_chain_reaches_90_percent_of_315(dev):
     p = t3.Program(sync="auto")
     st = p.sbuf((128, 128), "float8_e4m3fn_x4")

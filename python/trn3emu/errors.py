@@ -7,6 +7,11 @@ index and text, when there is one), `operand` (the operand's name) and `rule` (t
 from __future__ import annotations
 
 
+def _snake(name: str) -> str:
+    """TRANSITIONAL: the class's generic rule id until every raise names its own."""
+    return "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_")
+
+
 class EmuError(Exception):
     """Base class of every trn3emu error."""
 
@@ -22,7 +27,7 @@ class EmuError(Exception):
         self.instruction_index = instruction_index
         self.instruction = instruction
         self.operand = operand
-        self.rule = rule if rule is not None else message
+        self.rule = rule if rule is not None else _snake(type(self).__name__)
 
 
 class ValidationError(EmuError, ValueError):

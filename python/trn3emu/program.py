@@ -42,7 +42,7 @@ class _Allocator:
             raise CapacityError(
                 f"{self.what} allocation {label} of {nbytes} bytes per partition does not fit "
                 f"({used} of {self.capacity} bytes per partition in use by {len(self.live)} tiles)",
-                rule=f"{self.what} capacity",
+                rule=f"{self.what.lower()}_capacity",
             )
         self.live[pos] = pos + nbytes
         return pos
@@ -226,7 +226,7 @@ class Program(AssemblerMixin):
                     what = "private HBM tensor" if a.mem == "hbm" else "tile"
                     raise MemorySpaceError(
                         f"{opcode}: {what} {a!r} belongs to core {a.core}, this program runs on core {self.core}",
-                        rule="on-chip memory and private HBM belong to one core",
+                        rule="core_private_memory",
                     )
                 append(_ap_of(a))
             elif isinstance(a, Reg):

@@ -42,7 +42,7 @@ def _inner(x):
 
 def not_supported(name: str, why: str = "") -> NotSupportedError:
     msg = f"not supported: {name}" + (f" ({why})" if why else "")
-    return NotSupportedError(msg, rule="trn3emu.nki front end")
+    return NotSupportedError(msg, rule="nki_not_supported")
 
 
 class NotSupportedAttribute(NotSupportedError, AttributeError):
@@ -51,14 +51,14 @@ class NotSupportedAttribute(NotSupportedError, AttributeError):
 
 
 def missing_attribute(name: str) -> NotSupportedAttribute:
-    return NotSupportedAttribute(f"not supported: {name}", rule="trn3emu.nki front end")
+    return NotSupportedAttribute(f"not supported: {name}", rule="nki_not_supported")
 
 
 def current() -> TraceContext:
     if not _STACK:
         raise EmuError(
             "this NKI API can only be called inside a kernel traced by nki.jit / nki.simulate",
-            rule="trace context",
+            rule="nki_trace_context",
         )
     return _STACK[-1]
 

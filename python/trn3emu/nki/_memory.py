@@ -47,7 +47,7 @@ class Allocator:
                 f"{self.capacity} bytes per partition are held by {len(used)} live tiles "
                 f"(largest free gap {_largest_gap(used, self.capacity, self.align)} bytes)",
                 operand="shape",
-                rule=f"{self.what} capacity",
+                rule=f"{self.what.lower()}_capacity",
             )
         key = next(self._keys)
         self.live[key] = (pos, pos + nbytes, label)
@@ -60,7 +60,7 @@ class Allocator:
                 f"{self.what} overflow: {label} at byte {offset} needs {nbytes} bytes per partition, "
                 f"beyond the {self.capacity} bytes of a partition",
                 operand="address",
-                rule=f"{self.what} capacity",
+                rule=f"{self.what.lower()}_capacity",
             )
         key = next(self._keys)
         self.live[key] = (offset, offset + nbytes, label)

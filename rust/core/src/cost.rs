@@ -5,8 +5,10 @@
 //! the ISA is costed as soon as it names a class. Every number is in docs/cost-model.md with its
 //! source; the guesses are marked there and here (`GUESS`).
 
+use crate::isa::ops::class;
 use crate::isa::spec::Access;
-use crate::isa::{Arg, DType, Engine, Instr};
+use crate::isa::tables::{CostClass, MatmulPerfMode};
+use crate::isa::{DType, Engine, Instr};
 use crate::memory::{Ap, Mem};
 
 /// TensorE clock, GHz (reference §1.2).
@@ -96,42 +98,6 @@ pub fn clock_ghz(e: Engine) -> f64 {
     }
 }
 
-/// Every cost class the default model knows (a test checks isa.toml names no other).
-pub const COST_CLASSES: &[&str] = &[
-    "control",
-    "pe_matmul",
-    "pe_transpose",
-    "act",
-    "vec_1in",
-    "vec_1in_acc",
-    "vec_2in",
-    "vec_stt",
-    "vec_reduce",
-    "vec_scan",
-    "vec_pred",
-    "vec_exp",
-    "vec_quant",
-    "vec_max8",
-    "reciprocal",
-    "memset",
-    "bn_aggr",
-    "gpsimd_1in",
-    "gpsimd_affine",
-    "gpsimd_gather",
-    "gpsimd_n_gather",
-    "topk",
-    "rng",
-    "rng_state",
-    "dma",
-    "dma_transpose",
-    "collective",
-];
-
-/// Classes whose work is a transfer on the DMA machinery (the engine only triggers it).
-pub fn is_transfer_class(class: &str) -> bool {
-    matches!(class, "dma" | "dma_transpose")
-}
-
 /// The published-numbers model.
 #[derive(Default, Clone, Copy)]
 pub struct DefaultCost;
@@ -157,23 +123,6 @@ fn is_x4(d: DType) -> bool {
 
 fn is_fp32(d: DType) -> bool {
     matches!(d, DType::Float32 | DType::Tfloat32)
-}
-
-/// A named operand of `ins`, if present.
-fn param<'a>(ins: &'a Instr, name: &str) -> Option<&'a Arg> {
-    let spec = ins.op.spec();
-    spec.params
-        .iter()
-        .position(|p| p.name == name)
-        .and_then(|i| ins.args.get(i))
-}
-
-fn tensor<'a>(ins: &'a Instr, name: &str) -> Option<&'a Ap> {
-    param(ins, name).and_then(|a| a.tensor())
-}
-
-fn flag(ins: &Instr, name: &str) -> bool {
-    matches!(param(ins, name), Some(Arg::Bool(true)))
 }
 
 /// Operand shape facts the formulas use.
@@ -234,14 +183,14 @@ fn perf_mode(engine: Engine, sh: &Shape) -> f64 {
 
 /// (contraction K, stationary free M, moving free N) of a pe_matmul instruction, in values.
 pub fn matmul_dims(ins: &Instr) -> Option<(f64, f64, f64)> {
-    let st = tensor(ins, "stationary")?;
-    let mv = tensor(ins, "moving")?;
+    let mm = class::PeMatmul::of(ins)?;
+    let (st, mv) = (mm.stationary, mm.moving);
     let mut k = st.parts as f64;
     let (mut m, mut n) = (st.free_size() as f64, mv.free_size() as f64);
     if is_x4(st.dtype) {
         k *= 4.0;
     }
-    if matches!(param(ins, "perf_mode"), Some(Arg::Enum(1))) {
+    if mm.perf_mode == Some(MatmulPerfMode::DoubleRow) {
         // double_row: operands are [P, 2, F]; the size-2 dim doubles the contraction.
         k *= 2.0;
         m /= 2.0;
@@ -253,13 +202,23 @@ pub fn matmul_dims(ins: &Instr) -> Option<(f64, f64, f64)> {
 /// Floating-point operations of `ins` (2 per MAC for matmuls; one per output element for
 /// elementwise classes; zero for data movement and control).
 pub fn flops(ins: &Instr) -> u64 {
-    let class = ins.op.spec().cost;
-    match class {
-        "pe_matmul" => matmul_dims(ins)
+    use CostClass as C;
+    match ins.op.spec().cost {
+        C::PeMatmul => matmul_dims(ins)
             .map(|(k, m, n)| (2.0 * k * m * n) as u64)
             .unwrap_or(0),
-        "act" | "vec_1in" | "vec_1in_acc" | "vec_2in" | "vec_stt" | "vec_reduce" | "vec_scan"
-        | "vec_pred" | "vec_exp" | "reciprocal" | "bn_aggr" | "gpsimd_1in" => {
+        C::Act
+        | C::Vec1in
+        | C::Vec1inAcc
+        | C::Vec2in
+        | C::VecStt
+        | C::VecReduce
+        | C::VecScan
+        | C::VecPred
+        | C::VecExp
+        | C::Reciprocal
+        | C::BnAggr
+        | C::Gpsimd1in => {
             let sh = shape(ins);
             sh.data
                 .iter()
@@ -275,21 +234,21 @@ pub fn flops(ins: &Instr) -> u64 {
 impl DefaultCost {
     /// Cycles on the instruction's engine clock, by cost class (docs/cost-model.md, table 1).
     pub fn cycles(&self, ins: &Instr, issue: Issue) -> f64 {
-        let class = ins.op.spec().cost;
+        use CostClass as C;
         let eng = ins.engine;
         let sh = shape(ins);
         let n = sh.n;
         let all_narrow = !sh.data.is_empty() && sh.data.iter().all(|(a, _)| is_narrow(a.dtype));
         let mii = |c: f64| c.max(MIN_II);
-        match class {
-            "control" | "rng_state" | "dma" | "dma_transpose" | "collective" => ISSUE_CYCLES,
-            "pe_matmul" => {
-                let Some(st) = tensor(ins, "stationary") else {
+        match ins.op.spec().cost {
+            C::Control | C::RngState | C::Dma | C::DmaTranspose | C::Collective => ISSUE_CYCLES,
+            C::PeMatmul => {
+                let Some(mm) = class::PeMatmul::of(ins) else {
                     return MIN_II;
                 };
-                let mv = tensor(ins, "moving").unwrap_or(st);
+                let (st, mv) = (mm.stationary, mm.moving);
                 let (ns, mut nm) = (st.free_size() as f64, mv.free_size() as f64);
-                let ns = if matches!(param(ins, "perf_mode"), Some(Arg::Enum(1))) {
+                let ns = if mm.perf_mode == Some(MatmulPerfMode::DoubleRow) {
                     nm /= 2.0;
                     ns / 2.0
                 } else {
@@ -298,8 +257,8 @@ impl DefaultCost {
                 // Back-to-back: the next LoadStationary overlaps this MultiplyMoving.
                 let mut c = ns.min(64.0).max(nm);
                 if is_fp32(st.dtype) || is_fp32(mv.dtype) {
-                    let onezero =
-                        flag(ins, "is_stationary_onezero") || flag(ins, "is_moving_onezero");
+                    let onezero = mm.is_stationary_onezero == Some(true)
+                        || mm.is_moving_onezero == Some(true);
                     c *= if onezero { 2.0 } else { 4.0 };
                 }
                 if !issue.back_to_back {
@@ -308,7 +267,7 @@ impl DefaultCost {
                 }
                 c
             }
-            "pe_transpose" => match eng {
+            C::PeTranspose => match eng {
                 Engine::Tensor => {
                     let d = sh.data.iter().find(|(_, w)| !*w).map(|(a, _)| *a);
                     let (p, f) = d.map_or((128.0, n), |a| (a.parts as f64, a.free_size() as f64));
@@ -321,18 +280,18 @@ impl DefaultCost {
                 }
                 _ => mii(n),
             },
-            "act" => {
+            C::Act => {
                 let c = mii(n);
-                let reduces = tensor(ins, "reduce_res").is_some();
+                let reduces = class::Act::of(ins).is_some_and(|a| a.reduce_res.is_some());
                 if reduces {
                     c + MIN_II
                 } else {
                     c
                 }
             }
-            "vec_1in" => mii(n / perf_mode(eng, &sh)),
-            "vec_1in_acc" => mii(n / perf_mode(eng, &sh)) + MIN_II,
-            "vec_2in" => {
+            C::Vec1in => mii(n / perf_mode(eng, &sh)),
+            C::Vec1inAcc => mii(n / perf_mode(eng, &sh)) + MIN_II,
+            C::Vec2in => {
                 let reads: Vec<&Ap> = sh
                     .data
                     .iter()
@@ -348,22 +307,22 @@ impl DefaultCost {
                     mii(2.0 * n)
                 }
             }
-            "vec_stt" => {
+            C::VecStt => {
                 if all_narrow {
                     mii(n)
                 } else {
                     mii(2.0 * n)
                 }
             }
-            "vec_reduce" => {
+            C::VecReduce => {
                 if all_narrow {
                     mii(n / 2.0)
                 } else {
                     mii(n)
                 }
             }
-            "vec_scan" => mii(2.0 * n),
-            "vec_pred" => {
+            C::VecScan => mii(2.0 * n),
+            C::VecPred => {
                 let psum = sh.data.iter().any(|(a, w)| !*w && a.mem == Mem::Psum);
                 if psum {
                     mii(n)
@@ -371,50 +330,49 @@ impl DefaultCost {
                     mii(2.0 * n)
                 }
             }
-            "vec_exp" => mii(n / 4.0),
-            "vec_quant" => mii(n / 4.0),
-            "vec_max8" => mii(n),
-            "reciprocal" => {
+            C::VecExp => mii(n / 4.0),
+            C::VecQuant => mii(n / 4.0),
+            C::VecMax8 => mii(n),
+            C::Reciprocal => {
                 if eng == Engine::Vector {
                     mii(8.0 * n)
                 } else {
                     mii(n)
                 }
             }
-            "memset" => {
-                let zero = matches!(param(ins, "value"), Some(Arg::F32(v)) if *v == 0.0)
-                    || matches!(param(ins, "value"), Some(Arg::I32(0)) | Some(Arg::Absent));
+            C::Memset => {
+                let zero = class::Memset::of(ins).is_none_or(|m| m.value.f32() == 0.0);
                 if zero && all_narrow {
                     mii(n / 2.0)
                 } else {
                     mii(n)
                 }
             }
-            "bn_aggr" => mii(13.0 * n / 3.0),
-            "gpsimd_1in" => mii(n),
-            "gpsimd_affine" => GPSIMD_START + n,
-            "gpsimd_gather" => {
-                let e = match param(ins, "num_elem_per_idx") {
-                    Some(Arg::I32(v)) if *v > 0 => *v as f64,
+            C::BnAggr => mii(13.0 * n / 3.0),
+            C::Gpsimd1in => mii(n),
+            C::GpsimdAffine => GPSIMD_START + n,
+            C::GpsimdGather => {
+                let g = class::GpsimdGather::of(ins);
+                let e = match g.map(|g| g.num_elem_per_idx) {
+                    Some(v) if v > 0 => v as f64,
                     _ => 1.0,
                 };
-                let valid = match param(ins, "num_valid_indices") {
-                    Some(Arg::I32(v)) if *v > 0 => *v as f64,
+                let valid = match g.and_then(|g| g.num_valid_indices) {
+                    Some(v) if v > 0 => v as f64,
                     _ => n,
                 };
-                let bytes = tensor(ins, "src_buffer").map_or(4.0, |a| a.dtype.size() as f64);
+                let bytes = g.map_or(4.0, |g| g.src_buffer.dtype.size() as f64);
                 let c = ((28.0 + 4.0 * e) / (4.0 * e)) / (4.0 / bytes).min(e);
                 GPSIMD_START + valid * e / c
             }
-            "gpsimd_n_gather" => GPSIMD_START + n,
-            "topk" => {
-                let src = tensor(ins, "src").map_or(n, |a| a.free_size() as f64);
-                let k = tensor(ins, "val_dst").map_or(8.0, |a| a.free_size() as f64);
+            C::GpsimdNGather => GPSIMD_START + n,
+            C::Topk => {
+                let t = class::Topk::of(ins);
+                let src = t.map_or(n, |t| t.src.free_size() as f64);
+                let k = t.map_or(8.0, |t| t.val_dst.free_size() as f64);
                 4.0 * src + k
             }
-            "rng" => mii(n),
-            // An unknown class (a test keeps this list complete): the minimum interval.
-            _ => MIN_II,
+            C::Rng => mii(n),
         }
     }
 }
@@ -497,17 +455,5 @@ mod tests {
         assert_eq!(c("tensor_copy.scalar dst=sbuf:bfloat16[0:128]+0[[1,2048]] src=sbuf:bfloat16[0:128]+8192[[1,2048]]"), 1024.0);
         // Short ops pay the minimum initiation interval.
         assert_eq!(c("tensor_copy.vector dst=sbuf:float32[0:128]+0[[1,8]] src=sbuf:float32[0:128]+64[[1,8]]"), MIN_II);
-    }
-
-    #[test]
-    fn every_isa_cost_class_is_modelled() {
-        for s in crate::isa::tables::INSTRUCTIONS {
-            assert!(
-                COST_CLASSES.contains(&s.cost),
-                "{}: cost class {:?} missing from the cost model",
-                s.name,
-                s.cost
-            );
-        }
     }
 }

@@ -1,5 +1,6 @@
-//! One error type for the whole core. Its `kind` selects the Python exception class; the message
-//! always names the instruction (when there is one), the operand and the broken rule.
+//! One error type for the whole core. Its `kind` selects the Python exception class, its `rule`
+//! is a stable snake_case id (listed in docs/errors.md) that tests and users match on; the
+//! message names the instruction (when there is one), the operand and the broken rule in prose.
 
 use std::fmt;
 
@@ -60,24 +61,29 @@ impl ErrorKind {
     }
 }
 
-/// An emulator error: kind, optional instruction (index and text), optional operand, and the rule.
+/// An emulator error: kind, rule id, optional instruction (index and text), optional operand,
+/// and the message.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EmuError {
     pub kind: ErrorKind,
+    /// Stable snake_case id of the broken rule (docs/errors.md).
+    pub rule: &'static str,
     pub instruction: Option<(usize, String)>,
     pub operand: Option<String>,
-    pub rule: String,
+    /// The rule in prose, with the values that broke it.
+    pub message: String,
 }
 
 pub type Result<T> = std::result::Result<T, EmuError>;
 
 impl EmuError {
-    pub fn new(kind: ErrorKind, rule: impl Into<String>) -> Self {
+    pub fn new(kind: ErrorKind, rule: &'static str, message: impl Into<String>) -> Self {
         EmuError {
             kind,
+            rule,
             instruction: None,
             operand: None,
-            rule: rule.into(),
+            message: message.into(),
         }
     }
 
@@ -106,13 +112,41 @@ impl fmt::Display for EmuError {
         if let Some(op) = &self.operand {
             write!(f, "operand `{op}`: ")?;
         }
-        write!(f, "{}", self.rule)
+        write!(f, "{}", self.message)
     }
 }
 
 impl std::error::Error for EmuError {}
 
-/// Shorthand: `Err(err(Shape, format!(..)))`.
-pub fn err(kind: ErrorKind, rule: impl Into<String>) -> EmuError {
-    EmuError::new(kind, rule)
+/// Shorthand: `Err(fail(Shape, "free_size_mismatch", format!(..)))`.
+pub fn fail(kind: ErrorKind, rule: &'static str, message: impl Into<String>) -> EmuError {
+    EmuError::new(kind, rule, message)
+}
+
+/// TRANSITIONAL (being replaced by `fail` with a rule id): the kind's generic id.
+pub fn err(kind: ErrorKind, message: impl Into<String>) -> EmuError {
+    EmuError::new(kind, kind.generic_rule(), message)
+}
+
+impl ErrorKind {
+    /// TRANSITIONAL: the id used by `err` until every site names its rule.
+    fn generic_rule(self) -> &'static str {
+        match self {
+            ErrorKind::Shape => "shape",
+            ErrorKind::Dtype => "dtype",
+            ErrorKind::MemorySpace => "memory_space",
+            ErrorKind::Address => "address",
+            ErrorKind::Partition => "partition",
+            ErrorKind::PsumBank => "psum_bank",
+            ErrorKind::Capacity => "capacity",
+            ErrorKind::Value => "operand",
+            ErrorKind::Decode => "decode",
+            ErrorKind::Parse => "parse",
+            ErrorKind::NotImplemented => "not_implemented",
+            ErrorKind::Race => "race",
+            ErrorKind::Deadlock => "deadlock",
+            ErrorKind::Semaphore => "semaphore",
+            ErrorKind::Internal => "internal",
+        }
+    }
 }

@@ -1,8 +1,9 @@
 //! Registers, branches, dynamic DMA addressing and read-add-write through the public API,
 //! with programs written in the text assembly.
 
-use trn3emu_core::isa::encode::{decode_program, encode_program};
-use trn3emu_core::isa::text::{format_program, parse_program};
+use trn3emu_core::engines::{decode_program, parse_program};
+use trn3emu_core::isa::encode::encode_program;
+use trn3emu_core::isa::text::format_program;
 use trn3emu_core::{Device, ErrorKind, RunOptions};
 
 fn run(dev: &mut Device, text: &str) -> trn3emu_core::Result<trn3emu_core::RunResult> {
@@ -76,7 +77,7 @@ fn runaway_loop_stops_at_the_step_limit() {
     dev.max_executed = 1000;
     let e = run(&mut dev, "nop.gpsimd\nbranch.gpsimd target=0\n").unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value, "{e}");
-    assert!(e.rule.contains("runaway"), "{e}");
+    assert!(e.message.contains("runaway"), "{e}");
     // The device stays usable.
     run(&mut dev, "nop.sync\n").unwrap();
 }

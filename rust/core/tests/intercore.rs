@@ -1,7 +1,7 @@
 //! Inter-core rendezvous through the public API: completion times from the cost formulas of
 //! docs/multicore.md, and the deadlock report, with programs in the text assembly.
 
-use trn3emu_core::isa::text::parse_program;
+use trn3emu_core::engines::parse_program;
 use trn3emu_core::trace::Unit;
 use trn3emu_core::{Device, ErrorKind, RunOptions};
 
@@ -60,5 +60,8 @@ fn unmatched_sendrecv_is_a_deadlock_naming_the_missing_core() {
     ])
     .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Deadlock, "{e}");
-    assert!(e.rule.contains("sendrecv") && e.rule.contains("[3]"), "{e}");
+    assert!(
+        e.message.contains("sendrecv") && e.message.contains("[3]"),
+        "{e}"
+    );
 }

@@ -22,14 +22,14 @@ fn to_py(py: Python<'_>, e: EmuError) -> PyErr {
             Some((i, t)) => (Some(*i), Some(t.clone())),
             None => (None, None),
         };
-        let obj = cls.call1((e.to_string(), idx, text, e.operand.clone(), e.rule.clone()))?;
+        let obj = cls.call1((e.to_string(), idx, text, e.operand.clone(), e.rule))?;
         Ok(PyErr::from_value(obj))
     };
     build().unwrap_or_else(|err| err)
 }
 
 fn emu(kind: ErrorKind, msg: impl Into<String>) -> EmuError {
-    EmuError::new(kind, msg)
+    EmuError::new(kind, "binding", msg)
 }
 
 /// Run `f`, turning a panic into an InternalError instead of letting it cross into Python.
@@ -480,7 +480,7 @@ impl Program {
                 signals,
                 name,
             };
-            core::isa::validate::validate(&ins)?;
+            core::engines::validate(&ins)?;
             if op == Opcode::NcMatmul && resolve_accumulate {
                 self.resolve_accumulate(&mut ins);
             }
@@ -552,7 +552,7 @@ impl Program {
 
     #[staticmethod]
     fn from_text(py: Python<'_>, text: &str) -> PyResult<Program> {
-        guarded(|| core::isa::text::parse_program(text))
+        guarded(|| core::engines::parse_program(text))
             .map(Program::wrap)
             .map_err(|e| to_py(py, e))
     }
@@ -563,7 +563,7 @@ impl Program {
 
     #[staticmethod]
     fn decode(py: Python<'_>, data: &[u8]) -> PyResult<Program> {
-        guarded(|| core::isa::encode::decode_program(data))
+        guarded(|| core::engines::decode_program(data))
             .map(Program::wrap)
             .map_err(|e| to_py(py, e))
     }
@@ -1021,15 +1021,9 @@ fn cost_params<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
 /// Opcode -> name table and other ISA facts for the Python layer.
 #[pyfunction]
 fn isa_opcodes<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-    let items: Vec<(u16, &str, bool)> = core::isa::tables::INSTRUCTIONS
+    let items: Vec<(u16, &str)> = core::isa::tables::INSTRUCTIONS
         .iter()
-        .map(|s| {
-            (
-                s.opcode as u16,
-                s.name,
-                core::engines::is_implemented(s.opcode),
-            )
-        })
+        .map(|s| (s.opcode as u16, s.name))
         .collect();
     PyList::new(py, items)
 }

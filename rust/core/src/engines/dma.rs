@@ -566,3 +566,30 @@ pub fn dma_transpose(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     ctx.mems.scatter(&dst, &out);
     Ok(())
 }
+
+// TRANSITIONAL: routes the generated dispatch to this module's old `MODULE` until it
+// implements `Semantics` on the operand views itself.
+impl super::Semantics for crate::isa::ops::DmaCopy<'_> {
+    fn check(&self) -> crate::error::Result<()> {
+        (MODULE.check)(self.ins)
+    }
+    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
+        (MODULE.exec)(self.ins, ctx)
+    }
+}
+impl super::Semantics for crate::isa::ops::DmaCompute<'_> {
+    fn check(&self) -> crate::error::Result<()> {
+        (MODULE.check)(self.ins)
+    }
+    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
+        (MODULE.exec)(self.ins, ctx)
+    }
+}
+impl super::Semantics for crate::isa::ops::DmaTranspose<'_> {
+    fn check(&self) -> crate::error::Result<()> {
+        (MODULE.check)(self.ins)
+    }
+    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
+        (MODULE.exec)(self.ins, ctx)
+    }
+}

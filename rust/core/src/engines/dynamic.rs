@@ -3,6 +3,7 @@
 
 use super::Ctx;
 use crate::error::{err, ErrorKind::*, Result};
+use crate::isa::spec::{Access, ParamSpec};
 use crate::isa::DType;
 use crate::isa::{Arg, Engine, Instr};
 use crate::memory::{Ap, DynKind, DynSrc, Dynamic, Mem};
@@ -133,23 +134,6 @@ fn is_indirect(ap: &Ap) -> bool {
         .is_some_and(|d| d.kind == DynKind::Indirect)
 }
 
-/// The operands of each instruction that accept `t.indirect(index)` (reference §2.0); the
-/// first read operand listed is the main input the dst's index must align with.
-const INDIRECT: &[(&str, &[&str])] = &[
-    ("nc_matmul", &["dst", "stationary", "moving"]),
-    ("tensor_tensor", &["dst", "data1"]),
-    ("tensor_scalar", &["dst", "data"]),
-    ("tensor_reduce", &["dst", "data"]),
-    ("tensor_copy", &["dst", "src"]),
-    ("tensor_copy_predicated", &["dst", "predicate"]),
-    ("tensor_scalar_reduce", &["dst", "data"]),
-    ("tensor_scalar_cumulative", &["dst", "src"]),
-    ("activation", &["dst", "data"]),
-    ("activation_reduce", &["dst", "data"]),
-    ("activate2", &["dst", "data"]),
-    ("exponential", &["dst", "src"]),
-];
-
 fn index_tile(ap: &Ap) -> Option<&Ap> {
     match ap.dynamic.as_deref().map(|d| &d.src) {
         Some(DynSrc::Tile(t)) => Some(t),
@@ -157,29 +141,11 @@ fn index_tile(ap: &Ap) -> Option<&Ap> {
     }
 }
 
-/// The quadrant and operand rules of tensor indirection for operand `pi` of `ins`.
-pub fn check_indirect(ins: &Instr, pi: usize, ap: &Ap) -> Result<()> {
+/// The quadrant and operand rules of tensor indirection for operand `prm` of `ins` (the
+/// generic checks already refused operands isa.toml does not mark `indirect`).
+pub fn check_indirect(ins: &Instr, prm: &ParamSpec, ap: &Ap) -> Result<()> {
     let spec = ins.op.spec();
-    let pname = spec.params[pi].name;
-    let Some((_, ops)) = INDIRECT.iter().find(|(n, _)| *n == spec.name) else {
-        return Err(err(
-            Value,
-            format!(
-                "{} does not support tensor indirection (.indirect)",
-                spec.name
-            ),
-        ));
-    };
-    if !ops.contains(&pname) {
-        return Err(err(
-            Value,
-            format!(
-                "{} supports tensor indirection only on {}",
-                spec.name,
-                ops.join(", ")
-            ),
-        ));
-    }
+    let pname = prm.name;
     let Some(t) = index_tile(ap) else {
         return Err(err(Value, "tensor indirection needs an index tile"));
     };
@@ -197,12 +163,15 @@ pub fn check_indirect(ins: &Instr, pi: usize, ap: &Ap) -> Result<()> {
             ),
         ));
     }
-    let write = spec.params[pi].access.writes();
+    let write = prm.access.writes();
     if write {
-        let main = ops
+        // The first indirect input fixes where an indirect dst's index starts.
+        let main = spec
+            .params
             .iter()
-            .skip(1)
-            .find_map(|m| spec.param_index(m).and_then(|i| ins.ap(i)));
+            .zip(&ins.args)
+            .find(|(q, _)| q.indirect && q.access == Access::Read)
+            .and_then(|(_, a)| a.tensor());
         if let Some(m) = main {
             let want = index_tile(m).map(|x| x.start).unwrap_or(m.start);
             if t.start != want {

@@ -162,3 +162,46 @@ pub const MODULE: super::Module = super::Module {
     check,
     exec,
 };
+
+// TRANSITIONAL: routes the generated dispatch to this module's old `MODULE` until it
+// implements `Semantics` on the operand views itself.
+impl super::Semantics for crate::isa::ops::Sendrecv<'_> {
+    fn check(&self) -> crate::error::Result<()> {
+        (MODULE.check)(self.ins)
+    }
+    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
+        (MODULE.exec)(self.ins, ctx)
+    }
+}
+impl super::Semantics for crate::isa::ops::CoreBarrier<'_> {
+    fn check(&self) -> crate::error::Result<()> {
+        (MODULE.check)(self.ins)
+    }
+    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
+        (MODULE.exec)(self.ins, ctx)
+    }
+}
+impl super::Semantics for crate::isa::ops::AllReduce<'_> {
+    fn check(&self) -> crate::error::Result<()> {
+        (MODULE.check)(self.ins)
+    }
+    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
+        (MODULE.exec)(self.ins, ctx)
+    }
+}
+impl super::Semantics for crate::isa::ops::AllGather<'_> {
+    fn check(&self) -> crate::error::Result<()> {
+        (MODULE.check)(self.ins)
+    }
+    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
+        (MODULE.exec)(self.ins, ctx)
+    }
+}
+impl super::Semantics for crate::isa::ops::ReduceScatter<'_> {
+    fn check(&self) -> crate::error::Result<()> {
+        (MODULE.check)(self.ins)
+    }
+    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
+        (MODULE.exec)(self.ins, ctx)
+    }
+}

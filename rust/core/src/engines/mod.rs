@@ -4,6 +4,8 @@
 pub mod act;
 pub mod alu;
 pub mod control;
+#[rustfmt::skip]
+pub mod dispatch;
 pub mod dma;
 pub mod dynamic;
 pub mod engine_select;
@@ -157,103 +159,61 @@ pub fn check_column(a: &Arg, name: &str, parts: u32) -> Result<()> {
     Ok(())
 }
 
-/// Each engine module lists the opcodes it implements and dispatches its own `check`/`exec`,
-/// so adding instructions touches one module and the `MODULES` table.
+/// The semantics of one instruction, implemented by an engine module on the instruction's
+/// generated operand view (`impl Semantics for ops::BnStats<'_>`). The dispatch in
+/// `dispatch.rs` is generated from isa.toml, so an instruction without an implementation does
+/// not compile.
+pub trait Semantics {
+    /// The instruction's own rules, beyond the generic operand checks of `isa::validate`
+    /// (run once, when the instruction enters a program).
+    fn check(&self) -> Result<()>;
+    /// The instruction's effect on the core's state.
+    fn exec(&self, ctx: &mut Ctx) -> Result<()>;
+}
+
+/// TRANSITIONAL: the per-module dispatch being replaced by `Semantics` implementations.
 pub struct Module {
     pub opcodes: &'static [Opcode],
     pub check: fn(&Instr) -> Result<()>,
     pub exec: fn(&Instr, &mut Ctx) -> Result<()>,
 }
 
-pub const MODULES: &[&Module] = &[
-    &tensor::MODULE,
-    &mx::MODULE,
-    &vector::MODULE,
-    &rng::MODULE,
-    &vector_math::MODULE,
-    &vector_reduce::MODULE,
-    &vector_scan::MODULE,
-    &vector_select::MODULE,
-    &vector_stats::MODULE,
-    &vector_top8::MODULE,
-    &vector_shuffle::MODULE,
-    &scalar::MODULE,
-    &gpsimd::MODULE,
-    &gpsimd_select::MODULE,
-    &gpsimd_reduce::MODULE,
-    &gpsimd_gather::MODULE,
-    &gpsimd_scan::MODULE,
-    &gpsimd_sort::MODULE,
-    &dma::MODULE,
-    &intercore::MODULE,
-    &control::MODULE,
-];
-
-/// The module implementing `op`: a table indexed by the 16-bit opcode (built once from
-/// `MODULES`; entry = module index + 1, 0 = not implemented), so dispatch is one load.
-fn module_of(op: Opcode) -> Option<&'static Module> {
-    static TABLE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-    let t = TABLE.get_or_init(|| {
-        let mut t = vec![0u8; 1 << 16];
-        for (i, m) in MODULES.iter().enumerate().rev() {
-            for op in m.opcodes {
-                t[*op as u16 as usize] = i as u8 + 1;
-            }
-        }
-        t
-    });
-    match t.get(op as u16 as usize).copied().unwrap_or(0) {
-        0 => None,
-        i => MODULES.get(i as usize - 1).copied(),
-    }
-}
-
 pub use engine_select::default_engine;
 
-pub fn is_implemented(op: Opcode) -> bool {
-    module_of(op).is_some()
+/// Everything an instruction must satisfy to enter a program: the generic operand checks of
+/// the tables, the rules of tensor indirection, then the instruction's own rules.
+pub fn validate(ins: &Instr) -> Result<()> {
+    crate::isa::validate::validate_generic(ins)?;
+    let spec = ins.op.spec();
+    for (p, a) in spec.params.iter().zip(&ins.args) {
+        if let Arg::Tensor(ap) = a {
+            if ap
+                .dynamic
+                .as_ref()
+                .is_some_and(|d| d.kind == crate::memory::DynKind::Indirect)
+            {
+                dynamic::check_indirect(ins, p, ap).map_err(|e| e.operand(p.name))?;
+            }
+        }
+    }
+    engine_select::check_engine_ops(ins)?;
+    dispatch::check(ins)
 }
 
-/// Instruction-specific rules beyond the generic operand checks.
-pub fn check(ins: &Instr) -> Result<()> {
-    engine_select::check_engine_ops(ins)?;
-    match module_of(ins.op) {
-        Some(m) => (m.check)(ins),
-        None => Ok(()),
-    }
+/// Parse text assembly with every instruction fully validated.
+pub fn parse_program(text: &str) -> Result<crate::isa::Program> {
+    crate::isa::text::parse_program_with(text, validate)
+}
+
+/// Decode a binary program with every instruction fully validated.
+pub fn decode_program(bytes: &[u8]) -> Result<crate::isa::Program> {
+    crate::isa::encode::decode_program_with(bytes, validate)
 }
 
 /// Execute one instruction's semantics.
 pub fn exec(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
-    match module_of(ins.op) {
-        Some(m) => match dynamic::resolve_indirect_operands(ins, ctx)? {
-            Some(r) => (m.exec)(&r, ctx),
-            None => (m.exec)(ins, ctx),
-        },
-        None => Err(err(
-            NotImplemented,
-            format!(
-                "{} is part of the ISA (it assembles, encodes and prints) but its semantics are not implemented in this build",
-                ins.op.spec().name
-            ),
-        )),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::isa::tables::INSTRUCTIONS;
-
-    #[test]
-    fn implemented_flags_match_isa_data() {
-        for s in INSTRUCTIONS {
-            assert_eq!(
-                is_implemented(s.opcode),
-                s.implemented,
-                "{}: isa.toml `implemented` disagrees with the engines",
-                s.name
-            );
-        }
+    match dynamic::resolve_indirect_operands(ins, ctx)? {
+        Some(r) => dispatch::exec(&r, ctx),
+        None => dispatch::exec(ins, ctx),
     }
 }

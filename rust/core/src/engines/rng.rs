@@ -269,3 +269,54 @@ pub const MODULE: super::Module = super::Module {
     check,
     exec,
 };
+
+// TRANSITIONAL: routes the generated dispatch to this module's old `MODULE` until it
+// implements `Semantics` on the operand views itself.
+impl super::Semantics for crate::isa::ops::Rng<'_> {
+    fn check(&self) -> crate::error::Result<()> {
+        (MODULE.check)(self.ins)
+    }
+    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
+        (MODULE.exec)(self.ins, ctx)
+    }
+}
+impl super::Semantics for crate::isa::ops::Rand2<'_> {
+    fn check(&self) -> crate::error::Result<()> {
+        (MODULE.check)(self.ins)
+    }
+    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
+        (MODULE.exec)(self.ins, ctx)
+    }
+}
+impl super::Semantics for crate::isa::ops::SetRngSeed<'_> {
+    fn check(&self) -> crate::error::Result<()> {
+        (MODULE.check)(self.ins)
+    }
+    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
+        (MODULE.exec)(self.ins, ctx)
+    }
+}
+impl super::Semantics for crate::isa::ops::RandSetState<'_> {
+    fn check(&self) -> crate::error::Result<()> {
+        (MODULE.check)(self.ins)
+    }
+    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
+        (MODULE.exec)(self.ins, ctx)
+    }
+}
+impl super::Semantics for crate::isa::ops::RandGetState<'_> {
+    fn check(&self) -> crate::error::Result<()> {
+        (MODULE.check)(self.ins)
+    }
+    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
+        (MODULE.exec)(self.ins, ctx)
+    }
+}
+impl super::Semantics for crate::isa::ops::Dropout<'_> {
+    fn check(&self) -> crate::error::Result<()> {
+        (MODULE.check)(self.ins)
+    }
+    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
+        (MODULE.exec)(self.ins, ctx)
+    }
+}

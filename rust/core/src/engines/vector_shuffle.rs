@@ -107,3 +107,14 @@ pub const MODULE: super::Module = super::Module {
     check: check_nc_stream_shuffle,
     exec: nc_stream_shuffle,
 };
+
+// TRANSITIONAL: routes the generated dispatch to this module's old `MODULE` until it
+// implements `Semantics` on the operand views itself.
+impl super::Semantics for crate::isa::ops::NcStreamShuffle<'_> {
+    fn check(&self) -> crate::error::Result<()> {
+        (MODULE.check)(self.ins)
+    }
+    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
+        (MODULE.exec)(self.ins, ctx)
+    }
+}

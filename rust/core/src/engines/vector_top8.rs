@@ -141,3 +141,30 @@ pub const MODULE: super::Module = super::Module {
         _ => nc_match_replace8(ins, ctx),
     },
 };
+
+// TRANSITIONAL: routes the generated dispatch to this module's old `MODULE` until it
+// implements `Semantics` on the operand views itself.
+impl super::Semantics for crate::isa::ops::Max8<'_> {
+    fn check(&self) -> crate::error::Result<()> {
+        (MODULE.check)(self.ins)
+    }
+    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
+        (MODULE.exec)(self.ins, ctx)
+    }
+}
+impl super::Semantics for crate::isa::ops::NcFindIndex8<'_> {
+    fn check(&self) -> crate::error::Result<()> {
+        (MODULE.check)(self.ins)
+    }
+    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
+        (MODULE.exec)(self.ins, ctx)
+    }
+}
+impl super::Semantics for crate::isa::ops::NcMatchReplace8<'_> {
+    fn check(&self) -> crate::error::Result<()> {
+        (MODULE.check)(self.ins)
+    }
+    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
+        (MODULE.exec)(self.ins, ctx)
+    }
+}

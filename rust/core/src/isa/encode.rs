@@ -3,7 +3,7 @@
 
 use super::instr::{Arg, Instr, Program, Signal, Wait};
 use super::tables::{DType, Engine, Opcode};
-use super::validate::validate;
+use super::validate::validate_generic as validate;
 use crate::error::{err, EmuError, ErrorKind::Decode, Result};
 use crate::memory::{Ap, DynKind, DynSrc, Dynamic, Mem};
 
@@ -324,7 +324,14 @@ fn decode_instr(r: &mut Reader) -> Result<Instr> {
     Ok(ins)
 }
 
+/// Decode a program with the generic checks only; `engines::decode_program` adds every
+/// instruction's own rules.
 pub fn decode_program(bytes: &[u8]) -> Result<Program> {
+    decode_program_with(bytes, |_| Ok(()))
+}
+
+/// Decode a program, running `check` on each instruction after the generic checks.
+pub fn decode_program_with(bytes: &[u8], check: impl Fn(&Instr) -> Result<()>) -> Result<Program> {
     let mut r = Reader { b: bytes, pos: 0 };
     if r.take(4)? != MAGIC {
         return Err(err(Decode, "not a trn3emu program (bad magic)"));
@@ -347,6 +354,7 @@ pub fn decode_program(bytes: &[u8]) -> Result<Program> {
     let mut instrs = Vec::with_capacity(n.min(1 << 16));
     for i in 0..n {
         let ins = decode_instr(&mut r).map_err(|e: EmuError| e.at(i, "<binary>"))?;
+        check(&ins).map_err(|e| e.at(i, "<binary>"))?;
         instrs.push(ins);
     }
     if r.pos != bytes.len() {

@@ -2,6 +2,7 @@
 
 use super::spec::{Default, Kind};
 use super::tables::{Engine, Opcode};
+use crate::error::{fail, ErrorKind, Result};
 use crate::memory::Ap;
 
 /// Semaphores per core available to programs (an emulator choice; the hardware count is not public).
@@ -94,6 +95,170 @@ impl Arg {
             _ => None,
         }
     }
+
+    // Typed getters for the generated operand views (`isa::ops`): `None` on a kind mismatch.
+    pub fn as_tensor(&self) -> Option<&Ap> {
+        self.tensor()
+    }
+    pub fn as_scalar(&self) -> Option<Scalar<'_>> {
+        match self {
+            Arg::Tensor(ap) => Some(Scalar::Tile(ap)),
+            Arg::F32(v) => Some(Scalar::Imm(Imm::F32(*v))),
+            Arg::I32(v) => Some(Scalar::Imm(Imm::I32(*v))),
+            _ => None,
+        }
+    }
+    pub fn as_imm(&self) -> Option<Imm> {
+        match *self {
+            Arg::F32(v) => Some(Imm::F32(v)),
+            Arg::I32(v) => Some(Imm::I32(v)),
+            _ => None,
+        }
+    }
+    pub fn as_i32(&self) -> Option<i32> {
+        match *self {
+            Arg::I32(v) => Some(v),
+            _ => None,
+        }
+    }
+    pub fn as_int_or_reg(&self) -> Option<IntOrReg> {
+        match *self {
+            Arg::I32(v) => Some(IntOrReg::Imm(v)),
+            Arg::Reg(r) => Some(IntOrReg::Reg(r)),
+            _ => None,
+        }
+    }
+    pub fn as_bool(&self) -> Option<bool> {
+        match *self {
+            Arg::Bool(v) => Some(v),
+            _ => None,
+        }
+    }
+    pub fn as_enum(&self) -> Option<u8> {
+        match *self {
+            Arg::Enum(v) => Some(v),
+            _ => None,
+        }
+    }
+    pub fn as_ints(&self) -> Option<&[i32]> {
+        match self {
+            Arg::Ints(v) => Some(v),
+            _ => None,
+        }
+    }
+    pub fn as_reg(&self) -> Option<u8> {
+        match *self {
+            Arg::Reg(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+/// A numeric immediate: fp32, or an exact 32-bit integer (bit-exact for integer memset and
+/// bitwise ops; converted with RNE, read as signed int32, on the fp32 arithmetic path).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Imm {
+    F32(f32),
+    I32(i32),
+}
+
+impl Imm {
+    pub fn f32(self) -> f32 {
+        match self {
+            Imm::F32(v) => v,
+            Imm::I32(v) => v as f32,
+        }
+    }
+}
+
+/// An `i32_or_reg` operand: an immediate, or a register of the issuing engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IntOrReg {
+    Imm(i32),
+    Reg(u8),
+}
+
+impl IntOrReg {
+    /// The value, reading a register from `regs` (validation keeps `r` in range).
+    pub fn value(self, regs: &[u32]) -> i32 {
+        match self {
+            IntOrReg::Imm(v) => v,
+            IntOrReg::Reg(r) => regs.get(r as usize).map_or(0, |&v| v as i32),
+        }
+    }
+}
+
+/// A `tensor_or_f32` operand: a (P,1) tile of per-partition values or an immediate.
+#[derive(Clone, Copy, Debug)]
+pub enum Scalar<'a> {
+    Tile(&'a Ap),
+    Imm(Imm),
+}
+
+impl<'a> Scalar<'a> {
+    pub fn tile(self) -> Option<&'a Ap> {
+        match self {
+            Scalar::Tile(ap) => Some(ap),
+            Scalar::Imm(_) => None,
+        }
+    }
+    /// The immediate as fp32, `None` for a tile.
+    pub fn imm_f32(self) -> Option<f32> {
+        match self {
+            Scalar::Imm(i) => Some(i.f32()),
+            Scalar::Tile(_) => None,
+        }
+    }
+}
+
+/// View support: `ins` has the operand count of its opcode.
+pub(crate) fn arity(ins: &Instr, n: usize) -> Result<()> {
+    if ins.args.len() == n {
+        Ok(())
+    } else {
+        Err(fail(
+            ErrorKind::Internal,
+            "operand_count",
+            format!(
+                "{} takes {n} operands, got {}",
+                ins.op.spec().name,
+                ins.args.len()
+            ),
+        ))
+    }
+}
+
+/// View support: operand `i` read by `get`; `None` when absent; a kind mismatch is an error.
+pub(crate) fn field<'a, T>(
+    ins: &'a Instr,
+    i: usize,
+    get: impl Fn(&'a Arg) -> Option<T>,
+) -> Result<Option<T>> {
+    let a = &ins.args[i];
+    if let Arg::Absent = a {
+        return Ok(None);
+    }
+    match get(a) {
+        Some(v) => Ok(Some(v)),
+        None => Err(fail(
+            ErrorKind::Value,
+            "operand_kind",
+            format!("expected {:?}, got {a:?}", ins.op.spec().params[i].kind),
+        )
+        .operand(ins.op.spec().params[i].name)),
+    }
+}
+
+/// View support: a required operand must be present.
+pub(crate) fn required<T>(v: Option<T>, ins: &Instr, i: usize) -> Result<T> {
+    v.ok_or_else(|| {
+        fail(
+            ErrorKind::Value,
+            "operand_required",
+            "required operand is missing".to_string(),
+        )
+        .operand(ins.op.spec().params[i].name)
+    })
 }
 
 /// `wait`: block until semaphore `sem` >= `value`.

@@ -2,6 +2,8 @@
 
 pub mod encode;
 pub mod instr;
+#[rustfmt::skip]
+pub mod ops;
 pub mod spec;
 #[rustfmt::skip]
 pub mod tables;

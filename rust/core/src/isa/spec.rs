@@ -1,6 +1,6 @@
 //! The types the generated tables (`tables.rs`) are written in.
 
-pub use super::tables::{DType, Engine, Opcode};
+pub use super::tables::{CostClass, DType, Engine, Opcode};
 
 /// Memory-space bit sets used by operand and engine specs.
 pub mod mem {
@@ -85,6 +85,28 @@ pub enum Default {
     Ints(&'static [i32]),
 }
 
+/// Where an operand may start on the partition axis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartRule {
+    /// The generic start-partition rule (checked by `isa::validate`).
+    Partition,
+    /// Placed by the instruction's own check (e.g. MX scale quadrants).
+    Any,
+}
+
+/// The data path an instruction's operands travel (from its cost class).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DataPath {
+    /// The issuing engine's own read and write ports.
+    Compute,
+    /// A transfer queued on the DMA engines; the issuing engine only triggers it.
+    Dma,
+    /// An inter-core rendezvous whose data moves on the DMA engines.
+    Collective,
+    /// The sequencer alone (registers, branches).
+    Control,
+}
+
 #[derive(Clone, Copy, Debug)]
 pub struct ParamSpec {
     pub name: &'static str,
@@ -94,6 +116,9 @@ pub struct ParamSpec {
     pub dtypes: u32,
     pub enum_id: u8,
     pub default: Default,
+    pub start: StartRule,
+    /// May use tensor indirection (an index tile).
+    pub indirect: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -101,10 +126,14 @@ pub struct InstrSpec {
     pub opcode: Opcode,
     pub name: &'static str,
     pub engines: &'static [Engine],
-    pub cost: &'static str,
+    pub cost: CostClass,
+    pub path: DataPath,
     pub since: &'static str,
     pub nki: bool,
-    pub implemented: bool,
+    /// Draws from or sets the core's random generators.
+    pub rng: bool,
+    /// An NKI `mask=` can restrict it.
+    pub maskable: bool,
     pub params: &'static [ParamSpec],
 }
 

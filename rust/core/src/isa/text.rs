@@ -12,7 +12,7 @@
 use super::instr::{Arg, Instr, Program, Signal, Wait};
 use super::spec::Kind;
 use super::tables::{DType, Engine, Opcode, ENUMS};
-use super::validate::validate;
+use super::validate::validate_generic as validate;
 use crate::error::{err, ErrorKind::*, Result};
 use crate::memory::{Ap, DynKind, DynSrc, Dynamic, Mem};
 use std::fmt::Write;
@@ -545,8 +545,14 @@ pub fn parse_instr(line: &str) -> Result<Instr> {
     Ok(ins)
 }
 
-/// Parse a whole program (`.core N` directive, `#` comments, blank lines).
+/// Parse a whole program (`.core N` directive, `#` comments, blank lines), with the generic
+/// checks only; `engines::parse_program` adds every instruction's own rules.
 pub fn parse_program(text: &str) -> Result<Program> {
+    parse_program_with(text, |_| Ok(()))
+}
+
+/// Parse a whole program, running `check` on each instruction after the generic checks.
+pub fn parse_program_with(text: &str, check: impl Fn(&Instr) -> Result<()>) -> Result<Program> {
     let mut prog = Program::default();
     for (ln, raw) in text.lines().enumerate() {
         let line = raw.split('#').next().unwrap_or("").trim();
@@ -565,6 +571,7 @@ pub fn parse_program(text: &str) -> Result<Program> {
             continue;
         }
         let ins = parse_instr(line).map_err(at)?;
+        check(&ins).map_err(at)?;
         prog.instrs.push(ins);
     }
     Ok(prog)

@@ -1,9 +1,10 @@
-//! Validation every instruction passes before it can be part of a program, whatever its origin
-//! (assembler, text, binary): operand kinds, enums, memories, dtypes, bounds, engine connectivity,
-//! the start-partition rule, then the instruction's own shape rules (`engines::check`).
+//! The generic checks every instruction passes before it can be part of a program, whatever its
+//! origin (assembler, text, binary): operand kinds, enums, memories, dtypes, bounds, engine
+//! connectivity, the start-partition rule — all read from the isa.toml tables. The instruction's
+//! own rules are `engines::Semantics::check`; `engines::validate` runs both.
 
 use super::instr::{Arg, Instr, MAX_SYNC, NUM_REGISTERS, NUM_SEMAPHORES};
-use super::spec::{dtype_names, mem_names, Kind};
+use super::spec::{dtype_names, mem_names, DataPath, Kind, StartRule};
 use super::tables::{Engine, ENUMS};
 use crate::error::{err, ErrorKind::*, Result};
 use crate::memory::{DynKind, DynSrc, Mem};
@@ -19,10 +20,11 @@ pub fn valid_name(name: &str) -> bool {
 
 /// True for instructions that move data on DMA queues (their operands obey DMA connectivity).
 pub fn is_dma(instr: &Instr) -> bool {
-    instr.op.spec().name.starts_with("dma_")
+    instr.op.spec().path == DataPath::Dma
 }
 
-pub fn validate(instr: &Instr) -> Result<()> {
+/// The generic operand checks (tables only); indirect operands are checked by the engines.
+pub fn validate_generic(instr: &Instr) -> Result<()> {
     let spec = instr.op.spec();
     if !spec.engines.contains(&instr.engine) {
         let names: Vec<_> = spec.engines.iter().map(|e| e.name()).collect();
@@ -86,17 +88,17 @@ pub fn validate(instr: &Instr) -> Result<()> {
             .operand("signal"));
         }
     }
-    let dma = is_dma(instr);
+    let dma = spec.path == DataPath::Dma;
     // Collectives move their data on the DMA engines (any trigger engine); control instructions
     // (register / scalar loads and stores) go through the sequencer, not the engine's data path.
-    let dma_path = dma || spec.cost == "collective";
+    let dma_path = dma || spec.path == DataPath::Collective;
     let eng = if dma_path { Engine::Dma } else { instr.engine };
-    let einfo = if spec.cost == "control" {
+    let einfo = if spec.path == DataPath::Control {
         None
     } else {
         eng.info()
     };
-    for (i, (p, a)) in spec.params.iter().zip(&instr.args).enumerate() {
+    for (p, a) in spec.params.iter().zip(&instr.args) {
         let fail = |k, msg: String| Err(err(k, msg).operand(p.name));
         let kind_ok = p.kind.accepts(a);
         if !kind_ok {
@@ -138,8 +140,9 @@ pub fn validate(instr: &Instr) -> Result<()> {
                                 "tensor indirection (.indirect) is for compute operands; DMAs gather with vector_offset".into(),
                             );
                         }
-                        crate::engines::dynamic::check_indirect(instr, i, ap)
-                            .map_err(|e| e.operand(p.name))?;
+                        if !p.indirect {
+                            return fail(Value, indirect_refusal(spec));
+                        }
                     } else if !dma {
                         return fail(
                             Value,
@@ -195,13 +198,7 @@ pub fn validate(instr: &Instr) -> Result<()> {
                         );
                     }
                 }
-                // MX scale tiles start at a quadrant offset 0/4/8/12 (checked by the instruction).
-                let mx_scale = p.name.ends_with("scale")
-                    && matches!(
-                        instr.op,
-                        super::Opcode::QuantizeMx | super::Opcode::NcMatmulMx
-                    );
-                if !dma_path && !mx_scale && ap.mem != Mem::Hbm {
+                if !dma_path && p.start == StartRule::Partition && ap.mem != Mem::Hbm {
                     ap.check_start_partition().map_err(|e| e.operand(p.name))?;
                 }
                 if eng == Engine::Tensor && p.access.writes() {
@@ -211,5 +208,26 @@ pub fn validate(instr: &Instr) -> Result<()> {
             _ => {}
         }
     }
-    crate::engines::check(instr)
+    Ok(())
+}
+
+fn indirect_refusal(spec: &super::spec::InstrSpec) -> String {
+    let v: Vec<&str> = spec
+        .params
+        .iter()
+        .filter(|p| p.indirect)
+        .map(|p| p.name)
+        .collect();
+    if v.is_empty() {
+        format!(
+            "{} does not support tensor indirection (.indirect)",
+            spec.name
+        )
+    } else {
+        format!(
+            "{} supports tensor indirection only on {}",
+            spec.name,
+            v.join(", ")
+        )
+    }
 }

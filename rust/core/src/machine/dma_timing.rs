@@ -11,6 +11,8 @@
 //! aggregate HBM traffic of all cores never exceeds the cap.
 
 use crate::cost::DmaParams;
+use crate::isa::ops::class;
+use crate::isa::tables::CostClass;
 use crate::isa::{Arg, Instr};
 use crate::memory::{Ap, Mem};
 
@@ -46,17 +48,22 @@ pub fn plan(ins: &Instr, p: &DmaParams) -> Plan {
     let spec = ins.op.spec();
     let mut dst: Option<&Ap> = None;
     let mut srcs: Vec<&Ap> = Vec::new();
-    let mut priority = 0u8;
     for (i, prm) in spec.params.iter().enumerate() {
         match ins.args.get(i) {
             Some(Arg::Tensor(ap)) if prm.access.writes() && dst.is_none() => dst = Some(ap),
             Some(Arg::Tensor(ap)) => srcs.push(ap),
-            Some(Arg::I32(v)) if prm.name == "priority" => {
-                priority = (*v).clamp(0, p.priorities.saturating_sub(1) as i32) as u8
-            }
             _ => {}
         }
     }
+    let transpose = spec.cost == CostClass::DmaTranspose;
+    let requested = if transpose {
+        class::DmaTranspose::of(ins).and_then(|d| d.priority)
+    } else {
+        class::Dma::of(ins).and_then(|d| d.priority)
+    };
+    let priority = requested.map_or(0, |v| {
+        v.clamp(0, p.priorities.saturating_sub(1) as i32) as u8
+    });
     let Some(dst) = dst else {
         return Plan {
             priority,
@@ -64,7 +71,7 @@ pub fn plan(ins: &Instr, p: &DmaParams) -> Plan {
             ..Plan::default()
         };
     };
-    let rate = if spec.cost == "dma_transpose" {
+    let rate = if transpose {
         if srcs.iter().any(|a| a.mem == Mem::Hbm) {
             0.9
         } else {

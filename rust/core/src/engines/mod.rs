@@ -116,7 +116,16 @@ impl Ctx<'_> {
             self.mems.scatter(ap, &bytes);
         }
     }
-    /// A scalar immediate or a (P,1) tile as P per-partition fp32 values.
+    /// A `tensor_or_f32` operand as P per-partition fp32 values (a tile is read, an immediate
+    /// repeated).
+    pub fn scalar(&self, s: crate::isa::instr::Scalar, parts: u32) -> Vec<f32> {
+        match s {
+            crate::isa::instr::Scalar::Tile(ap) => self.read_f32(ap),
+            crate::isa::instr::Scalar::Imm(i) => vec![i.f32(); parts as usize],
+        }
+    }
+    /// TRANSITIONAL (`scalar` on the typed view replaces it): a scalar immediate or a (P,1)
+    /// tile as P per-partition fp32 values.
     pub fn per_partition(&self, a: &Arg, parts: u32, dflt: f32) -> Vec<f32> {
         match a {
             Arg::Tensor(ap) => self.read_f32(ap),

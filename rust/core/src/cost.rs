@@ -231,6 +231,61 @@ pub fn flops(ins: &Instr) -> u64 {
     }
 }
 
+/// TensorE matmul: MultiplyMoving over the moving free size (fp32 at 1/4 rate, 1/2 with a
+/// one-zero operand); a cold array also pays the LoadStationary and the start-up latency.
+fn pe_matmul_cycles(ins: &Instr, issue: Issue) -> f64 {
+    let Some(mm) = class::PeMatmul::of(ins) else {
+        return MIN_II;
+    };
+    let (st, mv) = (mm.stationary, mm.moving);
+    let (ns, mut nm) = (st.free_size() as f64, mv.free_size() as f64);
+    let ns = if mm.perf_mode == Some(MatmulPerfMode::DoubleRow) {
+        nm /= 2.0;
+        ns / 2.0
+    } else {
+        ns
+    };
+    // Back-to-back: the next LoadStationary overlaps this MultiplyMoving.
+    let mut c = ns.min(64.0).max(nm);
+    if is_fp32(st.dtype) || is_fp32(mv.dtype) {
+        let onezero = mm.is_stationary_onezero == Some(true) || mm.is_moving_onezero == Some(true);
+        c *= if onezero { 2.0 } else { 4.0 };
+    }
+    if !issue.back_to_back {
+        // Cold array: the (fast) LoadStationary is exposed, plus the MM start-up.
+        c += ns / 4.0 + MM_INIT_LATENCY;
+    }
+    c
+}
+
+/// A transpose through the PE array: partitions in, up to 64 columns out per cycle.
+fn pe_transpose_cycles(sh: &Shape, issue: Issue) -> f64 {
+    let d = sh.data.iter().find(|(_, w)| !*w).map(|(a, _)| *a);
+    let (p, f) = d.map_or((128.0, sh.n), |a| (a.parts as f64, a.free_size() as f64));
+    let c = p.max(f.min(64.0));
+    if issue.back_to_back {
+        c
+    } else {
+        c + MM_INIT_LATENCY
+    }
+}
+
+/// local_gather: start-up plus the published per-index rate for the element size.
+fn gpsimd_gather_cycles(ins: &Instr, n: f64) -> f64 {
+    let g = class::GpsimdGather::of(ins);
+    let e = match g.map(|g| g.num_elem_per_idx) {
+        Some(v) if v > 0 => v as f64,
+        _ => 1.0,
+    };
+    let valid = match g.and_then(|g| g.num_valid_indices) {
+        Some(v) if v > 0 => v as f64,
+        _ => n,
+    };
+    let bytes = g.map_or(4.0, |g| g.src_buffer.dtype.size() as f64);
+    let c = ((28.0 + 4.0 * e) / (4.0 * e)) / (4.0 / bytes).min(e);
+    GPSIMD_START + valid * e / c
+}
+
 impl DefaultCost {
     /// Cycles on the instruction's engine clock, by cost class (docs/cost-model.md, table 1).
     pub fn cycles(&self, ins: &Instr, issue: Issue) -> f64 {
@@ -242,42 +297,9 @@ impl DefaultCost {
         let mii = |c: f64| c.max(MIN_II);
         match ins.op.spec().cost {
             C::Control | C::RngState | C::Dma | C::DmaTranspose | C::Collective => ISSUE_CYCLES,
-            C::PeMatmul => {
-                let Some(mm) = class::PeMatmul::of(ins) else {
-                    return MIN_II;
-                };
-                let (st, mv) = (mm.stationary, mm.moving);
-                let (ns, mut nm) = (st.free_size() as f64, mv.free_size() as f64);
-                let ns = if mm.perf_mode == Some(MatmulPerfMode::DoubleRow) {
-                    nm /= 2.0;
-                    ns / 2.0
-                } else {
-                    ns
-                };
-                // Back-to-back: the next LoadStationary overlaps this MultiplyMoving.
-                let mut c = ns.min(64.0).max(nm);
-                if is_fp32(st.dtype) || is_fp32(mv.dtype) {
-                    let onezero = mm.is_stationary_onezero == Some(true)
-                        || mm.is_moving_onezero == Some(true);
-                    c *= if onezero { 2.0 } else { 4.0 };
-                }
-                if !issue.back_to_back {
-                    // Cold array: the (fast) LoadStationary is exposed, plus the MM start-up.
-                    c += ns / 4.0 + MM_INIT_LATENCY;
-                }
-                c
-            }
+            C::PeMatmul => pe_matmul_cycles(ins, issue),
             C::PeTranspose => match eng {
-                Engine::Tensor => {
-                    let d = sh.data.iter().find(|(_, w)| !*w).map(|(a, _)| *a);
-                    let (p, f) = d.map_or((128.0, n), |a| (a.parts as f64, a.free_size() as f64));
-                    let c = p.max(f.min(64.0));
-                    if issue.back_to_back {
-                        c
-                    } else {
-                        c + MM_INIT_LATENCY
-                    }
-                }
+                Engine::Tensor => pe_transpose_cycles(&sh, issue),
                 _ => mii(n),
             },
             C::Act => {
@@ -351,20 +373,7 @@ impl DefaultCost {
             C::BnAggr => mii(13.0 * n / 3.0),
             C::Gpsimd1in => mii(n),
             C::GpsimdAffine => GPSIMD_START + n,
-            C::GpsimdGather => {
-                let g = class::GpsimdGather::of(ins);
-                let e = match g.map(|g| g.num_elem_per_idx) {
-                    Some(v) if v > 0 => v as f64,
-                    _ => 1.0,
-                };
-                let valid = match g.and_then(|g| g.num_valid_indices) {
-                    Some(v) if v > 0 => v as f64,
-                    _ => n,
-                };
-                let bytes = g.map_or(4.0, |g| g.src_buffer.dtype.size() as f64);
-                let c = ((28.0 + 4.0 * e) / (4.0 * e)) / (4.0 / bytes).min(e);
-                GPSIMD_START + valid * e / c
-            }
+            C::GpsimdGather => gpsimd_gather_cycles(ins, n),
             C::GpsimdNGather => GPSIMD_START + n,
             C::Topk => {
                 let t = class::Topk::of(ins);

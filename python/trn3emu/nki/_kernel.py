@@ -40,9 +40,10 @@ def _inner(x):
     return x._t if isinstance(x, NkiTensor) else x
 
 
-def not_supported(name: str, why: str = "") -> NotSupportedError:
+def not_supported(name: str, why: str = "", *, rule: str = "nki_not_supported") -> NotSupportedError:
+    """The error for an NKI API, or a form of one, the front end does not support; `rule` names which."""
     msg = f"not supported: {name}" + (f" ({why})" if why else "")
-    return NotSupportedError(msg, rule="nki_not_supported")
+    return NotSupportedError(msg, rule=rule)
 
 
 class NotSupportedAttribute(NotSupportedError, AttributeError):

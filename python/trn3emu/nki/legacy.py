@@ -192,7 +192,19 @@ def _legacy(opname: str):
 
     fn.__name__ = fn.__qualname__ = opname
     fn.__doc__ = f"Legacy value-returning `nki.isa.{opname}` (returns a new tile; `dtype=` casts, `mask=` restricts)."
+    fn.__signature__ = _legacy_signature(new)
     return fn
+
+
+def _legacy_signature(new) -> inspect.Signature:
+    """The NKI 0.6 signature without its leading dst, plus keyword-only `dtype` (the result's cast)
+    and `dst` (legacy operations that took one)."""
+    params = list(inspect.signature(new).parameters.values())[1:]
+    have = {p.name for p in params}
+    params += [
+        inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=None) for k in ("dtype", "dst") if k not in have
+    ]
+    return inspect.Signature(params, return_annotation=NkiTensor)
 
 
 def _restrict(mask, shape, pattern, offset, cm):

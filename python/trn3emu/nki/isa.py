@@ -62,11 +62,11 @@ def op_name(v: Any) -> Any:
         return v
     name = v if isinstance(v, str) else getattr(v, "name", None) or getattr(v, "__name__", None)
     if not isinstance(name, str):
-        raise not_supported(f"op token {v!r}")
+        raise not_supported(f"op token {v!r}", rule="nki_op_token")
     if name in _OP_ALIASES:
         alias = _OP_ALIASES[name]
         if alias is None:
-            raise not_supported(f"op {name}", "no NeuronCore ALU or activation function")
+            raise not_supported(f"op {name}", "no NeuronCore ALU or activation function", rule="nki_op_unsupported")
         return alias
     return name
 
@@ -285,9 +285,11 @@ def dma_compute(dst, srcs, scales=None, reduce_op=None, **kwargs):
     """`dma_compute(dst, srcs, scales, reduce_op)`: srcs list -> src0..src15 of the ISA record."""
     srcs = list(srcs)
     if len(srcs) > 16:
-        raise not_supported("dma_compute with more than 16 sources")
+        raise not_supported("dma_compute with more than 16 sources", rule="nki_dma_compute_sources")
     if scales is not None and any(float(s) != 1.0 for s in scales):
-        raise not_supported("dma_compute with scales other than 1.0", "the v4 DMA has no scale mode")
+        raise not_supported(
+            "dma_compute with scales other than 1.0", "the v4 DMA has no scale mode", rule="nki_dma_compute_scales"
+        )
     extra = {f"src{i}": s for i, s in enumerate(srcs)}
     if reduce_op is not None:
         extra["reduce_op"] = reduce_op

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate the Rust tables, the Python assembler and the ISA reference page from isa/isa.toml.
+"""Generate the Rust tables, the Python assembler (and its typed stub) and the ISA reference page from isa/isa.toml.
 
 Usage: python isa/generate.py           # write the generated files
        python isa/generate.py --check   # exit 1 if any generated file is stale
@@ -20,6 +20,7 @@ RUST_OUT = ROOT / "rust" / "core" / "src" / "isa" / "tables.rs"
 OPS_OUT = ROOT / "rust" / "core" / "src" / "isa" / "ops.rs"
 DISPATCH_OUT = ROOT / "rust" / "core" / "src" / "engines" / "dispatch.rs"
 PY_OUT = ROOT / "python" / "trn3emu" / "_asm.py"
+PYI_OUT = ROOT / "python" / "trn3emu" / "_asm.pyi"
 DOC_OUT = ROOT / "docs" / "isa.md"
 
 MEMS = {"sbuf": 1, "psum": 2, "hbm": 4}
@@ -513,10 +514,61 @@ def py_default(p: dict) -> str:
     return "None"
 
 
+def enum_alias(name: str) -> str:
+    """The Python type alias of an ISA enum: a Literal of its value names (alu_op -> AluOp)."""
+    return camel(name)
+
+
+# operand kind -> Python type of the assembler argument
+PY_TYPES = {
+    "tensor": "Tensor",
+    "tensor_or_f32": "Tensor | float | int",
+    "f32": "float | int",
+    "i32": "int",
+    "i32_or_reg": "int | Reg",
+    "bool": "bool",
+    "ints": "Sequence[int]",
+    "pattern": "Sequence[Sequence[int]]",
+    "reg": "Reg",
+}
+WAIT_TYPE = "tuple[int, int] | Sequence[tuple[int, int]]"
+SIGNAL_TYPE = "int | tuple[int, int] | Sequence[tuple[int, int]]"
+
+
+def py_type(p: dict) -> str:
+    t = enum_alias(p["enum"]) if p["kind"] == "enum" else PY_TYPES[p["kind"]]
+    if p.get("optional") and "default" not in p:
+        t += " | None"
+    return t
+
+
+def py_params(ins: dict, stub: bool) -> list[str]:
+    """The typed parameters of an assembler method (`self` first). In the stub a default that is
+    not a plain literal shows as `...`."""
+    sig = ["self"]
+    for p in ins["params"]:
+        if "default" in p or p.get("optional"):
+            d = py_default(p)
+            if stub and d.startswith("("):
+                d = "..."
+            sig.append(f"{p['name']}: {py_type(p)} = {d}")
+        else:
+            sig.append(f"{p['name']}: {py_type(p)}")
+    engines = ", ".join(repr(e) for e in ins["engines"])
+    sig += [f"engine: Literal[{engines}] | None = None", "name: str | None = None", "*"]
+    sig += [f"wait: {WAIT_TYPE} = ()", f"signal: {SIGNAL_TYPE} = ()"]
+    return sig
+
+
 def gen_python(data: dict) -> str:
     enums = {e["name"]: e["values"] for e in data["enum"]}
     out = [f'"""Assembler methods and ISA tables ({HEADER})."""', "", "from __future__ import annotations", ""]
-    out.append("from typing import Any")
+    out.append("from typing import TYPE_CHECKING, Any, Literal")
+    out.append("")
+    out.append("if TYPE_CHECKING:")
+    out.append("    from collections.abc import Sequence")
+    out.append("")
+    out.append("    from .tensor import Reg, Tensor")
     out.append("")
     out.append("DTYPES = {")
     for d in data["dtype"]:
@@ -527,6 +579,10 @@ def gen_python(data: dict) -> str:
     for e in data["enum"]:
         out.append(f"    {e['name']!r}: {tuple(e['values'])!r},")
     out.append("}")
+    out.append("")
+    out.append("# The value names each enum operand takes (type aliases for annotations).")
+    for e in data["enum"]:
+        out.append(f"{enum_alias(e['name'])} = Literal[{', '.join(repr(v) for v in e['values'])}]")
     out.append("")
     out.append("# name -> (opcode, engines, ((param, kind, enum-or-None), ...))")
     out.append("INSTRUCTIONS = {")
@@ -547,24 +603,17 @@ def gen_python(data: dict) -> str:
     out.append("class AssemblerMixin:")
     out.append('    """One method per nki.isa instruction; each appends one instruction to the program."""')
     out.append("")
-    out.append("    def _emit(self, opcode: str, engine: Any, name: Any, wait: Any, signal: Any, args: tuple) -> Any:")
+    out.append("    def _emit(self, opcode: str, engine: Any, name: Any, wait: Any, signal: Any, args: tuple) -> int:")
     out.append("        raise NotImplementedError")
     for ins in data["instruction"]:
-        sig = ["self"]
-        for p in ins["params"]:
-            if "default" in p or p.get("optional"):
-                sig.append(f"{p['name']}: Any = {py_default(p)}")
-            else:
-                sig.append(f"{p['name']}: Any")
-        sig += ["engine: Any = None", "name: Any = None", "*", "wait: Any = ()", "signal: Any = ()"]
         args = ", ".join(p["name"] for p in ins["params"])
         if len(ins["params"]) == 1:
             args += ","
         out.append("")
         out.append(f"    def {ins['name']}(")
-        for s in sig:
+        for s in py_params(ins, stub=False):
             out.append(f"        {s},")
-        out.append("    ) -> Any:")
+        out.append("    ) -> int:")
         doc = [ins["summary"], "", ins["math"].replace("\\\n", ""), "", f"Engines: {', '.join(ins['engines'])}."]
         for p in ins["params"]:
             extra = ""
@@ -576,6 +625,39 @@ def gen_python(data: dict) -> str:
             out.append(("        " + line).rstrip())
         out.append('        """')
         out.append(f"        return self._emit({ins['name']!r}, engine, name, wait, signal, ({args}))")
+    out.append("")
+    return "\n".join(out)
+
+
+def gen_pyi(data: dict) -> str:
+    """The typed stub of `_asm.py` (checked against the module by mypy.stubtest in tests/test_stubs.py)."""
+    out = [f'"""Types of the assembler methods and ISA tables ({HEADER})."""', ""]
+    out.append("from collections.abc import Sequence")
+    out.append("from typing import Any, Literal, TypeAlias")
+    out.append("")
+    out.append("from .tensor import Reg, Tensor")
+    out.append("")
+    out.append("# name -> (opcode, bits, kind, numpy dtype name)")
+    out.append("DTYPES: dict[str, tuple[int, int, str, str]]")
+    out.append("# enum -> value names (encoding = position)")
+    out.append("ENUMS: dict[str, tuple[str, ...]]")
+    out.append("# name -> (opcode, engines, ((param, kind, enum-or-None), ...))")
+    out.append("INSTRUCTIONS: dict[str, tuple[int, tuple[str, ...], tuple[tuple[str, str, str | None], ...]]]")
+    out.append("# name -> (cost class, data path, uses RNG, maskable by an NKI mask)")
+    out.append("INSTRUCTION_FLAGS: dict[str, tuple[str, str, bool, bool]]")
+    out.append("")
+    for e in data["enum"]:
+        out.append(f"{enum_alias(e['name'])}: TypeAlias = Literal[{', '.join(repr(v) for v in e['values'])}]")
+    out.append("")
+    out.append("class AssemblerMixin:")
+    out.append("    def _emit(")
+    out.append("        self, opcode: str, engine: Any, name: Any, wait: Any, signal: Any, args: tuple[Any, ...]")
+    out.append("    ) -> int: ...")
+    for ins in data["instruction"]:
+        out.append(f"    def {ins['name']}(")
+        for s in py_params(ins, stub=True):
+            out.append(f"        {s},")
+        out.append("    ) -> int: ...")
     out.append("")
     return "\n".join(out)
 
@@ -675,6 +757,7 @@ def main() -> int:
         OPS_OUT: gen_ops(data),
         DISPATCH_OUT: gen_dispatch(data),
         PY_OUT: gen_python(data),
+        PYI_OUT: gen_pyi(data),
         DOC_OUT: gen_doc(data),
     }
     if "--check" in sys.argv:

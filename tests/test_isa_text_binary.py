@@ -2,8 +2,8 @@
 
 Random programs are built generically from the ISA tables (`INSTRUCTIONS` in `_asm.py` for names,
 engines and operand kinds; isa/isa.toml for each tensor operand's memories, dtype class and access)
-through the low-level `_native.Program.append`, so every instruction of isa/isa.toml is exercised,
-implemented or not. A draw the validator rejects must be rejected with a validation error and is
+through the low-level `_native.Program.append`, so every instruction of isa/isa.toml is exercised.
+A draw the validator rejects must be rejected with a validation error and is
 left out; the property covers the accepted ones. Malformed binaries and texts must raise an
 `EmuError` (an encoding or validation subclass) and nothing else.
 """

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .tensor import Reg, Tensor
 
 DTYPES = {
     'float32': (0, 32, 'float', 'float32'),
@@ -36,6 +41,17 @@ ENUMS = {
     'cmp_op': ('always', 'eq', 'ne', 'lt', 'le', 'gt', 'ge'),
     'dma_engine': ('unused', 'dma', 'gpsimd_dma'),
 }
+
+# The value names each enum operand takes (type aliases for annotations).
+Engine = Literal['unknown', 'tensor', 'scalar', 'gpsimd', 'dma', 'vector', 'sync']
+AluOp = Literal['bypass', 'add', 'subtract', 'multiply', 'maximum', 'minimum', 'equal', 'not_equal', 'greater_equal', 'greater', 'less_equal', 'less', 'logical_and', 'logical_or', 'logical_xor', 'logical_not', 'bitwise_and', 'bitwise_or', 'bitwise_xor', 'invert', 'left_shift', 'right_shift', 'power', 'abs_max', 'abs_min', 'abs', 'square', 'relu', 'rsqrt', 'reciprocal', 'average', 'divide']
+ActFn = Literal['copy', 'square', 'sigmoid', 'relu', 'prelu', 'gelu', 'gelu_dx', 'gelu_apprx_tanh', 'gelu_apprx_sigmoid', 'gelu_apprx_sigmoid_dx', 'silu', 'silu_dx', 'tanh', 'softplus', 'mish', 'erf', 'erf_dx', 'exp', 'sign', 'abs', 'log', 'sin', 'arctan', 'sqrt', 'rsqrt', 'reciprocal', 'bypass']
+ReduceCmd = Literal['idle', 'reset', 'reduce', 'reset_reduce', 'load_reduce']
+DgeMode = Literal['unknown', 'swdge', 'hwdge', 'none']
+OobMode = Literal['error', 'skip']
+MatmulPerfMode = Literal['none', 'double_row']
+CmpOp = Literal['always', 'eq', 'ne', 'lt', 'le', 'gt', 'ge']
+DmaEngine = Literal['unused', 'dma', 'gpsimd_dma']
 
 # name -> (opcode, engines, ((param, kind, enum-or-None), ...))
 INSTRUCTIONS = {
@@ -163,17 +179,17 @@ INSTRUCTION_FLAGS = {
 class AssemblerMixin:
     """One method per nki.isa instruction; each appends one instruction to the program."""
 
-    def _emit(self, opcode: str, engine: Any, name: Any, wait: Any, signal: Any, args: tuple) -> Any:
+    def _emit(self, opcode: str, engine: Any, name: Any, wait: Any, signal: Any, args: tuple) -> int:
         raise NotImplementedError
 
     def nop(
         self,
-        engine: Any = None,
-        name: Any = None,
+        engine: Literal['sync', 'vector', 'scalar', 'gpsimd', 'tensor'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Do nothing; carries semaphore waits and signals (emulator scaffolding for explicit sync).
 
         -
@@ -184,22 +200,22 @@ class AssemblerMixin:
 
     def nc_matmul(
         self,
-        dst: Any,
-        stationary: Any,
-        moving: Any,
-        is_stationary_onezero: Any = False,
-        is_moving_onezero: Any = False,
-        is_transpose: Any = False,
-        accumulate: Any = None,
-        tile_position: Any = (),
-        tile_size: Any = (),
-        perf_mode: Any = 'none',
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        stationary: Tensor,
+        moving: Tensor,
+        is_stationary_onezero: bool = False,
+        is_moving_onezero: bool = False,
+        is_transpose: bool = False,
+        accumulate: bool | None = None,
+        tile_position: Sequence[int] = (),
+        tile_size: Sequence[int] = (),
+        perf_mode: MatmulPerfMode = 'none',
+        engine: Literal['tensor'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Matrix multiply on the PE array: dst[M,N] (+)= stationary[K,M]^T @ moving[K,N].
 
         dst[m,n] = sum_{k=0..K-1} stationary[k,m] * moving[k,n]: exact products, fp32 accumulation in partition order 0..K-1 starting from +0, one fused multiply-add acc = fl32(acc + a*b) per step, then written to PSUM (accumulate: psum = fl32(psum + sum)). accumulate=None: the first write to a PSUM location since it was last written by another instruction overwrites, later ones add.
@@ -220,14 +236,14 @@ class AssemblerMixin:
 
     def nc_transpose(
         self,
-        dst: Any,
-        data: Any,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        data: Tensor,
+        engine: Literal['tensor', 'vector'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Swap the partition and (flattened) free dimensions, bit-exact.
 
         dst[f, p] = data[p, f]; TensorE: SBUF -> PSUM, <= [128,128]; VectorE: <= [32,32]
@@ -240,20 +256,20 @@ class AssemblerMixin:
 
     def activation(
         self,
-        dst: Any,
-        op: Any,
-        data: Any,
-        bias: Any = None,
-        scale: Any = 1.0,
-        reduce_op: Any = None,
-        reduce_res: Any = None,
-        reduce_cmd: Any = 'idle',
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        op: ActFn,
+        data: Tensor,
+        bias: Tensor | float | int | None = None,
+        scale: Tensor | float | int = 1.0,
+        reduce_op: AluOp | None = None,
+        reduce_res: Tensor | None = None,
+        reduce_cmd: ReduceCmd = 'idle',
+        engine: Literal['scalar', 'gpsimd'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """dst = op(data * scale + bias), fp32 inside, optional free-dim sum into reduce registers.
 
         out = op(data * scale + bias) in fp32, cast to dst (RNE). reduce_cmd: reset -> regs = 0; reset_reduce -> regs = sum(out); reduce -> regs += sum(out); idle -> untouched. reduce_op: add only. reduce_res gets regs after dst is written (a reduce_res aliasing dst ends with the sums). Registers sum the fp32 results in free order. Restricted functions outside their documented range (log [2^-64, 2^64], sin [-pi, pi], arctan [-pi/2, pi/2], sqrt [2^-116, 2^118], rsqrt [2^-87, 2^97], reciprocal |x| in [2^-42, 2^42]) give NaN (hardware: invalid output). prelu is rejected (its slope is activate2's relu_param). NKI 0.7 (SDK 2.33) also runs activation on GpSimd (v4): same math, SBUF only, no accumulator (reduce_cmd idle, no reduce_op / reduce_res).
@@ -272,16 +288,16 @@ class AssemblerMixin:
 
     def tensor_tensor(
         self,
-        dst: Any,
-        data1: Any,
-        data2: Any,
-        op: Any,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        data1: Tensor,
+        data2: Tensor,
+        op: AluOp,
+        engine: Literal['vector', 'gpsimd'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Elementwise dst = op(data1, data2).
 
         Arithmetic ops: both inputs cast to fp32, fp32 op, RNE cast to dst. Bitwise ops: integer dtypes, raw bits (inputs zero/sign-extended to 32 bits, result truncated to dst width). At most one input in PSUM. power runs on GpSimd only. Default engine (engine unknown / not written): GpSimd for power, and when every operand is int32/uint32 with none in PSUM; otherwise Vector. GpSimd with all-int32/uint32 operands is exact: add, subtract, multiply wrap; maximum, minimum, comparisons, logical and abs_max/abs_min are exact integer operations.
@@ -296,20 +312,20 @@ class AssemblerMixin:
 
     def tensor_scalar(
         self,
-        dst: Any,
-        data: Any,
-        op0: Any,
-        operand0: Any = None,
-        reverse0: Any = False,
-        op1: Any = None,
-        operand1: Any = None,
-        reverse1: Any = False,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        data: Tensor,
+        op0: AluOp,
+        operand0: Tensor | float | int | None = None,
+        reverse0: bool = False,
+        op1: AluOp | None = None,
+        operand1: Tensor | float | int | None = None,
+        reverse1: bool = False,
+        engine: Literal['vector', 'scalar', 'gpsimd'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """dst = op1(op0(data, operand0), operand1) with scalar or (P,1) operands.
 
         t = op0(data, operand0) (reverse0: op0(operand0, data)); dst = op1(t, operand1) (reverse1: op1(operand1, t)). fp32 arithmetic, or raw bits when both ops are bitwise (integer immediates, e.g. 0xffffffff, then act as exact 32-bit words; integer (P,1) tiles as their raw bits). rsqrt runs on GpSimd / Scalar only, reciprocal on Vector / Scalar only; with engine unknown an rsqrt goes to GpSimd (Scalar if an operand is in PSUM). ScalarE accepts every arithmetic (op0, op1) pair (the (multiply, add) / (multiply) / (add) restriction is documented for trn2 only); bitwise ops run on VectorE only.
@@ -328,14 +344,14 @@ class AssemblerMixin:
 
     def tensor_copy(
         self,
-        dst: Any,
-        src: Any,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        src: Tensor,
+        engine: Literal['vector', 'scalar', 'gpsimd'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Copy; same dtype is bit-exact, otherwise cast through fp32 (RNE).
 
         dst = src (raw bits when dtypes are equal, else cast(fp32(src)))
@@ -348,14 +364,14 @@ class AssemblerMixin:
 
     def memset(
         self,
-        dst: Any,
-        value: Any,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        value: float | int,
+        engine: Literal['vector', 'gpsimd'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Fill a tile with one value.
 
         dst[...] = cast(value). An integer immediate fills integer dtypes exactly (any 32-bit word for int32 / uint32, in range for narrower ints); an fp32 value must be integral and in range for integer dtypes; x4 packed dtypes only 0.
@@ -368,16 +384,16 @@ class AssemblerMixin:
 
     def iota(
         self,
-        dst: Any,
-        pattern: Any,
-        offset: Any = 0,
-        channel_multiplier: Any = 0,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        pattern: Sequence[Sequence[int]],
+        offset: int | Reg = 0,
+        channel_multiplier: int = 0,
+        engine: Literal['gpsimd'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Affine index generator.
 
         value = offset + p * channel_multiplier + sum_i idx_i * step_i over pattern [[step, num], ...] (outer to inner), computed in int32 (wrapping) then cast to dst's dtype. offset is an immediate or a register of the issuing engine (GpSimd), read when the instruction executes (a dynamic offset).
@@ -392,17 +408,17 @@ class AssemblerMixin:
 
     def dma_copy(
         self,
-        dst: Any,
-        src: Any,
-        priority: Any = None,
-        oob_mode: Any = 'error',
-        dge_mode: Any = 'unknown',
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        src: Tensor,
+        priority: int | None = None,
+        oob_mode: OobMode = 'error',
+        dge_mode: DgeMode = 'unknown',
+        engine: Literal['sync', 'scalar', 'gpsimd', 'vector', 'tensor'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """DMA copy between HBM and SBUF (either side), cast through fp32 when dtypes differ.
 
         Elements are copied in logical (row-major) order; element counts must match. Different dtypes: src -> fp32 -> dst (RNE), not for packed MX dtypes; hwdge moves raw bytes (equal dtypes) and is triggered only from the sync or scalar engine. Executes on a DMA queue, asynchronously to the issuing engine; signals fire when the transfer completes. Dynamic addressing (docs/encoding.md): a scalar offset (register of the issuing engine, read when the DMA is triggered, or a 1x1 int32/uint32 tile, read by the transfer) adds value * step elements, any DGE; a vector offset ((P,1) int32/uint32 SBUF index tile, swdge or unknown DGE, on an HBM operand) moves row r to index[r] * row_step; the dst of a vector-offset gather and src of a scatter must have the same row count. An index outside 0..bound: oob_mode=error raises AddressError, skip leaves that row (or, for a scalar offset, the whole transfer) undone, without any dtype conversion of the rows that do move.
@@ -418,20 +434,20 @@ class AssemblerMixin:
 
     def nc_matmul_mx(
         self,
-        dst: Any,
-        stationary: Any,
-        moving: Any,
-        stationary_scale: Any,
-        moving_scale: Any,
-        tile_position: Any = None,
-        tile_size: Any = None,
-        accumulate: Any = None,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        stationary: Tensor,
+        moving: Tensor,
+        stationary_scale: Tensor,
+        moving_scale: Tensor,
+        tile_position: Sequence[int] | None = None,
+        tile_size: Sequence[int] | None = None,
+        accumulate: bool | None = None,
+        engine: Literal['tensor'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """MXFP8/MXFP4 matmul with integrated dequantization: dst[M,N] (+)= (stationary*2^sS)^T @ (moving*2^sM).
 
         Unpack the x4 words to fp32 S[p,m,q], M[p,n,q] (q = 0..3; logical contraction row k = q*(K/4) + p, K = 4*partitions <= 512); scales are E8M0 (2^(e-127), 0xFF = NaN), one per 32 values = 8 partitions x 4 quad elements: dst[m,n] = sum_p sum_q (S[p,m,q]*2^(sS[p//8,m]-127)) * (M[p,n,q]*2^(sM[p//8,n]-127)), fp32 accumulation, then written to PSUM as nc_matmul (fp32 or bf16 dst; accumulate True/False/None as nc_matmul). MXFP8 x MXFP4 mixing allowed; hardware converts FP4 to FP8 before the PE math. Modeled order: per partition the 4 quad products with both scales are summed exactly and rounded once to fp32, then accumulated over partitions 0..P-1 in fp32 RNE. Scale row r = p//8 sits at partition 32*(r//4) + r%4 + off, off in {0,4,8,12} (P <= 32: partitions off..off+P/8-1); scale free index j = data x4 element j. Data partitions: multiple of 32, <= 128, equal for both; stationary free even, <= 128. Row tiling only: tile_size column 128, tile_position column 0. Open (ref 6.2): moving free limit 512 fp32 / 1024 bf16 dst (0.2 API, arch guide [128,512] x4) vs 4096 / 8192 (0.5+ API text).
@@ -450,19 +466,19 @@ class AssemblerMixin:
 
     def activation_reduce(
         self,
-        dst: Any,
-        op: Any,
-        data: Any,
-        reduce_op: Any,
-        reduce_res: Any,
-        bias: Any = None,
-        scale: Any = 1.0,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        op: ActFn,
+        data: Tensor,
+        reduce_op: AluOp,
+        reduce_res: Tensor,
+        bias: Tensor | float | int | None = None,
+        scale: Tensor | float | int = 1.0,
+        engine: Literal['scalar'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Legacy activation with a free-dim reduction into reduce_res (= activation with reduce_cmd=reset_reduce).
 
         out = op(data * scale + bias) in fp32, cast to dst (RNE); reduce_regs = reduce_op over all free elements of out (reset first, fp32, free order); reduce_res[p,0] = reduce_regs[p]. Equivalent to activation(..., reduce_op, reduce_res, reduce_cmd=reset_reduce); shares ScalarE reduce_regs with activation / activate2. reduce_op must be add (NKI 2.33 docs: the registers can only sum; activate2 has max/min). The fp32 values are reduced (emulator choice for ref 6.5).
@@ -480,25 +496,25 @@ class AssemblerMixin:
 
     def activate2(
         self,
-        dst: Any,
-        op: Any,
-        data: Any,
-        imm0: Any,
-        imm1: Any,
-        op0: Any,
-        op1: Any,
-        relu_param: Any = 0.0,
-        reverse0: Any = False,
-        reverse1: Any = False,
-        reduce_op: Any = None,
-        reduce_res: Any = None,
-        reduce_cmd: Any = 'idle',
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        op: ActFn,
+        data: Tensor,
+        imm0: Tensor | float | int,
+        imm1: Tensor | float | int,
+        op0: AluOp,
+        op1: AluOp,
+        relu_param: Tensor | float | int = 0.0,
+        reverse0: bool = False,
+        reverse1: bool = False,
+        reduce_op: AluOp | None = None,
+        reduce_res: Tensor | None = None,
+        reduce_cmd: ReduceCmd = 'idle',
+        engine: Literal['scalar'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """ScalarE tensor-scalar stage, activation and optional reduction: dst = op(op1(op0(data, imm0), imm1), relu_param).
 
         Per element, fp32: v = data; if op0 != bypass: v = op0(v, imm0) (reverse0: op0(imm0, v)); if op1 != bypass: v = op1(v, imm1) (reverse1: op1(imm1, v)); out = op(v, relu_param) (relu_param = prelu slope), RNE cast to dst. Allowed (op0, op1): (multiply, add), (multiply, subtract), (multiply, bypass), (add, bypass), (subtract, bypass), (bypass, bypass). imm0/imm1: fp32 scalars or (P,1) tiles (same dtype when both tiles). Reduction into ScalarE reduce_regs (shared with activation): reset -> identity of reduce_op only; reset_reduce -> identity then acc = reduce_op(acc, out[i]) over all free elements; reduce -> continue; idle -> untouched. reduce_op in {add, maximum, minimum, abs_max, abs_min}; reduce_res (P,1) gets the registers (extra read-out instruction). The fp32 values are reduced in free order (emulator choice for ref 6.5); identities add 0, maximum -inf, minimum +inf, abs_max 0, abs_min +inf; abs_max/abs_min keep the signed value, ties -> the newer element. reduce_cmd other than idle needs reduce_op; load_reduce is rejected.
@@ -522,20 +538,20 @@ class AssemblerMixin:
 
     def scalar_tensor_tensor(
         self,
-        dst: Any,
-        data: Any,
-        op0: Any,
-        operand0: Any,
-        op1: Any,
-        operand1: Any,
-        reverse0: Any = False,
-        reverse1: Any = False,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        data: Tensor,
+        op0: AluOp,
+        operand0: Tensor | float | int,
+        op1: AluOp,
+        operand1: Tensor,
+        reverse0: bool = False,
+        reverse1: bool = False,
+        engine: Literal['vector'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """dst = op1(op0(data, operand0), operand1) with a broadcast scalar operand0 and a full-tile operand1.
 
         t = op0(data, operand0) (reverse0: op0(operand0, data)); dst = op1(t, operand1) (reverse1: op1(operand1, t)). operand0: fp32 scalar or (P,1) tile broadcast along the free dims; operand1: same P and elements/partition as data. Arithmetic ops only (no bitvec), inputs cast to fp32, fp32 math, RNE cast to dst. data and operand1 not both in PSUM. (NKI 0.7 appends reduce_cmd / reduce_op / reduce_res; not modeled here.)
@@ -554,18 +570,18 @@ class AssemblerMixin:
 
     def tensor_reduce(
         self,
-        dst: Any,
-        op: Any,
-        data: Any,
-        axis: Any,
-        negate: Any = False,
-        keepdims: Any = False,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        op: AluOp,
+        data: Tensor,
+        axis: Sequence[int],
+        negate: bool = False,
+        keepdims: bool = False,
+        engine: Literal['vector'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Reduce the trailing free axes of a tile per partition.
 
         dst[p, kept...] = op over the free axes listed in axis (must be the last contiguous free dims ending at the final dim, e.g. (3,), (2,3), (1,2,3) for 4-D; axis 0 illegal). Arithmetic op (add, subtract, multiply, maximum, minimum, logical_*): fp32 math (order unspecified), negate multiplies the result by -1, RNE cast to dst. Bitvec op (bitwise_and/or/xor): raw integer bits, integer dtypes, negate not applicable. keepdims only keeps reduced dims as size 1 in dst's shape. dst elements/partition = product of the kept free dims. Open: fold order of subtract (listed as reduction-legal) is undocumented; 0.2 treated axis=1 as the last dim (bug). Emulator: folds run left to right in free order from the first element (subtract = x0 - x1 - ...); logical ops start from their identity; axis must list the trailing axes (any order, each once).
@@ -582,20 +598,20 @@ class AssemblerMixin:
 
     def tensor_tensor_scan(
         self,
-        dst: Any,
-        data0: Any,
-        data1: Any,
-        initial: Any,
-        op0: Any,
-        op1: Any,
-        reverse0: Any = False,
-        reverse1: Any = False,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        data0: Tensor,
+        data1: Tensor,
+        initial: Tensor | float | int,
+        op0: AluOp,
+        op1: AluOp,
+        reverse0: bool = False,
+        reverse1: bool = False,
+        engine: Literal['vector'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Per-partition scan along the free dim: r[i] = op1(op0(data0[i], r[i-1]), data1[i]).
 
         Per partition over the flattened free dim, fp32: r[0] = op1(op0(data0[0], initial), data1[0]); r[i] = op1(op0(data0[i], r[i-1]), data1[i]); reverse0 -> op0(r, data0[i]); reverse1 -> op1(data1[i], .); dst[i] = cast(r[i]) (RNE), the carried r stays fp32. initial: fp32 scalar or (P,1) tile. data0 / data1 same P and elements/partition, not both in PSUM. Arithmetic ops only. E.g. op0=multiply, op1=add: h = a*h + b.
@@ -614,22 +630,22 @@ class AssemblerMixin:
 
     def tensor_scalar_reduce(
         self,
-        dst: Any,
-        data: Any,
-        op0: Any,
-        operand0: Any,
-        reduce_op: Any,
-        reduce_res: Any = None,
-        reverse0: Any = False,
-        reduce_cmd: Any = 'reset_reduce',
-        reduce_init: Any = None,
-        reduce_res_negate: Any = False,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        data: Tensor,
+        op0: AluOp,
+        operand0: Tensor | float | int,
+        reduce_op: AluOp,
+        reduce_res: Tensor | None = None,
+        reverse0: bool = False,
+        reduce_cmd: ReduceCmd = 'reset_reduce',
+        reduce_init: Tensor | float | int | None = None,
+        reduce_res_negate: bool = False,
+        engine: Literal['vector'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """dst = op0(data, operand0) plus a reduction of the result over all free dims into the VectorE accumulators.
 
         dst = op0(data, operand0) (one arithmetic op; unary ops such as abs/square/relu take operand0 = 0; abs_max / abs_min on v4), fp32 math, RNE cast to dst. VectorE per-lane accumulator (shared with exponential, range_select, select_reduce, tensor_scalar_cumulative): reset_reduce -> identity of reduce_op (add 0, multiply 1, maximum -inf, minimum +inf); reduce -> keep; load_reduce -> reduce_init; then acc = reduce_op(acc, r) for every result element r over all free dims. reduce_res[p,0] = acc, negated if reduce_res_negate (the accumulator itself is not negated); reduce_res None keeps the value internal. reduce_op in {add, multiply, maximum, minimum}. reverse0 is documented as not supported. Resolved: the API text says reset_reduce resets to 0, the reference says to the op's identity; the identity is modeled. Open (ref 6.5): fp32 or dst-rounded values are reduced. Emulator: reduces the fp32 values before the dst cast; lanes are data's partitions; reverse0=True is rejected; reset loads the identity without folding; idle leaves the registers untouched.
@@ -650,19 +666,19 @@ class AssemblerMixin:
 
     def tensor_scalar_cumulative(
         self,
-        dst: Any,
-        src: Any,
-        op0: Any,
-        op1: Any,
-        imm0: Any,
-        imm1: Any = None,
-        reduce_cmd: Any = 'reset_reduce',
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        src: Tensor,
+        op0: AluOp,
+        op1: AluOp,
+        imm0: Tensor | float | int,
+        imm1: Tensor | float | int | None = None,
+        reduce_cmd: ReduceCmd = 'reset_reduce',
+        engine: Literal['vector'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Inclusive scan of op0(src, imm0) with op1 through the VectorE accumulator.
 
         reg init: reset_reduce -> 0 (op1 add/subtract), 1 (multiply), -inf (maximum), +inf (minimum); reduce -> keep; load_reduce -> imm1. Then for each element i in free order: reg = op1(op0(src[i], imm0), reg); dst[i] = cast(reg). fp32 math; op0 arithmetic, op1 in {add, subtract, multiply, maximum, minimum}; imm0 / imm1 fp32 scalars or (P,1) tiles. Accumulator shared with the other VectorE reduce instructions. dtypes: bf16, fp16, fp32, fp8, uint8, uint16, int8, int16 (no int32/uint32; fp8 taken as all three fp8 kinds). Open (ref 6.6): for subtract this is x' - reg, not reg - x' (modeled as written). The API pseudo-code has a reverse0 branch (op0(imm0, src[i])) but the signature has no reverse0 parameter; not modeled. NKI 2.31 docs showed reduce_cmd default idle; 0.6 = reset_reduce. Emulator: reduce_cmd idle / reset are rejected (the scan runs through the register); the final reg stays in the accumulator.
@@ -680,16 +696,16 @@ class AssemblerMixin:
 
     def tensor_copy_predicated(
         self,
-        dst: Any,
-        src: Any,
-        predicate: Any,
-        reverse_pred: Any = False,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        src: Tensor | float | int,
+        predicate: Tensor,
+        reverse_pred: bool = False,
+        engine: Literal['vector'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Where predicate != 0 (xor reverse_pred) dst = src, else dst keeps its value.
 
         For each element: if (predicate != 0) != reverse_pred: dst = src (a scalar src is broadcast), else dst unchanged. src (if a tile), predicate and dst: same P and elements/partition; src and dst same dtype (bit copy); predicate uint8 / uint16 / uint32; src and predicate not both in PSUM.
@@ -704,18 +720,18 @@ class AssemblerMixin:
 
     def exponential(
         self,
-        dst: Any,
-        src: Any,
-        max_value: Any = 0.0,
-        reduce_res: Any = None,
-        reduce_cmd: Any = 'idle',
-        reduce_init: Any = 0.0,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        src: Tensor,
+        max_value: Tensor | float | int = 0.0,
+        reduce_res: Tensor | None = None,
+        reduce_cmd: ReduceCmd = 'idle',
+        reduce_init: Tensor | float | int = 0.0,
+        engine: Literal['vector'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """dst = exp(src - max_value) on VectorE, with an optional running sum in the VectorE accumulators.
 
         dst[i] = exp(src[i] - max_value) in fp32 (max_value fp32 scalar or (P,1) tile), cast to dst. Accumulator: reset_reduce -> 0 then acc += dst[i]; reduce -> continue; load_reduce -> reduce_init then accumulate; idle -> no accumulation (accumulator state may still change). reduce_res (P,1) gets the sum. Up to 4-D; src and dst same P and elements/partition. reduce_init must be unset / 0.0 unless load_reduce. Open (ref 6.5): whether the sum uses the fp32 or the dst-rounded value; exp accuracy (approximation) undocumented. Emulator: exp evaluated in f64 and rounded once to fp32; the sum uses the fp32 values before the dst cast; reduce_res under idle reads the unchanged accumulator.
@@ -732,14 +748,14 @@ class AssemblerMixin:
 
     def reciprocal(
         self,
-        dst: Any,
-        data: Any,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        data: Tensor,
+        engine: Literal['vector'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Elementwise dst = 1/data on VectorE (more precise than ScalarE activation(reciprocal)).
 
         dst = cast(1.0 / fp32(data)) (RNE); any input dtype; same P and elements/partition.
@@ -752,15 +768,15 @@ class AssemblerMixin:
 
     def quantize_mx(
         self,
-        dst: Any,
-        src: Any,
-        dst_scale: Any,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        src: Tensor,
+        dst_scale: Tensor,
+        engine: Literal['vector'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Quantize fp16/bf16 data to MXFP8 (x4-packed data plus E8M0 scales) in the nc_matmul_mx layout.
 
         src (P, F): P multiple of 32 (<= 128), F multiple of 4; dst (P, F/4) x4 words; per 8-partition x 4-element group: amax = max |v|; X = 2^(floor(log2 amax) - (Emax - 1)), Emax = 8 (e4m3fn) / 15 (e5m2) (0.5+ rule: 2x the OCP sample scale); amax = 0 -> X = 2^-127 (code 0); dst values = cast(v / X) packed 4 per word (element 0 in the lowest byte); dst_scale = E8M0 code of X, placed per the nc_matmul_mx scale layout (quadrant offset chosen by slicing dst_scale). Layout preserved (input already in MX interleaved order). FP4 output not supported. Open (ref 6.8): rounding / saturation of the fp8 cast unspecified (golden clips to +-max then RNE: modeled; SR when the device rounds stochastically). Our choices: the OCP rule X = 2^(floor(log2 amax) - Emax) with Device(mx_scale="ocp"); a group holding Inf/NaN gets scale 0xFF and NaN elements (docs/numerics.md, MX).
@@ -774,15 +790,15 @@ class AssemblerMixin:
 
     def dropout(
         self,
-        dst: Any,
-        data: Any,
-        prob: Any,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        data: Tensor,
+        prob: Tensor | float | int,
+        engine: Literal['vector'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Replace each element by 0 with probability prob (VectorE PRNG).
 
         dst[i] = 0 with probability prob (a fp32 scalar, or a (P,1) tile giving one probability per partition), else data[i] (bit copy); prob 1.0 -> all zero, 0.0 -> identity. dst dtype == data dtype; prob must be fp32 for integer data. No rescaling of survivors is documented (none modeled). Open (ref 6.11): which PRNG (VectorE LFSR / XORWOW), the bits -> probability comparison, and state consumption order are undocumented (modeled: VectorE XORWOW, dropped iff (bits >> 8) * 2^-24 < prob).
@@ -796,23 +812,23 @@ class AssemblerMixin:
 
     def range_select(
         self,
-        dst: Any,
-        on_true_tile: Any,
-        comp_op0: Any,
-        comp_op1: Any,
-        bound0: Any,
-        bound1: Any,
-        reduce_cmd: Any = 'reset_reduce',
-        reduce_res: Any = None,
-        reduce_op: Any = 'maximum',
-        range_start: Any = 0,
-        on_false_value: Any = -3.4028235e+38,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        on_true_tile: Tensor,
+        comp_op0: AluOp,
+        comp_op1: AluOp,
+        bound0: Tensor,
+        bound1: Tensor,
+        reduce_cmd: ReduceCmd = 'reset_reduce',
+        reduce_res: Tensor | None = None,
+        reduce_op: AluOp = 'maximum',
+        range_start: int = 0,
+        on_false_value: float | int = -3.4028235e+38,
+        engine: Literal['vector'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Keep elements whose free index lies in a per-partition range, fill the rest, and max-reduce.
 
         idx = range_start + j (j = flattened free index; compared in fp32, keep < 2^24); mask = comp_op0(idx, bound0[p]) and comp_op1(idx, bound1[p]), comp ops in {equal, less, less_equal, greater, greater_equal}; dst = mask ? on_true_tile : on_false_value (must be -3.4028235e38 = FP32_MIN; becomes -inf when cast to bf16/fp16/fp8). Accumulator (VectorE, shared): reset_reduce -> -inf then acc = max(acc, selected fp32 value); reduce -> continue; reduce_res (P,1) gets acc. reduce_op only maximum. on_true_tile float dtypes, bounds fp32 (P,1). Emulator: -inf is accepted as on_false_value too (NKI's default); load_reduce is rejected (no initial value operand); |range_start| and |range_start + free size| must be <= 2^24.
@@ -834,20 +850,20 @@ class AssemblerMixin:
 
     def select_reduce(
         self,
-        dst: Any,
-        predicate: Any,
-        on_true: Any,
-        on_false: Any,
-        reduce_res: Any = None,
-        reduce_cmd: Any = 'idle',
-        reduce_op: Any = 'maximum',
-        reverse_pred: Any = False,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        predicate: Tensor,
+        on_true: Tensor,
+        on_false: Tensor | float | int,
+        reduce_res: Tensor | None = None,
+        reduce_cmd: ReduceCmd = 'idle',
+        reduce_op: AluOp = 'maximum',
+        reverse_pred: bool = False,
+        engine: Literal['vector'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """dst = where(predicate xor reverse_pred, on_true, on_false) with an optional max-reduction.
 
         dst = ((predicate != 0) != reverse_pred) ? on_true : on_false (on_false: fp32 scalar or (P,1) tile broadcast along the free dims), via fp32 cast to dst. Accumulator (VectorE, shared): reset_reduce -> -inf then acc = max(acc, result); reduce -> continue; idle -> none (state may still change). reduce_res (P,1, float dtype) gets acc. reduce_op only maximum. on_true: any dtype but tf32 / int32 / uint32; predicate int8/uint8/int16/uint16; on_true, predicate, dst same shape; on_true and predicate not both in PSUM. Emulator: load_reduce is rejected (no initial value operand); the max uses the fp32 values before the dst cast.
@@ -866,14 +882,14 @@ class AssemblerMixin:
 
     def bn_stats(
         self,
-        dst: Any,
-        data: Any,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        data: Tensor,
+        engine: Literal['vector'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Per-partition mean/variance statistics of even and odd free positions (<= 512 elements).
 
         Per partition, fp32, over the flattened free dim (<= 512 = bn_stats_fmax elements): dst = [n_even, mean_even, M2_even, n_odd, mean_odd, M2_odd] where even / odd are the elements at even / odd free positions and M2 = sum of squared deviations from the mean (= variance * count); cast to dst (6 elements/partition). Open: summation order / exact fp32 rounding undocumented. Emulator: accumulates in f64 and rounds each output once; an empty half (1 element) gives 0, 0, 0.
@@ -886,14 +902,14 @@ class AssemblerMixin:
 
     def bn_aggr(
         self,
-        dst: Any,
-        data: Any,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        data: Tensor,
+        engine: Literal['vector'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Aggregate bn_stats (count, mean, M2) triples into a per-partition mean and variance.
 
         data holds k triples (count_i, mean_i, M2_i) per partition (elements/partition divisible by 3), e.g. several bn_stats outputs at offsets 6*j. fp32, Chan's parallel combination: n = sum n_i; mean = sum n_i*mean_i / n; M2 = sum M2_i + sum n_i*(mean_i - mean)^2; dst = [mean, M2 / n] (population variance), cast to dst. Open: combination order / exact rounding undocumented. Emulator: f64 inside, each output rounded once; a total count of 0 gives [0, 0].
@@ -906,14 +922,14 @@ class AssemblerMixin:
 
     def max8(
         self,
-        dst: Any,
-        src: Any,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        src: Tensor,
+        engine: Literal['vector'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """The 8 largest values of each partition, in descending order.
 
         Per partition: read 8..16384 elements (src up to 3-D, flattened), compare in fp32, dst[p, 0..7] = the 8 largest values in descending order (duplicates kept), cast to dst. Engine not named in the API text (VectorE assumed, ref 6.16). Emulator: ordered by IEEE totalOrder (+NaN above +inf, 0.0 above -0.0); ties keep free order.
@@ -926,15 +942,15 @@ class AssemblerMixin:
 
     def nc_find_index8(
         self,
-        dst: Any,
-        data: Any,
-        vals: Any,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        data: Tensor,
+        vals: Tensor,
+        engine: Literal['vector'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Flat index of the first occurrence of each of 8 values per partition.
 
         For each partition and i = 0..7: dst[p,i] = flat (0-based) index of the first occurrence of vals[p,i] in data[p] (compared in fp32; data 8..16384 elements/partition, up to 3-D). Duplicate vals take successive occurrences in ascending order. Not found -> all ones (0xFFFFFFFF / 0xFFFF) per the reference; the API stub calls it undefined. dst uint32 (default) or uint16. Engine not named (VectorE assumed, ref 6.16).
@@ -948,17 +964,17 @@ class AssemblerMixin:
 
     def nc_match_replace8(
         self,
-        dst: Any,
-        data: Any,
-        vals: Any,
-        imm: Any,
-        dst_idx: Any = None,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        data: Tensor,
+        vals: Tensor,
+        imm: float | int,
+        dst_idx: Tensor | None = None,
+        engine: Literal['vector'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Replace the first occurrence of each of 8 values per partition with imm; optionally return their indices.
 
         dst = data (cast), then for i = 7 down to 0: the first not-yet-replaced occurrence of vals[p,i] (fp32 compare) is set to imm (fp32, cast to dst) and dst_idx[p,i] = its flat index. Hence duplicates in vals take positions in descending column order: data [1,2,3,4,8,8,8,8,8,8,8], vals [3,8,8,8,8,8,8,8] -> idx [2,10,9,8,7,6,5,4]. Open: behaviour for a value not found (undefined; modeled as no replacement, index all ones), dst_idx dtype (uint16 / uint32 assumed as nc_find_index8), cost formula (ref 6.16). Emulator: matches compare against the original data (a replaced slot is never matched again).
@@ -974,15 +990,15 @@ class AssemblerMixin:
 
     def nc_stream_shuffle(
         self,
-        dst: Any,
-        src: Any,
-        shuffle_mask: Any,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        src: Tensor,
+        shuffle_mask: Sequence[int],
+        engine: Literal['vector'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Cross-partition move within each 32-partition quadrant by a 32-entry mask.
 
         Within each quadrant: dst partition i = src partition mask[i] (bit copy; same mask for every quadrant); mask[i] = 255 leaves dst partition i unchanged. In place allowed; same dtype and elements/partition. Active partitions A = ceil(max(src_P, dst_P)/32)*32; src / dst start partition must be 0 if A is 96 or 128, 0 or 64 if A = 64, 0/32/64/96 if A = 32 (src and dst quadrants may differ). Emulator: mask must have exactly 32 entries; a mask entry naming a src partition the src view does not have is rejected.
@@ -996,15 +1012,15 @@ class AssemblerMixin:
 
     def tensor_partition_reduce(
         self,
-        dst: Any,
-        op: Any,
-        data: Any,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        op: AluOp,
+        data: Tensor,
+        engine: Literal['gpsimd'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Reduce across the partition dim into one partition.
 
         dst[0, f] = op over p = 0..P-1 of data[p, f] (dst has 1 partition, same elements/partition). op in {add, average (mean over P), maximum, bitwise_or, bitwise_and}; arithmetic in fp32 in partition order 0 -> P-1 (order unspecified; emulator choice), average = fp32 sum / P, cast to dst; bitwise on raw integer bits (integer dtypes). SBUF only.
@@ -1018,19 +1034,19 @@ class AssemblerMixin:
 
     def affine_select(
         self,
-        dst: Any,
-        pattern: Any,
-        channel_multiplier: Any,
-        on_true_tile: Any,
-        on_false_value: Any,
-        cmp_op: Any = 'equal',
-        offset: Any = 0,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        pattern: Sequence[Sequence[int]],
+        channel_multiplier: int,
+        on_true_tile: Tensor,
+        on_false_value: float | int,
+        cmp_op: AluOp = 'equal',
+        offset: int | Reg = 0,
+        engine: Literal['gpsimd'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """dst = cmp_op(affine index, 0) ? on_true_tile : on_false_value (e.g. a causal mask).
 
         value = offset + p*channel_multiplier + sum_i idx_i*step_i over pattern [[step, num], ...] (as iota, int32); dst = cmp_op(value, 0) ? on_true_tile : on_false_value (fp32, rounded to dst); the comparison is exact on the int32 value; cmp_op must be a comparison. Same dtype: on_true elements copied bit-exactly; a different input dtype goes through fp32. prod(num) = elements/partition of dst and on_true_tile. SBUF in and out. offset is an immediate or a register of the issuing engine (GpSimd), read when the instruction executes (a dynamic offset).
@@ -1048,17 +1064,17 @@ class AssemblerMixin:
 
     def local_gather(
         self,
-        dst: Any,
-        src_buffer: Any,
-        index: Any,
-        num_elem_per_idx: Any = 1,
-        num_valid_indices: Any = None,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        src_buffer: Tensor,
+        index: Tensor,
+        num_elem_per_idx: int = 1,
+        num_valid_indices: int | None = None,
+        engine: Literal['gpsimd'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Per-16-partition-group gather of contiguous element runs by uint16 indices.
 
         Each group g of 16 partitions (GpSimd core g) flattens index[16g:16g+16, :] partition-first (column-major) into a list, keeps the first num_valid_indices (default all), and for every partition p of the group: dst[p, j, e] = src_buffer[p, idx_j + e], e < num_elem_per_idx in {1,2,4,8,16,32} (as the NKI numpy reference). P multiple of 16, equal for src_buffer, index and dst; <= 4096 indices per core; no dtype cast (dst dtype = src dtype); dst elements per partition must equal num_valid * num_elem_per_idx (the emulator implements the documented semantics, not the 0.6 simulator issue below); OOB is undefined on hardware and an AddressError at run time here. Open (ref 6.7): the prose calls indices partition offsets, the numpy reference gathers along each partition's free dim (modeled). 0.6 known issue: num_elem_per_idx ignored unless num_valid*num_elem = dst elements/partition.
@@ -1074,15 +1090,15 @@ class AssemblerMixin:
 
     def nc_n_gather(
         self,
-        dst: Any,
-        data: Any,
-        indices: Any,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        data: Tensor,
+        indices: Tensor,
+        engine: Literal['gpsimd'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Per-partition gather: dst[p, i] = flat(data[p])[indices[p, i]].
 
         Per partition, free dims of data flattened: dst[p, i] = data_flat[p, indices[p, i]]; indices uint32 in [0, elements/partition of data); dst dtype = data dtype (bit copy); dst elements/partition = indices elements/partition; same P (<= 128). All SBUF. Issued as ceil(n/512) hardware instructions. First generation undocumented (v2 assumed). An index outside the row is an AddressError at run time.
@@ -1096,14 +1112,14 @@ class AssemblerMixin:
 
     def sequence_bounds(
         self,
-        dst: Any,
-        segment_ids: Any,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        segment_ids: Tensor,
+        engine: Literal['gpsimd'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Start / end index of each element's segment (segment id 0 = padding).
 
         P must be 1; segment_ids (1, n), dst (1, 2, n): dst[0,0,i] = first index of the segment containing i, dst[0,1,i] = one past its last index; segment id 0 (padding) -> start n, end -1. Example [0,1,1,2,2,2,0,3,3] -> starts [9,1,1,3,3,3,9,7,7], ends [-1,3,3,6,6,6,-1,9,9]. Ids non-negative; fp32 or int32 in and out. Segments assumed contiguous; the emulator treats each maximal run of equal ids as one segment (a repeated id after a gap starts a new segment; undocumented). int32 ids compare by value exactly, fp32 ids by value (-0.0 is padding).
@@ -1116,16 +1132,16 @@ class AssemblerMixin:
 
     def nonzero_with_count(
         self,
-        dst: Any,
-        src: Any,
-        index_offset: Any = 0,
-        padding_val: Any = -1,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        src: Tensor,
+        index_offset: int = 0,
+        padding_val: int = -1,
+        engine: Literal['gpsimd'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Positions of nonzero elements (+ index_offset), padding, then the count; partitions 0,16,...,112 only.
 
         Only partitions 0,16,...,112 are read and written (other dst partitions untouched). For a row of T elements: dst[p, 0..N-1] = positions i (+ index_offset) of the N nonzero elements in order, dst[p, N..T-1] = padding_val, dst[p, T] = N. src fp32 / int32, dst int32 with T+1 elements/partition; SBUF. Partitions are counted from the operand's first partition. fp32 -0.0 counts as zero, NaN as nonzero.
@@ -1140,16 +1156,16 @@ class AssemblerMixin:
 
     def topk(
         self,
-        val_dst: Any,
-        idx_dst: Any,
-        src: Any,
-        n: Any,
-        engine: Any = None,
-        name: Any = None,
+        val_dst: Tensor,
+        idx_dst: Tensor,
+        src: Tensor,
+        n: int,
+        engine: Literal['gpsimd'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """K largest bf16 values and their indices from a 16-partition snake layout (K = val_dst free size).
 
         src bf16 in a 16-partition snake: element e at partition e%16, column e//16 (n active elements, 8 <= n < 65536, src free >= ceil(n/16)); K = val_dst free size (1 <= K < 32768, K <= n); val_dst (P, K) bf16 = the K largest values in ascending order, idx_dst (P, K) uint32 = their 0-based snake indices. P multiple of 16; SBUF. Open (ref 6.7): 0.6 text says each partition is independent yet reads a 16-partition snake; modeled as one problem per 16-partition group. NKI 0.7 appends sorted=False and writes results in the same snake layout (result j at partition j%16, column j//16); not modeled. Emulator choices (undocumented): every partition of a group receives its group's result; among equal values the lower index wins a place and equal values are emitted by ascending index; NaN ranks above +inf.
@@ -1164,13 +1180,13 @@ class AssemblerMixin:
 
     def rng(
         self,
-        dst: Any,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        engine: Literal['vector', 'gpsimd'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Fill an integer tile with pseudo-random bits.
 
         Each element gets 32 random bits truncated to the low bits of dst's integer dtype. VectorE (v2+): LFSR before v4, XORWOW on v4; GpSimd (v3+, SBUF only): per-lane XORWOW. Open (ref 6.11): generator parameters, lane -> state mapping and output order undocumented (modeled: lane = partition, VectorE element j of a row draws from state j % 4, GpSimd from its one state; docs/numerics.md).
@@ -1182,15 +1198,15 @@ class AssemblerMixin:
 
     def rand2(
         self,
-        dst: Any,
-        min: Any,
-        max: Any,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        min: Tensor | float | int,
+        max: Tensor | float | int,
+        engine: Literal['vector'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Uniform random fp32 in [min, max] (VectorE XORWOW), cast to dst.
 
         dst = cast(u) with u uniform fp32 in [min, max] (min < max; fp32 scalars or (P,1) tiles) drawn from the VectorE XORWOW states (4 per lane). Open (ref 6.11): bits -> float mapping and state consumption order undocumented (modeled: u = (bits >> 8) * 2^-24, dst = fl32(min + fl32((max - min) * u))).
@@ -1204,13 +1220,13 @@ class AssemblerMixin:
 
     def set_rng_seed(
         self,
-        src_seeds: Any,
-        engine: Any = None,
-        name: Any = None,
+        src_seeds: Tensor,
+        engine: Literal['vector'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Seed the VectorE PRNG from a [1,1] 32-bit tile.
 
         Seeds the VectorE PRNG (used by rng / dropout on VectorE); the same seed reproduces the same sequence. State persists for the rest of the program. Open (ref 6.11): how one 32-bit seed initialises the per-lane (v4: XORWOW, 4 x 6 words per lane) state is undocumented.
@@ -1222,13 +1238,13 @@ class AssemblerMixin:
 
     def rand_set_state(
         self,
-        src_seeds: Any,
-        engine: Any = None,
-        name: Any = None,
+        src_seeds: Tensor,
+        engine: Literal['gpsimd', 'vector'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Load the per-lane XORWOW states of the engine's PRNG from SBUF.
 
         Partition p seeds lane p: uint32 (P, 6) for GpSimd (one XORWOW state of 6 words) or (P, 24) for Vector (v4+, 4 states x 6 words). SBUF only. State persists for the rest of the program.
@@ -1240,13 +1256,13 @@ class AssemblerMixin:
 
     def rand_get_state(
         self,
-        dst: Any,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        engine: Literal['gpsimd', 'vector'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Store the per-lane XORWOW states of the engine's PRNG.
 
         dst partition p = lane p's state: uint32 (P, 6) for GpSimd or (P, 24) for Vector (v4+). dst SBUF (v3) or SBUF / PSUM (v4, PSUM only from Vector).
@@ -1258,18 +1274,18 @@ class AssemblerMixin:
 
     def dma_transpose(
         self,
-        dst: Any,
-        src: Any,
-        axes: Any = None,
-        priority: Any = None,
-        dge_mode: Any = 'unknown',
-        oob_mode: Any = 'error',
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        src: Tensor,
+        axes: Sequence[int] | None = None,
+        priority: int | None = None,
+        dge_mode: DgeMode = 'unknown',
+        oob_mode: OobMode = 'error',
+        engine: Literal['sync', 'scalar', 'gpsimd', 'vector', 'tensor'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Transpose through the DMA engines (HBM or SBUF -> SBUF), bit-exact.
 
         dst = src permuted by axes: 2-D (1,0), 3-D (2,1,0), 4-D (3,1,2,0); dst shape equals the permuted src shape; same dtype (raw bytes). HWDGE (direct, dge_mode=hwdge): 2-D src.shape[0] == 16; 3-/4-D src.shape[0] in {1,2,4,8,16} and (shape[0]*shape[-2]) % 16 == 0; with the default dge_mode unknown these shape rules are not applied (emulator choice: the compiler may lower to a descriptor DMA; public kernels transpose 128x128 bf16 SBUF tiles that way). SWDGE (indirect, src.ap(vector_offset=indices), src HBM): indices 2-D uint32 SBUF, shape[0] in [16,128] multiple of 16 (exactly 128 if shape[1] > 1), total >= src.shape[0], src.shape[0] % 16 == 0, 4-D needs shape[1] or shape[2] == 1; flat = indices.T.flatten()[:src.shape[0]]; dst = src[flat, :].T; oob_mode=skip leaves the dst columns of out-of-range rows untouched. Emulator rule: a direct transpose takes dge_mode hwdge or unknown (swdge / none are refused), an indirect one swdge or unknown; hwdge is triggered only from sync or scalar. Open (ref 6.9): src.shape[-1] <= 128 (API / 0.6) vs % 128 == 0 (DGE deep-dive), modeled <= 128; 2-byte dtypes only per API (the arch guide also allows 4-byte): modeled 2-byte for hwdge and swdge, 2- or 4-byte with dge_mode unknown (the SDK's own dma_transpose example transposes float32 that way).
@@ -1286,33 +1302,33 @@ class AssemblerMixin:
 
     def dma_compute(
         self,
-        dst: Any,
-        src0: Any,
-        src1: Any = None,
-        src2: Any = None,
-        src3: Any = None,
-        src4: Any = None,
-        src5: Any = None,
-        src6: Any = None,
-        src7: Any = None,
-        src8: Any = None,
-        src9: Any = None,
-        src10: Any = None,
-        src11: Any = None,
-        src12: Any = None,
-        src13: Any = None,
-        src14: Any = None,
-        src15: Any = None,
-        reduce_op: Any = 'add',
-        scale: Any = 1.0,
-        unique_indices: Any = True,
-        oob_mode: Any = 'error',
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        src0: Tensor,
+        src1: Tensor | None = None,
+        src2: Tensor | None = None,
+        src3: Tensor | None = None,
+        src4: Tensor | None = None,
+        src5: Tensor | None = None,
+        src6: Tensor | None = None,
+        src7: Tensor | None = None,
+        src8: Tensor | None = None,
+        src9: Tensor | None = None,
+        src10: Tensor | None = None,
+        src11: Tensor | None = None,
+        src12: Tensor | None = None,
+        src13: Tensor | None = None,
+        src14: Tensor | None = None,
+        src15: Tensor | None = None,
+        reduce_op: AluOp = 'add',
+        scale: float | int = 1.0,
+        unique_indices: bool = True,
+        oob_mode: OobMode = 'error',
+        engine: Literal['sync', 'scalar', 'gpsimd', 'vector', 'tensor'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """DMA-side elementwise sum of up to 16 sources: dst = sum_i srcs[i] (scales all 1.0).
 
         dst = reduce_op(srcs[0]*scales[0], srcs[1]*scales[1], ...), fp32 internal, cast to dst; reduce_op only add, scales all 1.0. NKI's list `srcs` (<= 16 tensors) is modeled as src0..src15 (src1..src15 optional, given in order without gaps) and NKI's list `scales` as the single f32 `scale`, which must be 1.0 (= every scale). Element counts of every src and dst match; HBM / SBUF; static DGE (none). RMW modes with a vector_offset operand (SWDGE, exactly 2 srcs, unique indices): scatter-add dst_hbm[idx] += src_sbuf (one src is dst with the offset), gather-add dst_sbuf += src_hbm[idx] (one src is dst). v4 SBUF read-add-write runs at full DMA bandwidth (50% before v4). Sum order: src0 + src1 + ... in fp32, every source read before dst is written (so src0 = dst is B += A). An SBUF read-add-write needs bf16 or fp32 on every operand, one dtype. SBUF read-add-writes into the same bytes do not race with each other (atomic adds at the memory; HBM ones do); against any other access they count as writes. First generation: v3 assumed (DMA compute documented for v3 and v4).
@@ -1344,18 +1360,18 @@ class AssemblerMixin:
 
     def sendrecv(
         self,
-        src: Any,
-        dst: Any,
-        send_to_rank: Any,
-        recv_from_rank: Any,
-        pipe_id: Any,
-        dma_engine: Any = 'dma',
-        engine: Any = None,
-        name: Any = None,
+        src: Tensor,
+        dst: Tensor,
+        send_to_rank: int,
+        recv_from_rank: int,
+        pipe_id: int,
+        dma_engine: DmaEngine = 'dma',
+        engine: Literal['sync', 'scalar', 'gpsimd', 'vector', 'tensor'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """LNC=2 exchange: send own src to the peer's dst while receiving the peer's data into own dst.
 
         Core r sends src to dst on core send_to_rank and receives recv_from_rank's src into its own dst (ranks 0 / 1, LNC=2 only); src and dst SBUF, same dtype, shape and layout (raw copy). Operations with the same pipe_id form a group that completes together; different pipe_ids progress independently. dma_engine=dma: shared DMA with CoreBarrier sync, any trigger engine; gpsimd_dma: GpSimd-internal DMA (GpSimd issues), <= 1024 B/partition for 32-bit, 512 for 16-bit, 256 for 8-bit dtypes.
@@ -1372,14 +1388,14 @@ class AssemblerMixin:
 
     def core_barrier(
         self,
-        data: Any,
-        cores: Any,
-        engine: Any = None,
-        name: Any = None,
+        data: Tensor,
+        cores: Sequence[int],
+        engine: Literal['gpsimd', 'sync', 'vector', 'scalar', 'tensor'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Barrier between the two cores of an LNC=2 pair on a shared-HBM tensor.
 
         Each core in cores (only (0, 1)) increments the other's semaphore, then waits for the other's increment; only the executing engine blocks. data = the shared-HBM tensor being synchronised (ordered as read+write: writes to it before the barrier are visible to both cores after it).
@@ -1392,16 +1408,16 @@ class AssemblerMixin:
 
     def all_reduce(
         self,
-        dst: Any,
-        src: Any,
-        cores: Any = (0, 1, 2, 3, 4, 5, 6, 7),
-        reduce_op: Any = 'add',
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        src: Tensor,
+        cores: Sequence[int] = (0, 1, 2, 3, 4, 5, 6, 7),
+        reduce_op: AluOp = 'add',
+        engine: Literal['gpsimd', 'sync', 'vector', 'scalar', 'tensor'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """nki.collectives.all_reduce over the cores of a device: every rank's dst = reduce_op over all ranks' src.
 
         Stands for one rank's call of nki.collectives.all_reduce (not an nki.isa instruction). Every core listed in cores (physical core ids; the replica group; rank = position in the list) issues one with the same cores; the group completes when all have arrived. dst_r = fold(reduce_op, src_0, src_1, ..., src_{N-1}) elementwise in rank order, ((src_0 op src_1) op src_2) ..., in fp32, cast to dst's dtype once (emulator choice: a fixed left fold, so results are deterministic). reduce_op add, max or min. Every src and dst of the group has the same element count.
@@ -1416,15 +1432,15 @@ class AssemblerMixin:
 
     def all_gather(
         self,
-        dst: Any,
-        src: Any,
-        cores: Any = (0, 1, 2, 3, 4, 5, 6, 7),
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        src: Tensor,
+        cores: Sequence[int] = (0, 1, 2, 3, 4, 5, 6, 7),
+        engine: Literal['gpsimd', 'sync', 'vector', 'scalar', 'tensor'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """nki.collectives.all_gather over the cores of a device: every rank's dst = all ranks' src, concatenated in rank order.
 
         Stands for one rank's call of nki.collectives.all_gather. dst_r (N x the elements of src, same dtype) holds src_0, src_1, ..., src_{N-1} one after the other in dst's element order (raw copy, exact). Ranks and grouping as all_reduce.
@@ -1438,16 +1454,16 @@ class AssemblerMixin:
 
     def reduce_scatter(
         self,
-        dst: Any,
-        src: Any,
-        cores: Any = (0, 1, 2, 3, 4, 5, 6, 7),
-        reduce_op: Any = 'add',
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        src: Tensor,
+        cores: Sequence[int] = (0, 1, 2, 3, 4, 5, 6, 7),
+        reduce_op: AluOp = 'add',
+        engine: Literal['gpsimd', 'sync', 'vector', 'scalar', 'tensor'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """nki.collectives.reduce_scatter over the cores of a device: rank r gets chunk r of the reduction of all srcs.
 
         Stands for one rank's call of nki.collectives.reduce_scatter. Each src (element order) is cut into N equal chunks; dst_r = fold(reduce_op, chunk r of src_0, ..., chunk r of src_{N-1}) in rank order, fp32, cast once (as all_reduce). Element count of src divisible by N; dst has src/N elements.
@@ -1462,14 +1478,14 @@ class AssemblerMixin:
 
     def register_move(
         self,
-        dst: Any,
-        src: Any,
-        engine: Any = None,
-        name: Any = None,
+        dst: Reg,
+        src: int,
+        engine: Literal['sync', 'vector', 'scalar', 'gpsimd', 'tensor'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """dst register = an immediate integer.
 
         dst = src (32-bit). NKI's src is an int or another register; the schema has no int-or-register kind, so src is modeled as an i32 immediate (the 0.2 name was imm). A register copy is register_op(op=add, imm=0); the Python assembler emits that when src is a register.
@@ -1482,14 +1498,14 @@ class AssemblerMixin:
 
     def register_load(
         self,
-        dst: Any,
-        src: Any,
-        engine: Any = None,
-        name: Any = None,
+        dst: Reg,
+        src: Tensor,
+        engine: Literal['sync', 'vector', 'scalar', 'gpsimd', 'tensor'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Load a 1-element (<= 32-bit) SBUF/HBM tensor into a register.
 
         dst = raw 32-bit value of the single element of src (shape [1] or [1,1]; any dtype except the packed x4 types; narrower dtypes zero/sign-extended per their kind).
@@ -1502,14 +1518,14 @@ class AssemblerMixin:
 
     def register_store(
         self,
-        dst: Any,
-        src: Any,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        src: Reg,
+        engine: Literal['sync', 'vector', 'scalar', 'gpsimd', 'tensor'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Store a register into a 1-element SBUF/HBM tensor.
 
         dst[0] = src (truncated to dst's width); dst has exactly one element (shape [1] or [1,1]).
@@ -1522,14 +1538,14 @@ class AssemblerMixin:
 
     def scalar_load(
         self,
-        dst: Any,
-        src: Any,
-        engine: Any = None,
-        name: Any = None,
+        dst: Reg,
+        src: Tensor,
+        engine: Literal['sync', 'vector', 'scalar', 'gpsimd', 'tensor'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """NKI 0.7: load a 1x1 int32 tile into an NkiScalar (a register).
 
         dst = src[0,0]; src is a 1x1 SBUF / HBM tensor of int32 (NKI also accepts int64, which has no dtype here: not modeled). NKI returns the value (NkiScalar); here the result register is the dst operand. NkiScalar arithmetic (+, -, * wrapping at 32 bits) is traced by the front end.
@@ -1542,14 +1558,14 @@ class AssemblerMixin:
 
     def scalar_store(
         self,
-        dst: Any,
-        value: Any,
-        engine: Any = None,
-        name: Any = None,
+        dst: Tensor,
+        value: Reg,
+        engine: Literal['sync', 'vector', 'scalar', 'gpsimd', 'tensor'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """NKI 0.7: store an NkiScalar (a register) into a 1x1 int32 tile.
 
         dst[0,0] = value; dst is a 1x1 SBUF / HBM int32 tensor (same width as value; int64 not modeled).
@@ -1562,16 +1578,16 @@ class AssemblerMixin:
 
     def register_op(
         self,
-        dst: Any,
-        src: Any,
-        op: Any,
-        imm: Any = 0,
-        engine: Any = None,
-        name: Any = None,
+        dst: Reg,
+        src: Reg,
+        op: AluOp,
+        imm: int = 0,
+        engine: Literal['sync', 'vector', 'scalar', 'gpsimd', 'tensor'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """dst register = op(src register, imm): the sequencer arithmetic behind loop counters and NkiScalar math.
 
         dst = op(src, imm) on 32-bit values, wrapping: add, subtract, multiply (low 32 bits), bitwise_and, bitwise_or, bitwise_xor, left_shift, right_shift (logical; shift counts taken mod 32). A register copy is op=add, imm=0. Emulator-level: NKI traces fori_loop counters and NkiScalar (+, -, *) into sequencer code the docs do not show.
@@ -1586,16 +1602,16 @@ class AssemblerMixin:
 
     def branch(
         self,
-        target: Any,
-        cmp: Any = 'always',
-        reg: Any = None,
-        imm: Any = 0,
-        engine: Any = None,
-        name: Any = None,
+        target: int,
+        cmp: CmpOp = 'always',
+        reg: Reg | None = None,
+        imm: int = 0,
+        engine: Literal['sync', 'vector', 'scalar', 'gpsimd', 'tensor'] | None = None,
+        name: str | None = None,
         *,
-        wait: Any = (),
-        signal: Any = (),
-    ) -> Any:
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
         """Jump within the issuing engine's stream when `reg cmp imm` holds (runtime loops and branches).
 
         If cmp(reg, imm) (signed 32-bit; cmp = always ignores reg) the engine's next instruction is `target`, an absolute instruction index of the core program that must belong to the same engine stream; otherwise execution falls through to the engine's next instruction in program order. A target at or past the program's last instruction of that engine ends the stream only when target == program length. Emulator-level: NKI's fori_loop / while_loop lower to sequencer jumps the docs do not show. Automatic synchronisation does not handle programs with branches (use sync='manual'); race detection does. A run that executes more than 2^26 instructions and transfers stops with OperandError (runaway loop; the Rust Device::max_executed sets the limit).

@@ -1,15 +1,33 @@
 """Type stubs for the native module (rust/python/src/lib.rs)."""
 
-from typing import Any
+from typing import Any, final
 
 import numpy as np
 import numpy.typing as npt
 
+__all__ = [
+    "Device",
+    "Program",
+    "RawTrace",
+    "convert_from_f32",
+    "convert_to_f32",
+    "isa_opcodes",
+    "cost_params",
+    "get_num_threads",
+    "set_num_threads",
+    "set_min_parallel_work",
+    "simd_path",
+    "limit_simd",
+    "AUTO_SEM_BASE",
+    "NUM_SEMAPHORES",
+]
+
 AUTO_SEM_BASE: int
 NUM_SEMAPHORES: int
 
+@final
 class Program:
-    def __init__(self, core: int = 0) -> None: ...
+    def __new__(cls, core: int = 0) -> Program: ...
     @property
     def core(self) -> int: ...
     def __len__(self) -> int: ...
@@ -33,17 +51,18 @@ class Program:
     def encode(self) -> bytes: ...
     @staticmethod
     def decode(data: bytes) -> Program: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...
 
+@final
 class Device:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         rounding: str | None = None,
         seed: int | None = None,
         sr_bits: int = 32,
         fp8_overflow: str = "ieee",
         mx_scale: str = "nki",
-    ) -> None: ...
+    ) -> Device: ...
     def numerics(self) -> dict[str, Any]: ...
     def hbm_write(self, addr: int, data: npt.NDArray[np.uint8]) -> None: ...
     def hbm_zero(self, addr: int, nbytes: int) -> None: ...
@@ -56,6 +75,7 @@ class Device:
     def fill_onchip(self, byte: int) -> None: ...
     def run(self, programs: list[Program], check_races: bool = True, trace: bool = True) -> dict[str, Any]: ...
 
+@final
 class RawTrace:
     """A run's trace held natively; `columns()` builds the numpy columns on demand."""
 

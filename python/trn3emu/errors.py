@@ -82,10 +82,6 @@ class AsmSyntaxError(EncodingError):
     """Malformed text assembly."""
 
 
-class NotImplementedInstruction(EmuError, NotImplementedError):
-    """A known ISA instruction whose semantics this build does not implement yet."""
-
-
 class NotSupportedError(EmuError, NotImplementedError):
     """An NKI API (or a form of one) that the trn3emu.nki front end does not support yet."""
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from .._asm import INSTRUCTION_FLAGS
 from ..device import Device
 from ..dtypes import SIZES, dtype_name, numpy_dtype
 from ..errors import AddressError, EmuError, MemorySpaceError, NotSupportedError, ShapeError
@@ -40,9 +41,10 @@ def _inner(x):
     return x._t if isinstance(x, NkiTensor) else x
 
 
-def not_supported(name: str, why: str = "") -> NotSupportedError:
+def not_supported(name: str, why: str = "", *, rule: str = "nki_not_supported") -> NotSupportedError:
+    """The error for an NKI API, or a form of one, the front end does not support; `rule` names which."""
     msg = f"not supported: {name}" + (f" ({why})" if why else "")
-    return NotSupportedError(msg, rule="nki_not_supported")
+    return NotSupportedError(msg, rule=rule)
 
 
 class NotSupportedAttribute(NotSupportedError, AttributeError):
@@ -51,7 +53,7 @@ class NotSupportedAttribute(NotSupportedError, AttributeError):
 
 
 def missing_attribute(name: str) -> NotSupportedAttribute:
-    return NotSupportedAttribute(f"not supported: {name}", rule="nki_not_supported")
+    return NotSupportedAttribute(f"not supported: {name}", rule="nki_unknown_name")
 
 
 def current() -> TraceContext:
@@ -221,7 +223,9 @@ class NkiTensor:
         # Python object. On-chip tiles hold computed values (`if x > 0:`), unknown while tracing.
         if self.buffer in HBM_BUFFERS:
             return True
-        raise not_supported("truth value of an on-chip tile", "tile values are not known while tracing")
+        raise not_supported(
+            "truth value of an on-chip tile", "tile values are not known while tracing", rule="nki_tile_truth_value"
+        )
 
     def is_contiguous(self) -> bool:
         return self._t.is_contiguous()
@@ -263,14 +267,21 @@ class NkiTensor:
         t = self._t
         a, b = int(start_dim) % t.ndim, int(end_dim) % t.ndim
         if a > b:
-            raise ShapeError(f"flatten_dims({start_dim}, {end_dim}) of a {t.ndim}-D tensor")
+            raise ShapeError(
+                f"flatten_dims({start_dim}, {end_dim}) of a {t.ndim}-D tensor", rule="nki_flatten_dims_order"
+            )
         if a == b:
             return self
         if t.mem != "hbm" and a == 0:
-            raise ShapeError("flatten_dims cannot merge the partition dim of an on-chip tile")
+            raise ShapeError(
+                "flatten_dims cannot merge the partition dim of an on-chip tile", rule="nki_flatten_partition_dim"
+            )
         for d in range(a, b):
             if t.strides[d] != t.strides[d + 1] * t.shape[d + 1]:
-                raise ShapeError(f"flatten_dims: dims {a}..{b} of {t!r} are not contiguous with each other")
+                raise ShapeError(
+                    f"flatten_dims: dims {a}..{b} of {t!r} are not contiguous with each other",
+                    rule="nki_flatten_not_contiguous",
+                )
         n = 1
         for d in range(a, b + 1):
             n *= t.shape[d]
@@ -284,9 +295,13 @@ class NkiTensor:
         d = int(dim) % t.ndim
         sizes = [int(x) for x in shape]
         if math.prod(sizes) != t.shape[d]:
-            raise ShapeError(f"reshape_dim({dim}, {tuple(sizes)}): dim {d} has size {t.shape[d]}")
+            raise ShapeError(
+                f"reshape_dim({dim}, {tuple(sizes)}): dim {d} has size {t.shape[d]}", rule="nki_reshape_dim_size"
+            )
         if t.mem != "hbm" and d == 0 and len(sizes) > 1:
-            raise ShapeError("reshape_dim cannot split the partition dim of an on-chip tile")
+            raise ShapeError(
+                "reshape_dim cannot split the partition dim of an on-chip tile", rule="nki_reshape_partition_dim"
+            )
         st, strides = t.strides[d], []
         for n in reversed(sizes):
             strides.insert(0, st)
@@ -345,7 +360,7 @@ class NkiTensor:
             )
             return _with_runtime_operands(view, scalar_offset, vector_offset)
         if pattern is None:
-            raise ShapeError("ap() needs pattern=[[step, num], ...]")
+            raise ShapeError("ap() needs pattern=[[step, num], ...]", rule="nki_ap_needs_pattern")
         row_bytes = self._block.row_bytes if self._block is not None else None
         return self._wrap(self._t.ap([tuple(int(x) for x in p) for p in pattern], int(offset), dtype, row_bytes))
 
@@ -358,7 +373,9 @@ class NkiTensor:
         """HBM rows selected at run time by an index tile (a DMA gather/scatter): one row per
         index partition."""
         if int(dim) != 0:
-            raise not_supported(f"NkiTensor.vector_select(dim={dim})", "only dim 0 (rows)")
+            raise not_supported(
+                f"NkiTensor.vector_select(dim={dim})", "only dim 0 (rows)", rule="nki_vector_select_dim"
+            )
         rows = int(_inner(offsets).shape[0])
         pattern = [[self._t.strides[0], rows]] + [[st, n] for st, n in zip(self._t.strides[1:], self._t.shape[1:])]
         return self.ap(pattern, vector_offset=offsets, indirect_dim=0)
@@ -531,16 +548,18 @@ def _norm_key(key):
         if isinstance(k, DSlice):
             out.append(slice(k.start, k.start + k.size))
         elif isinstance(k, NkiTensor):
-            raise not_supported("indexing with a tensor", "use .indirect / .ap")
+            raise not_supported("indexing with a tensor", "use .indirect / .ap", rule="nki_index_with_tensor")
         elif k is None:
-            raise not_supported("indexing with None (newaxis)", "use expand_dim")
+            raise not_supported("indexing with None (newaxis)", "use expand_dim", rule="nki_index_with_none")
         elif isinstance(k, (slice, type(Ellipsis))):
             out.append(k)
         else:
             try:
                 out.append(int(k))
             except TypeError:
-                raise not_supported(f"index {k!r}", "legacy arange/mgrid index expressions") from None
+                raise not_supported(
+                    f"index {k!r}", "legacy arange/mgrid index expressions", rule="nki_index_unsupported"
+                ) from None
     return tuple(out)
 
 
@@ -601,7 +620,9 @@ class TraceContext:
         if buffer in HBM_BUFFERS:
             return self._alloc_hbm(shape, dt, buffer, name, address, label)
         if buffer not in ONCHIP:
-            raise MemorySpaceError(f"unknown buffer {buffer!r} (sbuf, psum, hbm, shared_hbm, private_hbm)")
+            raise MemorySpaceError(
+                f"unknown buffer {buffer!r} (sbuf, psum, hbm, shared_hbm, private_hbm)", rule="nki_unknown_buffer"
+            )
         if len(shape) < 2:
             shape = shape + (1,) if shape else (1, 1)
         t = Tensor(buffer, dt, shape, name=name, core=self.core)
@@ -618,7 +639,9 @@ class TraceContext:
             _memory.check_partitions(start, shape[0], label)
             if buffer == "psum" and off % _memory.PSUM_BANK:
                 raise AddressError(
-                    f"{label}: PSUM tiles start on a 2 KiB bank boundary; address {off} is not", operand="address"
+                    f"{label}: PSUM tiles start on a 2 KiB bank boundary; address {off} is not",
+                    operand="address",
+                    rule="nki_psum_tile_unaligned",
                 )
             key = alloc.place(off, row, label)
             t.offset, t.start = off, start
@@ -642,7 +665,8 @@ class TraceContext:
                 t = shared[i]
                 if t.shape != shape or t.dtype != dt:
                     raise ShapeError(
-                        f"shared_hbm allocation #{i} is {shape} {dt} here but {t.shape} {t.dtype} in program 0"
+                        f"shared_hbm allocation #{i} is {shape} {dt} here but {t.shape} {t.dtype} in program 0",
+                        rule="nki_shared_hbm_mismatch",
                     )
                 return NkiTensor(t, buffer, None, name)
             t = self.device.hbm.alloc(shape, dt, address=addr, name=name)
@@ -664,7 +688,9 @@ def resolve_target(target: str | None) -> str:
     key = str(t).strip().lower()
     if key not in KNOWN_TARGETS:
         raise not_supported(
-            f"platform target {t!r}", f"known targets: {', '.join(sorted(KNOWN_TARGETS))}; trn3emu emulates trn3"
+            f"platform target {t!r}",
+            f"known targets: {', '.join(sorted(KNOWN_TARGETS))}; trn3emu emulates trn3",
+            rule="nki_unknown_platform_target",
         )
     if KNOWN_TARGETS[key] != "gen4" and key not in _warned:
         _warned.add(key)
@@ -732,7 +758,8 @@ class _Traced:
         self.prints = [(c.pid, prefix, t) for c in contexts for prefix, t in c.prints]
 
 
-_RNG_OPS = frozenset(("rng", "rand2", "dropout", "set_rng_seed", "rand_set_state", "rand_get_state"))
+#: instructions that draw from or set a random generator (their results depend on the run: not reusable)
+_RNG_OPS = frozenset(name for name, (_cost, _path, rng, _maskable) in INSTRUCTION_FLAGS.items() if rng)
 #: Environment variables read when a Device is made (its numerics configuration).
 _DEVICE_ENV = ("NEURON_RT_STOCHASTIC_ROUNDING_EN", "NEURON_RT_STOCHASTIC_ROUNDING_SEED")
 
@@ -869,7 +896,7 @@ class _Run:
             if isinstance(a, tuple):
                 return tuple(conv(x) for x in a)
             if type(a).__module__.startswith("torch"):
-                raise not_supported("torch tensors as kernel arguments", "pass numpy arrays")
+                raise not_supported("torch tensors as kernel arguments", "pass numpy arrays", rule="nki_torch_argument")
             return a
 
         wargs = [conv(a) for a in args]
@@ -936,7 +963,8 @@ def _check_result(r) -> None:
     if isinstance(r, NkiTensor):
         if r.buffer not in HBM_BUFFERS:
             raise MemorySpaceError(
-                f"a kernel returns HBM tensors (nl.shared_hbm); it returned a {r.buffer} tile {r.shape}"
+                f"a kernel returns HBM tensors (nl.shared_hbm); it returned a {r.buffer} tile {r.shape}",
+                rule="nki_return_not_hbm",
             )
     elif isinstance(r, (tuple, list)):
         for x in r:
@@ -1008,7 +1036,7 @@ class Kernel:
     def __getitem__(self, grid) -> _Launcher:
         grid = tuple(int(g) for g in (grid if isinstance(grid, tuple) else (grid,)))
         if not grid or any(g < 1 for g in grid):
-            raise ShapeError(f"launch grid {grid} must be positive")
+            raise ShapeError(f"launch grid {grid} must be positive", rule="nki_grid_not_positive")
         return _Launcher(self, grid)
 
     def __call__(self, *args, **kwargs):
@@ -1023,7 +1051,7 @@ class _Launcher:
 
     def __call__(self, *args, **kwargs):
         if _STACK:
-            raise not_supported("launching a grid from inside a kernel")
+            raise not_supported("launching a grid from inside a kernel", rule="nki_nested_launch")
         return _Run(self.kernel, self.grid)(args, kwargs)
 
 

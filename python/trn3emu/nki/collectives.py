@@ -33,7 +33,10 @@ class ReplicaGroup:
         self.groups = [[int(r) for r in g] for g in groups]
         seen = [r for g in self.groups for r in g]
         if len(seen) != len(set(seen)):
-            raise OperandError(f"ReplicaGroup {self.groups}: a rank appears in more than one rank-list")
+            raise OperandError(
+                f"ReplicaGroup {self.groups}: a rank appears in more than one rank-list",
+                rule="nki_replica_group_overlap",
+            )
 
     @staticmethod
     def from_partition_op(world_size: int, op: rg_partition_op, operand: int) -> ReplicaGroup:
@@ -63,14 +66,16 @@ def _cores(replica_group) -> list[int]:
     for g in groups:
         if me in g:
             return [int(r) for r in g]
-    raise OperandError(f"rank {me} is in no rank-list of {groups}", operand="replica_group")
+    raise OperandError(
+        f"rank {me} is in no rank-list of {groups}", operand="replica_group", rule="nki_replica_group_missing_rank"
+    )
 
 
 def _pairs(srcs, dsts) -> list:
     srcs = list(srcs) if isinstance(srcs, (list, tuple)) else [srcs]
     dsts = list(dsts) if isinstance(dsts, (list, tuple)) else [dsts]
     if len(srcs) != len(dsts):
-        raise ShapeError(f"{len(srcs)} srcs but {len(dsts)} dsts", operand="dsts")
+        raise ShapeError(f"{len(srcs)} srcs but {len(dsts)} dsts", operand="dsts", rule="nki_collective_pairs")
     return list(zip(srcs, dsts, strict=True))
 
 
@@ -104,7 +109,11 @@ def _gather_all(src, cores):
 def all_to_all(srcs, dsts, replica_group, collective_dim=0, priority=None, name=None):
     """Rank i's dst = concat over ranks j of chunk i of rank j's src (split along dim 0)."""
     if int(collective_dim) != 0:
-        raise OperandError("all_to_all: only collective_dim=0 is supported (as NKI)", operand="collective_dim")
+        raise OperandError(
+            "all_to_all: only collective_dim=0 is supported (as NKI)",
+            operand="collective_dim",
+            rule="nki_all_to_all_dim",
+        )
     cores = _cores(replica_group)
     me = cores.index(rank_id())
     n = len(cores)
@@ -112,7 +121,8 @@ def all_to_all(srcs, dsts, replica_group, collective_dim=0, priority=None, name=
     for s, d in _pairs(srcs, dsts):
         if s.shape[0] % n or d.shape != s.shape:
             raise ShapeError(
-                f"all_to_all: src {s.shape} must split into {n} chunks along dim 0 and match dst {d.shape}"
+                f"all_to_all: src {s.shape} must split into {n} chunks along dim 0 and match dst {d.shape}",
+                rule="nki_all_to_all_shape",
             )
         c = s.shape[0] // n
         g = _gather_all(s, cores)
@@ -129,7 +139,9 @@ def collective_permute(srcs, dsts, source_target_pairs, priority=None, name=None
     pairs = [(int(a), int(b)) for a, b in source_target_pairs]
     if len({t for _, t in pairs}) != len(pairs):
         raise OperandError(
-            f"collective_permute: a rank receives from two sources in {pairs}", operand="source_target_pairs"
+            f"collective_permute: a rank receives from two sources in {pairs}",
+            operand="source_target_pairs",
+            rule="nki_permute_two_sources",
         )
     cores = list(range(n))
     me = rank_id()

@@ -22,6 +22,7 @@ import contextlib
 import math
 from typing import Any
 
+from .._asm import INSTRUCTION_FLAGS
 from ..errors import ShapeError
 from ._kernel import NkiTensor, not_supported
 
@@ -54,7 +55,11 @@ class IndexExpr:
         if isinstance(v, IndexExpr):
             return v
         if isinstance(v, bool) or not isinstance(v, (int,)) and not hasattr(v, "__index__"):
-            raise not_supported(f"index expression term {v!r}", "only integers and nl.arange / nl.mgrid indices")
+            raise not_supported(
+                f"index expression term {v!r}",
+                "only integers and nl.arange / nl.mgrid indices",
+                rule="nki_index_expr_term",
+            )
         return IndexExpr({}, int(v))
 
     # arithmetic (affine only)
@@ -81,7 +86,11 @@ class IndexExpr:
     def __mul__(self, o):
         if isinstance(o, IndexExpr):
             if o.terms and self.terms:
-                raise not_supported("product of two index expressions", "index expressions must be affine")
+                raise not_supported(
+                    "product of two index expressions",
+                    "index expressions must be affine",
+                    rule="nki_index_expr_not_affine",
+                )
             if not o.terms:
                 o = o.const
             else:
@@ -92,7 +101,11 @@ class IndexExpr:
     __rmul__ = __mul__
 
     def __floordiv__(self, o):
-        raise not_supported("floor division of an index expression", "index expressions must be affine")
+        raise not_supported(
+            "floor division of an index expression",
+            "index expressions must be affine",
+            rule="nki_index_expr_not_affine",
+        )
 
     __mod__ = __truediv__ = __floordiv__
 
@@ -113,22 +126,28 @@ class IndexExpr:
         return Predicate([self - o, IndexExpr.of(o) - self])
 
     def __ne__(self, o):  # type: ignore[override]
-        raise not_supported("index expression !=", "a mask is a conjunction of <, <=, >, >=, ==")
+        raise not_supported(
+            "index expression !=", "a mask is a conjunction of <, <=, >, >=, ==", rule="nki_mask_comparison"
+        )
 
     __hash__ = object.__hash__
 
     def __bool__(self):
-        raise not_supported("truth value of an index expression", "use it in a mask= or an index")
+        raise not_supported(
+            "truth value of an index expression", "use it in a mask= or an index", rule="nki_index_expr_truth_value"
+        )
 
     def __getitem__(self, key):
         """`nl.arange(n)[:, None]` / `[None, :]`: place a 1-variable expression on a grid axis."""
         if len(self.terms) != 1:
-            raise not_supported("indexing a compound index expression")
+            raise not_supported("indexing a compound index expression", rule="nki_index_expr_indexed")
         ((var, coef),) = self.terms.items()
         key = key if isinstance(key, tuple) else (key,)
         axes = [i for i, k in enumerate(key) if isinstance(k, slice)]
         if len(axes) != 1 or any(k is not None for i, k in enumerate(key) if i != axes[0]):
-            raise not_supported(f"arange index {key!r}", "use [:, None] or [None, :] style keys")
+            raise not_supported(
+                f"arange index {key!r}", "use [:, None] or [None, :] style keys", rule="nki_arange_index"
+            )
         new = IndexVar(axes[0], len(key), var.size)
         return IndexExpr({new: coef}, self.const)
 
@@ -162,7 +181,7 @@ class DynIndex:
 
     def __add__(self, o):
         if isinstance(o, (NkiTensor, DynIndex)):
-            raise not_supported("an index with two run-time terms")
+            raise not_supported("an index with two run-time terms", rule="nki_runtime_index_terms")
         return DynIndex(self.expr + o, self.tile)
 
     __radd__ = __add__
@@ -184,12 +203,14 @@ class Predicate:
     __rand__ = __and__
 
     def __or__(self, o):
-        raise not_supported("mask with |", "a mask is a conjunction (&) of comparisons")
+        raise not_supported("mask with |", "a mask is a conjunction (&) of comparisons", rule="nki_mask_disjunction")
 
     __ror__ = __or__
 
     def __bool__(self):
-        raise not_supported("truth value of a mask", "combine comparisons with &, not `and`")
+        raise not_supported(
+            "truth value of a mask", "combine comparisons with &, not `and`", rule="nki_mask_truth_value"
+        )
 
     def ranges(self) -> dict:
         """{var: (lo, hi)} for constraints on one variable each. A constraint on several variables
@@ -226,6 +247,7 @@ class Predicate:
                 raise not_supported(
                     f"mask {e!r} >= 0 on two indices",
                     "a mask= restricts each index to a range (here it would cut the grid unevenly); use affine_select",
+                    rule="nki_mask_two_indices",
                 )
         return out
 
@@ -234,7 +256,7 @@ def arange(*args) -> IndexExpr:
     """`nl.arange(stop)` / `(start, stop[, step])`: a 1-D index (place it with [:, None] etc.)."""
     r = range(*(int(a) for a in args))
     if len(r) == 0:
-        raise ShapeError(f"nl.arange{args} is empty")
+        raise ShapeError(f"nl.arange{args} is empty", rule="nki_arange_empty")
     return IndexExpr({IndexVar(0, 1, len(r)): r.step}, r.start)
 
 
@@ -264,10 +286,10 @@ class _MGrid:
         out = []
         for axis, k in enumerate(key):
             if not isinstance(k, slice):
-                raise not_supported(f"nl.mgrid[{key!r}]", "mgrid takes slices")
+                raise not_supported(f"nl.mgrid[{key!r}]", "mgrid takes slices", rule="nki_mgrid_key")
             r = range(k.start or 0, k.stop, k.step or 1) if k.stop is not None else None
             if not r:
-                raise ShapeError(f"nl.mgrid slice {k} is empty")
+                raise ShapeError(f"nl.mgrid slice {k} is empty", rule="nki_mgrid_empty")
             out.append(IndexExpr({IndexVar(axis, len(key), len(r)): r.step}, r.start))
         return _Grid(out)
 
@@ -323,7 +345,10 @@ def _grid(exprs) -> list:
     shape = [1] * ndim
     for v in vars_:
         if shape[v.axis] not in (1, v.size):
-            raise ShapeError(f"index variables on grid axis {v.axis} have sizes {shape[v.axis]} and {v.size}")
+            raise ShapeError(
+                f"index variables on grid axis {v.axis} have sizes {shape[v.axis]} and {v.size}",
+                rule="nki_index_grid_mismatch",
+            )
         shape[v.axis] = builtins_max(shape[v.axis], v.size)
     return shape
 
@@ -340,7 +365,8 @@ class IndexedTensor(NkiTensor):
         if self._oob:
             raise ShapeError(
                 f"index expressions {self._exprs!r} run outside the {self._base.shape} tensor "
-                "(give the instruction a mask= that keeps them in bounds)"
+                "(give the instruction a mask= that keeps them in bounds)",
+                rule="nki_index_out_of_bounds",
             )
         return self._t
 
@@ -357,7 +383,9 @@ def index_view(nt: NkiTensor, key, ranges: dict | None = None) -> NkiTensor:
         key = _slices_as_exprs(key, t.shape)
     if any(k is Ellipsis or isinstance(k, slice) for k in key) or len(key) != t.ndim:
         raise not_supported(
-            f"index {key!r} on a {t.ndim}-D tensor", "legacy index expressions need one integer or index per dim"
+            f"index {key!r} on a {t.ndim}-D tensor",
+            "legacy index expressions need one integer or index per dim",
+            rule="nki_legacy_index_form",
         )
     exprs = [IndexExpr.of(k) for k in key]
     if ranges:  # substitute v -> v' + lo with v' over hi - lo
@@ -401,12 +429,16 @@ def index_view(nt: NkiTensor, key, ranges: dict | None = None) -> NkiTensor:
         p = exprs[0]
         if len(p.terms) > 1 or any(c != 1 for c in p.terms.values()):
             raise not_supported(
-                f"on-chip partition index {p!r}", "the partition index must be one index with coefficient 1"
+                f"on-chip partition index {p!r}",
+                "the partition index must be one index with coefficient 1",
+                rule="nki_partition_index_form",
             )
         if p.terms:
             (pv,) = p.terms
             if pv.size > 1 and any(pv in e.terms for e in exprs[1:]):
-                raise not_supported("the partition index used in a free-dim index expression")
+                raise not_supported(
+                    "the partition index used in a free-dim index expression", rule="nki_partition_index_form"
+                )
         else:  # a constant partition: one partition, then the free dims
             order.insert(0, None)
     shape = [1 if v is None else v.size for v in order]
@@ -436,11 +468,17 @@ def _dynamic_view(nt: NkiTensor, key, dyn) -> NkiTensor:
     """`nt[...]` with one run-time index term: the static view's access pattern over the base
     tensor plus `scalar_offset` = that tile along its dimension."""
     if len(dyn) != 1:
-        raise not_supported("more than one run-time index", "one dimension may take a tile value")
+        raise not_supported(
+            "more than one run-time index", "one dimension may take a tile value", rule="nki_runtime_index_count"
+        )
     d, k = dyn[0]
     if isinstance(k, NkiTensor) and k.shape[0] > 1:  # one row per index partition (gather/scatter)
         if d != 0 or nt.tensor.mem != "hbm":
-            raise not_supported("a tile of indices outside the row dim of an HBM tensor", "index rows (dim 0)")
+            raise not_supported(
+                "a tile of indices outside the row dim of an HBM tensor",
+                "index rows (dim 0)",
+                rule="nki_index_tile_dim",
+            )
         rest = index_view(nt, (0,) + tuple(key[1:]))
         view, base = rest._t, nt.tensor
         pattern = [[base.strides[0], k.shape[0]]] + [[st, n] for st, n in zip(view.strides, view.shape)]
@@ -448,7 +486,10 @@ def _dynamic_view(nt: NkiTensor, key, dyn) -> NkiTensor:
     k = DynIndex.of(k)
     static = index_view(nt, tuple(k.expr if i == d else v for i, v in enumerate(key)))
     if static._oob:
-        raise ShapeError(f"index {key!r} runs outside the {nt.shape} tensor before its run-time offset")
+        raise ShapeError(
+            f"index {key!r} runs outside the {nt.shape} tensor before its run-time offset",
+            rule="nki_index_out_of_bounds",
+        )
     base, view = nt.tensor, static._t
     es = base.itemsize
     if base.mem == "hbm":
@@ -489,7 +530,9 @@ def masked(mask):
     elif isinstance(mask, Predicate):
         r = mask.ranges()
     else:
-        raise not_supported(f"mask={mask!r}", "a mask is a comparison of nl.arange / nl.mgrid indices")
+        raise not_supported(
+            f"mask={mask!r}", "a mask is a comparison of nl.arange / nl.mgrid indices", rule="nki_mask_form"
+        )
     _MASKS.append(r)
     try:
         yield
@@ -517,7 +560,9 @@ def apply(v: Any, ranges: dict) -> Any:
     """`v` restricted to the mask's sub-grid (tensors only; other values pass through)."""
     if not isinstance(v, NkiTensor):
         if isinstance(v, IndexExpr):
-            raise not_supported("an index expression as an operand", "index a tensor with it")
+            raise not_supported(
+                "an index expression as an operand", "index a tensor with it", rule="nki_index_expr_operand"
+            )
         return v
     if isinstance(v, IndexedTensor):
         mine = {var: r for var, r in ranges.items() if any(var in IndexExpr.of(k).terms for k in v._exprs)}
@@ -536,7 +581,8 @@ def apply(v: Any, ranges: dict) -> Any:
             w = index_view(v._base, v._exprs, mine)
             if w._oob:
                 raise ShapeError(
-                    f"index expressions {v._exprs!r} run outside the {v._base.shape} tensor under the mask"
+                    f"index expressions {v._exprs!r} run outside the {v._base.shape} tensor under the mask",
+                    rule="nki_index_out_of_bounds",
                 )
             v = w
         ranges = {var: r for var, r in ranges.items() if var not in mine}
@@ -550,7 +596,12 @@ def apply(v: Any, ranges: dict) -> Any:
     return v[tuple(key)] if any(k != slice(None) for k in key) else v
 
 
-_UNMASKABLE = ("nc_matmul", "nc_matmul_mx", "nc_transpose", "dma_transpose")
+#: instructions a mask cannot restrict (PE array and DMA-transpose shapes): `maskable = false` in isa.toml
+_UNMASKABLE = frozenset(name for name, (_cost, _path, _rng, maskable) in INSTRUCTION_FLAGS.items() if not maskable)
+#: transposes (their cost class): a mask on the source's index variables restricts the destination swapped
+_TRANSPOSES = frozenset(
+    name for name, (cost, *_flags) in INSTRUCTION_FLAGS.items() if cost in ("pe_transpose", "dma_transpose")
+)
 
 
 def _masked_transpose(args: tuple, kwargs: dict, ranges: dict):
@@ -591,12 +642,12 @@ def mask_call(opname: str, args: tuple, kwargs: dict):
         if ranges is None:
             return None
         restricting = [v for v, r in ranges.items() if v is None or r != (0, v.size)]
-        if opname in ("nc_transpose", "dma_transpose") and restricting:
+        if opname in _TRANSPOSES and restricting:
             swapped = _masked_transpose(args, kwargs, ranges)
             if swapped is not None:
                 return swapped
         if opname in _UNMASKABLE and restricting:  # a mask true on the whole grid restricts nothing
-            raise not_supported(f"mask= on nki.isa.{opname}", "slice its operands instead")
+            raise not_supported(f"mask= on nki.isa.{opname}", "slice its operands instead", rule="nki_mask_unsupported")
         args = tuple(apply(a, ranges) for a in args)
         kwargs = {k: apply(v, ranges) for k, v in kwargs.items()}
         return args, kwargs
@@ -605,7 +656,10 @@ def mask_call(opname: str, args: tuple, kwargs: dict):
 def _resolve_unmasked(args):
     for a in args:
         if isinstance(a, IndexedTensor) and a._oob:
-            raise ShapeError(f"index expressions {a._exprs!r} run outside the {a._base.shape} tensor (no mask)")
+            raise ShapeError(
+                f"index expressions {a._exprs!r} run outside the {a._base.shape} tensor (no mask)",
+                rule="nki_index_out_of_bounds",
+            )
     return args
 
 

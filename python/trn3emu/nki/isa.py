@@ -62,11 +62,11 @@ def op_name(v: Any) -> Any:
         return v
     name = v if isinstance(v, str) else getattr(v, "name", None) or getattr(v, "__name__", None)
     if not isinstance(name, str):
-        raise not_supported(f"op token {v!r}")
+        raise not_supported(f"op token {v!r}", rule="nki_op_token")
     if name in _OP_ALIASES:
         alias = _OP_ALIASES[name]
         if alias is None:
-            raise not_supported(f"op {name}", "no NeuronCore ALU or activation function")
+            raise not_supported(f"op {name}", "no NeuronCore ALU or activation function", rule="nki_op_unsupported")
         return alias
     return name
 
@@ -155,6 +155,22 @@ def _converter(kind: str, enum_id: Any):
 #: callables run before any instruction is issued (the legacy dialect's pending results)
 _before_issue: list = []
 
+#: NKI-only keywords of an instruction beyond its ISA operands (legacy `tensor_copy(dtype=)`: the cast
+#: is dst's dtype, so the value is accepted and dropped). Every instruction also takes `mask=`.
+_NKI_KEYWORDS: dict[str, tuple[str, ...]] = {"tensor_copy": ("dtype",)}
+
+_KW = inspect.Parameter.KEYWORD_ONLY
+
+
+def signature(opname: str) -> inspect.Signature:
+    """The signature of `nki.isa.<opname>`: the assembler method's operands (names, order and
+    defaults from the ISA tables), then `engine`, `name`, keyword-only `wait`, `signal`, `mask`
+    and the instruction's NKI-only keywords."""
+    params = list(inspect.signature(getattr(AssemblerMixin, opname)).parameters.values())[1:]
+    out = [p.replace(annotation=inspect.Parameter.empty) for p in params]
+    out += [inspect.Parameter(k, _KW, default=None) for k in ("mask", *_NKI_KEYWORDS.get(opname, ()))]
+    return inspect.Signature(out, return_annotation=Instruction)
+
 
 def _make(opname: str):
     method = getattr(AssemblerMixin, opname)
@@ -183,10 +199,11 @@ def _make(opname: str):
         return not_supported(
             f"nki.isa.{opname} call form ({msg})",
             "NKI 0.6 passes a preallocated dst first; legacy value-returning calls are not supported",
+            rule="nki_call_form",
         )
 
     dst_first = names[0] == "dst"
-    legacy_dtype = opname == "tensor_copy"
+    dropped = _NKI_KEYWORDS.get(opname, ())
 
     def fn(*args, **kwargs):
         if _before_issue:  # e.g. legacy results still pending: issued first, in program order
@@ -199,10 +216,13 @@ def _make(opname: str):
             args, kwargs = masked
         if dst_first and args and "dst" not in kwargs and not isinstance(args[0], NkiTensor):
             raise not_supported(
-                f"nki.isa.{opname} without dst", "legacy value-returning form; pass a preallocated dst first"
+                f"nki.isa.{opname} without dst",
+                "legacy value-returning form; pass a preallocated dst first",
+                rule="nki_call_form",
             )
-        if legacy_dtype and kwargs:
-            kwargs.pop("dtype", None)  # legacy cast argument: the cast is dst's dtype
+        if dropped and kwargs:
+            for k in dropped:
+                kwargs.pop(k, None)
         if len(args) > npos:
             raise bad_form(args, kwargs)
         call = dict(zip(names, args))
@@ -222,6 +242,7 @@ def _make(opname: str):
     fn.__name__ = opname
     fn.__qualname__ = opname
     fn.__doc__ = method.__doc__
+    fn.__signature__ = signature(opname)
     return fn
 
 
@@ -252,6 +273,7 @@ def tensor_reduce(dst, op, data, axis, *args, **kwargs):  # noqa: F811
 
 
 tensor_reduce.__doc__ = _tensor_reduce.__doc__
+tensor_reduce.__signature__ = _tensor_reduce.__signature__
 
 _dma_compute = _make("dma_compute")
 
@@ -263,13 +285,33 @@ def dma_compute(dst, srcs, scales=None, reduce_op=None, **kwargs):
     """`dma_compute(dst, srcs, scales, reduce_op)`: srcs list -> src0..src15 of the ISA record."""
     srcs = list(srcs)
     if len(srcs) > 16:
-        raise not_supported("dma_compute with more than 16 sources")
+        raise not_supported("dma_compute with more than 16 sources", rule="nki_dma_compute_sources")
     if scales is not None and any(float(s) != 1.0 for s in scales):
-        raise not_supported("dma_compute with scales other than 1.0", "the v4 DMA has no scale mode")
+        raise not_supported(
+            "dma_compute with scales other than 1.0", "the v4 DMA has no scale mode", rule="nki_dma_compute_scales"
+        )
     extra = {f"src{i}": s for i, s in enumerate(srcs)}
     if reduce_op is not None:
         extra["reduce_op"] = reduce_op
     return _dma_compute(dst, **extra, **kwargs)
+
+
+def _dma_compute_signature() -> inspect.Signature:
+    """dst, srcs, scales, reduce_op, then keyword-only the ISA record's other non-tensor operands."""
+    kinds = {p[0]: p[1] for p in INSTRUCTIONS["dma_compute"][2]}
+    P = inspect.Parameter
+    head = [P("dst", P.POSITIONAL_OR_KEYWORD), P("srcs", P.POSITIONAL_OR_KEYWORD)]
+    head += [P("scales", P.POSITIONAL_OR_KEYWORD, default=None), P("reduce_op", P.POSITIONAL_OR_KEYWORD, default=None)]
+    rest = [
+        p.replace(kind=_KW)
+        for p in _dma_compute.__signature__.parameters.values()
+        if p.name not in ("dst", "reduce_op") and kinds.get(p.name) != "tensor"
+    ]
+    return inspect.Signature(head + rest, return_annotation=Instruction)
+
+
+dma_compute.__doc__ = f"{dma_compute.__doc__}\n\n{_dma_compute.__doc__}"
+dma_compute.__signature__ = _dma_compute_signature()
 
 
 def __getattr__(name: str):

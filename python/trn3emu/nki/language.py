@@ -187,7 +187,7 @@ def while_loop(init, body_fun=None, *args, **kwargs):
     """`r = init; while r: r = body_fun(r)`; a register condition is read on the device before
     every iteration (`registers.device_value`); an int condition is evaluated while tracing."""
     if body_fun is None:
-        raise not_supported("nl.while_loop call form", "while_loop(init, body_fun)")
+        raise not_supported("nl.while_loop call form", "while_loop(init, body_fun)", rule="nki_call_form")
     from .registers import device_value
 
     r = init
@@ -264,12 +264,14 @@ def ndarray(shape, dtype, buffer=None, name="", address=None, **kwargs) -> NkiTe
     [P, n, F] tile whose block index is a free dim (`BlockTensor`)."""
     kwargs.pop("lazy_initialization", None)  # legacy scheduling hint: no effect here
     if kwargs:
-        raise not_supported(f"nl.ndarray({', '.join(kwargs)}=...)")
+        raise not_supported(f"nl.ndarray({', '.join(kwargs)}=...)", rule="nki_keyword_unsupported")
     from .compiler import AllocatedBuffer
 
     if isinstance(buffer, AllocatedBuffer):  # legacy direct allocation (ncc.sbuf.alloc / mod_alloc)
         if isinstance(shape, (tuple, list)) and builtins.any(isinstance(s, ParDim) for s in shape[1:]):
-            raise not_supported("direct allocation of a par_dim block tile", "allocate one tile per block")
+            raise not_supported(
+                "direct allocation of a par_dim block tile", "allocate one tile per block", rule="nki_block_tile_alloc"
+            )
         address = buffer.address(tuple(int(s) for s in shape), as_dtype(dtype).itemsize)
         buffer = buffer.buffer
     buf = "sbuf" if buffer is None else _buf(buffer)
@@ -302,9 +304,13 @@ class BlockTensor(NkiTensor):
         key = key if isinstance(key, tuple) else (key,)
         pd = self._pd
         if builtins.any(k is Ellipsis for k in key):
-            raise not_supported("... in the index of a par_dim block tile", "index the block dims first")
+            raise not_supported(
+                "... in the index of a par_dim block tile", "index the block dims first", rule="nki_block_tile_index"
+            )
         if len(key) < pd:
-            raise not_supported("indexing a par_dim block tile without all its block indices")
+            raise not_supported(
+                "indexing a par_dim block tile without all its block indices", rule="nki_block_tile_index"
+            )
         key = key + (slice(None),) * (self._t.ndim - len(key))  # t[b]: the whole [P, F] tile of block b
         return NkiTensor.__getitem__(self, (key[pd],) + tuple(key[:pd]) + tuple(key[pd + 1 :]))
 
@@ -402,7 +408,11 @@ def all_reduce(x, op, program_axes, dtype=None, parallel_reduce=True, asynchrono
     grid = ctx.launch.grid
     n = math.prod(grid)
     if n > 8:
-        raise not_supported("nl.all_reduce in a launch of more than 8 programs", "programs 8.. run separately")
+        raise not_supported(
+            "nl.all_reduce in a launch of more than 8 programs",
+            "programs 8.. run separately",
+            rule="nki_all_reduce_programs",
+        )
     axes = {int(a) for a in (program_axes if isinstance(program_axes, (list, tuple)) else (program_axes,))}
     me = np.unravel_index(ctx.pid, grid)
     group = [
@@ -425,20 +435,24 @@ def atomic_rmw(dst, value, op, mask=None, **kwargs) -> None:
     oob_mode=skip."""
     _no_mask("atomic_rmw", kwargs)
     if nisa.op_name(op) != "add":
-        raise not_supported(f"nl.atomic_rmw(op={nisa.op_name(op)})", "the DMA read-modify-write adds")
+        raise not_supported(
+            f"nl.atomic_rmw(op={nisa.op_name(op)})", "the DMA read-modify-write adds", rule="nki_atomic_rmw_op"
+        )
     value = _sbuf_operand(_onchip(value)) if isinstance(value, NkiTensor) else value
     if not isinstance(value, NkiTensor):
-        raise not_supported("nl.atomic_rmw with a scalar value", "pass a tile")
+        raise not_supported("nl.atomic_rmw with a scalar value", "pass a tile", rule="nki_atomic_rmw_scalar")
     if mask is None:
         nisa.dma_compute(dst, [dst, value], reduce_op="add")
         return
     dyn = getattr(dst.tensor, "dyn", None)
     if not isinstance(mask, NkiTensor) or dyn is None or dyn[0] != "v":
-        raise not_supported("nl.atomic_rmw(mask=...)", "a tile mask on a dst indexed by an index tile")
+        raise not_supported(
+            "nl.atomic_rmw(mask=...)", "a tile mask on a dst indexed by an index tile", rule="nki_atomic_rmw_mask"
+        )
     index = getattr(dst._block, "tiles", ())
     index = next((o for o in index if isinstance(o, NkiTensor) and o.tensor._static_ap() == dyn[1]), None)
     if index is None:
-        raise not_supported("nl.atomic_rmw(mask=...)", "a dst indexed by an index tile")
+        raise not_supported("nl.atomic_rmw(mask=...)", "a dst indexed by an index tile", rule="nki_atomic_rmw_mask")
     _, _, step, bound = dyn
     kept = full(index.shape, bound, index.dtype, sbuf)  # `bound` is one past the last row: skipped
     nisa.tensor_copy_predicated(dst=kept, src=index, predicate=_onchip(mask))
@@ -473,6 +487,7 @@ class _LoopReduce:
         raise not_supported(
             "nl.loop_reduce result used other than as `dst[...] = nl.loop_reduce(...)`",
             "the reduction's destination is the assignment target",
+            rule="nki_loop_reduce_use",
         )
 
 
@@ -521,13 +536,15 @@ def _assign(dst: NkiTensor, value) -> None:
             nisa.tensor_copy(dst=dst, src=src)
     else:
         if dst.buffer in HBM_BUFFERS:
-            raise not_supported("assigning a scalar to an HBM tensor", "memset an SBUF tile and store it")
+            raise not_supported(
+                "assigning a scalar to an HBM tensor", "memset an SBUF tile and store it", rule="nki_hbm_scalar_assign"
+            )
         nisa.memset(dst, value=float(value))
 
 
 def _no_mask(name, kwargs):
     if kwargs:
-        raise not_supported(f"nl.{name}({', '.join(kwargs)}=...)")
+        raise not_supported(f"nl.{name}({', '.join(kwargs)}=...)", rule="nki_keyword_unsupported")
 
 
 def _sbuf_operand(v: NkiTensor) -> NkiTensor:
@@ -586,11 +603,11 @@ def _bcast_free(t: NkiTensor, shape) -> NkiTensor:
         if v.size // v.shape[0] == 1:
             v = v.reshape((v.shape[0],) + (1,) * (len(shape) - 1))
         else:
-            raise ShapeError(f"cannot broadcast {t.shape} to {tuple(shape)}")
+            raise ShapeError(f"cannot broadcast {t.shape} to {tuple(shape)}", rule="nki_broadcast_shape")
     for d in range(1, len(shape)):
         if v.shape[d] != shape[d]:
             if v.shape[d] != 1:
-                raise ShapeError(f"cannot broadcast {t.shape} to {tuple(shape)}")
+                raise ShapeError(f"cannot broadcast {t.shape} to {tuple(shape)}", rule="nki_broadcast_shape")
             v = v.broadcast(d, shape[d])
     return v
 
@@ -598,7 +615,7 @@ def _bcast_free(t: NkiTensor, shape) -> NkiTensor:
 def _bcast_partitions(t: NkiTensor, parts: int) -> NkiTensor:
     """[1, F] -> a new [parts, F] tile: ones[1, parts]^T @ t on the PE (exact: x * 1 summed once)."""
     if t.shape[0] != 1:
-        raise ShapeError(f"partition broadcast needs 1 partition, got {t.shape}")
+        raise ShapeError(f"partition broadcast needs 1 partition, got {t.shape}", rule="nki_broadcast_partitions")
     free = t.size
     flat = t.reshape((1, free)) if t.is_contiguous() else copy(t).reshape((1, free))
     ones_t = full((1, parts), 1.0, float32 if t.dtype in ("float32", "tfloat32") else t.dtype)
@@ -633,7 +650,9 @@ def _is_tile(v) -> bool:
 def _inplace(dst: NkiTensor, op: str, value) -> None:
     """`dst op= value` (`t[...] += u`): the op's instruction writes dst itself."""
     if dst.buffer in HBM_BUFFERS:
-        raise not_supported(f"in-place {op} on an HBM tensor", "load it, update the tile, store it")
+        raise not_supported(
+            f"in-place {op} on an HBM tensor", "load it, update the tile, store it", rule="nki_hbm_inplace"
+        )
     if dst.buffer == "psum" and isinstance(value, NkiTensor) and value.buffer == "psum":
         value = _sbuf_operand(value)  # an engine reads at most one PSUM input (`psum += matmul(...)`)
     _binary(op, dst, value, None, out=dst)
@@ -641,7 +660,7 @@ def _inplace(dst: NkiTensor, op: str, value) -> None:
 
 def _binary(op: str, x, y, dtype, out=None) -> NkiTensor:
     if not _is_tile(x) and not _is_tile(y):
-        raise not_supported(f"nl.{op} of two scalars", "compute it in Python")
+        raise not_supported(f"nl.{op} of two scalars", "compute it in Python", rule="nki_scalar_operands")
     x, y = _onchip(x), _onchip(y)
     if not _is_tile(y) or not _is_tile(x):
         tile, scalar, rev = (x, y, False) if _is_tile(x) else (y, x, True)
@@ -655,7 +674,10 @@ def _binary(op: str, x, y, dtype, out=None) -> NkiTensor:
         elif y.shape[0] == 1:
             y = _bcast_partitions(y, x.shape[0])
         else:
-            raise ShapeError(f"nl.{op}: partition dims {x.shape[0]} and {y.shape[0]} do not broadcast")
+            raise ShapeError(
+                f"nl.{op}: partition dims {x.shape[0]} and {y.shape[0]} do not broadcast",
+                rule="nki_broadcast_partitions",
+            )
     xf, yf = x.size // x.shape[0], y.size // y.shape[0]
     if xf != yf and (xf == 1 or yf == 1):
         tile, col, rev = (x, y, False) if yf == 1 else (y, x, True)
@@ -853,7 +875,7 @@ def invert(x, dtype=None, **kwargs) -> NkiTensor:
 
 def _unsupported(name, why):
     def f(*args, **kwargs):
-        raise not_supported(f"nl.{name}", why)
+        raise not_supported(f"nl.{name}", why, rule="nki_not_supported")
 
     f.__name__ = name
     return f
@@ -865,7 +887,9 @@ def gather_flattened(data, indices, axis=0, dtype=None, **kwargs) -> NkiTensor:
     An index outside the row raises AddressError at run time (NKI returns garbage there)."""
     _no_mask("gather_flattened", kwargs)
     if int(axis) != 0:
-        raise not_supported(f"nl.gather_flattened(axis={axis})", "the gather runs per partition (axis 0)")
+        raise not_supported(
+            f"nl.gather_flattened(axis={axis})", "the gather runs per partition (axis 0)", rule="nki_gather_axis"
+        )
     data, indices = _onchip(data), _onchip(indices)
     if str(indices.dtype) != "uint32":
         indices = copy(indices, dtype=uint32)
@@ -881,7 +905,9 @@ def random_seed(seed, **kwargs) -> None:
     if isinstance(seed, NkiTensor):
         t = _onchip(seed)
         if t.size != 1:
-            raise ShapeError(f"nl.random_seed takes a single 32-bit value, got a {t.shape} tensor")
+            raise ShapeError(
+                f"nl.random_seed takes a single 32-bit value, got a {t.shape} tensor", rule="nki_random_seed_shape"
+            )
         t = t.reshape((1, 1)) if t.shape != (1, 1) else t
         if str(t.dtype) not in ("uint32", "int32"):
             t = copy(t, dtype=uint32)
@@ -900,7 +926,11 @@ def _axes(x, axis) -> tuple:
     else:
         axes = (int(axis) % x.ndim,)
     if 0 in axes and axes != (0,):
-        raise not_supported("reducing the partition dim together with free dims", "reduce them in two steps")
+        raise not_supported(
+            "reducing the partition dim together with free dims",
+            "reduce them in two steps",
+            rule="nki_partition_reduce_axes",
+        )
     return tuple(sorted(axes))
 
 
@@ -913,7 +943,7 @@ def _reduce(op: str, x, axis, dtype, keepdims, negate=False) -> NkiTensor:
     if axes == (0,):
         # Across partitions: GpSimd's tensor_partition_reduce into one partition (keeps the dim).
         if op not in _PARTITION_OPS or negate:
-            raise not_supported(f"nl reduction {op} over the partition dim")
+            raise not_supported(f"nl reduction {op} over the partition dim", rule="nki_partition_reduce_op")
         out = ndarray((1,) + tuple(x.shape[1:]), dtype or x.dtype, sbuf)
         nisa.tensor_partition_reduce(out, op=_PARTITION_OPS[op], data=x)
         return out
@@ -968,7 +998,7 @@ def var(x, axis=None, dtype=None, keepdims=False) -> NkiTensor:
     """Population variance over all free axes: `bn_stats` per 512-element chunk, one `bn_aggr`."""
     x = _onchip(x)
     if _axes(x, axis) != tuple(range(1, x.ndim)):
-        raise not_supported("nl.var over a subset of the free axes or the partition dim")
+        raise not_supported("nl.var over a subset of the free axes or the partition dim", rule="nki_reduce_axes")
     x2 = _free_2d(x)
     p, f = x2.shape
     fmax = tile_size.bn_stats_fmax
@@ -995,7 +1025,7 @@ def softmax(x, axis=-1, dtype=None, compute_dtype=None, **kwargs) -> NkiTensor:
     _no_mask("softmax", kwargs)
     x = _free_2d(_onchip(x))
     if int(axis) % 2 != 1:
-        raise not_supported("nl.softmax over the partition dim")
+        raise not_supported("nl.softmax over the partition dim", rule="nki_reduce_axes")
     p = x.shape[0]
     negmax = ndarray((p, 1), float32, sbuf)
     nisa.tensor_reduce(negmax, op="maximum", data=x, axis=(1,), negate=True, keepdims=True)
@@ -1015,7 +1045,7 @@ def rms_norm(x, w, axis, n, epsilon=1e-6, dtype=None, compute_dtype=None, **kwar
     _no_mask("rms_norm", kwargs)
     x = _onchip(x)
     if _axes(x, axis) != tuple(range(1, x.ndim)):
-        raise not_supported("nl.rms_norm over a subset of the free axes")
+        raise not_supported("nl.rms_norm over a subset of the free axes", rule="nki_reduce_axes")
     x2 = _free_2d(x)
     p = x2.shape[0]
     sq = ndarray(x2.shape, float32, sbuf)
@@ -1124,7 +1154,7 @@ def _checked(f):
             try:
                 sig.bind(*args, **kwargs)
             except TypeError as e:
-                raise not_supported(f"nl.{f.__name__} call form ({e})") from None
+                raise not_supported(f"nl.{f.__name__} call form ({e})", rule="nki_call_form") from None
             raise
 
     return g

@@ -47,7 +47,7 @@ def _out_spec(opname: str, a: dict, dtype: Any) -> tuple:
         d = a["src"]
         perm = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}.get(d.ndim)
         if perm is None:
-            raise not_supported(f"legacy dma_transpose of a {d.ndim}-D tile")
+            raise not_supported(f"legacy dma_transpose of a {d.ndim}-D tile", rule="nki_legacy_transpose_rank")
         return tuple(d.shape[i] for i in perm), dtype or d.dtype, nl.sbuf
     if opname == "tensor_reduce":
         d = a["data"]
@@ -84,7 +84,7 @@ def _out_spec(opname: str, a: dict, dtype: Any) -> tuple:
     if src is None:
         ts = _tensors(a)
         if not ts:
-            raise not_supported(f"legacy nki.isa.{opname} without a tensor operand", "pass dst")
+            raise not_supported(f"legacy nki.isa.{opname} without a tensor operand", "pass dst", rule="nki_call_form")
         src = ts[0]
     odt = dtype
     if odt is None:
@@ -175,7 +175,7 @@ def _legacy(opname: str):
         try:
             bound = sig.bind(None, _DST, *args, **kwargs)
         except TypeError as e:
-            raise not_supported(f"legacy nki.isa.{opname} call form ({e})") from None
+            raise not_supported(f"legacy nki.isa.{opname} call form ({e})", rule="nki_call_form") from None
         a = dict(list(bound.arguments.items())[2:])
         if opname == "nc_matmul":  # TensorE reads SBUF: PSUM operands go through SBUF (as the compiler did)
             for k in ("stationary", "moving"):
@@ -186,13 +186,25 @@ def _legacy(opname: str):
             return _Pending((shape, odt, buf), lambda dst: new(dst, **a))
         out = nl.ndarray(shape, odt, buffer=buf)
         new(out, **a, **extra)
-        if opname in ("nc_transpose", "dma_transpose"):  # the mask's rows are the result's columns:
+        if opname in indexing._TRANSPOSES:  # the mask's rows are the result's columns:
             return out  # the whole tile is the value (only the masked part was written)
         return indexing.tag(out, mask)
 
     fn.__name__ = fn.__qualname__ = opname
     fn.__doc__ = f"Legacy value-returning `nki.isa.{opname}` (returns a new tile; `dtype=` casts, `mask=` restricts)."
+    fn.__signature__ = _legacy_signature(new)
     return fn
+
+
+def _legacy_signature(new) -> inspect.Signature:
+    """The NKI 0.6 signature without its leading dst, plus keyword-only `dtype` (the result's cast)
+    and `dst` (legacy operations that took one)."""
+    params = list(inspect.signature(new).parameters.values())[1:]
+    have = {p.name for p in params}
+    params += [
+        inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=None) for k in ("dtype", "dst") if k not in have
+    ]
+    return inspect.Signature(params, return_annotation=NkiTensor)
 
 
 def _restrict(mask, shape, pattern, offset, cm):
@@ -234,14 +246,18 @@ def affine_select(pred, on_true_tile, on_false_value, dtype=None, mask=None, **k
     """Legacy `affine_select(pred, on_true_tile, on_false_value)`: `pred` is one affine comparison
     of index expressions over the tile's grid (axis 0 = partitions), e.g. causal `i_q >= i_k`."""
     if not isinstance(pred, indexing.Predicate):
-        raise not_supported(f"affine_select(pred={pred!r})", "pred is a comparison of index expressions")
+        raise not_supported(
+            f"affine_select(pred={pred!r})", "pred is a comparison of index expressions", rule="nki_affine_select_pred"
+        )
     cons = pred.cons
     if len(cons) == 1:
         e, cmp = cons[0], "greater_equal"
     elif len(cons) == 2 and all(not (a + b).terms and (a + b).const == 0 for a, b in [cons]):
         e, cmp = cons[0], "equal"
     else:
-        raise not_supported("affine_select with a conjunction", "one comparison per affine_select")
+        raise not_supported(
+            "affine_select with a conjunction", "one comparison per affine_select", rule="nki_affine_select_pred"
+        )
     pattern, offset, cm = indexing.iota_pattern(e)
     t = on_true_tile
     if t.buffer == "psum":  # GpSimd reads SBUF only: the operand goes through SBUF (as the compiler did)

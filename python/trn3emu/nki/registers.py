@@ -44,11 +44,15 @@ class VirtualRegister(Reg):
 
     def __bool__(self):
         raise not_supported(
-            "a register value in Python control flow", "register values exist only on the device while it runs"
+            "a register value in Python control flow",
+            "register values exist only on the device while it runs",
+            rule="nki_register_value",
         )
 
     def __int__(self):
-        raise not_supported("int() of a register", "register values exist only on the device while it runs")
+        raise not_supported(
+            "int() of a register", "register values exist only on the device while it runs", rule="nki_register_value"
+        )
 
     __index__ = __int__
 
@@ -79,7 +83,11 @@ def register_alloc(x: Any = None) -> VirtualRegister:
 
 def _check(dst, what: str) -> VirtualRegister:
     if not isinstance(dst, VirtualRegister):
-        raise OperandError(f"{what}: dst must be a register from nisa.register_alloc, got {dst!r}", operand="dst")
+        raise OperandError(
+            f"{what}: dst must be a register from nisa.register_alloc, got {dst!r}",
+            operand="dst",
+            rule="nki_register_dst",
+        )
     return dst
 
 
@@ -114,7 +122,11 @@ def ensure_on(v: VirtualRegister, engine: str) -> None:
     if engine in v.valid:
         return
     if not v.valid:
-        raise OperandError(f"register r{v.index} is read before any value was written to it", operand="register")
+        raise OperandError(
+            f"register r{v.index} is read before any value was written to it",
+            operand="register",
+            rule="nki_register_unset",
+        )
     from . import language as nl
 
     prog = v.ctx.program
@@ -153,6 +165,7 @@ def device_value(v) -> int:
         raise not_supported(
             "a loop bound or condition read from a register in a multi-program launch",
             "the emulator reads it by running the program traced so far; only single-program launches",
+            rule="nki_register_read_multiprogram",
         )
     from . import language as nl
     from ._kernel import KernelProgram
@@ -165,7 +178,11 @@ def device_value(v) -> int:
             src = HOME if HOME in r.valid else next(iter(sorted(r.valid)))
             ctx.program.register_store(dst=r.scratch.tensor, src=Reg(r.index), engine=src)
     if v.scratch is None:
-        raise OperandError(f"register r{v.index} is read before any value was written to it", operand="register")
+        raise OperandError(
+            f"register r{v.index} is read before any value was written to it",
+            operand="register",
+            rule="nki_register_unset",
+        )
     # The trace now depends on device data: a cache of traced programs must not replay it.
     ctx.launch.kernel.device_dependent = True
     result = ctx.device.run([ctx.program], check_races=True, trace=ctx.launch.kernel.options.get("trace", True))

@@ -1,9 +1,39 @@
 """Type stubs for the native module (rust/python/src/*.rs)."""
 
-from typing import Any
+from typing import Any, final
 
 import numpy as np
 import numpy.typing as npt
+
+__all__ = [
+    "Device",
+    "Program",
+    "RawTrace",
+    "convert_from_f32",
+    "convert_to_f32",
+    "isa_opcodes",
+    "cost_params",
+    "constants",
+    "numerics_options",
+    "get_num_threads",
+    "set_num_threads",
+    "set_min_parallel_work",
+    "simd_path",
+    "limit_simd",
+    "NUM_CORES",
+    "PARTITIONS",
+    "SBUF_PARTITION_BYTES",
+    "PSUM_PARTITION_BYTES",
+    "PSUM_BANK_BYTES",
+    "PSUM_BANKS",
+    "HBM_BYTES",
+    "NUM_SEMAPHORES",
+    "AUTO_SEM_BASE",
+    "NUM_REGISTERS",
+    "MAX_SYNC",
+    "MAX_FREE_DIMS",
+    "STREAMS",
+]
 
 # Hardware and emulator constants (rust/python/src/info.rs, defined in the core).
 NUM_CORES: int
@@ -20,6 +50,7 @@ MAX_SYNC: int
 MAX_FREE_DIMS: int
 STREAMS: tuple[str, ...]
 
+@final
 class Program:
     def __new__(cls, core: int = 0) -> Program: ...
     @property
@@ -45,8 +76,9 @@ class Program:
     def encode(self) -> bytes: ...
     @staticmethod
     def decode(data: bytes) -> Program: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __eq__(self, value: object, /) -> bool: ...
 
+@final
 class Device:
     def __new__(
         cls,
@@ -68,6 +100,7 @@ class Device:
     def fill_onchip(self, byte: int) -> None: ...
     def run(self, programs: list[Program], check_races: bool = True, trace: bool = True) -> dict[str, Any]: ...
 
+@final
 class RawTrace:
     """A run's trace held natively; `columns()` builds the numpy columns on demand."""
 

@@ -33,11 +33,10 @@ class Hbm:
             address = self._next
             self._next = -(-(address + max(nbytes, 1)) // HBM_ALIGN) * HBM_ALIGN
         if address < 0 or address + nbytes > HBM_BYTES:
-            raise (CapacityError if address >= 0 else AddressError)(
-                f"HBM bytes {address}..{address + nbytes} exceed the {HBM_BYTES >> 30} GiB address space",
-                operand="address",
-                rule="hbm_out_of_range",
-            )
+            msg = f"HBM bytes {address}..{address + nbytes} exceed the {HBM_BYTES >> 30} GiB address space"
+            if address < 0:
+                raise AddressError(msg, operand="address", rule="hbm_out_of_range")
+            raise CapacityError(msg, operand="address", rule="hbm_capacity")
         return int(address)
 
     def alloc(self, shape, dtype: Any, address: int | None = None, name: str = "", core: int | None = None) -> Tensor:
@@ -51,7 +50,7 @@ class Hbm:
             raise AddressError(
                 f"core {core} is not a core of the device (0..{Device.NUM_CORES - 1})",
                 operand="core",
-                rule="core_out_of_range",
+                rule="tensor_core_out_of_range",
             )
         t = Tensor("hbm", dtype, shape, name=name, core=core)
         t.offset = self._place(t.nbytes, address)

@@ -1,4 +1,4 @@
-"""Type stubs for the native module (rust/python/src/lib.rs)."""
+"""Type stubs for the native module (rust/python/src/*.rs)."""
 
 from typing import Any, final
 
@@ -13,17 +13,42 @@ __all__ = [
     "convert_to_f32",
     "isa_opcodes",
     "cost_params",
+    "constants",
+    "numerics_options",
     "get_num_threads",
     "set_num_threads",
     "set_min_parallel_work",
     "simd_path",
     "limit_simd",
-    "AUTO_SEM_BASE",
+    "NUM_CORES",
+    "PARTITIONS",
+    "SBUF_PARTITION_BYTES",
+    "PSUM_PARTITION_BYTES",
+    "PSUM_BANK_BYTES",
+    "PSUM_BANKS",
+    "HBM_BYTES",
     "NUM_SEMAPHORES",
+    "AUTO_SEM_BASE",
+    "NUM_REGISTERS",
+    "MAX_SYNC",
+    "MAX_FREE_DIMS",
+    "STREAMS",
 ]
 
-AUTO_SEM_BASE: int
+# Hardware and emulator constants (rust/python/src/info.rs, defined in the core).
+NUM_CORES: int
+PARTITIONS: int
+SBUF_PARTITION_BYTES: int
+PSUM_PARTITION_BYTES: int
+PSUM_BANK_BYTES: int
+PSUM_BANKS: int
+HBM_BYTES: int
 NUM_SEMAPHORES: int
+AUTO_SEM_BASE: int
+NUM_REGISTERS: int
+MAX_SYNC: int
+MAX_FREE_DIMS: int
+STREAMS: tuple[str, ...]
 
 @final
 class Program:
@@ -51,7 +76,7 @@ class Program:
     def encode(self) -> bytes: ...
     @staticmethod
     def decode(data: bytes) -> Program: ...
-    def __eq__(self, other: object, /) -> bool: ...
+    def __eq__(self, value: object, /) -> bool: ...
 
 @final
 class Device:
@@ -59,11 +84,11 @@ class Device:
         cls,
         rounding: str | None = None,
         seed: int | None = None,
-        sr_bits: int = 32,
-        fp8_overflow: str = "ieee",
-        mx_scale: str = "nki",
+        sr_bits: int | None = None,
+        fp8_overflow: str | None = None,
+        mx_scale: str | None = None,
     ) -> Device: ...
-    def numerics(self) -> dict[str, Any]: ...
+    def numerics(self) -> dict[str, str | int]: ...
     def hbm_write(self, addr: int, data: npt.NDArray[np.uint8]) -> None: ...
     def hbm_zero(self, addr: int, nbytes: int) -> None: ...
     def hbm_equals(self, addr: int, data: npt.NDArray[np.uint8]) -> bool: ...
@@ -89,6 +114,8 @@ def convert_to_f32(
 ) -> npt.NDArray[np.float32]: ...
 def isa_opcodes() -> list[tuple[int, str]]: ...
 def cost_params() -> dict[str, float]: ...
+def constants() -> dict[str, int]: ...
+def numerics_options() -> dict[str, dict[str, Any]]: ...
 def get_num_threads() -> int: ...
 def set_num_threads(n: int) -> None: ...
 def set_min_parallel_work(n: int) -> None: ...

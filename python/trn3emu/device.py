@@ -13,8 +13,12 @@ from .program import Program
 from .tensor import Tensor
 from .trace import RunResult
 
-HBM_BYTES = 144 << 30
+HBM_BYTES: int = _native.HBM_BYTES
+#: HBM tensors placed automatically start on this byte alignment (an allocator policy).
 HBM_ALIGN = 64
+#: The numerics options of `Device(...)`: names, allowed values, defaults (from the Rust core).
+NUMERICS_OPTIONS: dict[str, dict[str, Any]] = _native.numerics_options()
+_DEFAULT = {name: o["default"] for name, o in NUMERICS_OPTIONS.items()}
 
 
 class Hbm:
@@ -29,9 +33,10 @@ class Hbm:
             address = self._next
             self._next = -(-(address + max(nbytes, 1)) // HBM_ALIGN) * HBM_ALIGN
         if address < 0 or address + nbytes > HBM_BYTES:
-            raise (CapacityError if address >= 0 else AddressError)(
-                f"HBM bytes {address}..{address + nbytes} exceed the 144 GiB address space"
-            )
+            msg = f"HBM bytes {address}..{address + nbytes} exceed the {HBM_BYTES >> 30} GiB address space"
+            if address < 0:
+                raise AddressError(msg, operand="address", rule="hbm_out_of_range")
+            raise CapacityError(msg, operand="address", rule="hbm_capacity")
         return int(address)
 
     def alloc(self, shape, dtype: Any, address: int | None = None, name: str = "", core: int | None = None) -> Tensor:
@@ -42,7 +47,11 @@ class Hbm:
         """
         shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
         if core is not None and not 0 <= core < Device.NUM_CORES:
-            raise AddressError(f"core {core} is not a core of the device (0..{Device.NUM_CORES - 1})", operand="core")
+            raise AddressError(
+                f"core {core} is not a core of the device (0..{Device.NUM_CORES - 1})",
+                operand="core",
+                rule="tensor_core_out_of_range",
+            )
         t = Tensor("hbm", dtype, shape, name=name, core=core)
         t.offset = self._place(t.nbytes, address)
         return t
@@ -54,7 +63,11 @@ class Hbm:
         a = np.ascontiguousarray(array)
         name_ = dtype_name(a.dtype) if dtype is None else dtype_name(dtype)
         if a.dtype.itemsize != numpy_dtype(name_).itemsize:
-            raise DtypeError(f"array of {a.dtype} cannot carry {name_} ({numpy_dtype(name_).itemsize}-byte words)")
+            raise DtypeError(
+                f"array of {a.dtype} cannot carry {name_} ({numpy_dtype(name_).itemsize}-byte words)",
+                operand="dtype",
+                rule="array_itemsize_mismatch",
+            )
         t = self.alloc(a.shape if a.ndim else (1,), name_, address, name, core)
         self._native.hbm_write(t.offset, a.reshape(-1).view(np.uint8))
         return t
@@ -62,16 +75,18 @@ class Hbm:
     def write(self, t: Tensor, array) -> None:
         """Overwrite an HBM tensor (a contiguous view) with `array` (cast with numpy if needed)."""
         if t.mem != "hbm" or not t.is_contiguous():
-            raise ShapeError(f"write needs a contiguous HBM tensor, got {t!r}")
+            raise ShapeError(f"write needs a contiguous HBM tensor, got {t!r}", rule="hbm_tensor_expected")
         a = np.ascontiguousarray(np.asarray(array).astype(numpy_dtype(t.dtype), copy=False))
         if a.size != t.size:
-            raise ShapeError(f"array has {a.size} elements, tensor {t!r} has {t.size}")
+            raise ShapeError(f"array has {a.size} elements, tensor {t!r} has {t.size}", rule="array_size_mismatch")
         self._native.hbm_write(t.offset, a.reshape(-1).view(np.uint8))
 
     def get(self, t: Tensor) -> np.ndarray:
         """The tensor's contents as a new numpy array (ml_dtypes for bf16/fp8; raw words for x4)."""
         if t.mem != "hbm":
-            raise ShapeError(f"hbm.get needs an HBM tensor, got {t!r}; use Device.read for tiles")
+            raise ShapeError(
+                f"hbm.get needs an HBM tensor, got {t!r}; use Device.read for tiles", rule="hbm_tensor_expected"
+            )
         es = t.itemsize
         lo = hi = 0
         for n, st in zip(t.shape, t.strides):
@@ -98,15 +113,15 @@ class Hbm:
 class Device:
     """One Trainium3: `run` programs on its cores; `hbm` moves data in and out."""
 
-    NUM_CORES = 8
+    NUM_CORES: int = _native.NUM_CORES
 
     def __init__(
         self,
         rounding: str | None = None,
         seed: int | None = None,
-        sr_bits: int = 32,
-        fp8_overflow: str = "ieee",
-        mx_scale: str = "nki",
+        sr_bits: int = _DEFAULT["sr_bits"],
+        fp8_overflow: str = _DEFAULT["fp8_overflow"],
+        mx_scale: str = _DEFAULT["mx_scale"],
     ) -> None:
         """Numerics options (docs/numerics.md):
 
@@ -118,6 +133,8 @@ class Device:
         - `sr_bits`: random bits per stochastic-rounding decision (1..32).
         - `fp8_overflow`: "ieee" (ml_dtypes: e4m3/e5m2 -> Inf, e4m3fn -> NaN) or "saturate" (±max).
         - `mx_scale`: `quantize_mx` scale rule, "nki" (NKI 0.6: 2x the OCP scale) or "ocp".
+
+        `NUMERICS_OPTIONS` (module attribute) lists every option with its values and default.
         """
         self._native = _native.Device(rounding, seed, sr_bits, fp8_overflow, mx_scale)
         self.hbm = Hbm(self._native)

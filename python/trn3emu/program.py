@@ -18,10 +18,14 @@ from ._asm import INSTRUCTIONS, AssemblerMixin
 from .errors import AddressError, CapacityError, MemorySpaceError, OperandError, SemaphoreError
 from .tensor import Reg, Tensor
 
-PARTITIONS = 128
-SBUF_PARTITION_BYTES = 256 * 1024
-PSUM_PARTITION_BYTES = 16 * 1024
-PSUM_BANK_BYTES = 2048
+# Hardware facts, from the Rust core.
+PARTITIONS: int = _native.PARTITIONS
+SBUF_PARTITION_BYTES: int = _native.SBUF_PARTITION_BYTES
+PSUM_PARTITION_BYTES: int = _native.PSUM_PARTITION_BYTES
+PSUM_BANK_BYTES: int = _native.PSUM_BANK_BYTES
+NUM_REGISTERS: int = _native.NUM_REGISTERS
+#: SBUF tiles start on this byte alignment (an allocator policy, not a hardware rule).
+SBUF_ALIGN = 64
 
 
 class _Allocator:
@@ -49,7 +53,11 @@ class _Allocator:
 
     def reserve(self, offset: int, nbytes: int) -> None:
         if offset < 0 or offset + nbytes > self.capacity:
-            raise AddressError(f"{self.what} bytes {offset}..{offset + nbytes} are outside 0..{self.capacity}")
+            raise AddressError(
+                f"{self.what} bytes {offset}..{offset + nbytes} are outside 0..{self.capacity}",
+                operand="address",
+                rule="tile_address_out_of_range",
+            )
         self.live[offset] = max(self.live.get(offset, 0), offset + nbytes)
 
     def free(self, offset: int) -> None:
@@ -96,11 +104,13 @@ class Program(AssemblerMixin):
 
     def __init__(self, core: int = 0, sync: str = "auto") -> None:
         if sync not in ("auto", "manual"):
-            raise OperandError(f"sync must be 'auto' or 'manual', got {sync!r}")
+            raise OperandError(
+                f"sync must be 'auto' or 'manual', got {sync!r}", operand="sync", rule="sync_mode_unknown"
+            )
         self._native = _native.Program(core)
         self.core = core
         self.sync = sync
-        self._sbuf = _Allocator("SBUF", SBUF_PARTITION_BYTES, 64)
+        self._sbuf = _Allocator("SBUF", SBUF_PARTITION_BYTES, SBUF_ALIGN)
         self._psum = _Allocator("PSUM", PSUM_PARTITION_BYTES, PSUM_BANK_BYTES)
         self._next_sem = 0
         self._next_reg = 0
@@ -130,7 +140,9 @@ class Program(AssemblerMixin):
         t = Tensor(mem, dtype, shape, name=name, core=self.core)
         if shape[0] > PARTITIONS:
             raise AddressError(
-                f"{mem} tile {name or ''} spans {shape[0]} partitions (at most {PARTITIONS})", operand="shape"
+                f"{mem} tile {name or ''} spans {shape[0]} partitions (at most {PARTITIONS})",
+                operand="shape",
+                rule="tile_partitions_out_of_range",
             )
         nbytes = t.nbytes // shape[0]
         alloc = self._sbuf if mem == "sbuf" else self._psum
@@ -141,12 +153,18 @@ class Program(AssemblerMixin):
             start, off = address if isinstance(address, (tuple, list)) else (0, address)
             if mem == "psum" and off % PSUM_BANK_BYTES:
                 raise AddressError(
-                    f"PSUM tiles start on a 2 KiB bank boundary, address {off} is not", operand="address"
+                    f"PSUM tiles start on a {PSUM_BANK_BYTES}-byte bank boundary, address {off} is not",
+                    operand="address",
+                    rule="psum_tile_bank_alignment",
                 )
             alloc.reserve(off, nbytes)
             t.offset, t.start = int(off), int(start)
             if t.start + shape[0] > PARTITIONS:
-                raise AddressError(f"partitions {t.start}..{t.start + shape[0]} exceed {PARTITIONS}", operand="address")
+                raise AddressError(
+                    f"partitions {t.start}..{t.start + shape[0]} exceed {PARTITIONS}",
+                    operand="address",
+                    rule="tile_partitions_out_of_range",
+                )
         if mem == "psum":
             self._native.psum_fresh(t.start, shape[0], t.offset, nbytes)
         return t
@@ -166,15 +184,19 @@ class Program(AssemblerMixin):
     def semaphore(self) -> int:
         """A fresh semaphore id for manual synchronisation."""
         if self._next_sem >= _native.AUTO_SEM_BASE:
-            raise SemaphoreError(f"out of semaphores (ids 0..{_native.AUTO_SEM_BASE - 1} are for programs)")
+            raise SemaphoreError(
+                f"out of semaphores (ids 0..{_native.AUTO_SEM_BASE - 1} are for programs)", rule="out_of_semaphores"
+            )
         self._next_sem += 1
         return self._next_sem - 1
 
     def register_alloc(self, init: int | None = None, engine: Any = "sync") -> Reg:
-        """A fresh register number (r0..r63); with `init`, a `register_move` on `engine` sets it
+        """A fresh register number (r0..r63, `NUM_REGISTERS` per engine); with `init`, a `register_move` on `engine` sets it
         there (each engine has its own 64 registers; use the register on the engine that set it)."""
-        if self._next_reg >= 64:
-            raise OperandError("out of registers (64 per engine sequencer)", operand="register")
+        if self._next_reg >= NUM_REGISTERS:
+            raise OperandError(
+                f"out of registers ({NUM_REGISTERS} per engine sequencer)", operand="register", rule="out_of_registers"
+            )
         r = Reg(self._next_reg)
         self._next_reg += 1
         if init is not None:
@@ -194,7 +216,11 @@ class Program(AssemblerMixin):
         """
         lower, upper, step = int(lower), int(upper), int(step)
         if step == 0 or (upper - lower) * step <= 0:
-            raise OperandError(f"fori_loop({lower}, {upper}, {step}) would run zero times or never end", operand="step")
+            raise OperandError(
+                f"fori_loop({lower}, {upper}, {step}) would run zero times or never end",
+                operand="step",
+                rule="fori_loop_empty_or_endless",
+            )
         eng = _enum_name(engine)
         i = self.register_alloc(lower, engine=eng)
         top = len(self)
@@ -203,7 +229,9 @@ class Program(AssemblerMixin):
             head = self.instruction(k).split(" ", 1)[0]
             if head.rsplit(".", 1)[-1] != eng:
                 raise OperandError(
-                    f"fori_loop body instruction #{k} `{head}` is not on the loop's engine {eng}", operand="engine"
+                    f"fori_loop body instruction #{k} `{head}` is not on the loop's engine {eng}",
+                    operand="engine",
+                    rule="fori_loop_engine_mismatch",
                 )
         self.register_op(dst=i, src=i, op="add", imm=step, engine=eng)
         self.branch(target=top, cmp="lt" if step > 0 else "gt", reg=i, imm=upper, engine=eng)
@@ -235,6 +263,7 @@ class Program(AssemblerMixin):
                     raise OperandError(
                         f"{opcode}: operand {names[i]} takes a {kinds[i]}, not register {a!r}",
                         operand=names[i],
+                        rule="register_not_allowed",
                     )
                 # "rN" tells a register from an integer immediate in an i32_or_reg operand.
                 append(f"r{a.index}" if i < len(kinds) and kinds[i] == "i32_or_reg" else a.index)
@@ -298,7 +327,7 @@ class Program(AssemblerMixin):
     def _wrap(cls, nat: _native.Program, sync: str) -> Program:
         p = cls.__new__(cls)
         p._native, p.core, p.sync = nat, nat.core, sync
-        p._sbuf = _Allocator("SBUF", SBUF_PARTITION_BYTES, 64)
+        p._sbuf = _Allocator("SBUF", SBUF_PARTITION_BYTES, SBUF_ALIGN)
         p._psum = _Allocator("PSUM", PSUM_PARTITION_BYTES, PSUM_BANK_BYTES)
         p._next_sem = 0
         p._next_reg = 0

@@ -10,21 +10,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import _native
 from .dtypes import SIZES, dtype_name
 from .errors import OperandError, ShapeError
 
-MAX_FREE_DIMS = 4
+MAX_FREE_DIMS: int = _native.MAX_FREE_DIMS
+NUM_REGISTERS: int = _native.NUM_REGISTERS
 
 
 class Reg:
-    """A sequencer register r0..r63. Each engine has its own 64 registers: an instruction reads
+    """A sequencer register r0..r63. Each engine has its own `NUM_REGISTERS` (64) registers: an instruction reads
     and writes the registers of the engine that executes it (`Program.register_alloc`)."""
 
     __slots__ = ("index",)
 
     def __init__(self, index: int) -> None:
-        if not 0 <= int(index) < 64:
-            raise OperandError(f"register r{index} out of range (0..64)", operand="register")
+        if not 0 <= int(index) < NUM_REGISTERS:
+            raise OperandError(
+                f"register r{index} out of range (0..{NUM_REGISTERS})", operand="register", rule="register_out_of_range"
+            )
         self.index = int(index)
 
     def __repr__(self) -> str:
@@ -47,7 +51,7 @@ class Tensor:
         self.dtype = dtype_name(dtype)
         self.shape = tuple(int(s) for s in shape)
         if any(s <= 0 for s in self.shape):
-            raise ShapeError(f"tensor shape {self.shape} has an empty dimension")
+            raise ShapeError(f"tensor shape {self.shape} has an empty dimension", rule="tensor_empty_dimension")
         if strides is None:
             dims = self.shape[1:] if mem != "hbm" else self.shape
             st, acc = [], 1
@@ -109,7 +113,10 @@ class Tensor:
 
     def _static(self, what: str) -> None:
         if self.dyn is not None:
-            raise ShapeError(f"{what} of a dynamic (scalar_offset / vector_offset / indirect) view is not supported")
+            raise ShapeError(
+                f"{what} of a dynamic (scalar_offset / vector_offset / indirect) view is not supported",
+                rule="dynamic_view_not_viewable",
+            )
 
     def __getitem__(self, key) -> Tensor:
         self._static("slicing")
@@ -120,7 +127,7 @@ class Tensor:
             fill = self.ndim - (len(key) - 1)
             key = key[:i] + (slice(None),) * fill + key[i + 1 :]
         if len(key) > self.ndim:
-            raise ShapeError(f"too many indices ({len(key)}) for a {self.ndim}-D tensor")
+            raise ShapeError(f"too many indices ({len(key)}) for a {self.ndim}-D tensor", rule="too_many_indices")
         key = key + (slice(None),) * (self.ndim - len(key))
         shape, strides = [], []
         offset, start = self.offset, self.start
@@ -130,10 +137,12 @@ class Tensor:
                 a, b, step = k.indices(n)
                 cnt = len(range(a, b, step))
                 if cnt == 0:
-                    raise ShapeError(f"empty slice {k} of dim {d} (size {n})")
+                    raise ShapeError(f"empty slice {k} of dim {d} (size {n})", rule="empty_slice")
                 if d == 0 and onchip:
                     if step != 1:
-                        raise ShapeError("partition slices must have step 1 (partitions are contiguous)")
+                        raise ShapeError(
+                            "partition slices must have step 1 (partitions are contiguous)", rule="partition_slice_step"
+                        )
                     start += a
                 else:
                     offset += a * st * self.itemsize
@@ -144,7 +153,7 @@ class Tensor:
                 if i < 0:
                     i += n
                 if not 0 <= i < n:
-                    raise ShapeError(f"index {k} out of range for dim {d} of size {n}")
+                    raise ShapeError(f"index {k} out of range for dim {d} of size {n}", rule="index_out_of_range")
                 if d == 0 and onchip:
                     start += i
                     shape.append(1)
@@ -168,12 +177,16 @@ class Tensor:
         for s in shape:
             n *= s
         if n != self.size:
-            raise ShapeError(f"cannot reshape {self.shape} ({self.size} elements) to {shape}")
+            raise ShapeError(
+                f"cannot reshape {self.shape} ({self.size} elements) to {shape}", rule="reshape_size_mismatch"
+            )
         if not self.is_contiguous():
-            raise ShapeError(f"reshape needs a contiguous view, {self!r} has strides {self.strides}")
+            raise ShapeError(
+                f"reshape needs a contiguous view, {self!r} has strides {self.strides}", rule="view_not_contiguous"
+            )
         if self.mem != "hbm":
             if shape[0] != self.shape[0]:
-                raise ShapeError("on-chip reshape must keep the partition dim")
+                raise ShapeError("on-chip reshape must keep the partition dim", rule="view_keeps_partition_dim")
             return Tensor(self.mem, self.dtype, shape, None, self.offset, self.start, self.name, self.core)
         return Tensor("hbm", self.dtype, shape, None, self.offset, 0, self.name, self.core)
 
@@ -194,14 +207,23 @@ class Tensor:
         old_es, new_es = self.itemsize, SIZES[new]
         shape, strides = list(self.shape), list(self.strides)
         if shape[-1] > 1 and strides[-1] != 1:
-            raise ShapeError(f"view({new}) needs a contiguous last dim, {self!r} has strides {self.strides}")
+            raise ShapeError(
+                f"view({new}) needs a contiguous last dim, {self!r} has strides {self.strides}",
+                rule="view_not_contiguous",
+            )
         if (shape[-1] * old_es) % new_es:
-            raise ShapeError(f"view({new}): last dim of {shape[-1]} x {old_es} bytes is not a multiple of {new_es}")
+            raise ShapeError(
+                f"view({new}): last dim of {shape[-1]} x {old_es} bytes is not a multiple of {new_es}",
+                rule="view_dtype_size_mismatch",
+            )
         shape[-1] = shape[-1] * old_es // new_es
         strides[-1] = 1
         for i in range(1 if self.mem != "hbm" else 0, len(shape) - 1):
             if (strides[i] * old_es) % new_es:
-                raise ShapeError(f"view({new}): stride {strides[i]} of dim {i} is not a whole number of {new}")
+                raise ShapeError(
+                    f"view({new}): stride {strides[i]} of dim {i} is not a whole number of {new}",
+                    rule="view_dtype_size_mismatch",
+                )
             strides[i] = strides[i] * old_es // new_es
         t = self._view(shape, strides, self.offset, self.start)
         t.dtype = new
@@ -210,18 +232,23 @@ class Tensor:
     def permute(self, dims: tuple) -> Tensor:
         """Reorder dims (a view); on-chip the partition dim stays first."""
         if sorted(dims) != list(range(self.ndim)):
-            raise ShapeError(f"permute{tuple(dims)} is not a permutation of {self.ndim} dims")
+            raise ShapeError(
+                f"permute{tuple(dims)} is not a permutation of {self.ndim} dims", rule="permute_not_permutation"
+            )
         if self.mem != "hbm" and dims[0] != 0:
-            raise ShapeError("on-chip permute keeps the partition dim (dim 0) first")
+            raise ShapeError("on-chip permute keeps the partition dim (dim 0) first", rule="view_keeps_partition_dim")
         return self._view([self.shape[d] for d in dims], [self.strides[d] for d in dims], self.offset, self.start)
 
     def broadcast(self, dim: int, size: int) -> Tensor:
         """Repeat a size-1 dim `size` times (stride 0). Not the partition dim of an on-chip tile."""
         dim = dim % self.ndim
         if self.shape[dim] != 1:
-            raise ShapeError(f"broadcast: dim {dim} has size {self.shape[dim]}, not 1")
+            raise ShapeError(f"broadcast: dim {dim} has size {self.shape[dim]}, not 1", rule="broadcast_dim_not_one")
         if self.mem != "hbm" and dim == 0:
-            raise ShapeError("broadcast along partitions is not a view (use nl.broadcast_to, which copies)")
+            raise ShapeError(
+                "broadcast along partitions is not a view (use nl.broadcast_to, which copies)",
+                rule="broadcast_partition_dim",
+            )
         shape, strides = list(self.shape), list(self.strides)
         shape[dim], strides[dim] = int(size), 0
         return self._view(shape, strides, self.offset, self.start)
@@ -231,7 +258,7 @@ class Tensor:
         if dim < 0:
             dim += self.ndim + 1
         if self.mem != "hbm" and dim == 0:
-            raise ShapeError("expand_dim cannot insert before the partition dim")
+            raise ShapeError("expand_dim cannot insert before the partition dim", rule="view_keeps_partition_dim")
         shape, strides = list(self.shape), list(self.strides)
         shape.insert(dim, 1)
         strides.insert(dim, 0)
@@ -241,9 +268,11 @@ class Tensor:
         """Drop a size-1 dim (on-chip views stay at least 2-D)."""
         dim = dim % self.ndim
         if self.shape[dim] != 1:
-            raise ShapeError(f"squeeze_dim: dim {dim} has size {self.shape[dim]}, not 1")
+            raise ShapeError(f"squeeze_dim: dim {dim} has size {self.shape[dim]}, not 1", rule="squeeze_dim_not_one")
         if self.mem != "hbm" and (dim == 0 or self.ndim <= 2):
-            raise ShapeError("on-chip views keep the partition dim and at least 2 dims")
+            raise ShapeError(
+                "on-chip views keep the partition dim and at least 2 dims", rule="view_keeps_partition_dim"
+            )
         shape, strides = list(self.shape), list(self.strides)
         del shape[dim], strides[dim]
         return self._view(shape, strides, self.offset, self.start)
@@ -277,11 +306,15 @@ class Tensor:
         self._static(".ap")
         dynamic = scalar_offset is not None or vector_offset is not None
         if scalar_offset is not None and vector_offset is not None:
-            raise OperandError("give scalar_offset or vector_offset, not both", operand="vector_offset")
+            raise OperandError(
+                "give scalar_offset or vector_offset, not both", operand="vector_offset", rule="dynamic_offset_conflict"
+            )
         if dynamic and dtype is not None and dtype_name(dtype) != self.dtype:
-            raise ShapeError("a dynamic .ap cannot also reinterpret the dtype")
+            raise ShapeError("a dynamic .ap cannot also reinterpret the dtype", rule="dynamic_ap_dtype")
         if dynamic and not self.is_contiguous():
-            raise ShapeError(f".ap needs a contiguous base tensor, {self!r} has strides {self.strides}")
+            raise ShapeError(
+                f".ap needs a contiguous base tensor, {self!r} has strides {self.strides}", rule="view_not_contiguous"
+            )
         if pattern is None:
             v = self._view(self.shape, self.strides, self.offset + int(offset) * self.itemsize, self.start)
         else:
@@ -290,18 +323,23 @@ class Tensor:
             return v
         d = int(indirect_dim)
         if not 0 <= d < self.ndim:
-            raise ShapeError(f"indirect_dim {d} outside 0..{self.ndim}")
+            raise ShapeError(f"indirect_dim {d} outside 0..{self.ndim}", rule="indirect_dim_out_of_range")
         step = 1
         for n in self.shape[d + 1 :]:
             step *= n
         if scalar_offset is not None:
             if self.mem != "hbm" and d == 0:
-                raise ShapeError("an on-chip scalar_offset moves along a free dim (indirect_dim >= 1)")
+                raise ShapeError(
+                    "an on-chip scalar_offset moves along a free dim (indirect_dim >= 1)",
+                    rule="indirect_dim_out_of_range",
+                )
             src = scalar_offset.index if isinstance(scalar_offset, Reg) else _index_tile(scalar_offset, "scalar_offset")
             v.dyn = ("s", src, step, self.shape[d])
         else:
             if self.mem != "hbm" or d != 0:
-                raise ShapeError("vector_offset indexes the rows (indirect_dim 0) of an HBM tensor")
+                raise ShapeError(
+                    "vector_offset indexes the rows (indirect_dim 0) of an HBM tensor", rule="indirect_dim_out_of_range"
+                )
             v.dyn = ("v", _index_tile(vector_offset, "vector_offset"), step, self.shape[0])
         return v
 
@@ -315,7 +353,7 @@ class Tensor:
         new = dtype_name(dtype) if dtype is not None else self.dtype
         es = SIZES[new]
         if not pattern:
-            raise ShapeError("ap pattern is empty")
+            raise ShapeError("ap pattern is empty", rule="ap_pattern_empty")
         steps = [int(p[0]) for p in pattern]
         nums = [int(p[1]) for p in pattern]
         if self.mem == "hbm":
@@ -324,12 +362,16 @@ class Tensor:
             return t
         row = row_bytes if row_bytes is not None else (self.size // self.shape[0]) * self.itemsize
         if row % es:
-            raise ShapeError(f"ap: {row} bytes per partition is not a whole number of {new} elements")
+            raise ShapeError(
+                f"ap: {row} bytes per partition is not a whole number of {new} elements",
+                rule="view_dtype_size_mismatch",
+            )
         row_elems = row // es
         dp, df = divmod(int(offset), row_elems)
         if nums[0] > 1 and steps[0] != row_elems:
             raise ShapeError(
-                f"ap: the partition step must be the storage's {row_elems} elements per partition, got {steps[0]}"
+                f"ap: the partition step must be the storage's {row_elems} elements per partition, got {steps[0]}",
+                rule="ap_partition_step",
             )
         t = self._view(
             nums if len(nums) > 1 else nums + [1],
@@ -349,9 +391,15 @@ class Tensor:
         """
         self._static(".indirect")
         if self.mem == "hbm":
-            raise ShapeError("tensor indirection addresses SBUF/PSUM tiles; HBM uses .ap(vector_offset=...)")
+            raise ShapeError(
+                "tensor indirection addresses SBUF/PSUM tiles; HBM uses .ap(vector_offset=...)",
+                rule="indirect_needs_tile",
+            )
         if not self.is_contiguous():
-            raise ShapeError(f".indirect needs a tile with contiguous free dims, {self!r} has strides {self.strides}")
+            raise ShapeError(
+                f".indirect needs a tile with contiguous free dims, {self!r} has strides {self.strides}",
+                rule="view_not_contiguous",
+            )
         n = index.size if num_elem is None else int(num_elem)
         free = self.size // self.shape[0]
         v = self._view((self.shape[0], n), (0, 1), self.offset, self.start)
@@ -366,10 +414,15 @@ class Tensor:
         try:
             lhs, rhs = (side.strip() for side in pattern.split("->"))
         except ValueError:
-            raise ShapeError(f"rearrange pattern {pattern!r} needs one '->'") from None
+            raise ShapeError(
+                f"rearrange pattern {pattern!r} needs one '->'", rule="rearrange_pattern_malformed"
+            ) from None
         lgroups, rgroups = _groups(lhs), _groups(rhs)
         if len(lgroups) != self.ndim:
-            raise ShapeError(f"rearrange: {lhs!r} names {len(lgroups)} dims, the tensor has {self.ndim}")
+            raise ShapeError(
+                f"rearrange: {lhs!r} names {len(lgroups)} dims, the tensor has {self.ndim}",
+                rule="rearrange_pattern_malformed",
+            )
         axes: dict[str, tuple[int, int]] = {}
         for names, n, st in zip(lgroups, self.shape, self.strides):
             known = 1
@@ -378,19 +431,23 @@ class Tensor:
                 if a in sizes:
                     known *= int(sizes[a])
             if len(unknown) > 1:
-                raise ShapeError(f"rearrange: sizes of {unknown} are not given")
+                raise ShapeError(f"rearrange: sizes of {unknown} are not given", rule="rearrange_size_unknown")
             if unknown:
                 if n % known:
-                    raise ShapeError(f"rearrange: dim of {n} does not split by {known}")
+                    raise ShapeError(f"rearrange: dim of {n} does not split by {known}", rule="rearrange_size_mismatch")
                 sizes = dict(sizes, **{unknown[0]: n // known})
             elif known != n:
-                raise ShapeError(f"rearrange: group {names} has {known} elements, dim has {n}")
+                raise ShapeError(
+                    f"rearrange: group {names} has {known} elements, dim has {n}", rule="rearrange_size_mismatch"
+                )
             inner = st
             for a in reversed(names):
                 axes[a] = (int(sizes[a]), inner)
                 inner *= int(sizes[a])
         if sorted(a for g in rgroups for a in g) != sorted(axes):
-            raise ShapeError(f"rearrange: {rhs!r} must use exactly the axes of {lhs!r}")
+            raise ShapeError(
+                f"rearrange: {rhs!r} must use exactly the axes of {lhs!r}", rule="rearrange_pattern_malformed"
+            )
         shape, strides = [], []
         for names in rgroups:
             n, st = 1, 1
@@ -399,12 +456,14 @@ class Tensor:
                 if i == 0:
                     st = ast
                 elif an > 1 and ast != st * n:
-                    raise ShapeError(f"rearrange: axes {names} cannot merge without a copy")
+                    raise ShapeError(f"rearrange: axes {names} cannot merge without a copy", rule="view_not_contiguous")
                 n *= an
             shape.append(n)
             strides.append(st)
         if self.mem != "hbm" and rgroups[0] != lgroups[0]:
-            raise ShapeError("rearrange keeps the partition dim of an on-chip tile first and whole")
+            raise ShapeError(
+                "rearrange keeps the partition dim of an on-chip tile first and whole", rule="view_keeps_partition_dim"
+            )
         return self._view(shape, strides, self.offset, self.start)
 
     # ------------------------------------------------------------------------- access pattern
@@ -427,9 +486,11 @@ class Tensor:
 
 def _index_tile(t: Any, what: str) -> tuple:
     if not isinstance(t, Tensor):
-        raise OperandError(f"{what} must be a Reg or an int32/uint32 tile, got {t!r}", operand=what)
+        raise OperandError(
+            f"{what} must be a Reg or an int32/uint32 tile, got {t!r}", operand=what, rule="dynamic_index_type"
+        )
     if t.dyn is not None:
-        raise OperandError(f"{what} tile cannot itself be dynamic", operand=what)
+        raise OperandError(f"{what} tile cannot itself be dynamic", operand=what, rule="dynamic_index_type")
     return t._static_ap()
 
 
@@ -460,5 +521,7 @@ def _merge(dims: list) -> list:
             d[i - 1 : i + 1] = [(si, no * ni)]
         i -= 1
     if len(d) > MAX_FREE_DIMS:
-        raise ShapeError(f"view needs {len(d)} free dims after merging; the ISA allows {MAX_FREE_DIMS}")
+        raise ShapeError(
+            f"view needs {len(d)} free dims after merging; the ISA allows {MAX_FREE_DIMS}", rule="too_many_free_dims"
+        )
     return d

@@ -31,8 +31,11 @@ from . import _native
 from ._asm import INSTRUCTIONS
 
 SCHEMA_VERSION = 1
-ENGINES = ("tensor", "vector", "scalar", "gpsimd", "sync")
+#: The instruction streams of a core, in trace unit order (from the Rust core).
+ENGINES: tuple[str, ...] = tuple(_native.STREAMS)
+#: Trace units: the streams, then one DMA queue per stream (unit `_NS + k` is stream k's queue).
 UNITS = ENGINES + tuple(f"dma.{e}" for e in ENGINES)
+_NS = len(ENGINES)
 _OPNAME = {code: name for name, (code, _e, _p) in INSTRUCTIONS.items()}
 COST = _native.cost_params()
 """The default cost model's numbers (clocks, peaks, DMA machinery), from the Rust core."""
@@ -93,7 +96,7 @@ SCHEMA = {
 
 # SBUF/PSUM occupancy counters track written bytes in 64-byte granules.
 _GRANULE = 64
-_MEM_BYTES = {0: 256 * 1024, 1: 16 * 1024}
+_MEM_BYTES = {0: _native.SBUF_PARTITION_BYTES, 1: _native.PSUM_PARTITION_BYTES}
 _MEM_NAME = {0: "SBUF", 1: "PSUM"}
 
 
@@ -190,11 +193,11 @@ class Trace:
         if key in self._cache:
             return self._cache[key]
         c = self.columns
-        m = c["unit"] >= 5 if dma else c["unit"] < 5
+        m = c["unit"] >= _NS if dma else c["unit"] < _NS
         rows = np.flatnonzero(m)
         out = np.zeros(len(rows), dtype=_DMA_DTYPE if dma else _INSTR_DTYPE)
         out["core"] = c["core"][rows]
-        out["queue" if dma else "engine"] = [ENGINES[int(u) % 5] for u in c["unit"][rows]]
+        out["queue" if dma else "engine"] = [ENGINES[int(u) % _NS] for u in c["unit"][rows]]
         out["index"] = c["index"][rows]
         out["opcode"] = [_OPNAME.get(int(o), "?") for o in c["opcode"][rows]]
         out["start_ns"] = c["start_ns"][rows]
@@ -229,7 +232,7 @@ class Trace:
         rec = sp["record"].astype(np.int64)
         out["core"] = sp["core"]
         out["engine"] = sp["engine"]
-        out["queue"] = [ENGINES[int(u) % 5] for u in c["unit"][rec]] if len(rec) else []
+        out["queue"] = [ENGINES[int(u) % _NS] for u in c["unit"][rec]] if len(rec) else []
         out["index"] = c["index"][rec] if len(rec) else []
         out["start_ns"] = sp["start_ns"]
         out["end_ns"] = sp["end_ns"]
@@ -274,14 +277,14 @@ class Trace:
         prev = [-1] * n
         last: dict[tuple[int, int], int] = {}
         for r in np.lexsort((c["end_ns"], c["start_ns"])).tolist():
-            if units[r] < 5:
+            if units[r] < _NS:
                 key = (cores[r], units[r])
                 prev[r] = last.get(key, -1)
                 last[key] = r
-        trigger = {(cores[r], units[r], index[r]): r for r in range(n) if units[r] < 5}
+        trigger = {(cores[r], units[r], index[r]): r for r in range(n) if units[r] < _NS}
         dma_rows: dict[int, np.ndarray] = {}
         for core in np.unique(c["core"]):
-            rows = np.flatnonzero((c["core"] == core) & (c["unit"] >= 5))
+            rows = np.flatnonzero((c["core"] == core) & (c["unit"] >= _NS))
             dma_rows[int(core)] = rows[np.argsort(c["end_ns"][rows], kind="stable")]
         s = self._sems
         visible: dict[int, float] = {}
@@ -300,11 +303,11 @@ class Trace:
             r = path[-1]
             t = start[r]
             cands = [x for x in waits.get(r, []) if x[0] <= t + eps]
-            if units[r] < 5:
+            if units[r] < _NS:
                 if prev[r] >= 0:
                     cands.append((end[prev[r]], prev[r]))
             else:
-                k = trigger.get((cores[r], units[r] - 5, index[r]))
+                k = trigger.get((cores[r], units[r] - _NS, index[r]))
                 if k is not None and end[k] <= t + eps:
                     cands.append((end[k], k))
                 rows = dma_rows[cores[r]]
@@ -332,7 +335,7 @@ class Trace:
                 if not m.any():
                     continue
                 st, en = c["start_ns"][m], c["end_ns"][m]
-                if u >= 5:  # transfers overlap on a queue: count the union of their intervals
+                if u >= _NS:  # transfers overlap on a queue: count the union of their intervals
                     order = np.argsort(st)
                     busy, cur_s, cur_e = 0.0, None, None
                     for a, b in zip(st[order], en[order]):
@@ -357,10 +360,10 @@ class Trace:
                         "flops": flops,
                         "tflops": flops / total / 1e3 if total else 0.0,
                         "bytes": nbytes,
-                        "gbps": nbytes / total if total and u >= 5 else 0.0,
+                        "gbps": nbytes / total if total and u >= _NS else 0.0,
                     }
                 )
-        dmam = c["unit"] >= 5
+        dmam = c["unit"] >= _NS
         per_core_dma = {
             int(k): int(c["bytes"][dmam & (c["core"] == k)].sum()) / total if total else 0.0
             for k in np.unique(c["core"][dmam])
@@ -453,7 +456,7 @@ class Trace:
             if mem not in _MEM_BYTES:
                 continue
             core = int(c["core"][r])
-            g = grids.setdefault((core, mem), np.zeros((128, _MEM_BYTES[mem] // _GRANULE), bool))
+            g = grids.setdefault((core, mem), np.zeros((_native.PARTITIONS, _MEM_BYTES[mem] // _GRANULE), bool))
             p0, p1 = int(w["w_p0"][r]), int(w["w_p1"][r])
             lo, hi = int(w["w_lo"][r]) // _GRANULE, -(-int(w["w_hi"][r]) // _GRANULE)
             cell = g[p0:p1, lo:hi]
@@ -477,7 +480,7 @@ class Trace:
                 rows = np.flatnonzero((c["core"] == core) & (c["unit"] == u))
                 if not len(rows):
                     continue
-                if u < 5:
+                if u < _NS:
                     tid[rows] = u
                     names[(int(core), u)] = f"{ENGINES[u]} engine"
                     continue
@@ -490,9 +493,9 @@ class Trace:
                         lanes.append(0.0)
                         lane = len(lanes) - 1
                     lanes[lane] = c["end_ns"][r]
-                    t = 100 + 16 * (u - 5) + lane
+                    t = 100 + 16 * (u - _NS) + lane
                     tid[r] = t
-                    q = u - 5
+                    q = u - _NS
                     names[(int(core), t)] = f"dma queue {q} ({ENGINES[q]})" + (f" lane {lane}" if lane else "")
         return tid, names
 
@@ -518,7 +521,7 @@ class Trace:
                 "operands": self._operands(core, idx),
                 "bytes": int(c["bytes"][r]),
             }
-            if u < 5:
+            if u < _NS:
                 args["flops"] = int(c["flops"][r])
             else:
                 args["priority"] = int(c["priority"][r])
@@ -531,7 +534,7 @@ class Trace:
                 {
                     "ph": "X",
                     "name": _OPNAME.get(int(c["opcode"][r]), "?"),
-                    "cat": "dma" if u >= 5 else "instr",
+                    "cat": "dma" if u >= _NS else "instr",
                     "pid": core,
                     "tid": int(tid[r]),
                     "ts": s / 1000.0,
@@ -587,10 +590,10 @@ class Trace:
             )
         # DMA triggers -> their transfers.
         trig = {
-            (int(k), int(u), int(i)): r for r, (k, u, i) in enumerate(zip(c["core"], c["unit"], c["index"])) if u < 5
+            (int(k), int(u), int(i)): r for r, (k, u, i) in enumerate(zip(c["core"], c["unit"], c["index"])) if u < _NS
         }
-        for r in np.flatnonzero(c["unit"] >= 5):
-            t = trig.get((int(c["core"][r]), int(c["unit"][r]) - 5, int(c["index"][r])))
+        for r in np.flatnonzero(c["unit"] >= _NS):
+            t = trig.get((int(c["core"][r]), int(c["unit"][r]) - _NS, int(c["index"][r])))
             if t is None:
                 continue
             flow += 1
@@ -643,7 +646,7 @@ class Trace:
         for row, (core, u) in enumerate(tracks):
             m = (c["core"] == core) & (c["unit"] == u)
             bars = list(zip(c["start_ns"][m], c["end_ns"][m] - c["start_ns"][m]))
-            ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=colors(u % 10), alpha=0.6 if u >= 5 else 0.9)
+            ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=colors(u % 10), alpha=0.6 if u >= _NS else 0.9)
         ax.set_yticks(range(len(tracks)))
         labels = [f"core {k} {UNITS[u]}" for k, u in tracks]
         ax.set_yticklabels(labels)

@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import itertools
 
+from .. import _native
 from ..errors import AddressError, CapacityError
 
-#: NeuronCore-v4 per-partition capacities (reference §1.3).
-SBUF_BYTES = 256 * 1024
-PSUM_BYTES = 16 * 1024
-PSUM_BANK = 2048
+#: NeuronCore-v4 per-partition capacities (reference §1.3), from the Rust core.
+SBUF_BYTES: int = _native.SBUF_PARTITION_BYTES
+PSUM_BYTES: int = _native.PSUM_PARTITION_BYTES
+PSUM_BANK: int = _native.PSUM_BANK_BYTES
+PARTITIONS: int = _native.PARTITIONS
+#: SBUF tiles start on this byte alignment (an allocator policy, not a hardware rule).
 SBUF_ALIGN = 64
-PARTITIONS = 128
 
 
 class Allocator:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 
+from .. import _native
 from ._kernel import missing_attribute
 
 
@@ -24,8 +25,8 @@ def skip_middle_end_transformations(f=None, **kwargs):
     return f if f is not None else (lambda g: g)
 
 
-#: bytes per partition of one PSUM bank
-PSUM_BANK_BYTES = 2048
+#: bytes per partition of one PSUM bank (from the Rust core)
+PSUM_BANK_BYTES: int = _native.PSUM_BANK_BYTES
 
 
 class AllocatedBuffer:

@@ -5,6 +5,7 @@
 //! (instruction semantics) · `machine` (device, scheduler, synchronisation) · `cost` · `trace`.
 //! No Python here; the binding crate is a thin layer over this one.
 
+pub mod asm;
 pub mod cost;
 pub mod engines;
 pub mod error;

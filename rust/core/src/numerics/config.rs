@@ -170,6 +170,207 @@ impl Rounder {
     }
 }
 
+// ----------------------------------------------------------------------------------------
+// The user-facing options: one name per option and per value, read by the front ends (the
+// Python `Device(...)` keywords, `Device.numerics`) and the docs. Defaults: `Default` above.
+
+impl RoundMode {
+    pub const NAMES: &'static [&'static str] = &["rne", "stochastic"];
+    pub fn name(self) -> &'static str {
+        match self {
+            RoundMode::Rne => "rne",
+            RoundMode::Stochastic => "stochastic",
+        }
+    }
+    /// By name; "nearest" and "sr" are accepted aliases.
+    pub fn from_name(s: &str) -> Option<Self> {
+        match s {
+            "rne" | "nearest" => Some(RoundMode::Rne),
+            "stochastic" | "sr" => Some(RoundMode::Stochastic),
+            _ => None,
+        }
+    }
+}
+
+impl Fp8Overflow {
+    pub const NAMES: &'static [&'static str] = &["ieee", "saturate"];
+    pub fn name(self) -> &'static str {
+        match self {
+            Fp8Overflow::Ieee => "ieee",
+            Fp8Overflow::Saturate => "saturate",
+        }
+    }
+    pub fn from_name(s: &str) -> Option<Self> {
+        match s {
+            "ieee" => Some(Fp8Overflow::Ieee),
+            "saturate" => Some(Fp8Overflow::Saturate),
+            _ => None,
+        }
+    }
+}
+
+impl MxScaleRule {
+    pub const NAMES: &'static [&'static str] = &["nki", "ocp"];
+    pub fn name(self) -> &'static str {
+        match self {
+            MxScaleRule::Nki => "nki",
+            MxScaleRule::Ocp => "ocp",
+        }
+    }
+    pub fn from_name(s: &str) -> Option<Self> {
+        match s {
+            "nki" => Some(MxScaleRule::Nki),
+            "ocp" => Some(MxScaleRule::Ocp),
+            _ => None,
+        }
+    }
+}
+
+/// Allowed values of `NumericsConfig::sr_bits`.
+pub const SR_BITS_RANGE: std::ops::RangeInclusive<u32> = 1..=32;
+
+/// The value of one option: a name (enumerated options) or an integer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OptionValue {
+    Name(&'static str),
+    Int(u64),
+}
+
+/// One user-facing numerics option.
+#[derive(Clone, Copy, Debug)]
+pub struct OptionSpec {
+    pub name: &'static str,
+    /// The value names of an enumerated option (empty: an integer in `min..=max`).
+    pub values: &'static [&'static str],
+    pub min: u64,
+    pub max: u64,
+    /// The Neuron runtime environment variable that sets the default, if any.
+    pub env: Option<&'static str>,
+    pub doc: &'static str,
+}
+
+/// Every option, in `Device(...)` keyword order.
+pub const OPTIONS: &[OptionSpec] = &[
+    OptionSpec {
+        name: "rounding",
+        values: RoundMode::NAMES,
+        min: 0,
+        max: 0,
+        env: Some("NEURON_RT_STOCHASTIC_ROUNDING_EN"),
+        doc: "output rounding of fp32 -> bf16/fp16/tf32/fp8 compute-engine casts",
+    },
+    OptionSpec {
+        name: "seed",
+        values: &[],
+        min: 0,
+        max: u64::MAX,
+        env: Some("NEURON_RT_STOCHASTIC_ROUNDING_SEED"),
+        doc: "stochastic-rounding seed, also the RNG power-on seed",
+    },
+    OptionSpec {
+        name: "sr_bits",
+        values: &[],
+        min: *SR_BITS_RANGE.start() as u64,
+        max: *SR_BITS_RANGE.end() as u64,
+        env: None,
+        doc: "random bits per stochastic-rounding decision",
+    },
+    OptionSpec {
+        name: "fp8_overflow",
+        values: Fp8Overflow::NAMES,
+        min: 0,
+        max: 0,
+        env: None,
+        doc: "finite fp8 overflow: ml_dtypes rule (ieee) or +-max (saturate)",
+    },
+    OptionSpec {
+        name: "mx_scale",
+        values: MxScaleRule::NAMES,
+        min: 0,
+        max: 0,
+        env: None,
+        doc: "quantize_mx scale rule: NKI 0.6 (nki) or the OCP MX sample (ocp)",
+    },
+];
+
+fn bad_option(option: &str, got: impl std::fmt::Debug, allowed: &str) -> crate::EmuError {
+    crate::error::fail(
+        crate::ErrorKind::Value,
+        "numerics_option_value",
+        format!("{option} must be one of {allowed}, got {got:?}"),
+    )
+    .operand(option.to_string())
+}
+
+fn quoted(names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|n| format!("'{n}'"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl NumericsConfig {
+    /// Every option's value, in `OPTIONS` order.
+    pub fn values(&self) -> [(&'static str, OptionValue); 5] {
+        [
+            ("rounding", OptionValue::Name(self.rounding.name())),
+            ("seed", OptionValue::Int(self.seed)),
+            ("sr_bits", OptionValue::Int(self.sr_bits as u64)),
+            ("fp8_overflow", OptionValue::Name(self.fp8_overflow.name())),
+            ("mx_scale", OptionValue::Name(self.mx_scale.name())),
+        ]
+    }
+
+    /// Set an enumerated option by value name (`rounding`, `fp8_overflow`, `mx_scale`).
+    pub fn set_name(&mut self, option: &str, value: &str) -> crate::Result<()> {
+        match option {
+            "rounding" => {
+                self.rounding = RoundMode::from_name(value)
+                    .ok_or_else(|| bad_option(option, value, &quoted(RoundMode::NAMES)))?
+            }
+            "fp8_overflow" => {
+                self.fp8_overflow = Fp8Overflow::from_name(value)
+                    .ok_or_else(|| bad_option(option, value, &quoted(Fp8Overflow::NAMES)))?
+            }
+            "mx_scale" => {
+                self.mx_scale = MxScaleRule::from_name(value)
+                    .ok_or_else(|| bad_option(option, value, &quoted(MxScaleRule::NAMES)))?
+            }
+            _ => return Err(unknown_option(option)),
+        }
+        Ok(())
+    }
+
+    /// Set an integer option (`seed`, `sr_bits`).
+    pub fn set_int(&mut self, option: &str, value: u64) -> crate::Result<()> {
+        match option {
+            "seed" => self.seed = value,
+            "sr_bits" => match u32::try_from(value) {
+                Ok(v) if SR_BITS_RANGE.contains(&v) => self.sr_bits = v,
+                _ => {
+                    let (lo, hi) = (SR_BITS_RANGE.start(), SR_BITS_RANGE.end());
+                    return Err(bad_option(option, value, &format!("{lo}..={hi}")));
+                }
+            },
+            _ => return Err(unknown_option(option)),
+        }
+        Ok(())
+    }
+}
+
+fn unknown_option(option: &str) -> crate::EmuError {
+    let names: Vec<&str> = OPTIONS.iter().map(|o| o.name).collect();
+    crate::error::fail(
+        crate::ErrorKind::Value,
+        "unknown_numerics_option",
+        format!(
+            "unknown numerics option {option:?} (one of {})",
+            names.join(", ")
+        ),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,5 +415,38 @@ mod tests {
         assert_ne!(a.rand(0), b.rand(0));
         assert_ne!(a.rand(0), a.rand(1));
         assert!(!Rounder::new(cfg, 0, 0, 0, false).sr);
+    }
+
+    #[test]
+    fn options_round_trip_by_name() {
+        let mut c = NumericsConfig::default();
+        for o in OPTIONS {
+            for v in o.values {
+                c.set_name(o.name, v).unwrap();
+                let got = c.values().iter().find(|(n, _)| *n == o.name).map(|x| x.1);
+                assert_eq!(got, Some(OptionValue::Name(v)));
+            }
+        }
+        assert_eq!(
+            c.set_name("rounding", "up").unwrap_err().rule,
+            "numerics_option_value"
+        );
+        assert_eq!(
+            c.set_int("sr_bits", 0).unwrap_err().rule,
+            "numerics_option_value"
+        );
+        assert_eq!(
+            c.set_int("sr_bits", 33).unwrap_err().rule,
+            "numerics_option_value"
+        );
+        assert_eq!(
+            c.set_int("nope", 1).unwrap_err().rule,
+            "unknown_numerics_option"
+        );
+        c.set_int("sr_bits", 7).unwrap();
+        assert_eq!(c.sr_bits, 7);
+        let names: Vec<_> = NumericsConfig::default().values().map(|(n, _)| n).to_vec();
+        let specs: Vec<_> = OPTIONS.iter().map(|o| o.name).collect();
+        assert_eq!(names, specs);
     }
 }

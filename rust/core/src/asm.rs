@@ -1,0 +1,432 @@
+//! The assembler: a program under construction plus the state its rules need.
+//!
+//! Front ends (the Python binding, tests) hand over one parsed instruction at a time; the
+//! `Assembler` fills in ISA defaults, picks the default engine, validates the instruction and
+//! resolves `nc_matmul accumulate=None` from which PSUM bytes earlier matmuls wrote since their
+//! allocation (`psum_fresh`). Nothing here knows about Python.
+
+use crate::engines;
+use crate::error::{fail, ErrorKind, Result};
+use crate::isa::spec::Default as ParamDefault;
+use crate::isa::{ops, Arg, Engine, Instr, Opcode, Program};
+use crate::machine::{autosync, NUM_CORES};
+use crate::memory::{Ap, PARTITIONS, PSUM_PART_BYTES};
+
+/// What `Assembler::append` reports besides success.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Appended {
+    /// Index of the new instruction in the program.
+    pub index: usize,
+    /// An `nc_matmul` with `accumulate=None` whose PSUM dst earlier matmuls wrote only in part:
+    /// it stays None (decided per element at run time), which hardware cannot do with its one
+    /// flag per instruction; front ends warn about it.
+    pub accumulate_mixed: bool,
+}
+
+/// A program under construction for one core.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Assembler {
+    program: Program,
+    /// Matmul-written state of the core's PSUM, one bit per 2-byte unit.
+    psum_written: UnitBits,
+}
+
+impl Assembler {
+    /// An empty program for core `core` (0..NUM_CORES).
+    pub fn new(core: i64) -> Result<Self> {
+        if !(0..NUM_CORES as i64).contains(&core) {
+            return Err(fail(
+                ErrorKind::Value,
+                "core_out_of_range",
+                format!("core {core} out of range (0..{NUM_CORES})"),
+            )
+            .operand("core"));
+        }
+        Ok(Self::from_program(Program {
+            core: core as u8,
+            instrs: Vec::new(),
+        }))
+    }
+
+    /// Continue assembling an existing program (parsed or decoded): its PSUM counts as fresh.
+    pub fn from_program(program: Program) -> Self {
+        Assembler {
+            program,
+            psum_written: UnitBits::new(PARTITIONS * PSUM_PART_BYTES / 2),
+        }
+    }
+
+    pub fn program(&self) -> &Program {
+        &self.program
+    }
+
+    pub fn into_program(self) -> Program {
+        self.program
+    }
+
+    pub fn len(&self) -> usize {
+        self.program.instrs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.program.instrs.is_empty()
+    }
+
+    /// Append one instruction: `ins.args` aligned with the ISA parameters (`Arg::Absent` =
+    /// omitted, replaced by the parameter's default), `Engine::Unknown` = the ISA's default
+    /// engine. The instruction is validated before it enters the program; with
+    /// `resolve_accumulate`, an `nc_matmul` with `accumulate=None` is resolved (see
+    /// `resolve_accumulate`). Errors name the instruction being assembled.
+    pub fn append(&mut self, mut ins: Instr, resolve_accumulate: bool) -> Result<Appended> {
+        let index = self.len();
+        let op = ins.op;
+        let at = |e: crate::EmuError| e.at(index, format!("{} (being assembled)", ins_name(op)));
+        check_operand_count(ins.op, ins.args.len()).map_err(at)?;
+        fill_defaults(&mut ins);
+        if ins.engine == Engine::Unknown {
+            // The ISA's default-engine rule (e.g. int32 tensor_tensor -> GpSimd).
+            ins.engine = engines::default_engine(ins.op, &ins.args);
+        }
+        engines::validate(&ins).map_err(at)?;
+        let accumulate_mixed = if ins.op == Opcode::NcMatmul && resolve_accumulate {
+            self.resolve_accumulate(&mut ins).map_err(at)?
+        } else {
+            false
+        };
+        self.program.instrs.push(ins);
+        Ok(Appended {
+            index,
+            accumulate_mixed,
+        })
+    }
+
+    /// Remove the last instruction (a front end refusing it after `append`, e.g. a warning
+    /// turned into an error). The PSUM state it recorded stays.
+    pub fn pop(&mut self) -> Option<Instr> {
+        self.program.instrs.pop()
+    }
+
+    /// Mark PSUM bytes `offset..offset + nbytes` of partitions `start..start + parts` as freshly
+    /// allocated: the next matmul with accumulate=None overwrites them. Clipped to the PSUM.
+    pub fn psum_fresh(&mut self, start: u32, parts: u32, offset: u64, nbytes: u64) {
+        let end = offset.saturating_add(nbytes).min(PSUM_PART_BYTES as u64) as usize;
+        let offset = (offset as usize).min(end);
+        let last = (start as usize)
+            .saturating_add(parts as usize)
+            .min(PARTITIONS);
+        for p in start as usize..last {
+            let base = p * PSUM_PART_BYTES / 2;
+            self.psum_written
+                .assign(base + offset / 2, base + end.div_ceil(2), false);
+        }
+    }
+
+    /// The program with the semaphores its data dependencies need (automatic synchronisation).
+    pub fn synced(&self) -> Result<Assembler> {
+        Ok(Assembler {
+            program: autosync::auto_sync(&self.program)?,
+            psum_written: self.psum_written.clone(),
+        })
+    }
+
+    /// `accumulate=None` -> False if no element of the dst was matmul-written since its PSUM
+    /// allocation, True if all were; mixed stays None (returns true: the front end warns).
+    /// Every dst element is matmul-written afterwards.
+    fn resolve_accumulate(&mut self, ins: &mut Instr) -> Result<bool> {
+        let mm = ops::NcMatmul::view(ins)?;
+        let ranges = unit_ranges(mm.dst);
+        let resolved = if mm.accumulate.is_none() {
+            let total: usize = ranges.iter().map(|(a, b)| b - a).sum();
+            let written: usize = ranges
+                .iter()
+                .map(|&(a, b)| self.psum_written.count(a, b))
+                .sum();
+            match written {
+                0 => Some(false),
+                w if w == total => Some(true),
+                _ => None,
+            }
+        } else {
+            None
+        };
+        let mixed = mm.accumulate.is_none() && resolved.is_none();
+        for (a, b) in ranges {
+            self.psum_written.assign(a, b, true);
+        }
+        if let Some(flag) = resolved {
+            ins.args[crate::isa::tables::p::nc_matmul::ACCUMULATE] = Arg::Bool(flag);
+        }
+        Ok(mixed)
+    }
+}
+
+fn ins_name(op: Opcode) -> &'static str {
+    op.spec().name
+}
+
+/// An instruction takes exactly as many operands as the ISA lists (omitted ones as Absent).
+pub fn check_operand_count(op: Opcode, n: usize) -> Result<()> {
+    let spec = op.spec();
+    if n != spec.params.len() {
+        return Err(fail(
+            ErrorKind::Value,
+            "operand_count_mismatch",
+            format!(
+                "{} takes {} operands, got {n}",
+                spec.name,
+                spec.params.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// An instruction by its ISA name.
+pub fn opcode_named(name: &str) -> Result<Opcode> {
+    Opcode::from_name(name).ok_or_else(|| {
+        fail(
+            ErrorKind::Value,
+            "unknown_instruction",
+            format!("unknown instruction {name:?}"),
+        )
+    })
+}
+
+/// An engine by name (`Engine::NAMES`).
+pub fn engine_named(name: &str) -> Result<Engine> {
+    Engine::NAMES
+        .iter()
+        .position(|n| *n == name)
+        .and_then(|i| Engine::from_u8(i as u8))
+        .ok_or_else(|| {
+            fail(
+                ErrorKind::Value,
+                "unknown_engine",
+                format!(
+                    "unknown engine {name:?} (one of {})",
+                    Engine::NAMES.join(", ")
+                ),
+            )
+            .operand("engine")
+        })
+}
+
+/// Omitted operands with an ISA default take it (an omitted required operand stays Absent and
+/// fails validation; an optional one without a default stays Absent).
+fn fill_defaults(ins: &mut Instr) {
+    for (p, a) in ins.op.spec().params.iter().zip(ins.args.iter_mut()) {
+        if matches!(a, Arg::Absent) && !matches!(p.default, ParamDefault::Absent) {
+            if let Some(d) = Arg::from_default(&p.default, p.kind) {
+                *a = d;
+            }
+        }
+    }
+}
+
+/// The PSUM 2-byte units an access pattern covers, as half-open ranges (one per partition
+/// when rows are contiguous).
+fn unit_ranges(ap: &Ap) -> Vec<(usize, usize)> {
+    let es = ap.dtype.size();
+    let contiguous = ap.is_row_contiguous();
+    let offs = if contiguous {
+        vec![0]
+    } else {
+        ap.row_offsets()
+    };
+    let run = if contiguous { ap.free_size() * es } else { es };
+    let mut v = Vec::with_capacity(ap.parts as usize * offs.len());
+    for r in 0..ap.parts as usize {
+        let base = (ap.start as usize + r) * PSUM_PART_BYTES + ap.offset as usize;
+        for o in &offs {
+            let b = (base as i64 + o * es as i64) as usize;
+            v.push((b / 2, (b + run).div_ceil(2)));
+        }
+    }
+    v
+}
+
+/// A fixed-size bit set with range count and range assignment (a word at a time).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct UnitBits {
+    words: Vec<u64>,
+}
+
+impl UnitBits {
+    fn new(bits: usize) -> Self {
+        UnitBits {
+            words: vec![0; bits.div_ceil(64)],
+        }
+    }
+
+    /// The word index and mask of the bits `i..` up to `hi` within one word, and their count.
+    fn span(i: usize, hi: usize) -> (usize, u64, usize) {
+        let first = i % 64;
+        let n = (64 - first).min(hi - i);
+        let mask = if n == 64 {
+            u64::MAX
+        } else {
+            ((1u64 << n) - 1) << first
+        };
+        (i / 64, mask, n)
+    }
+
+    /// Number of one bits in `lo..hi` (bits past the end count as zero).
+    fn count(&self, lo: usize, hi: usize) -> usize {
+        let hi = hi.min(self.words.len() * 64);
+        let (mut i, mut ones) = (lo, 0);
+        while i < hi {
+            let (w, mask, n) = Self::span(i, hi);
+            ones += (self.words[w] & mask).count_ones() as usize;
+            i += n;
+        }
+        ones
+    }
+
+    /// Set or clear bits `lo..hi` (bits past the end are ignored).
+    fn assign(&mut self, lo: usize, hi: usize, on: bool) {
+        let hi = hi.min(self.words.len() * 64);
+        let mut i = lo;
+        while i < hi {
+            let (w, mask, n) = Self::span(i, hi);
+            if on {
+                self.words[w] |= mask;
+            } else {
+                self.words[w] &= !mask;
+            }
+            i += n;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::isa::text::parse_instr_unchecked;
+
+    const MM: &str = "nc_matmul dst=psum:float32[0:128]+0[[1,512]] \
+        stationary=sbuf:bfloat16[0:128]+0[[1,128]] moving=sbuf:bfloat16[0:128]+256[[1,512]]";
+
+    /// An nc_matmul into `dst` (accumulate omitted unless given).
+    fn matmul(dst: &str, accumulate: Option<bool>) -> Instr {
+        let mut text = MM.replace("psum:float32[0:128]+0[[1,512]]", dst);
+        if let Some(a) = accumulate {
+            text.push_str(&format!(" accumulate={a}"));
+        }
+        parse_instr_unchecked(&text).expect("test instruction parses")
+    }
+
+    fn accumulate_of(a: &Assembler, i: usize) -> Option<bool> {
+        ops::NcMatmul::view(&a.program().instrs[i])
+            .expect("matmul view")
+            .accumulate
+    }
+
+    const DST: &str = "psum:float32[0:128]+0[[1,512]]";
+
+    #[test]
+    fn fresh_psum_resolves_to_overwrite_then_accumulate() {
+        let mut a = Assembler::new(0).unwrap();
+        let r = a.append(matmul(DST, None), true).unwrap();
+        assert_eq!(
+            r,
+            Appended {
+                index: 0,
+                accumulate_mixed: false
+            }
+        );
+        assert_eq!(accumulate_of(&a, 0), Some(false));
+        let r = a.append(matmul(DST, None), true).unwrap();
+        assert!(!r.accumulate_mixed);
+        assert_eq!(accumulate_of(&a, 1), Some(true));
+    }
+
+    #[test]
+    fn psum_fresh_restarts_the_accumulation() {
+        let mut a = Assembler::new(0).unwrap();
+        a.append(matmul(DST, None), true).unwrap();
+        a.psum_fresh(0, 128, 0, 2048);
+        a.append(matmul(DST, None), true).unwrap();
+        assert_eq!(accumulate_of(&a, 1), Some(false));
+    }
+
+    #[test]
+    fn partly_written_dst_stays_none_and_is_reported() {
+        let mut a = Assembler::new(0).unwrap();
+        a.append(matmul(DST, None), true).unwrap();
+        // Partitions 64..128 are reallocated: half the dst is fresh, half matmul-written.
+        a.psum_fresh(64, 64, 0, 2048);
+        let r = a.append(matmul(DST, None), true).unwrap();
+        assert!(r.accumulate_mixed);
+        assert_eq!(accumulate_of(&a, r.index), None);
+        // Afterwards the whole dst counts as written.
+        a.append(matmul(DST, None), true).unwrap();
+        assert_eq!(accumulate_of(&a, 2), Some(true));
+    }
+
+    #[test]
+    fn explicit_flag_is_kept_and_resolution_can_be_off() {
+        let mut a = Assembler::new(0).unwrap();
+        a.append(matmul(DST, Some(true)), true).unwrap();
+        assert_eq!(accumulate_of(&a, 0), Some(true));
+        let r = a.append(matmul(DST, None), false).unwrap();
+        assert!(!r.accumulate_mixed);
+        assert_eq!(accumulate_of(&a, 1), None);
+    }
+
+    #[test]
+    fn bank_offsets_are_tracked_separately() {
+        let mut a = Assembler::new(0).unwrap();
+        a.append(matmul(DST, None), true).unwrap();
+        // Bank 1 (offset 2048) was never written.
+        let other = "psum:float32[0:128]+2048[[1,512]]";
+        a.append(matmul(other, None), true).unwrap();
+        assert_eq!(accumulate_of(&a, 1), Some(false));
+    }
+
+    #[test]
+    fn assembler_rules_have_ids() {
+        assert_eq!(Assembler::new(8).unwrap_err().rule, "core_out_of_range");
+        assert_eq!(Assembler::new(-1).unwrap_err().rule, "core_out_of_range");
+        assert_eq!(
+            opcode_named("nope").unwrap_err().rule,
+            "unknown_instruction"
+        );
+        assert_eq!(engine_named("warp").unwrap_err().rule, "unknown_engine");
+        assert_eq!(engine_named("vector").unwrap(), Engine::Vector);
+        let mut ins = matmul(DST, None);
+        ins.args.pop();
+        let mut a = Assembler::new(0).unwrap();
+        let e = a.append(ins, true).unwrap_err();
+        assert_eq!(e.rule, "operand_count_mismatch");
+        assert_eq!(e.instruction.map(|(i, _)| i), Some(0));
+        assert!(a.is_empty());
+    }
+
+    #[test]
+    fn defaults_and_default_engine_are_filled() {
+        let mut a = Assembler::new(0).unwrap();
+        let mut ins = matmul(DST, None);
+        ins.engine = Engine::Unknown;
+        for arg in ins.args.iter_mut().skip(3) {
+            *arg = Arg::Absent;
+        }
+        a.append(ins, true).unwrap();
+        let got = &a.program().instrs[0];
+        assert_eq!(got.engine, Engine::Tensor);
+        let mm = ops::NcMatmul::view(got).unwrap();
+        assert!(!mm.is_transpose);
+        assert_eq!(a.pop().map(|i| i.op), Some(Opcode::NcMatmul));
+        assert!(a.is_empty());
+    }
+
+    #[test]
+    fn unit_bits_count_and_assign_across_words() {
+        let mut b = UnitBits::new(200);
+        b.assign(10, 150, true);
+        assert_eq!(b.count(0, 200), 140);
+        assert_eq!(b.count(60, 70), 10);
+        b.assign(64, 128, false);
+        assert_eq!(b.count(0, 200), 76);
+        assert_eq!(b.count(0, 10_000), 76);
+    }
+}

@@ -1,0 +1,262 @@
+//! Argument conversion: the assembler's Python operands (access-pattern tuples, numbers,
+//! names, integer lists, sync pairs) into core `Arg`s. Types only; the rules live in the core.
+
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+use trn3emu_core as core;
+use trn3emu_core::error::fail;
+use trn3emu_core::isa::spec::Kind;
+use trn3emu_core::isa::{Arg, DType, Signal, Wait};
+use trn3emu_core::memory::{Ap, DynKind, DynSrc, Dynamic, Mem, PARTITIONS};
+use trn3emu_core::{EmuError, ErrorKind, Result};
+
+fn not_tensor() -> EmuError {
+    fail(
+        ErrorKind::Value,
+        "operand_not_tensor",
+        "expected a tensor (SBUF/PSUM tile or HBM tensor view)",
+    )
+}
+
+/// An access pattern tuple `(mem, dtype, start, parts, row_step, offset, dims[, dynamic])`;
+/// `dynamic` = `(kind 's'|'v'|'i', register int | index-tile tuple, step, bound)`.
+pub fn parse_ap(obj: &Bound<'_, PyAny>) -> Result<Ap> {
+    let tup = obj.cast::<PyTuple>().map_err(|_| not_tensor())?;
+    if tup.len() != 8 {
+        return parse_static_ap(obj);
+    }
+    let d = tup.get_item(7).map_err(|_| bad_dynamic())?;
+    let dynamic = Some(Box::new(parse_dynamic(&d)?));
+    let mut ap = parse_static_ap(tup.get_slice(0, 7).as_any())?;
+    ap.dynamic = dynamic;
+    Ok(ap)
+}
+
+fn bad_dynamic() -> EmuError {
+    fail(
+        ErrorKind::Value,
+        "dynamic_offset_malformed",
+        "dynamic offset must be (kind 's'|'v'|'i', register | index tile, step, bound)",
+    )
+}
+
+fn parse_dynamic(d: &Bound<'_, PyAny>) -> Result<Dynamic> {
+    let (kind, src, step, bound): (String, Bound<'_, PyAny>, i64, u32) =
+        d.extract().map_err(|_| bad_dynamic())?;
+    let kind = match kind.as_str() {
+        "s" => DynKind::Scalar,
+        "v" => DynKind::Vector,
+        "i" => DynKind::Indirect,
+        _ => return Err(bad_dynamic()),
+    };
+    let src = if let Ok(r) = src.extract::<u8>() {
+        DynSrc::Reg(r)
+    } else {
+        DynSrc::Tile(parse_static_ap(&src)?)
+    };
+    Ok(Dynamic {
+        kind,
+        src,
+        step,
+        bound,
+        cols: Vec::new(),
+    })
+}
+
+fn parse_static_ap(obj: &Bound<'_, PyAny>) -> Result<Ap> {
+    type T = (String, String, i64, i64, i64, i64, Vec<(i64, i64)>);
+    let (mem, dtype, start, parts, pstep, offset, dims): T =
+        obj.extract().map_err(|_| not_tensor())?;
+    let mem = Mem::from_name(&mem).ok_or_else(|| {
+        fail(
+            ErrorKind::MemorySpace,
+            "unknown_memory",
+            format!("unknown memory {mem:?}"),
+        )
+    })?;
+    let dtype = DType::from_name(&dtype).ok_or_else(|| unknown_dtype(&dtype))?;
+    if !(0..=PARTITIONS as i64 * 2).contains(&start) {
+        return Err(fail(
+            ErrorKind::Address,
+            "ap_start_out_of_range",
+            format!("start partition {start} out of range"),
+        ));
+    }
+    if parts <= 0 || parts > u32::MAX as i64 {
+        return Err(fail(
+            ErrorKind::Shape,
+            "ap_parts_out_of_range",
+            format!("partition/row count {parts} out of range"),
+        ));
+    }
+    if offset < 0 {
+        return Err(fail(
+            ErrorKind::Address,
+            "ap_negative_offset",
+            format!("negative offset {offset}"),
+        ));
+    }
+    let mut d = Vec::with_capacity(dims.len());
+    for (s, n) in dims {
+        if n <= 0 || n > u32::MAX as i64 {
+            return Err(fail(
+                ErrorKind::Shape,
+                "ap_dim_size_out_of_range",
+                format!("dimension size {n} out of range"),
+            ));
+        }
+        d.push((s, n as u32));
+    }
+    Ok(Ap {
+        mem,
+        dtype,
+        start: start as u32,
+        parts: parts as u32,
+        pstep,
+        offset: offset as u64,
+        dims: d,
+        dynamic: None,
+    })
+}
+
+/// A DtypeError for a dtype name the core does not know.
+pub fn unknown_dtype(name: &str) -> EmuError {
+    fail(
+        ErrorKind::Dtype,
+        "unknown_dtype",
+        format!("unknown dtype {name:?}"),
+    )
+}
+
+/// One operand of ISA kind `kind` (`None` -> `Arg::Absent`; the core fills defaults).
+pub fn parse_arg(obj: &Bound<'_, PyAny>, kind: Kind, enum_id: u8) -> Result<Arg> {
+    if obj.is_none() {
+        return Ok(Arg::Absent);
+    }
+    let bad = |what: &str| {
+        fail(
+            ErrorKind::Value,
+            "operand_type_mismatch",
+            format!(
+                "expected {what}, got {}",
+                obj.repr().map(|r| r.to_string()).unwrap_or_default()
+            ),
+        )
+    };
+    Ok(match kind {
+        Kind::Tensor => Arg::Tensor(parse_ap(obj)?),
+        Kind::TensorOrF32 if obj.cast::<PyTuple>().is_ok() => Arg::Tensor(parse_ap(obj)?),
+        Kind::TensorOrF32 | Kind::F32 => parse_number(obj, &bad)?,
+        Kind::I32 => Arg::I32(obj.extract::<i32>().map_err(|_| bad("a 32-bit integer"))?),
+        // The assembler passes a register as "rN" (a bare int is an immediate).
+        Kind::I32OrReg => match obj.extract::<String>() {
+            Ok(s) => Arg::Reg(
+                s.strip_prefix('r')
+                    .and_then(|n| n.parse::<u8>().ok())
+                    .ok_or_else(|| bad("a 32-bit integer or a register"))?,
+            ),
+            Err(_) => Arg::I32(
+                obj.extract::<i32>()
+                    .map_err(|_| bad("a 32-bit integer or a register"))?,
+            ),
+        },
+        Kind::Bool => Arg::Bool(obj.extract::<bool>().map_err(|_| bad("a bool"))?),
+        Kind::Enum => parse_enum(obj, enum_id, &bad)?,
+        // A bare int is a one-element list (NKI's `axis=1`).
+        Kind::Ints if obj.extract::<i32>().is_ok() => {
+            Arg::Ints(vec![obj.extract::<i32>().map_err(|_| bad("an integer"))?])
+        }
+        Kind::Ints | Kind::Pattern => Arg::Ints(parse_ints(obj, &bad)?),
+        Kind::Reg => Arg::Reg(obj.extract::<u8>().map_err(|_| bad("a register number"))?),
+    })
+}
+
+/// A number: Python ints (and numpy integers) stay exact 32-bit integer immediates.
+fn parse_number(obj: &Bound<'_, PyAny>, bad: &dyn Fn(&str) -> EmuError) -> Result<Arg> {
+    if let Ok(i) = obj.extract::<i64>() {
+        return core::isa::text::imm_from_i64(i).ok_or_else(|| {
+            fail(
+                ErrorKind::Value,
+                "immediate_out_of_range",
+                format!(
+                    "integer immediate {i} does not fit 32 bits (-2^31 ..= 2^32-1); pass a float"
+                ),
+            )
+        });
+    }
+    let f = obj
+        .extract::<f64>()
+        .map_err(|_| bad("a number or a (P, 1) tile"))?;
+    Ok(Arg::F32(f as f32))
+}
+
+fn parse_enum(obj: &Bound<'_, PyAny>, enum_id: u8, bad: &dyn Fn(&str) -> EmuError) -> Result<Arg> {
+    let e = &core::isa::tables::ENUMS[enum_id as usize];
+    let s: String = obj
+        .extract()
+        .map_err(|_| bad(&format!("a {} name", e.name)))?;
+    let v = e.values.iter().position(|v| *v == s).ok_or_else(|| {
+        fail(
+            ErrorKind::Value,
+            "enum_value_unknown",
+            format!(
+                "{s:?} is not a {} value (one of {})",
+                e.name,
+                e.values.join(", ")
+            ),
+        )
+    })?;
+    Ok(Arg::Enum(v as u8))
+}
+
+/// Integers, or nested `[step, num]` pairs flattened (patterns).
+fn parse_ints(obj: &Bound<'_, PyAny>, bad: &dyn Fn(&str) -> EmuError) -> Result<Vec<i32>> {
+    let mut v = Vec::new();
+    for item in obj.try_iter().map_err(|_| bad("a list of integers"))? {
+        let item = item.map_err(|_| bad("a list of integers"))?;
+        if let Ok(x) = item.extract::<i32>() {
+            v.push(x);
+            continue;
+        }
+        for sub in item
+            .try_iter()
+            .map_err(|_| bad("integers or [step, num] pairs"))?
+        {
+            v.push(
+                sub.and_then(|s| s.extract::<i32>())
+                    .map_err(|_| bad("integers"))?,
+            );
+        }
+    }
+    Ok(v)
+}
+
+/// `wait=[(sem, value)]` and `signal=[(sem, delta)]` lists.
+pub fn parse_sync(
+    waits: &Bound<'_, PyAny>,
+    signals: &Bound<'_, PyAny>,
+) -> Result<(Vec<Wait>, Vec<Signal>)> {
+    let malformed = |what: &str| {
+        fail(
+            ErrorKind::Semaphore,
+            "sync_list_malformed",
+            format!("{what} must be a list of (semaphore, value) pairs"),
+        )
+    };
+    let w: Vec<(u16, u32)> = waits.extract().map_err(|_| malformed("wait"))?;
+    let s: Vec<(u16, u32)> = signals.extract().map_err(|_| {
+        fail(
+            ErrorKind::Semaphore,
+            "sync_list_malformed",
+            "signal must be a list of (semaphore, delta) pairs",
+        )
+    })?;
+    Ok((
+        w.into_iter()
+            .map(|(sem, value)| Wait { sem, value })
+            .collect(),
+        s.into_iter()
+            .map(|(sem, delta)| Signal { sem, delta })
+            .collect(),
+    ))
+}

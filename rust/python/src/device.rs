@@ -1,0 +1,245 @@
+//! `_native.Device`: numerics options in, HBM and on-chip bytes in and out, `run` with the GIL
+//! released.
+
+use crate::errors::{bad_array, guarded, py_err};
+use crate::program::Program;
+use crate::trace::RawTrace;
+use numpy::{PyArray1, PyReadonlyArray1};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use trn3emu_core as core;
+use trn3emu_core::error::fail;
+use trn3emu_core::memory::{HBM_BYTES, PARTITIONS};
+use trn3emu_core::numerics::config::NumericsConfig;
+use trn3emu_core::ErrorKind;
+
+/// One Trainium3 device: 8 cores, shared sparse HBM.
+#[pyclass(module = "trn3emu._native")]
+pub struct Device {
+    inner: core::Device,
+}
+
+fn check_hbm(addr: u64, n: u64) -> core::Result<()> {
+    if addr.checked_add(n).is_none_or(|e| e > HBM_BYTES) {
+        return Err(fail(
+            ErrorKind::Address,
+            "hbm_out_of_range",
+            format!(
+                "HBM bytes {addr}..{} are outside the 144 GiB address space",
+                addr as u128 + n as u128
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The numerics options: the environment's defaults, then each option given.
+fn numerics_config(
+    rounding: Option<&str>,
+    seed: Option<u64>,
+    sr_bits: Option<u64>,
+    fp8_overflow: Option<&str>,
+    mx_scale: Option<&str>,
+) -> core::Result<NumericsConfig> {
+    let mut cfg = NumericsConfig::from_env(|k| std::env::var(k).ok());
+    for (option, value) in [
+        ("rounding", rounding),
+        ("fp8_overflow", fp8_overflow),
+        ("mx_scale", mx_scale),
+    ] {
+        if let Some(v) = value {
+            cfg.set_name(option, v)?;
+        }
+    }
+    for (option, value) in [("seed", seed), ("sr_bits", sr_bits)] {
+        if let Some(v) = value {
+            cfg.set_int(option, v)?;
+        }
+    }
+    Ok(cfg)
+}
+
+/// The bytes of `parts` partitions of a core's SBUF or PSUM, `nbytes` from `offset`.
+fn onchip_bytes(
+    dev: &core::Device,
+    core: usize,
+    mem: &str,
+    (start, parts): (usize, usize),
+    (offset, nbytes): (usize, usize),
+) -> core::Result<Vec<u8>> {
+    let c = dev.cores.get(core).ok_or_else(|| {
+        fail(
+            ErrorKind::Value,
+            "core_out_of_range",
+            format!("core {core} out of range"),
+        )
+        .operand("core")
+    })?;
+    let m = match mem {
+        "sbuf" => &c.sbuf,
+        "psum" => &c.psum,
+        _ => {
+            return Err(fail(
+                ErrorKind::MemorySpace,
+                "not_onchip_memory",
+                format!("{mem:?} is not an on-chip memory"),
+            ))
+        }
+    };
+    if start + parts > PARTITIONS || offset + nbytes > m.part_bytes {
+        return Err(fail(
+            ErrorKind::Address,
+            "onchip_read_out_of_range",
+            format!(
+                "partitions {start}..{} bytes {offset}..{} outside {mem}",
+                start + parts,
+                offset + nbytes
+            ),
+        ));
+    }
+    let mut v = Vec::with_capacity(parts * nbytes);
+    for p in start..start + parts {
+        v.extend_from_slice(&m.partition(p)[offset..offset + nbytes]);
+    }
+    Ok(v)
+}
+
+#[pymethods]
+impl Device {
+    /// Numerics options (names, values and defaults: `numerics_options()`); None keeps the
+    /// default (for `rounding` and `seed`: the Neuron runtime's environment variables).
+    #[new]
+    #[pyo3(signature = (rounding = None, seed = None, sr_bits = None, fp8_overflow = None, mx_scale = None))]
+    fn new(
+        py: Python<'_>,
+        rounding: Option<&str>,
+        seed: Option<u64>,
+        sr_bits: Option<u64>,
+        fp8_overflow: Option<&str>,
+        mx_scale: Option<&str>,
+    ) -> PyResult<Self> {
+        let cfg =
+            numerics_config(rounding, seed, sr_bits, fp8_overflow, mx_scale).map_err(py_err(py))?;
+        Ok(Device {
+            inner: core::Device::with_numerics(cfg),
+        })
+    }
+
+    /// The numerics configuration in effect (after environment variables and arguments).
+    fn numerics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        crate::info::option_values(py, &self.inner.numerics)
+    }
+
+    /// Write raw bytes (a contiguous uint8 array) at an HBM address.
+    fn hbm_write(
+        &mut self,
+        py: Python<'_>,
+        addr: u64,
+        data: PyReadonlyArray1<'_, u8>,
+    ) -> PyResult<()> {
+        let s = data.as_slice().map_err(|_| {
+            bad_array(
+                py,
+                "data",
+                "array_not_contiguous",
+                "hbm_write needs a contiguous uint8 array",
+            )
+        })?;
+        check_hbm(addr, s.len() as u64).map_err(py_err(py))?;
+        self.inner.hbm.write(addr, s);
+        Ok(())
+    }
+
+    /// Zero `nbytes` of HBM at `addr` (no host buffer needed; whole 1 MiB pages are released).
+    fn hbm_zero(&mut self, py: Python<'_>, addr: u64, nbytes: u64) -> PyResult<()> {
+        check_hbm(addr, nbytes).map_err(py_err(py))?;
+        self.inner.hbm.zero(addr, nbytes);
+        Ok(())
+    }
+
+    /// Whether HBM at `addr` holds exactly `data` (compared in place, no copy).
+    fn hbm_equals(
+        &self,
+        py: Python<'_>,
+        addr: u64,
+        data: PyReadonlyArray1<'_, u8>,
+    ) -> PyResult<bool> {
+        let s = data.as_slice().map_err(|_| {
+            bad_array(
+                py,
+                "data",
+                "array_not_contiguous",
+                "hbm_equals needs a contiguous uint8 array",
+            )
+        })?;
+        check_hbm(addr, s.len() as u64).map_err(py_err(py))?;
+        Ok(self.inner.hbm.equals(addr, s))
+    }
+
+    /// Read `nbytes` raw bytes at an HBM address into a new uint8 array.
+    fn hbm_read<'py>(
+        &self,
+        py: Python<'py>,
+        addr: u64,
+        nbytes: u64,
+    ) -> PyResult<Bound<'py, PyArray1<u8>>> {
+        check_hbm(addr, nbytes).map_err(py_err(py))?;
+        let mut v = vec![0u8; nbytes as usize];
+        self.inner.hbm.read(addr, &mut v);
+        Ok(PyArray1::from_vec(py, v))
+    }
+
+    /// Host bytes backing HBM (pages touched so far).
+    fn hbm_resident_bytes(&self) -> u64 {
+        self.inner.hbm.resident_bytes()
+    }
+
+    /// Read the bytes of `parts` partitions of a core's SBUF or PSUM, `nbytes` from `offset`.
+    #[allow(clippy::too_many_arguments)]
+    fn onchip_read<'py>(
+        &self,
+        py: Python<'py>,
+        core: usize,
+        mem: &str,
+        start: usize,
+        parts: usize,
+        offset: usize,
+        nbytes: usize,
+    ) -> PyResult<Bound<'py, PyArray1<u8>>> {
+        onchip_bytes(&self.inner, core, mem, (start, parts), (offset, nbytes))
+            .map(|v| PyArray1::from_vec(py, v))
+            .map_err(py_err(py))
+    }
+
+    /// Fill every core's SBUF and PSUM with one byte value (e.g. 0xFF = NaN for floats); free
+    /// for a memory that holds only that byte already (a core no run has touched since).
+    fn fill_onchip(&mut self, byte: u8) {
+        for c in &mut self.inner.cores {
+            c.sbuf.fill(byte);
+            c.psum.fill(byte);
+        }
+    }
+
+    /// Run programs (one per core) concurrently; the GIL is released while the device runs.
+    #[pyo3(signature = (programs, check_races = true, trace = true))]
+    fn run<'py>(
+        &mut self,
+        py: Python<'py>,
+        programs: Vec<PyRef<'py, Program>>,
+        check_races: bool,
+        trace: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let progs: Vec<&core::Program> = programs.iter().map(|p| p.program()).collect();
+        let opts = core::RunOptions { check_races, trace };
+        let dev = &mut self.inner;
+        let res = py
+            .detach(|| guarded(|| dev.run_refs(&progs, &opts)))
+            .map_err(py_err(py))?;
+        let d = PyDict::new(py);
+        d.set_item("end_ps", res.end_ps)?;
+        d.set_item("executed", res.executed)?;
+        // The trace stays in Rust until Python asks for its columns (RunResult.trace).
+        d.set_item("trace", Py::new(py, RawTrace::new(res.trace))?)?;
+        Ok(d)
+    }
+}

@@ -1,0 +1,186 @@
+//! `_native.Program`: the assembler's storage. Converts each instruction's Python operands and
+//! hands it to the core `Assembler` (defaults, engine choice, validation, accumulate=None).
+
+use crate::args;
+use crate::errors::{guarded, py_err, to_py};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyTuple};
+use trn3emu_core as core;
+use trn3emu_core::asm::{self, Assembler};
+use trn3emu_core::isa::{Engine, Instr};
+
+/// An ISA program for one core (the assembler's storage).
+#[pyclass(module = "trn3emu._native")]
+#[derive(Clone)]
+pub struct Program {
+    pub(crate) asm: Assembler,
+}
+
+impl Program {
+    fn wrap(p: core::Program) -> Self {
+        Program {
+            asm: Assembler::from_program(p),
+        }
+    }
+
+    pub(crate) fn program(&self) -> &core::Program {
+        self.asm.program()
+    }
+
+    /// The instruction `append` describes, its operands converted (nothing validated yet).
+    fn convert(
+        opcode: &str,
+        engine: Option<&str>,
+        args: &Bound<'_, PyTuple>,
+        waits: &Bound<'_, PyAny>,
+        signals: &Bound<'_, PyAny>,
+        name: Option<String>,
+    ) -> core::Result<Instr> {
+        let op = asm::opcode_named(opcode)?;
+        let engine = match engine {
+            None => Engine::Unknown,
+            Some(e) => asm::engine_named(e)?,
+        };
+        asm::check_operand_count(op, args.len())?;
+        let mut out = Vec::with_capacity(args.len());
+        for (p, a) in op.spec().params.iter().zip(args.iter()) {
+            out.push(args::parse_arg(&a, p.kind, p.enum_id).map_err(|e| e.operand(p.name))?);
+        }
+        let (waits, signals) = args::parse_sync(waits, signals)?;
+        Ok(Instr {
+            op,
+            engine,
+            args: out,
+            waits,
+            signals,
+            name,
+        })
+    }
+}
+
+/// `trn3emu.errors.AccumulateWarning` for instruction `index` (stack level: the kernel's call
+/// of `Program.nc_matmul`). An error (warnings as errors) propagates.
+fn warn_accumulate(py: Python<'_>, index: usize) -> PyResult<()> {
+    let cls = py.import("trn3emu.errors")?.getattr("AccumulateWarning")?;
+    let msg = std::ffi::CString::new(format!(
+        "nc_matmul #{index}: accumulate=None on a PSUM dst that earlier matmuls wrote only in part; \
+         the emulator adds on those elements and overwrites the rest, but hardware has one \
+         accumulate flag per instruction (pass accumulate=True/False or split the matmul)"
+    ))
+    .unwrap_or_default();
+    PyErr::warn(py, &cls, &msg, 3)
+}
+
+#[pymethods]
+impl Program {
+    #[new]
+    #[pyo3(signature = (core = 0))]
+    fn new(py: Python<'_>, core: i64) -> PyResult<Self> {
+        Ok(Program {
+            asm: Assembler::new(core).map_err(py_err(py))?,
+        })
+    }
+
+    #[getter]
+    fn core(&self) -> u8 {
+        self.asm.program().core
+    }
+
+    fn __len__(&self) -> usize {
+        self.asm.len()
+    }
+
+    /// Append one instruction: `args` aligned with the ISA parameters (None = omitted).
+    /// Returns its index.
+    #[pyo3(signature = (opcode, engine, args, waits, signals, name = None, resolve_accumulate = true))]
+    #[allow(clippy::too_many_arguments)]
+    fn append(
+        &mut self,
+        py: Python<'_>,
+        opcode: &str,
+        engine: Option<&str>,
+        args: &Bound<'_, PyTuple>,
+        waits: &Bound<'_, PyAny>,
+        signals: &Bound<'_, PyAny>,
+        name: Option<String>,
+        resolve_accumulate: bool,
+    ) -> PyResult<usize> {
+        let index = self.asm.len();
+        let ins = Self::convert(opcode, engine, args, waits, signals, name)
+            .map_err(|e| to_py(py, e.at(index, format!("{opcode} (being assembled)"))))?;
+        let done = self
+            .asm
+            .append(ins, resolve_accumulate)
+            .map_err(py_err(py))?;
+        if done.accumulate_mixed {
+            if let Err(e) = warn_accumulate(py, done.index) {
+                // Warnings as errors: the instruction is not appended.
+                self.asm.pop();
+                return Err(e);
+            }
+        }
+        Ok(done.index)
+    }
+
+    /// Mark PSUM bytes as freshly allocated: the next matmul with accumulate=None overwrites them.
+    fn psum_fresh(&mut self, start: u32, parts: u32, offset: u64, nbytes: u64) {
+        self.asm.psum_fresh(start, parts, offset, nbytes)
+    }
+
+    /// Add the semaphores the data dependencies need (automatic synchronisation).
+    fn synced(&self, py: Python<'_>) -> PyResult<Program> {
+        let asm = guarded(|| self.asm.synced()).map_err(py_err(py))?;
+        Ok(Program { asm })
+    }
+
+    /// Label (`name=`: the kernel source line) of every instruction, in program order.
+    fn instruction_names(&self) -> Vec<Option<String>> {
+        self.program()
+            .instrs
+            .iter()
+            .map(|i| i.name.clone())
+            .collect()
+    }
+
+    /// Text of instruction `i` (None past the end).
+    fn instruction_text(&self, i: usize) -> Option<String> {
+        self.program()
+            .instrs
+            .get(i)
+            .map(core::isa::text::format_instr)
+    }
+
+    fn to_text(&self) -> String {
+        core::isa::text::format_program(self.program())
+    }
+
+    #[staticmethod]
+    fn from_text(py: Python<'_>, text: &str) -> PyResult<Program> {
+        guarded(|| core::engines::parse_program(text))
+            .map(Program::wrap)
+            .map_err(py_err(py))
+    }
+
+    fn encode<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &core::isa::encode::encode_program(self.program()))
+    }
+
+    #[staticmethod]
+    fn decode(py: Python<'_>, data: &[u8]) -> PyResult<Program> {
+        guarded(|| core::engines::decode_program(data))
+            .map(Program::wrap)
+            .map_err(py_err(py))
+    }
+
+    fn __eq__(&self, other: &Program) -> bool {
+        self.program() == other.program()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<Program core={} instructions={}>",
+            self.program().core,
+            self.asm.len()
+        )
+    }
+}

@@ -199,7 +199,15 @@ impl Semantics for RangeSelect<'_> {
             .collect();
         ctx.write_f32(self.dst, &out);
         let base = x.start as usize;
-        acc::run(ctx, base, self.reduce_cmd, AluOp::Maximum, &vec![0.0; p], &out, n);
+        acc::run(
+            ctx,
+            base,
+            self.reduce_cmd,
+            AluOp::Maximum,
+            &vec![0.0; p],
+            &out,
+            n,
+        );
         read_out(ctx, self.reduce_res, base, p);
         Ok(())
     }
@@ -236,7 +244,15 @@ impl Semantics for SelectReduce<'_> {
             .collect();
         ctx.write_f32(self.dst, &out);
         let base = t.start as usize;
-        acc::run(ctx, base, self.reduce_cmd, AluOp::Maximum, &vec![0.0; p], &out, n);
+        acc::run(
+            ctx,
+            base,
+            self.reduce_cmd,
+            AluOp::Maximum,
+            &vec![0.0; p],
+            &out,
+            n,
+        );
         read_out(ctx, self.reduce_res, base, p);
         Ok(())
     }

@@ -1,7 +1,7 @@
 //! Which engine runs an instruction whose `engine` is unknown / not written, and which ALU
 //! operators each engine's `tensor_scalar` / `tensor_tensor` accepts (reference §2.2, §2.6).
 
-use crate::error::{err, ErrorKind::*, Result};
+use crate::error::{fail, ErrorKind::*, Result};
 use crate::isa::tables::p::{tensor_scalar as ts, tensor_tensor as tt};
 use crate::isa::{AluOp, Arg, DType, Engine, Instr, Opcode};
 use crate::memory::Mem;
@@ -65,12 +65,12 @@ pub fn default_engine(op: Opcode, args: &[Arg]) -> Engine {
 /// Operators that exist only on some engines: `rsqrt` on GpSimd/ScalarE, `reciprocal` on
 /// VectorE/ScalarE (reference §2.2).
 pub fn check_engine_ops(ins: &Instr) -> Result<()> {
-    let ops: &[(usize, &str)] = match ins.op {
-        Opcode::TensorScalar => &[(ts::OP0, "op0"), (ts::OP1, "op1")],
-        _ => return Ok(()),
-    };
-    for &(i, name) in ops {
-        let Some(op) = alu(&ins.args, i) else {
+    if ins.op != Opcode::TensorScalar {
+        return Ok(());
+    }
+    let v = crate::isa::ops::TensorScalar::view(ins)?;
+    for (op, name) in [(Some(v.op0), "op0"), (v.op1, "op1")] {
+        let Some(op) = op else {
             continue;
         };
         let allowed: &[Engine] = match op {
@@ -80,8 +80,9 @@ pub fn check_engine_ops(ins: &Instr) -> Result<()> {
         };
         if !allowed.contains(&ins.engine) {
             let names: Vec<_> = allowed.iter().map(|e| e.name()).collect();
-            return Err(err(
+            return Err(fail(
                 Value,
+                "alu_op_engine",
                 format!(
                     "{} runs on {} only, not on {}",
                     op.name(),

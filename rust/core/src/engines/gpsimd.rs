@@ -1,27 +1,37 @@
 //! GpSimd: iota, and the affine-pattern helpers it shares with affine_select.
 
-use super::Ctx;
-use crate::error::{err, ErrorKind::*, Result};
-use crate::isa::tables::p::iota as io;
-use crate::isa::Opcode;
-use crate::isa::{DType, Instr};
+use super::{Ctx, Semantics};
+use crate::error::{fail, ErrorKind::*, Result};
+use crate::isa::ops::Iota;
+use crate::isa::DType;
 use crate::numerics;
 
 /// A `[[step, num], ...]` pattern must have positive counts covering `free` elements per partition.
 pub fn check_pattern(pat: &[i32], free: usize) -> Result<()> {
     if pat.is_empty() || !pat.len().is_multiple_of(2) {
-        return Err(err(Shape, "pattern needs 1..4 [step, num] pairs").operand("pattern"));
+        return Err(fail(
+            Shape,
+            "pattern_pairs",
+            "pattern needs 1..4 [step, num] pairs",
+        )
+        .operand("pattern"));
     }
     if pat.chunks(2).any(|c| c[1] <= 0) {
-        return Err(err(Shape, "pattern counts must be positive").operand("pattern"));
+        return Err(fail(
+            Shape,
+            "pattern_count_positive",
+            "pattern counts must be positive",
+        )
+        .operand("pattern"));
     }
     let n: i64 = pat
         .chunks(2)
         .map(|c| c[1] as i64)
         .fold(1i64, |a, b| a.saturating_mul(b));
     if n != free as i64 {
-        return Err(err(
+        return Err(fail(
             Shape,
+            "pattern_size_mismatch",
             format!("pattern covers {n} elements per partition but dst has {free}"),
         )
         .operand("pattern"));
@@ -43,11 +53,6 @@ pub fn pattern_offsets(pat: &[i32]) -> Vec<i32> {
         rel = next;
     }
     rel
-}
-
-pub fn check_iota(ins: &Instr) -> Result<()> {
-    let dst = ins.ap(io::DST).unwrap();
-    check_pattern(ins.ints(io::PATTERN), dst.free_size())
 }
 
 /// int32 value -> dst element: integers saturate, floats round (RNE) once from the exact integer.
@@ -83,55 +88,25 @@ fn to_f32_odd(v: i64) -> f32 {
     f
 }
 
-pub fn iota(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
-    let dst = ins.ap(io::DST).unwrap();
-    let pat = ins.ints(io::PATTERN).to_vec();
-    let off = ins.i32_or_reg(io::OFFSET, 0, &ctx.regs[..]);
-    let cm = ins.i32_or(io::CHANNEL_MULTIPLIER, 0);
-    let rel = pattern_offsets(&pat);
-    let mut out = Vec::with_capacity(dst.num_elements());
-    for p in 0..dst.parts as i32 {
-        let base = off.wrapping_add(p.wrapping_mul(cm));
-        for &o in &rel {
-            out.push(from_i64(dst.dtype, base.wrapping_add(o) as i64));
+impl Semantics for Iota<'_> {
+    fn check(&self) -> Result<()> {
+        check_pattern(self.pattern, self.dst.free_size())
+    }
+
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        let dst = self.dst;
+        let off = self.offset.value(&ctx.regs[..]);
+        let cm = self.channel_multiplier;
+        let rel = pattern_offsets(self.pattern);
+        let mut out = Vec::with_capacity(dst.num_elements());
+        for p in 0..dst.parts as i32 {
+            let base = off.wrapping_add(p.wrapping_mul(cm));
+            for &o in &rel {
+                out.push(from_i64(dst.dtype, base.wrapping_add(o) as i64));
+            }
         }
-    }
-    ctx.write_raw(dst, &out);
-    Ok(())
-}
-
-/// The instructions this module implements.
-pub const MODULE: super::Module = super::Module {
-    opcodes: &[Opcode::Iota],
-    check,
-    exec,
-};
-
-fn check(ins: &Instr) -> Result<()> {
-    match ins.op {
-        Opcode::Iota => check_iota(ins),
-        _ => Ok(()),
-    }
-}
-
-fn exec(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
-    match ins.op {
-        Opcode::Iota => iota(ins, ctx),
-        _ => Err(crate::error::err(
-            crate::error::ErrorKind::Internal,
-            format!("{} is listed but not dispatched", ins.op.spec().name),
-        )),
-    }
-}
-
-// TRANSITIONAL: routes the generated dispatch to this module's old `MODULE` until it
-// implements `Semantics` on the operand views itself.
-impl super::Semantics for crate::isa::ops::Iota<'_> {
-    fn check(&self) -> crate::error::Result<()> {
-        (MODULE.check)(self.ins)
-    }
-    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
-        (MODULE.exec)(self.ins, ctx)
+        ctx.write_raw(dst, &out);
+        Ok(())
     }
 }
 

@@ -3,230 +3,257 @@
 
 use super::alu::apply;
 use super::vector_acc as acc;
-use super::vector_rules::{alu_req, not_both_psum, one_of};
-use super::{check_column, same_shape, Ctx};
-use crate::error::{err, ErrorKind::*, Result};
-use crate::isa::tables::p::{
-    range_select as rs, select_reduce as sr, tensor_copy_predicated as tcp,
-};
-use crate::isa::{AluOp, Arg, Instr, Opcode};
+use super::vector_rules::{not_both_psum, one_of};
+use super::{same_shape, Ctx, Semantics};
+use crate::error::{fail, ErrorKind::*, Result};
+use crate::isa::instr::{Imm, Scalar};
+use crate::isa::ops::{RangeSelect, SelectReduce, TensorCopyPredicated};
+use crate::isa::{AluOp, Instr, ReduceCmd};
+use crate::memory::Ap;
 use crate::numerics;
 
 /// A predicate element is true when its raw bits are non-zero.
-fn predicate(ctx: &Ctx, ap: &crate::memory::Ap, reverse: bool) -> Vec<bool> {
+fn predicate(ctx: &Ctx, ap: &Ap, reverse: bool) -> Vec<bool> {
     ctx.read_raw(ap)
         .iter()
         .map(|b| (*b != 0) != reverse)
         .collect()
 }
 
-pub fn check_tensor_copy_predicated(ins: &Instr) -> Result<()> {
-    let dst = ins.ap(tcp::DST).unwrap();
-    let pred = ins.ap(tcp::PREDICATE).unwrap();
-    // Only partitions and elements per partition must agree (ranks may differ; hazard list 0.6).
-    same_shape(dst, "dst", pred, "predicate")?;
-    if let Arg::Tensor(src) = ins.arg(tcp::SRC) {
-        same_shape(dst, "dst", src, "src")?;
-        not_both_psum(src, "src", pred, "predicate")?;
-        if src.dtype != dst.dtype {
-            return Err(err(
-                Dtype,
-                format!(
-                    "src and dst must have the same dtype (a bit copy), got {} and {}",
-                    src.dtype.name(),
-                    dst.dtype.name()
-                ),
-            )
-            .operand("src"));
-        }
+/// A (P,1) per-partition tile must have the data's partition count, one element, and no
+/// packed MX dtype.
+pub(super) fn check_column(ap: &Ap, name: &str, parts: u32) -> Result<()> {
+    if ap.parts != parts || ap.free_size() != 1 {
+        return Err(fail(
+            Shape,
+            "per_partition_operand_shape",
+            format!(
+                "{name} must be a scalar or a ({parts}, 1) tile, got {:?}",
+                ap.shape()
+            ),
+        )
+        .operand(name.to_string()));
+    }
+    if ap.dtype.is_packed() {
+        return Err(fail(
+            Dtype,
+            "packed_dtype_not_allowed",
+            format!("{name} cannot be a packed MX dtype"),
+        )
+        .operand(name.to_string()));
     }
     Ok(())
 }
 
-/// Where (predicate != 0) != reverse_pred: dst = src (bit copy; a scalar src is cast to dst's
-/// dtype, an integer immediate exactly for integer dtypes); elsewhere dst keeps its bits.
-pub fn tensor_copy_predicated(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
-    let dst = ins.ap(tcp::DST).unwrap();
-    let pred = ins.ap(tcp::PREDICATE).unwrap();
-    let sel = predicate(ctx, pred, ins.bool_or(tcp::REVERSE_PRED, false));
-    let mut out = ctx.read_raw(dst);
-    let src: Vec<u32> = match ins.arg(tcp::SRC) {
-        Arg::Tensor(s) => ctx.read_raw(s),
-        Arg::I32(v) if dst.dtype.is_integer() => vec![*v as u32; out.len()],
-        a => vec![numerics::from_f32(dst.dtype, a.imm_f32().unwrap_or(0.0)); out.len()],
-    };
-    for ((o, s), t) in out.iter_mut().zip(&src).zip(&sel) {
-        if *t {
-            *o = *s;
-        }
+/// A `tensor_or_f32` operand: an immediate, or a tile passing `check_column`.
+pub(super) fn check_scalar_column(s: Scalar, name: &str, parts: u32) -> Result<()> {
+    match s {
+        Scalar::Tile(ap) => check_column(ap, name, parts),
+        Scalar::Imm(_) => Ok(()),
     }
-    ctx.write_raw(dst, &out);
+}
+
+/// Instructions without an initial-value operand cannot load_reduce.
+fn no_load_reduce(ins: &Instr, cmd: ReduceCmd) -> Result<()> {
+    if cmd == ReduceCmd::LoadReduce {
+        return Err(fail(
+            Value,
+            "load_reduce_without_init",
+            format!(
+                "{} has no initial-value operand, so reduce_cmd=load_reduce is not allowed",
+                ins.op.spec().name
+            ),
+        )
+        .operand("reduce_cmd"));
+    }
     Ok(())
+}
+
+/// Write the accumulator lanes `base..base+p` to the (P,1) `reduce_res` operand, if given.
+fn read_out(ctx: &mut Ctx, res: Option<&Ap>, base: usize, p: usize) {
+    if let Some(ap) = res {
+        let vals: Vec<f32> = (0..p)
+            .map(|r| ctx.state.vec_acc.get(base + r).copied().unwrap_or(0.0))
+            .collect();
+        ctx.write_f32(ap, &vals);
+    }
+}
+
+impl Semantics for TensorCopyPredicated<'_> {
+    fn check(&self) -> Result<()> {
+        let (dst, pred) = (self.dst, self.predicate);
+        // Only partitions and elements per partition must agree (ranks may differ; hazard list 0.6).
+        same_shape(dst, "dst", pred, "predicate")?;
+        if let Scalar::Tile(src) = self.src {
+            same_shape(dst, "dst", src, "src")?;
+            not_both_psum(src, "src", pred, "predicate")?;
+            if src.dtype != dst.dtype {
+                return Err(fail(
+                    Dtype,
+                    "dtype_mismatch",
+                    format!(
+                        "src and dst must have the same dtype (a bit copy), got {} and {}",
+                        src.dtype.name(),
+                        dst.dtype.name()
+                    ),
+                )
+                .operand("src"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Where (predicate != 0) != reverse_pred: dst = src (bit copy; a scalar src is cast to
+    /// dst's dtype, an integer immediate exactly for integer dtypes); elsewhere dst keeps its
+    /// bits.
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        let dst = self.dst;
+        let sel = predicate(ctx, self.predicate, self.reverse_pred);
+        let mut out = ctx.read_raw(dst);
+        let src: Vec<u32> = match self.src {
+            Scalar::Tile(s) => ctx.read_raw(s),
+            Scalar::Imm(Imm::I32(v)) if dst.dtype.is_integer() => vec![v as u32; out.len()],
+            Scalar::Imm(i) => vec![numerics::from_f32(dst.dtype, i.f32()); out.len()],
+        };
+        for ((o, s), t) in out.iter_mut().zip(&src).zip(&sel) {
+            if *t {
+                *o = *s;
+            }
+        }
+        ctx.write_raw(dst, &out);
+        Ok(())
+    }
 }
 
 /// FP32_MIN, the only fill range_select documents (-inf is accepted too: NKI's own default).
 const FP32_MIN: f32 = -3.4028235e38;
 
-pub fn check_range_select(ins: &Instr) -> Result<()> {
-    let dst = ins.ap(rs::DST).unwrap();
-    let x = ins.ap(rs::ON_TRUE_TILE).unwrap();
-    same_shape(x, "on_true_tile", dst, "dst")?;
-    check_column(ins.arg(rs::BOUND0), "bound0", x.parts)?;
-    check_column(ins.arg(rs::BOUND1), "bound1", x.parts)?;
-    check_column(ins.arg(rs::REDUCE_RES), "reduce_res", x.parts)?;
-    let cmps = [
-        AluOp::Equal,
-        AluOp::Less,
-        AluOp::LessEqual,
-        AluOp::Greater,
-        AluOp::GreaterEqual,
-    ];
-    one_of(alu_req(ins, rs::COMP_OP0, "comp_op0")?, &cmps, "comp_op0")?;
-    one_of(alu_req(ins, rs::COMP_OP1, "comp_op1")?, &cmps, "comp_op1")?;
-    one_of(
-        alu_req(ins, rs::REDUCE_OP, "reduce_op")?,
-        &[AluOp::Maximum],
-        "reduce_op",
-    )?;
-    acc::no_load_reduce(ins, rs::REDUCE_CMD)?;
-    let fill = ins.f32_or(rs::ON_FALSE_VALUE, FP32_MIN);
-    if fill != FP32_MIN && fill != f32::NEG_INFINITY {
-        return Err(err(
-            Value,
-            format!("on_false_value must be -3.4028235e38 (FP32_MIN) or -inf, got {fill}"),
-        )
-        .operand("on_false_value"));
+/// The comparisons range_select accepts against its bounds.
+const RANGE_CMPS: [AluOp; 5] = [
+    AluOp::Equal,
+    AluOp::Less,
+    AluOp::LessEqual,
+    AluOp::Greater,
+    AluOp::GreaterEqual,
+];
+
+impl Semantics for RangeSelect<'_> {
+    fn check(&self) -> Result<()> {
+        let x = self.on_true_tile;
+        same_shape(x, "on_true_tile", self.dst, "dst")?;
+        check_column(self.bound0, "bound0", x.parts)?;
+        check_column(self.bound1, "bound1", x.parts)?;
+        if let Some(res) = self.reduce_res {
+            check_column(res, "reduce_res", x.parts)?;
+        }
+        one_of(self.comp_op0, &RANGE_CMPS, "comp_op0")?;
+        one_of(self.comp_op1, &RANGE_CMPS, "comp_op1")?;
+        one_of(self.reduce_op, &[AluOp::Maximum], "reduce_op")?;
+        no_load_reduce(self.ins, self.reduce_cmd)?;
+        let fill = self.on_false_value.f32();
+        if fill != FP32_MIN && fill != f32::NEG_INFINITY {
+            return Err(fail(
+                Value,
+                "range_select_fill_value",
+                format!("on_false_value must be -3.4028235e38 (FP32_MIN) or -inf, got {fill}"),
+            )
+            .operand("on_false_value"));
+        }
+        let start = self.range_start as i64;
+        let last = start + x.free_size() as i64;
+        if start.abs() > 1 << 24 || last.abs() > 1 << 24 {
+            return Err(fail(
+                Value,
+                "range_select_index_range",
+                format!("range_start + free index must stay within +-2^24 (compared in fp32), got {start}..{last}"),
+            )
+            .operand("range_start"));
+        }
+        Ok(())
     }
-    let start = ins.i32_or(rs::RANGE_START, 0) as i64;
-    let last = start + x.free_size() as i64;
-    if start.abs() > 1 << 24 || last.abs() > 1 << 24 {
-        return Err(err(
-            Value,
-            format!("range_start + free index must stay within +-2^24 (compared in fp32), got {start}..{last}"),
-        )
-        .operand("range_start"));
+
+    /// idx = range_start + j (fp32); keep x where comp_op0(idx, bound0) and comp_op1(idx,
+    /// bound1), else the fill; the accumulator takes the running maximum of the fp32 results.
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        let x = self.on_true_tile;
+        let (c0, c1) = (self.comp_op0, self.comp_op1);
+        let fill = self.on_false_value.f32();
+        let start = self.range_start as i64;
+        let (p, n) = (x.parts as usize, x.free_size());
+        let b0 = ctx.read_f32(self.bound0);
+        let b1 = ctx.read_f32(self.bound1);
+        let v = ctx.read_f32(x);
+        let out: Vec<f32> = v
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let (r, j) = (i / n.max(1), i % n.max(1));
+                let idx = (start + j as i64) as f32;
+                let keep = apply(c0, idx, b0[r]) != 0.0 && apply(c1, idx, b1[r]) != 0.0;
+                if keep {
+                    *v
+                } else {
+                    fill
+                }
+            })
+            .collect();
+        ctx.write_f32(self.dst, &out);
+        let base = x.start as usize;
+        acc::run(
+            ctx,
+            base,
+            self.reduce_cmd,
+            AluOp::Maximum,
+            &vec![0.0; p],
+            &out,
+            n,
+        );
+        read_out(ctx, self.reduce_res, base, p);
+        Ok(())
     }
-    Ok(())
 }
 
-/// idx = range_start + j (fp32); keep x where comp_op0(idx, bound0) and comp_op1(idx, bound1),
-/// else the fill; the accumulator takes the running maximum of the fp32 results.
-pub fn range_select(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
-    let dst = ins.ap(rs::DST).unwrap();
-    let x = ins.ap(rs::ON_TRUE_TILE).unwrap();
-    let c0 = alu_req(ins, rs::COMP_OP0, "comp_op0")?;
-    let c1 = alu_req(ins, rs::COMP_OP1, "comp_op1")?;
-    let fill = ins.f32_or(rs::ON_FALSE_VALUE, FP32_MIN);
-    let start = ins.i32_or(rs::RANGE_START, 0) as i64;
-    let (p, n) = (x.parts as usize, x.free_size());
-    let b0 = ctx.per_partition(ins.arg(rs::BOUND0), x.parts, 0.0);
-    let b1 = ctx.per_partition(ins.arg(rs::BOUND1), x.parts, 0.0);
-    let v = ctx.read_f32(x);
-    let out: Vec<f32> = v
-        .iter()
-        .enumerate()
-        .map(|(i, v)| {
-            let (r, j) = (i / n.max(1), i % n.max(1));
-            let idx = (start + j as i64) as f32;
-            let keep = apply(c0, idx, b0[r]) != 0.0 && apply(c1, idx, b1[r]) != 0.0;
-            if keep {
-                *v
-            } else {
-                fill
-            }
-        })
-        .collect();
-    ctx.write_f32(dst, &out);
-    let base = x.start as usize;
-    let cmd = acc::reduce_cmd(ins, rs::REDUCE_CMD);
-    acc::run(ctx, base, cmd, AluOp::Maximum, &vec![0.0; p], &out, n);
-    acc::read_out(ctx, ins.arg(rs::REDUCE_RES), base, p, false);
-    Ok(())
-}
+impl Semantics for SelectReduce<'_> {
+    fn check(&self) -> Result<()> {
+        let t = self.on_true;
+        // Only partitions and elements per partition must agree (ranks may differ; hazard list 0.6).
+        same_shape(t, "on_true", self.dst, "dst")?;
+        same_shape(t, "on_true", self.predicate, "predicate")?;
+        not_both_psum(t, "on_true", self.predicate, "predicate")?;
+        check_scalar_column(self.on_false, "on_false", t.parts)?;
+        if let Some(res) = self.reduce_res {
+            check_column(res, "reduce_res", t.parts)?;
+        }
+        one_of(self.reduce_op, &[AluOp::Maximum], "reduce_op")?;
+        no_load_reduce(self.ins, self.reduce_cmd)
+    }
 
-pub fn check_select_reduce(ins: &Instr) -> Result<()> {
-    let dst = ins.ap(sr::DST).unwrap();
-    let pred = ins.ap(sr::PREDICATE).unwrap();
-    let t = ins.ap(sr::ON_TRUE).unwrap();
-    // Only partitions and elements per partition must agree (ranks may differ; hazard list 0.6).
-    same_shape(t, "on_true", dst, "dst")?;
-    same_shape(t, "on_true", pred, "predicate")?;
-    not_both_psum(t, "on_true", pred, "predicate")?;
-    check_column(ins.arg(sr::ON_FALSE), "on_false", t.parts)?;
-    check_column(ins.arg(sr::REDUCE_RES), "reduce_res", t.parts)?;
-    one_of(
-        alu_req(ins, sr::REDUCE_OP, "reduce_op")?,
-        &[AluOp::Maximum],
-        "reduce_op",
-    )?;
-    acc::no_load_reduce(ins, sr::REDUCE_CMD)
-}
-
-/// dst = pred ? on_true : on_false (through fp32, cast to dst); running max of the fp32 results.
-pub fn select_reduce(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
-    let dst = ins.ap(sr::DST).unwrap();
-    let pred = ins.ap(sr::PREDICATE).unwrap();
-    let t = ins.ap(sr::ON_TRUE).unwrap();
-    let (p, n) = (t.parts as usize, t.free_size());
-    let sel = predicate(ctx, pred, ins.bool_or(sr::REVERSE_PRED, false));
-    let f = ctx.per_partition(ins.arg(sr::ON_FALSE), t.parts, 0.0);
-    let v = ctx.read_f32(t);
-    let out: Vec<f32> = v
-        .iter()
-        .zip(&sel)
-        .enumerate()
-        .map(|(i, (v, s))| if *s { *v } else { f[i / n.max(1)] })
-        .collect();
-    ctx.write_f32(dst, &out);
-    let base = t.start as usize;
-    let cmd = acc::reduce_cmd(ins, sr::REDUCE_CMD);
-    acc::run(ctx, base, cmd, AluOp::Maximum, &vec![0.0; p], &out, n);
-    acc::read_out(ctx, ins.arg(sr::REDUCE_RES), base, p, false);
-    Ok(())
-}
-
-/// The instructions this module implements.
-pub const MODULE: super::Module = super::Module {
-    opcodes: &[
-        Opcode::TensorCopyPredicated,
-        Opcode::RangeSelect,
-        Opcode::SelectReduce,
-    ],
-    check: |ins| match ins.op {
-        Opcode::TensorCopyPredicated => check_tensor_copy_predicated(ins),
-        Opcode::RangeSelect => check_range_select(ins),
-        _ => check_select_reduce(ins),
-    },
-    exec: |ins, ctx| match ins.op {
-        Opcode::TensorCopyPredicated => tensor_copy_predicated(ins, ctx),
-        Opcode::RangeSelect => range_select(ins, ctx),
-        _ => select_reduce(ins, ctx),
-    },
-};
-
-// TRANSITIONAL: routes the generated dispatch to this module's old `MODULE` until it
-// implements `Semantics` on the operand views itself.
-impl super::Semantics for crate::isa::ops::TensorCopyPredicated<'_> {
-    fn check(&self) -> crate::error::Result<()> {
-        (MODULE.check)(self.ins)
-    }
-    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
-        (MODULE.exec)(self.ins, ctx)
-    }
-}
-impl super::Semantics for crate::isa::ops::RangeSelect<'_> {
-    fn check(&self) -> crate::error::Result<()> {
-        (MODULE.check)(self.ins)
-    }
-    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
-        (MODULE.exec)(self.ins, ctx)
-    }
-}
-impl super::Semantics for crate::isa::ops::SelectReduce<'_> {
-    fn check(&self) -> crate::error::Result<()> {
-        (MODULE.check)(self.ins)
-    }
-    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
-        (MODULE.exec)(self.ins, ctx)
+    /// dst = pred ? on_true : on_false (through fp32, cast to dst); running max of the fp32
+    /// results.
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        let t = self.on_true;
+        let (p, n) = (t.parts as usize, t.free_size());
+        let sel = predicate(ctx, self.predicate, self.reverse_pred);
+        let f = ctx.scalar(self.on_false, t.parts);
+        let v = ctx.read_f32(t);
+        let out: Vec<f32> = v
+            .iter()
+            .zip(&sel)
+            .enumerate()
+            .map(|(i, (v, s))| if *s { *v } else { f[i / n.max(1)] })
+            .collect();
+        ctx.write_f32(self.dst, &out);
+        let base = t.start as usize;
+        acc::run(
+            ctx,
+            base,
+            self.reduce_cmd,
+            AluOp::Maximum,
+            &vec![0.0; p],
+            &out,
+            n,
+        );
+        read_out(ctx, self.reduce_res, base, p);
+        Ok(())
     }
 }

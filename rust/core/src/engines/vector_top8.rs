@@ -2,10 +2,9 @@
 //! Values compare in fp32 (so -0.0 == 0.0 and NaN matches nothing).
 
 use super::vector_rules::{exact_shape, free_in};
-use super::{same_shape, Ctx};
+use super::{same_shape, Ctx, Semantics};
 use crate::error::Result;
-use crate::isa::tables::p::{max8 as m8, nc_find_index8 as fi, nc_match_replace8 as mr};
-use crate::isa::{Arg, Instr, Opcode};
+use crate::isa::ops::{Max8, NcFindIndex8, NcMatchReplace8};
 use crate::numerics;
 
 /// Elements per partition these instructions read.
@@ -14,157 +13,119 @@ const MAX_FREE: usize = 16384;
 /// "Not found": all ones, truncated to the index dtype's width on write.
 const NOT_FOUND: u32 = u32::MAX;
 
-pub fn check_max8(ins: &Instr) -> Result<()> {
-    let src = ins.ap(m8::SRC).unwrap();
-    free_in(src, "src", MIN_FREE, MAX_FREE)?;
-    exact_shape(ins.ap(m8::DST).unwrap(), "dst", src.parts, 8)
-}
-
-/// The 8 largest per partition, descending, ordered by IEEE totalOrder (so +NaN ranks above
-/// +inf and 0.0 above -0.0; the hardware's NaN handling is not documented); ties keep free order.
-pub fn max8(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
-    let dst = ins.ap(m8::DST).unwrap();
-    let src = ins.ap(m8::SRC).unwrap();
-    let (p, n) = (src.parts as usize, src.free_size());
-    let x = ctx.read_f32(src);
-    let mut out = Vec::with_capacity(p * 8);
-    for r in 0..p {
-        let mut row = x[r * n..(r + 1) * n].to_vec();
-        row.sort_by(|a, b| b.total_cmp(a));
-        out.extend_from_slice(&row[..8]);
+impl Semantics for Max8<'_> {
+    fn check(&self) -> Result<()> {
+        free_in(self.src, "src", MIN_FREE, MAX_FREE)?;
+        exact_shape(self.dst, "dst", self.src.parts, 8)
     }
-    ctx.write_f32(dst, &out);
-    Ok(())
+
+    /// The 8 largest per partition, descending, ordered by IEEE totalOrder (so +NaN ranks above
+    /// +inf and 0.0 above -0.0; the hardware's NaN handling is not documented); ties keep free
+    /// order.
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        let src = self.src;
+        let (p, n) = (src.parts as usize, src.free_size());
+        let x = ctx.read_f32(src);
+        let mut out = Vec::with_capacity(p * 8);
+        for r in 0..p {
+            let mut row = x[r * n..(r + 1) * n].to_vec();
+            row.sort_by(|a, b| b.total_cmp(a));
+            out.extend_from_slice(&row[..8]);
+        }
+        ctx.write_f32(self.dst, &out);
+        Ok(())
+    }
 }
 
-pub fn check_find_index8(ins: &Instr) -> Result<()> {
-    let data = ins.ap(fi::DATA).unwrap();
-    free_in(data, "data", MIN_FREE, MAX_FREE)?;
-    exact_shape(ins.ap(fi::VALS).unwrap(), "vals", data.parts, 8)?;
-    exact_shape(ins.ap(fi::DST).unwrap(), "dst", data.parts, 8)
+impl Semantics for NcFindIndex8<'_> {
+    fn check(&self) -> Result<()> {
+        let data = self.data;
+        free_in(data, "data", MIN_FREE, MAX_FREE)?;
+        exact_shape(self.vals, "vals", data.parts, 8)?;
+        exact_shape(self.dst, "dst", data.parts, 8)
+    }
+
+    /// For each of the 8 vals (in column order) the first occurrence not already taken by an
+    /// earlier equal val: duplicates take successive occurrences in ascending order; none -> all
+    /// ones.
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        let data = self.data;
+        let (p, n) = (data.parts as usize, data.free_size());
+        let x = ctx.read_f32(data);
+        let v = ctx.read_f32(self.vals);
+        let mut out = Vec::with_capacity(p * 8);
+        for r in 0..p {
+            let row = &x[r * n..(r + 1) * n];
+            let vals = &v[r * 8..(r + 1) * 8];
+            for i in 0..8 {
+                let k = vals[..i].iter().filter(|w| **w == vals[i]).count();
+                let idx = row
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, d)| **d == vals[i])
+                    .nth(k)
+                    .map_or(NOT_FOUND, |(j, _)| j as u32);
+                out.push(idx);
+            }
+        }
+        ctx.write_raw(self.dst, &out);
+        Ok(())
+    }
 }
 
-/// For each of the 8 vals (in column order) the first occurrence not already taken by an earlier
-/// equal val: duplicates take successive occurrences in ascending order; none -> all ones.
-pub fn nc_find_index8(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
-    let dst = ins.ap(fi::DST).unwrap();
-    let data = ins.ap(fi::DATA).unwrap();
-    let (p, n) = (data.parts as usize, data.free_size());
-    let x = ctx.read_f32(data);
-    let v = ctx.read_f32(ins.ap(fi::VALS).unwrap());
-    let mut out = Vec::with_capacity(p * 8);
-    for r in 0..p {
-        let row = &x[r * n..(r + 1) * n];
-        let vals = &v[r * 8..(r + 1) * 8];
-        for i in 0..8 {
-            let k = vals[..i].iter().filter(|w| **w == vals[i]).count();
-            let idx = row
+impl Semantics for NcMatchReplace8<'_> {
+    fn check(&self) -> Result<()> {
+        let data = self.data;
+        free_in(data, "data", MIN_FREE, MAX_FREE)?;
+        same_shape(data, "data", self.dst, "dst")?;
+        exact_shape(self.vals, "vals", data.parts, 8)?;
+        if let Some(idx) = self.dst_idx {
+            exact_shape(idx, "dst_idx", data.parts, 8)?;
+        }
+        Ok(())
+    }
+
+    /// dst = data; for i = 7 down to 0 the first not-yet-replaced occurrence of vals[i] becomes
+    /// imm and dst_idx[i] its flat index (not found: no replacement, index all ones). Same-dtype
+    /// data is copied bit-exactly, otherwise through fp32.
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        let (dst, data) = (self.dst, self.data);
+        let (p, n) = (data.parts as usize, data.free_size());
+        let imm = self.imm.f32();
+        let x = ctx.read_f32(data);
+        let v = ctx.read_f32(self.vals);
+        let mut hit = vec![false; x.len()];
+        let mut idx = vec![NOT_FOUND; p * 8];
+        for r in 0..p {
+            let row = &x[r * n..(r + 1) * n];
+            for i in (0..8).rev() {
+                let want = v[r * 8 + i];
+                if let Some(j) = (0..n).find(|&j| !hit[r * n + j] && row[j] == want) {
+                    hit[r * n + j] = true;
+                    idx[r * 8 + i] = j as u32;
+                }
+            }
+        }
+        if dst.dtype == data.dtype {
+            let mut raw = ctx.read_raw(data);
+            let rep = numerics::from_f32(dst.dtype, imm);
+            for (o, h) in raw.iter_mut().zip(&hit) {
+                if *h {
+                    *o = rep;
+                }
+            }
+            ctx.write_raw(dst, &raw);
+        } else {
+            let out: Vec<f32> = x
                 .iter()
-                .enumerate()
-                .filter(|(_, d)| **d == vals[i])
-                .nth(k)
-                .map_or(NOT_FOUND, |(j, _)| j as u32);
-            out.push(idx);
+                .zip(&hit)
+                .map(|(x, h)| if *h { imm } else { *x })
+                .collect();
+            ctx.write_f32(dst, &out);
         }
-    }
-    ctx.write_raw(dst, &out);
-    Ok(())
-}
-
-pub fn check_match_replace8(ins: &Instr) -> Result<()> {
-    let data = ins.ap(mr::DATA).unwrap();
-    free_in(data, "data", MIN_FREE, MAX_FREE)?;
-    same_shape(data, "data", ins.ap(mr::DST).unwrap(), "dst")?;
-    exact_shape(ins.ap(mr::VALS).unwrap(), "vals", data.parts, 8)?;
-    if let Arg::Tensor(idx) = ins.arg(mr::DST_IDX) {
-        exact_shape(idx, "dst_idx", data.parts, 8)?;
-    }
-    Ok(())
-}
-
-/// dst = data; for i = 7 down to 0 the first not-yet-replaced occurrence of vals[i] becomes imm
-/// and dst_idx[i] its flat index (not found: no replacement, index all ones). Same-dtype data is
-/// copied bit-exactly, otherwise through fp32.
-pub fn nc_match_replace8(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
-    let dst = ins.ap(mr::DST).unwrap();
-    let data = ins.ap(mr::DATA).unwrap();
-    let (p, n) = (data.parts as usize, data.free_size());
-    let imm = ins.f32_or(mr::IMM, 0.0);
-    let x = ctx.read_f32(data);
-    let v = ctx.read_f32(ins.ap(mr::VALS).unwrap());
-    let mut hit = vec![false; x.len()];
-    let mut idx = vec![NOT_FOUND; p * 8];
-    for r in 0..p {
-        let row = &x[r * n..(r + 1) * n];
-        for i in (0..8).rev() {
-            let want = v[r * 8 + i];
-            if let Some(j) = (0..n).find(|&j| !hit[r * n + j] && row[j] == want) {
-                hit[r * n + j] = true;
-                idx[r * 8 + i] = j as u32;
-            }
+        if let Some(ia) = self.dst_idx {
+            ctx.write_raw(ia, &idx);
         }
-    }
-    if dst.dtype == data.dtype {
-        let mut raw = ctx.read_raw(data);
-        let rep = numerics::from_f32(dst.dtype, imm);
-        for (o, h) in raw.iter_mut().zip(&hit) {
-            if *h {
-                *o = rep;
-            }
-        }
-        ctx.write_raw(dst, &raw);
-    } else {
-        let out: Vec<f32> = x
-            .iter()
-            .zip(&hit)
-            .map(|(x, h)| if *h { imm } else { *x })
-            .collect();
-        ctx.write_f32(dst, &out);
-    }
-    if let Arg::Tensor(ia) = ins.arg(mr::DST_IDX) {
-        ctx.write_raw(ia, &idx);
-    }
-    Ok(())
-}
-
-/// The instructions this module implements.
-pub const MODULE: super::Module = super::Module {
-    opcodes: &[Opcode::Max8, Opcode::NcFindIndex8, Opcode::NcMatchReplace8],
-    check: |ins| match ins.op {
-        Opcode::Max8 => check_max8(ins),
-        Opcode::NcFindIndex8 => check_find_index8(ins),
-        _ => check_match_replace8(ins),
-    },
-    exec: |ins, ctx| match ins.op {
-        Opcode::Max8 => max8(ins, ctx),
-        Opcode::NcFindIndex8 => nc_find_index8(ins, ctx),
-        _ => nc_match_replace8(ins, ctx),
-    },
-};
-
-// TRANSITIONAL: routes the generated dispatch to this module's old `MODULE` until it
-// implements `Semantics` on the operand views itself.
-impl super::Semantics for crate::isa::ops::Max8<'_> {
-    fn check(&self) -> crate::error::Result<()> {
-        (MODULE.check)(self.ins)
-    }
-    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
-        (MODULE.exec)(self.ins, ctx)
-    }
-}
-impl super::Semantics for crate::isa::ops::NcFindIndex8<'_> {
-    fn check(&self) -> crate::error::Result<()> {
-        (MODULE.check)(self.ins)
-    }
-    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
-        (MODULE.exec)(self.ins, ctx)
-    }
-}
-impl super::Semantics for crate::isa::ops::NcMatchReplace8<'_> {
-    fn check(&self) -> crate::error::Result<()> {
-        (MODULE.check)(self.ins)
-    }
-    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
-        (MODULE.exec)(self.ins, ctx)
+        Ok(())
     }
 }

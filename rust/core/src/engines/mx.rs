@@ -19,7 +19,9 @@ use crate::numerics::mx::{
 /// Data partitions: a multiple of 32, at most 128.
 fn check_data_parts(ap: &Ap, name: &'static str) -> Result<()> {
     if ap.parts == 0 || !ap.parts.is_multiple_of(32) || ap.parts > 128 {
-        return Err(fail(Shape, "mx_data_partitions",
+        return Err(fail(
+            Shape,
+            "mx_data_partitions",
             format!(
                 "{name} partitions must be a multiple of 32 up to 128, got {}",
                 ap.parts
@@ -34,7 +36,9 @@ fn check_data_parts(ap: &Ap, name: &'static str) -> Result<()> {
 fn check_scale(sc: &Ap, name: &'static str, data_parts: u32, free: usize) -> Result<()> {
     let off = sc.start % 32;
     if ![0, 4, 8, 12].contains(&off) {
-        return Err(fail(Partition, "mx_scale_start",
+        return Err(fail(
+            Partition,
+            "mx_scale_start",
             format!(
                 "{name} must start at quadrant offset 0, 4, 8 or 12 (start partition {})",
                 sc.start
@@ -53,12 +57,17 @@ fn check_scale(sc: &Ap, name: &'static str, data_parts: u32, free: usize) -> Res
         .operand(name));
     }
     if sc.start + scale_partition(data_parts.div_ceil(8) - 1) >= 128 {
-        return Err(
-            fail(Address, "mx_scale_past_partition_127", format!("{name} scale rows run past partition 127")).operand(name),
-        );
+        return Err(fail(
+            Address,
+            "mx_scale_past_partition_127",
+            format!("{name} scale rows run past partition 127"),
+        )
+        .operand(name));
     }
     if sc.free_size() != free {
-        return Err(fail(Shape, "mx_scale_free_size",
+        return Err(fail(
+            Shape,
+            "mx_scale_free_size",
             format!(
                 "{name} must have one scale per x4 column: {free} elements per partition, got {}",
                 sc.free_size()
@@ -100,13 +109,17 @@ fn check_quantize(v: &QuantizeMx) -> Result<()> {
     check_data_parts(src, "src")?;
     let f = src.free_size();
     if !f.is_multiple_of(4) || f == 0 {
-        return Err(fail(Shape, "mx_src_free_multiple_of_4",
+        return Err(fail(
+            Shape,
+            "mx_src_free_multiple_of_4",
             format!("src free size must be a positive multiple of 4, got {f}"),
         )
         .operand("src"));
     }
     if dst.parts != src.parts || dst.free_size() != f / 4 {
-        return Err(fail(Shape, "mx_dst_shape",
+        return Err(fail(
+            Shape,
+            "mx_dst_shape",
             format!(
                 "dst must be (P, F/4) = ({}, {}) x4 words, got {} x {}",
                 src.parts,
@@ -179,7 +192,9 @@ fn check_matmul(v: &NcMatmulMx) -> Result<()> {
     let (dst, st, mv) = (v.dst, v.stationary, v.moving);
     check_data_parts(st, "stationary")?;
     if mv.parts != st.parts {
-        return Err(fail(Shape, "matmul_k_mismatch",
+        return Err(fail(
+            Shape,
+            "matmul_k_mismatch",
             format!(
                 "stationary has {} partitions but moving has {}",
                 st.parts, mv.parts
@@ -189,14 +204,18 @@ fn check_matmul(v: &NcMatmulMx) -> Result<()> {
     }
     let (m, n) = (st.free_size(), mv.free_size());
     if m == 0 || m > 128 || !m.is_multiple_of(2) {
-        return Err(fail(Shape, "mx_stationary_free_size",
+        return Err(fail(
+            Shape,
+            "mx_stationary_free_size",
             format!("stationary free size must be even and at most 128, got {m}"),
         )
         .operand("stationary"));
     }
     let max_n = if dst.dtype.size() == 2 { 8192 } else { 4096 };
     if n == 0 || n > max_n {
-        return Err(fail(Shape, "matmul_moving_free_too_large",
+        return Err(fail(
+            Shape,
+            "matmul_moving_free_too_large",
             format!(
                 "moving free size N = {n} must be 1..{max_n} for {} PSUM",
                 dst.dtype.name()
@@ -205,7 +224,9 @@ fn check_matmul(v: &NcMatmulMx) -> Result<()> {
         .operand("moving"));
     }
     if dst.parts as usize != m || dst.free_size() != n {
-        return Err(fail(Shape, "matmul_dst_shape",
+        return Err(fail(
+            Shape,
+            "matmul_dst_shape",
             format!(
                 "dst must be [M, N] = [{m}, {n}], got {} x {}",
                 dst.parts,
@@ -230,7 +251,9 @@ fn check_matmul(v: &NcMatmulMx) -> Result<()> {
 /// nc_matmul_mx tiles rows only (tile_size column 128, tile_position column 0).
 fn check_row_tiles(tpos: &[i32], tsz: &[i32], parts: u32) -> Result<()> {
     if tpos.len() != tsz.len() || !(tpos.is_empty() || tpos.len() == 2) {
-        return Err(fail(Value, "matmul_tile_pairs",
+        return Err(fail(
+            Value,
+            "matmul_tile_pairs",
             "tile_position and tile_size must both be absent or both (row, col) pairs",
         )
         .operand("tile_position"));
@@ -247,11 +270,10 @@ fn check_row_tiles(tpos: &[i32], tsz: &[i32], parts: u32) -> Result<()> {
             return Err(fail(Value, "matmul_tile_invalid", format!("row tile position {} / size {} invalid (size 32, 64 or 128; position a multiple of size within 128)", tpos[0], tsz[0])).operand("tile_position"));
         }
         if parts as i32 > tsz[0] {
-            return Err(fail(Shape, "matmul_tile_too_small",
-                format!(
-                    "{} partitions do not fit the {}-row PE tile",
-                    parts, tsz[0]
-                ),
+            return Err(fail(
+                Shape,
+                "matmul_tile_too_small",
+                format!("{} partitions do not fit the {}-row PE tile", parts, tsz[0]),
             )
             .operand("tile_size"));
         }
@@ -266,10 +288,12 @@ fn check_row_tiles(tpos: &[i32], tsz: &[i32], parts: u32) -> Result<()> {
 fn matmul(v: &NcMatmulMx, ctx: &mut Ctx) -> Result<()> {
     let (dst, st, mv) = (v.dst, v.stationary, v.moving);
     let (ss, ms) = (v.stationary_scale, v.moving_scale);
-    let (fs, bs) = x4_element(st.dtype)
-        .ok_or_else(|| fail(Dtype, "mx_x4_dtype", "stationary must be an x4 dtype").operand("stationary"))?;
-    let (fm, bm) = x4_element(mv.dtype)
-        .ok_or_else(|| fail(Dtype, "mx_x4_dtype", "moving must be an x4 dtype").operand("moving"))?;
+    let (fs, bs) = x4_element(st.dtype).ok_or_else(|| {
+        fail(Dtype, "mx_x4_dtype", "stationary must be an x4 dtype").operand("stationary")
+    })?;
+    let (fm, bm) = x4_element(mv.dtype).ok_or_else(|| {
+        fail(Dtype, "mx_x4_dtype", "moving must be an x4 dtype").operand("moving")
+    })?;
     let (p, m, n) = (st.parts as usize, st.free_size(), mv.free_size());
     let a = ctx.read_raw(st);
     let b = ctx.read_raw(mv);
@@ -298,4 +322,3 @@ fn matmul(v: &NcMatmulMx, ctx: &mut Ctx) -> Result<()> {
     write_psum(ctx, v.accumulate, dst, &Acc::row_major(&acc, m, n));
     Ok(())
 }
-

@@ -49,7 +49,9 @@ fn check_data(ins: &Instr, dst: &Ap, src: &Ap) -> Result<()> {
     same_shape(dst, "dst", src, "data")?;
     for (ap, n) in [(dst, "dst"), (src, "data")] {
         if ap.dtype.is_packed() {
-            return Err(fail(Dtype, "packed_dtype_not_allowed",
+            return Err(fail(
+                Dtype,
+                "packed_dtype_not_allowed",
                 format!(
                     "{} cannot operate on packed MX dtype {}",
                     ins.op.spec().name,
@@ -66,7 +68,12 @@ fn check_bias(bias: Option<Scalar>, parts: u32) -> Result<()> {
     check_column(bias, "bias", parts)?;
     if let Some(ap) = bias.tile() {
         if ap.dtype == DType::Tfloat32 {
-            return Err(fail(Dtype, "bias_dtype_tfloat32", "bias may be any dtype except tfloat32").operand("bias"));
+            return Err(fail(
+                Dtype,
+                "bias_dtype_tfloat32",
+                "bias may be any dtype except tfloat32",
+            )
+            .operand("bias"));
         }
     }
     Ok(())
@@ -75,7 +82,9 @@ fn check_bias(bias: Option<Scalar>, parts: u32) -> Result<()> {
 fn check_reduce_res(res: Option<&Ap>, parts: u32) -> Result<()> {
     if let Some(ap) = res {
         if ap.parts != parts || ap.free_size() != 1 {
-            return Err(fail(Shape, "column_shape",
+            return Err(fail(
+                Shape,
+                "column_shape",
                 format!(
                     "reduce_res must be a ({parts}, 1) tile, got {:?}",
                     ap.shape()
@@ -90,7 +99,9 @@ fn check_reduce_res(res: Option<&Ap>, parts: u32) -> Result<()> {
 /// prelu takes its slope from activate2's relu_param; activation has no such operand.
 fn check_no_prelu(f: ActFn) -> Result<()> {
     if f == ActFn::Prelu {
-        return Err(fail(Value, "prelu_needs_activate2",
+        return Err(fail(
+            Value,
+            "prelu_needs_activate2",
             "prelu needs a slope (relu_param), which only activate2 takes",
         )
         .operand("op"));
@@ -173,7 +184,13 @@ fn read_out(ctx: &mut Ctx, res: Option<&Ap>, base: usize, parts: usize) {
 }
 
 /// `out = f(data * scale + bias)` for every element, fp32.
-fn activate(ctx: &Ctx, f: ActFn, src: &Ap, scale: Scalar, bias: Option<Scalar>) -> (Vec<f32>, usize) {
+fn activate(
+    ctx: &Ctx,
+    f: ActFn,
+    src: &Ap,
+    scale: Scalar,
+    bias: Option<Scalar>,
+) -> (Vec<f32>, usize) {
     let n = src.free_size();
     let scale = ctx.scalar(scale, src.parts);
     let bias = ctx.scalar_or(bias, src.parts, 0.0);
@@ -192,7 +209,14 @@ fn activate(ctx: &Ctx, f: ActFn, src: &Ap, scale: Scalar, bias: Option<Scalar>) 
 
 /// `activation` without register traffic, streamed block by block into dst; false when the
 /// patterns need the materialising path.
-fn activate_streamed(ctx: &mut Ctx, f: ActFn, dst: &Ap, src: &Ap, scale: Scalar, bias: Option<Scalar>) -> bool {
+fn activate_streamed(
+    ctx: &mut Ctx,
+    f: ActFn,
+    dst: &Ap,
+    src: &Ap,
+    scale: Scalar,
+    bias: Option<Scalar>,
+) -> bool {
     let scale = ctx.scalar(scale, src.parts);
     let bias = ctx.scalar_or(bias, src.parts, 0.0);
     super::rows::map_f32(ctx, dst, [src], |r0, _, _, w, [x], out| {
@@ -221,9 +245,12 @@ fn check_activation(v: &Activation) -> Result<()> {
         }
     }
     if v.reduce_cmd == ReduceCmd::LoadReduce {
-        return Err(
-            fail(Value, "load_reduce_without_initial_value", "activation does not take reduce_cmd=load_reduce").operand("reduce_cmd"),
-        );
+        return Err(fail(
+            Value,
+            "load_reduce_without_initial_value",
+            "activation does not take reduce_cmd=load_reduce",
+        )
+        .operand("reduce_cmd"));
     }
     if ins.engine == Engine::Gpsimd {
         let uses_regs =
@@ -315,7 +342,9 @@ fn check_activate2(v: &Activate2) -> Result<()> {
     }
     if let (Scalar::Tile(t0), Scalar::Tile(t1)) = (v.imm0, v.imm1) {
         if t0.dtype != t1.dtype {
-            return Err(fail(Dtype, "activate2_imm_dtype_mismatch",
+            return Err(fail(
+                Dtype,
+                "activate2_imm_dtype_mismatch",
                 format!(
                     "imm0 and imm1 tiles must have the same dtype ({} vs {})",
                     t0.dtype.name(),
@@ -341,7 +370,9 @@ fn check_activate2(v: &Activate2) -> Result<()> {
     let cmd = v.reduce_cmd;
     match v.reduce_op {
         Some(op) if !ACTIVATE2_REDUCE.contains(&op) => {
-            return Err(fail(Value, "activate2_reduce_op",
+            return Err(fail(
+                Value,
+                "activate2_reduce_op",
                 format!(
                     "activate2 reduce_op must be add, maximum, minimum, abs_max or abs_min, got {}",
                     op.name()
@@ -350,7 +381,9 @@ fn check_activate2(v: &Activate2) -> Result<()> {
             .operand("reduce_op"))
         }
         None if cmd != ReduceCmd::Idle => {
-            return Err(fail(Value, "reduce_cmd_needs_reduce_op",
+            return Err(fail(
+                Value,
+                "reduce_cmd_needs_reduce_op",
                 format!(
                     "reduce_cmd={} needs a reduce_op (add, maximum, minimum, abs_max, abs_min)",
                     cmd.name()
@@ -361,9 +394,12 @@ fn check_activate2(v: &Activate2) -> Result<()> {
         _ => {}
     }
     if cmd == ReduceCmd::LoadReduce {
-        return Err(
-            fail(Value, "load_reduce_without_initial_value", "activate2 does not take reduce_cmd=load_reduce").operand("reduce_cmd")
-        );
+        return Err(fail(
+            Value,
+            "load_reduce_without_initial_value",
+            "activate2 does not take reduce_cmd=load_reduce",
+        )
+        .operand("reduce_cmd"));
     }
     Ok(())
 }

@@ -6,7 +6,6 @@
 //! (`psum = fl32(psum + sum)`) or overwrites it, and a bf16 PSUM is rounded RNE after the add.
 //! The arithmetic runs in crate::kernels (packed panels, SIMD microkernels, threads).
 
-
 use super::{Ctx, Semantics};
 use crate::error::{fail, ErrorKind::*, Result};
 use crate::isa::ops::{NcMatmul, NcTranspose};
@@ -266,10 +265,11 @@ fn check_double_row(v: &NcMatmul) -> Result<()> {
 /// add where a matmul already wrote this run (kernels/psum.rs); bf16 and strided results are
 /// stored through the instruction's rounder.
 pub(crate) fn write_psum(ctx: &mut Ctx, accumulate: Option<bool>, dst: &Ap, acc: &Acc) {
-    let psum = kernels::psum::layout(dst);
     let words = &mut ctx.state.psum_mm;
-    match psum {
-        Layout::F32Rows => kernels::psum::write_f32_rows(accumulate, ctx.mems.psum, words, dst, acc),
+    match kernels::psum::layout(dst) {
+        Layout::F32Rows => {
+            kernels::psum::write_f32_rows(accumulate, ctx.mems.psum, words, dst, acc)
+        }
         Layout::Bf16Rows => {
             let staged = kernels::psum::stage_bf16(accumulate, ctx.mems.psum, words, dst, acc);
             ctx.write_f32(dst, &staged);
@@ -325,14 +325,20 @@ fn check_transpose(v: &NcTranspose) -> Result<()> {
     }
     if engine == Engine::Tensor {
         if src.mem != Mem::Sbuf {
-            return Err(
-                fail(MemorySpace, "pe_transpose_memory", "TensorE transpose reads SBUF").operand("data"),
-            );
+            return Err(fail(
+                MemorySpace,
+                "pe_transpose_memory",
+                "TensorE transpose reads SBUF",
+            )
+            .operand("data"));
         }
         if dst.mem != Mem::Psum {
-            return Err(
-                fail(MemorySpace, "pe_transpose_memory", "TensorE transpose writes PSUM").operand("dst"),
-            );
+            return Err(fail(
+                MemorySpace,
+                "pe_transpose_memory",
+                "TensorE transpose writes PSUM",
+            )
+            .operand("dst"));
         }
     }
     Ok(())

@@ -73,19 +73,28 @@ fn check_tensor_tensor(v: &TensorTensor) -> Result<()> {
     same_shape(dst, "dst", a, "data1")?;
     same_shape(a, "data1", b, "data2")?;
     if a.mem == Mem::Psum && b.mem == Mem::Psum {
-        return Err(fail(MemorySpace, "psum_both_inputs",
+        return Err(fail(
+            MemorySpace,
+            "psum_both_inputs",
             "at most one input of tensor_tensor may be in PSUM (both data1 and data2 are)",
         )
         .operand("data2"));
     }
     if !is_elementwise(op) || is_unary(op) {
-        return Err(fail(Value, "alu_op_not_binary_elementwise",
+        return Err(fail(
+            Value,
+            "alu_op_not_binary_elementwise",
             format!("{} is not a binary elementwise operator", op.name()),
         )
         .operand("op"));
     }
     if op == AluOp::Power && ins.engine != Engine::Gpsimd {
-        return Err(fail(Value, "power_gpsimd_only", "power runs on GpSimd only (engine=gpsimd)").operand("op"));
+        return Err(fail(
+            Value,
+            "power_gpsimd_only",
+            "power runs on GpSimd only (engine=gpsimd)",
+        )
+        .operand("op"));
     }
     super::alu::require_integer(op, &[(dst, "dst"), (a, "data1"), (b, "data2")])?;
     Ok(())
@@ -176,7 +185,9 @@ fn check_tensor_scalar(v: &TensorScalar) -> Result<()> {
     for (op, n) in [(Some(op0), "op0"), (op1, "op1")] {
         if let Some(op) = op {
             if !is_elementwise(op) {
-                return Err(fail(Value, "alu_op_not_elementwise",
+                return Err(fail(
+                    Value,
+                    "alu_op_not_elementwise",
                     format!("{} is not an elementwise operator", op.name()),
                 )
                 .operand(n));
@@ -184,28 +195,46 @@ fn check_tensor_scalar(v: &TensorScalar) -> Result<()> {
         }
     }
     if !is_unary(op0) && v.operand0.is_none() {
-        return Err(fail(Value, "alu_operand_missing", format!("op0 {} needs operand0", op0.name())).operand("operand0"));
+        return Err(fail(
+            Value,
+            "alu_operand_missing",
+            format!("op0 {} needs operand0", op0.name()),
+        )
+        .operand("operand0"));
     }
     if let Some(op1) = op1 {
         if !is_unary(op1) && v.operand1.is_none() {
-            return Err(
-                fail(Value, "alu_operand_missing", format!("op1 {} needs operand1", op1.name())).operand("operand1")
-            );
+            return Err(fail(
+                Value,
+                "alu_operand_missing",
+                format!("op1 {} needs operand1", op1.name()),
+            )
+            .operand("operand1"));
         }
         if is_bitwise(op0) != is_bitwise(op1) && op1 != AluOp::Bypass {
-            return Err(
-                fail(Value, "alu_bitwise_mix", "op0 and op1 must both be bitwise or both arithmetic").operand("op1"),
-            );
+            return Err(fail(
+                Value,
+                "alu_bitwise_mix",
+                "op0 and op1 must both be bitwise or both arithmetic",
+            )
+            .operand("op1"));
         }
     }
     if is_bitwise(op0) {
         if ins.engine != Engine::Vector {
-            return Err(fail(Value, "bitwise_vector_only", "bitwise tensor_scalar runs on VectorE only").operand("engine"));
+            return Err(fail(
+                Value,
+                "bitwise_vector_only",
+                "bitwise tensor_scalar runs on VectorE only",
+            )
+            .operand("engine"));
         }
         super::alu::require_integer(op0, &[(dst, "dst"), (src, "data")])?;
     }
     if ins.engine == Engine::Gpsimd && (dst.mem == Mem::Psum || src.mem == Mem::Psum) {
-        return Err(fail(MemorySpace, "gpsimd_no_psum", "GpSimd cannot access PSUM").operand("dst"));
+        return Err(
+            fail(MemorySpace, "gpsimd_no_psum", "GpSimd cannot access PSUM").operand("dst"),
+        );
     }
     Ok(())
 }
@@ -338,7 +367,9 @@ fn check_tensor_copy(v: &TensorCopy) -> Result<()> {
     let (dst, src) = (v.dst, v.src);
     same_shape(dst, "dst", src, "src")?;
     if (dst.dtype.is_packed() || src.dtype.is_packed()) && dst.dtype != src.dtype {
-        return Err(fail(Dtype, "packed_dtype_copy",
+        return Err(fail(
+            Dtype,
+            "packed_dtype_copy",
             format!(
                 "packed MX dtypes copy only to the same dtype ({} -> {})",
                 src.dtype.name(),
@@ -374,7 +405,9 @@ fn check_memset(m: &Memset) -> Result<()> {
         Imm::F32(_) => v.to_bits() == 0,
     };
     if dst.dtype.is_packed() && !zero {
-        return Err(fail(Value, "packed_memset_nonzero",
+        return Err(fail(
+            Value,
+            "packed_memset_nonzero",
             format!(
                 "packed MX dtype {} can only be memset to 0",
                 dst.dtype.name()
@@ -401,7 +434,9 @@ fn check_memset(m: &Memset) -> Result<()> {
                 Imm::I32(i) => i.to_string(),
                 Imm::F32(_) => v.to_string(),
             };
-            return Err(fail(Value, "memset_value_range",
+            return Err(fail(
+                Value,
+                "memset_value_range",
                 format!(
                     "value {shown} is not an integer in range of {}",
                     dst.dtype.name()
@@ -411,7 +446,9 @@ fn check_memset(m: &Memset) -> Result<()> {
         }
     }
     if ins.engine == Engine::Gpsimd && dst.mem == Mem::Psum {
-        return Err(fail(MemorySpace, "gpsimd_no_psum", "GpSimd cannot access PSUM").operand("dst"));
+        return Err(
+            fail(MemorySpace, "gpsimd_no_psum", "GpSimd cannot access PSUM").operand("dst"),
+        );
     }
     Ok(())
 }
@@ -431,4 +468,3 @@ fn memset(m: &Memset, ctx: &mut Ctx) -> Result<()> {
     }
     Ok(())
 }
-

@@ -93,7 +93,9 @@ pub fn no_load_reduce(ins: &Instr, i: usize) -> Result<()> {
 /// Instructions without an initial-value operand cannot load_reduce.
 pub fn forbid_load_reduce(ins: &Instr, cmd: ReduceCmd) -> Result<()> {
     if cmd == ReduceCmd::LoadReduce {
-        return Err(fail(Value, "load_reduce_without_initial_value",
+        return Err(fail(
+            Value,
+            "load_reduce_without_initial_value",
             format!(
                 "{} has no initial-value operand, so reduce_cmd=load_reduce is not allowed",
                 ins.op.spec().name

@@ -90,7 +90,9 @@ fn check_tensor_reduce(v: &TensorReduce) -> Result<()> {
     }
     if is_bitwise(op) {
         if v.negate {
-            return Err(fail(Value, "reduce_negate_bitwise",
+            return Err(fail(
+                Value,
+                "reduce_negate_bitwise",
                 format!(
                     "negate applies to arithmetic results only, not bitwise {}",
                     op.name()
@@ -168,7 +170,9 @@ fn check_tensor_scalar_reduce(v: &TensorScalarReduce) -> Result<()> {
         "reduce_op",
     )?;
     if v.reverse0 {
-        return Err(fail(Value, "reverse0_not_supported",
+        return Err(fail(
+            Value,
+            "reverse0_not_supported",
             "tensor_scalar_reduce does not support reverse0=True (reference §2.6)",
         )
         .operand("reverse0"));

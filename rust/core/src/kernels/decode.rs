@@ -146,6 +146,12 @@ impl<'m> Rows<'m> {
             }
             Rows::Gathered { bytes, len } => bytes.get(r * len..(r + 1) * len),
         };
-        got.ok_or_else(|| fail(Internal, "operand_row_outside_memory", format!("operand row {r} outside memory")))
+        got.ok_or_else(|| {
+            fail(
+                Internal,
+                "operand_row_outside_memory",
+                format!("operand row {r} outside memory"),
+            )
+        })
     }
 }

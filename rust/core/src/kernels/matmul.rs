@@ -41,7 +41,13 @@ fn logical_rows<'r>(rows: &'r Rows, ap: &Ap, groups: usize) -> Result<Vec<&'r [u
         .map(|r| {
             rows.row(r / groups)?
                 .get((r % groups) * wb..(r % groups + 1) * wb)
-                .ok_or_else(|| fail(Internal, "operand_row_outside_memory", "operand row outside memory"))
+                .ok_or_else(|| {
+                    fail(
+                        Internal,
+                        "operand_row_outside_memory",
+                        "operand row outside memory",
+                    )
+                })
         })
         .collect()
 }

@@ -118,7 +118,13 @@ pub fn layout(dst: &Ap) -> Layout {
 /// fp32 PSUM (`Layout::F32Rows`): `mode` Some(add) adds or overwrites, None adds where the
 /// matmul bit in `words` (`EngineState::psum_mm`) is set; per partition, in parallel
 /// (partitions own disjoint bytes and bit words).
-pub fn write_f32_rows(mode: Option<bool>, psum: &mut OnChip, words: &mut [u64], dst: &Ap, acc: &Acc) {
+pub fn write_f32_rows(
+    mode: Option<bool>,
+    psum: &mut OnChip,
+    words: &mut [u64],
+    dst: &Ap,
+    acc: &Acc,
+) {
     let (start, m, n) = (dst.start as usize, dst.parts as usize, dst.free_size());
     let off = dst.offset as usize;
     // Partitions are `stride` host bytes apart (padded, memory/onchip.rs); each chunk holds one
@@ -241,7 +247,13 @@ fn seg_f32(out: &mut [u8], seg: &[f32], add: bool) {
 
 /// bf16 PSUM (`Layout::Bf16Rows`): the fp32 sums, row-major, for the engine to store through
 /// the instruction's rounder; sets the matmul bits.
-pub fn stage_bf16(mode: Option<bool>, psum: &OnChip, words: &mut [u64], dst: &Ap, acc: &Acc) -> Vec<f32> {
+pub fn stage_bf16(
+    mode: Option<bool>,
+    psum: &OnChip,
+    words: &mut [u64],
+    dst: &Ap,
+    acc: &Acc,
+) -> Vec<f32> {
     let (m, n) = (dst.parts as usize, dst.free_size());
     let mut staged = vec![0f32; m * n];
     for r in 0..m {
@@ -270,7 +282,13 @@ pub fn stage_bf16(mode: Option<bool>, psum: &OnChip, words: &mut [u64], dst: &Ap
 
 /// Any other destination pattern (`Layout::General`), element by element from `old` (dst's
 /// current values, row-major): the new values for the engine to store; sets the matmul bits.
-pub fn stage_general(mode: Option<bool>, old: &[f32], words: &mut [u64], dst: &Ap, acc: &Acc) -> Vec<f32> {
+pub fn stage_general(
+    mode: Option<bool>,
+    old: &[f32],
+    words: &mut [u64],
+    dst: &Ap,
+    acc: &Acc,
+) -> Vec<f32> {
     let (m, n) = (dst.parts as usize, dst.free_size());
     let offs = dst.row_offsets();
     let es = dst.dtype.size() as i64;

@@ -25,8 +25,9 @@ pub fn require_integer(
     }
     for (ap, n) in operands {
         if !ap.dtype.is_integer() {
-            return Err(crate::error::err(
+            return Err(crate::error::fail(
                 crate::error::ErrorKind::Dtype,
+                "bitwise_needs_integer",
                 format!(
                     "bitwise {} needs integer dtypes, {n} is {}",
                     op.name(),

@@ -32,7 +32,8 @@ pub mod vector_shuffle;
 pub mod vector_stats;
 pub mod vector_top8;
 
-use crate::error::{err, ErrorKind::*, Result};
+use crate::error::{fail, ErrorKind::*, Result};
+use crate::isa::instr::Scalar;
 use crate::isa::{Arg, Instr, Opcode};
 use crate::memory::onchip::Mems;
 use crate::memory::{Ap, PARTITIONS, PSUM_PART_BYTES};
@@ -118,10 +119,17 @@ impl Ctx<'_> {
     }
     /// A `tensor_or_f32` operand as P per-partition fp32 values (a tile is read, an immediate
     /// repeated).
-    pub fn scalar(&self, s: crate::isa::instr::Scalar, parts: u32) -> Vec<f32> {
+    pub fn scalar(&self, s: Scalar, parts: u32) -> Vec<f32> {
         match s {
-            crate::isa::instr::Scalar::Tile(ap) => self.read_f32(ap),
-            crate::isa::instr::Scalar::Imm(i) => vec![i.f32(); parts as usize],
+            Scalar::Tile(ap) => self.read_f32(ap),
+            Scalar::Imm(i) => vec![i.f32(); parts as usize],
+        }
+    }
+    /// An optional `tensor_or_f32` operand as P per-partition fp32 values, `dflt` when absent.
+    pub fn scalar_or(&self, s: Option<Scalar>, parts: u32, dflt: f32) -> Vec<f32> {
+        match s {
+            Some(s) => self.scalar(s, parts),
+            None => vec![dflt; parts as usize],
         }
     }
     /// TRANSITIONAL (`scalar` on the typed view replaces it): a scalar immediate or a (P,1)
@@ -137,8 +145,9 @@ impl Ctx<'_> {
 /// Same partition count and elements per partition.
 pub fn same_shape(a: &Ap, an: &str, b: &Ap, bn: &str) -> Result<()> {
     if a.parts != b.parts || a.free_size() != b.free_size() {
-        return Err(err(
+        return Err(fail(
             Shape,
+            "shape_mismatch",
             format!("{an} is {:?} ({} x {}) but {bn} is {:?} ({} x {}): partitions and elements per partition must match", a.shape(), a.parts, a.free_size(), b.shape(), b.parts, b.free_size()),
         )
         .operand(bn.to_string()));
@@ -146,12 +155,51 @@ pub fn same_shape(a: &Ap, an: &str, b: &Ap, bn: &str) -> Result<()> {
     Ok(())
 }
 
+/// An operand that may be a per-partition tile: a `tensor_or_f32` view field (`Scalar`,
+/// `Option<Scalar>`), an optional tensor (`Option<&Ap>`), or (TRANSITIONAL, for modules not yet
+/// on the views) an `&Arg`.
+pub trait TileOperand {
+    /// The tile, if the operand is one.
+    fn tile(&self) -> Option<&Ap>;
+}
+
+impl TileOperand for Scalar<'_> {
+    fn tile(&self) -> Option<&Ap> {
+        match self {
+            Scalar::Tile(ap) => Some(ap),
+            Scalar::Imm(_) => None,
+        }
+    }
+}
+
+impl TileOperand for Option<Scalar<'_>> {
+    fn tile(&self) -> Option<&Ap> {
+        self.as_ref().and_then(|s| s.tile())
+    }
+}
+
+impl TileOperand for Option<&Ap> {
+    fn tile(&self) -> Option<&Ap> {
+        *self
+    }
+}
+
+impl TileOperand for &Arg {
+    fn tile(&self) -> Option<&Ap> {
+        match self {
+            Arg::Tensor(ap) => Some(ap),
+            _ => None,
+        }
+    }
+}
+
 /// A (P,1)-style per-partition operand must have the data's partition count and one element.
-pub fn check_column(a: &Arg, name: &str, parts: u32) -> Result<()> {
-    if let Arg::Tensor(ap) = a {
+pub fn check_column(a: impl TileOperand, name: &str, parts: u32) -> Result<()> {
+    if let Some(ap) = a.tile() {
         if ap.parts != parts || ap.free_size() != 1 {
-            return Err(err(
+            return Err(fail(
                 Shape,
+                "column_shape",
                 format!(
                     "{name} must be a scalar or a ({parts}, 1) tile, got {:?}",
                     ap.shape()
@@ -160,9 +208,12 @@ pub fn check_column(a: &Arg, name: &str, parts: u32) -> Result<()> {
             .operand(name.to_string()));
         }
         if ap.dtype.is_packed() {
-            return Err(
-                err(Dtype, format!("{name} cannot be a packed MX dtype")).operand(name.to_string())
-            );
+            return Err(fail(
+                Dtype,
+                "packed_dtype_not_allowed",
+                format!("{name} cannot be a packed MX dtype"),
+            )
+            .operand(name.to_string()));
         }
     }
     Ok(())

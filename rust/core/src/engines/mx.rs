@@ -5,12 +5,10 @@
 //! `32*(r/4) + r%4` relative to the scale tile's first partition, whose offset within its
 //! quadrant (0, 4, 8 or 12) selects one of four scale sets sharing an allocation.
 
-use super::rng::req;
 use super::tensor::write_psum;
-use super::Ctx;
-use crate::error::{err, ErrorKind::*, Result};
-use crate::isa::tables::p::{nc_matmul_mx as mm, quantize_mx as qm};
-use crate::isa::{Instr, Opcode};
+use super::{Ctx, Semantics};
+use crate::error::{fail, ErrorKind::*, Result};
+use crate::isa::ops::{NcMatmulMx, QuantizeMx};
 use crate::kernels::mx::{matmul_mx, Operand};
 use crate::kernels::psum::Acc;
 use crate::memory::{Ap, PSUM_BANK_BYTES};
@@ -21,8 +19,9 @@ use crate::numerics::mx::{
 /// Data partitions: a multiple of 32, at most 128.
 fn check_data_parts(ap: &Ap, name: &'static str) -> Result<()> {
     if ap.parts == 0 || !ap.parts.is_multiple_of(32) || ap.parts > 128 {
-        return Err(err(
+        return Err(fail(
             Shape,
+            "mx_data_partitions",
             format!(
                 "{name} partitions must be a multiple of 32 up to 128, got {}",
                 ap.parts
@@ -37,8 +36,9 @@ fn check_data_parts(ap: &Ap, name: &'static str) -> Result<()> {
 fn check_scale(sc: &Ap, name: &'static str, data_parts: u32, free: usize) -> Result<()> {
     let off = sc.start % 32;
     if ![0, 4, 8, 12].contains(&off) {
-        return Err(err(
+        return Err(fail(
             Partition,
+            "mx_scale_start",
             format!(
                 "{name} must start at quadrant offset 0, 4, 8 or 12 (start partition {})",
                 sc.start
@@ -48,8 +48,7 @@ fn check_scale(sc: &Ap, name: &'static str, data_parts: u32, free: usize) -> Res
     }
     let need = scale_parts_needed(data_parts);
     if sc.parts < need {
-        return Err(err(
-            Shape,
+        return Err(fail(Shape, "mx_scale_partitions",
             format!(
                 "{name} needs {need} partitions for {data_parts} data partitions (scale row r at partition 32*(r/4) + r%4), got {}",
                 sc.parts
@@ -58,13 +57,17 @@ fn check_scale(sc: &Ap, name: &'static str, data_parts: u32, free: usize) -> Res
         .operand(name));
     }
     if sc.start + scale_partition(data_parts.div_ceil(8) - 1) >= 128 {
-        return Err(
-            err(Address, format!("{name} scale rows run past partition 127")).operand(name),
-        );
+        return Err(fail(
+            Address,
+            "mx_scale_past_partition_127",
+            format!("{name} scale rows run past partition 127"),
+        )
+        .operand(name));
     }
     if sc.free_size() != free {
-        return Err(err(
+        return Err(fail(
             Shape,
+            "mx_scale_free_size",
             format!(
                 "{name} must have one scale per x4 column: {free} elements per partition, got {}",
                 sc.free_size()
@@ -83,22 +86,40 @@ fn scale_row(sc: &Ap, r: u32) -> Ap {
     a
 }
 
-fn check_quantize(ins: &Instr) -> Result<()> {
-    let dst = req(ins, qm::DST, "dst")?;
-    let src = req(ins, qm::SRC, "src")?;
-    let sc = req(ins, qm::DST_SCALE, "dst_scale")?;
+impl Semantics for QuantizeMx<'_> {
+    fn check(&self) -> Result<()> {
+        check_quantize(self)
+    }
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        quantize(self, ctx)
+    }
+}
+
+impl Semantics for NcMatmulMx<'_> {
+    fn check(&self) -> Result<()> {
+        check_matmul(self)
+    }
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        matmul(self, ctx)
+    }
+}
+
+fn check_quantize(v: &QuantizeMx) -> Result<()> {
+    let (dst, src, sc) = (v.dst, v.src, v.dst_scale);
     check_data_parts(src, "src")?;
     let f = src.free_size();
     if !f.is_multiple_of(4) || f == 0 {
-        return Err(err(
+        return Err(fail(
             Shape,
+            "mx_src_free_multiple_of_4",
             format!("src free size must be a positive multiple of 4, got {f}"),
         )
         .operand("src"));
     }
     if dst.parts != src.parts || dst.free_size() != f / 4 {
-        return Err(err(
+        return Err(fail(
             Shape,
+            "mx_dst_shape",
             format!(
                 "dst must be (P, F/4) = ({}, {}) x4 words, got {} x {}",
                 src.parts,
@@ -112,12 +133,10 @@ fn check_quantize(ins: &Instr) -> Result<()> {
     check_scale(sc, "dst_scale", src.parts, f / 4)
 }
 
-fn quantize(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
-    let dst = req(ins, qm::DST, "dst")?;
-    let src = req(ins, qm::SRC, "src")?;
-    let sc = req(ins, qm::DST_SCALE, "dst_scale")?;
+fn quantize(v: &QuantizeMx, ctx: &mut Ctx) -> Result<()> {
+    let (dst, src, sc) = (v.dst, v.src, v.dst_scale);
     let (elem, _) = x4_element(dst.dtype)
-        .ok_or_else(|| err(Dtype, "dst must be an fp8 x4 dtype").operand("dst"))?;
+        .ok_or_else(|| fail(Dtype, "mx_x4_dtype", "dst must be an fp8 x4 dtype").operand("dst"))?;
     // Largest finite element: e4m3fn 448 (0x7E), e5m2 57344 (0x7B).
     let maxv = elem.decode(if elem.ebits == 5 { 0x7B } else { 0x7E }) as f64;
     let v = ctx.read_f32(src);
@@ -169,14 +188,13 @@ fn quantize(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     Ok(())
 }
 
-fn check_matmul(ins: &Instr) -> Result<()> {
-    let dst = req(ins, mm::DST, "dst")?;
-    let st = req(ins, mm::STATIONARY, "stationary")?;
-    let mv = req(ins, mm::MOVING, "moving")?;
+fn check_matmul(v: &NcMatmulMx) -> Result<()> {
+    let (dst, st, mv) = (v.dst, v.stationary, v.moving);
     check_data_parts(st, "stationary")?;
     if mv.parts != st.parts {
-        return Err(err(
+        return Err(fail(
             Shape,
+            "matmul_k_mismatch",
             format!(
                 "stationary has {} partitions but moving has {}",
                 st.parts, mv.parts
@@ -186,16 +204,18 @@ fn check_matmul(ins: &Instr) -> Result<()> {
     }
     let (m, n) = (st.free_size(), mv.free_size());
     if m == 0 || m > 128 || !m.is_multiple_of(2) {
-        return Err(err(
+        return Err(fail(
             Shape,
+            "mx_stationary_free_size",
             format!("stationary free size must be even and at most 128, got {m}"),
         )
         .operand("stationary"));
     }
     let max_n = if dst.dtype.size() == 2 { 8192 } else { 4096 };
     if n == 0 || n > max_n {
-        return Err(err(
+        return Err(fail(
             Shape,
+            "matmul_moving_free_too_large",
             format!(
                 "moving free size N = {n} must be 1..{max_n} for {} PSUM",
                 dst.dtype.name()
@@ -204,8 +224,9 @@ fn check_matmul(ins: &Instr) -> Result<()> {
         .operand("moving"));
     }
     if dst.parts as usize != m || dst.free_size() != n {
-        return Err(err(
+        return Err(fail(
             Shape,
+            "matmul_dst_shape",
             format!(
                 "dst must be [M, N] = [{m}, {n}], got {} x {}",
                 dst.parts,
@@ -216,46 +237,43 @@ fn check_matmul(ins: &Instr) -> Result<()> {
     }
     let bank_elems = PSUM_BANK_BYTES / dst.dtype.size();
     if n > bank_elems && !dst.offset.is_multiple_of(PSUM_BANK_BYTES as u64) {
-        return Err(err(PsumBank, format!("a result wider than one bank ({n} > {bank_elems} elements) must start on a bank boundary")).operand("dst"));
+        return Err(fail(PsumBank, "matmul_result_bank_alignment", format!("a result wider than one bank ({n} > {bank_elems} elements) must start on a bank boundary")).operand("dst"));
     }
-    check_scale(
-        req(ins, mm::STATIONARY_SCALE, "stationary_scale")?,
-        "stationary_scale",
+    check_scale(v.stationary_scale, "stationary_scale", st.parts, m)?;
+    check_scale(v.moving_scale, "moving_scale", mv.parts, n)?;
+    check_row_tiles(
+        v.tile_position.unwrap_or(&[]),
+        v.tile_size.unwrap_or(&[]),
         st.parts,
-        m,
-    )?;
-    check_scale(
-        req(ins, mm::MOVING_SCALE, "moving_scale")?,
-        "moving_scale",
-        mv.parts,
-        n,
-    )?;
-    let (tpos, tsz) = (ins.ints(mm::TILE_POSITION), ins.ints(mm::TILE_SIZE));
+    )
+}
+
+/// nc_matmul_mx tiles rows only (tile_size column 128, tile_position column 0).
+fn check_row_tiles(tpos: &[i32], tsz: &[i32], parts: u32) -> Result<()> {
     if tpos.len() != tsz.len() || !(tpos.is_empty() || tpos.len() == 2) {
-        return Err(err(
+        return Err(fail(
             Value,
+            "matmul_tile_pairs",
             "tile_position and tile_size must both be absent or both (row, col) pairs",
         )
         .operand("tile_position"));
     }
     if tpos.len() == 2 {
         if tsz[1] != 128 || tpos[1] != 0 {
-            return Err(err(Value, "nc_matmul_mx supports row tiling only: tile_size column 128, tile_position column 0").operand("tile_size"));
+            return Err(fail(Value, "mx_row_tiling_only", "nc_matmul_mx supports row tiling only: tile_size column 128, tile_position column 0").operand("tile_size"));
         }
         if ![32, 64, 128].contains(&tsz[0])
             || tpos[0] < 0
             || tpos[0] % tsz[0] != 0
             || tpos[0] + tsz[0] > 128
         {
-            return Err(err(Value, format!("row tile position {} / size {} invalid (size 32, 64 or 128; position a multiple of size within 128)", tpos[0], tsz[0])).operand("tile_position"));
+            return Err(fail(Value, "matmul_tile_invalid", format!("row tile position {} / size {} invalid (size 32, 64 or 128; position a multiple of size within 128)", tpos[0], tsz[0])).operand("tile_position"));
         }
-        if st.parts as i32 > tsz[0] {
-            return Err(err(
+        if parts as i32 > tsz[0] {
+            return Err(fail(
                 Shape,
-                format!(
-                    "{} partitions do not fit the {}-row PE tile",
-                    st.parts, tsz[0]
-                ),
+                "matmul_tile_too_small",
+                format!("{} partitions do not fit the {}-row PE tile", parts, tsz[0]),
             )
             .operand("tile_size"));
         }
@@ -267,16 +285,15 @@ fn check_matmul(ins: &Instr) -> Result<()> {
 /// exactly (integer arithmetic) and rounded once to fp32; the fp32 column sum accumulates over
 /// partitions 0..P-1 with RNE from +0.0. Inf/NaN elements or NaN scales use plain fp64 products.
 /// The arithmetic runs in kernels/mx.rs.
-fn matmul(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
-    let dst = req(ins, mm::DST, "dst")?;
-    let st = req(ins, mm::STATIONARY, "stationary")?;
-    let mv = req(ins, mm::MOVING, "moving")?;
-    let ss = req(ins, mm::STATIONARY_SCALE, "stationary_scale")?;
-    let ms = req(ins, mm::MOVING_SCALE, "moving_scale")?;
-    let (fs, bs) = x4_element(st.dtype)
-        .ok_or_else(|| err(Dtype, "stationary must be an x4 dtype").operand("stationary"))?;
-    let (fm, bm) = x4_element(mv.dtype)
-        .ok_or_else(|| err(Dtype, "moving must be an x4 dtype").operand("moving"))?;
+fn matmul(v: &NcMatmulMx, ctx: &mut Ctx) -> Result<()> {
+    let (dst, st, mv) = (v.dst, v.stationary, v.moving);
+    let (ss, ms) = (v.stationary_scale, v.moving_scale);
+    let (fs, bs) = x4_element(st.dtype).ok_or_else(|| {
+        fail(Dtype, "mx_x4_dtype", "stationary must be an x4 dtype").operand("stationary")
+    })?;
+    let (fm, bm) = x4_element(mv.dtype).ok_or_else(|| {
+        fail(Dtype, "mx_x4_dtype", "moving must be an x4 dtype").operand("moving")
+    })?;
     let (p, m, n) = (st.parts as usize, st.free_size(), mv.free_size());
     let a = ctx.read_raw(st);
     let b = ctx.read_raw(mv);
@@ -302,56 +319,6 @@ fn matmul(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
         bits: bm,
     };
     let acc = matmul_mx(p, &opa, &opb);
-    write_psum(
-        ins.arg(mm::ACCUMULATE),
-        ctx,
-        dst,
-        &Acc::row_major(&acc, m, n),
-    );
+    write_psum(ctx, v.accumulate, dst, &Acc::row_major(&acc, m, n));
     Ok(())
-}
-
-/// The instructions this module implements.
-pub const MODULE: super::Module = super::Module {
-    opcodes: &[Opcode::QuantizeMx, Opcode::NcMatmulMx],
-    check,
-    exec,
-};
-
-fn check(ins: &Instr) -> Result<()> {
-    match ins.op {
-        Opcode::QuantizeMx => check_quantize(ins),
-        Opcode::NcMatmulMx => check_matmul(ins),
-        _ => Ok(()),
-    }
-}
-
-fn exec(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
-    match ins.op {
-        Opcode::QuantizeMx => quantize(ins, ctx),
-        Opcode::NcMatmulMx => matmul(ins, ctx),
-        _ => Err(err(
-            Internal,
-            format!("{} is listed but not dispatched", ins.op.spec().name),
-        )),
-    }
-}
-
-// TRANSITIONAL: routes the generated dispatch to this module's old `MODULE` until it
-// implements `Semantics` on the operand views itself.
-impl super::Semantics for crate::isa::ops::QuantizeMx<'_> {
-    fn check(&self) -> crate::error::Result<()> {
-        (MODULE.check)(self.ins)
-    }
-    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
-        (MODULE.exec)(self.ins, ctx)
-    }
-}
-impl super::Semantics for crate::isa::ops::NcMatmulMx<'_> {
-    fn check(&self) -> crate::error::Result<()> {
-        (MODULE.check)(self.ins)
-    }
-    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
-        (MODULE.exec)(self.ins, ctx)
-    }
 }

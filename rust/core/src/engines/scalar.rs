@@ -9,32 +9,39 @@
 
 use super::act;
 use super::alu;
-use super::{check_column, same_shape, Ctx};
-use crate::error::{err, ErrorKind::*, Result};
-use crate::isa::tables::p::{activate2 as a2, activation as a, activation_reduce as ar};
-use crate::isa::{ActFn, AluOp, Arg, DType, Engine, Instr, Opcode, ReduceCmd};
+use super::{check_column, same_shape, Ctx, Semantics, TileOperand};
+use crate::error::{fail, ErrorKind::*, Result};
+use crate::isa::instr::Scalar;
+use crate::isa::ops::{Activate2, Activation, ActivationReduce};
+use crate::isa::{ActFn, AluOp, DType, Engine, Instr, ReduceCmd};
 use crate::kernels::exp;
 use crate::memory::Ap;
 
-fn tensor<'a>(ins: &'a Instr, i: usize, name: &str) -> Result<&'a Ap> {
-    ins.ap(i)
-        .ok_or_else(|| err(Value, format!("{name} must be a tensor")).operand(name.to_string()))
+impl Semantics for Activation<'_> {
+    fn check(&self) -> Result<()> {
+        check_activation(self)
+    }
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        activation(self, ctx)
+    }
 }
 
-fn act_fn(ins: &Instr, i: usize) -> Result<ActFn> {
-    ins.enum_val(i)
-        .and_then(ActFn::from_u8)
-        .ok_or_else(|| err(Value, "op must be an activation function").operand("op"))
+impl Semantics for ActivationReduce<'_> {
+    fn check(&self) -> Result<()> {
+        check_activation_reduce(self)
+    }
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        activation_reduce(self, ctx)
+    }
 }
 
-fn alu_op(ins: &Instr, i: usize) -> Option<AluOp> {
-    ins.enum_val(i).and_then(AluOp::from_u8)
-}
-
-fn reduce_cmd(ins: &Instr, i: usize) -> ReduceCmd {
-    ins.enum_val(i)
-        .and_then(ReduceCmd::from_u8)
-        .unwrap_or(ReduceCmd::Idle)
+impl Semantics for Activate2<'_> {
+    fn check(&self) -> Result<()> {
+        check_activate2(self)
+    }
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        activate2(self, ctx)
+    }
 }
 
 /// Rules shared by the three instructions: dst/data shapes, no packed dtypes, (P,1) columns.
@@ -42,8 +49,9 @@ fn check_data(ins: &Instr, dst: &Ap, src: &Ap) -> Result<()> {
     same_shape(dst, "dst", src, "data")?;
     for (ap, n) in [(dst, "dst"), (src, "data")] {
         if ap.dtype.is_packed() {
-            return Err(err(
+            return Err(fail(
                 Dtype,
+                "packed_dtype_not_allowed",
                 format!(
                     "{} cannot operate on packed MX dtype {}",
                     ins.op.spec().name,
@@ -56,21 +64,27 @@ fn check_data(ins: &Instr, dst: &Ap, src: &Ap) -> Result<()> {
     Ok(())
 }
 
-fn check_bias(ins: &Instr, i: usize, parts: u32) -> Result<()> {
-    check_column(ins.arg(i), "bias", parts)?;
-    if let Arg::Tensor(ap) = ins.arg(i) {
+fn check_bias(bias: Option<Scalar>, parts: u32) -> Result<()> {
+    check_column(bias, "bias", parts)?;
+    if let Some(ap) = bias.tile() {
         if ap.dtype == DType::Tfloat32 {
-            return Err(err(Dtype, "bias may be any dtype except tfloat32").operand("bias"));
+            return Err(fail(
+                Dtype,
+                "bias_dtype_tfloat32",
+                "bias may be any dtype except tfloat32",
+            )
+            .operand("bias"));
         }
     }
     Ok(())
 }
 
-fn check_reduce_res(ins: &Instr, i: usize, parts: u32) -> Result<()> {
-    if let Arg::Tensor(ap) = ins.arg(i) {
+fn check_reduce_res(res: Option<&Ap>, parts: u32) -> Result<()> {
+    if let Some(ap) = res {
         if ap.parts != parts || ap.free_size() != 1 {
-            return Err(err(
+            return Err(fail(
                 Shape,
+                "column_shape",
                 format!(
                     "reduce_res must be a ({parts}, 1) tile, got {:?}",
                     ap.shape()
@@ -85,8 +99,9 @@ fn check_reduce_res(ins: &Instr, i: usize, parts: u32) -> Result<()> {
 /// prelu takes its slope from activate2's relu_param; activation has no such operand.
 fn check_no_prelu(f: ActFn) -> Result<()> {
     if f == ActFn::Prelu {
-        return Err(err(
+        return Err(fail(
             Value,
+            "prelu_needs_activate2",
             "prelu needs a slope (relu_param), which only activate2 takes",
         )
         .operand("op"));
@@ -159,8 +174,8 @@ fn accumulate(ctx: &mut Ctx, base: usize, out: &[f32], n: usize, cmd: ReduceCmd,
 
 /// Copy the registers of the data's lanes to a `(P, 1)` reduce_res (after dst is written, so a
 /// reduce_res aliasing dst ends up holding the register values).
-fn read_out(ctx: &mut Ctx, res: &Arg, base: usize, parts: usize) {
-    if let Arg::Tensor(res) = res {
+fn read_out(ctx: &mut Ctx, res: Option<&Ap>, base: usize, parts: usize) {
+    if let Some(res) = res {
         let vals: Vec<f32> = (0..parts)
             .map(|r| ctx.state.act_regs.get(base + r).copied().unwrap_or(0.0))
             .collect();
@@ -169,10 +184,16 @@ fn read_out(ctx: &mut Ctx, res: &Arg, base: usize, parts: usize) {
 }
 
 /// `out = f(data * scale + bias)` for every element, fp32.
-fn activate(ctx: &Ctx, f: ActFn, src: &Ap, scale: &Arg, bias: &Arg) -> (Vec<f32>, usize) {
+fn activate(
+    ctx: &Ctx,
+    f: ActFn,
+    src: &Ap,
+    scale: Scalar,
+    bias: Option<Scalar>,
+) -> (Vec<f32>, usize) {
     let n = src.free_size();
-    let scale = ctx.per_partition(scale, src.parts, 1.0);
-    let bias = ctx.per_partition(bias, src.parts, 0.0);
+    let scale = ctx.scalar(scale, src.parts);
+    let bias = ctx.scalar_or(bias, src.parts, 0.0);
     let mut x = ctx.read_f32(src);
     // Rows on host threads when configured (each row's bits do not depend on it).
     let per_elem = if matches!(f, ActFn::Copy | ActFn::Bypass) {
@@ -188,9 +209,16 @@ fn activate(ctx: &Ctx, f: ActFn, src: &Ap, scale: &Arg, bias: &Arg) -> (Vec<f32>
 
 /// `activation` without register traffic, streamed block by block into dst; false when the
 /// patterns need the materialising path.
-fn activate_streamed(ctx: &mut Ctx, f: ActFn, dst: &Ap, src: &Ap, scale: &Arg, bias: &Arg) -> bool {
-    let scale = ctx.per_partition(scale, src.parts, 1.0);
-    let bias = ctx.per_partition(bias, src.parts, 0.0);
+fn activate_streamed(
+    ctx: &mut Ctx,
+    f: ActFn,
+    dst: &Ap,
+    src: &Ap,
+    scale: Scalar,
+    bias: Option<Scalar>,
+) -> bool {
+    let scale = ctx.scalar(scale, src.parts);
+    let bias = ctx.scalar_or(bias, src.parts, 0.0);
     super::rows::map_f32(ctx, dst, [src], |r0, _, _, w, [x], out| {
         out.copy_from_slice(x);
         for (k, row) in out.chunks_exact_mut(w.max(1)).enumerate() {
@@ -201,35 +229,34 @@ fn activate_streamed(ctx: &mut Ctx, f: ActFn, dst: &Ap, src: &Ap, scale: &Arg, b
 
 // ------------------------------------------------------------------------------------ activation
 
-pub fn check_activation(ins: &Instr) -> Result<()> {
-    let dst = tensor(ins, a::DST, "dst")?;
-    let src = tensor(ins, a::DATA, "data")?;
+fn check_activation(v: &Activation) -> Result<()> {
+    let (ins, dst, src) = (v.ins, v.dst, v.data);
     check_data(ins, dst, src)?;
-    check_no_prelu(act_fn(ins, a::OP)?)?;
-    check_bias(ins, a::BIAS, src.parts)?;
-    check_column(ins.arg(a::SCALE), "scale", src.parts)?;
-    check_reduce_res(ins, a::REDUCE_RES, src.parts)?;
-    if let Some(op) = ins.enum_val(a::REDUCE_OP) {
-        if op != AluOp::Add as u8 {
-            return Err(err(
-                Value,
+    check_no_prelu(v.op)?;
+    check_bias(v.bias, src.parts)?;
+    check_column(v.scale, "scale", src.parts)?;
+    check_reduce_res(v.reduce_res, src.parts)?;
+    if let Some(op) = v.reduce_op {
+        if op != AluOp::Add {
+            return Err(fail(Value, "activation_reduce_op_add_only",
                 "activation reduces with add only (the reduce registers can only sum; use activate2 for max/min)",
             )
             .operand("reduce_op"));
         }
     }
-    if reduce_cmd(ins, a::REDUCE_CMD) == ReduceCmd::LoadReduce {
-        return Err(
-            err(Value, "activation does not take reduce_cmd=load_reduce").operand("reduce_cmd"),
-        );
+    if v.reduce_cmd == ReduceCmd::LoadReduce {
+        return Err(fail(
+            Value,
+            "load_reduce_without_initial_value",
+            "activation does not take reduce_cmd=load_reduce",
+        )
+        .operand("reduce_cmd"));
     }
     if ins.engine == Engine::Gpsimd {
-        let uses_regs = reduce_cmd(ins, a::REDUCE_CMD) != ReduceCmd::Idle
-            || !matches!(ins.arg(a::REDUCE_RES), Arg::Absent)
-            || !matches!(ins.arg(a::REDUCE_OP), Arg::Absent);
+        let uses_regs =
+            v.reduce_cmd != ReduceCmd::Idle || v.reduce_res.is_some() || v.reduce_op.is_some();
         if uses_regs {
-            return Err(err(
-                Value,
+            return Err(fail(Value, "act_registers_scalar_only",
                 "the accumulator registers exist only on ScalarE: activation on GpSimd takes reduce_cmd=idle and no reduce_op / reduce_res",
             )
             .operand("reduce_cmd"));
@@ -238,39 +265,33 @@ pub fn check_activation(ins: &Instr) -> Result<()> {
     Ok(())
 }
 
-pub fn activation(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
-    let dst = tensor(ins, a::DST, "dst")?;
-    let src = tensor(ins, a::DATA, "data")?;
-    let f = act_fn(ins, a::OP)?;
-    let cmd = reduce_cmd(ins, a::REDUCE_CMD);
+fn activation(v: &Activation, ctx: &mut Ctx) -> Result<()> {
+    let (dst, src, f, cmd) = (v.dst, v.data, v.op, v.reduce_cmd);
     if cmd == ReduceCmd::Idle
-        && matches!(ins.arg(a::REDUCE_RES), Arg::Absent)
-        && activate_streamed(ctx, f, dst, src, ins.arg(a::SCALE), ins.arg(a::BIAS))
+        && v.reduce_res.is_none()
+        && activate_streamed(ctx, f, dst, src, v.scale, v.bias)
     {
         return Ok(());
     }
-    let (out, n) = activate(ctx, f, src, ins.arg(a::SCALE), ins.arg(a::BIAS));
+    let (out, n) = activate(ctx, f, src, v.scale, v.bias);
     ctx.write_f32(dst, &out);
     let base = src.start as usize;
     accumulate(ctx, base, &out, n, cmd, AluOp::Add);
-    read_out(ctx, ins.arg(a::REDUCE_RES), base, src.parts as usize);
+    read_out(ctx, v.reduce_res, base, src.parts as usize);
     Ok(())
 }
 
 // ----------------------------------------------------------------------------- activation_reduce
 
-pub fn check_activation_reduce(ins: &Instr) -> Result<()> {
-    let dst = tensor(ins, ar::DST, "dst")?;
-    let src = tensor(ins, ar::DATA, "data")?;
+fn check_activation_reduce(v: &ActivationReduce) -> Result<()> {
+    let (ins, dst, src) = (v.ins, v.dst, v.data);
     check_data(ins, dst, src)?;
-    check_no_prelu(act_fn(ins, ar::OP)?)?;
-    check_bias(ins, ar::BIAS, src.parts)?;
-    check_column(ins.arg(ar::SCALE), "scale", src.parts)?;
-    tensor(ins, ar::REDUCE_RES, "reduce_res")?;
-    check_reduce_res(ins, ar::REDUCE_RES, src.parts)?;
-    if alu_op(ins, ar::REDUCE_OP) != Some(AluOp::Add) {
-        return Err(err(
-            Value,
+    check_no_prelu(v.op)?;
+    check_bias(v.bias, src.parts)?;
+    check_column(v.scale, "scale", src.parts)?;
+    check_reduce_res(Some(v.reduce_res), src.parts)?;
+    if v.reduce_op != AluOp::Add {
+        return Err(fail(Value, "activation_reduce_op_add_only",
             "activation_reduce reduces with add only (the reduce registers can only sum; use activate2 for max/min)",
         )
         .operand("reduce_op"));
@@ -279,15 +300,13 @@ pub fn check_activation_reduce(ins: &Instr) -> Result<()> {
 }
 
 /// = activation(..., reduce_cmd=reset_reduce, reduce_res).
-pub fn activation_reduce(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
-    let dst = tensor(ins, ar::DST, "dst")?;
-    let src = tensor(ins, ar::DATA, "data")?;
-    let f = act_fn(ins, ar::OP)?;
-    let (out, n) = activate(ctx, f, src, ins.arg(ar::SCALE), ins.arg(ar::BIAS));
+fn activation_reduce(v: &ActivationReduce, ctx: &mut Ctx) -> Result<()> {
+    let (dst, src) = (v.dst, v.data);
+    let (out, n) = activate(ctx, v.op, src, v.scale, v.bias);
     ctx.write_f32(dst, &out);
     let base = src.start as usize;
     accumulate(ctx, base, &out, n, ReduceCmd::ResetReduce, AluOp::Add);
-    read_out(ctx, ins.arg(ar::REDUCE_RES), base, src.parts as usize);
+    read_out(ctx, Some(v.reduce_res), base, src.parts as usize);
     Ok(())
 }
 
@@ -311,22 +330,21 @@ const ACTIVATE2_REDUCE: &[AluOp] = &[
     AluOp::AbsMin,
 ];
 
-pub fn check_activate2(ins: &Instr) -> Result<()> {
-    let dst = tensor(ins, a2::DST, "dst")?;
-    let src = tensor(ins, a2::DATA, "data")?;
+fn check_activate2(v: &Activate2) -> Result<()> {
+    let (ins, dst, src) = (v.ins, v.dst, v.data);
     check_data(ins, dst, src)?;
-    act_fn(ins, a2::OP)?;
-    for (i, n) in [
-        (a2::IMM0, "imm0"),
-        (a2::IMM1, "imm1"),
-        (a2::RELU_PARAM, "relu_param"),
+    for (s, n) in [
+        (v.imm0, "imm0"),
+        (v.imm1, "imm1"),
+        (v.relu_param, "relu_param"),
     ] {
-        check_column(ins.arg(i), n, src.parts)?;
+        check_column(s, n, src.parts)?;
     }
-    if let (Arg::Tensor(t0), Arg::Tensor(t1)) = (ins.arg(a2::IMM0), ins.arg(a2::IMM1)) {
+    if let (Scalar::Tile(t0), Scalar::Tile(t1)) = (v.imm0, v.imm1) {
         if t0.dtype != t1.dtype {
-            return Err(err(
+            return Err(fail(
                 Dtype,
+                "activate2_imm_dtype_mismatch",
                 format!(
                     "imm0 and imm1 tiles must have the same dtype ({} vs {})",
                     t0.dtype.name(),
@@ -336,11 +354,9 @@ pub fn check_activate2(ins: &Instr) -> Result<()> {
             .operand("imm1"));
         }
     }
-    let op0 = alu_op(ins, a2::OP0).unwrap_or(AluOp::Bypass);
-    let op1 = alu_op(ins, a2::OP1).unwrap_or(AluOp::Bypass);
+    let (op0, op1) = (v.op0, v.op1);
     if !ACTIVATE2_PAIRS.contains(&(op0, op1)) {
-        return Err(err(
-            Value,
+        return Err(fail(Value, "activate2_op_pair",
             format!(
                 "activate2 does not support (op0, op1) = ({}, {}); allowed: (multiply, add), (multiply, subtract), \
                  (multiply, bypass), (add, bypass), (subtract, bypass), (bypass, bypass)",
@@ -350,12 +366,13 @@ pub fn check_activate2(ins: &Instr) -> Result<()> {
         )
         .operand("op0"));
     }
-    check_reduce_res(ins, a2::REDUCE_RES, src.parts)?;
-    let cmd = reduce_cmd(ins, a2::REDUCE_CMD);
-    match alu_op(ins, a2::REDUCE_OP) {
+    check_reduce_res(v.reduce_res, src.parts)?;
+    let cmd = v.reduce_cmd;
+    match v.reduce_op {
         Some(op) if !ACTIVATE2_REDUCE.contains(&op) => {
-            return Err(err(
+            return Err(fail(
                 Value,
+                "activate2_reduce_op",
                 format!(
                     "activate2 reduce_op must be add, maximum, minimum, abs_max or abs_min, got {}",
                     op.name()
@@ -364,8 +381,9 @@ pub fn check_activate2(ins: &Instr) -> Result<()> {
             .operand("reduce_op"))
         }
         None if cmd != ReduceCmd::Idle => {
-            return Err(err(
+            return Err(fail(
                 Value,
+                "reduce_cmd_needs_reduce_op",
                 format!(
                     "reduce_cmd={} needs a reduce_op (add, maximum, minimum, abs_max, abs_min)",
                     cmd.name()
@@ -376,28 +394,24 @@ pub fn check_activate2(ins: &Instr) -> Result<()> {
         _ => {}
     }
     if cmd == ReduceCmd::LoadReduce {
-        return Err(
-            err(Value, "activate2 does not take reduce_cmd=load_reduce").operand("reduce_cmd")
-        );
+        return Err(fail(
+            Value,
+            "load_reduce_without_initial_value",
+            "activate2 does not take reduce_cmd=load_reduce",
+        )
+        .operand("reduce_cmd"));
     }
     Ok(())
 }
 
-pub fn activate2(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
-    let dst = tensor(ins, a2::DST, "dst")?;
-    let src = tensor(ins, a2::DATA, "data")?;
-    let f = act_fn(ins, a2::OP)?;
-    let op0 = alu_op(ins, a2::OP0).unwrap_or(AluOp::Bypass);
-    let op1 = alu_op(ins, a2::OP1).unwrap_or(AluOp::Bypass);
-    let (rev0, rev1) = (
-        ins.bool_or(a2::REVERSE0, false),
-        ins.bool_or(a2::REVERSE1, false),
-    );
+fn activate2(v: &Activate2, ctx: &mut Ctx) -> Result<()> {
+    let (dst, src, f) = (v.dst, v.data, v.op);
+    let (op0, op1, rev0, rev1) = (v.op0, v.op1, v.reverse0, v.reverse1);
     let parts = src.parts;
     let n = src.free_size();
-    let imm0 = ctx.per_partition(ins.arg(a2::IMM0), parts, 0.0);
-    let imm1 = ctx.per_partition(ins.arg(a2::IMM1), parts, 0.0);
-    let alpha = ctx.per_partition(ins.arg(a2::RELU_PARAM), parts, 0.0);
+    let imm0 = ctx.scalar(v.imm0, parts);
+    let imm1 = ctx.scalar(v.imm1, parts);
+    let alpha = ctx.scalar(v.relu_param, parts);
     let stage = |op: AluOp, rev: bool, v: f32, k: f32| -> f32 {
         match (op, rev) {
             (AluOp::Bypass, _) => v,
@@ -422,67 +436,8 @@ pub fn activate2(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     }
     ctx.write_f32(dst, &out);
     let base = src.start as usize;
-    let rop = alu_op(ins, a2::REDUCE_OP).unwrap_or(AluOp::Add);
-    accumulate(ctx, base, &out, n, reduce_cmd(ins, a2::REDUCE_CMD), rop);
-    read_out(ctx, ins.arg(a2::REDUCE_RES), base, parts as usize);
+    let rop = v.reduce_op.unwrap_or(AluOp::Add);
+    accumulate(ctx, base, &out, n, v.reduce_cmd, rop);
+    read_out(ctx, v.reduce_res, base, parts as usize);
     Ok(())
-}
-
-/// The instructions this module implements.
-pub const MODULE: super::Module = super::Module {
-    opcodes: &[
-        Opcode::Activation,
-        Opcode::ActivationReduce,
-        Opcode::Activate2,
-    ],
-    check,
-    exec,
-};
-
-fn check(ins: &Instr) -> Result<()> {
-    match ins.op {
-        Opcode::Activation => check_activation(ins),
-        Opcode::ActivationReduce => check_activation_reduce(ins),
-        Opcode::Activate2 => check_activate2(ins),
-        _ => Ok(()),
-    }
-}
-
-fn exec(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
-    match ins.op {
-        Opcode::Activation => activation(ins, ctx),
-        Opcode::ActivationReduce => activation_reduce(ins, ctx),
-        Opcode::Activate2 => activate2(ins, ctx),
-        _ => Err(err(
-            Internal,
-            format!("{} is listed but not dispatched", ins.op.spec().name),
-        )),
-    }
-}
-
-// TRANSITIONAL: routes the generated dispatch to this module's old `MODULE` until it
-// implements `Semantics` on the operand views itself.
-impl super::Semantics for crate::isa::ops::Activation<'_> {
-    fn check(&self) -> crate::error::Result<()> {
-        (MODULE.check)(self.ins)
-    }
-    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
-        (MODULE.exec)(self.ins, ctx)
-    }
-}
-impl super::Semantics for crate::isa::ops::ActivationReduce<'_> {
-    fn check(&self) -> crate::error::Result<()> {
-        (MODULE.check)(self.ins)
-    }
-    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
-        (MODULE.exec)(self.ins, ctx)
-    }
-}
-impl super::Semantics for crate::isa::ops::Activate2<'_> {
-    fn check(&self) -> crate::error::Result<()> {
-        (MODULE.check)(self.ins)
-    }
-    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
-        (MODULE.exec)(self.ins, ctx)
-    }
 }

@@ -6,62 +6,95 @@ use super::alu::{
     apply_slices, apply_vec_inplace, is_bitwise, is_elementwise, is_unary,
 };
 use super::rows;
-use super::{check_column, same_shape, Ctx};
-use crate::error::{err, ErrorKind::*, Result};
-use crate::isa::tables::p::{
-    memset as ms, tensor_copy as tc, tensor_scalar as ts, tensor_tensor as tt,
-};
-use crate::isa::Opcode;
-use crate::isa::{AluOp, Arg, DType, Engine, Instr};
-use crate::memory::Mem;
+use super::{check_column, same_shape, Ctx, Semantics};
+use crate::error::{fail, ErrorKind::*, Result};
+use crate::isa::instr::{Imm, Scalar};
+use crate::isa::ops::{Memset, TensorCopy, TensorScalar, TensorTensor};
+use crate::isa::{AluOp, DType, Engine, Instr};
+use crate::memory::{Ap, Mem};
 use crate::numerics;
 
-fn alu(ins: &Instr, i: usize) -> Option<AluOp> {
-    ins.enum_val(i).and_then(AluOp::from_u8)
+impl Semantics for TensorTensor<'_> {
+    fn check(&self) -> Result<()> {
+        check_tensor_tensor(self)
+    }
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        tensor_tensor(self, ctx)
+    }
 }
 
-fn no_packed(ins: &Instr, names: &[(usize, &str)]) -> Result<()> {
-    for (i, n) in names {
-        if let Some(ap) = ins.ap(*i) {
-            if ap.dtype.is_packed() {
-                return Err(err(
-                    Dtype,
-                    format!(
-                        "{} cannot operate on packed MX dtype {}",
-                        ins.op.spec().name,
-                        ap.dtype.name()
-                    ),
-                )
-                .operand(n.to_string()));
-            }
+impl Semantics for TensorScalar<'_> {
+    fn check(&self) -> Result<()> {
+        check_tensor_scalar(self)
+    }
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        tensor_scalar(self, ctx)
+    }
+}
+
+impl Semantics for TensorCopy<'_> {
+    fn check(&self) -> Result<()> {
+        check_tensor_copy(self)
+    }
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        tensor_copy(self, ctx)
+    }
+}
+
+impl Semantics for Memset<'_> {
+    fn check(&self) -> Result<()> {
+        check_memset(self)
+    }
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        memset(self, ctx)
+    }
+}
+
+fn no_packed(ins: &Instr, aps: &[(&Ap, &str)]) -> Result<()> {
+    for (ap, n) in aps {
+        if ap.dtype.is_packed() {
+            return Err(fail(
+                Dtype,
+                "packed_dtype_not_allowed",
+                format!(
+                    "{} cannot operate on packed MX dtype {}",
+                    ins.op.spec().name,
+                    ap.dtype.name()
+                ),
+            )
+            .operand(n.to_string()));
         }
     }
     Ok(())
 }
 
-pub fn check_tensor_tensor(ins: &Instr) -> Result<()> {
-    let dst = ins.ap(tt::DST).unwrap();
-    let a = ins.ap(tt::DATA1).unwrap();
-    let b = ins.ap(tt::DATA2).unwrap();
+fn check_tensor_tensor(v: &TensorTensor) -> Result<()> {
+    let (ins, dst, a, b, op) = (v.ins, v.dst, v.data1, v.data2, v.op);
     same_shape(dst, "dst", a, "data1")?;
     same_shape(a, "data1", b, "data2")?;
     if a.mem == Mem::Psum && b.mem == Mem::Psum {
-        return Err(err(
+        return Err(fail(
             MemorySpace,
+            "psum_both_inputs",
             "at most one input of tensor_tensor may be in PSUM (both data1 and data2 are)",
         )
         .operand("data2"));
     }
-    let op = alu(ins, tt::OP).unwrap();
     if !is_elementwise(op) || is_unary(op) {
-        return Err(err(
+        return Err(fail(
             Value,
+            "alu_op_not_binary_elementwise",
             format!("{} is not a binary elementwise operator", op.name()),
         )
         .operand("op"));
     }
     if op == AluOp::Power && ins.engine != Engine::Gpsimd {
-        return Err(err(Value, "power runs on GpSimd only (engine=gpsimd)").operand("op"));
+        return Err(fail(
+            Value,
+            "power_gpsimd_only",
+            "power runs on GpSimd only (engine=gpsimd)",
+        )
+        .operand("op"));
     }
     super::alu::require_integer(op, &[(dst, "dst"), (a, "data1"), (b, "data2")])?;
     Ok(())
@@ -74,11 +107,8 @@ fn int32_exact(ins: &Instr, dts: &[DType]) -> bool {
             .all(|d| matches!(d, DType::Int32 | DType::Uint32))
 }
 
-pub fn tensor_tensor(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
-    let dst = ins.ap(tt::DST).unwrap();
-    let a = ins.ap(tt::DATA1).unwrap();
-    let b = ins.ap(tt::DATA2).unwrap();
-    let op = alu(ins, tt::OP).unwrap();
+fn tensor_tensor(v: &TensorTensor, ctx: &mut Ctx) -> Result<()> {
+    let (ins, dst, a, b, op) = (v.ins, v.dst, v.data1, v.data2, v.op);
     if is_bitwise(op) {
         let streamed = rows::map_raw(ctx, dst, [a, b], |_, _, _, _, [x, y], out| {
             for ((o, x), y) in out.iter_mut().zip(x).zip(y) {
@@ -146,79 +176,89 @@ pub fn tensor_tensor(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     Ok(())
 }
 
-pub fn check_tensor_scalar(ins: &Instr) -> Result<()> {
-    let dst = ins.ap(ts::DST).unwrap();
-    let src = ins.ap(ts::DATA).unwrap();
+fn check_tensor_scalar(v: &TensorScalar) -> Result<()> {
+    let (ins, dst, src, op0, op1) = (v.ins, v.dst, v.data, v.op0, v.op1);
     same_shape(dst, "dst", src, "data")?;
-    no_packed(ins, &[(ts::DST, "dst"), (ts::DATA, "data")])?;
-    check_column(ins.arg(ts::OPERAND0), "operand0", src.parts)?;
-    check_column(ins.arg(ts::OPERAND1), "operand1", src.parts)?;
-    let op0 = alu(ins, ts::OP0).unwrap();
-    let op1 = alu(ins, ts::OP1);
+    no_packed(ins, &[(dst, "dst"), (src, "data")])?;
+    check_column(v.operand0, "operand0", src.parts)?;
+    check_column(v.operand1, "operand1", src.parts)?;
     for (op, n) in [(Some(op0), "op0"), (op1, "op1")] {
         if let Some(op) = op {
             if !is_elementwise(op) {
-                return Err(err(
+                return Err(fail(
                     Value,
+                    "alu_op_not_elementwise",
                     format!("{} is not an elementwise operator", op.name()),
                 )
                 .operand(n));
             }
         }
     }
-    if !is_unary(op0) && matches!(ins.arg(ts::OPERAND0), Arg::Absent) {
-        return Err(err(Value, format!("op0 {} needs operand0", op0.name())).operand("operand0"));
+    if !is_unary(op0) && v.operand0.is_none() {
+        return Err(fail(
+            Value,
+            "alu_operand_missing",
+            format!("op0 {} needs operand0", op0.name()),
+        )
+        .operand("operand0"));
     }
     if let Some(op1) = op1 {
-        if !is_unary(op1) && matches!(ins.arg(ts::OPERAND1), Arg::Absent) {
-            return Err(
-                err(Value, format!("op1 {} needs operand1", op1.name())).operand("operand1")
-            );
+        if !is_unary(op1) && v.operand1.is_none() {
+            return Err(fail(
+                Value,
+                "alu_operand_missing",
+                format!("op1 {} needs operand1", op1.name()),
+            )
+            .operand("operand1"));
         }
         if is_bitwise(op0) != is_bitwise(op1) && op1 != AluOp::Bypass {
-            return Err(
-                err(Value, "op0 and op1 must both be bitwise or both arithmetic").operand("op1"),
-            );
+            return Err(fail(
+                Value,
+                "alu_bitwise_mix",
+                "op0 and op1 must both be bitwise or both arithmetic",
+            )
+            .operand("op1"));
         }
     }
     if is_bitwise(op0) {
         if ins.engine != Engine::Vector {
-            return Err(err(Value, "bitwise tensor_scalar runs on VectorE only").operand("engine"));
+            return Err(fail(
+                Value,
+                "bitwise_vector_only",
+                "bitwise tensor_scalar runs on VectorE only",
+            )
+            .operand("engine"));
         }
         super::alu::require_integer(op0, &[(dst, "dst"), (src, "data")])?;
     }
     if ins.engine == Engine::Gpsimd && (dst.mem == Mem::Psum || src.mem == Mem::Psum) {
-        return Err(err(MemorySpace, "GpSimd cannot access PSUM").operand("dst"));
+        return Err(
+            fail(MemorySpace, "gpsimd_no_psum", "GpSimd cannot access PSUM").operand("dst"),
+        );
     }
     Ok(())
 }
 
-pub fn tensor_scalar(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
-    let dst = ins.ap(ts::DST).unwrap();
-    let src = ins.ap(ts::DATA).unwrap();
-    let op0 = alu(ins, ts::OP0).unwrap();
-    let op1 = alu(ins, ts::OP1);
-    let (rev0, rev1) = (
-        ins.bool_or(ts::REVERSE0, false),
-        ins.bool_or(ts::REVERSE1, false),
-    );
+fn tensor_scalar(v: &TensorScalar, ctx: &mut Ctx) -> Result<()> {
+    let (dst, src, op0, op1) = (v.dst, v.data, v.op0, v.op1);
+    let (rev0, rev1) = (v.reverse0, v.reverse1);
     let p = src.parts as usize;
     let f = src.free_size();
     if !is_bitwise(op0) {
-        return tensor_scalar_f32(ins, ctx, (op0, rev0), op1.map(|o| (o, rev1)));
+        return tensor_scalar_f32(v, ctx, (op0, rev0), op1.map(|o| (o, rev1)));
     }
-    let c0 = ctx.per_partition(ins.arg(ts::OPERAND0), src.parts, 0.0);
-    let c1 = ctx.per_partition(ins.arg(ts::OPERAND1), src.parts, 0.0);
+    let c0 = ctx.scalar_or(v.operand0, src.parts, 0.0);
+    let c1 = ctx.scalar_or(v.operand1, src.parts, 0.0);
     // Bitwise: integer (P,1) tiles give their raw bits (like data); immediates their integer value.
-    let bits = |a: &Arg, c: &[f32]| -> Vec<u32> {
+    let bits = |a: Option<Scalar>, c: &[f32]| -> Vec<u32> {
         match a {
-            Arg::Tensor(ap) if ap.dtype.is_integer() => ctx.read_raw(ap),
-            Arg::I32(v) => vec![*v as u32; c.len()],
+            Some(Scalar::Tile(ap)) if ap.dtype.is_integer() => ctx.read_raw(ap),
+            Some(Scalar::Imm(Imm::I32(v))) => vec![v as u32; c.len()],
             _ => c.iter().map(|v| *v as i32 as u32).collect(),
         }
     };
-    let b0 = bits(ins.arg(ts::OPERAND0), &c0);
-    let b1 = bits(ins.arg(ts::OPERAND1), &c1);
+    let b0 = bits(v.operand0, &c0);
+    let b1 = bits(v.operand1, &c1);
     let x = ctx.read_raw(src);
     let mut out = vec![0u32; x.len()];
     for r in 0..p {
@@ -251,10 +291,11 @@ enum Operand {
 }
 
 impl Operand {
-    fn read(ctx: &Ctx, a: &Arg) -> Operand {
+    fn read(ctx: &Ctx, a: Option<Scalar>) -> Operand {
         match a {
-            Arg::Tensor(ap) => Operand::Col(ctx.read_f32(ap)),
-            a => Operand::Imm(a.imm_f32().unwrap_or(0.0)),
+            Some(Scalar::Tile(ap)) => Operand::Col(ctx.read_f32(ap)),
+            Some(Scalar::Imm(i)) => Operand::Imm(i.f32()),
+            None => Operand::Imm(0.0),
         }
     }
     #[inline]
@@ -269,16 +310,15 @@ impl Operand {
 /// Arithmetic tensor_scalar: fused in-memory pass for dense fp32, else streamed blocks, else
 /// the materialising path.
 fn tensor_scalar_f32(
-    ins: &Instr,
+    v: &TensorScalar,
     ctx: &mut Ctx,
     (op0, rev0): (AluOp, bool),
     op1: Option<(AluOp, bool)>,
 ) -> Result<()> {
-    let dst = ins.ap(ts::DST).unwrap();
-    let src = ins.ap(ts::DATA).unwrap();
+    let (dst, src) = (v.dst, v.data);
     let (p, f) = (src.parts as usize, src.free_size());
-    let c0 = Operand::read(ctx, ins.arg(ts::OPERAND0));
-    let c1 = Operand::read(ctx, ins.arg(ts::OPERAND1));
+    let c0 = Operand::read(ctx, v.operand0);
+    let c1 = Operand::read(ctx, v.operand1);
     let (op1, rev1) = match op1 {
         Some((o, r)) => (Some(o), r),
         None => (None, false),
@@ -323,13 +363,13 @@ fn tensor_scalar_f32(
     Ok(())
 }
 
-pub fn check_tensor_copy(ins: &Instr) -> Result<()> {
-    let dst = ins.ap(tc::DST).unwrap();
-    let src = ins.ap(tc::SRC).unwrap();
+fn check_tensor_copy(v: &TensorCopy) -> Result<()> {
+    let (dst, src) = (v.dst, v.src);
     same_shape(dst, "dst", src, "src")?;
     if (dst.dtype.is_packed() || src.dtype.is_packed()) && dst.dtype != src.dtype {
-        return Err(err(
+        return Err(fail(
             Dtype,
+            "packed_dtype_copy",
             format!(
                 "packed MX dtypes copy only to the same dtype ({} -> {})",
                 src.dtype.name(),
@@ -341,9 +381,8 @@ pub fn check_tensor_copy(ins: &Instr) -> Result<()> {
     Ok(())
 }
 
-pub fn tensor_copy(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
-    let dst = ins.ap(tc::DST).unwrap();
-    let src = ins.ap(tc::SRC).unwrap();
+fn tensor_copy(v: &TensorCopy, ctx: &mut Ctx) -> Result<()> {
+    let (dst, src) = (v.dst, v.src);
     if dst.dtype == src.dtype {
         if !rows::copy_same(ctx, dst, src) {
             let raw = ctx.mems.gather(src);
@@ -358,17 +397,17 @@ pub fn tensor_copy(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     Ok(())
 }
 
-pub fn check_memset(ins: &Instr) -> Result<()> {
-    let dst = ins.ap(ms::DST).unwrap();
-    let value = ins.arg(ms::VALUE);
-    let v = ins.f32_or(ms::VALUE, 0.0);
+fn check_memset(m: &Memset) -> Result<()> {
+    let (ins, dst, value) = (m.ins, m.dst, m.value);
+    let v = value.f32();
     let zero = match value {
-        Arg::I32(i) => *i == 0,
-        _ => v.to_bits() == 0,
+        Imm::I32(i) => i == 0,
+        Imm::F32(_) => v.to_bits() == 0,
     };
     if dst.dtype.is_packed() && !zero {
-        return Err(err(
+        return Err(fail(
             Value,
+            "packed_memset_nonzero",
             format!(
                 "packed MX dtype {} can only be memset to 0",
                 dst.dtype.name()
@@ -387,16 +426,17 @@ pub fn check_memset(ins: &Instr) -> Result<()> {
         };
         let ok = match value {
             // A 32-bit integer immediate is a word: any value fills an int32/uint32 tile exactly.
-            Arg::I32(i) => dst.dtype.size() == 4 || (lo..=hi).contains(&(*i as f64)),
-            _ => v.fract() == 0.0 && (lo..=hi).contains(&(v as f64)),
+            Imm::I32(i) => dst.dtype.size() == 4 || (lo..=hi).contains(&(i as f64)),
+            Imm::F32(_) => v.fract() == 0.0 && (lo..=hi).contains(&(v as f64)),
         };
         if !ok {
             let shown = match value {
-                Arg::I32(i) => i.to_string(),
-                _ => v.to_string(),
+                Imm::I32(i) => i.to_string(),
+                Imm::F32(_) => v.to_string(),
             };
-            return Err(err(
+            return Err(fail(
                 Value,
+                "memset_value_range",
                 format!(
                     "value {shown} is not an integer in range of {}",
                     dst.dtype.name()
@@ -406,93 +446,25 @@ pub fn check_memset(ins: &Instr) -> Result<()> {
         }
     }
     if ins.engine == Engine::Gpsimd && dst.mem == Mem::Psum {
-        return Err(err(MemorySpace, "GpSimd cannot access PSUM").operand("dst"));
+        return Err(
+            fail(MemorySpace, "gpsimd_no_psum", "GpSimd cannot access PSUM").operand("dst"),
+        );
     }
     Ok(())
 }
 
-pub fn memset(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
-    let dst = ins.ap(ms::DST).unwrap();
-    let raw = match ins.arg(ms::VALUE) {
+fn memset(m: &Memset, ctx: &mut Ctx) -> Result<()> {
+    let dst = m.dst;
+    let raw = match m.value {
         _ if dst.dtype.is_packed() => 0,
         // Integer immediates fill integer tiles exactly (truncated to the dtype's width, which
         // check_memset has range-checked); float tiles get the RNE fp32 conversion.
-        Arg::I32(i) if dst.dtype.is_integer() => *i as u32,
-        _ => numerics::from_f32(dst.dtype, ins.f32_or(ms::VALUE, 0.0)),
+        Imm::I32(i) if dst.dtype.is_integer() => i as u32,
+        value => numerics::from_f32(dst.dtype, value.f32()),
     };
     if !rows::fill_raw(&mut ctx.mems, dst, raw) {
         let vals = vec![raw; dst.num_elements()];
         ctx.write_raw(dst, &vals);
     }
     Ok(())
-}
-
-/// The instructions this module implements.
-pub const MODULE: super::Module = super::Module {
-    opcodes: &[
-        Opcode::TensorTensor,
-        Opcode::TensorScalar,
-        Opcode::TensorCopy,
-        Opcode::Memset,
-    ],
-    check,
-    exec,
-};
-
-fn check(ins: &Instr) -> Result<()> {
-    match ins.op {
-        Opcode::TensorTensor => check_tensor_tensor(ins),
-        Opcode::TensorScalar => check_tensor_scalar(ins),
-        Opcode::TensorCopy => check_tensor_copy(ins),
-        Opcode::Memset => check_memset(ins),
-        _ => Ok(()),
-    }
-}
-
-fn exec(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
-    match ins.op {
-        Opcode::TensorTensor => tensor_tensor(ins, ctx),
-        Opcode::TensorScalar => tensor_scalar(ins, ctx),
-        Opcode::TensorCopy => tensor_copy(ins, ctx),
-        Opcode::Memset => memset(ins, ctx),
-        _ => Err(crate::error::err(
-            crate::error::ErrorKind::Internal,
-            format!("{} is listed but not dispatched", ins.op.spec().name),
-        )),
-    }
-}
-
-// TRANSITIONAL: routes the generated dispatch to this module's old `MODULE` until it
-// implements `Semantics` on the operand views itself.
-impl super::Semantics for crate::isa::ops::TensorTensor<'_> {
-    fn check(&self) -> crate::error::Result<()> {
-        (MODULE.check)(self.ins)
-    }
-    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
-        (MODULE.exec)(self.ins, ctx)
-    }
-}
-impl super::Semantics for crate::isa::ops::TensorScalar<'_> {
-    fn check(&self) -> crate::error::Result<()> {
-        (MODULE.check)(self.ins)
-    }
-    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
-        (MODULE.exec)(self.ins, ctx)
-    }
-}
-impl super::Semantics for crate::isa::ops::TensorCopy<'_> {
-    fn check(&self) -> crate::error::Result<()> {
-        (MODULE.check)(self.ins)
-    }
-    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
-        (MODULE.exec)(self.ins, ctx)
-    }
-}
-impl super::Semantics for crate::isa::ops::Memset<'_> {
-    fn check(&self) -> crate::error::Result<()> {
-        (MODULE.check)(self.ins)
-    }
-    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
-        (MODULE.exec)(self.ins, ctx)
-    }
 }

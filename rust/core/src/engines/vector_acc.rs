@@ -7,10 +7,11 @@
 //! `idle` "may still clobber" them; the emulator leaves them untouched (a documented choice).
 
 use super::alu::apply;
-use super::Ctx;
-use crate::error::{err, ErrorKind::*, Result};
-use crate::isa::{AluOp, Arg, Instr, ReduceCmd};
+use super::{Ctx, TileOperand};
+use crate::error::{fail, ErrorKind::*, Result};
+use crate::isa::{AluOp, Instr, ReduceCmd};
 
+/// TRANSITIONAL (the views carry `reduce_cmd` typed): the command at enum operand `i`.
 pub fn reduce_cmd(ins: &Instr, i: usize) -> ReduceCmd {
     ins.enum_val(i)
         .and_then(ReduceCmd::from_u8)
@@ -68,8 +69,8 @@ pub fn run(
 
 /// Write lanes `base..base+p` to the (P,1) `reduce_res` operand (if given), optionally negated
 /// (the register itself is not changed).
-pub fn read_out(ctx: &mut Ctx, res: &Arg, base: usize, p: usize, negate: bool) {
-    if let Arg::Tensor(ap) = res {
+pub fn read_out(ctx: &mut Ctx, res: impl TileOperand, base: usize, p: usize, negate: bool) {
+    if let Some(ap) = res.tile() {
         let vals: Vec<f32> = (0..p)
             .map(|r| {
                 let v = ctx.state.vec_acc.get(base + r).copied().unwrap_or(0.0);
@@ -84,11 +85,17 @@ pub fn read_out(ctx: &mut Ctx, res: &Arg, base: usize, p: usize, negate: bool) {
     }
 }
 
-/// Instructions without an initial-value operand cannot load_reduce.
+/// TRANSITIONAL (`forbid_load_reduce` on the view's field replaces it).
 pub fn no_load_reduce(ins: &Instr, i: usize) -> Result<()> {
-    if reduce_cmd(ins, i) == ReduceCmd::LoadReduce {
-        return Err(err(
+    forbid_load_reduce(ins, reduce_cmd(ins, i))
+}
+
+/// Instructions without an initial-value operand cannot load_reduce.
+pub fn forbid_load_reduce(ins: &Instr, cmd: ReduceCmd) -> Result<()> {
+    if cmd == ReduceCmd::LoadReduce {
+        return Err(fail(
             Value,
+            "load_reduce_without_initial_value",
             format!(
                 "{} has no initial-value operand, so reduce_cmd=load_reduce is not allowed",
                 ins.op.spec().name

@@ -3,11 +3,30 @@
 
 use super::alu::{apply, apply_bits, is_bitwise, reduce_groups};
 use super::vector_acc as acc;
-use super::vector_rules::{alu_req, arithmetic, max_free_dims, one_of};
-use super::{check_column, same_shape, Ctx};
-use crate::error::{err, ErrorKind::*, Result};
-use crate::isa::tables::p::{tensor_reduce as tr, tensor_scalar_reduce as tsr};
-use crate::isa::{AluOp, Instr, Opcode};
+use super::vector_rules::{arithmetic, max_free_dims, one_of};
+use super::{check_column, same_shape, Ctx, Semantics};
+use crate::error::{fail, ErrorKind::*, Result};
+use crate::isa::ops::{TensorReduce, TensorScalarReduce};
+use crate::isa::AluOp;
+use crate::memory::Ap;
+
+impl Semantics for TensorReduce<'_> {
+    fn check(&self) -> Result<()> {
+        check_tensor_reduce(self)
+    }
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        tensor_reduce(self, ctx)
+    }
+}
+
+impl Semantics for TensorScalarReduce<'_> {
+    fn check(&self) -> Result<()> {
+        check_tensor_scalar_reduce(self)
+    }
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        tensor_scalar_reduce(self, ctx)
+    }
+}
 
 /// Operators legal in tensor_reduce (reference §2.2, "reduction-legal").
 const REDUCE_OPS: &[AluOp] = &[
@@ -27,12 +46,11 @@ const REDUCE_OPS: &[AluOp] = &[
 /// The first reduced axis (1-based over the data's free dims): `axis` must list the trailing
 /// free axes k..=ndim in any order, each once (reference §2.6; axis 0, the partition dim, is
 /// illegal).
-fn first_axis(ins: &Instr) -> Result<usize> {
-    let data = ins.ap(tr::DATA).unwrap();
+fn first_axis(data: &Ap, axis: &[i32]) -> Result<usize> {
     let nd = data.dims.len();
-    let mut axes: Vec<i32> = ins.ints(tr::AXIS).to_vec();
+    let mut axes: Vec<i32> = axis.to_vec();
     axes.sort_unstable();
-    let bad = |why: String| Err(err(Value, why).operand("axis"));
+    let bad = |why: String| Err(fail(Value, "reduce_axis_invalid", why).operand("axis"));
     if axes.is_empty() {
         return bad("axis must list at least one free axis".into());
     }
@@ -48,22 +66,19 @@ fn first_axis(ins: &Instr) -> Result<usize> {
         return bad(format!(
             "axis must be the trailing free axes k..={nd} of this {}-D data (e.g. [{nd}], or all of 1..={nd}), got {:?}",
             nd + 1,
-            ins.ints(tr::AXIS)
+            axis
         ));
     }
     Ok(k)
 }
 
-pub fn check_tensor_reduce(ins: &Instr) -> Result<()> {
-    let dst = ins.ap(tr::DST).unwrap();
-    let data = ins.ap(tr::DATA).unwrap();
-    let op = alu_req(ins, tr::OP, "op")?;
+fn check_tensor_reduce(v: &TensorReduce) -> Result<()> {
+    let (dst, data, op) = (v.dst, v.data, v.op);
     one_of(op, REDUCE_OPS, "op")?;
-    let k = first_axis(ins)?;
+    let k = first_axis(data, v.axis)?;
     let kept: usize = data.dims[..k - 1].iter().map(|d| d.1 as usize).product();
     if dst.parts != data.parts || dst.free_size() != kept {
-        return Err(err(
-            Shape,
+        return Err(fail(Shape, "reduce_dst_shape",
             format!(
                 "dst must have data's {} partitions and {kept} elements per partition (the kept dims of {:?}), got {:?}",
                 data.parts,
@@ -74,9 +89,10 @@ pub fn check_tensor_reduce(ins: &Instr) -> Result<()> {
         .operand("dst"));
     }
     if is_bitwise(op) {
-        if ins.bool_or(tr::NEGATE, false) {
-            return Err(err(
+        if v.negate {
+            return Err(fail(
                 Value,
+                "reduce_negate_bitwise",
                 format!(
                     "negate applies to arithmetic results only, not bitwise {}",
                     op.name()
@@ -92,11 +108,9 @@ pub fn check_tensor_reduce(ins: &Instr) -> Result<()> {
 /// Folds run left to right in free order starting from the first element (so subtract gives
 /// x0 - x1 - x2 ...; the hardware order is not public); logical ops start from their identity
 /// so single-element results are 1.0 / 0.0 too.
-pub fn tensor_reduce(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
-    let dst = ins.ap(tr::DST).unwrap();
-    let data = ins.ap(tr::DATA).unwrap();
-    let op = alu_req(ins, tr::OP, "op")?;
-    let k = first_axis(ins)?;
+fn tensor_reduce(v: &TensorReduce, ctx: &mut Ctx) -> Result<()> {
+    let (dst, data, op) = (v.dst, v.data, v.op);
+    let k = first_axis(data, v.axis)?;
     let m: usize = data.dims[k - 1..].iter().map(|d| d.1 as usize).product();
     let groups = data.num_elements() / m.max(1);
     if is_bitwise(op) {
@@ -113,7 +127,7 @@ pub fn tensor_reduce(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
         ctx.write_raw(dst, &out);
         return Ok(());
     }
-    let negate = ins.bool_or(tr::NEGATE, false);
+    let negate = v.negate;
     let x = ctx.read_f32(data);
     let mut out: Vec<f32> = match op {
         AluOp::LogicalAnd | AluOp::LogicalOr | AluOp::LogicalXor => {
@@ -141,24 +155,24 @@ pub fn tensor_reduce(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     Ok(())
 }
 
-pub fn check_tensor_scalar_reduce(ins: &Instr) -> Result<()> {
-    let dst = ins.ap(tsr::DST).unwrap();
-    let data = ins.ap(tsr::DATA).unwrap();
+fn check_tensor_scalar_reduce(v: &TensorScalarReduce) -> Result<()> {
+    let (dst, data) = (v.dst, v.data);
     same_shape(data, "data", dst, "dst")?;
     max_free_dims(data, "data", 3)?;
     max_free_dims(dst, "dst", 3)?;
-    check_column(ins.arg(tsr::OPERAND0), "operand0", data.parts)?;
-    check_column(ins.arg(tsr::REDUCE_RES), "reduce_res", data.parts)?;
-    check_column(ins.arg(tsr::REDUCE_INIT), "reduce_init", data.parts)?;
-    arithmetic(alu_req(ins, tsr::OP0, "op0")?, "op0", true)?;
+    check_column(v.operand0, "operand0", data.parts)?;
+    check_column(v.reduce_res, "reduce_res", data.parts)?;
+    check_column(v.reduce_init, "reduce_init", data.parts)?;
+    arithmetic(v.op0, "op0", true)?;
     one_of(
-        alu_req(ins, tsr::REDUCE_OP, "reduce_op")?,
+        v.reduce_op,
         &[AluOp::Add, AluOp::Multiply, AluOp::Maximum, AluOp::Minimum],
         "reduce_op",
     )?;
-    if ins.bool_or(tsr::REVERSE0, false) {
-        return Err(err(
+    if v.reverse0 {
+        return Err(fail(
             Value,
+            "reverse0_not_supported",
             "tensor_scalar_reduce does not support reverse0=True (reference §2.6)",
         )
         .operand("reverse0"));
@@ -166,14 +180,11 @@ pub fn check_tensor_scalar_reduce(ins: &Instr) -> Result<()> {
     Ok(())
 }
 
-pub fn tensor_scalar_reduce(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
-    let dst = ins.ap(tsr::DST).unwrap();
-    let data = ins.ap(tsr::DATA).unwrap();
-    let op0 = alu_req(ins, tsr::OP0, "op0")?;
-    let rop = alu_req(ins, tsr::REDUCE_OP, "reduce_op")?;
+fn tensor_scalar_reduce(v: &TensorScalarReduce, ctx: &mut Ctx) -> Result<()> {
+    let (dst, data, op0, rop) = (v.dst, v.data, v.op0, v.reduce_op);
     let (p, n) = (data.parts as usize, data.free_size());
-    let c0 = ctx.per_partition(ins.arg(tsr::OPERAND0), data.parts, 0.0);
-    let init = ctx.per_partition(ins.arg(tsr::REDUCE_INIT), data.parts, 0.0);
+    let c0 = ctx.scalar(v.operand0, data.parts);
+    let init = ctx.scalar_or(v.reduce_init, data.parts, 0.0);
     let x = ctx.read_f32(data);
     let out: Vec<f32> = x
         .iter()
@@ -182,48 +193,7 @@ pub fn tensor_scalar_reduce(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
         .collect();
     ctx.write_f32(dst, &out);
     let base = data.start as usize;
-    acc::run(
-        ctx,
-        base,
-        acc::reduce_cmd(ins, tsr::REDUCE_CMD),
-        rop,
-        &init,
-        &out,
-        n,
-    );
-    let neg = ins.bool_or(tsr::REDUCE_RES_NEGATE, false);
-    acc::read_out(ctx, ins.arg(tsr::REDUCE_RES), base, p, neg);
+    acc::run(ctx, base, v.reduce_cmd, rop, &init, &out, n);
+    acc::read_out(ctx, v.reduce_res, base, p, v.reduce_res_negate);
     Ok(())
-}
-
-/// The instructions this module implements.
-pub const MODULE: super::Module = super::Module {
-    opcodes: &[Opcode::TensorReduce, Opcode::TensorScalarReduce],
-    check: |ins| match ins.op {
-        Opcode::TensorReduce => check_tensor_reduce(ins),
-        _ => check_tensor_scalar_reduce(ins),
-    },
-    exec: |ins, ctx| match ins.op {
-        Opcode::TensorReduce => tensor_reduce(ins, ctx),
-        _ => tensor_scalar_reduce(ins, ctx),
-    },
-};
-
-// TRANSITIONAL: routes the generated dispatch to this module's old `MODULE` until it
-// implements `Semantics` on the operand views itself.
-impl super::Semantics for crate::isa::ops::TensorReduce<'_> {
-    fn check(&self) -> crate::error::Result<()> {
-        (MODULE.check)(self.ins)
-    }
-    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
-        (MODULE.exec)(self.ins, ctx)
-    }
-}
-impl super::Semantics for crate::isa::ops::TensorScalarReduce<'_> {
-    fn check(&self) -> crate::error::Result<()> {
-        (MODULE.check)(self.ins)
-    }
-    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
-        (MODULE.exec)(self.ins, ctx)
-    }
 }

@@ -1,25 +1,33 @@
 //! Operand rules shared by the VectorE instruction modules (reference §2.0, §2.2).
 
 use super::alu::{is_bitwise, is_elementwise, is_unary};
-use crate::error::{err, ErrorKind::*, Result};
+use crate::error::{fail, ErrorKind::*, Result};
 use crate::isa::{AluOp, Instr};
 use crate::memory::{Ap, Mem};
 
-/// The ALU operator at operand `i`, if given.
+/// TRANSITIONAL (the views carry ALU operators typed): the ALU operator at operand `i`.
 pub fn alu(ins: &Instr, i: usize) -> Option<AluOp> {
     ins.enum_val(i).and_then(AluOp::from_u8)
 }
 
-/// The ALU operator at a required enum operand (validation guarantees it is present).
+/// TRANSITIONAL: the ALU operator at a required enum operand.
 pub fn alu_req(ins: &Instr, i: usize, name: &str) -> Result<AluOp> {
-    alu(ins, i).ok_or_else(|| err(Value, "required ALU operator is missing").operand(name))
+    alu(ins, i).ok_or_else(|| {
+        fail(
+            Value,
+            "operand_required",
+            "required ALU operator is missing",
+        )
+        .operand(name)
+    })
 }
 
 /// Two-input VectorE instructions read at most one input from PSUM.
 pub fn not_both_psum(a: &Ap, an: &str, b: &Ap, bn: &str) -> Result<()> {
     if a.mem == Mem::Psum && b.mem == Mem::Psum {
-        return Err(err(
+        return Err(fail(
             MemorySpace,
+            "psum_both_inputs",
             format!("at most one of {an} and {bn} may be in PSUM (both are)"),
         )
         .operand(bn.to_string()));
@@ -30,8 +38,9 @@ pub fn not_both_psum(a: &Ap, an: &str, b: &Ap, bn: &str) -> Result<()> {
 /// An arithmetic (fp32) elementwise operator: not bitwise, not the partition-only `average`.
 pub fn arithmetic(op: AluOp, name: &str, allow_unary: bool) -> Result<()> {
     if is_bitwise(op) || !is_elementwise(op) || (!allow_unary && is_unary(op)) {
-        return Err(err(
+        return Err(fail(
             Value,
+            "alu_op_not_arithmetic",
             format!(
                 "{name} must be a{} arithmetic ALU operator, got {}",
                 if allow_unary { "n" } else { " binary" },
@@ -47,8 +56,9 @@ pub fn arithmetic(op: AluOp, name: &str, allow_unary: bool) -> Result<()> {
 pub fn one_of(op: AluOp, allowed: &[AluOp], name: &str) -> Result<()> {
     if !allowed.contains(&op) {
         let names: Vec<_> = allowed.iter().map(|o| o.name()).collect();
-        return Err(err(
+        return Err(fail(
             Value,
+            "alu_op_not_allowed",
             format!(
                 "{name} must be one of {}, got {}",
                 names.join(", "),
@@ -64,8 +74,9 @@ pub fn one_of(op: AluOp, allowed: &[AluOp], name: &str) -> Result<()> {
 pub fn free_in(ap: &Ap, name: &str, lo: usize, hi: usize) -> Result<()> {
     let f = ap.free_size();
     if f < lo || f > hi {
-        return Err(err(
+        return Err(fail(
             Shape,
+            "free_size_out_of_range",
             format!("{name} must have {lo}..={hi} elements per partition, got {f}"),
         )
         .operand(name.to_string()));
@@ -76,8 +87,9 @@ pub fn free_in(ap: &Ap, name: &str, lo: usize, hi: usize) -> Result<()> {
 /// An operand with exactly `n` elements per partition on the same partitions count as `parts`.
 pub fn exact_shape(ap: &Ap, name: &str, parts: u32, n: usize) -> Result<()> {
     if ap.parts != parts || ap.free_size() != n {
-        return Err(err(
+        return Err(fail(
             Shape,
+            "exact_shape_mismatch",
             format!(
                 "{name} must be ({parts}, {n}) (partitions, elements per partition), got {:?}",
                 ap.shape()
@@ -91,8 +103,9 @@ pub fn exact_shape(ap: &Ap, name: &str, parts: u32, n: usize) -> Result<()> {
 /// An operand may have at most `n` free dims (rank n + 1 with the partition dim).
 pub fn max_free_dims(ap: &Ap, name: &str, n: usize) -> Result<()> {
     if ap.dims.len() > n {
-        return Err(err(
+        return Err(fail(
             Shape,
+            "too_many_free_dims",
             format!(
                 "{name} may have at most {n} free dims (rank {}), got shape {:?}",
                 n + 1,

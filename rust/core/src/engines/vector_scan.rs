@@ -3,37 +3,44 @@
 
 use super::alu::apply;
 use super::vector_acc as acc;
-use super::vector_rules::{alu_req, arithmetic, not_both_psum, one_of};
-use super::{check_column, same_shape, Ctx};
-use crate::error::{err, ErrorKind::*, Result};
-use crate::isa::tables::p::{tensor_scalar_cumulative as tsc, tensor_tensor_scan as tts};
-use crate::isa::{AluOp, Arg, Instr, Opcode, ReduceCmd};
+use super::vector_rules::{arithmetic, not_both_psum, one_of};
+use super::{check_column, same_shape, Ctx, Semantics};
+use crate::error::{fail, ErrorKind::*, Result};
+use crate::isa::ops::{TensorScalarCumulative, TensorTensorScan};
+use crate::isa::{AluOp, ReduceCmd};
 
-pub fn check_tensor_tensor_scan(ins: &Instr) -> Result<()> {
-    let dst = ins.ap(tts::DST).unwrap();
-    let d0 = ins.ap(tts::DATA0).unwrap();
-    let d1 = ins.ap(tts::DATA1).unwrap();
-    same_shape(d0, "data0", d1, "data1")?;
-    same_shape(d0, "data0", dst, "dst")?;
-    not_both_psum(d0, "data0", d1, "data1")?;
-    check_column(ins.arg(tts::INITIAL), "initial", d0.parts)?;
-    arithmetic(alu_req(ins, tts::OP0, "op0")?, "op0", false)?;
-    arithmetic(alu_req(ins, tts::OP1, "op1")?, "op1", false)?;
-    Ok(())
+impl Semantics for TensorTensorScan<'_> {
+    fn check(&self) -> Result<()> {
+        let (dst, d0, d1) = (self.dst, self.data0, self.data1);
+        same_shape(d0, "data0", d1, "data1")?;
+        same_shape(d0, "data0", dst, "dst")?;
+        not_both_psum(d0, "data0", d1, "data1")?;
+        check_column(self.initial, "initial", d0.parts)?;
+        arithmetic(self.op0, "op0", false)?;
+        arithmetic(self.op1, "op1", false)?;
+        Ok(())
+    }
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        tensor_tensor_scan(self, ctx)
+    }
+}
+
+impl Semantics for TensorScalarCumulative<'_> {
+    fn check(&self) -> Result<()> {
+        check_tensor_scalar_cumulative(self)
+    }
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        tensor_scalar_cumulative(self, ctx)
+    }
 }
 
 /// r[-1] = initial; t = op0(data0[i], r[i-1]) (reverse0: op0(r[i-1], data0[i]));
 /// r[i] = op1(t, data1[i]) (reverse1: op1(data1[i], t)); fp32 carry, dst[i] = cast(r[i]).
-pub fn tensor_tensor_scan(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
-    let dst = ins.ap(tts::DST).unwrap();
-    let d0 = ins.ap(tts::DATA0).unwrap();
-    let d1 = ins.ap(tts::DATA1).unwrap();
-    let op0 = alu_req(ins, tts::OP0, "op0")?;
-    let op1 = alu_req(ins, tts::OP1, "op1")?;
-    let rev0 = ins.bool_or(tts::REVERSE0, false);
-    let rev1 = ins.bool_or(tts::REVERSE1, false);
+fn tensor_tensor_scan(v: &TensorTensorScan, ctx: &mut Ctx) -> Result<()> {
+    let (dst, d0, d1) = (v.dst, v.data0, v.data1);
+    let (op0, op1, rev0, rev1) = (v.op0, v.op1, v.reverse0, v.reverse1);
     let (p, n) = (d0.parts as usize, d0.free_size());
-    let init = ctx.per_partition(ins.arg(tts::INITIAL), d0.parts, 0.0);
+    let init = ctx.scalar(v.initial, d0.parts);
     let a = ctx.read_f32(d0);
     let b = ctx.read_f32(d1);
     let mut out = vec![0f32; a.len()];
@@ -57,15 +64,14 @@ pub fn tensor_tensor_scan(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     Ok(())
 }
 
-pub fn check_tensor_scalar_cumulative(ins: &Instr) -> Result<()> {
-    let dst = ins.ap(tsc::DST).unwrap();
-    let src = ins.ap(tsc::SRC).unwrap();
+fn check_tensor_scalar_cumulative(v: &TensorScalarCumulative) -> Result<()> {
+    let (dst, src) = (v.dst, v.src);
     same_shape(src, "src", dst, "dst")?;
-    check_column(ins.arg(tsc::IMM0), "imm0", src.parts)?;
-    check_column(ins.arg(tsc::IMM1), "imm1", src.parts)?;
-    arithmetic(alu_req(ins, tsc::OP0, "op0")?, "op0", true)?;
+    check_column(v.imm0, "imm0", src.parts)?;
+    check_column(v.imm1, "imm1", src.parts)?;
+    arithmetic(v.op0, "op0", true)?;
     one_of(
-        alu_req(ins, tsc::OP1, "op1")?,
+        v.op1,
         &[
             AluOp::Add,
             AluOp::Subtract,
@@ -75,19 +81,18 @@ pub fn check_tensor_scalar_cumulative(ins: &Instr) -> Result<()> {
         ],
         "op1",
     )?;
-    match acc::reduce_cmd(ins, tsc::REDUCE_CMD) {
+    match v.reduce_cmd {
         ReduceCmd::ResetReduce | ReduceCmd::Reduce => {}
         ReduceCmd::LoadReduce => {
-            if matches!(ins.arg(tsc::IMM1), Arg::Absent) {
+            if v.imm1.is_none() {
                 return Err(
-                    err(Value, "reduce_cmd=load_reduce loads imm1, which is missing")
+                    fail(Value, "load_reduce_without_initial_value", "reduce_cmd=load_reduce loads imm1, which is missing")
                         .operand("imm1"),
                 );
             }
         }
         c => {
-            return Err(err(
-                Value,
+            return Err(fail(Value, "cumulative_reduce_cmd",
                 format!(
                     "tensor_scalar_cumulative scans through the accumulator: reduce_cmd must be reset_reduce, reduce or load_reduce, got {}",
                     c.name()
@@ -102,15 +107,11 @@ pub fn check_tensor_scalar_cumulative(ins: &Instr) -> Result<()> {
 /// reg = start (reset_reduce: identity of op1; reduce: the lane's accumulator; load_reduce:
 /// imm1); for each element reg = op1(op0(src[i], imm0), reg), dst[i] = cast(reg). The final reg
 /// stays in the accumulator. For subtract this is x' - reg, as the reference writes it (§6.6).
-pub fn tensor_scalar_cumulative(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
-    let dst = ins.ap(tsc::DST).unwrap();
-    let src = ins.ap(tsc::SRC).unwrap();
-    let op0 = alu_req(ins, tsc::OP0, "op0")?;
-    let op1 = alu_req(ins, tsc::OP1, "op1")?;
-    let cmd = acc::reduce_cmd(ins, tsc::REDUCE_CMD);
+fn tensor_scalar_cumulative(v: &TensorScalarCumulative, ctx: &mut Ctx) -> Result<()> {
+    let (dst, src, op0, op1, cmd) = (v.dst, v.src, v.op0, v.op1, v.reduce_cmd);
     let (p, n) = (src.parts as usize, src.free_size());
-    let imm0 = ctx.per_partition(ins.arg(tsc::IMM0), src.parts, 0.0);
-    let imm1 = ctx.per_partition(ins.arg(tsc::IMM1), src.parts, 0.0);
+    let imm0 = ctx.scalar(v.imm0, src.parts);
+    let imm1 = ctx.scalar_or(v.imm1, src.parts, 0.0);
     let x = ctx.read_f32(src);
     let mut out = vec![0f32; x.len()];
     let base = src.start as usize;
@@ -127,36 +128,4 @@ pub fn tensor_scalar_cumulative(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     }
     ctx.write_f32(dst, &out);
     Ok(())
-}
-
-/// The instructions this module implements.
-pub const MODULE: super::Module = super::Module {
-    opcodes: &[Opcode::TensorTensorScan, Opcode::TensorScalarCumulative],
-    check: |ins| match ins.op {
-        Opcode::TensorTensorScan => check_tensor_tensor_scan(ins),
-        _ => check_tensor_scalar_cumulative(ins),
-    },
-    exec: |ins, ctx| match ins.op {
-        Opcode::TensorTensorScan => tensor_tensor_scan(ins, ctx),
-        _ => tensor_scalar_cumulative(ins, ctx),
-    },
-};
-
-// TRANSITIONAL: routes the generated dispatch to this module's old `MODULE` until it
-// implements `Semantics` on the operand views itself.
-impl super::Semantics for crate::isa::ops::TensorTensorScan<'_> {
-    fn check(&self) -> crate::error::Result<()> {
-        (MODULE.check)(self.ins)
-    }
-    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
-        (MODULE.exec)(self.ins, ctx)
-    }
-}
-impl super::Semantics for crate::isa::ops::TensorScalarCumulative<'_> {
-    fn check(&self) -> crate::error::Result<()> {
-        (MODULE.check)(self.ins)
-    }
-    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
-        (MODULE.exec)(self.ins, ctx)
-    }
 }

@@ -3,7 +3,7 @@
 //! Decoding is exact (every matmul input dtype embeds in fp32), so it is `numerics::to_f32`
 //! element for element, just faster.
 
-use crate::error::{err, ErrorKind::*, Result};
+use crate::error::{fail, ErrorKind::*, Result};
 use crate::isa::DType;
 use crate::memory::onchip::Mems;
 use crate::memory::{Ap, Mem};
@@ -146,6 +146,12 @@ impl<'m> Rows<'m> {
             }
             Rows::Gathered { bytes, len } => bytes.get(r * len..(r + 1) * len),
         };
-        got.ok_or_else(|| err(Internal, format!("operand row {r} outside memory")))
+        got.ok_or_else(|| {
+            fail(
+                Internal,
+                "operand_row_outside_memory",
+                format!("operand row {r} outside memory"),
+            )
+        })
     }
 }

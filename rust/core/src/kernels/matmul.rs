@@ -3,17 +3,15 @@
 //! 256 KiB apart, a stride the hardware prefetchers do not follow), pack the stationary operand
 //! into row panels, then
 //! per column panel of the moving operand (in parallel) pack it and run the register-blocked
-//! microkernel (kernels/gemm.rs) against every row panel, and hand the `[M, N]` column sums to
-//! the PSUM write. Scratch buffers are reused across instructions. Each output element is one
+//! microkernel (kernels/gemm.rs) against every row panel, and hand the `[M, N]` column sums
+//! (a [`Product`]) back to the engine for the PSUM write (kernels/psum.rs). Scratch buffers are reused across instructions. Each output element is one
 //! thread's fma chain in k order, so thread count and SIMD path never change a bit.
 
 use super::decode::{decode_into, Rows};
 use super::gemm::{blocking, grow, micro, Blocking, MAX_TILE};
-use super::psum::{write_psum, Acc};
+use super::psum::Acc;
 use super::simd;
-use crate::engines::Ctx;
-use crate::error::{err, ErrorKind::Internal, Result};
-use crate::isa::Arg;
+use crate::error::{fail, ErrorKind::Internal, Result};
 use crate::memory::onchip::Mems;
 use crate::memory::Ap;
 use crate::par;
@@ -43,7 +41,13 @@ fn logical_rows<'r>(rows: &'r Rows, ap: &Ap, groups: usize) -> Result<Vec<&'r [u
         .map(|r| {
             rows.row(r / groups)?
                 .get((r % groups) * wb..(r % groups + 1) * wb)
-                .ok_or_else(|| err(Internal, "operand row outside memory"))
+                .ok_or_else(|| {
+                    fail(
+                        Internal,
+                        "operand_row_outside_memory",
+                        "operand row outside memory",
+                    )
+                })
         })
         .collect()
 }
@@ -96,34 +100,53 @@ fn pack_full<const PW: usize>(src: &[f32], w: usize, j0: usize, dst: &mut [f32])
     }
 }
 
+/// The `[M, N]` column sums of one matmul, held in this thread's scratch (given back when
+/// dropped, so the buffers are reused by the next instruction).
+pub struct Product {
+    s: Scratch,
+    m: usize,
+    n: usize,
+    nr: usize,
+    work: usize,
+}
+
+impl Product {
+    /// The result in the gemm's panel-major layout, for the PSUM write.
+    pub fn acc(&self) -> Acc<'_> {
+        Acc {
+            data: &self.s.out,
+            m: self.m,
+            n: self.n,
+            nr: self.nr,
+            work: self.work,
+        }
+    }
+}
+
+impl Drop for Product {
+    fn drop(&mut self) {
+        let s = std::mem::take(&mut self.s);
+        SCRATCH.with(|c| c.replace(s));
+    }
+}
+
 /// `acc[m, n] = fma-chain over logical rows` of stationary `[K, groups*M]` and moving
-/// `[K, groups*N]` (logical row `groups*k + l`), written to PSUM `dst` per `accumulate`.
-pub fn matmul(
-    ctx: &mut Ctx,
-    st: &Ap,
-    mv: &Ap,
-    groups: usize,
-    dst: &Ap,
-    accumulate: &Arg,
-) -> Result<()> {
+/// `[K, groups*N]` (logical row `groups*k + l`), read from `mems`.
+pub fn matmul(mems: &Mems, st: &Ap, mv: &Ap, groups: usize) -> Result<Product> {
     let path = simd::path();
     let nr = blocking(path).nr;
-    // The scratch leaves the thread-local while in use (the PSUM write needs `ctx` mutably).
+    // The scratch leaves the thread-local while in use (the engine writes PSUM from it).
     let mut s = SCRATCH.with(|c| c.take());
     let (m, n) = (st.free_size() / groups, mv.free_size() / groups);
-    let r = compute(path, &ctx.mems, st, mv, groups, &mut s);
-    if r.is_ok() {
-        let acc = Acc {
-            data: &s.out,
-            m,
-            n,
-            nr,
-            work: 2 * st.parts as usize * groups * m * n,
-        };
-        write_psum(accumulate, ctx, dst, &acc);
-    }
-    SCRATCH.with(|c| c.replace(s));
-    r
+    let r = compute(path, mems, st, mv, groups, &mut s);
+    let prod = Product {
+        s,
+        m,
+        n,
+        nr,
+        work: 2 * st.parts as usize * groups * m * n,
+    };
+    r.map(|()| prod)
 }
 
 /// Packs the stationary operand, then runs column panels of the moving operand in parallel:

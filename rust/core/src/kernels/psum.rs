@@ -4,9 +4,13 @@
 //! Contiguous fp32/bf16 destinations (every matmul in practice) read and write the PSUM bytes
 //! in place, set the "written by a matmul" bits a row at a time, and (fp32) split the
 //! partitions across host threads: each element is still one fp32 add or copy.
+//!
+//! The engine picks the path with [`layout`]: `F32Rows` writes PSUM in place
+//! ([`write_f32_rows`]); `Bf16Rows` and `General` return staged fp32 values
+//! ([`stage_bf16`], [`stage_general`]) that the engine stores with the instruction's rounder.
 
-use crate::engines::Ctx;
-use crate::isa::{Arg, DType};
+use crate::isa::DType;
+use crate::memory::onchip::OnChip;
 use crate::memory::{Ap, Mem, PSUM_PART_BYTES};
 use crate::par;
 
@@ -85,36 +89,48 @@ fn set_bits(words: &mut [u64], lo: usize, hi: usize) {
     }
 }
 
-/// Write `acc` (in dst's logical order) to the PSUM tile `dst`.
-pub fn write_psum(accumulate: &Arg, ctx: &mut Ctx, dst: &Ap, acc: &Acc) {
-    let mode = match accumulate {
-        Arg::Bool(b) => Some(*b),
-        _ => None,
-    };
+/// How a matmul result is written to `dst`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// Contiguous fp32 rows inside PSUM: written in place, partitions in parallel.
+    F32Rows,
+    /// Contiguous bf16 rows inside PSUM: staged in fp32, stored through the rounder.
+    Bf16Rows,
+    /// Any other pattern: element by element from the old values.
+    General,
+}
+
+/// The write path for the PSUM tile `dst`.
+pub fn layout(dst: &Ap) -> Layout {
     let fast = dst.mem == Mem::Psum
         && dst.dynamic.is_none()
         && dst.is_row_contiguous()
         && matches!(dst.dtype, DType::Float32 | DType::Bfloat16)
         && dst.offset.is_multiple_of(2)
         && (dst.offset as usize + dst.free_size() * dst.dtype.size()) <= PSUM_PART_BYTES;
-    if !fast {
-        write_general(mode, ctx, dst, acc);
-    } else if dst.dtype == DType::Float32 {
-        write_f32_rows(mode, ctx, dst, acc);
-    } else {
-        write_bf16_rows(mode, ctx, dst, acc);
+    match (fast, dst.dtype) {
+        (false, _) => Layout::General,
+        (true, DType::Float32) => Layout::F32Rows,
+        (true, _) => Layout::Bf16Rows,
     }
 }
 
-/// fp32 PSUM: per partition, in parallel (partitions own disjoint bytes and bit words).
-fn write_f32_rows(mode: Option<bool>, ctx: &mut Ctx, dst: &Ap, acc: &Acc) {
+/// fp32 PSUM (`Layout::F32Rows`): `mode` Some(add) adds or overwrites, None adds where the
+/// matmul bit in `words` (`EngineState::psum_mm`) is set; per partition, in parallel
+/// (partitions own disjoint bytes and bit words).
+pub fn write_f32_rows(
+    mode: Option<bool>,
+    psum: &mut OnChip,
+    words: &mut [u64],
+    dst: &Ap,
+    acc: &Acc,
+) {
     let (start, m, n) = (dst.start as usize, dst.parts as usize, dst.free_size());
     let off = dst.offset as usize;
     // Partitions are `stride` host bytes apart (padded, memory/onchip.rs); each chunk holds one
     // partition's bytes first.
-    let stride = ctx.mems.psum.stride();
-    let psum = ctx.mems.psum.raw_mut();
-    let words = &mut ctx.state.psum_mm;
+    let stride = psum.stride();
+    let psum = psum.raw_mut();
     let (Some(bytes), Some(bits)) = (
         psum.get_mut(start * stride..(start + m) * stride),
         words.get_mut(start * WORDS_PER_PART..(start + m) * WORDS_PER_PART),
@@ -229,12 +245,17 @@ fn seg_f32(out: &mut [u8], seg: &[f32], add: bool) {
     }
 }
 
-/// bf16 PSUM: fp32 sums staged, then rounded through the instruction's rounder.
-fn write_bf16_rows(mode: Option<bool>, ctx: &mut Ctx, dst: &Ap, acc: &Acc) {
+/// bf16 PSUM (`Layout::Bf16Rows`): the fp32 sums, row-major, for the engine to store through
+/// the instruction's rounder; sets the matmul bits.
+pub fn stage_bf16(
+    mode: Option<bool>,
+    psum: &OnChip,
+    words: &mut [u64],
+    dst: &Ap,
+    acc: &Acc,
+) -> Vec<f32> {
     let (m, n) = (dst.parts as usize, dst.free_size());
     let mut staged = vec![0f32; m * n];
-    let psum = &*ctx.mems.psum;
-    let words = &mut ctx.state.psum_mm;
     for r in 0..m {
         let part = dst.start as usize + r;
         let base = dst.offset as usize;
@@ -256,13 +277,19 @@ fn write_bf16_rows(mode: Option<bool>, ctx: &mut Ctx, dst: &Ap, acc: &Acc) {
         }
         set_bits(words, u0, u0 + n);
     }
-    ctx.write_f32(dst, &staged);
+    staged
 }
 
-/// Any other destination pattern, element by element.
-fn write_general(mode: Option<bool>, ctx: &mut Ctx, dst: &Ap, acc: &Acc) {
+/// Any other destination pattern (`Layout::General`), element by element from `old` (dst's
+/// current values, row-major): the new values for the engine to store; sets the matmul bits.
+pub fn stage_general(
+    mode: Option<bool>,
+    old: &[f32],
+    words: &mut [u64],
+    dst: &Ap,
+    acc: &Acc,
+) -> Vec<f32> {
     let (m, n) = (dst.parts as usize, dst.free_size());
-    let old = ctx.read_f32(dst);
     let offs = dst.row_offsets();
     let es = dst.dtype.size() as i64;
     let mut out = vec![0f32; m * n];
@@ -271,11 +298,11 @@ fn write_general(mode: Option<bool>, ctx: &mut Ctx, dst: &Ap, acc: &Acc) {
             let i = r * n + j;
             let byte = dst.offset as i64 + o * es;
             let bit = unit(dst.start as usize + r, byte.max(0) as usize);
-            let add = mode.unwrap_or_else(|| test_bit(&ctx.state.psum_mm, bit));
+            let add = mode.unwrap_or_else(|| test_bit(words, bit));
             let (x, y) = (old.get(i).copied().unwrap_or(0.0), acc.get(r, j));
             out[i] = if add { x + y } else { y };
-            set_bits(&mut ctx.state.psum_mm, bit, bit + es as usize / 2);
+            set_bits(words, bit, bit + es as usize / 2);
         }
     }
-    ctx.write_f32(dst, &out);
+    out
 }

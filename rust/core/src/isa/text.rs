@@ -524,7 +524,7 @@ pub fn parse_instr_unchecked(line: &str) -> Result<Instr> {
     }
     // No engine written (or `unknown`): the ISA's default-engine rule decides.
     let engine = if engine == Engine::Unknown {
-        crate::engines::default_engine(op, &out)
+        super::default_engine::default_engine(op, &out)
     } else {
         engine
     };

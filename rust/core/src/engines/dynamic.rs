@@ -93,7 +93,7 @@ pub fn resolve(ctx: &Ctx, ap: &Ap, skip: bool) -> Result<Resolved> {
             let DynSrc::Tile(t) = &d.src else {
                 return Err(fail(
                     Value,
-                    "vector_offset_needs_tile",
+                    "index_needs_tile",
                     "vector_offset needs an index tile",
                 ));
             };
@@ -153,7 +153,7 @@ pub fn check_indirect(ins: &Instr, prm: &ParamSpec, ap: &Ap) -> Result<()> {
     let Some(t) = index_tile(ap) else {
         return Err(fail(
             Value,
-            "indirect_needs_index_tile",
+            "index_needs_tile",
             "tensor indirection needs an index tile",
         ));
     };
@@ -229,7 +229,11 @@ fn check_indirect_dst(ins: &Instr, ap: &Ap, t: &Ap) -> Result<()> {
 fn check_indirect_tensor_engine(ins: &Instr, prm: &ParamSpec, ap: &Ap) -> Result<()> {
     let pe_dtype = matches!(
         ap.dtype,
-        DType::Float16 | DType::Bfloat16 | DType::Float8E4m3 | DType::Float8E4m3fn | DType::Float8E5m2
+        DType::Float16
+            | DType::Bfloat16
+            | DType::Float8E4m3
+            | DType::Float8E4m3fn
+            | DType::Float8E5m2
     );
     if !pe_dtype && !prm.access.writes() {
         return Err(fail(

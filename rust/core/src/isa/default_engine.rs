@@ -55,7 +55,12 @@ fn by_operands(ins: &Instr) -> Option<Engine> {
                 return None;
             }
             let mut aps = vec![v.dst, v.data];
-            aps.extend([v.operand0, v.operand1].into_iter().flatten().filter_map(Scalar::tile));
+            aps.extend(
+                [v.operand0, v.operand1]
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Scalar::tile),
+            );
             Some(if any_psum(&aps) {
                 Engine::Scalar
             } else {
@@ -120,13 +125,15 @@ mod tests {
     #[test]
     fn rsqrt_default_engine() {
         let f = |m: Mem| tile(m, DType::Float32);
-        let ins = |dst: Mem, op0: AluOp| crate::isa::text::parse_instr_unchecked(&format!(
-            "tensor_scalar dst={} data={} op0={}",
-            crate::isa::text::format_ap(f(dst).tensor().unwrap()),
-            crate::isa::text::format_ap(f(Mem::Sbuf).tensor().unwrap()),
-            op0.name()
-        ))
-        .unwrap();
+        let ins = |dst: Mem, op0: AluOp| {
+            crate::isa::text::parse_instr_unchecked(&format!(
+                "tensor_scalar dst={} data={} op0={}",
+                crate::isa::text::format_ap(f(dst).tensor().unwrap()),
+                crate::isa::text::format_ap(f(Mem::Sbuf).tensor().unwrap()),
+                op0.name()
+            ))
+            .unwrap()
+        };
         assert_eq!(ins(Mem::Sbuf, AluOp::Rsqrt).engine, Engine::Gpsimd);
         assert_eq!(ins(Mem::Psum, AluOp::Rsqrt).engine, Engine::Scalar);
         assert_eq!(ins(Mem::Sbuf, AluOp::Add).engine, Engine::Vector);

@@ -6,7 +6,7 @@
 use super::instr::{Arg, Instr, MAX_SYNC, NUM_REGISTERS, NUM_SEMAPHORES};
 use super::spec::{dtype_names, mem_names, DataPath, Kind, StartRule};
 use super::tables::{Engine, ENUMS};
-use crate::error::{err, ErrorKind::*, Result};
+use crate::error::{fail, ErrorKind::*, Result};
 use crate::memory::{DynKind, DynSrc, Mem};
 
 /// Characters allowed in instruction names (so text assembly needs no quoting).
@@ -28,8 +28,9 @@ pub fn validate_generic(instr: &Instr) -> Result<()> {
     let spec = instr.op.spec();
     if !spec.engines.contains(&instr.engine) {
         let names: Vec<_> = spec.engines.iter().map(|e| e.name()).collect();
-        return Err(err(
+        return Err(fail(
             Value,
+            "engine_not_allowed",
             format!(
                 "engine {} cannot execute {} (allowed: {})",
                 instr.engine.name(),
@@ -40,8 +41,9 @@ pub fn validate_generic(instr: &Instr) -> Result<()> {
         .operand("engine"));
     }
     if instr.args.len() != spec.params.len() {
-        return Err(err(
+        return Err(fail(
             Value,
+            "operand_count",
             format!(
                 "{} takes {} operands, got {}",
                 spec.name,
@@ -52,16 +54,18 @@ pub fn validate_generic(instr: &Instr) -> Result<()> {
     }
     if let Some(name) = &instr.name {
         if !valid_name(name) {
-            return Err(err(
+            return Err(fail(
                 Value,
+                "invalid_name",
                 format!("name {name:?} must be 1..255 characters of [A-Za-z0-9_.:/+-[]]"),
             )
             .operand("name"));
         }
     }
     if instr.waits.len() > MAX_SYNC || instr.signals.len() > MAX_SYNC {
-        return Err(err(
+        return Err(fail(
             Semaphore,
+            "too_many_sync",
             format!(
                 "{} waits and {} signals (at most {MAX_SYNC} each: the encoding counts them in a byte)",
                 instr.waits.len(),
@@ -72,8 +76,9 @@ pub fn validate_generic(instr: &Instr) -> Result<()> {
     }
     for w in &instr.waits {
         if w.sem >= NUM_SEMAPHORES {
-            return Err(err(
+            return Err(fail(
                 Semaphore,
+                "semaphore_out_of_range",
                 format!("semaphore s{} out of range (0..{NUM_SEMAPHORES})", w.sem),
             )
             .operand("wait"));
@@ -81,8 +86,9 @@ pub fn validate_generic(instr: &Instr) -> Result<()> {
     }
     for s in &instr.signals {
         if s.sem >= NUM_SEMAPHORES {
-            return Err(err(
+            return Err(fail(
                 Semaphore,
+                "semaphore_out_of_range",
                 format!("semaphore s{} out of range (0..{NUM_SEMAPHORES})", s.sem),
             )
             .operand("signal"));
@@ -99,34 +105,51 @@ pub fn validate_generic(instr: &Instr) -> Result<()> {
         eng.info()
     };
     for (p, a) in spec.params.iter().zip(&instr.args) {
-        let fail = |k, msg: String| Err(err(k, msg).operand(p.name));
+        let bad = |k, rule, msg: String| Err(fail(k, rule, msg).operand(p.name));
         let kind_ok = p.kind.accepts(a);
         if !kind_ok {
-            return fail(Value, format!("expected {:?}, got {a:?}", p.kind));
+            return bad(
+                Value,
+                "operand_kind",
+                format!("expected {:?}, got {a:?}", p.kind),
+            );
         }
         match a {
             Arg::Absent => {
                 if matches!(p.default, super::spec::Default::Required) {
-                    return fail(Value, "required operand is missing".into());
+                    return bad(
+                        Value,
+                        "operand_required",
+                        "required operand is missing".into(),
+                    );
                 }
             }
             Arg::Enum(v) => {
                 let e = &ENUMS[p.enum_id as usize];
                 if *v as usize >= e.values.len() {
-                    return fail(Value, format!("{v} is not a valid {} value", e.name));
+                    return bad(
+                        Value,
+                        "enum_value_out_of_range",
+                        format!("{v} is not a valid {} value", e.name),
+                    );
                 }
             }
             Arg::Ints(v) => {
                 if v.len() > 255 {
-                    return fail(Value, "at most 255 integers".into());
+                    return bad(Value, "too_many_ints", "at most 255 integers".into());
                 }
                 if p.kind == Kind::Pattern && (v.len() % 2 != 0 || v.len() > 8) {
-                    return fail(Shape, "pattern must be 1..4 [step, num] pairs".into());
+                    return bad(
+                        Shape,
+                        "pattern_pairs",
+                        "pattern must be 1..4 [step, num] pairs".into(),
+                    );
                 }
             }
             Arg::Reg(r) if *r >= NUM_REGISTERS => {
-                return fail(
+                return bad(
                     Value,
+                    "register_out_of_range",
                     format!("register r{r} out of range (0..{NUM_REGISTERS})"),
                 );
             }
@@ -135,17 +158,19 @@ pub fn validate_generic(instr: &Instr) -> Result<()> {
                 if let Some(d) = ap.dynamic.as_deref() {
                     if d.kind == DynKind::Indirect {
                         if dma {
-                            return fail(
+                            return bad(
                                 Value,
+                                "indirect_on_dma",
                                 "tensor indirection (.indirect) is for compute operands; DMAs gather with vector_offset".into(),
                             );
                         }
                         if !p.indirect {
-                            return fail(Value, indirect_refusal(spec));
+                            return bad(Value, "indirect_not_allowed", indirect_refusal(spec));
                         }
                     } else if !dma {
-                        return fail(
+                        return bad(
                             Value,
+                            "dynamic_offset_not_dma",
                             format!(
                                 "dynamic offsets (scalar_offset / vector_offset) are DMA addressing; {} is not a DMA instruction",
                                 spec.name
@@ -154,16 +179,18 @@ pub fn validate_generic(instr: &Instr) -> Result<()> {
                     }
                     if let DynSrc::Reg(r) = d.src {
                         if r >= NUM_REGISTERS {
-                            return fail(
+                            return bad(
                                 Value,
+                                "register_out_of_range",
                                 format!("register r{r} out of range (0..{NUM_REGISTERS})"),
                             );
                         }
                     }
                 }
                 if p.mem & ap.mem.bit() == 0 {
-                    return fail(
+                    return bad(
                         MemorySpace,
+                        "memory_space_not_allowed",
                         format!(
                             "{} is in {}, but {} allows {}",
                             p.name,
@@ -174,8 +201,9 @@ pub fn validate_generic(instr: &Instr) -> Result<()> {
                     );
                 }
                 if !ap.dtype.in_class(p.dtypes) {
-                    return fail(
+                    return bad(
                         Dtype,
+                        "dtype_not_allowed",
                         format!(
                             "dtype {} not allowed for {} (allowed: {})",
                             ap.dtype.name(),
@@ -186,14 +214,16 @@ pub fn validate_generic(instr: &Instr) -> Result<()> {
                 }
                 if let Some(ei) = einfo {
                     if p.access.reads() && ei.reads & ap.mem.bit() == 0 {
-                        return fail(
+                        return bad(
                             MemorySpace,
+                            "engine_cannot_read",
                             format!("engine {} cannot read {}", ei.name, ap.mem.name()),
                         );
                     }
                     if p.access.writes() && ei.writes & ap.mem.bit() == 0 {
-                        return fail(
+                        return bad(
                             MemorySpace,
+                            "engine_cannot_write",
                             format!("engine {} cannot write {}", ei.name, ap.mem.name()),
                         );
                     }

@@ -8,7 +8,12 @@ use std::path::{Path, PathBuf};
 /// Lower-layer modules (a directory, or a single file) under `src/`.
 const LOWER: &[&str] = &["hw.rs", "numerics", "memory", "isa", "par"];
 /// Paths a lower layer must not name.
-const UPPER: &[&str] = &["crate::engines", "crate::machine", "crate::cost", "crate::trace"];
+const UPPER: &[&str] = &[
+    "crate::engines",
+    "crate::machine",
+    "crate::cost",
+    "crate::trace",
+];
 
 fn rust_files(path: &Path, out: &mut Vec<PathBuf>) {
     if path.is_dir() {

@@ -435,7 +435,7 @@ fn check_transpose_indirect(v: &ops::DmaTranspose) -> Result<()> {
     let src = v.src;
     let s = src.shape();
     check_dge(v.ins.engine, v.dge_mode, true)?;
-    if s[0] % 16 != 0 {
+    if !s[0].is_multiple_of(16) {
         return Err(terr(
             "indirect_dma_transpose_rows",
             format!(
@@ -508,7 +508,7 @@ fn check_transpose_direct(v: &ops::DmaTranspose) -> Result<()> {
         ));
     }
     if s.len() > 2 {
-        let ok = [1, 2, 4, 8, 16].contains(&s[0]) && (s[0] * s[s.len() - 2]) % 16 == 0;
+        let ok = [1, 2, 4, 8, 16].contains(&s[0]) && (s[0] * s[s.len() - 2]).is_multiple_of(16);
         if !ok {
             return Err(terr(
                 "hwdge_dma_transpose_shape",

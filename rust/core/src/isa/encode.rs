@@ -2,6 +2,7 @@
 //! field and then the whole instruction, so a decoded program is as trustworthy as an assembled one.
 
 use super::instr::{Arg, Instr, Program, Signal, Wait};
+use super::spec::ParamSpec;
 use super::tables::{DType, Engine, Opcode};
 use super::validate::validate_generic as validate;
 use crate::error::{fail, EmuError, ErrorKind::Decode, Result};
@@ -266,6 +267,47 @@ fn get_ap(r: &mut Reader, nested: bool) -> Result<Ap> {
     })
 }
 
+/// One operand: its tag, then the value; the tag must fit the parameter's kind.
+fn get_arg(r: &mut Reader, p: &ParamSpec) -> Result<Arg> {
+    let tag = r.u8()?;
+    let a = match tag {
+        TAG_ABSENT => Arg::Absent,
+        TAG_TENSOR => Arg::Tensor(get_ap(r, false)?),
+        TAG_F32 => Arg::F32(f32::from_bits(r.u32()?)),
+        TAG_I32 => Arg::I32(r.i32()?),
+        TAG_BOOL => match r.u8()? {
+            0 => Arg::Bool(false),
+            1 => Arg::Bool(true),
+            b => return Err(fail(Decode, "decode_bad_bool", format!("bool byte {b}"))),
+        },
+        TAG_ENUM => Arg::Enum(r.u8()?),
+        TAG_INTS => {
+            let n = r.u8()?;
+            let mut v = Vec::with_capacity(n as usize);
+            for _ in 0..n {
+                v.push(r.i32()?);
+            }
+            Arg::Ints(v)
+        }
+        TAG_REG => Arg::Reg(r.u8()?),
+        t => {
+            return Err(fail(
+                Decode,
+                "decode_bad_operand_tag",
+                format!("unknown operand tag {t}"),
+            ))
+        }
+    };
+    if !p.kind.accepts(&a) {
+        return Err(fail(
+            Decode,
+            "decode_operand_kind",
+            format!("operand tag {tag} does not fit kind {:?}", p.kind),
+        ));
+    }
+    Ok(a)
+}
+
 fn decode_instr(r: &mut Reader) -> Result<Instr> {
     let at = r.pos;
     let opc = r.u16()?;
@@ -315,53 +357,11 @@ fn decode_instr(r: &mut Reader) -> Result<Instr> {
         None
     };
     let spec = op.spec();
-    let mut args = Vec::with_capacity(spec.params.len());
-    for p in spec.params {
-        let tag = r.u8()?;
-        let a = match tag {
-            TAG_ABSENT => Arg::Absent,
-            TAG_TENSOR => Arg::Tensor(get_ap(r, false).map_err(|e| e.operand(p.name))?),
-            TAG_F32 => Arg::F32(f32::from_bits(r.u32()?)),
-            TAG_I32 => Arg::I32(r.i32()?),
-            TAG_BOOL => match r.u8()? {
-                0 => Arg::Bool(false),
-                1 => Arg::Bool(true),
-                b => {
-                    return Err(
-                        fail(Decode, "decode_bad_bool", format!("bool byte {b}")).operand(p.name)
-                    )
-                }
-            },
-            TAG_ENUM => Arg::Enum(r.u8()?),
-            TAG_INTS => {
-                let n = r.u8()?;
-                let mut v = Vec::with_capacity(n as usize);
-                for _ in 0..n {
-                    v.push(r.i32()?);
-                }
-                Arg::Ints(v)
-            }
-            TAG_REG => Arg::Reg(r.u8()?),
-            t => {
-                return Err(fail(
-                    Decode,
-                    "decode_bad_operand_tag",
-                    format!("unknown operand tag {t}"),
-                )
-                .operand(p.name))
-            }
-        };
-        let ok = p.kind.accepts(&a);
-        if !ok {
-            return Err(fail(
-                Decode,
-                "decode_operand_kind",
-                format!("operand tag {tag} does not fit kind {:?}", p.kind),
-            )
-            .operand(p.name));
-        }
-        args.push(a);
-    }
+    let args = spec
+        .params
+        .iter()
+        .map(|p| get_arg(r, p).map_err(|e| e.operand(p.name)))
+        .collect::<Result<Vec<_>>>()?;
     if r.pos - at != len {
         return Err(fail(
             Decode,

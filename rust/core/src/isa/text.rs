@@ -481,6 +481,42 @@ fn parse_arg(s: &str, kind: Kind, enum_id: u8) -> Result<Arg> {
     })
 }
 
+/// `sN>=V,...` after `wait=`.
+fn parse_waits(v: &str) -> Result<Vec<Wait>> {
+    v.split(',')
+        .map(|item| {
+            let (a, b) = sync_item(item)?
+                .split_once(">=")
+                .ok_or_else(|| perr("asm_bad_sync", format!("expected sN>=V, got {item}")))?;
+            Ok(Wait {
+                sem: parse_int(a)?,
+                value: parse_int(b)?,
+            })
+        })
+        .collect()
+}
+
+/// `sN+D,...` after `signal=`.
+fn parse_signals(v: &str) -> Result<Vec<Signal>> {
+    v.split(',')
+        .map(|item| {
+            let (a, b) = sync_item(item)?
+                .split_once('+')
+                .ok_or_else(|| perr("asm_bad_sync", format!("expected sN+D, got {item}")))?;
+            Ok(Signal {
+                sem: parse_int(a)?,
+                delta: parse_int(b)?,
+            })
+        })
+        .collect()
+}
+
+/// A wait / signal item without its leading `s`.
+fn sync_item(item: &str) -> Result<&str> {
+    item.strip_prefix('s')
+        .ok_or_else(|| perr("asm_bad_sync", format!("expected sN in {item:?}")))
+}
+
 /// Parse one instruction line (without validation).
 pub fn parse_instr_unchecked(line: &str) -> Result<Instr> {
     let toks = tokens(line)?;
@@ -526,27 +562,10 @@ pub fn parse_instr_unchecked(line: &str) -> Result<Instr> {
                     return Err(perr("asm_duplicate_operand", format!("duplicate {k}=")));
                 }
                 seen_extra[slot] = true;
-                for item in v.split(',') {
-                    let item = item
-                        .strip_prefix('s')
-                        .ok_or_else(|| perr("asm_bad_sync", format!("expected sN in {item:?}")))?;
-                    if k == "wait" {
-                        let (a, b) = item.split_once(">=").ok_or_else(|| {
-                            perr("asm_bad_sync", format!("expected sN>=V, got s{item}"))
-                        })?;
-                        waits.push(Wait {
-                            sem: parse_int(a)?,
-                            value: parse_int(b)?,
-                        });
-                    } else {
-                        let (a, b) = item.split_once('+').ok_or_else(|| {
-                            perr("asm_bad_sync", format!("expected sN+D, got s{item}"))
-                        })?;
-                        signals.push(Signal {
-                            sem: parse_int(a)?,
-                            delta: parse_int(b)?,
-                        });
-                    }
+                if k == "wait" {
+                    waits = parse_waits(v)?;
+                } else {
+                    signals = parse_signals(v)?;
                 }
             }
             "name" => {

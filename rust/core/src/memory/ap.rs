@@ -200,7 +200,9 @@ impl Ap {
         }
         let free: u128 = self.dims.iter().map(|d| d.1 as u128).product();
         if free > MAX_ROW_ELEMENTS || free * self.parts as u128 > MAX_ELEMENTS {
-            return Err(fail(Shape, "ap_too_large",
+            return Err(fail(
+                Shape,
+                "ap_too_large",
                 format!(
                     "access pattern of {} x {free} elements exceeds the emulator's limits ({MAX_ROW_ELEMENTS} per row, {MAX_ELEMENTS} in all)",
                     self.parts
@@ -241,67 +243,76 @@ impl Ap {
         let s = self.dtype.size() as i128;
         let (blo, bhi) = (elo * s, (ehi + 1) * s);
         match self.mem {
-            Mem::Sbuf | Mem::Psum => {
-                let limit = if self.mem == Mem::Sbuf {
-                    SBUF_PART_BYTES
-                } else {
-                    PSUM_PART_BYTES
-                } as i128;
-                if self.start as u64 + self.parts as u64 > PARTITIONS as u64 {
-                    return Err(fail(
-                        Address,
-                        "partition_out_of_range",
-                        format!(
-                            "partitions {}..{} exceed the {} partitions of {}",
-                            self.start,
-                            self.start as u64 + self.parts as u64,
-                            PARTITIONS,
-                            self.mem.name()
-                        ),
-                    ));
-                }
-                let lo = self.offset as i128 + blo;
-                let hi = self.offset as i128 + bhi;
-                if lo < 0 || hi > limit {
-                    return Err(fail(Address, "partition_bytes_out_of_range",
-                        format!(
-                            "bytes {lo}..{hi} of each partition are outside {} ({} bytes per partition)",
-                            self.mem.name(),
-                            limit
-                        ),
-                    ));
-                }
-                if !self.offset.is_multiple_of(self.dtype.size() as u64) {
-                    return Err(fail(
-                        Address,
-                        "offset_misaligned",
-                        format!(
-                            "offset {} is not aligned to {} ({} bytes)",
-                            self.offset,
-                            self.dtype.name(),
-                            self.dtype.size()
-                        ),
-                    ));
-                }
-            }
-            Mem::Hbm => {
-                let rows = self.parts as i128 - 1;
-                let rstep = self.pstep as i128 * self.dtype.size() as i128;
-                let (rlo, rhi) = if rstep < 0 {
-                    (rows * rstep, 0)
-                } else {
-                    (0, rows * rstep)
-                };
-                let lo = self.offset as i128 + rlo + blo;
-                let hi = self.offset as i128 + rhi + bhi;
-                if lo < 0 || hi > HBM_BYTES as i128 {
-                    return Err(fail(
-                        Address,
-                        "hbm_out_of_range",
-                        format!("HBM bytes {lo}..{hi} are outside the 144 GiB address space"),
-                    ));
-                }
-            }
+            Mem::Sbuf | Mem::Psum => self.check_onchip_extent(blo, bhi),
+            Mem::Hbm => self.check_hbm_extent(blo, bhi),
+        }
+    }
+
+    /// Partitions and per-partition bytes (`blo..bhi` relative to `offset`) of an on-chip pattern.
+    fn check_onchip_extent(&self, blo: i128, bhi: i128) -> Result<()> {
+        let limit = if self.mem == Mem::Sbuf {
+            SBUF_PART_BYTES
+        } else {
+            PSUM_PART_BYTES
+        } as i128;
+        if self.start as u64 + self.parts as u64 > PARTITIONS as u64 {
+            return Err(fail(
+                Address,
+                "partition_out_of_range",
+                format!(
+                    "partitions {}..{} exceed the {} partitions of {}",
+                    self.start,
+                    self.start as u64 + self.parts as u64,
+                    PARTITIONS,
+                    self.mem.name()
+                ),
+            ));
+        }
+        let lo = self.offset as i128 + blo;
+        let hi = self.offset as i128 + bhi;
+        if lo < 0 || hi > limit {
+            return Err(fail(
+                Address,
+                "partition_bytes_out_of_range",
+                format!(
+                    "bytes {lo}..{hi} of each partition are outside {} ({} bytes per partition)",
+                    self.mem.name(),
+                    limit
+                ),
+            ));
+        }
+        if !self.offset.is_multiple_of(self.dtype.size() as u64) {
+            return Err(fail(
+                Address,
+                "offset_misaligned",
+                format!(
+                    "offset {} is not aligned to {} ({} bytes)",
+                    self.offset,
+                    self.dtype.name(),
+                    self.dtype.size()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// HBM bytes (`blo..bhi` of each row relative to its base) inside the address space.
+    fn check_hbm_extent(&self, blo: i128, bhi: i128) -> Result<()> {
+        let rows = self.parts as i128 - 1;
+        let rstep = self.pstep as i128 * self.dtype.size() as i128;
+        let (rlo, rhi) = if rstep < 0 {
+            (rows * rstep, 0)
+        } else {
+            (0, rows * rstep)
+        };
+        let lo = self.offset as i128 + rlo + blo;
+        let hi = self.offset as i128 + rhi + bhi;
+        if lo < 0 || hi > HBM_BYTES as i128 {
+            return Err(fail(
+                Address,
+                "hbm_out_of_range",
+                format!("HBM bytes {lo}..{hi} are outside the 144 GiB address space"),
+            ));
         }
         Ok(())
     }
@@ -355,7 +366,9 @@ impl Ap {
             // index tile as uint16 (the API docs name no index dtype).
             let uint16_ti = d.kind == DynKind::Indirect && t.dtype == DType::Uint16;
             if !matches!(t.dtype, DType::Int32 | DType::Uint32) && !uint16_ti {
-                return Err(fail(Dtype, "offset_tile_dtype",
+                return Err(fail(
+                    Dtype,
+                    "offset_tile_dtype",
                     format!(
                         "offset tile must be int32 or uint32 (uint16 also for tensor indirection), got {}",
                         t.dtype.name()
@@ -364,7 +377,9 @@ impl Ap {
             }
             match d.kind {
                 DynKind::Scalar if t.num_elements() != 1 => {
-                    return Err(fail(Shape, "scalar_offset_tile_shape",
+                    return Err(fail(
+                        Shape,
+                        "scalar_offset_tile_shape",
                         format!("scalar_offset tile must be 1x1, got {:?}", t.shape()),
                     ))
                 }
@@ -372,7 +387,9 @@ impl Ap {
                     return Err(fail(MemorySpace, "index_tile_not_sbuf", "index tiles must be in SBUF"))
                 }
                 DynKind::Indirect if !t.start.is_multiple_of(32) => {
-                    return Err(fail(Partition, "indirect_index_quadrant",
+                    return Err(fail(
+                        Partition,
+                        "indirect_index_quadrant",
                         format!(
                             "an indirection index view starts on a quadrant boundary (0/32/64/96), not partition {}",
                             t.start
@@ -380,7 +397,9 @@ impl Ap {
                     ))
                 }
                 DynKind::Vector if (t.num_elements() as u64) < self.parts as u64 => {
-                    return Err(fail(Shape, "vector_offset_tile_too_small",
+                    return Err(fail(
+                        Shape,
+                        "vector_offset_tile_too_small",
                         format!(
                             "vector_offset index tile {:?} has fewer than the {} rows it indexes",
                             t.shape(),
@@ -415,7 +434,9 @@ impl Ap {
         if ok {
             Ok(())
         } else {
-            Err(fail(Partition, "start_partition",
+            Err(fail(
+                Partition,
+                "start_partition",
                 format!(
                     "start partition {} is not allowed for {} partitions (start-partition rule: >64 start at 0, 33..64 at 0 or 64, <=32 at 0/32/64/96)",
                     self.start, self.parts
@@ -434,7 +455,9 @@ impl Ap {
         let hi = self.offset as i128 + bhi;
         let bank = PSUM_BANK_BYTES as i128;
         if lo % bank != 0 && lo / bank != (hi - 1) / bank {
-            return Err(fail(PsumBank, "psum_bank_crossing",
+            return Err(fail(
+                PsumBank,
+                "psum_bank_crossing",
                 format!(
                     "PSUM bytes {lo}..{hi} cross a 2 KiB bank boundary without starting on one (bank {} to {})",
                     lo / bank,

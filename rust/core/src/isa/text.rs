@@ -671,11 +671,14 @@ mod tests {
 
     #[test]
     fn i32_or_reg_operand_takes_an_immediate_or_a_register() {
-        use crate::isa::tables::p::iota as io;
-        for (t, want) in [("offset=r3", Arg::Reg(3)), ("offset=-5", Arg::I32(-5))] {
+        use crate::isa::instr::IntOrReg;
+        for (t, want) in [
+            ("offset=r3", IntOrReg::Reg(3)),
+            ("offset=-5", IntOrReg::Imm(-5)),
+        ] {
             let line = format!("iota.gpsimd dst=sbuf:int32[0:4]+0[[1,8]] pattern=[[1,8]] {t}");
             let ins = parse_instr(&line).unwrap();
-            assert_eq!(ins.args[io::OFFSET], want);
+            assert_eq!(crate::isa::ops::Iota::view(&ins).unwrap().offset, want);
             assert_eq!(parse_instr(&format_instr(&ins)).unwrap(), ins);
             let prog = crate::isa::instr::Program {
                 core: 0,
@@ -709,5 +712,42 @@ mod tests {
         for v in [0.0f32, -0.0, 2.0, 1e20, 16777216.0, -3.0] {
             assert_eq!(parse_imm(&format_f32(v)).unwrap(), Arg::F32(v));
         }
+    }
+
+    #[test]
+    fn errors_carry_rule_ids() {
+        let rule = |l: &str| parse_instr(l).unwrap_err().rule;
+        let iota = |eng: &str, dst: &str, extra: &str| {
+            format!("iota.{eng} dst={dst} pattern=[[1,8]] {extra}")
+        };
+        let dst = "sbuf:int32[0:4]+0[[1,8]]";
+        assert_eq!(rule("nosuch.vector"), "asm_unknown_instruction");
+        assert_eq!(rule(&iota("bogus", dst, "")), "asm_unknown_engine");
+        assert_eq!(
+            rule(&iota("gpsimd", dst, "offset=r64")),
+            "register_out_of_range"
+        );
+        assert_eq!(
+            rule(&iota("gpsimd", dst, "offset=[1")),
+            "asm_unbalanced_brackets"
+        );
+        assert_eq!(rule(&iota("gpsimd", dst, "wait=s1")), "asm_bad_sync");
+        assert_eq!(
+            rule(&iota("gpsimd", dst, "wait=s999>=1")),
+            "semaphore_out_of_range"
+        );
+        assert_eq!(rule(&iota("tensor", dst, "")), "engine_not_allowed");
+        let dst = "sbuf:int32[1:5]+0[[1,8]]";
+        assert_eq!(rule(&iota("gpsimd", dst, "")), "start_partition");
+        let dst = "sbuf:int32[0:4]+262140[[1,8]]";
+        assert_eq!(
+            rule(&iota("gpsimd", dst, "")),
+            "partition_bytes_out_of_range"
+        );
+        let e = parse_program(".core 9\n").unwrap_err();
+        assert_eq!(e.rule, "core_out_of_range");
+        let decode = |b: &[u8]| crate::isa::encode::decode_program(b).unwrap_err().rule;
+        assert_eq!(decode(b"T3"), "decode_truncated");
+        assert_eq!(decode(b"XXXX\x01\x00"), "decode_bad_magic");
     }
 }

@@ -1,6 +1,6 @@
 //! trn3emu core: an emulator of the AWS Trainium3 chip (8 x NeuronCore-v4).
 //!
-//! Layers: `numerics` (dtypes, conversions) · `memory` (HBM, SBUF, PSUM, access patterns) ·
+//! Layers: `hw` (hardware constants) · `numerics` (dtypes, conversions) · `memory` (HBM, SBUF, PSUM, access patterns) ·
 //! `isa` (generated tables, instructions, text and binary forms, validation) · `engines`
 //! (instruction semantics) · `machine` (device, scheduler, synchronisation) · `cost` · `trace`.
 //! No Python here; the binding crate is a thin layer over this one.
@@ -9,6 +9,7 @@ pub mod asm;
 pub mod cost;
 pub mod engines;
 pub mod error;
+pub mod hw;
 pub mod isa;
 pub mod kernels;
 pub mod machine;

@@ -5,50 +5,31 @@
 //! sign-extended, every other dtype zero-extended (floats keep their bit pattern). Stores
 //! truncate to the destination's width.
 
-use super::Ctx;
-use crate::error::{err, ErrorKind::*, Result};
-use crate::isa::tables::p;
-use crate::isa::{AluOp, Arg, Instr, Opcode};
+use super::{Ctx, Semantics};
+use crate::error::{fail, ErrorKind::*, Result};
+use crate::isa::ops;
+use crate::isa::tables::CmpOp;
+use crate::isa::{AluOp, Instr};
+use crate::memory::Ap;
 
-pub const MODULE: super::Module = super::Module {
-    opcodes: &[
-        Opcode::Nop,
-        Opcode::RegisterMove,
-        Opcode::RegisterLoad,
-        Opcode::RegisterStore,
-        Opcode::ScalarLoad,
-        Opcode::ScalarStore,
-        Opcode::RegisterOp,
-        Opcode::Branch,
-    ],
-    check,
-    exec,
-};
-
-fn reg(ins: &Instr, i: usize) -> usize {
-    match ins.arg(i) {
-        Arg::Reg(r) => *r as usize,
-        _ => 0,
-    }
-}
-
-fn one_element(ins: &Instr, i: usize, name: &str) -> Result<()> {
-    if let Some(ap) = ins.ap(i) {
-        if ap.num_elements() != 1 {
-            return Err(err(
-                Shape,
-                format!(
-                    "{} moves one element: {name} must have exactly 1 element, got shape {:?}",
-                    ins.op.spec().name,
-                    ap.shape()
-                ),
-            )
-            .operand(name.to_string()));
-        }
+/// A register load / store moves exactly one element.
+fn one_element(ins: &Instr, ap: &Ap, name: &str) -> Result<()> {
+    if ap.num_elements() != 1 {
+        return Err(fail(
+            Shape,
+            "register_transfer_one_element",
+            format!(
+                "{} moves one element: {name} must have exactly 1 element, got shape {:?}",
+                ins.op.spec().name,
+                ap.shape()
+            ),
+        )
+        .operand(name.to_string()));
     }
     Ok(())
 }
 
+/// The ALU operators of the sequencer (`register_op`).
 const REG_OPS: &[AluOp] = &[
     AluOp::Add,
     AluOp::Subtract,
@@ -60,180 +41,151 @@ const REG_OPS: &[AluOp] = &[
     AluOp::RightShift,
 ];
 
-fn check(ins: &Instr) -> Result<()> {
-    match ins.op {
-        Opcode::RegisterLoad => one_element(ins, p::register_load::SRC, "src"),
-        Opcode::RegisterStore => one_element(ins, p::register_store::DST, "dst"),
-        Opcode::ScalarLoad => one_element(ins, p::scalar_load::SRC, "src"),
-        Opcode::ScalarStore => one_element(ins, p::scalar_store::DST, "dst"),
-        Opcode::RegisterOp => {
-            let op = ins.enum_val(p::register_op::OP).unwrap_or(0);
-            if !REG_OPS.iter().any(|o| *o as u8 == op) {
-                return Err(err(
-                    Value,
-                    "register_op supports add, subtract, multiply, bitwise_and, bitwise_or, bitwise_xor, left_shift, right_shift",
-                )
-                .operand("op"));
-            }
-            Ok(())
-        }
-        Opcode::Branch => {
-            let always = ins.enum_val(p::branch::CMP) == Some(0);
-            if !always && matches!(ins.arg(p::branch::REG), Arg::Absent) {
-                return Err(err(
-                    Value,
-                    "a conditional branch compares a register: reg is required",
-                )
-                .operand("reg"));
-            }
-            if ins.i32_or(p::branch::TARGET, 0) < 0 {
-                return Err(
-                    err(Value, "branch target must be an instruction index >= 0").operand("target"),
-                );
-            }
-            Ok(())
-        }
-        _ => Ok(()),
-    }
+/// Load the raw bits of `src`'s single element into register `dst`.
+fn load(ctx: &mut Ctx, dst: u8, src: &Ap) {
+    let v = ctx.read_raw(src).first().copied().unwrap_or(0);
+    ctx.regs[dst as usize] = v;
 }
 
-fn load(ctx: &mut Ctx, ins: &Instr, dst: usize, src: usize) {
-    if let Some(ap) = ins.ap(src) {
-        let v = ctx.read_raw(ap).first().copied().unwrap_or(0);
-        ctx.regs[reg(ins, dst)] = v;
-    }
+/// Store register `src` into `dst`'s single element.
+fn store(ctx: &mut Ctx, dst: &Ap, src: u8) {
+    let v = ctx.regs[src as usize];
+    ctx.write_raw(dst, &[v]);
 }
 
-fn store(ctx: &mut Ctx, ins: &Instr, dst: usize, src: usize) {
-    if let Some(ap) = ins.ap(dst) {
-        let v = ctx.regs[reg(ins, src)];
-        ctx.write_raw(ap, &[v]);
-    }
-}
-
-/// `cmp(a, b)` on signed 32-bit values; `cmp` is the position in the `cmp_op` enum.
-pub fn compare(cmp: u8, a: i32, b: i32) -> bool {
+/// `cmp(a, b)` on signed 32-bit values.
+pub fn compare(cmp: CmpOp, a: i32, b: i32) -> bool {
     match cmp {
-        1 => a == b,
-        2 => a != b,
-        3 => a < b,
-        4 => a <= b,
-        5 => a > b,
-        6 => a >= b,
-        _ => true,
+        CmpOp::Always => true,
+        CmpOp::Eq => a == b,
+        CmpOp::Ne => a != b,
+        CmpOp::Lt => a < b,
+        CmpOp::Le => a <= b,
+        CmpOp::Gt => a > b,
+        CmpOp::Ge => a >= b,
     }
 }
 
-fn alu(op: u8, a: u32, b: u32) -> u32 {
+/// The sequencer ALU on 32-bit words (wrapping); operators outside `REG_OPS` pass `a` through
+/// (`check` refuses them).
+fn alu(op: AluOp, a: u32, b: u32) -> u32 {
     match op {
-        x if x == AluOp::Add as u8 => a.wrapping_add(b),
-        x if x == AluOp::Subtract as u8 => a.wrapping_sub(b),
-        x if x == AluOp::Multiply as u8 => a.wrapping_mul(b),
-        x if x == AluOp::BitwiseAnd as u8 => a & b,
-        x if x == AluOp::BitwiseOr as u8 => a | b,
-        x if x == AluOp::BitwiseXor as u8 => a ^ b,
-        x if x == AluOp::LeftShift as u8 => a.wrapping_shl(b),
-        x if x == AluOp::RightShift as u8 => a.wrapping_shr(b),
+        AluOp::Add => a.wrapping_add(b),
+        AluOp::Subtract => a.wrapping_sub(b),
+        AluOp::Multiply => a.wrapping_mul(b),
+        AluOp::BitwiseAnd => a & b,
+        AluOp::BitwiseOr => a | b,
+        AluOp::BitwiseXor => a ^ b,
+        AluOp::LeftShift => a.wrapping_shl(b),
+        AluOp::RightShift => a.wrapping_shr(b),
         _ => a,
     }
 }
 
-fn exec(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
-    match ins.op {
-        Opcode::Nop => {}
-        Opcode::RegisterMove => {
-            ctx.regs[reg(ins, p::register_move::DST)] = ins.i32_or(p::register_move::SRC, 0) as u32;
-        }
-        Opcode::RegisterLoad => load(ctx, ins, p::register_load::DST, p::register_load::SRC),
-        Opcode::ScalarLoad => load(ctx, ins, p::scalar_load::DST, p::scalar_load::SRC),
-        Opcode::RegisterStore => store(ctx, ins, p::register_store::DST, p::register_store::SRC),
-        Opcode::ScalarStore => store(ctx, ins, p::scalar_store::DST, p::scalar_store::VALUE),
-        Opcode::RegisterOp => {
-            let a = ctx.regs[reg(ins, p::register_op::SRC)];
-            let b = ins.i32_or(p::register_op::IMM, 0) as u32;
-            let op = ins.enum_val(p::register_op::OP).unwrap_or(0);
-            ctx.regs[reg(ins, p::register_op::DST)] = alu(op, a, b);
-        }
-        Opcode::Branch => {
-            let cmp = ins.enum_val(p::branch::CMP).unwrap_or(0);
-            let a = ctx.regs[reg(ins, p::branch::REG)] as i32;
-            if compare(cmp, a, ins.i32_or(p::branch::IMM, 0)) {
-                ctx.jump = Some(ins.i32_or(p::branch::TARGET, 0) as u32);
-            }
-        }
-        _ => {
-            return Err(err(
-                Internal,
-                format!("{} is listed but not dispatched", ins.op.spec().name),
-            ))
-        }
+impl Semantics for ops::Nop<'_> {
+    fn check(&self) -> Result<()> {
+        Ok(())
     }
-    Ok(())
+    fn exec(&self, _ctx: &mut Ctx) -> Result<()> {
+        Ok(())
+    }
 }
 
-// TRANSITIONAL: routes the generated dispatch to this module's old `MODULE` until it
-// implements `Semantics` on the operand views itself.
-impl super::Semantics for crate::isa::ops::Nop<'_> {
-    fn check(&self) -> crate::error::Result<()> {
-        (MODULE.check)(self.ins)
+impl Semantics for ops::RegisterMove<'_> {
+    fn check(&self) -> Result<()> {
+        Ok(())
     }
-    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
-        (MODULE.exec)(self.ins, ctx)
-    }
-}
-impl super::Semantics for crate::isa::ops::RegisterMove<'_> {
-    fn check(&self) -> crate::error::Result<()> {
-        (MODULE.check)(self.ins)
-    }
-    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
-        (MODULE.exec)(self.ins, ctx)
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        ctx.regs[self.dst as usize] = self.src as u32;
+        Ok(())
     }
 }
-impl super::Semantics for crate::isa::ops::RegisterLoad<'_> {
-    fn check(&self) -> crate::error::Result<()> {
-        (MODULE.check)(self.ins)
+
+impl Semantics for ops::RegisterLoad<'_> {
+    fn check(&self) -> Result<()> {
+        one_element(self.ins, self.src, "src")
     }
-    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
-        (MODULE.exec)(self.ins, ctx)
-    }
-}
-impl super::Semantics for crate::isa::ops::RegisterStore<'_> {
-    fn check(&self) -> crate::error::Result<()> {
-        (MODULE.check)(self.ins)
-    }
-    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
-        (MODULE.exec)(self.ins, ctx)
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        load(ctx, self.dst, self.src);
+        Ok(())
     }
 }
-impl super::Semantics for crate::isa::ops::ScalarLoad<'_> {
-    fn check(&self) -> crate::error::Result<()> {
-        (MODULE.check)(self.ins)
+
+impl Semantics for ops::ScalarLoad<'_> {
+    fn check(&self) -> Result<()> {
+        one_element(self.ins, self.src, "src")
     }
-    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
-        (MODULE.exec)(self.ins, ctx)
-    }
-}
-impl super::Semantics for crate::isa::ops::ScalarStore<'_> {
-    fn check(&self) -> crate::error::Result<()> {
-        (MODULE.check)(self.ins)
-    }
-    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
-        (MODULE.exec)(self.ins, ctx)
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        load(ctx, self.dst, self.src);
+        Ok(())
     }
 }
-impl super::Semantics for crate::isa::ops::RegisterOp<'_> {
-    fn check(&self) -> crate::error::Result<()> {
-        (MODULE.check)(self.ins)
+
+impl Semantics for ops::RegisterStore<'_> {
+    fn check(&self) -> Result<()> {
+        one_element(self.ins, self.dst, "dst")
     }
-    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
-        (MODULE.exec)(self.ins, ctx)
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        store(ctx, self.dst, self.src);
+        Ok(())
     }
 }
-impl super::Semantics for crate::isa::ops::Branch<'_> {
-    fn check(&self) -> crate::error::Result<()> {
-        (MODULE.check)(self.ins)
+
+impl Semantics for ops::ScalarStore<'_> {
+    fn check(&self) -> Result<()> {
+        one_element(self.ins, self.dst, "dst")
     }
-    fn exec(&self, ctx: &mut super::Ctx) -> crate::error::Result<()> {
-        (MODULE.exec)(self.ins, ctx)
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        store(ctx, self.dst, self.value);
+        Ok(())
+    }
+}
+
+impl Semantics for ops::RegisterOp<'_> {
+    fn check(&self) -> Result<()> {
+        if !REG_OPS.contains(&self.op) {
+            return Err(fail(
+                Value,
+                "register_op_not_supported",
+                "register_op supports add, subtract, multiply, bitwise_and, bitwise_or, bitwise_xor, left_shift, right_shift",
+            )
+            .operand("op"));
+        }
+        Ok(())
+    }
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        let a = ctx.regs[self.src as usize];
+        ctx.regs[self.dst as usize] = alu(self.op, a, self.imm as u32);
+        Ok(())
+    }
+}
+
+impl Semantics for ops::Branch<'_> {
+    fn check(&self) -> Result<()> {
+        if self.cmp != CmpOp::Always && self.reg.is_none() {
+            return Err(fail(
+                Value,
+                "branch_needs_register",
+                "a conditional branch compares a register: reg is required",
+            )
+            .operand("reg"));
+        }
+        if self.target < 0 {
+            return Err(fail(
+                Value,
+                "branch_target_negative",
+                "branch target must be an instruction index >= 0",
+            )
+            .operand("target"));
+        }
+        Ok(())
+    }
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        // An unconditional branch has no register; `compare` ignores the value then.
+        let a = self.reg.map_or(0, |r| ctx.regs[r as usize] as i32);
+        if compare(self.cmp, a, self.imm) {
+            ctx.jump = Some(self.target as u32);
+        }
+        Ok(())
     }
 }

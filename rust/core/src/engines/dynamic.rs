@@ -2,10 +2,11 @@
 //! static pattern an instruction actually touches, or which rows it skips (`oob_mode=skip`).
 
 use super::Ctx;
-use crate::error::{err, ErrorKind::*, Result};
+use crate::error::{fail, ErrorKind::*, Result};
+use crate::isa::ops;
 use crate::isa::spec::{Access, ParamSpec};
 use crate::isa::DType;
-use crate::isa::{Arg, Engine, Instr};
+use crate::isa::{Arg, Engine, Instr, Opcode};
 use crate::memory::{Ap, DynKind, DynSrc, Dynamic, Mem};
 
 /// A dynamic pattern after reading its offsets.
@@ -58,8 +59,9 @@ fn tile_values(ctx: &Ctx, t: &Ap) -> Vec<i64> {
 }
 
 fn oob(index: i64, bound: u32, what: &str) -> crate::error::EmuError {
-    err(
+    fail(
         Address,
+        "dynamic_offset_out_of_bounds",
         format!("{what} {index} is outside 0..{bound} (oob_mode=error; oob_mode=skip skips it)"),
     )
 }
@@ -89,7 +91,11 @@ pub fn resolve(ctx: &Ctx, ap: &Ap, skip: bool) -> Result<Resolved> {
         }
         DynKind::Vector => {
             let DynSrc::Tile(t) = &d.src else {
-                return Err(err(Value, "vector_offset needs an index tile"));
+                return Err(fail(
+                    Value,
+                    "index_needs_tile",
+                    "vector_offset needs an index tile",
+                ));
             };
             let vals = tile_values(ctx, t);
             let (tp, tf) = (t.parts as usize, t.free_size());
@@ -144,18 +150,21 @@ fn index_tile(ap: &Ap) -> Option<&Ap> {
 /// The quadrant and operand rules of tensor indirection for operand `prm` of `ins` (the
 /// generic checks already refused operands isa.toml does not mark `indirect`).
 pub fn check_indirect(ins: &Instr, prm: &ParamSpec, ap: &Ap) -> Result<()> {
-    let spec = ins.op.spec();
-    let pname = prm.name;
     let Some(t) = index_tile(ap) else {
-        return Err(err(Value, "tensor indirection needs an index tile"));
+        return Err(fail(
+            Value,
+            "index_needs_tile",
+            "tensor indirection needs an index tile",
+        ));
     };
     let g = group(ins.engine);
     let n = ap.free_size();
     let need_p = n.min(g);
     let need_f = n.div_ceil(g);
     if (t.parts as usize) < need_p || t.free_size() < need_f {
-        return Err(err(
+        return Err(fail(
             Shape,
+            "indirect_index_too_small",
             format!(
                 "{n} indirect elements on {} read index[i % {g}, i // {g}]: the index view needs >= {need_p} partitions and >= {need_f} columns, got {:?}",
                 ins.engine.name(),
@@ -163,36 +172,12 @@ pub fn check_indirect(ins: &Instr, prm: &ParamSpec, ap: &Ap) -> Result<()> {
             ),
         ));
     }
-    let write = prm.access.writes();
-    if write {
-        // The first indirect input fixes where an indirect dst's index starts.
-        let main = spec
-            .params
-            .iter()
-            .zip(&ins.args)
-            .find(|(q, _)| q.indirect && q.access == Access::Read)
-            .and_then(|(_, a)| a.tensor());
-        if let Some(m) = main {
-            let want = index_tile(m).map(|x| x.start).unwrap_or(m.start);
-            if t.start != want {
-                return Err(err(
-                    Partition,
-                    format!(
-                        "an indirect dst's index starts on the same partition as the input ({want}), not {}",
-                        t.start
-                    ),
-                ));
-            }
-        }
-        if ins.engine == Engine::Scalar && ap.mem == Mem::Psum {
-            return Err(err(
-                MemorySpace,
-                "ScalarE cannot scatter (indirect dst) into PSUM",
-            ));
-        }
+    if prm.access.writes() {
+        check_indirect_dst(ins, ap, t)?;
     } else if t.start != ap.start {
-        return Err(err(
+        return Err(fail(
             Partition,
+            "indirect_input_index_partition",
             format!(
                 "an indirect input starts on the same partition as its index: input at {}, index at {}",
                 ap.start, t.start
@@ -200,30 +185,81 @@ pub fn check_indirect(ins: &Instr, prm: &ParamSpec, ap: &Ap) -> Result<()> {
         ));
     }
     if ins.engine == Engine::Tensor {
-        use crate::isa::tables::p::nc_matmul as mm;
-        if !matches!(
-            ap.dtype,
-            DType::Float16
-                | DType::Bfloat16
-                | DType::Float8E4m3
-                | DType::Float8E4m3fn
-                | DType::Float8E5m2
-        ) && pname != "dst"
-        {
-            return Err(err(
-                Dtype,
-                "TensorE indirect operands must be fp16, bf16 or fp8",
+        check_indirect_tensor_engine(ins, prm, ap)?;
+    }
+    Ok(())
+}
+
+/// An indirect dst (scatter): its index starts where the first indirect input's does, and
+/// ScalarE cannot scatter into PSUM.
+fn check_indirect_dst(ins: &Instr, ap: &Ap, t: &Ap) -> Result<()> {
+    let main = ins
+        .op
+        .spec()
+        .params
+        .iter()
+        .zip(&ins.args)
+        .find(|(q, _)| q.indirect && q.access == Access::Read)
+        .and_then(|(_, a)| a.tensor());
+    if let Some(m) = main {
+        let want = index_tile(m).map(|x| x.start).unwrap_or(m.start);
+        if t.start != want {
+            return Err(fail(
+                Partition,
+                "indirect_dst_index_partition",
+                format!(
+                    "an indirect dst's index starts on the same partition as the input ({want}), not {}",
+                    t.start
+                ),
             ));
         }
-        if pname == "moving" && ins.bool_or(mm::IS_TRANSPOSE, false) {
-            return Err(err(Value, "moving cannot be indirect in transpose mode"));
-        }
-        if ins.ints(mm::TILE_POSITION).iter().any(|x| *x != 0) {
-            return Err(err(
-                Value,
-                "tensor indirection is incompatible with PE tiling: tile_position must be (0, 0)",
-            ));
-        }
+    }
+    if ins.engine == Engine::Scalar && ap.mem == Mem::Psum {
+        return Err(fail(
+            MemorySpace,
+            "indirect_scatter_into_psum",
+            "ScalarE cannot scatter (indirect dst) into PSUM",
+        ));
+    }
+    Ok(())
+}
+
+/// TensorE: indirect inputs are fp16 / bf16 / fp8; a matmul's indirection excludes transpose
+/// mode on `moving` and PE tiling.
+fn check_indirect_tensor_engine(ins: &Instr, prm: &ParamSpec, ap: &Ap) -> Result<()> {
+    let pe_dtype = matches!(
+        ap.dtype,
+        DType::Float16
+            | DType::Bfloat16
+            | DType::Float8E4m3
+            | DType::Float8E4m3fn
+            | DType::Float8E5m2
+    );
+    if !pe_dtype && !prm.access.writes() {
+        return Err(fail(
+            Dtype,
+            "tensor_indirect_dtype",
+            "TensorE indirect operands must be fp16, bf16 or fp8",
+        ));
+    }
+    if ins.op != Opcode::NcMatmul {
+        return Ok(());
+    }
+    let mm = ops::NcMatmul::view(ins)?;
+    if mm.is_transpose && is_indirect(mm.moving) {
+        return Err(fail(
+            Value,
+            "indirect_moving_transpose",
+            "moving cannot be indirect in transpose mode",
+        )
+        .operand("moving"));
+    }
+    if mm.tile_position.iter().any(|x| *x != 0) {
+        return Err(fail(
+            Value,
+            "indirect_tile_position",
+            "tensor indirection is incompatible with PE tiling: tile_position must be (0, 0)",
+        ));
     }
     Ok(())
 }
@@ -252,8 +288,9 @@ pub fn resolve_indirect_operands(ins: &Instr, ctx: &Ctx) -> Result<Option<Instr>
         for e in 0..ap.free_size() {
             let v = vals.get((e % g) * tf + e / g).copied().unwrap_or(-1);
             if !(0..d.bound as i64).contains(&v) {
-                return Err(err(
+                return Err(fail(
                     Address,
+                    "indirect_index_out_of_bounds",
                     format!("indirect index {v} (element {e}) is outside 0..{}", d.bound),
                 )
                 .operand(spec.params[i].name));

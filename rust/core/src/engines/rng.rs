@@ -17,18 +17,6 @@ use crate::isa::{DType, Engine, Instr};
 use crate::memory::{Ap, Mem, PARTITIONS};
 use crate::numerics::rng::{VECTOR_STATES, WORDS};
 
-/// A required tensor operand (validation guarantees it; a miss is an emulator bug).
-pub(crate) fn req<'a>(ins: &'a Instr, i: usize, name: &'static str) -> Result<&'a Ap> {
-    ins.ap(i).ok_or_else(|| {
-        fail(
-            Internal,
-            "operand_not_tensor",
-            format!("{name} is not a tensor after validation"),
-        )
-        .operand(name)
-    })
-}
-
 #[inline]
 fn unit(bits: u32) -> f32 {
     (bits >> 8) as f32 * (1.0 / 16_777_216.0)

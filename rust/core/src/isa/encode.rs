@@ -2,9 +2,11 @@
 //! field and then the whole instruction, so a decoded program is as trustworthy as an assembled one.
 
 use super::instr::{Arg, Instr, Program, Signal, Wait};
+use super::spec::ParamSpec;
 use super::tables::{DType, Engine, Opcode};
 use super::validate::validate_generic as validate;
-use crate::error::{err, EmuError, ErrorKind::Decode, Result};
+use crate::error::{fail, EmuError, ErrorKind::Decode, Result};
+use crate::hw::NUM_CORES;
 use crate::memory::{Ap, DynKind, DynSrc, Dynamic, Mem};
 
 pub const MAGIC: &[u8; 4] = b"T3EP";
@@ -135,8 +137,9 @@ struct Reader<'a> {
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         if self.b.len() - self.pos < n {
-            return Err(err(
+            return Err(fail(
                 Decode,
+                "decode_truncated",
                 format!("truncated at byte {} (needed {n} more)", self.pos),
             ));
         }
@@ -144,36 +147,44 @@ impl<'a> Reader<'a> {
         self.pos += n;
         Ok(s)
     }
+    fn bytes<const N: usize>(&mut self) -> Result<[u8; N]> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
     fn u8(&mut self) -> Result<u8> {
         Ok(self.take(1)?[0])
     }
     fn u16(&mut self) -> Result<u16> {
-        Ok(u16::from_le_bytes(self.take(2)?.try_into().unwrap()))
+        Ok(u16::from_le_bytes(self.bytes()?))
     }
     fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
+        Ok(u32::from_le_bytes(self.bytes()?))
     }
     fn i32(&mut self) -> Result<i32> {
-        Ok(i32::from_le_bytes(self.take(4)?.try_into().unwrap()))
+        Ok(i32::from_le_bytes(self.bytes()?))
     }
     fn i64(&mut self) -> Result<i64> {
-        Ok(i64::from_le_bytes(self.take(8)?.try_into().unwrap()))
+        Ok(i64::from_le_bytes(self.bytes()?))
     }
     fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
+        Ok(u64::from_le_bytes(self.bytes()?))
     }
 }
 
 fn get_ap(r: &mut Reader, nested: bool) -> Result<Ap> {
     let m = r.u8()?;
-    let mem = Mem::from_u8(m).ok_or_else(|| err(Decode, format!("bad memory code {m}")))?;
+    let mem = Mem::from_u8(m)
+        .ok_or_else(|| fail(Decode, "decode_bad_memory", format!("bad memory code {m}")))?;
     let d = r.u8()?;
-    let dtype = DType::from_u8(d).ok_or_else(|| err(Decode, format!("bad dtype code {d}")))?;
+    let dtype = DType::from_u8(d)
+        .ok_or_else(|| fail(Decode, "decode_bad_dtype", format!("bad dtype code {d}")))?;
     let start = r.u8()? as u32;
     let flags = r.u8()?;
     if flags > 1 || (nested && flags != 0) {
-        return Err(err(
+        return Err(fail(
             Decode,
+            "decode_bad_ap_flags",
             format!("unknown access-pattern flags {flags:#x}"),
         ));
     }
@@ -182,7 +193,11 @@ fn get_ap(r: &mut Reader, nested: bool) -> Result<Ap> {
     let offset = r.u64()?;
     let nd = r.u8()?;
     if nd as usize > crate::memory::ap::MAX_FREE_DIMS {
-        return Err(err(Decode, format!("{nd} free dims (at most 4)")));
+        return Err(fail(
+            Decode,
+            "decode_too_many_dims",
+            format!("{nd} free dims (at most 4)"),
+        ));
     }
     let mut dims = Vec::with_capacity(nd as usize);
     for _ in 0..nd {
@@ -195,12 +210,24 @@ fn get_ap(r: &mut Reader, nested: bool) -> Result<Ap> {
             0 => DynKind::Scalar,
             1 => DynKind::Vector,
             2 => DynKind::Indirect,
-            k => return Err(err(Decode, format!("unknown dynamic-offset kind {k}"))),
+            k => {
+                return Err(fail(
+                    Decode,
+                    "decode_bad_dynamic_kind",
+                    format!("unknown dynamic-offset kind {k}"),
+                ))
+            }
         };
         let src = match r.u8()? {
             0 => DynSrc::Reg(r.u8()?),
             1 => DynSrc::Tile(get_ap(r, true)?),
-            k => return Err(err(Decode, format!("unknown dynamic-offset source {k}"))),
+            k => {
+                return Err(fail(
+                    Decode,
+                    "decode_bad_dynamic_source",
+                    format!("unknown dynamic-offset source {k}"),
+                ))
+            }
         };
         let step = r.i64()?;
         let bound = r.u32()?;
@@ -215,10 +242,18 @@ fn get_ap(r: &mut Reader, nested: bool) -> Result<Ap> {
         None
     };
     if mem != Mem::Hbm && pstep != 0 {
-        return Err(err(Decode, "on-chip access pattern with a row step"));
+        return Err(fail(
+            Decode,
+            "decode_onchip_row_step",
+            "on-chip access pattern with a row step",
+        ));
     }
     if mem == Mem::Hbm && start != 0 {
-        return Err(err(Decode, "HBM access pattern with a start partition"));
+        return Err(fail(
+            Decode,
+            "decode_hbm_start_partition",
+            "HBM access pattern with a start partition",
+        ));
     }
     Ok(Ap {
         mem,
@@ -232,16 +267,67 @@ fn get_ap(r: &mut Reader, nested: bool) -> Result<Ap> {
     })
 }
 
+/// One operand: its tag, then the value; the tag must fit the parameter's kind.
+fn get_arg(r: &mut Reader, p: &ParamSpec) -> Result<Arg> {
+    let tag = r.u8()?;
+    let a = match tag {
+        TAG_ABSENT => Arg::Absent,
+        TAG_TENSOR => Arg::Tensor(get_ap(r, false)?),
+        TAG_F32 => Arg::F32(f32::from_bits(r.u32()?)),
+        TAG_I32 => Arg::I32(r.i32()?),
+        TAG_BOOL => match r.u8()? {
+            0 => Arg::Bool(false),
+            1 => Arg::Bool(true),
+            b => return Err(fail(Decode, "decode_bad_bool", format!("bool byte {b}"))),
+        },
+        TAG_ENUM => Arg::Enum(r.u8()?),
+        TAG_INTS => {
+            let n = r.u8()?;
+            let mut v = Vec::with_capacity(n as usize);
+            for _ in 0..n {
+                v.push(r.i32()?);
+            }
+            Arg::Ints(v)
+        }
+        TAG_REG => Arg::Reg(r.u8()?),
+        t => {
+            return Err(fail(
+                Decode,
+                "decode_bad_operand_tag",
+                format!("unknown operand tag {t}"),
+            ))
+        }
+    };
+    if !p.kind.accepts(&a) {
+        return Err(fail(
+            Decode,
+            "decode_operand_kind",
+            format!("operand tag {tag} does not fit kind {:?}", p.kind),
+        ));
+    }
+    Ok(a)
+}
+
 fn decode_instr(r: &mut Reader) -> Result<Instr> {
     let at = r.pos;
     let opc = r.u16()?;
-    let op = Opcode::from_u16(opc)
-        .ok_or_else(|| err(Decode, format!("unknown opcode {opc:#06x} at byte {at}")))?;
+    let op = Opcode::from_u16(opc).ok_or_else(|| {
+        fail(
+            Decode,
+            "decode_unknown_opcode",
+            format!("unknown opcode {opc:#06x} at byte {at}"),
+        )
+    })?;
     let e = r.u8()?;
-    let engine = Engine::from_u8(e).ok_or_else(|| err(Decode, format!("bad engine code {e}")))?;
+    let engine = Engine::from_u8(e)
+        .ok_or_else(|| fail(Decode, "decode_bad_engine", format!("bad engine code {e}")))?;
     let flags = r.u8()?;
     if flags > 1 {
-        return Err(err(Decode, format!("unknown flags {flags:#x}")));
+        return Err(fail(
+            Decode,
+            "decode_bad_flags",
+            format!("unknown flags {flags:#x}"),
+        ));
     }
     let len = r.u32()? as usize;
     let nw = r.u8()?;
@@ -263,49 +349,23 @@ fn decode_instr(r: &mut Reader) -> Result<Instr> {
     let name = if flags & 1 != 0 {
         let n = r.u8()? as usize;
         let b = r.take(n)?;
-        Some(String::from_utf8(b.to_vec()).map_err(|_| err(Decode, "name is not UTF-8"))?)
+        Some(
+            String::from_utf8(b.to_vec())
+                .map_err(|_| fail(Decode, "decode_name_not_utf8", "name is not UTF-8"))?,
+        )
     } else {
         None
     };
     let spec = op.spec();
-    let mut args = Vec::with_capacity(spec.params.len());
-    for p in spec.params {
-        let tag = r.u8()?;
-        let a = match tag {
-            TAG_ABSENT => Arg::Absent,
-            TAG_TENSOR => Arg::Tensor(get_ap(r, false).map_err(|e| e.operand(p.name))?),
-            TAG_F32 => Arg::F32(f32::from_bits(r.u32()?)),
-            TAG_I32 => Arg::I32(r.i32()?),
-            TAG_BOOL => match r.u8()? {
-                0 => Arg::Bool(false),
-                1 => Arg::Bool(true),
-                b => return Err(err(Decode, format!("bool byte {b}")).operand(p.name)),
-            },
-            TAG_ENUM => Arg::Enum(r.u8()?),
-            TAG_INTS => {
-                let n = r.u8()?;
-                let mut v = Vec::with_capacity(n as usize);
-                for _ in 0..n {
-                    v.push(r.i32()?);
-                }
-                Arg::Ints(v)
-            }
-            TAG_REG => Arg::Reg(r.u8()?),
-            t => return Err(err(Decode, format!("unknown operand tag {t}")).operand(p.name)),
-        };
-        let ok = p.kind.accepts(&a);
-        if !ok {
-            return Err(err(
-                Decode,
-                format!("operand tag {tag} does not fit kind {:?}", p.kind),
-            )
-            .operand(p.name));
-        }
-        args.push(a);
-    }
+    let args = spec
+        .params
+        .iter()
+        .map(|p| get_arg(r, p).map_err(|e| e.operand(p.name)))
+        .collect::<Result<Vec<_>>>()?;
     if r.pos - at != len {
-        return Err(err(
+        return Err(fail(
             Decode,
+            "decode_length_mismatch",
             format!(
                 "instruction length field says {len} bytes, decoded {}",
                 r.pos - at
@@ -334,21 +394,34 @@ pub fn decode_program(bytes: &[u8]) -> Result<Program> {
 pub fn decode_program_with(bytes: &[u8], check: impl Fn(&Instr) -> Result<()>) -> Result<Program> {
     let mut r = Reader { b: bytes, pos: 0 };
     if r.take(4)? != MAGIC {
-        return Err(err(Decode, "not a trn3emu program (bad magic)"));
+        return Err(fail(
+            Decode,
+            "decode_bad_magic",
+            "not a trn3emu program (bad magic)",
+        ));
     }
     let v = r.u16()?;
     if v != VERSION {
-        return Err(err(
+        return Err(fail(
             Decode,
+            "decode_version",
             format!("encoding version {v} (this build reads {VERSION})"),
         ));
     }
     let core = r.u8()?;
-    if core >= 8 {
-        return Err(err(Decode, format!("core {core} out of range (0..8)")));
+    if core as usize >= NUM_CORES {
+        return Err(fail(
+            Decode,
+            "decode_core_out_of_range",
+            format!("core {core} out of range (0..{NUM_CORES})"),
+        ));
     }
     if r.u8()? != 0 {
-        return Err(err(Decode, "reserved header byte is not zero"));
+        return Err(fail(
+            Decode,
+            "decode_reserved_byte",
+            "reserved header byte is not zero",
+        ));
     }
     let n = r.u32()? as usize;
     let mut instrs = Vec::with_capacity(n.min(1 << 16));
@@ -358,8 +431,9 @@ pub fn decode_program_with(bytes: &[u8], check: impl Fn(&Instr) -> Result<()>) -
         instrs.push(ins);
     }
     if r.pos != bytes.len() {
-        return Err(err(
+        return Err(fail(
             Decode,
+            "decode_trailing_bytes",
             format!(
                 "{} trailing bytes after {n} instructions",
                 bytes.len() - r.pos

@@ -5,12 +5,9 @@ use super::tables::{Engine, Opcode};
 use crate::error::{fail, ErrorKind, Result};
 use crate::memory::Ap;
 
-/// Semaphores per core available to programs (an emulator choice; the hardware count is not public).
-pub const NUM_SEMAPHORES: u16 = 256;
+pub use crate::hw::{NUM_REGISTERS, NUM_SEMAPHORES};
 /// Waits (and, separately, signals) per instruction: the binary encoding counts them in a byte.
 pub const MAX_SYNC: usize = 255;
-/// Registers per engine sequencer.
-pub const NUM_REGISTERS: u8 = 64;
 
 /// One operand value. `Absent` = keyword omitted / None.
 #[derive(Clone, Debug)]

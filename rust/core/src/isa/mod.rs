@@ -1,5 +1,6 @@
 //! The instruction set: generated tables, instruction values, validation, text and binary forms.
 
+pub mod default_engine;
 pub mod encode;
 pub mod instr;
 #[rustfmt::skip]

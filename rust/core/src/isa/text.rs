@@ -13,7 +13,8 @@ use super::instr::{Arg, Instr, Program, Signal, Wait};
 use super::spec::Kind;
 use super::tables::{DType, Engine, Opcode, ENUMS};
 use super::validate::validate_generic as validate;
-use crate::error::{err, ErrorKind::*, Result};
+use crate::error::{fail, ErrorKind::*, Result};
+use crate::hw::NUM_CORES;
 use crate::memory::{Ap, DynKind, DynSrc, Dynamic, Mem};
 use std::fmt::Write;
 
@@ -76,7 +77,7 @@ pub fn format_ap(ap: &Ap) -> String {
 /// `s(SRC,STEP,BOUND)` / `v(SRC,STEP,BOUND)` after the `@` of a dynamic access pattern.
 fn parse_dynamic(s: &str) -> Result<Dynamic> {
     let bad = || {
-        perr(format!(
+        perr("asm_bad_dynamic_offset", format!(
             "dynamic offset {s:?}: expected s(SRC,STEP,BOUND), v(SRC,STEP,BOUND) or i(SRC,STEP,BOUND)"
         ))
     };
@@ -94,7 +95,10 @@ fn parse_dynamic(s: &str) -> Result<Dynamic> {
     let src = if let Some(r) = src_s.strip_prefix('r') {
         DynSrc::Reg(parse_int(r)?)
     } else if src_s.contains('@') {
-        return Err(perr("a dynamic-offset tile cannot itself be dynamic"));
+        return Err(perr(
+            "asm_nested_dynamic_offset",
+            "a dynamic-offset tile cannot itself be dynamic",
+        ));
     } else {
         DynSrc::Tile(parse_ap(src_s)?)
     };
@@ -197,8 +201,9 @@ pub fn format_program(p: &Program) -> String {
 
 // ------------------------------------------------------------------------------------------ parsing
 
-fn perr(msg: impl Into<String>) -> crate::error::EmuError {
-    err(Parse, msg)
+/// A malformed-text error with its rule id.
+fn perr(rule: &'static str, msg: impl Into<String>) -> crate::error::EmuError {
+    fail(Parse, rule, msg)
 }
 
 /// Split on whitespace outside brackets.
@@ -218,7 +223,7 @@ fn tokens(line: &str) -> Result<Vec<&str>> {
             _ => {}
         }
         if depth < 0 {
-            return Err(perr("unbalanced ']'"));
+            return Err(perr("asm_unbalanced_brackets", "unbalanced ']'"));
         }
         if c.is_whitespace() && depth == 0 {
             if let Some(s) = start.take() {
@@ -229,7 +234,7 @@ fn tokens(line: &str) -> Result<Vec<&str>> {
         }
     }
     if depth != 0 {
-        return Err(perr("unbalanced '['"));
+        return Err(perr("asm_unbalanced_brackets", "unbalanced '['"));
     }
     if let Some(s) = start {
         out.push(&line[s..]);
@@ -240,22 +245,29 @@ fn tokens(line: &str) -> Result<Vec<&str>> {
 fn parse_int<T: std::str::FromStr>(s: &str) -> Result<T> {
     let s = s.trim();
     if let Some(h) = s.strip_prefix("0x") {
-        let v = u64::from_str_radix(h, 16).map_err(|_| perr(format!("bad number {s:?}")))?;
-        return v
-            .to_string()
-            .parse::<T>()
-            .map_err(|_| perr(format!("number {s:?} out of range")));
+        let v = u64::from_str_radix(h, 16)
+            .map_err(|_| perr("asm_bad_number", format!("bad number {s:?}")))?;
+        return v.to_string().parse::<T>().map_err(|_| {
+            perr(
+                "asm_number_out_of_range",
+                format!("number {s:?} out of range"),
+            )
+        });
     }
     s.parse::<T>()
-        .map_err(|_| perr(format!("bad number {s:?}")))
+        .map_err(|_| perr("asm_bad_number", format!("bad number {s:?}")))
 }
 
 fn parse_f32(s: &str) -> Result<f32> {
     if let Some(h) = s.strip_prefix("nan:0x") {
-        let bits = u32::from_str_radix(h, 16).map_err(|_| perr(format!("bad NaN bits {s:?}")))?;
+        let bits = u32::from_str_radix(h, 16)
+            .map_err(|_| perr("asm_bad_nan_bits", format!("bad NaN bits {s:?}")))?;
         let v = f32::from_bits(bits);
         if !v.is_nan() {
-            return Err(perr(format!("{s:?} is not a NaN bit pattern")));
+            return Err(perr(
+                "asm_bad_nan_bits",
+                format!("{s:?} is not a NaN bit pattern"),
+            ));
         }
         return Ok(v);
     }
@@ -263,7 +275,7 @@ fn parse_f32(s: &str) -> Result<f32> {
         "nan" => Ok(f32::NAN),
         _ => s
             .parse::<f32>()
-            .map_err(|_| perr(format!("bad float {s:?}"))),
+            .map_err(|_| perr("asm_bad_float", format!("bad float {s:?}"))),
     }
 }
 
@@ -285,9 +297,10 @@ fn parse_imm(s: &str) -> Result<Arg> {
     let mag: i64 = parse_int(digits)?;
     let v = if t.starts_with('-') { -mag } else { mag };
     imm_from_i64(v).ok_or_else(|| {
-        perr(format!(
-            "integer immediate {s:?} does not fit 32 bits (-2^31 ..= 2^32-1)"
-        ))
+        perr(
+            "asm_number_out_of_range",
+            format!("integer immediate {s:?} does not fit 32 bits (-2^31 ..= 2^32-1)"),
+        )
     })
 }
 
@@ -304,7 +317,10 @@ pub fn imm_from_i64(v: i64) -> Option<Arg> {
 fn parse_ints(s: &str) -> Result<Vec<i32>> {
     let t = s.trim();
     if !(t.starts_with('[') && t.ends_with(']')) {
-        return Err(perr(format!("expected a bracketed list, got {s:?}")));
+        return Err(perr(
+            "asm_bad_list",
+            format!("expected a bracketed list, got {s:?}"),
+        ));
     }
     let inner: String = t
         .chars()
@@ -321,14 +337,20 @@ fn parse_ints(s: &str) -> Result<Vec<i32>> {
 fn parse_pairs(s: &str) -> Result<Vec<(i64, u32)>> {
     let t = s.trim();
     if !(t.starts_with("[[") && t.ends_with("]]")) {
-        return Err(perr(format!("expected [[step,num],...], got {s:?}")));
+        return Err(perr(
+            "asm_bad_dims",
+            format!("expected [[step,num],...], got {s:?}"),
+        ));
     }
     let mut out = Vec::new();
     for part in t[2..t.len() - 2].split("],") {
         let part = part.trim().trim_start_matches('[').trim_end_matches(']');
         let xs: Vec<&str> = part.split(',').collect();
         if xs.len() != 2 {
-            return Err(perr(format!("expected [step,num], got [{part}]")));
+            return Err(perr(
+                "asm_bad_dims",
+                format!("expected [step,num], got [{part}]"),
+            ));
         }
         out.push((parse_int::<i64>(xs[0])?, parse_int::<u32>(xs[1])?));
     }
@@ -341,38 +363,58 @@ pub fn parse_ap(s: &str) -> Result<Ap> {
         ap.dynamic = Some(Box::new(parse_dynamic(dyn_s)?));
         return Ok(ap);
     }
-    let (mem_s, rest) = s
-        .split_once(':')
-        .ok_or_else(|| perr(format!("access pattern {s:?} needs MEM:DTYPE")))?;
-    let mem = Mem::from_name(mem_s).ok_or_else(|| perr(format!("unknown memory {mem_s:?}")))?;
-    let dt_end = rest
-        .find(['[', '+'])
-        .ok_or_else(|| perr(format!("access pattern {s:?} is incomplete")))?;
-    let dtype = DType::from_name(&rest[..dt_end])
-        .ok_or_else(|| perr(format!("unknown dtype {:?}", &rest[..dt_end])))?;
+    let (mem_s, rest) = s.split_once(':').ok_or_else(|| {
+        perr(
+            "asm_bad_access_pattern",
+            format!("access pattern {s:?} needs MEM:DTYPE"),
+        )
+    })?;
+    let mem = Mem::from_name(mem_s)
+        .ok_or_else(|| perr("asm_unknown_memory", format!("unknown memory {mem_s:?}")))?;
+    let dt_end = rest.find(['[', '+']).ok_or_else(|| {
+        perr(
+            "asm_bad_access_pattern",
+            format!("access pattern {s:?} is incomplete"),
+        )
+    })?;
+    let dtype = DType::from_name(&rest[..dt_end]).ok_or_else(|| {
+        perr(
+            "asm_unknown_dtype",
+            format!("unknown dtype {:?}", &rest[..dt_end]),
+        )
+    })?;
     let mut rest = &rest[dt_end..];
     let (mut start, mut parts) = (0u32, 0u32);
     if mem != Mem::Hbm {
-        let close = rest
-            .find(']')
-            .ok_or_else(|| perr(format!("{s:?}: expected [start:end]")))?;
-        let (a, b) = rest[1..close]
-            .split_once(':')
-            .ok_or_else(|| perr(format!("{s:?}: expected [start:end]")))?;
+        let close = rest.find(']').ok_or_else(|| {
+            perr(
+                "asm_bad_access_pattern",
+                format!("{s:?}: expected [start:end]"),
+            )
+        })?;
+        let (a, b) = rest[1..close].split_once(':').ok_or_else(|| {
+            perr(
+                "asm_bad_access_pattern",
+                format!("{s:?}: expected [start:end]"),
+            )
+        })?;
         start = parse_int(a)?;
         let end: u32 = parse_int(b)?;
         if end <= start {
-            return Err(perr(format!("{s:?}: empty partition range")));
+            return Err(perr(
+                "asm_empty_partition_range",
+                format!("{s:?}: empty partition range"),
+            ));
         }
         parts = end - start;
         rest = &rest[close + 1..];
     }
     let rest = rest
         .strip_prefix('+')
-        .ok_or_else(|| perr(format!("{s:?}: expected +OFFSET")))?;
+        .ok_or_else(|| perr("asm_bad_access_pattern", format!("{s:?}: expected +OFFSET")))?;
     let br = rest
         .find('[')
-        .ok_or_else(|| perr(format!("{s:?}: expected dims")))?;
+        .ok_or_else(|| perr("asm_bad_access_pattern", format!("{s:?}: expected dims")))?;
     let offset: u64 = parse_int(&rest[..br])?;
     let mut dims = parse_pairs(&rest[br..])?;
     let mut pstep = 0i64;
@@ -415,45 +457,91 @@ fn parse_arg(s: &str, kind: Kind, enum_id: u8) -> Result<Arg> {
         Kind::Bool => match s {
             "true" | "True" => Arg::Bool(true),
             "false" | "False" => Arg::Bool(false),
-            _ => return Err(perr(format!("expected true/false, got {s:?}"))),
+            _ => {
+                return Err(perr(
+                    "asm_bad_bool",
+                    format!("expected true/false, got {s:?}"),
+                ))
+            }
         },
         Kind::Enum => {
             let e = &ENUMS[enum_id as usize];
             let v = e.values.iter().position(|v| *v == s).ok_or_else(|| {
-                perr(format!(
-                    "{s:?} is not a {} value ({})",
-                    e.name,
-                    e.values.join(", ")
-                ))
+                perr(
+                    "asm_bad_enum_value",
+                    format!("{s:?} is not a {} value ({})", e.name, e.values.join(", ")),
+                )
             })?;
             Arg::Enum(v as u8)
         }
         Kind::Ints | Kind::Pattern => Arg::Ints(parse_ints(s)?),
-        Kind::Reg => Arg::Reg(parse_int(
-            s.strip_prefix('r')
-                .ok_or_else(|| perr(format!("expected rN, got {s:?}")))?,
-        )?),
+        Kind::Reg => Arg::Reg(parse_int(s.strip_prefix('r').ok_or_else(|| {
+            perr("asm_bad_register", format!("expected rN, got {s:?}"))
+        })?)?),
     })
+}
+
+/// `sN>=V,...` after `wait=`.
+fn parse_waits(v: &str) -> Result<Vec<Wait>> {
+    v.split(',')
+        .map(|item| {
+            let (a, b) = sync_item(item)?
+                .split_once(">=")
+                .ok_or_else(|| perr("asm_bad_sync", format!("expected sN>=V, got {item}")))?;
+            Ok(Wait {
+                sem: parse_int(a)?,
+                value: parse_int(b)?,
+            })
+        })
+        .collect()
+}
+
+/// `sN+D,...` after `signal=`.
+fn parse_signals(v: &str) -> Result<Vec<Signal>> {
+    v.split(',')
+        .map(|item| {
+            let (a, b) = sync_item(item)?
+                .split_once('+')
+                .ok_or_else(|| perr("asm_bad_sync", format!("expected sN+D, got {item}")))?;
+            Ok(Signal {
+                sem: parse_int(a)?,
+                delta: parse_int(b)?,
+            })
+        })
+        .collect()
+}
+
+/// A wait / signal item without its leading `s`.
+fn sync_item(item: &str) -> Result<&str> {
+    item.strip_prefix('s')
+        .ok_or_else(|| perr("asm_bad_sync", format!("expected sN in {item:?}")))
 }
 
 /// Parse one instruction line (without validation).
 pub fn parse_instr_unchecked(line: &str) -> Result<Instr> {
     let toks = tokens(line)?;
-    let head = toks.first().ok_or_else(|| perr("empty instruction"))?;
+    let head = toks
+        .first()
+        .ok_or_else(|| perr("asm_empty_instruction", "empty instruction"))?;
     let (name, eng) = match head.split_once('.') {
         Some((n, e)) => (n, Some(e)),
         None => (*head, None),
     };
-    let op =
-        Opcode::from_name(name).ok_or_else(|| perr(format!("unknown instruction {name:?}")))?;
+    let op = Opcode::from_name(name).ok_or_else(|| {
+        perr(
+            "asm_unknown_instruction",
+            format!("unknown instruction {name:?}"),
+        )
+    })?;
     let spec = op.spec();
     let engine = match eng {
         Some(e) => {
-            let idx = super::tables::Engine::NAMES
+            let unknown = || perr("asm_unknown_engine", format!("unknown engine {e:?}"));
+            let idx = Engine::NAMES
                 .iter()
                 .position(|n| *n == e)
-                .ok_or_else(|| perr(format!("unknown engine {e:?}")))?;
-            Engine::from_u8(idx as u8).unwrap()
+                .ok_or_else(unknown)?;
+            Engine::from_u8(idx as u8).ok_or_else(unknown)?
         }
         None => Engine::Unknown,
     };
@@ -461,52 +549,44 @@ pub fn parse_instr_unchecked(line: &str) -> Result<Instr> {
     let (mut waits, mut signals, mut iname) = (Vec::new(), Vec::new(), None);
     let mut seen_extra = [false; 3];
     for t in &toks[1..] {
-        let (k, v) = t
-            .split_once('=')
-            .ok_or_else(|| perr(format!("expected key=value, got {t:?}")))?;
+        let (k, v) = t.split_once('=').ok_or_else(|| {
+            perr(
+                "asm_expected_key_value",
+                format!("expected key=value, got {t:?}"),
+            )
+        })?;
         match k {
             "wait" | "signal" => {
                 let slot = if k == "wait" { 0 } else { 1 };
                 if seen_extra[slot] {
-                    return Err(perr(format!("duplicate {k}=")));
+                    return Err(perr("asm_duplicate_operand", format!("duplicate {k}=")));
                 }
                 seen_extra[slot] = true;
-                for item in v.split(',') {
-                    let item = item
-                        .strip_prefix('s')
-                        .ok_or_else(|| perr(format!("expected sN in {item:?}")))?;
-                    if k == "wait" {
-                        let (a, b) = item
-                            .split_once(">=")
-                            .ok_or_else(|| perr(format!("expected sN>=V, got s{item}")))?;
-                        waits.push(Wait {
-                            sem: parse_int(a)?,
-                            value: parse_int(b)?,
-                        });
-                    } else {
-                        let (a, b) = item
-                            .split_once('+')
-                            .ok_or_else(|| perr(format!("expected sN+D, got s{item}")))?;
-                        signals.push(Signal {
-                            sem: parse_int(a)?,
-                            delta: parse_int(b)?,
-                        });
-                    }
+                if k == "wait" {
+                    waits = parse_waits(v)?;
+                } else {
+                    signals = parse_signals(v)?;
                 }
             }
             "name" => {
                 if seen_extra[2] {
-                    return Err(perr("duplicate name="));
+                    return Err(perr("asm_duplicate_operand", "duplicate name="));
                 }
                 seen_extra[2] = true;
                 iname = Some(v.to_string());
             }
             _ => {
-                let i = spec
-                    .param_index(k)
-                    .ok_or_else(|| perr(format!("{} has no operand {k:?}", spec.name)))?;
+                let i = spec.param_index(k).ok_or_else(|| {
+                    perr(
+                        "asm_unknown_operand",
+                        format!("{} has no operand {k:?}", spec.name),
+                    )
+                })?;
                 if args[i].is_some() {
-                    return Err(perr(format!("duplicate operand {k}")));
+                    return Err(perr(
+                        "asm_duplicate_operand",
+                        format!("duplicate operand {k}"),
+                    ));
                 }
                 let p = &spec.params[i];
                 args[i] = Some(parse_arg(v, p.kind, p.enum_id).map_err(|e| e.operand(p.name))?);
@@ -518,13 +598,17 @@ pub fn parse_instr_unchecked(line: &str) -> Result<Instr> {
         match a {
             Some(a) => out.push(a),
             None => out.push(Arg::from_default(&p.default, p.kind).ok_or_else(|| {
-                perr(format!("missing required operand {}", p.name)).operand(p.name)
+                perr(
+                    "asm_missing_operand",
+                    format!("missing required operand {}", p.name),
+                )
+                .operand(p.name)
             })?),
         }
     }
     // No engine written (or `unknown`): the ISA's default-engine rule decides.
     let engine = if engine == Engine::Unknown {
-        crate::engines::default_engine(op, &out)
+        super::default_engine::default_engine(op, &out)
     } else {
         engine
     };
@@ -564,8 +648,12 @@ pub fn parse_program_with(text: &str, check: impl Fn(&Instr) -> Result<()>) -> R
         };
         if let Some(rest) = line.strip_prefix(".core") {
             let c: u8 = parse_int(rest).map_err(at)?;
-            if c >= 8 {
-                return Err(at(err(Value, format!("core {c} out of range (0..8)"))));
+            if c as usize >= NUM_CORES {
+                return Err(at(fail(
+                    Value,
+                    "core_out_of_range",
+                    format!("core {c} out of range (0..{NUM_CORES})"),
+                )));
             }
             prog.core = c;
             continue;
@@ -583,11 +671,14 @@ mod tests {
 
     #[test]
     fn i32_or_reg_operand_takes_an_immediate_or_a_register() {
-        use crate::isa::tables::p::iota as io;
-        for (t, want) in [("offset=r3", Arg::Reg(3)), ("offset=-5", Arg::I32(-5))] {
+        use crate::isa::instr::IntOrReg;
+        for (t, want) in [
+            ("offset=r3", IntOrReg::Reg(3)),
+            ("offset=-5", IntOrReg::Imm(-5)),
+        ] {
             let line = format!("iota.gpsimd dst=sbuf:int32[0:4]+0[[1,8]] pattern=[[1,8]] {t}");
             let ins = parse_instr(&line).unwrap();
-            assert_eq!(ins.args[io::OFFSET], want);
+            assert_eq!(crate::isa::ops::Iota::view(&ins).unwrap().offset, want);
             assert_eq!(parse_instr(&format_instr(&ins)).unwrap(), ins);
             let prog = crate::isa::instr::Program {
                 core: 0,
@@ -621,5 +712,42 @@ mod tests {
         for v in [0.0f32, -0.0, 2.0, 1e20, 16777216.0, -3.0] {
             assert_eq!(parse_imm(&format_f32(v)).unwrap(), Arg::F32(v));
         }
+    }
+
+    #[test]
+    fn errors_carry_rule_ids() {
+        let rule = |l: &str| parse_instr(l).unwrap_err().rule;
+        let iota = |eng: &str, dst: &str, extra: &str| {
+            format!("iota.{eng} dst={dst} pattern=[[1,8]] {extra}")
+        };
+        let dst = "sbuf:int32[0:4]+0[[1,8]]";
+        assert_eq!(rule("nosuch.vector"), "asm_unknown_instruction");
+        assert_eq!(rule(&iota("bogus", dst, "")), "asm_unknown_engine");
+        assert_eq!(
+            rule(&iota("gpsimd", dst, "offset=r64")),
+            "register_out_of_range"
+        );
+        assert_eq!(
+            rule(&iota("gpsimd", dst, "offset=[1")),
+            "asm_unbalanced_brackets"
+        );
+        assert_eq!(rule(&iota("gpsimd", dst, "wait=s1")), "asm_bad_sync");
+        assert_eq!(
+            rule(&iota("gpsimd", dst, "wait=s999>=1")),
+            "semaphore_out_of_range"
+        );
+        assert_eq!(rule(&iota("tensor", dst, "")), "engine_not_allowed");
+        let dst = "sbuf:int32[1:5]+0[[1,8]]";
+        assert_eq!(rule(&iota("gpsimd", dst, "")), "start_partition");
+        let dst = "sbuf:int32[0:4]+262140[[1,8]]";
+        assert_eq!(
+            rule(&iota("gpsimd", dst, "")),
+            "partition_bytes_out_of_range"
+        );
+        let e = parse_program(".core 9\n").unwrap_err();
+        assert_eq!(e.rule, "core_out_of_range");
+        let decode = |b: &[u8]| crate::isa::encode::decode_program(b).unwrap_err().rule;
+        assert_eq!(decode(b"T3"), "decode_truncated");
+        assert_eq!(decode(b"XXXX\x01\x00"), "decode_bad_magic");
     }
 }

@@ -5,7 +5,7 @@
 //! elements, outer to inner, starting `offset` bytes into the row (on-chip) or into HBM.
 
 use super::{Mem, HBM_BYTES, PARTITIONS, PSUM_BANK_BYTES, PSUM_PART_BYTES, SBUF_PART_BYTES};
-use crate::error::{err, ErrorKind::*, Result};
+use crate::error::{fail, ErrorKind::*, Result};
 use crate::isa::DType;
 
 pub const MAX_FREE_DIMS: usize = 4;
@@ -157,8 +157,9 @@ impl Ap {
             let delta = index as i128 * d.step as i128 * self.dtype.size() as i128;
             let off = self.offset as i128 + delta;
             if !(0..=u64::MAX as i128).contains(&off) {
-                return Err(err(
+                return Err(fail(
                     Address,
+                    "dynamic_offset_overflow",
                     format!("dynamic index {index} moves the pattern to byte offset {off}"),
                 ));
             }
@@ -181,8 +182,9 @@ impl Ap {
             return self.check_dynamic(d);
         }
         if self.dims.is_empty() || self.dims.len() > MAX_FREE_DIMS {
-            return Err(err(
+            return Err(fail(
                 Shape,
+                "ap_free_dims",
                 format!(
                     "access pattern needs 1..={MAX_FREE_DIMS} free dims, got {}",
                     self.dims.len()
@@ -190,12 +192,17 @@ impl Ap {
             ));
         }
         if self.parts == 0 || self.dims.iter().any(|d| d.1 == 0) {
-            return Err(err(Shape, "access pattern has an empty dimension"));
+            return Err(fail(
+                Shape,
+                "ap_empty_dim",
+                "access pattern has an empty dimension",
+            ));
         }
         let free: u128 = self.dims.iter().map(|d| d.1 as u128).product();
         if free > MAX_ROW_ELEMENTS || free * self.parts as u128 > MAX_ELEMENTS {
-            return Err(err(
+            return Err(fail(
                 Shape,
+                "ap_too_large",
                 format!(
                     "access pattern of {} x {free} elements exceeds the emulator's limits ({MAX_ROW_ELEMENTS} per row, {MAX_ELEMENTS} in all)",
                     self.parts
@@ -204,8 +211,9 @@ impl Ap {
         }
         // Fields the other memory kind has no use for must be zero (text and binary omit them).
         if self.mem == Mem::Hbm && self.start != 0 {
-            return Err(err(
+            return Err(fail(
                 Address,
+                "hbm_start_partition",
                 format!(
                     "HBM access pattern with start partition {} (HBM has no partitions)",
                     self.start
@@ -213,8 +221,9 @@ impl Ap {
             ));
         }
         if self.mem != Mem::Hbm && self.pstep != 0 {
-            return Err(err(
+            return Err(fail(
                 Shape,
+                "onchip_row_step",
                 format!(
                     "on-chip access pattern with row step {} (partitions are the rows)",
                     self.pstep
@@ -234,99 +243,122 @@ impl Ap {
         let s = self.dtype.size() as i128;
         let (blo, bhi) = (elo * s, (ehi + 1) * s);
         match self.mem {
-            Mem::Sbuf | Mem::Psum => {
-                let limit = if self.mem == Mem::Sbuf {
-                    SBUF_PART_BYTES
-                } else {
-                    PSUM_PART_BYTES
-                } as i128;
-                if self.start as u64 + self.parts as u64 > PARTITIONS as u64 {
-                    return Err(err(
-                        Address,
-                        format!(
-                            "partitions {}..{} exceed the {} partitions of {}",
-                            self.start,
-                            self.start as u64 + self.parts as u64,
-                            PARTITIONS,
-                            self.mem.name()
-                        ),
-                    ));
-                }
-                let lo = self.offset as i128 + blo;
-                let hi = self.offset as i128 + bhi;
-                if lo < 0 || hi > limit {
-                    return Err(err(
-                        Address,
-                        format!(
-                            "bytes {lo}..{hi} of each partition are outside {} ({} bytes per partition)",
-                            self.mem.name(),
-                            limit
-                        ),
-                    ));
-                }
-                if !self.offset.is_multiple_of(self.dtype.size() as u64) {
-                    return Err(err(
-                        Address,
-                        format!(
-                            "offset {} is not aligned to {} ({} bytes)",
-                            self.offset,
-                            self.dtype.name(),
-                            self.dtype.size()
-                        ),
-                    ));
-                }
-            }
-            Mem::Hbm => {
-                let rows = self.parts as i128 - 1;
-                let rstep = self.pstep as i128 * self.dtype.size() as i128;
-                let (rlo, rhi) = if rstep < 0 {
-                    (rows * rstep, 0)
-                } else {
-                    (0, rows * rstep)
-                };
-                let lo = self.offset as i128 + rlo + blo;
-                let hi = self.offset as i128 + rhi + bhi;
-                if lo < 0 || hi > HBM_BYTES as i128 {
-                    return Err(err(
-                        Address,
-                        format!("HBM bytes {lo}..{hi} are outside the 144 GiB address space"),
-                    ));
-                }
-            }
+            Mem::Sbuf | Mem::Psum => self.check_onchip_extent(blo, bhi),
+            Mem::Hbm => self.check_hbm_extent(blo, bhi),
+        }
+    }
+
+    /// Partitions and per-partition bytes (`blo..bhi` relative to `offset`) of an on-chip pattern.
+    fn check_onchip_extent(&self, blo: i128, bhi: i128) -> Result<()> {
+        let limit = if self.mem == Mem::Sbuf {
+            SBUF_PART_BYTES
+        } else {
+            PSUM_PART_BYTES
+        } as i128;
+        if self.start as u64 + self.parts as u64 > PARTITIONS as u64 {
+            return Err(fail(
+                Address,
+                "partition_out_of_range",
+                format!(
+                    "partitions {}..{} exceed the {} partitions of {}",
+                    self.start,
+                    self.start as u64 + self.parts as u64,
+                    PARTITIONS,
+                    self.mem.name()
+                ),
+            ));
+        }
+        let lo = self.offset as i128 + blo;
+        let hi = self.offset as i128 + bhi;
+        if lo < 0 || hi > limit {
+            return Err(fail(
+                Address,
+                "partition_bytes_out_of_range",
+                format!(
+                    "bytes {lo}..{hi} of each partition are outside {} ({} bytes per partition)",
+                    self.mem.name(),
+                    limit
+                ),
+            ));
+        }
+        if !self.offset.is_multiple_of(self.dtype.size() as u64) {
+            return Err(fail(
+                Address,
+                "offset_misaligned",
+                format!(
+                    "offset {} is not aligned to {} ({} bytes)",
+                    self.offset,
+                    self.dtype.name(),
+                    self.dtype.size()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// HBM bytes (`blo..bhi` of each row relative to its base) inside the address space.
+    fn check_hbm_extent(&self, blo: i128, bhi: i128) -> Result<()> {
+        let rows = self.parts as i128 - 1;
+        let rstep = self.pstep as i128 * self.dtype.size() as i128;
+        let (rlo, rhi) = if rstep < 0 {
+            (rows * rstep, 0)
+        } else {
+            (0, rows * rstep)
+        };
+        let lo = self.offset as i128 + rlo + blo;
+        let hi = self.offset as i128 + rhi + bhi;
+        if lo < 0 || hi > HBM_BYTES as i128 {
+            return Err(fail(
+                Address,
+                "hbm_out_of_range",
+                format!("HBM bytes {lo}..{hi} are outside the 144 GiB address space"),
+            ));
         }
         Ok(())
     }
 
     fn check_dynamic(&self, d: &Dynamic) -> Result<()> {
         if d.bound == 0 {
-            return Err(err(Shape, "dynamic offset bound must be at least 1"));
+            return Err(fail(
+                Shape,
+                "dynamic_bound_zero",
+                "dynamic offset bound must be at least 1",
+            ));
         }
         if d.kind == DynKind::Columns {
-            return Err(err(
+            return Err(fail(
                 Value,
+                "resolved_columns_not_encodable",
                 "resolved indirect columns are not an encodable pattern",
             ));
         }
         if d.kind == DynKind::Indirect && (self.mem == Mem::Hbm || self.dims.len() != 1) {
-            return Err(err(
+            return Err(fail(
                 Shape,
+                "indirect_view_shape",
                 "tensor indirection views an on-chip tensor as (P, num_elem): one free dim",
             ));
         }
         if d.kind == DynKind::Vector && self.mem != Mem::Hbm {
-            return Err(err(
+            return Err(fail(
                 MemorySpace,
+                "vector_offset_needs_hbm",
                 "vector_offset indexes an HBM tensor (the indexed tensor must be in HBM)",
             ));
         }
         if let DynSrc::Tile(t) = &d.src {
             if t.dynamic.is_some() {
-                return Err(err(Value, "a dynamic-offset tile cannot itself be dynamic"));
+                return Err(fail(
+                    Value,
+                    "nested_dynamic_offset",
+                    "a dynamic-offset tile cannot itself be dynamic",
+                ));
             }
             t.check_bounds()?;
             if t.mem == Mem::Psum {
-                return Err(err(
+                return Err(fail(
                     MemorySpace,
+                    "offset_tile_in_psum",
                     "offset tiles live in SBUF or HBM, not PSUM",
                 ));
             }
@@ -334,8 +366,9 @@ impl Ap {
             // index tile as uint16 (the API docs name no index dtype).
             let uint16_ti = d.kind == DynKind::Indirect && t.dtype == DType::Uint16;
             if !matches!(t.dtype, DType::Int32 | DType::Uint32) && !uint16_ti {
-                return Err(err(
+                return Err(fail(
                     Dtype,
+                    "offset_tile_dtype",
                     format!(
                         "offset tile must be int32 or uint32 (uint16 also for tensor indirection), got {}",
                         t.dtype.name()
@@ -344,17 +377,19 @@ impl Ap {
             }
             match d.kind {
                 DynKind::Scalar if t.num_elements() != 1 => {
-                    return Err(err(
+                    return Err(fail(
                         Shape,
+                        "scalar_offset_tile_shape",
                         format!("scalar_offset tile must be 1x1, got {:?}", t.shape()),
                     ))
                 }
                 DynKind::Vector | DynKind::Indirect if t.mem != Mem::Sbuf => {
-                    return Err(err(MemorySpace, "index tiles must be in SBUF"))
+                    return Err(fail(MemorySpace, "index_tile_not_sbuf", "index tiles must be in SBUF"))
                 }
                 DynKind::Indirect if !t.start.is_multiple_of(32) => {
-                    return Err(err(
+                    return Err(fail(
                         Partition,
+                        "indirect_index_quadrant",
                         format!(
                             "an indirection index view starts on a quadrant boundary (0/32/64/96), not partition {}",
                             t.start
@@ -362,8 +397,9 @@ impl Ap {
                     ))
                 }
                 DynKind::Vector if (t.num_elements() as u64) < self.parts as u64 => {
-                    return Err(err(
+                    return Err(fail(
                         Shape,
+                        "vector_offset_tile_too_small",
                         format!(
                             "vector_offset index tile {:?} has fewer than the {} rows it indexes",
                             t.shape(),
@@ -374,8 +410,9 @@ impl Ap {
                 _ => {}
             }
         } else if matches!(d.kind, DynKind::Vector | DynKind::Indirect) {
-            return Err(err(
+            return Err(fail(
                 Value,
+                "index_needs_tile",
                 "vector_offset / indirect need an index tile, not a register",
             ));
         }
@@ -397,8 +434,9 @@ impl Ap {
         if ok {
             Ok(())
         } else {
-            Err(err(
+            Err(fail(
                 Partition,
+                "start_partition",
                 format!(
                     "start partition {} is not allowed for {} partitions (start-partition rule: >64 start at 0, 33..64 at 0 or 64, <=32 at 0/32/64/96)",
                     self.start, self.parts
@@ -417,8 +455,9 @@ impl Ap {
         let hi = self.offset as i128 + bhi;
         let bank = PSUM_BANK_BYTES as i128;
         if lo % bank != 0 && lo / bank != (hi - 1) / bank {
-            return Err(err(
+            return Err(fail(
                 PsumBank,
+                "psum_bank_crossing",
                 format!(
                     "PSUM bytes {lo}..{hi} cross a 2 KiB bank boundary without starting on one (bank {} to {})",
                     lo / bank,

@@ -7,12 +7,9 @@ pub mod rows;
 
 pub use ap::{Ap, DynKind, DynSrc, Dynamic};
 
-pub const PARTITIONS: usize = 128;
-pub const SBUF_PART_BYTES: usize = 256 * 1024;
-pub const PSUM_PART_BYTES: usize = 16 * 1024;
-pub const PSUM_BANK_BYTES: usize = 2048;
-pub const PSUM_BANKS: usize = 8;
-pub const HBM_BYTES: u64 = 144 << 30;
+pub use crate::hw::{
+    HBM_BYTES, PARTITIONS, PSUM_BANKS, PSUM_BANK_BYTES, PSUM_PART_BYTES, SBUF_PART_BYTES,
+};
 
 /// Memory spaces; the discriminant is the binary encoding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

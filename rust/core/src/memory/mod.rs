@@ -7,6 +7,8 @@ pub mod rows;
 
 pub use ap::{Ap, DynKind, DynSrc, Dynamic};
 
+/// NeuronCores of the device (each with its own SBUF and PSUM; HBM is shared).
+pub const NUM_CORES: usize = 8;
 pub const PARTITIONS: usize = 128;
 pub const SBUF_PART_BYTES: usize = 256 * 1024;
 pub const PSUM_PART_BYTES: usize = 16 * 1024;

@@ -473,7 +473,7 @@ VALIDATION = [
 def test_exception_hierarchy():
     classes = [getattr(E, n) for n in E.__all__]
     expected = {"EmuError", "ValidationError", "EncodingError", "DecodeError", "AsmSyntaxError", "ExecutionError"}
-    expected |= {"RaceError", "DeadlockError", "InternalError"}
+    expected |= {"RaceError", "DeadlockError", "RunawayError", "InternalError"}
     expected |= {"NotSupportedError"}  # the NKI front end's "not supported: <name>" (Python only)
     assert set(E.__all__) == expected | {c.__name__ for c in VALIDATION}
     for c in classes:
@@ -487,7 +487,7 @@ def test_exception_hierarchy():
     assert not issubclass(E.NotSupportedError, E.ValidationError)
     for c in (E.DecodeError, E.AsmSyntaxError):
         assert issubclass(c, E.EncodingError) and issubclass(c, ValueError)
-    for c in (E.RaceError, E.DeadlockError):
+    for c in (E.RaceError, E.DeadlockError, E.RunawayError):
         assert issubclass(c, E.ExecutionError) and issubclass(c, RuntimeError)
         assert not issubclass(c, ValueError)
     assert issubclass(E.InternalError, RuntimeError)

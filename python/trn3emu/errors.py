@@ -98,6 +98,10 @@ class DeadlockError(ExecutionError):
     """Every remaining stream waits on a semaphore that nothing will signal."""
 
 
+class RunawayError(ExecutionError):
+    """A run executed more instructions and transfers than the device allows (a runaway loop)."""
+
+
 class InternalError(EmuError, RuntimeError):
     """A bug in the emulator (a caught panic). Please report it."""
 

@@ -76,6 +76,22 @@ pub struct Issue {
     pub back_to_back: bool,
 }
 
+/// How a collective instruction moves data between the ranks of its group (the engines layer
+/// names it for each collective; the cost model prices it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CollectiveKind {
+    /// No data: every rank waits for the others.
+    Barrier,
+    /// Each rank of a pair receives the other's src.
+    Exchange,
+    /// Every rank receives every rank's src (all_gather).
+    Gather,
+    /// Rank r receives chunk r of the reduction (reduce_scatter).
+    ReduceScatter,
+    /// Every rank receives the whole reduction (all_reduce).
+    Reduce,
+}
+
 pub trait CostModel: Send + Sync {
     /// Time the issuing engine is busy with `ins`, ps (for DMAs: the trigger only).
     fn engine_ps(&self, ins: &Instr, issue: Issue) -> u64;
@@ -83,6 +99,27 @@ pub trait CostModel: Send + Sync {
     fn dma(&self) -> DmaParams;
     /// Semaphore increment to visibility, ps.
     fn sem_latency_ps(&self) -> u64;
+    /// Time from the last arrival of a collective's group to the release of every rank, ps;
+    /// `src_bytes` is one rank's src, `ranks` the group size. By default a barrier is one
+    /// semaphore hop; data moves on the DMA engines of a core at their aggregate bandwidth
+    /// (GUESS: ring algorithm byte counts per rank: exchange n, gather (N-1)n, reduce_scatter
+    /// (N-1)n/N, reduce 2(N-1)n/N), plus one fixed DMA cost and one semaphore hop.
+    fn collective_ps(&self, kind: CollectiveKind, src_bytes: u64, ranks: usize) -> u64 {
+        let sem_latency = self.sem_latency_ps();
+        let dma = self.dma();
+        let n = ranks.max(1) as f64;
+        let b = src_bytes as f64;
+        let moved = match kind {
+            CollectiveKind::Barrier => return sem_latency,
+            CollectiveKind::Exchange => b,
+            CollectiveKind::Gather => (n - 1.0) * b,
+            CollectiveKind::ReduceScatter => (n - 1.0) * b / n,
+            CollectiveKind::Reduce => 2.0 * (n - 1.0) * b / n,
+        };
+        let bw = dma.engines as f64 * dma.engine_bytes_per_ns;
+        let ns = dma.fixed_ns + if bw > 0.0 { moved / bw } else { 0.0 };
+        (ns * 1000.0) as u64 + sem_latency
+    }
 }
 
 fn ps(cycles: f64, ghz: f64) -> u64 {

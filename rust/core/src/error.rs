@@ -33,6 +33,8 @@ pub enum ErrorKind {
     Race,
     /// Every remaining stream waits on a semaphore that can no longer be signalled.
     Deadlock,
+    /// A run executed more instructions than `Device::max_executed` allows (a runaway loop).
+    Runaway,
     /// Semaphore id out of range and similar sync misuse.
     Semaphore,
     /// A bug in the emulator itself (a caught panic); the device should be reset.
@@ -55,6 +57,7 @@ impl ErrorKind {
             ErrorKind::NotImplemented => "NotImplementedInstruction",
             ErrorKind::Race => "RaceError",
             ErrorKind::Deadlock => "DeadlockError",
+            ErrorKind::Runaway => "RunawayError",
             ErrorKind::Semaphore => "SemaphoreError",
             ErrorKind::Internal => "InternalError",
         }
@@ -145,6 +148,7 @@ impl ErrorKind {
             ErrorKind::NotImplemented => "not_implemented",
             ErrorKind::Race => "race",
             ErrorKind::Deadlock => "deadlock",
+            ErrorKind::Runaway => "runaway",
             ErrorKind::Semaphore => "semaphore",
             ErrorKind::Internal => "internal",
         }

@@ -76,7 +76,8 @@ fn runaway_loop_stops_at_the_step_limit() {
     let mut dev = Device::new();
     dev.max_executed = 1000;
     let e = run(&mut dev, "nop.gpsimd\nbranch.gpsimd target=0\n").unwrap_err();
-    assert_eq!(e.kind, ErrorKind::Value, "{e}");
+    assert_eq!(e.kind, ErrorKind::Runaway, "{e}");
+    assert_eq!(e.rule, "runaway_loop", "{e}");
     assert!(e.message.contains("runaway"), "{e}");
     // The device stays usable.
     run(&mut dev, "nop.sync\n").unwrap();

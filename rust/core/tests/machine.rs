@@ -102,3 +102,26 @@ fn cores_run_concurrently_and_share_hbm() {
         assert_eq!(f32::from_le_bytes(b), c as f32);
     }
 }
+
+#[test]
+fn streams_and_queues_are_named() {
+    use trn3emu_core::isa::Engine;
+    use trn3emu_core::machine::{Executor, Stream, AGENTS_PER_CORE, STREAMS};
+    use trn3emu_core::trace::Unit;
+    for (i, s) in Stream::ALL.iter().enumerate() {
+        assert_eq!(s.index(), i);
+        assert_eq!(Stream::of(STREAMS[i]), *s);
+        assert_eq!(s.engine(), STREAMS[i]);
+    }
+    // Engines without a sequencer of their own issue on Sync.
+    assert_eq!(Stream::of(Engine::Dma), Stream::Sync);
+    for i in 0..AGENTS_PER_CORE {
+        let e = Executor::from_index(i);
+        assert_eq!(e.index(), i);
+        assert_eq!(e.is_queue(), i >= STREAMS.len());
+    }
+    let q = Executor::DmaQueue(Stream::Gpsimd);
+    assert_eq!(q.stream(), Stream::Gpsimd);
+    assert_eq!(q.unit(), Unit::DmaQueue(3));
+    assert_eq!(Executor::Engine(Stream::Vector).unit(), Unit::Engine(1));
+}

@@ -4,17 +4,24 @@
 //! as concurrent as the dependencies allow.
 //!
 //! One semaphore per ordered (producer executor, consumer stream) pair, counting signals:
-//! semaphores `AUTO_SEM_BASE..AUTO_SEM_BASE + 50` are reserved for this pass.
+//! semaphores `AUTO_SEM_BASE..AUTO_SEM_BASE + AUTO_SEMS` (50) are reserved for this pass.
 
 use super::region::{conflict, regions, Region};
-use super::{stream_of, AGENTS_PER_CORE};
-use crate::error::{err, ErrorKind::Semaphore, ErrorKind::Value, Result};
+use super::{Executor, Stream, AGENTS_PER_CORE, NUM_STREAMS};
+use crate::error::{fail, ErrorKind::Semaphore, ErrorKind::Value, Result};
 use crate::isa::instr::MAX_SYNC;
 use crate::isa::validate::is_dma;
 use crate::isa::{Program, Signal, Wait};
 
 pub const AUTO_SEM_BASE: u16 = 200;
+/// Semaphores reserved for this pass: one per (producer executor, consumer stream) pair.
+pub const AUTO_SEMS: u16 = (AGENTS_PER_CORE * NUM_STREAMS) as u16;
 const N: usize = AGENTS_PER_CORE;
+
+/// The semaphore counting signals from executor `producer` (an index) to stream `consumer`.
+fn auto_sem(producer: usize, consumer: Stream) -> u16 {
+    AUTO_SEM_BASE + (producer * NUM_STREAMS + consumer.index()) as u16
+}
 /// What one executor knows of every executor's progress (positions).
 type Clock = [u32; N];
 
@@ -28,41 +35,25 @@ struct Entry {
 /// Programs with `branch` are refused (a conservative rule: the signal counts this pass computes
 /// assume each instruction runs once); synchronise them manually. Race detection still checks them.
 pub fn auto_sync(prog: &Program) -> Result<Program> {
-    if super::control::has_branches(prog) {
-        return Err(err(
-            Value,
-            "automatic synchronisation does not handle runtime control flow (branch): use sync='manual' and explicit semaphores",
-        ));
-    }
+    check_input(prog)?;
     let mut out = prog.clone();
-    for ins in &out.instrs {
-        if ins
-            .waits
-            .iter()
-            .map(|w| w.sem)
-            .chain(ins.signals.iter().map(|s| s.sem))
-            .any(|s| (AUTO_SEM_BASE..AUTO_SEM_BASE + 50).contains(&s))
-        {
-            return Err(err(
-                Semaphore,
-                format!(
-                    "semaphores {}..{} are reserved for automatic synchronisation",
-                    AUTO_SEM_BASE,
-                    AUTO_SEM_BASE + 50
-                ),
-            ));
-        }
-    }
     let mut know = [[0u32; N]; N];
     let mut pos = [0u32; N];
     let mut logs: Vec<Vec<Entry>> = (0..N).map(|_| Vec::new()).collect();
     // Per (producer, consumer stream): signal count, and the position and clock of the last signaler.
-    let mut sig_count = [[0u32; 5]; N];
-    let mut last_sig: [[Option<(u32, Clock)>; 5]; N] = [[None; 5]; N];
+    let mut sig_count = [[0u32; NUM_STREAMS]; N];
+    let mut last_sig: [[Option<(u32, Clock)>; NUM_STREAMS]; N] = [[None; NUM_STREAMS]; N];
     for i in 0..out.instrs.len() {
-        let w = stream_of(out.instrs[i].engine);
+        // The issuing stream `w` and the executor `x` that performs the access (a DMA's queue).
+        let stream = Stream::of(out.instrs[i].engine);
+        let w = stream.index();
         let dma = is_dma(&out.instrs[i]);
-        let x = if dma { 5 + w } else { w };
+        let x = if dma {
+            Executor::DmaQueue(stream)
+        } else {
+            Executor::Engine(stream)
+        }
+        .index();
         let regs = regions(prog.core, &out.instrs[i]);
         if !regs.is_empty() {
             for y in 0..N {
@@ -87,14 +78,14 @@ pub fn auto_sync(prog: &Program) -> Result<Program> {
                         sig_count[y][w] += 1;
                         last_sig[y][w] = Some((epos, eclock));
                         out.instrs[einstr].signals.push(Signal {
-                            sem: AUTO_SEM_BASE + (y * 5 + w) as u16,
+                            sem: auto_sem(y, stream),
                             delta: 1,
                         });
                         (sig_count[y][w], eclock)
                     }
                 };
                 out.instrs[i].waits.push(Wait {
-                    sem: AUTO_SEM_BASE + (y * 5 + w) as u16,
+                    sem: auto_sem(y, stream),
                     value,
                 });
                 for k in 0..N {
@@ -122,10 +113,48 @@ pub fn auto_sync(prog: &Program) -> Result<Program> {
             });
         }
     }
+    check_output(&out)?;
+    Ok(out)
+}
+
+/// The pass refuses programs with branches and programs that use its reserved semaphores.
+fn check_input(prog: &Program) -> Result<()> {
+    if super::control::has_branches(prog) {
+        return Err(fail(
+            Value,
+            "autosync_with_branches",
+            "automatic synchronisation does not handle runtime control flow (branch): use sync='manual' and explicit semaphores",
+        ));
+    }
+    for ins in &prog.instrs {
+        if ins
+            .waits
+            .iter()
+            .map(|w| w.sem)
+            .chain(ins.signals.iter().map(|s| s.sem))
+            .any(|s| (AUTO_SEM_BASE..AUTO_SEM_BASE + AUTO_SEMS).contains(&s))
+        {
+            return Err(fail(
+                Semaphore,
+                "autosync_reserved_semaphore",
+                format!(
+                    "semaphores {}..{} are reserved for automatic synchronisation",
+                    AUTO_SEM_BASE,
+                    AUTO_SEM_BASE + AUTO_SEMS
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Every instruction of the result still fits the per-instruction wait and signal limits.
+fn check_output(out: &Program) -> Result<()> {
     for (i, ins) in out.instrs.iter().enumerate() {
         if ins.waits.len() > MAX_SYNC || ins.signals.len() > MAX_SYNC {
-            return Err(err(
+            return Err(fail(
                 Semaphore,
+                "autosync_too_many_sync",
                 format!(
                     "with the automatic semaphores this instruction has {} waits and {} signals (at most {MAX_SYNC} each)",
                     ins.waits.len(),
@@ -135,5 +164,5 @@ pub fn auto_sync(prog: &Program) -> Result<Program> {
             .at(i, crate::isa::text::format_instr(ins)));
         }
     }
-    Ok(out)
+    Ok(())
 }

@@ -1,9 +1,9 @@
 //! Per-stream control flow: `branch` targets are instruction indices of the core program that
 //! must belong to the branching engine's own stream; a taken branch moves that stream's cursor.
 
-use super::stream_of;
-use crate::error::{err, ErrorKind::*, Result};
-use crate::isa::tables::p::branch as br;
+use super::Stream;
+use crate::error::{fail, ErrorKind::*, Result};
+use crate::isa::ops;
 use crate::isa::text::format_instr;
 use crate::isa::{Opcode, Program};
 
@@ -13,18 +13,19 @@ pub fn check_branches(p: &Program) -> Result<()> {
         if ins.op != Opcode::Branch {
             continue;
         }
-        let t = ins.i32_or(br::TARGET, 0);
+        let t = ops::Branch::view(ins)?.target;
         let ok = match usize::try_from(t) {
             Ok(t) if t == p.instrs.len() => true,
             Ok(t) => p
                 .instrs
                 .get(t)
-                .is_some_and(|x| stream_of(x.engine) == stream_of(ins.engine)),
+                .is_some_and(|x| Stream::of(x.engine) == Stream::of(ins.engine)),
             Err(_) => false,
         };
         if !ok {
-            return Err(err(
+            return Err(fail(
                 Value,
+                "branch_target_outside_stream",
                 format!(
                     "branch target {t} must be an instruction of the {} stream (0..{}) or the program end {}",
                     ins.engine.name(),

@@ -16,11 +16,14 @@ use crate::memory::hbm::Hbm;
 use crate::memory::onchip::OnChip;
 use crate::numerics::config::NumericsConfig;
 use crate::numerics::rng::RngStates;
-use crate::trace::Trace;
+use crate::trace::{Trace, Unit};
 
-pub const NUM_CORES: usize = 8;
-/// Instruction streams per core, in stream-index order.
-pub const STREAMS: [Engine; 5] = [
+pub use crate::memory::NUM_CORES;
+
+/// Instruction streams per core (one sequencer per engine).
+pub const NUM_STREAMS: usize = 5;
+/// The engine of each stream, in stream-index order.
+pub const STREAMS: [Engine; NUM_STREAMS] = [
     Engine::Tensor,
     Engine::Vector,
     Engine::Scalar,
@@ -28,10 +31,101 @@ pub const STREAMS: [Engine; 5] = [
     Engine::Sync,
 ];
 /// Agents per core: the five streams plus one DMA queue per issuing stream.
-pub const AGENTS_PER_CORE: usize = 10;
+pub const AGENTS_PER_CORE: usize = 2 * NUM_STREAMS;
 
-pub fn stream_of(e: Engine) -> usize {
-    STREAMS.iter().position(|s| *s == e).unwrap_or(4)
+/// An instruction stream of a core; the discriminant is its stream index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Stream {
+    Tensor = 0,
+    Vector = 1,
+    Scalar = 2,
+    Gpsimd = 3,
+    Sync = 4,
+}
+
+impl Stream {
+    /// Every stream, in stream-index order.
+    pub const ALL: [Stream; NUM_STREAMS] = [
+        Stream::Tensor,
+        Stream::Vector,
+        Stream::Scalar,
+        Stream::Gpsimd,
+        Stream::Sync,
+    ];
+
+    /// The stream that issues engine `e`'s instructions (an engine without a stream of its own
+    /// issues on Sync).
+    #[inline]
+    pub fn of(e: Engine) -> Stream {
+        match e {
+            Engine::Tensor => Stream::Tensor,
+            Engine::Vector => Stream::Vector,
+            Engine::Scalar => Stream::Scalar,
+            Engine::Gpsimd => Stream::Gpsimd,
+            _ => Stream::Sync,
+        }
+    }
+
+    /// Position in `STREAMS` (and in `Core::regs`).
+    #[inline]
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    pub fn engine(self) -> Engine {
+        STREAMS[self.index()]
+    }
+}
+
+/// What executes work on a core: an engine stream, or the DMA queue that runs the transfers
+/// a stream triggers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Executor {
+    Engine(Stream),
+    DmaQueue(Stream),
+}
+
+impl Executor {
+    /// Position among the core's executors (0..AGENTS_PER_CORE): the streams, then their queues.
+    #[inline]
+    pub fn index(self) -> usize {
+        match self {
+            Executor::Engine(s) => s.index(),
+            Executor::DmaQueue(s) => NUM_STREAMS + s.index(),
+        }
+    }
+
+    /// Inverse of `index`.
+    pub fn from_index(i: usize) -> Executor {
+        let s = Stream::ALL[i % NUM_STREAMS];
+        if i < NUM_STREAMS {
+            Executor::Engine(s)
+        } else {
+            Executor::DmaQueue(s)
+        }
+    }
+
+    /// The stream that issues the work (for a queue: the stream whose transfers it runs).
+    #[inline]
+    pub fn stream(self) -> Stream {
+        match self {
+            Executor::Engine(s) | Executor::DmaQueue(s) => s,
+        }
+    }
+
+    #[inline]
+    pub fn is_queue(self) -> bool {
+        matches!(self, Executor::DmaQueue(_))
+    }
+
+    /// Where the trace says a record ran.
+    pub fn unit(self) -> Unit {
+        match self {
+            Executor::Engine(s) => Unit::Engine(s.index() as u8),
+            Executor::DmaQueue(s) => Unit::DmaQueue(s.index() as u8),
+        }
+    }
 }
 
 pub struct Core {
@@ -40,8 +134,8 @@ pub struct Core {
     pub state: EngineState,
     /// VectorE / GpSimd XORWOW states: persist across runs (like the hardware's, until reset).
     pub rng: RngStates,
-    /// The 64 x 32-bit registers of each stream's sequencer, in stream-index order.
-    pub regs: [[u32; NUM_REGISTERS as usize]; 5],
+    /// The 64 x 32-bit registers of each stream's sequencer, indexed by `Stream::index`.
+    pub regs: [[u32; NUM_REGISTERS as usize]; NUM_STREAMS],
 }
 
 impl Core {
@@ -51,7 +145,7 @@ impl Core {
             psum: OnChip::psum(),
             state: EngineState::default(),
             rng: RngStates::seeded(seed ^ ((core as u64) << 32)),
-            regs: [[0; NUM_REGISTERS as usize]; 5],
+            regs: [[0; NUM_REGISTERS as usize]; NUM_STREAMS],
         }
     }
 }
@@ -137,7 +231,7 @@ impl Device {
         for p in programs {
             if let Some(c) = self.cores.get_mut(p.core as usize) {
                 c.state.reset();
-                c.regs = [[0; NUM_REGISTERS as usize]; 5];
+                c.regs = [[0; NUM_REGISTERS as usize]; NUM_STREAMS];
             }
         }
         let r = crate::par::run_hot(|| sched::run(self, programs, opts));

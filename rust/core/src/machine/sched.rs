@@ -3,15 +3,19 @@
 //! (ties by agent index), so functional effects happen in emulated-time order and results never
 //! depend on the host. Semaphores carry vector clocks, which give the happens-before relation
 //! the race detector checks every memory access against.
+//!
+//! One step of `Scheduler::run`: `pick` the next item, `issue` it (take it off its stream or
+//! queue; a rendezvous may only arrive here), then either `trigger` a DMA transfer or
+//! `check_races`, `execute`, `complete`, `signal` and `record` it.
 
 use super::dma_timing::{plan, DmaFabric, Plan};
-use super::intercore::{self, DevMem, Intercore, Ready};
+use super::intercore::{self, DevMem, Intercore, Ready, Release};
 use super::region::{conflict, regions, Region};
-use super::{stream_of, Device, RunOptions, RunResult, AGENTS_PER_CORE, NUM_CORES};
+use super::{Device, Executor, RunOptions, RunResult, AGENTS_PER_CORE, NUM_CORES};
 use crate::cost::{flops, Issue};
 use crate::engines::validate;
 use crate::engines::{self, Ctx};
-use crate::error::{err, EmuError, ErrorKind::*, Result};
+use crate::error::{fail, EmuError, ErrorKind::*, Result};
 use crate::isa::instr::NUM_SEMAPHORES;
 use crate::isa::text::format_instr;
 use crate::isa::validate::is_dma;
@@ -19,7 +23,7 @@ use crate::isa::{Instr, Program};
 use crate::memory::onchip::Mems;
 use crate::memory::Mem;
 use crate::numerics::config::Rounder;
-use crate::trace::{DmaSpan, Record, SemEvent, Unit, WriteBox};
+use crate::trace::{DmaSpan, Record, SemEvent, WriteBox};
 use std::collections::VecDeque;
 
 type Vc = Vec<u32>;
@@ -32,6 +36,7 @@ fn join(a: &mut Vc, b: &[u32]) {
     }
 }
 
+/// A transfer waiting on a DMA queue.
 struct QItem {
     idx: u32,
     ready: u64,
@@ -50,9 +55,10 @@ struct LogEntry {
     region: Region,
 }
 
+/// An engine stream or a DMA queue of one core.
 struct Agent {
     core: u8,
-    stream: usize,
+    exec: Executor,
     /// Engine streams: indices into the core's program, in order.
     list: Vec<u32>,
     pos: usize,
@@ -65,12 +71,30 @@ struct Agent {
 }
 
 impl Agent {
+    #[inline]
     fn is_queue(&self) -> bool {
-        self.stream >= 5
+        self.exec.is_queue()
+    }
+    /// An engine stream with instructions left.
+    #[inline]
+    fn has_next(&self) -> bool {
+        !self.is_queue() && self.pos < self.list.len()
     }
     fn live(&self) -> bool {
         self.pos < self.list.len() || !self.fifo.is_empty()
     }
+}
+
+/// The agent index of executor `e` of `core` (the order ties are broken in).
+#[inline]
+fn agent_id(core: u8, e: Executor) -> usize {
+    core as usize * AGENTS_PER_CORE + e.index()
+}
+
+/// The index of semaphore `sem` of `core` in `Scheduler::sems`.
+#[inline]
+fn sem_id(core: u8, sem: u16) -> usize {
+    core as usize * NUM_SEMAPHORES as usize + sem as usize
 }
 
 #[derive(Default)]
@@ -144,17 +168,75 @@ fn ins_err(e: EmuError, core: u8, idx: u32, ins: &Instr) -> EmuError {
     e.at(idx as usize, format!("{} (core {core})", format_instr(ins)))
 }
 
+/// The item `pick` chose: agent `agent` starts at `start`.
+#[derive(Clone, Copy)]
+struct Pick {
+    start: u64,
+    agent: usize,
+}
+
+/// What an issued item does.
+enum Work {
+    /// The next instruction of an engine stream.
+    Instr,
+    /// A transfer taken off a DMA queue, with its trigger's register snapshot.
+    Transfer { regs: Box<Regs>, plan: Plan },
+    /// A rendezvous participant released now (its group's data moved when the group completed).
+    Release(Release),
+}
+
+/// The item being run: made by `issue`, read by the later steps.
+struct Issued<'p> {
+    agent: usize,
+    core: u8,
+    idx: u32,
+    ins: &'p Instr,
+    start: u64,
+    issue: Issue,
+    work: Work,
+}
+
+/// Every core's programs, streams, queues and semaphores during one run.
+pub struct Scheduler<'d, 'p> {
+    dev: &'d mut Device,
+    /// The program of each core, if it runs one.
+    progs: Vec<Option<&'p Program>>,
+    opts: RunOptions,
+    /// Every core's streams and queues, `AGENTS_PER_CORE` per core (index: `agent_id`).
+    agents: Vec<Agent>,
+    /// The agents of cores with a program: only they can ever act.
+    active: Vec<usize>,
+    sems: Vec<Sem>,
+    inter: Intercore,
+    fabric: DmaFabric,
+    sem_latency: u64,
+    result: RunResult,
+    now: u64,
+    since_prune: u32,
+}
+
+/// Run one program per listed core to completion.
 pub fn run(dev: &mut Device, programs: &[&Program], opts: &RunOptions) -> Result<RunResult> {
+    Scheduler::new(dev, programs, opts)?.run()
+}
+
+/// Validate the programs and place them by core.
+fn load_programs<'p>(programs: &[&'p Program]) -> Result<Vec<Option<&'p Program>>> {
     let mut progs: Vec<Option<&Program>> = vec![None; NUM_CORES];
     for p in programs {
         if p.core as usize >= NUM_CORES {
-            return Err(err(
+            return Err(fail(
                 Value,
+                "core_out_of_range",
                 format!("program for core {} (cores are 0..{NUM_CORES})", p.core),
             ));
         }
         if progs[p.core as usize].is_some() {
-            return Err(err(Value, format!("two programs for core {}", p.core)));
+            return Err(fail(
+                Value,
+                "duplicate_core_program",
+                format!("two programs for core {}", p.core),
+            ));
         }
         for (i, ins) in p.instrs.iter().enumerate() {
             validate(ins).map_err(|e| ins_err(e, p.core, i as u32, ins))?;
@@ -165,21 +247,21 @@ pub fn run(dev: &mut Device, programs: &[&Program], opts: &RunOptions) -> Result
     for p in programs {
         intercore::check_program(p, &progs)?;
     }
-    let mut inter = Intercore::default();
+    Ok(progs)
+}
+
+/// Every core's agents, each engine stream listing its instructions.
+fn make_agents(progs: &[Option<&Program>]) -> Vec<Agent> {
     let n_agents = NUM_CORES * AGENTS_PER_CORE;
-    // Only the streams and queues of cores with a program can ever act: the scheduler scans
-    // those, and only they carry a vector clock.
-    let active: Vec<usize> = (0..n_agents)
-        .filter(|a| progs[a / AGENTS_PER_CORE].is_some())
-        .collect();
     let mut agents: Vec<Agent> = (0..n_agents)
         .map(|a| Agent {
             core: (a / AGENTS_PER_CORE) as u8,
-            stream: a % AGENTS_PER_CORE,
+            exec: Executor::from_index(a % AGENTS_PER_CORE),
             list: Vec::new(),
             pos: 0,
             fifo: VecDeque::new(),
             free: 0,
+            // Only agents of cores with a program carry a vector clock.
             vc: if progs[a / AGENTS_PER_CORE].is_some() {
                 vec![0; n_agents]
             } else {
@@ -189,427 +271,573 @@ pub fn run(dev: &mut Device, programs: &[&Program], opts: &RunOptions) -> Result
             log: Vec::new(),
         })
         .collect();
-    // Vector clocks only order accesses for the race detector: without it, clocks are not
-    // copied into semaphores and transfers (empty clocks join as no-ops).
-    let races = opts.check_races;
-    for p in programs {
+    for p in progs.iter().flatten() {
         for (i, ins) in p.instrs.iter().enumerate() {
-            agents[p.core as usize * AGENTS_PER_CORE + stream_of(ins.engine)]
-                .list
-                .push(i as u32);
+            let e = Executor::Engine(super::Stream::of(ins.engine));
+            agents[agent_id(p.core, e)].list.push(i as u32);
         }
     }
-    let mut sems: Vec<Sem> = (0..NUM_CORES * NUM_SEMAPHORES as usize)
-        .map(|_| Sem::default())
-        .collect();
-    let mut result = RunResult::default();
-    let mut now = 0u64;
-    let mut since_prune = 0u32;
-    let cost = &*dev.cost;
-    let mut fabric = DmaFabric::new(cost.dma(), NUM_CORES);
-    let sem_latency = cost.sem_latency_ps();
+    agents
+}
 
-    loop {
-        // Pick the ready item with the earliest start.
-        // Ties go to the higher DMA priority (lower class), then to the lower agent index.
+impl<'d, 'p> Scheduler<'d, 'p> {
+    pub fn new(dev: &'d mut Device, programs: &[&'p Program], opts: &RunOptions) -> Result<Self> {
+        let progs = load_programs(programs)?;
+        let agents = make_agents(&progs);
+        let active: Vec<usize> = (0..agents.len())
+            .filter(|a| progs[a / AGENTS_PER_CORE].is_some())
+            .collect();
+        let sems = (0..NUM_CORES * NUM_SEMAPHORES as usize)
+            .map(|_| Sem::default())
+            .collect();
+        let fabric = DmaFabric::new(dev.cost.dma(), NUM_CORES);
+        let sem_latency = dev.cost.sem_latency_ps();
+        Ok(Scheduler {
+            dev,
+            progs,
+            opts: *opts,
+            agents,
+            active,
+            sems,
+            inter: Intercore::default(),
+            fabric,
+            sem_latency,
+            result: RunResult::default(),
+            now: 0,
+            since_prune: 0,
+        })
+    }
+
+    /// Run every stream and queue until all are done (or an error: race, deadlock, runaway).
+    pub fn run(mut self) -> Result<RunResult> {
+        while let Some(p) = self.pick()? {
+            self.step(p)?;
+        }
+        Ok(self.finish())
+    }
+
+    /// One event: the picked item runs.
+    fn step(&mut self, p: Pick) -> Result<()> {
+        self.now = p.start;
+        self.check_budget()?;
+        let Some(mut it) = self.issue(p)? else {
+            return Ok(());
+        };
+        // A DMA instruction on an engine stream is only the trigger: queue the transfer.
+        if matches!(it.work, Work::Instr) && is_dma(it.ins) {
+            self.trigger(&it);
+            return Ok(());
+        }
+        let regs = if self.opts.check_races || self.opts.trace {
+            regions(it.core, it.ins)
+        } else {
+            Vec::new()
+        };
+        self.check_races(&it, &regs)?;
+        let (bytes, write) = if self.opts.trace {
+            (region_bytes(&regs), write_box(&regs))
+        } else {
+            (0, WriteBox::NONE)
+        };
+        self.execute(&mut it)?;
+        let end = self.complete(&it, regs);
+        let seen = self.signal(&it, end);
+        if self.opts.trace {
+            self.record(&it, end, seen, bytes, write);
+        }
+        self.result.end_ps = self.result.end_ps.max(end);
+        self.result.executed += 1;
+        self.since_prune += 1;
+        if self.opts.check_races && self.since_prune >= 128 {
+            self.since_prune = 0;
+            prune(&mut self.agents);
+        }
+        Ok(())
+    }
+
+    /// Pick the ready item with the earliest start. Ties go to the higher DMA priority (lower
+    /// class), then to the lower agent index. `None` when every stream and queue is done; a
+    /// deadlock error when streams remain but none can ever run.
+    fn pick(&mut self) -> Result<Option<Pick>> {
         let mut best: Option<(u64, u8, usize)> = None;
-        for &ai in &active {
-            let a = &agents[ai];
-            let mut prio = 0u8;
-            let start = if a.is_queue() {
-                match a.fifo.front() {
-                    Some(q) => {
-                        prio = q.plan.priority;
-                        fabric.earliest(a.core as usize, a.free.max(q.ready), &q.plan)
-                    }
-                    None => continue,
-                }
+        for i in 0..self.active.len() {
+            let ai = self.active[i];
+            let ready = if self.agents[ai].is_queue() {
+                self.queue_ready(ai)
             } else {
-                if a.pos >= a.list.len() {
-                    continue;
-                }
-                let ins = &progs[a.core as usize].unwrap().instrs[a.list[a.pos] as usize];
-                let mut t = a.free;
-                let mut ready = true;
-                for w in &ins.waits {
-                    let s = &mut sems[a.core as usize * NUM_SEMAPHORES as usize + w.sem as usize];
-                    s.settle(now);
-                    match s.reach_at(w.value) {
-                        Some(tw) => t = t.max(tw),
-                        None => {
-                            ready = false;
-                            break;
-                        }
-                    }
-                }
-                if !ready {
-                    continue;
-                }
-                if intercore::is_rendezvous(ins) {
-                    match inter.ready(ai) {
-                        Ready::Arrive => {}
-                        Ready::Blocked => continue,
-                        Ready::At(done) => t = t.max(done),
-                    }
-                }
-                t
+                self.stream_ready(ai)
             };
-            let start = start.max(now);
+            let Some((start, prio)) = ready else { continue };
+            let start = start.max(self.now);
             if best.is_none_or(|b| (start, prio) < (b.0, b.1)) {
                 best = Some((start, prio, ai));
             }
         }
-        let Some((start, _, ai)) = best else {
-            let blocked: Vec<String> = agents
-                .iter()
-                .enumerate()
-                .filter(|(_, a)| !a.is_queue() && a.pos < a.list.len())
-                .map(|(bi, a)| {
-                    let idx = a.list[a.pos];
-                    if let Some(why) = inter.blocked(bi) {
-                        return format!("{} {why}", describe(&progs, a.core, idx));
-                    }
-                    let ins = &progs[a.core as usize].unwrap().instrs[idx as usize];
-                    let waits: Vec<String> = ins
-                        .waits
-                        .iter()
-                        .map(|w| {
-                            let s =
-                                &sems[a.core as usize * NUM_SEMAPHORES as usize + w.sem as usize];
-                            format!("s{}>={} (stays {})", w.sem, w.value, s.value_at_end())
-                        })
-                        .collect();
-                    format!(
-                        "{} waits {}",
-                        describe(&progs, a.core, idx),
-                        waits.join(", ")
-                    )
-                })
-                .collect();
-            if blocked.is_empty() {
-                break;
-            }
-            return Err(err(Deadlock, format!("deadlock: every remaining stream waits on a semaphore that no pending instruction will signal: {}", blocked.join("; "))));
-        };
-        now = start;
-        let core = agents[ai].core;
-        let cbase = core as usize * AGENTS_PER_CORE;
-        let prog = progs[core as usize].unwrap();
+        match best {
+            Some((start, _, agent)) => Ok(Some(Pick { start, agent })),
+            None => match self.deadlock() {
+                Some(e) => Err(e),
+                None => Ok(None),
+            },
+        }
+    }
 
-        if result.executed >= dev.max_executed {
-            return Err(err(
-                Value,
+    /// When queue `ai` could start its next transfer, and the transfer's priority.
+    #[inline]
+    fn queue_ready(&self, ai: usize) -> Option<(u64, u8)> {
+        let a = &self.agents[ai];
+        let q = a.fifo.front()?;
+        let start = self
+            .fabric
+            .earliest(a.core as usize, a.free.max(q.ready), &q.plan);
+        Some((start, q.plan.priority))
+    }
+
+    /// When stream `ai` could start its next instruction: its semaphore waits met (and, for a
+    /// rendezvous, its group released); `None` while a wait or the group cannot be met yet.
+    #[inline]
+    fn stream_ready(&mut self, ai: usize) -> Option<(u64, u8)> {
+        let a = &self.agents[ai];
+        if a.pos >= a.list.len() {
+            return None;
+        }
+        let ins = &self.progs[a.core as usize]?.instrs[a.list[a.pos] as usize];
+        let mut t = a.free;
+        for w in &ins.waits {
+            let s = &mut self.sems[sem_id(a.core, w.sem)];
+            s.settle(self.now);
+            t = t.max(s.reach_at(w.value)?);
+        }
+        if intercore::is_rendezvous(ins) {
+            match self.inter.ready(ai) {
+                Ready::Arrive => {}
+                Ready::Blocked => return None,
+                Ready::At(done) => t = t.max(done),
+            }
+        }
+        Some((t, 0))
+    }
+
+    /// Nothing can run: the deadlock error if streams remain, `None` if all are done.
+    fn deadlock(&self) -> Option<EmuError> {
+        let blocked: Vec<String> = self
+            .agents
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.has_next())
+            .map(|(bi, a)| self.why_blocked(bi, a))
+            .collect();
+        if blocked.is_empty() {
+            return None;
+        }
+        Some(fail(Deadlock, "deadlock", format!("deadlock: every remaining stream waits on a semaphore that no pending instruction will signal: {}", blocked.join("; "))))
+    }
+
+    fn why_blocked(&self, bi: usize, a: &Agent) -> String {
+        let idx = a.list[a.pos];
+        if let Some(why) = self.inter.blocked(bi) {
+            return format!("{} {why}", describe(&self.progs, a.core, idx));
+        }
+        let ins = &self.progs[a.core as usize].unwrap().instrs[idx as usize];
+        let waits: Vec<String> = ins
+            .waits
+            .iter()
+            .map(|w| {
+                let s = &self.sems[sem_id(a.core, w.sem)];
+                format!("s{}>={} (stays {})", w.sem, w.value, s.value_at_end())
+            })
+            .collect();
+        format!(
+            "{} waits {}",
+            describe(&self.progs, a.core, idx),
+            waits.join(", ")
+        )
+    }
+
+    /// A run stops as a runaway loop after `Device::max_executed` items.
+    fn check_budget(&self) -> Result<()> {
+        if self.result.executed >= self.dev.max_executed {
+            return Err(fail(
+                Runaway,
+                "runaway_loop",
                 format!(
                     "stopped after {} executed instructions (a runaway loop?); Device::max_executed sets the limit",
-                    dev.max_executed
+                    self.dev.max_executed
                 ),
             ));
         }
-        // Which instruction, with which clock (and, for a transfer, its register snapshot).
-        let mut snapshot: Option<Box<Regs>> = None;
+        Ok(())
+    }
+
+    /// Take the picked item off its stream or queue, with its clock. A rendezvous that only
+    /// arrives here blocks its stream: `None`.
+    fn issue(&mut self, p: Pick) -> Result<Option<Issued<'p>>> {
+        let ai = p.agent;
+        let a = &self.agents[ai];
+        let core = a.core;
+        let prog = self.progs[core as usize].ok_or_else(|| {
+            fail(
+                Internal,
+                "agent_without_program",
+                "scheduled a core without a program",
+            )
+        })?;
         let issue = Issue {
-            back_to_back: agents[ai].epoch > 0 && agents[ai].free == start,
+            back_to_back: a.epoch > 0 && a.free == p.start,
         };
-        let mut transfer: Option<Plan> = None;
-        let mut release: Option<intercore::Release> = None;
-        let (idx, is_transfer) = if agents[ai].is_queue() {
-            let Some(q) = agents[ai].fifo.pop_front() else {
-                return Err(err(Internal, "empty DMA queue was scheduled"));
-            };
-            let a = &mut agents[ai];
-            join(&mut a.vc, &q.vc);
-            snapshot = Some(q.regs);
-            transfer = Some(q.plan);
-            (q.idx, true)
+        let (idx, work) = if a.is_queue() {
+            self.pop_transfer(ai)?
         } else {
-            let a = &mut agents[ai];
-            let idx = a.list[a.pos];
-            let ins = &prog.instrs[idx as usize];
-            for w in &ins.waits {
-                let s = &sems[core as usize * NUM_SEMAPHORES as usize + w.sem as usize];
-                s.join_reach(w.value, &mut a.vc);
+            match self.next_instr(ai, prog, p.start)? {
+                Some(x) => x,
+                None => return Ok(None),
             }
-            if intercore::is_rendezvous(ins) {
-                let mut vc = a.vc.clone();
-                match inter.complete(ai) {
-                    Some(r) => {
-                        join(&mut vc, &r.vc);
-                        release = Some(r);
-                    }
-                    None => {
-                        // Arrival: the stream blocks until every participant has arrived.
-                        let a = &mut agents[ai];
-                        a.epoch += 1;
-                        vc[ai] = a.epoch;
-                        a.vc = vc.clone();
-                        let mut mem = DevMem {
-                            cores: &mut dev.cores,
-                            hbm: &mut dev.hbm,
-                            rounder: Rounder::new(dev.numerics, core, dev.runs, idx, false),
-                        };
-                        inter.arrive(
-                            &mut mem,
-                            &progs,
-                            ai,
-                            core,
-                            idx,
-                            ins,
-                            start,
-                            vc,
-                            &cost.dma(),
-                            sem_latency,
-                        )?;
-                        continue;
-                    }
-                }
-                agents[ai].vc = vc;
-            }
-            agents[ai].pos += 1;
-            (idx, false)
         };
+        let a = &mut self.agents[ai];
+        a.epoch += 1;
+        a.vc[ai] = a.epoch;
+        Ok(Some(Issued {
+            agent: ai,
+            core,
+            idx,
+            ins: &prog.instrs[idx as usize],
+            start: p.start,
+            issue,
+            work,
+        }))
+    }
+
+    fn pop_transfer(&mut self, ai: usize) -> Result<(u32, Work)> {
+        let a = &mut self.agents[ai];
+        let Some(q) = a.fifo.pop_front() else {
+            return Err(fail(
+                Internal,
+                "empty_dma_queue_scheduled",
+                "empty DMA queue was scheduled",
+            ));
+        };
+        join(&mut a.vc, &q.vc);
+        Ok((
+            q.idx,
+            Work::Transfer {
+                regs: q.regs,
+                plan: q.plan,
+            },
+        ))
+    }
+
+    /// The stream's next instruction, its waits' clocks joined into the stream's. A rendezvous
+    /// is either released now or arrives (`None`).
+    fn next_instr(
+        &mut self,
+        ai: usize,
+        prog: &'p Program,
+        start: u64,
+    ) -> Result<Option<(u32, Work)>> {
+        let a = &mut self.agents[ai];
+        let idx = a.list[a.pos];
         let ins = &prog.instrs[idx as usize];
-        {
-            let a = &mut agents[ai];
-            a.epoch += 1;
-            a.vc[ai] = a.epoch;
+        for w in &ins.waits {
+            self.sems[sem_id(a.core, w.sem)].join_reach(w.value, &mut a.vc);
         }
-
-        // A DMA instruction on an engine stream is only the trigger: queue the transfer.
-        if !is_transfer && is_dma(ins) {
-            let end = start + cost.engine_ps(ins, issue);
-            let q = cbase + 5 + agents[ai].stream;
-            let vc = if races {
-                agents[ai].vc.clone()
-            } else {
-                Vec::new()
-            };
-            let regs = Box::new(dev.cores[core as usize].regs[agents[ai].stream]);
-            agents[q].fifo.push_back(QItem {
-                idx,
-                ready: end,
-                vc,
-                regs,
-                plan: plan(ins, &cost.dma()),
-            });
-            agents[ai].free = end;
-            if opts.trace {
-                trace_waits(&mut result.trace, core, ins, start);
-                result.trace.records.push(Record {
-                    core,
-                    unit: Unit::Engine(agents[ai].stream as u8),
-                    index: idx,
-                    opcode: ins.op,
-                    start_ps: start,
-                    end_ps: end,
-                    bytes: 0,
-                    flops: 0,
-                    hbm_bytes: 0,
-                    priority: 0,
-                    dma_engines: 0,
-                    write: WriteBox::NONE,
-                });
+        let mut work = Work::Instr;
+        if intercore::is_rendezvous(ins) {
+            match self.inter.complete(ai) {
+                Some(r) => {
+                    join(&mut a.vc, &r.vc);
+                    work = Work::Release(r);
+                }
+                None => {
+                    self.arrive(ai, idx, ins, start)?;
+                    return Ok(None);
+                }
             }
-            result.executed += 1;
-            continue;
         }
+        self.agents[ai].pos += 1;
+        Ok(Some((idx, work)))
+    }
 
-        // Race check against every unordered access of the other agents.
-        let regs = if races || opts.trace {
-            regions(core, ins)
+    /// A rendezvous arrives: the stream blocks until every participant has arrived; the last
+    /// arrival performs the group's collective and releases every participant.
+    fn arrive(&mut self, ai: usize, idx: u32, ins: &Instr, now: u64) -> Result<()> {
+        let a = &mut self.agents[ai];
+        a.epoch += 1;
+        a.vc[ai] = a.epoch;
+        let core = a.core;
+        let vc = a.vc.clone();
+        let Some(group) = self.inter.arrive(ai, (core, idx), ins, now, vc)? else {
+            return Ok(());
+        };
+        let dev = &mut *self.dev;
+        let rounder = Rounder::new(dev.numerics, core, dev.runs, idx, false);
+        let mut mem = DevMem {
+            cores: &mut dev.cores,
+            hbm: &mut dev.hbm,
+        };
+        let duration = intercore::perform(&group, &self.progs, &mut mem, &rounder, &*dev.cost)?;
+        self.inter.release(group, now + duration);
+        Ok(())
+    }
+
+    /// Queue the transfer a DMA instruction triggers on its stream's DMA queue.
+    fn trigger(&mut self, it: &Issued) {
+        let ins = it.ins;
+        let cost = &*self.dev.cost;
+        let end = it.start + cost.engine_ps(ins, it.issue);
+        let exec = self.agents[it.agent].exec;
+        let vc = if self.opts.check_races {
+            self.agents[it.agent].vc.clone()
         } else {
             Vec::new()
         };
-        if races && !regs.is_empty() {
-            let my_vc = &agents[ai].vc;
-            for &bi in &active {
-                let b = &agents[bi];
-                if bi == ai {
+        let regs = Box::new(self.dev.cores[it.core as usize].regs[exec.stream().index()]);
+        let queue = agent_id(it.core, Executor::DmaQueue(exec.stream()));
+        self.agents[queue].fifo.push_back(QItem {
+            idx: it.idx,
+            ready: end,
+            vc,
+            regs,
+            plan: plan(ins, &cost.dma()),
+        });
+        self.agents[it.agent].free = end;
+        if self.opts.trace {
+            let t = &mut self.result.trace;
+            trace_waits(t, it.core, ins, it.start);
+            t.records.push(Record {
+                core: it.core,
+                unit: exec.unit(),
+                index: it.idx,
+                opcode: ins.op,
+                start_ps: it.start,
+                end_ps: end,
+                bytes: 0,
+                flops: 0,
+                hbm_bytes: 0,
+                priority: 0,
+                dma_engines: 0,
+                write: WriteBox::NONE,
+            });
+        }
+        self.result.executed += 1;
+    }
+
+    /// Race check against every access of the other agents not ordered before this one.
+    fn check_races(&self, it: &Issued, regs: &[Region]) -> Result<()> {
+        if !self.opts.check_races || regs.is_empty() {
+            return Ok(());
+        }
+        let my_vc = &self.agents[it.agent].vc;
+        for &bi in &self.active {
+            let b = &self.agents[bi];
+            if bi == it.agent {
+                continue;
+            }
+            for e in &b.log {
+                if e.epoch <= my_vc[bi] {
                     continue;
                 }
-                for e in &b.log {
-                    if e.epoch <= my_vc[bi] {
-                        continue;
-                    }
-                    if let Some((i, _)) = conflict(&regs, std::slice::from_ref(&e.region)) {
-                        let r = &regs[i];
-                        let what = if r.mem == crate::memory::Mem::Hbm {
-                            format!(
-                                "hbm bytes {}..{}",
-                                r.lo.max(e.region.lo),
-                                r.hi.min(e.region.hi)
-                            )
-                        } else {
-                            format!(
-                                "{} partitions {}..{} bytes {}..{}",
-                                r.mem.name(),
-                                r.p0.max(e.region.p0),
-                                r.p1.min(e.region.p1),
-                                r.lo.max(e.region.lo),
-                                r.hi.min(e.region.hi)
-                            )
-                        };
-                        // Reported at the later instruction (the one that found the conflict).
-                        return Err(ins_err(
-                            err(
-                                Race,
-                                format!(
-                                    "data race: {} and {} both touch {} ({} writes) with no semaphore ordering them",
-                                    describe(&progs, b.core, e.idx),
-                                    describe(&progs, core, idx),
-                                    what,
-                                    if e.region.write && r.write { "both" } else if e.region.write { "the first" } else { "the second" }
-                                ),
-                            ),
-                            core,
-                            idx,
-                            &prog.instrs[idx as usize],
-                        ));
-                    }
+                if let Some((i, _)) = conflict(regs, std::slice::from_ref(&e.region)) {
+                    // Reported at the later instruction (the one that found the conflict).
+                    let first = describe(&self.progs, b.core, e.idx);
+                    let e = race_error(first, &regs[i], &e.region, &self.progs, it);
+                    return Err(ins_err(e, it.core, it.idx, it.ins));
                 }
             }
         }
+        Ok(())
+    }
 
-        // Execute.
-        let bytes: u64 = regs
-            .iter()
-            .map(|r| r.ap.num_elements() as u64 * r.ap.dtype.size() as u64)
-            .sum();
-        let wbox = if opts.trace {
-            write_box(&regs)
-        } else {
-            WriteBox::NONE
+    /// Run the item's semantics on its core (a released rendezvous already moved its data).
+    fn execute(&mut self, it: &mut Issued) -> Result<()> {
+        if matches!(it.work, Work::Release(_)) {
+            return Ok(());
+        }
+        let dev = &mut *self.dev;
+        let c = &mut dev.cores[it.core as usize];
+        let stream = self.agents[it.agent].exec.stream();
+        let compute = matches!(it.work, Work::Instr);
+        let regs = match &mut it.work {
+            Work::Transfer { regs, .. } => &mut **regs,
+            _ => &mut c.regs[stream.index()],
         };
-        let jump = {
-            let c = &mut dev.cores[core as usize];
-            let stream = agents[ai].stream;
-            let regs = match snapshot.as_deref_mut() {
-                Some(r) => r,
-                None => &mut c.regs[stream.min(4)],
-            };
-            let mut ctx = Ctx {
-                mems: Mems {
-                    sbuf: &mut c.sbuf,
-                    psum: &mut c.psum,
-                    hbm: &mut dev.hbm,
-                },
-                state: &mut c.state,
-                rng: &mut c.rng,
-                rounder: Rounder::new(dev.numerics, core, dev.runs, idx, !is_transfer),
-                regs,
-                jump: None,
-            };
-            if release.is_none() {
-                if !ctx.state.psum_mm_dirty
-                    && ins
-                        .tensors()
-                        .any(|(_, _, acc, ap)| acc.writes() && ap.mem == Mem::Psum)
-                {
-                    ctx.state.psum_mm_dirty = true;
-                }
-                engines::exec(ins, &mut ctx).map_err(|e| ins_err(e, core, idx, ins))?;
-            }
-            ctx.jump
+        let ins = it.ins;
+        let mut ctx = Ctx {
+            mems: Mems {
+                sbuf: &mut c.sbuf,
+                psum: &mut c.psum,
+                hbm: &mut dev.hbm,
+            },
+            state: &mut c.state,
+            rng: &mut c.rng,
+            rounder: Rounder::new(dev.numerics, it.core, dev.runs, it.idx, compute),
+            regs,
+            jump: None,
         };
-        if let Some(t) = jump {
-            let a = &mut agents[ai];
+        if !ctx.state.psum_mm_dirty
+            && ins
+                .tensors()
+                .any(|(_, _, acc, ap)| acc.writes() && ap.mem == Mem::Psum)
+        {
+            ctx.state.psum_mm_dirty = true;
+        }
+        engines::exec(ins, &mut ctx).map_err(|e| ins_err(e, it.core, it.idx, ins))?;
+        if let Some(t) = ctx.jump {
+            let a = &mut self.agents[it.agent];
             super::control::jump(&a.list, &mut a.pos, t);
         }
-        let end = match (&transfer, &release) {
-            (Some(pl), _) => fabric.commit(core as usize, start, pl),
-            (None, Some(r)) => r.end,
-            (None, None) => start + cost.engine_ps(ins, issue),
+        Ok(())
+    }
+
+    /// The item's end time; its agent becomes free and logs its accesses for the race checks.
+    fn complete(&mut self, it: &Issued, regs: Vec<Region>) -> u64 {
+        let end = match &it.work {
+            Work::Transfer { plan, .. } => self.fabric.commit(it.core as usize, it.start, plan),
+            Work::Release(r) => r.end,
+            Work::Instr => it.start + self.dev.cost.engine_ps(it.ins, it.issue),
         };
-        {
-            let a = &mut agents[ai];
-            // A queue hands its next transfer to the engines as soon as this one is committed.
-            a.free = if is_transfer { start } else { end };
-            if opts.check_races {
-                let epoch = a.epoch;
-                for r in regs {
-                    a.log.push(LogEntry {
-                        epoch,
-                        idx,
-                        region: r,
-                    });
-                }
+        let a = &mut self.agents[it.agent];
+        // A queue hands its next transfer to the engines as soon as this one is committed.
+        a.free = if a.is_queue() { it.start } else { end };
+        if self.opts.check_races {
+            let epoch = a.epoch;
+            for r in regs {
+                a.log.push(LogEntry {
+                    epoch,
+                    idx: it.idx,
+                    region: r,
+                });
             }
         }
-        let seen = end + sem_latency;
-        for s in &ins.signals {
-            let vc = if races {
-                agents[ai].vc.clone()
+        end
+    }
+
+    /// Post the item's semaphore increments, visible one semaphore latency after `end`
+    /// (returned).
+    fn signal(&mut self, it: &Issued, end: u64) -> u64 {
+        let seen = end + self.sem_latency;
+        for s in &it.ins.signals {
+            let vc = if self.opts.check_races {
+                self.agents[it.agent].vc.clone()
             } else {
                 Vec::new()
             };
-            sems[core as usize * NUM_SEMAPHORES as usize + s.sem as usize].post(seen, s.delta, vc);
+            self.sems[sem_id(it.core, s.sem)].post(seen, s.delta, vc);
         }
-        if opts.trace {
-            let unit = if is_transfer {
-                Unit::DmaQueue((agents[ai].stream - 5) as u8)
-            } else {
-                trace_waits(&mut result.trace, core, ins, start);
-                Unit::Engine(agents[ai].stream as u8)
-            };
-            let record = result.trace.records.len() as u32;
-            if is_transfer {
-                for &(engine, s0, s1, b) in &fabric.last_spans {
-                    result.trace.dma_spans.push(DmaSpan {
-                        core,
-                        engine,
-                        start_ps: s0,
-                        end_ps: s1,
-                        bytes: b,
-                        record,
-                    });
-                }
+        seen
+    }
+
+    /// The item's trace record, with its waits, DMA engine spans and signals.
+    fn record(&mut self, it: &Issued, end: u64, seen: u64, bytes: u64, write: WriteBox) {
+        let (core, ins) = (it.core, it.ins);
+        let t = &mut self.result.trace;
+        let transfer = match &it.work {
+            Work::Transfer { plan, .. } => Some(plan),
+            _ => {
+                trace_waits(t, core, ins, it.start);
+                None
             }
-            for s in &ins.signals {
-                result.trace.sems.push(SemEvent {
+        };
+        let record = t.records.len() as u32;
+        if transfer.is_some() {
+            for &(engine, s0, s1, b) in &self.fabric.last_spans {
+                t.dma_spans.push(DmaSpan {
                     core,
-                    sem: s.sem,
-                    wait: false,
-                    value: s.delta,
-                    time_ps: seen,
+                    engine,
+                    start_ps: s0,
+                    end_ps: s1,
+                    bytes: b,
                     record,
-                    by: -1,
                 });
             }
-            let write = wbox;
-            let (bytes, hbm_bytes, priority, dma_engines) = match &transfer {
-                Some(pl) => (pl.bytes, pl.hbm_bytes, pl.priority, pl.pieces.len() as u8),
-                None => (bytes, 0, 0, 0),
-            };
-            result.trace.records.push(Record {
+        }
+        for s in &ins.signals {
+            t.sems.push(SemEvent {
                 core,
-                unit,
-                index: idx,
-                opcode: ins.op,
-                start_ps: release.as_ref().map_or(start, |r| r.arrived),
-                end_ps: end,
-                bytes,
-                flops: if is_transfer { 0 } else { flops(ins) },
-                hbm_bytes,
-                priority,
-                dma_engines,
-                write,
+                sem: s.sem,
+                wait: false,
+                value: s.delta,
+                time_ps: seen,
+                record,
+                by: -1,
             });
         }
-        result.end_ps = result.end_ps.max(end);
-        result.executed += 1;
+        let (bytes, hbm_bytes, priority, dma_engines) = match transfer {
+            Some(pl) => (pl.bytes, pl.hbm_bytes, pl.priority, pl.pieces.len() as u8),
+            None => (bytes, 0, 0, 0),
+        };
+        t.records.push(Record {
+            core,
+            unit: self.agents[it.agent].exec.unit(),
+            index: it.idx,
+            opcode: ins.op,
+            start_ps: match &it.work {
+                Work::Release(r) => r.arrived,
+                _ => it.start,
+            },
+            end_ps: end,
+            bytes,
+            flops: if transfer.is_some() { 0 } else { flops(ins) },
+            hbm_bytes,
+            priority,
+            dma_engines,
+            write,
+        });
+    }
 
-        since_prune += 1;
-        if opts.check_races && since_prune >= 128 {
-            since_prune = 0;
-            prune(&mut agents);
+    /// The run's result: it ends when the last item and the last busy agent end.
+    fn finish(mut self) -> RunResult {
+        let free = self.agents.iter().map(|a| a.free).max().unwrap_or(0);
+        self.result.end_ps = self.result.end_ps.max(free);
+        if self.opts.trace {
+            self.result.trace.link_semaphores();
         }
+        self.result
     }
-    result.end_ps = result
-        .end_ps
-        .max(agents.iter().map(|a| a.free).max().unwrap_or(0));
-    if opts.trace {
-        result.trace.link_semaphores();
-    }
-    Ok(result)
+}
+
+/// The race error between an earlier access (`first`, region `theirs`) and the issued item's
+/// region `mine`.
+fn race_error(
+    first: String,
+    mine: &Region,
+    theirs: &Region,
+    progs: &[Option<&Program>],
+    it: &Issued,
+) -> EmuError {
+    let what = if mine.mem == Mem::Hbm {
+        format!(
+            "hbm bytes {}..{}",
+            mine.lo.max(theirs.lo),
+            mine.hi.min(theirs.hi)
+        )
+    } else {
+        format!(
+            "{} partitions {}..{} bytes {}..{}",
+            mine.mem.name(),
+            mine.p0.max(theirs.p0),
+            mine.p1.min(theirs.p1),
+            mine.lo.max(theirs.lo),
+            mine.hi.min(theirs.hi)
+        )
+    };
+    let writers = if theirs.write && mine.write {
+        "both"
+    } else if theirs.write {
+        "the first"
+    } else {
+        "the second"
+    };
+    fail(
+        Race,
+        "data_race",
+        format!(
+            "data race: {} and {} both touch {} ({} writes) with no semaphore ordering them",
+            first,
+            describe(progs, it.core, it.idx),
+            what,
+            writers
+        ),
+    )
 }
 
 /// Drop log entries that every agent that can still act is already ordered after.
@@ -617,7 +845,7 @@ fn prune(agents: &mut [Agent]) {
     let n = agents.len();
     let mut bound = vec![u32::MAX; n];
     for a in agents.iter() {
-        if !a.is_queue() && a.pos < a.list.len() {
+        if a.has_next() {
             for (b, v) in bound.iter_mut().zip(&a.vc) {
                 *b = (*b).min(*v);
             }
@@ -653,6 +881,13 @@ fn trace_waits(t: &mut crate::trace::Trace, core: u8, ins: &Instr, start: u64) {
             by: -1,
         });
     }
+}
+
+/// Bytes the instruction's operands touch (trace only).
+fn region_bytes(regs: &[Region]) -> u64 {
+    regs.iter()
+        .map(|r| r.ap.num_elements() as u64 * r.ap.dtype.size() as u64)
+        .sum()
 }
 
 /// The first on-chip region the instruction writes (from its `regions`, which list operands in

@@ -295,18 +295,6 @@ def gen_rust(data: dict) -> str:
         out.append("    },")
     out.append("];")
     out.append("")
-    out.append("/// Operand positions, for the semantics: `p::tensor_tensor::DATA1`.")
-    out.append("#[allow(non_snake_case, dead_code)]")
-    out.append("pub mod p {")
-    for ins in data["instruction"]:
-        if not ins["params"]:
-            continue
-        out.append(f"    pub mod {ins['name']} {{")
-        for i, p in enumerate(ins["params"]):
-            out.append(f"        pub const {p['name'].upper()}: usize = {i};")
-        out.append("    }")
-    out.append("}")
-    out.append("")
     return "\n".join(out)
 
 
@@ -402,6 +390,9 @@ def gen_ops(data: dict) -> str:
             inits.append((p["name"], init))
         out.append("}")
         out.append(f"impl<'a> {ty}<'a> {{")
+        for i, p in enumerate(ins["params"]):
+            out.append(f"    /// Position of `{p['name']}` in `Instr::args` (for code that edits operands).")
+            out.append(f"    pub const {p['name'].upper()}: usize = {i};")
         out.append("    pub fn view(ins: &'a Instr) -> Result<Self> {")
         if ins["params"]:
             out.append(f"        super::instr::arity(ins, {len(ins['params'])})?;")

@@ -154,7 +154,7 @@ impl Assembler {
             self.psum_written.assign(a, b, true);
         }
         if let Some(flag) = resolved {
-            ins.args[crate::isa::tables::p::nc_matmul::ACCUMULATE] = Arg::Bool(flag);
+            ins.args[ops::NcMatmul::ACCUMULATE] = Arg::Bool(flag);
         }
         Ok(mixed)
     }

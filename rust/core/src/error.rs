@@ -27,8 +27,6 @@ pub enum ErrorKind {
     Decode,
     /// Malformed text assembly.
     Parse,
-    /// A known instruction whose semantics are not implemented yet.
-    NotImplemented,
     /// Two unsynchronised streams touching the same bytes, one writing.
     Race,
     /// Every remaining stream waits on a semaphore that can no longer be signalled.
@@ -54,7 +52,6 @@ impl ErrorKind {
             ErrorKind::Value => "OperandError",
             ErrorKind::Decode => "DecodeError",
             ErrorKind::Parse => "AsmSyntaxError",
-            ErrorKind::NotImplemented => "NotImplementedInstruction",
             ErrorKind::Race => "RaceError",
             ErrorKind::Deadlock => "DeadlockError",
             ErrorKind::Runaway => "RunawayError",
@@ -124,33 +121,4 @@ impl std::error::Error for EmuError {}
 /// Shorthand: `Err(fail(Shape, "free_size_mismatch", format!(..)))`.
 pub fn fail(kind: ErrorKind, rule: &'static str, message: impl Into<String>) -> EmuError {
     EmuError::new(kind, rule, message)
-}
-
-/// TRANSITIONAL (being replaced by `fail` with a rule id): the kind's generic id.
-pub fn err(kind: ErrorKind, message: impl Into<String>) -> EmuError {
-    EmuError::new(kind, kind.generic_rule(), message)
-}
-
-impl ErrorKind {
-    /// TRANSITIONAL: the id used by `err` until every site names its rule.
-    fn generic_rule(self) -> &'static str {
-        match self {
-            ErrorKind::Shape => "shape",
-            ErrorKind::Dtype => "dtype",
-            ErrorKind::MemorySpace => "memory_space",
-            ErrorKind::Address => "address",
-            ErrorKind::Partition => "partition",
-            ErrorKind::PsumBank => "psum_bank",
-            ErrorKind::Capacity => "capacity",
-            ErrorKind::Value => "operand",
-            ErrorKind::Decode => "decode",
-            ErrorKind::Parse => "parse",
-            ErrorKind::NotImplemented => "not_implemented",
-            ErrorKind::Race => "race",
-            ErrorKind::Deadlock => "deadlock",
-            ErrorKind::Runaway => "runaway",
-            ErrorKind::Semaphore => "semaphore",
-            ErrorKind::Internal => "internal",
-        }
-    }
 }

@@ -34,7 +34,7 @@ pub mod vector_top8;
 
 use crate::error::{fail, ErrorKind::*, Result};
 use crate::isa::instr::Scalar;
-use crate::isa::{Arg, Instr, Opcode};
+use crate::isa::{Arg, Instr};
 use crate::memory::onchip::Mems;
 use crate::memory::{Ap, PARTITIONS, PSUM_PART_BYTES};
 use crate::numerics;
@@ -132,14 +132,6 @@ impl Ctx<'_> {
             None => vec![dflt; parts as usize],
         }
     }
-    /// TRANSITIONAL (`scalar` on the typed view replaces it): a scalar immediate or a (P,1)
-    /// tile as P per-partition fp32 values.
-    pub fn per_partition(&self, a: &Arg, parts: u32, dflt: f32) -> Vec<f32> {
-        match a {
-            Arg::Tensor(ap) => self.read_f32(ap),
-            a => vec![a.imm_f32().unwrap_or(dflt); parts as usize],
-        }
-    }
 }
 
 /// Same partition count and elements per partition.
@@ -156,8 +148,7 @@ pub fn same_shape(a: &Ap, an: &str, b: &Ap, bn: &str) -> Result<()> {
 }
 
 /// An operand that may be a per-partition tile: a `tensor_or_f32` view field (`Scalar`,
-/// `Option<Scalar>`), an optional tensor (`Option<&Ap>`), or (TRANSITIONAL, for modules not yet
-/// on the views) an `&Arg`.
+/// `Option<Scalar>`) or a tensor (`&Ap`, `Option<&Ap>`).
 pub trait TileOperand {
     /// The tile, if the operand is one.
     fn tile(&self) -> Option<&Ap>;
@@ -184,12 +175,9 @@ impl TileOperand for Option<&Ap> {
     }
 }
 
-impl TileOperand for &Arg {
+impl TileOperand for &Ap {
     fn tile(&self) -> Option<&Ap> {
-        match self {
-            Arg::Tensor(ap) => Some(ap),
-            _ => None,
-        }
+        Some(self)
     }
 }
 
@@ -229,13 +217,6 @@ pub trait Semantics {
     fn check(&self) -> Result<()>;
     /// The instruction's effect on the core's state.
     fn exec(&self, ctx: &mut Ctx) -> Result<()>;
-}
-
-/// TRANSITIONAL: the per-module dispatch being replaced by `Semantics` implementations.
-pub struct Module {
-    pub opcodes: &'static [Opcode],
-    pub check: fn(&Instr) -> Result<()>,
-    pub exec: fn(&Instr, &mut Ctx) -> Result<()>,
 }
 
 pub use engine_select::default_engine;

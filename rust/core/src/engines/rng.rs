@@ -8,7 +8,7 @@
 //! u = (bits >> 8) * 2^-24 in [0, 1); `rand2` = fl32(min + fl32((max - min) * u)); `dropout`
 //! drops an element when u < prob.
 
-use super::vector_select::check_scalar_column;
+use super::check_column;
 use super::{same_shape, Ctx, Semantics};
 use crate::error::{fail, ErrorKind::*, Result};
 use crate::isa::instr::Scalar;
@@ -97,8 +97,8 @@ impl Semantics for Rng<'_> {
 impl Semantics for Rand2<'_> {
     fn check(&self) -> Result<()> {
         let parts = self.dst.parts;
-        check_scalar_column(self.min, "min", parts)?;
-        check_scalar_column(self.max, "max", parts)?;
+        check_column(self.min, "min", parts)?;
+        check_column(self.max, "max", parts)?;
         if let (Some(lo), Some(hi)) = (self.min.imm_f32(), self.max.imm_f32()) {
             min_below_max(lo, hi, "max")?;
         }
@@ -203,7 +203,7 @@ impl Semantics for RandGetState<'_> {
 
 /// `prob` is a probability: a (P,1) tile or an immediate in [0, 1].
 fn check_prob(prob: Scalar, parts: u32) -> Result<()> {
-    check_scalar_column(prob, "prob", parts)?;
+    check_column(prob, "prob", parts)?;
     // Integer immediates count too (docs/encoding.md): prob=2 is as wrong as prob=2.0.
     if let Some(v) = prob.imm_f32() {
         if !(0.0..=1.0).contains(&v) {

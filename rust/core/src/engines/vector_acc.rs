@@ -11,13 +11,6 @@ use super::{Ctx, TileOperand};
 use crate::error::{fail, ErrorKind::*, Result};
 use crate::isa::{AluOp, Instr, ReduceCmd};
 
-/// TRANSITIONAL (the views carry `reduce_cmd` typed): the command at enum operand `i`.
-pub fn reduce_cmd(ins: &Instr, i: usize) -> ReduceCmd {
-    ins.enum_val(i)
-        .and_then(ReduceCmd::from_u8)
-        .unwrap_or(ReduceCmd::Idle)
-}
-
 /// The value a reset loads: the identity of the reduction (add/subtract 0, multiply 1,
 /// maximum -inf, minimum +inf).
 pub fn identity(op: AluOp) -> f32 {
@@ -83,11 +76,6 @@ pub fn read_out(ctx: &mut Ctx, res: impl TileOperand, base: usize, p: usize, neg
             .collect();
         ctx.write_f32(ap, &vals);
     }
-}
-
-/// TRANSITIONAL (`forbid_load_reduce` on the view's field replaces it).
-pub fn no_load_reduce(ins: &Instr, i: usize) -> Result<()> {
-    forbid_load_reduce(ins, reduce_cmd(ins, i))
 }
 
 /// Instructions without an initial-value operand cannot load_reduce.

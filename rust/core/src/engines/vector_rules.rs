@@ -2,25 +2,8 @@
 
 use super::alu::{is_bitwise, is_elementwise, is_unary};
 use crate::error::{fail, ErrorKind::*, Result};
-use crate::isa::{AluOp, Instr};
+use crate::isa::AluOp;
 use crate::memory::{Ap, Mem};
-
-/// TRANSITIONAL (the views carry ALU operators typed): the ALU operator at operand `i`.
-pub fn alu(ins: &Instr, i: usize) -> Option<AluOp> {
-    ins.enum_val(i).and_then(AluOp::from_u8)
-}
-
-/// TRANSITIONAL: the ALU operator at a required enum operand.
-pub fn alu_req(ins: &Instr, i: usize, name: &str) -> Result<AluOp> {
-    alu(ins, i).ok_or_else(|| {
-        fail(
-            Value,
-            "operand_required",
-            "required ALU operator is missing",
-        )
-        .operand(name)
-    })
-}
 
 /// Two-input VectorE instructions read at most one input from PSUM.
 pub fn not_both_psum(a: &Ap, an: &str, b: &Ap, bn: &str) -> Result<()> {

@@ -4,11 +4,11 @@
 use super::alu::apply;
 use super::vector_acc as acc;
 use super::vector_rules::{not_both_psum, one_of};
-use super::{same_shape, Ctx, Semantics};
+use super::{check_column, same_shape, Ctx, Semantics};
 use crate::error::{fail, ErrorKind::*, Result};
 use crate::isa::instr::{Imm, Scalar};
 use crate::isa::ops::{RangeSelect, SelectReduce, TensorCopyPredicated};
-use crate::isa::{AluOp, Instr, ReduceCmd};
+use crate::isa::AluOp;
 use crate::memory::Ap;
 use crate::numerics;
 
@@ -18,65 +18,6 @@ fn predicate(ctx: &Ctx, ap: &Ap, reverse: bool) -> Vec<bool> {
         .iter()
         .map(|b| (*b != 0) != reverse)
         .collect()
-}
-
-/// A (P,1) per-partition tile must have the data's partition count, one element, and no
-/// packed MX dtype.
-pub(super) fn check_column(ap: &Ap, name: &str, parts: u32) -> Result<()> {
-    if ap.parts != parts || ap.free_size() != 1 {
-        return Err(fail(
-            Shape,
-            "per_partition_operand_shape",
-            format!(
-                "{name} must be a scalar or a ({parts}, 1) tile, got {:?}",
-                ap.shape()
-            ),
-        )
-        .operand(name.to_string()));
-    }
-    if ap.dtype.is_packed() {
-        return Err(fail(
-            Dtype,
-            "packed_dtype_not_allowed",
-            format!("{name} cannot be a packed MX dtype"),
-        )
-        .operand(name.to_string()));
-    }
-    Ok(())
-}
-
-/// A `tensor_or_f32` operand: an immediate, or a tile passing `check_column`.
-pub(super) fn check_scalar_column(s: Scalar, name: &str, parts: u32) -> Result<()> {
-    match s {
-        Scalar::Tile(ap) => check_column(ap, name, parts),
-        Scalar::Imm(_) => Ok(()),
-    }
-}
-
-/// Instructions without an initial-value operand cannot load_reduce.
-fn no_load_reduce(ins: &Instr, cmd: ReduceCmd) -> Result<()> {
-    if cmd == ReduceCmd::LoadReduce {
-        return Err(fail(
-            Value,
-            "load_reduce_without_init",
-            format!(
-                "{} has no initial-value operand, so reduce_cmd=load_reduce is not allowed",
-                ins.op.spec().name
-            ),
-        )
-        .operand("reduce_cmd"));
-    }
-    Ok(())
-}
-
-/// Write the accumulator lanes `base..base+p` to the (P,1) `reduce_res` operand, if given.
-fn read_out(ctx: &mut Ctx, res: Option<&Ap>, base: usize, p: usize) {
-    if let Some(ap) = res {
-        let vals: Vec<f32> = (0..p)
-            .map(|r| ctx.state.vec_acc.get(base + r).copied().unwrap_or(0.0))
-            .collect();
-        ctx.write_f32(ap, &vals);
-    }
 }
 
 impl Semantics for TensorCopyPredicated<'_> {
@@ -149,7 +90,7 @@ impl Semantics for RangeSelect<'_> {
         one_of(self.comp_op0, &RANGE_CMPS, "comp_op0")?;
         one_of(self.comp_op1, &RANGE_CMPS, "comp_op1")?;
         one_of(self.reduce_op, &[AluOp::Maximum], "reduce_op")?;
-        no_load_reduce(self.ins, self.reduce_cmd)?;
+        acc::forbid_load_reduce(self.ins, self.reduce_cmd)?;
         let fill = self.on_false_value.f32();
         if fill != FP32_MIN && fill != f32::NEG_INFINITY {
             return Err(fail(
@@ -208,7 +149,7 @@ impl Semantics for RangeSelect<'_> {
             &out,
             n,
         );
-        read_out(ctx, self.reduce_res, base, p);
+        acc::read_out(ctx, self.reduce_res, base, p, false);
         Ok(())
     }
 }
@@ -220,12 +161,12 @@ impl Semantics for SelectReduce<'_> {
         same_shape(t, "on_true", self.dst, "dst")?;
         same_shape(t, "on_true", self.predicate, "predicate")?;
         not_both_psum(t, "on_true", self.predicate, "predicate")?;
-        check_scalar_column(self.on_false, "on_false", t.parts)?;
+        check_column(self.on_false, "on_false", t.parts)?;
         if let Some(res) = self.reduce_res {
             check_column(res, "reduce_res", t.parts)?;
         }
         one_of(self.reduce_op, &[AluOp::Maximum], "reduce_op")?;
-        no_load_reduce(self.ins, self.reduce_cmd)
+        acc::forbid_load_reduce(self.ins, self.reduce_cmd)
     }
 
     /// dst = pred ? on_true : on_false (through fp32, cast to dst); running max of the fp32
@@ -253,7 +194,7 @@ impl Semantics for SelectReduce<'_> {
             &out,
             n,
         );
-        read_out(ctx, self.reduce_res, base, p);
+        acc::read_out(ctx, self.reduce_res, base, p, false);
         Ok(())
     }
 }

@@ -284,57 +284,6 @@ pub struct Instr {
 }
 
 impl Instr {
-    pub fn arg(&self, i: usize) -> &Arg {
-        &self.args[i]
-    }
-
-    pub fn ap(&self, i: usize) -> Option<&Ap> {
-        self.args[i].tensor()
-    }
-
-    /// A numeric immediate as fp32 (an integer immediate converts with RNE, read as signed i32).
-    pub fn f32_or(&self, i: usize, d: f32) -> f32 {
-        self.args[i].imm_f32().unwrap_or(d)
-    }
-
-    pub fn i32_or(&self, i: usize, d: i32) -> i32 {
-        match self.args[i] {
-            Arg::I32(v) => v,
-            _ => d,
-        }
-    }
-
-    /// An `i32_or_reg` operand: the immediate, or the value (as int32) of register `r` in `regs`
-    /// (the issuing engine's registers; validation keeps `r` in range).
-    pub fn i32_or_reg(&self, i: usize, d: i32, regs: &[u32]) -> i32 {
-        match self.args[i] {
-            Arg::I32(v) => v,
-            Arg::Reg(r) => regs.get(r as usize).map_or(d, |&v| v as i32),
-            _ => d,
-        }
-    }
-
-    pub fn bool_or(&self, i: usize, d: bool) -> bool {
-        match self.args[i] {
-            Arg::Bool(v) => v,
-            _ => d,
-        }
-    }
-
-    pub fn enum_val(&self, i: usize) -> Option<u8> {
-        match self.args[i] {
-            Arg::Enum(v) => Some(v),
-            _ => None,
-        }
-    }
-
-    pub fn ints(&self, i: usize) -> &[i32] {
-        match &self.args[i] {
-            Arg::Ints(v) => v,
-            _ => &[],
-        }
-    }
-
     /// Tensor operands with their parameter index, name and access.
     pub fn tensors(&self) -> impl Iterator<Item = (usize, &'static str, super::spec::Access, &Ap)> {
         let spec = self.op.spec();

@@ -51,6 +51,26 @@ pub struct NcMatmul<'a> {
     pub perf_mode: MatmulPerfMode,
 }
 impl<'a> NcMatmul<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `stationary` in `Instr::args` (for code that edits operands).
+    pub const STATIONARY: usize = 1;
+    /// Position of `moving` in `Instr::args` (for code that edits operands).
+    pub const MOVING: usize = 2;
+    /// Position of `is_stationary_onezero` in `Instr::args` (for code that edits operands).
+    pub const IS_STATIONARY_ONEZERO: usize = 3;
+    /// Position of `is_moving_onezero` in `Instr::args` (for code that edits operands).
+    pub const IS_MOVING_ONEZERO: usize = 4;
+    /// Position of `is_transpose` in `Instr::args` (for code that edits operands).
+    pub const IS_TRANSPOSE: usize = 5;
+    /// Position of `accumulate` in `Instr::args` (for code that edits operands).
+    pub const ACCUMULATE: usize = 6;
+    /// Position of `tile_position` in `Instr::args` (for code that edits operands).
+    pub const TILE_POSITION: usize = 7;
+    /// Position of `tile_size` in `Instr::args` (for code that edits operands).
+    pub const TILE_SIZE: usize = 8;
+    /// Position of `perf_mode` in `Instr::args` (for code that edits operands).
+    pub const PERF_MODE: usize = 9;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 10)?;
         Ok(Self {
@@ -80,6 +100,10 @@ pub struct NcTranspose<'a> {
     pub data: &'a Ap,
 }
 impl<'a> NcTranspose<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `data` in `Instr::args` (for code that edits operands).
+    pub const DATA: usize = 1;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 2)?;
         Ok(Self {
@@ -113,6 +137,22 @@ pub struct Activation<'a> {
     pub reduce_cmd: ReduceCmd,
 }
 impl<'a> Activation<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `op` in `Instr::args` (for code that edits operands).
+    pub const OP: usize = 1;
+    /// Position of `data` in `Instr::args` (for code that edits operands).
+    pub const DATA: usize = 2;
+    /// Position of `bias` in `Instr::args` (for code that edits operands).
+    pub const BIAS: usize = 3;
+    /// Position of `scale` in `Instr::args` (for code that edits operands).
+    pub const SCALE: usize = 4;
+    /// Position of `reduce_op` in `Instr::args` (for code that edits operands).
+    pub const REDUCE_OP: usize = 5;
+    /// Position of `reduce_res` in `Instr::args` (for code that edits operands).
+    pub const REDUCE_RES: usize = 6;
+    /// Position of `reduce_cmd` in `Instr::args` (for code that edits operands).
+    pub const REDUCE_CMD: usize = 7;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 8)?;
         Ok(Self {
@@ -144,6 +184,14 @@ pub struct TensorTensor<'a> {
     pub op: AluOp,
 }
 impl<'a> TensorTensor<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `data1` in `Instr::args` (for code that edits operands).
+    pub const DATA1: usize = 1;
+    /// Position of `data2` in `Instr::args` (for code that edits operands).
+    pub const DATA2: usize = 2;
+    /// Position of `op` in `Instr::args` (for code that edits operands).
+    pub const OP: usize = 3;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 4)?;
         Ok(Self {
@@ -179,6 +227,22 @@ pub struct TensorScalar<'a> {
     pub reverse1: bool,
 }
 impl<'a> TensorScalar<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `data` in `Instr::args` (for code that edits operands).
+    pub const DATA: usize = 1;
+    /// Position of `op0` in `Instr::args` (for code that edits operands).
+    pub const OP0: usize = 2;
+    /// Position of `operand0` in `Instr::args` (for code that edits operands).
+    pub const OPERAND0: usize = 3;
+    /// Position of `reverse0` in `Instr::args` (for code that edits operands).
+    pub const REVERSE0: usize = 4;
+    /// Position of `op1` in `Instr::args` (for code that edits operands).
+    pub const OP1: usize = 5;
+    /// Position of `operand1` in `Instr::args` (for code that edits operands).
+    pub const OPERAND1: usize = 6;
+    /// Position of `reverse1` in `Instr::args` (for code that edits operands).
+    pub const REVERSE1: usize = 7;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 8)?;
         Ok(Self {
@@ -206,6 +270,10 @@ pub struct TensorCopy<'a> {
     pub src: &'a Ap,
 }
 impl<'a> TensorCopy<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `src` in `Instr::args` (for code that edits operands).
+    pub const SRC: usize = 1;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 2)?;
         Ok(Self {
@@ -227,6 +295,10 @@ pub struct Memset<'a> {
     pub value: Imm,
 }
 impl<'a> Memset<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `value` in `Instr::args` (for code that edits operands).
+    pub const VALUE: usize = 1;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 2)?;
         Ok(Self {
@@ -252,6 +324,14 @@ pub struct Iota<'a> {
     pub channel_multiplier: i32,
 }
 impl<'a> Iota<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `pattern` in `Instr::args` (for code that edits operands).
+    pub const PATTERN: usize = 1;
+    /// Position of `offset` in `Instr::args` (for code that edits operands).
+    pub const OFFSET: usize = 2;
+    /// Position of `channel_multiplier` in `Instr::args` (for code that edits operands).
+    pub const CHANNEL_MULTIPLIER: usize = 3;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 4)?;
         Ok(Self {
@@ -281,6 +361,16 @@ pub struct DmaCopy<'a> {
     pub dge_mode: DgeMode,
 }
 impl<'a> DmaCopy<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `src` in `Instr::args` (for code that edits operands).
+    pub const SRC: usize = 1;
+    /// Position of `priority` in `Instr::args` (for code that edits operands).
+    pub const PRIORITY: usize = 2;
+    /// Position of `oob_mode` in `Instr::args` (for code that edits operands).
+    pub const OOB_MODE: usize = 3;
+    /// Position of `dge_mode` in `Instr::args` (for code that edits operands).
+    pub const DGE_MODE: usize = 4;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 5)?;
         Ok(Self {
@@ -317,6 +407,22 @@ pub struct NcMatmulMx<'a> {
     pub accumulate: Option<bool>,
 }
 impl<'a> NcMatmulMx<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `stationary` in `Instr::args` (for code that edits operands).
+    pub const STATIONARY: usize = 1;
+    /// Position of `moving` in `Instr::args` (for code that edits operands).
+    pub const MOVING: usize = 2;
+    /// Position of `stationary_scale` in `Instr::args` (for code that edits operands).
+    pub const STATIONARY_SCALE: usize = 3;
+    /// Position of `moving_scale` in `Instr::args` (for code that edits operands).
+    pub const MOVING_SCALE: usize = 4;
+    /// Position of `tile_position` in `Instr::args` (for code that edits operands).
+    pub const TILE_POSITION: usize = 5;
+    /// Position of `tile_size` in `Instr::args` (for code that edits operands).
+    pub const TILE_SIZE: usize = 6;
+    /// Position of `accumulate` in `Instr::args` (for code that edits operands).
+    pub const ACCUMULATE: usize = 7;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 8)?;
         Ok(Self {
@@ -354,6 +460,20 @@ pub struct ActivationReduce<'a> {
     pub scale: Scalar<'a>,
 }
 impl<'a> ActivationReduce<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `op` in `Instr::args` (for code that edits operands).
+    pub const OP: usize = 1;
+    /// Position of `data` in `Instr::args` (for code that edits operands).
+    pub const DATA: usize = 2;
+    /// Position of `reduce_op` in `Instr::args` (for code that edits operands).
+    pub const REDUCE_OP: usize = 3;
+    /// Position of `reduce_res` in `Instr::args` (for code that edits operands).
+    pub const REDUCE_RES: usize = 4;
+    /// Position of `bias` in `Instr::args` (for code that edits operands).
+    pub const BIAS: usize = 5;
+    /// Position of `scale` in `Instr::args` (for code that edits operands).
+    pub const SCALE: usize = 6;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 7)?;
         Ok(Self {
@@ -402,6 +522,32 @@ pub struct Activate2<'a> {
     pub reduce_cmd: ReduceCmd,
 }
 impl<'a> Activate2<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `op` in `Instr::args` (for code that edits operands).
+    pub const OP: usize = 1;
+    /// Position of `data` in `Instr::args` (for code that edits operands).
+    pub const DATA: usize = 2;
+    /// Position of `imm0` in `Instr::args` (for code that edits operands).
+    pub const IMM0: usize = 3;
+    /// Position of `imm1` in `Instr::args` (for code that edits operands).
+    pub const IMM1: usize = 4;
+    /// Position of `op0` in `Instr::args` (for code that edits operands).
+    pub const OP0: usize = 5;
+    /// Position of `op1` in `Instr::args` (for code that edits operands).
+    pub const OP1: usize = 6;
+    /// Position of `relu_param` in `Instr::args` (for code that edits operands).
+    pub const RELU_PARAM: usize = 7;
+    /// Position of `reverse0` in `Instr::args` (for code that edits operands).
+    pub const REVERSE0: usize = 8;
+    /// Position of `reverse1` in `Instr::args` (for code that edits operands).
+    pub const REVERSE1: usize = 9;
+    /// Position of `reduce_op` in `Instr::args` (for code that edits operands).
+    pub const REDUCE_OP: usize = 10;
+    /// Position of `reduce_res` in `Instr::args` (for code that edits operands).
+    pub const REDUCE_RES: usize = 11;
+    /// Position of `reduce_cmd` in `Instr::args` (for code that edits operands).
+    pub const REDUCE_CMD: usize = 12;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 13)?;
         Ok(Self {
@@ -446,6 +592,22 @@ pub struct ScalarTensorTensor<'a> {
     pub reverse1: bool,
 }
 impl<'a> ScalarTensorTensor<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `data` in `Instr::args` (for code that edits operands).
+    pub const DATA: usize = 1;
+    /// Position of `op0` in `Instr::args` (for code that edits operands).
+    pub const OP0: usize = 2;
+    /// Position of `operand0` in `Instr::args` (for code that edits operands).
+    pub const OPERAND0: usize = 3;
+    /// Position of `op1` in `Instr::args` (for code that edits operands).
+    pub const OP1: usize = 4;
+    /// Position of `operand1` in `Instr::args` (for code that edits operands).
+    pub const OPERAND1: usize = 5;
+    /// Position of `reverse0` in `Instr::args` (for code that edits operands).
+    pub const REVERSE0: usize = 6;
+    /// Position of `reverse1` in `Instr::args` (for code that edits operands).
+    pub const REVERSE1: usize = 7;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 8)?;
         Ok(Self {
@@ -481,6 +643,18 @@ pub struct TensorReduce<'a> {
     pub keepdims: bool,
 }
 impl<'a> TensorReduce<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `op` in `Instr::args` (for code that edits operands).
+    pub const OP: usize = 1;
+    /// Position of `data` in `Instr::args` (for code that edits operands).
+    pub const DATA: usize = 2;
+    /// Position of `axis` in `Instr::args` (for code that edits operands).
+    pub const AXIS: usize = 3;
+    /// Position of `negate` in `Instr::args` (for code that edits operands).
+    pub const NEGATE: usize = 4;
+    /// Position of `keepdims` in `Instr::args` (for code that edits operands).
+    pub const KEEPDIMS: usize = 5;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 6)?;
         Ok(Self {
@@ -518,6 +692,22 @@ pub struct TensorTensorScan<'a> {
     pub reverse1: bool,
 }
 impl<'a> TensorTensorScan<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `data0` in `Instr::args` (for code that edits operands).
+    pub const DATA0: usize = 1;
+    /// Position of `data1` in `Instr::args` (for code that edits operands).
+    pub const DATA1: usize = 2;
+    /// Position of `initial` in `Instr::args` (for code that edits operands).
+    pub const INITIAL: usize = 3;
+    /// Position of `op0` in `Instr::args` (for code that edits operands).
+    pub const OP0: usize = 4;
+    /// Position of `op1` in `Instr::args` (for code that edits operands).
+    pub const OP1: usize = 5;
+    /// Position of `reverse0` in `Instr::args` (for code that edits operands).
+    pub const REVERSE0: usize = 6;
+    /// Position of `reverse1` in `Instr::args` (for code that edits operands).
+    pub const REVERSE1: usize = 7;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 8)?;
         Ok(Self {
@@ -561,6 +751,26 @@ pub struct TensorScalarReduce<'a> {
     pub reduce_res_negate: bool,
 }
 impl<'a> TensorScalarReduce<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `data` in `Instr::args` (for code that edits operands).
+    pub const DATA: usize = 1;
+    /// Position of `op0` in `Instr::args` (for code that edits operands).
+    pub const OP0: usize = 2;
+    /// Position of `operand0` in `Instr::args` (for code that edits operands).
+    pub const OPERAND0: usize = 3;
+    /// Position of `reduce_op` in `Instr::args` (for code that edits operands).
+    pub const REDUCE_OP: usize = 4;
+    /// Position of `reduce_res` in `Instr::args` (for code that edits operands).
+    pub const REDUCE_RES: usize = 5;
+    /// Position of `reverse0` in `Instr::args` (for code that edits operands).
+    pub const REVERSE0: usize = 6;
+    /// Position of `reduce_cmd` in `Instr::args` (for code that edits operands).
+    pub const REDUCE_CMD: usize = 7;
+    /// Position of `reduce_init` in `Instr::args` (for code that edits operands).
+    pub const REDUCE_INIT: usize = 8;
+    /// Position of `reduce_res_negate` in `Instr::args` (for code that edits operands).
+    pub const REDUCE_RES_NEGATE: usize = 9;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 10)?;
         Ok(Self {
@@ -600,6 +810,20 @@ pub struct TensorScalarCumulative<'a> {
     pub reduce_cmd: ReduceCmd,
 }
 impl<'a> TensorScalarCumulative<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `src` in `Instr::args` (for code that edits operands).
+    pub const SRC: usize = 1;
+    /// Position of `op0` in `Instr::args` (for code that edits operands).
+    pub const OP0: usize = 2;
+    /// Position of `op1` in `Instr::args` (for code that edits operands).
+    pub const OP1: usize = 3;
+    /// Position of `imm0` in `Instr::args` (for code that edits operands).
+    pub const IMM0: usize = 4;
+    /// Position of `imm1` in `Instr::args` (for code that edits operands).
+    pub const IMM1: usize = 5;
+    /// Position of `reduce_cmd` in `Instr::args` (for code that edits operands).
+    pub const REDUCE_CMD: usize = 6;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 7)?;
         Ok(Self {
@@ -630,6 +854,14 @@ pub struct TensorCopyPredicated<'a> {
     pub reverse_pred: bool,
 }
 impl<'a> TensorCopyPredicated<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `src` in `Instr::args` (for code that edits operands).
+    pub const SRC: usize = 1;
+    /// Position of `predicate` in `Instr::args` (for code that edits operands).
+    pub const PREDICATE: usize = 2;
+    /// Position of `reverse_pred` in `Instr::args` (for code that edits operands).
+    pub const REVERSE_PRED: usize = 3;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 4)?;
         Ok(Self {
@@ -661,6 +893,18 @@ pub struct Exponential<'a> {
     pub reduce_init: Scalar<'a>,
 }
 impl<'a> Exponential<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `src` in `Instr::args` (for code that edits operands).
+    pub const SRC: usize = 1;
+    /// Position of `max_value` in `Instr::args` (for code that edits operands).
+    pub const MAX_VALUE: usize = 2;
+    /// Position of `reduce_res` in `Instr::args` (for code that edits operands).
+    pub const REDUCE_RES: usize = 3;
+    /// Position of `reduce_cmd` in `Instr::args` (for code that edits operands).
+    pub const REDUCE_CMD: usize = 4;
+    /// Position of `reduce_init` in `Instr::args` (for code that edits operands).
+    pub const REDUCE_INIT: usize = 5;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 6)?;
         Ok(Self {
@@ -686,6 +930,10 @@ pub struct Reciprocal<'a> {
     pub data: &'a Ap,
 }
 impl<'a> Reciprocal<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `data` in `Instr::args` (for code that edits operands).
+    pub const DATA: usize = 1;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 2)?;
         Ok(Self {
@@ -709,6 +957,12 @@ pub struct QuantizeMx<'a> {
     pub dst_scale: &'a Ap,
 }
 impl<'a> QuantizeMx<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `src` in `Instr::args` (for code that edits operands).
+    pub const SRC: usize = 1;
+    /// Position of `dst_scale` in `Instr::args` (for code that edits operands).
+    pub const DST_SCALE: usize = 2;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 3)?;
         Ok(Self {
@@ -733,6 +987,12 @@ pub struct Dropout<'a> {
     pub prob: Scalar<'a>,
 }
 impl<'a> Dropout<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `data` in `Instr::args` (for code that edits operands).
+    pub const DATA: usize = 1;
+    /// Position of `prob` in `Instr::args` (for code that edits operands).
+    pub const PROB: usize = 2;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 3)?;
         Ok(Self {
@@ -773,6 +1033,28 @@ pub struct RangeSelect<'a> {
     pub on_false_value: Imm,
 }
 impl<'a> RangeSelect<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `on_true_tile` in `Instr::args` (for code that edits operands).
+    pub const ON_TRUE_TILE: usize = 1;
+    /// Position of `comp_op0` in `Instr::args` (for code that edits operands).
+    pub const COMP_OP0: usize = 2;
+    /// Position of `comp_op1` in `Instr::args` (for code that edits operands).
+    pub const COMP_OP1: usize = 3;
+    /// Position of `bound0` in `Instr::args` (for code that edits operands).
+    pub const BOUND0: usize = 4;
+    /// Position of `bound1` in `Instr::args` (for code that edits operands).
+    pub const BOUND1: usize = 5;
+    /// Position of `reduce_cmd` in `Instr::args` (for code that edits operands).
+    pub const REDUCE_CMD: usize = 6;
+    /// Position of `reduce_res` in `Instr::args` (for code that edits operands).
+    pub const REDUCE_RES: usize = 7;
+    /// Position of `reduce_op` in `Instr::args` (for code that edits operands).
+    pub const REDUCE_OP: usize = 8;
+    /// Position of `range_start` in `Instr::args` (for code that edits operands).
+    pub const RANGE_START: usize = 9;
+    /// Position of `on_false_value` in `Instr::args` (for code that edits operands).
+    pub const ON_FALSE_VALUE: usize = 10;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 11)?;
         Ok(Self {
@@ -815,6 +1097,22 @@ pub struct SelectReduce<'a> {
     pub reverse_pred: bool,
 }
 impl<'a> SelectReduce<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `predicate` in `Instr::args` (for code that edits operands).
+    pub const PREDICATE: usize = 1;
+    /// Position of `on_true` in `Instr::args` (for code that edits operands).
+    pub const ON_TRUE: usize = 2;
+    /// Position of `on_false` in `Instr::args` (for code that edits operands).
+    pub const ON_FALSE: usize = 3;
+    /// Position of `reduce_res` in `Instr::args` (for code that edits operands).
+    pub const REDUCE_RES: usize = 4;
+    /// Position of `reduce_cmd` in `Instr::args` (for code that edits operands).
+    pub const REDUCE_CMD: usize = 5;
+    /// Position of `reduce_op` in `Instr::args` (for code that edits operands).
+    pub const REDUCE_OP: usize = 6;
+    /// Position of `reverse_pred` in `Instr::args` (for code that edits operands).
+    pub const REVERSE_PRED: usize = 7;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 8)?;
         Ok(Self {
@@ -842,6 +1140,10 @@ pub struct BnStats<'a> {
     pub data: &'a Ap,
 }
 impl<'a> BnStats<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `data` in `Instr::args` (for code that edits operands).
+    pub const DATA: usize = 1;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 2)?;
         Ok(Self {
@@ -863,6 +1165,10 @@ pub struct BnAggr<'a> {
     pub data: &'a Ap,
 }
 impl<'a> BnAggr<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `data` in `Instr::args` (for code that edits operands).
+    pub const DATA: usize = 1;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 2)?;
         Ok(Self {
@@ -884,6 +1190,10 @@ pub struct Max8<'a> {
     pub src: &'a Ap,
 }
 impl<'a> Max8<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `src` in `Instr::args` (for code that edits operands).
+    pub const SRC: usize = 1;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 2)?;
         Ok(Self {
@@ -907,6 +1217,12 @@ pub struct NcFindIndex8<'a> {
     pub vals: &'a Ap,
 }
 impl<'a> NcFindIndex8<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `data` in `Instr::args` (for code that edits operands).
+    pub const DATA: usize = 1;
+    /// Position of `vals` in `Instr::args` (for code that edits operands).
+    pub const VALS: usize = 2;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 3)?;
         Ok(Self {
@@ -935,6 +1251,16 @@ pub struct NcMatchReplace8<'a> {
     pub dst_idx: Option<&'a Ap>,
 }
 impl<'a> NcMatchReplace8<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `data` in `Instr::args` (for code that edits operands).
+    pub const DATA: usize = 1;
+    /// Position of `vals` in `Instr::args` (for code that edits operands).
+    pub const VALS: usize = 2;
+    /// Position of `imm` in `Instr::args` (for code that edits operands).
+    pub const IMM: usize = 3;
+    /// Position of `dst_idx` in `Instr::args` (for code that edits operands).
+    pub const DST_IDX: usize = 4;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 5)?;
         Ok(Self {
@@ -961,6 +1287,12 @@ pub struct NcStreamShuffle<'a> {
     pub shuffle_mask: &'a [i32],
 }
 impl<'a> NcStreamShuffle<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `src` in `Instr::args` (for code that edits operands).
+    pub const SRC: usize = 1;
+    /// Position of `shuffle_mask` in `Instr::args` (for code that edits operands).
+    pub const SHUFFLE_MASK: usize = 2;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 3)?;
         Ok(Self {
@@ -985,6 +1317,12 @@ pub struct TensorPartitionReduce<'a> {
     pub data: &'a Ap,
 }
 impl<'a> TensorPartitionReduce<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `op` in `Instr::args` (for code that edits operands).
+    pub const OP: usize = 1;
+    /// Position of `data` in `Instr::args` (for code that edits operands).
+    pub const DATA: usize = 2;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 3)?;
         Ok(Self {
@@ -1017,6 +1355,20 @@ pub struct AffineSelect<'a> {
     pub offset: IntOrReg,
 }
 impl<'a> AffineSelect<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `pattern` in `Instr::args` (for code that edits operands).
+    pub const PATTERN: usize = 1;
+    /// Position of `channel_multiplier` in `Instr::args` (for code that edits operands).
+    pub const CHANNEL_MULTIPLIER: usize = 2;
+    /// Position of `on_true_tile` in `Instr::args` (for code that edits operands).
+    pub const ON_TRUE_TILE: usize = 3;
+    /// Position of `on_false_value` in `Instr::args` (for code that edits operands).
+    pub const ON_FALSE_VALUE: usize = 4;
+    /// Position of `cmp_op` in `Instr::args` (for code that edits operands).
+    pub const CMP_OP: usize = 5;
+    /// Position of `offset` in `Instr::args` (for code that edits operands).
+    pub const OFFSET: usize = 6;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 7)?;
         Ok(Self {
@@ -1049,6 +1401,16 @@ pub struct LocalGather<'a> {
     pub num_valid_indices: Option<i32>,
 }
 impl<'a> LocalGather<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `src_buffer` in `Instr::args` (for code that edits operands).
+    pub const SRC_BUFFER: usize = 1;
+    /// Position of `index` in `Instr::args` (for code that edits operands).
+    pub const INDEX: usize = 2;
+    /// Position of `num_elem_per_idx` in `Instr::args` (for code that edits operands).
+    pub const NUM_ELEM_PER_IDX: usize = 3;
+    /// Position of `num_valid_indices` in `Instr::args` (for code that edits operands).
+    pub const NUM_VALID_INDICES: usize = 4;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 5)?;
         Ok(Self {
@@ -1075,6 +1437,12 @@ pub struct NcNGather<'a> {
     pub indices: &'a Ap,
 }
 impl<'a> NcNGather<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `data` in `Instr::args` (for code that edits operands).
+    pub const DATA: usize = 1;
+    /// Position of `indices` in `Instr::args` (for code that edits operands).
+    pub const INDICES: usize = 2;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 3)?;
         Ok(Self {
@@ -1097,6 +1465,10 @@ pub struct SequenceBounds<'a> {
     pub segment_ids: &'a Ap,
 }
 impl<'a> SequenceBounds<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `segment_ids` in `Instr::args` (for code that edits operands).
+    pub const SEGMENT_IDS: usize = 1;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 2)?;
         Ok(Self {
@@ -1122,6 +1494,14 @@ pub struct NonzeroWithCount<'a> {
     pub padding_val: i32,
 }
 impl<'a> NonzeroWithCount<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `src` in `Instr::args` (for code that edits operands).
+    pub const SRC: usize = 1;
+    /// Position of `index_offset` in `Instr::args` (for code that edits operands).
+    pub const INDEX_OFFSET: usize = 2;
+    /// Position of `padding_val` in `Instr::args` (for code that edits operands).
+    pub const PADDING_VAL: usize = 3;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 4)?;
         Ok(Self {
@@ -1149,6 +1529,14 @@ pub struct Topk<'a> {
     pub n: i32,
 }
 impl<'a> Topk<'a> {
+    /// Position of `val_dst` in `Instr::args` (for code that edits operands).
+    pub const VAL_DST: usize = 0;
+    /// Position of `idx_dst` in `Instr::args` (for code that edits operands).
+    pub const IDX_DST: usize = 1;
+    /// Position of `src` in `Instr::args` (for code that edits operands).
+    pub const SRC: usize = 2;
+    /// Position of `n` in `Instr::args` (for code that edits operands).
+    pub const N: usize = 3;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 4)?;
         Ok(Self {
@@ -1170,6 +1558,8 @@ pub struct Rng<'a> {
     pub dst: &'a Ap,
 }
 impl<'a> Rng<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 1)?;
         Ok(Self {
@@ -1192,6 +1582,12 @@ pub struct Rand2<'a> {
     pub max: Scalar<'a>,
 }
 impl<'a> Rand2<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `min` in `Instr::args` (for code that edits operands).
+    pub const MIN: usize = 1;
+    /// Position of `max` in `Instr::args` (for code that edits operands).
+    pub const MAX: usize = 2;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 3)?;
         Ok(Self {
@@ -1212,6 +1608,8 @@ pub struct SetRngSeed<'a> {
     pub src_seeds: &'a Ap,
 }
 impl<'a> SetRngSeed<'a> {
+    /// Position of `src_seeds` in `Instr::args` (for code that edits operands).
+    pub const SRC_SEEDS: usize = 0;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 1)?;
         Ok(Self {
@@ -1230,6 +1628,8 @@ pub struct RandSetState<'a> {
     pub src_seeds: &'a Ap,
 }
 impl<'a> RandSetState<'a> {
+    /// Position of `src_seeds` in `Instr::args` (for code that edits operands).
+    pub const SRC_SEEDS: usize = 0;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 1)?;
         Ok(Self {
@@ -1248,6 +1648,8 @@ pub struct RandGetState<'a> {
     pub dst: &'a Ap,
 }
 impl<'a> RandGetState<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 1)?;
         Ok(Self {
@@ -1276,6 +1678,18 @@ pub struct DmaTranspose<'a> {
     pub oob_mode: OobMode,
 }
 impl<'a> DmaTranspose<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `src` in `Instr::args` (for code that edits operands).
+    pub const SRC: usize = 1;
+    /// Position of `axes` in `Instr::args` (for code that edits operands).
+    pub const AXES: usize = 2;
+    /// Position of `priority` in `Instr::args` (for code that edits operands).
+    pub const PRIORITY: usize = 3;
+    /// Position of `dge_mode` in `Instr::args` (for code that edits operands).
+    pub const DGE_MODE: usize = 4;
+    /// Position of `oob_mode` in `Instr::args` (for code that edits operands).
+    pub const OOB_MODE: usize = 5;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 6)?;
         Ok(Self {
@@ -1339,6 +1753,48 @@ pub struct DmaCompute<'a> {
     pub oob_mode: OobMode,
 }
 impl<'a> DmaCompute<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `src0` in `Instr::args` (for code that edits operands).
+    pub const SRC0: usize = 1;
+    /// Position of `src1` in `Instr::args` (for code that edits operands).
+    pub const SRC1: usize = 2;
+    /// Position of `src2` in `Instr::args` (for code that edits operands).
+    pub const SRC2: usize = 3;
+    /// Position of `src3` in `Instr::args` (for code that edits operands).
+    pub const SRC3: usize = 4;
+    /// Position of `src4` in `Instr::args` (for code that edits operands).
+    pub const SRC4: usize = 5;
+    /// Position of `src5` in `Instr::args` (for code that edits operands).
+    pub const SRC5: usize = 6;
+    /// Position of `src6` in `Instr::args` (for code that edits operands).
+    pub const SRC6: usize = 7;
+    /// Position of `src7` in `Instr::args` (for code that edits operands).
+    pub const SRC7: usize = 8;
+    /// Position of `src8` in `Instr::args` (for code that edits operands).
+    pub const SRC8: usize = 9;
+    /// Position of `src9` in `Instr::args` (for code that edits operands).
+    pub const SRC9: usize = 10;
+    /// Position of `src10` in `Instr::args` (for code that edits operands).
+    pub const SRC10: usize = 11;
+    /// Position of `src11` in `Instr::args` (for code that edits operands).
+    pub const SRC11: usize = 12;
+    /// Position of `src12` in `Instr::args` (for code that edits operands).
+    pub const SRC12: usize = 13;
+    /// Position of `src13` in `Instr::args` (for code that edits operands).
+    pub const SRC13: usize = 14;
+    /// Position of `src14` in `Instr::args` (for code that edits operands).
+    pub const SRC14: usize = 15;
+    /// Position of `src15` in `Instr::args` (for code that edits operands).
+    pub const SRC15: usize = 16;
+    /// Position of `reduce_op` in `Instr::args` (for code that edits operands).
+    pub const REDUCE_OP: usize = 17;
+    /// Position of `scale` in `Instr::args` (for code that edits operands).
+    pub const SCALE: usize = 18;
+    /// Position of `unique_indices` in `Instr::args` (for code that edits operands).
+    pub const UNIQUE_INDICES: usize = 19;
+    /// Position of `oob_mode` in `Instr::args` (for code that edits operands).
+    pub const OOB_MODE: usize = 20;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 21)?;
         Ok(Self {
@@ -1387,6 +1843,18 @@ pub struct Sendrecv<'a> {
     pub dma_engine: DmaEngine,
 }
 impl<'a> Sendrecv<'a> {
+    /// Position of `src` in `Instr::args` (for code that edits operands).
+    pub const SRC: usize = 0;
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 1;
+    /// Position of `send_to_rank` in `Instr::args` (for code that edits operands).
+    pub const SEND_TO_RANK: usize = 2;
+    /// Position of `recv_from_rank` in `Instr::args` (for code that edits operands).
+    pub const RECV_FROM_RANK: usize = 3;
+    /// Position of `pipe_id` in `Instr::args` (for code that edits operands).
+    pub const PIPE_ID: usize = 4;
+    /// Position of `dma_engine` in `Instr::args` (for code that edits operands).
+    pub const DMA_ENGINE: usize = 5;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 6)?;
         Ok(Self {
@@ -1412,6 +1880,10 @@ pub struct CoreBarrier<'a> {
     pub cores: &'a [i32],
 }
 impl<'a> CoreBarrier<'a> {
+    /// Position of `data` in `Instr::args` (for code that edits operands).
+    pub const DATA: usize = 0;
+    /// Position of `cores` in `Instr::args` (for code that edits operands).
+    pub const CORES: usize = 1;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 2)?;
         Ok(Self {
@@ -1437,6 +1909,14 @@ pub struct AllReduce<'a> {
     pub reduce_op: AluOp,
 }
 impl<'a> AllReduce<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `src` in `Instr::args` (for code that edits operands).
+    pub const SRC: usize = 1;
+    /// Position of `cores` in `Instr::args` (for code that edits operands).
+    pub const CORES: usize = 2;
+    /// Position of `reduce_op` in `Instr::args` (for code that edits operands).
+    pub const REDUCE_OP: usize = 3;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 4)?;
         Ok(Self {
@@ -1462,6 +1942,12 @@ pub struct AllGather<'a> {
     pub cores: &'a [i32],
 }
 impl<'a> AllGather<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `src` in `Instr::args` (for code that edits operands).
+    pub const SRC: usize = 1;
+    /// Position of `cores` in `Instr::args` (for code that edits operands).
+    pub const CORES: usize = 2;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 3)?;
         Ok(Self {
@@ -1488,6 +1974,14 @@ pub struct ReduceScatter<'a> {
     pub reduce_op: AluOp,
 }
 impl<'a> ReduceScatter<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `src` in `Instr::args` (for code that edits operands).
+    pub const SRC: usize = 1;
+    /// Position of `cores` in `Instr::args` (for code that edits operands).
+    pub const CORES: usize = 2;
+    /// Position of `reduce_op` in `Instr::args` (for code that edits operands).
+    pub const REDUCE_OP: usize = 3;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 4)?;
         Ok(Self {
@@ -1511,6 +2005,10 @@ pub struct RegisterMove<'a> {
     pub src: i32,
 }
 impl<'a> RegisterMove<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `src` in `Instr::args` (for code that edits operands).
+    pub const SRC: usize = 1;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 2)?;
         Ok(Self {
@@ -1532,6 +2030,10 @@ pub struct RegisterLoad<'a> {
     pub src: &'a Ap,
 }
 impl<'a> RegisterLoad<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `src` in `Instr::args` (for code that edits operands).
+    pub const SRC: usize = 1;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 2)?;
         Ok(Self {
@@ -1553,6 +2055,10 @@ pub struct RegisterStore<'a> {
     pub src: u8,
 }
 impl<'a> RegisterStore<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `src` in `Instr::args` (for code that edits operands).
+    pub const SRC: usize = 1;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 2)?;
         Ok(Self {
@@ -1574,6 +2080,10 @@ pub struct ScalarLoad<'a> {
     pub src: &'a Ap,
 }
 impl<'a> ScalarLoad<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `src` in `Instr::args` (for code that edits operands).
+    pub const SRC: usize = 1;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 2)?;
         Ok(Self {
@@ -1595,6 +2105,10 @@ pub struct ScalarStore<'a> {
     pub value: u8,
 }
 impl<'a> ScalarStore<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `value` in `Instr::args` (for code that edits operands).
+    pub const VALUE: usize = 1;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 2)?;
         Ok(Self {
@@ -1620,6 +2134,14 @@ pub struct RegisterOp<'a> {
     pub imm: i32,
 }
 impl<'a> RegisterOp<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `src` in `Instr::args` (for code that edits operands).
+    pub const SRC: usize = 1;
+    /// Position of `op` in `Instr::args` (for code that edits operands).
+    pub const OP: usize = 2;
+    /// Position of `imm` in `Instr::args` (for code that edits operands).
+    pub const IMM: usize = 3;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 4)?;
         Ok(Self {
@@ -1647,6 +2169,14 @@ pub struct Branch<'a> {
     pub imm: i32,
 }
 impl<'a> Branch<'a> {
+    /// Position of `target` in `Instr::args` (for code that edits operands).
+    pub const TARGET: usize = 0;
+    /// Position of `cmp` in `Instr::args` (for code that edits operands).
+    pub const CMP: usize = 1;
+    /// Position of `reg` in `Instr::args` (for code that edits operands).
+    pub const REG: usize = 2;
+    /// Position of `imm` in `Instr::args` (for code that edits operands).
+    pub const IMM: usize = 3;
     pub fn view(ins: &'a Instr) -> Result<Self> {
         super::instr::arity(ins, 4)?;
         Ok(Self {

@@ -183,7 +183,7 @@ pub fn regions(core: u8, ins: &Instr) -> Vec<Region> {
     };
     for (i, _, access, ap) in ins.tensors() {
         if let Some(d) = rmw_dst {
-            if i != d && ins.ap(d) == Some(ap) {
+            if i != d && ins.args[d].tensor() == Some(ap) {
                 continue;
             }
         }

@@ -49,7 +49,8 @@ def _nki_example(name: str) -> int:
             found = sorted(p.stem[4:] for p in root.glob("nki_*.py")) if root.exists() else []
             raise EmuError(
                 f"no NKI example {name!r}"
-                + (f" (examples: {', '.join(found)})" if found else " (examples/ ships with the source checkout)")
+                + (f" (examples: {', '.join(found)})" if found else " (examples/ ships with the source checkout)"),
+                rule="demo_example_unknown",
             )
     install()
     mod = runpy.run_path(str(path), run_name="trn3emu_demo")

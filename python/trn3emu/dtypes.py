@@ -45,14 +45,14 @@ def dtype_name(dtype: Any) -> str:
         try:
             dtype = np.dtype(dtype)
         except TypeError:
-            raise DtypeError(f"unknown dtype {dtype!r}") from None
+            raise DtypeError(f"unknown dtype {dtype!r}", rule="dtype_unknown") from None
     try:
         dt = np.dtype(dtype)
     except TypeError:
-        raise DtypeError(f"unknown dtype {dtype!r}") from None
+        raise DtypeError(f"unknown dtype {dtype!r}", rule="dtype_unknown") from None
     name = _BY_NUMPY.get(dt)
     if name is None:
-        raise DtypeError(f"dtype {dt} has no NeuronCore equivalent (known: {', '.join(DTYPES)})")
+        raise DtypeError(f"dtype {dt} has no NeuronCore equivalent (known: {', '.join(DTYPES)})", rule="dtype_unknown")
     return name
 
 
@@ -77,7 +77,7 @@ def pack_x4(values: np.ndarray, dtype: str) -> np.ndarray:
     name = dtype_name(dtype)
     v = np.asarray(values)
     if v.shape[-1] % 4:
-        raise DtypeError(f"pack_x4: last axis {v.shape[-1]} is not a multiple of 4")
+        raise DtypeError(f"pack_x4: last axis {v.shape[-1]} is not a multiple of 4", rule="x4_last_axis")
     if name in _FP8:
         codes = v.astype(np.float32).astype(_FP8[name]).view(np.uint8) if v.dtype != _FP8[name] else v.view(np.uint8)
         return np.ascontiguousarray(codes).view(np.uint32) if codes.shape[-1] else codes.astype(np.uint32)
@@ -85,7 +85,7 @@ def pack_x4(values: np.ndarray, dtype: str) -> np.ndarray:
         codes = v.astype(np.float32).astype(ml_dtypes.float4_e2m1fn).view(np.uint8) & 0xF
         c = codes.reshape(*codes.shape[:-1], -1, 4).astype(np.uint16)
         return c[..., 0] | (c[..., 1] << 4) | (c[..., 2] << 8) | (c[..., 3] << 12)
-    raise DtypeError(f"pack_x4: {name} is not an x4 dtype")
+    raise DtypeError(f"pack_x4: {name} is not an x4 dtype", rule="x4_dtype_required")
 
 
 def unpack_x4(words: np.ndarray, dtype: str) -> np.ndarray:
@@ -99,4 +99,4 @@ def unpack_x4(words: np.ndarray, dtype: str) -> np.ndarray:
         parts = [(w >> (4 * i)) & 0xF for i in range(4)]
         codes = np.stack(parts, axis=-1).reshape(*w.shape[:-1], -1).astype(np.uint8)
         return codes.view(ml_dtypes.float4_e2m1fn)
-    raise DtypeError(f"unpack_x4: {name} is not an x4 dtype")
+    raise DtypeError(f"unpack_x4: {name} is not an x4 dtype", rule="x4_dtype_required")

@@ -1,15 +1,16 @@
 """The trn3emu exception hierarchy. Every error the emulator raises derives from `EmuError`.
 
 Attributes on every instance: `instruction_index` and `instruction` (the failing instruction's
-index and text, when there is one), `operand` (the operand's name) and `rule` (the broken rule).
+index and text, when there is one), `operand` (the operand's name) and `rule`: the stable
+snake_case id of the broken rule (listed in docs/errors.md; match on it, not on the message,
+which says the rule in prose).
 """
 
 from __future__ import annotations
 
+import re
 
-def _snake(name: str) -> str:
-    """TRANSITIONAL: the class's generic rule id until every raise names its own."""
-    return "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_")
+_RULE_ID = re.compile(r"[a-z][a-z0-9_]*")
 
 
 class EmuError(Exception):
@@ -27,7 +28,9 @@ class EmuError(Exception):
         self.instruction_index = instruction_index
         self.instruction = instruction
         self.operand = operand
-        self.rule = rule if rule is not None else _snake(type(self).__name__)
+        if rule is None or not _RULE_ID.fullmatch(rule):
+            raise TypeError(f"{type(self).__name__} needs a snake_case rule id, got {rule!r}")
+        self.rule = rule
 
 
 class ValidationError(EmuError, ValueError):

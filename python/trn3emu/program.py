@@ -46,7 +46,7 @@ class _Allocator:
             raise CapacityError(
                 f"{self.what} allocation {label} of {nbytes} bytes per partition does not fit "
                 f"({used} of {self.capacity} bytes per partition in use by {len(self.live)} tiles)",
-                rule=f"{self.what.lower()}_capacity",
+                rule="onchip_capacity",
             )
         self.live[pos] = pos + nbytes
         return pos

@@ -18,7 +18,9 @@ def get_num_threads() -> int:
 def set_num_threads(n: int) -> None:
     """Use ``n`` host threads from the next run on (``0`` restores the default)."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-        raise errors.ValidationError(f"num_threads must be a non-negative int, got {n!r}", operand="n")
+        raise errors.ValidationError(
+            f"num_threads must be a non-negative int, got {n!r}", operand="n", rule="num_threads_invalid"
+        )
     _native.set_num_threads(n)
 
 

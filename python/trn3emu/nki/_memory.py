@@ -49,7 +49,7 @@ class Allocator:
                 f"{self.capacity} bytes per partition are held by {len(used)} live tiles "
                 f"(largest free gap {_largest_gap(used, self.capacity, self.align)} bytes)",
                 operand="shape",
-                rule=f"{self.what.lower()}_capacity",
+                rule="onchip_capacity",
             )
         key = next(self._keys)
         self.live[key] = (pos, pos + nbytes, label)
@@ -62,7 +62,7 @@ class Allocator:
                 f"{self.what} overflow: {label} at byte {offset} needs {nbytes} bytes per partition, "
                 f"beyond the {self.capacity} bytes of a partition",
                 operand="address",
-                rule=f"{self.what.lower()}_capacity",
+                rule="tile_address_out_of_range",
             )
         key = next(self._keys)
         self.live[key] = (offset, offset + nbytes, label)
@@ -95,4 +95,5 @@ def check_partitions(start: int, parts: int, label: str) -> None:
         raise AddressError(
             f"{label} spans partitions {start}..{start + parts}, beyond the {PARTITIONS} partitions",
             operand="shape",
+            rule="partitions_out_of_range",
         )

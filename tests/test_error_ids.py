@@ -57,8 +57,15 @@ def test_no_error_is_built_without_a_rule_id():
     ("make", "cls", "rule"),
     [
         (lambda p: p.sbuf((129, 4), np.float32), E.AddressError, None),
-        (lambda p: p.nc_matmul(dst=p.psum((128, 513), np.float32), stationary=p.sbuf((128, 128), np.float32),
-                               moving=p.sbuf((128, 513), np.float32)), E.ValidationError, None),
+        (
+            lambda p: p.nc_matmul(
+                dst=p.psum((128, 513), np.float32),
+                stationary=p.sbuf((128, 128), np.float32),
+                moving=p.sbuf((128, 513), np.float32),
+            ),
+            E.ValidationError,
+            None,
+        ),
     ],
 )
 def test_raised_errors_expose_a_snake_case_id(make, cls, rule):

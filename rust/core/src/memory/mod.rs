@@ -8,8 +8,7 @@ pub mod rows;
 pub use ap::{Ap, DynKind, DynSrc, Dynamic};
 
 pub use crate::hw::{
-    HBM_BYTES, NUM_CORES, PARTITIONS, PSUM_BANKS, PSUM_BANK_BYTES, PSUM_PART_BYTES,
-    SBUF_PART_BYTES,
+    HBM_BYTES, NUM_CORES, PARTITIONS, PSUM_BANKS, PSUM_BANK_BYTES, PSUM_PART_BYTES, SBUF_PART_BYTES,
 };
 
 /// Memory spaces; the discriminant is the binary encoding.

@@ -534,7 +534,7 @@ mod tests {
         }
         let t = warm_tflops("nc_matmul_sparse dst=psum:float32[0:128]+0[[1,512]] stationary=sbuf:bfloat16[0:128]+0[[1,128]] stationary_index=sbuf:uint8[0:128]+256[[1,128]] moving=sbuf:bfloat16[0:128]+512[[1,2048]] pattern=m4_n16");
         assert!(
-            t >= 0.9 * PEAK_TFLOPS_SPARSE && t <= 1.001 * 4.0 * BF16_PEAK,
+            (0.9 * PEAK_TFLOPS_SPARSE..=1.001 * 4.0 * BF16_PEAK).contains(&t),
             "{t}"
         );
     }

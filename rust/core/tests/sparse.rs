@@ -38,11 +38,11 @@ fn small(i: usize) -> f32 {
 fn run(pat: SparsityPattern, idx: &[Vec<u8>]) -> trn3emu_core::Result<Vec<Vec<f32>>> {
     let r = pat.ratio();
     let mut dev = Device::new();
-    for c in 0..KC {
+    for (c, row) in idx.iter().enumerate().take(KC) {
         let vals: Vec<f32> = (0..M).map(|m| small(c * M + m + 1)).collect();
         put_f32(&mut dev, false, c, 0, &vals);
         let part = dev.cores[0].sbuf.partition_mut(c);
-        part[1024..1024 + M].copy_from_slice(&idx[c]);
+        part[1024..1024 + M].copy_from_slice(row);
         let mv: Vec<f32> = (0..r * N).map(|i| small(7 * (c * r * N + i) + 3)).collect();
         put_f32(&mut dev, false, c, 2048, &mv);
     }
@@ -85,10 +85,10 @@ fn every_pattern_equals_the_dense_matmul_of_the_decompressed_operand() {
             let (p, q) = (kk / r, kk % r);
             small(7 * (p * r * N + q * N + n) + 3) as f64
         };
-        for m in 0..M {
-            for n in 0..N {
+        for (m, row) in got.iter().enumerate() {
+            for (n, &x) in row.iter().enumerate() {
                 let want: f64 = (0..k).map(|kk| w[kk][m] * b(kk, n)).sum();
-                assert_eq!(got[m][n] as f64, want, "{} m={m} n={n}", pat.name());
+                assert_eq!(x as f64, want, "{} m={m} n={n}", pat.name());
             }
         }
     }

@@ -209,6 +209,17 @@ def coherent_args(r: random.Random, name: str, engine: str) -> tuple:
             "stationary_scale": sb("uint8", p_, m),
             "moving_scale": sb("uint8", p_, n),
         }
+    elif name == "nc_matmul_sparse":
+        kc, m, n = r.choice([32, 64, 128]), r.choice([32, 64, 128]), r.choice([64, 128, 512])
+        pat = r.choice(ENUMS["sparsity_pattern"])
+        ratio = int(pat.split("_n")[1]) // int(pat[1 : pat.index("_")])
+        ops = {
+            "dst": ps("float32", m, n),
+            "stationary": sb("bfloat16", kc, m),
+            "stationary_index": sb("uint8", kc, m),
+            "moving": sb("bfloat16", kc, ratio * n),
+            "pattern": pat,
+        }
     elif name == "quantize_mx":
         p_, f = r.choice([32, 64, 128]), r.choice([4, 16, 64])
         ops = {
@@ -222,7 +233,7 @@ def coherent_args(r: random.Random, name: str, engine: str) -> tuple:
     return tuple(ops.get(prm["name"]) for prm in SPECS[name]["params"])
 
 
-COHERENT = ("nc_matmul", "nc_matmul_mx", "quantize_mx", "rand_set_state", "rand_get_state")
+COHERENT = ("nc_matmul", "nc_matmul_mx", "nc_matmul_sparse", "quantize_mx", "rand_set_state", "rand_get_state")
 
 
 def _structured_args(r: random.Random, name: str) -> tuple | None:

@@ -4,6 +4,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from nki_util import load_example
+from trn3emu import sparsity
 from trn3emu.testing import assert_close
 
 BF16 = ml_dtypes.bfloat16
@@ -126,8 +127,21 @@ def test_cli_demo_runs_an_nki_example(capsys):
 
 
 @pytest.mark.parametrize(
-    "name", ["nki_matmul_bf16", "nki_rmsnorm", "nki_lnc2", "nki_softmax", "nki_cumsum", "nki_topk"]
+    "name", ["nki_matmul_bf16", "nki_rmsnorm", "nki_lnc2", "nki_softmax", "nki_cumsum", "nki_topk", "sparse_matmul"]
 )
 def test_example_main_checks_itself(name, capsys):
     assert load_example(name).main() == 0
     assert "MISMATCH" not in capsys.readouterr().out
+
+
+def test_sparse_matmul_example_shows_the_speed_up():
+    ex = load_example("sparse_matmul")
+    w, b = ex.make_inputs(n=1024)
+    want = (w.astype(np.float64).T @ b.astype(np.float64)).astype(np.float32)
+    values, index = sparsity.compress(w, "4:16")
+    np.testing.assert_array_equal(ex.sparse_matmul(values, index, sparsity.moving_layout(b, "4:16")), want)
+    np.testing.assert_array_equal(ex.dense_matmul(w, b), want)
+    dense, sparse = ex.tensor_unit(ex.dense_matmul), ex.tensor_unit(ex.sparse_matmul)
+    assert dense["flops"] == sparse["flops"] == 2 * 512 * 128 * 1024  # dense-equivalent FLOPs
+    assert dense["busy_ns"] / sparse["busy_ns"] == pytest.approx(4.0, rel=0.05)
+    assert "sparse matmuls (nc_matmul_sparse)" in ex.sparse_matmul.last_result.trace.summary()

@@ -9,7 +9,7 @@ p.dma_copy(dst=x, src=a)
 result = dev.run(p)
 """
 
-from . import errors
+from . import errors, sparsity
 from ._asm import ENUMS, INSTRUCTIONS
 from .device import Device, Hbm
 from .dtypes import dtype_name, numpy_dtype, pack_x4, unpack_x4
@@ -33,6 +33,7 @@ __all__ = [
     "EmuError",
     "AccumulateWarning",
     "errors",
+    "sparsity",
     "ENUMS",
     "INSTRUCTIONS",
     "dtype_name",

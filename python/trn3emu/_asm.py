@@ -40,6 +40,7 @@ ENUMS = {
     'matmul_perf_mode': ('none', 'double_row'),
     'cmp_op': ('always', 'eq', 'ne', 'lt', 'le', 'gt', 'ge'),
     'dma_engine': ('unused', 'dma', 'gpsimd_dma'),
+    'sparsity_pattern': ('m4_n16', 'm4_n12', 'm4_n8', 'm2_n8', 'm2_n4', 'm1_n4', 'm1_n2'),
 }
 
 # The value names each enum operand takes (type aliases for annotations).
@@ -52,6 +53,7 @@ OobMode = Literal['error', 'skip']
 MatmulPerfMode = Literal['none', 'double_row']
 CmpOp = Literal['always', 'eq', 'ne', 'lt', 'le', 'gt', 'ge']
 DmaEngine = Literal['unused', 'dma', 'gpsimd_dma']
+SparsityPattern = Literal['m4_n16', 'm4_n12', 'm4_n8', 'm2_n8', 'm2_n4', 'm1_n4', 'm1_n2']
 
 # name -> (opcode, engines, ((param, kind, enum-or-None), ...))
 INSTRUCTIONS = {
@@ -66,6 +68,7 @@ INSTRUCTIONS = {
     'iota': (0x0400, ('gpsimd',), (('dst', 'tensor', None), ('pattern', 'pattern', None), ('offset', 'i32_or_reg', None), ('channel_multiplier', 'i32', None))),
     'dma_copy': (0x0800, ('sync', 'scalar', 'gpsimd', 'vector', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('priority', 'i32', None), ('oob_mode', 'enum', 'oob_mode'), ('dge_mode', 'enum', 'dge_mode'))),
     'nc_matmul_mx': (0x0101, ('tensor',), (('dst', 'tensor', None), ('stationary', 'tensor', None), ('moving', 'tensor', None), ('stationary_scale', 'tensor', None), ('moving_scale', 'tensor', None), ('tile_position', 'ints', None), ('tile_size', 'ints', None), ('accumulate', 'bool', None))),
+    'nc_matmul_sparse': (0x0103, ('tensor',), (('dst', 'tensor', None), ('stationary', 'tensor', None), ('stationary_index', 'tensor', None), ('moving', 'tensor', None), ('pattern', 'enum', 'sparsity_pattern'), ('accumulate', 'bool', None))),
     'activation_reduce': (0x0201, ('scalar',), (('dst', 'tensor', None), ('op', 'enum', 'act_fn'), ('data', 'tensor', None), ('reduce_op', 'enum', 'alu_op'), ('reduce_res', 'tensor', None), ('bias', 'tensor_or_f32', None), ('scale', 'tensor_or_f32', None))),
     'activate2': (0x0202, ('scalar',), (('dst', 'tensor', None), ('op', 'enum', 'act_fn'), ('data', 'tensor', None), ('imm0', 'tensor_or_f32', None), ('imm1', 'tensor_or_f32', None), ('op0', 'enum', 'alu_op'), ('op1', 'enum', 'alu_op'), ('relu_param', 'tensor_or_f32', None), ('reverse0', 'bool', None), ('reverse1', 'bool', None), ('reduce_op', 'enum', 'alu_op'), ('reduce_res', 'tensor', None), ('reduce_cmd', 'enum', 'reduce_cmd'))),
     'scalar_tensor_tensor': (0x0304, ('vector',), (('dst', 'tensor', None), ('data', 'tensor', None), ('op0', 'enum', 'alu_op'), ('operand0', 'tensor_or_f32', None), ('op1', 'enum', 'alu_op'), ('operand1', 'tensor', None), ('reverse0', 'bool', None), ('reverse1', 'bool', None))),
@@ -127,6 +130,7 @@ INSTRUCTION_FLAGS = {
     'iota': ('gpsimd_affine', 'compute', False, True),
     'dma_copy': ('dma', 'dma', False, True),
     'nc_matmul_mx': ('pe_matmul', 'compute', False, False),
+    'nc_matmul_sparse': ('pe_matmul_sparse', 'compute', False, False),
     'activation_reduce': ('act', 'compute', False, True),
     'activate2': ('act', 'compute', False, True),
     'scalar_tensor_tensor': ('vec_stt', 'compute', False, True),
@@ -463,6 +467,34 @@ class AssemblerMixin:
         accumulate: True add, False overwrite, None auto.
         """
         return self._emit('nc_matmul_mx', engine, name, wait, signal, (dst, stationary, moving, stationary_scale, moving_scale, tile_position, tile_size, accumulate))
+
+    def nc_matmul_sparse(
+        self,
+        dst: Tensor,
+        stationary: Tensor,
+        stationary_index: Tensor,
+        moving: Tensor,
+        pattern: SparsityPattern,
+        accumulate: bool | None = None,
+        engine: Literal['tensor'] | None = None,
+        name: str | None = None,
+        *,
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
+        """M:N structured-sparse matmul (emulator-level: no nki.isa API): dst[M,N] (+)= W[K,M]^T @ moving[K,N], W compressed.
+
+        Pattern s:g (m4_n16 = 4:16: s kept of every g contiguous contraction rows), R = g/s. The dense stationary W[K, M] has at most s non-zeros in each group of g rows of a column (group j = rows j*g..j*g+g-1). Compressed form (docs/sparsity.md): stationary = values[Kc, M] and stationary_index = idx[Kc, M] (uint8/uint16), Kc = K*s/g partitions (a multiple of s): values[c, m] = W[(c//s)*g + idx[c, m], m], idx in 0..g-1 and distinct within a group (c//s, m). moving is the dense [K, N] operand laid out [Kc, R, N] (dense row k = R*p + r at partition p, free block r: moving.reshape(Kc, R, N)). dst[m,n] = sum_{c=0..Kc-1} values[c,m] * moving[(c//s)*g + idx[c,m], n]: exact products, fp32 accumulation in compressed partition order c = 0..Kc-1 starting from +0, one fused multiply-add acc = fl32(acc + a*b) per step (only the kept rows of moving are read), then written to PSUM as nc_matmul (fp32 or bf16 dst; accumulate True/False/None as nc_matmul). Dtypes and pairing as nc_matmul. An index >= g or repeated within a group is an error when the instruction executes. No PE tiling or perf modes.
+
+        Engines: tensor.
+        dst: PSUM result [M, N].
+        stationary: compressed values [Kc, M], Kc = K*s/g <= 128, M <= 128.
+        stationary_index: [Kc, M] position of each value within its group of g.
+        moving: dense [K, N] laid out [Kc, R, N], R = g/s.
+        pattern: s:g pattern of stationary (m4_n16 = 4:16). One of m4_n16, m4_n12, m4_n8, m2_n8, m2_n4, m1_n4, m1_n2.
+        accumulate: True add, False overwrite, None auto.
+        """
+        return self._emit('nc_matmul_sparse', engine, name, wait, signal, (dst, stationary, stationary_index, moving, pattern, accumulate))
 
     def activation_reduce(
         self,

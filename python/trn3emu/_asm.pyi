@@ -23,6 +23,7 @@ OobMode: TypeAlias = Literal['error', 'skip']
 MatmulPerfMode: TypeAlias = Literal['none', 'double_row']
 CmpOp: TypeAlias = Literal['always', 'eq', 'ne', 'lt', 'le', 'gt', 'ge']
 DmaEngine: TypeAlias = Literal['unused', 'dma', 'gpsimd_dma']
+SparsityPattern: TypeAlias = Literal['m4_n16', 'm4_n12', 'm4_n8', 'm2_n8', 'm2_n4', 'm1_n4', 'm1_n2']
 
 class AssemblerMixin:
     def _emit(
@@ -162,6 +163,20 @@ class AssemblerMixin:
         moving_scale: Tensor,
         tile_position: Sequence[int] | None = None,
         tile_size: Sequence[int] | None = None,
+        accumulate: bool | None = None,
+        engine: Literal['tensor'] | None = None,
+        name: str | None = None,
+        *,
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int: ...
+    def nc_matmul_sparse(
+        self,
+        dst: Tensor,
+        stationary: Tensor,
+        stationary_index: Tensor,
+        moving: Tensor,
+        pattern: SparsityPattern,
         accumulate: bool | None = None,
         engine: Literal['tensor'] | None = None,
         name: str | None = None,

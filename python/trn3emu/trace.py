@@ -37,6 +37,8 @@ ENGINES: tuple[str, ...] = tuple(_native.STREAMS)
 UNITS = ENGINES + tuple(f"dma.{e}" for e in ENGINES)
 _NS = len(ENGINES)
 _OPNAME = {code: name for name, (code, _e, _p) in INSTRUCTIONS.items()}
+#: Opcodes counted as sparse matmuls in the summary (their flops are dense-equivalent).
+_SPARSE_OPS = frozenset(code for name, (code, _e, _p) in INSTRUCTIONS.items() if name == "nc_matmul_sparse")
 COST = _native.cost_params()
 """The default cost model's numbers (clocks, peaks, DMA machinery), from the Rust core."""
 
@@ -350,6 +352,7 @@ class Trace:
                     busy = float((en - st).sum())
                 flops = int(c["flops"][m].sum())
                 nbytes = int(c["bytes"][m].sum())
+                sparse = m & np.isin(c["opcode"], list(_SPARSE_OPS)) if u < _NS else np.zeros_like(m)
                 units.append(
                     {
                         "core": int(core),
@@ -361,6 +364,8 @@ class Trace:
                         "tflops": flops / total / 1e3 if total else 0.0,
                         "bytes": nbytes,
                         "gbps": nbytes / total if total and u >= _NS else 0.0,
+                        "sparse_count": int(sparse.sum()),
+                        "sparse_flops": int(c["flops"][sparse].sum()),
                     }
                 )
         dmam = c["unit"] >= _NS
@@ -400,6 +405,7 @@ class Trace:
                 "tensor_tflops_bf16": COST["peak_tflops_bf16"],
                 "tensor_tflops_mx": COST["peak_tflops_mx"],
                 "tensor_tflops_fp32": COST["peak_tflops_fp32"],
+                "tensor_tflops_sparse": COST["peak_tflops_sparse"],
                 "dma_gbps_per_core": COST["dma_engines"] * COST["dma_engine_bytes_per_ns"],
                 "hbm_gbps": COST["hbm_bytes_per_ns"],
             },
@@ -429,6 +435,12 @@ class Trace:
             lines.append(
                 f"{u['core']:>4} {u['unit']:<11} {u['count']:>6} {u['busy_ns']:>12,.1f} {u['utilisation']:>6.1%} {ach:>18}  {peak}"
             )
+            if u["sparse_count"]:
+                lines.append(
+                    f"{'':>4} {'':<11} {u['sparse_count']:>6} of them sparse matmuls (nc_matmul_sparse): "
+                    f"{u['sparse_flops'] / st['total_ns'] / 1e3:.2f} TFLOPS dense-equivalent; "
+                    f"sparse peak {pk['tensor_tflops_sparse']:g} (4:16, 2:8, 1:4), 3/4 for 4:12, 1/2 for 4:8, 2:4, 1:2"
+                )
         for core, g in st["dma_gbps_per_core"].items():
             e = st["dma_engines"].get(core, {"engines_used": 0, "mean_utilisation": 0.0})
             lines.append(

@@ -22,7 +22,7 @@ import sys
 import types
 
 from ..dtypes import numpy_dtype
-from . import collectives, compiler, isa, language, typing
+from . import collectives, compiler, isa, language, sparse, typing
 from . import tracetime as tensor
 from ._kernel import Kernel, NkiTensor, jit, missing_attribute, resolve_target, simulate
 
@@ -132,6 +132,7 @@ __all__ = [
     "tensor",
     "isa",
     "language",
+    "sparse",
     "typing",
     "compiler",
     "collectives",

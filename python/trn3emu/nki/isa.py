@@ -246,8 +246,12 @@ def _make(opname: str):
     return fn
 
 
+#: emulator-level instructions with no nki.isa API: their NKI-style wrappers live in the trn3emu
+#: extension namespace (name -> where)
+EXTENSIONS = {"nc_matmul_sparse": "trn3emu.nki.sparse"}
+
 for _name in INSTRUCTIONS:
-    if _name not in ("dma_compute",):
+    if _name not in ("dma_compute",) and _name not in EXTENSIONS:
         globals()[_name] = _make(_name)
 
 
@@ -317,10 +321,16 @@ dma_compute.__signature__ = _dma_compute_signature()
 def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)
+    if name in EXTENSIONS:
+        raise not_supported(
+            f"nki.isa.{name}",
+            f"no nki.isa API exists; use the emulator extension {EXTENSIONS[name]}.{name}",
+            rule="nki_extension_only",
+        )
     raise _kernel.missing_attribute(f"nki.isa.{name}")
 
 
-__all__ = [n for n in INSTRUCTIONS] + [
+__all__ = [n for n in INSTRUCTIONS if n not in EXTENSIONS] + [
     "engine",
     "reduce_cmd",
     "dge_mode",

@@ -30,6 +30,14 @@ pub const SEM_LATENCY_NS: f64 = 53.0;
 pub const PEAK_TFLOPS_BF16: f64 = 79.0;
 pub const PEAK_TFLOPS_MX: f64 = 315.0;
 pub const PEAK_TFLOPS_FP32: f64 = 20.0;
+/// Published sparse peak per core, dense-equivalent TFLOPS FP16/BF16/TF32 (2517 per chip / 8,
+/// reference §1.1): reached by the 4x patterns (4:16, 2:8, 1:4); 4:12 gives 3/4 of it and
+/// 4:8, 2:4, 1:2 half (derived, docs/cost-model.md).
+pub const PEAK_TFLOPS_SPARSE: f64 = 315.0;
+/// Dense moving rows the PE array takes per cycle in sparse mode: 4 x 128 of the 5 x 128
+/// sparse input width (reference §1.2; the fifth 128 carries the compressed operand / indices,
+/// an interpretation: docs/cost-model.md).
+pub const SPARSE_MOVING_ROWS: f64 = 4.0 * 128.0;
 
 /// The DMA machinery's numbers (reference §1.1, §1.8).
 #[derive(Clone, Copy, Debug)]
@@ -236,12 +244,28 @@ pub fn matmul_dims(ins: &Instr) -> Option<(f64, f64, f64)> {
     Some((k, m, n))
 }
 
-/// Floating-point operations of `ins` (2 per MAC for matmuls; one per output element for
+/// (dense contraction K, stationary free M, moving free N) of a pe_matmul_sparse instruction:
+/// the dense-equivalent shape (K = compressed rows x g/s).
+pub fn sparse_matmul_dims(ins: &Instr) -> Option<(f64, f64, f64)> {
+    let mm = class::PeMatmulSparse::of(ins)?;
+    let r = mm.pattern.ratio() as f64;
+    let k = mm.stationary.parts as f64 * r;
+    let (m, n) = (
+        mm.stationary.free_size() as f64,
+        mm.moving.free_size() as f64 / r,
+    );
+    Some((k, m, n))
+}
+
+/// Floating-point operations of `ins` (2 per MAC for matmuls, dense-equivalent for sparse ones; one per output element for
 /// elementwise classes; zero for data movement and control).
 pub fn flops(ins: &Instr) -> u64 {
     use CostClass as C;
     match ins.op.spec().cost {
         C::PeMatmul => matmul_dims(ins)
+            .map(|(k, m, n)| (2.0 * k * m * n) as u64)
+            .unwrap_or(0),
+        C::PeMatmulSparse => sparse_matmul_dims(ins)
             .map(|(k, m, n)| (2.0 * k * m * n) as u64)
             .unwrap_or(0),
         C::Act
@@ -295,6 +319,26 @@ fn pe_matmul_cycles(ins: &Instr, issue: Issue) -> f64 {
     c
 }
 
+/// TensorE sparse matmul: one moving column per cycle as long as its dense rows fit the
+/// 4 x 128-row sparse moving width (every pattern with Kc <= 128 does), otherwise
+/// proportionally more; fp32/tf32 operands at 1/4 rate as dense (GUESS: sparse fp32 timing is
+/// not published); LoadStationary and start-up as dense.
+fn pe_matmul_sparse_cycles(ins: &Instr, issue: Issue) -> f64 {
+    let (Some(mm), Some((k, m, n))) = (class::PeMatmulSparse::of(ins), sparse_matmul_dims(ins))
+    else {
+        return MIN_II;
+    };
+    let per_column = (k / SPARSE_MOVING_ROWS).ceil().max(1.0);
+    let mut c = m.min(64.0).max(n * per_column);
+    if is_fp32(mm.stationary.dtype) || is_fp32(mm.moving.dtype) {
+        c *= 4.0;
+    }
+    if !issue.back_to_back {
+        c += m / 4.0 + MM_INIT_LATENCY;
+    }
+    c
+}
+
 /// A transpose through the PE array: partitions in, up to 64 columns out per cycle.
 fn pe_transpose_cycles(sh: &Shape, issue: Issue) -> f64 {
     let d = sh.data.iter().find(|(_, w)| !*w).map(|(a, _)| *a);
@@ -335,6 +379,7 @@ impl DefaultCost {
         match ins.op.spec().cost {
             C::Control | C::RngState | C::Dma | C::DmaTranspose | C::Collective => ISSUE_CYCLES,
             C::PeMatmul => pe_matmul_cycles(ins, issue),
+            C::PeMatmulSparse => pe_matmul_sparse_cycles(ins, issue),
             C::PeTranspose => match eng {
                 Engine::Tensor => pe_transpose_cycles(&sh, issue),
                 _ => mii(n),
@@ -467,6 +512,31 @@ mod tests {
         let t = warm_tflops("nc_matmul_mx dst=psum:float32[0:128]+0[[1,512]] stationary=sbuf:float8_e4m3fn_x4[0:128]+0[[1,128]] moving=sbuf:float8_e4m3fn_x4[0:128]+512[[1,512]] stationary_scale=sbuf:uint8[0:128]+4096[[1,128]] moving_scale=sbuf:uint8[0:128]+4224[[1,512]]");
         assert!((t - 4.0 * BF16_PEAK).abs() / BF16_PEAK < 4e-3, "{t}");
         assert!(t >= 0.9 * PEAK_TFLOPS_MX);
+    }
+
+    #[test]
+    fn sparse_matmul_peaks_by_pattern() {
+        // Kc = 128 compressed rows, M = 128, N = 512: dense-equivalent K = 128 * g/s.
+        for (pat, r) in [
+            ("m4_n16", 4.0),
+            ("m4_n12", 3.0),
+            ("m4_n8", 2.0),
+            ("m2_n8", 4.0),
+            ("m2_n4", 2.0),
+            ("m1_n4", 4.0),
+            ("m1_n2", 2.0),
+        ] {
+            let text = format!("nc_matmul_sparse dst=psum:float32[0:128]+0[[1,512]] stationary=sbuf:bfloat16[0:128]+0[[1,128]] stationary_index=sbuf:uint8[0:128]+256[[1,128]] moving=sbuf:bfloat16[0:128]+512[[1,{}]] pattern={pat}", 512.0 * r);
+            let ins = parse_instr_unchecked(&text).unwrap();
+            assert_eq!(flops(&ins), (2.0 * 128.0 * r * 128.0 * 512.0) as u64);
+            let t = warm_tflops(&text);
+            assert!((t - r * BF16_PEAK).abs() / BF16_PEAK < 4e-3, "{pat}: {t}");
+        }
+        let t = warm_tflops("nc_matmul_sparse dst=psum:float32[0:128]+0[[1,512]] stationary=sbuf:bfloat16[0:128]+0[[1,128]] stationary_index=sbuf:uint8[0:128]+256[[1,128]] moving=sbuf:bfloat16[0:128]+512[[1,2048]] pattern=m4_n16");
+        assert!(
+            (0.9 * PEAK_TFLOPS_SPARSE..=1.001 * 4.0 * BF16_PEAK).contains(&t),
+            "{t}"
+        );
     }
 
     #[test]

@@ -106,6 +106,7 @@ pub fn cost_params<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
     d.set_item("peak_tflops_bf16", PEAK_TFLOPS_BF16)?;
     d.set_item("peak_tflops_mx", PEAK_TFLOPS_MX)?;
     d.set_item("peak_tflops_fp32", PEAK_TFLOPS_FP32)?;
+    d.set_item("peak_tflops_sparse", PEAK_TFLOPS_SPARSE)?;
     d.set_item("sem_latency_ns", SEM_LATENCY_NS)?;
     d.set_item("dma_engines", p.engines)?;
     d.set_item("dma_queues", p.queues)?;

@@ -21,6 +21,7 @@ pub mod rng;
 pub mod rows;
 pub mod scalar;
 pub mod tensor;
+pub mod tensor_sparse;
 pub mod vector;
 pub mod vector_acc;
 pub mod vector_math;

@@ -75,7 +75,7 @@ impl Semantics for NcMatmul<'_> {
 }
 
 /// Which operand dtypes may meet in one matmul.
-fn check_pairing(st: DType, mv: DType) -> Result<()> {
+pub(crate) fn check_pairing(st: DType, mv: DType) -> Result<()> {
     if is_fp32ish(st) != is_fp32ish(mv) {
         return Err(fail(
             Dtype,
@@ -141,7 +141,7 @@ fn check_matmul_dst(v: &NcMatmul, k: u32, m: usize, n: usize) -> Result<()> {
 
 /// A matmul result tile `[M, N]` in PSUM (shared with nc_matmul_mx): shape, N at most 4096
 /// fp32 / 8192 bf16, and a result wider than one bank starts on a bank boundary.
-fn check_result_tile(dst: &Ap, m: usize, n: usize) -> Result<()> {
+pub(crate) fn check_result_tile(dst: &Ap, m: usize, n: usize) -> Result<()> {
     if dst.parts as usize != m || dst.free_size() != n {
         return Err(fail(
             Shape,

@@ -6,7 +6,7 @@
 #![allow(clippy::all)]
 
 use super::instr::{field, required, Arg, Imm, Instr, IntOrReg, Scalar};
-use super::tables::{ActFn, AluOp, CmpOp, DgeMode, DmaEngine, MatmulPerfMode, OobMode, ReduceCmd};
+use super::tables::{ActFn, AluOp, CmpOp, DgeMode, DmaEngine, MatmulPerfMode, OobMode, ReduceCmd, SparsityPattern};
 use crate::error::Result;
 use crate::memory::Ap;
 
@@ -435,6 +435,51 @@ impl<'a> NcMatmulMx<'a> {
             tile_position: field(ins, 5, Arg::as_ints)?,
             tile_size: field(ins, 6, Arg::as_ints)?,
             accumulate: field(ins, 7, Arg::as_bool)?,
+        })
+    }
+}
+
+/// `nc_matmul_sparse`: M:N structured-sparse matmul (emulator-level: no nki.isa API): dst[M,N] (+)= W[K,M]^T @ moving[K,N], W compressed.
+#[derive(Clone, Copy)]
+pub struct NcMatmulSparse<'a> {
+    /// The instruction itself (engine, label, synchronisation).
+    pub ins: &'a Instr,
+    /// PSUM result [M, N]
+    pub dst: &'a Ap,
+    /// compressed values [Kc, M], Kc = K*s/g <= 128, M <= 128
+    pub stationary: &'a Ap,
+    /// [Kc, M] position of each value within its group of g
+    pub stationary_index: &'a Ap,
+    /// dense [K, N] laid out [Kc, R, N], R = g/s
+    pub moving: &'a Ap,
+    /// s:g pattern of stationary (m4_n16 = 4:16)
+    pub pattern: SparsityPattern,
+    /// True add, False overwrite, None auto
+    pub accumulate: Option<bool>,
+}
+impl<'a> NcMatmulSparse<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `stationary` in `Instr::args` (for code that edits operands).
+    pub const STATIONARY: usize = 1;
+    /// Position of `stationary_index` in `Instr::args` (for code that edits operands).
+    pub const STATIONARY_INDEX: usize = 2;
+    /// Position of `moving` in `Instr::args` (for code that edits operands).
+    pub const MOVING: usize = 3;
+    /// Position of `pattern` in `Instr::args` (for code that edits operands).
+    pub const PATTERN: usize = 4;
+    /// Position of `accumulate` in `Instr::args` (for code that edits operands).
+    pub const ACCUMULATE: usize = 5;
+    pub fn view(ins: &'a Instr) -> Result<Self> {
+        super::instr::arity(ins, 6)?;
+        Ok(Self {
+            ins,
+            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
+            stationary: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
+            stationary_index: required(field(ins, 2, Arg::as_tensor)?, ins, 2)?,
+            moving: required(field(ins, 3, Arg::as_tensor)?, ins, 3)?,
+            pattern: required(field(ins, 4, |a: &Arg| a.as_enum().and_then(SparsityPattern::from_u8))?, ins, 4)?,
+            accumulate: field(ins, 5, Arg::as_bool)?,
         })
     }
 }
@@ -2214,6 +2259,26 @@ pub mod class {
                 Opcode::NcMatmulMx => {
                     let v = super::NcMatmulMx::view(ins).ok()?;
                     Some(Self { stationary: v.stationary, moving: v.moving, perf_mode: None, is_stationary_onezero: None, is_moving_onezero: None })
+                }
+                _ => None,
+            }
+        }
+    }
+
+    /// Operands of cost class `pe_matmul_sparse`.
+    #[derive(Clone, Copy)]
+    pub struct PeMatmulSparse<'a> {
+        pub stationary: &'a Ap,
+        pub moving: &'a Ap,
+        pub pattern: SparsityPattern,
+    }
+    impl<'a> PeMatmulSparse<'a> {
+        /// `None` when `ins` is not of this class or is malformed.
+        pub fn of(ins: &'a Instr) -> Option<Self> {
+            match ins.op {
+                Opcode::NcMatmulSparse => {
+                    let v = super::NcMatmulSparse::view(ins).ok()?;
+                    Some(Self { stationary: v.stationary, moving: v.moving, pattern: v.pattern })
                 }
                 _ => None,
             }

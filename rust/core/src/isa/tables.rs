@@ -61,6 +61,7 @@ pub mod dclass {
     pub const MX_DATA: u32 = 0x700;
     pub const MX_QUANT_OUT: u32 = 0x300;
     pub const MX_SCALE: u32 = 0x4080;
+    pub const SPARSE_INDEX: u32 = 0xc000;
     pub const HALF: u32 = 0xc;
     pub const FP8: u32 = 0x70;
     pub const INDEX: u32 = 0x1a000;
@@ -418,6 +419,37 @@ impl DmaEngine {
     }
 }
 
+/// M:N structured sparsity of nc_matmul_sparse (M kept of every N contiguous contraction rows; m4_n16 = 4:16).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum SparsityPattern {
+    M4N16 = 0,
+    M4N12 = 1,
+    M4N8 = 2,
+    M2N8 = 3,
+    M2N4 = 4,
+    M1N4 = 5,
+    M1N2 = 6,
+}
+impl SparsityPattern {
+    pub const NAMES: &'static [&'static str] = &["m4_n16", "m4_n12", "m4_n8", "m2_n8", "m2_n4", "m1_n4", "m1_n2"];
+    pub fn from_u8(v: u8) -> Option<Self> {
+        match v {
+            0 => Some(Self::M4N16),
+            1 => Some(Self::M4N12),
+            2 => Some(Self::M4N8),
+            3 => Some(Self::M2N8),
+            4 => Some(Self::M2N4),
+            5 => Some(Self::M1N4),
+            6 => Some(Self::M1N2),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+}
+
 pub const ENUMS: &[EnumInfo] = &[
     EnumInfo { name: "engine", values: Engine::NAMES },
     EnumInfo { name: "alu_op", values: AluOp::NAMES },
@@ -428,6 +460,7 @@ pub const ENUMS: &[EnumInfo] = &[
     EnumInfo { name: "matmul_perf_mode", values: MatmulPerfMode::NAMES },
     EnumInfo { name: "cmp_op", values: CmpOp::NAMES },
     EnumInfo { name: "dma_engine", values: DmaEngine::NAMES },
+    EnumInfo { name: "sparsity_pattern", values: SparsityPattern::NAMES },
 ];
 
 pub mod enum_id {
@@ -440,6 +473,7 @@ pub mod enum_id {
     pub const MATMUL_PERF_MODE: u8 = 6;
     pub const CMP_OP: u8 = 7;
     pub const DMA_ENGINE: u8 = 8;
+    pub const SPARSITY_PATTERN: u8 = 9;
 }
 
 pub const ENGINES: &[EngineInfo] = &[
@@ -466,6 +500,7 @@ pub enum Opcode {
     Iota = 0x0400,
     DmaCopy = 0x0800,
     NcMatmulMx = 0x0101,
+    NcMatmulSparse = 0x0103,
     ActivationReduce = 0x0201,
     Activate2 = 0x0202,
     ScalarTensorTensor = 0x0304,
@@ -528,6 +563,7 @@ impl Opcode {
             0x0400 => Some(Self::Iota),
             0x0800 => Some(Self::DmaCopy),
             0x0101 => Some(Self::NcMatmulMx),
+            0x0103 => Some(Self::NcMatmulSparse),
             0x0201 => Some(Self::ActivationReduce),
             0x0202 => Some(Self::Activate2),
             0x0304 => Some(Self::ScalarTensorTensor),
@@ -590,6 +626,7 @@ impl Opcode {
             "iota" => Some(Self::Iota),
             "dma_copy" => Some(Self::DmaCopy),
             "nc_matmul_mx" => Some(Self::NcMatmulMx),
+            "nc_matmul_sparse" => Some(Self::NcMatmulSparse),
             "activation_reduce" => Some(Self::ActivationReduce),
             "activate2" => Some(Self::Activate2),
             "scalar_tensor_tensor" => Some(Self::ScalarTensorTensor),
@@ -652,52 +689,53 @@ impl Opcode {
             Self::Iota => &INSTRUCTIONS[8],
             Self::DmaCopy => &INSTRUCTIONS[9],
             Self::NcMatmulMx => &INSTRUCTIONS[10],
-            Self::ActivationReduce => &INSTRUCTIONS[11],
-            Self::Activate2 => &INSTRUCTIONS[12],
-            Self::ScalarTensorTensor => &INSTRUCTIONS[13],
-            Self::TensorReduce => &INSTRUCTIONS[14],
-            Self::TensorTensorScan => &INSTRUCTIONS[15],
-            Self::TensorScalarReduce => &INSTRUCTIONS[16],
-            Self::TensorScalarCumulative => &INSTRUCTIONS[17],
-            Self::TensorCopyPredicated => &INSTRUCTIONS[18],
-            Self::Exponential => &INSTRUCTIONS[19],
-            Self::Reciprocal => &INSTRUCTIONS[20],
-            Self::QuantizeMx => &INSTRUCTIONS[21],
-            Self::Dropout => &INSTRUCTIONS[22],
-            Self::RangeSelect => &INSTRUCTIONS[23],
-            Self::SelectReduce => &INSTRUCTIONS[24],
-            Self::BnStats => &INSTRUCTIONS[25],
-            Self::BnAggr => &INSTRUCTIONS[26],
-            Self::Max8 => &INSTRUCTIONS[27],
-            Self::NcFindIndex8 => &INSTRUCTIONS[28],
-            Self::NcMatchReplace8 => &INSTRUCTIONS[29],
-            Self::NcStreamShuffle => &INSTRUCTIONS[30],
-            Self::TensorPartitionReduce => &INSTRUCTIONS[31],
-            Self::AffineSelect => &INSTRUCTIONS[32],
-            Self::LocalGather => &INSTRUCTIONS[33],
-            Self::NcNGather => &INSTRUCTIONS[34],
-            Self::SequenceBounds => &INSTRUCTIONS[35],
-            Self::NonzeroWithCount => &INSTRUCTIONS[36],
-            Self::Topk => &INSTRUCTIONS[37],
-            Self::Rng => &INSTRUCTIONS[38],
-            Self::Rand2 => &INSTRUCTIONS[39],
-            Self::SetRngSeed => &INSTRUCTIONS[40],
-            Self::RandSetState => &INSTRUCTIONS[41],
-            Self::RandGetState => &INSTRUCTIONS[42],
-            Self::DmaTranspose => &INSTRUCTIONS[43],
-            Self::DmaCompute => &INSTRUCTIONS[44],
-            Self::Sendrecv => &INSTRUCTIONS[45],
-            Self::CoreBarrier => &INSTRUCTIONS[46],
-            Self::AllReduce => &INSTRUCTIONS[47],
-            Self::AllGather => &INSTRUCTIONS[48],
-            Self::ReduceScatter => &INSTRUCTIONS[49],
-            Self::RegisterMove => &INSTRUCTIONS[50],
-            Self::RegisterLoad => &INSTRUCTIONS[51],
-            Self::RegisterStore => &INSTRUCTIONS[52],
-            Self::ScalarLoad => &INSTRUCTIONS[53],
-            Self::ScalarStore => &INSTRUCTIONS[54],
-            Self::RegisterOp => &INSTRUCTIONS[55],
-            Self::Branch => &INSTRUCTIONS[56],
+            Self::NcMatmulSparse => &INSTRUCTIONS[11],
+            Self::ActivationReduce => &INSTRUCTIONS[12],
+            Self::Activate2 => &INSTRUCTIONS[13],
+            Self::ScalarTensorTensor => &INSTRUCTIONS[14],
+            Self::TensorReduce => &INSTRUCTIONS[15],
+            Self::TensorTensorScan => &INSTRUCTIONS[16],
+            Self::TensorScalarReduce => &INSTRUCTIONS[17],
+            Self::TensorScalarCumulative => &INSTRUCTIONS[18],
+            Self::TensorCopyPredicated => &INSTRUCTIONS[19],
+            Self::Exponential => &INSTRUCTIONS[20],
+            Self::Reciprocal => &INSTRUCTIONS[21],
+            Self::QuantizeMx => &INSTRUCTIONS[22],
+            Self::Dropout => &INSTRUCTIONS[23],
+            Self::RangeSelect => &INSTRUCTIONS[24],
+            Self::SelectReduce => &INSTRUCTIONS[25],
+            Self::BnStats => &INSTRUCTIONS[26],
+            Self::BnAggr => &INSTRUCTIONS[27],
+            Self::Max8 => &INSTRUCTIONS[28],
+            Self::NcFindIndex8 => &INSTRUCTIONS[29],
+            Self::NcMatchReplace8 => &INSTRUCTIONS[30],
+            Self::NcStreamShuffle => &INSTRUCTIONS[31],
+            Self::TensorPartitionReduce => &INSTRUCTIONS[32],
+            Self::AffineSelect => &INSTRUCTIONS[33],
+            Self::LocalGather => &INSTRUCTIONS[34],
+            Self::NcNGather => &INSTRUCTIONS[35],
+            Self::SequenceBounds => &INSTRUCTIONS[36],
+            Self::NonzeroWithCount => &INSTRUCTIONS[37],
+            Self::Topk => &INSTRUCTIONS[38],
+            Self::Rng => &INSTRUCTIONS[39],
+            Self::Rand2 => &INSTRUCTIONS[40],
+            Self::SetRngSeed => &INSTRUCTIONS[41],
+            Self::RandSetState => &INSTRUCTIONS[42],
+            Self::RandGetState => &INSTRUCTIONS[43],
+            Self::DmaTranspose => &INSTRUCTIONS[44],
+            Self::DmaCompute => &INSTRUCTIONS[45],
+            Self::Sendrecv => &INSTRUCTIONS[46],
+            Self::CoreBarrier => &INSTRUCTIONS[47],
+            Self::AllReduce => &INSTRUCTIONS[48],
+            Self::AllGather => &INSTRUCTIONS[49],
+            Self::ReduceScatter => &INSTRUCTIONS[50],
+            Self::RegisterMove => &INSTRUCTIONS[51],
+            Self::RegisterLoad => &INSTRUCTIONS[52],
+            Self::RegisterStore => &INSTRUCTIONS[53],
+            Self::ScalarLoad => &INSTRUCTIONS[54],
+            Self::ScalarStore => &INSTRUCTIONS[55],
+            Self::RegisterOp => &INSTRUCTIONS[56],
+            Self::Branch => &INSTRUCTIONS[57],
         }
     }
 }
@@ -709,6 +747,8 @@ pub enum CostClass {
     Control,
     /// TensorE matrix multiply: LoadStationary + MultiplyMoving over the moving free size.
     PeMatmul,
+    /// TensorE M:N sparse matmul: compressed stationary, dense moving read at up to 4x128 rows per cycle (5x128 sparse in-width).
+    PeMatmulSparse,
     /// Transpose through the PE array (or VectorE 32x32 blocks).
     PeTranspose,
     /// ScalarE activation: one element per lane per cycle, plus the reduction drain.
@@ -762,12 +802,13 @@ pub enum CostClass {
 }
 impl CostClass {
     pub const ALL: &'static [CostClass] = &[
-        CostClass::Control, CostClass::PeMatmul, CostClass::PeTranspose, CostClass::Act, CostClass::Vec1in, CostClass::Vec1inAcc, CostClass::Vec2in, CostClass::VecStt, CostClass::VecReduce, CostClass::VecScan, CostClass::VecPred, CostClass::VecExp, CostClass::VecQuant, CostClass::VecMax8, CostClass::Reciprocal, CostClass::Memset, CostClass::BnAggr, CostClass::Gpsimd1in, CostClass::GpsimdAffine, CostClass::GpsimdGather, CostClass::GpsimdNGather, CostClass::Topk, CostClass::Rng, CostClass::RngState, CostClass::Dma, CostClass::DmaTranspose, CostClass::Collective,
+        CostClass::Control, CostClass::PeMatmul, CostClass::PeMatmulSparse, CostClass::PeTranspose, CostClass::Act, CostClass::Vec1in, CostClass::Vec1inAcc, CostClass::Vec2in, CostClass::VecStt, CostClass::VecReduce, CostClass::VecScan, CostClass::VecPred, CostClass::VecExp, CostClass::VecQuant, CostClass::VecMax8, CostClass::Reciprocal, CostClass::Memset, CostClass::BnAggr, CostClass::Gpsimd1in, CostClass::GpsimdAffine, CostClass::GpsimdGather, CostClass::GpsimdNGather, CostClass::Topk, CostClass::Rng, CostClass::RngState, CostClass::Dma, CostClass::DmaTranspose, CostClass::Collective,
     ];
     pub fn name(self) -> &'static str {
         match self {
             Self::Control => "control",
             Self::PeMatmul => "pe_matmul",
+            Self::PeMatmulSparse => "pe_matmul_sparse",
             Self::PeTranspose => "pe_transpose",
             Self::Act => "act",
             Self::Vec1in => "vec_1in",
@@ -800,6 +841,7 @@ impl CostClass {
         match self {
             Self::Control => DataPath::Control,
             Self::PeMatmul => DataPath::Compute,
+            Self::PeMatmulSparse => DataPath::Compute,
             Self::PeTranspose => DataPath::Compute,
             Self::Act => DataPath::Compute,
             Self::Vec1in => DataPath::Compute,
@@ -1023,6 +1065,25 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
             ParamSpec { name: "moving_scale", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::MX_SCALE, enum_id: 255, default: Default::Required, start: StartRule::Any, indirect: false },
             ParamSpec { name: "tile_position", kind: Kind::Ints, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Absent, start: StartRule::Partition, indirect: false },
             ParamSpec { name: "tile_size", kind: Kind::Ints, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Absent, start: StartRule::Partition, indirect: false },
+            ParamSpec { name: "accumulate", kind: Kind::Bool, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Absent, start: StartRule::Partition, indirect: false },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::NcMatmulSparse,
+        name: "nc_matmul_sparse",
+        engines: &[Engine::Tensor],
+        cost: CostClass::PeMatmulSparse,
+        path: DataPath::Compute,
+        since: "v4",
+        nki: false,
+        rng: false,
+        maskable: false,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::PSUM, dtypes: dclass::PSUM_ACC, enum_id: 255, default: Default::Required, start: StartRule::Partition, indirect: false },
+            ParamSpec { name: "stationary", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::MATMUL_IN, enum_id: 255, default: Default::Required, start: StartRule::Partition, indirect: false },
+            ParamSpec { name: "stationary_index", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::SPARSE_INDEX, enum_id: 255, default: Default::Required, start: StartRule::Partition, indirect: false },
+            ParamSpec { name: "moving", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF, dtypes: dclass::MATMUL_IN, enum_id: 255, default: Default::Required, start: StartRule::Partition, indirect: false },
+            ParamSpec { name: "pattern", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 9, default: Default::Required, start: StartRule::Partition, indirect: false },
             ParamSpec { name: "accumulate", kind: Kind::Bool, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Absent, start: StartRule::Partition, indirect: false },
         ],
     },

@@ -9,4 +9,5 @@ pub mod matmul;
 pub mod mx;
 pub mod psum;
 pub mod simd;
+pub mod sparse;
 pub mod transpose;

@@ -349,7 +349,7 @@ def view_default(p: dict, enums: dict) -> str:
 def view_field(p: dict, i: int, enums: dict) -> tuple[str, str]:
     """(field type, initialiser) of one operand in a view."""
     t, g = view_type(p), view_getter(p)
-    got = f"field(ins, {i}, {g})?"
+    got = f"field(ins, {i}, a{i}, {g})?"
     if "default" in p:
         return t, f"{got}.unwrap_or({view_default(p, enums)})"
     if p.get("optional"):
@@ -368,7 +368,7 @@ def gen_ops(data: dict) -> str:
         "//! internal error, never a panic.",
         "#![allow(clippy::all)]",
         "",
-        "use super::instr::{field, required, Arg, Imm, Instr, IntOrReg, Scalar};",
+        "use super::instr::{arity_error, field, required, Arg, Imm, Instr, IntOrReg, Scalar};",
         f"use super::tables::{{{', '.join(enum_types)}}};",
         "use crate::error::Result;",
         "use crate::memory::Ap;",
@@ -393,9 +393,13 @@ def gen_ops(data: dict) -> str:
         for i, p in enumerate(ins["params"]):
             out.append(f"    /// Position of `{p['name']}` in `Instr::args` (for code that edits operands).")
             out.append(f"    pub const {p['name'].upper()}: usize = {i};")
+        out.append("    #[inline(always)]")
         out.append("    pub fn view(ins: &'a Instr) -> Result<Self> {")
         if ins["params"]:
-            out.append(f"        super::instr::arity(ins, {len(ins['params'])})?;")
+            names = ", ".join(f"a{i}" for i in range(len(ins["params"])))
+            out.append(f"        let [{names}] = ins.args.as_slice() else {{")
+            out.append(f"            return Err(arity_error(ins, {len(ins['params'])}));")
+            out.append("        };")
         out.append("        Ok(Self {")
         out.append("            ins,")
         for n, init in inits:

@@ -122,9 +122,16 @@ impl Assembler {
     }
 
     /// The program with the semaphores its data dependencies need (automatic synchronisation).
+    /// The added instructions and semaphores are validated like appended ones, so the synced
+    /// program, too, can run with `RunOptions::prevalidated`.
     pub fn synced(&self) -> Result<Assembler> {
+        let program = autosync::auto_sync(&self.program)?;
+        for (i, ins) in program.instrs.iter().enumerate() {
+            crate::engines::validate(ins)
+                .map_err(|e| e.at(i, crate::isa::text::format_instr(ins)))?;
+        }
         Ok(Assembler {
-            program: autosync::auto_sync(&self.program)?,
+            program,
             psum_written: self.psum_written.clone(),
         })
     }

@@ -230,7 +230,13 @@ impl Device {
         trace: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
         let progs: Vec<&core::Program> = programs.iter().map(|p| p.program()).collect();
-        let opts = core::RunOptions { check_races, trace };
+        // Every `_native.Program` is built by a validating path (Assembler appends, synced,
+        // engines::parse_program / decode_program), so the run need not validate again.
+        let opts = core::RunOptions {
+            check_races,
+            trace,
+            prevalidated: true,
+        };
         let dev = &mut self.inner;
         let res = py
             .detach(|| guarded(|| dev.run_refs(&progs, &opts)))

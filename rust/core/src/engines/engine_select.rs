@@ -2,17 +2,15 @@
 //! §2.6). The default-engine rule is an ISA fact (`isa::default_engine`), re-exported here.
 
 use crate::error::{fail, ErrorKind::*, Result};
-use crate::isa::{AluOp, Engine, Instr, Opcode};
+use crate::isa::ops::TensorScalar;
+use crate::isa::{AluOp, Engine};
 
 pub use crate::isa::default_engine::default_engine;
 
 /// Operators that exist only on some engines: `rsqrt` on GpSimd/ScalarE, `reciprocal` on
 /// VectorE/ScalarE (reference §2.2).
-pub fn check_engine_ops(ins: &Instr) -> Result<()> {
-    if ins.op != Opcode::TensorScalar {
-        return Ok(());
-    }
-    let v = crate::isa::ops::TensorScalar::view(ins)?;
+pub fn check_engine_ops(v: &TensorScalar) -> Result<()> {
+    let ins = v.ins;
     for (op, name) in [(Some(v.op0), "op0"), (v.op1, "op1")] {
         let Some(op) = op else {
             continue;

@@ -33,7 +33,7 @@ pub mod vector_shuffle;
 pub mod vector_stats;
 pub mod vector_top8;
 
-use crate::error::{fail, ErrorKind::*, Result};
+use crate::error::{fail, EmuError, ErrorKind::*, Result};
 use crate::isa::instr::Scalar;
 use crate::isa::{Arg, Instr};
 use crate::memory::onchip::Mems;
@@ -184,28 +184,34 @@ impl TileOperand for &Ap {
 
 /// A (P,1)-style per-partition operand must have the data's partition count and one element.
 pub fn check_column(a: impl TileOperand, name: &str, parts: u32) -> Result<()> {
-    if let Some(ap) = a.tile() {
-        if ap.parts != parts || ap.free_size() != 1 {
-            return Err(fail(
-                Shape,
-                "column_shape",
-                format!(
-                    "{name} must be a scalar or a ({parts}, 1) tile, got {:?}",
-                    ap.shape()
-                ),
-            )
-            .operand(name.to_string()));
+    match a.tile() {
+        Some(ap) if ap.parts != parts || ap.free_size() != 1 || ap.dtype.is_packed() => {
+            Err(column_error(ap, name, parts))
         }
-        if ap.dtype.is_packed() {
-            return Err(fail(
-                Dtype,
-                "packed_dtype_not_allowed",
-                format!("{name} cannot be a packed MX dtype"),
-            )
-            .operand(name.to_string()));
-        }
+        _ => Ok(()),
     }
-    Ok(())
+}
+
+#[cold]
+#[inline(never)]
+fn column_error(ap: &Ap, name: &str, parts: u32) -> EmuError {
+    if ap.dtype.is_packed() && ap.parts == parts && ap.free_size() == 1 {
+        return fail(
+            Dtype,
+            "packed_dtype_not_allowed",
+            format!("{name} cannot be a packed MX dtype"),
+        )
+        .operand(name.to_string());
+    }
+    fail(
+        Shape,
+        "column_shape",
+        format!(
+            "{name} must be a scalar or a ({parts}, 1) tile, got {:?}",
+            ap.shape()
+        ),
+    )
+    .operand(name.to_string())
 }
 
 /// The semantics of one instruction, implemented by an engine module on the instruction's
@@ -238,7 +244,6 @@ pub fn validate(ins: &Instr) -> Result<()> {
             }
         }
     }
-    engine_select::check_engine_ops(ins)?;
     dispatch::check(ins)
 }
 

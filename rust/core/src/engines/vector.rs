@@ -25,6 +25,7 @@ impl Semantics for TensorTensor<'_> {
 
 impl Semantics for TensorScalar<'_> {
     fn check(&self) -> Result<()> {
+        super::engine_select::check_engine_ops(self)?;
         check_tensor_scalar(self)
     }
     fn exec(&self, ctx: &mut Ctx) -> Result<()> {

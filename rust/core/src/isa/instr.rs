@@ -86,6 +86,7 @@ impl Arg {
         }
     }
 
+    #[inline]
     pub fn tensor(&self) -> Option<&Ap> {
         match self {
             Arg::Tensor(ap) => Some(ap),
@@ -94,9 +95,11 @@ impl Arg {
     }
 
     // Typed getters for the generated operand views (`isa::ops`): `None` on a kind mismatch.
+    #[inline]
     pub fn as_tensor(&self) -> Option<&Ap> {
         self.tensor()
     }
+    #[inline]
     pub fn as_scalar(&self) -> Option<Scalar<'_>> {
         match self {
             Arg::Tensor(ap) => Some(Scalar::Tile(ap)),
@@ -105,6 +108,7 @@ impl Arg {
             _ => None,
         }
     }
+    #[inline]
     pub fn as_imm(&self) -> Option<Imm> {
         match *self {
             Arg::F32(v) => Some(Imm::F32(v)),
@@ -112,12 +116,14 @@ impl Arg {
             _ => None,
         }
     }
+    #[inline]
     pub fn as_i32(&self) -> Option<i32> {
         match *self {
             Arg::I32(v) => Some(v),
             _ => None,
         }
     }
+    #[inline]
     pub fn as_int_or_reg(&self) -> Option<IntOrReg> {
         match *self {
             Arg::I32(v) => Some(IntOrReg::Imm(v)),
@@ -125,24 +131,28 @@ impl Arg {
             _ => None,
         }
     }
+    #[inline]
     pub fn as_bool(&self) -> Option<bool> {
         match *self {
             Arg::Bool(v) => Some(v),
             _ => None,
         }
     }
+    #[inline]
     pub fn as_enum(&self) -> Option<u8> {
         match *self {
             Arg::Enum(v) => Some(v),
             _ => None,
         }
     }
+    #[inline]
     pub fn as_ints(&self) -> Option<&[i32]> {
         match self {
             Arg::Ints(v) => Some(v),
             _ => None,
         }
     }
+    #[inline]
     pub fn as_reg(&self) -> Option<u8> {
         match *self {
             Arg::Reg(r) => Some(r),
@@ -208,54 +218,68 @@ impl<'a> Scalar<'a> {
     }
 }
 
-/// View support: `ins` has the operand count of its opcode.
-pub(crate) fn arity(ins: &Instr, n: usize) -> Result<()> {
-    if ins.args.len() == n {
-        Ok(())
-    } else {
-        Err(fail(
-            ErrorKind::Internal,
-            "operand_count",
-            format!(
-                "{} takes {n} operands, got {}",
-                ins.op.spec().name,
-                ins.args.len()
-            ),
-        ))
-    }
+/// View support: `ins` does not have the operand count of its opcode.
+#[cold]
+#[inline(never)]
+pub(crate) fn arity_error(ins: &Instr, n: usize) -> crate::error::EmuError {
+    fail(
+        ErrorKind::Internal,
+        "operand_count",
+        format!(
+            "{} takes {n} operands, got {}",
+            ins.op.spec().name,
+            ins.args.len()
+        ),
+    )
 }
 
 /// View support: operand `i` read by `get`; `None` when absent; a kind mismatch is an error.
+#[inline(always)]
 pub(crate) fn field<'a, T>(
-    ins: &'a Instr,
+    ins: &Instr,
     i: usize,
+    a: &'a Arg,
     get: impl Fn(&'a Arg) -> Option<T>,
 ) -> Result<Option<T>> {
-    let a = &ins.args[i];
     if let Arg::Absent = a {
         return Ok(None);
     }
     match get(a) {
         Some(v) => Ok(Some(v)),
-        None => Err(fail(
-            ErrorKind::Value,
-            "operand_kind",
-            format!("expected {:?}, got {a:?}", ins.op.spec().params[i].kind),
-        )
-        .operand(ins.op.spec().params[i].name)),
+        None => Err(kind_error(ins, i)),
     }
 }
 
+#[cold]
+#[inline(never)]
+fn kind_error(ins: &Instr, i: usize) -> crate::error::EmuError {
+    let p = &ins.op.spec().params[i];
+    fail(
+        ErrorKind::Value,
+        "operand_kind",
+        format!("expected {:?}, got {:?}", p.kind, ins.args[i]),
+    )
+    .operand(p.name)
+}
+
 /// View support: a required operand must be present.
+#[inline(always)]
 pub(crate) fn required<T>(v: Option<T>, ins: &Instr, i: usize) -> Result<T> {
-    v.ok_or_else(|| {
-        fail(
-            ErrorKind::Value,
-            "operand_required",
-            "required operand is missing".to_string(),
-        )
-        .operand(ins.op.spec().params[i].name)
-    })
+    match v {
+        Some(v) => Ok(v),
+        None => Err(missing_error(ins, i)),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn missing_error(ins: &Instr, i: usize) -> crate::error::EmuError {
+    fail(
+        ErrorKind::Value,
+        "operand_required",
+        "required operand is missing".to_string(),
+    )
+    .operand(ins.op.spec().params[i].name)
 }
 
 /// `wait`: block until semaphore `sem` >= `value`.

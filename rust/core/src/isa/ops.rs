@@ -5,7 +5,7 @@
 //! internal error, never a panic.
 #![allow(clippy::all)]
 
-use super::instr::{field, required, Arg, Imm, Instr, IntOrReg, Scalar};
+use super::instr::{arity_error, field, required, Arg, Imm, Instr, IntOrReg, Scalar};
 use super::tables::{ActFn, AluOp, CmpOp, DgeMode, DmaEngine, MatmulPerfMode, OobMode, ReduceCmd, SparsityPattern};
 use crate::error::Result;
 use crate::memory::Ap;
@@ -17,6 +17,7 @@ pub struct Nop<'a> {
     pub ins: &'a Instr,
 }
 impl<'a> Nop<'a> {
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
         Ok(Self {
             ins,
@@ -71,20 +72,23 @@ impl<'a> NcMatmul<'a> {
     pub const TILE_SIZE: usize = 8;
     /// Position of `perf_mode` in `Instr::args` (for code that edits operands).
     pub const PERF_MODE: usize = 9;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 10)?;
+        let [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 10));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            stationary: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
-            moving: required(field(ins, 2, Arg::as_tensor)?, ins, 2)?,
-            is_stationary_onezero: field(ins, 3, Arg::as_bool)?.unwrap_or(false),
-            is_moving_onezero: field(ins, 4, Arg::as_bool)?.unwrap_or(false),
-            is_transpose: field(ins, 5, Arg::as_bool)?.unwrap_or(false),
-            accumulate: field(ins, 6, Arg::as_bool)?,
-            tile_position: field(ins, 7, Arg::as_ints)?.unwrap_or(&[]),
-            tile_size: field(ins, 8, Arg::as_ints)?.unwrap_or(&[]),
-            perf_mode: field(ins, 9, |a: &Arg| a.as_enum().and_then(MatmulPerfMode::from_u8))?.unwrap_or(MatmulPerfMode::None),
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            stationary: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            moving: required(field(ins, 2, a2, Arg::as_tensor)?, ins, 2)?,
+            is_stationary_onezero: field(ins, 3, a3, Arg::as_bool)?.unwrap_or(false),
+            is_moving_onezero: field(ins, 4, a4, Arg::as_bool)?.unwrap_or(false),
+            is_transpose: field(ins, 5, a5, Arg::as_bool)?.unwrap_or(false),
+            accumulate: field(ins, 6, a6, Arg::as_bool)?,
+            tile_position: field(ins, 7, a7, Arg::as_ints)?.unwrap_or(&[]),
+            tile_size: field(ins, 8, a8, Arg::as_ints)?.unwrap_or(&[]),
+            perf_mode: field(ins, 9, a9, |a: &Arg| a.as_enum().and_then(MatmulPerfMode::from_u8))?.unwrap_or(MatmulPerfMode::None),
         })
     }
 }
@@ -104,12 +108,15 @@ impl<'a> NcTranspose<'a> {
     pub const DST: usize = 0;
     /// Position of `data` in `Instr::args` (for code that edits operands).
     pub const DATA: usize = 1;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 2)?;
+        let [a0, a1] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 2));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            data: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            data: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
         })
     }
 }
@@ -153,18 +160,21 @@ impl<'a> Activation<'a> {
     pub const REDUCE_RES: usize = 6;
     /// Position of `reduce_cmd` in `Instr::args` (for code that edits operands).
     pub const REDUCE_CMD: usize = 7;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 8)?;
+        let [a0, a1, a2, a3, a4, a5, a6, a7] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 8));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            op: required(field(ins, 1, |a: &Arg| a.as_enum().and_then(ActFn::from_u8))?, ins, 1)?,
-            data: required(field(ins, 2, Arg::as_tensor)?, ins, 2)?,
-            bias: field(ins, 3, Arg::as_scalar)?,
-            scale: field(ins, 4, Arg::as_scalar)?.unwrap_or(Scalar::Imm(Imm::F32(1.0_f32))),
-            reduce_op: field(ins, 5, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?,
-            reduce_res: field(ins, 6, Arg::as_tensor)?,
-            reduce_cmd: field(ins, 7, |a: &Arg| a.as_enum().and_then(ReduceCmd::from_u8))?.unwrap_or(ReduceCmd::Idle),
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            op: required(field(ins, 1, a1, |a: &Arg| a.as_enum().and_then(ActFn::from_u8))?, ins, 1)?,
+            data: required(field(ins, 2, a2, Arg::as_tensor)?, ins, 2)?,
+            bias: field(ins, 3, a3, Arg::as_scalar)?,
+            scale: field(ins, 4, a4, Arg::as_scalar)?.unwrap_or(Scalar::Imm(Imm::F32(1.0_f32))),
+            reduce_op: field(ins, 5, a5, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?,
+            reduce_res: field(ins, 6, a6, Arg::as_tensor)?,
+            reduce_cmd: field(ins, 7, a7, |a: &Arg| a.as_enum().and_then(ReduceCmd::from_u8))?.unwrap_or(ReduceCmd::Idle),
         })
     }
 }
@@ -192,14 +202,17 @@ impl<'a> TensorTensor<'a> {
     pub const DATA2: usize = 2;
     /// Position of `op` in `Instr::args` (for code that edits operands).
     pub const OP: usize = 3;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 4)?;
+        let [a0, a1, a2, a3] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 4));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            data1: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
-            data2: required(field(ins, 2, Arg::as_tensor)?, ins, 2)?,
-            op: required(field(ins, 3, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 3)?,
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            data1: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            data2: required(field(ins, 2, a2, Arg::as_tensor)?, ins, 2)?,
+            op: required(field(ins, 3, a3, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 3)?,
         })
     }
 }
@@ -243,18 +256,21 @@ impl<'a> TensorScalar<'a> {
     pub const OPERAND1: usize = 6;
     /// Position of `reverse1` in `Instr::args` (for code that edits operands).
     pub const REVERSE1: usize = 7;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 8)?;
+        let [a0, a1, a2, a3, a4, a5, a6, a7] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 8));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            data: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
-            op0: required(field(ins, 2, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 2)?,
-            operand0: field(ins, 3, Arg::as_scalar)?,
-            reverse0: field(ins, 4, Arg::as_bool)?.unwrap_or(false),
-            op1: field(ins, 5, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?,
-            operand1: field(ins, 6, Arg::as_scalar)?,
-            reverse1: field(ins, 7, Arg::as_bool)?.unwrap_or(false),
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            data: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            op0: required(field(ins, 2, a2, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 2)?,
+            operand0: field(ins, 3, a3, Arg::as_scalar)?,
+            reverse0: field(ins, 4, a4, Arg::as_bool)?.unwrap_or(false),
+            op1: field(ins, 5, a5, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?,
+            operand1: field(ins, 6, a6, Arg::as_scalar)?,
+            reverse1: field(ins, 7, a7, Arg::as_bool)?.unwrap_or(false),
         })
     }
 }
@@ -274,12 +290,15 @@ impl<'a> TensorCopy<'a> {
     pub const DST: usize = 0;
     /// Position of `src` in `Instr::args` (for code that edits operands).
     pub const SRC: usize = 1;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 2)?;
+        let [a0, a1] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 2));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            src: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            src: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
         })
     }
 }
@@ -299,12 +318,15 @@ impl<'a> Memset<'a> {
     pub const DST: usize = 0;
     /// Position of `value` in `Instr::args` (for code that edits operands).
     pub const VALUE: usize = 1;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 2)?;
+        let [a0, a1] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 2));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            value: required(field(ins, 1, Arg::as_imm)?, ins, 1)?,
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            value: required(field(ins, 1, a1, Arg::as_imm)?, ins, 1)?,
         })
     }
 }
@@ -332,14 +354,17 @@ impl<'a> Iota<'a> {
     pub const OFFSET: usize = 2;
     /// Position of `channel_multiplier` in `Instr::args` (for code that edits operands).
     pub const CHANNEL_MULTIPLIER: usize = 3;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 4)?;
+        let [a0, a1, a2, a3] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 4));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            pattern: required(field(ins, 1, Arg::as_ints)?, ins, 1)?,
-            offset: field(ins, 2, Arg::as_int_or_reg)?.unwrap_or(IntOrReg::Imm(0)),
-            channel_multiplier: field(ins, 3, Arg::as_i32)?.unwrap_or(0),
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            pattern: required(field(ins, 1, a1, Arg::as_ints)?, ins, 1)?,
+            offset: field(ins, 2, a2, Arg::as_int_or_reg)?.unwrap_or(IntOrReg::Imm(0)),
+            channel_multiplier: field(ins, 3, a3, Arg::as_i32)?.unwrap_or(0),
         })
     }
 }
@@ -371,15 +396,18 @@ impl<'a> DmaCopy<'a> {
     pub const OOB_MODE: usize = 3;
     /// Position of `dge_mode` in `Instr::args` (for code that edits operands).
     pub const DGE_MODE: usize = 4;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 5)?;
+        let [a0, a1, a2, a3, a4] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 5));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            src: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
-            priority: field(ins, 2, Arg::as_i32)?,
-            oob_mode: field(ins, 3, |a: &Arg| a.as_enum().and_then(OobMode::from_u8))?.unwrap_or(OobMode::Error),
-            dge_mode: field(ins, 4, |a: &Arg| a.as_enum().and_then(DgeMode::from_u8))?.unwrap_or(DgeMode::Unknown),
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            src: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            priority: field(ins, 2, a2, Arg::as_i32)?,
+            oob_mode: field(ins, 3, a3, |a: &Arg| a.as_enum().and_then(OobMode::from_u8))?.unwrap_or(OobMode::Error),
+            dge_mode: field(ins, 4, a4, |a: &Arg| a.as_enum().and_then(DgeMode::from_u8))?.unwrap_or(DgeMode::Unknown),
         })
     }
 }
@@ -423,18 +451,21 @@ impl<'a> NcMatmulMx<'a> {
     pub const TILE_SIZE: usize = 6;
     /// Position of `accumulate` in `Instr::args` (for code that edits operands).
     pub const ACCUMULATE: usize = 7;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 8)?;
+        let [a0, a1, a2, a3, a4, a5, a6, a7] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 8));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            stationary: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
-            moving: required(field(ins, 2, Arg::as_tensor)?, ins, 2)?,
-            stationary_scale: required(field(ins, 3, Arg::as_tensor)?, ins, 3)?,
-            moving_scale: required(field(ins, 4, Arg::as_tensor)?, ins, 4)?,
-            tile_position: field(ins, 5, Arg::as_ints)?,
-            tile_size: field(ins, 6, Arg::as_ints)?,
-            accumulate: field(ins, 7, Arg::as_bool)?,
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            stationary: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            moving: required(field(ins, 2, a2, Arg::as_tensor)?, ins, 2)?,
+            stationary_scale: required(field(ins, 3, a3, Arg::as_tensor)?, ins, 3)?,
+            moving_scale: required(field(ins, 4, a4, Arg::as_tensor)?, ins, 4)?,
+            tile_position: field(ins, 5, a5, Arg::as_ints)?,
+            tile_size: field(ins, 6, a6, Arg::as_ints)?,
+            accumulate: field(ins, 7, a7, Arg::as_bool)?,
         })
     }
 }
@@ -470,16 +501,19 @@ impl<'a> NcMatmulSparse<'a> {
     pub const PATTERN: usize = 4;
     /// Position of `accumulate` in `Instr::args` (for code that edits operands).
     pub const ACCUMULATE: usize = 5;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 6)?;
+        let [a0, a1, a2, a3, a4, a5] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 6));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            stationary: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
-            stationary_index: required(field(ins, 2, Arg::as_tensor)?, ins, 2)?,
-            moving: required(field(ins, 3, Arg::as_tensor)?, ins, 3)?,
-            pattern: required(field(ins, 4, |a: &Arg| a.as_enum().and_then(SparsityPattern::from_u8))?, ins, 4)?,
-            accumulate: field(ins, 5, Arg::as_bool)?,
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            stationary: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            stationary_index: required(field(ins, 2, a2, Arg::as_tensor)?, ins, 2)?,
+            moving: required(field(ins, 3, a3, Arg::as_tensor)?, ins, 3)?,
+            pattern: required(field(ins, 4, a4, |a: &Arg| a.as_enum().and_then(SparsityPattern::from_u8))?, ins, 4)?,
+            accumulate: field(ins, 5, a5, Arg::as_bool)?,
         })
     }
 }
@@ -519,17 +553,20 @@ impl<'a> ActivationReduce<'a> {
     pub const BIAS: usize = 5;
     /// Position of `scale` in `Instr::args` (for code that edits operands).
     pub const SCALE: usize = 6;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 7)?;
+        let [a0, a1, a2, a3, a4, a5, a6] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 7));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            op: required(field(ins, 1, |a: &Arg| a.as_enum().and_then(ActFn::from_u8))?, ins, 1)?,
-            data: required(field(ins, 2, Arg::as_tensor)?, ins, 2)?,
-            reduce_op: required(field(ins, 3, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 3)?,
-            reduce_res: required(field(ins, 4, Arg::as_tensor)?, ins, 4)?,
-            bias: field(ins, 5, Arg::as_scalar)?,
-            scale: field(ins, 6, Arg::as_scalar)?.unwrap_or(Scalar::Imm(Imm::F32(1.0_f32))),
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            op: required(field(ins, 1, a1, |a: &Arg| a.as_enum().and_then(ActFn::from_u8))?, ins, 1)?,
+            data: required(field(ins, 2, a2, Arg::as_tensor)?, ins, 2)?,
+            reduce_op: required(field(ins, 3, a3, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 3)?,
+            reduce_res: required(field(ins, 4, a4, Arg::as_tensor)?, ins, 4)?,
+            bias: field(ins, 5, a5, Arg::as_scalar)?,
+            scale: field(ins, 6, a6, Arg::as_scalar)?.unwrap_or(Scalar::Imm(Imm::F32(1.0_f32))),
         })
     }
 }
@@ -593,23 +630,26 @@ impl<'a> Activate2<'a> {
     pub const REDUCE_RES: usize = 11;
     /// Position of `reduce_cmd` in `Instr::args` (for code that edits operands).
     pub const REDUCE_CMD: usize = 12;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 13)?;
+        let [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 13));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            op: required(field(ins, 1, |a: &Arg| a.as_enum().and_then(ActFn::from_u8))?, ins, 1)?,
-            data: required(field(ins, 2, Arg::as_tensor)?, ins, 2)?,
-            imm0: required(field(ins, 3, Arg::as_scalar)?, ins, 3)?,
-            imm1: required(field(ins, 4, Arg::as_scalar)?, ins, 4)?,
-            op0: required(field(ins, 5, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 5)?,
-            op1: required(field(ins, 6, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 6)?,
-            relu_param: field(ins, 7, Arg::as_scalar)?.unwrap_or(Scalar::Imm(Imm::F32(0.0_f32))),
-            reverse0: field(ins, 8, Arg::as_bool)?.unwrap_or(false),
-            reverse1: field(ins, 9, Arg::as_bool)?.unwrap_or(false),
-            reduce_op: field(ins, 10, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?,
-            reduce_res: field(ins, 11, Arg::as_tensor)?,
-            reduce_cmd: field(ins, 12, |a: &Arg| a.as_enum().and_then(ReduceCmd::from_u8))?.unwrap_or(ReduceCmd::Idle),
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            op: required(field(ins, 1, a1, |a: &Arg| a.as_enum().and_then(ActFn::from_u8))?, ins, 1)?,
+            data: required(field(ins, 2, a2, Arg::as_tensor)?, ins, 2)?,
+            imm0: required(field(ins, 3, a3, Arg::as_scalar)?, ins, 3)?,
+            imm1: required(field(ins, 4, a4, Arg::as_scalar)?, ins, 4)?,
+            op0: required(field(ins, 5, a5, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 5)?,
+            op1: required(field(ins, 6, a6, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 6)?,
+            relu_param: field(ins, 7, a7, Arg::as_scalar)?.unwrap_or(Scalar::Imm(Imm::F32(0.0_f32))),
+            reverse0: field(ins, 8, a8, Arg::as_bool)?.unwrap_or(false),
+            reverse1: field(ins, 9, a9, Arg::as_bool)?.unwrap_or(false),
+            reduce_op: field(ins, 10, a10, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?,
+            reduce_res: field(ins, 11, a11, Arg::as_tensor)?,
+            reduce_cmd: field(ins, 12, a12, |a: &Arg| a.as_enum().and_then(ReduceCmd::from_u8))?.unwrap_or(ReduceCmd::Idle),
         })
     }
 }
@@ -653,18 +693,21 @@ impl<'a> ScalarTensorTensor<'a> {
     pub const REVERSE0: usize = 6;
     /// Position of `reverse1` in `Instr::args` (for code that edits operands).
     pub const REVERSE1: usize = 7;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 8)?;
+        let [a0, a1, a2, a3, a4, a5, a6, a7] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 8));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            data: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
-            op0: required(field(ins, 2, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 2)?,
-            operand0: required(field(ins, 3, Arg::as_scalar)?, ins, 3)?,
-            op1: required(field(ins, 4, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 4)?,
-            operand1: required(field(ins, 5, Arg::as_tensor)?, ins, 5)?,
-            reverse0: field(ins, 6, Arg::as_bool)?.unwrap_or(false),
-            reverse1: field(ins, 7, Arg::as_bool)?.unwrap_or(false),
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            data: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            op0: required(field(ins, 2, a2, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 2)?,
+            operand0: required(field(ins, 3, a3, Arg::as_scalar)?, ins, 3)?,
+            op1: required(field(ins, 4, a4, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 4)?,
+            operand1: required(field(ins, 5, a5, Arg::as_tensor)?, ins, 5)?,
+            reverse0: field(ins, 6, a6, Arg::as_bool)?.unwrap_or(false),
+            reverse1: field(ins, 7, a7, Arg::as_bool)?.unwrap_or(false),
         })
     }
 }
@@ -700,16 +743,19 @@ impl<'a> TensorReduce<'a> {
     pub const NEGATE: usize = 4;
     /// Position of `keepdims` in `Instr::args` (for code that edits operands).
     pub const KEEPDIMS: usize = 5;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 6)?;
+        let [a0, a1, a2, a3, a4, a5] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 6));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            op: required(field(ins, 1, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 1)?,
-            data: required(field(ins, 2, Arg::as_tensor)?, ins, 2)?,
-            axis: required(field(ins, 3, Arg::as_ints)?, ins, 3)?,
-            negate: field(ins, 4, Arg::as_bool)?.unwrap_or(false),
-            keepdims: field(ins, 5, Arg::as_bool)?.unwrap_or(false),
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            op: required(field(ins, 1, a1, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 1)?,
+            data: required(field(ins, 2, a2, Arg::as_tensor)?, ins, 2)?,
+            axis: required(field(ins, 3, a3, Arg::as_ints)?, ins, 3)?,
+            negate: field(ins, 4, a4, Arg::as_bool)?.unwrap_or(false),
+            keepdims: field(ins, 5, a5, Arg::as_bool)?.unwrap_or(false),
         })
     }
 }
@@ -753,18 +799,21 @@ impl<'a> TensorTensorScan<'a> {
     pub const REVERSE0: usize = 6;
     /// Position of `reverse1` in `Instr::args` (for code that edits operands).
     pub const REVERSE1: usize = 7;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 8)?;
+        let [a0, a1, a2, a3, a4, a5, a6, a7] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 8));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            data0: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
-            data1: required(field(ins, 2, Arg::as_tensor)?, ins, 2)?,
-            initial: required(field(ins, 3, Arg::as_scalar)?, ins, 3)?,
-            op0: required(field(ins, 4, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 4)?,
-            op1: required(field(ins, 5, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 5)?,
-            reverse0: field(ins, 6, Arg::as_bool)?.unwrap_or(false),
-            reverse1: field(ins, 7, Arg::as_bool)?.unwrap_or(false),
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            data0: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            data1: required(field(ins, 2, a2, Arg::as_tensor)?, ins, 2)?,
+            initial: required(field(ins, 3, a3, Arg::as_scalar)?, ins, 3)?,
+            op0: required(field(ins, 4, a4, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 4)?,
+            op1: required(field(ins, 5, a5, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 5)?,
+            reverse0: field(ins, 6, a6, Arg::as_bool)?.unwrap_or(false),
+            reverse1: field(ins, 7, a7, Arg::as_bool)?.unwrap_or(false),
         })
     }
 }
@@ -816,20 +865,23 @@ impl<'a> TensorScalarReduce<'a> {
     pub const REDUCE_INIT: usize = 8;
     /// Position of `reduce_res_negate` in `Instr::args` (for code that edits operands).
     pub const REDUCE_RES_NEGATE: usize = 9;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 10)?;
+        let [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 10));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            data: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
-            op0: required(field(ins, 2, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 2)?,
-            operand0: required(field(ins, 3, Arg::as_scalar)?, ins, 3)?,
-            reduce_op: required(field(ins, 4, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 4)?,
-            reduce_res: field(ins, 5, Arg::as_tensor)?,
-            reverse0: field(ins, 6, Arg::as_bool)?.unwrap_or(false),
-            reduce_cmd: field(ins, 7, |a: &Arg| a.as_enum().and_then(ReduceCmd::from_u8))?.unwrap_or(ReduceCmd::ResetReduce),
-            reduce_init: field(ins, 8, Arg::as_scalar)?,
-            reduce_res_negate: field(ins, 9, Arg::as_bool)?.unwrap_or(false),
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            data: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            op0: required(field(ins, 2, a2, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 2)?,
+            operand0: required(field(ins, 3, a3, Arg::as_scalar)?, ins, 3)?,
+            reduce_op: required(field(ins, 4, a4, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 4)?,
+            reduce_res: field(ins, 5, a5, Arg::as_tensor)?,
+            reverse0: field(ins, 6, a6, Arg::as_bool)?.unwrap_or(false),
+            reduce_cmd: field(ins, 7, a7, |a: &Arg| a.as_enum().and_then(ReduceCmd::from_u8))?.unwrap_or(ReduceCmd::ResetReduce),
+            reduce_init: field(ins, 8, a8, Arg::as_scalar)?,
+            reduce_res_negate: field(ins, 9, a9, Arg::as_bool)?.unwrap_or(false),
         })
     }
 }
@@ -869,17 +921,20 @@ impl<'a> TensorScalarCumulative<'a> {
     pub const IMM1: usize = 5;
     /// Position of `reduce_cmd` in `Instr::args` (for code that edits operands).
     pub const REDUCE_CMD: usize = 6;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 7)?;
+        let [a0, a1, a2, a3, a4, a5, a6] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 7));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            src: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
-            op0: required(field(ins, 2, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 2)?,
-            op1: required(field(ins, 3, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 3)?,
-            imm0: required(field(ins, 4, Arg::as_scalar)?, ins, 4)?,
-            imm1: field(ins, 5, Arg::as_scalar)?,
-            reduce_cmd: field(ins, 6, |a: &Arg| a.as_enum().and_then(ReduceCmd::from_u8))?.unwrap_or(ReduceCmd::ResetReduce),
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            src: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            op0: required(field(ins, 2, a2, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 2)?,
+            op1: required(field(ins, 3, a3, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 3)?,
+            imm0: required(field(ins, 4, a4, Arg::as_scalar)?, ins, 4)?,
+            imm1: field(ins, 5, a5, Arg::as_scalar)?,
+            reduce_cmd: field(ins, 6, a6, |a: &Arg| a.as_enum().and_then(ReduceCmd::from_u8))?.unwrap_or(ReduceCmd::ResetReduce),
         })
     }
 }
@@ -907,14 +962,17 @@ impl<'a> TensorCopyPredicated<'a> {
     pub const PREDICATE: usize = 2;
     /// Position of `reverse_pred` in `Instr::args` (for code that edits operands).
     pub const REVERSE_PRED: usize = 3;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 4)?;
+        let [a0, a1, a2, a3] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 4));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            src: required(field(ins, 1, Arg::as_scalar)?, ins, 1)?,
-            predicate: required(field(ins, 2, Arg::as_tensor)?, ins, 2)?,
-            reverse_pred: field(ins, 3, Arg::as_bool)?.unwrap_or(false),
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            src: required(field(ins, 1, a1, Arg::as_scalar)?, ins, 1)?,
+            predicate: required(field(ins, 2, a2, Arg::as_tensor)?, ins, 2)?,
+            reverse_pred: field(ins, 3, a3, Arg::as_bool)?.unwrap_or(false),
         })
     }
 }
@@ -950,16 +1008,19 @@ impl<'a> Exponential<'a> {
     pub const REDUCE_CMD: usize = 4;
     /// Position of `reduce_init` in `Instr::args` (for code that edits operands).
     pub const REDUCE_INIT: usize = 5;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 6)?;
+        let [a0, a1, a2, a3, a4, a5] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 6));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            src: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
-            max_value: field(ins, 2, Arg::as_scalar)?.unwrap_or(Scalar::Imm(Imm::F32(0.0_f32))),
-            reduce_res: field(ins, 3, Arg::as_tensor)?,
-            reduce_cmd: field(ins, 4, |a: &Arg| a.as_enum().and_then(ReduceCmd::from_u8))?.unwrap_or(ReduceCmd::Idle),
-            reduce_init: field(ins, 5, Arg::as_scalar)?.unwrap_or(Scalar::Imm(Imm::F32(0.0_f32))),
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            src: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            max_value: field(ins, 2, a2, Arg::as_scalar)?.unwrap_or(Scalar::Imm(Imm::F32(0.0_f32))),
+            reduce_res: field(ins, 3, a3, Arg::as_tensor)?,
+            reduce_cmd: field(ins, 4, a4, |a: &Arg| a.as_enum().and_then(ReduceCmd::from_u8))?.unwrap_or(ReduceCmd::Idle),
+            reduce_init: field(ins, 5, a5, Arg::as_scalar)?.unwrap_or(Scalar::Imm(Imm::F32(0.0_f32))),
         })
     }
 }
@@ -979,12 +1040,15 @@ impl<'a> Reciprocal<'a> {
     pub const DST: usize = 0;
     /// Position of `data` in `Instr::args` (for code that edits operands).
     pub const DATA: usize = 1;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 2)?;
+        let [a0, a1] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 2));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            data: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            data: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
         })
     }
 }
@@ -1008,13 +1072,16 @@ impl<'a> QuantizeMx<'a> {
     pub const SRC: usize = 1;
     /// Position of `dst_scale` in `Instr::args` (for code that edits operands).
     pub const DST_SCALE: usize = 2;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 3)?;
+        let [a0, a1, a2] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 3));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            src: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
-            dst_scale: required(field(ins, 2, Arg::as_tensor)?, ins, 2)?,
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            src: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            dst_scale: required(field(ins, 2, a2, Arg::as_tensor)?, ins, 2)?,
         })
     }
 }
@@ -1038,13 +1105,16 @@ impl<'a> Dropout<'a> {
     pub const DATA: usize = 1;
     /// Position of `prob` in `Instr::args` (for code that edits operands).
     pub const PROB: usize = 2;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 3)?;
+        let [a0, a1, a2] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 3));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            data: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
-            prob: required(field(ins, 2, Arg::as_scalar)?, ins, 2)?,
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            data: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            prob: required(field(ins, 2, a2, Arg::as_scalar)?, ins, 2)?,
         })
     }
 }
@@ -1100,21 +1170,24 @@ impl<'a> RangeSelect<'a> {
     pub const RANGE_START: usize = 9;
     /// Position of `on_false_value` in `Instr::args` (for code that edits operands).
     pub const ON_FALSE_VALUE: usize = 10;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 11)?;
+        let [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 11));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            on_true_tile: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
-            comp_op0: required(field(ins, 2, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 2)?,
-            comp_op1: required(field(ins, 3, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 3)?,
-            bound0: required(field(ins, 4, Arg::as_tensor)?, ins, 4)?,
-            bound1: required(field(ins, 5, Arg::as_tensor)?, ins, 5)?,
-            reduce_cmd: field(ins, 6, |a: &Arg| a.as_enum().and_then(ReduceCmd::from_u8))?.unwrap_or(ReduceCmd::ResetReduce),
-            reduce_res: field(ins, 7, Arg::as_tensor)?,
-            reduce_op: field(ins, 8, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?.unwrap_or(AluOp::Maximum),
-            range_start: field(ins, 9, Arg::as_i32)?.unwrap_or(0),
-            on_false_value: field(ins, 10, Arg::as_imm)?.unwrap_or(Imm::F32(-3.4028235e+38_f32)),
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            on_true_tile: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            comp_op0: required(field(ins, 2, a2, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 2)?,
+            comp_op1: required(field(ins, 3, a3, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 3)?,
+            bound0: required(field(ins, 4, a4, Arg::as_tensor)?, ins, 4)?,
+            bound1: required(field(ins, 5, a5, Arg::as_tensor)?, ins, 5)?,
+            reduce_cmd: field(ins, 6, a6, |a: &Arg| a.as_enum().and_then(ReduceCmd::from_u8))?.unwrap_or(ReduceCmd::ResetReduce),
+            reduce_res: field(ins, 7, a7, Arg::as_tensor)?,
+            reduce_op: field(ins, 8, a8, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?.unwrap_or(AluOp::Maximum),
+            range_start: field(ins, 9, a9, Arg::as_i32)?.unwrap_or(0),
+            on_false_value: field(ins, 10, a10, Arg::as_imm)?.unwrap_or(Imm::F32(-3.4028235e+38_f32)),
         })
     }
 }
@@ -1158,18 +1231,21 @@ impl<'a> SelectReduce<'a> {
     pub const REDUCE_OP: usize = 6;
     /// Position of `reverse_pred` in `Instr::args` (for code that edits operands).
     pub const REVERSE_PRED: usize = 7;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 8)?;
+        let [a0, a1, a2, a3, a4, a5, a6, a7] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 8));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            predicate: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
-            on_true: required(field(ins, 2, Arg::as_tensor)?, ins, 2)?,
-            on_false: required(field(ins, 3, Arg::as_scalar)?, ins, 3)?,
-            reduce_res: field(ins, 4, Arg::as_tensor)?,
-            reduce_cmd: field(ins, 5, |a: &Arg| a.as_enum().and_then(ReduceCmd::from_u8))?.unwrap_or(ReduceCmd::Idle),
-            reduce_op: field(ins, 6, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?.unwrap_or(AluOp::Maximum),
-            reverse_pred: field(ins, 7, Arg::as_bool)?.unwrap_or(false),
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            predicate: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            on_true: required(field(ins, 2, a2, Arg::as_tensor)?, ins, 2)?,
+            on_false: required(field(ins, 3, a3, Arg::as_scalar)?, ins, 3)?,
+            reduce_res: field(ins, 4, a4, Arg::as_tensor)?,
+            reduce_cmd: field(ins, 5, a5, |a: &Arg| a.as_enum().and_then(ReduceCmd::from_u8))?.unwrap_or(ReduceCmd::Idle),
+            reduce_op: field(ins, 6, a6, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?.unwrap_or(AluOp::Maximum),
+            reverse_pred: field(ins, 7, a7, Arg::as_bool)?.unwrap_or(false),
         })
     }
 }
@@ -1189,12 +1265,15 @@ impl<'a> BnStats<'a> {
     pub const DST: usize = 0;
     /// Position of `data` in `Instr::args` (for code that edits operands).
     pub const DATA: usize = 1;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 2)?;
+        let [a0, a1] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 2));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            data: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            data: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
         })
     }
 }
@@ -1214,12 +1293,15 @@ impl<'a> BnAggr<'a> {
     pub const DST: usize = 0;
     /// Position of `data` in `Instr::args` (for code that edits operands).
     pub const DATA: usize = 1;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 2)?;
+        let [a0, a1] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 2));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            data: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            data: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
         })
     }
 }
@@ -1239,12 +1321,15 @@ impl<'a> Max8<'a> {
     pub const DST: usize = 0;
     /// Position of `src` in `Instr::args` (for code that edits operands).
     pub const SRC: usize = 1;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 2)?;
+        let [a0, a1] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 2));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            src: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            src: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
         })
     }
 }
@@ -1268,13 +1353,16 @@ impl<'a> NcFindIndex8<'a> {
     pub const DATA: usize = 1;
     /// Position of `vals` in `Instr::args` (for code that edits operands).
     pub const VALS: usize = 2;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 3)?;
+        let [a0, a1, a2] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 3));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            data: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
-            vals: required(field(ins, 2, Arg::as_tensor)?, ins, 2)?,
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            data: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            vals: required(field(ins, 2, a2, Arg::as_tensor)?, ins, 2)?,
         })
     }
 }
@@ -1306,15 +1394,18 @@ impl<'a> NcMatchReplace8<'a> {
     pub const IMM: usize = 3;
     /// Position of `dst_idx` in `Instr::args` (for code that edits operands).
     pub const DST_IDX: usize = 4;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 5)?;
+        let [a0, a1, a2, a3, a4] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 5));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            data: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
-            vals: required(field(ins, 2, Arg::as_tensor)?, ins, 2)?,
-            imm: required(field(ins, 3, Arg::as_imm)?, ins, 3)?,
-            dst_idx: field(ins, 4, Arg::as_tensor)?,
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            data: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            vals: required(field(ins, 2, a2, Arg::as_tensor)?, ins, 2)?,
+            imm: required(field(ins, 3, a3, Arg::as_imm)?, ins, 3)?,
+            dst_idx: field(ins, 4, a4, Arg::as_tensor)?,
         })
     }
 }
@@ -1338,13 +1429,16 @@ impl<'a> NcStreamShuffle<'a> {
     pub const SRC: usize = 1;
     /// Position of `shuffle_mask` in `Instr::args` (for code that edits operands).
     pub const SHUFFLE_MASK: usize = 2;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 3)?;
+        let [a0, a1, a2] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 3));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            src: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
-            shuffle_mask: required(field(ins, 2, Arg::as_ints)?, ins, 2)?,
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            src: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            shuffle_mask: required(field(ins, 2, a2, Arg::as_ints)?, ins, 2)?,
         })
     }
 }
@@ -1368,13 +1462,16 @@ impl<'a> TensorPartitionReduce<'a> {
     pub const OP: usize = 1;
     /// Position of `data` in `Instr::args` (for code that edits operands).
     pub const DATA: usize = 2;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 3)?;
+        let [a0, a1, a2] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 3));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            op: required(field(ins, 1, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 1)?,
-            data: required(field(ins, 2, Arg::as_tensor)?, ins, 2)?,
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            op: required(field(ins, 1, a1, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 1)?,
+            data: required(field(ins, 2, a2, Arg::as_tensor)?, ins, 2)?,
         })
     }
 }
@@ -1414,17 +1511,20 @@ impl<'a> AffineSelect<'a> {
     pub const CMP_OP: usize = 5;
     /// Position of `offset` in `Instr::args` (for code that edits operands).
     pub const OFFSET: usize = 6;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 7)?;
+        let [a0, a1, a2, a3, a4, a5, a6] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 7));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            pattern: required(field(ins, 1, Arg::as_ints)?, ins, 1)?,
-            channel_multiplier: required(field(ins, 2, Arg::as_i32)?, ins, 2)?,
-            on_true_tile: required(field(ins, 3, Arg::as_tensor)?, ins, 3)?,
-            on_false_value: required(field(ins, 4, Arg::as_imm)?, ins, 4)?,
-            cmp_op: field(ins, 5, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?.unwrap_or(AluOp::Equal),
-            offset: field(ins, 6, Arg::as_int_or_reg)?.unwrap_or(IntOrReg::Imm(0)),
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            pattern: required(field(ins, 1, a1, Arg::as_ints)?, ins, 1)?,
+            channel_multiplier: required(field(ins, 2, a2, Arg::as_i32)?, ins, 2)?,
+            on_true_tile: required(field(ins, 3, a3, Arg::as_tensor)?, ins, 3)?,
+            on_false_value: required(field(ins, 4, a4, Arg::as_imm)?, ins, 4)?,
+            cmp_op: field(ins, 5, a5, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?.unwrap_or(AluOp::Equal),
+            offset: field(ins, 6, a6, Arg::as_int_or_reg)?.unwrap_or(IntOrReg::Imm(0)),
         })
     }
 }
@@ -1456,15 +1556,18 @@ impl<'a> LocalGather<'a> {
     pub const NUM_ELEM_PER_IDX: usize = 3;
     /// Position of `num_valid_indices` in `Instr::args` (for code that edits operands).
     pub const NUM_VALID_INDICES: usize = 4;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 5)?;
+        let [a0, a1, a2, a3, a4] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 5));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            src_buffer: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
-            index: required(field(ins, 2, Arg::as_tensor)?, ins, 2)?,
-            num_elem_per_idx: field(ins, 3, Arg::as_i32)?.unwrap_or(1),
-            num_valid_indices: field(ins, 4, Arg::as_i32)?,
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            src_buffer: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            index: required(field(ins, 2, a2, Arg::as_tensor)?, ins, 2)?,
+            num_elem_per_idx: field(ins, 3, a3, Arg::as_i32)?.unwrap_or(1),
+            num_valid_indices: field(ins, 4, a4, Arg::as_i32)?,
         })
     }
 }
@@ -1488,13 +1591,16 @@ impl<'a> NcNGather<'a> {
     pub const DATA: usize = 1;
     /// Position of `indices` in `Instr::args` (for code that edits operands).
     pub const INDICES: usize = 2;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 3)?;
+        let [a0, a1, a2] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 3));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            data: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
-            indices: required(field(ins, 2, Arg::as_tensor)?, ins, 2)?,
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            data: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            indices: required(field(ins, 2, a2, Arg::as_tensor)?, ins, 2)?,
         })
     }
 }
@@ -1514,12 +1620,15 @@ impl<'a> SequenceBounds<'a> {
     pub const DST: usize = 0;
     /// Position of `segment_ids` in `Instr::args` (for code that edits operands).
     pub const SEGMENT_IDS: usize = 1;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 2)?;
+        let [a0, a1] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 2));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            segment_ids: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            segment_ids: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
         })
     }
 }
@@ -1547,14 +1656,17 @@ impl<'a> NonzeroWithCount<'a> {
     pub const INDEX_OFFSET: usize = 2;
     /// Position of `padding_val` in `Instr::args` (for code that edits operands).
     pub const PADDING_VAL: usize = 3;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 4)?;
+        let [a0, a1, a2, a3] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 4));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            src: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
-            index_offset: field(ins, 2, Arg::as_i32)?.unwrap_or(0),
-            padding_val: field(ins, 3, Arg::as_i32)?.unwrap_or(-1),
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            src: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            index_offset: field(ins, 2, a2, Arg::as_i32)?.unwrap_or(0),
+            padding_val: field(ins, 3, a3, Arg::as_i32)?.unwrap_or(-1),
         })
     }
 }
@@ -1582,14 +1694,17 @@ impl<'a> Topk<'a> {
     pub const SRC: usize = 2;
     /// Position of `n` in `Instr::args` (for code that edits operands).
     pub const N: usize = 3;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 4)?;
+        let [a0, a1, a2, a3] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 4));
+        };
         Ok(Self {
             ins,
-            val_dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            idx_dst: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
-            src: required(field(ins, 2, Arg::as_tensor)?, ins, 2)?,
-            n: required(field(ins, 3, Arg::as_i32)?, ins, 3)?,
+            val_dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            idx_dst: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            src: required(field(ins, 2, a2, Arg::as_tensor)?, ins, 2)?,
+            n: required(field(ins, 3, a3, Arg::as_i32)?, ins, 3)?,
         })
     }
 }
@@ -1605,11 +1720,14 @@ pub struct Rng<'a> {
 impl<'a> Rng<'a> {
     /// Position of `dst` in `Instr::args` (for code that edits operands).
     pub const DST: usize = 0;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 1)?;
+        let [a0] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 1));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
         })
     }
 }
@@ -1633,13 +1751,16 @@ impl<'a> Rand2<'a> {
     pub const MIN: usize = 1;
     /// Position of `max` in `Instr::args` (for code that edits operands).
     pub const MAX: usize = 2;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 3)?;
+        let [a0, a1, a2] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 3));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            min: required(field(ins, 1, Arg::as_scalar)?, ins, 1)?,
-            max: required(field(ins, 2, Arg::as_scalar)?, ins, 2)?,
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            min: required(field(ins, 1, a1, Arg::as_scalar)?, ins, 1)?,
+            max: required(field(ins, 2, a2, Arg::as_scalar)?, ins, 2)?,
         })
     }
 }
@@ -1655,11 +1776,14 @@ pub struct SetRngSeed<'a> {
 impl<'a> SetRngSeed<'a> {
     /// Position of `src_seeds` in `Instr::args` (for code that edits operands).
     pub const SRC_SEEDS: usize = 0;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 1)?;
+        let [a0] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 1));
+        };
         Ok(Self {
             ins,
-            src_seeds: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
+            src_seeds: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
         })
     }
 }
@@ -1675,11 +1799,14 @@ pub struct RandSetState<'a> {
 impl<'a> RandSetState<'a> {
     /// Position of `src_seeds` in `Instr::args` (for code that edits operands).
     pub const SRC_SEEDS: usize = 0;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 1)?;
+        let [a0] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 1));
+        };
         Ok(Self {
             ins,
-            src_seeds: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
+            src_seeds: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
         })
     }
 }
@@ -1695,11 +1822,14 @@ pub struct RandGetState<'a> {
 impl<'a> RandGetState<'a> {
     /// Position of `dst` in `Instr::args` (for code that edits operands).
     pub const DST: usize = 0;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 1)?;
+        let [a0] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 1));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
         })
     }
 }
@@ -1735,16 +1865,19 @@ impl<'a> DmaTranspose<'a> {
     pub const DGE_MODE: usize = 4;
     /// Position of `oob_mode` in `Instr::args` (for code that edits operands).
     pub const OOB_MODE: usize = 5;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 6)?;
+        let [a0, a1, a2, a3, a4, a5] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 6));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            src: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
-            axes: field(ins, 2, Arg::as_ints)?,
-            priority: field(ins, 3, Arg::as_i32)?,
-            dge_mode: field(ins, 4, |a: &Arg| a.as_enum().and_then(DgeMode::from_u8))?.unwrap_or(DgeMode::Unknown),
-            oob_mode: field(ins, 5, |a: &Arg| a.as_enum().and_then(OobMode::from_u8))?.unwrap_or(OobMode::Error),
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            src: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            axes: field(ins, 2, a2, Arg::as_ints)?,
+            priority: field(ins, 3, a3, Arg::as_i32)?,
+            dge_mode: field(ins, 4, a4, |a: &Arg| a.as_enum().and_then(DgeMode::from_u8))?.unwrap_or(DgeMode::Unknown),
+            oob_mode: field(ins, 5, a5, |a: &Arg| a.as_enum().and_then(OobMode::from_u8))?.unwrap_or(OobMode::Error),
         })
     }
 }
@@ -1840,31 +1973,34 @@ impl<'a> DmaCompute<'a> {
     pub const UNIQUE_INDICES: usize = 19;
     /// Position of `oob_mode` in `Instr::args` (for code that edits operands).
     pub const OOB_MODE: usize = 20;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 21)?;
+        let [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 21));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            src0: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
-            src1: field(ins, 2, Arg::as_tensor)?,
-            src2: field(ins, 3, Arg::as_tensor)?,
-            src3: field(ins, 4, Arg::as_tensor)?,
-            src4: field(ins, 5, Arg::as_tensor)?,
-            src5: field(ins, 6, Arg::as_tensor)?,
-            src6: field(ins, 7, Arg::as_tensor)?,
-            src7: field(ins, 8, Arg::as_tensor)?,
-            src8: field(ins, 9, Arg::as_tensor)?,
-            src9: field(ins, 10, Arg::as_tensor)?,
-            src10: field(ins, 11, Arg::as_tensor)?,
-            src11: field(ins, 12, Arg::as_tensor)?,
-            src12: field(ins, 13, Arg::as_tensor)?,
-            src13: field(ins, 14, Arg::as_tensor)?,
-            src14: field(ins, 15, Arg::as_tensor)?,
-            src15: field(ins, 16, Arg::as_tensor)?,
-            reduce_op: field(ins, 17, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?.unwrap_or(AluOp::Add),
-            scale: field(ins, 18, Arg::as_imm)?.unwrap_or(Imm::F32(1.0_f32)),
-            unique_indices: field(ins, 19, Arg::as_bool)?.unwrap_or(true),
-            oob_mode: field(ins, 20, |a: &Arg| a.as_enum().and_then(OobMode::from_u8))?.unwrap_or(OobMode::Error),
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            src0: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            src1: field(ins, 2, a2, Arg::as_tensor)?,
+            src2: field(ins, 3, a3, Arg::as_tensor)?,
+            src3: field(ins, 4, a4, Arg::as_tensor)?,
+            src4: field(ins, 5, a5, Arg::as_tensor)?,
+            src5: field(ins, 6, a6, Arg::as_tensor)?,
+            src6: field(ins, 7, a7, Arg::as_tensor)?,
+            src7: field(ins, 8, a8, Arg::as_tensor)?,
+            src8: field(ins, 9, a9, Arg::as_tensor)?,
+            src9: field(ins, 10, a10, Arg::as_tensor)?,
+            src10: field(ins, 11, a11, Arg::as_tensor)?,
+            src11: field(ins, 12, a12, Arg::as_tensor)?,
+            src12: field(ins, 13, a13, Arg::as_tensor)?,
+            src13: field(ins, 14, a14, Arg::as_tensor)?,
+            src14: field(ins, 15, a15, Arg::as_tensor)?,
+            src15: field(ins, 16, a16, Arg::as_tensor)?,
+            reduce_op: field(ins, 17, a17, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?.unwrap_or(AluOp::Add),
+            scale: field(ins, 18, a18, Arg::as_imm)?.unwrap_or(Imm::F32(1.0_f32)),
+            unique_indices: field(ins, 19, a19, Arg::as_bool)?.unwrap_or(true),
+            oob_mode: field(ins, 20, a20, |a: &Arg| a.as_enum().and_then(OobMode::from_u8))?.unwrap_or(OobMode::Error),
         })
     }
 }
@@ -1900,16 +2036,19 @@ impl<'a> Sendrecv<'a> {
     pub const PIPE_ID: usize = 4;
     /// Position of `dma_engine` in `Instr::args` (for code that edits operands).
     pub const DMA_ENGINE: usize = 5;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 6)?;
+        let [a0, a1, a2, a3, a4, a5] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 6));
+        };
         Ok(Self {
             ins,
-            src: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            dst: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
-            send_to_rank: required(field(ins, 2, Arg::as_i32)?, ins, 2)?,
-            recv_from_rank: required(field(ins, 3, Arg::as_i32)?, ins, 3)?,
-            pipe_id: required(field(ins, 4, Arg::as_i32)?, ins, 4)?,
-            dma_engine: field(ins, 5, |a: &Arg| a.as_enum().and_then(DmaEngine::from_u8))?.unwrap_or(DmaEngine::Dma),
+            src: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            dst: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            send_to_rank: required(field(ins, 2, a2, Arg::as_i32)?, ins, 2)?,
+            recv_from_rank: required(field(ins, 3, a3, Arg::as_i32)?, ins, 3)?,
+            pipe_id: required(field(ins, 4, a4, Arg::as_i32)?, ins, 4)?,
+            dma_engine: field(ins, 5, a5, |a: &Arg| a.as_enum().and_then(DmaEngine::from_u8))?.unwrap_or(DmaEngine::Dma),
         })
     }
 }
@@ -1929,12 +2068,15 @@ impl<'a> CoreBarrier<'a> {
     pub const DATA: usize = 0;
     /// Position of `cores` in `Instr::args` (for code that edits operands).
     pub const CORES: usize = 1;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 2)?;
+        let [a0, a1] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 2));
+        };
         Ok(Self {
             ins,
-            data: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            cores: required(field(ins, 1, Arg::as_ints)?, ins, 1)?,
+            data: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            cores: required(field(ins, 1, a1, Arg::as_ints)?, ins, 1)?,
         })
     }
 }
@@ -1962,14 +2104,17 @@ impl<'a> AllReduce<'a> {
     pub const CORES: usize = 2;
     /// Position of `reduce_op` in `Instr::args` (for code that edits operands).
     pub const REDUCE_OP: usize = 3;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 4)?;
+        let [a0, a1, a2, a3] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 4));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            src: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
-            cores: field(ins, 2, Arg::as_ints)?.unwrap_or(&[0, 1, 2, 3, 4, 5, 6, 7]),
-            reduce_op: field(ins, 3, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?.unwrap_or(AluOp::Add),
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            src: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            cores: field(ins, 2, a2, Arg::as_ints)?.unwrap_or(&[0, 1, 2, 3, 4, 5, 6, 7]),
+            reduce_op: field(ins, 3, a3, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?.unwrap_or(AluOp::Add),
         })
     }
 }
@@ -1993,13 +2138,16 @@ impl<'a> AllGather<'a> {
     pub const SRC: usize = 1;
     /// Position of `cores` in `Instr::args` (for code that edits operands).
     pub const CORES: usize = 2;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 3)?;
+        let [a0, a1, a2] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 3));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            src: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
-            cores: field(ins, 2, Arg::as_ints)?.unwrap_or(&[0, 1, 2, 3, 4, 5, 6, 7]),
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            src: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            cores: field(ins, 2, a2, Arg::as_ints)?.unwrap_or(&[0, 1, 2, 3, 4, 5, 6, 7]),
         })
     }
 }
@@ -2027,14 +2175,17 @@ impl<'a> ReduceScatter<'a> {
     pub const CORES: usize = 2;
     /// Position of `reduce_op` in `Instr::args` (for code that edits operands).
     pub const REDUCE_OP: usize = 3;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 4)?;
+        let [a0, a1, a2, a3] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 4));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            src: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
-            cores: field(ins, 2, Arg::as_ints)?.unwrap_or(&[0, 1, 2, 3, 4, 5, 6, 7]),
-            reduce_op: field(ins, 3, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?.unwrap_or(AluOp::Add),
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            src: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            cores: field(ins, 2, a2, Arg::as_ints)?.unwrap_or(&[0, 1, 2, 3, 4, 5, 6, 7]),
+            reduce_op: field(ins, 3, a3, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?.unwrap_or(AluOp::Add),
         })
     }
 }
@@ -2054,12 +2205,15 @@ impl<'a> RegisterMove<'a> {
     pub const DST: usize = 0;
     /// Position of `src` in `Instr::args` (for code that edits operands).
     pub const SRC: usize = 1;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 2)?;
+        let [a0, a1] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 2));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_reg)?, ins, 0)?,
-            src: required(field(ins, 1, Arg::as_i32)?, ins, 1)?,
+            dst: required(field(ins, 0, a0, Arg::as_reg)?, ins, 0)?,
+            src: required(field(ins, 1, a1, Arg::as_i32)?, ins, 1)?,
         })
     }
 }
@@ -2079,12 +2233,15 @@ impl<'a> RegisterLoad<'a> {
     pub const DST: usize = 0;
     /// Position of `src` in `Instr::args` (for code that edits operands).
     pub const SRC: usize = 1;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 2)?;
+        let [a0, a1] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 2));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_reg)?, ins, 0)?,
-            src: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
+            dst: required(field(ins, 0, a0, Arg::as_reg)?, ins, 0)?,
+            src: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
         })
     }
 }
@@ -2104,12 +2261,15 @@ impl<'a> RegisterStore<'a> {
     pub const DST: usize = 0;
     /// Position of `src` in `Instr::args` (for code that edits operands).
     pub const SRC: usize = 1;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 2)?;
+        let [a0, a1] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 2));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            src: required(field(ins, 1, Arg::as_reg)?, ins, 1)?,
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            src: required(field(ins, 1, a1, Arg::as_reg)?, ins, 1)?,
         })
     }
 }
@@ -2129,12 +2289,15 @@ impl<'a> ScalarLoad<'a> {
     pub const DST: usize = 0;
     /// Position of `src` in `Instr::args` (for code that edits operands).
     pub const SRC: usize = 1;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 2)?;
+        let [a0, a1] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 2));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_reg)?, ins, 0)?,
-            src: required(field(ins, 1, Arg::as_tensor)?, ins, 1)?,
+            dst: required(field(ins, 0, a0, Arg::as_reg)?, ins, 0)?,
+            src: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
         })
     }
 }
@@ -2154,12 +2317,15 @@ impl<'a> ScalarStore<'a> {
     pub const DST: usize = 0;
     /// Position of `value` in `Instr::args` (for code that edits operands).
     pub const VALUE: usize = 1;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 2)?;
+        let [a0, a1] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 2));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_tensor)?, ins, 0)?,
-            value: required(field(ins, 1, Arg::as_reg)?, ins, 1)?,
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            value: required(field(ins, 1, a1, Arg::as_reg)?, ins, 1)?,
         })
     }
 }
@@ -2187,14 +2353,17 @@ impl<'a> RegisterOp<'a> {
     pub const OP: usize = 2;
     /// Position of `imm` in `Instr::args` (for code that edits operands).
     pub const IMM: usize = 3;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 4)?;
+        let [a0, a1, a2, a3] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 4));
+        };
         Ok(Self {
             ins,
-            dst: required(field(ins, 0, Arg::as_reg)?, ins, 0)?,
-            src: required(field(ins, 1, Arg::as_reg)?, ins, 1)?,
-            op: required(field(ins, 2, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 2)?,
-            imm: field(ins, 3, Arg::as_i32)?.unwrap_or(0),
+            dst: required(field(ins, 0, a0, Arg::as_reg)?, ins, 0)?,
+            src: required(field(ins, 1, a1, Arg::as_reg)?, ins, 1)?,
+            op: required(field(ins, 2, a2, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 2)?,
+            imm: field(ins, 3, a3, Arg::as_i32)?.unwrap_or(0),
         })
     }
 }
@@ -2222,14 +2391,17 @@ impl<'a> Branch<'a> {
     pub const REG: usize = 2;
     /// Position of `imm` in `Instr::args` (for code that edits operands).
     pub const IMM: usize = 3;
+    #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        super::instr::arity(ins, 4)?;
+        let [a0, a1, a2, a3] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 4));
+        };
         Ok(Self {
             ins,
-            target: required(field(ins, 0, Arg::as_i32)?, ins, 0)?,
-            cmp: field(ins, 1, |a: &Arg| a.as_enum().and_then(CmpOp::from_u8))?.unwrap_or(CmpOp::Always),
-            reg: field(ins, 2, Arg::as_reg)?,
-            imm: field(ins, 3, Arg::as_i32)?.unwrap_or(0),
+            target: required(field(ins, 0, a0, Arg::as_i32)?, ins, 0)?,
+            cmp: field(ins, 1, a1, |a: &Arg| a.as_enum().and_then(CmpOp::from_u8))?.unwrap_or(CmpOp::Always),
+            reg: field(ins, 2, a2, Arg::as_reg)?,
+            imm: field(ins, 3, a3, Arg::as_i32)?.unwrap_or(0),
         })
     }
 }

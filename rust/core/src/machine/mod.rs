@@ -156,6 +156,10 @@ pub struct RunOptions {
     pub check_races: bool,
     /// Keep one trace record per instruction and transfer (default on).
     pub trace: bool,
+    /// Every instruction already passed `engines::validate` (programs built by
+    /// `asm::Assembler`, `engines::parse_program` or `engines::decode_program`), so the run
+    /// skips re-validating them (default off: a hand-built `Program` is validated).
+    pub prevalidated: bool,
 }
 
 impl Default for RunOptions {
@@ -163,6 +167,7 @@ impl Default for RunOptions {
         RunOptions {
             check_races: true,
             trace: true,
+            prevalidated: false,
         }
     }
 }

@@ -220,8 +220,11 @@ pub fn run(dev: &mut Device, programs: &[&Program], opts: &RunOptions) -> Result
     Scheduler::new(dev, programs, opts)?.run()
 }
 
-/// Validate the programs and place them by core.
-fn load_programs<'p>(programs: &[&'p Program]) -> Result<Vec<Option<&'p Program>>> {
+/// Validate the programs (unless the caller guarantees they were) and place them by core.
+fn load_programs<'p>(
+    programs: &[&'p Program],
+    prevalidated: bool,
+) -> Result<Vec<Option<&'p Program>>> {
     let mut progs: Vec<Option<&Program>> = vec![None; NUM_CORES];
     for p in programs {
         if p.core as usize >= NUM_CORES {
@@ -238,8 +241,10 @@ fn load_programs<'p>(programs: &[&'p Program]) -> Result<Vec<Option<&'p Program>
                 format!("two programs for core {}", p.core),
             ));
         }
-        for (i, ins) in p.instrs.iter().enumerate() {
-            validate(ins).map_err(|e| ins_err(e, p.core, i as u32, ins))?;
+        if !prevalidated {
+            for (i, ins) in p.instrs.iter().enumerate() {
+                validate(ins).map_err(|e| ins_err(e, p.core, i as u32, ins))?;
+            }
         }
         super::control::check_branches(p)?;
         progs[p.core as usize] = Some(p);
@@ -282,7 +287,7 @@ fn make_agents(progs: &[Option<&Program>]) -> Vec<Agent> {
 
 impl<'d, 'p> Scheduler<'d, 'p> {
     pub fn new(dev: &'d mut Device, programs: &[&'p Program], opts: &RunOptions) -> Result<Self> {
-        let progs = load_programs(programs)?;
+        let progs = load_programs(programs, opts.prevalidated)?;
         let agents = make_agents(&progs);
         let active: Vec<usize> = (0..agents.len())
             .filter(|a| progs[a / AGENTS_PER_CORE].is_some())

@@ -226,8 +226,8 @@ class Program(AssemblerMixin):
         top = len(self)
         yield i
         for k in range(top, len(self)):
-            head = self.instruction(k).split(" ", 1)[0]
-            if head.rsplit(".", 1)[-1] != eng:
+            if self._native.instruction_engine(k) != eng:
+                head = self.instruction(k).split(" ", 1)[0]
                 raise OperandError(
                     f"fori_loop body instruction #{k} `{head}` is not on the loop's engine {eng}",
                     operand="engine",

@@ -142,6 +142,11 @@ impl Program {
             .collect()
     }
 
+    /// Engine of instruction `i` (None past the end).
+    fn instruction_engine(&self, i: usize) -> Option<&'static str> {
+        self.program().instrs.get(i).map(|ins| ins.engine.name())
+    }
+
     /// Text of instruction `i` (None past the end).
     fn instruction_text(&self, i: usize) -> Option<String> {
         self.program()

@@ -39,14 +39,7 @@ impl Semantics for NcMatmul<'_> {
         } else {
             (st.parts, st.free_size(), mv.free_size())
         };
-        if m > 128 {
-            return Err(fail(
-                Shape,
-                "matmul_stationary_free_too_large",
-                format!("stationary free size M = {m} exceeds 128 (PE columns)"),
-            )
-            .operand("stationary"));
-        }
+        check_stationary_columns(m)?;
         check_pairing(st.dtype, mv.dtype)?;
         check_matmul_dst(self, k, m, n)?;
         check_tiles(self.tile_position, self.tile_size, k, m)
@@ -75,6 +68,19 @@ impl Semantics for NcMatmul<'_> {
 }
 
 /// Which operand dtypes may meet in one matmul.
+/// The stationary operand's free size is at most the 128 PE columns.
+pub(crate) fn check_stationary_columns(m: usize) -> Result<()> {
+    if m > 128 {
+        return Err(fail(
+            Shape,
+            "matmul_stationary_free_too_large",
+            format!("stationary free size M = {m} exceeds 128 (PE columns)"),
+        )
+        .operand("stationary"));
+    }
+    Ok(())
+}
+
 pub(crate) fn check_pairing(st: DType, mv: DType) -> Result<()> {
     if is_fp32ish(st) != is_fp32ish(mv) {
         return Err(fail(

@@ -8,7 +8,7 @@
 //! out `[Kc, R, N]` (`R = g/s`; dense row `k = R*p + r`). Each output element is one fp32
 //! fused multiply-add chain over the compressed rows in order, then the nc_matmul PSUM write.
 
-use super::tensor::{check_pairing, check_result_tile, write_psum};
+use super::tensor::{check_pairing, check_result_tile, check_stationary_columns, write_psum};
 use super::{Ctx, Semantics};
 use crate::error::{fail, ErrorKind::*, Result};
 use crate::isa::ops::NcMatmulSparse;
@@ -104,14 +104,7 @@ fn check_sparse(v: &NcMatmulSparse) -> Result<()> {
         .operand("moving"));
     }
     let m = st.free_size();
-    if m > 128 {
-        return Err(fail(
-            Shape,
-            "matmul_stationary_free_too_large",
-            format!("stationary free size M = {m} exceeds 128 (PE columns)"),
-        )
-        .operand("stationary"));
-    }
+    check_stationary_columns(m)?;
     check_pairing(st.dtype, mv.dtype)?;
     check_result_tile(v.dst, m, mv.free_size() / r)
 }

@@ -8,9 +8,23 @@ use super::{check_column, same_shape, Ctx, Semantics};
 use crate::error::{fail, ErrorKind::*, Result};
 use crate::isa::instr::{Imm, Scalar};
 use crate::isa::ops::{RangeSelect, SelectReduce, TensorCopyPredicated};
-use crate::isa::AluOp;
+use crate::isa::{AluOp, ReduceCmd};
 use crate::memory::Ap;
 use crate::numerics;
+
+/// range_select / select_reduce fold their output rows into the VectorE accumulators with
+/// maximum (lanes from `base`) and copy them to `reduce_res` when given.
+fn running_max(
+    ctx: &mut Ctx,
+    base: usize,
+    cmd: ReduceCmd,
+    out: &[f32],
+    (p, n): (usize, usize),
+    res: Option<&Ap>,
+) {
+    acc::run(ctx, base, cmd, AluOp::Maximum, &vec![0.0; p], out, n);
+    acc::read_out(ctx, res, base, p, false);
+}
 
 /// A predicate element is true when its raw bits are non-zero.
 fn predicate(ctx: &Ctx, ap: &Ap, reverse: bool) -> Vec<bool> {
@@ -139,17 +153,14 @@ impl Semantics for RangeSelect<'_> {
             })
             .collect();
         ctx.write_f32(self.dst, &out);
-        let base = x.start as usize;
-        acc::run(
+        running_max(
             ctx,
-            base,
+            x.start as usize,
             self.reduce_cmd,
-            AluOp::Maximum,
-            &vec![0.0; p],
             &out,
-            n,
+            (p, n),
+            self.reduce_res,
         );
-        acc::read_out(ctx, self.reduce_res, base, p, false);
         Ok(())
     }
 }
@@ -184,17 +195,14 @@ impl Semantics for SelectReduce<'_> {
             .map(|(i, (v, s))| if *s { *v } else { f[i / n.max(1)] })
             .collect();
         ctx.write_f32(self.dst, &out);
-        let base = t.start as usize;
-        acc::run(
+        running_max(
             ctx,
-            base,
+            t.start as usize,
             self.reduce_cmd,
-            AluOp::Maximum,
-            &vec![0.0; p],
             &out,
-            n,
+            (p, n),
+            self.reduce_res,
         );
-        acc::read_out(ctx, self.reduce_res, base, p, false);
         Ok(())
     }
 }

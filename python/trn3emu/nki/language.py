@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from .. import _native
 from ..dtypes import numpy_dtype
 from ..errors import ShapeError
 from . import indexing as _indexing
@@ -96,21 +97,18 @@ bf16 = _FloatInfo(numpy_dtype("bfloat16"))
 
 
 class tile_size:
-    """Tile-size constants of NeuronCore-v4 (reference §1.3)."""
+    """Tile-size constants of NeuronCore-v4 (reference §1.3), from the core's hardware constants."""
 
-    pmax = 128
-    psum_fmax = 512
-    psum_bank_fmax = 512
-    psum_bank_fmax_bytes = 2048
-    psum_num_banks = 8
-    gemm_stationary_fmax = 128
-    gemm_moving_fmax = 512
+    pmax = _native.PARTITIONS
+    psum_bank_fmax_bytes = _native.PSUM_BANK_BYTES
+    psum_fmax = psum_bank_fmax = _native.PSUM_BANK_BYTES // 4  # fp32 elements per bank
+    psum_num_banks = _native.PSUM_BANKS
+    gemm_stationary_fmax = _native.PARTITIONS  # PE columns
+    gemm_moving_fmax = _native.PSUM_BANK_BYTES // 4  # one fp32 PSUM bank
     bn_stats_fmax = 512
-    psum_min_align = 2048
+    psum_min_align = _native.PSUM_BANK_BYTES
     sbuf_min_align = 64
-    sbuf_size_bytes = 256 * 1024
-    sbuf_fmax_bytes = 256 * 1024
-    total_available_sbuf_size = 256 * 1024
+    sbuf_size_bytes = sbuf_fmax_bytes = total_available_sbuf_size = _native.SBUF_PARTITION_BYTES
 
 
 # ------------------------------------------------------------------------------ index helpers

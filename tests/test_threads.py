@@ -310,6 +310,9 @@ def test_env_vars_set_defaults():
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+# JAX (imported by tests/test_interop.py in the same process) warns on any fork; the child here
+# never calls JAX.
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
 def test_fork_child_can_run_parallel_kernels():
     rng = np.random.default_rng(9)
     a = rng.standard_normal((128, 128)).astype(BF16)

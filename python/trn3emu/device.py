@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _native
+from . import _native, interop
 from .dtypes import dtype_name, numpy_dtype
 from .errors import AddressError, CapacityError, DtypeError, ShapeError
 from .program import Program
@@ -22,7 +22,11 @@ _DEFAULT = {name: o["default"] for name, o in NUMERICS_OPTIONS.items()}
 
 
 class Hbm:
-    """Device HBM: put numpy arrays in, allocate outputs, get numpy arrays back."""
+    """Device HBM: put arrays in, allocate outputs, get arrays back.
+
+    Arrays may be numpy, torch CPU tensors, JAX arrays or anything with `__dlpack__` / `__array__`
+    (`trn3emu.interop`); `get` answers in the framework of the array `put` copied in (else numpy).
+    """
 
     def __init__(self, native: _native.Device) -> None:
         self._native = native
@@ -59,8 +63,13 @@ class Hbm:
     def put(
         self, array, dtype: Any = None, address: int | None = None, name: str = "", core: int | None = None
     ) -> Tensor:
-        """Copy a numpy array into HBM. `dtype` reinterprets raw words (e.g. uint32 as float8_e4m3fn_x4)."""
-        a = np.ascontiguousarray(array)
+        """Copy an array into HBM. `dtype` reinterprets raw words (e.g. uint32 as float8_e4m3fn_x4).
+
+        `array`: numpy, a torch CPU tensor, a JAX array, or anything with `__dlpack__` /
+        `__array__`; bf16 and fp8 are copied bit-exactly. `get` of the tensor (and of its views)
+        returns that framework's type.
+        """
+        a = np.ascontiguousarray(interop.to_numpy(array, "array"))
         name_ = dtype_name(a.dtype) if dtype is None else dtype_name(dtype)
         if a.dtype.itemsize != numpy_dtype(name_).itemsize:
             raise DtypeError(
@@ -70,19 +79,31 @@ class Hbm:
             )
         t = self.alloc(a.shape if a.ndim else (1,), name_, address, name, core)
         self._native.hbm_write(t.offset, a.reshape(-1).view(np.uint8))
+        fw = interop.framework(array)
+        t.framework = fw if fw in ("torch", "jax") else None
         return t
 
     def write(self, t: Tensor, array) -> None:
-        """Overwrite an HBM tensor (a contiguous view) with `array` (cast with numpy if needed)."""
+        """Overwrite an HBM tensor (a contiguous view) with `array` (any array `put` takes; cast
+        with numpy if needed)."""
         if t.mem != "hbm" or not t.is_contiguous():
             raise ShapeError(f"write needs a contiguous HBM tensor, got {t!r}", rule="hbm_tensor_expected")
-        a = np.ascontiguousarray(np.asarray(array).astype(numpy_dtype(t.dtype), copy=False))
+        a = np.ascontiguousarray(interop.to_numpy(array, "array").astype(numpy_dtype(t.dtype), copy=False))
         if a.size != t.size:
             raise ShapeError(f"array has {a.size} elements, tensor {t!r} has {t.size}", rule="array_size_mismatch")
         self._native.hbm_write(t.offset, a.reshape(-1).view(np.uint8))
 
-    def get(self, t: Tensor) -> np.ndarray:
-        """The tensor's contents as a new numpy array (ml_dtypes for bf16/fp8; raw words for x4)."""
+    def get(self, t: Tensor, like: Any = None) -> Any:
+        """The tensor's contents as a new array (ml_dtypes for bf16/fp8; raw words for x4).
+
+        The array is of the framework of `like` (an array) if given, else of the array `put`
+        copied into `t` (torch in, torch out; JAX in, JAX out), else numpy.
+        """
+        fw = t.framework if like is None else interop.framework(like)
+        a = self._get(t)
+        return a if fw in (None, "numpy") else interop.from_numpy(a, fw)
+
+    def _get(self, t: Tensor) -> np.ndarray:
         if t.mem != "hbm":
             raise ShapeError(
                 f"hbm.get needs an HBM tensor, got {t!r}; use Device.read for tiles", rule="hbm_tensor_expected"
@@ -101,7 +122,7 @@ class Hbm:
 
     def holds(self, t: Tensor, array: np.ndarray) -> bool:
         """Whether the contiguous HBM tensor `t` holds exactly the bytes of `array` (no copies)."""
-        a = np.ascontiguousarray(array)
+        a = np.ascontiguousarray(interop.to_numpy(array, "array"))
         return self._native.hbm_equals(t.offset, a.reshape(-1).view(np.uint8))
 
     @property
@@ -163,7 +184,7 @@ class Device:
     def read(self, tile: Tensor) -> np.ndarray:
         """A tile's contents (SBUF/PSUM of its core, or HBM) as a numpy array, for debugging."""
         if tile.mem == "hbm":
-            return self.hbm.get(tile)
+            return self.hbm._get(tile)
         es = tile.itemsize
         core = tile.core or 0
         shape, strides = tile.shape[1:], tile.strides[1:]

@@ -42,7 +42,7 @@ class Reg:
 
 
 class Tensor:
-    __slots__ = ("mem", "dtype", "shape", "strides", "offset", "start", "name", "core", "dyn")
+    __slots__ = ("mem", "dtype", "shape", "strides", "offset", "start", "name", "core", "dyn", "framework")
 
     def __init__(
         self, mem: str, dtype: Any, shape, strides=None, offset: int = 0, start: int = 0, name: str = "", core=None
@@ -67,6 +67,8 @@ class Tensor:
         self.name = name
         self.core = core
         self.dyn = None
+        #: the framework ("torch", "jax") of the array `Hbm.put` copied in: `Hbm.get` answers in it
+        self.framework: str | None = None
 
     # ------------------------------------------------------------------------------------ info
     @property
@@ -109,6 +111,7 @@ class Tensor:
         t.mem, t.dtype, t.name, t.core = self.mem, self.dtype, self.name, self.core
         t.shape, t.strides, t.offset, t.start = tuple(shape), tuple(strides), offset, start
         t.dyn = None
+        t.framework = self.framework
         return t
 
     def _static(self, what: str) -> None:

@@ -10,7 +10,8 @@ in the actual array's dtype, bit patterns):
 Default tolerances depend on the dtype of `actual` (DEFAULT_TOLERANCES). Exact dtypes (integers,
 bool) default to 0/0. NaNs compare equal to NaNs at the same place (equal_nan=True).
 
-`run_kernel(kernel, reference, *arrays)` runs a kernel, computes the reference on the same inputs
+Arrays may be numpy, torch CPU tensors, JAX arrays or anything with `__dlpack__` / `__array__`
+(`trn3emu.interop`). `run_kernel(kernel, reference, *arrays)` runs a kernel, computes the reference on the same inputs
 and asserts closeness. `fill_uninitialized(byte)` makes every kernel run start with SBUF/PSUM
 filled with that byte (0xFF -> NaN in every float dtype), to expose reads of memory no
 instruction wrote, as the vendor's simulator does with NaN sentinels.
@@ -23,6 +24,8 @@ import os
 
 import ml_dtypes
 import numpy as np
+
+from . import interop
 
 #: dtype name -> (rtol, atol) used when none are given.
 DEFAULT_TOLERANCES = {
@@ -62,6 +65,11 @@ def fill_uninitialized(byte: int | None = 0xFF):
         _FILL[0] = prev
 
 
+def _host(x) -> np.ndarray:
+    """`x` as numpy: torch / JAX / DLPack arrays through `trn3emu.interop` (bf16 and fp8 bit-exact)."""
+    return interop.to_numpy(x) if interop.is_array(x) else np.asarray(x)
+
+
 def tolerances(dtype) -> tuple[float, float]:
     """(rtol, atol) for a dtype (exact for integer and bool dtypes)."""
     dt = np.dtype(dtype)
@@ -85,10 +93,10 @@ def _ordered(x: np.ndarray) -> np.ndarray:
 
 def ulp_distance(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
     """Distance in units in the last place of actual's dtype (expected cast to that dtype first)."""
-    a = np.asarray(actual)
+    a = _host(actual)
     if a.dtype.kind not in "fV" and not _is_ml_float(a.dtype):
-        return np.abs(a.astype(np.int64) - np.asarray(expected).astype(np.int64))
-    e = np.asarray(expected).astype(np.float64).astype(a.dtype)
+        return np.abs(a.astype(np.int64) - _host(expected).astype(np.int64))
+    e = _host(expected).astype(np.float64).astype(a.dtype)
     return np.abs(_ordered(a) - _ordered(e))
 
 
@@ -104,8 +112,8 @@ def _is_ml_float(dt) -> bool:
 
 def compare(actual, expected, rtol=None, atol=None, mode: str = "allclose", equal_nan: bool = True):
     """(ok, bad_mask, diff, bound) for the chosen rule; see the module docstring."""
-    a = np.asarray(actual)
-    e = np.asarray(expected)
+    a = _host(actual)
+    e = _host(expected)
     if a.shape != e.shape:
         raise AssertionError(f"shape mismatch: actual {a.shape}, expected {e.shape}")
     r0, a0 = tolerances(a.dtype)
@@ -133,8 +141,8 @@ def compare(actual, expected, rtol=None, atol=None, mode: str = "allclose", equa
 
 def report(actual, expected, bad, diff, worst: int = 5) -> str:
     """The worst mismatching elements as text."""
-    a = np.asarray(actual)
-    e = np.asarray(expected)
+    a = _host(actual)
+    e = _host(expected)
     idx = np.flatnonzero(bad.ravel())
     d = np.where(np.isnan(diff), np.inf, diff).ravel()
     order = idx[np.argsort(-d[idx], kind="stable")][:worst]
@@ -157,7 +165,7 @@ def assert_close(actual, expected, rtol=None, atol=None, mode: str = "allclose",
     """Assert closeness (see module docstring); the error lists the worst elements."""
     ok, bad, diff, _ = compare(actual, expected, rtol, atol, mode, equal_nan)
     if not ok:
-        a = np.asarray(actual)
+        a = _host(actual)
         r0, a0 = tolerances(a.dtype)
         rule = "|a-b| <= atol + rtol*|b|" if mode == "allclose" else "|a-b| <= atol + rtol*max|b|"
         raise AssertionError(
@@ -167,7 +175,7 @@ def assert_close(actual, expected, rtol=None, atol=None, mode: str = "allclose",
 
 
 def run_kernel(kernel, reference, *arrays, rtol=None, atol=None, mode="allclose", grid=None, **kwargs):
-    """Run `kernel` (optionally `kernel[grid]`) on numpy arrays, compare with `reference(*arrays)`.
+    """Run `kernel` (optionally `kernel[grid]`) on arrays (numpy, torch, JAX, ...), compare with `reference(*arrays)`.
 
     Several outputs (tuples) are compared pairwise. Returns the kernel's outputs.
     """
@@ -179,5 +187,5 @@ def run_kernel(kernel, reference, *arrays, rtol=None, atol=None, mode="allclose"
     if len(outs) != len(refs):
         raise AssertionError(f"kernel returned {len(outs)} outputs, reference {len(refs)}")
     for o, r in zip(outs, refs):
-        assert_close(o, np.asarray(r), rtol, atol, mode)
+        assert_close(o, _host(r), rtol, atol, mode)
     return out

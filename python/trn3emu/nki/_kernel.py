@@ -1,9 +1,12 @@
 """Tracing NKI kernels into trn3emu Programs, and running them.
 
-`nki.jit(fn)` gives a `Kernel`. Calling it (or `kernel[grid](...)`) with numpy arrays puts the
+`nki.jit(fn)` gives a `Kernel`. Calling it (or `kernel[grid](...)`) with arrays puts the
 arrays into the HBM of a fresh `Device`, runs the kernel's Python body once per program of the
 grid (program k traces onto core k), each `nisa.*` / `nl.*` call appending instructions to that
-core's Program, then runs all Programs together and returns the kernel's HBM results as numpy.
+core's Program, then runs all Programs together and returns the kernel's HBM results. Arrays are
+numpy, torch CPU tensors, JAX arrays or anything with `__dlpack__` / `__array__`
+(`trn3emu.interop`); results are torch tensors when every array argument is one (likewise JAX),
+else numpy.
 Nothing executes while tracing: as for the NKI compiler, Python control flow sees shapes and
 constants, never tensor values.
 """
@@ -11,6 +14,7 @@ constants, never tensor values.
 from __future__ import annotations
 
 import enum
+import inspect
 import math
 import os
 import re
@@ -22,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import interop
 from .._asm import INSTRUCTION_FLAGS
 from ..device import Device
 from ..dtypes import SIZES, dtype_name, numpy_dtype
@@ -842,6 +847,8 @@ class _Run:
     def __call__(self, args, kwargs):
         from .. import testing
 
+        originals: list = []
+        args, kwargs = _host_arrays(self.kernel, args, kwargs, originals)
         fill = self.kernel.options.get("fill", testing.default_fill())
         key = self._key(args, kwargs)
         cache = self.kernel._cache
@@ -861,7 +868,7 @@ class _Run:
                 self.device.hbm.write(t, a if a.ndim else a.reshape(1))
             for addr, data in traced.preload:
                 self.device.hbm._native.hbm_write(addr, data)
-        out = self._run(traced, arrays)
+        out = self._run(traced, arrays, interop.common(originals))
         if traced.reusable and self.device.numerics["rounding"] != "stochastic":
             _SPARE[:] = [_Spare(self.device, _device_env(), traced.hbm_ranges)]
         return out
@@ -895,8 +902,6 @@ class _Run:
                 return a.item()
             if isinstance(a, tuple):
                 return tuple(conv(x) for x in a)
-            if type(a).__module__.startswith("torch"):
-                raise not_supported("torch tensors as kernel arguments", "pass numpy arrays", rule="nki_torch_argument")
             return a
 
         wargs = [conv(a) for a in args]
@@ -929,7 +934,7 @@ class _Run:
         _check_result(results[0])
         return arrays, _Traced(self.contexts, [t for _, t in arrays], recorder.writes, results[0], ranges)
 
-    def _run(self, traced: _Traced, arrays):
+    def _run(self, traced: _Traced, arrays, framework: str):
         dev = self.device
         trace = self.kernel.options.get("trace", True)
         runs = [dev.run(group, check_races=True, trace=trace) for group in traced.groups]
@@ -940,17 +945,18 @@ class _Run:
         for a, t in arrays:  # inputs the kernel wrote to: copied back, as on the device
             if a.flags.writeable and a.ndim and not dev.hbm.holds(t, a):
                 a[...] = dev.hbm.get(t)
-        return self._out(traced.result)
+        return self._out(traced.result, framework)
 
-    def _out(self, r):
+    def _out(self, r, framework: str):
+        """The kernel's results: its HBM tensors read back as arrays of `framework`."""
         if isinstance(r, NkiTensor):
-            return self.device.hbm.get(r.tensor)
+            return interop.from_numpy(self.device.hbm.get(r.tensor), framework)
         if isinstance(r, tuple):
-            return tuple(self._out(x) for x in r)
+            return tuple(self._out(x, framework) for x in r)
         if isinstance(r, list):
-            return [self._out(x) for x in r]
+            return [self._out(x, framework) for x in r]
         if isinstance(r, dict):
-            return {k: self._out(v) for k, v in r.items()}
+            return {k: self._out(v, framework) for k, v in r.items()}
         return r
 
 
@@ -972,6 +978,24 @@ def _check_result(r) -> None:
     elif isinstance(r, dict):
         for x in r.values():
             _check_result(x)
+
+
+def _host_arrays(kernel: Kernel, args, kwargs, originals: list):
+    """The launch's arguments with every array (also inside tuples) as numpy (`interop.to_numpy`,
+    sharing memory where the framework allows, so inputs the kernel writes are written back);
+    the original arrays are appended to `originals` (their frameworks pick the results')."""
+
+    def conv(a, name: str):
+        if isinstance(a, tuple):
+            return tuple(conv(x, f"{name}[{i}]") for i, x in enumerate(a))
+        if not interop.is_array(a):
+            return a
+        originals.append(a)
+        return a if isinstance(a, np.ndarray) else interop.to_numpy(a, name)
+
+    names = kernel.parameter_names()
+    wargs = tuple(conv(a, names[i] if i < len(names) else f"argument {i}") for i, a in enumerate(args))
+    return wargs, {k: conv(v, k) for k, v in kwargs.items()}
 
 
 def _input_arrays(args, kwargs) -> list:
@@ -1028,6 +1052,18 @@ class Kernel:
         #: traced launches by call signature (`_Run._key`), least recently used first
         self._cache: dict = {}
         resolve_target(options.get("platform_target"))
+
+    def parameter_names(self) -> list[str]:
+        """The names of the kernel function's positional parameters (for error messages)."""
+        names = self.__dict__.get("_parameter_names")
+        if names is None:
+            try:
+                params = inspect.signature(self.fn).parameters.values()
+            except (TypeError, ValueError):
+                params = []  # type: ignore[assignment]
+            kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+            names = self._parameter_names = [p.name for p in params if p.kind in kinds]
+        return names
 
     def cache_clear(self) -> None:
         """Forget every traced launch: the next call traces again."""

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from .. import _native
+from .. import _native, interop
 from ..dtypes import numpy_dtype
 from ..errors import ShapeError
 from . import indexing as _indexing
@@ -351,8 +351,9 @@ def full_like(t, fill_value, dtype=None, buffer=None, name="") -> NkiTensor:
 
 
 def shared_constant(constant, dtype=None, **kwargs) -> NkiTensor:
-    """An HBM tensor holding a constant array (or the contents of an .npy path)."""
-    a = np.load(constant) if isinstance(constant, str) else np.asarray(constant)
+    """An HBM tensor holding a constant array (or the contents of an .npy path); torch / JAX /
+    DLPack arrays are taken as `trn3emu.interop` converts them."""
+    a = np.load(constant) if isinstance(constant, str) else interop.to_numpy(constant, "constant")
     if dtype is not None:
         a = a.astype(numpy_dtype(dtype))
     t = current().device.hbm.put(a if a.ndim else a.reshape(1))

@@ -344,7 +344,7 @@ def _kernel(k) -> Kernel | _Launcher:
 
 
 def simulate_kernel(kernel, *args, **kwargs):
-    """`nki.simulate_kernel(kernel, *arrays)`: run on trn3emu, numpy results."""
+    """`nki.simulate_kernel(kernel, *arrays)`: run on trn3emu (numpy results; torch / JAX for torch / JAX inputs)."""
     return _kernel(kernel)(*args, **kwargs)
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from . import _native
-from ._asm import INSTRUCTIONS
+from ._asm import INSTRUCTION_FLAGS, INSTRUCTIONS
 
 SCHEMA_VERSION = 1
 #: The instruction streams of a core, in trace unit order (from the Rust core).
@@ -696,34 +696,174 @@ class Trace:
             path.write_bytes(text.encode())
         return path
 
-    def plot(self, path, width: float = 14.0) -> list[str]:
-        """Render a timeline PNG: one row per core and engine/DMA queue (needs matplotlib:
-        `pip install 'trn3emu[plot]'`). Returns the row labels, top to bottom."""
+    def busy_fraction(self, start_ns: float | None = None, end_ns: float | None = None) -> dict[tuple[int, str], float]:
+        """(core, unit) -> the fraction of the window [start_ns, end_ns] (default the whole run)
+        during which the engine stream or DMA queue was busy (a queue's overlapping transfers
+        count once). What `plot` draws, averaged over the window."""
+        t0, t1 = self._window(start_ns, end_ns)
+        out = {}
+        for (core, u), fr in self._occupancy_bins(t0, t1, 1).items():
+            out[(core, UNITS[u])] = float(fr.sum())
+        return out
+
+    def _window(self, start_ns, end_ns) -> tuple[float, float]:
+        t0 = 0.0 if start_ns is None else float(start_ns)
+        t1 = self.total_ns if end_ns is None else float(end_ns)
+        if not t1 > t0:
+            raise ValueError(f"empty time window: start_ns {t0} >= end_ns {t1}")
+        return t0, t1
+
+    def _occupancy_bins(self, t0: float, t1: float, bins: int) -> dict[tuple[int, int], np.ndarray]:
+        """(core, unit) -> [classes, bins]: the busy fraction of each of `bins` equal time columns
+        of [t0, t1] per instruction class (rows in `_plot_classes()` order)."""
+        c = self.columns
+        classes = self._plot_classes()
+        cls = np.array([classes.index(_op_class(o)) for o in c["opcode"].tolist()], dtype=np.int64)
+        edges = np.linspace(t0, t1, bins + 1)
+        width = (t1 - t0) / bins
+        out = {}
+        for core, u in sorted({(int(k), int(u)) for k, u in zip(c["core"].tolist(), c["unit"].tolist())}):
+            m = (c["core"] == core) & (c["unit"] == u)
+            frac = np.zeros((len(classes), bins))
+            for k in np.unique(cls[m]).tolist():
+                mm = m & (cls == k)
+                st, en = _union(c["start_ns"][mm], c["end_ns"][mm])
+                frac[k] = np.diff(_covered(st, en, edges)) / width
+            tot = frac.sum(axis=0)
+            over = tot > 1.0  # classes of one DMA queue may overlap each other
+            frac[:, over] /= tot[over]
+            out[(core, u)] = frac
+        return out
+
+    def _plot_classes(self) -> list[str]:
+        return sorted({_op_class(o) for o in np.unique(self.columns["opcode"]).tolist()})
+
+    def plot(
+        self,
+        path,
+        width: float = 14.0,
+        start_ns: float | None = None,
+        end_ns: float | None = None,
+        dpi: int = 100,
+    ) -> list[str]:
+        """Render a timeline PNG (needs matplotlib: `pip install 'trn3emu[plot]'`): one row per core
+        and engine stream / DMA queue over the window [start_ns, end_ns] (default the whole run).
+        Each pixel column of a row shows the fraction of its time slice the unit was busy, as a
+        bar stacked by instruction class (the cost class of docs/isa.md; see the legend), so no
+        instruction disappears however short (a column with any busy time gets at least one
+        pixel). Time is labelled in ns, µs or ms. Returns the row labels, top to bottom."""
         try:
             import matplotlib
 
             matplotlib.use("Agg")
             import matplotlib.pyplot as plt
+            from matplotlib.patches import Patch
         except ImportError as e:  # pragma: no cover - depends on the environment
             raise ImportError("Trace.plot needs matplotlib: pip install 'trn3emu[plot]'") from e
-        c = self.columns
-        tracks = sorted({(int(k), int(u)) for k, u in zip(c["core"], c["unit"])})
-        fig, ax = plt.subplots(figsize=(width, 0.45 * len(tracks) + 1.2))
-        colors = plt.get_cmap("tab10")
-        for row, (core, u) in enumerate(tracks):
-            m = (c["core"] == core) & (c["unit"] == u)
-            bars = list(zip(c["start_ns"][m], c["end_ns"][m] - c["start_ns"][m]))
-            ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=colors(u % 10), alpha=0.6 if u >= _NS else 0.9)
-        ax.set_yticks(range(len(tracks)))
+        t0, t1 = self._window(start_ns, end_ns)
+        classes = self._plot_classes()
+        left, right, top_px, bottom = 190, 20, 40, 60 + 22 * ((len(classes) + 5) // 6)
+        cols = max(int(width * dpi) - left - right, 50)
+        occ = self._occupancy_bins(t0, t1, cols)
+        tracks = list(occ)
+        row, gap = _PLOT_ROW_PX, _PLOT_GAP_PX
+        raster = np.ones((len(tracks) * (row + gap) + gap, cols, 3))
+        colours = _class_colours(classes)
+        for n, key in enumerate(tracks):
+            frac = occ[key]
+            y1 = gap + n * (row + gap) + row  # bottom edge (exclusive) of the band
+            band = raster[y1 - row : y1]
+            band[...] = _PLOT_BG
+            total = frac.sum(axis=0)
+            height = _dither(total * row, row)
+            cum = np.cumsum(frac, axis=0) / np.where(total > 0, total, 1.0)
+            cum = np.minimum(np.rint(cum * height).astype(np.int64), height)
+            lo = np.zeros(cols, np.int64)
+            y = np.arange(row)[:, None]
+            for k in range(len(classes)):  # class k fills pixel rows [lo, hi) counted from the bottom
+                hi = cum[k]
+                band[(y >= row - hi[None, :]) & (y < row - lo[None, :])] = colours[k]
+                lo = hi
+        h_px = raster.shape[0] + top_px + bottom
+        fig = plt.figure(figsize=((cols + left + right) / dpi, h_px / dpi), dpi=dpi)
+        fig.figimage(raster, xo=left, yo=bottom, origin="upper")
+        ax = fig.add_axes(
+            (left / (cols + left + right), bottom / h_px, cols / (cols + left + right), raster.shape[0] / h_px)
+        )
+        ax.patch.set_alpha(0.0)
+        for sp in ax.spines.values():
+            sp.set_visible(False)
+        scale, unit = (1e6, "ms") if t1 - t0 >= 1e6 else (1e3, "µs") if t1 - t0 >= 1e3 else (1.0, "ns")
+        ax.set_xlim(t0 / scale, t1 / scale)
+        ax.set_ylim(raster.shape[0], 0)
         labels = [f"core {k} {UNITS[u]}" for k, u in tracks]
+        ax.set_yticks([gap + n * (row + gap) + row / 2 for n in range(len(tracks))])
         ax.set_yticklabels(labels)
-        ax.invert_yaxis()
-        ax.set_xlabel("estimated time (ns)")
-        ax.set_title(f"trn3emu timeline: {self.total_ns:,.0f} ns")
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
+        ax.tick_params(axis="y", length=0)
+        ax.set_xlabel(f"estimated time ({unit})")
+        ax.set_title(
+            f"trn3emu timeline {t0 / scale:,.3g}-{t1 / scale:,.4g} {unit} of {self.total_ns / scale:,.4g} {unit} "
+            f"(bar height: busy fraction per pixel column)",
+            fontsize=10,
+        )
+        handles = [Patch(facecolor=colours[k], label=name) for k, name in enumerate(classes)]
+        fig.legend(handles=handles, loc="lower center", ncol=min(len(classes), 6), fontsize=8, frameon=False)
+        fig.savefig(path, dpi=dpi)
         plt.close(fig)
         return labels
+
+
+_PLOT_ROW_PX = 40
+_PLOT_GAP_PX = 8
+#: The background of a unit's row in `Trace.plot` (idle time); busy time is drawn in class colours.
+PLOT_IDLE_RGB = (0.92, 0.94, 1.0)
+_PLOT_BG = np.array(PLOT_IDLE_RGB)
+
+
+def _op_class(opcode: int) -> str:
+    """An opcode's instruction class for the timeline: its cost class (docs/isa.md)."""
+    return INSTRUCTION_FLAGS.get(_OPNAME.get(opcode, "?"), ("other",))[0]
+
+
+def _class_colours(classes: list[str]) -> np.ndarray:
+    import matplotlib
+
+    cmap = matplotlib.colormaps["tab20"]
+    return np.array([cmap(i % 20)[:3] for i in range(len(classes))])
+
+
+def _dither(h: np.ndarray, row: int) -> np.ndarray:
+    """Pixel heights for exact heights `h` (0..row): rounding error carried to the next column
+    so a row's pixel total matches its busy time, and at least one pixel for any busy column."""
+    out = np.zeros(len(h), np.int64)
+    carry = 0.0
+    for i, x in enumerate(h.tolist()):
+        v = min(max(int(round(x + carry)), 1 if x > 0 else 0), row)
+        carry += x - v
+        out[i] = v
+    return out
+
+
+def _union(st: np.ndarray, en: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merge possibly overlapping intervals into disjoint ones."""
+    if not len(st):
+        return st, en
+    o = np.argsort(st, kind="stable")
+    st, en = st[o], en[o]
+    reach = np.maximum.accumulate(en)
+    new = np.ones(len(st), bool)
+    new[1:] = st[1:] > reach[:-1]
+    return st[new], np.maximum.reduceat(en, np.flatnonzero(new))
+
+
+def _covered(st: np.ndarray, en: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Total length of the disjoint intervals [st, en) before each time in t."""
+    so, eo = np.sort(st), np.sort(en)
+    cs = np.concatenate(([0.0], np.cumsum(so)))
+    ce = np.concatenate(([0.0], np.cumsum(eo)))
+    ns = np.searchsorted(so, t, side="right")
+    ne = np.searchsorted(eo, t, side="right")
+    return (ns * t - cs[ns]) - (ne * t - ce[ne])
 
 
 class RunResult:

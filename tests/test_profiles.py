@@ -149,3 +149,43 @@ def test_summary_rolls_up_source_lines_to_each_engines_busy_time(fa_trace):
     text = tr.summary()
     assert "top source lines by busy time" in text and "nki_flash_attention.py:" in text
     json.dumps(st)  # the stats are JSON-ready (nki.profile writes them)
+
+
+def _add_one_kernel():
+    import trn3emu.nki.language as nl
+
+    def add_one(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.add(nl.load(a), 1.0))
+        return out
+
+    return add_one
+
+
+@pytest.mark.parametrize("namespace", ["nki", "neuronxcc.nki"])
+@pytest.mark.parametrize("entry", ["profile", "benchmark"])
+def test_profile_and_benchmark_write_trace_png_and_summary(tmp_path, namespace, entry):
+    pytest.importorskip("matplotlib")
+    import trn3emu.nki
+
+    mod = trn3emu.nki if namespace == "nki" else trn3emu.nki._legacy_modules()["neuronxcc.nki"]
+    a = np.arange(512, dtype=np.float32).reshape(128, 4)
+    kernel = mod.jit(_add_one_kernel())
+    opts = {"warmup": 1, "iters": 3} if entry == "benchmark" else {"save_trace_name": "k.ntff"}
+    wrapped = getattr(mod, entry)(working_directory=tmp_path / "prof", **opts)(kernel)
+    np.testing.assert_array_equal(wrapped(a), a + 1)
+    us = kernel.last_result.time_ns / 1000.0
+    assert us > 0
+    lat = wrapped.latency()
+    assert lat["p50"] == lat["p99"] == lat["mean"] == pytest.approx(us)
+    assert wrapped.benchmark_result.nc_latency.get_latency_percentile(99) == pytest.approx(us)
+    files = sorted(p.name for p in (tmp_path / "prof").iterdir())
+    trace_name = "profile.json.gz" if entry == "benchmark" else "k.ntff.json.gz"
+    assert files == sorted([trace_name, "profile.png", "profile_summary.json"])
+    summary = json.loads((tmp_path / "prof" / "profile_summary.json").read_text())
+    assert summary["kernel"] == "add_one" and summary["latency_us"]["p50"] == pytest.approx(us)
+    assert summary["stats"]["total_ns"] == pytest.approx(kernel.last_result.time_ns)
+    with gzip.open(tmp_path / "prof" / trace_name, "rt") as f:
+        names = {e["name"] for e in json.load(f)["traceEvents"] if e["ph"] == "X"}
+    assert any(n.startswith("test_profiles.py:") for n in names)
+    assert (tmp_path / "prof" / "profile.png").read_bytes()[:4] == b"\x89PNG"

@@ -664,7 +664,9 @@ def gen_pyi(data: dict) -> str:
 def instruction_page(ins: dict) -> list[str]:
     """An instruction's reference page below its heading (docs/isa.md and `trn3emu isa NAME`)."""
     out = [""]
-    out.append(f"`{ins['opcode']:#06x}` · engines {', '.join(ins['engines'])} · cost `{ins['cost']}` · since {ins['since']}")
+    out.append(
+        f"`{ins['opcode']:#06x}` · engines {', '.join(ins['engines'])} · cost `{ins['cost']}` · since {ins['since']}"
+    )
     out.append("")
     out.append(ins["summary"])
     out.append("")

@@ -189,3 +189,18 @@ def test_profile_and_benchmark_write_trace_png_and_summary(tmp_path, namespace, 
         names = {e["name"] for e in json.load(f)["traceEvents"] if e["ph"] == "X"}
     assert any(n.startswith("test_profiles.py:") for n in names)
     assert (tmp_path / "prof" / "profile.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plot_of_an_empty_trace_and_a_bad_window(tmp_path):
+    pytest.importorskip("matplotlib")
+    import trn3emu as t3
+
+    dev = t3.Device()
+    p = t3.Program()
+    p.memset(dst=p.sbuf((128, 4), np.float32), value=1.0)
+    assert dev.run(p, trace=False).trace.plot(tmp_path / "e.png") == []
+    tr = dev.run(p).trace
+    assert tr.plot(tmp_path / "w.png", start_ns=0.0, end_ns=tr.total_ns / 2) == ["core 0 vector"]
+    assert tr.busy_fraction(0.0, tr.total_ns / 2) == {(0, "vector"): pytest.approx(1.0)}
+    with pytest.raises(ValueError, match="empty time window"):
+        tr.plot(tmp_path / "x.png", start_ns=5.0, end_ns=5.0)

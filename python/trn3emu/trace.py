@@ -708,7 +708,7 @@ class Trace:
 
     def _window(self, start_ns, end_ns) -> tuple[float, float]:
         t0 = 0.0 if start_ns is None else float(start_ns)
-        t1 = self.total_ns if end_ns is None else float(end_ns)
+        t1 = (self.total_ns or 1.0) if end_ns is None else float(end_ns)
         if not t1 > t0:
             raise ValueError(f"empty time window: start_ns {t0} >= end_ns {t1}")
         return t0, t1
@@ -807,7 +807,8 @@ class Trace:
             fontsize=10,
         )
         handles = [Patch(facecolor=colours[k], label=name) for k, name in enumerate(classes)]
-        fig.legend(handles=handles, loc="lower center", ncol=min(len(classes), 6), fontsize=8, frameon=False)
+        if handles:
+            fig.legend(handles=handles, loc="lower center", ncol=min(len(classes), 6), fontsize=8, frameon=False)
         fig.savefig(path, dpi=dpi)
         plt.close(fig)
         return labels

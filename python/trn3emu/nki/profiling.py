@@ -91,7 +91,7 @@ class Profiled:
     def latency(self) -> dict:
         """The last call's estimated latency statistics (us) as a dict."""
         if self.benchmark_result is None:
-            raise RuntimeError("call the profiled kernel first")  # noqa: EM101
+            raise RuntimeError("call the profiled kernel first")
         return self.benchmark_result.nc_latency.as_dict()
 
     def _write(self, root: Path, trace) -> None:

@@ -547,16 +547,18 @@ class Trace:
                     continue
                 rows = rows[np.lexsort((c["end_ns"][rows], c["start_ns"][rows]))]
                 lanes: list[float] = []
-                for r in rows:
-                    s = c["start_ns"][r]
-                    lane = next((i for i, e in enumerate(lanes) if e <= s), None)
+                got = []
+                for s, e in zip(c["start_ns"][rows].tolist(), c["end_ns"][rows].tolist()):
+                    lane = next((i for i, x in enumerate(lanes) if x <= s), None)
                     if lane is None:
                         lanes.append(0.0)
                         lane = len(lanes) - 1
-                    lanes[lane] = c["end_ns"][r]
-                    t = 100 + 16 * (u - _NS) + lane
-                    tid[r] = t
-                    q = u - _NS
+                    lanes[lane] = e
+                    got.append(lane)
+                q = u - _NS
+                tid[rows] = 100 + 16 * q + np.array(got, np.int64)
+                for lane in range(len(lanes)):
+                    t = 100 + 16 * q + lane
                     names[(int(core), t)] = f"dma queue {q} ({ENGINES[q]})" + (f" lane {lane}" if lane else "")
         return tid, names
 
@@ -641,7 +643,8 @@ class Trace:
         ok = sm["wait"] & (sm["by"] >= 0)
         src = [sm["by"][ok].astype(np.int64)]
         dst = [sm["record"][ok].astype(np.int64)]
-        label = [f"semaphore {m}" for m in sm["sem"][ok].tolist()]
+        tag = {m: f'"name":"semaphore {m}","cat":"semaphore"' for m in np.unique(sm["sem"][ok]).tolist()}
+        label = [tag[m] for m in sm["sem"][ok].tolist()]
         # A transfer's trigger: the engine record with the same core, stream and index.
         key = (
             (c["core"].astype(np.int64) << 40)
@@ -656,32 +659,14 @@ class Trace:
             hit = key[eng][pos] == key[xfer]
             src.append(eng[pos][hit])
             dst.append(xfer[hit])
-            label += ["dma trigger"] * int(hit.sum())
+            label += ['"name":"dma trigger","cat":"dma"'] * int(hit.sum())
         b_rows, r_rows = np.concatenate(src).tolist(), np.concatenate(dst).tolist()
         mid_us, mid_ps = (v.tolist() for v in np.divmod(start + dur // 2, 1_000_000))
-        flow = (
-            '{"ph":"s","name":"%s","cat":"%s","id":%d,"pid":%d,"tid":%d,"ts":%d.%06d},\n'
-            '{"ph":"f","bp":"e","name":"%s","cat":"%s","id":%d,"pid":%d,"tid":%d,"ts":%d.%06d}'
-        )
+        # one string per flow: its start and its end event
+        flow = '{"ph":"s",%s,"id":%d,"pid":%d,"tid":%d,"ts":%d.%06d},\n{"ph":"f","bp":"e",%s,"id":%d,"pid":%d,"tid":%d,"ts":%d.%06d}'
         out.extend(
-            flow
-            % (
-                name,
-                "dma" if name[0] == "d" else "semaphore",
-                n,
-                cores[b],
-                tids[b],
-                mid_us[b],
-                mid_ps[b],
-                name,
-                "dma" if name[0] == "d" else "semaphore",
-                n,
-                cores[r],
-                tids[r],
-                s_us[r],
-                s_ps[r],
-            )
-            for n, (b, r, name) in enumerate(zip(b_rows, r_rows, label), 1)
+            flow % (t, n, cores[b], tids[b], mid_us[b], mid_ps[b], t, n, cores[r], tids[r], s_us[r], s_ps[r])
+            for n, (b, r, t) in enumerate(zip(b_rows, r_rows, label), 1)
         )
         cs = '{"ph":"C","name":"%s bytes written","pid":%d,"ts":%r,"args":{"bytes":%d}}'
         for (core, mem), (ts, vs) in sorted(self.occupancy().items()):

@@ -22,6 +22,7 @@ DISPATCH_OUT = ROOT / "rust" / "core" / "src" / "engines" / "dispatch.rs"
 PY_OUT = ROOT / "python" / "trn3emu" / "_asm.py"
 PYI_OUT = ROOT / "python" / "trn3emu" / "_asm.pyi"
 DOC_OUT = ROOT / "docs" / "isa.md"
+PAGES_OUT = ROOT / "python" / "trn3emu" / "_isa_pages.py"
 
 MEMS = {"sbuf": 1, "psum": 2, "hbm": 4}
 PATHS = ["compute", "dma", "collective", "control"]
@@ -660,6 +661,52 @@ def gen_pyi(data: dict) -> str:
 # ------------------------------------------------------------------------------------------------- docs
 
 
+def instruction_page(ins: dict) -> list[str]:
+    """An instruction's reference page below its heading (docs/isa.md and `trn3emu isa NAME`)."""
+    out = [""]
+    out.append(
+        f"`{ins['opcode']:#06x}` · engines {', '.join(ins['engines'])} · cost `{ins['cost']}` · since {ins['since']}"
+    )
+    out.append("")
+    out.append(ins["summary"])
+    out.append("")
+    out.append(ins["math"].replace("\\\n", ""))
+    if ins["params"]:
+        out.append("")
+        out.append("| # | param | kind | access | memories | dtypes | default | |")
+        out.append("|---|---|---|---|---|---|---|---|")
+        for i, p in enumerate(ins["params"]):
+            kind = p["kind"] + (f" `{p['enum']}`" if p["kind"] == "enum" else "")
+            if "default" in p:
+                dflt = f"`{p['default']}`"
+            elif p.get("optional"):
+                dflt = "absent"
+            else:
+                dflt = "required"
+            out.append(
+                f"| {i} | `{p['name']}` | {kind} | {p.get('access', '')} | {', '.join(p.get('mem', []))} "
+                f"| {p.get('dtypes', '')} | {dflt} | {p.get('doc', '')} |"
+            )
+    return out
+
+
+def gen_pages(data: dict) -> str:
+    """python/trn3emu/_isa_pages.py: each instruction's reference page and the dtype classes, for
+    `trn3emu isa NAME` in an installed package (docs/isa.md is not shipped)."""
+    out = [f'"""Instruction reference pages ({HEADER})."""', "", "# dtype class -> dtypes", "DTYPE_CLASSES = {"]
+    for k, v in data["dtype_class"].items():
+        out.append(f"    {k!r}: {tuple(v)!r},")
+    out.append("}")
+    out.append("")
+    out.append("# name -> the instruction's page (markdown, as in docs/isa.md)")
+    out.append("PAGES = {")
+    for ins in data["instruction"]:
+        out.append(f"    {ins['name']!r}: {chr(10).join(instruction_page(ins)[1:])!r},")
+    out.append("}")
+    out.append("")
+    return "\n".join(out)
+
+
 def gen_doc(data: dict) -> str:
     out = [f"<!-- {HEADER} -->", "", "# trn3emu ISA reference (NeuronCore-v4)", ""]
     n = len(data["instruction"])
@@ -717,30 +764,7 @@ def gen_doc(data: dict) -> str:
     for ins in data["instruction"]:
         out.append("")
         out.append(f"### {ins['name']}")
-        out.append("")
-        out.append(
-            f"`{ins['opcode']:#06x}` · engines {', '.join(ins['engines'])} · cost `{ins['cost']}` · since {ins['since']}"
-        )
-        out.append("")
-        out.append(ins["summary"])
-        out.append("")
-        out.append(ins["math"].replace("\\\n", ""))
-        if ins["params"]:
-            out.append("")
-            out.append("| # | param | kind | access | memories | dtypes | default | |")
-            out.append("|---|---|---|---|---|---|---|---|")
-            for i, p in enumerate(ins["params"]):
-                kind = p["kind"] + (f" `{p['enum']}`" if p["kind"] == "enum" else "")
-                if "default" in p:
-                    dflt = f"`{p['default']}`"
-                elif p.get("optional"):
-                    dflt = "absent"
-                else:
-                    dflt = "required"
-                out.append(
-                    f"| {i} | `{p['name']}` | {kind} | {p.get('access', '')} | {', '.join(p.get('mem', []))} "
-                    f"| {p.get('dtypes', '')} | {dflt} | {p.get('doc', '')} |"
-                )
+        out.extend(instruction_page(ins))
     out.append("")
     return "\n".join(out)
 
@@ -754,6 +778,7 @@ def main() -> int:
         PY_OUT: gen_python(data),
         PYI_OUT: gen_pyi(data),
         DOC_OUT: gen_doc(data),
+        PAGES_OUT: gen_pages(data),
     }
     if "--check" in sys.argv:
         stale = [str(p.relative_to(ROOT)) for p, text in outputs.items() if not p.exists() or p.read_text() != text]

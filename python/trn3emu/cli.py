@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import difflib
+import os
 import sys
 from pathlib import Path
 
@@ -11,10 +13,17 @@ import numpy as np
 from . import _asm
 from .device import Device
 from .dtypes import numpy_dtype
-from .errors import EmuError
+from .errors import EmuError, RaceError
 from .program import Program
 
 MAGIC = b"T3EP"
+_SYNC_HELP = (
+    "auto (default, like the Python API): add the semaphores the data dependencies need; manual: only the program's own"
+)
+_INPUT_HELP = (
+    "load an array into HBM at ADDR; DTYPE names the dtype of .npy files numpy saved as raw words "
+    "(bfloat16, float8_*: void |V2 / |V1) or converts other arrays"
+)
 
 
 def _load(path: str, sync: str) -> Program:
@@ -32,24 +41,30 @@ def _cmd_demo(args) -> int:
     return main(args.m, args.k, args.n, args.seed)
 
 
+def _example_dir() -> Path:
+    """The packaged examples (trn3emu/examples; the checkout's examples/ links to them)."""
+    from . import examples
+
+    return Path(examples.__file__).resolve().parent
+
+
 def _nki_example(name: str) -> int:
-    """Run examples/nki_<name>.py (or a path) with `nki` provided by trn3emu."""
+    """Run the packaged example nki_<name>.py (or a path) with `nki` provided by trn3emu."""
     import runpy
 
     from .nki import install
 
     path = Path(name)
     if not path.exists():
-        # The source checkout's examples/: beside the package (editable install) or in the
-        # current directory (an installed wheel run from the checkout).
-        roots = [Path(__file__).resolve().parents[2] / "examples", Path.cwd() / "examples"]
-        root = next((r for r in roots if (r / f"nki_{name}.py").exists()), roots[-1])
+        root = _example_dir()
         path = root / f"nki_{name}.py"
         if not path.exists():
-            found = sorted(p.stem[4:] for p in root.glob("nki_*.py")) if root.exists() else []
+            found = sorted(p.stem[4:] for p in root.glob("nki_*.py"))
+            near = difflib.get_close_matches(name, found, n=1)
             raise EmuError(
                 f"no NKI example {name!r}"
-                + (f" (examples: {', '.join(found)})" if found else " (examples/ ships with the source checkout)"),
+                + (f"; did you mean {near[0]!r}?" if near else "")
+                + f" (examples: {', '.join(found)})",
                 rule="demo_example_unknown",
             )
     install()
@@ -74,14 +89,67 @@ def _cmd_disasm(args) -> int:
     return 0
 
 
+def _load_npy(path: str) -> np.ndarray:
+    """np.load, and for the ml_dtypes numpy cannot describe in a header (float8_e5m2 is saved as
+    `<f1`, which np.load refuses) the raw words as a void array of the header's item size."""
+    try:
+        return np.load(path)
+    except ValueError as e:
+        if "descr" not in str(e):
+            raise
+    import ast
+
+    with open(path, "rb") as f:
+        major, _minor = np.lib.format.read_magic(f)
+        (n,) = np.frombuffer(f.read(2 if major == 1 else 4), "<u2" if major == 1 else "<u4")
+        header = ast.literal_eval(f.read(int(n)).decode("latin1"))
+        size = int(str(header["descr"])[2:])
+        shape = tuple(header["shape"])
+        data = np.frombuffer(f.read(), np.dtype(f"V{size}"), count=int(np.prod(shape)))
+    return data.reshape(shape, order="F" if header["fortran_order"] else "C")
+
+
+def _load_input(spec: str) -> tuple[int, np.ndarray, str | None]:
+    """`ADDR=FILE.npy` or `ADDR:DTYPE=FILE.npy` -> (address, array, dtype). numpy saves bf16 and
+    fp8 arrays as raw void words (`|V2`, `|V1`): those are reinterpreted as DTYPE (required then);
+    an ordinary array of another dtype is converted to DTYPE (round to nearest even)."""
+    where, sep, path = spec.partition("=")
+    if not sep or not path:
+        raise ValueError(f"--input {spec!r}: expected ADDR=FILE.npy or ADDR:DTYPE=FILE.npy")
+    addr, _, dtype = where.partition(":")
+    arr = _load_npy(path)
+    if arr.dtype.kind == "V":
+        if not dtype:
+            raise ValueError(
+                f"--input {spec!r}: {path} holds raw {arr.dtype.itemsize}-byte words ({arr.dtype.str}, as numpy "
+                f"saves bfloat16 / float8); name their dtype: --input {addr}:bfloat16={path}"
+            )
+        want = numpy_dtype(dtype)
+        if want.itemsize != arr.dtype.itemsize:
+            raise ValueError(
+                f"--input {spec!r}: {path} holds {arr.dtype.itemsize}-byte words, {dtype} has {want.itemsize}"
+            )
+        arr = arr.view(want)
+    elif dtype and arr.dtype != numpy_dtype(dtype):
+        arr = arr.astype(numpy_dtype(dtype))
+    return int(addr, 0), arr, dtype or None
+
+
+def _put_inputs(dev: Device, specs: list[str]) -> None:
+    for spec in specs:
+        addr, arr, dtype = _load_input(spec)
+        dev.hbm.put(arr, dtype=dtype, address=addr)
+
+
+def _run(dev: Device, progs, args):
+    return dev.run(progs, check_races=not args.no_race_check)
+
+
 def _cmd_run(args) -> int:
     p = _load(args.program, args.sync)
     dev = Device()
-    for spec in args.input:
-        addr, _, path = spec.partition("=")
-        arr = np.load(path)
-        dev.hbm.put(arr, address=int(addr, 0))
-    result = dev.run(p, check_races=not args.no_race_check)
+    _put_inputs(dev, args.input)
+    result = _run(dev, p, args)
     for spec in args.output:
         where, _, path = spec.partition("=")
         addr, shape, dtype = where.split(":")
@@ -94,32 +162,51 @@ def _cmd_run(args) -> int:
     return 0
 
 
-def _programs_from_python(path: str, dev: Device) -> list[Program]:
-    """A Python file with `build(dev)` returning a Program or a list of them (one per core)."""
-    import importlib.util
+def _result_from_python(path: str, dev: Device, kernel: str | None):
+    """A Python file: with `build(dev)` returning a Program or a list of them (one per core), run
+    those; otherwise an NKI kernel file (`nki` provided by trn3emu): run its `main()` and take the
+    run of its NKI kernel (`kernel` names one when several ran; default the longest)."""
+    import runpy
 
-    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
-    if spec is None or spec.loader is None:
-        raise ValueError(f"{path}: cannot load as a Python module")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    build = getattr(mod, "build", None)
-    if build is None:
-        raise ValueError(f"{path}: defines no build(dev) returning the program(s) to trace")
-    progs = build(dev)
-    return [progs] if isinstance(progs, Program) else list(progs)
+    from .nki import Kernel, install
+
+    install()
+    mod = runpy.run_path(path, run_name="trn3emu_trace")
+    build = mod.get("build")
+    if build is not None:
+        progs = build(dev)
+        return [progs] if isinstance(progs, Program) else list(progs)
+    if callable(mod.get("main")):
+        mod["main"]()
+    ran = {n: k for n, k in mod.items() if isinstance(k, Kernel) and k.last_result is not None}
+    if not ran:
+        raise ValueError(f"{path}: defines no build(dev) and no NKI kernel ran (a main() that calls one)")
+    if kernel is not None:
+        if kernel not in ran:
+            raise ValueError(f"{path}: no NKI kernel {kernel!r} ran (kernels: {', '.join(sorted(ran))})")
+        name = kernel
+    else:
+
+        def time_of(k):
+            r = k.last_result
+            return max(x.time_ns for x in r) if isinstance(r, list) else r.time_ns
+
+        name = max(sorted(ran), key=lambda n: time_of(ran[n]))
+        if len(ran) > 1:
+            print(f"tracing NKI kernel {name} (also ran: {', '.join(n for n in sorted(ran) if n != name)}; --kernel)")
+    res = ran[name].last_result
+    return max(res, key=lambda r: r.time_ns) if isinstance(res, list) else res
 
 
 def _cmd_trace(args) -> int:
     dev = Device()
     if args.program.endswith(".py"):
-        progs = _programs_from_python(args.program, dev)
+        got = _result_from_python(args.program, dev, args.kernel)
+        result = got if not isinstance(got, list) else _run(dev, got, args)
     else:
         progs = [_load(args.program, args.sync)]
-        for spec in args.input:
-            addr, _, path = spec.partition("=")
-            dev.hbm.put(np.load(path), address=int(addr, 0))
-    result = dev.run(progs, check_races=not args.no_race_check)
+        _put_inputs(dev, args.input)
+        result = _run(dev, progs, args)
     print(result.trace.summary())
     result.trace.to_perfetto(args.out)
     print(f"wrote {args.out} (Chrome Trace Event JSON; open in https://ui.perfetto.dev)")
@@ -129,16 +216,49 @@ def _cmd_trace(args) -> int:
     return 0
 
 
+def _isa_page(name: str) -> str:
+    from ._isa_pages import DTYPE_CLASSES, PAGES
+
+    page = PAGES[name]
+    used = []
+    for line in page.splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) > 7 and cells[6] in DTYPE_CLASSES and cells[6] not in used:
+            used.append(cells[6])
+    lines = [name, "=" * len(name), "", page]
+    if used:
+        lines += ["", "dtype classes:"] + [f"  {k}: {', '.join(DTYPE_CLASSES[k])}" for k in used]
+    return "\n".join(lines) + "\n"
+
+
 def _cmd_isa(args) -> int:
+    if args.name:
+        if args.name not in _asm.INSTRUCTIONS:
+            near = difflib.get_close_matches(args.name, list(_asm.INSTRUCTIONS), n=3)
+            hint = f"; did you mean {' or '.join(near)}?" if near else "; `trn3emu isa` lists them"
+            print(f"trn3emu: no instruction {args.name!r}{hint}", file=sys.stderr)
+            return 2
+        sys.stdout.write(_isa_page(args.name))
+        return 0
     for name, (code, engines, params) in _asm.INSTRUCTIONS.items():
-        if args.name and name != args.name:
-            continue
         print(f"{code:#06x} {name:<28} {'/'.join(engines):<36} {', '.join(p[0] for p in params)}")
     return 0
 
 
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("trn3emu")
+    except Exception:  # pragma: no cover - not installed as a distribution
+        from . import __version__
+
+        return __version__
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="trn3emu", description="Trainium3 (NeuronCore-v4) emulator")
+    ap.add_argument("--version", action="version", version=f"trn3emu {_version()}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("demo", help="run the demo kernel (tiled bf16 matmul + GELU) and print the trace summary")
     d.add_argument("--m", type=int, default=256)
@@ -148,16 +268,16 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument(
         "--nki",
         metavar="NAME",
-        help="run the NKI example kernel examples/nki_NAME.py instead (e.g. tensor_add, matmul_bf16, lnc2)",
+        help="run the packaged NKI example nki_NAME.py instead (e.g. tensor_add, matmul_bf16, flash_attention)",
     )
     d.set_defaults(fn=_cmd_demo)
     r = sub.add_parser("run", help="run a program (text or binary) on a fresh device")
     r.add_argument("program")
-    r.add_argument("--input", action="append", default=[], metavar="ADDR=FILE.npy", help="load an array into HBM")
+    r.add_argument("--input", action="append", default=[], metavar="ADDR[:DTYPE]=FILE.npy", help=_INPUT_HELP)
     r.add_argument(
         "--output", action="append", default=[], metavar="ADDR:SHAPE:DTYPE=FILE.npy", help="save HBM to .npy"
     )
-    r.add_argument("--sync", choices=["manual", "auto"], default="manual", help="add semaphores automatically")
+    r.add_argument("--sync", choices=["manual", "auto"], default="auto", help=_SYNC_HELP)
     r.add_argument("--no-race-check", action="store_true")
     r.set_defaults(fn=_cmd_run)
     a = sub.add_parser("asm", help="assemble text into the binary encoding")
@@ -169,21 +289,41 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("-o", "--output")
     s.set_defaults(fn=_cmd_disasm)
     t = sub.add_parser("trace", help="run a program or kernel, print the timing summary, write a Perfetto trace")
-    t.add_argument("program", help="program text/binary, or a .py file defining build(dev) -> Program(s)")
-    t.add_argument("--out", default="trace.json", help="Chrome Trace Event JSON output (default trace.json)")
+    t.add_argument(
+        "program",
+        help="program text/binary, an NKI kernel file (its main() runs the kernel), or a .py file defining build(dev)",
+    )
+    t.add_argument("--kernel", help="the NKI kernel to trace when the file runs several (default: the longest run)")
+    t.add_argument(
+        "--out",
+        default="trace.json",
+        help="Chrome Trace Event JSON output, gzip if it ends in .gz (default trace.json)",
+    )
     t.add_argument("--png", help="also render a timeline PNG (needs matplotlib: trn3emu[plot])")
-    t.add_argument("--input", action="append", default=[], metavar="ADDR=FILE.npy", help="load an array into HBM")
-    t.add_argument("--sync", choices=["manual", "auto"], default="manual", help="add semaphores automatically")
+    t.add_argument("--input", action="append", default=[], metavar="ADDR[:DTYPE]=FILE.npy", help=_INPUT_HELP)
+    t.add_argument("--sync", choices=["manual", "auto"], default="auto", help=_SYNC_HELP)
     t.add_argument("--no-race-check", action="store_true")
     t.set_defaults(fn=_cmd_trace)
-    i = sub.add_parser("isa", help="list the instruction set")
-    i.add_argument("name", nargs="?")
+    i = sub.add_parser("isa", help="list the instruction set, or print one instruction's page")
+    i.add_argument("name", nargs="?", help="an instruction: print its operands, dtypes, defaults and rules")
     i.set_defaults(fn=_cmd_isa)
     args = ap.parse_args(argv)
     try:
-        return args.fn(args)
+        code = args.fn(args)
+        sys.stdout.flush()  # a closed pipe surfaces here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        # The reader went away (`trn3emu isa | head -1`): stop quietly.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except EmuError as e:
         print(f"trn3emu: {type(e).__name__}: {e}", file=sys.stderr)
+        if isinstance(e, RaceError) and getattr(args, "sync", None) == "manual":
+            print(
+                "trn3emu: hint: --sync auto (the default) adds the semaphores the data dependencies need",
+                file=sys.stderr,
+            )
         return 2
     except (OSError, ValueError) as e:
         print(f"trn3emu: {e}", file=sys.stderr)

@@ -22,13 +22,14 @@ by_unit, by_index (waits: the instruction whose signal satisfied it; '' / -1 whe
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
 import numpy as np
 
 from . import _native
-from ._asm import INSTRUCTIONS
+from ._asm import INSTRUCTION_FLAGS, INSTRUCTIONS
 
 SCHEMA_VERSION = 1
 #: The instruction streams of a core, in trace unit order (from the Rust core).
@@ -401,6 +402,7 @@ class Trace:
             "hbm_gbps": int(c["hbm_bytes"].sum()) / total if total else 0.0,
             "critical_path": path,
             "critical_path_ns_by_unit": along,
+            "source_lines": [{"core": k, "unit": u, "lines": v} for (k, u), v in self.source_lines().items()],
             "peaks": {
                 "tensor_tflops_bf16": COST["peak_tflops_bf16"],
                 "tensor_tflops_mx": COST["peak_tflops_mx"],
@@ -411,9 +413,35 @@ class Trace:
             },
         }
 
-    def summary(self) -> str:
+    def source_lines(self) -> dict[tuple[int, str], list[dict]]:
+        """(core, engine) -> one row per kernel source line (`labels()`) that ran on that engine
+        stream: {line, count, busy_ns}, most busy first (ties by line). An engine's rows sum to its
+        busy time in `stats()["units"]`. DMA queues are left out: their transfers overlap."""
+        c = self.columns
+        eng = np.flatnonzero(c["unit"] < _NS)
+        if not len(eng):
+            return {}
+        labels = np.array(self.labels(), dtype=object)[eng]
+        _, inv = np.unique(labels.astype(str), return_inverse=True)
+        dur = (c["end_ns"] - c["start_ns"])[eng]
+        out: dict[tuple[int, str], list[dict]] = {}
+        key = c["core"][eng].astype(np.int64) * 64 + c["unit"][eng]
+        for k in np.unique(key).tolist():
+            m = key == k
+            busy = np.bincount(inv[m], weights=dur[m], minlength=inv.max() + 1)
+            count = np.bincount(inv[m], minlength=inv.max() + 1)
+            first = {}
+            for j, lab in zip(inv[m].tolist(), labels[m].tolist()):
+                first.setdefault(j, lab)
+            rows = [{"line": first[j], "count": int(count[j]), "busy_ns": float(busy[j])} for j in first]
+            rows.sort(key=lambda r: (-r["busy_ns"], r["line"]))
+            out[(k // 64, UNITS[k % 64])] = rows
+        return out
+
+    def summary(self, top: int = 5) -> str:
         """Per core and engine/queue: count, busy time, utilisation, achieved TFLOPS or GB/s against
-        the published peaks; the critical path; the total estimated kernel time."""
+        the published peaks; the critical path; the total estimated kernel time; per engine the
+        `top` kernel source lines by busy time (`source_lines()`)."""
         st = self.stats()
         pk = st["peaks"]
         lines = [
@@ -450,6 +478,21 @@ class Trace:
         lines.append(f"device HBM traffic: {st['hbm_gbps']:,.1f} GB/s of {pk['hbm_gbps']:g} GB/s")
         along = ", ".join(f"{k} {v:,.1f} ns" for k, v in sorted(st["critical_path_ns_by_unit"].items()))
         lines.append(f"critical path: {len(st['critical_path'])} records; time along it by unit: {along}")
+        if st["source_lines"]:
+            lines.append(f"top source lines by busy time (of each engine's busy time; up to {top} per engine):")
+        for e in st["source_lines"]:
+            core, unit, rows = e["core"], e["unit"], e["lines"]
+            busy = sum(r["busy_ns"] for r in rows) or 1.0
+            for r in rows[:top]:
+                lines.append(
+                    f"{core:>4} {unit:<11} {r['count']:>6} {r['busy_ns']:>12,.1f} {r['busy_ns'] / busy:>6.1%}  {r['line']}"
+                )
+            if len(rows) > top:
+                rest = rows[top:]
+                lines.append(
+                    f"{'':>4} {'':<11} {sum(r['count'] for r in rest):>6} {sum(r['busy_ns'] for r in rest):>12,.1f} "
+                    f"{sum(r['busy_ns'] for r in rest) / busy:>6.1%}  ({len(rest)} other lines)"
+                )
         return "\n".join(lines)
 
     # ------------------------------------------------------------------------------ export
@@ -463,21 +506,27 @@ class Trace:
         out: dict[tuple[int, str], tuple[list, list]] = {}
         grids: dict[tuple[int, int], np.ndarray] = {}
         order = np.argsort(c["end_ns"], kind="stable")
-        for r in order:
-            mem = int(w["w_mem"][r])
-            if mem not in _MEM_BYTES:
+        order = order[np.isin(w["w_mem"][order], list(_MEM_BYTES))]
+        mems, cores, ends = w["w_mem"][order].tolist(), c["core"][order].tolist(), c["end_ns"][order].tolist()
+        p0s, p1s = w["w_p0"][order].tolist(), w["w_p1"][order].tolist()
+        los, his = w["w_lo"][order].tolist(), w["w_hi"][order].tolist()
+        seen: set[tuple] = set()  # regions already counted (loops rewrite the same tiles)
+        for mem, core, end, p0, p1, lo, hi in zip(mems, cores, ends, p0s, p1s, los, his):
+            key = (mem, core, p0, p1, lo, hi)
+            if key in seen:
                 continue
-            core = int(c["core"][r])
-            g = grids.setdefault((core, mem), np.zeros((_native.PARTITIONS, _MEM_BYTES[mem] // _GRANULE), bool))
-            p0, p1 = int(w["w_p0"][r]), int(w["w_p1"][r])
-            lo, hi = int(w["w_lo"][r]) // _GRANULE, -(-int(w["w_hi"][r]) // _GRANULE)
+            seen.add(key)
+            g = grids.get((core, mem))
+            if g is None:
+                g = grids[(core, mem)] = np.zeros((_native.PARTITIONS, _MEM_BYTES[mem] // _GRANULE), bool)
+            lo, hi = lo // _GRANULE, -(-hi // _GRANULE)
             cell = g[p0:p1, lo:hi]
             added = cell.size - int(cell.sum())
             if not added:
                 continue
             cell[...] = True
             ts, vs = out.setdefault((core, _MEM_NAME[mem]), ([0.0], [0]))
-            ts.append(float(c["end_ns"][r]))
+            ts.append(end)
             vs.append(vs[-1] + added * _GRANULE)
         return {k: (np.array(t), np.array(v)) for k, (t, v) in out.items()}
 
@@ -498,177 +547,309 @@ class Trace:
                     continue
                 rows = rows[np.lexsort((c["end_ns"][rows], c["start_ns"][rows]))]
                 lanes: list[float] = []
-                for r in rows:
-                    s = c["start_ns"][r]
-                    lane = next((i for i, e in enumerate(lanes) if e <= s), None)
+                got = []
+                for s, e in zip(c["start_ns"][rows].tolist(), c["end_ns"][rows].tolist()):
+                    lane = next((i for i, x in enumerate(lanes) if x <= s), None)
                     if lane is None:
                         lanes.append(0.0)
                         lane = len(lanes) - 1
-                    lanes[lane] = c["end_ns"][r]
-                    t = 100 + 16 * (u - _NS) + lane
-                    tid[r] = t
-                    q = u - _NS
+                    lanes[lane] = e
+                    got.append(lane)
+                q = u - _NS
+                tid[rows] = 100 + 16 * q + np.array(got, np.int64)
+                for lane in range(len(lanes)):
+                    t = 100 + 16 * q + lane
                     names[(int(core), t)] = f"dma queue {q} ({ENGINES[q]})" + (f" lane {lane}" if lane else "")
         return tid, names
 
-    def to_perfetto(self, path) -> dict:
-        """Write Chrome Trace Event JSON (open in ui.perfetto.dev): one process per core, one track
-        per engine, per DMA queue and per DMA engine, flow arrows from each semaphore signal to the wait it
-        satisfied and from each DMA trigger to its transfer, counters for SBUF/PSUM bytes
-        written. Returns the JSON object."""
+    def labels(self) -> list[str]:
+        """Per record (into `columns`): its kernel source line (the instruction's `name=` label,
+        which the NKI front end sets to `file.py:LINE`), or `(opcode)` when it has none."""
+        if "labels" in self._cache:
+            return self._cache["labels"]  # type: ignore[return-value]
+        c = self.columns
+        names = np.full(len(self), None, dtype=object)
+        for k in np.unique(c["core"]).tolist():
+            self._name(k, 0)  # loads the core's names
+            table = np.array(self._names[k] + [None], dtype=object)
+            m = c["core"] == k
+            names[m] = table[np.minimum(c["index"][m], len(table) - 1)]
+        out = [n if n else f"({_OPNAME.get(o, '?')})" for n, o in zip(names.tolist(), c["opcode"].tolist())]
+        self._cache["labels"] = out  # type: ignore[assignment]
+        return out
+
+    def to_perfetto(self, path, operands: bool = False) -> Path:
+        """Write Chrome Trace Event JSON (open in ui.perfetto.dev; gzip-compressed when `path` ends
+        in `.gz`): one process per core, one track per engine, per DMA queue and per DMA engine.
+        Each slice is named by its kernel source line (`labels()`), with the opcode (`op`), the
+        instruction index (`i`), bytes (`b`) and for engine instructions flops (`f`) in its args
+        (`operands=True` adds the operand text, `ops`). Flow arrows go from each semaphore signal to
+        the wait it satisfied and from each DMA trigger to its transfer; counters show SBUF/PSUM
+        bytes written. Returns the path written."""
         c = self.columns
         tid, names = self._tracks()
-        ev: list[dict] = []
-        for core in sorted({int(k) for k in c["core"]}):
-            ev.append({"ph": "M", "name": "process_name", "pid": core, "tid": 0, "args": {"name": f"core {core}"}})
-            ev.append({"ph": "M", "name": "process_sort_index", "pid": core, "tid": 0, "args": {"sort_index": core}})
-        for (core, t), name in sorted(names.items()):
-            ev.append({"ph": "M", "name": "thread_name", "pid": core, "tid": t, "args": {"name": name}})
-            ev.append({"ph": "M", "name": "thread_sort_index", "pid": core, "tid": t, "args": {"sort_index": t}})
-        for r in range(len(self)):
-            core, idx, u = int(c["core"][r]), int(c["index"][r]), int(c["unit"][r])
-            s, e = float(c["start_ns"][r]), float(c["end_ns"][r])
-            args = {
-                "index": idx,
-                "operands": self._operands(core, idx),
-                "bytes": int(c["bytes"][r]),
-            }
-            if u < _NS:
-                args["flops"] = int(c["flops"][r])
-            else:
-                args["priority"] = int(c["priority"][r])
-                args["dma_engines"] = int(c["dma_engines"][r])
-                args["hbm_bytes"] = int(c["hbm_bytes"][r])
-            name = self._name(core, idx)
-            if name:
-                args["name"] = name
-            ev.append(
-                {
-                    "ph": "X",
-                    "name": _OPNAME.get(int(c["opcode"][r]), "?"),
-                    "cat": "dma" if u >= _NS else "instr",
-                    "pid": core,
-                    "tid": int(tid[r]),
-                    "ts": s / 1000.0,
-                    "dur": (e - s) / 1000.0,
-                    "args": args,
-                }
-            )
+        out: list[str] = []
+        meta = '{"ph":"M","name":"%s","pid":%d,"tid":%d,"args":{"%s":%s}}'
+        for core in np.unique(c["core"]).tolist():
+            out.append(meta % ("process_name", core, 0, "name", json.dumps(f"core {core}")))
+            out.append(meta % ("process_sort_index", core, 0, "sort_index", core))
         sp = self._spans
-        for k in sorted({int(x) for x in sp["core"]}):
-            for e in sorted({int(x) for x in sp["engine"][sp["core"] == k]}):
-                t = 300 + e
-                ev.append({"ph": "M", "name": "thread_name", "pid": k, "tid": t, "args": {"name": f"dma engine {e}"}})
-                ev.append({"ph": "M", "name": "thread_sort_index", "pid": k, "tid": t, "args": {"sort_index": t}})
-        for k, e, a, b, nb, rec in zip(
-            sp["core"].tolist(),
-            sp["engine"].tolist(),
-            sp["start_ns"].tolist(),
-            sp["end_ns"].tolist(),
-            sp["bytes"].tolist(),
-            sp["record"].tolist(),
-        ):
-            ev.append(
-                {
-                    "ph": "X",
-                    "name": _OPNAME.get(int(c["opcode"][rec]), "?"),
-                    "cat": "dma_engine",
-                    "pid": k,
-                    "tid": 300 + e,
-                    "ts": a / 1000.0,
-                    "dur": (b - a) / 1000.0,
-                    "args": {"index": int(c["index"][rec]), "bytes": nb},
-                }
+        for ke in np.unique(sp["core"].astype(np.int64) * 256 + sp["engine"]).tolist():
+            names[(ke // 256, 300 + ke % 256)] = f"dma engine {ke % 256}"
+        for (core, t), name in sorted(names.items()):
+            out.append(meta % ("thread_name", core, t, "name", json.dumps(name)))
+            out.append(meta % ("thread_sort_index", core, t, "sort_index", t))
+        start = np.rint(c["start_ns"] * 1000.0).astype(np.int64)
+        dur = np.rint(c["end_ns"] * 1000.0).astype(np.int64) - start
+        raw = self.labels()
+        quoted = {x: json.dumps(x) for x in set(raw)}
+        labels = [quoted[x] for x in raw]
+        ops = [_OPNAME.get(o, "?") for o in c["opcode"].tolist()]
+        cores, idx = c["core"].tolist(), c["index"].tolist()
+        tids, units = tid.tolist(), c["unit"].tolist()
+        s_us, s_ps = (v.tolist() for v in np.divmod(start, 1_000_000))
+        d_us, d_ps = (v.tolist() for v in np.divmod(dur, 1_000_000))
+        cat = ["dma" if u >= _NS else "instr" for u in units]
+        extra = [f',"f":{f}' if f else "" for f in c["flops"].tolist()]
+        if operands:
+            extra = [e + ',"ops":' + json.dumps(self._operands(k, i)) for e, k, i in zip(extra, cores, idx)]
+        x = '{"ph":"X","name":%s,"cat":"%s","pid":%d,"tid":%d,"ts":%d.%06d,"dur":%d.%06d,"args":{"op":"%s","i":%d,"b":%d%s}}'
+        out.extend(
+            x % row
+            for row in zip(labels, cat, cores, tids, s_us, s_ps, d_us, d_ps, ops, idx, c["bytes"].tolist(), extra)
+        )
+        # Each DMA engine's share of a transfer, named like the transfer.
+        rec = sp["record"].astype(np.int64).tolist()
+        a = np.rint(sp["start_ns"] * 1000.0).astype(np.int64)
+        d = np.rint(sp["end_ns"] * 1000.0).astype(np.int64) - a
+        a_us, a_ps = (v.tolist() for v in np.divmod(a, 1_000_000))
+        e_us, e_ps = (v.tolist() for v in np.divmod(d, 1_000_000))
+        y = '{"ph":"X","name":%s,"pid":%d,"tid":%d,"ts":%d.%06d,"dur":%d.%06d,"args":{"b":%d}}'
+        out.extend(
+            y % row
+            for row in zip(
+                [labels[r] for r in rec],
+                sp["core"].tolist(),
+                (sp["engine"].astype(np.int64) + 300).tolist(),
+                a_us,
+                a_ps,
+                e_us,
+                e_ps,
+                sp["bytes"].tolist(),
             )
+        )
+        # Flows: semaphore signal -> the wait it satisfied; DMA trigger -> its transfer.
         sm = self._sems
-        flow = 0
-        for w, rec, by, sem in zip(sm["wait"], sm["record"], sm["by"], sm["sem"]):
-            if not w or by < 0:
-                continue
-            flow += 1
-            b, r = int(by), int(rec)
-            mid = (c["start_ns"][b] + c["end_ns"][b]) / 2.0
-            common = {"name": f"semaphore {int(sem)}", "cat": "semaphore", "id": flow}
-            ev.append({**common, "ph": "s", "pid": int(c["core"][b]), "tid": int(tid[b]), "ts": mid / 1000.0})
-            ev.append(
-                {
-                    **common,
-                    "ph": "f",
-                    "bp": "e",
-                    "pid": int(c["core"][r]),
-                    "tid": int(tid[r]),
-                    "ts": float(c["start_ns"][r]) / 1000.0,
-                }
-            )
-        # DMA triggers -> their transfers.
-        trig = {
-            (int(k), int(u), int(i)): r for r, (k, u, i) in enumerate(zip(c["core"], c["unit"], c["index"])) if u < _NS
-        }
-        for r in np.flatnonzero(c["unit"] >= _NS):
-            t = trig.get((int(c["core"][r]), int(c["unit"][r]) - _NS, int(c["index"][r])))
-            if t is None:
-                continue
-            flow += 1
-            mid = (c["start_ns"][t] + c["end_ns"][t]) / 2.0
-            common = {"name": "dma trigger", "cat": "dma", "id": flow}
-            ev.append({**common, "ph": "s", "pid": int(c["core"][t]), "tid": int(tid[t]), "ts": mid / 1000.0})
-            ev.append(
-                {
-                    **common,
-                    "ph": "f",
-                    "bp": "e",
-                    "pid": int(c["core"][r]),
-                    "tid": int(tid[r]),
-                    "ts": float(c["start_ns"][r]) / 1000.0,
-                }
-            )
+        ok = sm["wait"] & (sm["by"] >= 0)
+        src = [sm["by"][ok].astype(np.int64)]
+        dst = [sm["record"][ok].astype(np.int64)]
+        tag = {m: f'"name":"semaphore {m}","cat":"semaphore"' for m in np.unique(sm["sem"][ok]).tolist()}
+        label = [tag[m] for m in sm["sem"][ok].tolist()]
+        # A transfer's trigger: the engine record with the same core, stream and index.
+        key = (
+            (c["core"].astype(np.int64) << 40)
+            | ((c["unit"].astype(np.int64) % _NS) << 32)
+            | c["index"].astype(np.int64)
+        )
+        eng = np.flatnonzero(c["unit"] < _NS)
+        eng = eng[np.argsort(key[eng], kind="stable")]
+        xfer = np.flatnonzero(c["unit"] >= _NS)
+        pos = np.minimum(np.searchsorted(key[eng], key[xfer]), max(len(eng) - 1, 0))
+        if len(eng):
+            hit = key[eng][pos] == key[xfer]
+            src.append(eng[pos][hit])
+            dst.append(xfer[hit])
+            label += ['"name":"dma trigger","cat":"dma"'] * int(hit.sum())
+        b_rows, r_rows = np.concatenate(src).tolist(), np.concatenate(dst).tolist()
+        mid_us, mid_ps = (v.tolist() for v in np.divmod(start + dur // 2, 1_000_000))
+        # one string per flow: its start and its end event
+        flow = '{"ph":"s",%s,"id":%d,"pid":%d,"tid":%d,"ts":%d.%06d},\n{"ph":"f","bp":"e",%s,"id":%d,"pid":%d,"tid":%d,"ts":%d.%06d}'
+        out.extend(
+            flow % (t, n, cores[b], tids[b], mid_us[b], mid_ps[b], t, n, cores[r], tids[r], s_us[r], s_ps[r])
+            for n, (b, r, t) in enumerate(zip(b_rows, r_rows, label), 1)
+        )
+        cs = '{"ph":"C","name":"%s bytes written","pid":%d,"ts":%r,"args":{"bytes":%d}}'
         for (core, mem), (ts, vs) in sorted(self.occupancy().items()):
-            for t, v in zip(ts, vs):
-                ev.append(
-                    {
-                        "ph": "C",
-                        "name": f"{mem} bytes written",
-                        "pid": core,
-                        "ts": t / 1000.0,
-                        "args": {"bytes": int(v)},
-                    }
-                )
-        doc = {
-            "traceEvents": ev,
-            "displayTimeUnit": "ns",
-            "otherData": {"generator": "trn3emu", "schema_version": self.schema_version, "total_ns": self.total_ns},
-        }
-        Path(path).write_text(json.dumps(doc))
-        return doc
+            out.extend(cs % (mem, core, t / 1000.0, v) for t, v in zip(ts.tolist(), vs.tolist()))
+        other = json.dumps({"generator": "trn3emu", "schema_version": self.schema_version, "total_ns": self.total_ns})
+        text = '{"traceEvents":[\n' + ",\n".join(out) + '\n],"displayTimeUnit":"ns","otherData":' + other + "}\n"
+        path = Path(path)
+        if path.suffix == ".gz":
+            with gzip.open(path, "wt", compresslevel=6) as f:
+                f.write(text)
+        else:
+            path.write_bytes(text.encode())
+        return path
 
-    def plot(self, path, width: float = 14.0) -> list[str]:
-        """Render a timeline PNG: one row per core and engine/DMA queue (needs matplotlib:
-        `pip install 'trn3emu[plot]'`). Returns the row labels, top to bottom."""
+    def busy_fraction(self, start_ns: float | None = None, end_ns: float | None = None) -> dict[tuple[int, str], float]:
+        """(core, unit) -> the fraction of the window [start_ns, end_ns] (default the whole run)
+        during which the engine stream or DMA queue was busy (a queue's overlapping transfers
+        count once). What `plot` draws, averaged over the window."""
+        t0, t1 = self._window(start_ns, end_ns)
+        out = {}
+        for (core, u), fr in self._occupancy_bins(t0, t1, 1).items():
+            out[(core, UNITS[u])] = float(fr.sum())
+        return out
+
+    def _window(self, start_ns, end_ns) -> tuple[float, float]:
+        t0 = 0.0 if start_ns is None else float(start_ns)
+        t1 = (self.total_ns or 1.0) if end_ns is None else float(end_ns)
+        if not t1 > t0:
+            raise ValueError(f"empty time window: start_ns {t0} >= end_ns {t1}")
+        return t0, t1
+
+    def _occupancy_bins(self, t0: float, t1: float, bins: int) -> dict[tuple[int, int], np.ndarray]:
+        """(core, unit) -> [classes, bins]: the busy fraction of each of `bins` equal time columns
+        of [t0, t1] per instruction class (rows in `_plot_classes()` order)."""
+        c = self.columns
+        classes = self._plot_classes()
+        cls = np.array([classes.index(_op_class(o)) for o in c["opcode"].tolist()], dtype=np.int64)
+        edges = np.linspace(t0, t1, bins + 1)
+        width = (t1 - t0) / bins
+        out = {}
+        for core, u in sorted({(int(k), int(u)) for k, u in zip(c["core"].tolist(), c["unit"].tolist())}):
+            m = (c["core"] == core) & (c["unit"] == u)
+            frac = np.zeros((len(classes), bins))
+            for k in np.unique(cls[m]).tolist():
+                mm = m & (cls == k)
+                st, en = _union(c["start_ns"][mm], c["end_ns"][mm])
+                frac[k] = np.diff(_covered(st, en, edges)) / width
+            tot = frac.sum(axis=0)
+            over = tot > 1.0  # classes of one DMA queue may overlap each other
+            frac[:, over] /= tot[over]
+            out[(core, u)] = frac
+        return out
+
+    def _plot_classes(self) -> list[str]:
+        return sorted({_op_class(o) for o in np.unique(self.columns["opcode"]).tolist()})
+
+    def plot(
+        self,
+        path,
+        width: float = 14.0,
+        start_ns: float | None = None,
+        end_ns: float | None = None,
+        dpi: int = 100,
+    ) -> list[str]:
+        """Render a timeline PNG (needs matplotlib: `pip install 'trn3emu[plot]'`): one row per core
+        and engine stream / DMA queue over the window [start_ns, end_ns] (default the whole run).
+        Each pixel column of a row shows the fraction of its time slice the unit was busy, as a
+        bar stacked by instruction class (the cost class of docs/isa.md; see the legend), so no
+        instruction disappears however short (a column with any busy time gets at least one
+        pixel). Time is labelled in ns, µs or ms. Returns the row labels, top to bottom."""
         try:
             import matplotlib
 
             matplotlib.use("Agg")
             import matplotlib.pyplot as plt
+            from matplotlib.patches import Patch
         except ImportError as e:  # pragma: no cover - depends on the environment
             raise ImportError("Trace.plot needs matplotlib: pip install 'trn3emu[plot]'") from e
-        c = self.columns
-        tracks = sorted({(int(k), int(u)) for k, u in zip(c["core"], c["unit"])})
-        fig, ax = plt.subplots(figsize=(width, 0.45 * len(tracks) + 1.2))
-        colors = plt.get_cmap("tab10")
-        for row, (core, u) in enumerate(tracks):
-            m = (c["core"] == core) & (c["unit"] == u)
-            bars = list(zip(c["start_ns"][m], c["end_ns"][m] - c["start_ns"][m]))
-            ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=colors(u % 10), alpha=0.6 if u >= _NS else 0.9)
-        ax.set_yticks(range(len(tracks)))
+        t0, t1 = self._window(start_ns, end_ns)
+        classes = self._plot_classes()
+        left, right, top_px, bottom = 190, 20, 40, 60 + 22 * ((len(classes) + 5) // 6)
+        cols = max(int(width * dpi) - left - right, 50)
+        occ = self._occupancy_bins(t0, t1, cols)
+        tracks = list(occ)
+        row, gap = _PLOT_ROW_PX, _PLOT_GAP_PX
+        raster = np.ones((len(tracks) * (row + gap) + gap, cols, 3))
+        colours = _class_colours(classes)
+        for n, key in enumerate(tracks):
+            frac = occ[key]
+            y1 = gap + n * (row + gap) + row  # bottom edge (exclusive) of the band
+            band = raster[y1 - row : y1]
+            band[...] = _PLOT_BG
+            total = frac.sum(axis=0)
+            height = _dither(total * row, row)
+            cum = np.cumsum(frac, axis=0) / np.where(total > 0, total, 1.0)
+            cum = np.minimum(np.rint(cum * height).astype(np.int64), height)
+            lo = np.zeros(cols, np.int64)
+            y = np.arange(row)[:, None]
+            for k in range(len(classes)):  # class k fills pixel rows [lo, hi) counted from the bottom
+                hi = cum[k]
+                band[(y >= row - hi[None, :]) & (y < row - lo[None, :])] = colours[k]
+                lo = hi
+        h_px = raster.shape[0] + top_px + bottom
+        fig = plt.figure(figsize=((cols + left + right) / dpi, h_px / dpi), dpi=dpi)
+        fig.figimage(raster, xo=left, yo=bottom, origin="upper")
+        ax = fig.add_axes(
+            (left / (cols + left + right), bottom / h_px, cols / (cols + left + right), raster.shape[0] / h_px)
+        )
+        ax.patch.set_alpha(0.0)
+        for sp in ax.spines.values():
+            sp.set_visible(False)
+        scale, unit = (1e6, "ms") if t1 - t0 >= 1e6 else (1e3, "µs") if t1 - t0 >= 1e3 else (1.0, "ns")
+        ax.set_xlim(t0 / scale, t1 / scale)
+        ax.set_ylim(raster.shape[0], 0)
         labels = [f"core {k} {UNITS[u]}" for k, u in tracks]
+        ax.set_yticks([gap + n * (row + gap) + row / 2 for n in range(len(tracks))])
         ax.set_yticklabels(labels)
-        ax.invert_yaxis()
-        ax.set_xlabel("estimated time (ns)")
-        ax.set_title(f"trn3emu timeline: {self.total_ns:,.0f} ns")
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
+        ax.tick_params(axis="y", length=0)
+        ax.set_xlabel(f"estimated time ({unit})")
+        ax.set_title(
+            f"trn3emu timeline {t0 / scale:,.3g}-{t1 / scale:,.4g} {unit} of {self.total_ns / scale:,.4g} {unit} "
+            f"(bar height: busy fraction per pixel column)",
+            fontsize=10,
+        )
+        handles = [Patch(facecolor=colours[k], label=name) for k, name in enumerate(classes)]
+        if handles:
+            fig.legend(handles=handles, loc="lower center", ncol=min(len(classes), 6), fontsize=8, frameon=False)
+        fig.savefig(path, dpi=dpi)
         plt.close(fig)
         return labels
+
+
+_PLOT_ROW_PX = 40
+_PLOT_GAP_PX = 8
+#: The background of a unit's row in `Trace.plot` (idle time); busy time is drawn in class colours.
+PLOT_IDLE_RGB = (0.92, 0.94, 1.0)
+_PLOT_BG = np.array(PLOT_IDLE_RGB)
+
+
+def _op_class(opcode: int) -> str:
+    """An opcode's instruction class for the timeline: its cost class (docs/isa.md)."""
+    return INSTRUCTION_FLAGS.get(_OPNAME.get(opcode, "?"), ("other",))[0]
+
+
+def _class_colours(classes: list[str]) -> np.ndarray:
+    import matplotlib
+
+    cmap = matplotlib.colormaps["tab20"]
+    return np.array([cmap(i % 20)[:3] for i in range(len(classes))])
+
+
+def _dither(h: np.ndarray, row: int) -> np.ndarray:
+    """Pixel heights for exact heights `h` (0..row): rounding error carried to the next column
+    so a row's pixel total matches its busy time, and at least one pixel for any busy column."""
+    out = np.zeros(len(h), np.int64)
+    carry = 0.0
+    for i, x in enumerate(h.tolist()):
+        v = min(max(int(round(x + carry)), 1 if x > 0 else 0), row)
+        carry += x - v
+        out[i] = v
+    return out
+
+
+def _union(st: np.ndarray, en: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merge possibly overlapping intervals into disjoint ones."""
+    if not len(st):
+        return st, en
+    o = np.argsort(st, kind="stable")
+    st, en = st[o], en[o]
+    reach = np.maximum.accumulate(en)
+    new = np.ones(len(st), bool)
+    new[1:] = st[1:] > reach[:-1]
+    return st[new], np.maximum.reduceat(en, np.flatnonzero(new))
+
+
+def _covered(st: np.ndarray, en: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Total length of the disjoint intervals [st, en) before each time in t."""
+    so, eo = np.sort(st), np.sort(en)
+    cs = np.concatenate(([0.0], np.cumsum(so)))
+    ce = np.concatenate(([0.0], np.cumsum(eo)))
+    ns = np.searchsorted(so, t, side="right")
+    ne = np.searchsorted(eo, t, side="right")
+    return (ns * t - cs[ns]) - (ne * t - ce[ne])
 
 
 class RunResult:

@@ -25,6 +25,7 @@ from ..dtypes import numpy_dtype
 from . import collectives, compiler, isa, language, sparse, typing
 from . import tracetime as tensor
 from ._kernel import Kernel, NkiTensor, jit, missing_attribute, resolve_target, simulate
+from .profiling import benchmark, profile
 
 #: module names registered by install() -> the module object
 _ALIASES = {
@@ -116,8 +117,6 @@ def installed() -> bool:
 def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)
-    if name in ("baremetal", "benchmark", "profile", "simulate_kernel", "cpu_simulate"):
-        raise missing_attribute(f"nki.{name}")
     raise missing_attribute(f"nki.{name}")
 
 
@@ -127,6 +126,8 @@ __all__ = [
     "installed",
     "jit",
     "simulate",
+    "profile",
+    "benchmark",
     "Kernel",
     "NkiTensor",
     "tensor",

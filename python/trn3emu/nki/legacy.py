@@ -20,6 +20,7 @@ from . import indexing
 from . import isa as nisa
 from . import language as nl
 from ._kernel import Kernel, NkiTensor, _Launcher, current, jit, missing_attribute, not_supported
+from .profiling import benchmark, profile
 
 _DST = object()  # placeholder bound to the dst parameter while reading a legacy call
 
@@ -348,60 +349,13 @@ def simulate_kernel(kernel, *args, **kwargs):
     return _kernel(kernel)(*args, **kwargs)
 
 
-class _LatencyStats:
-    """`benchmark_result.nc_latency`: the emulator's estimated kernel time (every percentile)."""
+def baremetal(kernel=None, **options):
+    """`nki.baremetal(...)(kernel)`: runs the kernel on trn3emu (no device or NEFF); options are accepted."""
 
-    def __init__(self, us: float) -> None:
-        self.us = us
+    def wrap(k):
+        return _kernel(k)
 
-    def get_latency_percentile(self, p) -> float:
-        return self.us
-
-
-class _BenchmarkResult:
-    def __init__(self, us: float) -> None:
-        self.nc_latency = _LatencyStats(us)
-
-
-class _Benchmarked:
-    """`nki.benchmark(...)(kernel)`: runs on trn3emu; `.benchmark_result.nc_latency` reports the
-    emulator's estimated kernel time (us) for every percentile (there is no device to sample)."""
-
-    def __init__(self, kernel: Kernel, grid=None) -> None:
-        self.kernel, self.grid = kernel, grid
-        self.benchmark_result = None
-
-    def __getitem__(self, grid) -> _Benchmarked:
-        return _Benchmarked(self.kernel, grid)
-
-    def __call__(self, *args, **kwargs):
-        run = self.kernel if self.grid is None else self.kernel[self.grid]
-        out = run(*args, **kwargs)
-        res = self.kernel.last_result
-        res = res[-1] if isinstance(res, list) else res
-        self.benchmark_result = _BenchmarkResult(float(getattr(res, "time_ns", 0) or 0) / 1000.0)
-        return out
-
-
-def _deco(name: str, benchmark: bool = False):
-    def entry(kernel=None, **options):
-        """Runs the kernel on trn3emu (no device, NEFF or trace files); options are accepted."""
-
-        def wrap(k):
-            kern = _kernel(k)
-            if not benchmark:
-                return kern
-            return _Benchmarked(kern.kernel if isinstance(kern, _Launcher) else kern)
-
-        return wrap if kernel is None else wrap(kernel)
-
-    entry.__name__ = name
-    return entry
-
-
-baremetal = _deco("baremetal")
-profile = _deco("profile")
-benchmark = _deco("benchmark", benchmark=True)
+    return wrap if kernel is None else wrap(kernel)
 
 
 def legacy_jit(fn=None, mode=None, **options):

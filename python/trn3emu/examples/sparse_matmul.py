@@ -12,6 +12,7 @@ Run: python examples/sparse_matmul.py
 
 import ml_dtypes
 import numpy as np
+
 import trn3emu.nki
 from trn3emu import sparsity
 
@@ -20,6 +21,7 @@ trn3emu.nki.install()
 import nki  # noqa: E402
 import nki.isa as nisa  # noqa: E402
 import nki.language as nl  # noqa: E402
+
 import trn3emu.nki.sparse as nsp  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16

@@ -9,6 +9,7 @@ Run: python examples/nki_mxfp8_matmul.py
 
 import ml_dtypes
 import numpy as np
+
 import trn3emu.nki
 
 trn3emu.nki.install()

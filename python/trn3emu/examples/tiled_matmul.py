@@ -8,6 +8,7 @@ Run: python examples/tiled_matmul.py; timeline: trn3emu trace examples/tiled_mat
 
 import ml_dtypes
 import numpy as np
+
 import trn3emu as t3
 
 BF16 = ml_dtypes.bfloat16

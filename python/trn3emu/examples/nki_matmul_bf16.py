@@ -8,6 +8,7 @@ Run: python examples/nki_matmul_bf16.py
 
 import ml_dtypes
 import numpy as np
+
 import trn3emu.nki
 
 trn3emu.nki.install()

@@ -13,6 +13,7 @@ import math
 
 import ml_dtypes
 import numpy as np
+
 import trn3emu.nki
 
 trn3emu.nki.install()

@@ -7,6 +7,7 @@ Run: python examples/nki_rmsnorm.py
 """
 
 import numpy as np
+
 import trn3emu.nki
 
 trn3emu.nki.install()

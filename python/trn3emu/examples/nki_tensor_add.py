@@ -6,6 +6,7 @@ Run: python examples/nki_tensor_add.py
 """
 
 import numpy as np
+
 import trn3emu.nki
 
 trn3emu.nki.install()

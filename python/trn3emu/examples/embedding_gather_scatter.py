@@ -8,6 +8,7 @@ Run: python examples/embedding_gather_scatter.py
 """
 
 import numpy as np
+
 import trn3emu as t3
 
 

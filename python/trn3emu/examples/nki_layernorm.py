@@ -8,6 +8,7 @@ Run: python examples/nki_layernorm.py
 """
 
 import numpy as np
+
 import trn3emu.nki
 
 trn3emu.nki.install()

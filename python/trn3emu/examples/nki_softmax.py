@@ -6,6 +6,7 @@ Run: python examples/nki_softmax.py
 """
 
 import numpy as np
+
 import trn3emu.nki
 
 trn3emu.nki.install()

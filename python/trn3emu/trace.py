@@ -39,7 +39,9 @@ UNITS = ENGINES + tuple(f"dma.{e}" for e in ENGINES)
 _NS = len(ENGINES)
 _OPNAME = {code: name for name, (code, _e, _p) in INSTRUCTIONS.items()}
 #: Opcodes counted as sparse matmuls in the summary (their flops are dense-equivalent).
-_SPARSE_OPS = frozenset(code for name, (code, _e, _p) in INSTRUCTIONS.items() if name == "nc_matmul_sparse")
+_SPARSE_OPS = frozenset(
+    code for name, (code, _e, _p) in INSTRUCTIONS.items() if INSTRUCTION_FLAGS[name][0] == "pe_matmul_sparse"
+)
 COST = _native.cost_params()
 """The default cost model's numbers (clocks, peaks, DMA machinery), from the Rust core."""
 

@@ -7,6 +7,7 @@ use crate::trace::RawTrace;
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use std::time::{Duration, Instant};
 use trn3emu_core as core;
 use trn3emu_core::error::fail;
 use trn3emu_core::memory::{HBM_BYTES, PARTITIONS};
@@ -104,6 +105,43 @@ fn onchip_bytes(
     Ok(v)
 }
 
+/// How often a run re-takes the GIL to run Python's signal handlers and report progress.
+const CHECK_EVERY: Duration = Duration::from_millis(25);
+
+/// The core's `Monitor` for a run from Python: every `CHECK_EVERY` of host time (looked at on
+/// each poll, every `POLL_EVERY` executed items) it takes the GIL, runs the pending signal
+/// handlers (Ctrl-C: the handler's `KeyboardInterrupt`) and calls the progress callback. An
+/// exception from either cancels the run; `run` raises it once the core has stopped.
+struct PyMonitor {
+    progress: Option<Py<PyAny>>,
+    last: Instant,
+    error: Option<PyErr>,
+}
+
+impl core::machine::Monitor for PyMonitor {
+    fn poll(&mut self, p: &core::machine::Progress) -> bool {
+        let now = Instant::now();
+        if now.duration_since(self.last) < CHECK_EVERY {
+            return true;
+        }
+        self.last = now;
+        let r = Python::attach(|py| {
+            py.check_signals()?;
+            match &self.progress {
+                Some(f) => f.call1(py, (p.executed, p.total, p.emulated_ps)).map(drop),
+                None => Ok(()),
+            }
+        });
+        match r {
+            Ok(()) => true,
+            Err(e) => {
+                self.error = Some(e);
+                false
+            }
+        }
+    }
+}
+
 #[pymethods]
 impl Device {
     /// Numerics options (names, values and defaults: `numerics_options()`); None keeps the
@@ -189,6 +227,18 @@ impl Device {
         Ok(PyArray1::from_vec(py, v))
     }
 
+    /// Instructions and transfers one run may execute before it stops with `RunawayError`
+    /// (default 2^26).
+    #[getter]
+    fn max_executed(&self) -> u64 {
+        self.inner.max_executed
+    }
+
+    #[setter]
+    fn set_max_executed(&mut self, n: u64) {
+        self.inner.max_executed = n;
+    }
+
     /// Host bytes backing HBM (pages touched so far).
     fn hbm_resident_bytes(&self) -> u64 {
         self.inner.hbm.resident_bytes()
@@ -220,14 +270,17 @@ impl Device {
         }
     }
 
-    /// Run programs (one per core) concurrently; the GIL is released while the device runs.
-    #[pyo3(signature = (programs, check_races = true, trace = true))]
+    /// Run programs (one per core) concurrently; the GIL is released while the device runs,
+    /// re-taken every 25 ms to run signal handlers (Ctrl-C stops the run and raises
+    /// `KeyboardInterrupt`) and to call `progress(executed, total, emulated_ps)` if given.
+    #[pyo3(signature = (programs, check_races = true, trace = true, progress = None))]
     fn run<'py>(
         &mut self,
         py: Python<'py>,
         programs: Vec<PyRef<'py, Program>>,
         check_races: bool,
         trace: bool,
+        progress: Option<Py<PyAny>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let progs: Vec<&core::Program> = programs.iter().map(|p| p.program()).collect();
         // Every `_native.Program` is built by a validating path (Assembler appends, synced,
@@ -238,9 +291,16 @@ impl Device {
             prevalidated: true,
         };
         let dev = &mut self.inner;
-        let res = py
-            .detach(|| guarded(|| dev.run_refs(&progs, &opts)))
-            .map_err(py_err(py))?;
+        let mut monitor = PyMonitor {
+            progress,
+            last: Instant::now(),
+            error: None,
+        };
+        let res = py.detach(|| guarded(|| dev.run_monitored(&progs, &opts, &mut monitor)));
+        if let Some(e) = monitor.error {
+            return Err(e);
+        }
+        let res = res.map_err(py_err(py))?;
         let d = PyDict::new(py);
         d.set_item("end_ps", res.end_ps)?;
         d.set_item("executed", res.executed)?;

@@ -114,3 +114,32 @@ fn the_step_budget_still_applies_with_a_monitor() {
     assert_eq!(e.kind, ErrorKind::Runaway, "{e}");
     assert_eq!(m.polls.len() as u64, 1000 / POLL_EVERY);
 }
+
+#[test]
+fn automatic_synchronisation_can_be_cancelled_too() {
+    use trn3emu_core::asm::Assembler;
+    use trn3emu_core::machine::autosync::CHECK_EVERY;
+    let n = 3 * CHECK_EVERY;
+    let asm = Assembler::from_program(parse_program(&adds(n)).unwrap());
+    let mut asks = 0;
+    let e = asm
+        .synced_checked(&mut || {
+            asks += 1;
+            asks < 2
+        })
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Interrupted, "{e}");
+    assert_eq!(e.rule, "interrupted");
+    assert_eq!(asks, 2);
+    // Not cancelled: the same result as `synced`, asked once per CHECK_EVERY instructions of
+    // the pass and of the validation after it.
+    let mut asks = 0;
+    let synced = asm
+        .synced_checked(&mut || {
+            asks += 1;
+            true
+        })
+        .unwrap();
+    assert_eq!(synced.program(), asm.synced().unwrap().program());
+    assert_eq!(asks, 2 * ((n + 3) / CHECK_EVERY));
+}

@@ -3,11 +3,11 @@
 
 use crate::errors::{bad_array, guarded, py_err};
 use crate::program::Program;
+use crate::signals::SignalCheck;
 use crate::trace::RawTrace;
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use std::time::{Duration, Instant};
 use trn3emu_core as core;
 use trn3emu_core::error::fail;
 use trn3emu_core::memory::{HBM_BYTES, PARTITIONS};
@@ -105,40 +105,20 @@ fn onchip_bytes(
     Ok(v)
 }
 
-/// How often a run re-takes the GIL to run Python's signal handlers and report progress.
-const CHECK_EVERY: Duration = Duration::from_millis(25);
-
-/// The core's `Monitor` for a run from Python: every `CHECK_EVERY` of host time (looked at on
-/// each poll, every `POLL_EVERY` executed items) it takes the GIL, runs the pending signal
-/// handlers (Ctrl-C: the handler's `KeyboardInterrupt`) and calls the progress callback. An
-/// exception from either cancels the run; `run` raises it once the core has stopped.
+/// The core's `Monitor` for a run from Python: on each poll (every `POLL_EVERY` executed
+/// items) a `SignalCheck` (Ctrl-C cancels the run), which also calls the progress callback.
 struct PyMonitor {
+    check: SignalCheck,
     progress: Option<Py<PyAny>>,
-    last: Instant,
-    error: Option<PyErr>,
 }
 
 impl core::machine::Monitor for PyMonitor {
     fn poll(&mut self, p: &core::machine::Progress) -> bool {
-        let now = Instant::now();
-        if now.duration_since(self.last) < CHECK_EVERY {
-            return true;
-        }
-        self.last = now;
-        let r = Python::attach(|py| {
-            py.check_signals()?;
-            match &self.progress {
-                Some(f) => f.call1(py, (p.executed, p.total, p.emulated_ps)).map(drop),
-                None => Ok(()),
-            }
-        });
-        match r {
-            Ok(()) => true,
-            Err(e) => {
-                self.error = Some(e);
-                false
-            }
-        }
+        let progress = &self.progress;
+        self.check.keep_going(|py| match progress {
+            Some(f) => f.call1(py, (p.executed, p.total, p.emulated_ps)).map(drop),
+            None => Ok(()),
+        })
     }
 }
 
@@ -292,15 +272,11 @@ impl Device {
         };
         let dev = &mut self.inner;
         let mut monitor = PyMonitor {
+            check: SignalCheck::new(),
             progress,
-            last: Instant::now(),
-            error: None,
         };
         let res = py.detach(|| guarded(|| dev.run_monitored(&progs, &opts, &mut monitor)));
-        if let Some(e) = monitor.error {
-            return Err(e);
-        }
-        let res = res.map_err(py_err(py))?;
+        let res = monitor.check.finish(py, res)?;
         let d = PyDict::new(py);
         d.set_item("end_ps", res.end_ps)?;
         d.set_item("executed", res.executed)?;

@@ -20,6 +20,7 @@ import threading
 import time
 
 import pytest
+import tqdm
 
 REPS = 20
 #: Ctrl-C must take effect within this (the issue asks 0.2 s; margin for a loaded 2-core VM).
@@ -163,27 +164,42 @@ def test_sigint_raises_keyboard_interrupt_promptly_and_never_is_swallowed(mode):
 
 
 PROGRESS_CHILD = """
-import os
 progress = {"default": None, "off": False}[sys.argv[1]]
+SECONDS = 3.0  # each of the run and the trace: well over the 2 s after which a bar appears
+
+
+def adds(n):
+    # straight-line work (its total is known): [128, 2048] adds
+    p = t3.Program(sync="manual")
+    t = p.sbuf((128, 2048), np.float32)
+    p.memset(dst=t, value=0.0, engine="vector")
+    for _ in range(n):
+        p.tensor_scalar(dst=t, data=t, op0="add", operand0=1.0, engine="vector")
+    return p, t
+
+
+def timed(f):
+    t0 = time.monotonic()
+    f()
+    return time.monotonic() - t0
+
+
+# Size the work for this machine (the bar must have a chance to appear).
 dev = t3.Device()
-# ~2.5 s of straight-line work (its total is known): [128, 2048] adds
-p = t3.Program(sync="manual")
-t = p.sbuf((128, 2048), np.float32)
-p.memset(dst=t, value=0.0, engine="vector")
-n = int(sys.argv[2])
-for _ in range(n):
-    p.tensor_scalar(dst=t, data=t, op0="add", operand0=1.0, engine="vector")
-res = dev.run(p, check_races=False, trace=False, progress=progress)
-assert res.executed == n + 1
-assert float(dev.read(t)[0, 0]) == float(n)
-kernel = nki.jit(chain.fn, progress=progress) if progress is not None else chain
+small, _ = adds(2000)
+run_n = int(2000 * SECONDS / timed(lambda: dev.run(small, check_races=False, trace=False, progress=False)))
 x = np.zeros((128, 4), np.float32)
-assert float(kernel(x, int(sys.argv[3]))[0, 0]) == float(sys.argv[3])
+quiet = nki.jit(chain.fn, progress=False)
+trace_n = int(5000 * SECONDS / timed(lambda: quiet(x, 5000)))
+print("sizes", run_n, trace_n, flush=True)
+p, t = adds(run_n)
+res = dev.run(p, check_races=False, trace=False, progress=progress)
+assert res.executed == run_n + 1
+assert float(dev.read(t)[0, 0]) == float(run_n)
+kernel = nki.jit(chain.fn, progress=progress) if progress is not None else chain
+assert float(kernel(x, trace_n)[0, 0]) == float(trace_n)
 print("finished", flush=True)
 """
-
-#: Instructions for a run / a trace of well over 2 s on the test machine.
-RUN_N, TRACE_N = 60_000, 110_000
 
 
 def _under_pty(args: list[str], env: dict) -> str:
@@ -220,14 +236,16 @@ def _run_bar(out: str) -> bool:
 
 
 def test_progress_bars_on_a_terminal():
-    out = _under_pty(_child(PROGRESS_CHILD) + ["default", str(RUN_N), str(TRACE_N)], _env())
-    assert "finished" in out
+    out = _under_pty(_child(PROGRESS_CHILD) + ["default"], _env())
+    assert "finished" in out, out
     lines = out.replace("\r", "\n").splitlines()
-    # The run's bar: done / total (tqdm unit-scaled: 60.0k), the emulated time; it ends at 100 %.
+    sizes = next(ln for ln in lines if ln.startswith("sizes ")).split()
+    total = tqdm.tqdm.format_sizeof(int(sizes[1]) + 1)  # the adds and the memset, as tqdm writes it
+    # The run's bar: done / total, the emulated time; it ends at 100 %.
     run_lines = [ln for ln in lines if ln.startswith("run: ")]
     assert run_lines, out
-    assert any("/60.0k [" in ln and "emulated" in ln for ln in run_lines), run_lines
-    assert "100%" in run_lines[-1] and "60.0k/60.0k" in run_lines[-1], run_lines[-1]
+    assert any(f"/{total} [" in ln and "emulated" in ln for ln in run_lines), run_lines
+    assert "100%" in run_lines[-1] and f"{total}/{total}" in run_lines[-1], run_lines[-1]
     # The trace's bar: instructions traced so far (no total).
     trace_lines = [ln for ln in lines if ln.startswith("tracing chain: ")]
     assert trace_lines and "instr" in trace_lines[-1], out
@@ -241,8 +259,8 @@ def _piped(args: list[str], env: dict) -> str:
 
 
 def test_no_progress_bars_when_off_or_not_a_terminal():
-    args = _child(PROGRESS_CHILD) + ["default", str(RUN_N), str(TRACE_N)]
-    off = _child(PROGRESS_CHILD) + ["off", str(RUN_N), str(TRACE_N)]
+    args = _child(PROGRESS_CHILD) + ["default"]
+    off = _child(PROGRESS_CHILD) + ["off"]
     quiet = dict(_env(), TRN3EMU_PROGRESS="0")
     # progress=False (Device.run and the kernel option) and the environment switch, on a
     # terminal; the defaults without a terminal. The three children run side by side.
@@ -255,3 +273,27 @@ def test_no_progress_bars_when_off_or_not_a_terminal():
         outs = [f.result() for f in outs]
     for out in outs:
         assert "finished" in out and not _run_bar(out) and "tracing" not in out, out
+
+
+def test_the_step_limit_is_settable_and_a_runaway_leaves_the_device_usable():
+    import numpy as np
+    import trn3emu as t3
+
+    dev = t3.Device()
+    assert dev.max_executed == 2**26
+    dev.max_executed = 1000
+    p = t3.Program(sync="manual")
+    p.nop(engine="gpsimd")
+    p.branch(target=0, engine="gpsimd")
+    with pytest.raises(t3.RunawayError) as e:
+        dev.run(p)
+    assert e.value.rule == "runaway_loop"
+    x = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
+    hx = dev.hbm.put(x)
+    q = t3.Program()
+    t = q.sbuf((128, 8), np.float32)
+    q.dma_copy(dst=t, src=hx)
+    q.tensor_scalar(dst=t, data=t, op0="multiply", operand0=2.0, engine="vector")
+    q.dma_copy(dst=hx, src=t)
+    dev.run(q)
+    np.testing.assert_array_equal(dev.hbm.get(hx), x * 2)

@@ -1,5 +1,6 @@
 """Type stubs for the native module (rust/python/src/*.rs)."""
 
+from collections.abc import Callable
 from typing import Any, final
 
 import numpy as np
@@ -99,7 +100,17 @@ class Device:
         self, core: int, mem: str, start: int, parts: int, offset: int, nbytes: int
     ) -> npt.NDArray[np.uint8]: ...
     def fill_onchip(self, byte: int) -> None: ...
-    def run(self, programs: list[Program], check_races: bool = True, trace: bool = True) -> dict[str, Any]: ...
+    @property
+    def max_executed(self) -> int: ...
+    @max_executed.setter
+    def max_executed(self, n: int) -> None: ...
+    def run(
+        self,
+        programs: list[Program],
+        check_races: bool = True,
+        trace: bool = True,
+        progress: Callable[[int, int | None, int], object] | None = None,
+    ) -> dict[str, Any]: ...
 
 @final
 class RawTrace:

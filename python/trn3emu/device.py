@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from . import _native, interop
+from . import progress as _progress
 from .dtypes import dtype_name, numpy_dtype
 from .errors import AddressError, CapacityError, DtypeError, ShapeError
 from .program import Program
@@ -165,6 +166,16 @@ class Device:
         """The numerics configuration in effect (after environment variables and arguments)."""
         return dict(self._native.numerics())
 
+    @property
+    def max_executed(self) -> int:
+        """Instructions and transfers one run may execute before it stops with `RunawayError`
+        (a runaway loop); default 2**26 (about 15 s of host time). Settable."""
+        return self._native.max_executed
+
+    @max_executed.setter
+    def max_executed(self, n: int) -> None:
+        self._native.max_executed = int(n)
+
     def programs(self, cores=None, sync: str = "auto") -> list[Program]:
         """One empty Program per core (default: all 8), for a multi-core `run`.
 
@@ -174,11 +185,31 @@ class Device:
         cores = range(self.NUM_CORES) if cores is None else cores
         return [Program(core=int(c), sync=sync) for c in cores]
 
-    def run(self, programs: Program | list[Program], check_races: bool = True, trace: bool = True) -> RunResult:
-        """Run one program, or one per core concurrently. Releases the GIL while running."""
+    def run(
+        self,
+        programs: Program | list[Program],
+        check_races: bool = True,
+        trace: bool = True,
+        progress: bool | None = None,
+    ) -> RunResult:
+        """Run one program, or one per core concurrently. Releases the GIL while running.
+
+        Ctrl-C stops the run within a few tens of ms (`KeyboardInterrupt`; the device stays
+        usable). A run that lasts over 2 s shows a progress bar (instructions and transfers done
+        of the total, emulated time) when `progress` is True, or when it is None (the default),
+        stderr is a terminal and `TRN3EMU_PROGRESS` is not "0" (docs/limits.md). A run stops
+        with `RunawayError` after `max_executed` instructions and transfers.
+        """
         progs = [programs] if isinstance(programs, Program) else list(programs)
         natives = [p.native() for p in progs]
-        raw = self._native.run(natives, check_races, trace)
+        if not _progress.wanted(progress):
+            return RunResult(self._native.run(natives, check_races, trace), natives)
+        bar = _progress.RunProgress()
+        try:
+            raw = self._native.run(natives, check_races, trace, bar)
+            bar.finish(raw["executed"], raw["end_ps"])
+        finally:
+            bar.close()
         return RunResult(raw, natives)
 
     def read(self, tile: Tensor) -> np.ndarray:

@@ -32,6 +32,7 @@ from ..device import Device
 from ..dtypes import SIZES, dtype_name, numpy_dtype
 from ..errors import AddressError, EmuError, MemorySpaceError, NotSupportedError, ShapeError
 from ..program import Program
+from ..progress import TraceProgress, wanted
 from ..tensor import Tensor
 from . import _memory
 
@@ -587,6 +588,9 @@ class KernelProgram(Program):
 
     def _emit(self, opcode, engine, name, wait, signal, args):
         self.opcodes.add(opcode)
+        bar = _STACK[-1].launch.trace_progress if _STACK else None
+        if bar is not None:
+            bar.tick()
         loc = source_line()
         key = (loc, None if name is None else str(name))
         label = _LABELS.get(key)
@@ -653,7 +657,7 @@ class TraceContext:
         if buffer == "psum":
             self.program._native.psum_fresh(t.start, shape[0], t.offset, row)
         block = _Block(shape[0], row, label)
-        weakref.finalize(block, alloc.free, key)
+        alloc.track(block, key)
         return NkiTensor(t, buffer, block, name)
 
     def _alloc_hbm(self, shape, dt, buffer, name, address, label) -> NkiTensor:
@@ -827,6 +831,8 @@ class _Run:
         self.device: Device
         self.shared: list[Tensor] = []
         self.contexts: list[TraceContext] = []
+        #: the tracing progress bar (shown once tracing lasts 2 s), while tracing
+        self.trace_progress: TraceProgress | None = None
 
     def _key(self, args, kwargs):
         """The launch's cache key, or None when caching is off or an argument is not keyable."""
@@ -919,6 +925,8 @@ class _Run:
         hbm.alloc = recording_alloc
         n = int(np.prod(self.grid))
         results = []
+        if wanted(self.kernel.options.get("progress")):
+            self.trace_progress = TraceProgress(f"tracing {self.kernel.__name__}")
         try:
             for pid in range(n):
                 ctx = TraceContext(self, pid)
@@ -931,13 +939,17 @@ class _Run:
         finally:
             hbm._native = recorder._native
             del hbm.alloc
+            if self.trace_progress is not None:
+                self.trace_progress.finish()
+                self.trace_progress = None
         _check_result(results[0])
         return arrays, _Traced(self.contexts, [t for _, t in arrays], recorder.writes, results[0], ranges)
 
     def _run(self, traced: _Traced, arrays, framework: str):
         dev = self.device
         trace = self.kernel.options.get("trace", True)
-        runs = [dev.run(group, check_races=True, trace=trace) for group in traced.groups]
+        progress = self.kernel.options.get("progress")
+        runs = [dev.run(group, check_races=True, trace=trace, progress=progress) for group in traced.groups]
         self.kernel.last_result = runs[-1] if len(runs) == 1 else runs
         self.kernel.last_programs = traced.programs
         for pid, prefix, t in traced.prints:

@@ -13,6 +13,7 @@ does; the reuse is ordered by the automatic synchronisation (WAR/WAW dependencie
 from __future__ import annotations
 
 import itertools
+import weakref
 
 from .. import _native
 from ..errors import AddressError, CapacityError
@@ -31,8 +32,28 @@ class Allocator:
 
     def __init__(self, what: str, capacity: int, align: int) -> None:
         self.what, self.capacity, self.align = what, capacity, align
-        self.live: dict[int, tuple[int, int, str]] = {}  # key -> (lo, hi, label)
+        self._live: dict[int, tuple[int, int, str]] = {}  # key -> (lo, hi, label)
         self._keys = itertools.count()
+        # Tracked owners: id(weak reference) -> (the reference, key). When an owner dies its
+        # reference is appended to `_dead` by `list.append` itself, C code that runs no Python
+        # bytecode: a Ctrl-C arriving then is raised in the kernel's code, never inside a
+        # finalizer (where Python would print "Exception ignored" and swallow it).
+        self._owners: dict[int, tuple[weakref.ref, int]] = {}
+        self._dead: list[weakref.ref] = []
+
+    def track(self, owner: object, key: int) -> None:
+        """Free `key`'s range once `owner` is garbage."""
+        r = weakref.ref(owner, self._dead.append)
+        self._owners[id(r)] = (r, key)
+
+    @property
+    def live(self) -> dict[int, tuple[int, int, str]]:
+        """The ranges in use: key -> (lo, hi, label), after freeing those of dead owners."""
+        dead = self._dead
+        while dead:
+            _, key = self._owners.pop(id(dead.pop()))
+            self._live.pop(key, None)
+        return self._live
 
     def alloc(self, nbytes: int, label: str) -> tuple[int, int]:
         """Place `nbytes` per partition; returns (key, byte offset) or raises CapacityError."""
@@ -52,7 +73,7 @@ class Allocator:
                 rule="onchip_capacity",
             )
         key = next(self._keys)
-        self.live[key] = (pos, pos + nbytes, label)
+        self._live[key] = (pos, pos + nbytes, label)
         return key, pos
 
     def place(self, offset: int, nbytes: int, label: str) -> int:
@@ -65,11 +86,11 @@ class Allocator:
                 rule="tile_address_out_of_range",
             )
         key = next(self._keys)
-        self.live[key] = (offset, offset + nbytes, label)
+        self._live[key] = (offset, offset + nbytes, label)
         return key
 
     def free(self, key: int) -> None:
-        self.live.pop(key, None)
+        self._live.pop(key, None)
 
 
 def _covered(ranges: list) -> int:

@@ -185,7 +185,10 @@ def device_value(v) -> int:
         )
     # The trace now depends on device data: a cache of traced programs must not replay it.
     ctx.launch.kernel.device_dependent = True
-    result = ctx.device.run([ctx.program], check_races=True, trace=ctx.launch.kernel.options.get("trace", True))
+    options = ctx.launch.kernel.options
+    result = ctx.device.run(
+        [ctx.program], check_races=True, trace=options.get("trace", True), progress=options.get("progress")
+    )
     if not hasattr(ctx, "segments"):
         ctx.segments = []
     ctx.segments.append((ctx.program, result))

@@ -125,8 +125,17 @@ impl Assembler {
     /// The added instructions and semaphores are validated like appended ones, so the synced
     /// program, too, can run with `RunOptions::prevalidated`.
     pub fn synced(&self) -> Result<Assembler> {
-        let program = autosync::auto_sync(&self.program)?;
+        self.synced_checked(&mut || true)
+    }
+
+    /// `synced`, asking `keep_going` now and then (every `autosync::CHECK_EVERY`
+    /// instructions) whether to go on; false stops it with an `Interrupted` error.
+    pub fn synced_checked(&self, keep_going: &mut dyn FnMut() -> bool) -> Result<Assembler> {
+        let program = autosync::auto_sync_checked(&self.program, keep_going)?;
         for (i, ins) in program.instrs.iter().enumerate() {
+            if i % autosync::CHECK_EVERY == autosync::CHECK_EVERY - 1 && !keep_going() {
+                return Err(autosync::cancelled(i));
+            }
             crate::engines::validate(ins)
                 .map_err(|e| e.at(i, crate::isa::text::format_instr(ins)))?;
         }

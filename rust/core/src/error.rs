@@ -33,6 +33,8 @@ pub enum ErrorKind {
     Deadlock,
     /// A run executed more instructions than `Device::max_executed` allows (a runaway loop).
     Runaway,
+    /// The caller cancelled the run (`Monitor::poll` returned false, e.g. on Ctrl-C).
+    Interrupted,
     /// Semaphore id out of range and similar sync misuse.
     Semaphore,
     /// A bug in the emulator itself (a caught panic); the device should be reset.
@@ -55,6 +57,8 @@ impl ErrorKind {
             ErrorKind::Race => "RaceError",
             ErrorKind::Deadlock => "DeadlockError",
             ErrorKind::Runaway => "RunawayError",
+            // The Python binding raises the caller's own exception (KeyboardInterrupt) instead.
+            ErrorKind::Interrupted => "ExecutionError",
             ErrorKind::Semaphore => "SemaphoreError",
             ErrorKind::Internal => "InternalError",
         }

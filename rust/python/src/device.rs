@@ -3,6 +3,7 @@
 
 use crate::errors::{bad_array, guarded, py_err};
 use crate::program::Program;
+use crate::signals::SignalCheck;
 use crate::trace::RawTrace;
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
@@ -104,6 +105,23 @@ fn onchip_bytes(
     Ok(v)
 }
 
+/// The core's `Monitor` for a run from Python: on each poll (every `POLL_EVERY` executed
+/// items) a `SignalCheck` (Ctrl-C cancels the run), which also calls the progress callback.
+struct PyMonitor {
+    check: SignalCheck,
+    progress: Option<Py<PyAny>>,
+}
+
+impl core::machine::Monitor for PyMonitor {
+    fn poll(&mut self, p: &core::machine::Progress) -> bool {
+        let progress = &self.progress;
+        self.check.keep_going(|py| match progress {
+            Some(f) => f.call1(py, (p.executed, p.total, p.emulated_ps)).map(drop),
+            None => Ok(()),
+        })
+    }
+}
+
 #[pymethods]
 impl Device {
     /// Numerics options (names, values and defaults: `numerics_options()`); None keeps the
@@ -189,6 +207,18 @@ impl Device {
         Ok(PyArray1::from_vec(py, v))
     }
 
+    /// Instructions and transfers one run may execute before it stops with `RunawayError`
+    /// (default 2^26).
+    #[getter]
+    fn max_executed(&self) -> u64 {
+        self.inner.max_executed
+    }
+
+    #[setter]
+    fn set_max_executed(&mut self, n: u64) {
+        self.inner.max_executed = n;
+    }
+
     /// Host bytes backing HBM (pages touched so far).
     fn hbm_resident_bytes(&self) -> u64 {
         self.inner.hbm.resident_bytes()
@@ -220,14 +250,17 @@ impl Device {
         }
     }
 
-    /// Run programs (one per core) concurrently; the GIL is released while the device runs.
-    #[pyo3(signature = (programs, check_races = true, trace = true))]
+    /// Run programs (one per core) concurrently; the GIL is released while the device runs,
+    /// re-taken every 25 ms to run signal handlers (Ctrl-C stops the run and raises
+    /// `KeyboardInterrupt`) and to call `progress(executed, total, emulated_ps)` if given.
+    #[pyo3(signature = (programs, check_races = true, trace = true, progress = None))]
     fn run<'py>(
         &mut self,
         py: Python<'py>,
         programs: Vec<PyRef<'py, Program>>,
         check_races: bool,
         trace: bool,
+        progress: Option<Py<PyAny>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let progs: Vec<&core::Program> = programs.iter().map(|p| p.program()).collect();
         // Every `_native.Program` is built by a validating path (Assembler appends, synced,
@@ -238,9 +271,12 @@ impl Device {
             prevalidated: true,
         };
         let dev = &mut self.inner;
-        let res = py
-            .detach(|| guarded(|| dev.run_refs(&progs, &opts)))
-            .map_err(py_err(py))?;
+        let mut monitor = PyMonitor {
+            check: SignalCheck::new(),
+            progress,
+        };
+        let res = py.detach(|| guarded(|| dev.run_monitored(&progs, &opts, &mut monitor)));
+        let res = monitor.check.finish(py, res)?;
         let d = PyDict::new(py);
         d.set_item("end_ps", res.end_ps)?;
         d.set_item("executed", res.executed)?;

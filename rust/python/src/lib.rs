@@ -8,6 +8,7 @@ mod errors;
 mod info;
 mod numerics;
 mod program;
+mod signals;
 mod threads;
 mod trace;
 

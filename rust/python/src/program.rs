@@ -3,6 +3,7 @@
 
 use crate::args;
 use crate::errors::{guarded, py_err, to_py};
+use crate::signals::SignalCheck;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 use trn3emu_core as core;
@@ -128,8 +129,12 @@ impl Program {
     }
 
     /// Add the semaphores the data dependencies need (automatic synchronisation).
+    /// Releases the GIL; Ctrl-C stops it (`KeyboardInterrupt`) within ~25 ms.
     fn synced(&self, py: Python<'_>) -> PyResult<Program> {
-        let asm = guarded(|| self.asm.synced()).map_err(py_err(py))?;
+        let mut check = SignalCheck::new();
+        let me = &self.asm;
+        let r = py.detach(|| guarded(|| me.synced_checked(&mut || check.keep_going(|_| Ok(())))));
+        let asm = check.finish(py, r)?;
         Ok(Program { asm })
     }
 

@@ -8,7 +8,7 @@
 
 use super::region::{conflict, regions, Region};
 use super::{Executor, Stream, AGENTS_PER_CORE, NUM_STREAMS};
-use crate::error::{fail, ErrorKind::Semaphore, ErrorKind::Value, Result};
+use crate::error::{fail, ErrorKind::Interrupted, ErrorKind::Semaphore, ErrorKind::Value, Result};
 use crate::isa::instr::MAX_SYNC;
 use crate::isa::validate::is_dma;
 use crate::isa::{Program, Signal, Wait};
@@ -35,6 +35,15 @@ struct Entry {
 /// Programs with `branch` are refused (a conservative rule: the signal counts this pass computes
 /// assume each instruction runs once); synchronise them manually. Race detection still checks them.
 pub fn auto_sync(prog: &Program) -> Result<Program> {
+    auto_sync_checked(prog, &mut || true)
+}
+
+/// Instructions between two calls of `auto_sync_checked`'s `keep_going`.
+pub const CHECK_EVERY: usize = 4096;
+
+/// `auto_sync`, asking `keep_going` every `CHECK_EVERY` instructions whether to go on (false:
+/// an `Interrupted` error, rule `interrupted`).
+pub fn auto_sync_checked(prog: &Program, keep_going: &mut dyn FnMut() -> bool) -> Result<Program> {
     check_input(prog)?;
     let mut out = prog.clone();
     let mut know = [[0u32; N]; N];
@@ -44,6 +53,9 @@ pub fn auto_sync(prog: &Program) -> Result<Program> {
     let mut sig_count = [[0u32; NUM_STREAMS]; N];
     let mut last_sig: [[Option<(u32, Clock)>; NUM_STREAMS]; N] = [[None; NUM_STREAMS]; N];
     for i in 0..out.instrs.len() {
+        if i % CHECK_EVERY == CHECK_EVERY - 1 && !keep_going() {
+            return Err(cancelled(i));
+        }
         // The issuing stream `w` and the executor `x` that performs the access (a DMA's queue).
         let stream = Stream::of(out.instrs[i].engine);
         let w = stream.index();
@@ -115,6 +127,15 @@ pub fn auto_sync(prog: &Program) -> Result<Program> {
     }
     check_output(&out)?;
     Ok(out)
+}
+
+/// The error of a pass its caller cancelled at instruction `i`.
+pub fn cancelled(i: usize) -> crate::error::EmuError {
+    fail(
+        Interrupted,
+        "interrupted",
+        format!("automatic synchronisation cancelled by its caller at instruction {i}"),
+    )
 }
 
 /// The pass refuses programs with branches and programs that use its reserved semaphores.

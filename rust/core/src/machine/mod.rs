@@ -172,6 +172,29 @@ impl Default for RunOptions {
     }
 }
 
+/// How far a run has got: what `Monitor::poll` sees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// Instructions and transfers executed so far.
+    pub executed: u64,
+    /// Instructions and transfers the run will execute (one per instruction, plus one transfer
+    /// per DMA instruction); `None` when a program branches (the count depends on the data).
+    pub total: Option<u64>,
+    /// Emulated device time reached, picoseconds.
+    pub emulated_ps: u64,
+}
+
+/// A run's observer (`Device::run_monitored`): polled every `POLL_EVERY` executed items, on
+/// the thread that runs the scheduler. Returning `false` cancels the run: it stops with an
+/// `Interrupted` error (rule `interrupted`) and the device stays usable, as after any error.
+pub trait Monitor: Send {
+    fn poll(&mut self, progress: &Progress) -> bool;
+}
+
+/// Executed items between two `Monitor::poll` calls (host time: ~20 us for the tiniest
+/// instructions, a few ms for the largest).
+pub const POLL_EVERY: u64 = 64;
+
 #[derive(Debug, Default)]
 pub struct RunResult {
     pub trace: Trace,
@@ -231,6 +254,25 @@ impl Device {
 
     /// `run` on borrowed programs (the bindings run Python-owned programs without copying them).
     pub fn run_refs(&mut self, programs: &[&Program], opts: &RunOptions) -> Result<RunResult> {
+        self.run_with(programs, opts, None)
+    }
+
+    /// `run_refs` with a `Monitor` polled during the run (progress reports, cancellation).
+    pub fn run_monitored(
+        &mut self,
+        programs: &[&Program],
+        opts: &RunOptions,
+        monitor: &mut dyn Monitor,
+    ) -> Result<RunResult> {
+        self.run_with(programs, opts, Some(monitor))
+    }
+
+    fn run_with(
+        &mut self,
+        programs: &[&Program],
+        opts: &RunOptions,
+        monitor: Option<&mut dyn Monitor>,
+    ) -> Result<RunResult> {
         // Only cores that run can observe their per-run state; the others are reset when
         // they next run (saves zeroing 8 x 128 KiB of matmul-written bits per run).
         for p in programs {
@@ -239,7 +281,7 @@ impl Device {
                 c.regs = [[0; NUM_REGISTERS as usize]; NUM_STREAMS];
             }
         }
-        let r = crate::par::run_hot(|| sched::run(self, programs, opts));
+        let r = crate::par::run_hot(|| sched::run(self, programs, opts, monitor));
         self.runs += 1;
         r
     }

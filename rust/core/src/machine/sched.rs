@@ -11,7 +11,10 @@
 use super::dma_timing::{plan, DmaFabric, Plan};
 use super::intercore::{self, DevMem, Intercore, Ready, Release};
 use super::region::{conflict, regions, Region};
-use super::{Device, Executor, RunOptions, RunResult, AGENTS_PER_CORE, NUM_CORES};
+use super::{
+    Device, Executor, Monitor, Progress, RunOptions, RunResult, AGENTS_PER_CORE, NUM_CORES,
+    POLL_EVERY,
+};
 use crate::cost::{flops, Issue};
 use crate::engines::validate;
 use crate::engines::{self, Ctx};
@@ -213,11 +216,40 @@ pub struct Scheduler<'d, 'p> {
     result: RunResult,
     now: u64,
     since_prune: u32,
+    /// Polled every `POLL_EVERY` executed items (None: no polls).
+    monitor: Option<&'d mut dyn Monitor>,
+    /// Executed count at which `check_budget` next looks up (the budget or a poll is due).
+    next_check: u64,
+    /// The run's planned item count, computed at the first poll (`Progress::total`).
+    total: Option<Option<u64>>,
 }
 
-/// Run one program per listed core to completion.
-pub fn run(dev: &mut Device, programs: &[&Program], opts: &RunOptions) -> Result<RunResult> {
-    Scheduler::new(dev, programs, opts)?.run()
+/// Run one program per listed core to completion, polling `monitor` on the way.
+pub fn run(
+    dev: &mut Device,
+    programs: &[&Program],
+    opts: &RunOptions,
+    monitor: Option<&mut dyn Monitor>,
+) -> Result<RunResult> {
+    let mut s = Scheduler::new(dev, programs, opts)?;
+    if let Some(m) = monitor {
+        s.next_check = s.next_check.min(POLL_EVERY);
+        s.monitor = Some(m);
+    }
+    s.run()
+}
+
+/// Items a run of `progs` executes (each instruction, plus the transfer of each DMA
+/// instruction); `None` when a program branches.
+fn planned_items(progs: &[Option<&Program>]) -> Option<u64> {
+    let mut n = 0;
+    for p in progs.iter().flatten() {
+        if super::control::has_branches(p) {
+            return None;
+        }
+        n += p.instrs.iter().map(|i| 1 + is_dma(i) as u64).sum::<u64>();
+    }
+    Some(n)
 }
 
 /// Validate the programs (unless the caller guarantees they were) and place them by core.
@@ -297,6 +329,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             .collect();
         let fabric = DmaFabric::new(dev.cost.dma(), NUM_CORES);
         let sem_latency = dev.cost.sem_latency_ps();
+        let next_check = dev.max_executed;
         Ok(Scheduler {
             dev,
             progs,
@@ -310,6 +343,9 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             result: RunResult::default(),
             now: 0,
             since_prune: 0,
+            monitor: None,
+            next_check,
+            total: None,
         })
     }
 
@@ -459,9 +495,20 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         )
     }
 
-    /// A run stops as a runaway loop after `Device::max_executed` items.
-    fn check_budget(&self) -> Result<()> {
-        if self.result.executed >= self.dev.max_executed {
+    /// A run stops as a runaway loop after `Device::max_executed` items; the monitor, if any,
+    /// is polled every `POLL_EVERY` items (one comparison per step either way).
+    #[inline]
+    fn check_budget(&mut self) -> Result<()> {
+        if self.result.executed >= self.next_check {
+            self.poll()?;
+        }
+        Ok(())
+    }
+
+    #[cold]
+    fn poll(&mut self) -> Result<()> {
+        let n = self.result.executed;
+        if n >= self.dev.max_executed {
             return Err(fail(
                 Runaway,
                 "runaway_loop",
@@ -469,6 +516,24 @@ impl<'d, 'p> Scheduler<'d, 'p> {
                     "stopped after {} executed instructions (a runaway loop?); Device::max_executed sets the limit",
                     self.dev.max_executed
                 ),
+            ));
+        }
+        let Some(m) = self.monitor.as_deref_mut() else {
+            return Ok(());
+        };
+        self.next_check = (n + POLL_EVERY).min(self.dev.max_executed);
+        let progs = &self.progs;
+        let total = *self.total.get_or_insert_with(|| planned_items(progs));
+        let p = Progress {
+            executed: n,
+            total,
+            emulated_ps: self.now,
+        };
+        if !m.poll(&p) {
+            return Err(fail(
+                Interrupted,
+                "interrupted",
+                format!("run cancelled by its caller after {n} executed instructions"),
             ));
         }
         Ok(())

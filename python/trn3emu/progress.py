@@ -1,0 +1,111 @@
+"""Progress bars (tqdm) for long device runs and long NKI traces.
+
+A bar appears only once the work has lasted `DELAY_S` seconds, and only when it is wanted:
+`progress=True` / `False` decide; `progress=None` (the default) follows the `TRN3EMU_PROGRESS`
+environment variable ("0" off, "1" on) and otherwise shows bars when stderr is a terminal.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+#: A bar appears once a run or trace has lasted this long (seconds).
+DELAY_S = 2.0
+#: Environment variable: "0" turns bars off, "1" on (even when stderr is not a terminal).
+ENV = "TRN3EMU_PROGRESS"
+_OFF = ("0", "false", "off", "no")
+_ON = ("1", "true", "on", "yes")
+
+
+def wanted(progress: bool | None) -> bool:
+    """Whether a run or trace should show a bar (once it lasts `DELAY_S`)."""
+    if progress is not None:
+        return bool(progress)
+    env = os.environ.get(ENV, "").strip().lower()
+    if env in _OFF:
+        return False
+    if env in _ON:
+        return True
+    err = sys.stderr
+    try:
+        return err is not None and err.isatty()
+    except (AttributeError, ValueError):  # replaced or closed stderr
+        return False
+
+
+def format_ps(ps: int) -> str:
+    """Emulated time in the unit that reads best (ns, µs, ms, s)."""
+    for unit, scale in (("s", 10**12), ("ms", 10**9), ("µs", 10**6)):
+        if ps >= scale:
+            return f"{ps / scale:.3g} {unit}"
+    return f"{ps / 1000:.3g} ns"
+
+
+class _Bar:
+    """A tqdm bar made only when the work has lasted `DELAY_S` (short work costs no bar)."""
+
+    def __init__(self, desc: str, unit: str) -> None:
+        self.desc, self.unit = desc, unit
+        self.start = time.monotonic()
+        self.bar: Any = None
+
+    def _show(self, done: int, total: int | None, postfix: str | None) -> None:
+        if self.bar is None:
+            if time.monotonic() - self.start < DELAY_S:
+                return
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=done, desc=self.desc, unit=self.unit, unit_scale=True, file=sys.stderr)
+            self.bar.start_t -= time.monotonic() - self.start  # elapsed counts from the work's start
+        if total is not None and self.bar.total != total:
+            self.bar.total = total
+        if postfix is not None:
+            self.bar.set_postfix_str(postfix, refresh=False)
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+class RunProgress(_Bar):
+    """The bar of one `Device.run`: instructions and transfers done of the total, emulated time.
+    The native run calls it (every 25 ms) with the core's counts."""
+
+    def __init__(self, desc: str = "run") -> None:
+        super().__init__(desc, "instr")
+
+    def __call__(self, executed: int, total: int | None, emulated_ps: int) -> None:
+        self._show(executed, total, f"emulated {format_ps(emulated_ps)}")
+
+    def finish(self, executed: int, end_ps: int) -> None:
+        """Show the final counts (if the bar is up) and close it."""
+        if self.bar is not None:
+            self._show(executed, None, f"emulated {format_ps(end_ps)}")
+        self.close()
+
+
+class TraceProgress(_Bar):
+    """The bar of one NKI trace: instructions traced so far (the total is not known)."""
+
+    #: Instructions between two looks at the clock.
+    EVERY = 256
+
+    def __init__(self, desc: str = "tracing") -> None:
+        super().__init__(desc, "instr")
+        self.n = 0
+
+    def tick(self) -> None:
+        """One more instruction traced."""
+        self.n += 1
+        if not self.n % self.EVERY:
+            self._show(self.n, None, None)
+
+    def finish(self) -> None:
+        if self.bar is not None:
+            self._show(self.n, None, None)
+        self.close()

@@ -162,9 +162,17 @@ impl Sem {
     }
 }
 
+/// The instruction a stream of `core` is at, for messages (only cores with a program have
+/// streams that act).
+fn instr_at<'p>(progs: &[Option<&'p Program>], core: u8, idx: u32) -> Option<&'p Instr> {
+    progs[core as usize].and_then(|p| p.instrs.get(idx as usize))
+}
+
 fn describe(progs: &[Option<&Program>], core: u8, idx: u32) -> String {
-    let ins = &progs[core as usize].unwrap().instrs[idx as usize];
-    format!("core {core} #{idx} `{}`", format_instr(ins))
+    match instr_at(progs, core, idx) {
+        Some(ins) => format!("core {core} #{idx} `{}`", format_instr(ins)),
+        None => format!("core {core} #{idx}"),
+    }
 }
 
 fn ins_err(e: EmuError, core: u8, idx: u32, ins: &Instr) -> EmuError {
@@ -479,7 +487,9 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         if let Some(why) = self.inter.blocked(bi) {
             return format!("{} {why}", describe(&self.progs, a.core, idx));
         }
-        let ins = &self.progs[a.core as usize].unwrap().instrs[idx as usize];
+        let Some(ins) = instr_at(&self.progs, a.core, idx) else {
+            return describe(&self.progs, a.core, idx);
+        };
         let waits: Vec<String> = ins
             .waits
             .iter()

@@ -34,14 +34,16 @@ class Hbm:
         self._next = 0
 
     def _place(self, nbytes: int, address: int | None) -> int:
-        if address is None:
+        auto = address is None
+        if auto:
             address = self._next
-            self._next = -(-(address + max(nbytes, 1)) // HBM_ALIGN) * HBM_ALIGN
         if address < 0 or address + nbytes > HBM_BYTES:
             msg = f"HBM bytes {address}..{address + nbytes} exceed the {HBM_BYTES >> 30} GiB address space"
             if address < 0:
                 raise AddressError(msg, operand="address", rule="hbm_out_of_range")
             raise CapacityError(msg, operand="address", rule="hbm_capacity")
+        if auto:  # only a placement that succeeds moves the pointer: a refused one changes nothing
+            self._next = -(-(address + max(nbytes, 1)) // HBM_ALIGN) * HBM_ALIGN
         return int(address)
 
     def alloc(self, shape, dtype: Any, address: int | None = None, name: str = "", core: int | None = None) -> Tensor:

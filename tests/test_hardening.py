@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import trn3emu as t3
-from trn3emu.errors import CapacityError
+from trn3emu.errors import AddressError, CapacityError, ShapeError
 
 GIB = 1 << 30
 
@@ -24,3 +24,101 @@ def test_refused_alloc_leaves_the_allocator_usable():
     t = dev.hbm.put(x)
     np.testing.assert_array_equal(dev.hbm.get(t), x)
     assert first.offset == 0
+
+
+def test_free_and_reuse():
+    dev = t3.Device()
+    a = dev.hbm.alloc((1000,), np.float32)
+    b = dev.hbm.alloc((16,), np.float32)
+    assert (a.offset, b.offset) == (0, 4032)
+    dev.hbm.free(a)
+    c = dev.hbm.alloc((500,), np.float32)  # first fit: the freed range at 0
+    assert c.offset == 0
+    d = dev.hbm.alloc((600,), np.float32)  # does not fit in 2000..4032: goes after b
+    assert d.offset == 4096
+    e = dev.hbm.alloc((100,), np.float32)  # fits in the rest of a's old range
+    assert e.offset == 2048
+    x = np.arange(16, dtype=np.float32)
+    dev.hbm.write(b, x)
+    np.testing.assert_array_equal(dev.hbm.get(b), x)
+
+
+def test_free_everything_restarts_at_zero():
+    dev = t3.Device()
+    ts = [dev.hbm.alloc((8,), np.float32) for _ in range(3)]
+    for t in ts:
+        dev.hbm.free(t)
+    assert dev.hbm.alloc((8,), np.float32).offset == 0
+
+
+def test_double_free_and_use_after_free_raise():
+    dev = t3.Device()
+    t = dev.hbm.put(np.arange(8, dtype=np.float32))
+    view = t[2:6]
+    dev.hbm.free(t)
+    with pytest.raises(AddressError) as e:
+        dev.hbm.free(t)
+    assert e.value.rule == "hbm_double_free"
+    for call in (
+        lambda: dev.hbm.get(t),
+        lambda: dev.hbm.get(view),
+        lambda: dev.hbm.write(t, np.zeros(8, np.float32)),
+        lambda: dev.hbm.holds(t, np.zeros(8, np.float32)),
+        lambda: dev.read(view),
+        lambda: dev.hbm.get(t.reshape(2, 4)),
+    ):
+        with pytest.raises(AddressError) as e:
+            call()
+        assert e.value.rule == "hbm_use_after_free"
+    p = t3.Program()
+    s = p.sbuf((1, 8), np.float32)
+    with pytest.raises(AddressError) as e:
+        p.dma_copy(dst=s, src=t.reshape(1, 8))
+    assert e.value.rule == "hbm_use_after_free"
+    assert len(p) == 0
+
+
+def test_free_refuses_tensors_it_did_not_allocate():
+    dev, other = t3.Device(), t3.Device()
+    t = other.hbm.alloc((4,), np.float32)
+    p = t3.Program()
+    for bad in (t, p.sbuf((1, 4), np.float32), None):
+        with pytest.raises(AddressError) as e:
+            dev.hbm.free(bad)
+        assert e.value.rule == "hbm_free_not_allocated"
+
+
+def test_context_manager_frees():
+    dev = t3.Device()
+    with dev.hbm.alloc((1000,), np.float32) as t:
+        dev.hbm.write(t, np.ones(1000, np.float32))
+        assert dev.hbm.get(t).sum() == 1000
+    with pytest.raises(AddressError):
+        dev.hbm.get(t)
+    assert dev.hbm.alloc((4,), np.float32).offset == 0  # the range came back
+    with dev.hbm.put(np.ones(4, np.float32)) as u:
+        dev.hbm.free(u)  # freeing inside the block is fine; the exit does not free twice
+    with pytest.raises(ShapeError):
+        with t3.Program().sbuf((1, 4), np.float32):
+            pass
+
+
+def test_explicit_and_automatic_placements_never_overlap():
+    dev = t3.Device()
+    fixed = dev.hbm.alloc((16,), np.float32, address=0)
+    auto = dev.hbm.alloc((16,), np.float32)
+    assert auto.offset >= fixed.offset + fixed.nbytes  # skips the explicit range
+    high = dev.hbm.alloc((16,), np.float32, address=4096)
+    big = dev.hbm.alloc((1000,), np.float32)  # 4000 bytes do not fit below `high`
+    assert big.offset >= high.offset + high.nbytes
+    with pytest.raises(AddressError) as e:
+        dev.hbm.alloc((4,), np.float32, address=auto.offset + 8)
+    assert e.value.rule == "hbm_overlap"
+    with pytest.raises(AddressError):
+        dev.hbm.put(np.ones(4, np.float32), address=0)
+    alias = dev.hbm.alloc((8,), np.uint8, address=0, alias=True)  # on purpose: the same bytes
+    dev.hbm.write(fixed, np.arange(16, dtype=np.float32))
+    np.testing.assert_array_equal(dev.hbm.get(alias), np.arange(2, dtype=np.float32).view(np.uint8))
+    dev.hbm.free(fixed)
+    dev.hbm.free(alias)
+    assert dev.hbm.alloc((16,), np.float32).offset == 0

@@ -138,7 +138,7 @@ def _load_input(spec: str) -> tuple[int, np.ndarray, str | None]:
 def _put_inputs(dev: Device, specs: list[str]) -> None:
     for spec in specs:
         addr, arr, dtype = _load_input(spec)
-        dev.hbm.put(arr, dtype=dtype, address=addr)
+        dev.hbm.put(arr, dtype=dtype, address=addr, alias=True)
 
 
 def _run(dev: Device, progs, args):
@@ -154,7 +154,7 @@ def _cmd_run(args) -> int:
         where, _, path = spec.partition("=")
         addr, shape, dtype = where.split(":")
         dims = tuple(int(s) for s in shape.split("x"))
-        t = dev.hbm.alloc(dims, dtype, address=int(addr, 0))
+        t = dev.hbm.alloc(dims, dtype, address=int(addr, 0), alias=True)
         arr = dev.hbm.get(t)
         np.save(path, arr)
         print(f"wrote {path}: {dims} {numpy_dtype(dtype)}")

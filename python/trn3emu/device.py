@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,7 @@ from . import progress as _progress
 from .dtypes import dtype_name, numpy_dtype
 from .errors import AddressError, CapacityError, DtypeError, ShapeError
 from .program import Program
-from .tensor import Tensor
+from .tensor import HbmBlock, Tensor, _check_live, _index, _name, _shape
 from .trace import RunResult
 
 HBM_BYTES: int = _native.HBM_BYTES
@@ -20,6 +21,10 @@ HBM_ALIGN = 64
 #: The numerics options of `Device(...)`: names, allowed values, defaults (from the Rust core).
 NUMERICS_OPTIONS: dict[str, dict[str, Any]] = _native.numerics_options()
 _DEFAULT = {name: o["default"] for name, o in NUMERICS_OPTIONS.items()}
+
+
+def _block_lo(b: HbmBlock) -> int:
+    return b.lo
 
 
 class Hbm:
@@ -31,40 +36,120 @@ class Hbm:
 
     def __init__(self, native: _native.Device) -> None:
         self._native = native
-        self._next = 0
+        self._live: list[HbmBlock] = []  # live allocations, sorted by start address
+        self._top = 0  # aligned end of the highest live allocation
+        self._holes = False  # whether a free or an explicit placement may have left a gap below _top
 
-    def _place(self, nbytes: int, address: int | None) -> int:
+    def _auto_address(self, nbytes: int) -> int:
+        """First fit: the lowest aligned address whose range overlaps no live allocation."""
+        if not self._holes:
+            return self._top
+        pos, need = 0, max(nbytes, 1)
+        for b in self._live:
+            if b.lo - pos >= need:
+                break
+            pos = max(pos, -(-b.hi // HBM_ALIGN) * HBM_ALIGN)
+        return pos
+
+    def _place(self, nbytes: int, address: int | None, alias: bool = False) -> HbmBlock:
         auto = address is None
         if auto:
-            address = self._next
+            address = self._auto_address(nbytes)
+        else:
+            address = _index(address, "address")
         if address < 0 or address + nbytes > HBM_BYTES:
             msg = f"HBM bytes {address}..{address + nbytes} exceed the {HBM_BYTES >> 30} GiB address space"
             if address < 0:
                 raise AddressError(msg, operand="address", rule="hbm_out_of_range")
             raise CapacityError(msg, operand="address", rule="hbm_capacity")
-        if auto:  # only a placement that succeeds moves the pointer: a refused one changes nothing
-            self._next = -(-(address + max(nbytes, 1)) // HBM_ALIGN) * HBM_ALIGN
-        return int(address)
+        if not auto and not alias:
+            for b in self._live:
+                if b.lo < address + nbytes and address < b.hi:
+                    raise AddressError(
+                        f"HBM bytes {address}..{address + nbytes} overlap the live tensor {b.label} at "
+                        f"{b.lo}..{b.hi}; free it first, or pass alias=True to share its bytes on purpose",
+                        operand="address",
+                        rule="hbm_overlap",
+                    )
+        # Only a placement that succeeds changes the allocator: a refused one leaves it as it was.
+        block = HbmBlock(self, address, address + nbytes)
+        bisect.insort(self._live, block, key=_block_lo)
+        if auto and not self._holes:
+            self._top = -(-(address + max(nbytes, 1)) // HBM_ALIGN) * HBM_ALIGN
+        else:
+            self._holes = True
+            self._top = max(self._top, -(-(address + max(nbytes, 1)) // HBM_ALIGN) * HBM_ALIGN)
+        return block
 
-    def alloc(self, shape, dtype: Any, address: int | None = None, name: str = "", core: int | None = None) -> Tensor:
+    def alloc(
+        self,
+        shape,
+        dtype: Any,
+        address: int | None = None,
+        name: str = "",
+        core: int | None = None,
+        alias: bool = False,
+    ) -> Tensor:
         """Reserve an HBM tensor (zeros unless written); `address` places it explicitly.
 
         HBM is shared by every core; `core=k` makes the tensor private to core k (another core's
         program naming it raises MemorySpaceError at assembly).
+
+        Automatic placement (first fit, 64-byte aligned) never overlaps a live tensor, including
+        ones placed at an explicit `address`. An explicit `address` over a live tensor raises
+        AddressError (`hbm_overlap`) unless `alias=True` asks for the shared bytes on purpose.
+        `free(t)` returns the bytes (or use `with dev.hbm.alloc(...) as t:` to free at the end).
         """
-        shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        shape = _shape(shape)
         if core is not None and not 0 <= core < Device.NUM_CORES:
             raise AddressError(
                 f"core {core} is not a core of the device (0..{Device.NUM_CORES - 1})",
                 operand="core",
                 rule="tensor_core_out_of_range",
             )
-        t = Tensor("hbm", dtype, shape, name=name, core=core)
-        t.offset = self._place(t.nbytes, address)
+        t = Tensor("hbm", dtype, shape, name=_name(name), core=core)
+        block = self._place(t.nbytes, address, alias)
+        block.label = repr(t)
+        t.offset = block.lo
+        t.block = block
         return t
 
+    def free(self, t: Tensor) -> None:
+        """Return the bytes of the HBM allocation `t` (or a view of it) belongs to; later
+        automatic placements may reuse them. Using `t` or any view of it afterwards (`get`,
+        `put`, `write`, an instruction) raises AddressError (`hbm_use_after_free`); freeing it
+        again raises AddressError (`hbm_double_free`)."""
+        block = t.block if isinstance(t, Tensor) else None
+        if block is None or block.owner is not self:
+            raise AddressError(
+                f"hbm.free needs a tensor allocated by this device's hbm, got {t!r}",
+                operand="t",
+                rule="hbm_free_not_allocated",
+            )
+        if not block.live:
+            raise AddressError(f"{block.label} was already freed", operand="t", rule="hbm_double_free")
+        block.live = False
+        i = bisect.bisect_left(self._live, block.lo, key=_block_lo)
+        while i < len(self._live) and self._live[i] is not block:
+            i += 1
+        if i < len(self._live):  # (a block placed before `_reset` is no longer tracked)
+            del self._live[i]
+        self._holes = True
+        if not self._live:
+            self._top, self._holes = 0, False
+
+    def _reset(self) -> None:
+        """Placement as on a new device (the NKI spare device): forget every allocation."""
+        self._live, self._top, self._holes = [], 0, False
+
     def put(
-        self, array, dtype: Any = None, address: int | None = None, name: str = "", core: int | None = None
+        self,
+        array,
+        dtype: Any = None,
+        address: int | None = None,
+        name: str = "",
+        core: int | None = None,
+        alias: bool = False,
     ) -> Tensor:
         """Copy an array into HBM. `dtype` reinterprets raw words (e.g. uint32 as float8_e4m3fn_x4).
 
@@ -80,7 +165,7 @@ class Hbm:
                 operand="dtype",
                 rule="array_itemsize_mismatch",
             )
-        t = self.alloc(a.shape if a.ndim else (1,), name_, address, name, core)
+        t = self.alloc(a.shape if a.ndim else (1,), name_, address, name, core, alias)
         self._native.hbm_write(t.offset, a.reshape(-1).view(np.uint8))
         fw = interop.framework(array)
         t.framework = fw if fw in ("torch", "jax") else None
@@ -91,6 +176,7 @@ class Hbm:
         with numpy if needed)."""
         if t.mem != "hbm" or not t.is_contiguous():
             raise ShapeError(f"write needs a contiguous HBM tensor, got {t!r}", rule="hbm_tensor_expected")
+        _check_live(t)
         a = np.ascontiguousarray(interop.to_numpy(array, "array").astype(numpy_dtype(t.dtype), copy=False))
         if a.size != t.size:
             raise ShapeError(f"array has {a.size} elements, tensor {t!r} has {t.size}", rule="array_size_mismatch")
@@ -111,6 +197,7 @@ class Hbm:
             raise ShapeError(
                 f"hbm.get needs an HBM tensor, got {t!r}; use Device.read for tiles", rule="hbm_tensor_expected"
             )
+        _check_live(t)
         es = t.itemsize
         lo = hi = 0
         for n, st in zip(t.shape, t.strides):
@@ -125,6 +212,7 @@ class Hbm:
 
     def holds(self, t: Tensor, array: np.ndarray) -> bool:
         """Whether the contiguous HBM tensor `t` holds exactly the bytes of `array` (no copies)."""
+        _check_live(t)
         a = np.ascontiguousarray(interop.to_numpy(array, "array"))
         return self._native.hbm_equals(t.offset, a.reshape(-1).view(np.uint8))
 

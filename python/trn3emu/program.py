@@ -16,7 +16,7 @@ from typing import Any
 from . import _native
 from ._asm import INSTRUCTIONS, AssemblerMixin
 from .errors import AddressError, CapacityError, MemorySpaceError, OperandError, SemaphoreError
-from .tensor import Reg, Tensor
+from .tensor import Reg, Tensor, _check_live
 
 # Hardware facts, from the Rust core.
 PARTITIONS: int = _native.PARTITIONS
@@ -256,6 +256,8 @@ class Program(AssemblerMixin):
                         f"{opcode}: {what} {a!r} belongs to core {a.core}, this program runs on core {self.core}",
                         rule="core_private_memory",
                     )
+                if a.block is not None and not a.block.live:
+                    _check_live(a)
                 append(_ap_of(a))
             elif isinstance(a, Reg):
                 names, kinds = _params(opcode)

@@ -12,7 +12,7 @@ from typing import Any
 
 from . import _native
 from .dtypes import SIZES, dtype_name
-from .errors import OperandError, ShapeError
+from .errors import AddressError, OperandError, ShapeError
 
 MAX_FREE_DIMS: int = _native.MAX_FREE_DIMS
 NUM_REGISTERS: int = _native.NUM_REGISTERS
@@ -41,8 +41,40 @@ class Reg:
         return hash(("reg", self.index))
 
 
+class HbmBlock:
+    """One HBM allocation of `Hbm.alloc`: its byte range and whether it is still live (shared by
+    every view of the tensor, so a freed tensor's views are refused too)."""
+
+    __slots__ = ("owner", "lo", "hi", "live", "label")
+
+    def __init__(self, owner: Any, lo: int, hi: int) -> None:
+        self.owner, self.lo, self.hi, self.live, self.label = owner, lo, hi, True, ""
+
+
+def _check_live(t: Tensor) -> None:
+    b = t.block
+    if b is not None and not b.live:
+        raise AddressError(
+            f"{t!r} belongs to {b.label}, which was freed (hbm.free)", operand="tensor", rule="hbm_use_after_free"
+        )
+
+
+def _shape(shape: Any) -> tuple:
+    """A shape argument (an int or a sequence of ints) as a tuple of ints."""
+    return tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+
+
+def _index(v: Any, what: str) -> int:
+    """An integer argument (an address, an offset, a core)."""
+    return int(v)
+
+
+def _name(name: Any) -> str:
+    return name
+
+
 class Tensor:
-    __slots__ = ("mem", "dtype", "shape", "strides", "offset", "start", "name", "core", "dyn", "framework")
+    __slots__ = ("mem", "dtype", "shape", "strides", "offset", "start", "name", "core", "dyn", "framework", "block")
 
     def __init__(
         self, mem: str, dtype: Any, shape, strides=None, offset: int = 0, start: int = 0, name: str = "", core=None
@@ -69,6 +101,8 @@ class Tensor:
         self.dyn = None
         #: the framework ("torch", "jax") of the array `Hbm.put` copied in: `Hbm.get` answers in it
         self.framework: str | None = None
+        #: the `Hbm.alloc` allocation this HBM tensor (or view) lies in; None for tiles
+        self.block: HbmBlock | None = None
 
     # ------------------------------------------------------------------------------------ info
     @property
@@ -112,7 +146,20 @@ class Tensor:
         t.shape, t.strides, t.offset, t.start = tuple(shape), tuple(strides), offset, start
         t.dyn = None
         t.framework = self.framework
+        t.block = self.block
         return t
+
+    def __enter__(self) -> Tensor:
+        """`with dev.hbm.alloc(...) as t:` frees the HBM tensor when the block ends."""
+        if self.block is None:
+            raise ShapeError(
+                f"only an HBM tensor from hbm.alloc/put is a context manager, got {self!r}", rule="hbm_tensor_expected"
+            )
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.block is not None and self.block.live:
+            self.block.owner.free(self)
 
     def _static(self, what: str) -> None:
         if self.dyn is not None:
@@ -191,7 +238,9 @@ class Tensor:
             if shape[0] != self.shape[0]:
                 raise ShapeError("on-chip reshape must keep the partition dim", rule="view_keeps_partition_dim")
             return Tensor(self.mem, self.dtype, shape, None, self.offset, self.start, self.name, self.core)
-        return Tensor("hbm", self.dtype, shape, None, self.offset, 0, self.name, self.core)
+        t = Tensor("hbm", self.dtype, shape, None, self.offset, 0, self.name, self.core)
+        t.block = self.block
+        return t
 
     def is_contiguous(self) -> bool:
         dims = list(zip(self.shape, self.strides))

@@ -678,10 +678,10 @@ class TraceContext:
                         rule="nki_shared_hbm_mismatch",
                     )
                 return NkiTensor(t, buffer, None, name)
-            t = self.device.hbm.alloc(shape, dt, address=addr, name=name)
+            t = self.device.hbm.alloc(shape, dt, address=addr, name=name, alias=True)
             shared.append(t)
             return NkiTensor(t, buffer, None, name)
-        t = self.device.hbm.alloc(shape, dt, address=addr, name=name)
+        t = self.device.hbm.alloc(shape, dt, address=addr, name=name, alias=True)
         return NkiTensor(t, buffer, None, name)
 
 
@@ -892,7 +892,7 @@ class _Run:
         dev.fill_onchip(0 if fill is None else fill)
         for addr, n in spare.dirty - rewritten:
             dev.hbm._native.hbm_zero(addr, n)
-        dev.hbm._next = 0  # HBM placement as on a new device
+        dev.hbm._reset()  # HBM placement as on a new device
         return dev
 
     def _trace(self, args, kwargs):

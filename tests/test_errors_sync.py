@@ -466,6 +466,7 @@ VALIDATION = [
     E.PsumBankError,
     E.CapacityError,
     E.OperandError,
+    E.ArgumentTypeError,
     E.SemaphoreError,
 ]
 

@@ -6,7 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import trn3emu as t3
-from trn3emu.errors import AddressError, CapacityError, ShapeError
+from trn3emu.errors import (
+    AddressError,
+    ArgumentTypeError,
+    AsmSyntaxError,
+    CapacityError,
+    EmuError,
+    OperandError,
+    ShapeError,
+)
 
 GIB = 1 << 30
 
@@ -122,3 +130,75 @@ def test_explicit_and_automatic_placements_never_overlap():
     dev.hbm.free(fixed)
     dev.hbm.free(alias)
     assert dev.hbm.alloc((16,), np.float32).offset == 0
+
+
+# ------------------------------------------------- (finding 4) every bad argument is an EmuError
+def _raises(call, cls, builtin, rule):
+    with pytest.raises(cls) as e:
+        call()
+    assert isinstance(e.value, EmuError) and isinstance(e.value, builtin), type(e.value)
+    assert e.value.rule == rule, e.value.rule
+    return e.value
+
+
+def test_lone_surrogate_in_assembly_text():
+    e = _raises(lambda: t3.Program.from_text("nop\ud800"), AsmSyntaxError, ValueError, "str_not_utf8")
+    assert e.operand == "text"
+    _raises(lambda: t3.Program.from_text(5), ArgumentTypeError, TypeError, "str_expected")
+
+
+@pytest.mark.parametrize(
+    "call, operand",
+    [
+        (lambda: t3.Device(seed=-1), "seed"),
+        (lambda: t3.Device(seed=2**64), "seed"),
+        (lambda: t3.Device(sr_bits=-1), "sr_bits"),
+        (lambda: t3.Program(core=2**70), "core"),
+        (lambda: t3.Program(core=-(2**70)), "core"),
+        (lambda: t3.Program().psum((128, 4), np.float32, address=(-1, 0)), "start"),
+    ],
+)
+def test_out_of_range_integers(call, operand):
+    e = _raises(call, OperandError, ValueError, "int_out_of_range")
+    assert e.operand == operand
+
+
+def test_negative_read_offsets_and_empty_get():
+    dev = t3.Device()
+    p = t3.Program()
+    s = p.sbuf((4, 8), np.float32)
+    with pytest.raises(EmuError):
+        dev.read(s.ap([[8, 4], [1, 8]], offset=-16))
+    t = dev.hbm.put(np.arange(8, dtype=np.float32))
+    with pytest.raises(EmuError):
+        dev.hbm.get(t.ap([[1, 0]]))
+
+
+@pytest.mark.parametrize(
+    "call, rule",
+    [
+        (lambda: t3.Device(seed=1.5), "int_expected"),
+        (lambda: t3.Device(sr_bits="8"), "int_expected"),
+        (lambda: t3.Device(rounding=5), "str_expected"),
+        (lambda: t3.Program(core="1"), "int_expected"),
+        (lambda: t3.Program().memset(dst=t3.Program().sbuf((1, 4), np.float32), value=0.0, name=5), "str_expected"),
+        (lambda: t3.Device().run([None]), "program_expected"),
+        (lambda: t3.Device().run(None), "program_expected"),
+        (lambda: setattr(t3.Device(), "max_executed", 1.5), "int_expected"),
+    ],
+)
+def test_wrong_types(call, rule):
+    _raises(call, ArgumentTypeError, TypeError, rule)
+
+
+def test_bad_calls_leave_device_and_program_usable():
+    dev = t3.Device()
+    p = t3.Program()
+    t = p.sbuf((1, 4), np.float32)
+    for bad in (lambda: p.memset(dst=t, value=0.0, name=5), lambda: dev.run([None]), lambda: dev.run([p, 3])):
+        with pytest.raises(EmuError):
+            bad()
+    assert len(p) == 0
+    p.memset(dst=t, value=3.0)
+    dev.run(p)
+    np.testing.assert_array_equal(dev.read(t), np.full((1, 4), 3.0, np.float32))

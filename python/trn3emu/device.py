@@ -10,7 +10,7 @@ import numpy as np
 from . import _native, interop
 from . import progress as _progress
 from .dtypes import dtype_name, numpy_dtype
-from .errors import AddressError, CapacityError, DtypeError, ShapeError
+from .errors import AddressError, ArgumentTypeError, CapacityError, DtypeError, ShapeError
 from .program import Program
 from .tensor import HbmBlock, Tensor, _check_live, _index, _name, _shape
 from .trace import RunResult
@@ -21,6 +21,22 @@ HBM_ALIGN = 64
 #: The numerics options of `Device(...)`: names, allowed values, defaults (from the Rust core).
 NUMERICS_OPTIONS: dict[str, dict[str, Any]] = _native.numerics_options()
 _DEFAULT = {name: o["default"] for name, o in NUMERICS_OPTIONS.items()}
+
+
+def _program_list(programs: Any) -> list[Program]:
+    """`Device.run`'s argument as a list of Programs (anything else raises ArgumentTypeError)."""
+    try:
+        progs = list(programs)
+    except TypeError:
+        progs = [programs]
+    for p in progs:
+        if not callable(getattr(p, "native", None)):  # a Program (or one of the NKI front end's)
+            raise ArgumentTypeError(
+                f"Device.run takes a Program or a list of Programs, got {p!r}",
+                operand="programs",
+                rule="program_expected",
+            )
+    return progs
 
 
 def _block_lo(b: HbmBlock) -> int:
@@ -264,7 +280,7 @@ class Device:
 
     @max_executed.setter
     def max_executed(self, n: int) -> None:
-        self._native.max_executed = int(n)
+        self._native.max_executed = n
 
     def programs(self, cores=None, sync: str = "auto") -> list[Program]:
         """One empty Program per core (default: all 8), for a multi-core `run`.
@@ -290,7 +306,7 @@ class Device:
         stderr is a terminal and `TRN3EMU_PROGRESS` is not "0" (docs/limits.md). A run stops
         with `RunawayError` after `max_executed` instructions and transfers.
         """
-        progs = [programs] if isinstance(programs, Program) else list(programs)
+        progs = [programs] if isinstance(programs, Program) else _program_list(programs)
         natives = [p.native() for p in progs]
         if not _progress.wanted(progress):
             return RunResult(self._native.run(natives, check_races, trace), natives)

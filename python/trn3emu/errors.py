@@ -69,6 +69,11 @@ class OperandError(ValidationError):
     """An invalid operand value: enum, immediate, flag combination, engine choice."""
 
 
+class ArgumentTypeError(OperandError, TypeError):
+    """An argument of the wrong Python type (a float where an integer is needed, a non-string name,
+    something other than a Program to run)."""
+
+
 class SemaphoreError(ValidationError):
     """Semaphore misuse (id out of range, reserved semaphore)."""
 

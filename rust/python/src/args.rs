@@ -10,6 +10,93 @@ use trn3emu_core::isa::{Arg, DType, Signal, Wait};
 use trn3emu_core::memory::{Ap, DynKind, DynSrc, Dynamic, Mem, PARTITIONS};
 use trn3emu_core::{EmuError, ErrorKind, Result};
 
+/// An integer argument of the binding as `T`. PyO3's own extraction raises a bare TypeError or
+/// OverflowError; here a non-integer (a float, a string, a bool) raises `ArgumentTypeError`
+/// (`int_expected`) and a value outside `T`'s range `OperandError` (`int_out_of_range`), both
+/// naming the argument.
+pub fn int_arg<T: TryFrom<i128>>(obj: &Bound<'_, PyAny>, operand: &str) -> PyResult<T> {
+    let py = obj.py();
+    let range = |shown: String| {
+        let ty = std::any::type_name::<T>();
+        crate::errors::to_py(
+            py,
+            fail(
+                ErrorKind::Value,
+                "int_out_of_range",
+                format!("{operand} = {shown} is outside the range this argument takes ({ty})"),
+            )
+            .operand(operand),
+        )
+    };
+    if obj.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(int_type(obj, operand));
+    }
+    match obj.extract::<i128>() {
+        Ok(v) => T::try_from(v).map_err(|_| range(v.to_string())),
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(py) => {
+            Err(range(obj.str().map(|s| s.to_string()).unwrap_or_default()))
+        }
+        Err(_) => Err(int_type(obj, operand)),
+    }
+}
+
+fn int_type(obj: &Bound<'_, PyAny>, operand: &str) -> PyErr {
+    let ty = obj
+        .get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_default();
+    crate::errors::named(
+        obj.py(),
+        "ArgumentTypeError",
+        "int_expected",
+        operand,
+        format!("{operand} must be an integer, got {ty}"),
+    )
+}
+
+/// An optional string argument (`None` or a `str`); anything else raises `ArgumentTypeError`
+/// (`str_expected`), a string that is not valid UTF-8 (a lone surrogate) `OperandError`
+/// (`str_not_utf8`).
+pub fn opt_str_arg(obj: Option<&Bound<'_, PyAny>>, operand: &str) -> PyResult<Option<String>> {
+    match obj {
+        None => Ok(None),
+        Some(o) if o.is_none() => Ok(None),
+        Some(o) => str_arg(o, operand, ErrorKind::Value).map(Some),
+    }
+}
+
+/// A string argument; a non-string raises `ArgumentTypeError` (`str_expected`), a string that is
+/// not valid UTF-8 (a lone surrogate) the error of `kind` (`str_not_utf8`).
+pub fn str_arg(o: &Bound<'_, PyAny>, operand: &str, kind: ErrorKind) -> PyResult<String> {
+    let py = o.py();
+    let s = o.cast::<pyo3::types::PyString>().map_err(|_| {
+        let ty = o
+            .get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default();
+        crate::errors::named(
+            py,
+            "ArgumentTypeError",
+            "str_expected",
+            operand,
+            format!("{operand} must be a string, got {ty}"),
+        )
+    })?;
+    s.to_str().map(|t| t.to_string()).map_err(|_| {
+        crate::errors::to_py(
+            py,
+            fail(
+                kind,
+                "str_not_utf8",
+                format!("{operand} holds a lone surrogate (not valid UTF-8 text)"),
+            )
+            .operand(operand),
+        )
+    })
+}
+
 fn not_tensor() -> EmuError {
     fail(
         ErrorKind::Value,

@@ -1,6 +1,7 @@
 //! `_native.Device`: numerics options in, HBM and on-chip bytes in and out, `run` with the GIL
 //! released.
 
+use crate::args;
 use crate::errors::{bad_array, guarded, py_err};
 use crate::program::Program;
 use crate::signals::SignalCheck;
@@ -130,14 +131,28 @@ impl Device {
     #[pyo3(signature = (rounding = None, seed = None, sr_bits = None, fp8_overflow = None, mx_scale = None))]
     fn new(
         py: Python<'_>,
-        rounding: Option<&str>,
-        seed: Option<u64>,
-        sr_bits: Option<u64>,
-        fp8_overflow: Option<&str>,
-        mx_scale: Option<&str>,
+        rounding: Option<&Bound<'_, PyAny>>,
+        seed: Option<&Bound<'_, PyAny>>,
+        sr_bits: Option<&Bound<'_, PyAny>>,
+        fp8_overflow: Option<&Bound<'_, PyAny>>,
+        mx_scale: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let cfg =
-            numerics_config(rounding, seed, sr_bits, fp8_overflow, mx_scale).map_err(py_err(py))?;
+        let int = |o: Option<&Bound<'_, PyAny>>, name| match o {
+            Some(v) if !v.is_none() => args::int_arg::<u64>(v, name).map(Some),
+            _ => Ok(None),
+        };
+        let (seed, sr_bits) = (int(seed, "seed")?, int(sr_bits, "sr_bits")?);
+        let rounding = args::opt_str_arg(rounding, "rounding")?;
+        let fp8_overflow = args::opt_str_arg(fp8_overflow, "fp8_overflow")?;
+        let mx_scale = args::opt_str_arg(mx_scale, "mx_scale")?;
+        let cfg = numerics_config(
+            rounding.as_deref(),
+            seed,
+            sr_bits,
+            fp8_overflow.as_deref(),
+            mx_scale.as_deref(),
+        )
+        .map_err(py_err(py))?;
         Ok(Device {
             inner: core::Device::with_numerics(cfg),
         })
@@ -152,9 +167,10 @@ impl Device {
     fn hbm_write(
         &mut self,
         py: Python<'_>,
-        addr: u64,
+        addr: &Bound<'_, PyAny>,
         data: PyReadonlyArray1<'_, u8>,
     ) -> PyResult<()> {
+        let addr: u64 = args::int_arg(addr, "addr")?;
         let s = data.as_slice().map_err(|_| {
             bad_array(
                 py,
@@ -169,7 +185,16 @@ impl Device {
     }
 
     /// Zero `nbytes` of HBM at `addr` (no host buffer needed; whole 1 MiB pages are released).
-    fn hbm_zero(&mut self, py: Python<'_>, addr: u64, nbytes: u64) -> PyResult<()> {
+    fn hbm_zero(
+        &mut self,
+        py: Python<'_>,
+        addr: &Bound<'_, PyAny>,
+        nbytes: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let (addr, nbytes) = (
+            args::int_arg(addr, "addr")?,
+            args::int_arg(nbytes, "nbytes")?,
+        );
         check_hbm(addr, nbytes).map_err(py_err(py))?;
         self.inner.hbm.zero(addr, nbytes);
         Ok(())
@@ -179,9 +204,10 @@ impl Device {
     fn hbm_equals(
         &self,
         py: Python<'_>,
-        addr: u64,
+        addr: &Bound<'_, PyAny>,
         data: PyReadonlyArray1<'_, u8>,
     ) -> PyResult<bool> {
+        let addr: u64 = args::int_arg(addr, "addr")?;
         let s = data.as_slice().map_err(|_| {
             bad_array(
                 py,
@@ -198,9 +224,13 @@ impl Device {
     fn hbm_read<'py>(
         &self,
         py: Python<'py>,
-        addr: u64,
-        nbytes: u64,
+        addr: &Bound<'_, PyAny>,
+        nbytes: &Bound<'_, PyAny>,
     ) -> PyResult<Bound<'py, PyArray1<u8>>> {
+        let (addr, nbytes): (u64, u64) = (
+            args::int_arg(addr, "addr")?,
+            args::int_arg(nbytes, "nbytes")?,
+        );
         check_hbm(addr, nbytes).map_err(py_err(py))?;
         let mut v = vec![0u8; nbytes as usize];
         self.inner.hbm.read(addr, &mut v);
@@ -215,8 +245,9 @@ impl Device {
     }
 
     #[setter]
-    fn set_max_executed(&mut self, n: u64) {
-        self.inner.max_executed = n;
+    fn set_max_executed(&mut self, n: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.inner.max_executed = args::int_arg(n, "max_executed")?;
+        Ok(())
     }
 
     /// Host bytes backing HBM (pages touched so far).
@@ -229,13 +260,22 @@ impl Device {
     fn onchip_read<'py>(
         &self,
         py: Python<'py>,
-        core: usize,
+        core: &Bound<'_, PyAny>,
         mem: &str,
-        start: usize,
-        parts: usize,
-        offset: usize,
-        nbytes: usize,
+        start: &Bound<'_, PyAny>,
+        parts: &Bound<'_, PyAny>,
+        offset: &Bound<'_, PyAny>,
+        nbytes: &Bound<'_, PyAny>,
     ) -> PyResult<Bound<'py, PyArray1<u8>>> {
+        let core = args::int_arg(core, "core")?;
+        let (start, parts) = (
+            args::int_arg(start, "start")?,
+            args::int_arg(parts, "parts")?,
+        );
+        let (offset, nbytes) = (
+            args::int_arg(offset, "offset")?,
+            args::int_arg(nbytes, "nbytes")?,
+        );
         onchip_bytes(&self.inner, core, mem, (start, parts), (offset, nbytes))
             .map(|v| PyArray1::from_vec(py, v))
             .map_err(py_err(py))
@@ -243,11 +283,13 @@ impl Device {
 
     /// Fill every core's SBUF and PSUM with one byte value (e.g. 0xFF = NaN for floats); free
     /// for a memory that holds only that byte already (a core no run has touched since).
-    fn fill_onchip(&mut self, byte: u8) {
+    fn fill_onchip(&mut self, byte: &Bound<'_, PyAny>) -> PyResult<()> {
+        let byte: u8 = args::int_arg(byte, "byte")?;
         for c in &mut self.inner.cores {
             c.sbuf.fill(byte);
             c.psum.fill(byte);
         }
+        Ok(())
     }
 
     /// Run programs (one per core) concurrently; the GIL is released while the device runs,

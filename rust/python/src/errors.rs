@@ -52,3 +52,16 @@ pub fn bad_array(py: Python<'_>, operand: &str, rule: &'static str, msg: &str) -
         fail(ErrorKind::Value, rule, msg.to_string()).operand(operand),
     )
 }
+
+/// The `trn3emu.errors` class `class` (one without a core `ErrorKind`, e.g. `ArgumentTypeError`)
+/// with a rule id and operand.
+pub fn named(py: Python<'_>, class: &str, rule: &'static str, operand: &str, msg: String) -> PyErr {
+    let build = || -> PyResult<PyErr> {
+        let cls = py.import("trn3emu.errors")?.getattr(class)?;
+        let none = py.None();
+        Ok(PyErr::from_value(
+            cls.call1((msg, &none, &none, operand, rule))?,
+        ))
+    };
+    build().unwrap_or_else(|err| err)
+}

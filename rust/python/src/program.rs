@@ -75,8 +75,12 @@ fn warn_accumulate(py: Python<'_>, index: usize) -> PyResult<()> {
 #[pymethods]
 impl Program {
     #[new]
-    #[pyo3(signature = (core = 0))]
-    fn new(py: Python<'_>, core: i64) -> PyResult<Self> {
+    #[pyo3(signature = (core = None), text_signature = "(core=0)")]
+    fn new(py: Python<'_>, core: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let core: i64 = match core {
+            Some(c) => args::int_arg(c, "core")?,
+            None => 0,
+        };
         Ok(Program {
             asm: Assembler::new(core).map_err(py_err(py))?,
         })
@@ -99,14 +103,17 @@ impl Program {
         &mut self,
         py: Python<'_>,
         opcode: &str,
-        engine: Option<&str>,
+        engine: Option<&Bound<'_, PyAny>>,
         args: &Bound<'_, PyTuple>,
         waits: &Bound<'_, PyAny>,
         signals: &Bound<'_, PyAny>,
-        name: Option<String>,
+        name: Option<&Bound<'_, PyAny>>,
         resolve_accumulate: bool,
     ) -> PyResult<usize> {
         let index = self.asm.len();
+        let name = args::opt_str_arg(name, "name")?;
+        let engine = args::opt_str_arg(engine, "engine")?;
+        let engine = engine.as_deref();
         let ins = Self::convert(opcode, engine, args, waits, signals, name)
             .map_err(|e| to_py(py, e.at(index, format!("{opcode} (being assembled)"))))?;
         let done = self
@@ -124,8 +131,23 @@ impl Program {
     }
 
     /// Mark PSUM bytes as freshly allocated: the next matmul with accumulate=None overwrites them.
-    fn psum_fresh(&mut self, start: u32, parts: u32, offset: u64, nbytes: u64) {
-        self.asm.psum_fresh(start, parts, offset, nbytes)
+    fn psum_fresh(
+        &mut self,
+        start: &Bound<'_, PyAny>,
+        parts: &Bound<'_, PyAny>,
+        offset: &Bound<'_, PyAny>,
+        nbytes: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let (start, parts) = (
+            args::int_arg(start, "start")?,
+            args::int_arg(parts, "parts")?,
+        );
+        let (offset, nbytes) = (
+            args::int_arg(offset, "offset")?,
+            args::int_arg(nbytes, "nbytes")?,
+        );
+        self.asm.psum_fresh(start, parts, offset, nbytes);
+        Ok(())
     }
 
     /// Add the semaphores the data dependencies need (automatic synchronisation).
@@ -165,8 +187,9 @@ impl Program {
     }
 
     #[staticmethod]
-    fn from_text(py: Python<'_>, text: &str) -> PyResult<Program> {
-        guarded(|| core::engines::parse_program(text))
+    fn from_text(py: Python<'_>, text: &Bound<'_, PyAny>) -> PyResult<Program> {
+        let text = args::str_arg(text, "text", core::ErrorKind::Parse)?;
+        guarded(|| core::engines::parse_program(&text))
             .map(Program::wrap)
             .map_err(py_err(py))
     }

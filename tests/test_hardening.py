@@ -155,12 +155,21 @@ def test_lone_surrogate_in_assembly_text():
         (lambda: t3.Device(sr_bits=-1), "sr_bits"),
         (lambda: t3.Program(core=2**70), "core"),
         (lambda: t3.Program(core=-(2**70)), "core"),
-        (lambda: t3.Program().psum((128, 4), np.float32, address=(-1, 0)), "start"),
     ],
 )
 def test_out_of_range_integers(call, operand):
     e = _raises(call, OperandError, ValueError, "int_out_of_range")
     assert e.operand == operand
+
+
+def test_negative_start_partition():
+    e = _raises(
+        lambda: t3.Program().psum((128, 4), np.float32, address=(-1, 0)),
+        AddressError,
+        IndexError,
+        "tile_partitions_out_of_range",
+    )
+    assert e.operand == "address"
 
 
 def test_negative_read_offsets_and_empty_get():
@@ -202,3 +211,62 @@ def test_bad_calls_leave_device_and_program_usable():
     p.memset(dst=t, value=3.0)
     dev.run(p)
     np.testing.assert_array_equal(dev.read(t), np.full((1, 4), 3.0, np.float32))
+
+
+# ------------------------------------------------------------ (finding 5) no silent truncation
+@pytest.mark.parametrize("shape", [(1.9,), (2, 1.0), (True, 4), 2.5, (np.float32(4),)])
+def test_non_integer_shapes_are_refused(shape):
+    dev = t3.Device()
+    e = _raises(lambda: dev.hbm.alloc(shape, np.float32), ShapeError, ValueError, "shape_not_integer")
+    assert e.operand == "shape"
+    p = t3.Program()
+    _raises(lambda: p.sbuf(shape, np.float32), ShapeError, ValueError, "shape_not_integer")
+    assert dev.hbm.alloc((4,), np.float32).offset == 0  # nothing was placed
+
+
+def test_numpy_integer_shapes_still_work():
+    dev = t3.Device()
+    t = dev.hbm.alloc((np.int64(3), np.uint8(5)), np.float32)
+    assert t.shape == (3, 5) and all(type(s) is int for s in t.shape)
+    assert t.reshape(np.int32(15)).shape == (15,)
+
+
+@pytest.mark.parametrize("pattern, offset", [([[1, 2.5]], 0), ([[1.0, 4]], 0), ([[1, True]], 0), ([[1, 4]], 0.5)])
+def test_non_integer_pattern_entries_are_refused(pattern, offset):
+    t = t3.Device().hbm.alloc((8,), np.float32)
+    _raises(lambda: t.ap(pattern, offset=offset), OperandError, ValueError, "ap_entry_not_integer")
+
+
+def test_empty_pattern_dims_and_zero_size_get_are_refused():
+    dev = t3.Device()
+    t = dev.hbm.put(np.arange(8, dtype=np.float32))
+    _raises(lambda: t.ap([[1, 0]]), ShapeError, ValueError, "tensor_empty_dimension")
+    _raises(lambda: t.reshape(4.0, 2), ShapeError, ValueError, "shape_not_integer")
+    _raises(lambda: t[0:1].broadcast(0, 2.5), ShapeError, ValueError, "shape_not_integer")
+
+
+def test_non_integer_addresses_and_names_are_refused():
+    dev = t3.Device()
+    _raises(lambda: dev.hbm.alloc((4,), np.float32, address=64.5), ArgumentTypeError, TypeError, "int_expected")
+    _raises(lambda: dev.hbm.alloc((4,), np.float32, name=5), ArgumentTypeError, TypeError, "str_expected")
+    _raises(lambda: dev.hbm.alloc((4,), np.float32, core=0.0), ArgumentTypeError, TypeError, "int_expected")
+    _raises(
+        lambda: t3.Program().sbuf((1, 4), np.float32, address=(0, 64.0)), ArgumentTypeError, TypeError, "int_expected"
+    )
+    assert dev.hbm.alloc((4,), np.float32).offset == 0
+
+
+def test_nonzero_with_count_index_offset_wraps_as_documented():
+    # docs/isa.md: positions + index_offset wrap as int32 (two's complement).
+    dev = t3.Device()
+    x = np.zeros((128, 4), np.float32)
+    x[:, 1] = x[:, 3] = 1.0
+    p = t3.Program()
+    s = p.sbuf((128, 4), np.float32)
+    d = p.sbuf((128, 5), np.int32)
+    p.memset(dst=d, value=0, engine="gpsimd")
+    p.dma_copy(dst=s, src=dev.hbm.put(x))
+    p.nonzero_with_count(dst=d, src=s, index_offset=2**31 - 1)
+    dev.run(p)
+    want = (np.array([1, 3], np.int64) + 2**31 - 1 + 2**31) % 2**32 - 2**31
+    np.testing.assert_array_equal(dev.read(d)[0], [want[0], want[1], -1, -1, 2])

@@ -1176,7 +1176,7 @@ class AssemblerMixin:
     ) -> int:
         """Positions of nonzero elements (+ index_offset), padding, then the count; partitions 0,16,...,112 only.
 
-        Only partitions 0,16,...,112 are read and written (other dst partitions untouched). For a row of T elements: dst[p, 0..N-1] = positions i (+ index_offset) of the N nonzero elements in order, dst[p, N..T-1] = padding_val, dst[p, T] = N. src fp32 / int32, dst int32 with T+1 elements/partition; SBUF. Partitions are counted from the operand's first partition. fp32 -0.0 counts as zero, NaN as nonzero.
+        Only partitions 0,16,...,112 are read and written (other dst partitions untouched). For a row of T elements: dst[p, 0..N-1] = positions i (+ index_offset) of the N nonzero elements in order, dst[p, N..T-1] = padding_val, dst[p, T] = N. src fp32 / int32, dst int32 with T+1 elements/partition; SBUF. Partitions are counted from the operand's first partition. fp32 -0.0 counts as zero, NaN as nonzero. Positions + index_offset wrap as int32 (two's complement): index_offset = 2^31-1 gives position 1 as -2^31.
 
         Engines: gpsimd.
         dst: (P, T+1) int32.

@@ -117,7 +117,7 @@ class Hbm:
         `free(t)` returns the bytes (or use `with dev.hbm.alloc(...) as t:` to free at the end).
         """
         shape = _shape(shape)
-        if core is not None and not 0 <= core < Device.NUM_CORES:
+        if core is not None and not 0 <= _index(core, "core") < Device.NUM_CORES:
             raise AddressError(
                 f"core {core} is not a core of the device (0..{Device.NUM_CORES - 1})",
                 operand="core",

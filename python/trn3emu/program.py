@@ -16,7 +16,7 @@ from typing import Any
 from . import _native
 from ._asm import INSTRUCTIONS, AssemblerMixin
 from .errors import AddressError, CapacityError, MemorySpaceError, OperandError, SemaphoreError
-from .tensor import Reg, Tensor, _check_live
+from .tensor import Reg, Tensor, _check_live, _index, _shape
 
 # Hardware facts, from the Rust core.
 PARTITIONS: int = _native.PARTITIONS
@@ -134,7 +134,7 @@ class Program(AssemblerMixin):
 
     # ------------------------------------------------------------------------------ allocation
     def _tile(self, mem: str, shape, dtype, address, name: str) -> Tensor:
-        shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        shape = _shape(shape)
         if len(shape) < 2:
             shape = shape + (1,)
         t = Tensor(mem, dtype, shape, name=name, core=self.core)
@@ -151,6 +151,13 @@ class Program(AssemblerMixin):
             t.offset = alloc.alloc(nbytes, label)
         else:
             start, off = address if isinstance(address, (tuple, list)) else (0, address)
+            start, off = _index(start, "address"), _index(off, "address")
+            if start < 0:
+                raise AddressError(
+                    f"{mem} tile start partition {start} is negative",
+                    operand="address",
+                    rule="tile_partitions_out_of_range",
+                )
             if mem == "psum" and off % PSUM_BANK_BYTES:
                 raise AddressError(
                     f"PSUM tiles start on a {PSUM_BANK_BYTES}-byte bank boundary, address {off} is not",

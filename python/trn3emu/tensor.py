@@ -8,11 +8,12 @@ pattern the native assembler takes.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 from . import _native
 from .dtypes import SIZES, dtype_name
-from .errors import AddressError, OperandError, ShapeError
+from .errors import AddressError, ArgumentTypeError, OperandError, ShapeError
 
 MAX_FREE_DIMS: int = _native.MAX_FREE_DIMS
 NUM_REGISTERS: int = _native.NUM_REGISTERS
@@ -59,17 +60,38 @@ def _check_live(t: Tensor) -> None:
         )
 
 
+def _int(v: Any, what: str, cls: type = ShapeError, rule: str = "shape_not_integer") -> int:
+    """`v` as an int: Python and numpy integers pass; a float, a bool or anything else raises `cls`
+    (never truncated: `int(1.9)` would silently give 1)."""
+    if type(v) is int:
+        return v
+    if not isinstance(v, bool):
+        try:
+            return operator.index(v)
+        except TypeError:
+            pass
+    raise cls(
+        f"{what} must be an integer, got {v!r} ({type(v).__name__})", operand=what, rule=rule or "shape_not_integer"
+    )
+
+
 def _shape(shape: Any) -> tuple:
-    """A shape argument (an int or a sequence of ints) as a tuple of ints."""
-    return tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+    """A shape argument (an int or a sequence of ints) as a tuple of ints; non-integers raise ShapeError."""
+    return tuple(
+        _int(s, "shape", rule="shape_not_integer") for s in (shape if isinstance(shape, (tuple, list)) else (shape,))
+    )
 
 
 def _index(v: Any, what: str) -> int:
-    """An integer argument (an address, an offset, a core)."""
-    return int(v)
+    """An integer argument (an address, an offset, a core); non-integers raise ArgumentTypeError."""
+    return _int(v, what, ArgumentTypeError, rule="int_expected")
 
 
 def _name(name: Any) -> str:
+    if not isinstance(name, str):
+        raise ArgumentTypeError(
+            f"name must be a string, got {name!r} ({type(name).__name__})", operand="name", rule="str_expected"
+        )
     return name
 
 
@@ -81,7 +103,7 @@ class Tensor:
     ):
         self.mem = mem
         self.dtype = dtype_name(dtype)
-        self.shape = tuple(int(s) for s in shape)
+        self.shape = _shape(shape)
         if any(s <= 0 for s in self.shape):
             raise ShapeError(f"tensor shape {self.shape} has an empty dimension", rule="tensor_empty_dimension")
         if strides is None:
@@ -96,7 +118,7 @@ class Tensor:
         self.strides = tuple(int(s) for s in strides)
         self.offset = int(offset)
         self.start = int(start)
-        self.name = name
+        self.name = _name(name)
         self.core = core
         self.dyn = None
         #: the framework ("torch", "jax") of the array `Hbm.put` copied in: `Hbm.get` answers in it
@@ -221,7 +243,7 @@ class Tensor:
         """A view with a new shape; the view must be contiguous (partition dim kept on-chip)."""
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
-        shape = tuple(int(s) for s in shape)
+        shape = _shape(shape)
         self._static("reshape")
         n = 1
         for s in shape:
@@ -302,7 +324,7 @@ class Tensor:
                 rule="broadcast_partition_dim",
             )
         shape, strides = list(self.shape), list(self.strides)
-        shape[dim], strides[dim] = int(size), 0
+        shape[dim], strides[dim] = _int(size, "size", rule="shape_not_integer"), 0
         return self._view(shape, strides, self.offset, self.start)
 
     def expand_dim(self, dim: int) -> Tensor:
@@ -368,7 +390,8 @@ class Tensor:
                 f".ap needs a contiguous base tensor, {self!r} has strides {self.strides}", rule="view_not_contiguous"
             )
         if pattern is None:
-            v = self._view(self.shape, self.strides, self.offset + int(offset) * self.itemsize, self.start)
+            off = _int(offset, "offset", OperandError, rule="ap_entry_not_integer")
+            v = self._view(self.shape, self.strides, self.offset + off * self.itemsize, self.start)
         else:
             v = self._static_pattern(pattern, offset, dtype, row_bytes)
         if not dynamic:
@@ -406,8 +429,11 @@ class Tensor:
         es = SIZES[new]
         if not pattern:
             raise ShapeError("ap pattern is empty", rule="ap_pattern_empty")
-        steps = [int(p[0]) for p in pattern]
-        nums = [int(p[1]) for p in pattern]
+        steps = [_int(p[0], "pattern", OperandError, rule="ap_entry_not_integer") for p in pattern]
+        nums = [_int(p[1], "pattern", OperandError, rule="ap_entry_not_integer") for p in pattern]
+        if any(n <= 0 for n in nums):
+            raise ShapeError(f"ap pattern {pattern} has an empty dimension", rule="tensor_empty_dimension")
+        offset = _int(offset, "offset", OperandError, rule="ap_entry_not_integer")
         if self.mem == "hbm":
             t = self._view(nums, steps, self.offset + int(offset) * es, 0)
             t.dtype = new
@@ -452,7 +478,9 @@ class Tensor:
                 f".indirect needs a tile with contiguous free dims, {self!r} has strides {self.strides}",
                 rule="view_not_contiguous",
             )
-        n = index.size if num_elem is None else int(num_elem)
+        n = index.size if num_elem is None else _int(num_elem, "num_elem", rule="shape_not_integer")
+        if n <= 0:
+            raise ShapeError(f".indirect num_elem {n} is not positive", rule="tensor_empty_dimension")
         free = self.size // self.shape[0]
         v = self._view((self.shape[0], n), (0, 1), self.offset, self.start)
         v.dyn = ("i", _index_tile(index, "index"), 1, free)

@@ -71,6 +71,12 @@ struct Agent {
     vc: Vc,
     epoch: u32,
     log: Vec<LogEntry>,
+    /// Engine streams: one past the last list position whose instruction touches memory itself
+    /// (not a DMA trigger), and one past the last DMA trigger (0: none).
+    touch_end: usize,
+    trigger_end: usize,
+    /// The stream's program branches (a cursor may move back).
+    loops: bool,
 }
 
 impl Agent {
@@ -85,6 +91,10 @@ impl Agent {
     }
     fn live(&self) -> bool {
         self.pos < self.list.len() || !self.fifo.is_empty()
+    }
+    /// An engine stream that may still run an instruction below list position `end`.
+    fn may_reach(&self, end: usize) -> bool {
+        self.has_next() && (self.pos < end || (self.loops && end > 0))
     }
 }
 
@@ -314,12 +324,23 @@ fn make_agents(progs: &[Option<&Program>]) -> Vec<Agent> {
             },
             epoch: 0,
             log: Vec::new(),
+            touch_end: 0,
+            trigger_end: 0,
+            loops: false,
         })
         .collect();
     for p in progs.iter().flatten() {
+        let loops = super::control::has_branches(p);
         for (i, ins) in p.instrs.iter().enumerate() {
             let e = Executor::Engine(super::Stream::of(ins.engine));
-            agents[agent_id(p.core, e)].list.push(i as u32);
+            let a = &mut agents[agent_id(p.core, e)];
+            a.list.push(i as u32);
+            a.loops = loops;
+            if is_dma(ins) {
+                a.trigger_end = a.list.len();
+            } else if ins.tensors().next().is_some() {
+                a.touch_end = a.list.len();
+            }
         }
     }
     agents
@@ -920,20 +941,42 @@ fn race_error(
     )
 }
 
-/// Drop log entries that every agent that can still act is already ordered after.
+/// Lower `bound[b]` to `vc[b]` for every agent `b` except `skip` (whose log the accesses in
+/// question are never checked against).
+fn lower(bound: &mut [u32], vc: &[u32], skip: usize) {
+    for (b, (x, v)) in bound.iter_mut().zip(vc).enumerate() {
+        if b != skip && *v < *x {
+            *x = *v;
+        }
+    }
+}
+
+/// Drop log entries that no access still to come can be unordered with: every future access
+/// of another agent is ordered after them. Future accesses are those of streams that may still
+/// run an instruction touching memory (their clock bounds them), of transfers queued (their
+/// trigger's clock) and of transfers streams may still trigger (the stream's clock); none is
+/// checked against its own agent's log. A DMA queue no engine waits on is thus pruned as soon
+/// as every stream that may still act has passed its entries, and memory stays proportional
+/// to the accesses that can still race, not to the run's length.
 fn prune(agents: &mut [Agent]) {
     let n = agents.len();
     let mut bound = vec![u32::MAX; n];
-    for a in agents.iter() {
-        if a.has_next() {
-            for (b, v) in bound.iter_mut().zip(&a.vc) {
-                *b = (*b).min(*v);
+    for (ai, a) in agents.iter().enumerate() {
+        if a.is_queue() {
+            for q in &a.fifo {
+                lower(&mut bound, &q.vc, ai);
             }
+            continue;
         }
-        for q in &a.fifo {
-            for (b, v) in bound.iter_mut().zip(&q.vc) {
-                *b = (*b).min(*v);
-            }
+        if a.may_reach(a.touch_end) {
+            lower(&mut bound, &a.vc, ai);
+        }
+        if a.may_reach(a.trigger_end) {
+            lower(
+                &mut bound,
+                &a.vc,
+                agent_id(a.core, Executor::DmaQueue(a.exec.stream())),
+            );
         }
     }
     let any_live = agents.iter().any(|a| a.live());

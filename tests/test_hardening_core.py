@@ -1,0 +1,76 @@
+"""Bounded time and memory for any program, and host allocations that fail as errors, not aborts
+(issue 18, findings 1 and 2). Each case runs in a fresh interpreter, so its peak resident size
+and an address-space cap (`RLIMIT_AS`) concern that case alone."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+resource = pytest.importorskip("resource")
+
+# A 5-instruction runaway loop: the sync stream bumps r0 (mod 64) and triggers a DMA whose source
+# row is @s(r0, ...), forever. No engine ever waits on the DMA queue.
+DMA_LOOP = """
+table = dev.hbm.put(np.zeros((64, 32), np.float32))
+p = t3.Program(sync="manual")
+r = p.register_alloc(0, engine="sync")
+g = p.sbuf((1, 32), np.float32)
+p.register_op(dst=r, src=r, op="add", imm=1, engine="sync")
+p.register_op(dst=r, src=r, op="bitwise_and", imm=63, engine="sync")
+p.dma_copy(dst=g, src=table.ap([[32, 1], [1, 32]], scalar_offset=r), engine="sync")
+p.branch(target=1, engine="sync")
+"""
+
+# A one-instruction runaway loop.
+BRANCH_LOOP = """
+p = t3.Program(sync="manual")
+p.branch(target=0, engine="sync")
+"""
+
+HARNESS = """
+import json, resource, sys
+import numpy as np
+import trn3emu as t3
+
+def rss_mib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+out = {{}}
+dev = t3.Device()
+{setup}
+base = rss_mib()
+try:
+{body}
+    out["error"] = None
+except t3.EmuError as e:
+    out["error"] = type(e).__name__
+    out["rule"] = e.rule
+    out["message"] = str(e)
+out["growth_mib"] = rss_mib() - base
+print(json.dumps(out))
+"""
+
+
+def run_case(setup: str, body: str, cap_bytes: int | None = None, timeout: float = 300) -> dict:
+    """Run `body` (after `setup`) in a fresh interpreter, under an address-space cap if given.
+    Returns the JSON it prints; fails on any abort (a non-zero exit)."""
+    code = HARNESS.format(setup=textwrap.dedent(setup), body=textwrap.indent(textwrap.dedent(body), "    "))
+    if cap_bytes is not None:
+        code = f"import resource\nresource.setrlimit(resource.RLIMIT_AS, ({cap_bytes}, {cap_bytes}))\n" + code
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, f"exit {r.returncode}: {r.stderr[-2000:]}"
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_runaway_dma_loop_ends_in_runaway_error_with_bounded_memory():
+    # 2^20 executed items (~260k loop iterations). The race log of the DMA queue used to keep
+    # every transfer (no engine waits on the queue): memory and time grew without limit.
+    out = run_case(
+        "dev.max_executed = 1 << 20\n" + DMA_LOOP,
+        "dev.run(p, trace=False)",
+    )
+    assert out["error"] == "RunawayError" and out["rule"] == "runaway_loop"
+    assert out["growth_mib"] < 256, out

@@ -74,3 +74,28 @@ def test_runaway_dma_loop_ends_in_runaway_error_with_bounded_memory():
     )
     assert out["error"] == "RunawayError" and out["rule"] == "runaway_loop"
     assert out["growth_mib"] < 256, out
+
+
+def test_runaway_branch_loop_with_trace_on_has_bounded_memory():
+    # 2^26 steps of a one-instruction loop used to keep 2^26 trace records (4.3 GB); the trace now
+    # stops at TRACE_LIMIT (2^21) records and counts the rest.
+    out = run_case(BRANCH_LOOP, "dev.run(p)")
+    assert out["error"] == "RunawayError" and out["rule"] == "runaway_loop"
+    assert out["growth_mib"] < 512, out
+
+
+def test_trace_limit_per_run_keeps_the_first_records_and_counts_the_rest():
+    import numpy as np
+    import trn3emu as t3
+
+    dev = t3.Device()
+    p = t3.Program(sync="manual")
+    t = p.sbuf((4, 4), np.float32)
+    for _ in range(5):
+        p.memset(dst=t, value=1.0, engine="vector")
+    full = dev.run(p)
+    assert len(full.trace) == 5 and full.trace_dropped == 0
+    cut = dev.run(p, trace_limit=3)
+    assert len(cut.trace) == 3 and cut.trace_dropped == 2
+    assert cut.executed == 5 and cut.time_ns == full.time_ns
+

@@ -398,13 +398,14 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             self.trigger(&it);
             return Ok(());
         }
-        let regs = if self.opts.check_races || self.opts.trace {
+        let traced = self.traced();
+        let regs = if self.opts.check_races || traced {
             regions(it.core, it.ins)
         } else {
             Vec::new()
         };
         self.check_races(&it, &regs)?;
-        let (bytes, write) = if self.opts.trace {
+        let (bytes, write) = if traced {
             (region_bytes(&regs), write_box(&regs))
         } else {
             (0, WriteBox::NONE)
@@ -412,7 +413,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         self.execute(&mut it)?;
         let end = self.complete(&it, regs);
         let seen = self.signal(&it, end);
-        if self.opts.trace {
+        if traced {
             self.record(&it, end, seen, bytes, write);
         }
         self.result.end_ps = self.result.end_ps.max(end);
@@ -423,6 +424,20 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             prune(&mut self.agents);
         }
         Ok(())
+    }
+
+    /// Whether the item about to run gets a trace record: tracing is on and fewer than
+    /// `trace_limit` records are kept (past it, the item is counted in `Trace::dropped`).
+    fn traced(&mut self) -> bool {
+        if !self.opts.trace {
+            return false;
+        }
+        let t = &mut self.result.trace;
+        if (t.records.len() as u64) < self.opts.trace_limit {
+            return true;
+        }
+        t.dropped += 1;
+        false
     }
 
     /// Pick the ready item with the earliest start. Ties go to the higher DMA priority (lower
@@ -701,7 +716,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             plan: plan(ins, &cost.dma()),
         });
         self.agents[it.agent].free = end;
-        if self.opts.trace {
+        if self.traced() {
             let t = &mut self.result.trace;
             trace_waits(t, it.core, ins, it.start);
             t.records.push(Record {

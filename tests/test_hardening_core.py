@@ -99,3 +99,61 @@ def test_trace_limit_per_run_keeps_the_first_records_and_counts_the_rest():
     assert len(cut.trace) == 3 and cut.trace_dropped == 2
     assert cut.executed == 5 and cut.time_ns == full.time_ns
 
+
+CAP = 3 << 30  # address-space cap: Python, numpy and the emulator fit well within it
+
+# Two HBM tensors of 16 float32 (64 bytes); one DMA naming 2^30 elements through step-0 patterns.
+STEP0_DMA = """
+a = dev.hbm.put(np.arange(16, dtype=np.float32))
+b = dev.hbm.put(np.zeros(16, np.float32))
+p = t3.Program()
+p.dma_copy(dst=b.ap([[0, 1 << 15], [0, 1 << 15]]), src=a.ap([[0, 1 << 15], [0, 1 << 15]]))
+"""
+
+
+def test_step0_dma_of_4_gib_raises_resource_error_under_a_memory_cap_not_an_abort():
+    out = run_case(
+        STEP0_DMA,
+        """
+dev.run(p)
+""",
+        cap_bytes=CAP,
+    )
+    # Under the cap the 4 GiB staging buffer cannot exist: an error, not "memory allocation
+    # failed" and exit 134. (Without a cap the transfer finishes: every element is a[0].)
+    assert out["error"] == "ResourceError" and out["rule"] == "host_allocation_failed", out
+    assert "4294967296 bytes" in out["message"] and "src" in out["message"]
+
+
+def test_device_stays_usable_after_a_resource_error():
+    out = run_case(
+        STEP0_DMA,
+        """
+try:
+    dev.run(p)
+except t3.ResourceError:
+    pass
+q = t3.Program()
+q.dma_copy(dst=b, src=a)
+dev.run(q)
+assert (dev.hbm.get(b) == np.arange(16, dtype=np.float32)).all()
+""",
+        cap_bytes=CAP,
+    )
+    assert out["error"] is None, out
+
+
+def test_hbm_get_of_30_gib_raises_resource_error_under_a_memory_cap():
+    out = run_case(
+        "t = dev.hbm.alloc((30 << 28,), np.float32)",
+        """
+try:
+    dev.hbm.get(t)
+except MemoryError as e:  # ResourceError is also a MemoryError
+    assert isinstance(e, t3.ResourceError), e
+    raise
+""",
+        cap_bytes=CAP,
+    )
+    assert out["error"] == "ResourceError" and out["rule"] == "host_allocation_failed", out
+    assert "32212254720 bytes" in out["message"]

@@ -202,7 +202,8 @@ impl Device {
         nbytes: u64,
     ) -> PyResult<Bound<'py, PyArray1<u8>>> {
         check_hbm(addr, nbytes).map_err(py_err(py))?;
-        let mut v = vec![0u8; nbytes as usize];
+        let n = usize::try_from(nbytes).unwrap_or(usize::MAX);
+        let mut v = core::error::try_vec(n, 0u8, "an HBM read").map_err(py_err(py))?;
         self.inner.hbm.read(addr, &mut v);
         Ok(PyArray1::from_vec(py, v))
     }

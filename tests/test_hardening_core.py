@@ -76,6 +76,41 @@ def test_runaway_dma_loop_ends_in_runaway_error_with_bounded_memory():
     assert out["growth_mib"] < 256, out
 
 
+# The DMA loop beside a vector stream looping on its own tile: the vector stream can still touch
+# memory, so the DMA queue's entries cannot be pruned; repeats of one access replace each other.
+TWO_LOOPS = (
+    DMA_LOOP
+    + """
+h = p.sbuf((1, 32), np.float32)
+top = len(p)
+p.memset(dst={tile}, value=1.0, engine="vector")
+p.branch(target=top, engine="vector")
+"""
+)
+
+
+def test_two_unsynchronised_runaway_loops_have_bounded_memory():
+    out = run_case(
+        "dev.max_executed = 1 << 20\n" + TWO_LOOPS.format(tile="h"),
+        "dev.run(p, trace=False)",
+    )
+    assert out["error"] == "RunawayError" and out["rule"] == "runaway_loop"
+    assert out["growth_mib"] < 256, out
+
+
+def test_a_race_between_looping_streams_is_still_found():
+    import numpy as np
+    import trn3emu as t3
+
+    dev = t3.Device()
+    dev.max_executed = 1 << 16
+    ns = {"dev": dev, "np": np, "t3": t3}
+    exec(TWO_LOOPS.format(tile="g"), ns)  # the vector loop writes the DMA's destination
+    with pytest.raises(t3.RaceError) as e:
+        dev.run(ns["p"], trace=False)
+    assert e.value.rule == "data_race" and "dma_copy" in str(e.value) and "memset" in str(e.value)
+
+
 def test_runaway_branch_loop_with_trace_on_has_bounded_memory():
     # 2^26 steps of a one-instruction loop used to keep 2^26 trace records (4.3 GB); the trace now
     # stops at TRACE_LIMIT (2^21) records and counts the rest.

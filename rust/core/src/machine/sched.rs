@@ -75,7 +75,7 @@ struct Agent {
     /// (not a DMA trigger), and one past the last DMA trigger (0: none).
     touch_end: usize,
     trigger_end: usize,
-    /// The stream's program branches (a cursor may move back).
+    /// The core's program branches (a cursor may move back, an instruction run again).
     loops: bool,
 }
 
@@ -326,16 +326,14 @@ fn make_agents(progs: &[Option<&Program>]) -> Vec<Agent> {
             log: Vec::new(),
             touch_end: 0,
             trigger_end: 0,
-            loops: false,
+            loops: progs[a / AGENTS_PER_CORE].is_some_and(super::control::has_branches),
         })
         .collect();
     for p in progs.iter().flatten() {
-        let loops = super::control::has_branches(p);
         for (i, ins) in p.instrs.iter().enumerate() {
             let e = Executor::Engine(super::Stream::of(ins.engine));
             let a = &mut agents[agent_id(p.core, e)];
             a.list.push(i as u32);
-            a.loops = loops;
             if is_dma(ins) {
                 a.trigger_end = a.list.len();
             } else if ins.tensors().next().is_some() {
@@ -817,11 +815,25 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         if self.opts.check_races {
             let epoch = a.epoch;
             for r in regs {
-                a.log.push(LogEntry {
-                    epoch,
-                    idx: it.idx,
-                    region: r,
-                });
+                // A repeat of an access this agent already logged (same instruction, same
+                // footprint, as in a loop) supersedes it: any later access unordered with the
+                // old entry is unordered with the new one and conflicts alike, so the log stays
+                // as long as the program's distinct accesses, not the run. Only a program that
+                // branches runs an instruction twice (the search costs nothing elsewhere).
+                let idx = it.idx;
+                let seen = if a.loops {
+                    a.log.iter_mut().find(|e| e.idx == idx && e.region == r)
+                } else {
+                    None
+                };
+                match seen {
+                    Some(e) => e.epoch = epoch,
+                    None => a.log.push(LogEntry {
+                        epoch,
+                        idx,
+                        region: r,
+                    }),
+                }
             }
         }
         end

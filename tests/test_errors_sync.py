@@ -474,7 +474,7 @@ VALIDATION = [
 def test_exception_hierarchy():
     classes = [getattr(E, n) for n in E.__all__]
     expected = {"EmuError", "ValidationError", "EncodingError", "DecodeError", "AsmSyntaxError", "ExecutionError"}
-    expected |= {"RaceError", "DeadlockError", "RunawayError", "InternalError"}
+    expected |= {"RaceError", "DeadlockError", "RunawayError", "ResourceError", "InternalError"}
     expected |= {"NotSupportedError"}  # the NKI front end's "not supported: <name>" (Python only)
     assert set(E.__all__) == expected | {c.__name__ for c in VALIDATION}
     for c in classes:

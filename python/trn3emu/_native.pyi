@@ -110,6 +110,7 @@ class Device:
         check_races: bool = True,
         trace: bool = True,
         progress: Callable[[int, int | None, int], object] | None = None,
+        trace_limit: int = ...,
     ) -> dict[str, Any]: ...
 
 @final

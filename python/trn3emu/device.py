@@ -297,6 +297,7 @@ class Device:
         check_races: bool = True,
         trace: bool = True,
         progress: bool | None = None,
+        trace_limit: int | None = None,
     ) -> RunResult:
         """Run one program, or one per core concurrently. Releases the GIL while running.
 
@@ -304,15 +305,18 @@ class Device:
         usable). A run that lasts over 2 s shows a progress bar (instructions and transfers done
         of the total, emulated time) when `progress` is True, or when it is None (the default),
         stderr is a terminal and `TRN3EMU_PROGRESS` is not "0" (docs/limits.md). A run stops
-        with `RunawayError` after `max_executed` instructions and transfers.
+        with `RunawayError` after `max_executed` instructions and transfers. The trace keeps at
+        most `trace_limit` records (default `TRACE_LIMIT`, 2^21); items past it run untraced and
+        are counted in `RunResult.trace_dropped`.
         """
+        limit = {} if trace_limit is None else {"trace_limit": trace_limit}
         progs = [programs] if isinstance(programs, Program) else _program_list(programs)
         natives = [p.native() for p in progs]
         if not _progress.wanted(progress):
-            return RunResult(self._native.run(natives, check_races, trace), natives)
+            return RunResult(self._native.run(natives, check_races, trace, **limit), natives)
         bar = _progress.RunProgress()
         try:
-            raw = self._native.run(natives, check_races, trace, bar)
+            raw = self._native.run(natives, check_races, trace, bar, **limit)
             bar.finish(raw["executed"], raw["end_ps"])
         finally:
             bar.close()

@@ -110,6 +110,11 @@ class RunawayError(ExecutionError):
     """A run executed more instructions and transfers than the device allows (a runaway loop)."""
 
 
+class ResourceError(ExecutionError, MemoryError):
+    """The host cannot allocate the memory an operation needs (a huge HBM read, a DMA naming
+    billions of elements): raised instead of aborting the process. The device stays usable."""
+
+
 class InternalError(EmuError, RuntimeError):
     """A bug in the emulator (a caught panic). Please report it."""
 

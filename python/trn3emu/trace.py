@@ -860,6 +860,9 @@ class RunResult:
     def __init__(self, raw: dict, programs: list) -> None:
         self.time_ns = raw["end_ps"] / 1000.0
         self.executed = int(raw["executed"])
+        #: Items run after the trace reached its record limit (`Device.run(trace_limit=...)`),
+        #: left out of the trace; 0 when the trace is complete.
+        self.trace_dropped = int(raw.get("trace_dropped", 0))
         # Built on first access: a run's fixed cost should not include ~30 numpy arrays.
         self._raw_trace, self._programs = raw["trace"], programs
         self._trace: Trace | None = None

@@ -37,6 +37,8 @@ pub enum ErrorKind {
     Interrupted,
     /// Semaphore id out of range and similar sync misuse.
     Semaphore,
+    /// The host cannot allocate the memory an operation sized by user input needs.
+    Resource,
     /// A bug in the emulator itself (a caught panic); the device should be reset.
     Internal,
 }
@@ -60,6 +62,7 @@ impl ErrorKind {
             // The Python binding raises the caller's own exception (KeyboardInterrupt) instead.
             ErrorKind::Interrupted => "ExecutionError",
             ErrorKind::Semaphore => "SemaphoreError",
+            ErrorKind::Resource => "ResourceError",
             ErrorKind::Internal => "InternalError",
         }
     }
@@ -125,4 +128,21 @@ impl std::error::Error for EmuError {}
 /// Shorthand: `Err(fail(Shape, "free_size_mismatch", format!(..)))`.
 pub fn fail(kind: ErrorKind, rule: &'static str, message: impl Into<String>) -> EmuError {
     EmuError::new(kind, rule, message)
+}
+
+/// A buffer of `n` copies of `fill` whose size comes from user input: a failed host allocation
+/// is a `Resource` error (rule `host_allocation_failed`) instead of an abort. `what` names the
+/// buffer in the message.
+pub fn try_vec<T: Clone>(n: usize, fill: T, what: &str) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    if v.try_reserve_exact(n).is_err() {
+        let bytes = (n as u128) * std::mem::size_of::<T>() as u128;
+        return Err(fail(
+            ErrorKind::Resource,
+            "host_allocation_failed",
+            format!("cannot allocate {bytes} bytes of host memory for {what}"),
+        ));
+    }
+    v.resize(n, fill);
+    Ok(v)
 }

@@ -90,6 +90,8 @@ pub struct Trace {
     pub records: Vec<Record>,
     pub sems: Vec<SemEvent>,
     pub dma_spans: Vec<DmaSpan>,
+    /// Items run after `RunOptions::trace_limit` records were kept: not recorded (0: complete).
+    pub dropped: u64,
 }
 
 impl Trace {

@@ -232,7 +232,8 @@ impl Device {
             args::int_arg(nbytes, "nbytes")?,
         );
         check_hbm(addr, nbytes).map_err(py_err(py))?;
-        let mut v = vec![0u8; nbytes as usize];
+        let n = usize::try_from(nbytes).unwrap_or(usize::MAX);
+        let mut v = core::error::try_vec(n, 0u8, "an HBM read").map_err(py_err(py))?;
         self.inner.hbm.read(addr, &mut v);
         Ok(PyArray1::from_vec(py, v))
     }
@@ -295,7 +296,7 @@ impl Device {
     /// Run programs (one per core) concurrently; the GIL is released while the device runs,
     /// re-taken every 25 ms to run signal handlers (Ctrl-C stops the run and raises
     /// `KeyboardInterrupt`) and to call `progress(executed, total, emulated_ps)` if given.
-    #[pyo3(signature = (programs, check_races = true, trace = true, progress = None))]
+    #[pyo3(signature = (programs, check_races = true, trace = true, progress = None, trace_limit = core::machine::TRACE_LIMIT))]
     fn run<'py>(
         &mut self,
         py: Python<'py>,
@@ -303,6 +304,7 @@ impl Device {
         check_races: bool,
         trace: bool,
         progress: Option<Py<PyAny>>,
+        trace_limit: u64,
     ) -> PyResult<Bound<'py, PyDict>> {
         let progs: Vec<&core::Program> = programs.iter().map(|p| p.program()).collect();
         // Every `_native.Program` is built by a validating path (Assembler appends, synced,
@@ -311,6 +313,7 @@ impl Device {
             check_races,
             trace,
             prevalidated: true,
+            trace_limit,
         };
         let dev = &mut self.inner;
         let mut monitor = PyMonitor {
@@ -322,6 +325,7 @@ impl Device {
         let d = PyDict::new(py);
         d.set_item("end_ps", res.end_ps)?;
         d.set_item("executed", res.executed)?;
+        d.set_item("trace_dropped", res.trace.dropped)?;
         // The trace stays in Rust until Python asks for its columns (RunResult.trace).
         d.set_item("trace", Py::new(py, RawTrace::new(res.trace))?)?;
         Ok(d)

@@ -127,11 +127,11 @@ impl Semantics for ops::DmaCopy<'_> {
         let s = resolve(ctx, self.src, skip).map_err(|e| e.operand("src"))?;
         match (d, s) {
             (Resolved::Skip, _) | (_, Resolved::Skip) => {}
-            (Resolved::Whole(d), Resolved::Whole(s)) => copy(ctx, &d, &s),
+            (Resolved::Whole(d), Resolved::Whole(s)) => copy(ctx, &d, &s)?,
             (d, s) => {
                 for (d, s) in d.into_rows().into_iter().zip(s.into_rows()) {
                     if let (Some(d), Some(s)) = (d, s) {
-                        copy(ctx, &d, &s);
+                        copy(ctx, &d, &s)?;
                     }
                 }
             }
@@ -142,13 +142,14 @@ impl Semantics for ops::DmaCopy<'_> {
 
 /// Copy `src` to `dst` (static patterns): raw bytes for equal dtypes, else through fp32.
 /// Fast paths first: HBM <-> on-chip dense rows as slices, on-chip streams (which fall back
-/// themselves when dst overlaps a source row not yet read); else gather then scatter.
-fn copy(ctx: &mut Ctx, dst: &Ap, src: &Ap) {
+/// themselves when dst overlaps a source row not yet read); else gather then scatter (a
+/// staging buffer the host cannot allocate is a `ResourceError`, not an abort).
+fn copy(ctx: &mut Ctx, dst: &Ap, src: &Ap) -> Result<()> {
     if dst.dtype == src.dtype {
         if ctx.mems.copy_dense_hbm(dst, src) || super::rows::copy_same(ctx, dst, src) {
-            return;
+            return Ok(());
         }
-        let raw = ctx.mems.gather(src);
+        let raw = ctx.mems.try_gather(src).map_err(|e| e.operand("src"))?;
         ctx.mems.scatter(dst, &raw);
     } else {
         if super::rows::cast_dense_hbm(ctx, dst, src)
@@ -156,11 +157,12 @@ fn copy(ctx: &mut Ctx, dst: &Ap, src: &Ap) {
                 out.copy_from_slice(x)
             })
         {
-            return;
+            return Ok(());
         }
         let v = ctx.read_f32(src);
         ctx.write_f32(dst, &v);
     }
+    Ok(())
 }
 
 // ------------------------------------------------------------------------------- dma_compute

@@ -160,6 +160,9 @@ pub struct RunOptions {
     /// `asm::Assembler`, `engines::parse_program` or `engines::decode_program`), so the run
     /// skips re-validating them (default off: a hand-built `Program` is validated).
     pub prevalidated: bool,
+    /// Trace records kept at most (default `TRACE_LIMIT`); items past it are counted in
+    /// `Trace::dropped` instead, so a long run's trace cannot exhaust host memory.
+    pub trace_limit: u64,
 }
 
 impl Default for RunOptions {
@@ -168,6 +171,7 @@ impl Default for RunOptions {
             check_races: true,
             trace: true,
             prevalidated: false,
+            trace_limit: TRACE_LIMIT,
         }
     }
 }
@@ -218,6 +222,10 @@ pub struct Device {
 
 /// Default `Device::max_executed` (about 15 s of host time).
 pub const MAX_EXECUTED: u64 = 1 << 26;
+
+/// Default `RunOptions::trace_limit`: trace records kept per run (~64 bytes each, so at most
+/// ~128 MiB of records); later items run untraced and are counted in `Trace::dropped`.
+pub const TRACE_LIMIT: u64 = 1 << 21;
 
 impl Default for Device {
     fn default() -> Self {

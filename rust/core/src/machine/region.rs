@@ -7,7 +7,7 @@ use crate::isa::{Instr, Opcode};
 use crate::memory::{Ap, DynSrc, Mem};
 
 /// One operand's footprint: memory, core (on-chip), partition/row range and absolute byte box.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Region {
     pub mem: Mem,
     pub core: u8,

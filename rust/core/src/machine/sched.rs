@@ -71,6 +71,12 @@ struct Agent {
     vc: Vc,
     epoch: u32,
     log: Vec<LogEntry>,
+    /// Engine streams: one past the last list position whose instruction touches memory itself
+    /// (not a DMA trigger), and one past the last DMA trigger (0: none).
+    touch_end: usize,
+    trigger_end: usize,
+    /// The core's program branches (a cursor may move back, an instruction run again).
+    loops: bool,
 }
 
 impl Agent {
@@ -85,6 +91,10 @@ impl Agent {
     }
     fn live(&self) -> bool {
         self.pos < self.list.len() || !self.fifo.is_empty()
+    }
+    /// An engine stream that may still run an instruction below list position `end`.
+    fn may_reach(&self, end: usize) -> bool {
+        self.has_next() && (self.pos < end || (self.loops && end > 0))
     }
 }
 
@@ -314,12 +324,21 @@ fn make_agents(progs: &[Option<&Program>]) -> Vec<Agent> {
             },
             epoch: 0,
             log: Vec::new(),
+            touch_end: 0,
+            trigger_end: 0,
+            loops: progs[a / AGENTS_PER_CORE].is_some_and(super::control::has_branches),
         })
         .collect();
     for p in progs.iter().flatten() {
         for (i, ins) in p.instrs.iter().enumerate() {
             let e = Executor::Engine(super::Stream::of(ins.engine));
-            agents[agent_id(p.core, e)].list.push(i as u32);
+            let a = &mut agents[agent_id(p.core, e)];
+            a.list.push(i as u32);
+            if is_dma(ins) {
+                a.trigger_end = a.list.len();
+            } else if ins.tensors().next().is_some() {
+                a.touch_end = a.list.len();
+            }
         }
     }
     agents
@@ -377,13 +396,14 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             self.trigger(&it);
             return Ok(());
         }
-        let regs = if self.opts.check_races || self.opts.trace {
+        let traced = self.traced();
+        let regs = if self.opts.check_races || traced {
             regions(it.core, it.ins)
         } else {
             Vec::new()
         };
         self.check_races(&it, &regs)?;
-        let (bytes, write) = if self.opts.trace {
+        let (bytes, write) = if traced {
             (region_bytes(&regs), write_box(&regs))
         } else {
             (0, WriteBox::NONE)
@@ -391,7 +411,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         self.execute(&mut it)?;
         let end = self.complete(&it, regs);
         let seen = self.signal(&it, end);
-        if self.opts.trace {
+        if traced {
             self.record(&it, end, seen, bytes, write);
         }
         self.result.end_ps = self.result.end_ps.max(end);
@@ -402,6 +422,20 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             prune(&mut self.agents);
         }
         Ok(())
+    }
+
+    /// Whether the item about to run gets a trace record: tracing is on and fewer than
+    /// `trace_limit` records are kept (past it, the item is counted in `Trace::dropped`).
+    fn traced(&mut self) -> bool {
+        if !self.opts.trace {
+            return false;
+        }
+        let t = &mut self.result.trace;
+        if (t.records.len() as u64) < self.opts.trace_limit {
+            return true;
+        }
+        t.dropped += 1;
+        false
     }
 
     /// Pick the ready item with the earliest start. Ties go to the higher DMA priority (lower
@@ -680,7 +714,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             plan: plan(ins, &cost.dma()),
         });
         self.agents[it.agent].free = end;
-        if self.opts.trace {
+        if self.traced() {
             let t = &mut self.result.trace;
             trace_waits(t, it.core, ins, it.start);
             t.records.push(Record {
@@ -781,11 +815,25 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         if self.opts.check_races {
             let epoch = a.epoch;
             for r in regs {
-                a.log.push(LogEntry {
-                    epoch,
-                    idx: it.idx,
-                    region: r,
-                });
+                // A repeat of an access this agent already logged (same instruction, same
+                // footprint, as in a loop) supersedes it: any later access unordered with the
+                // old entry is unordered with the new one and conflicts alike, so the log stays
+                // as long as the program's distinct accesses, not the run. Only a program that
+                // branches runs an instruction twice (the search costs nothing elsewhere).
+                let idx = it.idx;
+                let seen = if a.loops {
+                    a.log.iter_mut().find(|e| e.idx == idx && e.region == r)
+                } else {
+                    None
+                };
+                match seen {
+                    Some(e) => e.epoch = epoch,
+                    None => a.log.push(LogEntry {
+                        epoch,
+                        idx,
+                        region: r,
+                    }),
+                }
             }
         }
         end
@@ -920,20 +968,42 @@ fn race_error(
     )
 }
 
-/// Drop log entries that every agent that can still act is already ordered after.
+/// Lower `bound[b]` to `vc[b]` for every agent `b` except `skip` (whose log the accesses in
+/// question are never checked against).
+fn lower(bound: &mut [u32], vc: &[u32], skip: usize) {
+    for (b, (x, v)) in bound.iter_mut().zip(vc).enumerate() {
+        if b != skip && *v < *x {
+            *x = *v;
+        }
+    }
+}
+
+/// Drop log entries that no access still to come can be unordered with: every future access
+/// of another agent is ordered after them. Future accesses are those of streams that may still
+/// run an instruction touching memory (their clock bounds them), of transfers queued (their
+/// trigger's clock) and of transfers streams may still trigger (the stream's clock); none is
+/// checked against its own agent's log. A DMA queue no engine waits on is thus pruned as soon
+/// as every stream that may still act has passed its entries, and memory stays proportional
+/// to the accesses that can still race, not to the run's length.
 fn prune(agents: &mut [Agent]) {
     let n = agents.len();
     let mut bound = vec![u32::MAX; n];
-    for a in agents.iter() {
-        if a.has_next() {
-            for (b, v) in bound.iter_mut().zip(&a.vc) {
-                *b = (*b).min(*v);
+    for (ai, a) in agents.iter().enumerate() {
+        if a.is_queue() {
+            for q in &a.fifo {
+                lower(&mut bound, &q.vc, ai);
             }
+            continue;
         }
-        for q in &a.fifo {
-            for (b, v) in bound.iter_mut().zip(&q.vc) {
-                *b = (*b).min(*v);
-            }
+        if a.may_reach(a.touch_end) {
+            lower(&mut bound, &a.vc, ai);
+        }
+        if a.may_reach(a.trigger_end) {
+            lower(
+                &mut bound,
+                &a.vc,
+                agent_id(a.core, Executor::DmaQueue(a.exec.stream())),
+            );
         }
     }
     let any_live = agents.iter().any(|a| a.live());

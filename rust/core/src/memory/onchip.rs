@@ -88,9 +88,26 @@ impl Mems<'_> {
 
     /// Read the elements of a (validated) AP in logical order as packed little-endian bytes.
     pub fn gather(&self, ap: &Ap) -> Vec<u8> {
+        let mut out = vec![0u8; ap.parts as usize * ap.free_size() * ap.dtype.size()];
+        self.gather_into(ap, &mut out);
+        out
+    }
+
+    /// `gather` whose buffer may fail to allocate (a `Resource` error, not an abort): for
+    /// patterns whose size is not bounded by on-chip memory (HBM to HBM transfers, where step-0
+    /// patterns can name far more elements than they touch).
+    pub fn try_gather(&self, ap: &Ap) -> crate::error::Result<Vec<u8>> {
+        let n = (ap.parts as usize)
+            .saturating_mul(ap.free_size())
+            .saturating_mul(ap.dtype.size());
+        let mut out = crate::error::try_vec(n, 0u8, "a DMA staging buffer")?;
+        self.gather_into(ap, &mut out);
+        Ok(out)
+    }
+
+    fn gather_into(&self, ap: &Ap, out: &mut [u8]) {
         let es = ap.dtype.size();
         let f = ap.free_size();
-        let mut out = vec![0u8; ap.parts as usize * f * es];
         let contiguous = ap.is_row_contiguous();
         let offs = if contiguous {
             Vec::new()
@@ -127,7 +144,6 @@ impl Mems<'_> {
                 }
             }
         }
-        out
     }
 
     /// Same-dtype copy between HBM and on-chip memory when both patterns have dense rows:

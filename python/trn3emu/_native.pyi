@@ -111,6 +111,7 @@ class Device:
         trace: bool = True,
         progress: Callable[[int, int | None, int], object] | None = None,
         trace_limit: int = ...,
+        identical_writes: bool = False,
     ) -> dict[str, Any]: ...
 
 @final

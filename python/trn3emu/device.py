@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import warnings
 from typing import Any
 
 import numpy as np
@@ -10,7 +11,7 @@ import numpy as np
 from . import _native, interop
 from . import progress as _progress
 from .dtypes import dtype_name, numpy_dtype
-from .errors import AddressError, ArgumentTypeError, CapacityError, DtypeError, ShapeError
+from .errors import AddressError, ArgumentTypeError, CapacityError, DtypeError, IdenticalWritesWarning, ShapeError
 from .program import Program
 from .tensor import HbmBlock, Tensor, _check_live, _index, _name, _shape
 from .trace import RunResult
@@ -298,6 +299,7 @@ class Device:
         trace: bool = True,
         progress: bool | None = None,
         trace_limit: int | None = None,
+        identical_writes: bool = False,
     ) -> RunResult:
         """Run one program, or one per core concurrently. Releases the GIL while running.
 
@@ -307,20 +309,25 @@ class Device:
         stderr is a terminal and `TRN3EMU_PROGRESS` is not "0" (docs/limits.md). A run stops
         with `RunawayError` after `max_executed` instructions and transfers. The trace keeps at
         most `trace_limit` records (default `TRACE_LIMIT`, 2^21); items past it run untraced and
-        are counted in `RunResult.trace_dropped`.
+        are counted in `RunResult.trace_dropped`. With `identical_writes`, unordered writes of
+        identical bytes to the same HBM from different cores are not races: each is an
+        `IdenticalWritesWarning` naming both instructions (`RunResult.identical_writes`); the race
+        stays an error when the bytes differ or a read is involved.
         """
         limit = {} if trace_limit is None else {"trace_limit": trace_limit}
+        if identical_writes:
+            limit["identical_writes"] = True
         progs = [programs] if isinstance(programs, Program) else _program_list(programs)
         natives = [p.native() for p in progs]
         if not _progress.wanted(progress):
-            return RunResult(self._native.run(natives, check_races, trace, **limit), natives)
+            return _warn_identical(RunResult(self._native.run(natives, check_races, trace, **limit), natives))
         bar = _progress.RunProgress()
         try:
             raw = self._native.run(natives, check_races, trace, bar, **limit)
             bar.finish(raw["executed"], raw["end_ps"])
         finally:
             bar.close()
-        return RunResult(raw, natives)
+        return _warn_identical(RunResult(raw, natives))
 
     def read(self, tile: Tensor) -> np.ndarray:
         """A tile's contents (SBUF/PSUM of its core, or HBM) as a numpy array, for debugging."""
@@ -342,3 +349,13 @@ class Device:
     def fill_onchip(self, byte: int) -> None:
         """Fill every SBUF and PSUM byte (e.g. 0xFF makes uninitialised float reads NaN)."""
         self._native.fill_onchip(byte)
+
+
+def _warn_identical(result: RunResult) -> RunResult:
+    """One `IdenticalWritesWarning` per run that found benign cross-core write overlaps: the
+    first one's message, and how many more `RunResult.identical_writes` lists."""
+    found = result.identical_writes
+    if found:
+        more = f" (and {len(found) - 1} more: RunResult.identical_writes)" if len(found) > 1 else ""
+        warnings.warn(found[0] + more, IdenticalWritesWarning, stacklevel=3)
+    return result

@@ -126,4 +126,11 @@ class AccumulateWarning(UserWarning):
     accumulate=True/False, or split the matmul, to be portable."""
 
 
+class IdenticalWritesWarning(UserWarning):
+    """Two cores wrote the same HBM bytes with nothing ordering the writes, and the bytes written
+    were identical (SPMD programs that ignore `program_id`, e.g. `kernel[2]` both storing one
+    output): benign on hardware, where every order leaves the same result. Reported instead of a
+    race by `Device.run(identical_writes=True)` (NKI launches: the default; docs/nki.md)."""
+
+
 __all__ = [name for name, obj in list(globals().items()) if isinstance(obj, type) and issubclass(obj, EmuError)]

@@ -863,6 +863,9 @@ class RunResult:
         #: Items run after the trace reached its record limit (`Device.run(trace_limit=...)`),
         #: left out of the trace; 0 when the trace is complete.
         self.trace_dropped = int(raw.get("trace_dropped", 0))
+        #: `Device.run(identical_writes=True)`: one message per unordered cross-core write of
+        #: identical bytes (warned as `IdenticalWritesWarning`).
+        self.identical_writes: list[str] = list(raw.get("identical_writes", ()))
         # Built on first access: a run's fixed cost should not include ~30 numpy arrays.
         self._raw_trace, self._programs = raw["trace"], programs
         self._trace: Trace | None = None

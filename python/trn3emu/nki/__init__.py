@@ -117,7 +117,7 @@ def installed() -> bool:
 def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)
-    raise missing_attribute(f"nki.{name}")
+    raise missing_attribute(f"nki.{name}", list(globals()))
 
 
 __all__ = [

@@ -30,11 +30,19 @@ from .. import interop
 from .._asm import INSTRUCTION_FLAGS
 from ..device import Device
 from ..dtypes import SIZES, dtype_name, numpy_dtype
-from ..errors import AddressError, EmuError, MemorySpaceError, NotSupportedError, ShapeError
+from ..errors import (
+    AddressError,
+    ArgumentTypeError,
+    EmuError,
+    MemorySpaceError,
+    NotSupportedError,
+    OperandError,
+    ShapeError,
+)
 from ..program import Program
 from ..progress import TraceProgress, wanted
 from ..tensor import Tensor
-from . import _memory
+from . import _memory, _traceback
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _STACK: list[TraceContext] = []
@@ -58,7 +66,34 @@ class NotSupportedAttribute(NotSupportedError, AttributeError):
     `hasattr` and feature probes keep working)."""
 
 
-def missing_attribute(name: str) -> NotSupportedAttribute:
+def did_you_mean(name: str, candidates) -> str | None:
+    """The closest public name among `candidates` to a misspelt `name` (difflib), if any is close."""
+    import difflib
+
+    names = [c for c in candidates if isinstance(c, str) and not c.startswith("_")]
+    m = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
+    return m[0] if m else None
+
+
+def unknown_parameter(func: str, key: str, candidates) -> ArgumentTypeError | None:
+    """The error for keyword `key` of `func` when it misspells one of `candidates`, else None."""
+    guess = did_you_mean(key, candidates)
+    if guess is None:
+        return None
+    return ArgumentTypeError(
+        f"no such parameter: {func}({key}=...); did you mean `{guess}`?", operand=key, rule="nki_unknown_parameter"
+    )
+
+
+def missing_attribute(name: str, candidates=None) -> NotSupportedAttribute:
+    """The error for `module.name` the front end does not have: "no such function ...; did you
+    mean `x`?" when a public name of `candidates` is close (a misspelling), else "not supported"."""
+    if candidates is not None:
+        guess = did_you_mean(name.rsplit(".", 1)[-1], candidates)
+        if guess is not None:
+            return NotSupportedAttribute(
+                f"no such function or attribute: {name}; did you mean `{guess}`?", rule="nki_unknown_name"
+            )
     return NotSupportedAttribute(f"not supported: {name}", rule="nki_unknown_name")
 
 
@@ -240,9 +275,11 @@ class NkiTensor:
     def __getitem__(self, key) -> NkiTensor:
         from . import indexing
 
-        if indexing.has_expr(key) or indexing.ds_past_end(self, key):  # legacy index expressions
-            return indexing.index_view(self, key)
-        return self._wrap(self._t[_norm_key(key)])
+        if indexing.has_expr(key) or indexing.ds_past_end(self, key) or indexing.has_tile(key):
+            return indexing.index_view(self, key)  # legacy index expressions, index tiles
+        key = _norm_key(key)
+        _check_slice_bounds(key, self._t.shape)
+        return self._wrap(self._t[key])
 
     def __setitem__(self, key, value) -> None:
         from . import language
@@ -511,7 +548,7 @@ class NkiTensor:
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
-        raise missing_attribute(f"NkiTensor.{name}")
+        raise missing_attribute(f"NkiTensor.{name}", dir(type(self)))
 
     # in-place arithmetic: `t[...] += u` updates the tile (tensor_tensor / tensor_scalar into itself)
     def _inplace(self, op, o):
@@ -569,6 +606,30 @@ def _norm_key(key):
     return tuple(out)
 
 
+def _check_slice_bounds(key: tuple, shape: tuple) -> None:
+    """A slice past a dim's end is an error at the slicing line (NKI refuses it; numpy would
+    clip it into a smaller view that fails later, or silently reads less)."""
+    d = 0
+    for k in key:
+        if k is Ellipsis:
+            d += len(shape) - (len(key) - 1)  # the dims the ellipsis stands for
+            continue
+        if d >= len(shape):
+            return
+        n = shape[d]
+        if isinstance(k, slice) and (k.step is None or k.step > 0):
+            start = 0 if k.start is None else k.start + (n if k.start < 0 else 0)
+            stop = n if k.stop is None else k.stop + (n if k.stop < 0 else 0)
+            if start < 0 or stop > n or start > n:
+                raise ShapeError(
+                    f"slice {k.start if k.start is not None else ''}:{k.stop if k.stop is not None else ''} of dim {d} "
+                    f"runs past the end of a tensor of shape {tuple(shape)} (dim {d} has {n} elements), "
+                    f"at {source_line()}",
+                    rule="nki_slice_out_of_bounds",
+                )
+        d += 1
+
+
 def unwrap(v: Any) -> Any:
     return v._t if isinstance(v, NkiTensor) else v
 
@@ -588,6 +649,8 @@ class KernelProgram(Program):
 
     def _emit(self, opcode, engine, name, wait, signal, args):
         self.opcodes.add(opcode)
+        if _STACK:
+            _record_hbm_writes(_STACK[-1], opcode, args)
         bar = _STACK[-1].launch.trace_progress if _STACK else None
         if bar is not None:
             bar.tick()
@@ -604,6 +667,68 @@ class KernelProgram(Program):
             raise
 
 
+#: opcode -> positions of its written operands (dst, dst_*), for the HBM write record
+_DST_POSITIONS: dict[str, tuple[int, ...]] = {}
+
+
+def _record_hbm_writes(ctx, opcode: str, args) -> None:
+    """Note the HBM byte ranges the instruction writes (any part written counts)."""
+    pos = _DST_POSITIONS.get(opcode)
+    if pos is None:
+        from .._asm import INSTRUCTIONS
+
+        params = INSTRUCTIONS[opcode][2]
+        pos = _DST_POSITIONS[opcode] = tuple(i for i, p in enumerate(params) if p[0].startswith("dst"))
+    for i in pos:
+        t = args[i] if i < len(args) else None
+        if isinstance(t, Tensor) and t.mem == "hbm":
+            ctx.hbm_writes.append(_hbm_span(t))
+
+
+def _hbm_span(t: Tensor) -> tuple[int, int]:
+    """[lo, hi) bytes of HBM a view can touch (a gather/scatter view: at any index)."""
+    es = t.itemsize
+    lo = hi = 0
+    for n, st in zip(t.shape, t.strides):
+        span = (n - 1) * st
+        lo, hi = (lo + span, hi) if span < 0 else (lo, hi + span)
+    dyn = getattr(t, "dyn", None)
+    if dyn is not None:
+        hi += max(0, int(dyn[3]) - 1) * int(dyn[2])
+    return t.offset + lo * es, t.offset + (hi + 1) * es
+
+
+def _check_outputs_written(result, inputs: list, contexts) -> None:
+    """Every HBM tensor a kernel returns that is not an input must be written by some program
+    (else its bytes are whatever HBM held: zeros, or the fill pattern)."""
+    given = {(t.offset, t.nbytes) for t in inputs}
+    writes = [w for c in contexts for w in c.hbm_writes]
+    labels = {a: lab for c in contexts for a, lab in c.hbm_labels.items()}
+
+    def walk(r, where):
+        if isinstance(r, NkiTensor):
+            t = r.tensor
+            if (t.offset, t.nbytes) in given or t.mem != "hbm":
+                return
+            lo, hi = _hbm_span(t)
+            if not any(a < hi and lo < b for a, b in writes):
+                what = labels.get(t.offset) or f"{t.shape} {t.dtype}"
+                raise OperandError(
+                    f"the kernel returns {where} ({what}) but never writes it: its values would be "
+                    "whatever HBM held (store a result into it, or do not return it)",
+                    operand=where,
+                    rule="nki_output_never_written",
+                )
+        elif isinstance(r, (tuple, list)):
+            for i, x in enumerate(r):
+                walk(x, f"{where}[{i}]")
+        elif isinstance(r, dict):
+            for k, x in r.items():
+                walk(x, f"{where}[{k!r}]")
+
+    walk(result, "its result")
+
+
 class TraceContext:
     """The state of one program of a kernel launch while its body is traced."""
 
@@ -616,6 +741,10 @@ class TraceContext:
         self.shared_index = 0
         self.prints: list[tuple[str, NkiTensor]] = []
         self.no_reorder_depth = 0
+        #: byte ranges of HBM this program's instructions write (outputs never written are errors)
+        self.hbm_writes: list[tuple[int, int]] = []
+        #: HBM tensors allocated here: address -> label (for the errors naming them)
+        self.hbm_labels: dict[int, str] = {}
 
     @property
     def device(self) -> Device:
@@ -679,10 +808,20 @@ class TraceContext:
                     )
                 return NkiTensor(t, buffer, None, name)
             t = self.device.hbm.alloc(shape, dt, address=addr, name=name, alias=True)
+            self._fill_new_hbm(t, label)
             shared.append(t)
             return NkiTensor(t, buffer, None, name)
         t = self.device.hbm.alloc(shape, dt, address=addr, name=name, alias=True)
+        self._fill_new_hbm(t, label)
         return NkiTensor(t, buffer, None, name)
+
+    def _fill_new_hbm(self, t: Tensor, label: str) -> None:
+        """A new HBM tensor starts as the launch's fill byte (`fill_uninitialized`), as on-chip
+        memory does: a kernel output it never writes reads as NaN. Zeros otherwise."""
+        self.hbm_labels[t.offset] = label
+        fill = self.launch.fill
+        if fill is not None and t.nbytes:
+            self.device.hbm._native.hbm_write(t.offset, np.full(t.nbytes, fill, np.uint8))
 
 
 # -------------------------------------------------------------------------------------- targets
@@ -831,6 +970,8 @@ class _Run:
         self.device: Device
         self.shared: list[Tensor] = []
         self.contexts: list[TraceContext] = []
+        #: the byte fresh memory starts as (None: zeros); also fills new HBM tensors
+        self.fill: int | None = None
         #: the tracing progress bar (shown once tracing lasts 2 s), while tracing
         self.trace_progress: TraceProgress | None = None
 
@@ -855,8 +996,10 @@ class _Run:
 
         originals: list = []
         args, kwargs = _host_arrays(self.kernel, args, kwargs, originals)
-        fill = self.kernel.options.get("fill", testing.default_fill())
+        fill = self.fill = self.kernel.options.get("fill", testing.default_fill())
         key = self._key(args, kwargs)
+        if key is not None:
+            key = key + (fill,)  # new HBM tensors start filled with it (written while tracing)
         cache = self.kernel._cache
         traced = cache.get(key) if key is not None else None
         if traced is None:
@@ -943,13 +1086,18 @@ class _Run:
                 self.trace_progress.finish()
                 self.trace_progress = None
         _check_result(results[0])
+        _check_outputs_written(results[0], [t for _, t in arrays], self.contexts)
         return arrays, _Traced(self.contexts, [t for _, t in arrays], recorder.writes, results[0], ranges)
 
     def _run(self, traced: _Traced, arrays, framework: str):
         dev = self.device
         trace = self.kernel.options.get("trace", True)
         progress = self.kernel.options.get("progress")
-        runs = [dev.run(group, check_races=True, trace=trace, progress=progress) for group in traced.groups]
+        benign = len(traced.programs) > 1 and _identical_writes_mode(self.kernel) == "warn"
+        runs = [
+            dev.run(group, check_races=True, trace=trace, progress=progress, identical_writes=benign)
+            for group in traced.groups
+        ]
         self.kernel.last_result = runs[-1] if len(runs) == 1 else runs
         self.kernel.last_programs = traced.programs
         for pid, prefix, t in traced.prints:
@@ -970,6 +1118,18 @@ class _Run:
         if isinstance(r, dict):
             return {k: self._out(v, framework) for k, v in r.items()}
         return r
+
+
+def _identical_writes_mode(kernel: Kernel) -> str:
+    """How an SPMD launch treats cores writing identical bytes to the same HBM unordered:
+    "warn" (default: `IdenticalWritesWarning`) or "error" (a race), from
+    `nki.jit(identical_writes=)` or else `TRN3EMU_NKI_IDENTICAL_WRITES`."""
+    mode = kernel.options.get("identical_writes") or os.environ.get("TRN3EMU_NKI_IDENTICAL_WRITES") or "warn"
+    if mode not in ("warn", "error"):
+        raise OperandError(
+            f"identical_writes must be 'warn' or 'error', got {mode!r}", rule="nki_identical_writes_mode"
+        )
+    return mode
 
 
 def _device_env() -> tuple:
@@ -1088,9 +1248,15 @@ class Kernel:
         return _Launcher(self, grid)
 
     def __call__(self, *args, **kwargs):
+        __tracebackhide__ = True  # noqa: F841 (pytest: the launch frame is not the kernel's)
         if _STACK:  # a kernel called from inside another kernel is an ordinary function
             return self.fn(*args, **kwargs)
-        return _Run(self, (1,))(args, kwargs)
+        try:
+            return _Run(self, (1,))(args, kwargs)
+        except Exception as e:
+            if _traceback.wanted(e):
+                raise e.with_traceback(_traceback.filtered(e))  # noqa: B904 (the same error, kernel frames only)
+            raise
 
 
 class _Launcher:
@@ -1098,9 +1264,15 @@ class _Launcher:
         self.kernel, self.grid = kernel, grid
 
     def __call__(self, *args, **kwargs):
+        __tracebackhide__ = True  # noqa: F841
         if _STACK:
             raise not_supported("launching a grid from inside a kernel", rule="nki_nested_launch")
-        return _Run(self.kernel, self.grid)(args, kwargs)
+        try:
+            return _Run(self.kernel, self.grid)(args, kwargs)
+        except Exception as e:
+            if _traceback.wanted(e):
+                raise e.with_traceback(_traceback.filtered(e))  # noqa: B904 (the same error, kernel frames only)
+            raise
 
 
 def jit(fn=None, **options):

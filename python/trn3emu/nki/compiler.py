@@ -107,4 +107,4 @@ psum = _Space("psum")
 def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)
-    raise missing_attribute(f"nki.compiler.{name}")
+    raise missing_attribute(f"nki.compiler.{name}", list(globals()))

@@ -24,7 +24,7 @@ from typing import Any
 
 from .._asm import INSTRUCTION_FLAGS
 from ..errors import ShapeError
-from ._kernel import NkiTensor, not_supported
+from ._kernel import NkiTensor, not_supported, source_line
 
 _MASKS: list[dict] = []  # active mask ranges, innermost last: {var: (lo, hi)}
 
@@ -311,6 +311,12 @@ def has_expr(key) -> bool:
     return any(isinstance(k, (IndexExpr, DynIndex)) for k in key)
 
 
+def has_tile(key) -> bool:
+    """A key with a tile of indices (`cache[0, idx_tile, :]`: a run-time gather/scatter view)."""
+    key = key if isinstance(key, tuple) else (key,)
+    return any(isinstance(k, NkiTensor) for k in key)
+
+
 def ds_past_end(nt: NkiTensor, key) -> bool:
     """`t[nl.ds(start, size), ...]` with a window running past the tensor's end: a legacy view
     whose rows beyond the end a mask= must exclude (a plain slice would silently shrink it)."""
@@ -357,7 +363,7 @@ class IndexedTensor(NkiTensor):
     """A tensor indexed by index expressions; `_oob` when part of it lies outside the tensor (a
     mask must bring it in bounds before an instruction uses it)."""
 
-    __slots__ = ("_base", "_exprs", "_oob")
+    __slots__ = ("_base", "_exprs", "_oob", "_where")
 
     @property
     def tensor(self):
@@ -365,7 +371,7 @@ class IndexedTensor(NkiTensor):
         if self._oob:
             raise ShapeError(
                 f"index expressions {self._exprs!r} run outside the {self._base.shape} tensor "
-                "(give the instruction a mask= that keeps them in bounds)",
+                f"(give the instruction a mask= that keeps them in bounds); indexed at {self._where}",
                 rule="nki_index_out_of_bounds",
             )
         return self._t
@@ -461,6 +467,7 @@ def index_view(nt: NkiTensor, key, ranges: dict | None = None) -> NkiTensor:
     view = t._view(shape, strides, t.offset + off * t.itemsize, start)
     out = IndexedTensor(view, nt.buffer, nt._block, nt.name)
     out._base, out._exprs, out._oob = nt, tuple(key), oob
+    out._where = source_line() if oob else ""
     return out
 
 
@@ -473,12 +480,21 @@ def _dynamic_view(nt: NkiTensor, key, dyn) -> NkiTensor:
         )
     d, k = dyn[0]
     if isinstance(k, NkiTensor) and k.shape[0] > 1:  # one row per index partition (gather/scatter)
-        if d != 0 or nt.tensor.mem != "hbm":
+        if nt.tensor.mem != "hbm":
             raise not_supported(
-                "a tile of indices outside the row dim of an HBM tensor",
-                "index rows (dim 0)",
-                rule="nki_index_tile_dim",
+                "a tile of indices into an on-chip tile", "index the rows of an HBM tensor", rule="nki_index_tile_dim"
             )
+        if d != 0:
+            # `cache[0, idx, i_f]`: constant indices before the index tile's dim select a
+            # sub-tensor whose rows (dim 0) the tile indexes.
+            lead = key[:d]
+            if not all(hasattr(c, "__index__") and not isinstance(c, (bool, NkiTensor)) for c in lead):
+                raise not_supported(
+                    f"a tile of indices in dim {d} after non-constant indices {lead!r}",
+                    "the dims before the index tile's dim take constant integers",
+                    rule="nki_index_tile_dim",
+                )
+            return _dynamic_view(nt[tuple(int(c) for c in lead)], tuple(key[d:]), [(0, k)])
         rest = index_view(nt, (0,) + tuple(key[1:]))
         view, base = rest._t, nt.tensor
         pattern = [[base.strides[0], k.shape[0]]] + [[st, n] for st, n in zip(view.strides, view.shape)]

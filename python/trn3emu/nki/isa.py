@@ -11,6 +11,8 @@ import enum
 import inspect
 from typing import Any
 
+import numpy as np
+
 from .._asm import ENUMS, INSTRUCTIONS, AssemblerMixin
 from ..errors import NotSupportedError
 from . import _kernel
@@ -114,6 +116,18 @@ def _as_float(v: Any) -> Any:
     return v
 
 
+def _as_number(v: Any) -> Any:
+    """An immediate that fills integer tiles exactly: Python / numpy integers stay integers (the
+    core takes them as 32-bit words), anything else as `_as_float`."""
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        return int(v)
+    return _as_float(v)
+
+
+#: (instruction, operand) immediates kept as integers: `memset(int32 tile, 2**31 - 1)` is exact
+_INT_IMMEDIATES = frozenset({("memset", "value")})
+
+
 def _as_ints(v: Any) -> Any:
     if v is None:
         return v
@@ -185,12 +199,19 @@ def _make(opname: str):
     # (the binding is checked with plain dict/tuple operations; bind only builds the message).
     convs = {}
     for k in allowed:
-        if k in spec:
+        if (opname, k) in _INT_IMMEDIATES:
+            convs[k] = _tensor_or(_as_number)
+        elif k in spec:
             convs[k] = _converter(*spec[k])
         elif k == "engine":
             convs[k] = _engine_name
 
     def bad_form(args, kwargs):
+        for k in kwargs:
+            if k not in allowed:
+                e = _kernel.unknown_parameter(f"nki.isa.{opname}", k, allowed)
+                if e is not None:
+                    return e
         try:
             sig.bind(None, *args, **kwargs)
             msg = "unexpected arguments"
@@ -255,25 +276,53 @@ for _name in INSTRUCTIONS:
         globals()[_name] = _make(_name)
 
 
-def _minor_first_axes(data, axis):
-    """tensor_reduce axes in the older minor-first numbering (1 = the last free dim, 2 = the one
-    before, ...), which kernels still use, map onto dims when the spec is not already the documented
-    "last contiguous dims" form: (1,) on a 3-D tile reduces dim 2. Specs valid as documented are
-    unchanged, so both numberings are accepted where they do not conflict."""
+def _free_elems(shape, axes) -> int:
+    n = 1
+    for d, k in enumerate(shape):
+        if d and d not in axes:
+            n *= k
+    return n
+
+
+def _reduce_operands(dst, data, axis, keepdims):
+    """`(dst, data, axis)` as the instruction takes them: the reduced axes trailing.
+
+    Axes follow the documented "last contiguous free dims" numbering. The older minor-first one
+    (1 = the last free dim, 2 = the one before, ...), which kernels still use, applies where the
+    documented reading is not trailing and the minor-first reading fits `dst` (or `dst`'s size
+    does not tell them apart): (1,) on a 3-D tile reduces dim 2. Other non-trailing axes, e.g.
+    (1, 3) or (2,) of a 4-D tile, are reduced through a permuted view that puts them last (an
+    access pattern: still one instruction); a keepdims `dst` is permuted alike."""
     if not isinstance(data, NkiTensor) or axis is None:
-        return axis
-    axes = [int(a) for a in (axis if isinstance(axis, (list, tuple)) else (axis,))]
+        return dst, data, axis
     nd = data.ndim
-    if axes and sorted(axes) == list(range(1, len(axes) + 1)) and max(axes) != nd - 1:
-        return tuple(sorted(nd - a for a in axes))
-    return axis
+    try:
+        axes = sorted({int(a) % nd for a in (axis if isinstance(axis, (list, tuple)) else (axis,))})
+    except (TypeError, ValueError):
+        return dst, data, axis
+    if not axes or 0 in axes or axes == list(range(nd - len(axes), nd)):
+        return dst, data, axis  # trailing (or invalid: the instruction's check says why)
+    if axes == list(range(1, len(axes) + 1)):
+        minor = sorted(nd - a for a in axes)
+        per_dst = dst.size // dst.shape[0] if isinstance(dst, NkiTensor) and dst.shape[0] else None
+        fits_documented = per_dst == _free_elems(data.shape, axes)
+        if not fits_documented or per_dst == _free_elems(data.shape, minor):
+            return dst, data, tuple(minor)
+    kept = [d for d in range(nd) if d not in axes]
+    perm = kept + axes
+    data = data.permute(perm)
+    if keepdims and isinstance(dst, NkiTensor) and dst.ndim == nd:
+        dst = dst.permute(perm)
+    return dst, data, tuple(range(len(kept), nd))
 
 
 _tensor_reduce = tensor_reduce  # noqa: F821 (generated above)
 
 
 def tensor_reduce(dst, op, data, axis, *args, **kwargs):  # noqa: F811
-    return _tensor_reduce(dst, op, data, _minor_first_axes(data, axis), *args, **kwargs)
+    keepdims = kwargs.get("keepdims", args[1] if len(args) > 1 else False)
+    dst, data, axis = _reduce_operands(dst, data, axis, keepdims)
+    return _tensor_reduce(dst, op, data, axis, *args, **kwargs)
 
 
 tensor_reduce.__doc__ = _tensor_reduce.__doc__
@@ -327,7 +376,7 @@ def __getattr__(name: str):
             f"no nki.isa API exists; use the emulator extension {EXTENSIONS[name]}.{name}",
             rule="nki_extension_only",
         )
-    raise _kernel.missing_attribute(f"nki.isa.{name}")
+    raise _kernel.missing_attribute(f"nki.isa.{name}", list(globals()))
 
 
 __all__ = [n for n in INSTRUCTIONS if n not in EXTENSIONS] + [

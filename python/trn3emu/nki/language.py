@@ -30,6 +30,7 @@ from ._kernel import (
     missing_attribute,
     not_supported,
 )
+from ._kernel import unknown_parameter as _unknown_parameter
 from .indexing import ParDim, arange, mgrid, par_dim  # noqa: F401  (legacy index expressions)
 
 # ------------------------------------------------------------------------------------ dtypes
@@ -262,6 +263,7 @@ def ndarray(shape, dtype, buffer=None, name="", address=None, **kwargs) -> NkiTe
     [P, n, F] tile whose block index is a free dim (`BlockTensor`)."""
     kwargs.pop("lazy_initialization", None)  # legacy scheduling hint: no effect here
     if kwargs:
+        _misspelt_keyword("ndarray", kwargs)
         raise not_supported(f"nl.ndarray({', '.join(kwargs)}=...)", rule="nki_keyword_unsupported")
     from .compiler import AllocatedBuffer
 
@@ -324,7 +326,9 @@ def full(shape, fill_value, dtype, buffer=None, name="", address=None, lazy_init
     """A new tensor filled with `fill_value`: memset on chip, written at load time in HBM."""
     t = ndarray(shape, dtype, buffer, name, address)
     if t.buffer in HBM_BUFFERS:
-        current().device.hbm.write(t.tensor, np.full(t.shape, fill_value, numpy_dtype(t.tensor.dtype)))
+        ctx = current()
+        ctx.device.hbm.write(t.tensor, np.full(t.shape, fill_value, numpy_dtype(t.tensor.dtype)))
+        ctx.hbm_writes.append((t.tensor.offset, t.tensor.offset + t.tensor.nbytes))  # written, before the run
     else:
         nisa.memset(t, value=fill_value)
     return t
@@ -356,7 +360,9 @@ def shared_constant(constant, dtype=None, **kwargs) -> NkiTensor:
     a = np.load(constant) if isinstance(constant, str) else interop.to_numpy(constant, "constant")
     if dtype is not None:
         a = a.astype(numpy_dtype(dtype))
-    t = current().device.hbm.put(a if a.ndim else a.reshape(1))
+    ctx = current()
+    t = ctx.device.hbm.put(a if a.ndim else a.reshape(1))
+    ctx.hbm_writes.append((t.offset, t.offset + t.nbytes))
     return NkiTensor(t, "shared_hbm")
 
 
@@ -501,6 +507,11 @@ def load_transpose2d(src, dtype=None, **kwargs) -> NkiTensor:
     """HBM [A, B] -> SBUF [B, A] via `dma_transpose`."""
     _no_mask("load_transpose2d", kwargs)
     t = ndarray((src.shape[1], src.shape[0]), dtype or src.dtype, sbuf)
+    if src.buffer in HBM_BUFFERS and src.dtype.itemsize == 1 and src.ndim == 2:
+        # dma_transpose moves 2- and 4-byte elements; 1-byte data is read through a transposed
+        # HBM view (element-wise descriptors), bit-exactly.
+        nisa.dma_copy(dst=t, src=src.permute(1, 0))
+        return t
     nisa.dma_transpose(dst=t, src=src)
     return t
 
@@ -538,12 +549,30 @@ def _assign(dst: NkiTensor, value) -> None:
             raise not_supported(
                 "assigning a scalar to an HBM tensor", "memset an SBUF tile and store it", rule="nki_hbm_scalar_assign"
             )
-        nisa.memset(dst, value=float(value))
+        exact = isinstance(value, (int, np.integer)) and not isinstance(value, bool)  # int words fill exactly
+        nisa.memset(dst, value=int(value) if exact else float(value))
 
 
 def _no_mask(name, kwargs):
     if kwargs:
+        _misspelt_keyword(name, kwargs)
         raise not_supported(f"nl.{name}({', '.join(kwargs)}=...)", rule="nki_keyword_unsupported")
+
+
+def _misspelt_keyword(name, kwargs) -> None:
+    """A keyword of `nl.<name>` that misspells one of its parameters: "did you mean" (difflib)."""
+    import inspect
+
+    f = globals().get(name)
+    try:
+        params = list(inspect.signature(f).parameters) if f is not None else []
+    except (TypeError, ValueError):
+        params = []
+    for k in kwargs:
+        if k not in params:
+            e = _unknown_parameter(f"nl.{name}", k, params + ["mask"])
+            if e is not None:
+                raise e
 
 
 def _sbuf_operand(v: NkiTensor) -> NkiTensor:
@@ -611,10 +640,17 @@ def _bcast_free(t: NkiTensor, shape) -> NkiTensor:
     return v
 
 
+#: dtypes the PE multiplies (the ones-row broadcast); others broadcast by DMA (`_bcast_partitions_dma`)
+_PE_DTYPES = frozenset(("float32", "tfloat32", "bfloat16", "float16", "float8_e4m3", "float8_e4m3fn", "float8_e5m2"))
+
+
 def _bcast_partitions(t: NkiTensor, parts: int) -> NkiTensor:
-    """[1, F] -> a new [parts, F] tile: ones[1, parts]^T @ t on the PE (exact: x * 1 summed once)."""
+    """[1, F] -> a new [parts, F] tile: ones[1, parts]^T @ t on the PE (exact: x * 1 summed once);
+    integer / bool tiles, which the PE does not multiply, by DMA (`_bcast_partitions_dma`)."""
     if t.shape[0] != 1:
         raise ShapeError(f"partition broadcast needs 1 partition, got {t.shape}", rule="nki_broadcast_partitions")
+    if str(t.dtype) not in _PE_DTYPES:
+        return _bcast_partitions_dma(t, parts)
     free = t.size
     flat = t.reshape((1, free)) if t.is_contiguous() else copy(t).reshape((1, free))
     ones_t = full((1, parts), 1.0, float32 if t.dtype in ("float32", "tfloat32") else t.dtype)
@@ -625,6 +661,18 @@ def _bcast_partitions(t: NkiTensor, parts: int) -> NkiTensor:
         acc = ndarray((parts, n), float32, psum)
         nisa.nc_matmul(acc, stationary=ones_t, moving=flat[:, f0 : f0 + n], accumulate=False)
         nisa.tensor_copy(dst=out_flat[:, f0 : f0 + n], src=acc)
+    return out
+
+
+def _bcast_partitions_dma(t: NkiTensor, parts: int) -> NkiTensor:
+    """[1, F] -> [parts, F] bit-exactly for any dtype: the row goes to a private HBM scratch row
+    (`dma_copy`), which a second `dma_copy` reads `parts` times (a stride-0 HBM view). SBUF access
+    patterns have no partition stride of 0, so the repeated read goes through HBM."""
+    free = t.size
+    row = ndarray((1, free), t.dtype, private_hbm)
+    nisa.dma_copy(dst=row, src=t.reshape((1, free)) if t.is_contiguous() else copy(t).reshape((1, free)))
+    out = ndarray((parts,) + tuple(t.shape[1:]), t.dtype, sbuf)
+    nisa.dma_copy(dst=out.reshape((parts, free)), src=row.broadcast(0, parts))
     return out
 
 
@@ -1153,6 +1201,7 @@ def _checked(f):
             try:
                 sig.bind(*args, **kwargs)
             except TypeError as e:
+                _misspelt_keyword(f.__name__, kwargs)
                 raise not_supported(f"nl.{f.__name__} call form ({e})", rule="nki_call_form") from None
             raise
 
@@ -1173,4 +1222,4 @@ for _n, _f in list(globals().items()):
 def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)
-    raise missing_attribute(f"nki.language.{name}")
+    raise missing_attribute(f"nki.language.{name}", list(globals()))

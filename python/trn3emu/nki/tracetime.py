@@ -54,7 +54,7 @@ def arange(start, stop=None, step=1, dtype=None) -> np.ndarray:
 def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)
-    raise missing_attribute(f"nki.tensor.{name}")
+    raise missing_attribute(f"nki.tensor.{name}", list(globals()))
 
 
 class _TensorModule(types.ModuleType):

@@ -11,4 +11,4 @@ mutable_tensor = NkiTensor
 def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)
-    raise missing_attribute(f"nki.typing.{name}")
+    raise missing_attribute(f"nki.typing.{name}", list(globals()))

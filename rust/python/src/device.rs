@@ -296,7 +296,8 @@ impl Device {
     /// Run programs (one per core) concurrently; the GIL is released while the device runs,
     /// re-taken every 25 ms to run signal handlers (Ctrl-C stops the run and raises
     /// `KeyboardInterrupt`) and to call `progress(executed, total, emulated_ps)` if given.
-    #[pyo3(signature = (programs, check_races = true, trace = true, progress = None, trace_limit = core::machine::TRACE_LIMIT))]
+    #[pyo3(signature = (programs, check_races = true, trace = true, progress = None, trace_limit = core::machine::TRACE_LIMIT, identical_writes = false))]
+    #[allow(clippy::too_many_arguments)]
     fn run<'py>(
         &mut self,
         py: Python<'py>,
@@ -305,6 +306,7 @@ impl Device {
         trace: bool,
         progress: Option<Py<PyAny>>,
         trace_limit: u64,
+        identical_writes: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
         let progs: Vec<&core::Program> = programs.iter().map(|p| p.program()).collect();
         // Every `_native.Program` is built by a validating path (Assembler appends, synced,
@@ -314,6 +316,7 @@ impl Device {
             trace,
             prevalidated: true,
             trace_limit,
+            identical_writes,
         };
         let dev = &mut self.inner;
         let mut monitor = PyMonitor {
@@ -326,6 +329,7 @@ impl Device {
         d.set_item("end_ps", res.end_ps)?;
         d.set_item("executed", res.executed)?;
         d.set_item("trace_dropped", res.trace.dropped)?;
+        d.set_item("identical_writes", res.identical_writes)?;
         // The trace stays in Rust until Python asks for its columns (RunResult.trace).
         d.set_item("trace", Py::new(py, RawTrace::new(res.trace))?)?;
         Ok(d)

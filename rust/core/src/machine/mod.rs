@@ -3,6 +3,7 @@
 pub mod autosync;
 pub mod control;
 pub mod dma_timing;
+mod identical;
 pub mod intercore;
 pub mod region;
 pub mod sched;
@@ -163,6 +164,10 @@ pub struct RunOptions {
     /// Trace records kept at most (default `TRACE_LIMIT`); items past it are counted in
     /// `Trace::dropped` instead, so a long run's trace cannot exhaust host memory.
     pub trace_limit: u64,
+    /// Unordered writes of identical bytes to the same HBM from different cores (SPMD programs
+    /// that ignore `program_id`) are warnings in `RunResult::identical_writes` instead of
+    /// `data_race` errors (default off; `machine::identical`).
+    pub identical_writes: bool,
 }
 
 impl Default for RunOptions {
@@ -172,6 +177,7 @@ impl Default for RunOptions {
             trace: true,
             prevalidated: false,
             trace_limit: TRACE_LIMIT,
+            identical_writes: false,
         }
     }
 }
@@ -206,6 +212,9 @@ pub struct RunResult {
     pub end_ps: u64,
     /// Instructions and transfers executed.
     pub executed: u64,
+    /// With `RunOptions::identical_writes`: one message per unordered cross-core write of
+    /// identical bytes (both instructions named), in the order they were found.
+    pub identical_writes: Vec<String>,
 }
 
 pub struct Device {

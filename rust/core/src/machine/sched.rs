@@ -27,6 +27,8 @@ use crate::memory::onchip::Mems;
 use crate::memory::Mem;
 use crate::numerics::config::Rounder;
 use crate::trace::{DmaSpan, Record, SemEvent, WriteBox};
+
+use super::identical;
 use std::collections::VecDeque;
 
 type Vc = Vec<u32>;
@@ -402,13 +404,16 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         } else {
             Vec::new()
         };
-        self.check_races(&it, &regs)?;
+        let pending = self.check_races(&it, &regs)?;
         let (bytes, write) = if traced {
             (region_bytes(&regs), write_box(&regs))
         } else {
             (0, WriteBox::NONE)
         };
         self.execute(&mut it)?;
+        if !pending.is_empty() {
+            self.settle_identical(&it, &regs, pending)?;
+        }
         let end = self.complete(&it, regs);
         let seen = self.signal(&it, end);
         if traced {
@@ -736,9 +741,12 @@ impl<'d, 'p> Scheduler<'d, 'p> {
     }
 
     /// Race check against every access of the other agents not ordered before this one.
-    fn check_races(&self, it: &Issued, regs: &[Region]) -> Result<()> {
+    /// Cross-core writes that may be identical (`RunOptions::identical_writes`) come back as
+    /// pending checks for after the write (`settle_identical`).
+    fn check_races(&self, it: &Issued, regs: &[Region]) -> Result<Vec<identical::Pending>> {
+        let mut pending = Vec::new();
         if !self.opts.check_races || regs.is_empty() {
-            return Ok(());
+            return Ok(pending);
         }
         let my_vc = &self.agents[it.agent].vc;
         for &bi in &self.active {
@@ -750,13 +758,53 @@ impl<'d, 'p> Scheduler<'d, 'p> {
                 if e.epoch <= my_vc[bi] {
                     continue;
                 }
-                if let Some((i, _)) = conflict(regs, std::slice::from_ref(&e.region)) {
+                for (i, mine) in regs.iter().enumerate() {
+                    if conflict(std::slice::from_ref(mine), std::slice::from_ref(&e.region))
+                        .is_none()
+                    {
+                        continue;
+                    }
                     // Reported at the later instruction (the one that found the conflict).
                     let first = describe(&self.progs, b.core, e.idx);
-                    let e = race_error(first, &regs[i], &e.region, &self.progs, it);
+                    if self.opts.identical_writes
+                        && identical::candidate(mine, &e.region, it.core, b.core)
+                    {
+                        let (lo, before) = identical::snapshot(&self.dev.hbm, mine, &e.region);
+                        let theirs = e.region.clone();
+                        pending.push(identical::Pending {
+                            lo,
+                            before,
+                            first,
+                            theirs,
+                            mine: i,
+                        });
+                        continue;
+                    }
+                    let e = race_error(first, mine, &e.region, &self.progs, it);
                     return Err(ins_err(e, it.core, it.idx, it.ins));
                 }
             }
+        }
+        Ok(pending)
+    }
+
+    /// After the later of two unordered cross-core writes ran: identical bytes are a warning,
+    /// different ones the race error.
+    fn settle_identical(
+        &mut self,
+        it: &Issued,
+        regs: &[Region],
+        pending: Vec<identical::Pending>,
+    ) -> Result<()> {
+        let second = describe(&self.progs, it.core, it.idx);
+        for p in pending {
+            if !identical::unchanged(&self.dev.hbm, &p) {
+                let mut e = race_error(p.first, &regs[p.mine], &p.theirs, &self.progs, it);
+                e.message.push_str(" (the bytes written differ)");
+                return Err(ins_err(e, it.core, it.idx, it.ins));
+            }
+            let w = identical::warning(&p, &second);
+            self.result.identical_writes.push(w);
         }
         Ok(())
     }

@@ -649,7 +649,7 @@ class KernelProgram(Program):
 
     def _emit(self, opcode, engine, name, wait, signal, args):
         self.opcodes.add(opcode)
-        if _STACK:
+        if _STACK and _DST_POSITIONS.get(opcode, True):  # compute instructions never write HBM
             _record_hbm_writes(_STACK[-1], opcode, args)
         bar = _STACK[-1].launch.trace_progress if _STACK else None
         if bar is not None:
@@ -678,7 +678,10 @@ def _record_hbm_writes(ctx, opcode: str, args) -> None:
         from .._asm import INSTRUCTIONS
 
         params = INSTRUCTIONS[opcode][2]
-        pos = _DST_POSITIONS[opcode] = tuple(i for i, p in enumerate(params) if p[0].startswith("dst"))
+        pos = tuple(i for i, p in enumerate(params) if p[0].startswith("dst"))
+        if INSTRUCTION_FLAGS[opcode][1] == "compute":  # engines write SBUF/PSUM only
+            pos = ()
+        _DST_POSITIONS[opcode] = pos
     for i in pos:
         t = args[i] if i < len(args) else None
         if isinstance(t, Tensor) and t.mem == "hbm":

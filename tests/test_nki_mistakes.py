@@ -189,3 +189,19 @@ def test_kernel_errors_show_the_kernel_frames_not_the_front_end(monkeypatch):
         k(A)
     full = traceback.extract_tb(e.value.__traceback__)
     assert sum(f"{os.sep}trn3emu{os.sep}" in f.filename for f in full) > 2
+
+
+def _int_matmul(a, b):
+    out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+    nl.store(out, nl.matmul(nl.load(a), nl.load(b)))
+    return out
+
+
+def test_an_instruction_an_nl_op_issued_names_that_op():
+    from trn3emu.errors import DtypeError
+
+    with pytest.raises(DtypeError) as e:
+        nki.jit(_int_matmul)(np.ones((128, 128), np.int32), np.ones((128, 64), np.int32))
+    notes = getattr(e.value, "__notes__", [])
+    assert any(_line_of(_int_matmul, "nl.matmul") in n for n in notes)
+    assert "  issued by nl.matmul (part of its lowering)" in notes

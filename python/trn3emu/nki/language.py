@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import _native, interop
 from ..dtypes import numpy_dtype
-from ..errors import ShapeError
+from ..errors import EmuError, ShapeError
 from . import indexing as _indexing
 from . import isa as nisa
 from ._kernel import (
@@ -1178,6 +1178,14 @@ def device_print(prefix, tensor) -> None:
     ctx.prints.append((str(prefix), snap))
 
 
+def _note_lowering(e: EmuError, name: str) -> None:
+    """An instruction an `nl.<name>` op issued refused its operands: say which op issued it (the
+    innermost nl op), so the error points at what the kernel wrote."""
+    notes = getattr(e, "__notes__", ())
+    if builtins.any("in kernel at" in n for n in notes) and not builtins.any("issued by nl." in n for n in notes):
+        e.add_note(f"  issued by nl.{name} (part of its lowering)")
+
+
 def _checked(f):
     """Calls whose arguments do not fit the signature raise "not supported: nl.<name>(...)"."""
     import functools
@@ -1195,6 +1203,9 @@ def _checked(f):
                 return f(*args, **kwargs)
             with _indexing.masked(mask):
                 return _indexing.tag(f(*args, **kwargs), mask)
+        except EmuError as e:
+            _note_lowering(e, f.__name__)
+            raise
         except TypeError:
             # Python binds the arguments before running the body, so a bad call form fails with
             # nothing done; binding only here keeps inspect off the hot path.

@@ -278,3 +278,22 @@ def _nl_reduce(a, axes):
 def test_nl_sum_over_non_trailing_axes(axes):
     a = RNG.integers(-8, 8, (16, 3, 4, 5)).astype(np.float32)
     np.testing.assert_array_equal(_nl_reduce(a, axes), a.sum(axis=tuple(axes)))
+
+
+@nki.jit
+def _scatter_add_masked(cache, idx, val, m):
+    i_f = nl.arange(cache.shape[2])[None, :]
+    nl.atomic_rmw(cache[1, nl.load(idx), i_f], nl.load(val), op=nl.add, mask=nl.load(m))
+    return cache
+
+
+def test_masked_scatter_add_with_index_tile_after_a_constant_index():
+    cache = RNG.integers(-50, 50, (2, 40, 16)).astype(np.float32)
+    idx = RNG.permutation(40)[:8].reshape(8, 1).astype(np.int32)
+    val = RNG.integers(-50, 50, (8, 16)).astype(np.float32)
+    m = np.array([1, 0, 1, 1, 0, 1, 1, 1], np.uint8).reshape(8, 1)
+    ref = cache.copy()
+    for r in range(8):
+        if m[r, 0]:
+            ref[1, idx[r, 0]] += val[r]
+    np.testing.assert_array_equal(_scatter_add_masked(cache.copy(), idx, val, m), ref)

@@ -108,6 +108,9 @@ INSTRUCTIONS = {
     'all_reduce': (0x0902, ('gpsimd', 'sync', 'vector', 'scalar', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('cores', 'ints', None), ('reduce_op', 'enum', 'alu_op'))),
     'all_gather': (0x0903, ('gpsimd', 'sync', 'vector', 'scalar', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('cores', 'ints', None))),
     'reduce_scatter': (0x0904, ('gpsimd', 'sync', 'vector', 'scalar', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('cores', 'ints', None), ('reduce_op', 'enum', 'alu_op'))),
+    'all_to_all': (0x0905, ('gpsimd', 'sync', 'vector', 'scalar', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('cores', 'ints', None))),
+    'all_to_all_v': (0x0906, ('gpsimd', 'sync', 'vector', 'scalar', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('counts', 'tensor', None), ('cores', 'ints', None))),
+    'collective_permute': (0x0907, ('gpsimd', 'sync', 'vector', 'scalar', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('cores', 'ints', None), ('pairs', 'ints', None))),
     'register_move': (0x0a00, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'reg', None), ('src', 'i32', None))),
     'register_load': (0x0a01, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'reg', None), ('src', 'tensor', None))),
     'register_store': (0x0a02, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'tensor', None), ('src', 'reg', None))),
@@ -170,6 +173,9 @@ INSTRUCTION_FLAGS = {
     'all_reduce': ('collective', 'collective', False, True),
     'all_gather': ('collective', 'collective', False, True),
     'reduce_scatter': ('collective', 'collective', False, True),
+    'all_to_all': ('collective', 'collective', False, True),
+    'all_to_all_v': ('collective', 'collective', False, True),
+    'collective_permute': ('collective', 'collective', False, True),
     'register_move': ('control', 'control', False, True),
     'register_load': ('control', 'control', False, True),
     'register_store': ('control', 'control', False, True),
@@ -1507,6 +1513,76 @@ class AssemblerMixin:
         reduce_op: add, max or min. One of bypass, add, subtract, multiply, maximum, minimum, equal, not_equal, greater_equal, greater, less_equal, less, logical_and, logical_or, logical_xor, logical_not, bitwise_and, bitwise_or, bitwise_xor, invert, left_shift, right_shift, power, abs_max, abs_min, abs, square, relu, rsqrt, reciprocal, average, divide.
         """
         return self._emit('reduce_scatter', engine, name, wait, signal, (dst, src, cores, reduce_op))
+
+    def all_to_all(
+        self,
+        dst: Tensor,
+        src: Tensor,
+        cores: Sequence[int] = (0, 1, 2, 3, 4, 5, 6, 7),
+        engine: Literal['gpsimd', 'sync', 'vector', 'scalar', 'tensor'] | None = None,
+        name: str | None = None,
+        *,
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
+        """nki.collectives.all_to_all: rank r's dst = chunk r of every rank's src, in rank order.
+
+        Stands for one rank's call of nki.collectives.all_to_all (collective_dim 0). Each src (element order) is cut into N equal chunks; dst_r = chunk r of src_0, chunk r of src_1, ..., chunk r of src_{N-1}, one after the other in dst's element order (raw copy, exact; same dtype). Ranks and grouping as all_reduce (in an UltraServer, cores are global ids chip * 8 + core).
+
+        Engines: gpsimd, sync, vector, scalar, tensor.
+        dst: as many elements as src.
+        src: N chunks, chunk j to rank j.
+        cores: replica group: physical core ids in rank order.
+        """
+        return self._emit('all_to_all', engine, name, wait, signal, (dst, src, cores))
+
+    def all_to_all_v(
+        self,
+        dst: Tensor,
+        src: Tensor,
+        counts: Tensor,
+        cores: Sequence[int] = (0, 1, 2, 3, 4, 5, 6, 7),
+        engine: Literal['gpsimd', 'sync', 'vector', 'scalar', 'tensor'] | None = None,
+        name: str | None = None,
+        *,
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
+        """nki.collectives.all_to_all_v: all_to_all with per-destination element counts read at run time.
+
+        Stands for one rank's call of nki.collectives.all_to_all_v. counts (N int32 elements, read from memory when the rank arrives) gives how many src elements go to each rank: rank j gets src elements [sum(counts[:j]), sum(counts[:j+1])). dst_r = what rank 0 sends to r, then what rank 1 sends to r, ..., packed from dst's first element; dst elements past the received total keep their value. Raw copy, same dtype; the counts must be non-negative, fit src, and every rank's received total must fit its dst (checked at run time).
+
+        Engines: gpsimd, sync, vector, scalar, tensor.
+        dst: received elements, packed.
+        src: elements to send, grouped by destination rank.
+        counts: N send counts (elements).
+        cores: replica group: physical core ids in rank order.
+        """
+        return self._emit('all_to_all_v', engine, name, wait, signal, (dst, src, counts, cores))
+
+    def collective_permute(
+        self,
+        dst: Tensor,
+        src: Tensor,
+        cores: Sequence[int] = (0, 1, 2, 3, 4, 5, 6, 7),
+        pairs: Sequence[int] = (),
+        engine: Literal['gpsimd', 'sync', 'vector', 'scalar', 'tensor'] | None = None,
+        name: str | None = None,
+        *,
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
+        """nki.collectives.collective_permute: each (source, target) pair sends source's src to target's dst.
+
+        Stands for one rank's call of nki.collectives.collective_permute. pairs = [s0, t0, s1, t1, ...] are positions in cores (ranks); every rank gives the same pairs, a rank is the target of at most one pair. dst_t = src_s for each pair (raw copy, same dtype, same element count); a rank that is no target keeps its dst. Ranks and grouping as all_reduce.
+
+        Engines: gpsimd, sync, vector, scalar, tensor.
+        dst: what this rank receives.
+        src: what this rank sends.
+        cores: replica group: physical core ids in rank order.
+        pairs: source, target rank pairs, flattened.
+        """
+        return self._emit('collective_permute', engine, name, wait, signal, (dst, src, cores, pairs))
 
     def register_move(
         self,

@@ -119,27 +119,51 @@ def test_all_to_all(n):
         np.testing.assert_array_equal(get(us, p, o), want)
 
 
+def a2av_reference(xs, counts, displs, cap, rdispls=None):
+    """numpy all_to_all_v: rank i sends xs[i][displs[i, j]:+counts[i, j]] to j, placed at
+    rdispls[j, i] or packed in rank order; the rest of dst stays -7."""
+    n = len(xs)
+    outs = []
+    for r in range(n):
+        want = np.full(cap, -7, np.int32)
+        at = 0
+        for i in range(n):
+            c, d = counts[i, r], displs[i, r]
+            pos = at if rdispls is None else rdispls[r, i]
+            want[pos : pos + c] = xs[i][d : d + c]
+            at += c
+        outs.append(want)
+    return outs
+
+
 @pytest.mark.parametrize("n", CHIPS)
-def test_all_to_all_v_runtime_counts(n):
+@pytest.mark.parametrize("rd", [False, True])
+def test_all_to_all_v_runtime_counts(n, rd):
     us, progs, group = world(n)
     rng = np.random.default_rng(11)
-    counts = rng.integers(0, 4, size=(n, n)).astype(np.int32)  # counts[i, j]: i sends to j
-    xs = [rng.integers(-100, 100, size=counts[i].sum()).astype(np.int32) for i in range(n)]
-    cap = int(counts.sum(axis=0).max()) + 2
+    counts = rng.integers(0, 4, size=(n, n)).astype(np.uint32)  # counts[i, j]: i sends to j
+    # send blocks in reverse rank order, with a gap of one element between them
+    displs = np.zeros((n, n), np.uint32)
+    for i in range(n):
+        at = 1
+        for j in reversed(range(n)):
+            displs[i, j] = at
+            at += counts[i, j] + 1
+    xs = [rng.integers(-100, 100, size=int(displs[i].max() + counts[i].max() + 1)).astype(np.int32) for i in range(n)]
+    recv = counts.T  # recv[j, i] = counts[i, j]
+    cap = int(recv.sum(axis=1).max()) + 2 * n
+    rdispls = np.stack([np.concatenate(([1], 1 + np.cumsum(recv[j] + 1)[:-1])) for j in range(n)]).astype(np.uint32)
     outs = []
     for i, (p, x) in enumerate(zip(progs, xs)):
-        src = put(us, p, x if len(x) else np.zeros(1, np.int32))
+        rows = [counts[i], displs[i], recv[i]] + ([rdispls[i]] if rd else [])
+        meta = put(us, p, np.stack(rows).astype(np.uint32))
         o = put(us, p, np.full(cap, -7, np.int32))
-        p.all_to_all_v(dst=o, src=src, counts=put(us, p, counts[i]), cores=group)
+        p.all_to_all_v(dst=o, src=put(us, p, x), metadata=meta, cores=group, recv_counts_known=True, has_rdispls=rd)
         outs.append(o)
     us.run(progs)
-    off = np.concatenate([np.zeros((n, 1), np.int64), np.cumsum(counts, axis=1)], axis=1)
-    for r, (p, o) in enumerate(zip(progs, outs)):
-        got = [xs[i][off[i, r] : off[i, r + 1]] for i in range(n)]
-        want = np.full(cap, -7, np.int32)
-        recv = np.concatenate(got) if got else np.zeros(0, np.int32)
-        want[: len(recv)] = recv
-        np.testing.assert_array_equal(get(us, p, o), want)
+    want = a2av_reference(xs, counts.astype(np.int64), displs.astype(np.int64), cap, rdispls if rd else None)
+    for p, o, w in zip(progs, outs, want):
+        np.testing.assert_array_equal(get(us, p, o), w)
 
 
 @pytest.mark.parametrize("n", CHIPS)
@@ -374,23 +398,27 @@ def test_single_device_keeps_global_ids_apart():
 
 
 def test_all_to_all_v_count_rules():
-    us, progs, group = world(2)
-    for p in progs:
-        src = put(us, p, np.arange(4, dtype=np.int32))
-        dst = alloc(us, p, (4,), "int32")
-        counts = np.array([2, 2, 0], np.int32) if p.chip == 1 else np.array([2, 2], np.int32)
-        p.all_to_all_v(dst=dst, src=src, counts=put(us, p, counts), cores=group)
+    def run(meta_of, known=False):
+        us, progs, group = world(2)
+        for p in progs:
+            src = put(us, p, np.arange(4, dtype=np.int32))
+            dst = alloc(us, p, (4,), "int32")
+            meta = put(us, p, np.asarray(meta_of(p.chip), np.uint32))
+            p.all_to_all_v(dst=dst, src=src, metadata=meta, cores=group, recv_counts_known=known)
+        return us.run(progs)
+
     with pytest.raises(ShapeError, match="chip 1") as e:
-        us.run(progs)
+        run(lambda c: [[2, 2], [0, 2]] if c == 0 else [[2, 2]])  # chip 1: no displacement row
     assert e.value.rule == "all_to_all_v_counts_size"
-    us, progs, group = world(2)
-    for p in progs:
-        src = put(us, p, np.arange(4, dtype=np.int32))
-        dst = alloc(us, p, (4,), "int32")
-        p.all_to_all_v(dst=dst, src=src, counts=put(us, p, np.array([-1, 2], np.int32)), cores=group)
     with pytest.raises(OperandError) as e:
-        us.run(progs)
+        run(lambda c: [[2, 2], [0, 3]])  # elements 3..5 of a 4-element src
     assert e.value.rule == "all_to_all_v_counts"
+    with pytest.raises(OperandError) as e:
+        run(lambda c: [[2, 2], [0, 2], [2, 1]], known=True)
+    assert e.value.rule == "all_to_all_v_recv_counts"
+    with pytest.raises(OperandError) as e:
+        run(lambda c: [[3, 3], [0, 0]])  # 6 elements into a 4-element dst
+    assert e.value.rule == "all_to_all_v_dst_size"
 
 
 @pytest.mark.parametrize("n", CHIPS)
@@ -418,3 +446,18 @@ def test_all_to_all_in_place_on_one_device():
     dev.run(progs)
     for r, b in enumerate(bufs):
         np.testing.assert_array_equal(dev.hbm.get(b), np.stack([x[r] for x in xs]))
+
+
+def test_in_place_all_to_all_is_timed_like_the_copy():
+    """In place or not, an all_to_all moves the same messages and takes the same time."""
+    times = []
+    for in_place in (False, True):
+        us, progs, group = world(4)
+        for p in progs:
+            b = put(us, p, np.zeros((4, 256), np.float32))
+            d = b if in_place else alloc(us, p, (4, 256), "float32")
+            p.all_to_all(dst=d, src=b, cores=group)
+        r = us.run(progs)
+        assert len(r.messages["bytes"]) == 12 and (r.messages["bytes"] == 1024).all()
+        times.append(r.time_ns)
+    assert times[0] == times[1]

@@ -74,3 +74,30 @@ def test_spmd_rules():
         trn3emu.nki.spmd(tag_and_reduce, world_size=4, lnc=3)
     with pytest.raises(OperandError):
         trn3emu.nki.spmd(tag_and_reduce, world_size=1000, lnc=2)
+
+
+@nki.jit
+def a2av_kernel(x, meta):
+    n = x.shape[0]
+    out = nl.ndarray((n,), dtype=x.dtype, buffer=nl.shared_hbm)
+    zero = nl.ndarray((1, n), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=zero, value=0)
+    nisa.dma_copy(dst=out.reshape((1, n)), src=zero)
+    ncc.all_to_all_v([x], [out], ncc.ReplicaGroup([list(range(16))]), meta)
+    return out
+
+
+def test_nki_all_to_all_v_across_chips():
+    """16 ranks on two chips: rank i sends i % 3 + 1 elements to every rank, packed."""
+    world = 16
+    xs = [np.arange(64, dtype=np.int32) + 100 * i for i in range(world)]
+    c = [i % 3 + 1 for i in range(world)]
+    counts = np.array([[c[i]] * world for i in range(world)], np.uint32)
+    displs = np.array([[j * c[i] for j in range(world)] for i in range(world)], np.uint32)
+    launch = trn3emu.nki.spmd(a2av_kernel, world_size=world)
+    outs = launch([(xs[i], np.stack([counts[i], displs[i]])) for i in range(world)])
+    for r, o in enumerate(outs):
+        want = np.zeros(64, np.int32)
+        got = np.concatenate([xs[i][r * c[i] : (r + 1) * c[i]] for i in range(world)])
+        want[: len(got)] = got
+        np.testing.assert_array_equal(o, want)

@@ -109,7 +109,7 @@ INSTRUCTIONS = {
     'all_gather': (0x0903, ('gpsimd', 'sync', 'vector', 'scalar', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('cores', 'ints', None))),
     'reduce_scatter': (0x0904, ('gpsimd', 'sync', 'vector', 'scalar', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('cores', 'ints', None), ('reduce_op', 'enum', 'alu_op'))),
     'all_to_all': (0x0905, ('gpsimd', 'sync', 'vector', 'scalar', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('cores', 'ints', None))),
-    'all_to_all_v': (0x0906, ('gpsimd', 'sync', 'vector', 'scalar', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('counts', 'tensor', None), ('cores', 'ints', None))),
+    'all_to_all_v': (0x0906, ('gpsimd', 'sync', 'vector', 'scalar', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('metadata', 'tensor', None), ('cores', 'ints', None), ('recv_counts_known', 'bool', None), ('has_rdispls', 'bool', None))),
     'collective_permute': (0x0907, ('gpsimd', 'sync', 'vector', 'scalar', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('cores', 'ints', None), ('pairs', 'ints', None))),
     'register_move': (0x0a00, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'reg', None), ('src', 'i32', None))),
     'register_load': (0x0a01, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'reg', None), ('src', 'tensor', None))),
@@ -1540,25 +1540,29 @@ class AssemblerMixin:
         self,
         dst: Tensor,
         src: Tensor,
-        counts: Tensor,
+        metadata: Tensor,
         cores: Sequence[int] = (0, 1, 2, 3, 4, 5, 6, 7),
+        recv_counts_known: bool = False,
+        has_rdispls: bool = False,
         engine: Literal['gpsimd', 'sync', 'vector', 'scalar', 'tensor'] | None = None,
         name: str | None = None,
         *,
         wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
         signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
     ) -> int:
-        """nki.collectives.all_to_all_v: all_to_all with per-destination element counts read at run time.
+        """nki.collectives.all_to_all_v: all_to_all of flat element buffers with per-rank counts and displacements read at run time.
 
-        Stands for one rank's call of nki.collectives.all_to_all_v. counts (N int32 elements, read from memory when the rank arrives) gives how many src elements go to each rank: rank j gets src elements [sum(counts[:j]), sum(counts[:j+1])). dst_r = what rank 0 sends to r, then what rank 1 sends to r, ..., packed from dst's first element; dst elements past the received total keep their value. Raw copy, same dtype; the counts must be non-negative, fit src, and every rank's received total must fit its dst (checked at run time).
+        Stands for one rank's call of nki.collectives.all_to_all_v. metadata (uint32/int32, shape (R, N), R = 2..4, read from memory when the rank arrives): row 0 send counts, row 1 send displacements, row 2 receive counts (if recv_counts_known), row 3 receive displacements (if has_rdispls), in elements of the flat src / dst. Rank i sends src elements [sdispl_i[j], sdispl_i[j] + scount_i[j]) to rank j; rank j places them at rdispl_j[i] (has_rdispls) or packed in rank order (at the sum of what ranks 0..i-1 send it). dst elements nothing lands on keep their value. Raw copy, same dtype. Checked when the group meets: ranges inside src / dst, receive counts equal to what is sent.
 
         Engines: gpsimd, sync, vector, scalar, tensor.
-        dst: received elements, packed.
-        src: elements to send, grouped by destination rank.
-        counts: N send counts (elements).
+        dst: received elements.
+        src: elements to send.
+        metadata: (R, N) counts and displacements.
         cores: replica group: physical core ids in rank order.
+        recv_counts_known: metadata row 2 holds receive counts.
+        has_rdispls: metadata row 3 holds receive displacements.
         """
-        return self._emit('all_to_all_v', engine, name, wait, signal, (dst, src, counts, cores))
+        return self._emit('all_to_all_v', engine, name, wait, signal, (dst, src, metadata, cores, recv_counts_known, has_rdispls))
 
     def collective_permute(
         self,

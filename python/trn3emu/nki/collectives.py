@@ -5,7 +5,8 @@ across the ranks of a kernel launch, lowered to the emulator's collective instru
 logical core of the world, placed on physical cores `rank * lnc + program_id` (chip = core // 8),
 and each program id of a rank takes part in its own collective with the same program id of the
 other ranks. Each rank-list of the ReplicaGroup runs its own collective. The implicit ring
-permutes are a collective_permute around the rank-list. all_gather_v raises "not supported".
+permutes are a collective_permute around the rank-list; all_to_all_v reads its metadata at run
+time. all_gather_v raises "not supported".
 """
 
 from __future__ import annotations
@@ -142,6 +143,27 @@ def all_to_all(srcs, dsts, replica_group, collective_dim=0, priority=None, name=
             )
         out.append(_isa.all_to_all(dst=d, src=s, cores=cores))
     return out
+
+
+def all_to_all_v(
+    srcs, dsts, replica_group, metadata_tensor, recv_counts_known=False, has_rdispls=False, priority=None, name=None
+):
+    """Flat-buffer all_to_all with counts and displacements read at run time from
+    `metadata_tensor` ((2..4, N) uint32: send counts, send displacements, receive counts,
+    receive displacements, in elements); received blocks are packed in rank order unless
+    `has_rdispls`."""
+    cores = _cores(replica_group)
+    return [
+        _isa.all_to_all_v(
+            dst=d,
+            src=s,
+            metadata=metadata_tensor,
+            cores=cores,
+            recv_counts_known=bool(recv_counts_known),
+            has_rdispls=bool(has_rdispls),
+        )
+        for s, d in _pairs(srcs, dsts)
+    ]
 
 
 def collective_permute(srcs, dsts, source_target_pairs, priority=None, name=None):

@@ -339,7 +339,9 @@ struct Operands<'a> {
     src: &'a Ap,
     dst: &'a Ap,
     reduce_op: Option<AluOp>,
+    /// all_to_all_v's metadata and its flags (receive counts known, receive displacements).
     counts: Option<&'a Ap>,
+    flags: (bool, bool),
     pairs: &'a [i32],
 }
 
@@ -350,6 +352,7 @@ fn operands(ins: &Instr) -> Result<(CollectiveKind, Option<Operands<'_>>)> {
             dst,
             reduce_op,
             counts: None,
+            flags: (false, false),
             pairs: &[],
         })
     };
@@ -382,7 +385,8 @@ fn operands(ins: &Instr) -> Result<(CollectiveKind, Option<Operands<'_>>)> {
             let v = ops::AllToAllV::view(ins)?;
             let mut o = data(v.src, v.dst, None);
             if let Some(o) = &mut o {
-                o.counts = Some(v.counts);
+                o.counts = Some(v.metadata);
+                o.flags = (v.recv_counts_known, v.has_rdispls);
             }
             (CollectiveKind::AllToAllV, o)
         }
@@ -447,7 +451,7 @@ pub fn snapshot(ins: &Instr, mems: &Mems) -> Result<Snapshot> {
         let raw = mems.gather(c);
         s.counts = raw
             .chunks_exact(4)
-            .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64)
             .collect();
         s.dst = mems.try_gather(o.dst)?;
     }
@@ -577,7 +581,11 @@ pub fn combine(
         return Ok((m, none()));
     }
     agree(ranks, &all, kind)?;
-    let src_bytes = snaps[0].src.len() as u64;
+    let src_bytes = if snaps.iter().any(|s| s.deferred) {
+        (all[0].src.num_elements() * all[0].src.dtype.size()) as u64
+    } else {
+        snaps[0].src.len() as u64
+    };
     let raw: Vec<&[u8]> = snaps.iter().map(|s| s.src.as_slice()).collect();
     let (outs, matrix) = match kind {
         _ if snaps.iter().any(|s| s.deferred) => {
@@ -706,18 +714,29 @@ fn agree(
     Ok(())
 }
 
-/// all_to_all_v's own operand rules: one count per rank, dst of src's dtype (raw copy).
+/// all_to_all_v's own operand rules: metadata of (R, N) elements with the rows its flags need,
+/// dst of src's dtype (raw copy).
 fn a2av_operands(o: &Operands, n: usize) -> Result<()> {
-    let counts = o.counts.map_or(0, |c| c.num_elements());
-    if counts != n {
+    let elems = o.counts.map_or(0, |c| c.num_elements());
+    let (known, rdispls) = o.flags;
+    let need = if rdispls {
+        4
+    } else if known {
+        3
+    } else {
+        2
+    };
+    if n == 0 || !elems.is_multiple_of(n) || !(need..=4).contains(&(elems / n)) {
         return Err(fail(
             Shape,
             "all_to_all_v_counts_size",
             format!(
-                "all_to_all_v counts must hold one count per rank ({n}), it has {counts} elements"
+                "all_to_all_v metadata must be ({need}..4, {n}): send counts, send displacements{}{} per rank; it has {elems} elements",
+                if known || rdispls { ", receive counts" } else { "" },
+                if rdispls { ", receive displacements" } else { "" },
             ),
         )
-        .operand("counts"));
+        .operand("metadata"));
     }
     if o.dst.dtype != o.src.dtype {
         return Err(fail(
@@ -820,77 +839,69 @@ fn permute(all: &[Operands], raw: &[&[u8]]) -> Outs {
     (outs, matrix)
 }
 
-/// `all_to_all_v`: rank i sends `counts_i[j]` elements (consecutive, in destination order) to
-/// rank j; each rank's received data is packed from its dst's first element.
+/// `all_to_all_v`: rank i sends src elements [sdispl_i[j], sdispl_i[j] + scount_i[j]) to
+/// rank j, which places them at rdispl_j[i] or packed in rank order.
 fn all_to_all_v(
     ranks: &[Rank],
     all: &[Operands],
     snaps: &[Snapshot],
 ) -> std::result::Result<Outs, RankError> {
     let n = ranks.len();
-    let es = all[0].src.dtype.size() as i64;
-    let mut offs: Vec<Vec<usize>> = Vec::with_capacity(n);
+    let es = all[0].src.dtype.size();
+    let row =
+        |s: &Snapshot, r: usize, j: usize| s.counts.get(r * n + j).copied().unwrap_or(0) as usize;
+    let bad = |k: usize, mut e: EmuError, operand: &str| {
+        e.message = format!("all_to_all_v on core {}: {}", ranks[k].core, e.message);
+        RankError {
+            rank: k,
+            error: e.operand(operand),
+        }
+    };
     for (k, (o, s)) in all.iter().zip(snaps).enumerate() {
-        let at = |error: EmuError| RankError { rank: k, error };
-        let mut acc = vec![0usize];
-        for c in &s.counts {
-            if *c < 0 {
-                return Err(at(fail(
-                    Value,
-                    "all_to_all_v_counts",
-                    format!(
-                        "all_to_all_v on core {}: counts {:?} has a negative count",
-                        ranks[k].core, s.counts
-                    ),
-                )
-                .operand("counts")));
-            }
-            acc.push(acc.last().copied().unwrap_or(0) + *c as usize);
-        }
-        let total = acc[n];
-        if total > o.src.num_elements() {
-            return Err(at(fail(
-                Value,
-                "all_to_all_v_counts",
-                format!(
-                    "all_to_all_v on core {}: counts {:?} send {total} elements, src has {}",
-                    ranks[k].core,
-                    s.counts,
+        for j in 0..n {
+            let (c, d) = (row(s, 0, j), row(s, 1, j));
+            if d + c > o.src.num_elements() {
+                let what = format!(
+                    "sends src elements {d}..{} to rank {j}, src has {}",
+                    d + c,
                     o.src.num_elements()
-                ),
-            )
-            .operand("counts")));
+                );
+                return Err(bad(k, fail(Value, "all_to_all_v_counts", what), "metadata"));
+            }
         }
-        offs.push(acc);
     }
     let mut outs = Vec::with_capacity(n);
     let mut matrix = vec![0u64; n * n];
     for (r, (o, s)) in all.iter().zip(snaps).enumerate() {
+        let (known, rdispls) = o.flags;
         let mut dst = s.dst.clone();
-        let mut at = 0usize;
+        let mut packed = 0usize;
         for i in 0..n {
-            let (lo, hi) = (offs[i][r], offs[i][r + 1]);
-            let (b0, b1) = (lo * es as usize, hi * es as usize);
-            let len = b1 - b0;
-            if at + len > dst.len() {
-                return Err(RankError {
-                    rank: r,
-                    error: fail(
-                        Shape,
-                        "all_to_all_v_dst_size",
-                        format!(
-                            "all_to_all_v: core {} receives more elements than its dst holds ({})",
-                            ranks[r].core,
-                            o.dst.num_elements()
-                        ),
-                    )
-                    .operand("dst"),
-                });
+            let (c, d) = (row(&snaps[i], 0, r), row(&snaps[i], 1, r));
+            if known && row(s, 2, i) != c {
+                let what = format!(
+                    "expects {} elements from rank {i}, which sends {c}",
+                    row(s, 2, i)
+                );
+                return Err(bad(
+                    r,
+                    fail(Value, "all_to_all_v_recv_counts", what),
+                    "metadata",
+                ));
             }
-            dst[at..at + len].copy_from_slice(&snaps[i].src[b0..b1]);
-            at += len;
+            let at = if rdispls { row(s, 3, i) } else { packed };
+            packed += c;
+            if (at + c) * es > dst.len() {
+                let what = format!(
+                    "receives elements {at}..{} from rank {i}, dst has {}",
+                    at + c,
+                    o.dst.num_elements()
+                );
+                return Err(bad(r, fail(Value, "all_to_all_v_dst_size", what), "dst"));
+            }
+            dst[at * es..(at + c) * es].copy_from_slice(&snaps[i].src[d * es..(d + c) * es]);
             if i != r {
-                matrix[i * n + r] = len as u64;
+                matrix[i * n + r] = (c * es) as u64;
             }
         }
         outs.push(Some(Shared::new(dst)));

@@ -2223,40 +2223,50 @@ impl<'a> AllToAll<'a> {
     }
 }
 
-/// `all_to_all_v`: nki.collectives.all_to_all_v: all_to_all with per-destination element counts read at run time.
+/// `all_to_all_v`: nki.collectives.all_to_all_v: all_to_all of flat element buffers with per-rank counts and displacements read at run time.
 #[derive(Clone, Copy)]
 pub struct AllToAllV<'a> {
     /// The instruction itself (engine, label, synchronisation).
     pub ins: &'a Instr,
-    /// received elements, packed
+    /// received elements
     pub dst: &'a Ap,
-    /// elements to send, grouped by destination rank
+    /// elements to send
     pub src: &'a Ap,
-    /// N send counts (elements)
-    pub counts: &'a Ap,
+    /// (R, N) counts and displacements
+    pub metadata: &'a Ap,
     /// replica group: physical core ids in rank order
     pub cores: &'a [i32],
+    /// metadata row 2 holds receive counts
+    pub recv_counts_known: bool,
+    /// metadata row 3 holds receive displacements
+    pub has_rdispls: bool,
 }
 impl<'a> AllToAllV<'a> {
     /// Position of `dst` in `Instr::args` (for code that edits operands).
     pub const DST: usize = 0;
     /// Position of `src` in `Instr::args` (for code that edits operands).
     pub const SRC: usize = 1;
-    /// Position of `counts` in `Instr::args` (for code that edits operands).
-    pub const COUNTS: usize = 2;
+    /// Position of `metadata` in `Instr::args` (for code that edits operands).
+    pub const METADATA: usize = 2;
     /// Position of `cores` in `Instr::args` (for code that edits operands).
     pub const CORES: usize = 3;
+    /// Position of `recv_counts_known` in `Instr::args` (for code that edits operands).
+    pub const RECV_COUNTS_KNOWN: usize = 4;
+    /// Position of `has_rdispls` in `Instr::args` (for code that edits operands).
+    pub const HAS_RDISPLS: usize = 5;
     #[inline(always)]
     pub fn view(ins: &'a Instr) -> Result<Self> {
-        let [a0, a1, a2, a3] = ins.args.as_slice() else {
-            return Err(arity_error(ins, 4));
+        let [a0, a1, a2, a3, a4, a5] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 6));
         };
         Ok(Self {
             ins,
             dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
             src: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
-            counts: required(field(ins, 2, a2, Arg::as_tensor)?, ins, 2)?,
+            metadata: required(field(ins, 2, a2, Arg::as_tensor)?, ins, 2)?,
             cores: field(ins, 3, a3, Arg::as_ints)?.unwrap_or(&[0, 1, 2, 3, 4, 5, 6, 7]),
+            recv_counts_known: field(ins, 4, a4, Arg::as_bool)?.unwrap_or(false),
+            has_rdispls: field(ins, 5, a5, Arg::as_bool)?.unwrap_or(false),
         })
     }
 }

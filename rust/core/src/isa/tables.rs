@@ -1829,8 +1829,10 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         params: &[
             ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::HBM|mem::SBUF, dtypes: dclass::ANY, enum_id: 255, default: Default::Required, start: StartRule::Partition, indirect: false },
             ParamSpec { name: "src", kind: Kind::Tensor, access: Access::Read, mem: mem::HBM|mem::SBUF, dtypes: dclass::ANY, enum_id: 255, default: Default::Required, start: StartRule::Partition, indirect: false },
-            ParamSpec { name: "counts", kind: Kind::Tensor, access: Access::Read, mem: mem::HBM|mem::SBUF, dtypes: dclass::INT32, enum_id: 255, default: Default::Required, start: StartRule::Partition, indirect: false },
+            ParamSpec { name: "metadata", kind: Kind::Tensor, access: Access::Read, mem: mem::HBM|mem::SBUF, dtypes: dclass::INT32, enum_id: 255, default: Default::Required, start: StartRule::Partition, indirect: false },
             ParamSpec { name: "cores", kind: Kind::Ints, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Ints(&[0, 1, 2, 3, 4, 5, 6, 7]), start: StartRule::Partition, indirect: false },
+            ParamSpec { name: "recv_counts_known", kind: Kind::Bool, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Bool(false), start: StartRule::Partition, indirect: false },
+            ParamSpec { name: "has_rdispls", kind: Kind::Bool, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Bool(false), start: StartRule::Partition, indirect: false },
         ],
     },
     InstrSpec {

@@ -336,7 +336,7 @@ def test_collective_invalid_uses(dev):
     with pytest.raises(OperandError, match="appears twice"):
         p.all_reduce(dst=h, src=h, cores=[0, 0])
     with pytest.raises(OperandError, match="not a core of the device"):
-        p.all_gather(dst=h, src=h, cores=[0, 9])
+        p.all_gather(dst=h, src=h, cores=[0, 144 * 8])
     with pytest.raises(OperandError, match="reduce_op"):
         p.all_reduce(dst=h, src=h, reduce_op="subtract")
     q = t3.Program(core=0)

@@ -440,8 +440,8 @@ def test_unsupported_apis_raise_clearly():
     with pytest.raises(AttributeError):
         nl.no_such_thing  # noqa: B018
     assert not hasattr(nki, "baremetal")
-    with pytest.raises(NotSupportedError, match="not supported: nki.collectives.all_to_all_v"):
-        nki.collectives.all_to_all_v  # noqa: B018
+    with pytest.raises(NotSupportedError, match="not supported: nki.collectives.all_gather_v"):
+        nki.collectives.all_gather_v  # noqa: B018
 
     @nki.jit
     def k(a):

@@ -19,6 +19,7 @@ from .program import Program
 from .tensor import Reg, Tensor
 from .threads import get_num_threads, set_num_threads, simd_path
 from .trace import RunResult, Trace
+from .ultra import UltraResult, UltraServer
 
 __version__ = "0.1.0"
 
@@ -30,6 +31,8 @@ __all__ = [
     "Reg",
     "Trace",
     "RunResult",
+    "UltraServer",
+    "UltraResult",
     "EmuError",
     "AccumulateWarning",
     "IdenticalWritesWarning",

@@ -108,6 +108,9 @@ INSTRUCTIONS = {
     'all_reduce': (0x0902, ('gpsimd', 'sync', 'vector', 'scalar', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('cores', 'ints', None), ('reduce_op', 'enum', 'alu_op'))),
     'all_gather': (0x0903, ('gpsimd', 'sync', 'vector', 'scalar', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('cores', 'ints', None))),
     'reduce_scatter': (0x0904, ('gpsimd', 'sync', 'vector', 'scalar', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('cores', 'ints', None), ('reduce_op', 'enum', 'alu_op'))),
+    'all_to_all': (0x0905, ('gpsimd', 'sync', 'vector', 'scalar', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('cores', 'ints', None))),
+    'all_to_all_v': (0x0906, ('gpsimd', 'sync', 'vector', 'scalar', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('metadata', 'tensor', None), ('cores', 'ints', None), ('recv_counts_known', 'bool', None), ('has_rdispls', 'bool', None))),
+    'collective_permute': (0x0907, ('gpsimd', 'sync', 'vector', 'scalar', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('cores', 'ints', None), ('pairs', 'ints', None))),
     'register_move': (0x0a00, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'reg', None), ('src', 'i32', None))),
     'register_load': (0x0a01, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'reg', None), ('src', 'tensor', None))),
     'register_store': (0x0a02, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'tensor', None), ('src', 'reg', None))),
@@ -170,6 +173,9 @@ INSTRUCTION_FLAGS = {
     'all_reduce': ('collective', 'collective', False, True),
     'all_gather': ('collective', 'collective', False, True),
     'reduce_scatter': ('collective', 'collective', False, True),
+    'all_to_all': ('collective', 'collective', False, True),
+    'all_to_all_v': ('collective', 'collective', False, True),
+    'collective_permute': ('collective', 'collective', False, True),
     'register_move': ('control', 'control', False, True),
     'register_load': ('control', 'control', False, True),
     'register_store': ('control', 'control', False, True),
@@ -1507,6 +1513,80 @@ class AssemblerMixin:
         reduce_op: add, max or min. One of bypass, add, subtract, multiply, maximum, minimum, equal, not_equal, greater_equal, greater, less_equal, less, logical_and, logical_or, logical_xor, logical_not, bitwise_and, bitwise_or, bitwise_xor, invert, left_shift, right_shift, power, abs_max, abs_min, abs, square, relu, rsqrt, reciprocal, average, divide.
         """
         return self._emit('reduce_scatter', engine, name, wait, signal, (dst, src, cores, reduce_op))
+
+    def all_to_all(
+        self,
+        dst: Tensor,
+        src: Tensor,
+        cores: Sequence[int] = (0, 1, 2, 3, 4, 5, 6, 7),
+        engine: Literal['gpsimd', 'sync', 'vector', 'scalar', 'tensor'] | None = None,
+        name: str | None = None,
+        *,
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
+        """nki.collectives.all_to_all: rank r's dst = chunk r of every rank's src, in rank order.
+
+        Stands for one rank's call of nki.collectives.all_to_all (collective_dim 0). Each src (element order) is cut into N equal chunks; dst_r = chunk r of src_0, chunk r of src_1, ..., chunk r of src_{N-1}, one after the other in dst's element order (raw copy, exact; same dtype). Ranks and grouping as all_reduce (in an UltraServer, cores are global ids chip * 8 + core).
+
+        Engines: gpsimd, sync, vector, scalar, tensor.
+        dst: as many elements as src.
+        src: N chunks, chunk j to rank j.
+        cores: replica group: physical core ids in rank order.
+        """
+        return self._emit('all_to_all', engine, name, wait, signal, (dst, src, cores))
+
+    def all_to_all_v(
+        self,
+        dst: Tensor,
+        src: Tensor,
+        metadata: Tensor,
+        cores: Sequence[int] = (0, 1, 2, 3, 4, 5, 6, 7),
+        recv_counts_known: bool = False,
+        has_rdispls: bool = False,
+        engine: Literal['gpsimd', 'sync', 'vector', 'scalar', 'tensor'] | None = None,
+        name: str | None = None,
+        *,
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
+        """nki.collectives.all_to_all_v: all_to_all of flat element buffers with per-rank counts and displacements read at run time.
+
+        Stands for one rank's call of nki.collectives.all_to_all_v. metadata (uint32/int32, shape (R, N), R = 2..4, read from memory when the rank arrives): row 0 send counts, row 1 send displacements, row 2 receive counts (if recv_counts_known), row 3 receive displacements (if has_rdispls), in elements of the flat src / dst. Rank i sends src elements [sdispl_i[j], sdispl_i[j] + scount_i[j]) to rank j; rank j places them at rdispl_j[i] (has_rdispls) or packed in rank order (at the sum of what ranks 0..i-1 send it). dst elements nothing lands on keep their value. Raw copy, same dtype. Checked when the group meets: ranges inside src / dst, receive counts equal to what is sent.
+
+        Engines: gpsimd, sync, vector, scalar, tensor.
+        dst: received elements.
+        src: elements to send.
+        metadata: (R, N) counts and displacements.
+        cores: replica group: physical core ids in rank order.
+        recv_counts_known: metadata row 2 holds receive counts.
+        has_rdispls: metadata row 3 holds receive displacements.
+        """
+        return self._emit('all_to_all_v', engine, name, wait, signal, (dst, src, metadata, cores, recv_counts_known, has_rdispls))
+
+    def collective_permute(
+        self,
+        dst: Tensor,
+        src: Tensor,
+        cores: Sequence[int] = (0, 1, 2, 3, 4, 5, 6, 7),
+        pairs: Sequence[int] = (),
+        engine: Literal['gpsimd', 'sync', 'vector', 'scalar', 'tensor'] | None = None,
+        name: str | None = None,
+        *,
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
+        """nki.collectives.collective_permute: each (source, target) pair sends source's src to target's dst.
+
+        Stands for one rank's call of nki.collectives.collective_permute. pairs = [s0, t0, s1, t1, ...] are positions in cores (ranks); every rank gives the same pairs, a rank is the target of at most one pair. dst_t = src_s for each pair (raw copy, same dtype, same element count); a rank that is no target keeps its dst. Ranks and grouping as all_reduce.
+
+        Engines: gpsimd, sync, vector, scalar, tensor.
+        dst: what this rank receives.
+        src: what this rank sends.
+        cores: replica group: physical core ids in rank order.
+        pairs: source, target rank pairs, flattened.
+        """
+        return self._emit('collective_permute', engine, name, wait, signal, (dst, src, cores, pairs))
 
     def register_move(
         self,

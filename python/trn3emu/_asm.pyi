@@ -690,6 +690,43 @@ class AssemblerMixin:
         wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
         signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
     ) -> int: ...
+    def all_to_all(
+        self,
+        dst: Tensor,
+        src: Tensor,
+        cores: Sequence[int] = ...,
+        engine: Literal['gpsimd', 'sync', 'vector', 'scalar', 'tensor'] | None = None,
+        name: str | None = None,
+        *,
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int: ...
+    def all_to_all_v(
+        self,
+        dst: Tensor,
+        src: Tensor,
+        metadata: Tensor,
+        cores: Sequence[int] = ...,
+        recv_counts_known: bool = False,
+        has_rdispls: bool = False,
+        engine: Literal['gpsimd', 'sync', 'vector', 'scalar', 'tensor'] | None = None,
+        name: str | None = None,
+        *,
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int: ...
+    def collective_permute(
+        self,
+        dst: Tensor,
+        src: Tensor,
+        cores: Sequence[int] = ...,
+        pairs: Sequence[int] = ...,
+        engine: Literal['gpsimd', 'sync', 'vector', 'scalar', 'tensor'] | None = None,
+        name: str | None = None,
+        *,
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int: ...
     def register_move(
         self,
         dst: Reg,

@@ -21,6 +21,8 @@ __all__ = [
     "set_min_parallel_work",
     "simd_path",
     "limit_simd",
+    "fabric_params",
+    "ultra_run",
     "NUM_CORES",
     "PARTITIONS",
     "SBUF_PARTITION_BYTES",
@@ -135,3 +137,14 @@ def set_num_threads(n: int) -> None: ...
 def set_min_parallel_work(n: int) -> None: ...
 def simd_path() -> str: ...
 def limit_simd(path: str | None = None) -> bool: ...
+def fabric_params() -> dict[str, Any]: ...
+def ultra_run(
+    devices: list[Device],
+    programs: list[tuple[int, Program]],
+    check_races: bool = True,
+    trace: bool = True,
+    trace_limit: int = ...,
+    latency_ns: float | None = None,
+    link_bytes_per_ns: float | None = None,
+    mesh_max_bytes: int | None = None,
+) -> dict[str, Any]: ...

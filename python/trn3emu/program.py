@@ -100,15 +100,17 @@ def _ap_of(t: Tensor) -> tuple:
 
 
 class Program(AssemblerMixin):
-    """Instructions for one NeuronCore. `Program(core=k)` targets core k."""
+    """Instructions for one NeuronCore. `Program(core=k)` targets core k; in an UltraServer
+    `Program(chip=c, core=k)` targets core k of chip c (docs/ultraserver.md)."""
 
-    def __init__(self, core: int = 0, sync: str = "auto") -> None:
+    def __init__(self, core: int = 0, sync: str = "auto", chip: int = 0) -> None:
         if sync not in ("auto", "manual"):
             raise OperandError(
                 f"sync must be 'auto' or 'manual', got {sync!r}", operand="sync", rule="sync_mode_unknown"
             )
         self._native = _native.Program(core)
         self.core = core
+        self.chip = int(chip)
         self.sync = sync
         self._sbuf = _Allocator("SBUF", SBUF_PARTITION_BYTES, SBUF_ALIGN)
         self._psum = _Allocator("PSUM", PSUM_PARTITION_BYTES, PSUM_BANK_BYTES)
@@ -121,6 +123,11 @@ class Program(AssemblerMixin):
     def rank(self) -> int:
         """Rank of this core in its LNC=2 pair (cores 2i and 2i+1 are ranks 0 and 1): `nl.program_id(0)`."""
         return self.core % 2
+
+    @property
+    def global_core(self) -> int:
+        """This core's id in an UltraServer's replica groups: chip * 8 + core."""
+        return self.chip * _native.NUM_CORES + self.core
 
     @property
     def peer(self) -> int:
@@ -304,7 +311,8 @@ class Program(AssemblerMixin):
         return isinstance(other, Program) and self._native == other._native
 
     def __repr__(self) -> str:
-        return f"<Program core={self.core} sync={self.sync} instructions={len(self)}>"
+        chip = f"chip={self.chip} " if self.chip else ""
+        return f"<Program {chip}core={self.core} sync={self.sync} instructions={len(self)}>"
 
     def instruction(self, i: int) -> str:
         """Text of instruction `i`."""

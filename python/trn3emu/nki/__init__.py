@@ -26,6 +26,7 @@ from . import collectives, compiler, isa, language, sparse, typing
 from . import tracetime as tensor
 from ._kernel import Kernel, NkiTensor, jit, missing_attribute, resolve_target, simulate
 from .profiling import benchmark, profile
+from .spmd import spmd
 
 #: module names registered by install() -> the module object
 _ALIASES = {
@@ -125,6 +126,7 @@ __all__ = [
     "uninstall",
     "installed",
     "jit",
+    "spmd",
     "simulate",
     "profile",
     "benchmark",

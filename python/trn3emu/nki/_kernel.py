@@ -737,7 +737,8 @@ class TraceContext:
 
     def __init__(self, launch: _Run, pid: int) -> None:
         self.launch, self.pid = launch, pid
-        self.core = pid % Device.NUM_CORES
+        # An SPMD launch across chips (nki/spmd.py) places a rank's programs from `core_base`.
+        self.core = (getattr(launch, "core_base", 0) + pid) % Device.NUM_CORES
         self.program = KernelProgram(core=self.core)
         self.sbuf = _memory.Allocator("SBUF", _memory.SBUF_BYTES, _memory.SBUF_ALIGN)
         self.psum = _memory.Allocator("PSUM", _memory.PSUM_BYTES, _memory.PSUM_BANK)

@@ -1,16 +1,17 @@
-"""`nki.collectives`: all_reduce, all_gather and reduce_scatter across the cores of a kernel
-launch, lowered to the emulator's collective instructions (docs/multicore.md). A rank is the
-kernel's program id (program k runs on core k); each rank-list of the ReplicaGroup runs its own
-collective. all_to_all, collective_permute and the implicit ring permutes have no instruction of
-their own here: they are an all_gather into a private HBM scratch tensor followed by DMA copies of
-the slices this rank receives (the same data movement result; more traffic than the hardware's
-point-to-point DMAs). all_to_all_v and all_gather_v raise "not supported".
+"""`nki.collectives`: all_reduce, all_gather, reduce_scatter, all_to_all and collective_permute
+across the ranks of a kernel launch, lowered to the emulator's collective instructions
+(docs/multicore.md, docs/ultraserver.md). In a plain launch a rank is the kernel's program id
+(program k runs on core k); in an SPMD launch across chips (`trn3emu.nki.spmd`) a rank is a
+logical core of the world, placed on physical cores `rank * lnc + program_id` (chip = core // 8),
+and each program id of a rank takes part in its own collective with the same program id of the
+other ranks. Each rank-list of the ReplicaGroup runs its own collective. The implicit ring
+permutes are a collective_permute around the rank-list; all_to_all_v reads its metadata at run
+time. all_gather_v raises "not supported".
 """
 
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Sequence
 
 from ..errors import OperandError, ShapeError
@@ -56,11 +57,33 @@ class ReplicaGroup:
 
 
 def rank_id() -> int:
-    """The rank of the program being traced (its program id)."""
-    return current().pid
+    """The rank of the program being traced: its program id, or its rank in an SPMD launch."""
+    ctx = current()
+    rank = getattr(ctx.launch, "rank", None)
+    return ctx.pid if rank is None else int(rank)
 
 
-def _cores(replica_group) -> list[int]:
+def _world() -> int:
+    """Ranks of the launch."""
+    launch = current().launch
+    world = getattr(launch, "world", None)
+    if world is not None:
+        return int(world)
+    n = 1
+    for g in launch.grid:
+        n *= int(g)
+    return n
+
+
+def _phys(ranks: list[int]) -> list[int]:
+    """The cores (global ids chip * 8 + core) of `ranks` for this program's collective."""
+    ctx = current()
+    place = getattr(ctx.launch, "rank_core", None)
+    return ranks if place is None else [int(place(r, ctx.pid)) for r in ranks]
+
+
+def _ranks(replica_group) -> list[int]:
+    """This rank's rank-list of the replica group."""
     groups = replica_group.groups if isinstance(replica_group, ReplicaGroup) else [list(g) for g in replica_group]
     me = rank_id()
     for g in groups:
@@ -69,6 +92,10 @@ def _cores(replica_group) -> list[int]:
     raise OperandError(
         f"rank {me} is in no rank-list of {groups}", operand="replica_group", rule="nki_replica_group_missing_rank"
     )
+
+
+def _cores(replica_group) -> list[int]:
+    return _phys(_ranks(replica_group))
 
 
 def _pairs(srcs, dsts) -> list:
@@ -97,15 +124,6 @@ def reduce_scatter(srcs, dsts, replica_group, op, priority=None, name=None):
     return [_isa.reduce_scatter(dst=d, src=s, cores=cores, reduce_op=op) for s, d in _pairs(srcs, dsts)]
 
 
-def _gather_all(src, cores):
-    """All ranks' src, concatenated in rank order, in a private HBM scratch tensor of this rank."""
-    from . import language as nl
-
-    scratch = nl.ndarray((len(cores) * src.shape[0],) + tuple(src.shape[1:]), src.dtype, buffer=nl.private_hbm)
-    _isa.all_gather(dst=scratch, src=src, cores=cores)
-    return scratch
-
-
 def all_to_all(srcs, dsts, replica_group, collective_dim=0, priority=None, name=None):
     """Rank i's dst = concat over ranks j of chunk i of rank j's src (split along dim 0)."""
     if int(collective_dim) != 0:
@@ -115,7 +133,6 @@ def all_to_all(srcs, dsts, replica_group, collective_dim=0, priority=None, name=
             rule="nki_all_to_all_dim",
         )
     cores = _cores(replica_group)
-    me = cores.index(rank_id())
     n = len(cores)
     out = []
     for s, d in _pairs(srcs, dsts):
@@ -124,18 +141,35 @@ def all_to_all(srcs, dsts, replica_group, collective_dim=0, priority=None, name=
                 f"all_to_all: src {s.shape} must split into {n} chunks along dim 0 and match dst {d.shape}",
                 rule="nki_all_to_all_shape",
             )
-        c = s.shape[0] // n
-        g = _gather_all(s, cores)
-        for j in range(n):
-            base = j * s.shape[0] + me * c
-            out.append(_isa.dma_copy(dst=d[j * c : (j + 1) * c], src=g[base : base + c]))
+        out.append(_isa.all_to_all(dst=d, src=s, cores=cores))
     return out
 
 
+def all_to_all_v(
+    srcs, dsts, replica_group, metadata_tensor, recv_counts_known=False, has_rdispls=False, priority=None, name=None
+):
+    """Flat-buffer all_to_all with counts and displacements read at run time from
+    `metadata_tensor` ((2..4, N) uint32: send counts, send displacements, receive counts,
+    receive displacements, in elements); received blocks are packed in rank order unless
+    `has_rdispls`."""
+    cores = _cores(replica_group)
+    return [
+        _isa.all_to_all_v(
+            dst=d,
+            src=s,
+            metadata=metadata_tensor,
+            cores=cores,
+            recv_counts_known=bool(recv_counts_known),
+            has_rdispls=bool(has_rdispls),
+        )
+        for s, d in _pairs(srcs, dsts)
+    ]
+
+
 def collective_permute(srcs, dsts, source_target_pairs, priority=None, name=None):
-    """Each (source, target) pair sends source's src to target's dst; every rank of the launch
-    takes part (ranks that receive nothing keep their dst)."""
-    n = math.prod(current().launch.grid)
+    """Each (source, target) pair of ranks sends source's src to target's dst; every rank of the
+    launch takes part (ranks that receive nothing keep their dst)."""
+    n = _world()
     pairs = [(int(a), int(b)) for a, b in source_target_pairs]
     if len({t for _, t in pairs}) != len(pairs):
         raise OperandError(
@@ -143,33 +177,22 @@ def collective_permute(srcs, dsts, source_target_pairs, priority=None, name=None
             operand="source_target_pairs",
             rule="nki_permute_two_sources",
         )
-    cores = list(range(n))
-    me = rank_id()
-    out = []
-    for s, d in _pairs(srcs, dsts):
-        g = _gather_all(s, cores)
-        for a, b in pairs:
-            if b == me:
-                out.append(_isa.dma_copy(dst=d, src=g[a * s.shape[0] : (a + 1) * s.shape[0]]))
-    return out
-
-
-def _ring(replica_group):
-    cores = _cores(replica_group)
-    i = cores.index(rank_id())
-    return cores, cores[(i - 1) % len(cores)]
+    cores = _phys(list(range(n)))
+    flat = [v for a, b in pairs for v in (a, b)]
+    return [_isa.collective_permute(dst=d, src=s, cores=cores, pairs=flat) for s, d in _pairs(srcs, dsts)]
 
 
 def collective_permute_implicit(srcs_by_channel, dsts_by_channel, replica_group, channel_ids=(0,), name=None):
-    """Ring permute: each rank of its rank-list receives its predecessor's src (all_gather into
-    private HBM + a copy of the predecessor's slice; channels are independent transfers)."""
-    cores, pred = _ring(replica_group)
+    """Ring permute: each rank of its rank-list receives its predecessor's src (channels are
+    independent transfers)."""
+    ranks = _ranks(replica_group)
+    cores = _phys(ranks)
+    n = len(ranks)
+    ring = [v for i in range(n) for v in (i, (i + 1) % n)]
     out = []
     for srcs, dsts in zip(srcs_by_channel, dsts_by_channel, strict=True):
         for s, d in _pairs(srcs, dsts):
-            g = _gather_all(s, cores)
-            j = cores.index(pred)
-            out.append(_isa.dma_copy(dst=d, src=g[j * s.shape[0] : (j + 1) * s.shape[0]]))
+            out.append(_isa.collective_permute(dst=d, src=s, cores=cores, pairs=ring))
     return out
 
 
@@ -186,10 +209,10 @@ def collective_permute_implicit_reduce(
 
 def collective_permute_implicit_current_processing_rank_id(iteration_id, replica_group, channel_id=0, name=None):
     """A register holding the rank whose data a ring step `iteration_id` processes: this rank at
-    iteration 0, then its predecessors around the ring (known while tracing: ranks are program ids)."""
-    cores = _cores(replica_group)
-    i = cores.index(rank_id())
-    return _isa.register_alloc(cores[(i - int(iteration_id)) % len(cores)])
+    iteration 0, then its predecessors around the ring (known while tracing)."""
+    ranks = _ranks(replica_group)
+    i = ranks.index(rank_id())
+    return _isa.register_alloc(ranks[(i - int(iteration_id)) % len(ranks)])
 
 
 def __getattr__(name: str):

@@ -98,6 +98,12 @@ pub enum CollectiveKind {
     ReduceScatter,
     /// Every rank receives the whole reduction (all_reduce).
     Reduce,
+    /// Rank r receives chunk r of every rank's src (all_to_all).
+    AllToAll,
+    /// all_to_all with run-time counts (all_to_all_v).
+    AllToAllV,
+    /// Each target rank receives its source's src (collective_permute).
+    Permute,
 }
 
 pub trait CostModel: Send + Sync {
@@ -123,6 +129,8 @@ pub trait CostModel: Send + Sync {
             CollectiveKind::Gather => (n - 1.0) * b,
             CollectiveKind::ReduceScatter => (n - 1.0) * b / n,
             CollectiveKind::Reduce => 2.0 * (n - 1.0) * b / n,
+            CollectiveKind::AllToAll | CollectiveKind::AllToAllV => (n - 1.0) * b / n,
+            CollectiveKind::Permute => b,
         };
         let bw = dma.engines as f64 * dma.engine_bytes_per_ns;
         let ns = dma.fixed_ns + if bw > 0.0 { moved / bw } else { 0.0 };

@@ -22,3 +22,6 @@ pub const NUM_SEMAPHORES: u16 = 256;
 pub const NUM_REGISTERS: u8 = 64;
 
 const _: () = assert!(PSUM_BANKS * PSUM_BANK_BYTES == PSUM_PART_BYTES);
+/// Chips of the largest Trn3 UltraServer (NeuronSwitch-v1 all-to-all); a replica group names a
+/// core of any chip by its global id `chip * NUM_CORES + core`.
+pub const MAX_CHIPS: usize = 144;

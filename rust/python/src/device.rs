@@ -21,6 +21,13 @@ pub struct Device {
     inner: core::Device,
 }
 
+impl Device {
+    /// The core device (an UltraServer run borrows every chip's).
+    pub(crate) fn inner_mut(&mut self) -> &mut core::Device {
+        &mut self.inner
+    }
+}
+
 fn check_hbm(addr: u64, n: u64) -> core::Result<()> {
     if addr.checked_add(n).is_none_or(|e| e > HBM_BYTES) {
         return Err(fail(

@@ -11,6 +11,7 @@ mod program;
 mod signals;
 mod threads;
 mod trace;
+mod ultra;
 
 use pyo3::prelude::*;
 
@@ -33,5 +34,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(threads::set_min_parallel_work, m)?)?;
     m.add_function(wrap_pyfunction!(threads::simd_path, m)?)?;
     m.add_function(wrap_pyfunction!(threads::limit_simd, m)?)?;
+    m.add_function(wrap_pyfunction!(ultra::ultra_run, m)?)?;
+    m.add_function(wrap_pyfunction!(ultra::fabric_params, m)?)?;
     info::add_constants(m)
 }

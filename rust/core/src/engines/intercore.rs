@@ -1,5 +1,6 @@
-//! Inter-core instructions: LNC=2 `sendrecv` and `core_barrier`, and the device collectives
-//! (`all_reduce`, `all_gather`, `reduce_scatter`).
+//! Inter-core instructions: LNC=2 `sendrecv` and `core_barrier`, and the collectives
+//! (`all_reduce`, `all_gather`, `reduce_scatter`, `all_to_all`, `all_to_all_v`,
+//! `collective_permute`) across the cores of a device or of an UltraServer's chips.
 //!
 //! Their effect needs every participant's instruction at once, so the scheduler drives them as
 //! a rendezvous (machine/intercore.rs): it holds each participant's stream until the whole
@@ -11,6 +12,7 @@
 use super::{alu, Ctx, Semantics};
 use crate::cost::CollectiveKind;
 use crate::error::{fail, EmuError, ErrorKind::*, Result};
+use crate::hw::MAX_CHIPS;
 use crate::isa::ops;
 use crate::isa::tables::DmaEngine;
 use crate::isa::{AluOp, Engine, Instr, Opcode};
@@ -39,12 +41,12 @@ fn check_group(cores: &[i32]) -> Result<()> {
         .operand("cores"));
     }
     for (i, c) in cores.iter().enumerate() {
-        if !(0..NUM_CORES as i32).contains(c) {
+        if !(0..(MAX_CHIPS * NUM_CORES) as i32).contains(c) {
             return Err(fail(
                 Value,
                 "replica_group_core_out_of_range",
                 format!(
-                    "core {c} in the replica group is not a core of the device (0..{NUM_CORES})"
+                    "core {c} in the replica group is not a core of the device (0..{NUM_CORES}) or of an UltraServer (global ids chip * {NUM_CORES} + core, 0..{})", MAX_CHIPS * NUM_CORES
                 ),
             )
             .operand("cores"));
@@ -198,52 +200,107 @@ impl Semantics for ops::ReduceScatter<'_> {
     }
 }
 
-/// How a collective meets its peers: its replica group (core ids in rank order) and its pipe
-/// (`sendrecv`'s pipe_id; 0 for the others).
+impl Semantics for ops::AllToAll<'_> {
+    fn check(&self) -> Result<()> {
+        check_group(self.cores)
+    }
+    /// Driven as a rendezvous by the scheduler (module docs).
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        exec_alone(self.ins, ctx)
+    }
+}
+
+impl Semantics for ops::AllToAllV<'_> {
+    /// The counts' size and the dst dtype are checked when the group meets (`agree`).
+    fn check(&self) -> Result<()> {
+        check_group(self.cores)
+    }
+    /// Driven as a rendezvous by the scheduler (module docs).
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        exec_alone(self.ins, ctx)
+    }
+}
+
+impl Semantics for ops::CollectivePermute<'_> {
+    fn check(&self) -> Result<()> {
+        check_group(self.cores)?;
+        permute_pairs(self.pairs, self.cores.len()).map(|_| ())
+    }
+    /// Driven as a rendezvous by the scheduler (module docs).
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        exec_alone(self.ins, ctx)
+    }
+}
+
+/// `collective_permute`'s flattened (source, target) rank pairs: even length, ranks in
+/// `0..n`, no rank the target of two pairs.
+pub fn permute_pairs(pairs: &[i32], n: usize) -> Result<Vec<(usize, usize)>> {
+    let bad = |why: String| {
+        Err(fail(
+            Value,
+            "collective_permute_pairs",
+            format!("collective_permute pairs {pairs:?}: {why}"),
+        )
+        .operand("pairs"))
+    };
+    if !pairs.len().is_multiple_of(2) {
+        return bad("a flat list of (source, target) rank pairs has an even length".into());
+    }
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    for p in pairs.chunks(2) {
+        if p.iter().any(|r| !(0..n as i32).contains(r)) {
+            return bad(format!("ranks are positions in the replica group (0..{n})"));
+        }
+        let (s, t) = (p[0] as usize, p[1] as usize);
+        if out.iter().any(|q| q.1 == t) {
+            return bad(format!("rank {t} is the target of two pairs"));
+        }
+        out.push((s, t));
+    }
+    Ok(out)
+}
+
+/// How a collective meets its peers: its replica group (global core ids, chip * 8 + core, in
+/// rank order) and its pipe (`sendrecv`'s pipe_id; 0 for the others).
 pub struct Meeting {
-    pub cores: Vec<u8>,
+    pub cores: Vec<u16>,
     pub pipe: i32,
 }
 
-/// The meeting of collective `ins` issued on `core` (an LNC=2 instruction meets its pair).
-pub fn meeting(ins: &Instr, core: u8) -> Result<Meeting> {
+/// The meeting of collective `ins` issued on global core `core` (an LNC=2 instruction meets its
+/// pair).
+pub fn meeting(ins: &Instr, core: u16) -> Result<Meeting> {
     let pair = || vec![core & !1, core | 1];
-    let group = |cores: &[i32]| cores.iter().map(|c| *c as u8).collect();
-    Ok(match ins.op {
-        Opcode::Sendrecv => Meeting {
-            cores: pair(),
-            pipe: ops::Sendrecv::view(ins)?.pipe_id,
-        },
-        Opcode::AllReduce => Meeting {
-            cores: group(ops::AllReduce::view(ins)?.cores),
-            pipe: 0,
-        },
-        Opcode::AllGather => Meeting {
-            cores: group(ops::AllGather::view(ins)?.cores),
-            pipe: 0,
-        },
-        Opcode::ReduceScatter => Meeting {
-            cores: group(ops::ReduceScatter::view(ins)?.cores),
-            pipe: 0,
-        },
-        _ => Meeting {
-            cores: pair(),
-            pipe: 0,
-        },
-    })
+    let group = |cores: &[i32]| cores.iter().map(|c| *c as u16).collect();
+    let cores = match ins.op {
+        Opcode::Sendrecv => {
+            return Ok(Meeting {
+                cores: pair(),
+                pipe: ops::Sendrecv::view(ins)?.pipe_id,
+            })
+        }
+        Opcode::AllReduce => group(ops::AllReduce::view(ins)?.cores),
+        Opcode::AllGather => group(ops::AllGather::view(ins)?.cores),
+        Opcode::ReduceScatter => group(ops::ReduceScatter::view(ins)?.cores),
+        Opcode::AllToAll => group(ops::AllToAll::view(ins)?.cores),
+        Opcode::AllToAllV => group(ops::AllToAllV::view(ins)?.cores),
+        Opcode::CollectivePermute => group(ops::CollectivePermute::view(ins)?.cores),
+        _ => pair(),
+    };
+    Ok(Meeting { cores, pipe: 0 })
 }
 
 /// The device memories a collective reaches: every core's SBUF and PSUM, and the shared HBM.
 pub trait DeviceMems {
     /// The memories as core `core` sees them.
-    fn core(&mut self, core: u8) -> Mems<'_>;
+    fn core(&mut self, core: u16) -> Mems<'_>;
 }
 
 /// One core's memories, as the whole device of the group of one.
 struct OneCore<'m, 'a>(&'m mut Mems<'a>);
 
 impl DeviceMems for OneCore<'_, '_> {
-    fn core(&mut self, _: u8) -> Mems<'_> {
+    fn core(&mut self, _: u16) -> Mems<'_> {
         Mems {
             sbuf: &mut *self.0.sbuf,
             psum: &mut *self.0.psum,
@@ -252,10 +309,10 @@ impl DeviceMems for OneCore<'_, '_> {
     }
 }
 
-/// A participant of a collective: its core and its instruction.
+/// A participant of a collective: its core (global id in an UltraServer) and its instruction.
 #[derive(Clone, Copy)]
 pub struct Rank<'a> {
-    pub core: u8,
+    pub core: u16,
     pub ins: &'a Instr,
 }
 
@@ -266,12 +323,15 @@ pub struct RankError {
     pub error: EmuError,
 }
 
-/// What a completed collective moved, for the cost model.
-#[derive(Clone, Copy, Debug)]
+/// What a completed collective moved, for the cost model and the fabric.
+#[derive(Clone, Debug)]
 pub struct Moved {
     pub kind: CollectiveKind,
     /// Bytes of one rank's src.
     pub src_bytes: u64,
+    /// Point-to-point collectives (all_to_all, all_to_all_v, collective_permute): bytes rank i
+    /// sends to rank j at `i * N + j` (empty for the others).
+    pub matrix: Vec<u64>,
 }
 
 /// One rank's operands of a data-moving collective.
@@ -279,6 +339,10 @@ struct Operands<'a> {
     src: &'a Ap,
     dst: &'a Ap,
     reduce_op: Option<AluOp>,
+    /// all_to_all_v's metadata and its flags (receive counts known, receive displacements).
+    counts: Option<&'a Ap>,
+    flags: (bool, bool),
+    pairs: &'a [i32],
 }
 
 fn operands(ins: &Instr) -> Result<(CollectiveKind, Option<Operands<'_>>)> {
@@ -287,6 +351,9 @@ fn operands(ins: &Instr) -> Result<(CollectiveKind, Option<Operands<'_>>)> {
             src,
             dst,
             reduce_op,
+            counts: None,
+            flags: (false, false),
+            pairs: &[],
         })
     };
     Ok(match ins.op {
@@ -310,6 +377,27 @@ fn operands(ins: &Instr) -> Result<(CollectiveKind, Option<Operands<'_>>)> {
                 data(v.src, v.dst, Some(v.reduce_op)),
             )
         }
+        Opcode::AllToAll => {
+            let v = ops::AllToAll::view(ins)?;
+            (CollectiveKind::AllToAll, data(v.src, v.dst, None))
+        }
+        Opcode::AllToAllV => {
+            let v = ops::AllToAllV::view(ins)?;
+            let mut o = data(v.src, v.dst, None);
+            if let Some(o) = &mut o {
+                o.counts = Some(v.metadata);
+                o.flags = (v.recv_counts_known, v.has_rdispls);
+            }
+            (CollectiveKind::AllToAllV, o)
+        }
+        Opcode::CollectivePermute => {
+            let v = ops::CollectivePermute::view(ins)?;
+            let mut o = data(v.src, v.dst, None);
+            if let Some(o) = &mut o {
+                o.pairs = v.pairs;
+            }
+            (CollectiveKind::Permute, o)
+        }
         Opcode::CoreBarrier => {
             ops::CoreBarrier::view(ins)?;
             (CollectiveKind::Barrier, None)
@@ -324,6 +412,52 @@ fn operands(ins: &Instr) -> Result<(CollectiveKind, Option<Operands<'_>>)> {
     })
 }
 
+/// What one rank contributes, read from its memories when it arrives: its src bytes, and for
+/// `all_to_all_v` its run-time counts and its dst's current bytes (the part not received keeps
+/// them).
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub src: Vec<u8>,
+    pub counts: Vec<i64>,
+    pub dst: Vec<u8>,
+    /// Nothing was read: an in-place `all_to_all` (dst = src) exchanges its blocks in the
+    /// ranks' memories when the group completes (`in_place_all_to_all`).
+    pub deferred: bool,
+}
+
+/// Whether `ins` is an `all_to_all` whose dst is its src (exchanged in place, block by block,
+/// without a copy of every rank's data).
+pub fn is_in_place_all_to_all(ins: &Instr) -> bool {
+    ins.op == Opcode::AllToAll && ops::AllToAll::view(ins).is_ok_and(|v| v.dst == v.src)
+}
+
+/// Read one rank's contribution from `mems` (the memories of the rank's core).
+pub fn snapshot(ins: &Instr, mems: &Mems) -> Result<Snapshot> {
+    if is_in_place_all_to_all(ins) {
+        return Ok(Snapshot {
+            deferred: true,
+            ..Snapshot::default()
+        });
+    }
+    let (_, o) = operands(ins)?;
+    let Some(o) = o else {
+        return Ok(Snapshot::default());
+    };
+    let mut s = Snapshot {
+        src: mems.try_gather(o.src)?,
+        ..Snapshot::default()
+    };
+    if let Some(c) = o.counts {
+        let raw = mems.gather(c);
+        s.counts = raw
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64)
+            .collect();
+        s.dst = mems.try_gather(o.dst)?;
+    }
+    Ok(s)
+}
+
 /// Perform a collective whose whole group has arrived: `ranks` in rank order (all the same
 /// instruction), `dev` the device memories, `rounder` the casts of reducing collectives (like
 /// DMA casts: round to nearest even; the device's fp8 overflow policy applies). Every rank's
@@ -333,6 +467,103 @@ pub fn perform(
     dev: &mut dyn DeviceMems,
     rounder: &Rounder,
 ) -> std::result::Result<Moved, RankError> {
+    let mut snaps = Vec::with_capacity(ranks.len());
+    for (k, r) in ranks.iter().enumerate() {
+        let s = snapshot(r.ins, &dev.core(r.core)).map_err(|error| RankError { rank: k, error })?;
+        snaps.push(s);
+    }
+    let (moved, outs) = combine(ranks, &snaps, rounder)?;
+    if snaps.iter().any(|s| s.deferred) {
+        in_place_all_to_all(ranks, &mut |r, ap, at, len, d| {
+            block_io(&mut dev.core(ranks[r].core), ap, at, len, d)
+        })?;
+    }
+    for (k, out) in outs.into_iter().enumerate() {
+        if let Some(bytes) = out {
+            let dst = dst_of(ranks[k].ins).map_err(|error| RankError { rank: k, error })?;
+            dev.core(ranks[k].core).scatter(dst, &bytes);
+        }
+    }
+    Ok(moved)
+}
+
+/// A checked in-place `all_to_all` (every rank's dst = src): block j of rank i's buffer and
+/// block i of rank j's are swapped, for every pair, in the ranks' memories (`mems(r)`: rank r's);
+/// the diagonal stays. It reads and writes one block pair at a time, so it needs no copy of the
+/// ranks' data.
+pub fn in_place_all_to_all(ranks: &[Rank], io: &mut BlockIo) -> std::result::Result<(), RankError> {
+    let n = ranks.len();
+    let mut aps = Vec::with_capacity(n);
+    for (k, r) in ranks.iter().enumerate() {
+        let v = ops::AllToAll::view(r.ins).map_err(|error| RankError { rank: k, error })?;
+        aps.push(v.src);
+    }
+    let c = aps[0].num_elements() / n.max(1);
+    for i in 0..n {
+        for j in i + 1..n {
+            // block j of rank i <-> block i of rank j
+            let a = io(i, aps[i], j * c, c, None);
+            let b = io(j, aps[j], i * c, c, None);
+            io(i, aps[i], j * c, c, Some(&b));
+            io(j, aps[j], i * c, c, Some(&a));
+        }
+    }
+    Ok(())
+}
+
+/// Read (`None`) or write (`Some(bytes)`) elements `at..at + len` (in element order) of rank
+/// `r`'s buffer `ap`; returns what it read.
+pub type BlockIo<'f> = dyn FnMut(usize, &Ap, usize, usize, Option<&[u8]>) -> Vec<u8> + 'f;
+
+/// `BlockIo` over one core's memories: a dense HBM buffer is read and written in place, any
+/// other through the whole pattern.
+pub fn block_io(m: &mut Mems, ap: &Ap, at: usize, len: usize, data: Option<&[u8]>) -> Vec<u8> {
+    let es = ap.dtype.size();
+    let dense = ap.mem == crate::memory::Mem::Hbm
+        && ap.dynamic.is_none()
+        && ap.is_row_contiguous()
+        && (ap.parts <= 1 || ap.pstep == ap.free_size() as i64);
+    let base = ap.offset + (at * es) as u64;
+    match data {
+        None if dense => {
+            let mut out = vec![0u8; len * es];
+            m.hbm.read(base, &mut out);
+            out
+        }
+        None => m.gather(ap)[at * es..(at + len) * es].to_vec(),
+        Some(d) if dense => {
+            m.hbm.write(base, d);
+            Vec::new()
+        }
+        Some(d) => {
+            let mut all = m.gather(ap);
+            all[at * es..at * es + d.len()].copy_from_slice(d);
+            m.scatter(ap, &all);
+            Vec::new()
+        }
+    }
+}
+
+/// The dst operand of a data-moving collective.
+pub fn dst_of(ins: &Instr) -> Result<&Ap> {
+    match operands(ins)?.1 {
+        Some(o) => Ok(o.dst),
+        None => Err(fail(
+            Internal,
+            "collective_without_dst",
+            "a collective without data has no dst",
+        )),
+    }
+}
+
+/// A completed group's results from every rank's snapshot: what the collective moved, and
+/// each rank's new dst bytes (`None`: its dst is not written).
+#[allow(clippy::type_complexity)]
+pub fn combine(
+    ranks: &[Rank],
+    snaps: &[Snapshot],
+    rounder: &Rounder,
+) -> std::result::Result<(Moved, Vec<Option<Shared>>), RankError> {
     let mut kind = CollectiveKind::Barrier;
     let mut all = Vec::with_capacity(ranks.len());
     for (k, r) in ranks.iter().enumerate() {
@@ -340,12 +571,48 @@ pub fn perform(
         kind = kd;
         all.extend(o);
     }
+    let none = || (0..ranks.len()).map(|_| None).collect();
     if all.len() != ranks.len() || ranks.is_empty() {
-        return Ok(Moved { kind, src_bytes: 0 });
+        let m = Moved {
+            kind,
+            src_bytes: 0,
+            matrix: Vec::new(),
+        };
+        return Ok((m, none()));
     }
     agree(ranks, &all, kind)?;
-    let src_bytes = move_data(ranks, &all, kind, dev, rounder);
-    Ok(Moved { kind, src_bytes })
+    let src_bytes = if snaps.iter().any(|s| s.deferred) {
+        (all[0].src.num_elements() * all[0].src.dtype.size()) as u64
+    } else {
+        snaps[0].src.len() as u64
+    };
+    let raw: Vec<&[u8]> = snaps.iter().map(|s| s.src.as_slice()).collect();
+    let (outs, matrix) = match kind {
+        _ if snaps.iter().any(|s| s.deferred) => {
+            // In-place all_to_all: the caller exchanges the blocks (`in_place_all_to_all`).
+            ((0..ranks.len()).map(|_| None).collect(), Vec::new())
+        }
+        CollectiveKind::AllToAllV => all_to_all_v(ranks, &all, snaps)?,
+        CollectiveKind::Permute => permute(&all, &raw),
+        _ => (move_data(&all, kind, &raw, rounder), Vec::new()),
+    };
+    let matrix = if kind == CollectiveKind::AllToAll {
+        let n = ranks.len() as u64;
+        let c = src_bytes / n;
+        (0..n * n)
+            .map(|ij| if ij / n == ij % n { 0 } else { c })
+            .collect()
+    } else {
+        matrix
+    };
+    Ok((
+        Moved {
+            kind,
+            src_bytes,
+            matrix,
+        },
+        outs,
+    ))
 }
 
 /// Every rank's operands must agree with the first's (same reduce_op, src element count and
@@ -369,18 +636,13 @@ fn agree(
             )
             .operand("reduce_op")));
         }
-        if o.src.num_elements() != first_elems {
+        if o.pairs != first.pairs {
             return Err(at(fail(
-                Shape,
-                "collective_src_shape_mismatch",
-                format!(
-                    "{name}: every rank's src must have the same shape: core {} sends {:?} but core {core0} sends {:?}",
-                    r.core,
-                    o.src.shape(),
-                    first.src.shape()
-                ),
+                Value,
+                "collective_permute_pairs_mismatch",
+                format!("{name}: every rank must give the same pairs as core {core0} ({:?}), core {} gives {:?}", first.pairs, r.core, o.pairs),
             )
-            .operand("src")));
+            .operand("pairs")));
         }
         if o.src.dtype != first.src.dtype {
             return Err(at(fail(
@@ -395,20 +657,47 @@ fn agree(
             )
             .operand("src")));
         }
+        if kind == CollectiveKind::AllToAllV {
+            a2av_operands(o, n).map_err(at)?;
+            continue;
+        }
+        if o.src.num_elements() != first_elems {
+            return Err(at(fail(
+                Shape,
+                "collective_src_shape_mismatch",
+                format!(
+                    "{name}: every rank's src must have the same shape: core {} sends {:?} but core {core0} sends {:?}",
+                    r.core,
+                    o.src.shape(),
+                    first.src.shape()
+                ),
+            )
+            .operand("src")));
+        }
         let want = match kind {
             CollectiveKind::Gather => first_elems * n,
-            CollectiveKind::ReduceScatter => {
+            CollectiveKind::ReduceScatter | CollectiveKind::AllToAll => {
                 if first_elems % n != 0 {
-                    return Err(at(fail(Shape, "reduce_scatter_indivisible", format!("reduce_scatter: src has {first_elems} elements, not divisible by the {n} ranks")).operand("src")));
+                    return Err(at(fail(Shape, "reduce_scatter_indivisible", format!("{name}: src has {first_elems} elements, not divisible by the {n} ranks")).operand("src")));
                 }
-                first_elems / n
+                if kind == CollectiveKind::AllToAll {
+                    first_elems
+                } else {
+                    first_elems / n
+                }
             }
             _ => first_elems,
         };
         if o.dst.num_elements() != want {
             return Err(at(fail(Shape, "collective_dst_size", format!("{name}: dst must have {want} elements for a src of {first_elems} on {n} ranks, it has {}", o.dst.num_elements())).operand("dst")));
         }
-        let raw_copy = matches!(kind, CollectiveKind::Exchange | CollectiveKind::Gather);
+        let raw_copy = matches!(
+            kind,
+            CollectiveKind::Exchange
+                | CollectiveKind::Gather
+                | CollectiveKind::AllToAll
+                | CollectiveKind::Permute
+        );
         if raw_copy && o.dst.dtype != first.src.dtype {
             return Err(at(fail(
                 Dtype,
@@ -425,60 +714,197 @@ fn agree(
     Ok(())
 }
 
-/// The data movement of a checked group; returns the bytes of one rank's src.
+/// all_to_all_v's own operand rules: metadata of (R, N) elements with the rows its flags need,
+/// dst of src's dtype (raw copy).
+fn a2av_operands(o: &Operands, n: usize) -> Result<()> {
+    let elems = o.counts.map_or(0, |c| c.num_elements());
+    let (known, rdispls) = o.flags;
+    let need = if rdispls {
+        4
+    } else if known {
+        3
+    } else {
+        2
+    };
+    if n == 0 || !elems.is_multiple_of(n) || !(need..=4).contains(&(elems / n)) {
+        return Err(fail(
+            Shape,
+            "all_to_all_v_counts_size",
+            format!(
+                "all_to_all_v metadata must be ({need}..4, {n}): send counts, send displacements{}{} per rank; it has {elems} elements",
+                if known || rdispls { ", receive counts" } else { "" },
+                if rdispls { ", receive displacements" } else { "" },
+            ),
+        )
+        .operand("metadata"));
+    }
+    if o.dst.dtype != o.src.dtype {
+        return Err(fail(
+            Dtype,
+            "collective_dst_dtype_mismatch",
+            format!(
+                "all_to_all_v: dst dtype {} differs from src's {} (raw copy)",
+                o.dst.dtype.name(),
+                o.src.dtype.name()
+            ),
+        )
+        .operand("dst"));
+    }
+    Ok(())
+}
+
+/// The new dst bytes of every rank of a checked group of the regular collectives.
 fn move_data(
-    ranks: &[Rank],
     all: &[Operands],
     kind: CollectiveKind,
-    dev: &mut dyn DeviceMems,
+    raw: &[&[u8]],
     rounder: &Rounder,
-) -> u64 {
-    let n = ranks.len();
-    let raw: Vec<Vec<u8>> = ranks
-        .iter()
-        .zip(all)
-        .map(|(r, o)| dev.core(r.core).gather(o.src))
-        .collect();
-    let src_bytes = raw[0].len() as u64;
+) -> Vec<Option<Shared>> {
+    let n = raw.len();
     match kind {
-        CollectiveKind::Barrier => {}
-        CollectiveKind::Exchange => {
-            // Ranks 0 and 1: each receives the other's src.
-            for k in 0..n {
-                dev.core(ranks[k].core)
-                    .scatter(all[k].dst, &raw[(k + 1) % n]);
-            }
+        CollectiveKind::Barrier | CollectiveKind::AllToAllV | CollectiveKind::Permute => {
+            (0..n).map(|_| None).collect()
         }
+        // Ranks 0 and 1: each receives the other's src.
+        CollectiveKind::Exchange => (0..n)
+            .map(|k| Some(Shared::new(raw[(k + 1) % n].to_vec())))
+            .collect(),
         CollectiveKind::Gather => {
-            let cat: Vec<u8> = raw.concat();
-            for (r, o) in ranks.iter().zip(all) {
-                dev.core(r.core).scatter(o.dst, &cat);
-            }
+            let cat = Shared::new(raw.concat());
+            (0..n).map(|_| Some(cat.clone())).collect()
+        }
+        CollectiveKind::AllToAll => {
+            let c = raw[0].len() / n;
+            (0..n)
+                .map(|r| {
+                    let v: Vec<u8> = raw
+                        .iter()
+                        .flat_map(|s| &s[r * c..(r + 1) * c])
+                        .copied()
+                        .collect();
+                    Some(Shared::new(v))
+                })
+                .collect()
         }
         CollectiveKind::ReduceScatter | CollectiveKind::Reduce => {
             let red = all[0].reduce_op.unwrap_or(AluOp::Add);
             let dtype = all[0].src.dtype;
-            let mut acc = numerics::decode_all(dtype, &raw[0]);
+            let mut acc = numerics::decode_all(dtype, raw[0]);
             for r in &raw[1..] {
                 for (x, y) in acc.iter_mut().zip(numerics::decode_all(dtype, r)) {
                     *x = alu::apply(red, *x, y);
                 }
             }
-            let chunk = if kind == CollectiveKind::ReduceScatter {
-                acc.len() / n
-            } else {
-                acc.len()
-            };
-            for (k, (r, o)) in ranks.iter().zip(all).enumerate() {
-                let part = if kind == CollectiveKind::ReduceScatter {
-                    &acc[k * chunk..(k + 1) * chunk]
-                } else {
-                    &acc[..]
-                };
-                let bytes = rounder.encode_all(o.dst.dtype, part);
-                dev.core(r.core).scatter(o.dst, &bytes);
+            let scatter = kind == CollectiveKind::ReduceScatter;
+            let chunk = if scatter { acc.len() / n } else { acc.len() };
+            // all_reduce: one encoding per dst dtype, shared by the ranks that use it.
+            let mut made: Vec<(crate::isa::DType, Shared)> = Vec::new();
+            all.iter()
+                .enumerate()
+                .map(|(k, o)| {
+                    if scatter {
+                        let part = &acc[k * chunk..(k + 1) * chunk];
+                        return Some(Shared::new(rounder.encode_all(o.dst.dtype, part)));
+                    }
+                    if let Some((_, b)) = made.iter().find(|(d, _)| *d == o.dst.dtype) {
+                        return Some(b.clone());
+                    }
+                    let b = Shared::new(rounder.encode_all(o.dst.dtype, &acc));
+                    made.push((o.dst.dtype, b.clone()));
+                    Some(b)
+                })
+                .collect()
+        }
+    }
+}
+
+type Outs = (Vec<Option<Shared>>, Vec<u64>);
+
+/// A rank's new dst bytes, shared by the ranks that receive the same (all_gather, all_reduce).
+pub type Shared = std::sync::Arc<Vec<u8>>;
+
+/// `collective_permute`: each target receives its source's src.
+fn permute(all: &[Operands], raw: &[&[u8]]) -> Outs {
+    let n = raw.len();
+    let mut outs: Vec<Option<Shared>> = (0..n).map(|_| None).collect();
+    let mut matrix = vec![0u64; n * n];
+    // Checked at assembly (permute_pairs); every rank gives the same pairs (agree).
+    let pairs = permute_pairs(all[0].pairs, n).unwrap_or_default();
+    for (s, t) in pairs {
+        outs[t] = Some(Shared::new(raw[s].to_vec()));
+        if s != t {
+            matrix[s * n + t] = raw[s].len() as u64;
+        }
+    }
+    (outs, matrix)
+}
+
+/// `all_to_all_v`: rank i sends src elements [sdispl_i[j], sdispl_i[j] + scount_i[j]) to
+/// rank j, which places them at rdispl_j[i] or packed in rank order.
+fn all_to_all_v(
+    ranks: &[Rank],
+    all: &[Operands],
+    snaps: &[Snapshot],
+) -> std::result::Result<Outs, RankError> {
+    let n = ranks.len();
+    let es = all[0].src.dtype.size();
+    let row =
+        |s: &Snapshot, r: usize, j: usize| s.counts.get(r * n + j).copied().unwrap_or(0) as usize;
+    let bad = |k: usize, mut e: EmuError, operand: &str| {
+        e.message = format!("all_to_all_v on core {}: {}", ranks[k].core, e.message);
+        RankError {
+            rank: k,
+            error: e.operand(operand),
+        }
+    };
+    for (k, (o, s)) in all.iter().zip(snaps).enumerate() {
+        for j in 0..n {
+            let (c, d) = (row(s, 0, j), row(s, 1, j));
+            if d + c > o.src.num_elements() {
+                let what = format!(
+                    "sends src elements {d}..{} to rank {j}, src has {}",
+                    d + c,
+                    o.src.num_elements()
+                );
+                return Err(bad(k, fail(Value, "all_to_all_v_counts", what), "metadata"));
             }
         }
     }
-    src_bytes
+    let mut outs = Vec::with_capacity(n);
+    let mut matrix = vec![0u64; n * n];
+    for (r, (o, s)) in all.iter().zip(snaps).enumerate() {
+        let (known, rdispls) = o.flags;
+        let mut dst = s.dst.clone();
+        let mut packed = 0usize;
+        for i in 0..n {
+            let (c, d) = (row(&snaps[i], 0, r), row(&snaps[i], 1, r));
+            if known && row(s, 2, i) != c {
+                let what = format!(
+                    "expects {} elements from rank {i}, which sends {c}",
+                    row(s, 2, i)
+                );
+                return Err(bad(
+                    r,
+                    fail(Value, "all_to_all_v_recv_counts", what),
+                    "metadata",
+                ));
+            }
+            let at = if rdispls { row(s, 3, i) } else { packed };
+            packed += c;
+            if (at + c) * es > dst.len() {
+                let what = format!(
+                    "receives elements {at}..{} from rank {i}, dst has {}",
+                    at + c,
+                    o.dst.num_elements()
+                );
+                return Err(bad(r, fail(Value, "all_to_all_v_dst_size", what), "dst"));
+            }
+            dst[at * es..(at + c) * es].copy_from_slice(&snaps[i].src[d * es..(d + c) * es]);
+            if i != r {
+                matrix[i * n + r] = (c * es) as u64;
+            }
+        }
+        outs.push(Some(Shared::new(dst)));
+    }
+    Ok((outs, matrix))
 }

@@ -2190,6 +2190,125 @@ impl<'a> ReduceScatter<'a> {
     }
 }
 
+/// `all_to_all`: nki.collectives.all_to_all: rank r's dst = chunk r of every rank's src, in rank order.
+#[derive(Clone, Copy)]
+pub struct AllToAll<'a> {
+    /// The instruction itself (engine, label, synchronisation).
+    pub ins: &'a Instr,
+    /// as many elements as src
+    pub dst: &'a Ap,
+    /// N chunks, chunk j to rank j
+    pub src: &'a Ap,
+    /// replica group: physical core ids in rank order
+    pub cores: &'a [i32],
+}
+impl<'a> AllToAll<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `src` in `Instr::args` (for code that edits operands).
+    pub const SRC: usize = 1;
+    /// Position of `cores` in `Instr::args` (for code that edits operands).
+    pub const CORES: usize = 2;
+    #[inline(always)]
+    pub fn view(ins: &'a Instr) -> Result<Self> {
+        let [a0, a1, a2] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 3));
+        };
+        Ok(Self {
+            ins,
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            src: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            cores: field(ins, 2, a2, Arg::as_ints)?.unwrap_or(&[0, 1, 2, 3, 4, 5, 6, 7]),
+        })
+    }
+}
+
+/// `all_to_all_v`: nki.collectives.all_to_all_v: all_to_all of flat element buffers with per-rank counts and displacements read at run time.
+#[derive(Clone, Copy)]
+pub struct AllToAllV<'a> {
+    /// The instruction itself (engine, label, synchronisation).
+    pub ins: &'a Instr,
+    /// received elements
+    pub dst: &'a Ap,
+    /// elements to send
+    pub src: &'a Ap,
+    /// (R, N) counts and displacements
+    pub metadata: &'a Ap,
+    /// replica group: physical core ids in rank order
+    pub cores: &'a [i32],
+    /// metadata row 2 holds receive counts
+    pub recv_counts_known: bool,
+    /// metadata row 3 holds receive displacements
+    pub has_rdispls: bool,
+}
+impl<'a> AllToAllV<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `src` in `Instr::args` (for code that edits operands).
+    pub const SRC: usize = 1;
+    /// Position of `metadata` in `Instr::args` (for code that edits operands).
+    pub const METADATA: usize = 2;
+    /// Position of `cores` in `Instr::args` (for code that edits operands).
+    pub const CORES: usize = 3;
+    /// Position of `recv_counts_known` in `Instr::args` (for code that edits operands).
+    pub const RECV_COUNTS_KNOWN: usize = 4;
+    /// Position of `has_rdispls` in `Instr::args` (for code that edits operands).
+    pub const HAS_RDISPLS: usize = 5;
+    #[inline(always)]
+    pub fn view(ins: &'a Instr) -> Result<Self> {
+        let [a0, a1, a2, a3, a4, a5] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 6));
+        };
+        Ok(Self {
+            ins,
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            src: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            metadata: required(field(ins, 2, a2, Arg::as_tensor)?, ins, 2)?,
+            cores: field(ins, 3, a3, Arg::as_ints)?.unwrap_or(&[0, 1, 2, 3, 4, 5, 6, 7]),
+            recv_counts_known: field(ins, 4, a4, Arg::as_bool)?.unwrap_or(false),
+            has_rdispls: field(ins, 5, a5, Arg::as_bool)?.unwrap_or(false),
+        })
+    }
+}
+
+/// `collective_permute`: nki.collectives.collective_permute: each (source, target) pair sends source's src to target's dst.
+#[derive(Clone, Copy)]
+pub struct CollectivePermute<'a> {
+    /// The instruction itself (engine, label, synchronisation).
+    pub ins: &'a Instr,
+    /// what this rank receives
+    pub dst: &'a Ap,
+    /// what this rank sends
+    pub src: &'a Ap,
+    /// replica group: physical core ids in rank order
+    pub cores: &'a [i32],
+    /// source, target rank pairs, flattened
+    pub pairs: &'a [i32],
+}
+impl<'a> CollectivePermute<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `src` in `Instr::args` (for code that edits operands).
+    pub const SRC: usize = 1;
+    /// Position of `cores` in `Instr::args` (for code that edits operands).
+    pub const CORES: usize = 2;
+    /// Position of `pairs` in `Instr::args` (for code that edits operands).
+    pub const PAIRS: usize = 3;
+    #[inline(always)]
+    pub fn view(ins: &'a Instr) -> Result<Self> {
+        let [a0, a1, a2, a3] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 4));
+        };
+        Ok(Self {
+            ins,
+            dst: required(field(ins, 0, a0, Arg::as_tensor)?, ins, 0)?,
+            src: required(field(ins, 1, a1, Arg::as_tensor)?, ins, 1)?,
+            cores: field(ins, 2, a2, Arg::as_ints)?.unwrap_or(&[0, 1, 2, 3, 4, 5, 6, 7]),
+            pairs: field(ins, 3, a3, Arg::as_ints)?.unwrap_or(&[]),
+        })
+    }
+}
+
 /// `register_move`: dst register = an immediate integer.
 #[derive(Clone, Copy)]
 pub struct RegisterMove<'a> {

@@ -39,41 +39,48 @@ fn ins_err(e: EmuError, core: u8, idx: u32, ins: &Instr) -> EmuError {
 
 /// Rules that need the issuing core: run once per program before the run starts.
 pub fn check_program(prog: &Program, all: &[Option<&Program>]) -> Result<()> {
+    let has = |c: u16| all.get(c as usize).is_some_and(|p| p.is_some());
+    check_program_at(prog, prog.core as u16, &has)
+}
+
+/// `check_program` for a program on global core `me` (chip * 8 + core in an UltraServer);
+/// `has(g)` says whether global core `g` runs a program.
+pub fn check_program_at(prog: &Program, me: u16, has: &dyn Fn(u16) -> bool) -> Result<()> {
     let core = prog.core;
     for (i, ins) in prog.instrs.iter().enumerate() {
         if !is_rendezvous(ins) {
             continue;
         }
-        check_participant(core, ins, all).map_err(|e| ins_err(e, core, i as u32, ins))?;
+        check_participant(me, ins, has).map_err(|e| ins_err(e, core, i as u32, ins))?;
     }
     Ok(())
 }
 
-fn check_participant(core: u8, ins: &Instr, all: &[Option<&Program>]) -> Result<()> {
-    let group = collective::meeting(ins, core)?.cores;
-    if !group.contains(&core) {
+fn check_participant(me: u16, ins: &Instr, has: &dyn Fn(u16) -> bool) -> Result<()> {
+    let group = collective::meeting(ins, me)?.cores;
+    if !group.contains(&me) {
         return Err(fail(
             Value,
             "replica_group_without_issuer",
             format!(
-                "core {core} issues a collective whose replica group {group:?} does not contain it"
+                "core {me} issues a collective whose replica group {group:?} does not contain it"
             ),
         )
         .operand("cores"));
     }
     if ins.op == Opcode::Sendrecv {
-        let rank = (core % 2) as i32;
+        let rank = (me % 2) as i32;
         if ops::Sendrecv::view(ins)?.send_to_rank == rank {
             return Err(fail(
                 Value,
                 "sendrecv_to_self",
-                format!("sendrecv on core {core} (rank {rank} of its LNC=2 pair) must send to the other rank, {}", 1 - rank),
+                format!("sendrecv on core {me} (rank {rank} of its LNC=2 pair) must send to the other rank, {}", 1 - rank),
             )
             .operand("send_to_rank"));
         }
     }
     for c in &group {
-        if all.get(*c as usize).is_none_or(|p| p.is_none()) {
+        if !has(*c) {
             let what = if matches!(ins.op, Opcode::Sendrecv | Opcode::CoreBarrier) {
                 format!("its LNC=2 peer core {c}")
             } else {
@@ -82,7 +89,7 @@ fn check_participant(core: u8, ins: &Instr, all: &[Option<&Program>]) -> Result<
             return Err(fail(
                 Value,
                 "collective_peer_without_program",
-                format!("{} on core {core} needs a program on {what} (pass one program per participating core to run)", ins.op.spec().name),
+                format!("{} on core {me} needs a program on {what} (pass one program per participating core to run)", ins.op.spec().name),
             ));
         }
     }
@@ -116,16 +123,23 @@ pub struct Release {
     pub arrived: u64,
     pub end: u64,
     pub vc: Vc,
+    /// A collective across chips: the participant's new dst bytes, written when it completes
+    /// (`None`: the data already moved, or the dst is not written).
+    pub payload: Option<crate::engines::intercore::Shared>,
 }
 
 enum Gate {
     Arrived(Key),
+    /// Arrived at a collective across chips: held until the UltraServer fabric releases it.
+    Away(String),
     Released(Release),
 }
 
 /// Rendezvous state of one run.
 #[derive(Default)]
 pub struct Intercore {
+    /// The global id of this device's core 0 (chip * 8 in an UltraServer, else 0).
+    pub base: u16,
     seq: HashMap<(u8, Opcode, Vec<u8>, i32), u32>,
     groups: HashMap<Key, Vec<Arrival>>,
     gates: HashMap<usize, Gate>,
@@ -145,7 +159,7 @@ impl Intercore {
     pub fn ready(&self, agent: usize) -> Ready {
         match self.gates.get(&agent) {
             None => Ready::Arrive,
-            Some(Gate::Arrived(_)) => Ready::Blocked,
+            Some(Gate::Arrived(_) | Gate::Away(_)) => Ready::Blocked,
             Some(Gate::Released(r)) => Ready::At(r.end),
         }
     }
@@ -162,10 +176,28 @@ impl Intercore {
         }
     }
 
+    /// Hold `agent`, which arrived at a collective across chips (`what` names it), until
+    /// `deliver` releases it.
+    pub fn hold(&mut self, agent: usize, what: String) {
+        self.gates.insert(agent, Gate::Away(what));
+    }
+
+    /// Release `agent`, held by `hold`.
+    pub fn deliver(&mut self, agent: usize, r: Release) {
+        self.gates.insert(agent, Gate::Released(r));
+    }
+
+    /// Whether any stream is held by the fabric (the device may not conclude a deadlock).
+    pub fn any_away(&self) -> bool {
+        self.gates.values().any(|g| matches!(g, Gate::Away(_)))
+    }
+
     /// Why a blocked stream is blocked (deadlock report).
     pub fn blocked(&self, agent: usize) -> Option<String> {
-        let Some(Gate::Arrived(k)) = self.gates.get(&agent) else {
-            return None;
+        let k = match self.gates.get(&agent) {
+            Some(Gate::Arrived(k)) => k,
+            Some(Gate::Away(what)) => return Some(what.clone()),
+            _ => return None,
         };
         let here: Vec<u8> = self
             .groups
@@ -197,14 +229,19 @@ impl Intercore {
         now: u64,
         vc: Vc,
     ) -> Result<Option<Group>> {
-        let m = collective::meeting(ins, core)?;
+        let m = collective::meeting(ins, self.base + core as u16)?;
+        let cores: Vec<u8> = m
+            .cores
+            .iter()
+            .map(|g| g.wrapping_sub(self.base) as u8)
+            .collect();
         let n = self
             .seq
-            .entry((core, ins.op, m.cores.clone(), m.pipe))
+            .entry((core, ins.op, cores.clone(), m.pipe))
             .or_insert(0);
         let key = Key {
             op: ins.op,
-            cores: m.cores,
+            cores,
             pipe: m.pipe,
             seq: *n,
         };
@@ -250,6 +287,7 @@ impl Intercore {
                     arrived: a.time,
                     end,
                     vc: joined.clone(),
+                    payload: None,
                 }),
             );
         }
@@ -263,7 +301,7 @@ pub struct DevMem<'a> {
 }
 
 impl DeviceMems for DevMem<'_> {
-    fn core(&mut self, core: u8) -> Mems<'_> {
+    fn core(&mut self, core: u16) -> Mems<'_> {
         let c = &mut self.cores[core as usize];
         Mems {
             sbuf: &mut c.sbuf,
@@ -287,7 +325,7 @@ pub fn perform(
         .iter()
         .map(|a| {
             progs[a.core as usize].map(|p| Rank {
-                core: a.core,
+                core: a.core as u16,
                 ins: &p.instrs[a.idx as usize],
             })
         })

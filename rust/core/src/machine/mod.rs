@@ -4,9 +4,11 @@ pub mod autosync;
 pub mod control;
 pub mod dma_timing;
 mod identical;
+pub mod fabric;
 pub mod intercore;
 pub mod region;
 pub mod sched;
+pub mod ultra;
 
 use crate::cost::{CostModel, DefaultCost};
 use crate::engines::EngineState;
@@ -290,16 +292,21 @@ impl Device {
         opts: &RunOptions,
         monitor: Option<&mut dyn Monitor>,
     ) -> Result<RunResult> {
-        // Only cores that run can observe their per-run state; the others are reset when
-        // they next run (saves zeroing 8 x 128 KiB of matmul-written bits per run).
+        self.begin(programs);
+        let r = crate::par::run_hot(|| sched::run(self, programs, opts, monitor));
+        self.runs += 1;
+        r
+    }
+
+    /// Reset the per-run state of the cores that run `programs`. Only cores that run can
+    /// observe it; the others are reset when they next run (saves zeroing 8 x 128 KiB of
+    /// matmul-written bits per run).
+    fn begin(&mut self, programs: &[&Program]) {
         for p in programs {
             if let Some(c) = self.cores.get_mut(p.core as usize) {
                 c.state.reset();
                 c.regs = [[0; NUM_REGISTERS as usize]; NUM_STREAMS];
             }
         }
-        let r = crate::par::run_hot(|| sched::run(self, programs, opts, monitor));
-        self.runs += 1;
-        r
     }
 }

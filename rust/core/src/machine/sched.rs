@@ -242,6 +242,8 @@ pub struct Scheduler<'d, 'p> {
     next_check: u64,
     /// The run's planned item count, computed at the first poll (`Progress::total`).
     total: Option<Option<u64>>,
+    /// A chip of an UltraServer: collectives across chips leave through here (machine/ultra.rs).
+    pub(super) link: Option<super::ultra::ChipLink>,
 }
 
 /// Run one program per listed core to completion, polling `monitor` on the way.
@@ -272,10 +274,14 @@ fn planned_items(progs: &[Option<&Program>]) -> Option<u64> {
     Some(n)
 }
 
+/// The run-start rule check of one program, given every core's program.
+pub(super) type ProgramCheck<'a> = dyn Fn(&Program, &[Option<&Program>]) -> Result<()> + 'a;
+
 /// Validate the programs (unless the caller guarantees they were) and place them by core.
 fn load_programs<'p>(
     programs: &[&'p Program],
     prevalidated: bool,
+    check: &ProgramCheck,
 ) -> Result<Vec<Option<&'p Program>>> {
     let mut progs: Vec<Option<&Program>> = vec![None; NUM_CORES];
     for p in programs {
@@ -302,7 +308,7 @@ fn load_programs<'p>(
         progs[p.core as usize] = Some(p);
     }
     for p in programs {
-        intercore::check_program(p, &progs)?;
+        check(p, &progs)?;
     }
     Ok(progs)
 }
@@ -348,7 +354,18 @@ fn make_agents(progs: &[Option<&Program>]) -> Vec<Agent> {
 
 impl<'d, 'p> Scheduler<'d, 'p> {
     pub fn new(dev: &'d mut Device, programs: &[&'p Program], opts: &RunOptions) -> Result<Self> {
-        let progs = load_programs(programs, opts.prevalidated)?;
+        Self::with_check(dev, programs, opts, &intercore::check_program)
+    }
+
+    /// `new` with the run-start rule check of each program (an UltraServer chip checks its
+    /// collectives' groups across chips).
+    pub(super) fn with_check(
+        dev: &'d mut Device,
+        programs: &[&'p Program],
+        opts: &RunOptions,
+        check: &ProgramCheck,
+    ) -> Result<Self> {
+        let progs = load_programs(programs, opts.prevalidated, check)?;
         let agents = make_agents(&progs);
         let active: Vec<usize> = (0..agents.len())
             .filter(|a| progs[a / AGENTS_PER_CORE].is_some())
@@ -375,6 +392,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             monitor: None,
             next_check,
             total: None,
+            link: None,
         })
     }
 
@@ -508,17 +526,25 @@ impl<'d, 'p> Scheduler<'d, 'p> {
 
     /// Nothing can run: the deadlock error if streams remain, `None` if all are done.
     fn deadlock(&self) -> Option<EmuError> {
-        let blocked: Vec<String> = self
-            .agents
-            .iter()
-            .enumerate()
-            .filter(|(_, a)| a.has_next())
-            .map(|(bi, a)| self.why_blocked(bi, a))
-            .collect();
+        if self.inter.any_away() {
+            // A stream waits for a collective across chips: the UltraServer decides.
+            return None;
+        }
+        let blocked = self.blocked_streams();
         if blocked.is_empty() {
             return None;
         }
         Some(fail(Deadlock, "deadlock", format!("deadlock: every remaining stream waits on a semaphore that no pending instruction will signal: {}", blocked.join("; "))))
+    }
+
+    /// Why each stream with instructions left cannot run.
+    pub(super) fn blocked_streams(&self) -> Vec<String> {
+        self.agents
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.has_next())
+            .map(|(bi, a)| self.why_blocked(bi, a))
+            .collect()
     }
 
     fn why_blocked(&self, bi: usize, a: &Agent) -> String {
@@ -684,6 +710,9 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         a.vc[ai] = a.epoch;
         let core = a.core;
         let vc = a.vc.clone();
+        if self.link.is_some() && self.leave(ai, idx, ins, now, &vc)? {
+            return Ok(());
+        }
         let Some(group) = self.inter.arrive(ai, (core, idx), ins, now, vc)? else {
             return Ok(());
         };
@@ -811,7 +840,11 @@ impl<'d, 'p> Scheduler<'d, 'p> {
 
     /// Run the item's semantics on its core (a released rendezvous already moved its data).
     fn execute(&mut self, it: &mut Issued) -> Result<()> {
-        if matches!(it.work, Work::Release(_)) {
+        if let Work::Release(r) = &mut it.work {
+            if let Some(bytes) = r.payload.take() {
+                self.deliver_payload(it.core, it.ins, &bytes)
+                    .map_err(|e| ins_err(e, it.core, it.idx, it.ins))?;
+            }
             return Ok(());
         }
         let dev = &mut *self.dev;
@@ -961,13 +994,108 @@ impl<'d, 'p> Scheduler<'d, 'p> {
     }
 
     /// The run's result: it ends when the last item and the last busy agent end.
-    fn finish(mut self) -> RunResult {
+    pub(super) fn finish(mut self) -> RunResult {
         let free = self.agents.iter().map(|a| a.free).max().unwrap_or(0);
         self.result.end_ps = self.result.end_ps.max(free);
         if self.opts.trace {
             self.result.trace.link_semaphores();
         }
         self.result
+    }
+}
+
+/// The hooks an UltraServer chip needs (machine/ultra.rs): run up to a time horizon, send
+/// collectives across chips out, take their releases in.
+impl<'d, 'p> Scheduler<'d, 'p> {
+    /// Run every item that starts before `horizon`; then the start of the next item (`None`:
+    /// nothing can run until the fabric releases a stream, or everything is done).
+    pub(super) fn run_until(&mut self, horizon: u64) -> Result<Option<u64>> {
+        while let Some(p) = self.pick()? {
+            if p.start >= horizon {
+                return Ok(Some(p.start));
+            }
+            self.step(p)?;
+        }
+        Ok(None)
+    }
+
+    /// A rendezvous whose group reaches beyond this chip leaves for the fabric: its src is read
+    /// now, the stream is held. `false`: the group is on this chip (the usual rendezvous).
+    fn leave(&mut self, ai: usize, idx: u32, ins: &Instr, now: u64, vc: &Vc) -> Result<bool> {
+        let core = self.agents[ai].core;
+        let base = self.inter.base;
+        let m = engines::intercore::meeting(ins, base + core as u16)?;
+        let n = super::NUM_CORES as u16;
+        if m.cores.iter().all(|g| g / n == base / n) {
+            return Ok(false);
+        }
+        let dev = &mut *self.dev;
+        let c = &mut dev.cores[core as usize];
+        let mems = Mems {
+            sbuf: &mut c.sbuf,
+            psum: &mut c.psum,
+            hbm: &mut dev.hbm,
+        };
+        let snap =
+            engines::intercore::snapshot(ins, &mems).map_err(|e| ins_err(e, core, idx, ins))?;
+        let what = format!(
+            "waits in {} with the cores {:?} across chips",
+            ins.op.spec().name,
+            m.cores
+        );
+        self.inter.hold(ai, what);
+        if let Some(link) = &mut self.link {
+            link.outbox.push(super::ultra::Arrival {
+                core,
+                agent: ai,
+                idx,
+                time: now,
+                vc: vc.clone(),
+                snap,
+                group: m.cores,
+            });
+        }
+        Ok(true)
+    }
+
+    /// Write a collective's received bytes into its dst on `core`.
+    fn deliver_payload(&mut self, core: u8, ins: &Instr, bytes: &[u8]) -> Result<()> {
+        let dst = engines::intercore::dst_of(ins)?;
+        let dev = &mut *self.dev;
+        let c = &mut dev.cores[core as usize];
+        let mut mems = Mems {
+            sbuf: &mut c.sbuf,
+            psum: &mut c.psum,
+            hbm: &mut dev.hbm,
+        };
+        mems.scatter(dst, bytes);
+        Ok(())
+    }
+
+    /// `f` on the memories of `core` (an UltraServer's coordinator moves in-place data).
+    pub(super) fn with_mems<R>(&mut self, core: u8, f: impl FnOnce(&mut Mems) -> R) -> R {
+        let dev = &mut *self.dev;
+        let c = &mut dev.cores[core as usize];
+        let mut mems = Mems {
+            sbuf: &mut c.sbuf,
+            psum: &mut c.psum,
+            hbm: &mut dev.hbm,
+        };
+        f(&mut mems)
+    }
+
+    /// Release a stream the fabric held.
+    pub(super) fn deliver(&mut self, agent: usize, r: Release) {
+        self.inter.deliver(agent, r);
+    }
+
+    pub(super) fn set_base(&mut self, base: u16) {
+        self.inter.base = base;
+    }
+
+    /// The instruction at `idx` of `core`'s program.
+    pub(super) fn instr(&self, core: u8, idx: u32) -> Option<&'p Instr> {
+        instr_at(&self.progs, core, idx)
     }
 }
 

@@ -4,6 +4,7 @@ pub mod ap;
 pub mod hbm;
 pub mod onchip;
 pub mod rows;
+pub mod zeroed;
 
 pub use ap::{Ap, DynKind, DynSrc, Dynamic};
 

@@ -14,7 +14,7 @@ const PAD: usize = 64;
 pub struct OnChip {
     pub part_bytes: usize,
     stride: usize,
-    data: Vec<u8>,
+    data: super::zeroed::ZeroBuf,
     /// `Some(b)` while every byte is known to be `b` (new or just filled, and not handed out
     /// mutably since): refilling with `b` is then free. Resetting a device between kernel
     /// launches refills all 8 cores, and most launches touch one.
@@ -27,7 +27,7 @@ impl OnChip {
         OnChip {
             part_bytes,
             stride,
-            data: vec![0u8; stride * PARTITIONS],
+            data: super::zeroed::ZeroBuf::new(stride * PARTITIONS),
             uniform: Some(0),
         }
     }

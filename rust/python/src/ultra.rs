@@ -1,0 +1,123 @@
+//! `_native.ultra_run`: an UltraServer run over several `_native.Device` chips, with the GIL
+//! released; `_native.fabric_params`: the fabric model's numbers.
+
+use crate::device::Device;
+use crate::errors::{guarded, py_err};
+use crate::program::Program;
+use crate::trace::RawTrace;
+use numpy::PyArray1;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use trn3emu_core as core;
+use trn3emu_core::machine::fabric::FabricParams;
+use trn3emu_core::machine::ultra::{self, Placed};
+
+/// The fabric's numbers as a dict (names as `FabricParams`' fields).
+fn params_dict<'py>(py: Python<'py>, p: &FabricParams) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("link_bytes_per_ns", p.link_bytes_per_ns)?;
+    d.set_item("ports", p.ports)?;
+    d.set_item("latency_ns", p.latency_ns)?;
+    d.set_item("onchip_bytes_per_ns", p.onchip_bytes_per_ns)?;
+    d.set_item("onchip_latency_ns", p.onchip_latency_ns)?;
+    d.set_item("cc_cores", p.cc_cores)?;
+    d.set_item("cc_launch_ns", p.cc_launch_ns)?;
+    d.set_item("reduce_bytes_per_ns", p.reduce_bytes_per_ns)?;
+    d.set_item("mesh_max_bytes", p.mesh_max_bytes)?;
+    Ok(d)
+}
+
+/// The default NeuronSwitch fabric numbers (docs/ultraserver.md).
+#[pyfunction]
+pub fn fabric_params(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    params_dict(py, &FabricParams::default())
+}
+
+/// Run `programs` (pairs of chip index and program) on the chips `devices` concurrently;
+/// returns the run's end, its count, one result dict per chip and the fabric's columns.
+#[pyfunction]
+#[pyo3(signature = (devices, programs, check_races = true, trace = true, trace_limit = core::machine::TRACE_LIMIT, latency_ns = None, link_bytes_per_ns = None, mesh_max_bytes = None))]
+#[allow(clippy::too_many_arguments)]
+pub fn ultra_run<'py>(
+    py: Python<'py>,
+    mut devices: Vec<PyRefMut<'py, Device>>,
+    programs: Vec<(u16, PyRef<'py, Program>)>,
+    check_races: bool,
+    trace: bool,
+    trace_limit: u64,
+    latency_ns: Option<f64>,
+    link_bytes_per_ns: Option<f64>,
+    mesh_max_bytes: Option<u64>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let placed: Vec<Placed> = programs
+        .iter()
+        .map(|(chip, p)| Placed {
+            chip: *chip,
+            program: p.program(),
+        })
+        .collect();
+    let opts = core::RunOptions {
+        check_races,
+        trace,
+        prevalidated: true,
+        trace_limit,
+        ..Default::default()
+    };
+    let mut params = FabricParams::default();
+    if let Some(v) = latency_ns {
+        params.latency_ns = v.max(1.0);
+    }
+    if let Some(v) = link_bytes_per_ns {
+        params.link_bytes_per_ns = v.max(1e-3);
+    }
+    if let Some(v) = mesh_max_bytes {
+        params.mesh_max_bytes = v;
+    }
+    let mut devs: Vec<&mut core::Device> = devices.iter_mut().map(|d| d.inner_mut()).collect();
+    let res = py.detach(|| guarded(|| ultra::run(&mut devs, &placed, &opts, params)));
+    let res = res.map_err(py_err(py))?;
+    let d = PyDict::new(py);
+    d.set_item("end_ps", res.end_ps)?;
+    d.set_item("executed", res.executed)?;
+    let chips = pyo3::types::PyList::empty(py);
+    for r in res.chips {
+        let c = PyDict::new(py);
+        c.set_item("end_ps", r.end_ps)?;
+        c.set_item("executed", r.executed)?;
+        c.set_item("trace_dropped", r.trace.dropped)?;
+        c.set_item("trace", Py::new(py, RawTrace::new(r.trace))?)?;
+        chips.append(c)?;
+    }
+    d.set_item("chips", chips)?;
+    let m = &res.fabric.messages;
+    let msgs = PyDict::new(py);
+    macro_rules! col {
+        ($d:expr, $name:expr, $src:expr, $f:expr) => {
+            $d.set_item(
+                $name,
+                PyArray1::from_vec(py, $src.iter().map($f).collect::<Vec<_>>()),
+            )?
+        };
+    }
+    col!(msgs, "from_chip", m, |x| x.from_chip);
+    col!(msgs, "to_chip", m, |x| x.to_chip);
+    col!(msgs, "bytes", m, |x| x.bytes);
+    col!(msgs, "send_ps", m, |x| x.send_ps);
+    col!(msgs, "sent_ps", m, |x| x.sent_ps);
+    col!(msgs, "recv_start_ps", m, |x| x.recv_start_ps);
+    col!(msgs, "arrive_ps", m, |x| x.arrive_ps);
+    col!(msgs, "group", m, |x| x.group);
+    let cc = &res.fabric.cc;
+    let ccs = PyDict::new(py);
+    col!(ccs, "chip", cc, |x| x.chip);
+    col!(ccs, "cc", cc, |x| x.cc);
+    col!(ccs, "core", cc, |x| x.core);
+    col!(ccs, "opcode", cc, |x| x.opcode as u16);
+    col!(ccs, "start_ps", cc, |x| x.start_ps);
+    col!(ccs, "end_ps", cc, |x| x.end_ps);
+    col!(ccs, "group", cc, |x| x.group);
+    d.set_item("messages", msgs)?;
+    d.set_item("cc", ccs)?;
+    d.set_item("params", params_dict(py, &params)?)?;
+    Ok(d)
+}

@@ -55,6 +55,16 @@ class Row:
 
 
 # ------------------------------------------------------------------------ instruction level
+_DEVICES: dict[str, Device] = {}
+
+
+def _device(timing: str) -> Device:
+    """One device per timing, reused (a Device holds 8 cores of SBUF; anchors free their HBM)."""
+    if timing not in _DEVICES:
+        _DEVICES[timing] = Device(timing=timing)
+    return _DEVICES[timing]
+
+
 def _starts(res, engine: str) -> np.ndarray:
     ins = res.trace.instructions
     return np.sort(ins["start_ns"][ins["engine"] == engine])
@@ -62,22 +72,23 @@ def _starts(res, engine: str) -> np.ndarray:
 
 def dma_one_engine_ns(timing: str = "trn2") -> float:
     """I1: one dma_copy of A[4, 4096] bf16 HBM -> SBUF; time its one DMA engine is busy."""
-    dev = Device(timing=timing)
+    dev = _device(timing)
     a = dev.hbm.put(np.ones((4, 4096), BF16))
     p = Program()
     t = p.sbuf((4, 4096), BF16)
     p.dma_copy(dst=t, src=a)
     spans = dev.run(p).trace.dma_engines
+    dev.hbm.free(a)
     assert len(spans) == 1, spans
     return float(spans["end_ns"][0] - spans["start_ns"][0])
 
 
-def dma_efficiency(bytes_per_partition: int, timing: str = "trn2", count: int = 16, large: int = 65536) -> float:
+def dma_efficiency(bytes_per_partition: int, timing: str = "trn2", count: int = 8, large: int = 16384) -> float:
     """I2: DMA throughput of a stream of [128, B] HBM -> SBUF transfers on one queue, relative
-    to the throughput of large (64 KiB per partition) transfers, in %."""
+    to the throughput of large (16 KiB per partition) transfers, in %."""
 
     def per_transfer_ns(b: int) -> float:
-        dev = Device(timing=timing)
+        dev = _device(timing)
         n = b // 2
         src = dev.hbm.alloc((128, n * count), BF16)
         p = Program()
@@ -85,6 +96,7 @@ def dma_efficiency(bytes_per_partition: int, timing: str = "trn2", count: int = 
         for i in range(count):
             p.dma_copy(dst=tiles[i % 2], src=src[:, i * n : (i + 1) * n])
         d = dev.run(p, check_races=False).trace.dma
+        dev.hbm.free(src)
         ends = np.sort(d["end_ns"])
         return float((ends[-1] - ends[0]) / (count - 1))
 
@@ -93,7 +105,7 @@ def dma_efficiency(bytes_per_partition: int, timing: str = "trn2", count: int = 
 
 def dependent_scalar_chain_ns(timing: str = "trn1", n: int = 32) -> float:
     """I3: a chain of dependent 1-element ScalarE instructions; median interval between starts."""
-    dev = Device(timing=timing)
+    dev = _device(timing)
     p = Program()
     a, b = p.sbuf((128, 1), F32), p.sbuf((128, 1), F32)
     p.memset(dst=a, value=1.0, engine="vector")
@@ -108,7 +120,7 @@ def matmul_intervals_cycles(timing: str = "trn1", n: int = 16) -> tuple[float, f
     [128, 128], moving [128, 1]) and with a short stationary one ([128, 1] x [128, 128])."""
     out = []
     for st_f, mv_f in ((128, 1), (1, 128)):
-        dev = Device(timing=timing)
+        dev = _device(timing)
         p = Program()
         st, mv = p.sbuf((128, st_f), BF16), p.sbuf((128, mv_f), BF16)
         p.memset(dst=st, value=1.0, engine="vector")
@@ -128,7 +140,7 @@ def dev_ghz(timing: str, key: str) -> float:
 
 
 def _vector_chain_cycles(timing: str, dependent: bool, n: int = 16, f: int = 512) -> float:
-    dev = Device(timing=timing)
+    dev = _device(timing)
     p = Program()
     tiles = [p.sbuf((128, f), F32) for _ in range(2 if dependent else n + 1)]
     p.memset(dst=tiles[0], value=1.0, engine="vector")
@@ -150,18 +162,19 @@ def dependent_overhead_cycles(timing: str = "trn1") -> float:
 
 def hwdge_issue_ns(timing: str = "trn2") -> float:
     """I6: time the trigger engine spends issuing a hardware-DGE dma_copy."""
-    dev = Device(timing=timing)
+    dev = _device(timing)
     a = dev.hbm.put(np.ones((128, 512), BF16))
     p = Program()
     t = p.sbuf((128, 512), BF16)
     p.dma_copy(dst=t, src=a, dge_mode="hwdge", engine="sync")
     ins = dev.run(p).trace.instructions
+    dev.hbm.free(a)
     return float(ins["end_ns"][0] - ins["start_ns"][0])
 
 
 def dynamic_copy_ii_cycles(timing: str = "trn2", n: int = 8) -> float:
     """I7: initiation interval of back-to-back VectorE copies with a runtime (indirect) address."""
-    dev = Device(timing=timing)
+    dev = _device(timing)
     p = Program()
     base = p.sbuf((128, 64), F32)
     idx = p.sbuf((128, 8), np.int32)
@@ -179,7 +192,7 @@ def stride_penalty(timing: str = "trn1", f: int = 2048) -> float:
     copy reading contiguously (published: half bandwidth, i.e. 2x)."""
     times = []
     for step in (1, 8):
-        dev = Device(timing=timing)
+        dev = _device(timing)
         p = Program()
         src, dst = p.sbuf((128, f * 8), F32), p.sbuf((128, f), F32)
         p.memset(dst=src, value=1.0, engine="vector")
@@ -295,17 +308,20 @@ def tutorial_ms(name: str, shape: tuple[int, int, int] = TUTORIAL_SHAPE, timing:
     rng = np.random.default_rng(0)
     lhs_t = rng.standard_normal((k, m), dtype=np.float32).astype(BF16)
     rhs = rng.standard_normal((k, n), dtype=np.float32).astype(BF16)
-    old = os.environ.get("TRN3EMU_TIMING")
+    saved = {v: os.environ.get(v) for v in ("TRN3EMU_TIMING", "TRN3EMU_NKI_CACHE")}
     os.environ["TRN3EMU_TIMING"] = timing
+    os.environ["TRN3EMU_NKI_CACHE"] = "0"  # a traced tutorial kernel is large: do not keep it
+    kern = tut.KERNELS[name]
     try:
-        kern = tut.KERNELS[name]
         kern(lhs_t, rhs)
         return kern.last_result.time_ns / 1e6
     finally:
-        if old is None:
-            del os.environ["TRN3EMU_TIMING"]
-        else:
-            os.environ["TRN3EMU_TIMING"] = old
+        kern.last_result = kern.last_programs = None  # nor its trace and programs
+        for v, val in saved.items():
+            if val is None:
+                os.environ.pop(v, None)
+            else:
+                os.environ[v] = val
 
 
 def tutorial_rows(shape: tuple[int, int, int] = TUTORIAL_SHAPE) -> list[Row]:

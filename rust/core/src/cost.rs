@@ -319,13 +319,11 @@ fn copy_scalar_mode(g: &Generation, engine: Engine, sh: &Shape) -> f64 {
 /// tensor_copy / tensor_scalar cycles: the performance modes, and GpSimd's rsqrt at a quarter
 /// of ScalarE's rate.
 fn copy_scalar_cycles(g: &Generation, ins: &Instr, sh: &Shape, n: f64) -> f64 {
-    let rsqrt = class::VecCopyScalar::of(ins)
-        .is_some_and(|v| v.op0 == Some(AluOp::Rsqrt) || v.op1 == Some(AluOp::Rsqrt));
-    let n = if rsqrt && ins.engine == Engine::Gpsimd {
-        n * GPSIMD_RSQRT_FACTOR
-    } else {
-        n
-    };
+    // (The operand view is only built for GpSimd: the dispatch hot path skips it.)
+    let rsqrt = ins.engine == Engine::Gpsimd
+        && class::VecCopyScalar::of(ins)
+            .is_some_and(|v| v.op0 == Some(AluOp::Rsqrt) || v.op1 == Some(AluOp::Rsqrt));
+    let n = if rsqrt { n * GPSIMD_RSQRT_FACTOR } else { n };
     (n / copy_scalar_mode(g, ins.engine, sh)).max(MIN_II)
 }
 
@@ -493,7 +491,10 @@ impl DefaultCost {
         {
             return c;
         }
-        let dynamic = ins.tensors().any(|(_, _, _, ap)| ap.dynamic.is_some());
+        let dynamic = ins
+            .args
+            .iter()
+            .any(|a| a.tensor().is_some_and(|ap| ap.dynamic.is_some()));
         let c = if dynamic { c.max(DYNAMIC_II) } else { c };
         if !issue.dependent {
             return c;
@@ -513,8 +514,8 @@ impl DefaultCost {
                 a.mem != Mem::Hbm && innermost_stride_bytes(a) > STRIDE_PENALTY_BYTES
             });
         let n = if strided { 2.0 * sh.n } else { sh.n };
-        let all_narrow = !sh.data.is_empty() && sh.data.iter().all(|(a, _)| is_narrow(a.dtype));
-        let all_half = !sh.data.is_empty() && sh.data.iter().all(|(a, _)| is_half(a.dtype));
+        let all_narrow = || !sh.data.is_empty() && sh.data.iter().all(|(a, _)| is_narrow(a.dtype));
+        let all_half = || !sh.data.is_empty() && sh.data.iter().all(|(a, _)| is_half(a.dtype));
         let mii = |c: f64| c.max(MIN_II);
         match ins.op.spec().cost {
             C::Control | C::RngState | C::DmaTranspose | C::Collective => ISSUE_CYCLES,
@@ -546,7 +547,7 @@ impl DefaultCost {
                     .collect();
                 let split = reads.iter().any(|a| a.mem == Mem::Psum)
                     && reads.iter().any(|a| a.mem == Mem::Sbuf);
-                let sbuf16 = all_half && reads.iter().all(|a| a.mem == Mem::Sbuf);
+                let sbuf16 = all_half() && reads.iter().all(|a| a.mem == Mem::Sbuf);
                 if eng == Engine::Vector && (split || sbuf16) {
                     mii(n)
                 } else {
@@ -554,14 +555,14 @@ impl DefaultCost {
                 }
             }
             C::VecStt => {
-                if all_narrow {
+                if all_narrow() {
                     mii(n)
                 } else {
                     mii(2.0 * n)
                 }
             }
             C::VecReduce => {
-                if all_narrow {
+                if all_narrow() {
                     mii(n / 2.0)
                 } else {
                     mii(n)
@@ -588,7 +589,7 @@ impl DefaultCost {
             }
             C::Memset => {
                 let zero = class::Memset::of(ins).is_none_or(|m| m.value.f32() == 0.0);
-                if zero && all_narrow {
+                if zero && all_narrow() {
                     mii(n / 2.0)
                 } else {
                     mii(n)

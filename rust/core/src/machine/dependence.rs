@@ -20,6 +20,7 @@ struct OnChipBox {
 }
 
 impl OnChipBox {
+    #[inline]
     fn of(a: &Ap) -> Option<OnChipBox> {
         if a.mem == Mem::Hbm {
             return None;
@@ -48,6 +49,7 @@ impl OnChipBox {
         })
     }
 
+    #[inline]
     fn overlaps(&self, o: &OnChipBox) -> bool {
         self.mem == o.mem && self.p0 < o.p1 && o.p0 < self.p1 && self.lo < o.hi && o.lo < self.hi
     }
@@ -68,6 +70,7 @@ fn tracked(e: Engine) -> bool {
 
 impl LastWrites {
     /// Whether `ins` reads what the previous instruction wrote; then remember `ins`'s writes.
+    #[inline]
     pub fn track(&mut self, ins: &Instr) -> bool {
         if !tracked(ins.engine) || ins.op.spec().cost.path() != DataPath::Compute {
             self.boxes = [None, None];
@@ -76,12 +79,15 @@ impl LastWrites {
         let mut dependent = false;
         let mut next = [None, None];
         let mut k = 0;
-        for (_, _, acc, ap) in ins.tensors() {
+        let params = ins.op.spec().params;
+        for (i, arg) in ins.args.iter().enumerate() {
+            let Some(ap) = arg.tensor() else { continue };
             let Some(b) = OnChipBox::of(ap) else { continue };
-            if acc.reads() && !dependent {
+            let acc = params[i].access;
+            if !dependent && acc.reads() {
                 dependent = self.boxes.iter().flatten().any(|w| w.overlaps(&b));
             }
-            if acc.writes() && k < 2 {
+            if k < 2 && acc.writes() {
                 next[k] = Some(b);
                 k += 1;
             }

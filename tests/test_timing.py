@@ -14,6 +14,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import trn3emu as t3
+from trn3emu import _native
 from trn3emu.cli import main as cli
 
 BF16 = ml_dtypes.bfloat16
@@ -108,7 +109,10 @@ def test_small_dma_costs_at_least_the_fixed_cost(dev):
     p.dma_copy(dst=p.sbuf((1, 16), np.float32), src=dev.hbm.put(np.zeros((1, 16), np.float32)))
     d = dev.run(p).trace.dma
     assert d["end_ns"][0] - d["start_ns"][0] >= DMA_FIXED_NS
-    assert d["end_ns"][0] - d["start_ns"][0] < DMA_FIXED_NS + 100
+    # One 64-byte DMA buffer still occupies its engine for the per-descriptor minimum (fitted to
+    # the published DMA throughput curve, docs/cost-model.md table 2), on top of the fixed cost.
+    floor = _native.cost_params()["dma_descriptor_min_ns"]
+    assert d["end_ns"][0] - d["start_ns"][0] < DMA_FIXED_NS + floor + 10
 
 
 def test_priority_decides_who_gets_busy_engines(dev):

@@ -14,6 +14,7 @@ __all__ = [
     "convert_to_f32",
     "isa_opcodes",
     "cost_params",
+    "hbm_stack",
     "constants",
     "numerics_options",
     "get_num_threads",
@@ -35,6 +36,9 @@ __all__ = [
     "NUM_REGISTERS",
     "MAX_SYNC",
     "MAX_FREE_DIMS",
+    "CHIPLETS",
+    "HBM_STACKS",
+    "HBM_INTERLEAVE_BYTES",
     "STREAMS",
 ]
 
@@ -51,6 +55,9 @@ AUTO_SEM_BASE: int
 NUM_REGISTERS: int
 MAX_SYNC: int
 MAX_FREE_DIMS: int
+CHIPLETS: int
+HBM_STACKS: int
+HBM_INTERLEAVE_BYTES: int
 STREAMS: tuple[str, ...]
 
 @final
@@ -91,8 +98,11 @@ class Device:
         sr_bits: int | None = None,
         fp8_overflow: str | None = None,
         mx_scale: str | None = None,
+        timing: str | None = None,
     ) -> Device: ...
     def numerics(self) -> dict[str, str | int]: ...
+    @property
+    def timing(self) -> str: ...
     def hbm_write(self, addr: int, data: npt.NDArray[np.uint8]) -> None: ...
     def hbm_zero(self, addr: int, nbytes: int) -> None: ...
     def hbm_equals(self, addr: int, data: npt.NDArray[np.uint8]) -> bool: ...
@@ -129,7 +139,8 @@ def convert_to_f32(
     dtype: str, codes: npt.NDArray[np.uint32], out: npt.NDArray[np.float32] | None = None
 ) -> npt.NDArray[np.float32]: ...
 def isa_opcodes() -> list[tuple[int, str]]: ...
-def cost_params() -> dict[str, float]: ...
+def cost_params(timing: str | None = None) -> dict[str, Any]: ...
+def hbm_stack(addr: int) -> int: ...
 def constants() -> dict[str, int]: ...
 def numerics_options() -> dict[str, dict[str, Any]]: ...
 def get_num_threads() -> int: ...

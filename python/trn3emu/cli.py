@@ -199,7 +199,9 @@ def _result_from_python(path: str, dev: Device, kernel: str | None):
 
 
 def _cmd_trace(args) -> int:
-    dev = Device()
+    if args.timing:  # NKI kernels the file runs make their own devices: they read the variable
+        os.environ["TRN3EMU_TIMING"] = args.timing
+    dev = Device(timing=args.timing)
     if args.program.endswith(".py"):
         got = _result_from_python(args.program, dev, args.kernel)
         result = got if not isinstance(got, list) else _run(dev, got, args)
@@ -300,6 +302,11 @@ def main(argv: list[str] | None = None) -> int:
         help="Chrome Trace Event JSON output, gzip if it ends in .gz (default trace.json)",
     )
     t.add_argument("--png", help="also render a timeline PNG (needs matplotlib: trn3emu[plot])")
+    t.add_argument(
+        "--timing",
+        choices=["trn1", "trn2", "trn3"],
+        help="time with this generation's published constants (default: TRN3EMU_TIMING, else trn3)",
+    )
     t.add_argument("--input", action="append", default=[], metavar="ADDR[:DTYPE]=FILE.npy", help=_INPUT_HELP)
     t.add_argument("--sync", choices=["manual", "auto"], default="auto", help=_SYNC_HELP)
     t.add_argument("--no-race-check", action="store_true")

@@ -251,6 +251,7 @@ class Device:
         sr_bits: int = _DEFAULT["sr_bits"],
         fp8_overflow: str = _DEFAULT["fp8_overflow"],
         mx_scale: str = _DEFAULT["mx_scale"],
+        timing: str | None = None,
     ) -> None:
         """Numerics options (docs/numerics.md):
 
@@ -264,14 +265,24 @@ class Device:
         - `mx_scale`: `quantize_mx` scale rule, "nki" (NKI 0.6: 2x the OCP scale) or "ocp".
 
         `NUMERICS_OPTIONS` (module attribute) lists every option with its values and default.
+
+        `timing`: whose published constants (clocks, data-path widths, PE modes, DMA rates, HBM
+        bandwidth) time the runs: "trn1", "trn2" or "trn3" (default; None follows the
+        `TRN3EMU_TIMING` environment variable). Functional behaviour stays NeuronCore-v4
+        whatever the timing (docs/cost-model.md, "Generation constants").
         """
-        self._native = _native.Device(rounding, seed, sr_bits, fp8_overflow, mx_scale)
+        self._native = _native.Device(rounding, seed, sr_bits, fp8_overflow, mx_scale, timing)
         self.hbm = Hbm(self._native)
 
     @property
     def numerics(self) -> dict[str, Any]:
         """The numerics configuration in effect (after environment variables and arguments)."""
         return dict(self._native.numerics())
+
+    @property
+    def timing(self) -> str:
+        """The generation whose published constants time this device's runs."""
+        return self._native.timing
 
     @property
     def max_executed(self) -> int:

@@ -43,7 +43,17 @@ _SPARSE_OPS = frozenset(
     code for name, (code, _e, _p) in INSTRUCTIONS.items() if INSTRUCTION_FLAGS[name][0] == "pe_matmul_sparse"
 )
 COST = _native.cost_params()
-"""The default cost model's numbers (clocks, peaks, DMA machinery), from the Rust core."""
+"""The default (trn3) cost model's numbers (clocks, peaks, DMA machinery), from the Rust core;
+`Trace.cost` holds those of the generation that timed a trace."""
+_COSTS: dict[str, dict] = {"trn3": COST}
+
+
+def cost_params(timing: str) -> dict:
+    """The cost model's numbers of generation `timing` (cached)."""
+    if timing not in _COSTS:
+        _COSTS[timing] = _native.cost_params(timing)
+    return _COSTS[timing]
+
 
 _INSTR_DTYPE = [
     ("core", "u1"),
@@ -112,6 +122,10 @@ class Trace:
 
     def __init__(self, cols: dict, programs: list) -> None:
         self.schema_version = int(cols.get("schema_version", SCHEMA_VERSION))
+        #: The generation whose published constants timed the run ("trn1", "trn2", "trn3").
+        self.timing = str(cols.get("timing", "trn3"))
+        #: That generation's cost-model numbers (`_native.cost_params`).
+        self.cost = cost_params(self.timing) if self.timing in ("trn1", "trn2", "trn3") else COST
         self.columns = {
             "core": cols["core"],
             "unit": cols["unit"],
@@ -300,7 +314,7 @@ class Trace:
         for w, rec, by in zip(s["wait"].tolist(), s["record"].tolist(), s["by"].tolist()):
             if w and by >= 0:
                 waits.setdefault(rec, []).append((visible.get(by, end[by]), by))
-        fixed = float(COST["dma_fixed_ns"])
+        fixed = float(self.cost["dma_fixed_ns"])
 
         path = [int(np.argmax(c["end_ns"]))]
         seen = {path[0]}
@@ -381,7 +395,7 @@ class Trace:
         for k in np.unique(sp["core"]):
             m = sp["core"] == k
             busy = float((sp["end_ns"][m] - sp["start_ns"][m]).sum())
-            n_eng = int(COST["dma_engines"])
+            n_eng = int(self.cost["dma_engines"])
             dma_engines[int(k)] = {
                 "engines_used": int(len(np.unique(sp["engine"][m]))),
                 "mean_utilisation": busy / (n_eng * total) if total else 0.0,
@@ -397,6 +411,7 @@ class Trace:
             prev = max(prev, e)
         return {
             "schema_version": self.schema_version,
+            "timing": self.timing,
             "total_ns": total,
             "units": units,
             "dma_gbps_per_core": per_core_dma,
@@ -406,12 +421,12 @@ class Trace:
             "critical_path_ns_by_unit": along,
             "source_lines": [{"core": k, "unit": u, "lines": v} for (k, u), v in self.source_lines().items()],
             "peaks": {
-                "tensor_tflops_bf16": COST["peak_tflops_bf16"],
-                "tensor_tflops_mx": COST["peak_tflops_mx"],
-                "tensor_tflops_fp32": COST["peak_tflops_fp32"],
-                "tensor_tflops_sparse": COST["peak_tflops_sparse"],
-                "dma_gbps_per_core": COST["dma_engines"] * COST["dma_engine_bytes_per_ns"],
-                "hbm_gbps": COST["hbm_bytes_per_ns"],
+                "tensor_tflops_bf16": self.cost["peak_tflops_bf16"],
+                "tensor_tflops_mx": self.cost["peak_tflops_mx"],
+                "tensor_tflops_fp32": self.cost["peak_tflops_fp32"],
+                "tensor_tflops_sparse": self.cost["peak_tflops_sparse"],
+                "dma_gbps_per_core": self.cost["dma_engines"] * self.cost["dma_engine_bytes_per_ns"],
+                "hbm_gbps": self.cost["hbm_bytes_per_ns"],
             },
         }
 
@@ -448,6 +463,8 @@ class Trace:
         pk = st["peaks"]
         lines = [
             f"estimated time {st['total_ns']:,.1f} ns ({len(self)} records, trace schema v{self.schema_version})",
+            f"timed with the published constants of {self.timing} ({self.cost.get('neuron_core', '?')}); "
+            "functional behaviour is NeuronCore-v4",
             f"{'core':>4} {'unit':<11} {'n':>6} {'busy ns':>12} {'util':>6} {'achieved':>18}  peak",
         ]
         for u in st["units"]:
@@ -459,7 +476,8 @@ class Trace:
                 peak = f"{pk['dma_gbps_per_core']:g} GB/s per core (all queues)"
             elif u["flops"]:
                 ach = f"{u['tflops'] * 1e3:.1f} GFLOPS"
-                peak = "1.2 TFLOPS fp32" if u["unit"] in ("vector", "scalar") else ""
+                vp = self.cost.get("peak_tflops_vector", 0.0)
+                peak = f"{vp:g} TFLOPS fp32" if vp and u["unit"] in ("vector", "scalar") else ""
             else:
                 ach, peak = "", ""
             lines.append(
@@ -475,7 +493,7 @@ class Trace:
             e = st["dma_engines"].get(core, {"engines_used": 0, "mean_utilisation": 0.0})
             lines.append(
                 f"core {core} DMA: {g:,.1f} GB/s of {pk['dma_gbps_per_core']:g} GB/s; "
-                f"{e['engines_used']} of {int(COST['dma_engines'])} engines used, mean busy {e['mean_utilisation']:.1%}"
+                f"{e['engines_used']} of {int(self.cost['dma_engines'])} engines used, mean busy {e['mean_utilisation']:.1%}"
             )
         lines.append(f"device HBM traffic: {st['hbm_gbps']:,.1f} GB/s of {pk['hbm_gbps']:g} GB/s")
         along = ", ".join(f"{k} {v:,.1f} ns" for k, v in sorted(st["critical_path_ns_by_unit"].items()))

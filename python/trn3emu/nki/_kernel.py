@@ -913,7 +913,7 @@ class _Traced:
 #: instructions that draw from or set a random generator (their results depend on the run: not reusable)
 _RNG_OPS = frozenset(name for name, (_cost, _path, rng, _maskable) in INSTRUCTION_FLAGS.items() if rng)
 #: Environment variables read when a Device is made (its numerics configuration).
-_DEVICE_ENV = ("NEURON_RT_STOCHASTIC_ROUNDING_EN", "NEURON_RT_STOCHASTIC_ROUNDING_SEED")
+_DEVICE_ENV = ("NEURON_RT_STOCHASTIC_ROUNDING_EN", "NEURON_RT_STOCHASTIC_ROUNDING_SEED", "TRN3EMU_TIMING")
 
 
 class _Spare:

@@ -6,14 +6,15 @@
 //! source; the guesses are marked there and here (`GUESS`).
 
 use crate::isa::ops::class;
-use crate::isa::spec::Access;
-use crate::isa::tables::{CostClass, MatmulPerfMode};
+use crate::isa::spec::{Access, DataPath};
+use crate::isa::tables::{AluOp, CostClass, DgeMode, MatmulPerfMode};
 use crate::isa::{DType, Engine, Instr};
 use crate::memory::{Ap, Mem};
+use crate::timing::{default_generation, Generation};
 
-/// TensorE clock, GHz (reference §1.2).
+/// TensorE clock of the default (trn3) timing, GHz (reference §1.2); other generations: `timing.rs`.
 pub const TENSOR_GHZ: f64 = 2.4;
-/// VectorE / ScalarE / GpSimd clock, GHz (reference §1.2). Sync's sequencer: same (GUESS).
+/// VectorE / ScalarE / GpSimd clock of the default (trn3) timing, GHz (reference §1.2).
 pub const ENGINE_GHZ: f64 = 1.2;
 /// Minimum initiation interval of Vector/Scalar/GpSimd instructions, cycles (reference §1.12).
 pub const MIN_II: f64 = 64.0;
@@ -25,6 +26,25 @@ pub const GPSIMD_START: f64 = 150.0;
 pub const ISSUE_CYCLES: f64 = 64.0;
 /// Time from a semaphore increment to a waiting engine seeing it, ns (GUESS: ~64 cycles @ 1.2 GHz).
 pub const SEM_LATENCY_NS: f64 = 53.0;
+/// Extra cycles of a Vector/Scalar/GpSimd instruction that reads what the previous instruction
+/// of its engine wrote, issued back to back: the documented static instruction overhead of 100
+/// engine cycles for dependent instructions (Trn1/Inf2 architecture guide, anchor I5).
+pub const DEPENDENT_CYCLES: f64 = 100.0;
+/// A dependent instruction with fewer than `SMALL_N` elements per partition pays the guide's
+/// second static overhead of 100 cycles ("N << 128") as well: it cannot hide the previous
+/// write's commit behind its own streaming. Our reading (applied to dependent instructions
+/// only; independent small ones pay MIN_II as the ISA pages give); with it a dependent
+/// 1-element ScalarE chain takes 64 + 100 + 100 = 264 cycles, 189 ns on Trn1 (anchor I3).
+pub const SMALL_CYCLES: f64 = 100.0;
+/// Elements per partition below which an instruction counts as small (the guide's "N << 128").
+pub const SMALL_N: f64 = 128.0;
+/// Minimum initiation interval of a compute instruction with a runtime (register / tile)
+/// address offset, engine cycles (SDK 2.23 ISA docs, `tensor_copy_dynamic_src/dst`: ~600; I7).
+pub const DYNAMIC_II: f64 = 600.0;
+/// Innermost SBUF/PSUM stride above which an engine port delivers half bandwidth, bytes (I8).
+pub const STRIDE_PENALTY_BYTES: i64 = 16;
+/// GpSimd rsqrt runs 4x slower than ScalarE's (NC-v2 ISA notes, reference §1.12).
+pub const GPSIMD_RSQRT_FACTOR: f64 = 4.0;
 
 /// The published TensorE peaks per core, TFLOPS (reference §1.2), for reports.
 pub const PEAK_TFLOPS_BF16: f64 = 79.0;
@@ -52,27 +72,59 @@ pub struct DmaParams {
     pub engine_bytes_per_ns: f64,
     /// Fixed cost of one transfer (semaphore-to-start across engines), ns (~1300).
     pub fixed_ns: f64,
-    /// Engine time per DMA buffer (contiguous run), ns (GUESS: fitted so that 4 KiB runs reach
-    /// ~90 % and 2 KiB ~80 % of the engine bandwidth, as the bandwidth guide describes).
+    /// Engine time per DMA buffer (contiguous run) on top of its bytes, ns (fitted to the Trn2
+    /// throughput curve, anchor I2: 4 KiB per partition reaches 96 %).
     pub descriptor_ns: f64,
+    /// Minimum engine time of one DMA buffer, ns: a buffer of fewer bytes still occupies its
+    /// engine this long, so time per transfer is flat up to ~2 KiB per partition, then linear
+    /// (fitted to anchor I2 at 23 B/ns: 256 B 10 %, 512 B 21 %, 1 KiB 42 %, 2 KiB 82 %; GUESS:
+    /// the same time on every generation).
+    pub descriptor_min_ns: f64,
     /// Device-wide HBM bandwidth shared by every engine of every core, bytes/ns (4.7 TB/s).
     pub hbm_bytes_per_ns: f64,
     /// QoS classes (v4: 4; `priority` 0 = highest).
     pub priorities: u8,
+    /// Chiplets whose HBM stacks are near their own cores only (2 on Trn3, `hw::hbm_chiplet`);
+    /// 1: every stack is near every core.
+    pub chiplets: usize,
+    /// Extra latency of a transfer touching the far chiplet's HBM, ns (ESTIMATE).
+    pub far_latency_ns: f64,
+    /// Die-to-die bandwidth towards each chiplet for far HBM bytes, bytes/ns (ESTIMATE).
+    pub d2d_bytes_per_ns: f64,
 }
 
 impl Default for DmaParams {
     fn default() -> Self {
+        DmaParams::of(default_generation())
+    }
+}
+
+impl DmaParams {
+    /// The DMA machinery of generation `g`.
+    pub fn of(g: &Generation) -> Self {
         DmaParams {
             engines: 16,
             queues: 16,
             partitions_per_engine: 8,
-            engine_bytes_per_ns: 33.0,
+            engine_bytes_per_ns: g.dma_engine_bytes_per_ns,
             fixed_ns: 1300.0,
-            descriptor_ns: 16.0,
-            hbm_bytes_per_ns: 4700.0,
+            descriptor_ns: 7.4,
+            descriptor_min_ns: 108.0,
+            hbm_bytes_per_ns: g.hbm_bytes_per_ns,
             priorities: 4,
+            chiplets: g.chiplets,
+            far_latency_ns: 200.0,
+            d2d_bytes_per_ns: g.hbm_bytes_per_ns / 4.0,
         }
+    }
+
+    /// Engine time of `descriptors` DMA buffers carrying `bytes` in all, at `rate` of the
+    /// engine bandwidth, ns: each buffer takes `max(descriptor_min_ns, descriptor_ns + its
+    /// bytes / bandwidth)`.
+    pub fn piece_ns(&self, bytes: u64, descriptors: u64, rate: f64) -> f64 {
+        let d = descriptors.max(1) as f64;
+        let per = bytes as f64 / d / (self.engine_bytes_per_ns * rate.max(0.01));
+        d * (self.descriptor_ns + per).max(self.descriptor_min_ns)
     }
 }
 
@@ -82,6 +134,9 @@ pub struct Issue {
     /// The stream's previous instruction ended exactly when this one starts (no idle gap):
     /// pipelines are warm and a matmul's LoadStationary ran in the background.
     pub back_to_back: bool,
+    /// Issued back to back and reads what the previous instruction of the same engine wrote
+    /// (a read-after-write the engine must drain first: `DEPENDENT_CYCLES`).
+    pub dependent: bool,
 }
 
 /// How a collective instruction moves data between the ranks of its group (the engines layer
@@ -113,6 +168,10 @@ pub trait CostModel: Send + Sync {
     fn dma(&self) -> DmaParams;
     /// Semaphore increment to visibility, ps.
     fn sem_latency_ps(&self) -> u64;
+    /// The name of the generation whose constants this model uses ("trn3" ...), for traces.
+    fn timing(&self) -> &'static str {
+        "custom"
+    }
     /// Time from the last arrival of a collective's group to the release of every rank, ps;
     /// `src_bytes` is one rank's src, `ranks` the group size. By default a barrier is one
     /// semaphore hop; data moves on the DMA engines of a core at their aggregate bandwidth
@@ -142,18 +201,35 @@ fn ps(cycles: f64, ghz: f64) -> u64 {
     ((cycles / ghz) * 1000.0).ceil().max(1.0) as u64
 }
 
-/// The engine's clock, GHz.
+/// The engine's clock under the default (trn3) timing, GHz.
 pub fn clock_ghz(e: Engine) -> f64 {
-    if e == Engine::Tensor {
-        TENSOR_GHZ
-    } else {
-        ENGINE_GHZ
+    engine_ghz(default_generation(), e)
+}
+
+/// The engine's clock in generation `g`, GHz.
+pub fn engine_ghz(g: &Generation, e: Engine) -> f64 {
+    match e {
+        Engine::Tensor => g.tensor_ghz,
+        Engine::Vector => g.vector_ghz,
+        Engine::Scalar => g.scalar_ghz,
+        Engine::Gpsimd => g.gpsimd_ghz,
+        _ => g.sync_ghz,
     }
 }
 
-/// The published-numbers model.
-#[derive(Default, Clone, Copy)]
-pub struct DefaultCost;
+/// The published-numbers model, with one generation's constants (`timing.rs`).
+#[derive(Clone, Copy)]
+pub struct DefaultCost {
+    pub gen: &'static Generation,
+}
+
+impl Default for DefaultCost {
+    fn default() -> Self {
+        DefaultCost {
+            gen: default_generation(),
+        }
+    }
+}
 
 /// 8/16-bit floats: the dtypes VectorE/ScalarE perf modes and the 2x data paths apply to.
 pub fn is_narrow(d: DType) -> bool {
@@ -209,29 +285,54 @@ fn innermost_contiguous(a: &Ap) -> bool {
         .is_none_or(|&(step, num)| step == 1 || num <= 1)
 }
 
-/// VectorE/ScalarE performance-mode speed-up of one-input streaming ops (reference §1.7):
-/// VectorE 4x when every data operand is 8/16-bit float in SBUF with a contiguous innermost dim,
-/// 2x when narrow but PSUM-side or strided; ScalarE 2x when narrow; GpSimd none.
-fn perf_mode(engine: Engine, sh: &Shape) -> f64 {
-    let narrow = !sh.data.is_empty() && sh.data.iter().all(|(a, _)| is_narrow(a.dtype));
-    if !narrow {
+/// BF16/FP16: the dtypes the documented VectorE / ScalarE performance modes name.
+fn is_half(d: DType) -> bool {
+    matches!(d, DType::Bfloat16 | DType::Float16)
+}
+
+/// Innermost stride of an access pattern in bytes (the innermost dim of more than one element).
+fn innermost_stride_bytes(a: &Ap) -> i64 {
+    a.dims
+        .iter()
+        .rev()
+        .find(|&&(_, num)| num > 1)
+        .map_or(0, |&(step, _)| step.abs() * a.dtype.size() as i64)
+}
+
+/// Speed-up of tensor_copy / tensor_scalar from the documented performance modes (Trainium2
+/// architecture guide, "Vector Engine Performance Mode"; v4 ScalarE, reference §1.7): VectorE
+/// 4x when every operand is BF16/FP16, in SBUF and innermost-contiguous; 2x when BF16/FP16 and
+/// either all in SBUF (strided) or innermost-contiguous with one side in PSUM; ScalarE (v4) 2x
+/// for BF16/FP16; otherwise 1x.
+fn copy_scalar_mode(g: &Generation, engine: Engine, sh: &Shape) -> f64 {
+    let half = !sh.data.is_empty() && sh.data.iter().all(|(a, _)| is_half(a.dtype));
+    if !half {
         return 1.0;
     }
     match engine {
-        Engine::Vector => {
-            let fast = sh
-                .data
-                .iter()
-                .all(|(a, _)| a.mem == Mem::Sbuf && innermost_contiguous(a));
-            if fast {
-                4.0
-            } else {
-                2.0
+        Engine::Vector if g.vector_perf_modes => {
+            let sbuf = sh.data.iter().all(|(a, _)| a.mem == Mem::Sbuf);
+            let contiguous = sh.data.iter().all(|(a, _)| innermost_contiguous(a));
+            match (sbuf, contiguous) {
+                (true, true) => 4.0,
+                (true, false) | (false, true) => 2.0,
+                (false, false) => 1.0,
             }
         }
-        Engine::Scalar => 2.0,
+        Engine::Scalar if g.scalar_perf_mode => 2.0,
         _ => 1.0,
     }
+}
+
+/// tensor_copy / tensor_scalar cycles: the performance modes, and GpSimd's rsqrt at a quarter
+/// of ScalarE's rate.
+fn copy_scalar_cycles(g: &Generation, ins: &Instr, sh: &Shape, n: f64) -> f64 {
+    // (The operand view is only built for GpSimd: the dispatch hot path skips it.)
+    let rsqrt = ins.engine == Engine::Gpsimd
+        && class::VecCopyScalar::of(ins)
+            .is_some_and(|v| v.op0 == Some(AluOp::Rsqrt) || v.op1 == Some(AluOp::Rsqrt));
+    let n = if rsqrt { n * GPSIMD_RSQRT_FACTOR } else { n };
+    (n / copy_scalar_mode(g, ins.engine, sh)).max(MIN_II)
 }
 
 /// (contraction K, stationary free M, moving free N) of a pe_matmul instruction, in values.
@@ -302,18 +403,24 @@ pub fn flops(ins: &Instr) -> u64 {
 
 /// TensorE matmul: MultiplyMoving over the moving free size (fp32 at 1/4 rate, 1/2 with a
 /// one-zero operand); a cold array also pays the LoadStationary and the start-up latency.
-fn pe_matmul_cycles(ins: &Instr, issue: Issue) -> f64 {
+fn pe_matmul_cycles(g: &Generation, ins: &Instr, issue: Issue) -> f64 {
     let Some(mm) = class::PeMatmul::of(ins) else {
         return MIN_II;
     };
     let (st, mv) = (mm.stationary, mm.moving);
     let (ns, mut nm) = (st.free_size() as f64, mv.free_size() as f64);
-    let ns = if mm.perf_mode == Some(MatmulPerfMode::DoubleRow) {
+    // double_row halves the columns per pass where the generation has the mode (v3+); without
+    // it the two halves of the contraction take a pass each (the moving columns stay).
+    let ns = if mm.perf_mode == Some(MatmulPerfMode::DoubleRow) && g.pe_double_row {
         nm /= 2.0;
         ns / 2.0
     } else {
         ns
     };
+    // MX (4 values per PE per cycle) is v4 only; earlier generations take four passes.
+    if is_x4(st.dtype) && !g.pe_mx {
+        nm *= 4.0;
+    }
     // Back-to-back: the next LoadStationary overlaps this MultiplyMoving.
     let mut c = ns.min(64.0).max(nm);
     if is_fp32(st.dtype) || is_fp32(mv.dtype) {
@@ -376,20 +483,55 @@ fn gpsimd_gather_cycles(ins: &Instr, n: f64) -> f64 {
 }
 
 impl DefaultCost {
-    /// Cycles on the instruction's engine clock, by cost class (docs/cost-model.md, table 1).
+    /// The model with generation `g`'s constants.
+    pub fn new(g: &'static Generation) -> Self {
+        DefaultCost { gen: g }
+    }
+
+    /// Cycles on the instruction's engine clock: the class formula (table 1), then the rules
+    /// of the streaming engines: a runtime-offset instruction's initiation interval and the
+    /// dependent-instruction overhead (docs/cost-model.md).
     pub fn cycles(&self, ins: &Instr, issue: Issue) -> f64 {
-        use CostClass as C;
-        let eng = ins.engine;
         let sh = shape(ins);
-        let n = sh.n;
-        let all_narrow = !sh.data.is_empty() && sh.data.iter().all(|(a, _)| is_narrow(a.dtype));
+        let c = self.class_cycles(ins, &sh, issue);
+        if !matches!(ins.engine, Engine::Vector | Engine::Scalar | Engine::Gpsimd)
+            || ins.op.spec().cost.path() != DataPath::Compute
+        {
+            return c;
+        }
+        let dynamic = ins
+            .args
+            .iter()
+            .any(|a| a.tensor().is_some_and(|ap| ap.dynamic.is_some()));
+        let c = if dynamic { c.max(DYNAMIC_II) } else { c };
+        if !issue.dependent {
+            return c;
+        }
+        let small = if sh.n < SMALL_N { SMALL_CYCLES } else { 0.0 };
+        c + DEPENDENT_CYCLES + small
+    }
+
+    /// Cycles by cost class (docs/cost-model.md, table 1); on Vector/Scalar/GpSimd an operand
+    /// whose innermost SBUF/PSUM stride exceeds 16 bytes halves the streaming rate (I8).
+    fn class_cycles(&self, ins: &Instr, sh: &Shape, issue: Issue) -> f64 {
+        use CostClass as C;
+        let g = self.gen;
+        let eng = ins.engine;
+        let strided = matches!(eng, Engine::Vector | Engine::Scalar | Engine::Gpsimd)
+            && sh.data.iter().any(|(a, _)| {
+                a.mem != Mem::Hbm && innermost_stride_bytes(a) > STRIDE_PENALTY_BYTES
+            });
+        let n = if strided { 2.0 * sh.n } else { sh.n };
+        let all_narrow = || !sh.data.is_empty() && sh.data.iter().all(|(a, _)| is_narrow(a.dtype));
+        let all_half = || !sh.data.is_empty() && sh.data.iter().all(|(a, _)| is_half(a.dtype));
         let mii = |c: f64| c.max(MIN_II);
         match ins.op.spec().cost {
-            C::Control | C::RngState | C::Dma | C::DmaTranspose | C::Collective => ISSUE_CYCLES,
-            C::PeMatmul => pe_matmul_cycles(ins, issue),
+            C::Control | C::RngState | C::DmaTranspose | C::Collective => ISSUE_CYCLES,
+            C::Dma => self.dma_issue_cycles(ins),
+            C::PeMatmul => pe_matmul_cycles(g, ins, issue),
             C::PeMatmulSparse => pe_matmul_sparse_cycles(ins, issue),
             C::PeTranspose => match eng {
-                Engine::Tensor => pe_transpose_cycles(&sh, issue),
+                Engine::Tensor => pe_transpose_cycles(sh, issue),
                 _ => mii(n),
             },
             C::Act => {
@@ -401,8 +543,9 @@ impl DefaultCost {
                     c
                 }
             }
-            C::Vec1in => mii(n / perf_mode(eng, &sh)),
-            C::Vec1inAcc => mii(n / perf_mode(eng, &sh)) + MIN_II,
+            C::VecCopyScalar => copy_scalar_cycles(g, ins, sh, n),
+            C::Vec1in => mii(n),
+            C::Vec1inAcc => mii(n) + MIN_II,
             C::Vec2in => {
                 let reads: Vec<&Ap> = sh
                     .data
@@ -412,7 +555,7 @@ impl DefaultCost {
                     .collect();
                 let split = reads.iter().any(|a| a.mem == Mem::Psum)
                     && reads.iter().any(|a| a.mem == Mem::Sbuf);
-                let sbuf16 = all_narrow && reads.iter().all(|a| a.mem == Mem::Sbuf);
+                let sbuf16 = all_half() && reads.iter().all(|a| a.mem == Mem::Sbuf);
                 if eng == Engine::Vector && (split || sbuf16) {
                     mii(n)
                 } else {
@@ -420,14 +563,14 @@ impl DefaultCost {
                 }
             }
             C::VecStt => {
-                if all_narrow {
+                if all_narrow() {
                     mii(n)
                 } else {
                     mii(2.0 * n)
                 }
             }
             C::VecReduce => {
-                if all_narrow {
+                if all_narrow() {
                     mii(n / 2.0)
                 } else {
                     mii(n)
@@ -454,7 +597,7 @@ impl DefaultCost {
             }
             C::Memset => {
                 let zero = class::Memset::of(ins).is_none_or(|m| m.value.f32() == 0.0);
-                if zero && all_narrow {
+                if zero && all_narrow() {
                     mii(n / 2.0)
                 } else {
                     mii(n)
@@ -476,17 +619,35 @@ impl DefaultCost {
     }
 }
 
+impl DefaultCost {
+    /// The trigger of a DMA instruction: the sequencer's issue cost; a hardware-DGE instruction
+    /// keeps its engine busy ~600 ns (nki-dge page, anchor I6; occupancy rather than latency
+    /// is our reading, a GUESS).
+    fn dma_issue_cycles(&self, ins: &Instr) -> f64 {
+        let hw = class::Dma::of(ins).is_some_and(|d| d.dge_mode == Some(DgeMode::Hwdge));
+        if hw && self.gen.hwdge_issue_ns > 0.0 {
+            (self.gen.hwdge_issue_ns * engine_ghz(self.gen, ins.engine)).max(ISSUE_CYCLES)
+        } else {
+            ISSUE_CYCLES
+        }
+    }
+}
+
 impl CostModel for DefaultCost {
     fn engine_ps(&self, ins: &Instr, issue: Issue) -> u64 {
-        ps(self.cycles(ins, issue), clock_ghz(ins.engine))
+        ps(self.cycles(ins, issue), engine_ghz(self.gen, ins.engine))
     }
 
     fn dma(&self) -> DmaParams {
-        DmaParams::default()
+        DmaParams::of(self.gen)
     }
 
     fn sem_latency_ps(&self) -> u64 {
         (SEM_LATENCY_NS * 1000.0) as u64
+    }
+
+    fn timing(&self) -> &'static str {
+        self.gen.name
     }
 }
 
@@ -498,7 +659,13 @@ mod tests {
 
     fn warm_tflops(text: &str) -> f64 {
         let ins = parse_instr_unchecked(text).unwrap();
-        let t = DefaultCost.engine_ps(&ins, Issue { back_to_back: true });
+        let t = DefaultCost::default().engine_ps(
+            &ins,
+            Issue {
+                back_to_back: true,
+                dependent: false,
+            },
+        );
         flops(&ins) as f64 / t as f64 // flop per ps = TFLOPS
     }
 
@@ -558,11 +725,18 @@ mod tests {
     #[test]
     fn cold_matmul_pays_load_stationary_and_start_up() {
         let ins = parse_instr_unchecked("nc_matmul dst=psum:float32[0:128]+0[[1,512]] stationary=sbuf:bfloat16[0:128]+0[[1,128]] moving=sbuf:bfloat16[0:128]+256[[1,512]]").unwrap();
-        let warm = DefaultCost.cycles(&ins, Issue { back_to_back: true });
-        let cold = DefaultCost.cycles(
+        let warm = DefaultCost::default().cycles(
+            &ins,
+            Issue {
+                back_to_back: true,
+                dependent: false,
+            },
+        );
+        let cold = DefaultCost::default().cycles(
             &ins,
             Issue {
                 back_to_back: false,
+                dependent: false,
             },
         );
         assert_eq!(warm, 512.0);
@@ -571,7 +745,9 @@ mod tests {
 
     #[test]
     fn vector_perf_modes() {
-        let c = |t: &str| DefaultCost.cycles(&parse_instr_unchecked(t).unwrap(), Issue::default());
+        let c = |t: &str| {
+            DefaultCost::default().cycles(&parse_instr_unchecked(t).unwrap(), Issue::default())
+        };
         // fp32: 1 element/lane/cycle; bf16 SBUF contiguous: 4x; bf16 from PSUM: 2x (§1.7).
         assert_eq!(c("tensor_copy.vector dst=sbuf:float32[0:128]+0[[1,2048]] src=sbuf:float32[0:128]+8192[[1,2048]]"), 2048.0);
         assert_eq!(c("tensor_copy.vector dst=sbuf:bfloat16[0:128]+0[[1,2048]] src=sbuf:bfloat16[0:128]+8192[[1,2048]]"), 512.0);

@@ -25,3 +25,36 @@ const _: () = assert!(PSUM_BANKS * PSUM_BANK_BYTES == PSUM_PART_BYTES);
 /// Chips of the largest Trn3 UltraServer (NeuronSwitch-v1 all-to-all); a replica group names a
 /// core of any chip by its global id `chip * NUM_CORES + core`.
 pub const MAX_CHIPS: usize = 144;
+
+/// Chiplets of a Trainium3 and NeuronCores per chiplet: cores `4c..4c+4` sit on chiplet `c`.
+pub const CHIPLETS: usize = 2;
+pub const CORES_PER_CHIPLET: usize = NUM_CORES / CHIPLETS;
+/// HBM stacks of the device; chiplet `c` is attached to stacks `2c` and `2c + 1`.
+pub const HBM_STACKS: u32 = 4;
+/// Interleave granule between the two stacks of a chiplet, bytes (an ESTIMATE: the address map
+/// is not published; docs/cost-model.md, "Dual-chiplet locality").
+pub const HBM_INTERLEAVE_BYTES: u64 = 4096;
+
+const _: () = assert!(CHIPLETS * CORES_PER_CHIPLET == NUM_CORES);
+
+/// The chiplet a NeuronCore sits on.
+pub const fn core_chiplet(core: usize) -> usize {
+    core / CORES_PER_CHIPLET
+}
+
+/// The chiplet whose stacks hold HBM byte `addr`: the lower half of the address space lives on
+/// chiplet 0's stacks, the upper half on chiplet 1's (ESTIMATE, as the runtime places a core's
+/// memory near it).
+pub const fn hbm_chiplet(addr: u64) -> usize {
+    if addr < HBM_BYTES / 2 {
+        0
+    } else {
+        1
+    }
+}
+
+/// The HBM stack holding byte `addr`: its chiplet's two stacks alternate every
+/// `HBM_INTERLEAVE_BYTES` (ESTIMATE).
+pub const fn hbm_stack(addr: u64) -> u32 {
+    2 * hbm_chiplet(addr) as u32 + ((addr / HBM_INTERLEAVE_BYTES) % 2) as u32
+}

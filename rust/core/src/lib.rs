@@ -16,6 +16,7 @@ pub mod machine;
 pub mod memory;
 pub mod numerics;
 pub mod par;
+pub mod timing;
 pub mod trace;
 
 pub use error::{EmuError, ErrorKind, Result};

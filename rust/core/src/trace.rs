@@ -92,6 +92,8 @@ pub struct Trace {
     pub dma_spans: Vec<DmaSpan>,
     /// Items run after `RunOptions::trace_limit` records were kept: not recorded (0: complete).
     pub dropped: u64,
+    /// The generation whose constants timed the run ("trn3" ..., `CostModel::timing`).
+    pub timing: &'static str,
 }
 
 impl Trace {

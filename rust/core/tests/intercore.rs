@@ -121,13 +121,13 @@ fn a_collective_takes_the_time_of_the_cost_model() {
     struct SlowBarrier;
     impl CostModel for SlowBarrier {
         fn engine_ps(&self, ins: &trn3emu_core::Instr, issue: Issue) -> u64 {
-            DefaultCost.engine_ps(ins, issue)
+            DefaultCost::default().engine_ps(ins, issue)
         }
         fn dma(&self) -> DmaParams {
-            DefaultCost.dma()
+            DefaultCost::default().dma()
         }
         fn sem_latency_ps(&self) -> u64 {
-            DefaultCost.sem_latency_ps()
+            DefaultCost::default().sem_latency_ps()
         }
         fn collective_ps(&self, kind: CollectiveKind, bytes: u64, ranks: usize) -> u64 {
             assert_eq!((kind, bytes, ranks), (CollectiveKind::Barrier, 0, 2));
@@ -148,7 +148,7 @@ fn a_collective_takes_the_time_of_the_cost_model() {
     assert!(r.trace.records.iter().all(|x| x.end_ps == 7_000_000));
     // The default model: one semaphore hop.
     assert_eq!(
-        DefaultCost.collective_ps(CollectiveKind::Barrier, 0, 2),
+        DefaultCost::default().collective_ps(CollectiveKind::Barrier, 0, 2),
         SEM_PS
     );
 }

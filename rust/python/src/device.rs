@@ -68,6 +68,18 @@ fn numerics_config(
     Ok(cfg)
 }
 
+/// The timing generation: `timing` if given, else the `TRN3EMU_TIMING` environment variable,
+/// else trn3.
+fn timing_generation(timing: Option<&str>) -> core::Result<&'static core::timing::Generation> {
+    match timing {
+        Some(t) => core::timing::generation(t),
+        None => match std::env::var(core::timing::ENV) {
+            Ok(v) if !v.trim().is_empty() => core::timing::generation(&v),
+            _ => Ok(core::timing::default_generation()),
+        },
+    }
+}
+
 /// The bytes of `parts` partitions of a core's SBUF or PSUM, `nbytes` from `offset`.
 fn onchip_bytes(
     dev: &core::Device,
@@ -135,7 +147,7 @@ impl Device {
     /// Numerics options (names, values and defaults: `numerics_options()`); None keeps the
     /// default (for `rounding` and `seed`: the Neuron runtime's environment variables).
     #[new]
-    #[pyo3(signature = (rounding = None, seed = None, sr_bits = None, fp8_overflow = None, mx_scale = None))]
+    #[pyo3(signature = (rounding = None, seed = None, sr_bits = None, fp8_overflow = None, mx_scale = None, timing = None))]
     fn new(
         py: Python<'_>,
         rounding: Option<&Bound<'_, PyAny>>,
@@ -143,6 +155,7 @@ impl Device {
         sr_bits: Option<&Bound<'_, PyAny>>,
         fp8_overflow: Option<&Bound<'_, PyAny>>,
         mx_scale: Option<&Bound<'_, PyAny>>,
+        timing: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let int = |o: Option<&Bound<'_, PyAny>>, name| match o {
             Some(v) if !v.is_none() => args::int_arg::<u64>(v, name).map(Some),
@@ -160,9 +173,17 @@ impl Device {
             mx_scale.as_deref(),
         )
         .map_err(py_err(py))?;
-        Ok(Device {
-            inner: core::Device::with_numerics(cfg),
-        })
+        let timing = args::opt_str_arg(timing, "timing")?;
+        let gen = timing_generation(timing.as_deref()).map_err(py_err(py))?;
+        let mut inner = core::Device::with_numerics(cfg);
+        inner.set_timing(gen);
+        Ok(Device { inner })
+    }
+
+    /// The generation whose published constants time runs ("trn1", "trn2" or "trn3").
+    #[getter]
+    fn timing(&self) -> &'static str {
+        self.inner.cost.timing()
     }
 
     /// The numerics configuration in effect (after environment variables and arguments).

@@ -27,6 +27,9 @@ pub const CONSTANTS: &[(&str, u64)] = {
         ("NUM_REGISTERS", NUM_REGISTERS as u64),
         ("MAX_SYNC", MAX_SYNC as u64),
         ("MAX_FREE_DIMS", core::memory::ap::MAX_FREE_DIMS as u64),
+        ("CHIPLETS", core::hw::CHIPLETS as u64),
+        ("HBM_STACKS", core::hw::HBM_STACKS as u64),
+        ("HBM_INTERLEAVE_BYTES", core::hw::HBM_INTERLEAVE_BYTES),
     ]
 };
 
@@ -95,18 +98,30 @@ pub fn numerics_options<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
     Ok(out)
 }
 
-/// The default cost model's numbers the trace reports compare against (docs/cost-model.md).
+/// A generation's cost-model numbers the trace reports compare against (docs/cost-model.md):
+/// `timing` names the generation (default trn3).
 #[pyfunction]
-pub fn cost_params<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+#[pyo3(signature = (timing = None))]
+pub fn cost_params<'py>(py: Python<'py>, timing: Option<&str>) -> PyResult<Bound<'py, PyDict>> {
     use core::cost::*;
+    let g = match timing {
+        Some(t) => core::timing::generation(t).map_err(crate::errors::py_err(py))?,
+        None => core::timing::default_generation(),
+    };
     let d = PyDict::new(py);
-    let p = DmaParams::default();
-    d.set_item("tensor_ghz", TENSOR_GHZ)?;
-    d.set_item("engine_ghz", ENGINE_GHZ)?;
-    d.set_item("peak_tflops_bf16", PEAK_TFLOPS_BF16)?;
-    d.set_item("peak_tflops_mx", PEAK_TFLOPS_MX)?;
-    d.set_item("peak_tflops_fp32", PEAK_TFLOPS_FP32)?;
-    d.set_item("peak_tflops_sparse", PEAK_TFLOPS_SPARSE)?;
+    let p = DmaParams::of(g);
+    d.set_item("timing", g.name)?;
+    d.set_item("neuron_core", g.core)?;
+    d.set_item("tensor_ghz", g.tensor_ghz)?;
+    d.set_item("vector_ghz", g.vector_ghz)?;
+    d.set_item("scalar_ghz", g.scalar_ghz)?;
+    d.set_item("gpsimd_ghz", g.gpsimd_ghz)?;
+    d.set_item("engine_ghz", g.scalar_ghz)?;
+    d.set_item("peak_tflops_bf16", g.peak_tflops_bf16)?;
+    d.set_item("peak_tflops_mx", g.peak_tflops_fp8)?;
+    d.set_item("peak_tflops_fp32", g.peak_tflops_fp32)?;
+    d.set_item("peak_tflops_sparse", g.peak_tflops_sparse)?;
+    d.set_item("peak_tflops_vector", g.peak_tflops_vector)?;
     d.set_item("sem_latency_ns", SEM_LATENCY_NS)?;
     d.set_item("dma_engines", p.engines)?;
     d.set_item("dma_queues", p.queues)?;
@@ -114,9 +129,22 @@ pub fn cost_params<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
     d.set_item("dma_engine_bytes_per_ns", p.engine_bytes_per_ns)?;
     d.set_item("dma_fixed_ns", p.fixed_ns)?;
     d.set_item("dma_descriptor_ns", p.descriptor_ns)?;
+    d.set_item("dma_descriptor_min_ns", p.descriptor_min_ns)?;
     d.set_item("hbm_bytes_per_ns", p.hbm_bytes_per_ns)?;
     d.set_item("dma_priorities", p.priorities)?;
+    d.set_item(
+        "timings",
+        PyList::new(py, core::timing::GENERATIONS.iter().map(|g| g.name))?,
+    )?;
     Ok(d)
+}
+
+/// The HBM stack (0..4) holding byte `addr`: chiplet 0's stacks 0 and 1 hold the lower half of
+/// the address space, chiplet 1's stacks 2 and 3 the upper half, alternating every
+/// `HBM_INTERLEAVE_BYTES` (an estimate: docs/cost-model.md, "Dual-chiplet locality").
+#[pyfunction]
+pub fn hbm_stack(addr: u64) -> u32 {
+    core::hw::hbm_stack(addr)
 }
 
 /// `(opcode, name)` of every instruction, in opcode order.

@@ -27,6 +27,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(numerics::convert_to_f32, m)?)?;
     m.add_function(wrap_pyfunction!(info::isa_opcodes, m)?)?;
     m.add_function(wrap_pyfunction!(info::cost_params, m)?)?;
+    m.add_function(wrap_pyfunction!(info::hbm_stack, m)?)?;
     m.add_function(wrap_pyfunction!(info::constants, m)?)?;
     m.add_function(wrap_pyfunction!(info::numerics_options, m)?)?;
     m.add_function(wrap_pyfunction!(threads::get_num_threads, m)?)?;

@@ -57,6 +57,7 @@ impl RawTrace {
         cols.set_item("sems", self.sems(py)?)?;
         cols.set_item("dma_spans", self.dma_spans(py)?)?;
         cols.set_item("schema_version", core::trace::SCHEMA_VERSION)?;
+        cols.set_item("timing", self.inner.timing)?;
         Ok(cols)
     }
 }

@@ -2602,6 +2602,29 @@ pub mod class {
         }
     }
 
+    /// Operands of cost class `vec_copy_scalar`.
+    #[derive(Clone, Copy)]
+    pub struct VecCopyScalar {
+        pub op0: Option<AluOp>,
+        pub op1: Option<AluOp>,
+    }
+    impl VecCopyScalar {
+        /// `None` when `ins` is not of this class or is malformed.
+        pub fn of<'a>(ins: &'a Instr) -> Option<Self> {
+            match ins.op {
+                Opcode::TensorScalar => {
+                    let v = super::TensorScalar::view(ins).ok()?;
+                    Some(Self { op0: Some(v.op0), op1: v.op1 })
+                }
+                Opcode::TensorCopy => {
+                    let _ = super::TensorCopy::view(ins).ok()?;
+                    Some(Self { op0: None, op1: None })
+                }
+                _ => None,
+            }
+        }
+    }
+
     /// Operands of cost class `memset`.
     #[derive(Clone, Copy)]
     pub struct Memset {
@@ -2663,6 +2686,7 @@ pub mod class {
     #[derive(Clone, Copy)]
     pub struct Dma {
         pub priority: Option<i32>,
+        pub dge_mode: Option<DgeMode>,
     }
     impl Dma {
         /// `None` when `ins` is not of this class or is malformed.
@@ -2670,11 +2694,11 @@ pub mod class {
             match ins.op {
                 Opcode::DmaCopy => {
                     let v = super::DmaCopy::view(ins).ok()?;
-                    Some(Self { priority: v.priority })
+                    Some(Self { priority: v.priority, dge_mode: Some(v.dge_mode) })
                 }
                 Opcode::DmaCompute => {
                     let _ = super::DmaCompute::view(ins).ok()?;
-                    Some(Self { priority: None })
+                    Some(Self { priority: None, dge_mode: None })
                 }
                 _ => None,
             }

@@ -767,6 +767,8 @@ pub enum CostClass {
     Act,
     /// One streaming input: VectorE / ScalarE performance modes apply.
     Vec1in,
+    /// tensor_copy / tensor_scalar: the documented VectorE (v3+) and ScalarE (v4) performance modes; GpSimd rsqrt at 1/4 rate.
+    VecCopyScalar,
     /// One streaming input with an accumulator drain.
     Vec1inAcc,
     /// Two streaming inputs (one port each when split SBUF/PSUM).
@@ -814,7 +816,7 @@ pub enum CostClass {
 }
 impl CostClass {
     pub const ALL: &'static [CostClass] = &[
-        CostClass::Control, CostClass::PeMatmul, CostClass::PeMatmulSparse, CostClass::PeTranspose, CostClass::Act, CostClass::Vec1in, CostClass::Vec1inAcc, CostClass::Vec2in, CostClass::VecStt, CostClass::VecReduce, CostClass::VecScan, CostClass::VecPred, CostClass::VecExp, CostClass::VecQuant, CostClass::VecMax8, CostClass::Reciprocal, CostClass::Memset, CostClass::BnAggr, CostClass::Gpsimd1in, CostClass::GpsimdAffine, CostClass::GpsimdGather, CostClass::GpsimdNGather, CostClass::Topk, CostClass::Rng, CostClass::RngState, CostClass::Dma, CostClass::DmaTranspose, CostClass::Collective,
+        CostClass::Control, CostClass::PeMatmul, CostClass::PeMatmulSparse, CostClass::PeTranspose, CostClass::Act, CostClass::Vec1in, CostClass::VecCopyScalar, CostClass::Vec1inAcc, CostClass::Vec2in, CostClass::VecStt, CostClass::VecReduce, CostClass::VecScan, CostClass::VecPred, CostClass::VecExp, CostClass::VecQuant, CostClass::VecMax8, CostClass::Reciprocal, CostClass::Memset, CostClass::BnAggr, CostClass::Gpsimd1in, CostClass::GpsimdAffine, CostClass::GpsimdGather, CostClass::GpsimdNGather, CostClass::Topk, CostClass::Rng, CostClass::RngState, CostClass::Dma, CostClass::DmaTranspose, CostClass::Collective,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -824,6 +826,7 @@ impl CostClass {
             Self::PeTranspose => "pe_transpose",
             Self::Act => "act",
             Self::Vec1in => "vec_1in",
+            Self::VecCopyScalar => "vec_copy_scalar",
             Self::Vec1inAcc => "vec_1in_acc",
             Self::Vec2in => "vec_2in",
             Self::VecStt => "vec_stt",
@@ -857,6 +860,7 @@ impl CostClass {
             Self::PeTranspose => DataPath::Compute,
             Self::Act => DataPath::Compute,
             Self::Vec1in => DataPath::Compute,
+            Self::VecCopyScalar => DataPath::Compute,
             Self::Vec1inAcc => DataPath::Compute,
             Self::Vec2in => DataPath::Compute,
             Self::VecStt => DataPath::Compute,
@@ -977,7 +981,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         opcode: Opcode::TensorScalar,
         name: "tensor_scalar",
         engines: &[Engine::Vector, Engine::Scalar, Engine::Gpsimd],
-        cost: CostClass::Vec1in,
+        cost: CostClass::VecCopyScalar,
         path: DataPath::Compute,
         since: "v2",
         nki: true,
@@ -998,7 +1002,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         opcode: Opcode::TensorCopy,
         name: "tensor_copy",
         engines: &[Engine::Vector, Engine::Scalar, Engine::Gpsimd],
-        cost: CostClass::Vec1in,
+        cost: CostClass::VecCopyScalar,
         path: DataPath::Compute,
         since: "v2",
         nki: true,

@@ -32,11 +32,27 @@ pub struct Plan {
     pub bytes: u64,
     /// Bytes read from plus written to HBM.
     pub hbm_bytes: u64,
+    /// Of `hbm_bytes`, those on each chiplet's stacks (`hw::hbm_chiplet`, estimated from each
+    /// HBM operand's byte span).
+    pub hbm_chiplet_bytes: [u64; 2],
     /// QoS class 0..3 (0 = highest).
     pub priority: u8,
     /// Fraction of the engine bandwidth the transfer reaches (DMA transpose: 0.9 from HBM,
     /// 0.5 SBUF -> SBUF, reference §1.8; copies 1.0).
     pub rate: f64,
+}
+
+/// `bytes` of HBM operand `a` split by chiplet, in proportion to its byte span on each half.
+fn chiplet_split(a: &Ap, bytes: u64, into: &mut [u64; 2]) {
+    let (r0, r1) = (a.row_base(0), a.row_base(a.parts.saturating_sub(1)));
+    let (lo, hi) = a.row_byte_range();
+    let (lo, hi) = (r0.min(r1) + lo, r0.max(r1) + hi);
+    let half = (crate::hw::HBM_BYTES / 2) as i128;
+    let span = (hi - lo).max(1);
+    let near0 = (hi.min(half) - lo.max(0)).clamp(0, span);
+    let b0 = (bytes as i128 * near0 / span) as u64;
+    into[0] += b0;
+    into[1] += bytes - b0;
 }
 
 fn runs_per_row(a: &Ap) -> u64 {
@@ -87,6 +103,13 @@ pub fn plan(ins: &Instr, p: &DmaParams) -> Plan {
         .map(|a| a.num_elements() as u64 * a.dtype.size() as u64)
         .sum();
     let hbm_bytes = hbm_src + if dst.mem == Mem::Hbm { bytes } else { 0 };
+    let mut hbm_chiplet_bytes = [0u64; 2];
+    for a in srcs.iter().copied().chain(std::iter::once(dst)) {
+        if a.mem == Mem::Hbm {
+            let b = a.num_elements() as u64 * a.dtype.size() as u64;
+            chiplet_split(a, b, &mut hbm_chiplet_bytes);
+        }
+    }
     // DMA buffers: one per contiguous run of a row, on the more fragmented side.
     let descriptors = srcs
         .iter()
@@ -143,6 +166,7 @@ pub fn plan(ins: &Instr, p: &DmaParams) -> Plan {
         pieces,
         bytes,
         hbm_bytes,
+        hbm_chiplet_bytes,
         priority,
         rate,
     }
@@ -155,6 +179,8 @@ pub struct DmaFabric {
     free: Vec<Vec<u64>>,
     /// Time (ps) the HBM fluid server drains its backlog.
     hbm_free: u64,
+    /// Per chiplet: time (ps) the die-to-die link bringing far HBM bytes to it drains.
+    d2d_free: [u64; 2],
     /// (engine, start ps, end ps, bytes) of each piece of the last committed transfer.
     pub last_spans: Vec<(u8, u64, u64, u64)>,
 }
@@ -165,6 +191,7 @@ impl DmaFabric {
             p,
             free: vec![vec![0; p.engines.max(1)]; cores],
             hbm_free: 0,
+            d2d_free: [0; 2],
             last_spans: Vec::new(),
         }
     }
@@ -188,7 +215,20 @@ impl DmaFabric {
 
     /// Give the transfer its engines from `start`; returns its completion time (ps).
     pub fn commit(&mut self, core: usize, start: u64, plan: &Plan) -> u64 {
-        let data_start = start + self.fixed_ps();
+        // Bytes on the far chiplet's stacks cross the die-to-die link: extra latency, and they
+        // queue on that link (ESTIMATE, docs/cost-model.md "Dual-chiplet locality").
+        let chiplet = crate::hw::core_chiplet(core).min(1);
+        let far = if self.p.chiplets > 1 {
+            plan.hbm_chiplet_bytes[1 - chiplet]
+        } else {
+            0
+        };
+        let far_ps = if far > 0 {
+            (self.p.far_latency_ns * 1000.0) as u64
+        } else {
+            0
+        };
+        let data_start = start + self.fixed_ps() + far_ps;
         let mut done = data_start;
         let total = plan.bytes.max(1) as f64;
         self.last_spans.clear();
@@ -201,14 +241,20 @@ impl DmaFabric {
                 continue;
             };
             let s = data_start.max(*slot);
-            let work_ns = pc.descriptors as f64 * self.p.descriptor_ns
-                + pc.bytes as f64 / (self.p.engine_bytes_per_ns * plan.rate.max(0.01));
+            let work_ns = self.p.piece_ns(pc.bytes, pc.descriptors, plan.rate);
             let mut end = s + (work_ns * 1000.0).ceil() as u64;
             if plan.hbm_bytes > 0 {
                 let share = plan.hbm_bytes as f64 * pc.bytes as f64 / total;
                 let hs = s.max(self.hbm_free);
                 self.hbm_free = hs + (share / self.p.hbm_bytes_per_ns * 1000.0).ceil() as u64;
                 end = end.max(self.hbm_free);
+            }
+            if far > 0 {
+                let share = far as f64 * pc.bytes as f64 / total;
+                let link = &mut self.d2d_free[chiplet];
+                let ls = s.max(*link);
+                *link = ls + (share / self.p.d2d_bytes_per_ns * 1000.0).ceil() as u64;
+                end = end.max(*link);
             }
             *slot = end;
             self.last_spans.push((pc.engine, s, end, pc.bytes));
@@ -236,6 +282,7 @@ mod tests {
             pieces,
             bytes,
             hbm_bytes: if hbm { bytes } else { 0 },
+            hbm_chiplet_bytes: [if hbm { bytes } else { 0 }, 0],
             priority: 0,
             rate: 1.0,
         }
@@ -248,7 +295,7 @@ mod tests {
         let pl = plan_of(&[(0, 33_000)], false);
         let end = f.commit(0, 0, &pl);
         let want = p.fixed_ns + 8.0 * p.descriptor_ns + 1000.0;
-        assert_eq!(end, (want * 1000.0) as u64);
+        assert_eq!(end, (want * 1000.0).ceil() as u64);
     }
 
     #[test]
@@ -259,13 +306,16 @@ mod tests {
         let pl = plan_of(&all, false);
         let e1 = f.commit(0, 0, &pl);
         // Same duration as one engine moving its share alone.
-        let one = ((p.fixed_ns + 8.0 * p.descriptor_ns + 1000.0) * 1000.0) as u64;
+        let one = ((p.fixed_ns + 8.0 * p.descriptor_ns + 1000.0) * 1000.0).ceil() as u64;
         assert_eq!(e1, one);
         // A second transfer committed at once waits for the engines, minus nothing.
         let s2 = f.earliest(0, 0, &pl);
         assert_eq!(s2, e1 - (p.fixed_ns * 1000.0) as u64);
         let e2 = f.commit(0, s2, &pl);
-        assert_eq!(e2, e1 + ((8.0 * p.descriptor_ns + 1000.0) * 1000.0) as u64);
+        assert_eq!(
+            e2,
+            e1 + ((8.0 * p.descriptor_ns + 1000.0) * 1000.0).ceil() as u64
+        );
     }
 
     #[test]
@@ -314,5 +364,41 @@ mod tests {
         let total_hbm = 8.0 * pl.hbm_bytes as f64;
         let floor_ps = total_hbm / p.hbm_bytes_per_ns * 1000.0;
         assert!(end as f64 >= floor_ps, "{end} < {floor_ps}");
+    }
+
+    #[test]
+    fn far_chiplet_hbm_costs_latency_and_link_time() {
+        use crate::isa::text::parse_instr_unchecked;
+        let p = DmaParams::default();
+        let half = crate::hw::HBM_BYTES / 2;
+        let near = parse_instr_unchecked("dma_copy.sync dst=sbuf:bfloat16[0:128]+0[[1,2048]] src=hbm:bfloat16+0[[2048,128],[1,2048]]").unwrap();
+        let far = parse_instr_unchecked(&format!("dma_copy.sync dst=sbuf:bfloat16[0:128]+0[[1,2048]] src=hbm:bfloat16+{half}[[2048,128],[1,2048]]")).unwrap();
+        let (pn, pf) = (plan(&near, &p), plan(&far, &p));
+        assert_eq!(pn.hbm_chiplet_bytes, [512 * 1024, 0]);
+        assert_eq!(pf.hbm_chiplet_bytes, [0, 512 * 1024]);
+        let time = |core: usize, pl: &Plan| DmaFabric::new(p, 8).commit(core, 0, pl);
+        // Core 0 (chiplet 0) reads chiplet 0's stacks at the near cost; chiplet 1's are far.
+        assert!(time(0, &pf) >= time(0, &pn) + (p.far_latency_ns * 1000.0) as u64);
+        // Core 4 (chiplet 1): the other way round, and symmetric.
+        assert_eq!(time(4, &pn), time(0, &pf));
+        assert_eq!(time(4, &pf), time(0, &pn));
+        // Where every stack is near (trn1/trn2 timing) placement does not matter.
+        let p1 = DmaParams::of(crate::timing::generation("trn2").unwrap());
+        let t = |core: usize, pl: &Plan| DmaFabric::new(p1, 8).commit(core, 0, pl);
+        assert_eq!(t(0, &pf), t(0, &pn));
+    }
+
+    #[test]
+    fn the_stack_of_an_address() {
+        use crate::hw::{hbm_chiplet, hbm_stack, HBM_BYTES, HBM_INTERLEAVE_BYTES};
+        assert_eq!(hbm_stack(0), 0);
+        assert_eq!(hbm_stack(HBM_INTERLEAVE_BYTES), 1);
+        assert_eq!(hbm_stack(2 * HBM_INTERLEAVE_BYTES), 0);
+        assert_eq!(hbm_stack(HBM_BYTES / 2), 2);
+        assert_eq!(hbm_stack(HBM_BYTES / 2 + HBM_INTERLEAVE_BYTES), 3);
+        assert_eq!(
+            (hbm_chiplet(HBM_BYTES / 2 - 1), hbm_chiplet(HBM_BYTES - 1)),
+            (0, 1)
+        );
     }
 }

@@ -2,6 +2,7 @@
 
 pub mod autosync;
 pub mod control;
+pub mod dependence;
 pub mod dma_timing;
 mod identical;
 pub mod fabric;
@@ -256,11 +257,17 @@ impl Device {
             cores: (0..NUM_CORES)
                 .map(|c| Core::new(numerics.seed, c))
                 .collect(),
-            cost: Box::new(DefaultCost),
+            cost: Box::new(DefaultCost::default()),
             numerics,
             runs: 0,
             max_executed: MAX_EXECUTED,
         }
+    }
+
+    /// Time runs with generation `g`'s published constants (`timing.rs`); functional
+    /// behaviour stays NeuronCore-v4.
+    pub fn set_timing(&mut self, g: &'static crate::timing::Generation) {
+        self.cost = Box::new(DefaultCost::new(g));
     }
 
     /// Run one program per listed core concurrently. Memories persist across runs; semaphores,

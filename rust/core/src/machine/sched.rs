@@ -8,6 +8,7 @@
 //! queue; a rendezvous may only arrive here), then either `trigger` a DMA transfer or
 //! `check_races`, `execute`, `complete`, `signal` and `record` it.
 
+use super::dependence::LastWrites;
 use super::dma_timing::{plan, DmaFabric, Plan};
 use super::intercore::{self, DevMem, Intercore, Ready, Release};
 use super::region::{conflict, regions, Region};
@@ -79,6 +80,8 @@ struct Agent {
     trigger_end: usize,
     /// The core's program branches (a cursor may move back, an instruction run again).
     loops: bool,
+    /// Engine streams: what the previous instruction wrote (dependent-instruction overhead).
+    last_writes: LastWrites,
 }
 
 impl Agent {
@@ -335,6 +338,7 @@ fn make_agents(progs: &[Option<&Program>]) -> Vec<Agent> {
             touch_end: 0,
             trigger_end: 0,
             loops: progs[a / AGENTS_PER_CORE].is_some_and(super::control::has_branches),
+            last_writes: LastWrites::default(),
         })
         .collect();
     for p in progs.iter().flatten() {
@@ -627,8 +631,9 @@ impl<'d, 'p> Scheduler<'d, 'p> {
                 "scheduled a core without a program",
             )
         })?;
-        let issue = Issue {
+        let mut issue = Issue {
             back_to_back: a.epoch > 0 && a.free == p.start,
+            dependent: false,
         };
         let (idx, work) = if a.is_queue() {
             self.pop_transfer(ai)?
@@ -641,11 +646,15 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         let a = &mut self.agents[ai];
         a.epoch += 1;
         a.vc[ai] = a.epoch;
+        let ins = &prog.instrs[idx as usize];
+        if !a.is_queue() {
+            issue.dependent = a.last_writes.track(ins) && issue.back_to_back;
+        }
         Ok(Some(Issued {
             agent: ai,
             core,
             idx,
-            ins: &prog.instrs[idx as usize],
+            ins,
             start: p.start,
             issue,
             work,
@@ -1000,6 +1009,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         if self.opts.trace {
             self.result.trace.link_semaphores();
         }
+        self.result.trace.timing = self.dev.cost.timing();
         self.result
     }
 }

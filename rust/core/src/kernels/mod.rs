@@ -4,6 +4,8 @@
 
 pub mod decode;
 pub mod exp;
+#[cfg(target_arch = "x86_64")]
+pub mod exp_avx512;
 pub mod gemm;
 pub mod matmul;
 pub mod mx;

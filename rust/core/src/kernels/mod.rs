@@ -10,6 +10,7 @@ pub mod gemm;
 pub mod matmul;
 pub mod mx;
 pub mod psum;
+pub mod quantize;
 pub mod simd;
 pub mod sparse;
 pub mod transpose;

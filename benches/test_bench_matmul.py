@@ -13,7 +13,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import trn3emu as t3
-from hosttime import blas_threads, load_avg
+from hosttime import blas_threads, load_avg, median_s
 
 BF16 = ml_dtypes.bfloat16
 
@@ -104,6 +104,39 @@ def test_matmul_mx_tile_1thread(benchmark):
     ns = dev.run(p, check_races=False, trace=False).time_ns
     benchmark(dev.run, p, check_races=False, trace=False)
     _record(benchmark, 2 * 512 * 128 * 512, _sgemm_seconds(512, 128, 512, 100), ns, 1)
+
+
+def test_quantize_mx_1thread(benchmark):
+    """quantize_mx of a [128, 4096] bf16 tile into MXFP8 e4m3fn x4 words and E8M0 scales, single
+    thread: G elements/s (issue 17 asks >= 1); host reference for scale: ml_dtypes' fp32 ->
+    float8_e4m3fn cast of the same array (no block scaling)."""
+    t3.set_num_threads(1)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((128, 4096)).astype(BF16)
+    dev = t3.Device()
+    load = t3.Program()
+    src = load.sbuf(x.shape, BF16)
+    load.dma_copy(dst=src, src=dev.hbm.put(x))
+    dev.run(load)
+    p = t3.Program(sync="manual")
+    a = p.sbuf(x.shape, BF16, address=src.offset)
+    dst = p.sbuf((128, 1024), "float8_e4m3fn_x4")
+    sc = p.sbuf((128, 1024), np.uint8)
+    p.quantize_mx(dst=dst, src=a, dst_scale=sc)
+    ns = dev.run(p, check_races=False, trace=False).time_ns
+    benchmark(dev.run, p, check_races=False, trace=False)
+    x32 = x.astype(np.float32)
+    host = median_s(lambda: x32.astype(ml_dtypes.float8_e4m3fn), 20)
+    emu = benchmark.stats.stats.median
+    benchmark.extra_info.update(
+        g_elements_per_s=x.size / emu / 1e9,
+        target_g_elements_per_s=1.0,
+        host_fp8_cast_g_elements_per_s=x.size / host / 1e9,
+        emulated_over_wall=ns * 1e-9 / emu,
+        threads=1,
+        simd=t3.simd_path(),
+        loadavg=load_avg(),
+    )
 
 
 def tiled_bf16_matmul(dev: t3.Device, size: int):

@@ -76,6 +76,28 @@ def test_tensor_scalar_in_place_column(dev, rng):
     np.testing.assert_array_equal(_run(dev, p, x).view(np.uint32), want.view(np.uint32))
 
 
+@pytest.mark.parametrize("cols", [255, 256, 4096])
+def test_long_rows_in_place(dev, rng, cols):
+    """Exactly in-place elementwise ops on rows long enough for the fused in-place pass (and one
+    just below it): tensor_tensor with both inputs the destination, tensor_scalar, and
+    activation exp / silu (the fast kernels), each reading the old values."""
+    p = t3.Program()
+    x, xv = _arena(dev, p, rng, cols)
+    y, yv = _arena(dev, p, rng, cols)
+    p.tensor_tensor(dst=x, data1=x, data2=x, op="multiply")
+    p.tensor_scalar(dst=x, data=x, op0="multiply", operand0=-0.5)
+    p.tensor_tensor(dst=x, data1=y, data2=x, op="subtract")
+    p.activation(dst=x, op="exp", data=x)
+    p.activation(dst=y, op="silu", data=y, scale=2.0)
+    got = _run(dev, p, x)
+    want = np.exp((yv - (xv * xv) * np.float32(-0.5)).astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    v = (yv * np.float32(2.0)).astype(np.float64)
+    e = np.exp(-np.abs(v))
+    silu = (v * np.where(v >= 0, 1.0, e) / (1.0 + e)).astype(np.float32)
+    np.testing.assert_array_equal(dev.read(y).view(np.uint32), silu.view(np.uint32))
+
+
 def test_strided_reversed_and_broadcast_views(dev, rng):
     """Reversed inner step, a two-level strided source, and a step-0 (broadcast) source."""
     p = t3.Program()

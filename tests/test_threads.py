@@ -285,6 +285,47 @@ def test_activation_rows_same_bits():
     assert_bits_equal(res[0][2], np.where(x64 >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(F32))
 
 
+def test_fused_activation_and_quantize_mx_same_bits():
+    """The single-pass activation (exp / sigmoid / silu with a bias column, no register traffic)
+    and quantize_mx's RNE fast path, on every path, against numpy for the activations."""
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((128, 1000)).astype(F32) * 6
+    x[5, :4] = [np.inf, -np.inf, np.nan, -200.0]
+    bias = np.linspace(-2, 2, 128, dtype=F32).reshape(128, 1)
+    q = (rng.standard_normal((128, 512)) * np.exp2(rng.integers(-20, 20, (128, 1)))).astype(BF16)
+    q[9, 3] = np.inf  # an Inf block: scale 0xFF
+
+    def once():
+        dev = t3.Device()
+        p = t3.Program()
+        a, b = p.sbuf(x.shape, F32), p.sbuf((128, 1), F32)
+        p.dma_copy(dst=a, src=dev.hbm.put(x))
+        p.dma_copy(dst=b, src=dev.hbm.put(bias))
+        outs = []
+        for op in ("exp", "sigmoid", "silu"):
+            d = p.sbuf(x.shape, F32)
+            p.activation(dst=d, op=op, data=a, bias=b)
+            outs.append(d)
+        src = p.sbuf(q.shape, BF16)
+        p.dma_copy(dst=src, src=dev.hbm.put(q))
+        words, sc = p.sbuf((128, 128), "float8_e4m3fn_x4"), p.sbuf((128, 128), np.uint8)
+        p.memset(dst=sc, value=0)
+        p.quantize_mx(dst=words, src=src, dst_scale=sc)
+        dev.run(p)
+        return tuple(dev.read(t) for t in outs) + (dev.read(words), dev.read(sc))
+
+    res = variants(once)
+    assert_all_same(res)
+    v = (x + bias).astype(np.float64)
+    e = np.exp(-np.abs(v))
+    s = np.where(v >= 0, 1.0, e) / (1.0 + e)
+    with np.errstate(over="ignore", invalid="ignore"):
+        assert_bits_equal(res[0][0], np.exp(v).astype(F32))
+        assert_bits_equal(res[0][1], np.where(np.isnan(v), v, np.where(v == np.inf, 1.0, s)).astype(F32))
+        silu = np.where(v == -np.inf, 0.0, np.where(v == np.inf, np.inf, v * s))
+        assert_bits_equal(res[0][2], silu.astype(F32))
+
+
 def test_thread_count_api():
     t3.set_num_threads(3)
     assert t3.get_num_threads() == 3

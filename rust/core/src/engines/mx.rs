@@ -142,9 +142,20 @@ fn quantize(v: &QuantizeMx, ctx: &mut Ctx) -> Result<()> {
     let v = ctx.read_f32(src);
     let (p, f) = (src.parts as usize, src.free_size());
     let w = f / 4;
+    // plain RNE: the in-range encoder (|y| <= max finite after the clamp)
+    let rne = ctx.rounder.is_default();
     let mut words = vec![0u32; p * w];
     let mut scales = vec![0u32; (p / 8) * w];
     for g in 0..p / 8 {
+        if rne {
+            let rule = ctx.rounder.cfg.mx_scale;
+            let (ws, sc) = (
+                &mut words[8 * g * w..8 * (g + 1) * w],
+                &mut scales[g * w..][..w],
+            );
+            crate::kernels::quantize::group_rne(&v[8 * g * f..8 * (g + 1) * f], elem, rule, ws, sc);
+            continue;
+        }
         for j in 0..w {
             let mut amax = 0f32;
             let mut special = false;

@@ -410,10 +410,15 @@ fn split_around<const N: usize>(
     Some((dm, out))
 }
 
+/// Shortest destination row (bytes) the fused map runs in place.
+const IN_PLACE_MIN_BYTES: usize = 1024;
+
 /// Fused map over dense rows: `kernel(row, input row bytes, dst row bytes)`
 /// reads the inputs straight from memory and writes the destination in one pass. Only when no
-/// input overlaps the destination (then order cannot matter); false (and nothing done)
-/// otherwise.
+/// input overlaps the destination (then order cannot matter) or an input is exactly the
+/// destination's row of at least `IN_PLACE_MIN_BYTES` (in place: that row is copied first, so
+/// the kernel reads the old values);
+/// false (and nothing done) otherwise.
 pub fn fused_dense<const N: usize>(
     ctx: &mut Ctx,
     dst: &Ap,
@@ -435,16 +440,24 @@ pub fn fused_dense<const N: usize>(
     let stride_d = dmem.stride();
     let stride_o = other.stride();
     // Check every row first, so a refusal leaves memory untouched.
+    let mut in_place = false;
     for r in 0..dst.parts as usize {
         let d = dense_row(dst, stride_d, r);
         for s in srcs {
             if s.mem == dst.mem {
                 let x = dense_row(s, stride_d, r);
-                if x.start < d.end && d.start < x.end {
+                // in place only for long rows: the per-row copy and split cost more than
+                // the block path's batched decode for short ones
+                if x == d && d.len() >= IN_PLACE_MIN_BYTES {
+                    in_place = true;
+                } else if x.start < d.end && d.start < x.end {
                     return false;
                 }
             }
         }
+    }
+    if in_place {
+        return fused_in_place(dmem, other, dst, &srcs, kernel);
     }
     for r in 0..dst.parts as usize {
         let d = dense_row(dst, stride_d, r);
@@ -455,6 +468,39 @@ pub fn fused_dense<const N: usize>(
         let mut views: [&[u8]; N] = [&[]; N];
         for ((v, m), s) in views.iter_mut().zip(mine).zip(srcs) {
             *v = m.unwrap_or_else(|| &other.raw()[dense_row(s, stride_o, r)]);
+        }
+        kernel(r, views, out);
+    }
+    true
+}
+
+/// `fused_dense` when some input is exactly the destination's row: that row is copied before
+/// the kernel overwrites it (rows were checked: every other same-memory input is disjoint).
+fn fused_in_place<const N: usize>(
+    dmem: &mut OnChip,
+    other: &OnChip,
+    dst: &Ap,
+    srcs: &[&Ap; N],
+    kernel: impl Fn(usize, [&[u8]; N], &mut [u8]),
+) -> bool {
+    let (stride_d, stride_o) = (dmem.stride(), other.stride());
+    let mut old = Vec::new();
+    for r in 0..dst.parts as usize {
+        let d = dense_row(dst, stride_d, r);
+        let rows = srcs.map(|s| (s.mem == dst.mem).then(|| dense_row(s, stride_d, r)));
+        old.clear();
+        old.extend_from_slice(&dmem.raw()[d.clone()]);
+        let same = rows.clone().map(|x| x.filter(|x| *x != d));
+        let Some((out, mine)) = split_around(dmem.raw_mut(), d.clone(), same) else {
+            return false;
+        };
+        let mut views: [&[u8]; N] = [&[]; N];
+        for (((v, m), s), x) in views.iter_mut().zip(mine).zip(srcs).zip(&rows) {
+            *v = match (m, x) {
+                (Some(m), _) => m,
+                (None, Some(x)) if *x == d => &old,
+                _ => &other.raw()[dense_row(s, stride_o, r)],
+            };
         }
         kernel(r, views, out);
     }

@@ -219,6 +219,18 @@ fn activate_streamed(
 ) -> bool {
     let scale = ctx.scalar(scale, src.parts);
     let bias = ctx.scalar_or(bias, src.parts, 0.0);
+    // fp32 in and out, dense rows, no overlap, a fast kernel: one pass through memory.
+    if let Some(k) =
+        act::fast_kernel(f).filter(|_| dst.dtype == DType::Float32 && src.dtype == DType::Float32)
+    {
+        let fused = super::rows::fused_dense(ctx, dst, [src], |r, [x], out| {
+            let (s, b) = (scale[r], bias[r]);
+            exp::map_bytes(k, x, out, |x| x * s + b, |x| act::apply_checked(f, x, 0.0));
+        });
+        if fused {
+            return true;
+        }
+    }
     super::rows::map_f32(ctx, dst, [src], |r0, _, _, w, [x], out| {
         out.copy_from_slice(x);
         for (k, row) in out.chunks_exact_mut(w.max(1)).enumerate() {

@@ -120,7 +120,7 @@ pub enum Func {
 
 /// The fp32 rounding of `y` when it is certain, and whether it is.
 #[inline(always)]
-fn certain(y: f64) -> (f32, bool) {
+pub(super) fn certain(y: f64) -> (f32, bool) {
     let lo = (y * (1.0 - D)) as f32;
     let hi = (y * (1.0 + D)) as f32;
     (lo, lo == hi) // false for NaN
@@ -182,12 +182,41 @@ pub fn map(
     match simd::path() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the path is only chosen when the host has the features (simd::path).
-        Path::Avx512 => unsafe { x86::avx512(f, v, pre, slow) },
+        Path::Avx512 => unsafe { super::exp_avx512::map(f, v, pre, slow) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, for AVX2 + FMA.
         Path::Avx2Fma => unsafe { x86::avx2(f, v, pre, slow) },
         _ => run::<false>(f, v, pre, slow),
     }
+}
+
+/// `dst[i] = f(pre(src[i]))` over little-endian fp32 bytes (equal lengths, multiples of 4),
+/// with `map`'s contract: one pass from the input bytes to the output bytes.
+pub fn map_bytes(
+    f: Func,
+    src: &[u8],
+    dst: &mut [u8],
+    pre: impl Fn(f32) -> f32 + Copy,
+    slow: impl Fn(f32) -> f32 + Copy,
+) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if simd::path() == Path::Avx512 {
+        // SAFETY: the path is only chosen when the host has the features (simd::path).
+        return unsafe { super::exp_avx512::map_bytes(f, src, dst, pre, slow) };
+    }
+    let mut buf = [0f32; 256];
+    let mut fallbacks = 0;
+    for (s, d) in src.chunks(4 * buf.len()).zip(dst.chunks_mut(4 * buf.len())) {
+        let v = &mut buf[..s.len() / 4];
+        for (x, e) in v.iter_mut().zip(s.chunks_exact(4)) {
+            *x = f32::from_le_bytes(e.try_into().unwrap());
+        }
+        fallbacks += map(f, v, pre, slow);
+        for (o, y) in d.chunks_exact_mut(4).zip(v.iter()) {
+            o.copy_from_slice(&y.to_le_bytes());
+        }
+    }
+    fallbacks
 }
 
 /// `map(Func::Exp, ..)`.
@@ -218,16 +247,6 @@ fn run<const FMA: bool>(
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::Func;
-
-    #[target_feature(enable = "avx512f,fma")]
-    pub unsafe fn avx512(
-        f: Func,
-        v: &mut [f32],
-        pre: impl Fn(f32) -> f32,
-        slow: impl Fn(f32) -> f32,
-    ) -> usize {
-        super::run::<true>(f, v, pre, slow)
-    }
 
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn avx2(
@@ -262,7 +281,7 @@ mod tests {
         let mut v = xs.to_vec();
         let n = match p {
             #[cfg(target_arch = "x86_64")]
-            Path::Avx512 => unsafe { x86::avx512(f, &mut v, |x| x, want) },
+            Path::Avx512 => unsafe { crate::kernels::exp_avx512::map(f, &mut v, |x| x, want) },
             #[cfg(target_arch = "x86_64")]
             Path::Avx2Fma => unsafe { x86::avx2(f, &mut v, |x| x, want) },
             _ => run::<false>(f, &mut v, |x| x, want),

@@ -4,10 +4,13 @@
 
 pub mod decode;
 pub mod exp;
+#[cfg(target_arch = "x86_64")]
+pub mod exp_avx512;
 pub mod gemm;
 pub mod matmul;
 pub mod mx;
 pub mod psum;
+pub mod quantize;
 pub mod simd;
 pub mod sparse;
 pub mod transpose;

@@ -1,0 +1,335 @@
+//! The AVX-512 path of kernels/exp.rs, written with intrinsics: 16 fp32 elements per step, two
+//! f64 vectors of 8. Same contract and same bits as the portable path (every element either
+//! passes a rounding check that proves its fp32 result equals libm's f64 formula rounded once,
+//! or takes the caller's scalar path), with a cheaper exp and a cheaper check:
+//!
+//! - exp(v), v clamped to [-150, 100]: `n = round(16 v / ln2)` (the 1.5 * 2^52 shift),
+//!   `r = v - n ln2/16` with a Cody-Waite split (`LN2_16_HI` has 41 significant bits and |n| <=
+//!   3463 < 2^12, so `fma(-n, LN2_16_HI, v)` is exact: both terms are multiples of 2^-45 when
+//!   n != 0 and |r| < 2^-5), `exp(v) = 2^(n/16) * exp(r)` with 2^(j/16), j = n mod 16, from a
+//!   16-entry table (one `vpermt2pd`) and `exp(r)` the degree-6 Taylor polynomial: |r| <=
+//!   ln2/32 + 2^-40 gives a truncation error below |r|^7/7! e^|r| < 2^-50.9, the table entries are
+//!   f64 roundings (2^-53) and the Horner steps and the product add < 10 * 2^-53: < 2^-49
+//!   relative in all. The power 2^floor(n/16) is applied exactly by `vscalefpd` (results stay
+//!   normal f64: e^-150 > 2^-217). The same bound keeps exp.rs's interval check (2^-44) valid
+//!   for the lanes handed to it.
+//! - the check: with libm's f64 result also within 2^-52 relative, the exact f64 values either
+//!   side lie within 2^-48.5 relative of `y`, i.e. within 2^(52 - 48.5 + 1) < 23 f64 ulps of it.
+//!   For |y| in the fp32 normal range (>= 2^-126) the fp32 rounding of y is certain when its 29
+//!   low mantissa bits are more than `TH` = 512 ulps away from the half-way pattern 2^28 (no
+//!   rounding midpoint within reach; overflow to inf is the same midpoint test at the top of the
+//!   range, and values >= 2^128 round to inf either way). Below 2^-151 the result is +-0 whatever
+//!   the error. Other lanes (fp32 subnormal results, NaN, rare near-midpoint values) go to the
+//!   interval check of exp.rs and then, if still undecided, to the caller's scalar function.
+//! - sigmoid / silu divide with `vdivpd` (exact rounding) after the exp above: the same < 2^-48
+//!   budget as exp.rs's error analysis for these formulas, within the check's reach.
+
+use super::exp::Func;
+use std::arch::x86_64::*;
+
+/// 1.5 * 2^52: adding it rounds |v| < 2^51 to an integer held in the low mantissa bits.
+const SHIFT: f64 = 6755399441055744.0;
+const INV_LN2_16: f64 = 23.083120654223414;
+/// ln2 / 16 truncated to 41 significant bits, and the f64 nearest the rest.
+const LN2_16_HI: f64 = 0.043321698784978935;
+const LN2_16_LO: f64 = 1.7647056601894736e-14;
+/// 2^(j/16), j = 0..16, each the f64 nearest.
+const TABLE: [f64; 16] = [
+    1.0,
+    1.0442737824274138,
+    1.0905077326652577,
+    1.1387886347566916,
+    1.189207115002721,
+    1.241857812073484,
+    1.2968395546510096,
+    1.3542555469368927,
+    std::f64::consts::SQRT_2,
+    1.4768261459394993,
+    1.5422108254079407,
+    1.6104903319492543,
+    1.681792830507429,
+    1.7562521603732995,
+    1.8340080864093424,
+    1.9152065613971474,
+];
+/// Distance (f64 ulps) from the fp32 half-way pattern below which a lane is not decided here.
+const TH: i64 = 512;
+
+/// The constants of one run, loaded once (kept in registers across the loop).
+#[derive(Clone, Copy)]
+struct K {
+    t0: __m512d,
+    t1: __m512d,
+    lo: __m512d,
+    hi: __m512d,
+    shift: __m512d,
+    inv: __m512d,
+    ln_hi: __m512d,
+    ln_lo: __m512d,
+    sixteenth: __m512d,
+    c: [__m512d; 6],
+    one: __m512d,
+    bias: __m512i,
+    low29: __m512i,
+    two_th: __m512i,
+    min_normal: __m512d,
+    tiny: __m512d,
+}
+
+#[inline(always)]
+unsafe fn k() -> K {
+    let s = _mm512_set1_pd;
+    K {
+        t0: _mm512_loadu_pd(TABLE.as_ptr()),
+        t1: _mm512_loadu_pd(TABLE.as_ptr().add(8)),
+        lo: s(-150.0),
+        hi: s(100.0),
+        shift: s(SHIFT),
+        inv: s(INV_LN2_16),
+        ln_hi: s(LN2_16_HI),
+        ln_lo: s(LN2_16_LO),
+        sixteenth: s(0.0625),
+        c: [
+            s(1.0 / 720.0),
+            s(1.0 / 120.0),
+            s(1.0 / 24.0),
+            s(1.0 / 6.0),
+            s(0.5),
+            s(1.0),
+        ],
+        one: s(1.0),
+        bias: _mm512_set1_epi64((1 << 28) + TH),
+        low29: _mm512_set1_epi64((1 << 29) - 1),
+        two_th: _mm512_set1_epi64(2 * TH),
+        min_normal: s(f64::from_bits(0x3810_0000_0000_0000)), // 2^-126
+        tiny: s(f64::from_bits(0x3680_0000_0000_0000)),       // 2^-151
+    }
+}
+
+/// e^v for v in [-150, 100] (the caller clamps; NaN stays NaN).
+#[inline(always)]
+unsafe fn exp8(k: &K, v: __m512d) -> __m512d {
+    let t = _mm512_fmadd_pd(v, k.inv, k.shift);
+    let n = _mm512_sub_pd(t, k.shift);
+    let r = _mm512_fnmadd_pd(n, k.ln_hi, v);
+    let r = _mm512_fnmadd_pd(n, k.ln_lo, r);
+    let ti = _mm512_castpd_si512(t);
+    let tab = _mm512_permutex2var_pd(k.t0, ti, k.t1);
+    let mut p = k.c[0];
+    for c in &k.c[1..] {
+        p = _mm512_fmadd_pd(p, r, *c);
+    }
+    p = _mm512_fmadd_pd(p, r, k.one);
+    // tab * p * 2^floor(n / 16) (n / 16 is exact)
+    _mm512_scalef_pd(_mm512_mul_pd(tab, p), _mm512_mul_pd(n, k.sixteenth))
+}
+
+/// `max(lo, min(hi, v))` keeping NaN (the second operand is returned when one is NaN).
+#[inline(always)]
+unsafe fn clamp(k: &K, v: __m512d) -> __m512d {
+    _mm512_max_pd(k.lo, _mm512_min_pd(k.hi, v))
+}
+
+/// Lanes whose fp32 rounding of `y` is certain (module doc).
+#[inline(always)]
+unsafe fn certain(k: &K, y: __m512d) -> __mmask8 {
+    let bits = _mm512_castpd_si512(y);
+    // (low 29 bits - (2^28 - TH)) mod 2^29 > 2 TH  <=>  |low 29 bits - 2^28| > TH
+    let m = _mm512_and_si512(_mm512_add_epi64(bits, k.bias), k.low29);
+    let far = _mm512_cmpgt_epi64_mask(m, k.two_th);
+    let ay = _mm512_abs_pd(y);
+    let normal = _mm512_cmp_pd_mask::<_CMP_GE_OQ>(ay, k.min_normal);
+    let tiny = _mm512_cmp_pd_mask::<_CMP_LT_OQ>(ay, k.tiny);
+    (far & normal) | tiny
+}
+
+/// sigmoid of the f64 lanes `a` (a NaN stays NaN): e = exp(-|a|), (a >= 0 ? 1 : e) / (1 + e).
+#[inline(always)]
+unsafe fn sigmoid8(k: &K, a: __m512d) -> __m512d {
+    let sign = _mm512_castpd_si512(_mm512_set1_pd(-0.0));
+    let na = _mm512_castsi512_pd(_mm512_or_si512(_mm512_castpd_si512(a), sign));
+    let e = exp8(k, _mm512_max_pd(k.lo, na));
+    let one = k.one;
+    let pos = _mm512_cmp_pd_mask::<_CMP_GE_OQ>(a, _mm512_setzero_pd());
+    let num = _mm512_mask_blend_pd(pos, e, one);
+    _mm512_div_pd(num, _mm512_add_pd(one, e))
+}
+
+/// The f64 result of `f` on 8 fp32 inputs and the lanes whose fp32 rounding is certain.
+#[inline(always)]
+unsafe fn eval(f: Func, k: &K, x: __m256) -> (__m512d, __mmask8) {
+    let a = _mm512_cvtps_pd(x);
+    let y = match f {
+        Func::Exp => exp8(k, clamp(k, a)),
+        Func::Sigmoid => sigmoid8(k, a),
+        Func::Silu => {
+            // below -150 the clamped sigmoid is not accurate, but |x| e^x < 2^-200 there: -0
+            let y = _mm512_mul_pd(a, sigmoid8(k, a));
+            let low = _mm512_cmp_pd_mask::<_CMP_LT_OQ>(a, k.lo);
+            let y = _mm512_mask_blend_pd(low, y, _mm512_set1_pd(-0.0));
+            // -inf (limit +0) to the scalar path via NaN
+            let ninf = _mm512_cmp_pd_mask::<_CMP_EQ_OQ>(a, _mm512_set1_pd(f64::NEG_INFINITY));
+            _mm512_mask_blend_pd(ninf, y, _mm512_set1_pd(f64::NAN))
+        }
+    };
+    (y, certain(k, y))
+}
+
+/// 16 elements in place (already through `pre`); returns the mask of decided lanes and, when
+/// some are not, every lane's f64 value.
+#[inline(always)]
+unsafe fn step(f: Func, k: &K, xs: &mut [f32; 16], ys: &mut [f64; 16]) -> u16 {
+    let p = xs.as_mut_ptr();
+    let (y0, ok0) = eval(f, k, _mm256_loadu_ps(p));
+    let (y1, ok1) = eval(f, k, _mm256_loadu_ps(p.add(8)));
+    _mm256_storeu_ps(p, _mm512_cvtpd_ps(y0));
+    _mm256_storeu_ps(p.add(8), _mm512_cvtpd_ps(y1));
+    let ok = ok0 as u16 | (ok1 as u16) << 8;
+    if ok != u16::MAX {
+        _mm512_storeu_pd(ys.as_mut_ptr(), y0);
+        _mm512_storeu_pd(ys.as_mut_ptr().add(8), y1);
+    }
+    ok
+}
+
+/// 16 inputs (through `pre` already) to 16 results; undecided lanes below `n` through the
+/// interval check and then `slow` (counted in `fallbacks`).
+#[inline(always)]
+unsafe fn block(
+    f: Func,
+    k: &K,
+    ins: [f32; 16],
+    n: usize,
+    slow: &impl Fn(f32) -> f32,
+    fallbacks: &mut usize,
+) -> [f32; 16] {
+    let mut xs = ins;
+    let mut ys = [0f64; 16];
+    let ok = step(f, k, &mut xs, &mut ys);
+    if ok != u16::MAX {
+        for i in 0..n {
+            if ok >> i & 1 == 0 {
+                let (r, sure) = super::exp::certain(ys[i]);
+                xs[i] = if sure {
+                    r
+                } else {
+                    *fallbacks += 1;
+                    slow(ins[i])
+                };
+            }
+        }
+    }
+    xs
+}
+
+/// `v[i] = f(pre(v[i]))` (exp.rs's `map` contract). Returns how many elements took `slow`.
+///
+/// # Safety
+/// The host must have AVX-512F and FMA.
+#[target_feature(enable = "avx512f,fma")]
+pub unsafe fn map(
+    f: Func,
+    v: &mut [f32],
+    pre: impl Fn(f32) -> f32,
+    slow: impl Fn(f32) -> f32,
+) -> usize {
+    match f {
+        Func::Exp => map_in::<EXP>(v, pre, slow),
+        Func::Sigmoid => map_in::<SIGMOID>(v, pre, slow),
+        Func::Silu => map_in::<SILU>(v, pre, slow),
+    }
+}
+
+const EXP: u8 = 0;
+const SIGMOID: u8 = 1;
+const SILU: u8 = 2;
+
+fn func(code: u8) -> Func {
+    match code {
+        EXP => Func::Exp,
+        SIGMOID => Func::Sigmoid,
+        _ => Func::Silu,
+    }
+}
+
+#[inline(always)]
+unsafe fn map_in<const F: u8>(
+    v: &mut [f32],
+    pre: impl Fn(f32) -> f32,
+    slow: impl Fn(f32) -> f32,
+) -> usize {
+    let f = func(F);
+    let k = k();
+    let mut fallbacks = 0;
+    let mut chunks = v.chunks_exact_mut(16);
+    for c in &mut chunks {
+        let c: &mut [f32; 16] = c.try_into().unwrap();
+        *c = block(f, &k, c.map(&pre), 16, &slow, &mut fallbacks);
+    }
+    let rest = chunks.into_remainder();
+    let n = rest.len();
+    if n > 0 {
+        let mut xs = [0f32; 16];
+        for (x, e) in xs.iter_mut().zip(rest.iter()) {
+            *x = pre(*e);
+        }
+        rest.copy_from_slice(&block(f, &k, xs, n, &slow, &mut fallbacks)[..n]);
+    }
+    fallbacks
+}
+
+/// `dst[i] = f(pre(src[i]))` over little-endian fp32 bytes (equal lengths, multiples of 4).
+///
+/// # Safety
+/// The host must have AVX-512F and FMA.
+#[target_feature(enable = "avx512f,fma")]
+pub unsafe fn map_bytes(
+    f: Func,
+    src: &[u8],
+    dst: &mut [u8],
+    pre: impl Fn(f32) -> f32,
+    slow: impl Fn(f32) -> f32,
+) -> usize {
+    match f {
+        Func::Exp => bytes_in::<EXP>(src, dst, pre, slow),
+        Func::Sigmoid => bytes_in::<SIGMOID>(src, dst, pre, slow),
+        Func::Silu => bytes_in::<SILU>(src, dst, pre, slow),
+    }
+}
+
+#[inline(always)]
+unsafe fn bytes_in<const F: u8>(
+    src: &[u8],
+    dst: &mut [u8],
+    pre: impl Fn(f32) -> f32,
+    slow: impl Fn(f32) -> f32,
+) -> usize {
+    let f = func(F);
+    let k = k();
+    let mut fallbacks = 0;
+    let mut si = src.chunks_exact(64);
+    let mut di = dst.chunks_exact_mut(64);
+    for (s, d) in (&mut si).zip(&mut di) {
+        let s: &[u8; 64] = s.try_into().unwrap();
+        let xs: [f32; 16] = std::array::from_fn(|i| {
+            pre(f32::from_le_bytes(s[4 * i..4 * i + 4].try_into().unwrap()))
+        });
+        let ys = block(f, &k, xs, 16, &slow, &mut fallbacks);
+        for (o, y) in d.chunks_exact_mut(4).zip(ys) {
+            o.copy_from_slice(&y.to_le_bytes());
+        }
+    }
+    let (s, d) = (si.remainder(), di.into_remainder());
+    let n = s.len() / 4;
+    if n > 0 {
+        let mut xs = [0f32; 16];
+        for (x, e) in xs.iter_mut().zip(s.chunks_exact(4)) {
+            *x = pre(f32::from_le_bytes(e.try_into().unwrap()));
+        }
+        let ys = block(f, &k, xs, n, &slow, &mut fallbacks);
+        for (o, y) in d.chunks_exact_mut(4).zip(ys) {
+            o.copy_from_slice(&y.to_le_bytes());
+        }
+    }
+    fallbacks
+}

@@ -8,11 +8,14 @@ Policy (docs/nki.md, "Memory"):
 - PSUM: several small tiles share a 2 KiB bank (ranges start on a 64-byte boundary); a tile of at
   most one bank never straddles a bank boundary; a larger tile starts on a bank boundary and
   spans whole banks.
-- Next fit: the search for a free range starts where the previous allocation ended and wraps
-  around, so a tile freed by one loop iteration is not handed straight back to the next one: the
-  iterations rotate over the free memory (buffers), and the next iteration's writes need not wait
-  for the previous iteration's reads, as with the compiler's multi-buffering. Any free range that
-  fits is found: rotation never makes an allocation fail.
+- Rotation: the ranges of the last `ROTATE` tiles freed stay out of reach while another range fits
+  (first fit over the rest), so a tile allocated per loop iteration is not handed straight back
+  the range the previous iterations still read: iterations rotate over several buffers (a loop
+  body freeing k tiles per iteration gives each about ROTATE / k + 1), as with the compiler's
+  multi-buffering, and their accesses need not wait for each other. When only
+  a recently freed range fits, it is used: rotation never makes an allocation fail. (Rotating over
+  the whole memory instead would spread a kernel's tiles over all of SBUF, for no gain in
+  overlap beyond a few buffers.)
 - Explicit placement (`place`) reserves exactly the range asked for, overlapping whatever is live
   (aliasing is the author's intent); automatic tiles then avoid it.
 
@@ -22,6 +25,7 @@ memory: for PSUM every bank and the tiles in it.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import weakref
 
@@ -33,6 +37,8 @@ PSUM_BYTES: int = _native.PSUM_PARTITION_BYTES
 PSUM_BANK: int = _native.PSUM_BANK_BYTES
 #: Ranges start on this byte alignment (an allocator policy, not a hardware rule).
 ALIGN = 64
+#: Recently freed ranges kept out of reach while others fit (loop tiles rotate over ROTATE + 1).
+ROTATE = 8
 
 
 def _up(x: int, a: int) -> int:
@@ -40,14 +46,14 @@ def _up(x: int, a: int) -> int:
 
 
 class Allocator:
-    """Next-fit allocator of per-partition byte ranges of one memory of one core (`bank` > 0: the
-    PSUM bank rules)."""
+    """First-fit allocator of per-partition byte ranges of one memory of one core, rotating over
+    recently freed ranges (`bank` > 0: the PSUM bank rules)."""
 
     def __init__(self, what: str, capacity: int, align: int = ALIGN, bank: int = 0) -> None:
         self.what, self.capacity, self.align, self.bank = what, capacity, align, bank
         self._live: dict[int, tuple[int, int, str]] = {}  # key -> (lo, hi, label)
         self._keys = itertools.count()
-        self._next = 0  # where the next search starts (rotation)
+        self._recent: collections.deque = collections.deque(maxlen=ROTATE)  # freed (lo, hi), newest last
         # Tracked owners: id(weak reference) -> (the reference, key). When an owner dies its
         # reference is appended to `_dead` by `list.append` itself, C code that runs no Python
         # bytecode: a Ctrl-C arriving then is raised in the kernel's code, never inside a
@@ -74,8 +80,13 @@ class Allocator:
         dead = self._dead
         while dead:
             _, key = self._owners.pop(id(dead.pop()))
-            self._live.pop(key, None)
+            self._release(key)
         return self._live
+
+    def _release(self, key: int) -> None:
+        r = self._live.pop(key, None)
+        if r is not None:
+            self._recent.append((r[0], r[1]))
 
     def _start(self, lo: int, nbytes: int) -> int:
         """The first legal start at or after `lo` for a range of `nbytes`."""
@@ -88,38 +99,33 @@ class Allocator:
                 pos = _up(pos, b)
         return pos
 
-    def _gaps(self):
-        """The free gaps (lo, hi), lowest address first."""
+    def _gaps(self, extra=()):
+        """The free gaps (lo, hi) between the live ranges (and `extra` ones), lowest address first."""
         pos = 0
-        for lo, hi, _ in sorted(self.live.values()):
+        for lo, hi in sorted([(lo, hi) for lo, hi, _ in self.live.values()] + list(extra)):
             if lo > pos:
                 yield pos, lo
             pos = max(pos, hi)
         if pos < self.capacity:
             yield pos, self.capacity
 
+    def _first_fit(self, nbytes: int, extra=()) -> int | None:
+        for lo, hi in self._gaps(extra):
+            s = self._start(lo, nbytes)
+            if s + nbytes <= hi:
+                return s
+        return None
+
     def alloc(self, nbytes: int, label: str) -> tuple[int, int]:
         """Place `nbytes` per partition; returns (key, byte offset) or raises CapacityError."""
         nbytes = max(int(nbytes), 1)
-        gaps = list(self._gaps())
-        pos = None
-        for lo, hi in gaps:  # next fit: from the roving point on ...
-            if hi > self._next:
-                s = self._start(max(lo, self._next), nbytes)
-                if s + nbytes <= hi:
-                    pos = s
-                    break
-        if pos is None:  # ... then wrapping around to the lowest address
-            for lo, hi in gaps:
-                s = self._start(lo, nbytes)
-                if s + nbytes <= hi:
-                    pos = s
-                    break
+        pos = self._first_fit(nbytes, self._recent)  # rotation: not a just-freed range ...
+        if pos is None:
+            pos = self._first_fit(nbytes)  # ... unless nothing else fits
         if pos is None:
             raise CapacityError(self._overflow(nbytes, label), operand="shape", rule="onchip_capacity")
         key = next(self._keys)
         self._live[key] = (pos, pos + nbytes, label)
-        self._next = pos + nbytes
         return key, pos
 
     def place(self, offset: int, nbytes: int, label: str, error: type = CapacityError) -> int:
@@ -136,13 +142,13 @@ class Allocator:
         return key
 
     def free(self, key: int) -> None:
-        self._live.pop(key, None)
+        self._release(key)
 
     def free_at(self, offset: int) -> None:
         """Free the most recent live range starting at `offset` (`Program.free`)."""
         for key in sorted(self.live, reverse=True):
             if self._live[key][0] == offset:
-                del self._live[key]
+                self._release(key)
                 return
 
     # ------------------------------------------------------------------------------ messages

@@ -3,7 +3,7 @@
 
 A tile's range is returned to the allocator when the last Python reference to the tile (or any
 view of it) goes away, so a loop body that allocates a tile per iteration reuses memory, as the
-compiler's allocator does; the allocator's next-fit rotation hands consecutive iterations
+compiler's allocator does; the allocator's rotation hands consecutive iterations
 different ranges while memory allows, and the reuse is ordered by the automatic synchronisation
 (WAR/WAW dependencies).
 """

@@ -11,7 +11,7 @@ rotating buffers as the loops advance. Here:
 - When an allocation (of a block or of any other tile) finds the memory full, the least recently
   used block of any block tile whose physical tile no view holds any more is evicted: its range
   is freed and reused (the automatic synchronisation orders the reuse after the block's last
-  access). The allocator's next-fit policy already rotates blocks over free memory while there
+  access). The allocator's policy already rotates blocks over free memory while there
   is room, so evictions happen only under pressure.
 - Using an evicted block again raises `CapacityError` (`nki_block_tile_overflow`) naming the tile:
   the kernel keeps more blocks live than fit (a block is dead once the kernel writes it whole

@@ -254,7 +254,7 @@ def test_tile_operators_compare_and_combine_elementwise():
             nl.store(o, value=nl.copy(v, dtype=nl.float32))
         assert not (x == None) and x != "token"  # noqa: E711 (identity semantics for other objects)
         assert x in [y, x] and [y, x].index(x) == 1 and x != y  # tile vs tile: identity (lists work)
-        assert isinstance(x == 0.0, type(x))  # tile vs number: elementwise
+        assert isinstance(x == 0.0, nl.NkiTensor)  # tile vs number: elementwise
         return tuple(outs)
 
     a = np.array([[-2.0, 0.0, 1.5, 3.0]], np.float32)

@@ -15,7 +15,8 @@ from typing import Any
 
 from . import _native
 from ._asm import INSTRUCTIONS, AssemblerMixin
-from .errors import AddressError, CapacityError, MemorySpaceError, OperandError, SemaphoreError
+from .allocator import Allocator
+from .errors import AddressError, MemorySpaceError, OperandError, SemaphoreError
 from .tensor import Reg, Tensor, _check_live, _index, _shape
 
 # Hardware facts, from the Rust core.
@@ -26,42 +27,6 @@ PSUM_BANK_BYTES: int = _native.PSUM_BANK_BYTES
 NUM_REGISTERS: int = _native.NUM_REGISTERS
 #: SBUF tiles start on this byte alignment (an allocator policy, not a hardware rule).
 SBUF_ALIGN = 64
-
-
-class _Allocator:
-    """First-fit allocator of per-partition byte ranges (one range serves every partition)."""
-
-    def __init__(self, what: str, capacity: int, align: int) -> None:
-        self.what, self.capacity, self.align = what, capacity, align
-        self.live: dict[int, int] = {}  # start -> end
-
-    def alloc(self, nbytes: int, label: str) -> int:
-        pos = 0
-        for lo, hi in sorted(self.live.items()):
-            if lo - pos >= nbytes:
-                break
-            pos = max(pos, -(-hi // self.align) * self.align)
-        if pos + nbytes > self.capacity:
-            used = sum(h - lo for lo, h in self.live.items())
-            raise CapacityError(
-                f"{self.what} allocation {label} of {nbytes} bytes per partition does not fit "
-                f"({used} of {self.capacity} bytes per partition in use by {len(self.live)} tiles)",
-                rule="onchip_capacity",
-            )
-        self.live[pos] = pos + nbytes
-        return pos
-
-    def reserve(self, offset: int, nbytes: int) -> None:
-        if offset < 0 or offset + nbytes > self.capacity:
-            raise AddressError(
-                f"{self.what} bytes {offset}..{offset + nbytes} are outside 0..{self.capacity}",
-                operand="address",
-                rule="tile_address_out_of_range",
-            )
-        self.live[offset] = max(self.live.get(offset, 0), offset + nbytes)
-
-    def free(self, offset: int) -> None:
-        self.live.pop(offset, None)
 
 
 def _enum_name(v: Any) -> Any:
@@ -112,8 +77,8 @@ class Program(AssemblerMixin):
         self.core = core
         self.chip = int(chip)
         self.sync = sync
-        self._sbuf = _Allocator("SBUF", SBUF_PARTITION_BYTES, SBUF_ALIGN)
-        self._psum = _Allocator("PSUM", PSUM_PARTITION_BYTES, PSUM_BANK_BYTES)
+        self._sbuf = Allocator.sbuf()
+        self._psum = Allocator.psum()
         self._next_sem = 0
         self._next_reg = 0
         self._synced: tuple[int, _native.Program] | None = None
@@ -155,7 +120,7 @@ class Program(AssemblerMixin):
         alloc = self._sbuf if mem == "sbuf" else self._psum
         label = repr(name) if name else str(shape)
         if address is None:
-            t.offset = alloc.alloc(nbytes, label)
+            t.offset = alloc.alloc(nbytes, label)[1]
         else:
             start, off = address if isinstance(address, (tuple, list)) else (0, address)
             start, off = _index(start, "address"), _index(off, "address")
@@ -171,7 +136,7 @@ class Program(AssemblerMixin):
                     operand="address",
                     rule="psum_tile_bank_alignment",
                 )
-            alloc.reserve(off, nbytes)
+            alloc.place(off, nbytes, label, error=AddressError)
             t.offset, t.start = int(off), int(start)
             if t.start + shape[0] > PARTITIONS:
                 raise AddressError(
@@ -188,12 +153,13 @@ class Program(AssemblerMixin):
         return self._tile("sbuf", shape, dtype, address, name)
 
     def psum(self, shape, dtype="float32", address=None, name: str = "") -> Tensor:
-        """Allocate a PSUM tile at a bank boundary; the next matmul with accumulate=None overwrites it."""
+        """Allocate a PSUM tile (small tiles share a 2 KiB bank, never straddling one; larger ones start
+        on a bank boundary); the next matmul with accumulate=None overwrites it."""
         return self._tile("psum", shape, dtype, address, name)
 
     def free(self, tile: Tensor) -> None:
         """Return a tile's bytes to its allocator (the view stays usable; reuse is the author's call)."""
-        (self._sbuf if tile.mem == "sbuf" else self._psum).free(tile.offset)
+        (self._sbuf if tile.mem == "sbuf" else self._psum).free_at(tile.offset)
 
     def semaphore(self) -> int:
         """A fresh semaphore id for manual synchronisation."""
@@ -344,8 +310,8 @@ class Program(AssemblerMixin):
     def _wrap(cls, nat: _native.Program, sync: str) -> Program:
         p = cls.__new__(cls)
         p._native, p.core, p.sync = nat, nat.core, sync
-        p._sbuf = _Allocator("SBUF", SBUF_PARTITION_BYTES, SBUF_ALIGN)
-        p._psum = _Allocator("PSUM", PSUM_PARTITION_BYTES, PSUM_BANK_BYTES)
+        p._sbuf = Allocator.sbuf()
+        p._psum = Allocator.psum()
         p._next_sem = 0
         p._next_reg = 0
         p._synced = None

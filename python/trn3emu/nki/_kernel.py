@@ -33,6 +33,7 @@ from ..dtypes import SIZES, dtype_name, numpy_dtype
 from ..errors import (
     AddressError,
     ArgumentTypeError,
+    CapacityError,
     EmuError,
     MemorySpaceError,
     NotSupportedError,
@@ -732,6 +733,10 @@ def _check_outputs_written(result, inputs: list, contexts) -> None:
     walk(result, "its result")
 
 
+#: callables(ctx) run when a program's kernel body has returned
+END_OF_TRACE: list = []
+
+
 class TraceContext:
     """The state of one program of a kernel launch while its body is traced."""
 
@@ -740,8 +745,8 @@ class TraceContext:
         # An SPMD launch across chips (nki/spmd.py) places a rank's programs from `core_base`.
         self.core = (getattr(launch, "core_base", 0) + pid) % Device.NUM_CORES
         self.program = KernelProgram(core=self.core)
-        self.sbuf = _memory.Allocator("SBUF", _memory.SBUF_BYTES, _memory.SBUF_ALIGN)
-        self.psum = _memory.Allocator("PSUM", _memory.PSUM_BYTES, _memory.PSUM_BANK)
+        self.sbuf = self.program._sbuf  # the program's allocators: one allocator per memory
+        self.psum = self.program._psum
         self.shared_index = 0
         self.prints: list[tuple[str, NkiTensor]] = []
         self.no_reorder_depth = 0
@@ -754,11 +759,10 @@ class TraceContext:
     def device(self) -> Device:
         return self.launch.device
 
-    def alloc(self, shape, dtype, buffer: str, name: str = "", address=None) -> NkiTensor:
+    def alloc(self, shape, dtype, buffer: str, name: str = "", address=None, label: str = "") -> NkiTensor:
         shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
         dt = dtype_name(dtype)
-        where = source_line()
-        label = f"{name or 'tile'} {shape} {dt} at {where}"
+        label = label or f"{name or 'tile'} {shape} {dt} at {source_line()}"
         if buffer in HBM_BUFFERS:
             return self._alloc_hbm(shape, dt, buffer, name, address, label)
         if buffer not in ONCHIP:
@@ -772,7 +776,7 @@ class TraceContext:
         alloc = self.sbuf if buffer == "sbuf" else self.psum
         if address is None:
             _memory.check_partitions(0, shape[0], label)
-            key, t.offset = alloc.alloc(row, label)
+            key, t.offset = self._alloc_evicting(alloc, row, label)
         else:
             if isinstance(address, (tuple, list)):
                 start, off = (0, address[0]) if len(address) == 1 else (int(address[0]), int(address[1]))
@@ -792,6 +796,18 @@ class TraceContext:
         block = _Block(shape[0], row, label)
         alloc.track(block, key)
         return NkiTensor(t, buffer, block, name)
+
+    def _alloc_evicting(self, alloc, row: int, label: str) -> tuple[int, int]:
+        """`alloc.alloc`, making room when full by evicting the least recently used blocks of
+        par_dim block tiles (`blocks.py`): blocks do not hold memory the kernel needs elsewhere."""
+        from . import blocks
+
+        while True:
+            try:
+                return alloc.alloc(row, label)
+            except CapacityError:
+                if not blocks.evict_one(self, alloc):
+                    raise
 
     def _alloc_hbm(self, shape, dt, buffer, name, address, label) -> NkiTensor:
         addr = None
@@ -1080,7 +1096,10 @@ class _Run:
                 self.contexts.append(ctx)
                 _STACK.append(ctx)
                 try:
-                    results.append(_to_hbm(self.kernel.fn(*wargs, **wkw)))
+                    r = self.kernel.fn(*wargs, **wkw)
+                    for hook in END_OF_TRACE:  # e.g. pending loads: issued, so their errors show
+                        hook(ctx)
+                    results.append(_to_hbm(r))
                 finally:
                     _STACK.pop()
         finally:

@@ -1,5 +1,6 @@
 """`nki.compiler`: compiler hints. Scheduling hints are accepted and have no effect (the emulator
-schedules by data dependencies); allocation APIs are not supported."""
+schedules by data dependencies); the direct allocation APIs (`sbuf.alloc`, `sbuf.mod_alloc`,
+`psum.alloc`, `psum.mod_alloc`) place tiles and the blocks of block tiles (`blocks.py`)."""
 
 from __future__ import annotations
 
@@ -38,16 +39,21 @@ class AllocatedBuffer:
     def __init__(self, kind: str, func) -> None:
         self.buffer, self.func = kind, func
 
-    def address(self, shape, itemsize: int) -> tuple:
+    def address(self, shape, itemsize: int, idx: tuple = ()) -> tuple:
         free = itemsize
         for n in shape[1:]:
             free *= int(n)
-        placed = tuple(self.func((), int(shape[0]), free))
+        placed = tuple(self.func(tuple(idx), int(shape[0]), free))
         if len(placed) == 3:  # PSUM form: (bank, partition, address in the bank)
             bank, p, b = (int(x) for x in placed)
             return p, bank * PSUM_BANK_BYTES + b
         p, b = placed
         return int(p), int(b)
+
+    def block_placer(self, shape: tuple, pd: int, itemsize: int):
+        """For a block tile `(blocks..., P, free...)`: block index -> the address of its tile."""
+        tile = tuple(shape[pd:])
+        return lambda idx: self.address(tile, itemsize, idx)
 
 
 def _modulo(base: int, tiles: tuple, scale: int):

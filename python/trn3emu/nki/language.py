@@ -31,7 +31,9 @@ from ._kernel import (
     not_supported,
 )
 from ._kernel import unknown_parameter as _unknown_parameter
+from .blocks import BlockTensor
 from .indexing import ParDim, arange, mgrid, par_dim  # noqa: F401  (legacy index expressions)
+from .pending import Pending
 
 # ------------------------------------------------------------------------------------ dtypes
 bool_ = DTYPES["bool"]
@@ -259,63 +261,51 @@ def program_ndim() -> int | None:
 def ndarray(shape, dtype, buffer=None, name="", address=None, **kwargs) -> NkiTensor:
     """A new (uninitialised) tensor; SBUF/PSUM from the allocator, or at `address`.
 
-    A legacy shape with `nl.par_dim` after leading block dims, `(n, nl.par_dim(P), F)`, is one
-    [P, n, F] tile whose block index is a free dim (`BlockTensor`)."""
+    A legacy shape with `nl.par_dim` after leading block dims, `(n, nl.par_dim(P), F)`, is a
+    block tile: one physical [P, F] tile per block, allocated when first used and rotated as the
+    kernel advances (`BlockTensor`, `blocks.py`)."""
     kwargs.pop("lazy_initialization", None)  # legacy scheduling hint: no effect here
     if kwargs:
         _misspelt_keyword("ndarray", kwargs)
         raise not_supported(f"nl.ndarray({', '.join(kwargs)}=...)", rule="nki_keyword_unsupported")
     from .compiler import AllocatedBuffer
 
+    pd = [i for i, s in enumerate(shape) if isinstance(s, ParDim)] if isinstance(shape, (tuple, list)) else []
     if isinstance(buffer, AllocatedBuffer):  # legacy direct allocation (ncc.sbuf.alloc / mod_alloc)
-        if isinstance(shape, (tuple, list)) and builtins.any(isinstance(s, ParDim) for s in shape[1:]):
-            raise not_supported(
-                "direct allocation of a par_dim block tile", "allocate one tile per block", rule="nki_block_tile_alloc"
+        if pd and pd[0] > 0:  # a block tile: each block where the function places it
+            dims = tuple(int(s) for s in shape)
+            return BlockTensor(
+                dims,
+                pd[0],
+                as_dtype(dtype),
+                buffer.buffer,
+                name,
+                buffer.block_placer(dims, pd[0], as_dtype(dtype).itemsize),
             )
         address = buffer.address(tuple(int(s) for s in shape), as_dtype(dtype).itemsize)
         buffer = buffer.buffer
     buf = "sbuf" if buffer is None else _buf(buffer)
-    if isinstance(shape, (tuple, list)):
-        pd = [i for i, s in enumerate(shape) if isinstance(s, ParDim)]
-        if pd and pd[0] > 0 and buf in ("sbuf", "psum"):
-            k = pd[0]
-            inner = (shape[k],) + tuple(shape[:k]) + tuple(shape[k + 1 :])
-            t = current().alloc(inner, dtype, buf, name, address)
-            return BlockTensor(t._t, t.buffer, t._block, t.name, k)
+    if pd and pd[0] > 0 and buf in ("sbuf", "psum"):
+        dims = tuple(int(s) for s in shape)
+        placer = None if address is None else _dense_blocks(dims, pd[0], as_dtype(dtype).itemsize, address)
+        return BlockTensor(dims, pd[0], as_dtype(dtype), buf, name, placer)
     return current().alloc(shape, dtype, buf, name, address)
 
 
-class BlockTensor(NkiTensor):
-    """A legacy `(blocks..., par_dim(P), free...)` tile, stored as [P, blocks..., free...]:
-    indexing moves the partition index first (`t[b, 0:P, 0:F]` is the [P, F] tile of block b)."""
+def _dense_blocks(dims: tuple, pd: int, itemsize: int, address):
+    """`address=(partition, byte)` of a block tile: the blocks one after another from there (block
+    b, in row-major order of the block dims, at byte + b * bytes per partition of a block)."""
+    a = tuple(address) if isinstance(address, (tuple, list)) else (address,)
+    start, byte = (0, a[0]) if len(a) == 1 else a[-2:]
+    row = itemsize * math.prod(dims[pd + 1 :])
 
-    __slots__ = ("_pd",)
+    def place(b: tuple) -> tuple:
+        lin = 0
+        for i, n in zip(b, dims[:pd]):
+            lin = lin * n + i
+        return int(start), int(byte) + lin * row
 
-    def __init__(self, t, buffer, block, name, pd: int) -> None:
-        super().__init__(t, buffer, block, name)
-        self._pd = pd
-
-    @property
-    def shape(self) -> tuple:
-        s = self._t.shape
-        return tuple(s[1 : self._pd + 1]) + (s[0],) + tuple(s[self._pd + 1 :])
-
-    def __getitem__(self, key):
-        key = key if isinstance(key, tuple) else (key,)
-        pd = self._pd
-        if builtins.any(k is Ellipsis for k in key):
-            raise not_supported(
-                "... in the index of a par_dim block tile", "index the block dims first", rule="nki_block_tile_index"
-            )
-        if len(key) < pd:
-            raise not_supported(
-                "indexing a par_dim block tile without all its block indices", rule="nki_block_tile_index"
-            )
-        key = key + (slice(None),) * (self._t.ndim - len(key))  # t[b]: the whole [P, F] tile of block b
-        return NkiTensor.__getitem__(self, (key[pd],) + tuple(key[:pd]) + tuple(key[pd + 1 :]))
-
-    def __setitem__(self, key, value) -> None:
-        _assign(self[key], value)
+    return place
 
 
 def empty_like(t, dtype=None, buffer=None, name="") -> NkiTensor:
@@ -325,6 +315,9 @@ def empty_like(t, dtype=None, buffer=None, name="") -> NkiTensor:
 def full(shape, fill_value, dtype, buffer=None, name="", address=None, lazy_initialization=None) -> NkiTensor:
     """A new tensor filled with `fill_value`: memset on chip, written at load time in HBM."""
     t = ndarray(shape, dtype, buffer, name, address)
+    if isinstance(t, BlockTensor):  # each block is filled when first used
+        t._init = fill_value
+        return t
     if t.buffer in HBM_BUFFERS:
         ctx = current()
         ctx.device.hbm.write(t.tensor, np.full(t.shape, fill_value, numpy_dtype(t.tensor.dtype)))
@@ -373,16 +366,27 @@ def shared_identity_matrix(n, dtype=uint8, **kwargs) -> NkiTensor:
 
 
 # ------------------------------------------------------------------------------- data motion
+#: DMA queue policy of the front end's own transfers: loads (`nl.load`, `tile[...] = hbm`) go on the
+#: sync engine's queue (the ISA default), stores (`nl.store`, `hbm[...] = tile`) on the scalar
+#: (Activation) engine's queue, so a kernel's output stream never waits behind its input stream.
+STORE_QUEUE = "scalar"
+
+
 def load(src, dtype=None, **kwargs) -> NkiTensor:
-    """HBM -> a new SBUF tile (`dma_copy`; a dtype change is the DMA's cast)."""
+    """HBM -> a new SBUF tile (`dma_copy`; a dtype change is the DMA's cast). The DMA is pending
+    (`pending.py`): `tile[...] = nl.load(src)` is one DMA straight into `tile`."""
     _no_mask("load", kwargs)
-    t = ndarray(src.shape, dtype or src.dtype, sbuf)
+    odt = as_dtype(dtype or src.dtype)
+    if not _indexing.active() and isinstance(src, NkiTensor):
+        return Pending((tuple(src.shape), odt, sbuf), lambda dst: nisa.dma_copy(dst=dst, src=src))
+    t = ndarray(src.shape, odt, sbuf)
     nisa.dma_copy(dst=t, src=src)
     return t
 
 
 def store(dst, value, **kwargs) -> None:
-    """A tile -> HBM (`dma_copy`; PSUM goes through an SBUF `tensor_copy` first: DMA cannot read PSUM).
+    """A tile -> HBM (`dma_copy` on the scalar queue, `STORE_QUEUE`; PSUM goes through an SBUF
+    `tensor_copy` first: DMA cannot read PSUM).
     A scalar value fills dst (`memset` of an SBUF tile, then `dma_copy` per 128 rows)."""
     _no_mask("store", kwargs)
     if not isinstance(value, NkiTensor):
@@ -395,7 +399,7 @@ def store(dst, value, **kwargs) -> None:
             nisa.dma_copy(dst=flat[r0 : r0 + n], src=t[0:n])
         return
     value = _sbuf_operand(value)
-    nisa.dma_copy(dst=dst, src=value)
+    nisa.dma_copy(dst=dst, src=value, engine=STORE_QUEUE)
 
 
 def static_cast(x, dtype):
@@ -538,7 +542,10 @@ def _assign(dst: NkiTensor, value) -> None:
             return _assign(dst, value)
     if isinstance(value, NkiTensor):
         if dst.buffer in HBM_BUFFERS or value.buffer in HBM_BUFFERS:
-            nisa.dma_copy(dst=dst, src=_sbuf_operand(value) if dst.buffer in HBM_BUFFERS else value)
+            if dst.buffer in HBM_BUFFERS:  # a store: the scalar queue (DMA queue policy, docs/nki.md)
+                nisa.dma_copy(dst=dst, src=_sbuf_operand(value), engine=STORE_QUEUE)
+            else:
+                nisa.dma_copy(dst=dst, src=value)
         else:
             src = value
             if src.size != dst.size and src.shape[0] == dst.shape[0]:
@@ -700,6 +707,8 @@ def _inplace(dst: NkiTensor, op: str, value) -> None:
         raise not_supported(
             f"in-place {op} on an HBM tensor", "load it, update the tile, store it", rule="nki_hbm_inplace"
         )
+    if op == "add" and isinstance(value, Pending) and value._accumulate_into(dst):
+        return  # `psum[...] += matmul(...)`: one accumulating matmul into dst
     if dst.buffer == "psum" and isinstance(value, NkiTensor) and value.buffer == "psum":
         value = _sbuf_operand(value)  # an engine reads at most one PSUM input (`psum += matmul(...)`)
     _binary(op, dst, value, None, out=dst)
@@ -1137,9 +1146,12 @@ def matmul(x, y, transpose_x=False, **kwargs) -> NkiTensor:
     wide = ("float32", "tfloat32")
     if (str(x.dtype) in wide) != (str(y.dtype) in wide):
         x, y = (x, copy(y, dtype=float32)) if str(x.dtype) in wide else (copy(x, dtype=float32), y)
-    out = ndarray((x.shape[1], y.shape[1]), float32, psum)
-    nisa.nc_matmul(out, stationary=x, moving=y, accumulate=False)
-    return out
+    # pending (`pending.py`): `psum[...] = nl.matmul(..)` writes psum, `psum[...] += ..` accumulates
+    return Pending(
+        ((x.shape[1], y.shape[1]), as_dtype(float32), psum),
+        lambda dst: nisa.nc_matmul(dst, stationary=x, moving=y, accumulate=False),
+        lambda dst: nisa.nc_matmul(dst, stationary=x, moving=y, accumulate=True),
+    )
 
 
 def transpose(x, dtype=None, **kwargs) -> NkiTensor:

@@ -19,7 +19,8 @@ from .._asm import INSTRUCTIONS, AssemblerMixin
 from . import indexing
 from . import isa as nisa
 from . import language as nl
-from ._kernel import Kernel, NkiTensor, _Launcher, current, jit, missing_attribute, not_supported
+from ._kernel import Kernel, NkiTensor, _Launcher, jit, missing_attribute, not_supported
+from .pending import Pending
 from .profiling import benchmark, profile
 
 _DST = object()  # placeholder bound to the dst parameter while reading a legacy call
@@ -95,71 +96,7 @@ def _out_spec(opname: str, a: dict, dtype: Any) -> tuple:
 
 
 #: legacy PSUM results not issued yet, in call order (see `_Pending`)
-_PENDING: list = []
-
-
-def _flush_pending() -> None:
-    """Issue the pending results (before any other instruction, so program order is kept)."""
-    while _PENDING:
-        p = _PENDING[0]
-        if p._ctx is not current():  # left over from a finished trace: never used, never issued
-            _PENDING.pop(0)
-            continue
-        p._issue(None)
-
-
-class _Pending(NkiTensor):
-    """A legacy value-returning PSUM result (`nc_matmul`, PE `nc_transpose`) not issued yet.
-
-    `psum_tile[...] = nisa.nc_matmul(a, b)` writes straight into `psum_tile`, as the legacy compiler
-    did, instead of through a temporary tile: PSUM holds only 8 bank-aligned tiles, and kernels
-    that keep 8 live fill it. Any other use of the result, or the kernel's next instruction,
-    issues it into a fresh tile first, so instructions keep their program order. After a fused
-    assignment the result is a view of the tile it was written into."""
-
-    __slots__ = ("_spec", "_emit", "_ctx")
-
-    def __init__(self, spec, emit) -> None:  # `_t` / `_block` stay unset until issued
-        self.buffer, self.name = spec[2], ""
-        self._spec, self._emit, self._ctx = spec, emit, current()
-        _PENDING.append(self)
-
-    def __getattr__(self, name: str):
-        if name in ("_t", "_block"):
-            self._issue(None)
-            return object.__getattribute__(self, name)
-        return super().__getattr__(name)
-
-    def _pending(self) -> bool:
-        try:
-            object.__getattribute__(self, "_t")
-            return False
-        except AttributeError:
-            return True
-
-    def _issue(self, dst) -> None:
-        for i, p in enumerate(_PENDING):
-            if p is self:
-                del _PENDING[i]
-                break
-        if dst is None:
-            shape, dtype, buf = self._spec
-            dst = nl.ndarray(shape, dtype, buffer=buf)
-        self._emit(dst)
-        self._t, self._block = dst._t, dst._block
-
-    def _fuse_into(self, dst) -> bool:
-        """`dst[...] = self`: issue into dst when it is the same kind of tile; else False."""
-        shape, dtype, buf = self._spec
-        if not self._pending() or indexing.active() or not isinstance(dst, NkiTensor):
-            return False
-        if dst.buffer != buf or tuple(dst.shape) != tuple(shape) or dst.dtype != dtype:
-            return False
-        self._issue(dst)
-        return True
-
-
-nisa._before_issue.append(_flush_pending)
+_Pending = Pending  # value-returning PSUM results are pending results (`pending.py`)
 
 
 def _legacy(opname: str):
@@ -184,7 +121,8 @@ def _legacy(opname: str):
                     a[k] = nl._sbuf_operand(a[k])
         shape, odt, buf = _out_spec(opname, a, dtype)
         if buf == nl.psum and mask is None and not indexing.active():
-            return _Pending((shape, odt, buf), lambda dst: new(dst, **a))
+            accumulate = (lambda dst: new(dst, **a, accumulate=True)) if opname == "nc_matmul" else None
+            return Pending((shape, odt, buf), lambda dst: new(dst, **a), accumulate)
         out = nl.ndarray(shape, odt, buffer=buf)
         new(out, **a, **extra)
         if opname in indexing._TRANSPOSES:  # the mask's rows are the result's columns:

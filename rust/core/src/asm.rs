@@ -29,6 +29,9 @@ pub struct Assembler {
     program: Program,
     /// Matmul-written state of the core's PSUM, one bit per 2-byte unit.
     psum_written: UnitBits,
+    /// PSUM units allocated (`psum_fresh`) that no instruction has written since, one bit per
+    /// 2-byte unit: an accumulating matmul into them adds to garbage.
+    psum_unwritten: UnitBits,
 }
 
 impl Assembler {
@@ -53,6 +56,7 @@ impl Assembler {
         Assembler {
             program,
             psum_written: UnitBits::new(PARTITIONS * PSUM_PART_BYTES / 2),
+            psum_unwritten: UnitBits::new(PARTITIONS * PSUM_PART_BYTES / 2),
         }
     }
 
@@ -88,11 +92,15 @@ impl Assembler {
             ins.engine = engines::default_engine(ins.op, &ins.args);
         }
         engines::validate(&ins).map_err(at)?;
+        if resolve_accumulate {
+            self.check_accumulate_written(&ins).map_err(at)?;
+        }
         let accumulate_mixed = if ins.op == Opcode::NcMatmul && resolve_accumulate {
             self.resolve_accumulate(&mut ins).map_err(at)?
         } else {
             false
         };
+        self.mark_psum_written(&ins);
         self.program.instrs.push(ins);
         Ok(Appended {
             index,
@@ -118,6 +126,79 @@ impl Assembler {
             let base = p * PSUM_PART_BYTES / 2;
             self.psum_written
                 .assign(base + offset / 2, base + end.div_ceil(2), false);
+            self.psum_unwritten
+                .assign(base + offset / 2, base + end.div_ceil(2), true);
+        }
+    }
+
+    /// An accumulating matmul (`accumulate=True`) must not add into allocated PSUM of which no
+    /// byte has been written by any instruction since its allocation.
+    fn check_accumulate_written(&self, ins: &Instr) -> Result<()> {
+        let dst = match ins.op {
+            Opcode::NcMatmul => {
+                let mm = ops::NcMatmul::view(ins)?;
+                if mm.accumulate != Some(true) {
+                    return Ok(());
+                }
+                mm.dst
+            }
+            Opcode::NcMatmulMx => {
+                let mm = ops::NcMatmulMx::view(ins)?;
+                if mm.accumulate != Some(true) {
+                    return Ok(());
+                }
+                mm.dst
+            }
+            _ => return Ok(()),
+        };
+        if dst.dynamic.is_some() {
+            return Ok(());
+        }
+        let ranges = unit_ranges(dst);
+        let total: usize = ranges.iter().map(|(a, b)| b - a).sum();
+        let unwritten: usize = ranges
+            .iter()
+            .map(|&(a, b)| self.psum_unwritten.count(a, b))
+            .sum();
+        // The whole dst never written: the kernel accumulates onto garbage (a dst written in
+        // part is a pattern hardware allows, e.g. overlapping accumulation groups).
+        if total > 0 && unwritten == total {
+            return Err(fail(
+                ErrorKind::Value,
+                "matmul_accumulate_unwritten",
+                format!(
+                    "accumulate=True adds into PSUM bytes {}.. of partitions {}..{} that nothing has written since the tile was allocated: write it first (accumulate=False / None, or memset)",
+                    dst.offset,
+                    dst.start,
+                    dst.start + dst.parts,
+                ),
+            )
+            .operand("dst"));
+        }
+        Ok(())
+    }
+
+    /// Every PSUM operand the instruction writes is written from now on.
+    fn mark_psum_written(&mut self, ins: &Instr) {
+        for (p, a) in ins.op.spec().params.iter().zip(&ins.args) {
+            if let Arg::Tensor(ap) = a {
+                if ap.mem != crate::memory::Mem::Psum || !p.access.writes() {
+                    continue;
+                }
+                if ap.dynamic.is_some() {
+                    // unknown bytes: treat the partitions as written (no false errors)
+                    let (lo, hi) = (ap.start as usize, (ap.start + ap.parts) as usize);
+                    self.psum_unwritten.assign(
+                        lo * PSUM_PART_BYTES / 2,
+                        hi.min(PARTITIONS) * PSUM_PART_BYTES / 2,
+                        false,
+                    );
+                    continue;
+                }
+                for (lo, hi) in unit_ranges(ap) {
+                    self.psum_unwritten.assign(lo, hi, false);
+                }
+            }
         }
     }
 
@@ -142,6 +223,7 @@ impl Assembler {
         Ok(Assembler {
             program,
             psum_written: self.psum_written.clone(),
+            psum_unwritten: self.psum_unwritten.clone(),
         })
     }
 

@@ -1,0 +1,202 @@
+"""The on-chip allocator: one per memory (SBUF, PSUM) of one core, shared by `Program.sbuf` /
+`Program.psum` and the NKI front end (`nki/_kernel.py`, which tracks tile lifetimes on top).
+
+Policy (docs/nki.md, "Memory"):
+
+- A tile gets one byte range per partition (the same range in every partition of the tile).
+- SBUF: ranges start on a 64-byte boundary.
+- PSUM: several small tiles share a 2 KiB bank (ranges start on a 64-byte boundary); a tile of at
+  most one bank never straddles a bank boundary; a larger tile starts on a bank boundary and
+  spans whole banks.
+- Rotation: the ranges of the last `ROTATE` tiles freed stay out of reach while another range fits
+  (first fit over the rest), so a tile allocated per loop iteration is not handed straight back
+  the range the previous iterations still read: iterations rotate over several buffers (a loop
+  body freeing k tiles per iteration gives each about ROTATE / k + 1), as with the compiler's
+  multi-buffering, and their accesses need not wait for each other. When only
+  a recently freed range fits, it is used: rotation never makes an allocation fail. (Rotating over
+  the whole memory instead would spread a kernel's tiles over all of SBUF, for no gain in
+  overlap beyond a few buffers.)
+- Explicit placement (`place`) reserves exactly the range asked for, overlapping whatever is live
+  (aliasing is the author's intent); automatic tiles then avoid it.
+
+A full memory raises `CapacityError` (`onchip_capacity`) naming the tile and what holds the
+memory: for PSUM every bank and the tiles in it.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import weakref
+
+from . import _native
+from .errors import AddressError, CapacityError
+
+SBUF_BYTES: int = _native.SBUF_PARTITION_BYTES
+PSUM_BYTES: int = _native.PSUM_PARTITION_BYTES
+PSUM_BANK: int = _native.PSUM_BANK_BYTES
+#: Ranges start on this byte alignment (an allocator policy, not a hardware rule).
+ALIGN = 64
+#: Recently freed ranges kept out of reach while others fit (loop tiles rotate over ROTATE + 1).
+ROTATE = 8
+
+
+def _up(x: int, a: int) -> int:
+    return -(-x // a) * a
+
+
+class Allocator:
+    """First-fit allocator of per-partition byte ranges of one memory of one core, rotating over
+    recently freed ranges (`bank` > 0: the PSUM bank rules)."""
+
+    def __init__(self, what: str, capacity: int, align: int = ALIGN, bank: int = 0) -> None:
+        self.what, self.capacity, self.align, self.bank = what, capacity, align, bank
+        self._live: dict[int, tuple[int, int, str]] = {}  # key -> (lo, hi, label)
+        self._keys = itertools.count()
+        self._recent: collections.deque = collections.deque(maxlen=ROTATE)  # freed (lo, hi), newest last
+        # Tracked owners: id(weak reference) -> (the reference, key). When an owner dies its
+        # reference is appended to `_dead` by `list.append` itself, C code that runs no Python
+        # bytecode: a Ctrl-C arriving then is raised in the kernel's code, never inside a
+        # finalizer (where Python would print "Exception ignored" and swallow it).
+        self._owners: dict[int, tuple[weakref.ref, int]] = {}
+        self._dead: list[weakref.ref] = []
+
+    @classmethod
+    def sbuf(cls) -> Allocator:
+        return cls("SBUF", SBUF_BYTES, ALIGN)
+
+    @classmethod
+    def psum(cls) -> Allocator:
+        return cls("PSUM", PSUM_BYTES, ALIGN, PSUM_BANK)
+
+    def track(self, owner: object, key: int) -> None:
+        """Free `key`'s range once `owner` is garbage."""
+        r = weakref.ref(owner, self._dead.append)
+        self._owners[id(r)] = (r, key)
+
+    @property
+    def live(self) -> dict[int, tuple[int, int, str]]:
+        """The ranges in use: key -> (lo, hi, label), after freeing those of dead owners."""
+        dead = self._dead
+        while dead:
+            _, key = self._owners.pop(id(dead.pop()))
+            self._release(key)
+        return self._live
+
+    def _release(self, key: int) -> None:
+        r = self._live.pop(key, None)
+        if r is not None:
+            self._recent.append((r[0], r[1]))
+
+    def _start(self, lo: int, nbytes: int) -> int:
+        """The first legal start at or after `lo` for a range of `nbytes`."""
+        pos = _up(lo, self.align)
+        b = self.bank
+        if b:
+            if nbytes > b:
+                pos = _up(pos, b)
+            elif pos // b != (pos + nbytes - 1) // b:
+                pos = _up(pos, b)
+        return pos
+
+    def _gaps(self, extra=()):
+        """The free gaps (lo, hi) between the live ranges (and `extra` ones), lowest address first."""
+        pos = 0
+        for lo, hi in sorted([(lo, hi) for lo, hi, _ in self.live.values()] + list(extra)):
+            if lo > pos:
+                yield pos, lo
+            pos = max(pos, hi)
+        if pos < self.capacity:
+            yield pos, self.capacity
+
+    def _first_fit(self, nbytes: int, extra=()) -> int | None:
+        for lo, hi in self._gaps(extra):
+            s = self._start(lo, nbytes)
+            if s + nbytes <= hi:
+                return s
+        return None
+
+    def alloc(self, nbytes: int, label: str) -> tuple[int, int]:
+        """Place `nbytes` per partition; returns (key, byte offset) or raises CapacityError."""
+        nbytes = max(int(nbytes), 1)
+        pos = self._first_fit(nbytes, self._recent)  # rotation: not a just-freed range ...
+        if pos is None:
+            pos = self._first_fit(nbytes)  # ... unless nothing else fits
+        if pos is None:
+            raise CapacityError(self._overflow(nbytes, label), operand="shape", rule="onchip_capacity")
+        key = next(self._keys)
+        self._live[key] = (pos, pos + nbytes, label)
+        return key, pos
+
+    def place(self, offset: int, nbytes: int, label: str, error: type = CapacityError) -> int:
+        """Reserve an explicit range (may overlap live tiles: aliasing is the kernel's intent)."""
+        if offset < 0 or offset + nbytes > self.capacity:
+            raise error(
+                f"{self.what} overflow: {label} at byte {offset} needs {nbytes} bytes per partition, "
+                f"beyond the {self.capacity} bytes of a partition",
+                operand="address",
+                rule="tile_address_out_of_range",
+            )
+        key = next(self._keys)
+        self._live[key] = (offset, offset + nbytes, label)
+        return key
+
+    def free(self, key: int) -> None:
+        self._release(key)
+
+    def free_at(self, offset: int) -> None:
+        """Free the most recent live range starting at `offset` (`Program.free`)."""
+        for key in sorted(self.live, reverse=True):
+            if self._live[key][0] == offset:
+                self._release(key)
+                return
+
+    # ------------------------------------------------------------------------------ messages
+    def _overflow(self, nbytes: int, label: str) -> str:
+        used = sorted(self.live.values())
+        head = f"{self.what} overflow: {label} needs {nbytes} bytes per partition and no {self.what} allocation fits"
+        if self.bank:
+            rule = (
+                f"tiles of at most {self.bank} bytes share a bank but never straddle one"
+                if nbytes <= self.bank
+                else f"a tile over {self.bank} bytes needs {_up(nbytes, self.bank) // self.bank} free whole banks"
+            )
+            return f"{head} ({rule}); {self._banks(used)}"
+        return (
+            f"{head}: {_covered(used)} of {self.capacity} bytes per partition are held by {len(used)} live tiles "
+            f"(largest free gap {_largest_gap(used, self.capacity, self.align)} bytes); the largest: "
+            + "; ".join(f"{lb} ({hi - lo} bytes at {lo})" for lo, hi, lb in sorted(used, key=lambda r: r[0] - r[1])[:4])
+        )
+
+    def _banks(self, used: list) -> str:
+        parts = []
+        for b in range(self.capacity // self.bank):
+            lo_b, hi_b = b * self.bank, (b + 1) * self.bank
+            held = [(lo, hi, lb) for lo, hi, lb in used if lo < hi_b and hi > lo_b]
+            if not held:
+                parts.append(f"bank {b}: free")
+                continue
+            n = _covered([(max(lo, lo_b), min(hi, hi_b), lb) for lo, hi, lb in held])
+            parts.append(f"bank {b} ({n} of {self.bank} bytes): " + ", ".join(lb for _, _, lb in held))
+        return "banks: " + "; ".join(parts)
+
+
+def _covered(ranges: list) -> int:
+    total, end = 0, 0
+    for lo, hi, _ in sorted(ranges):
+        lo = max(lo, end)
+        if hi > lo:
+            total += hi - lo
+        end = max(end, hi)
+    return total
+
+
+def _largest_gap(ranges: list, capacity: int, align: int) -> int:
+    best, pos = 0, 0
+    for lo, hi, _ in sorted(ranges):
+        best = max(best, lo - pos)
+        pos = max(pos, _up(hi, align))
+    return max(best, capacity - pos)
+
+
+__all__ = ["Allocator", "AddressError", "CapacityError", "ALIGN", "PSUM_BANK", "PSUM_BYTES", "SBUF_BYTES"]

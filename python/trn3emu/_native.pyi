@@ -111,6 +111,8 @@ class Device:
         trace: bool = True,
         progress: Callable[[int, int | None, int], object] | None = None,
         trace_limit: int = ...,
+        max_seconds: float | None = None,
+        max_memory: int = ...,
     ) -> dict[str, Any]: ...
 
 @final

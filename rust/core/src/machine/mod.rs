@@ -4,6 +4,7 @@ pub mod autosync;
 pub mod control;
 pub mod dma_timing;
 pub mod intercore;
+pub mod limits;
 pub mod region;
 pub mod sched;
 
@@ -163,6 +164,12 @@ pub struct RunOptions {
     /// Trace records kept at most (default `TRACE_LIMIT`); items past it are counted in
     /// `Trace::dropped` instead, so a long run's trace cannot exhaust host memory.
     pub trace_limit: u64,
+    /// Host seconds the run may take (default `None`: no limit); past it the run stops with a
+    /// `Runaway` error (rule `run_time_limit`), checked every `POLL_EVERY` items.
+    pub max_seconds: Option<f64>,
+    /// Host bytes the run may add to HBM's backing or take in one buffer sized by its operands
+    /// (default `limits::MAX_MEMORY`); past it a `Resource` error (rule `run_memory_limit`).
+    pub max_memory: u64,
 }
 
 impl Default for RunOptions {
@@ -172,6 +179,8 @@ impl Default for RunOptions {
             trace: true,
             prevalidated: false,
             trace_limit: TRACE_LIMIT,
+            max_seconds: None,
+            max_memory: limits::MAX_MEMORY,
         }
     }
 }
@@ -289,7 +298,9 @@ impl Device {
                 c.regs = [[0; NUM_REGISTERS as usize]; NUM_STREAMS];
             }
         }
-        let r = crate::par::run_hot(|| sched::run(self, programs, opts, monitor));
+        let r = crate::error::with_alloc_limit(opts.max_memory, || {
+            crate::par::run_hot(|| sched::run(self, programs, opts, monitor))
+        });
         self.runs += 1;
         r
     }

@@ -461,3 +461,26 @@ def test_in_place_all_to_all_is_timed_like_the_copy():
         assert len(r.messages["bytes"]) == 12 and (r.messages["bytes"] == 1024).all()
         times.append(r.time_ns)
     assert times[0] == times[1]
+
+
+@pytest.mark.parametrize("kw", [{"latency_ns": 0}, {"latency_ns": float("nan")}, {"link_bytes_per_ns": -1.0}])
+def test_fabric_overrides_are_checked_not_clamped(kw):
+    (name,) = kw
+    with pytest.raises(t3.OperandError) as e:
+        t3.UltraServer(2, **kw)
+    assert e.value.rule == "fabric_param_invalid" and e.value.operand == name
+
+
+def test_native_run_refuses_bad_fabric_numbers_and_a_repeated_chip():
+    from trn3emu import _native
+
+    us = t3.UltraServer(2)
+    progs = [p.native() for p in us.programs(cores=[0])]
+    placed = [(0, progs[0]), (1, progs[1])]
+    devs = [c._native for c in us.chips]
+    with pytest.raises(t3.OperandError) as e:
+        _native.ultra_run(devs, placed, latency_ns=-5.0)
+    assert e.value.rule == "fabric_param_invalid"
+    with pytest.raises(t3.OperandError) as e:
+        _native.ultra_run([devs[0], devs[0]], placed)
+    assert e.value.rule == "ultraserver_device_repeated"

@@ -124,6 +124,8 @@ class Device:
         progress: Callable[[int, int | None, int], object] | None = None,
         trace_limit: int = ...,
         identical_writes: bool = False,
+        max_seconds: float | None = None,
+        max_memory: int = ...,
     ) -> dict[str, Any]: ...
 
 @final

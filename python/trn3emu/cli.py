@@ -13,7 +13,7 @@ import numpy as np
 from . import _asm
 from .device import Device
 from .dtypes import numpy_dtype
-from .errors import EmuError, RaceError
+from .errors import EmuError, RaceError, ShapeError
 from .program import Program
 
 MAGIC = b"T3EP"
@@ -38,6 +38,14 @@ def _cmd_demo(args) -> int:
         return _nki_example(args.nki)
     from .demo import main
 
+    for flag, v, tile in (("--m", args.m, 128), ("--k", args.k, 128), ("--n", args.n, 512)):
+        if v <= 0 or v % tile:
+            # The demo tiles M and K by 128 and N by 512; any other size would drop the remainder.
+            raise ShapeError(
+                f"demo {flag} {v}: must be a positive multiple of {tile} (the demo's tile size)",
+                operand=flag,
+                rule="demo_size_not_tile_multiple",
+            )
     return main(args.m, args.k, args.n, args.seed)
 
 
@@ -151,8 +159,13 @@ def _cmd_run(args) -> int:
     _put_inputs(dev, args.input)
     result = _run(dev, p, args)
     for spec in args.output:
-        where, _, path = spec.partition("=")
-        addr, shape, dtype = where.split(":")
+        where, sep, path = spec.partition("=")
+        parts = where.split(":")
+        if not sep or not path or len(parts) != 3:
+            raise ValueError(
+                f"--output {spec!r}: expected ADDR:SHAPE:DTYPE=FILE.npy (e.g. 0x0:128x512:float32=out.npy)"
+            )
+        addr, shape, dtype = parts
         dims = tuple(int(s) for s in shape.split("x"))
         t = dev.hbm.alloc(dims, dtype, address=int(addr, 0), alias=True)
         arr = dev.hbm.get(t)

@@ -11,7 +11,15 @@ import numpy as np
 from . import _native, interop
 from . import progress as _progress
 from .dtypes import dtype_name, numpy_dtype
-from .errors import AddressError, ArgumentTypeError, CapacityError, DtypeError, IdenticalWritesWarning, ShapeError
+from .errors import (
+    AddressError,
+    ArgumentTypeError,
+    CapacityError,
+    DtypeError,
+    IdenticalWritesWarning,
+    OperandError,
+    ShapeError,
+)
 from .program import Program
 from .tensor import HbmBlock, Tensor, _check_live, _index, _name, _shape
 from .trace import RunResult
@@ -42,6 +50,24 @@ def _program_list(programs: Any) -> list[Program]:
 
 def _block_lo(b: HbmBlock) -> int:
     return b.lo
+
+
+def _seconds(v: Any) -> float:
+    """A time limit in seconds: a real number >= 0 (not a bool or a string)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise ArgumentTypeError(
+            f"max_seconds must be a number of seconds, got {v!r}", operand="max_seconds", rule="seconds_expected"
+        )
+    if not v >= 0:
+        raise OperandError(f"max_seconds must be >= 0, got {v!r}", operand="max_seconds", rule="int_out_of_range")
+    return float(v)
+
+
+def _nonnegative(v: Any, what: str) -> int:
+    n = _index(v, what)
+    if n < 0:
+        raise OperandError(f"{what} must be >= 0, got {n}", operand=what, rule="int_out_of_range")
+    return n
 
 
 class Hbm:
@@ -117,7 +143,7 @@ class Hbm:
         AddressError (`hbm_overlap`) unless `alias=True` asks for the shared bytes on purpose.
         `free(t)` returns the bytes (or use `with dev.hbm.alloc(...) as t:` to free at the end).
         """
-        shape = _shape(shape)
+        shape = _shape(shape) or (1,)  # a 0-d shape holds one element, as in put() and sbuf()
         if core is not None and not 0 <= _index(core, "core") < Device.NUM_CORES:
             raise AddressError(
                 f"core {core} is not a core of the device (0..{Device.NUM_CORES - 1})",
@@ -220,6 +246,12 @@ class Hbm:
         for n, st in zip(t.shape, t.strides):
             span = (n - 1) * st
             lo, hi = (lo + span, hi) if span < 0 else (lo, hi + span)
+        if t.offset + lo * es < 0:
+            raise AddressError(
+                f"{t!r} reaches below HBM address 0 (byte {t.offset + lo * es})",
+                operand="tensor",
+                rule="hbm_out_of_range",
+            )
         raw = self._native.hbm_read(t.offset + lo * es, (hi - lo + 1) * es)
         dt = numpy_dtype(t.dtype)
         if t.is_contiguous():
@@ -311,6 +343,8 @@ class Device:
         progress: bool | None = None,
         trace_limit: int | None = None,
         identical_writes: bool = False,
+        max_seconds: float | None = None,
+        max_memory: int | None = None,
     ) -> RunResult:
         """Run one program, or one per core concurrently. Releases the GIL while running.
 
@@ -323,11 +357,18 @@ class Device:
         are counted in `RunResult.trace_dropped`. With `identical_writes`, unordered writes of
         identical bytes to the same HBM from different cores are not races: each is an
         `IdenticalWritesWarning` naming both instructions (`RunResult.identical_writes`); the race
-        stays an error when the bytes differ or a read is involved.
+        stays an error when the bytes differ or a read is involved. `max_seconds` (default None: no limit) stops
+        the run with `RunawayError` (`run_time_limit`) after that much host time; `max_memory`
+        (default `MAX_MEMORY`, 32 GiB) bounds the host memory the run adds to HBM's backing and
+        any one buffer sized by its operands (`ResourceError`, `run_memory_limit`).
         """
         limit = {} if trace_limit is None else {"trace_limit": trace_limit}
         if identical_writes:
             limit["identical_writes"] = True
+        if max_seconds is not None:
+            limit["max_seconds"] = _seconds(max_seconds)
+        if max_memory is not None:
+            limit["max_memory"] = _nonnegative(max_memory, "max_memory")
         progs = [programs] if isinstance(programs, Program) else _program_list(programs)
         natives = [p.native() for p in progs]
         if not _progress.wanted(progress):

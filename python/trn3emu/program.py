@@ -51,6 +51,16 @@ def _params(opcode: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
 _AP_CACHE: dict[tuple, tuple] = {}
 
 
+def _sync_list(v: Any, operand: str) -> list:
+    """A `wait=` / `signal=` value as a list (a non-iterable is a SemaphoreError, not a TypeError)."""
+    try:
+        return list(v)
+    except TypeError:
+        raise SemaphoreError(
+            f"{operand}= takes (semaphore, value) pairs, got {v!r}", operand=operand, rule="sync_list_malformed"
+        ) from None
+
+
 def _ap_of(t: Tensor) -> tuple:
     """`t.to_ap()`, memoised on the view's geometry (assembly loops reuse the same few views)."""
     if t.dyn is not None:
@@ -254,7 +264,7 @@ class Program(AssemblerMixin):
         if wait:
             if isinstance(wait, tuple) and len(wait) == 2 and all(isinstance(x, int) for x in wait):
                 wait = [wait]
-            wait = list(wait)
+            wait = _sync_list(wait, "wait")
         else:
             wait = []
         if isinstance(signal, int):
@@ -264,7 +274,7 @@ class Program(AssemblerMixin):
         elif isinstance(signal, tuple) and len(signal) == 2 and all(isinstance(x, int) for x in signal):
             signal = [signal]
         else:
-            signal = list(signal)
+            signal = _sync_list(signal, "signal")
         if engine is not None and type(engine) is not str:
             engine = _enum_name(engine)
         return self._native.append(opcode, engine, tuple(conv), wait, signal, name)

@@ -9,6 +9,7 @@ pattern the native assembler takes.
 from __future__ import annotations
 
 import operator
+import weakref
 from typing import Any
 
 from . import _native
@@ -44,12 +45,19 @@ class Reg:
 
 class HbmBlock:
     """One HBM allocation of `Hbm.alloc`: its byte range and whether it is still live (shared by
-    every view of the tensor, so a freed tensor's views are refused too)."""
+    every view of the tensor, so a freed tensor's views are refused too). It refers to its `Hbm`
+    weakly: the `Hbm` lists its live blocks, and a strong reference back would make a cycle that
+    keeps the device's memory (~280 MiB) until the cycle collector runs."""
 
-    __slots__ = ("owner", "lo", "hi", "live", "label")
+    __slots__ = ("_owner", "lo", "hi", "live", "label")
 
     def __init__(self, owner: Any, lo: int, hi: int) -> None:
-        self.owner, self.lo, self.hi, self.live, self.label = owner, lo, hi, True, ""
+        self._owner, self.lo, self.hi, self.live, self.label = weakref.ref(owner), lo, hi, True, ""
+
+    @property
+    def owner(self) -> Any:
+        """The `Hbm` that allocated the block (None once its device is gone)."""
+        return self._owner()
 
 
 def _check_live(t: Tensor) -> None:
@@ -180,7 +188,7 @@ class Tensor:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self.block is not None and self.block.live:
+        if self.block is not None and self.block.live and self.block.owner is not None:
             self.block.owner.free(self)
 
     def _static(self, what: str) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -176,6 +177,11 @@ class UltraServer:
             raise OperandError(
                 f"an UltraServer has 1..{MAX_CHIPS} chips, not {chips}", operand="chips", rule="ultraserver_chips"
             )
+        for name, v in (("latency_ns", latency_ns), ("link_bytes_per_ns", link_bytes_per_ns)):
+            if v is not None and not (isinstance(v, (int, float, np.number)) and math.isfinite(v) and v > 0):
+                raise OperandError(
+                    f"{name} must be a positive finite number, not {v!r}", operand=name, rule="fabric_param_invalid"
+                )
         self.chips = [Device(**numerics) for _ in range(int(chips))]
         self._fabric = {
             "latency_ns": latency_ns,

@@ -130,13 +130,38 @@ pub fn fail(kind: ErrorKind, rule: &'static str, message: impl Into<String>) -> 
     EmuError::new(kind, rule, message)
 }
 
+thread_local! {
+    /// Bytes one `try_vec` buffer may take on this thread (`with_alloc_limit`; no limit outside a run).
+    static ALLOC_LIMIT: std::cell::Cell<u64> = const { std::cell::Cell::new(u64::MAX) };
+}
+
+/// Run `f` with `try_vec` buffers on this thread limited to `limit` bytes each (a run's
+/// `RunOptions::max_memory`); the previous limit comes back after.
+pub fn with_alloc_limit<R>(limit: u64, f: impl FnOnce() -> R) -> R {
+    let old = ALLOC_LIMIT.with(|l| l.replace(limit));
+    let r = f();
+    ALLOC_LIMIT.with(|l| l.set(old));
+    r
+}
+
 /// A buffer of `n` copies of `fill` whose size comes from user input: a failed host allocation
 /// is a `Resource` error (rule `host_allocation_failed`) instead of an abort. `what` names the
-/// buffer in the message.
+/// buffer in the message. Inside a run, a buffer over the run's `max_memory` is a `Resource`
+/// error too (rule `run_memory_limit`).
 pub fn try_vec<T: Clone>(n: usize, fill: T, what: &str) -> Result<Vec<T>> {
+    let bytes = (n as u128) * std::mem::size_of::<T>() as u128;
+    let limit = ALLOC_LIMIT.with(|l| l.get());
+    if bytes > limit as u128 {
+        return Err(fail(
+            ErrorKind::Resource,
+            "run_memory_limit",
+            format!(
+                "{what} needs {bytes} bytes of host memory, over the run's limit of {limit} bytes (RunOptions::max_memory; Python: Device.run(max_memory=))"
+            ),
+        ));
+    }
     let mut v = Vec::new();
     if v.try_reserve_exact(n).is_err() {
-        let bytes = (n as u128) * std::mem::size_of::<T>() as u128;
         return Err(fail(
             ErrorKind::Resource,
             "host_allocation_failed",

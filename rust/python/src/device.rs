@@ -2,29 +2,54 @@
 //! released.
 
 use crate::args;
-use crate::errors::{bad_array, guarded, py_err};
+use crate::errors::{bad_array, guarded, named, py_err};
 use crate::program::Program;
 use crate::signals::SignalCheck;
 use crate::trace::RawTrace;
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
+use std::thread::ThreadId;
 use trn3emu_core as core;
 use trn3emu_core::error::fail;
 use trn3emu_core::memory::{HBM_BYTES, PARTITIONS};
 use trn3emu_core::numerics::config::NumericsConfig;
 use trn3emu_core::ErrorKind;
 
-/// One Trainium3 device: 8 cores, shared sparse HBM.
-#[pyclass(module = "trn3emu._native")]
+/// One Trainium3 device: 8 cores, shared sparse HBM. A call from another thread while a run
+/// holds the device waits for the run to end (with the GIL released); a call from the running
+/// thread itself (a signal handler during the run) raises `ExecutionError` (`device_busy`).
+#[pyclass(module = "trn3emu._native", frozen)]
 pub struct Device {
-    inner: core::Device,
+    inner: Mutex<core::Device>,
+    /// The thread running the device, while a run holds it.
+    runner: Mutex<Option<ThreadId>>,
 }
 
 impl Device {
-    /// The core device (an UltraServer run borrows every chip's).
-    pub(crate) fn inner_mut(&mut self) -> &mut core::Device {
-        &mut self.inner
+    /// The device, waiting with the GIL released while another thread's run holds it.
+    pub(crate) fn dev(&self, py: Python<'_>) -> PyResult<MutexGuard<'_, core::Device>> {
+        loop {
+            match self.inner.try_lock() {
+                Ok(g) => return Ok(g),
+                Err(TryLockError::Poisoned(p)) => return Ok(p.into_inner()),
+                Err(TryLockError::WouldBlock) => {
+                    let me = std::thread::current().id();
+                    let runner = *self.runner.lock().unwrap_or_else(PoisonError::into_inner);
+                    if runner == Some(me) {
+                        return Err(named(
+                            py,
+                            "ExecutionError",
+                            "device_busy",
+                            "device",
+                            "the device is running on this thread (a call from a signal handler or progress callback during Device.run); call it after the run".into(),
+                        ));
+                    }
+                    py.detach(|| drop(self.inner.lock()));
+                }
+            }
+        }
     }
 }
 
@@ -177,23 +202,26 @@ impl Device {
         let gen = timing_generation(timing.as_deref()).map_err(py_err(py))?;
         let mut inner = core::Device::with_numerics(cfg);
         inner.set_timing(gen);
-        Ok(Device { inner })
+        Ok(Device {
+            inner: Mutex::new(inner),
+            runner: Mutex::new(None),
+        })
     }
 
     /// The generation whose published constants time runs ("trn1", "trn2" or "trn3").
     #[getter]
-    fn timing(&self) -> &'static str {
-        self.inner.cost.timing()
+    fn timing(&self, py: Python<'_>) -> PyResult<&'static str> {
+        Ok(self.dev(py)?.cost.timing())
     }
 
     /// The numerics configuration in effect (after environment variables and arguments).
     fn numerics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        crate::info::option_values(py, &self.inner.numerics)
+        crate::info::option_values(py, &self.dev(py)?.numerics)
     }
 
     /// Write raw bytes (a contiguous uint8 array) at an HBM address.
     fn hbm_write(
-        &mut self,
+        &self,
         py: Python<'_>,
         addr: &Bound<'_, PyAny>,
         data: PyReadonlyArray1<'_, u8>,
@@ -208,13 +236,13 @@ impl Device {
             )
         })?;
         check_hbm(addr, s.len() as u64).map_err(py_err(py))?;
-        self.inner.hbm.write(addr, s);
+        self.dev(py)?.hbm.write(addr, s);
         Ok(())
     }
 
     /// Zero `nbytes` of HBM at `addr` (no host buffer needed; whole 1 MiB pages are released).
     fn hbm_zero(
-        &mut self,
+        &self,
         py: Python<'_>,
         addr: &Bound<'_, PyAny>,
         nbytes: &Bound<'_, PyAny>,
@@ -224,7 +252,7 @@ impl Device {
             args::int_arg(nbytes, "nbytes")?,
         );
         check_hbm(addr, nbytes).map_err(py_err(py))?;
-        self.inner.hbm.zero(addr, nbytes);
+        self.dev(py)?.hbm.zero(addr, nbytes);
         Ok(())
     }
 
@@ -245,7 +273,7 @@ impl Device {
             )
         })?;
         check_hbm(addr, s.len() as u64).map_err(py_err(py))?;
-        Ok(self.inner.hbm.equals(addr, s))
+        Ok(self.dev(py)?.hbm.equals(addr, s))
     }
 
     /// Read `nbytes` raw bytes at an HBM address into a new uint8 array.
@@ -262,26 +290,28 @@ impl Device {
         check_hbm(addr, nbytes).map_err(py_err(py))?;
         let n = usize::try_from(nbytes).unwrap_or(usize::MAX);
         let mut v = core::error::try_vec(n, 0u8, "an HBM read").map_err(py_err(py))?;
-        self.inner.hbm.read(addr, &mut v);
+        self.dev(py)?.hbm.read(addr, &mut v);
         Ok(PyArray1::from_vec(py, v))
     }
 
     /// Instructions and transfers one run may execute before it stops with `RunawayError`
     /// (default 2^26).
     #[getter]
-    fn max_executed(&self) -> u64 {
-        self.inner.max_executed
+    fn max_executed(&self, py: Python<'_>) -> PyResult<u64> {
+        Ok(self.dev(py)?.max_executed)
     }
 
     #[setter]
-    fn set_max_executed(&mut self, n: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.inner.max_executed = args::int_arg(n, "max_executed")?;
+    fn set_max_executed(&self, n: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = n.py();
+        let n: u64 = args::int_arg(n, "max_executed")?;
+        self.dev(py)?.max_executed = n;
         Ok(())
     }
 
     /// Host bytes backing HBM (pages touched so far).
-    fn hbm_resident_bytes(&self) -> u64 {
-        self.inner.hbm.resident_bytes()
+    fn hbm_resident_bytes(&self, py: Python<'_>) -> PyResult<u64> {
+        Ok(self.dev(py)?.hbm.resident_bytes())
     }
 
     /// Read the bytes of `parts` partitions of a core's SBUF or PSUM, `nbytes` from `offset`.
@@ -305,16 +335,17 @@ impl Device {
             args::int_arg(offset, "offset")?,
             args::int_arg(nbytes, "nbytes")?,
         );
-        onchip_bytes(&self.inner, core, mem, (start, parts), (offset, nbytes))
+        onchip_bytes(&*self.dev(py)?, core, mem, (start, parts), (offset, nbytes))
             .map(|v| PyArray1::from_vec(py, v))
             .map_err(py_err(py))
     }
 
     /// Fill every core's SBUF and PSUM with one byte value (e.g. 0xFF = NaN for floats); free
     /// for a memory that holds only that byte already (a core no run has touched since).
-    fn fill_onchip(&mut self, byte: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn fill_onchip(&self, byte: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = byte.py();
         let byte: u8 = args::int_arg(byte, "byte")?;
-        for c in &mut self.inner.cores {
+        for c in &mut self.dev(py)?.cores {
             c.sbuf.fill(byte);
             c.psum.fill(byte);
         }
@@ -324,10 +355,12 @@ impl Device {
     /// Run programs (one per core) concurrently; the GIL is released while the device runs,
     /// re-taken every 25 ms to run signal handlers (Ctrl-C stops the run and raises
     /// `KeyboardInterrupt`) and to call `progress(executed, total, emulated_ps)` if given.
-    #[pyo3(signature = (programs, check_races = true, trace = true, progress = None, trace_limit = core::machine::TRACE_LIMIT, identical_writes = false))]
+    /// `max_seconds` (None: no limit) and `max_memory` bound the run's host time and memory
+    /// (docs/limits.md).
+    #[pyo3(signature = (programs, check_races = true, trace = true, progress = None, trace_limit = core::machine::TRACE_LIMIT, identical_writes = false, max_seconds = None, max_memory = core::machine::limits::MAX_MEMORY))]
     #[allow(clippy::too_many_arguments)]
     fn run<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         programs: Vec<PyRef<'py, Program>>,
         check_races: bool,
@@ -335,6 +368,8 @@ impl Device {
         progress: Option<Py<PyAny>>,
         trace_limit: u64,
         identical_writes: bool,
+        max_seconds: Option<f64>,
+        max_memory: u64,
     ) -> PyResult<Bound<'py, PyDict>> {
         let progs: Vec<&core::Program> = programs.iter().map(|p| p.program()).collect();
         // Every `_native.Program` is built by a validating path (Assembler appends, synced,
@@ -345,13 +380,20 @@ impl Device {
             prevalidated: true,
             trace_limit,
             identical_writes,
+            max_seconds,
+            max_memory,
         };
-        let dev = &mut self.inner;
+        let mut guard = self.dev(py)?;
+        let dev = &mut *guard;
+        let me = std::thread::current().id();
+        *self.runner.lock().unwrap_or_else(PoisonError::into_inner) = Some(me);
         let mut monitor = PyMonitor {
             check: SignalCheck::new(),
             progress,
         };
         let res = py.detach(|| guarded(|| dev.run_monitored(&progs, &opts, &mut monitor)));
+        *self.runner.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        drop(guard);
         let res = monitor.check.finish(py, res)?;
         let d = PyDict::new(py);
         d.set_item("end_ps", res.end_ps)?;

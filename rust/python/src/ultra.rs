@@ -2,7 +2,7 @@
 //! released; `_native.fabric_params`: the fabric model's numbers.
 
 use crate::device::Device;
-use crate::errors::{guarded, py_err};
+use crate::errors::{guarded, named, py_err};
 use crate::program::Program;
 use crate::trace::RawTrace;
 use numpy::PyArray1;
@@ -40,7 +40,7 @@ pub fn fabric_params(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 #[allow(clippy::too_many_arguments)]
 pub fn ultra_run<'py>(
     py: Python<'py>,
-    mut devices: Vec<PyRefMut<'py, Device>>,
+    devices: Vec<PyRef<'py, Device>>,
     programs: Vec<(u16, PyRef<'py, Program>)>,
     check_races: bool,
     trace: bool,
@@ -64,16 +64,43 @@ pub fn ultra_run<'py>(
         ..Default::default()
     };
     let mut params = FabricParams::default();
-    if let Some(v) = latency_ns {
-        params.latency_ns = v.max(1.0);
-    }
-    if let Some(v) = link_bytes_per_ns {
-        params.link_bytes_per_ns = v.max(1e-3);
+    for (name, v) in [
+        ("latency_ns", latency_ns),
+        ("link_bytes_per_ns", link_bytes_per_ns),
+    ] {
+        let Some(v) = v else { continue };
+        if !(v.is_finite() && v > 0.0) {
+            let msg = format!(
+                "ultra_run: {name} must be a positive finite number of the fabric model, not {v}"
+            );
+            return Err(named(py, "OperandError", "fabric_param_invalid", name, msg));
+        }
+        match name {
+            "latency_ns" => params.latency_ns = v,
+            _ => params.link_bytes_per_ns = v,
+        }
     }
     if let Some(v) = mesh_max_bytes {
         params.mesh_max_bytes = v;
     }
-    let mut devs: Vec<&mut core::Device> = devices.iter_mut().map(|d| d.inner_mut()).collect();
+    // One lock per chip, in order; the same chip twice would wait on itself.
+    for (i, a) in devices.iter().enumerate() {
+        if devices[..i].iter().any(|b| std::ptr::eq(&**a, &**b)) {
+            let msg = format!("ultra_run: chip {i} is the same Device as an earlier chip");
+            return Err(named(
+                py,
+                "OperandError",
+                "ultraserver_device_repeated",
+                "devices",
+                msg,
+            ));
+        }
+    }
+    let mut guards = devices
+        .iter()
+        .map(|d| d.dev(py))
+        .collect::<PyResult<Vec<_>>>()?;
+    let mut devs: Vec<&mut core::Device> = guards.iter_mut().map(|g| &mut **g).collect();
     let res = py.detach(|| guarded(|| ultra::run(&mut devs, &placed, &opts, params)));
     let res = res.map_err(py_err(py))?;
     let d = PyDict::new(py);

@@ -4,9 +4,10 @@ pub mod autosync;
 pub mod control;
 pub mod dependence;
 pub mod dma_timing;
-mod identical;
 pub mod fabric;
+mod identical;
 pub mod intercore;
+pub mod limits;
 pub mod region;
 pub mod sched;
 pub mod ultra;
@@ -171,6 +172,12 @@ pub struct RunOptions {
     /// that ignore `program_id`) are warnings in `RunResult::identical_writes` instead of
     /// `data_race` errors (default off; `machine::identical`).
     pub identical_writes: bool,
+    /// Host seconds the run may take (default `None`: no limit); past it the run stops with a
+    /// `Runaway` error (rule `run_time_limit`), checked every `POLL_EVERY` items.
+    pub max_seconds: Option<f64>,
+    /// Host bytes the run may add to HBM's backing or take in one buffer sized by its operands
+    /// (default `limits::MAX_MEMORY`); past it a `Resource` error (rule `run_memory_limit`).
+    pub max_memory: u64,
 }
 
 impl Default for RunOptions {
@@ -181,6 +188,8 @@ impl Default for RunOptions {
             prevalidated: false,
             trace_limit: TRACE_LIMIT,
             identical_writes: false,
+            max_seconds: None,
+            max_memory: limits::MAX_MEMORY,
         }
     }
 }
@@ -300,7 +309,9 @@ impl Device {
         monitor: Option<&mut dyn Monitor>,
     ) -> Result<RunResult> {
         self.begin(programs);
-        let r = crate::par::run_hot(|| sched::run(self, programs, opts, monitor));
+        let r = crate::error::with_alloc_limit(opts.max_memory, || {
+            crate::par::run_hot(|| sched::run(self, programs, opts, monitor))
+        });
         self.runs += 1;
         r
     }

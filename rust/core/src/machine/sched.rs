@@ -247,6 +247,8 @@ pub struct Scheduler<'d, 'p> {
     total: Option<Option<u64>>,
     /// A chip of an UltraServer: collectives across chips leave through here (machine/ultra.rs).
     pub(super) link: Option<super::ultra::ChipLink>,
+    /// Wall-time and host-memory limits, checked at every poll.
+    limits: super::limits::Limits,
 }
 
 /// Run one program per listed core to completion, polling `monitor` on the way.
@@ -379,7 +381,8 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             .collect();
         let fabric = DmaFabric::new(dev.cost.dma(), NUM_CORES);
         let sem_latency = dev.cost.sem_latency_ps();
-        let next_check = dev.max_executed;
+        let next_check = dev.max_executed.min(POLL_EVERY);
+        let limits = super::limits::Limits::start(opts, &dev.hbm);
         Ok(Scheduler {
             dev,
             progs,
@@ -397,6 +400,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             next_check,
             total: None,
             link: None,
+            limits,
         })
     }
 
@@ -574,8 +578,9 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         )
     }
 
-    /// A run stops as a runaway loop after `Device::max_executed` items; the monitor, if any,
-    /// is polled every `POLL_EVERY` items (one comparison per step either way).
+    /// A run stops as a runaway loop after `Device::max_executed` items; every `POLL_EVERY`
+    /// items the run's limits are checked and the monitor, if any, is polled (one comparison
+    /// per step).
     #[inline]
     fn check_budget(&mut self) -> Result<()> {
         if self.result.executed >= self.next_check {
@@ -597,10 +602,11 @@ impl<'d, 'p> Scheduler<'d, 'p> {
                 ),
             ));
         }
+        self.next_check = (n + POLL_EVERY).min(self.dev.max_executed);
+        self.limits.check(&self.dev.hbm, n)?;
         let Some(m) = self.monitor.as_deref_mut() else {
             return Ok(());
         };
-        self.next_check = (n + POLL_EVERY).min(self.dev.max_executed);
         let progs = &self.progs;
         let total = *self.total.get_or_insert_with(|| planned_items(progs));
         let p = Progress {

@@ -38,6 +38,8 @@ fn spans(addr: u64, len: usize) -> impl Iterator<Item = Span> {
 
 pub struct Hbm {
     pages: Vec<Option<Box<[u8]>>>,
+    /// Pages backed (`Some`), kept so that `resident_bytes` is O(1) (a run checks it often).
+    backed: u64,
 }
 
 impl Default for Hbm {
@@ -51,12 +53,13 @@ impl Hbm {
         let n = (HBM_BYTES >> PAGE_BITS) as usize;
         Hbm {
             pages: (0..n).map(|_| None).collect(),
+            backed: 0,
         }
     }
 
     /// Host bytes actually backing HBM.
     pub fn resident_bytes(&self) -> u64 {
-        self.pages.iter().filter(|p| p.is_some()).count() as u64 * PAGE as u64
+        self.backed * PAGE as u64
     }
 
     /// Copy `out.len()` bytes starting at `addr` (caller has bounds-checked).
@@ -83,7 +86,11 @@ impl Hbm {
     /// Write `data` at `addr` (caller has bounds-checked).
     pub fn write(&mut self, addr: u64, data: &[u8]) {
         for Span { page, off, at, n } in spans(addr, data.len()) {
-            let p = self.pages[page].get_or_insert_with(|| vec![0u8; PAGE].into_boxed_slice());
+            let backed = &mut self.backed;
+            let p = self.pages[page].get_or_insert_with(|| {
+                *backed += 1;
+                vec![0u8; PAGE].into_boxed_slice()
+            });
             p[off..off + n].copy_from_slice(&data[at..at + n]);
         }
     }
@@ -103,6 +110,7 @@ impl Hbm {
         for p in &mut self.pages {
             *p = None;
         }
+        self.backed = 0;
     }
 }
 

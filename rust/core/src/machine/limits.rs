@@ -1,0 +1,65 @@
+//! Per-run limits on wall time and host memory (`RunOptions::max_seconds`, `max_memory`),
+//! checked by the scheduler every `POLL_EVERY` executed items. The step limit
+//! (`Device::max_executed`) is the scheduler's own; docs/limits.md lists them all.
+
+use std::time::{Duration, Instant};
+
+use crate::error::{fail, ErrorKind, Result};
+use crate::memory::hbm::Hbm;
+
+use super::RunOptions;
+
+/// Default `RunOptions::max_memory`: 32 GiB of host memory a run may add (HBM pages it backs)
+/// or take in one buffer sized by its operands (e.g. a DMA's staging buffer).
+pub const MAX_MEMORY: u64 = 32 << 30;
+
+/// What a run started from, to check its limits against.
+pub struct Limits {
+    deadline: Option<(Instant, f64)>,
+    max_memory: u64,
+    hbm_at_start: u64,
+}
+
+impl Limits {
+    pub fn start(opts: &RunOptions, hbm: &Hbm) -> Limits {
+        let deadline = opts
+            .max_seconds
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .and_then(|s| Duration::try_from_secs_f64(s).ok())
+            .and_then(|d| Instant::now().checked_add(d))
+            .zip(opts.max_seconds);
+        Limits {
+            deadline,
+            max_memory: opts.max_memory,
+            hbm_at_start: hbm.resident_bytes(),
+        }
+    }
+
+    /// The wall-time limit (a `RunawayError`, rule `run_time_limit`) and the host memory the
+    /// run's HBM writes have added (a `ResourceError`, rule `run_memory_limit`).
+    pub fn check(&self, hbm: &Hbm, executed: u64) -> Result<()> {
+        if let Some((at, secs)) = self.deadline {
+            if Instant::now() >= at {
+                return Err(fail(
+                    ErrorKind::Runaway,
+                    "run_time_limit",
+                    format!(
+                        "stopped after {secs} s of host time ({executed} executed instructions); RunOptions::max_seconds (Python: Device.run(max_seconds=)) sets the limit"
+                    ),
+                ));
+            }
+        }
+        let grown = hbm.resident_bytes().saturating_sub(self.hbm_at_start);
+        if grown > self.max_memory {
+            return Err(fail(
+                ErrorKind::Resource,
+                "run_memory_limit",
+                format!(
+                    "the run's HBM writes back {grown} bytes of new host memory, over its limit of {} bytes; RunOptions::max_memory (Python: Device.run(max_memory=)) sets the limit",
+                    self.max_memory
+                ),
+            ));
+        }
+        Ok(())
+    }
+}

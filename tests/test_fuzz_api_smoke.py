@@ -1,0 +1,85 @@
+"""Seeded smoke of the Python API fuzz (fuzz/python/fuzz_api.py; coverage-guided with atheris,
+docs/fuzzing.md): a fixed set of pseudo-random inputs, the same every run, plus the inputs the
+campaign found (fuzz/regressions/api/). A call that raises outside the `EmuError` hierarchy, or
+a device left unusable by a failed call, fails the test."""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import random
+import weakref
+from pathlib import Path
+
+import numpy as np
+import pytest
+import trn3emu as t3
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("fuzz_api", ROOT / "fuzz" / "python" / "fuzz_api.py")
+fuzz_api = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fuzz_api)
+
+REGRESSIONS = sorted((ROOT / "fuzz" / "regressions" / "api").glob("*"))
+
+
+@pytest.mark.parametrize("path", REGRESSIONS, ids=[p.name for p in REGRESSIONS])
+def test_api_fuzz_regressions(path):
+    fuzz_api.one_input(path.read_bytes())
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_api_fuzz_smoke(seed):
+    rng = random.Random(seed)
+    for _ in range(40):
+        fuzz_api.one_input(bytes(rng.randrange(256) for _ in range(rng.randrange(400))))
+
+
+# ----------------------------------------------------------- findings of the API fuzz, one each
+@pytest.mark.parametrize(
+    "kw, rule",
+    [
+        ({"engine": 1.5}, "str_expected"),
+        ({"name": b"x"}, "str_expected"),
+        ({"wait": 5}, "sync_list_malformed"),
+        ({"signal": 1.5}, "sync_list_malformed"),
+    ],
+)
+def test_wrong_types_of_engine_name_wait_signal(kw, rule):
+    p = t3.Program()
+    s = p.sbuf((1, 4), np.float32)
+    with pytest.raises(t3.EmuError) as e:
+        p.memset(dst=s, value=0.0, **kw)
+    assert e.value.rule == rule
+    assert len(p) == 0
+
+
+def test_get_of_a_view_below_the_tensor_raises():
+    dev = t3.Device()
+    t = dev.hbm.put(np.arange(8, dtype=np.float32))
+    with pytest.raises(t3.AddressError):
+        dev.hbm.get(t.ap([[1, 4]], offset=-4))
+    np.testing.assert_array_equal(dev.hbm.get(t), np.arange(8, dtype=np.float32))
+
+
+def test_device_memory_is_freed_without_the_cycle_collector():
+    # HBM blocks referred to their Hbm strongly: Hbm -> live blocks -> Hbm, a cycle that kept the
+    # device's ~280 MiB until the cycle collector ran.
+    gc.disable()
+    try:
+        dev = t3.Device()
+        hbm = weakref.ref(dev.hbm)
+        t = dev.hbm.put(np.ones(4, np.float32))
+        del dev
+        assert hbm() is None
+        with t:  # its device is gone: leaving the block does nothing
+            pass
+    finally:
+        gc.enable()
+
+
+def test_zero_dim_hbm_alloc_holds_one_element_like_put_and_sbuf():
+    dev = t3.Device()
+    t = dev.hbm.alloc((), np.float32)
+    assert t.shape == (1,) == dev.hbm.put(np.float32(3)).shape == t3.Program().sbuf((), np.float32).shape
+    assert t.view_as(np.int32).shape == (1,)  # used to raise IndexError on the 0-d shape

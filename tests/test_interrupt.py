@@ -106,6 +106,12 @@ def _child(script: str) -> list[str]:
     return [sys.executable, "-c", textwrap.dedent(CHILD_COMMON) + textwrap.dedent(script)]
 
 
+def _default_sigint() -> None:
+    # A suite started in the background of a non-interactive shell ignores SIGINT, and a child
+    # inherits that (Python then installs no handler): give the child the default disposition.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class _Lines:
     """The child's stdout lines, read by a thread (a buffered pipe and select() do not mix)."""
 
@@ -135,6 +141,7 @@ def test_sigint_raises_keyboard_interrupt_promptly_and_never_is_swallowed(mode):
         text=True,
         bufsize=1,
         env=env,
+        preexec_fn=_default_sigint,
     )
     lines = _Lines(proc)
     delays = random.Random(16)

@@ -750,6 +750,7 @@ class TraceContext:
         self.shared_index = 0
         self.prints: list[tuple[str, NkiTensor]] = []
         self.no_reorder_depth = 0
+        self.pending: list = []  # results not issued yet, oldest first (pending.py)
         #: byte ranges of HBM this program's instructions write (outputs never written are errors)
         self.hbm_writes: list[tuple[int, int]] = []
         #: HBM tensors allocated here: address -> label (for the errors naming them)

@@ -378,7 +378,7 @@ def load(src, dtype=None, **kwargs) -> NkiTensor:
     _no_mask("load", kwargs)
     odt = as_dtype(dtype or src.dtype)
     if not _indexing.active() and isinstance(src, NkiTensor):
-        return Pending((tuple(src.shape), odt, sbuf), lambda dst: nisa.dma_copy(dst=dst, src=src))
+        return Pending((tuple(src.shape), odt, sbuf), lambda dst: nisa.dma_copy(dst=dst, src=src), origin="nl.load")
     t = ndarray(src.shape, odt, sbuf)
     nisa.dma_copy(dst=t, src=src)
     return t
@@ -1151,6 +1151,7 @@ def matmul(x, y, transpose_x=False, **kwargs) -> NkiTensor:
         ((x.shape[1], y.shape[1]), as_dtype(float32), psum),
         lambda dst: nisa.nc_matmul(dst, stationary=x, moving=y, accumulate=False),
         lambda dst: nisa.nc_matmul(dst, stationary=x, moving=y, accumulate=True),
+        origin="nl.matmul",
     )
 
 
@@ -1194,7 +1195,7 @@ def _note_lowering(e: EmuError, name: str) -> None:
     """An instruction an `nl.<name>` op issued refused its operands: say which op issued it (the
     innermost nl op), so the error points at what the kernel wrote."""
     notes = getattr(e, "__notes__", ())
-    if builtins.any("in kernel at" in n for n in notes) and not builtins.any("issued by nl." in n for n in notes):
+    if builtins.any("in kernel at" in n for n in notes) and not builtins.any("issued by " in n for n in notes):
         e.add_note(f"  issued by nl.{name} (part of its lowering)")
 
 

@@ -122,7 +122,7 @@ def _legacy(opname: str):
         shape, odt, buf = _out_spec(opname, a, dtype)
         if buf == nl.psum and mask is None and not indexing.active():
             accumulate = (lambda dst: new(dst, **a, accumulate=True)) if opname == "nc_matmul" else None
-            return Pending((shape, odt, buf), lambda dst: new(dst, **a), accumulate)
+            return Pending((shape, odt, buf), lambda dst: new(dst, **a), accumulate, origin=f"nki.isa.{opname}")
         out = nl.ndarray(shape, odt, buffer=buf)
         new(out, **a, **extra)
         if opname in indexing._TRANSPOSES:  # the mask's rows are the result's columns:

@@ -16,21 +16,17 @@ A value-returning call whose result the kernel usually assigns straight away (`n
 
 from __future__ import annotations
 
+from ..errors import EmuError
 from . import indexing
 from . import isa as nisa
 from ._kernel import END_OF_TRACE, NkiTensor, current
 
-_PENDING: list = []
-
 
 def _flush_pending() -> None:
-    """Issue the pending results (before any other instruction, so program order is kept)."""
-    while _PENDING:
-        p = _PENDING[0]
-        if p._ctx is not current():  # left over from a finished trace: never used, never issued
-            _PENDING.pop(0)
-            continue
-        p._issue(None)
+    """Issue the trace's pending results (before any other instruction, so program order is kept)."""
+    pending = current().pending
+    while pending:
+        pending[0]._issue(None)
 
 
 class Pending(NkiTensor):
@@ -38,12 +34,13 @@ class Pending(NkiTensor):
     `accumulate(dst)`, when given, issues it adding into dst). After a fused assignment the
     result is a view of the tile it was written into."""
 
-    __slots__ = ("_spec", "_emit", "_ctx", "_acc")
+    __slots__ = ("_spec", "_emit", "_ctx", "_acc", "_origin")
 
-    def __init__(self, spec, emit, accumulate=None) -> None:  # `_t` / `_block` stay unset until issued
+    def __init__(self, spec, emit, accumulate=None, origin: str = "") -> None:
+        # `_t` / `_block` stay unset until issued; `origin` names the call that made the result
         self.buffer, self.name = spec[2], ""
-        self._spec, self._emit, self._ctx, self._acc = spec, emit, current(), accumulate
-        _PENDING.append(self)
+        self._spec, self._emit, self._ctx, self._acc, self._origin = spec, emit, current(), accumulate, origin
+        self._ctx.pending.append(self)
 
     def __getattr__(self, name: str):
         if name in ("_t", "_block"):
@@ -59,9 +56,10 @@ class Pending(NkiTensor):
             return True
 
     def _unlist(self) -> None:
-        for i, p in enumerate(_PENDING):
+        pending = self._ctx.pending
+        for i, p in enumerate(pending):
             if p is self:
-                del _PENDING[i]
+                del pending[i]
                 break
 
     def _issue(self, dst, accumulate: bool = False) -> None:
@@ -75,6 +73,11 @@ class Pending(NkiTensor):
         indexing._MASKS.clear()
         try:
             (self._acc if accumulate else self._emit)(dst)
+        except EmuError as e:  # name the call that made the result, not the one that used it
+            notes = getattr(e, "__notes__", ())
+            if self._origin and not any("issued by " in n for n in notes):
+                e.add_note(f"  issued by {self._origin} (part of its lowering)")
+            raise
         finally:
             indexing._MASKS[:] = masks
         self._t, self._block = dst._t, dst._block
@@ -105,10 +108,10 @@ nisa._before_issue.append(_flush_pending)
 
 def _finish(ctx) -> None:
     """End of a program's trace: issue its pending loads (SBUF results), forget the rest."""
-    for p in [p for p in _PENDING if p._ctx is ctx and p._spec[2] == "sbuf"]:
+    for p in [p for p in ctx.pending if p._spec[2] == "sbuf"]:
         if p._pending():
             p._issue(None)
-    _PENDING[:] = [p for p in _PENDING if p._ctx is not ctx]  # unused PSUM results: never issued
+    ctx.pending.clear()  # unused PSUM results: never issued
 
 
 END_OF_TRACE.append(_finish)

@@ -77,6 +77,10 @@ def chain(x, n):
 """
 
 INTERRUPT_CHILD = """
+import signal
+# A suite started in the background of a non-interactive shell ignores SIGINT and a child inherits
+# that (Python then installs no handler): install Python's own, as an interactive run has it.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 mode, reps = sys.argv[1], int(sys.argv[2])
 dev = t3.Device()
 big = long_loop(5_000_000)  # ~10 s if it ran to the end
@@ -104,12 +108,6 @@ print("done", flush=True)
 
 def _child(script: str) -> list[str]:
     return [sys.executable, "-c", textwrap.dedent(CHILD_COMMON) + textwrap.dedent(script)]
-
-
-def _default_sigint() -> None:
-    # A suite started in the background of a non-interactive shell ignores SIGINT, and a child
-    # inherits that (Python then installs no handler): give the child the default disposition.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 class _Lines:
@@ -141,7 +139,6 @@ def test_sigint_raises_keyboard_interrupt_promptly_and_never_is_swallowed(mode):
         text=True,
         bufsize=1,
         env=env,
-        preexec_fn=_default_sigint,
     )
     lines = _Lines(proc)
     delays = random.Random(16)

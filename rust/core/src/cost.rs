@@ -259,23 +259,62 @@ struct Shape<'a> {
     /// Elements per partition of the largest operand (N in reference §1.12).
     n: f64,
     /// The data operands: those of N elements per partition (per-partition scalars excluded).
-    data: Vec<(&'a Ap, bool)>,
+    data: Operands<'a>,
 }
 
+/// Operands held inline (no allocation per costed instruction) up to `INLINE_OPERANDS`, on
+/// the heap beyond; read as a slice.
+const INLINE_OPERANDS: usize = 8;
+
+enum Operands<'a> {
+    Inline([(&'a Ap, bool); INLINE_OPERANDS], usize),
+    Heap(Vec<(&'a Ap, bool)>),
+}
+
+impl<'a> std::ops::Deref for Operands<'a> {
+    type Target = [(&'a Ap, bool)];
+    fn deref(&self) -> &Self::Target {
+        match self {
+            Operands::Inline(a, n) => &a[..*n],
+            Operands::Heap(v) => v,
+        }
+    }
+}
+
+/// The filler of unused inline operand slots (never read).
+static NO_AP: Ap = Ap {
+    mem: Mem::Sbuf,
+    dtype: DType::Float32,
+    start: 0,
+    parts: 0,
+    pstep: 0,
+    offset: 0,
+    dims: Vec::new(),
+    dynamic: None,
+};
+
 fn shape(ins: &Instr) -> Shape<'_> {
-    let all: Vec<(&Ap, bool)> = ins
-        .tensors()
-        .map(|(_, _, acc, ap)| (ap, acc == Access::Write || acc == Access::ReadWrite))
-        .collect();
-    let n = all.iter().map(|(a, _)| a.free_size()).max().unwrap_or(1) as f64;
-    let big: Vec<(&Ap, bool)> = all
-        .iter()
-        .copied()
-        .filter(|(a, _)| a.free_size() > 1 || n <= 1.0)
-        .collect();
+    let all = || {
+        ins.tensors()
+            .map(|(_, _, acc, ap)| (ap, acc == Access::Write || acc == Access::ReadWrite))
+    };
+    let n = all().map(|(a, _)| a.free_size()).max().unwrap_or(1) as f64;
+    let big = || all().filter(|(a, _)| a.free_size() > 1 || n <= 1.0);
+    let mut inline = [(&NO_AP, false); INLINE_OPERANDS];
+    let mut k = 0;
+    for x in big() {
+        if k == INLINE_OPERANDS {
+            return Shape {
+                n: n.max(1.0),
+                data: Operands::Heap(big().collect()),
+            };
+        }
+        inline[k] = x;
+        k += 1;
+    }
     Shape {
         n: n.max(1.0),
-        data: big,
+        data: Operands::Inline(inline, k),
     }
 }
 

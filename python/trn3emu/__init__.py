@@ -14,7 +14,7 @@ from ._asm import ENUMS, INSTRUCTIONS
 from .device import Device, Hbm
 from .dtypes import dtype_name, numpy_dtype, pack_x4, unpack_x4
 from .errors import *  # noqa: F403
-from .errors import AccumulateWarning, EmuError, IdenticalWritesWarning
+from .errors import AccumulateWarning, EmuError, IdenticalWritesWarning, ReadOnlyInputWarning
 from .program import Program
 from .tensor import Reg, Tensor
 from .threads import get_num_threads, set_num_threads, simd_path
@@ -36,6 +36,7 @@ __all__ = [
     "EmuError",
     "AccumulateWarning",
     "IdenticalWritesWarning",
+    "ReadOnlyInputWarning",
     "errors",
     "sparsity",
     "ENUMS",

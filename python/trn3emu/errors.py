@@ -133,4 +133,10 @@ class IdenticalWritesWarning(UserWarning):
     race by `Device.run(identical_writes=True)` (NKI launches: the default; docs/nki.md)."""
 
 
+class ReadOnlyInputWarning(UserWarning):
+    """An NKI kernel wrote one of its inputs, but the caller's array cannot take the result back
+    (a JAX array, a read-only numpy array): the write is not copied back. Make it an error with
+    `warnings.simplefilter("error", ReadOnlyInputWarning)` (docs/nki.md)."""
+
+
 __all__ = [name for name, obj in list(globals().items()) if isinstance(obj, type) and issubclass(obj, EmuError)]

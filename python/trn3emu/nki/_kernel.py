@@ -38,6 +38,8 @@ from ..errors import (
     MemorySpaceError,
     NotSupportedError,
     OperandError,
+    ReadOnlyInputWarning,
+    ResourceError,
     ShapeError,
 )
 from ..program import Program
@@ -1017,6 +1019,7 @@ class _Run:
 
         originals: list = []
         args, kwargs = _host_arrays(self.kernel, args, kwargs, originals)
+        self.input_names = _input_names(self.kernel, args, kwargs)
         fill = self.fill = self.kernel.options.get("fill", testing.default_fill())
         key = self._key(args, kwargs)
         if key is not None:
@@ -1126,9 +1129,12 @@ class _Run:
         self.kernel.last_programs = traced.programs
         for pid, prefix, t in traced.prints:
             print(f"{prefix} (program {pid}):\n{dev.hbm.get(t.tensor)}")
-        for a, t in arrays:  # inputs the kernel wrote to: copied back, as on the device
-            if a.flags.writeable and a.ndim and not dev.hbm.holds(t, a):
-                a[...] = dev.hbm.get(t)
+        for i, (a, t) in enumerate(arrays):  # inputs the kernel wrote to: copied back, as on the device
+            if not dev.hbm.holds(t, a):
+                if a.flags.writeable:
+                    a[...] = dev.hbm.get(t).reshape(a.shape)
+                else:
+                    _warn_read_only(self.kernel, self.input_names[i], a)
         return self._out(traced.result, framework)
 
     def _out(self, r, framework: str):
@@ -1144,6 +1150,25 @@ class _Run:
         return r
 
 
+#: Default most programs one launch may trace (`nki.jit(max_programs=)`, TRN3EMU_NKI_MAX_PROGRAMS):
+#: each traced program holds its instruction list in host memory (~0.37 MiB for a small kernel),
+#: so 2^14 programs take ~6 GiB, under the 32 GiB a run may take (docs/limits.md).
+MAX_PROGRAMS = 1 << 14
+
+
+def _check_grid_size(kernel: Kernel, grid: tuple) -> None:
+    """A launch of more programs than the limit fails before anything is traced."""
+    limit = kernel.options.get("max_programs") or int(os.environ.get("TRN3EMU_NKI_MAX_PROGRAMS") or MAX_PROGRAMS)
+    n = math.prod(grid)
+    if n > limit:
+        raise ResourceError(
+            f"launch grid {grid} has {n} programs, over the limit of {limit} programs per launch "
+            f"(each traced program takes host memory; raise it with nki.jit(max_programs=n) or "
+            f"TRN3EMU_NKI_MAX_PROGRAMS)",
+            rule="nki_grid_too_large",
+        )
+
+
 def _identical_writes_mode(kernel: Kernel) -> str:
     """How an SPMD launch treats cores writing identical bytes to the same HBM unordered:
     "warn" (default: `IdenticalWritesWarning`) or "error" (a race), from
@@ -1154,6 +1179,18 @@ def _identical_writes_mode(kernel: Kernel) -> str:
             f"identical_writes must be 'warn' or 'error', got {mode!r}", rule="nki_identical_writes_mode"
         )
     return mode
+
+
+def _warn_read_only(kernel: Kernel, name: str, a: np.ndarray) -> None:
+    """The kernel wrote an input the caller's array cannot take back (a JAX array, a read-only
+    numpy array): `ReadOnlyInputWarning` naming the input (`warnings.simplefilter("error", ...)`
+    makes it an error)."""
+    warnings.warn(
+        f"kernel {kernel.__name__} wrote input {name} {a.shape} {a.dtype}, but the "
+        f"caller's array is read-only: the write is not copied back",
+        ReadOnlyInputWarning,
+        stacklevel=4,
+    )
 
 
 def _device_env() -> tuple:
@@ -1209,6 +1246,25 @@ def _input_arrays(args, kwargs) -> list:
         walk(a)
     for v in kwargs.values():
         walk(v)
+    return out
+
+
+def _input_names(kernel: Kernel, args, kwargs) -> list[str]:
+    """The names of a launch's arrays (`x`, `pair[1]`), in the order of `_input_arrays`."""
+    out: list[str] = []
+
+    def walk(a, name: str):
+        if isinstance(a, np.ndarray):
+            out.append(name)
+        elif isinstance(a, tuple):
+            for i, x in enumerate(a):
+                walk(x, f"{name}[{i}]")
+
+    names = kernel.parameter_names()
+    for i, a in enumerate(args):
+        walk(a, names[i] if i < len(names) else f"argument {i}")
+    for k, v in kwargs.items():
+        walk(v, k)
     return out
 
 
@@ -1269,6 +1325,7 @@ class Kernel:
         grid = tuple(int(g) for g in (grid if isinstance(grid, tuple) else (grid,)))
         if not grid or any(g < 1 for g in grid):
             raise ShapeError(f"launch grid {grid} must be positive", rule="nki_grid_not_positive")
+        _check_grid_size(self, grid)
         return _Launcher(self, grid)
 
     def __call__(self, *args, **kwargs):

@@ -200,7 +200,7 @@ impl Device {
         .map_err(py_err(py))?;
         let timing = args::opt_str_arg(timing, "timing")?;
         let gen = timing_generation(timing.as_deref()).map_err(py_err(py))?;
-        let mut inner = core::Device::with_numerics(cfg);
+        let mut inner = core::Device::try_with_numerics(cfg).map_err(py_err(py))?;
         inner.set_timing(gen);
         Ok(Device {
             inner: Mutex::new(inner),

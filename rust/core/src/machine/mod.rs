@@ -144,14 +144,15 @@ pub struct Core {
 }
 
 impl Core {
-    fn new(seed: u64, core: usize) -> Self {
-        Core {
-            sbuf: OnChip::sbuf(),
-            psum: OnChip::psum(),
+    /// A core in the power-on state; a `Resource` error if the host cannot provide its memory.
+    fn try_new(seed: u64, core: usize) -> Result<Self> {
+        Ok(Core {
+            sbuf: OnChip::try_new(crate::memory::SBUF_PART_BYTES)?,
+            psum: OnChip::try_new(crate::memory::PSUM_PART_BYTES)?,
             state: EngineState::default(),
             rng: RngStates::seeded(seed ^ ((core as u64) << 32)),
             regs: [[0; NUM_REGISTERS as usize]; NUM_STREAMS],
-        }
+        })
     }
 }
 
@@ -260,17 +261,36 @@ impl Device {
     }
 
     /// A device with the given numerics configuration (the RNG power-on states derive from its seed).
+    /// Panics if the host cannot provide its memory; `try_with_numerics` reports that instead.
     pub fn with_numerics(numerics: NumericsConfig) -> Self {
-        Device {
-            hbm: Hbm::new(),
-            cores: (0..NUM_CORES)
-                .map(|c| Core::new(numerics.seed, c))
-                .collect(),
+        match Self::try_with_numerics(numerics) {
+            Ok(d) => d,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// `with_numerics`, or a `Resource` error (rule `host_allocation_failed`) when the host
+    /// cannot provide the device's memory (e.g. under an `RLIMIT_AS` cap): never an abort.
+    pub fn try_with_numerics(numerics: NumericsConfig) -> Result<Self> {
+        let mut cores = Vec::new();
+        cores.try_reserve_exact(NUM_CORES).map_err(|_| {
+            crate::error::fail(
+                crate::error::ErrorKind::Resource,
+                "host_allocation_failed",
+                "cannot allocate host memory for a device's cores",
+            )
+        })?;
+        for c in 0..NUM_CORES {
+            cores.push(Core::try_new(numerics.seed, c)?);
+        }
+        Ok(Device {
+            hbm: Hbm::try_new()?,
+            cores,
             cost: Box::new(DefaultCost::default()),
             numerics,
             runs: 0,
             max_executed: MAX_EXECUTED,
-        }
+        })
     }
 
     /// Time runs with generation `g`'s published constants (`timing.rs`); functional

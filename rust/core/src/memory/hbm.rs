@@ -57,6 +57,22 @@ impl Hbm {
         }
     }
 
+    /// `new`, or a `Resource` error (rule `host_allocation_failed`) if the host cannot provide
+    /// the page table (no abort).
+    pub fn try_new() -> crate::error::Result<Self> {
+        let n = (HBM_BYTES >> PAGE_BITS) as usize;
+        let mut pages = Vec::new();
+        pages.try_reserve_exact(n).map_err(|_| {
+            crate::error::fail(
+                crate::error::ErrorKind::Resource,
+                "host_allocation_failed",
+                "cannot allocate host memory for HBM's page table",
+            )
+        })?;
+        pages.resize_with(n, || None);
+        Ok(Hbm { pages, backed: 0 })
+    }
+
     /// Host bytes actually backing HBM.
     pub fn resident_bytes(&self) -> u64 {
         self.backed * PAGE as u64

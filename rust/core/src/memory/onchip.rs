@@ -31,6 +31,25 @@ impl OnChip {
             uniform: Some(0),
         }
     }
+    /// `new`, or a `Resource` error (rule `host_allocation_failed`) if the host cannot provide
+    /// the memory (e.g. under an `RLIMIT_AS` cap) instead of an abort.
+    pub fn try_new(part_bytes: usize) -> crate::error::Result<Self> {
+        let stride = part_bytes + PAD;
+        let bytes = stride * PARTITIONS;
+        let data = super::zeroed::ZeroBuf::try_new(bytes).ok_or_else(|| {
+            crate::error::fail(
+                crate::error::ErrorKind::Resource,
+                "host_allocation_failed",
+                format!("cannot allocate {bytes} bytes of host memory for a core's on-chip memory"),
+            )
+        })?;
+        Ok(OnChip {
+            part_bytes,
+            stride,
+            data,
+            uniform: Some(0),
+        })
+    }
     /// Host bytes from one partition's start to the next's.
     #[inline]
     pub fn stride(&self) -> usize {

@@ -24,19 +24,22 @@ unsafe impl Sync for ZeroBuf {}
 impl ZeroBuf {
     /// `len` zero bytes (aborts like `vec!` if the host cannot provide them).
     pub fn new(len: usize) -> Self {
+        let layout = Layout::from_size_align(len.max(1), 16).expect("buffer size overflows");
+        Self::try_new(len).unwrap_or_else(|| std::alloc::handle_alloc_error(layout))
+    }
+
+    /// `len` zero bytes, or `None` if the host cannot provide them (no abort).
+    pub fn try_new(len: usize) -> Option<Self> {
         if len == 0 {
-            return ZeroBuf {
+            return Some(ZeroBuf {
                 ptr: NonNull::dangling(),
                 len,
-            };
+            });
         }
-        let layout = Layout::from_size_align(len, 16).expect("buffer size overflows");
+        let layout = Layout::from_size_align(len, 16).ok()?;
         // SAFETY: the layout has a non-zero size.
         let p = unsafe { System.alloc_zeroed(layout) };
-        let Some(ptr) = NonNull::new(p) else {
-            std::alloc::handle_alloc_error(layout);
-        };
-        ZeroBuf { ptr, len }
+        NonNull::new(p).map(|ptr| ZeroBuf { ptr, len })
     }
 }
 
@@ -80,5 +83,12 @@ mod tests {
         assert_eq!(b[12345], 7);
         assert_eq!(b.len(), 1 << 20);
         assert!(ZeroBuf::new(0).is_empty());
+    }
+
+    #[test]
+    fn an_impossible_size_is_none_not_an_abort() {
+        assert!(ZeroBuf::try_new(usize::MAX / 2).is_none());
+        assert!(ZeroBuf::try_new(usize::MAX).is_none());
+        assert_eq!(ZeroBuf::try_new(4096).map(|b| b.len()), Some(4096));
     }
 }

@@ -141,6 +141,8 @@ def test_nki_flash_attention_vs_numpy_eager(benchmark):
         fraction_of_host=host_mm / warm,
         speedup_vs_eager_bound=eager_1t / host_mm,
         emulator_matmuls_s=emu_mm,
+        whole_over_matmuls=warm / emu_mm,
+        whole_over_matmuls_target=1.4,
         speedup_vs_eager_bound_emulator=eager_1t / emu_mm,
         cold_first_call_s=cold,
         warm_median_s=warm,
@@ -198,5 +200,6 @@ def test_nki_tracing_per_instruction(benchmark, monkeypatch):
         instructions=n_instr,
         us_per_instruction=benchmark.stats.stats.median / n_instr * 1e6,
         instructions_per_s=n_instr / benchmark.stats.stats.median,
+        instructions_per_s_target=200_000,
         load_avg_1min=load_avg(),
     )

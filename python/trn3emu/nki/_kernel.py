@@ -803,12 +803,12 @@ class TraceContext:
     def _alloc_evicting(self, alloc, row: int, label: str) -> tuple[int, int]:
         """`alloc.alloc`, making room when full by evicting the least recently used blocks of
         par_dim block tiles (`blocks.py`): blocks do not hold memory the kernel needs elsewhere."""
-        from . import blocks
-
         while True:
             try:
                 return alloc.alloc(row, label)
             except CapacityError:
+                from . import blocks  # here, not per allocation: only a full memory needs it
+
                 if not blocks.evict_one(self, alloc):
                     raise
 

@@ -54,3 +54,14 @@ def test_killed_process_ends_the_job(tmp_path):
     assert not (tmp_path / "out.npz").exists()
     text = p.stdout + p.stderr
     assert "KILLED" in text.upper() or "ultra_dist_timeout" in text or "TERMINATION" in text.upper(), text[-2000:]
+
+
+def test_error_in_one_process_reaches_every_process(tmp_path):
+    p = _launch(tmp_path / "out.npz", "race")
+    assert p.returncode == 0, p.stderr
+    lines = sorted(line for line in p.stdout.splitlines() if line.startswith("rank "))
+    assert len(lines) == 4, p.stdout
+    # chip 7 belongs to process 3: it raises the race itself, the others name it
+    assert lines[3].startswith("rank 3: RaceError"), lines[3]
+    for line in lines[:3]:
+        assert "InternalError ultra_dist_peer_failed" in line and "process 3" in line and "chip 7" in line, line

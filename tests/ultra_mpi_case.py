@@ -13,9 +13,14 @@ import trn3emu as t3
 from trn3emu import ultra_mpi
 
 
-def build(nchips=8):
+def build(nchips=8, race=False):
     us = t3.UltraServer(chips=nchips)
     progs = us.programs(cores=[0, 1])
+    if race:  # cores 0 and 1 of the last chip race on an HBM tensor: only its process fails
+        p0, p1 = progs[-2:]
+        shared = us.chip(p0.chip).hbm.alloc((64, 32), np.float32)
+        p0.dma_copy(dst=shared, src=p0.sbuf((64, 32), np.float32))
+        p1.dma_copy(dst=p1.sbuf((64, 32), np.float32), src=shared)
     group = [p.global_core for p in progs]
     n = len(group)
     rng = np.random.default_rng(7)
@@ -58,7 +63,13 @@ if __name__ == "__main__":
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    us, progs, outs = build()
+    us, progs, outs = build(race=sys.argv[2:] == ["race"])
+    if sys.argv[2:] == ["race"]:
+        try:
+            ultra_mpi.run(us, progs, timeout_s=20)
+        except Exception as e:  # noqa: BLE001 - report each process's error class and rule
+            print(f"rank {comm.rank}: {type(e).__name__} {getattr(e, 'rule', '')}: {e}", flush=True)
+        sys.exit(0)
     if sys.argv[2:] == ["kill"] and comm.rank == 2:
         os.kill(os.getpid(), signal.SIGKILL)
     r = ultra_mpi.run(us, progs, timeout_s=20)

@@ -70,7 +70,9 @@ fn run_owned(
         }
         let mine = next.iter().flatten().min().copied();
         let mut msg = status(r.as_ref().err());
-        msg.extend(mine.unwrap_or(u64::MAX).to_le_bytes());
+        if r.is_ok() {
+            msg.extend(mine.unwrap_or(u64::MAX).to_le_bytes());
+        }
         let all = checked(exchange(msg)?, r)?;
         let t = all.iter().map(|b| u64_at(b, 1)).min().unwrap_or(u64::MAX);
         if t == u64::MAX {
@@ -78,8 +80,11 @@ fn run_owned(
         }
         let r = super::ultra::window(&mut scheds, &mut next, t.saturating_add(look));
         let mut msg = status(r.as_ref().err());
-        for (c, a) in take_outboxes(&mut scheds) {
-            encode(&mut msg, c, &a);
+        let out = take_outboxes(&mut scheds);
+        if r.is_ok() {
+            for (c, a) in &out {
+                encode(&mut msg, *c, a);
+            }
         }
         let all = checked(exchange(msg)?, r)?;
         let mut incoming = Vec::new();

@@ -68,7 +68,8 @@ if __name__ == "__main__":
         try:
             ultra_mpi.run(us, progs, timeout_s=20)
         except Exception as e:  # noqa: BLE001 - report each process's error class and rule
-            print(f"rank {comm.rank}: {type(e).__name__} {getattr(e, 'rule', '')}: {e}", flush=True)
+            text = f"rank {comm.rank}: {type(e).__name__} {getattr(e, 'rule', '')}: {e}"
+            pathlib.Path(f"{sys.argv[1]}.rank{comm.rank}.txt").write_text(text)
         sys.exit(0)
     if sys.argv[2:] == ["kill"] and comm.rank == 2:
         os.kill(os.getpid(), signal.SIGKILL)

@@ -24,6 +24,7 @@ __all__ = [
     "limit_simd",
     "fabric_params",
     "ultra_run",
+    "ultra_run_dist",
     "NUM_CORES",
     "PARTITIONS",
     "SBUF_PARTITION_BYTES",
@@ -154,6 +155,18 @@ def fabric_params() -> dict[str, Any]: ...
 def ultra_run(
     devices: list[Device],
     programs: list[tuple[int, Program]],
+    check_races: bool = True,
+    trace: bool = True,
+    trace_limit: int = ...,
+    latency_ns: float | None = None,
+    link_bytes_per_ns: float | None = None,
+    mesh_max_bytes: int | None = None,
+) -> dict[str, Any]: ...
+def ultra_run_dist(
+    devices: list[Device],
+    programs: list[tuple[int, Program]],
+    own: list[bool],
+    exchange: Callable[[bytes], list[bytes]],
     check_races: bool = True,
     trace: bool = True,
     trace_limit: int = ...,

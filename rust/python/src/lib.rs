@@ -36,6 +36,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(threads::simd_path, m)?)?;
     m.add_function(wrap_pyfunction!(threads::limit_simd, m)?)?;
     m.add_function(wrap_pyfunction!(ultra::ultra_run, m)?)?;
+    m.add_function(wrap_pyfunction!(ultra::ultra_run_dist, m)?)?;
     m.add_function(wrap_pyfunction!(ultra::fabric_params, m)?)?;
     info::add_constants(m)
 }

@@ -7,10 +7,12 @@ use crate::program::Program;
 use crate::trace::RawTrace;
 use numpy::PyArray1;
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 use pyo3::types::PyDict;
 use trn3emu_core as core;
 use trn3emu_core::machine::fabric::FabricParams;
 use trn3emu_core::machine::ultra::{self, Placed};
+use trn3emu_core::machine::ultra_dist;
 
 /// The fabric's numbers as a dict (names as `FabricParams`' fields).
 fn params_dict<'py>(py: Python<'py>, p: &FabricParams) -> PyResult<Bound<'py, PyDict>> {
@@ -63,6 +65,25 @@ pub fn ultra_run<'py>(
         trace_limit,
         ..Default::default()
     };
+    let params = fabric_from(py, latency_ns, link_bytes_per_ns, mesh_max_bytes)?;
+    check_distinct(py, &devices)?;
+    let mut guards = devices
+        .iter()
+        .map(|d| d.dev(py))
+        .collect::<PyResult<Vec<_>>>()?;
+    let mut devs: Vec<&mut core::Device> = guards.iter_mut().map(|g| &mut **g).collect();
+    let res = py.detach(|| guarded(|| ultra::run(&mut devs, &placed, &opts, params)));
+    let res = res.map_err(py_err(py))?;
+    result_dict(py, res, &params)
+}
+
+/// The fabric numbers with the caller's overrides (checked).
+fn fabric_from(
+    py: Python<'_>,
+    latency_ns: Option<f64>,
+    link_bytes_per_ns: Option<f64>,
+    mesh_max_bytes: Option<u64>,
+) -> PyResult<FabricParams> {
     let mut params = FabricParams::default();
     for (name, v) in [
         ("latency_ns", latency_ns),
@@ -83,6 +104,10 @@ pub fn ultra_run<'py>(
     if let Some(v) = mesh_max_bytes {
         params.mesh_max_bytes = v;
     }
+    Ok(params)
+}
+
+fn check_distinct(py: Python<'_>, devices: &[PyRef<'_, Device>]) -> PyResult<()> {
     // One lock per chip, in order; the same chip twice would wait on itself.
     for (i, a) in devices.iter().enumerate() {
         if devices[..i].iter().any(|b| std::ptr::eq(&**a, &**b)) {
@@ -96,13 +121,15 @@ pub fn ultra_run<'py>(
             ));
         }
     }
-    let mut guards = devices
-        .iter()
-        .map(|d| d.dev(py))
-        .collect::<PyResult<Vec<_>>>()?;
-    let mut devs: Vec<&mut core::Device> = guards.iter_mut().map(|g| &mut **g).collect();
-    let res = py.detach(|| guarded(|| ultra::run(&mut devs, &placed, &opts, params)));
-    let res = res.map_err(py_err(py))?;
+    Ok(())
+}
+
+/// The run's result as the dict `UltraResult` reads.
+fn result_dict<'py>(
+    py: Python<'py>,
+    res: ultra::UltraResult,
+    params: &FabricParams,
+) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("end_ps", res.end_ps)?;
     d.set_item("executed", res.executed)?;
@@ -145,6 +172,77 @@ pub fn ultra_run<'py>(
     col!(ccs, "group", cc, |x| x.group);
     d.set_item("messages", msgs)?;
     d.set_item("cc", ccs)?;
-    d.set_item("params", params_dict(py, &params)?)?;
+    d.set_item("params", params_dict(py, params)?)?;
     Ok(d)
+}
+
+/// One process's part of an UltraServer run spread over processes: it owns the chips `own`
+/// marks; `exchange(bytes) -> list[bytes]` is an allgather over the processes (e.g. MPI's),
+/// called at every window boundary (docs/ultraserver.md, "Several processes"). Returns what
+/// `ultra_run` returns, with results for the owned chips only.
+#[pyfunction]
+#[pyo3(signature = (devices, programs, own, exchange, check_races = true, trace = true, trace_limit = core::machine::TRACE_LIMIT, latency_ns = None, link_bytes_per_ns = None, mesh_max_bytes = None))]
+#[allow(clippy::too_many_arguments)]
+pub fn ultra_run_dist<'py>(
+    py: Python<'py>,
+    devices: Vec<PyRef<'py, Device>>,
+    programs: Vec<(u16, PyRef<'py, Program>)>,
+    own: Vec<bool>,
+    exchange: Bound<'py, PyAny>,
+    check_races: bool,
+    trace: bool,
+    trace_limit: u64,
+    latency_ns: Option<f64>,
+    link_bytes_per_ns: Option<f64>,
+    mesh_max_bytes: Option<u64>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let placed: Vec<Placed> = programs
+        .iter()
+        .map(|(chip, p)| Placed {
+            chip: *chip,
+            program: p.program(),
+        })
+        .collect();
+    let opts = core::RunOptions {
+        check_races,
+        trace,
+        prevalidated: true,
+        trace_limit,
+        ..Default::default()
+    };
+    let params = fabric_from(py, latency_ns, link_bytes_per_ns, mesh_max_bytes)?;
+    check_distinct(py, &devices)?;
+    let mut guards = devices
+        .iter()
+        .map(|d| d.dev(py))
+        .collect::<PyResult<Vec<_>>>()?;
+    let mut devs: Vec<&mut core::Device> = guards.iter_mut().map(|g| &mut **g).collect();
+    let ex = exchange.unbind();
+    let mut failed: Option<PyErr> = None;
+    let mut call = |mine: Vec<u8>| -> core::error::Result<Vec<Vec<u8>>> {
+        Python::attach(|py| {
+            let out = ex
+                .bind(py)
+                .call1((PyBytes::new(py, &mine),))
+                .and_then(|r| r.extract::<Vec<Vec<u8>>>());
+            out.map_err(|e| {
+                let msg = format!("the exchange between processes failed: {e}");
+                failed = Some(e);
+                core::error::fail(
+                    core::error::ErrorKind::Internal,
+                    "ultra_dist_exchange_failed",
+                    msg,
+                )
+            })
+        })
+    };
+    let owned = |c: usize| own.get(c).copied().unwrap_or(false);
+    let res = py.detach(|| {
+        guarded(|| ultra_dist::run(&mut devs, &placed, &opts, params, &owned, &mut call))
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    let res = res.map_err(py_err(py))?;
+    result_dict(py, res, &params)
 }

@@ -11,6 +11,7 @@ pub mod limits;
 pub mod region;
 pub mod sched;
 pub mod ultra;
+pub mod ultra_dist;
 
 use crate::cost::{CostModel, DefaultCost};
 use crate::engines::EngineState;

@@ -1108,11 +1108,6 @@ impl<'d, 'p> Scheduler<'d, 'p> {
     pub(super) fn set_base(&mut self, base: u16) {
         self.inter.base = base;
     }
-
-    /// The instruction at `idx` of `core`'s program.
-    pub(super) fn instr(&self, core: u8, idx: u32) -> Option<&'p Instr> {
-        instr_at(&self.progs, core, idx)
-    }
 }
 
 /// The race error between an earlier access (`first`, region `theirs`) and the issued item's

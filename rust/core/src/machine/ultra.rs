@@ -68,10 +68,21 @@ pub struct UltraResult {
     pub executed: u64,
 }
 
+/// The instruction at `idx` of the program on (`chip`, `core`).
+pub(super) fn instr_of<'p>(
+    by_chip: &[Vec<&'p Program>],
+    chip: usize,
+    core: u8,
+    idx: u32,
+) -> Option<&'p crate::isa::Instr> {
+    let p = by_chip.get(chip)?.iter().find(|p| p.core == core)?;
+    p.instrs.get(idx as usize)
+}
+
 /// Groups are matched by (opcode, group, sequence number).
 type Key = (u16, Vec<u16>, u32);
 
-fn chip_err(chip: usize) -> impl Fn(EmuError) -> EmuError {
+pub(super) fn chip_err(chip: usize) -> impl Fn(EmuError) -> EmuError {
     move |mut e| {
         e.message = format!("chip {chip}: {}", e.message);
         e
@@ -87,7 +98,7 @@ fn where_is(g: u16) -> String {
 }
 
 /// The coordinator's state during a run.
-struct Coordinator {
+pub(super) struct Coordinator {
     pending: BTreeMap<Key, (Opcode, Vec<(usize, Arrival)>)>,
     seq: BTreeMap<(u16, u16, Vec<u16>), u32>,
     fabric: Fabric,
@@ -102,7 +113,18 @@ pub fn run(
     opts: &RunOptions,
     params: FabricParams,
 ) -> Result<UltraResult> {
-    let nchips = devs.len();
+    let by_chip = place(devs.len(), programs)?;
+    let r = crate::par::run_hot(|| run_chips(devs, &by_chip, opts, params));
+    for (c, d) in devs.iter_mut().enumerate() {
+        if !by_chip[c].is_empty() {
+            d.runs += 1;
+        }
+    }
+    r
+}
+
+/// Check the chip count and sort the programs by chip.
+pub(super) fn place<'p>(nchips: usize, programs: &[Placed<'p>]) -> Result<Vec<Vec<&'p Program>>> {
     if nchips == 0 || nchips > MAX_CHIPS {
         return Err(fail(
             Value,
@@ -125,13 +147,7 @@ pub fn run(
         };
         list.push(pl.program);
     }
-    let r = crate::par::run_hot(|| run_chips(devs, &by_chip, opts, params));
-    for (c, d) in devs.iter_mut().enumerate() {
-        if !by_chip[c].is_empty() {
-            d.runs += 1;
-        }
-    }
-    r
+    Ok(by_chip)
 }
 
 fn run_chips(
@@ -140,6 +156,38 @@ fn run_chips(
     opts: &RunOptions,
     params: FabricParams,
 ) -> Result<UltraResult> {
+    let nchips = devs.len();
+    let (mut co, mut scheds) = start(devs, by_chip, opts, params, &|_| true)?;
+    let look = params.lookahead_ps();
+    let mut next: Vec<Option<u64>> = vec![None; nchips];
+    for (c, s) in scheds.iter_mut().enumerate() {
+        if let Some(s) = s {
+            next[c] = s.run_until(0).map_err(chip_err(c))?;
+        }
+    }
+    while let Some(t) = next.iter().flatten().min().copied() {
+        let horizon = t.saturating_add(look);
+        window(&mut scheds, &mut next, horizon)?;
+        let incoming = take_outboxes(&mut scheds);
+        let woken = co.exchange(incoming, by_chip, &mut scheds)?;
+        for c in woken {
+            if let Some(s) = &mut scheds[c] {
+                next[c] = s.run_until(0).map_err(chip_err(c))?;
+            }
+        }
+    }
+    co.check_done(&scheds)?;
+    Ok(finish(scheds, co))
+}
+
+/// The coordinator and a scheduler for every chip `own` accepts that has programs.
+pub(super) fn start<'d, 'p>(
+    devs: &'d mut [&mut Device],
+    by_chip: &[Vec<&'p Program>],
+    opts: &RunOptions,
+    params: FabricParams,
+    own: &dyn Fn(usize) -> bool,
+) -> Result<(Coordinator, Vec<Option<Scheduler<'d, 'p>>>)> {
     let nchips = devs.len();
     let has = |g: u16| {
         let (c, k) = (g as usize / NUM_CORES, g as usize % NUM_CORES);
@@ -156,7 +204,7 @@ fn run_chips(
     co.fabric.record = opts.trace;
     let mut scheds: Vec<Option<Scheduler>> = Vec::with_capacity(nchips);
     for (c, dev) in devs.iter_mut().enumerate() {
-        if by_chip[c].is_empty() {
+        if by_chip[c].is_empty() || !own(c) {
             scheds.push(None);
             continue;
         }
@@ -172,24 +220,22 @@ fn run_chips(
         });
         scheds.push(Some(s));
     }
-    let look = params.lookahead_ps();
-    let mut next: Vec<Option<u64>> = vec![None; nchips];
+    Ok((co, scheds))
+}
+
+/// Every chip's arrivals of the window, in chip order.
+pub(super) fn take_outboxes(scheds: &mut [Option<Scheduler>]) -> Vec<(usize, Arrival)> {
+    let mut out = Vec::new();
     for (c, s) in scheds.iter_mut().enumerate() {
-        if let Some(s) = s {
-            next[c] = s.run_until(0).map_err(chip_err(c))?;
+        if let Some(link) = s.as_mut().and_then(|s| s.link.as_mut()) {
+            out.extend(std::mem::take(&mut link.outbox).into_iter().map(|a| (c, a)));
         }
     }
-    while let Some(t) = next.iter().flatten().min().copied() {
-        let horizon = t.saturating_add(look);
-        window(&mut scheds, &mut next, horizon)?;
-        let woken = co.exchange(&mut scheds)?;
-        for c in woken {
-            if let Some(s) = &mut scheds[c] {
-                next[c] = s.run_until(0).map_err(chip_err(c))?;
-            }
-        }
-    }
-    co.check_done(&scheds)?;
+    out
+}
+
+/// The run's result from the schedulers (chips without one get an empty result).
+pub(super) fn finish(scheds: Vec<Option<Scheduler>>, mut co: Coordinator) -> UltraResult {
     let mut out = UltraResult::default();
     for s in scheds {
         let r = s.map(|s| s.finish()).unwrap_or_default();
@@ -198,7 +244,7 @@ fn run_chips(
         out.chips.push(r);
     }
     out.fabric = std::mem::take(&mut co.fabric.trace);
-    Ok(out)
+    out
 }
 
 /// A chip's scheduler and what its window returned, while the window runs on a thread.
@@ -207,7 +253,11 @@ type Slot<'d, 'p> = (Option<Scheduler<'d, 'p>>, Result<Option<u64>>);
 /// Run every chip with an item before `horizon` up to it; `next` gets each one's next start.
 /// The chips are independent inside a window, so they run on the host's threads (the thread
 /// team, `par`): which thread runs a chip changes nothing it computes.
-fn window(scheds: &mut [Option<Scheduler>], next: &mut [Option<u64>], horizon: u64) -> Result<()> {
+pub(super) fn window(
+    scheds: &mut [Option<Scheduler>],
+    next: &mut [Option<u64>],
+    horizon: u64,
+) -> Result<()> {
     let due: Vec<usize> = (0..scheds.len())
         .filter(|&c| scheds[c].is_some() && next[c].is_some_and(|x| x < horizon))
         .collect();
@@ -238,31 +288,31 @@ fn window(scheds: &mut [Option<Scheduler>], next: &mut [Option<u64>], horizon: u
 }
 
 impl Coordinator {
-    /// Take every chip's arrivals (in chip order), match them into groups and complete the
-    /// groups whose last rank arrived; returns the chips that got a release.
-    fn exchange(&mut self, scheds: &mut [Option<Scheduler>]) -> Result<Vec<usize>> {
+    /// Match the arrivals (in chip order) into groups and complete the groups whose last rank
+    /// arrived; returns the chips that got a release (chips without a scheduler get none).
+    pub(super) fn exchange(
+        &mut self,
+        incoming: Vec<(usize, Arrival)>,
+        by_chip: &[Vec<&Program>],
+        scheds: &mut [Option<Scheduler>],
+    ) -> Result<Vec<usize>> {
         let mut complete: Vec<(u64, Key)> = Vec::new();
-        for (c, s) in scheds.iter_mut().enumerate() {
-            let Some(s) = s else { continue };
-            let Some(link) = &mut s.link else { continue };
-            for a in std::mem::take(&mut link.outbox) {
-                let me = (c * NUM_CORES) as u16 + a.core as u16;
-                let op = s
-                    .instr(a.core, a.idx)
-                    .map(|i| i.op)
-                    .unwrap_or(Opcode::AllReduce);
-                let n = self
-                    .seq
-                    .entry((me, op as u16, a.group.clone()))
-                    .or_insert(0);
-                let key = (op as u16, a.group.clone(), *n);
-                *n += 1;
-                let (_, list) = self.pending.entry(key.clone()).or_insert((op, Vec::new()));
-                list.push((c, a));
-                if list.len() == key.1.len() {
-                    let last = list.iter().map(|(_, a)| a.time).max().unwrap_or(0);
-                    complete.push((last, key));
-                }
+        for (c, a) in incoming {
+            let me = (c * NUM_CORES) as u16 + a.core as u16;
+            let op = instr_of(by_chip, c, a.core, a.idx)
+                .map(|i| i.op)
+                .unwrap_or(Opcode::AllReduce);
+            let n = self
+                .seq
+                .entry((me, op as u16, a.group.clone()))
+                .or_insert(0);
+            let key = (op as u16, a.group.clone(), *n);
+            *n += 1;
+            let (_, list) = self.pending.entry(key.clone()).or_insert((op, Vec::new()));
+            list.push((c, a));
+            if list.len() == key.1.len() {
+                let last = list.iter().map(|(_, a)| a.time).max().unwrap_or(0);
+                complete.push((last, key));
             }
         }
         complete.sort();
@@ -271,7 +321,7 @@ impl Coordinator {
             let Some((op, arrivals)) = self.pending.remove(&key) else {
                 continue;
             };
-            woken.extend(self.complete((op, &key.1), arrivals, scheds)?);
+            woken.extend(self.complete((op, &key.1), arrivals, by_chip, scheds)?);
         }
         woken.sort_unstable();
         woken.dedup();
@@ -283,13 +333,14 @@ impl Coordinator {
         &mut self,
         key: (Opcode, &[u16]),
         mut arrivals: Vec<(usize, Arrival)>,
+        by_chip: &[Vec<&Program>],
         scheds: &mut [Option<Scheduler>],
     ) -> Result<Vec<usize>> {
         let global = |c: usize, a: &Arrival| (c * NUM_CORES) as u16 + a.core as u16;
         arrivals.sort_by_key(|(c, a)| key.1.iter().position(|g| *g == global(*c, a)));
         let mut ranks = Vec::with_capacity(arrivals.len());
         for (c, a) in &arrivals {
-            let ins = scheds[*c].as_ref().and_then(|s| s.instr(a.core, a.idx));
+            let ins = instr_of(by_chip, *c, a.core, a.idx);
             let ins = ins.ok_or_else(|| {
                 fail(
                     Internal,
@@ -374,7 +425,7 @@ impl Coordinator {
 
     /// Every chip is done or stuck: a `DeadlockError` naming the waiting and the missing ranks
     /// if any rank still waits.
-    fn check_done(&self, scheds: &[Option<Scheduler>]) -> Result<()> {
+    pub(super) fn check_done(&self, scheds: &[Option<Scheduler>]) -> Result<()> {
         let mut why: Vec<String> = Vec::new();
         for ((_, cores, seq), (op, list)) in &self.pending {
             let here: Vec<u16> = list

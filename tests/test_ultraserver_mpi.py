@@ -64,4 +64,4 @@ def test_error_in_one_process_reaches_every_process(tmp_path):
     # chip 7 belongs to process 3: it raises the race itself, the others name it
     assert lines[3].startswith("rank 3: RaceError"), lines[3]
     for line in lines[:3]:
-        assert "InternalError ultra_dist_peer_failed" in line and "process 3" in line and "chip 7" in line, line
+        assert "ExecutionError ultra_dist_peer_failed" in line and "process 3" in line and "chip 7" in line, line

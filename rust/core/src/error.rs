@@ -39,6 +39,8 @@ pub enum ErrorKind {
     Semaphore,
     /// The host cannot allocate the memory an operation sized by user input needs.
     Resource,
+    /// Another process of a distributed run failed, or the exchange between processes did.
+    Distributed,
     /// A bug in the emulator itself (a caught panic); the device should be reset.
     Internal,
 }
@@ -63,6 +65,7 @@ impl ErrorKind {
             ErrorKind::Interrupted => "ExecutionError",
             ErrorKind::Semaphore => "SemaphoreError",
             ErrorKind::Resource => "ResourceError",
+            ErrorKind::Distributed => "ExecutionError",
             ErrorKind::Internal => "InternalError",
         }
     }

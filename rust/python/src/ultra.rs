@@ -229,7 +229,7 @@ pub fn ultra_run_dist<'py>(
                 let msg = format!("the exchange between processes failed: {e}");
                 failed = Some(e);
                 core::error::fail(
-                    core::error::ErrorKind::Internal,
+                    core::error::ErrorKind::Distributed,
                     "ultra_dist_exchange_failed",
                     msg,
                 )

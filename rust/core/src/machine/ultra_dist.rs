@@ -125,7 +125,7 @@ fn checked(all: Vec<Vec<u8>>, mine: Result<()>) -> Result<Vec<Vec<u8>>> {
         if b.first() != Some(&0) {
             let text = String::from_utf8_lossy(b.get(1..).unwrap_or(&[]));
             return Err(fail(
-                Internal,
+                Distributed,
                 "ultra_dist_peer_failed",
                 format!("process {p} of the distributed UltraServer run failed: {text}"),
             ));

@@ -194,6 +194,21 @@ def _expected(name: str) -> Counter:
         c.update({"nc_match_replace8.vector": 1, "dma_copy.scalar": 2})
     elif name == "nki_mxfp8_matmul":  # per operand a staging DMA + quantize_mx; one MX matmul, copy, store
         c.update({"dma_copy.sync": 2 + 1, "quantize_mx.vector": 2, "nc_matmul_mx.tensor": 1, "tensor_copy.vector": 1})
+    elif name == "nki_flash_attention":  # seq 4096, d 128: 32 query tiles; query tile i visits
+        # i // 4 + 1 key blocks of 512 (up to the diagonal), 4 * (1 + ... + 8) = 144 blocks in all,
+        # and exactly its last block crosses the diagonal (one affine_select per query tile)
+        q, b, chunks = 32, 4 * sum(range(1, 9)), 4  # chunks: 128-key pieces of a 512-key block
+        # per query tile: load q^T, memsets of m / l / o; at its end 1/l, O * (1/l), store
+        c.update({"dma_copy.sync": q * 2, "memset.vector": q * 3, "reciprocal.vector": q})
+        c.update({"tensor_scalar.vector": q, "affine_select.gpsimd": q})
+        # per block: load K^T, S matmul, scaled copy, alpha and P activations, row max, m_new,
+        # -m_new, l update (tensor_scalar + tensor_tensor), O update (same), m copy
+        c.update({"dma_copy.sync": b, "nc_matmul.tensor": b, "activation.scalar": b * 3})
+        c.update({"tensor_reduce.vector": b, "tensor_tensor.vector": b * 3, "tensor_scalar.vector": b * 3})
+        c.update({"tensor_copy.vector": b})
+        # per 128-key chunk: P transpose, its copy to SBUF, load V rows, P V matmul (accumulating)
+        c.update({"nc_transpose.tensor": b * chunks, "tensor_copy.vector": b * chunks})
+        c.update({"dma_copy.sync": b * chunks, "nc_matmul.tensor": b * chunks})
     elif name == "nki_lnc2":  # (512, 256) over 2 programs: 2 row tiles each of 2 loads + activation + store
         c.update({"dma_copy.sync": 2 * 3, "activation.scalar": 2})
     return c
@@ -211,6 +226,7 @@ def _expected(name: str) -> Counter:
         "nki_topk",
         "nki_mxfp8_matmul",
         "nki_lnc2",
+        "nki_flash_attention",
     ],
 )
 def test_example_instruction_counts(name, capsys):

@@ -240,3 +240,16 @@ def test_example_instruction_counts(name, capsys):
     for prog in range(len(k.last_programs)):
         got = _ops_engines(k, prog)
         assert got == _expected(name), (prog, got)
+
+
+def test_shipped_examples_are_user_code_in_traces():
+    # The examples live inside the package; their kernel lines (not the caller's) own the time.
+    import importlib
+
+    from trn3emu.nki._kernel import Kernel
+
+    m = importlib.import_module("trn3emu.examples.nki_softmax")
+    assert m.main() == 0
+    (k,) = [v for v in vars(m).values() if isinstance(v, Kernel) and v.last_result is not None]
+    lines = [row["line"] for rows in k.last_result.trace.source_lines().values() for row in rows]
+    assert lines and all("nki_softmax.py:" in ln for ln in lines), lines[:5]

@@ -48,6 +48,7 @@ from ..tensor import Tensor
 from . import _memory, _traceback
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_EXAMPLES = os.path.join(_PKG, "examples") + os.sep  # shipped example kernels are user code
 _STACK: list[TraceContext] = []
 ONCHIP = ("sbuf", "psum")
 HBM_BUFFERS = ("hbm", "shared_hbm", "private_hbm")
@@ -115,7 +116,8 @@ _INTERNAL: dict[str, bool] = {}
 def _internal(filename: str) -> bool:
     v = _INTERNAL.get(filename)
     if v is None:
-        v = _INTERNAL[filename] = os.path.abspath(filename).startswith(_PKG)
+        path = os.path.abspath(filename)
+        v = _INTERNAL[filename] = path.startswith(_PKG) and not path.startswith(_EXAMPLES)
     return v
 
 

@@ -51,30 +51,36 @@ pub fn ultra_run<'py>(
     link_bytes_per_ns: Option<f64>,
     mesh_max_bytes: Option<u64>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let placed: Vec<Placed> = programs
+    let placed = placed(&programs);
+    let opts = run_options(check_races, trace, trace_limit);
+    let params = fabric_from(py, latency_ns, link_bytes_per_ns, mesh_max_bytes)?;
+    let mut guards = lock_all(py, &devices)?;
+    let mut devs: Vec<&mut core::Device> = guards.iter_mut().map(|g| &mut **g).collect();
+    let res = py.detach(|| guarded(|| ultra::run(&mut devs, &placed, &opts, params)));
+    let res = res.map_err(py_err(py))?;
+    result_dict(py, res, &params)
+}
+
+/// Each program with the chip it runs on.
+fn placed<'a>(programs: &'a [(u16, PyRef<'_, Program>)]) -> Vec<Placed<'a>> {
+    programs
         .iter()
         .map(|(chip, p)| Placed {
             chip: *chip,
             program: p.program(),
         })
-        .collect();
-    let opts = core::RunOptions {
+        .collect()
+}
+
+/// The run options of an UltraServer run (programs built by validating paths).
+fn run_options(check_races: bool, trace: bool, trace_limit: u64) -> core::RunOptions {
+    core::RunOptions {
         check_races,
         trace,
         prevalidated: true,
         trace_limit,
         ..Default::default()
-    };
-    let params = fabric_from(py, latency_ns, link_bytes_per_ns, mesh_max_bytes)?;
-    check_distinct(py, &devices)?;
-    let mut guards = devices
-        .iter()
-        .map(|d| d.dev(py))
-        .collect::<PyResult<Vec<_>>>()?;
-    let mut devs: Vec<&mut core::Device> = guards.iter_mut().map(|g| &mut **g).collect();
-    let res = py.detach(|| guarded(|| ultra::run(&mut devs, &placed, &opts, params)));
-    let res = res.map_err(py_err(py))?;
-    result_dict(py, res, &params)
+    }
 }
 
 /// The fabric numbers with the caller's overrides (checked).
@@ -105,6 +111,15 @@ fn fabric_from(
         params.mesh_max_bytes = v;
     }
     Ok(params)
+}
+
+/// Every chip's device, locked in order (waiting for another thread's run on one to end).
+fn lock_all<'a>(
+    py: Python<'_>,
+    devices: &'a [PyRef<'_, Device>],
+) -> PyResult<Vec<std::sync::MutexGuard<'a, core::Device>>> {
+    check_distinct(py, devices)?;
+    devices.iter().map(|d| d.dev(py)).collect()
 }
 
 fn check_distinct(py: Python<'_>, devices: &[PyRef<'_, Device>]) -> PyResult<()> {
@@ -196,26 +211,10 @@ pub fn ultra_run_dist<'py>(
     link_bytes_per_ns: Option<f64>,
     mesh_max_bytes: Option<u64>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let placed: Vec<Placed> = programs
-        .iter()
-        .map(|(chip, p)| Placed {
-            chip: *chip,
-            program: p.program(),
-        })
-        .collect();
-    let opts = core::RunOptions {
-        check_races,
-        trace,
-        prevalidated: true,
-        trace_limit,
-        ..Default::default()
-    };
+    let placed = placed(&programs);
+    let opts = run_options(check_races, trace, trace_limit);
     let params = fabric_from(py, latency_ns, link_bytes_per_ns, mesh_max_bytes)?;
-    check_distinct(py, &devices)?;
-    let mut guards = devices
-        .iter()
-        .map(|d| d.dev(py))
-        .collect::<PyResult<Vec<_>>>()?;
+    let mut guards = lock_all(py, &devices)?;
     let mut devs: Vec<&mut core::Device> = guards.iter_mut().map(|g| &mut **g).collect();
     let ex = exchange.unbind();
     let mut failed: Option<PyErr> = None;

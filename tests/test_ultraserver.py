@@ -484,3 +484,19 @@ def test_native_run_refuses_bad_fabric_numbers_and_a_repeated_chip():
     with pytest.raises(t3.OperandError) as e:
         _native.ultra_run([devs[0], devs[0]], placed)
     assert e.value.rule == "ultraserver_device_repeated"
+
+
+@pytest.mark.parametrize(
+    "chip, cls", [(-1, OperandError), (144, OperandError), ("a", t3.ArgumentTypeError), (1.5, t3.ArgumentTypeError)]
+)
+def test_program_chip_is_checked(chip, cls):
+    with pytest.raises(cls) as e:
+        t3.Program(chip=chip)
+    assert e.value.operand == "chip"
+    assert t3.Program(chip=143).global_core == 143 * 8  # the last chip of the largest UltraServer
+
+
+def test_mesh_threshold_must_be_a_nonnegative_int():
+    with pytest.raises(OperandError) as e:
+        t3.UltraServer(2, mesh_max_bytes=-1)
+    assert e.value.operand == "mesh_max_bytes"

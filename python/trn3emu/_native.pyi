@@ -40,6 +40,7 @@ __all__ = [
     "CHIPLETS",
     "HBM_STACKS",
     "HBM_INTERLEAVE_BYTES",
+    "MAX_CHIPS",
     "STREAMS",
 ]
 
@@ -59,6 +60,7 @@ MAX_FREE_DIMS: int
 CHIPLETS: int
 HBM_STACKS: int
 HBM_INTERLEAVE_BYTES: int
+MAX_CHIPS: int
 STREAMS: tuple[str, ...]
 
 @final

@@ -83,9 +83,16 @@ class Program(AssemblerMixin):
             raise OperandError(
                 f"sync must be 'auto' or 'manual', got {sync!r}", operand="sync", rule="sync_mode_unknown"
             )
+        chip = _index(chip, "chip")
+        if not 0 <= chip < _native.MAX_CHIPS:
+            raise OperandError(
+                f"chip must be in 0..{_native.MAX_CHIPS} (chips of the largest UltraServer), got {chip}",
+                operand="chip",
+                rule="chip_out_of_range",
+            )
         self._native = _native.Program(core)
         self.core = core
-        self.chip = int(chip)
+        self.chip = chip
         self.sync = sync
         self._sbuf = Allocator.sbuf()
         self._psum = Allocator.psum()

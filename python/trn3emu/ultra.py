@@ -24,13 +24,13 @@ from typing import Any
 import numpy as np
 
 from . import _native
-from .device import Device, _program_list
+from .device import Device, _nonnegative, _program_list
 from .errors import ArgumentTypeError, OperandError
 from .program import Program
 from .trace import RunResult
 
-#: Chips of the largest UltraServer.
-MAX_CHIPS = 144
+#: Chips of the largest UltraServer (core::hw).
+MAX_CHIPS: int = _native.MAX_CHIPS
 #: The fabric model's default numbers (docs/ultraserver.md: sources and guesses).
 FABRIC_PARAMS: dict[str, Any] = dict(_native.fabric_params())
 
@@ -182,6 +182,8 @@ class UltraServer:
                 raise OperandError(
                     f"{name} must be a positive finite number, not {v!r}", operand=name, rule="fabric_param_invalid"
                 )
+        if mesh_max_bytes is not None:
+            mesh_max_bytes = _nonnegative(mesh_max_bytes, "mesh_max_bytes")
         self.chips = [Device(**numerics) for _ in range(int(chips))]
         self._fabric = {
             "latency_ns": latency_ns,

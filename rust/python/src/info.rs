@@ -30,6 +30,7 @@ pub const CONSTANTS: &[(&str, u64)] = {
         ("CHIPLETS", core::hw::CHIPLETS as u64),
         ("HBM_STACKS", core::hw::HBM_STACKS as u64),
         ("HBM_INTERLEAVE_BYTES", core::hw::HBM_INTERLEAVE_BYTES),
+        ("MAX_CHIPS", core::hw::MAX_CHIPS as u64),
     ]
 };
 

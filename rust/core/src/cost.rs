@@ -68,8 +68,10 @@ pub struct DmaParams {
     pub queues: usize,
     /// Partitions served by one engine under the default split (128 / 16 = 8).
     pub partitions_per_engine: u32,
-    /// Per-engine bandwidth, bytes/ns (33 on Trn3).
+    /// Per-engine bandwidth, bytes/ns (33 on Trn3): the published peak.
     pub engine_bytes_per_ns: f64,
+    /// Fraction of `engine_bytes_per_ns` that transfers sustain (`Generation::dma_sustained`).
+    pub sustained: f64,
     /// Fixed cost of one transfer (semaphore-to-start across engines), ns (~1300).
     pub fixed_ns: f64,
     /// Engine time per DMA buffer (contiguous run) on top of its bytes, ns (fitted to the Trn2
@@ -77,8 +79,8 @@ pub struct DmaParams {
     pub descriptor_ns: f64,
     /// Minimum engine time of one DMA buffer, ns: a buffer of fewer bytes still occupies its
     /// engine this long, so time per transfer is flat up to ~2 KiB per partition, then linear
-    /// (fitted to anchor I2 at 23 B/ns: 256 B 10 %, 512 B 21 %, 1 KiB 42 %, 2 KiB 82 %; GUESS:
-    /// the same time on every generation).
+    /// (fitted to anchor I2 at 23 B/ns: 256 B 10 %, 512 B 21 %, 1 KiB 42 %, 2 KiB 82 %; GUESS
+    /// for trn3; trn1 has none, `Generation::dma_descriptor_min_ns`).
     pub descriptor_min_ns: f64,
     /// Device-wide HBM bandwidth shared by every engine of every core, bytes/ns (4.7 TB/s).
     pub hbm_bytes_per_ns: f64,
@@ -107,9 +109,10 @@ impl DmaParams {
             queues: 16,
             partitions_per_engine: 8,
             engine_bytes_per_ns: g.dma_engine_bytes_per_ns,
+            sustained: g.dma_sustained,
             fixed_ns: 1300.0,
             descriptor_ns: 7.4,
-            descriptor_min_ns: 108.0,
+            descriptor_min_ns: g.dma_descriptor_min_ns,
             hbm_bytes_per_ns: g.hbm_bytes_per_ns,
             priorities: 4,
             chiplets: g.chiplets,
@@ -123,7 +126,7 @@ impl DmaParams {
     /// bytes / bandwidth)`.
     pub fn piece_ns(&self, bytes: u64, descriptors: u64, rate: f64) -> f64 {
         let d = descriptors.max(1) as f64;
-        let per = bytes as f64 / d / (self.engine_bytes_per_ns * rate.max(0.01));
+        let per = bytes as f64 / d / (self.engine_bytes_per_ns * self.sustained * rate.max(0.01));
         d * (self.descriptor_ns + per).max(self.descriptor_min_ns)
     }
 }
@@ -191,7 +194,7 @@ pub trait CostModel: Send + Sync {
             CollectiveKind::AllToAll | CollectiveKind::AllToAllV => (n - 1.0) * b / n,
             CollectiveKind::Permute => b,
         };
-        let bw = dma.engines as f64 * dma.engine_bytes_per_ns;
+        let bw = dma.engines as f64 * dma.engine_bytes_per_ns * dma.sustained;
         let ns = dma.fixed_ns + if bw > 0.0 { moved / bw } else { 0.0 };
         (ns * 1000.0) as u64 + sem_latency
     }

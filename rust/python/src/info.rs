@@ -128,6 +128,7 @@ pub fn cost_params<'py>(py: Python<'py>, timing: Option<&str>) -> PyResult<Bound
     d.set_item("dma_queues", p.queues)?;
     d.set_item("dma_partitions_per_engine", p.partitions_per_engine)?;
     d.set_item("dma_engine_bytes_per_ns", p.engine_bytes_per_ns)?;
+    d.set_item("dma_sustained", p.sustained)?;
     d.set_item("dma_fixed_ns", p.fixed_ns)?;
     d.set_item("dma_descriptor_ns", p.descriptor_ns)?;
     d.set_item("dma_descriptor_min_ns", p.descriptor_min_ns)?;

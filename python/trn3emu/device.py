@@ -83,21 +83,29 @@ class Hbm:
         self._top = 0  # aligned end of the highest live allocation
         self._holes = False  # whether a free or an explicit placement may have left a gap below _top
 
-    def _auto_address(self, nbytes: int) -> int:
-        """First fit: the lowest aligned address whose range overlaps no live allocation."""
-        if not self._holes:
+    def _auto_address(self, nbytes: int, base: int = 0) -> int:
+        """First fit from `base`: the lowest aligned address at or above it whose range overlaps
+        no live allocation."""
+        if not self._holes and base <= self._top:
             return self._top
-        pos, need = 0, max(nbytes, 1)
+        pos, need = base, max(nbytes, 1)
         for b in self._live:
+            if b.hi <= pos:
+                continue
             if b.lo - pos >= need:
                 break
             pos = max(pos, -(-b.hi // HBM_ALIGN) * HBM_ALIGN)
         return pos
 
-    def _place(self, nbytes: int, address: int | None, alias: bool = False) -> HbmBlock:
+    def _place(self, nbytes: int, address: int | None, alias: bool = False, core: int | None = None) -> HbmBlock:
         auto = address is None
         if auto:
-            address = self._auto_address(nbytes)
+            # A core's private tensor goes on its own chiplet's HBM stacks (the upper half of the
+            # address space for chiplet 1, docs/cost-model.md), so reaching it costs no die crossing.
+            base = 0 if core is None else core * _native.CHIPLETS // Device.NUM_CORES * (HBM_BYTES // _native.CHIPLETS)
+            address = self._auto_address(nbytes, base)
+            if base and address + nbytes > HBM_BYTES:  # its chiplet's half is full: anywhere
+                address = self._auto_address(nbytes)
         else:
             address = _index(address, "address")
         if address < 0 or address + nbytes > HBM_BYTES:
@@ -117,7 +125,7 @@ class Hbm:
         # Only a placement that succeeds changes the allocator: a refused one leaves it as it was.
         block = HbmBlock(self, address, address + nbytes)
         bisect.insort(self._live, block, key=_block_lo)
-        if auto and not self._holes:
+        if auto and not self._holes and address == self._top:
             self._top = -(-(address + max(nbytes, 1)) // HBM_ALIGN) * HBM_ALIGN
         else:
             self._holes = True
@@ -136,7 +144,9 @@ class Hbm:
         """Reserve an HBM tensor (zeros unless written); `address` places it explicitly.
 
         HBM is shared by every core; `core=k` makes the tensor private to core k (another core's
-        program naming it raises MemorySpaceError at assembly).
+        program naming it raises MemorySpaceError at assembly) and places it automatically on
+        core k's chiplet (Trainium3: cores 4-7 on the upper half's HBM stacks); other automatic
+        placements start at address 0, on chiplet 0's stacks.
 
         Automatic placement (first fit, 64-byte aligned) never overlaps a live tensor, including
         ones placed at an explicit `address`. An explicit `address` over a live tensor raises
@@ -151,7 +161,7 @@ class Hbm:
                 rule="tensor_core_out_of_range",
             )
         t = Tensor("hbm", dtype, shape, name=_name(name), core=core)
-        block = self._place(t.nbytes, address, alias)
+        block = self._place(t.nbytes, address, alias, core)
         block.label = repr(t)
         t.offset = block.lo
         t.block = block

@@ -25,6 +25,7 @@ memory: for PSUM every bank and the tiles in it.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import itertools
 import weakref
@@ -52,6 +53,7 @@ class Allocator:
     def __init__(self, what: str, capacity: int, align: int = ALIGN, bank: int = 0) -> None:
         self.what, self.capacity, self.align, self.bank = what, capacity, align, bank
         self._live: dict[int, tuple[int, int, str]] = {}  # key -> (lo, hi, label)
+        self._sorted: list[tuple[int, int, int]] = []  # the live (lo, hi, key), ascending
         self._keys = itertools.count()
         self._recent: collections.deque = collections.deque(maxlen=ROTATE)  # freed (lo, hi), newest last
         # Tracked owners: id(weak reference) -> (the reference, key). When an owner dies its
@@ -83,9 +85,15 @@ class Allocator:
             self._release(key)
         return self._live
 
+    def _add(self, key: int, lo: int, hi: int, label: str) -> None:
+        self._live[key] = (lo, hi, label)
+        bisect.insort(self._sorted, (lo, hi, key))
+
     def _release(self, key: int) -> None:
         r = self._live.pop(key, None)
         if r is not None:
+            ranges = self._sorted
+            del ranges[bisect.bisect_left(ranges, (r[0], r[1], key))]
             self._recent.append((r[0], r[1]))
 
     def _start(self, lo: int, nbytes: int) -> int:
@@ -110,21 +118,33 @@ class Allocator:
             yield pos, self.capacity
 
     def _first_fit(self, nbytes: int, extra=()) -> int | None:
-        # `_gaps` + `_start` inlined: this runs once per tile the NKI front end allocates.
-        ranges = [(r[0], r[1]) for r in self.live.values()]
+        # `_gaps` + `_start` inlined: this runs once per tile the NKI front end allocates. The
+        # live ranges are kept sorted (`_sorted`); the few `extra` ones are merged in.
+        if self._dead:
+            self.live  # noqa: B018 (frees the ranges of dead owners)
         if extra:
-            ranges.extend(extra)
-        ranges.sort()
+            ranges = self._sorted + list(extra)
+            ranges.sort()
+        else:
+            ranges = self._sorted
         align, b, pos = self.align, self.bank, 0
-        for lo, hi in ranges + [(self.capacity, self.capacity)]:
+        for r in ranges:
+            lo = r[0]
             if lo > pos:
                 s = -(-pos // align) * align
                 if b and (nbytes > b or s // b != (s + nbytes - 1) // b):
                     s = -(-s // b) * b
                 if s + nbytes <= lo:
                     return s
-            if hi > pos:
-                pos = hi
+            if r[1] > pos:
+                pos = r[1]
+        lo = self.capacity
+        if lo > pos:
+            s = -(-pos // align) * align
+            if b and (nbytes > b or s // b != (s + nbytes - 1) // b):
+                s = -(-s // b) * b
+            if s + nbytes <= lo:
+                return s
         return None
 
     def alloc(self, nbytes: int, label: str) -> tuple[int, int]:
@@ -136,7 +156,7 @@ class Allocator:
         if pos is None:
             raise CapacityError(self._overflow(nbytes, label), operand="shape", rule="onchip_capacity")
         key = next(self._keys)
-        self._live[key] = (pos, pos + nbytes, label)
+        self._add(key, pos, pos + nbytes, label)
         return key, pos
 
     def place(self, offset: int, nbytes: int, label: str, error: type = CapacityError) -> int:
@@ -149,7 +169,7 @@ class Allocator:
                 rule="tile_address_out_of_range",
             )
         key = next(self._keys)
-        self._live[key] = (offset, offset + nbytes, label)
+        self._add(key, offset, offset + nbytes, label)
         return key
 
     def free(self, key: int) -> None:

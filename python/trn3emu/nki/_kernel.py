@@ -121,27 +121,34 @@ def _internal(filename: str) -> bool:
     return v
 
 
-_LOC: dict[tuple[str, int], str] = {}
+#: (id of a code object, instruction offset) -> (the code object, "file:line"): the line of an
+#: offset is found by decoding the code's line table from its start, so it is looked up once per
+#: call site (the code object held in the value keeps its id from being reused)
+_LOC: dict[tuple[int, int], tuple[types.CodeType, str]] = {}
 
 
-def source_line() -> str:
-    """file:line of the innermost caller outside the trn3emu package (the kernel's source line)."""
-    f = sys._getframe(1)
+def source_line(skip: int = 0) -> str:
+    """file:line of the innermost caller outside the trn3emu package (the kernel's source line).
+    `skip`: how many callers above the calling function are known to be inside the package (the
+    walk starts there: each frame it steps through costs a frame object)."""
+    f = sys._getframe(1 + skip)
     known = _INTERNAL
     while f is not None:
-        fname = f.f_code.co_filename
-        inside = known.get(fname)
+        code = f.f_code
+        inside = known.get(code.co_filename)
         if inside is None:
-            inside = _internal(fname)
+            inside = _internal(code.co_filename)
         if not inside:
             break
         f = f.f_back
     if f is None:
         return "?"
-    key = (fname, f.f_lineno)
-    loc = _LOC.get(key)
-    if loc is None:
-        loc = _LOC[key] = f"{os.path.basename(fname)}:{key[1]}"
+    key = (id(code), f.f_lasti)
+    hit = _LOC.get(key)
+    if hit is not None and hit[0] is code:
+        return hit[1]
+    loc = f"{os.path.basename(code.co_filename)}:{f.f_lineno}"
+    _LOC[key] = (code, loc)
     return loc
 
 
@@ -278,6 +285,18 @@ class NkiTensor:
 
     # views
     def __getitem__(self, key) -> NkiTensor:
+        tk = type(key)
+        if tk is tuple:
+            for k in key:
+                tk = type(k)
+                if tk is not slice and tk is not int:
+                    break
+            else:  # plain slices and ints (the common case): what the general path does with them
+                _check_slice_bounds(key, self._t.shape)
+                return self._wrap(self._t[key])
+        elif tk is slice or tk is int:
+            _check_slice_bounds((key,), self._t.shape)
+            return self._wrap(self._t[key])
         from . import indexing
 
         if indexing.has_expr(key) or indexing.ds_past_end(self, key) or indexing.has_tile(key):
@@ -659,7 +678,7 @@ class KernelProgram(Program):
         bar = _STACK[-1].launch.trace_progress if _STACK else None
         if bar is not None:
             bar.tick()
-        loc = source_line()
+        loc = source_line(2)  # called by the nki.isa wrapper or an assembler method: both inside
         key = (loc, None if name is None else str(name))
         label = _LABELS.get(key)
         if label is None:
@@ -759,6 +778,8 @@ class TraceContext:
         self.hbm_writes: list[tuple[int, int]] = []
         #: HBM tensors allocated here: address -> label (for the errors naming them)
         self.hbm_labels: dict[int, str] = {}
+        #: (buffer, dtype, shape, name) -> (a tile of that kind, its bytes per partition)
+        self._tiles: dict[tuple, tuple[Tensor, int]] = {}
 
     @property
     def device(self) -> Device:
@@ -767,7 +788,7 @@ class TraceContext:
     def alloc(self, shape, dtype, buffer: str, name: str = "", address=None, label: str = "") -> NkiTensor:
         shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
         dt = dtype_name(dtype)
-        label = label or f"{name or 'tile'} {shape} {dt} at {source_line()}"
+        label = label or f"{name or 'tile'} {shape} {dt} at {source_line(1)}"  # the caller is inside
         if buffer in HBM_BUFFERS:
             return self._alloc_hbm(shape, dt, buffer, name, address, label)
         if buffer not in ONCHIP:
@@ -776,8 +797,7 @@ class TraceContext:
             )
         if len(shape) < 2:
             shape = shape + (1,) if shape else (1, 1)
-        t = Tensor(buffer, dt, shape, name=name, core=self.core)
-        row = t.nbytes // shape[0]
+        t, row = self._new_tile(buffer, dt, shape, name)
         alloc = self.sbuf if buffer == "sbuf" else self.psum
         if address is None:
             _memory.check_partitions(0, shape[0], label)
@@ -801,6 +821,20 @@ class TraceContext:
         block = _Block(shape[0], row, label)
         alloc.track(block, key)
         return NkiTensor(t, buffer, block, name)
+
+    def _new_tile(self, buffer: str, dt: str, shape: tuple, name) -> tuple[Tensor, int]:
+        """A new tile view at offset 0 and its bytes per partition: a copy of the first tile of
+        that kind (`Tensor` checked the shape and name once; kernels allocate the same few kinds
+        in their loops)."""
+        key = (buffer, dt, shape, name) if type(name) is str else None
+        known = self._tiles.get(key)
+        if known is None:
+            t = Tensor(buffer, dt, shape, name=name, core=self.core)
+            known = (t, t.nbytes // shape[0])
+            if key is not None:
+                self._tiles[key] = known
+        t, row = known
+        return t._view(t.shape, t.strides, 0, 0), row
 
     def _alloc_evicting(self, alloc, row: int, label: str) -> tuple[int, int]:
         """`alloc.alloc`, making room when full by evicting the least recently used blocks of

@@ -225,6 +225,9 @@ def _make(opname: str):
 
     dst_first = names[0] == "dst"
     dropped = _NKI_KEYWORDS.get(opname, ())
+    # The assembler method only passes its operands on in ISA order: called directly through
+    # `_emit` with these defaults (unless a program overrides the method).
+    argdefs = tuple((p[0], sig.parameters[p[0]].default) for p in INSTRUCTIONS[opname][2])
 
     def fn(*args, **kwargs):
         if _before_issue:  # e.g. legacy results still pending: issued first, in program order
@@ -252,13 +255,23 @@ def _make(opname: str):
         if len(call) != n or not allowed.issuperset(call) or not required.issubset(call):
             raise bad_form(args, kwargs)  # an argument given twice, unknown or missing
         for k, v in call.items():
-            c = convs.get(k)
-            if c is not None:
-                call[k] = c(v)
+            if type(v) is NkiTensor and k in spec:  # inline `_tensor_or` (index views: `.tensor` checks bounds)
+                call[k] = v._t
+            else:
+                c = convs.get(k)
+                if c is not None:
+                    call[k] = c(v)
         ctx = current()
         if getattr(ctx, "vregs", None):  # virtual registers read on this instruction's engine
             _registers.prepare(ctx, opname, call)
-        return Instruction(ctx, getattr(ctx.program, opname)(**call), opname)
+        prog = ctx.program
+        bound = getattr(prog, opname)
+        if getattr(bound, "__func__", None) is not method:
+            return Instruction(ctx, bound(**call), opname)
+        get = call.get
+        args = tuple([get(k, d) for k, d in argdefs])
+        index = prog._emit(opname, get("engine"), get("name"), get("wait", ()), get("signal", ()), args)
+        return Instruction(ctx, index, opname)
 
     fn.__name__ = opname
     fn.__qualname__ = opname

@@ -17,6 +17,7 @@ import numpy as np
 from .. import _native, interop
 from ..dtypes import numpy_dtype
 from ..errors import EmuError, ShapeError
+from . import compiler as _compiler
 from . import indexing as _indexing
 from . import isa as nisa
 from ._kernel import (
@@ -268,10 +269,8 @@ def ndarray(shape, dtype, buffer=None, name="", address=None, **kwargs) -> NkiTe
     if kwargs:
         _misspelt_keyword("ndarray", kwargs)
         raise not_supported(f"nl.ndarray({', '.join(kwargs)}=...)", rule="nki_keyword_unsupported")
-    from .compiler import AllocatedBuffer
-
     pd = [i for i, s in enumerate(shape) if isinstance(s, ParDim)] if isinstance(shape, (tuple, list)) else []
-    if isinstance(buffer, AllocatedBuffer):  # legacy direct allocation (ncc.sbuf.alloc / mod_alloc)
+    if isinstance(buffer, _compiler.AllocatedBuffer):  # legacy direct allocation (ncc.sbuf.alloc / mod_alloc)
         if pd and pd[0] > 0:  # a block tile: each block where the function places it
             dims = tuple(int(s) for s in shape)
             return BlockTensor(

@@ -293,10 +293,11 @@ class NkiTensor:
                     break
             else:  # plain slices and ints (the common case): what the general path does with them
                 _check_slice_bounds(key, self._t.shape)
-                return self._wrap(self._t[key])
+                return self._wrap(_plain_view(self._t, key) or self._t[key])
         elif tk is slice or tk is int:
-            _check_slice_bounds((key,), self._t.shape)
-            return self._wrap(self._t[key])
+            key = (key,)
+            _check_slice_bounds(key, self._t.shape)
+            return self._wrap(_plain_view(self._t, key) or self._t[key])
         from . import indexing
 
         if indexing.has_expr(key) or indexing.ds_past_end(self, key) or indexing.has_tile(key):
@@ -605,6 +606,52 @@ class NkiTensor:
         return b is not None and key == (b.mem, b.core, b.dtype, b.shape, b.strides, b.offset, b.start, b.dyn)
 
 
+def _plain_view(t: Tensor, key: tuple) -> Tensor | None:
+    """`t[key]` when every entry is an int index or a step-less slice within the dim (the views
+    kernels take in their loops), else None: `Tensor.__getitem__` handles (and refuses) the rest."""
+    shape, strides = t.shape, t.strides
+    if t.dyn is not None or len(key) > len(shape):
+        return None
+    out_shape, out_strides = [], []
+    offset, start = t.offset, t.start
+    onchip = t.mem != "hbm"
+    es = SIZES[t.dtype]
+    for d, k in enumerate(key):
+        n, st = shape[d], strides[d]
+        if type(k) is int:
+            i = k + n if k < 0 else k
+            if not 0 <= i < n:
+                return None
+            if d == 0 and onchip:
+                start += i
+                out_shape.append(1)
+                out_strides.append(st)
+            else:
+                offset += i * st * es
+            continue
+        if k.step is not None:
+            return None
+        a, b = k.start, k.stop
+        a = 0 if a is None else a
+        b = n if b is None else b
+        if type(a) is not int or type(b) is not int or a < 0 or b > n or a >= b:
+            return None
+        if d == 0 and onchip:
+            start += a
+        else:
+            offset += a * st * es
+        out_shape.append(b - a)
+        out_strides.append(st)
+    out_shape.extend(shape[len(key) :])
+    out_strides.extend(strides[len(key) :])
+    if onchip and len(out_shape) < 2:
+        out_shape.append(1)
+        out_strides.append(1)
+    if not out_shape:
+        out_shape, out_strides = [1], [1]
+    return t._view(out_shape, out_strides, offset, start)
+
+
 def _norm_key(key):
     from .language import DSlice
 
@@ -673,11 +720,13 @@ class KernelProgram(Program):
 
     def _emit(self, opcode, engine, name, wait, signal, args):
         self.opcodes.add(opcode)
-        if _STACK and _DST_POSITIONS.get(opcode, True):  # compute instructions never write HBM
-            _record_hbm_writes(_STACK[-1], opcode, args)
-        bar = _STACK[-1].launch.trace_progress if _STACK else None
-        if bar is not None:
-            bar.tick()
+        if _STACK:
+            ctx = _STACK[-1]
+            if _DST_POSITIONS.get(opcode, True):  # compute instructions never write HBM
+                _record_hbm_writes(ctx, opcode, args)
+            bar = ctx.launch.trace_progress
+            if bar is not None:
+                bar.tick()
         loc = source_line(2)  # called by the nki.isa wrapper or an assembler method: both inside
         key = (loc, None if name is None else str(name))
         label = _LABELS.get(key)
@@ -780,15 +829,25 @@ class TraceContext:
         self.hbm_labels: dict[int, str] = {}
         #: (buffer, dtype, shape, name) -> (a tile of that kind, its bytes per partition)
         self._tiles: dict[tuple, tuple[Tensor, int]] = {}
+        #: (name, shape, dtype, source line) -> the label of tiles allocated there
+        self._labels: dict[tuple, str] = {}
 
     @property
     def device(self) -> Device:
         return self.launch.device
 
     def alloc(self, shape, dtype, buffer: str, name: str = "", address=None, label: str = "") -> NkiTensor:
-        shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
-        dt = dtype_name(dtype)
-        label = label or f"{name or 'tile'} {shape} {dt} at {source_line(1)}"  # the caller is inside
+        shape = tuple(map(int, shape if isinstance(shape, (tuple, list)) else (shape,)))
+        # an nl dtype is its name (a plain copy: comparing the subclass runs its __eq__)
+        dt = str.__str__(dtype) if type(dtype) is Dtype else dtype_name(dtype)
+        if not label:
+            loc = source_line(2)  # the caller is inside the package (kernels reach here through it)
+            where = (name, shape, dt, loc) if type(name) is str else None
+            label = self._labels.get(where)
+            if label is None:
+                label = f"{name or 'tile'} {shape} {dt} at {loc}"
+                if where is not None:
+                    self._labels[where] = label
         if buffer in HBM_BUFFERS:
             return self._alloc_hbm(shape, dt, buffer, name, address, label)
         if buffer not in ONCHIP:

@@ -54,6 +54,10 @@ class Allocator:
         self.what, self.capacity, self.align, self.bank = what, capacity, align, bank
         self._live: dict[int, tuple[int, int, str]] = {}  # key -> (lo, hi, label)
         self._sorted: list[tuple[int, int, int]] = []  # the live (lo, hi, key), ascending
+        # The live ranges and the recently freed ones (`_recent`, with their keys in
+        # `_recent_keys`) together as (lo, hi, key), ascending: what rotation keeps out of reach.
+        self._blocked: list[tuple[int, int, int]] = []
+        self._recent_keys: collections.deque = collections.deque()
         self._keys = itertools.count()
         self._recent: collections.deque = collections.deque(maxlen=ROTATE)  # freed (lo, hi), newest last
         # Tracked owners: id(weak reference) -> (the reference, key). When an owner dies its
@@ -88,13 +92,20 @@ class Allocator:
     def _add(self, key: int, lo: int, hi: int, label: str) -> None:
         self._live[key] = (lo, hi, label)
         bisect.insort(self._sorted, (lo, hi, key))
+        bisect.insort(self._blocked, (lo, hi, key))
 
     def _release(self, key: int) -> None:
         r = self._live.pop(key, None)
         if r is not None:
             ranges = self._sorted
             del ranges[bisect.bisect_left(ranges, (r[0], r[1], key))]
-            self._recent.append((r[0], r[1]))
+            recent, keys = self._recent, self._recent_keys
+            if len(recent) == recent.maxlen:  # the oldest recent range is in reach again
+                lo, hi = recent[0]
+                blocked = self._blocked
+                del blocked[bisect.bisect_left(blocked, (lo, hi, keys.popleft()))]
+            recent.append((r[0], r[1]))  # (stays in `_blocked`)
+            keys.append(key)
 
     def _start(self, lo: int, nbytes: int) -> int:
         """The first legal start at or after `lo` for a range of `nbytes`."""
@@ -118,8 +129,7 @@ class Allocator:
             yield pos, self.capacity
 
     def _first_fit(self, nbytes: int, extra=()) -> int | None:
-        # `_gaps` + `_start` inlined: this runs once per tile the NKI front end allocates. The
-        # live ranges are kept sorted (`_sorted`); the few `extra` ones are merged in.
+        """The lowest legal start of `nbytes` clear of the live ranges and `extra` ones."""
         if self._dead:
             self.live  # noqa: B018 (frees the ranges of dead owners)
         if extra:
@@ -127,6 +137,11 @@ class Allocator:
             ranges.sort()
         else:
             ranges = self._sorted
+        return self._fit(nbytes, ranges)
+
+    def _fit(self, nbytes: int, ranges: list) -> int | None:
+        # `_gaps` + `_start` inlined over ranges sorted by start: this runs once per tile the NKI
+        # front end allocates.
         align, b, pos = self.align, self.bank, 0
         for r in ranges:
             lo = r[0]
@@ -150,7 +165,9 @@ class Allocator:
     def alloc(self, nbytes: int, label: str) -> tuple[int, int]:
         """Place `nbytes` per partition; returns (key, byte offset) or raises CapacityError."""
         nbytes = max(int(nbytes), 1)
-        pos = self._first_fit(nbytes, self._recent)  # rotation: not a just-freed range ...
+        if self._dead:
+            self.live  # noqa: B018 (frees the ranges of dead owners)
+        pos = self._fit(nbytes, self._blocked)  # rotation: not a just-freed range ...
         if pos is None:
             pos = self._first_fit(nbytes)  # ... unless nothing else fits
         if pos is None:

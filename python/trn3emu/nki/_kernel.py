@@ -823,6 +823,8 @@ class TraceContext:
         self.prints: list[tuple[str, NkiTensor]] = []
         self.no_reorder_depth = 0
         self.pending: list = []  # results not issued yet, oldest first (pending.py)
+        #: active legacy mask ranges, innermost last: {var: (lo, hi)} (indexing.py)
+        self.masks: list[dict] = []
         #: byte ranges of HBM this program's instructions write (outputs never written are errors)
         self.hbm_writes: list[tuple[int, int]] = []
         #: HBM tensors allocated here: address -> label (for the errors naming them)

@@ -246,7 +246,7 @@ def _make(opname: str):
         if _before_issue:  # e.g. legacy results still pending: issued first, in program order
             for hook in _before_issue:
                 hook()
-        if "mask" in kwargs or _indexing._MASKS:  # legacy masks: operands restricted to the sub-grid
+        if "mask" in kwargs or (_kernel._STACK and _kernel._STACK[-1].masks):  # legacy masks: the sub-grid
             masked = _indexing.mask_call(opname, args, kwargs)
             if masked is None:
                 return None  # the mask selects nothing: no instruction

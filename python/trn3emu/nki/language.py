@@ -480,13 +480,14 @@ class _LoopReduce:
         self.x, self.op, self.masks = x, op, masks
 
     def _fuse_into(self, dst) -> bool:
-        n = len(_indexing._MASKS)
-        _indexing._MASKS.extend(self.masks)  # the call's mask= applies to the reduction
+        active_masks = current().masks
+        n = len(active_masks)
+        active_masks.extend(self.masks)  # the call's mask= applies to the reduction
         try:
             if _indexing._current_ranges() is not None:
                 nisa.tensor_tensor(dst=dst, data1=dst, data2=_onchip(self.x), op=self.op)
         finally:
-            del _indexing._MASKS[n:]
+            del active_masks[n:]
         return True
 
     def __getattr__(self, name):
@@ -503,7 +504,7 @@ def loop_reduce(x, op, loop_indices, dtype=None, **kwargs) -> _LoopReduce:
     """Reduce `x` into the assignment target across loop iterations (`dst = op(dst, x)`); the
     target's dtype is the result dtype. `loop_indices` is a compiler hint (no effect here)."""
     _no_mask("loop_reduce", kwargs)
-    return _LoopReduce(x, op, list(_indexing._MASKS))
+    return _LoopReduce(x, op, list(_indexing.masks()))
 
 
 def load_transpose2d(src, dtype=None, **kwargs) -> NkiTensor:

@@ -733,7 +733,7 @@ class KernelProgram(Program):
         if label is None:
             label = _LABELS[key] = _LABEL.sub("_", loc if name is None else f"{name}/{loc}")[-255:]
         try:
-            return super()._emit(opcode, engine, label, wait, signal, args)
+            return Program._emit(self, opcode, engine, label, wait, signal, args)
         except EmuError as e:
             if hasattr(e, "add_note"):
                 e.add_note(f"  in kernel at {loc} ({opcode})")
@@ -825,6 +825,8 @@ class TraceContext:
         self.pending: list = []  # results not issued yet, oldest first (pending.py)
         #: active legacy mask ranges, innermost last: {var: (lo, hi)} (indexing.py)
         self.masks: list[dict] = []
+        #: virtual registers (registers.py), once the kernel makes one
+        self.vregs: dict | None = None
         #: byte ranges of HBM this program's instructions write (outputs never written are errors)
         self.hbm_writes: list[tuple[int, int]] = []
         #: HBM tensors allocated here: address -> label (for the errors naming them)

@@ -266,9 +266,10 @@ def _make(opname: str):
                     elif c is not None:
                         v = c(v)
                     vals[i] = v
-                ctx = current()
+                stack = _kernel._STACK
+                ctx = stack[-1] if stack else current()
                 prog = ctx.program
-                if not getattr(ctx, "vregs", None) and getattr(getattr(prog, opname), "__func__", None) is method:
+                if not ctx.vregs and getattr(getattr(prog, opname), "__func__", None) is method:
                     index = prog._emit(
                         opname, vals[n_isa], vals[n_isa + 1], vals[n_isa + 2], vals[n_isa + 3], tuple(vals[:n_isa])
                     )
@@ -297,7 +298,7 @@ def _make(opname: str):
                 if c is not None:
                     call[k] = c(v)
         ctx = current()
-        if getattr(ctx, "vregs", None):  # virtual registers read on this instruction's engine
+        if ctx.vregs:  # virtual registers read on this instruction's engine
             _registers.prepare(ctx, opname, call)
         prog = ctx.program
         bound = getattr(prog, opname)

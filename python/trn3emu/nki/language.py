@@ -265,6 +265,14 @@ def ndarray(shape, dtype, buffer=None, name="", address=None, **kwargs) -> NkiTe
     A legacy shape with `nl.par_dim` after leading block dims, `(n, nl.par_dim(P), F)`, is a
     block tile: one physical [P, F] tile per block, allocated when first used and rotated as the
     kernel advances (`BlockTensor`, `blocks.py`)."""
+    if (
+        not kwargs
+        and address is None
+        and type(buffer) is str
+        and type(shape) is tuple
+        and ParDim not in map(type, shape)
+    ):
+        return current().alloc(shape, dtype, buffer, name)  # the common case (what the rest does with it)
     kwargs.pop("lazy_initialization", None)  # legacy scheduling hint: no effect here
     if kwargs:
         _misspelt_keyword("ndarray", kwargs)

@@ -173,7 +173,9 @@ class Allocator:
         if pos is None:
             raise CapacityError(self._overflow(nbytes, label), operand="shape", rule="onchip_capacity")
         key = next(self._keys)
-        self._add(key, pos, pos + nbytes, label)
+        self._live[key] = (pos, pos + nbytes, label)  # `_add`, inlined
+        bisect.insort(self._sorted, (pos, pos + nbytes, key))
+        bisect.insort(self._blocked, (pos, pos + nbytes, key))
         return key, pos
 
     def place(self, offset: int, nbytes: int, label: str, error: type = CapacityError) -> int:

@@ -863,8 +863,12 @@ class TraceContext:
         t, row = self._new_tile(buffer, dt, shape, name)
         alloc = self.sbuf if buffer == "sbuf" else self.psum
         if address is None:
-            _memory.check_partitions(0, shape[0], label)
-            key, t.offset = self._alloc_evicting(alloc, row, label)
+            if shape[0] > _memory.PARTITIONS:
+                _memory.check_partitions(0, shape[0], label)
+            try:
+                key, t.offset = alloc.alloc(row, label)
+            except CapacityError:
+                key, t.offset = self._alloc_evicting(alloc, row, label)
         else:
             if isinstance(address, (tuple, list)):
                 start, off = (0, address[0]) if len(address) == 1 else (int(address[0]), int(address[1]))

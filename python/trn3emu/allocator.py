@@ -53,7 +53,6 @@ class Allocator:
     def __init__(self, what: str, capacity: int, align: int = ALIGN, bank: int = 0) -> None:
         self.what, self.capacity, self.align, self.bank = what, capacity, align, bank
         self._live: dict[int, tuple[int, int, str]] = {}  # key -> (lo, hi, label)
-        self._sorted: list[tuple[int, int, int]] = []  # the live (lo, hi, key), ascending
         # The live ranges and the recently freed ones (`_recent`, with their keys in
         # `_recent_keys`) together as (lo, hi, key), ascending: what rotation keeps out of reach.
         self._blocked: list[tuple[int, int, int]] = []
@@ -91,14 +90,11 @@ class Allocator:
 
     def _add(self, key: int, lo: int, hi: int, label: str) -> None:
         self._live[key] = (lo, hi, label)
-        bisect.insort(self._sorted, (lo, hi, key))
         bisect.insort(self._blocked, (lo, hi, key))
 
     def _release(self, key: int) -> None:
         r = self._live.pop(key, None)
         if r is not None:
-            ranges = self._sorted
-            del ranges[bisect.bisect_left(ranges, (r[0], r[1], key))]
             recent, keys = self._recent, self._recent_keys
             if len(recent) == recent.maxlen:  # the oldest recent range is in reach again
                 lo, hi = recent[0]
@@ -132,11 +128,9 @@ class Allocator:
         """The lowest legal start of `nbytes` clear of the live ranges and `extra` ones."""
         if self._dead:
             self.live  # noqa: B018 (frees the ranges of dead owners)
-        if extra:
-            ranges = self._sorted + list(extra)
-            ranges.sort()
-        else:
-            ranges = self._sorted
+        ranges = [(lo, hi) for lo, hi, _ in self._live.values()]  # (rarely: when rotation finds no room)
+        ranges.extend(extra)
+        ranges.sort()
         return self._fit(nbytes, ranges)
 
     def _fit(self, nbytes: int, ranges: list) -> int | None:
@@ -144,15 +138,16 @@ class Allocator:
         # front end allocates.
         align, b, pos = self.align, self.bank, 0
         for r in ranges:
-            lo = r[0]
+            lo, hi = r[0], r[1]
             if lo > pos:
                 s = -(-pos // align) * align
                 if b and (nbytes > b or s // b != (s + nbytes - 1) // b):
                     s = -(-s // b) * b
                 if s + nbytes <= lo:
                     return s
-            if r[1] > pos:
-                pos = r[1]
+                pos = hi
+            elif hi > pos:
+                pos = hi
         lo = self.capacity
         if lo > pos:
             s = -(-pos // align) * align
@@ -174,7 +169,6 @@ class Allocator:
             raise CapacityError(self._overflow(nbytes, label), operand="shape", rule="onchip_capacity")
         key = next(self._keys)
         self._live[key] = (pos, pos + nbytes, label)  # `_add`, inlined
-        bisect.insort(self._sorted, (pos, pos + nbytes, key))
         bisect.insort(self._blocked, (pos, pos + nbytes, key))
         return key, pos
 

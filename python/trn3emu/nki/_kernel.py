@@ -292,12 +292,10 @@ class NkiTensor:
                 if tk is not slice and tk is not int:
                     break
             else:  # plain slices and ints (the common case): what the general path does with them
-                _check_slice_bounds(key, self._t.shape)
-                return self._wrap(_plain_view(self._t, key) or self._t[key])
+                return self._wrap(_plain_view(self._t, key) or self._checked_view(key))
         elif tk is slice or tk is int:
             key = (key,)
-            _check_slice_bounds(key, self._t.shape)
-            return self._wrap(_plain_view(self._t, key) or self._t[key])
+            return self._wrap(_plain_view(self._t, key) or self._checked_view(key))
         from . import indexing
 
         if indexing.has_expr(key) or indexing.ds_past_end(self, key) or indexing.has_tile(key):
@@ -305,6 +303,12 @@ class NkiTensor:
         key = _norm_key(key)
         _check_slice_bounds(key, self._t.shape)
         return self._wrap(self._t[key])
+
+    def _checked_view(self, key: tuple) -> Tensor:
+        """`self._t[key]` after the slice-bounds check (what `_plain_view` did not take: a view
+        it builds is in bounds)."""
+        _check_slice_bounds(key, self._t.shape)
+        return self._t[key]
 
     def __setitem__(self, key, value) -> None:
         from . import language

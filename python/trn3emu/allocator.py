@@ -25,6 +25,7 @@ memory: for PSUM every bank and the tiles in it.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import itertools
 import weakref
@@ -52,6 +53,10 @@ class Allocator:
     def __init__(self, what: str, capacity: int, align: int = ALIGN, bank: int = 0) -> None:
         self.what, self.capacity, self.align, self.bank = what, capacity, align, bank
         self._live: dict[int, tuple[int, int, str]] = {}  # key -> (lo, hi, label)
+        # The live ranges and the recently freed ones (`_recent`, with their keys in
+        # `_recent_keys`) together as (lo, hi, key), ascending: what rotation keeps out of reach.
+        self._blocked: list[tuple[int, int, int]] = []
+        self._recent_keys: collections.deque = collections.deque()
         self._keys = itertools.count()
         self._recent: collections.deque = collections.deque(maxlen=ROTATE)  # freed (lo, hi), newest last
         # Tracked owners: id(weak reference) -> (the reference, key). When an owner dies its
@@ -83,10 +88,20 @@ class Allocator:
             self._release(key)
         return self._live
 
+    def _add(self, key: int, lo: int, hi: int, label: str) -> None:
+        self._live[key] = (lo, hi, label)
+        bisect.insort(self._blocked, (lo, hi, key))
+
     def _release(self, key: int) -> None:
         r = self._live.pop(key, None)
         if r is not None:
-            self._recent.append((r[0], r[1]))
+            recent, keys = self._recent, self._recent_keys
+            if len(recent) == recent.maxlen:  # the oldest recent range is in reach again
+                lo, hi = recent[0]
+                blocked = self._blocked
+                del blocked[bisect.bisect_left(blocked, (lo, hi, keys.popleft()))]
+            recent.append((r[0], r[1]))  # (stays in `_blocked`)
+            keys.append(key)
 
     def _start(self, lo: int, nbytes: int) -> int:
         """The first legal start at or after `lo` for a range of `nbytes`."""
@@ -110,33 +125,51 @@ class Allocator:
             yield pos, self.capacity
 
     def _first_fit(self, nbytes: int, extra=()) -> int | None:
-        # `_gaps` + `_start` inlined: this runs once per tile the NKI front end allocates.
-        ranges = [(r[0], r[1]) for r in self.live.values()]
-        if extra:
-            ranges.extend(extra)
+        """The lowest legal start of `nbytes` clear of the live ranges and `extra` ones."""
+        if self._dead:
+            self.live  # noqa: B018 (frees the ranges of dead owners)
+        ranges = [(lo, hi) for lo, hi, _ in self._live.values()]  # (rarely: when rotation finds no room)
+        ranges.extend(extra)
         ranges.sort()
+        return self._fit(nbytes, ranges)
+
+    def _fit(self, nbytes: int, ranges: list) -> int | None:
+        # `_gaps` + `_start` inlined over ranges sorted by start: this runs once per tile the NKI
+        # front end allocates.
         align, b, pos = self.align, self.bank, 0
-        for lo, hi in ranges + [(self.capacity, self.capacity)]:
+        for r in ranges:
+            lo, hi = r[0], r[1]
             if lo > pos:
                 s = -(-pos // align) * align
                 if b and (nbytes > b or s // b != (s + nbytes - 1) // b):
                     s = -(-s // b) * b
                 if s + nbytes <= lo:
                     return s
-            if hi > pos:
                 pos = hi
+            elif hi > pos:
+                pos = hi
+        lo = self.capacity
+        if lo > pos:
+            s = -(-pos // align) * align
+            if b and (nbytes > b or s // b != (s + nbytes - 1) // b):
+                s = -(-s // b) * b
+            if s + nbytes <= lo:
+                return s
         return None
 
     def alloc(self, nbytes: int, label: str) -> tuple[int, int]:
         """Place `nbytes` per partition; returns (key, byte offset) or raises CapacityError."""
         nbytes = max(int(nbytes), 1)
-        pos = self._first_fit(nbytes, self._recent)  # rotation: not a just-freed range ...
+        if self._dead:
+            self.live  # noqa: B018 (frees the ranges of dead owners)
+        pos = self._fit(nbytes, self._blocked)  # rotation: not a just-freed range ...
         if pos is None:
             pos = self._first_fit(nbytes)  # ... unless nothing else fits
         if pos is None:
             raise CapacityError(self._overflow(nbytes, label), operand="shape", rule="onchip_capacity")
         key = next(self._keys)
-        self._live[key] = (pos, pos + nbytes, label)
+        self._live[key] = (pos, pos + nbytes, label)  # `_add`, inlined
+        bisect.insort(self._blocked, (pos, pos + nbytes, key))
         return key, pos
 
     def place(self, offset: int, nbytes: int, label: str, error: type = CapacityError) -> int:
@@ -149,7 +182,7 @@ class Allocator:
                 rule="tile_address_out_of_range",
             )
         key = next(self._keys)
-        self._live[key] = (offset, offset + nbytes, label)
+        self._add(key, offset, offset + nbytes, label)
         return key
 
     def free(self, key: int) -> None:

@@ -121,27 +121,34 @@ def _internal(filename: str) -> bool:
     return v
 
 
-_LOC: dict[tuple[str, int], str] = {}
+#: (id of a code object, instruction offset) -> (the code object, "file:line"): the line of an
+#: offset is found by decoding the code's line table from its start, so it is looked up once per
+#: call site (the code object held in the value keeps its id from being reused)
+_LOC: dict[tuple[int, int], tuple[types.CodeType, str]] = {}
 
 
-def source_line() -> str:
-    """file:line of the innermost caller outside the trn3emu package (the kernel's source line)."""
-    f = sys._getframe(1)
+def source_line(skip: int = 0) -> str:
+    """file:line of the innermost caller outside the trn3emu package (the kernel's source line).
+    `skip`: how many callers above the calling function are known to be inside the package (the
+    walk starts there: each frame it steps through costs a frame object)."""
+    f = sys._getframe(1 + skip)
     known = _INTERNAL
     while f is not None:
-        fname = f.f_code.co_filename
-        inside = known.get(fname)
+        code = f.f_code
+        inside = known.get(code.co_filename)
         if inside is None:
-            inside = _internal(fname)
+            inside = _internal(code.co_filename)
         if not inside:
             break
         f = f.f_back
     if f is None:
         return "?"
-    key = (fname, f.f_lineno)
-    loc = _LOC.get(key)
-    if loc is None:
-        loc = _LOC[key] = f"{os.path.basename(fname)}:{key[1]}"
+    key = (id(code), f.f_lasti)
+    hit = _LOC.get(key)
+    if hit is not None and hit[0] is code:
+        return hit[1]
+    loc = f"{os.path.basename(code.co_filename)}:{f.f_lineno}"
+    _LOC[key] = (code, loc)
     return loc
 
 
@@ -278,6 +285,17 @@ class NkiTensor:
 
     # views
     def __getitem__(self, key) -> NkiTensor:
+        tk = type(key)
+        if tk is tuple:
+            for k in key:
+                tk = type(k)
+                if tk is not slice and tk is not int:
+                    break
+            else:  # plain slices and ints (the common case): what the general path does with them
+                return self._wrap(_plain_view(self._t, key) or self._checked_view(key))
+        elif tk is slice or tk is int:
+            key = (key,)
+            return self._wrap(_plain_view(self._t, key) or self._checked_view(key))
         from . import indexing
 
         if indexing.has_expr(key) or indexing.ds_past_end(self, key) or indexing.has_tile(key):
@@ -285,6 +303,12 @@ class NkiTensor:
         key = _norm_key(key)
         _check_slice_bounds(key, self._t.shape)
         return self._wrap(self._t[key])
+
+    def _checked_view(self, key: tuple) -> Tensor:
+        """`self._t[key]` after the slice-bounds check (what `_plain_view` did not take: a view
+        it builds is in bounds)."""
+        _check_slice_bounds(key, self._t.shape)
+        return self._t[key]
 
     def __setitem__(self, key, value) -> None:
         from . import language
@@ -586,6 +610,52 @@ class NkiTensor:
         return b is not None and key == (b.mem, b.core, b.dtype, b.shape, b.strides, b.offset, b.start, b.dyn)
 
 
+def _plain_view(t: Tensor, key: tuple) -> Tensor | None:
+    """`t[key]` when every entry is an int index or a step-less slice within the dim (the views
+    kernels take in their loops), else None: `Tensor.__getitem__` handles (and refuses) the rest."""
+    shape, strides = t.shape, t.strides
+    if t.dyn is not None or len(key) > len(shape):
+        return None
+    out_shape, out_strides = [], []
+    offset, start = t.offset, t.start
+    onchip = t.mem != "hbm"
+    es = SIZES[t.dtype]
+    for d, k in enumerate(key):
+        n, st = shape[d], strides[d]
+        if type(k) is int:
+            i = k + n if k < 0 else k
+            if not 0 <= i < n:
+                return None
+            if d == 0 and onchip:
+                start += i
+                out_shape.append(1)
+                out_strides.append(st)
+            else:
+                offset += i * st * es
+            continue
+        if k.step is not None:
+            return None
+        a, b = k.start, k.stop
+        a = 0 if a is None else a
+        b = n if b is None else b
+        if type(a) is not int or type(b) is not int or a < 0 or b > n or a >= b:
+            return None
+        if d == 0 and onchip:
+            start += a
+        else:
+            offset += a * st * es
+        out_shape.append(b - a)
+        out_strides.append(st)
+    out_shape.extend(shape[len(key) :])
+    out_strides.extend(strides[len(key) :])
+    if onchip and len(out_shape) < 2:
+        out_shape.append(1)
+        out_strides.append(1)
+    if not out_shape:
+        out_shape, out_strides = [1], [1]
+    return t._view(out_shape, out_strides, offset, start)
+
+
 def _norm_key(key):
     from .language import DSlice
 
@@ -654,18 +724,20 @@ class KernelProgram(Program):
 
     def _emit(self, opcode, engine, name, wait, signal, args):
         self.opcodes.add(opcode)
-        if _STACK and _DST_POSITIONS.get(opcode, True):  # compute instructions never write HBM
-            _record_hbm_writes(_STACK[-1], opcode, args)
-        bar = _STACK[-1].launch.trace_progress if _STACK else None
-        if bar is not None:
-            bar.tick()
-        loc = source_line()
+        if _STACK:
+            ctx = _STACK[-1]
+            if _DST_POSITIONS.get(opcode, True):  # compute instructions never write HBM
+                _record_hbm_writes(ctx, opcode, args)
+            bar = ctx.launch.trace_progress
+            if bar is not None:
+                bar.tick()
+        loc = source_line(2)  # called by the nki.isa wrapper or an assembler method: both inside
         key = (loc, None if name is None else str(name))
         label = _LABELS.get(key)
         if label is None:
             label = _LABELS[key] = _LABEL.sub("_", loc if name is None else f"{name}/{loc}")[-255:]
         try:
-            return super()._emit(opcode, engine, label, wait, signal, args)
+            return Program._emit(self, opcode, engine, label, wait, signal, args)
         except EmuError as e:
             if hasattr(e, "add_note"):
                 e.add_note(f"  in kernel at {loc} ({opcode})")
@@ -755,19 +827,35 @@ class TraceContext:
         self.prints: list[tuple[str, NkiTensor]] = []
         self.no_reorder_depth = 0
         self.pending: list = []  # results not issued yet, oldest first (pending.py)
+        #: active legacy mask ranges, innermost last: {var: (lo, hi)} (indexing.py)
+        self.masks: list[dict] = []
+        #: virtual registers (registers.py), once the kernel makes one
+        self.vregs: dict | None = None
         #: byte ranges of HBM this program's instructions write (outputs never written are errors)
         self.hbm_writes: list[tuple[int, int]] = []
         #: HBM tensors allocated here: address -> label (for the errors naming them)
         self.hbm_labels: dict[int, str] = {}
+        #: (buffer, dtype, shape, name) -> (a tile of that kind, its bytes per partition)
+        self._tiles: dict[tuple, tuple[Tensor, int]] = {}
+        #: (name, shape, dtype, source line) -> the label of tiles allocated there
+        self._labels: dict[tuple, str] = {}
 
     @property
     def device(self) -> Device:
         return self.launch.device
 
     def alloc(self, shape, dtype, buffer: str, name: str = "", address=None, label: str = "") -> NkiTensor:
-        shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
-        dt = dtype_name(dtype)
-        label = label or f"{name or 'tile'} {shape} {dt} at {source_line()}"
+        shape = tuple(map(int, shape if isinstance(shape, (tuple, list)) else (shape,)))
+        # an nl dtype is its name (a plain copy: comparing the subclass runs its __eq__)
+        dt = str.__str__(dtype) if type(dtype) is Dtype else dtype_name(dtype)
+        if not label:
+            loc = source_line(2)  # the caller is inside the package (kernels reach here through it)
+            where = (name, shape, dt, loc) if type(name) is str else None
+            label = self._labels.get(where)
+            if label is None:
+                label = f"{name or 'tile'} {shape} {dt} at {loc}"
+                if where is not None:
+                    self._labels[where] = label
         if buffer in HBM_BUFFERS:
             return self._alloc_hbm(shape, dt, buffer, name, address, label)
         if buffer not in ONCHIP:
@@ -776,12 +864,15 @@ class TraceContext:
             )
         if len(shape) < 2:
             shape = shape + (1,) if shape else (1, 1)
-        t = Tensor(buffer, dt, shape, name=name, core=self.core)
-        row = t.nbytes // shape[0]
+        t, row = self._new_tile(buffer, dt, shape, name)
         alloc = self.sbuf if buffer == "sbuf" else self.psum
         if address is None:
-            _memory.check_partitions(0, shape[0], label)
-            key, t.offset = self._alloc_evicting(alloc, row, label)
+            if shape[0] > _memory.PARTITIONS:
+                _memory.check_partitions(0, shape[0], label)
+            try:
+                key, t.offset = alloc.alloc(row, label)
+            except CapacityError:
+                key, t.offset = self._alloc_evicting(alloc, row, label)
         else:
             if isinstance(address, (tuple, list)):
                 start, off = (0, address[0]) if len(address) == 1 else (int(address[0]), int(address[1]))
@@ -801,6 +892,20 @@ class TraceContext:
         block = _Block(shape[0], row, label)
         alloc.track(block, key)
         return NkiTensor(t, buffer, block, name)
+
+    def _new_tile(self, buffer: str, dt: str, shape: tuple, name) -> tuple[Tensor, int]:
+        """A new tile view at offset 0 and its bytes per partition: a copy of the first tile of
+        that kind (`Tensor` checked the shape and name once; kernels allocate the same few kinds
+        in their loops)."""
+        key = (buffer, dt, shape, name) if type(name) is str else None
+        known = self._tiles.get(key)
+        if known is None:
+            t = Tensor(buffer, dt, shape, name=name, core=self.core)
+            known = (t, t.nbytes // shape[0])
+            if key is not None:
+                self._tiles[key] = known
+        t, row = known
+        return t._view(t.shape, t.strides, 0, 0), row
 
     def _alloc_evicting(self, alloc, row: int, label: str) -> tuple[int, int]:
         """`alloc.alloc`, making room when full by evicting the least recently used blocks of

@@ -24,9 +24,15 @@ from typing import Any
 
 from .._asm import INSTRUCTION_FLAGS
 from ..errors import ShapeError
-from ._kernel import NkiTensor, not_supported, source_line
+from . import _kernel
+from ._kernel import NkiTensor, current, not_supported, source_line
 
-_MASKS: list[dict] = []  # active mask ranges, innermost last: {var: (lo, hi)}
+
+def masks() -> list[dict]:
+    """The active mask ranges of the program being traced, innermost last: {var: (lo, hi)}
+    (`TraceContext.masks`; none outside a trace)."""
+    stack = _kernel._STACK
+    return stack[-1].masks if stack else []
 
 
 class IndexVar:
@@ -549,21 +555,22 @@ def masked(mask):
         raise not_supported(
             f"mask={mask!r}", "a mask is a comparison of nl.arange / nl.mgrid indices", rule="nki_mask_form"
         )
-    _MASKS.append(r)
+    active_masks = current().masks
+    active_masks.append(r)
     try:
         yield
     finally:
-        _MASKS.pop()
+        active_masks.pop()
 
 
 def active() -> bool:
-    return bool(_MASKS)
+    return bool(masks())
 
 
 def _current_ranges() -> dict | None:
     """The intersection of the active masks, or None when one is empty."""
     out: dict = {}
-    for r in _MASKS:
+    for r in masks():
         for v, (lo, hi) in r.items():
             a, b = out.get(v, (0, v.size if v is not None else 0))
             out[v] = (builtins_max(a, lo), builtins_min(b, hi))
@@ -652,7 +659,7 @@ def mask_call(opname: str, args: tuple, kwargs: dict):
     None when the mask selects nothing (the instruction is skipped)."""
     mask = kwargs.pop("mask", None)
     with masked(mask):
-        if not _MASKS:
+        if not masks():
             return _resolve_unmasked(args), kwargs
         ranges = _current_ranges()
         if ranges is None:
@@ -680,7 +687,7 @@ def _resolve_unmasked(args):
 
 
 def needs_mask_handling(kwargs: dict) -> bool:
-    return "mask" in kwargs or bool(_MASKS)
+    return "mask" in kwargs or bool(masks())
 
 
 def iota_pattern(expr) -> tuple[list, int, int]:

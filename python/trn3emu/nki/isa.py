@@ -225,16 +225,55 @@ def _make(opname: str):
 
     dst_first = names[0] == "dst"
     dropped = _NKI_KEYWORDS.get(opname, ())
+    # The assembler method only passes its operands on in ISA order: called directly through
+    # `_emit` with these defaults (unless a program overrides the method).
+    argdefs = tuple((p[0], sig.parameters[p[0]].default) for p in INSTRUCTIONS[opname][2])
+    # Keyword-only calls (the usual NKI style): per set of keywords, once, where each value goes
+    # in `[ISA operands..., engine, name, wait, signal]` and how it is converted.
+    n_isa = len(argdefs)
+    base = [d for _, d in argdefs] + [None, None, (), ()]
+    slots = {k: i for i, (k, _) in enumerate(argdefs)}
+    slots.update(engine=n_isa, name=n_isa + 1, wait=n_isa + 2, signal=n_isa + 3)
+    plans: dict[tuple, Any] = {}
+
+    def plan_for(keys: tuple) -> Any:
+        given = [k for k in keys if k not in dropped]
+        if not allowed.issuperset(given) or not required.issubset(given):
+            return False  # the general path says what is wrong
+        return tuple((slots.get(k), k in spec, convs.get(k)) for k in keys)
 
     def fn(*args, **kwargs):
         if _before_issue:  # e.g. legacy results still pending: issued first, in program order
             for hook in _before_issue:
                 hook()
-        if "mask" in kwargs or _indexing._MASKS:  # legacy masks: operands restricted to the sub-grid
+        if "mask" in kwargs or (_kernel._STACK and _kernel._STACK[-1].masks):  # legacy masks: the sub-grid
             masked = _indexing.mask_call(opname, args, kwargs)
             if masked is None:
                 return None  # the mask selects nothing: no instruction
             args, kwargs = masked
+        if not args:
+            keys = tuple(kwargs)
+            plan = plans.get(keys)
+            if plan is None:
+                plan = plans[keys] = plan_for(keys)
+            if plan:
+                vals = base.copy()
+                for (i, operand, c), v in zip(plan, kwargs.values()):
+                    if i is None:
+                        continue  # an NKI-only keyword, dropped
+                    if operand and type(v) is NkiTensor:
+                        v = v._t  # inline `_tensor_or` (index views: `.tensor` checks bounds)
+                    elif c is not None:
+                        v = c(v)
+                    vals[i] = v
+                stack = _kernel._STACK
+                ctx = stack[-1] if stack else current()
+                prog = ctx.program
+                if not ctx.vregs and getattr(getattr(prog, opname), "__func__", None) is method:
+                    index = prog._emit(
+                        opname, vals[n_isa], vals[n_isa + 1], vals[n_isa + 2], vals[n_isa + 3], tuple(vals[:n_isa])
+                    )
+                    return Instruction(ctx, index, opname)
         if dst_first and args and "dst" not in kwargs and not isinstance(args[0], NkiTensor):
             raise not_supported(
                 f"nki.isa.{opname} without dst",
@@ -252,13 +291,23 @@ def _make(opname: str):
         if len(call) != n or not allowed.issuperset(call) or not required.issubset(call):
             raise bad_form(args, kwargs)  # an argument given twice, unknown or missing
         for k, v in call.items():
-            c = convs.get(k)
-            if c is not None:
-                call[k] = c(v)
+            if type(v) is NkiTensor and k in spec:  # inline `_tensor_or` (index views: `.tensor` checks bounds)
+                call[k] = v._t
+            else:
+                c = convs.get(k)
+                if c is not None:
+                    call[k] = c(v)
         ctx = current()
-        if getattr(ctx, "vregs", None):  # virtual registers read on this instruction's engine
+        if ctx.vregs:  # virtual registers read on this instruction's engine
             _registers.prepare(ctx, opname, call)
-        return Instruction(ctx, getattr(ctx.program, opname)(**call), opname)
+        prog = ctx.program
+        bound = getattr(prog, opname)
+        if getattr(bound, "__func__", None) is not method:
+            return Instruction(ctx, bound(**call), opname)
+        get = call.get
+        args = tuple([get(k, d) for k, d in argdefs])
+        index = prog._emit(opname, get("engine"), get("name"), get("wait", ()), get("signal", ()), args)
+        return Instruction(ctx, index, opname)
 
     fn.__name__ = opname
     fn.__qualname__ = opname

@@ -17,6 +17,7 @@ import numpy as np
 from .. import _native, interop
 from ..dtypes import numpy_dtype
 from ..errors import EmuError, ShapeError
+from . import compiler as _compiler
 from . import indexing as _indexing
 from . import isa as nisa
 from ._kernel import (
@@ -264,14 +265,20 @@ def ndarray(shape, dtype, buffer=None, name="", address=None, **kwargs) -> NkiTe
     A legacy shape with `nl.par_dim` after leading block dims, `(n, nl.par_dim(P), F)`, is a
     block tile: one physical [P, F] tile per block, allocated when first used and rotated as the
     kernel advances (`BlockTensor`, `blocks.py`)."""
+    if (
+        not kwargs
+        and address is None
+        and type(buffer) is str
+        and type(shape) is tuple
+        and ParDim not in map(type, shape)
+    ):
+        return current().alloc(shape, dtype, buffer, name)  # the common case (what the rest does with it)
     kwargs.pop("lazy_initialization", None)  # legacy scheduling hint: no effect here
     if kwargs:
         _misspelt_keyword("ndarray", kwargs)
         raise not_supported(f"nl.ndarray({', '.join(kwargs)}=...)", rule="nki_keyword_unsupported")
-    from .compiler import AllocatedBuffer
-
     pd = [i for i, s in enumerate(shape) if isinstance(s, ParDim)] if isinstance(shape, (tuple, list)) else []
-    if isinstance(buffer, AllocatedBuffer):  # legacy direct allocation (ncc.sbuf.alloc / mod_alloc)
+    if isinstance(buffer, _compiler.AllocatedBuffer):  # legacy direct allocation (ncc.sbuf.alloc / mod_alloc)
         if pd and pd[0] > 0:  # a block tile: each block where the function places it
             dims = tuple(int(s) for s in shape)
             return BlockTensor(
@@ -481,13 +488,14 @@ class _LoopReduce:
         self.x, self.op, self.masks = x, op, masks
 
     def _fuse_into(self, dst) -> bool:
-        n = len(_indexing._MASKS)
-        _indexing._MASKS.extend(self.masks)  # the call's mask= applies to the reduction
+        active_masks = current().masks
+        n = len(active_masks)
+        active_masks.extend(self.masks)  # the call's mask= applies to the reduction
         try:
             if _indexing._current_ranges() is not None:
                 nisa.tensor_tensor(dst=dst, data1=dst, data2=_onchip(self.x), op=self.op)
         finally:
-            del _indexing._MASKS[n:]
+            del active_masks[n:]
         return True
 
     def __getattr__(self, name):
@@ -504,7 +512,7 @@ def loop_reduce(x, op, loop_indices, dtype=None, **kwargs) -> _LoopReduce:
     """Reduce `x` into the assignment target across loop iterations (`dst = op(dst, x)`); the
     target's dtype is the result dtype. `loop_indices` is a compiler hint (no effect here)."""
     _no_mask("loop_reduce", kwargs)
-    return _LoopReduce(x, op, list(_indexing._MASKS))
+    return _LoopReduce(x, op, list(_indexing.masks()))
 
 
 def load_transpose2d(src, dtype=None, **kwargs) -> NkiTensor:

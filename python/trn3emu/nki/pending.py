@@ -69,8 +69,9 @@ class Pending(NkiTensor):
 
             shape, dtype, buf = self._spec
             dst = nl.ndarray(shape, dtype, buffer=buf)
-        masks = indexing._MASKS[:]  # issued as written: outside any mask= of the call that uses it
-        indexing._MASKS.clear()
+        active_masks = current().masks
+        masks = active_masks[:]  # issued as written: outside any mask= of the call that uses it
+        active_masks.clear()
         try:
             (self._acc if accumulate else self._emit)(dst)
         except EmuError as e:  # name the call that made the result, not the one that used it
@@ -79,7 +80,7 @@ class Pending(NkiTensor):
                 e.add_note(f"  issued by {self._origin} (part of its lowering)")
             raise
         finally:
-            indexing._MASKS[:] = masks
+            active_masks[:] = masks
         self._t, self._block = dst._t, dst._block
 
     def _matches(self, dst) -> bool:

@@ -28,10 +28,10 @@ pub struct Appended {
 pub struct Assembler {
     program: Program,
     /// Matmul-written state of the core's PSUM, one bit per 2-byte unit.
-    psum_written: UnitBits,
+    psum_written: PsumBits,
     /// PSUM units allocated (`psum_fresh`) that no instruction has written since, one bit per
     /// 2-byte unit: an accumulating matmul into them adds to garbage.
-    psum_unwritten: UnitBits,
+    psum_unwritten: PsumBits,
 }
 
 impl Assembler {
@@ -55,8 +55,8 @@ impl Assembler {
     pub fn from_program(program: Program) -> Self {
         Assembler {
             program,
-            psum_written: UnitBits::new(PARTITIONS * PSUM_PART_BYTES / 2),
-            psum_unwritten: UnitBits::new(PARTITIONS * PSUM_PART_BYTES / 2),
+            psum_written: PsumBits::new(),
+            psum_unwritten: PsumBits::new(),
         }
     }
 
@@ -119,16 +119,10 @@ impl Assembler {
     pub fn psum_fresh(&mut self, start: u32, parts: u32, offset: u64, nbytes: u64) {
         let end = offset.saturating_add(nbytes).min(PSUM_PART_BYTES as u64) as usize;
         let offset = (offset as usize).min(end);
-        let last = (start as usize)
-            .saturating_add(parts as usize)
-            .min(PARTITIONS);
-        for p in start as usize..last {
-            let base = p * PSUM_PART_BYTES / 2;
-            self.psum_written
-                .assign(base + offset / 2, base + end.div_ceil(2), false);
-            self.psum_unwritten
-                .assign(base + offset / 2, base + end.div_ceil(2), true);
-        }
+        let parts = partition_mask(start as usize, parts as usize);
+        let (lo, hi) = (offset / 2, end.div_ceil(2));
+        self.psum_written.assign(parts, lo, hi, false);
+        self.psum_unwritten.assign(parts, lo, hi, true);
     }
 
     /// An accumulating matmul (`accumulate=True`) must not add into allocated PSUM of which no
@@ -154,11 +148,12 @@ impl Assembler {
         if dst.dynamic.is_some() {
             return Ok(());
         }
-        let ranges = unit_ranges(dst);
-        let total: usize = ranges.iter().map(|(a, b)| b - a).sum();
+        let (parts, ranges) = unit_ranges(dst);
+        let rows = parts.count_ones() as usize;
+        let total: usize = ranges.iter().map(|(a, b)| rows * (b - a)).sum();
         let unwritten: usize = ranges
             .iter()
-            .map(|&(a, b)| self.psum_unwritten.count(a, b))
+            .map(|&(a, b)| self.psum_unwritten.count(parts, a, b))
             .sum();
         // The whole dst never written: the kernel accumulates onto garbage (a dst written in
         // part is a pattern hardware allows, e.g. overlapping accumulation groups).
@@ -187,16 +182,14 @@ impl Assembler {
                 }
                 if ap.dynamic.is_some() {
                     // unknown bytes: treat the partitions as written (no false errors)
-                    let (lo, hi) = (ap.start as usize, (ap.start + ap.parts) as usize);
-                    self.psum_unwritten.assign(
-                        lo * PSUM_PART_BYTES / 2,
-                        hi.min(PARTITIONS) * PSUM_PART_BYTES / 2,
-                        false,
-                    );
+                    let parts = partition_mask(ap.start as usize, ap.parts as usize);
+                    self.psum_unwritten
+                        .assign(parts, 0, PSUM_PART_BYTES / 2, false);
                     continue;
                 }
-                for (lo, hi) in unit_ranges(ap) {
-                    self.psum_unwritten.assign(lo, hi, false);
+                let (parts, ranges) = unit_ranges(ap);
+                for (lo, hi) in ranges {
+                    self.psum_unwritten.assign(parts, lo, hi, false);
                 }
             }
         }
@@ -232,12 +225,13 @@ impl Assembler {
     /// Every dst element is matmul-written afterwards.
     fn resolve_accumulate(&mut self, ins: &mut Instr) -> Result<bool> {
         let mm = ops::NcMatmul::view(ins)?;
-        let ranges = unit_ranges(mm.dst);
+        let (parts, ranges) = unit_ranges(mm.dst);
         let resolved = if mm.accumulate.is_none() {
-            let total: usize = ranges.iter().map(|(a, b)| b - a).sum();
+            let rows = parts.count_ones() as usize;
+            let total: usize = ranges.iter().map(|(a, b)| rows * (b - a)).sum();
             let written: usize = ranges
                 .iter()
-                .map(|&(a, b)| self.psum_written.count(a, b))
+                .map(|&(a, b)| self.psum_written.count(parts, a, b))
                 .sum();
             match written {
                 0 => Some(false),
@@ -249,7 +243,7 @@ impl Assembler {
         };
         let mixed = mm.accumulate.is_none() && resolved.is_none();
         for (a, b) in ranges {
-            self.psum_written.assign(a, b, true);
+            self.psum_written.assign(parts, a, b, true);
         }
         if let Some(flag) = resolved {
             ins.args[ops::NcMatmul::ACCUMULATE] = Arg::Bool(flag);
@@ -321,77 +315,82 @@ fn fill_defaults(ins: &mut Instr) {
     }
 }
 
-/// The PSUM 2-byte units an access pattern covers, as half-open ranges (one per partition
-/// when rows are contiguous).
-fn unit_ranges(ap: &Ap) -> Vec<(usize, usize)> {
+/// The partitions an access pattern covers (a bit per partition) and the 2-byte units of a row
+/// it covers, as half-open ranges relative to the row (one range when rows are contiguous; the
+/// same in every partition).
+fn unit_ranges(ap: &Ap) -> (u128, Vec<(usize, usize)>) {
     let es = ap.dtype.size();
-    let contiguous = ap.is_row_contiguous();
-    let offs = if contiguous {
-        vec![0]
-    } else {
-        ap.row_offsets()
-    };
-    let run = if contiguous { ap.free_size() * es } else { es };
-    let mut v = Vec::with_capacity(ap.parts as usize * offs.len());
-    for r in 0..ap.parts as usize {
-        let base = (ap.start as usize + r) * PSUM_PART_BYTES + ap.offset as usize;
-        for o in &offs {
-            let b = (base as i64 + o * es as i64) as usize;
-            v.push((b / 2, (b + run).div_ceil(2)));
-        }
+    let parts = partition_mask(ap.start as usize, ap.parts as usize);
+    let b = ap.offset as usize;
+    if ap.is_row_contiguous() {
+        return (parts, vec![(b / 2, (b + ap.free_size() * es).div_ceil(2))]);
     }
-    v
+    let ranges = ap
+        .row_offsets()
+        .iter()
+        .map(|o| {
+            let c = (b as i64 + o * es as i64) as usize;
+            (c / 2, (c + es).div_ceil(2))
+        })
+        .collect();
+    (parts, ranges)
 }
 
-/// A fixed-size bit set with range count and range assignment (a word at a time).
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct UnitBits {
-    words: Vec<u64>,
-}
-
-impl UnitBits {
-    fn new(bits: usize) -> Self {
-        UnitBits {
-            words: vec![0; bits.div_ceil(64)],
-        }
+/// Partitions `start..start + n` (clipped to the PSUM's partitions) as one bit each.
+fn partition_mask(start: usize, n: usize) -> u128 {
+    let end = start.saturating_add(n).min(PARTITIONS);
+    if start >= end {
+        return 0;
     }
-
-    /// The word index and mask of the bits `i..` up to `hi` within one word, and their count.
-    fn span(i: usize, hi: usize) -> (usize, u64, usize) {
-        let first = i % 64;
-        let n = (64 - first).min(hi - i);
-        let mask = if n == 64 {
-            u64::MAX
+    let upto = |k: usize| {
+        if k >= 128 {
+            u128::MAX
         } else {
-            ((1u64 << n) - 1) << first
-        };
-        (i / 64, mask, n)
-    }
-
-    /// Number of one bits in `lo..hi` (bits past the end count as zero).
-    fn count(&self, lo: usize, hi: usize) -> usize {
-        let hi = hi.min(self.words.len() * 64);
-        let (mut i, mut ones) = (lo, 0);
-        while i < hi {
-            let (w, mask, n) = Self::span(i, hi);
-            ones += (self.words[w] & mask).count_ones() as usize;
-            i += n;
+            (1u128 << k) - 1
         }
-        ones
+    };
+    upto(end) & !upto(start)
+}
+
+/// One bit per 2-byte unit of the PSUM, stored column-major: for each unit of a row, a bit per
+/// partition, so a tile (the same byte range in a set of partitions) is one pass over its columns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct PsumBits {
+    cols: Vec<u128>,
+}
+
+const _: () = assert!(
+    PARTITIONS <= 128,
+    "PsumBits holds a partition per bit of a u128"
+);
+
+impl PsumBits {
+    fn new() -> Self {
+        PsumBits {
+            cols: vec![0; PSUM_PART_BYTES / 2],
+        }
     }
 
-    /// Set or clear bits `lo..hi` (bits past the end are ignored).
-    fn assign(&mut self, lo: usize, hi: usize, on: bool) {
-        let hi = hi.min(self.words.len() * 64);
-        let mut i = lo;
-        while i < hi {
-            let (w, mask, n) = Self::span(i, hi);
-            if on {
-                self.words[w] |= mask;
-            } else {
-                self.words[w] &= !mask;
-            }
-            i += n;
+    /// Number of one bits in units `lo..hi` of the partitions in `parts` (units past the end
+    /// count as zero).
+    fn count(&self, parts: u128, lo: usize, hi: usize) -> usize {
+        let hi = hi.min(self.cols.len());
+        let lo = lo.min(hi);
+        self.cols[lo..hi]
+            .iter()
+            .map(|c| (c & parts).count_ones() as usize)
+            .sum()
+    }
+
+    /// Set or clear units `lo..hi` of the partitions in `parts` (units past the end are ignored).
+    fn assign(&mut self, parts: u128, lo: usize, hi: usize, on: bool) {
+        let hi = hi.min(self.cols.len());
+        let lo = lo.min(hi);
+        let cols = &mut self.cols[lo..hi];
+        if on {
+            cols.iter_mut().for_each(|c| *c |= parts);
+        } else {
+            cols.iter_mut().for_each(|c| *c &= !parts);
         }
     }
 }
@@ -518,13 +517,22 @@ mod tests {
     }
 
     #[test]
-    fn unit_bits_count_and_assign_across_words() {
-        let mut b = UnitBits::new(200);
-        b.assign(10, 150, true);
-        assert_eq!(b.count(0, 200), 140);
-        assert_eq!(b.count(60, 70), 10);
-        b.assign(64, 128, false);
-        assert_eq!(b.count(0, 200), 76);
-        assert_eq!(b.count(0, 10_000), 76);
+    fn psum_bits_count_and_assign_per_partition() {
+        let mut b = PsumBits::new();
+        let all = partition_mask(0, 128);
+        assert_eq!(all.count_ones(), 128);
+        assert_eq!(partition_mask(120, 20).count_ones(), 8);
+        assert_eq!(partition_mask(128, 4), 0);
+        b.assign(all, 10, 150, true);
+        assert_eq!(b.count(all, 0, 200), 128 * 140);
+        assert_eq!(b.count(partition_mask(3, 2), 60, 70), 2 * 10);
+        b.assign(partition_mask(0, 64), 64, 128, false);
+        assert_eq!(b.count(all, 0, 200), 128 * 140 - 64 * 64);
+        assert_eq!(b.count(all, 0, usize::MAX), 128 * 140 - 64 * 64);
+        b.assign(all, 8000, usize::MAX, true);
+        assert_eq!(
+            b.count(1, 0, usize::MAX),
+            140 - 64 + (PSUM_PART_BYTES / 2 - 8000)
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! names, integer lists, sync pairs) into core `Arg`s. Types only; the rules live in the core.
 
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyFloat, PyList, PyString, PyTuple};
 use trn3emu_core as core;
 use trn3emu_core::error::fail;
 use trn3emu_core::isa::spec::Kind;
@@ -236,9 +236,11 @@ pub fn parse_arg(obj: &Bound<'_, PyAny>, kind: Kind, enum_id: u8) -> Result<Arg>
         Kind::TensorOrF32 | Kind::F32 => parse_number(obj, &bad)?,
         Kind::I32 => Arg::I32(obj.extract::<i32>().map_err(|_| bad("a 32-bit integer"))?),
         // The assembler passes a register as "rN" (a bare int is an immediate).
-        Kind::I32OrReg => match obj.extract::<String>() {
+        Kind::I32OrReg => match obj.cast::<PyString>() {
             Ok(s) => Arg::Reg(
-                s.strip_prefix('r')
+                s.to_str()
+                    .ok()
+                    .and_then(|s| s.strip_prefix('r'))
                     .and_then(|n| n.parse::<u8>().ok())
                     .ok_or_else(|| bad("a 32-bit integer or a register"))?,
             ),
@@ -250,7 +252,7 @@ pub fn parse_arg(obj: &Bound<'_, PyAny>, kind: Kind, enum_id: u8) -> Result<Arg>
         Kind::Bool => Arg::Bool(obj.extract::<bool>().map_err(|_| bad("a bool"))?),
         Kind::Enum => parse_enum(obj, enum_id, &bad)?,
         // A bare int is a one-element list (NKI's `axis=1`).
-        Kind::Ints if obj.extract::<i32>().is_ok() => {
+        Kind::Ints if !is_list_or_tuple(obj) && obj.extract::<i32>().is_ok() => {
             Arg::Ints(vec![obj.extract::<i32>().map_err(|_| bad("an integer"))?])
         }
         Kind::Ints | Kind::Pattern => Arg::Ints(parse_ints(obj, &bad)?),
@@ -260,6 +262,9 @@ pub fn parse_arg(obj: &Bound<'_, PyAny>, kind: Kind, enum_id: u8) -> Result<Arg>
 
 /// A number: Python ints (and numpy integers) stay exact 32-bit integer immediates.
 fn parse_number(obj: &Bound<'_, PyAny>, bad: &dyn Fn(&str) -> EmuError) -> Result<Arg> {
+    if let Ok(f) = obj.cast::<PyFloat>() {
+        return Ok(Arg::F32(f.value() as f32)); // (a failed int extraction costs a Python error)
+    }
     if let Ok(i) = obj.extract::<i64>() {
         return core::isa::text::imm_from_i64(i).ok_or_else(|| {
             fail(
@@ -301,9 +306,11 @@ fn parse_ints(obj: &Bound<'_, PyAny>, bad: &dyn Fn(&str) -> EmuError) -> Result<
     let mut v = Vec::new();
     for item in obj.try_iter().map_err(|_| bad("a list of integers"))? {
         let item = item.map_err(|_| bad("a list of integers"))?;
-        if let Ok(x) = item.extract::<i32>() {
-            v.push(x);
-            continue;
+        if !is_list_or_tuple(&item) {
+            if let Ok(x) = item.extract::<i32>() {
+                v.push(x);
+                continue;
+            }
         }
         for sub in item
             .try_iter()
@@ -316,6 +323,11 @@ fn parse_ints(obj: &Bound<'_, PyAny>, bad: &dyn Fn(&str) -> EmuError) -> Result<
         }
     }
     Ok(v)
+}
+
+/// A list or tuple: never an integer, so no int extraction (and its Python error) is tried.
+fn is_list_or_tuple(obj: &Bound<'_, PyAny>) -> bool {
+    obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>()
 }
 
 /// `wait=[(sem, value)]` and `signal=[(sem, delta)]` lists.

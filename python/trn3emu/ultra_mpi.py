@@ -124,6 +124,8 @@ def run(
         chip = int(getattr(p, "chip", 0))
         n = p.native()
         if 0 <= chip < len(us.chips):
+            if isinstance(p, Program):
+                p._check_chip(us.chips)
             by_chip[chip].append(n)
         pairs.append((chip, n))
     size = comm.Get_size()

@@ -425,7 +425,7 @@ impl<'p> Dist<'_, '_, 'p, '_> {
 }
 
 /// Bytes an in-place all_to_all sends each peer per round (its buffers' size).
-const ROUND_BYTES: usize = 8 << 20;
+const ROUND_BYTES: usize = 4 << 20;
 
 /// The distinct byte ranges of sender `i` that the receivers `rs` consume, in their order.
 fn wanted(plan: &Plan, i: usize, rs: &[usize]) -> Vec<Range<usize>> {

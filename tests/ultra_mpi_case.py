@@ -7,7 +7,9 @@ import pathlib
 import signal
 import sys
 import tempfile
+import time
 
+import ml_dtypes
 import numpy as np
 import trn3emu as t3
 from trn3emu import ultra_mpi
@@ -34,8 +36,29 @@ def build(nchips=8, race=False):
         p.all_reduce(dst=ar, src=x, cores=group)
         p.all_to_all(dst=a2a, src=x, cores=group)
         p.all_gather(dst=ag, src=ar, cores=group)
-        outs[(p.chip, p.core)] = (ar, a2a, ag)
+        outs[(p.chip, p.core)] = (ar, a2a, ag, *more_collectives(p, d, group, rng))
     return us, progs, outs
+
+
+def more_collectives(p, d, group, rng):
+    """reduce_scatter (cast to bf16), a ring collective_permute, all_to_all_v with run-time counts
+    and an in-place all_to_all: every kind's data path across processes."""
+    n = len(group)
+    r = group.index(p.global_core)
+    x = d.hbm.put(rng.standard_normal((n * 2, 16)).astype(np.float32))
+    rs = d.hbm.alloc((2, 16), ml_dtypes.bfloat16)
+    p.reduce_scatter(dst=rs, src=x, cores=group)
+    perm = d.hbm.alloc((n * 2, 16), np.float32)
+    p.collective_permute(dst=perm, src=x, cores=group, pairs=[v for i in range(n) for v in (i, (i + 3) % n)])
+    counts = np.array([(r + j) % 3 for j in range(n)], np.uint32)
+    displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.uint32)
+    meta = d.hbm.put(np.stack([counts, displs]))
+    v = d.hbm.put(rng.integers(-9, 9, 3 * n).astype(np.int32))
+    vdst = d.hbm.put(np.full(3 * n, -1, np.int32))
+    p.all_to_all_v(dst=vdst, src=v, metadata=meta, cores=group)
+    inplace = d.hbm.put(rng.standard_normal((n * 3, 8)).astype(np.float32))
+    p.all_to_all(dst=inplace, src=inplace, cores=group)
+    return rs, perm, vdst, inplace
 
 
 def summary(us, r, outs, chips):
@@ -44,7 +67,7 @@ def summary(us, r, outs, chips):
     for (c, k), ts in outs.items():
         if c in chips:
             for j, t in enumerate(ts):
-                data[f"{c}_{k}_{j}"] = us.chip(c).hbm.get(t)
+                data[f"{c}_{k}_{j}"] = np.asarray(us.chip(c).hbm.get(t)).view(np.uint8)
     for c in chips:
         with tempfile.TemporaryDirectory() as tmp:
             f = pathlib.Path(tmp) / "t.json"
@@ -71,6 +94,18 @@ if __name__ == "__main__":
             text = f"rank {comm.rank}: {type(e).__name__} {getattr(e, 'rule', '')}: {e}"
             pathlib.Path(f"{sys.argv[1]}.rank{comm.rank}.txt").write_text(text)
         sys.exit(0)
+    if sys.argv[2:] == ["hang"]:  # process 2 never joins: the others give up after timeout_s
+        start = time.monotonic()
+        if comm.rank != 2:
+            try:
+                ultra_mpi.run(us, progs, timeout_s=2)
+            except Exception as e:  # noqa: BLE001 - report each process's error class and rule
+                text = f"rank {comm.rank}: {type(e).__name__} {getattr(e, 'rule', '')}: {e}"
+                pathlib.Path(f"{sys.argv[1]}.rank{comm.rank}.txt").write_text(text)
+        # every process leaves at the same time (the first to leave ends the job), without
+        # MPI_Finalize: the abandoned exchange would hold it
+        time.sleep(max(0.0, start + 8 - time.monotonic()))
+        os._exit(0)
     if sys.argv[2:] == ["kill"] and comm.rank == 2:
         os.kill(os.getpid(), signal.SIGKILL)
     r = ultra_mpi.run(us, progs, timeout_s=20)

@@ -167,8 +167,10 @@ def ultra_run(
 def ultra_run_dist(
     devices: list[Device],
     programs: list[tuple[int, Program]],
-    own: list[bool],
-    exchange: Callable[[bytes], list[bytes]],
+    owner: list[int],
+    me: int,
+    procs: int,
+    exchange: Callable[[npt.NDArray[np.uint8], list[int]], tuple[npt.NDArray[np.uint8], list[int]]],
     check_races: bool = True,
     trace: bool = True,
     trace_limit: int = ...,

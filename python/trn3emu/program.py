@@ -99,6 +99,9 @@ class Program(AssemblerMixin):
         self._next_sem = 0
         self._next_reg = 0
         self._synced: tuple[int, _native.Program] | None = None
+        #: per `Hbm` whose tensors the program names (by its weak reference): the first use,
+        #: (instruction index, opcode, operand index, tensor repr); UltraServer runs check the chip
+        self._hbm_uses: dict[Any, tuple[int, str, int, str]] = {}
 
     # ------------------------------------------------------------------------------ multi-core
     @property
@@ -233,6 +236,26 @@ class Program(AssemblerMixin):
         self.register_op(dst=i, src=i, op="add", imm=step, engine=eng)
         self.branch(target=top, cmp="lt" if step > 0 else "gt", reg=i, imm=upper, engine=eng)
 
+    def _check_chip(self, chips: list) -> None:
+        """In an UltraServer run (`chips`: its devices): every HBM tensor the program names must
+        be its own chip's (data moves between chips only through collectives)."""
+        if not self._hbm_uses:
+            return
+        mine = chips[self.chip].hbm
+        for ref, (k, opcode, i, what) in self._hbm_uses.items():
+            hbm = ref()
+            if hbm is None or hbm is mine:
+                continue
+            names = _params(opcode)[0]
+            operand = names[i] if i < len(names) else f"#{i}"
+            whose = next((f"chip {c}'s" for c, d in enumerate(chips) if d.hbm is hbm), "another device's")
+            raise MemorySpaceError(
+                f"instruction #{k} {opcode} operand {operand}: HBM tensor {what} is {whose} HBM, this program "
+                f"runs on chip {self.chip}; chips exchange data only through collectives",
+                operand=operand,
+                rule="hbm_tensor_wrong_chip",
+            )
+
     # -------------------------------------------------------------------------------- assembly
     def _emit(self, opcode: str, engine: Any, name: Any, wait: Any, signal: Any, args: tuple) -> int:
         # The hot path of assembly: plain Python per operand, one native call per instruction
@@ -242,6 +265,7 @@ class Program(AssemblerMixin):
             return self._emit("register_op", engine, name, wait, signal, (args[0], args[1], "add", 0))
         conv = []
         append = conv.append
+        new_uses = None  # HBM allocators this program names for the first time
         for i, a in enumerate(args):
             ta = type(a)
             if ta is str or ta is float or a is None or ta is bool or ta is int:
@@ -253,8 +277,16 @@ class Program(AssemblerMixin):
                         f"{opcode}: {what} {a!r} belongs to core {a.core}, this program runs on core {self.core}",
                         rule="core_private_memory",
                     )
-                if a.block is not None and not a.block.live:
-                    _check_live(a)
+                blk = a.block
+                if blk is not None:
+                    if not blk.live:
+                        _check_live(a)
+                    try:
+                        known = blk._owner in self._hbm_uses
+                    except TypeError:  # a weak reference first hashed after its device is gone
+                        known = True
+                    if not known:
+                        new_uses = [*(new_uses or ()), (blk._owner, i, a)]
                 append(_ap_of(a))
             elif isinstance(a, Reg):
                 names, kinds = _params(opcode)
@@ -284,7 +316,11 @@ class Program(AssemblerMixin):
             signal = _sync_list(signal, "signal")
         if engine is not None and type(engine) is not str:
             engine = _enum_name(engine)
-        return self._native.append(opcode, engine, tuple(conv), wait, signal, name)
+        k = self._native.append(opcode, engine, tuple(conv), wait, signal, name)
+        if new_uses:
+            for owner, i, a in new_uses:
+                self._hbm_uses.setdefault(owner, (k, opcode, i, repr(a)))
+        return k
 
     # ----------------------------------------------------------------------------- text/binary
     def __len__(self) -> int:
@@ -332,6 +368,7 @@ class Program(AssemblerMixin):
         p._next_sem = 0
         p._next_reg = 0
         p._synced = None
+        p._hbm_uses = {}
         return p
 
     @classmethod

@@ -232,6 +232,8 @@ class UltraServer:
                     operand="chip",
                     rule="chip_out_of_range",
                 )
+            if isinstance(p, Program):
+                p._check_chip(self.chips)
             n = p.native()
             by_chip[chip].append(n)
             pairs.append((chip, n))

@@ -5,9 +5,8 @@ use crate::device::Device;
 use crate::errors::{guarded, named, py_err};
 use crate::program::Program;
 use crate::trace::RawTrace;
-use numpy::PyArray1;
+use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
 use pyo3::types::PyDict;
 use trn3emu_core as core;
 use trn3emu_core::machine::fabric::FabricParams;
@@ -191,18 +190,23 @@ fn result_dict<'py>(
     Ok(d)
 }
 
-/// One process's part of an UltraServer run spread over processes: it owns the chips `own`
-/// marks; `exchange(bytes) -> list[bytes]` is an allgather over the processes (e.g. MPI's),
-/// called at every window boundary (docs/ultraserver.md, "Several processes"). Returns what
-/// `ultra_run` returns, with results for the owned chips only.
+/// One process's part of an UltraServer run spread over processes: it is process `me` of
+/// `procs`, chip c belongs to process `owner[c]`; `exchange(data, counts) -> (data, counts)` is
+/// an all-to-all over the processes (e.g. MPI's): `data` (a uint8 array) holds this process's
+/// message for every process in order (`counts` bytes each), and it returns every process's
+/// message for this one the same way. It is called at every window boundary
+/// (docs/ultraserver.md, "Several processes"). Returns what `ultra_run` returns, with results
+/// for the owned chips only.
 #[pyfunction]
-#[pyo3(signature = (devices, programs, own, exchange, check_races = true, trace = true, trace_limit = core::machine::TRACE_LIMIT, latency_ns = None, link_bytes_per_ns = None, mesh_max_bytes = None))]
+#[pyo3(signature = (devices, programs, owner, me, procs, exchange, check_races = true, trace = true, trace_limit = core::machine::TRACE_LIMIT, latency_ns = None, link_bytes_per_ns = None, mesh_max_bytes = None))]
 #[allow(clippy::too_many_arguments)]
 pub fn ultra_run_dist<'py>(
     py: Python<'py>,
     devices: Vec<PyRef<'py, Device>>,
     programs: Vec<(u16, PyRef<'py, Program>)>,
-    own: Vec<bool>,
+    owner: Vec<usize>,
+    me: usize,
+    procs: usize,
     exchange: Bound<'py, PyAny>,
     check_races: bool,
     trace: bool,
@@ -218,12 +222,9 @@ pub fn ultra_run_dist<'py>(
     let mut devs: Vec<&mut core::Device> = guards.iter_mut().map(|g| &mut **g).collect();
     let ex = exchange.unbind();
     let mut failed: Option<PyErr> = None;
-    let mut call = |mine: Vec<u8>| -> core::error::Result<Vec<Vec<u8>>> {
+    let mut call = |msgs: ultra_dist::Msgs| -> core::error::Result<ultra_dist::Msgs> {
         Python::attach(|py| {
-            let out = ex
-                .bind(py)
-                .call1((PyBytes::new(py, &mine),))
-                .and_then(|r| r.extract::<Vec<Vec<u8>>>());
+            let out = all_to_all(py, &ex, msgs);
             out.map_err(|e| {
                 let msg = format!("the exchange between processes failed: {e}");
                 failed = Some(e);
@@ -235,13 +236,33 @@ pub fn ultra_run_dist<'py>(
             })
         })
     };
-    let owned = |c: usize| own.get(c).copied().unwrap_or(false);
+    let procs = ultra_dist::Procs {
+        me,
+        count: procs,
+        owner: &owner,
+    };
     let res = py.detach(|| {
-        guarded(|| ultra_dist::run(&mut devs, &placed, &opts, params, &owned, &mut call))
+        guarded(|| ultra_dist::run(&mut devs, &placed, &opts, params, &procs, &mut call))
     });
     if let Some(e) = failed {
         return Err(e);
     }
     let res = res.map_err(py_err(py))?;
     result_dict(py, res, &params)
+}
+
+/// Call the Python all-to-all with the messages (handed over as a numpy array, not copied)
+/// and their sizes, and copy out what it returns: a buffer and its messages' sizes.
+fn all_to_all(
+    py: Python<'_>,
+    ex: &Py<PyAny>,
+    msgs: ultra_dist::Msgs,
+) -> PyResult<ultra_dist::Msgs> {
+    let data = PyArray1::from_vec(py, msgs.data);
+    let got = ex.bind(py).call1((data, msgs.counts))?;
+    let (buf, counts): (PyReadonlyArray1<u8>, Vec<usize>) = got.extract()?;
+    Ok(ultra_dist::Msgs {
+        data: buf.as_slice()?.to_vec(),
+        counts,
+    })
 }

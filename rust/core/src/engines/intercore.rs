@@ -21,6 +21,8 @@ use crate::memory::{Ap, NUM_CORES};
 use crate::numerics;
 use crate::numerics::config::Rounder;
 
+pub mod part;
+
 /// gpsimd_dma bytes per partition by element size (reference §2.8).
 fn gpsimd_dma_limit(elem_bytes: usize) -> usize {
     match elem_bytes {
@@ -848,8 +850,46 @@ fn all_to_all_v(
 ) -> std::result::Result<Outs, RankError> {
     let n = ranks.len();
     let es = all[0].src.dtype.size();
-    let row =
-        |s: &Snapshot, r: usize, j: usize| s.counts.get(r * n + j).copied().unwrap_or(0) as usize;
+    let counts: Vec<&[i64]> = snaps.iter().map(|s| s.counts.as_slice()).collect();
+    let dst_lens: Vec<usize> = snaps.iter().map(|s| s.dst.len()).collect();
+    let layout = a2av_layout(ranks, all, &counts, &dst_lens)?;
+    let mut outs = Vec::with_capacity(n);
+    let mut matrix = vec![0u64; n * n];
+    for (r, s) in snaps.iter().enumerate() {
+        let mut dst = s.dst.clone();
+        for (i, b) in layout[r].iter().enumerate() {
+            dst[b.at * es..(b.at + b.len) * es]
+                .copy_from_slice(&snaps[i].src[b.from * es..(b.from + b.len) * es]);
+            if i != r {
+                matrix[i * n + r] = (b.len * es) as u64;
+            }
+        }
+        outs.push(Some(Shared::new(dst)));
+    }
+    Ok((outs, matrix))
+}
+
+/// One block of `all_to_all_v`: `len` elements of the sender's src from element `from` land
+/// at element `at` of the receiver's dst.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Block {
+    pub from: usize,
+    pub len: usize,
+    pub at: usize,
+}
+
+/// `all_to_all_v`'s blocks, checked from the ranks' run-time `counts` and dst byte lengths:
+/// `[r][i]` is what receiver r gets from sender i.
+#[allow(clippy::type_complexity)]
+fn a2av_layout(
+    ranks: &[Rank],
+    all: &[Operands],
+    counts: &[&[i64]],
+    dst_lens: &[usize],
+) -> std::result::Result<Vec<Vec<Block>>, RankError> {
+    let n = ranks.len();
+    let es = all[0].src.dtype.size();
+    let row = |s: &[i64], r: usize, j: usize| s.get(r * n + j).copied().unwrap_or(0) as usize;
     let bad = |k: usize, mut e: EmuError, operand: &str| {
         e.message = format!("all_to_all_v on core {}: {}", ranks[k].core, e.message);
         RankError {
@@ -857,7 +897,7 @@ fn all_to_all_v(
             error: e.operand(operand),
         }
     };
-    for (k, (o, s)) in all.iter().zip(snaps).enumerate() {
+    for (k, (o, s)) in all.iter().zip(counts).enumerate() {
         for j in 0..n {
             let (c, d) = (row(s, 0, j), row(s, 1, j));
             if d + c > o.src.num_elements() {
@@ -870,14 +910,13 @@ fn all_to_all_v(
             }
         }
     }
-    let mut outs = Vec::with_capacity(n);
-    let mut matrix = vec![0u64; n * n];
-    for (r, (o, s)) in all.iter().zip(snaps).enumerate() {
+    let mut layout = Vec::with_capacity(n);
+    for (r, (o, s)) in all.iter().zip(counts).enumerate() {
         let (known, rdispls) = o.flags;
-        let mut dst = s.dst.clone();
         let mut packed = 0usize;
-        for i in 0..n {
-            let (c, d) = (row(&snaps[i], 0, r), row(&snaps[i], 1, r));
+        let mut blocks = Vec::with_capacity(n);
+        for (i, sent) in counts.iter().enumerate() {
+            let (c, d) = (row(sent, 0, r), row(sent, 1, r));
             if known && row(s, 2, i) != c {
                 let what = format!(
                     "expects {} elements from rank {i}, which sends {c}",
@@ -891,7 +930,7 @@ fn all_to_all_v(
             }
             let at = if rdispls { row(s, 3, i) } else { packed };
             packed += c;
-            if (at + c) * es > dst.len() {
+            if (at + c) * es > dst_lens[r] {
                 let what = format!(
                     "receives elements {at}..{} from rank {i}, dst has {}",
                     at + c,
@@ -899,12 +938,13 @@ fn all_to_all_v(
                 );
                 return Err(bad(r, fail(Value, "all_to_all_v_dst_size", what), "dst"));
             }
-            dst[at * es..(at + c) * es].copy_from_slice(&snaps[i].src[d * es..(d + c) * es]);
-            if i != r {
-                matrix[i * n + r] = (c * es) as u64;
-            }
+            blocks.push(Block {
+                from: d,
+                len: c,
+                at,
+            });
         }
-        outs.push(Some(Shared::new(dst)));
+        layout.push(blocks);
     }
-    Ok((outs, matrix))
+    Ok(layout)
 }

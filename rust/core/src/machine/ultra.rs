@@ -22,7 +22,9 @@ use super::fabric::{Fabric, FabricParams, FabricTrace, GroupTiming};
 use super::intercore::{check_program_at, Release};
 use super::sched::Scheduler;
 use super::{Device, RunOptions, RunResult, NUM_CORES};
-use crate::engines::intercore::{block_io, combine, in_place_all_to_all, Rank, Snapshot};
+use crate::engines::intercore::{
+    block_io, combine, in_place_all_to_all, Moved, Rank, RankError, Shared, Snapshot,
+};
 use crate::error::{fail, EmuError, ErrorKind::*, Result};
 use crate::hw::MAX_CHIPS;
 use crate::isa::text::format_instr;
@@ -95,6 +97,40 @@ fn where_is(g: u16) -> String {
         g as usize / NUM_CORES,
         g as usize % NUM_CORES
     )
+}
+
+/// A group's ranks (in rank order) with their instructions.
+pub(super) fn ranks_of<'p>(
+    arrivals: &[(usize, Arrival)],
+    by_chip: &[Vec<&'p Program>],
+) -> Result<Vec<Rank<'p>>> {
+    let mut ranks = Vec::with_capacity(arrivals.len());
+    for (c, a) in arrivals {
+        let ins = instr_of(by_chip, *c, a.core, a.idx);
+        let ins = ins.ok_or_else(|| {
+            fail(
+                Internal,
+                "rendezvous_without_program",
+                "rendezvous participant without a program",
+            )
+        })?;
+        ranks.push(Rank {
+            core: (c * NUM_CORES) as u16 + a.core as u16,
+            ins,
+        });
+    }
+    Ok(ranks)
+}
+
+/// A rank's error in a group, naming its chip, core and instruction.
+pub(super) fn rank_err(arrivals: &[(usize, Arrival)], ranks: &[Rank], e: RankError) -> EmuError {
+    let (c, a) = &arrivals[e.rank];
+    let text = format!(
+        "{} (chip {c} core {})",
+        format_instr(ranks[e.rank].ins),
+        a.core
+    );
+    chip_err(*c)(e.error).at(a.idx as usize, text)
 }
 
 /// The coordinator's state during a run.
@@ -296,6 +332,23 @@ impl Coordinator {
         by_chip: &[Vec<&Program>],
         scheds: &mut [Option<Scheduler>],
     ) -> Result<Vec<usize>> {
+        let mut woken = Vec::new();
+        for (op, cores, arrivals) in self.matched(incoming, by_chip) {
+            woken.extend(self.complete((op, &cores), arrivals, by_chip, scheds)?);
+        }
+        woken.sort_unstable();
+        woken.dedup();
+        Ok(woken)
+    }
+
+    /// Match the arrivals (in chip order) into groups; returns the groups whose last rank
+    /// arrived, in (last arrival, group) order.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn matched(
+        &mut self,
+        incoming: Vec<(usize, Arrival)>,
+        by_chip: &[Vec<&Program>],
+    ) -> Vec<(Opcode, Vec<u16>, Vec<(usize, Arrival)>)> {
         let mut complete: Vec<(u64, Key)> = Vec::new();
         for (c, a) in incoming {
             let me = (c * NUM_CORES) as u16 + a.core as u16;
@@ -316,19 +369,18 @@ impl Coordinator {
             }
         }
         complete.sort();
-        let mut woken = Vec::new();
+        let mut out = Vec::new();
         for (_, key) in complete {
-            let Some((op, arrivals)) = self.pending.remove(&key) else {
-                continue;
-            };
-            woken.extend(self.complete((op, &key.1), arrivals, by_chip, scheds)?);
+            if let Some((op, mut arrivals)) = self.pending.remove(&key) {
+                let global = |c: usize, a: &Arrival| (c * NUM_CORES) as u16 + a.core as u16;
+                arrivals.sort_by_key(|(c, a)| key.1.iter().position(|g| *g == global(*c, a)));
+                out.push((op, key.1, arrivals));
+            }
         }
-        woken.sort_unstable();
-        woken.dedup();
-        Ok(woken)
+        out
     }
 
-    /// Perform and time a group whose ranks all arrived, and release every rank.
+    /// Perform and time a group whose ranks all arrived (in rank order), and release every rank.
     fn complete(
         &mut self,
         key: (Opcode, &[u16]),
@@ -336,39 +388,14 @@ impl Coordinator {
         by_chip: &[Vec<&Program>],
         scheds: &mut [Option<Scheduler>],
     ) -> Result<Vec<usize>> {
-        let global = |c: usize, a: &Arrival| (c * NUM_CORES) as u16 + a.core as u16;
-        arrivals.sort_by_key(|(c, a)| key.1.iter().position(|g| *g == global(*c, a)));
-        let mut ranks = Vec::with_capacity(arrivals.len());
-        for (c, a) in &arrivals {
-            let ins = instr_of(by_chip, *c, a.core, a.idx);
-            let ins = ins.ok_or_else(|| {
-                fail(
-                    Internal,
-                    "rendezvous_without_program",
-                    "rendezvous participant without a program",
-                )
-            })?;
-            ranks.push(Rank {
-                core: global(*c, a),
-                ins,
-            });
-        }
+        let ranks = ranks_of(&arrivals, by_chip)?;
         let snaps: Vec<Snapshot> = arrivals
             .iter_mut()
             .map(|(_, a)| std::mem::take(&mut a.snap))
             .collect();
-        let (c0, a0) = (&arrivals[0].0, &arrivals[0].1);
-        let (cfg, runs) = self.cfg[*c0];
-        let rounder = Rounder::new(cfg, a0.core, runs, a0.idx, false);
-        let (moved, mut outs) = combine(&ranks, &snaps, &rounder).map_err(|e| {
-            let (c, a) = &arrivals[e.rank];
-            let text = format!(
-                "{} (chip {c} core {})",
-                format_instr(ranks[e.rank].ins),
-                a.core
-            );
-            chip_err(*c)(e.error).at(a.idx as usize, text)
-        })?;
+        let rounder = self.rounder(&arrivals);
+        let (moved, outs) =
+            combine(&ranks, &snaps, &rounder).map_err(|e| rank_err(&arrivals, &ranks, e))?;
         if snaps.iter().any(|s| s.deferred) {
             let at: Vec<(usize, u8)> = arrivals.iter().map(|(c, a)| (*c, a.core)).collect();
             in_place_all_to_all(&ranks, &mut |r, ap, i, len, d| {
@@ -384,6 +411,26 @@ impl Coordinator {
             })?;
         }
         drop(snaps);
+        Ok(self.release(key, &arrivals, &moved, outs, scheds))
+    }
+
+    /// The casts of a group's reductions: its first rank's chip numerics.
+    pub(super) fn rounder(&self, arrivals: &[(usize, Arrival)]) -> Rounder {
+        let (c0, a0) = (&arrivals[0].0, &arrivals[0].1);
+        let (cfg, runs) = self.cfg[*c0];
+        Rounder::new(cfg, a0.core, runs, a0.idx, false)
+    }
+
+    /// Time a performed group on the fabric and deliver every rank's release (with `outs[r]`,
+    /// its dst bytes) to the chips that have a scheduler; returns the group's chips.
+    pub(super) fn release(
+        &mut self,
+        key: (Opcode, &[u16]),
+        arrivals: &[(usize, Arrival)],
+        moved: &Moved,
+        mut outs: Vec<Option<Shared>>,
+        scheds: &mut [Option<Scheduler>],
+    ) -> Vec<usize> {
         let times: Vec<u64> = arrivals.iter().map(|(_, a)| a.time).collect();
         let ends = self.fabric.time(&GroupTiming {
             opcode: key.0,
@@ -396,7 +443,7 @@ impl Coordinator {
         // Each chip's participants complete with the join of their clocks (a barrier among
         // them, as on one chip); clocks of other chips are another chip's business.
         let mut joined: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
-        for (c, a) in &arrivals {
+        for (c, a) in arrivals {
             let j = joined.entry(*c).or_insert_with(|| vec![0; a.vc.len()]);
             for (x, y) in j.iter_mut().zip(&a.vc) {
                 *x = (*x).max(*y);
@@ -420,7 +467,7 @@ impl Coordinator {
                 );
             }
         }
-        Ok(joined.into_keys().collect())
+        joined.into_keys().collect()
     }
 
     /// Every chip is done or stuck: a `DeadlockError` naming the waiting and the missing ranks

@@ -22,6 +22,7 @@
 //! against sgemm's 0.25 for the same 8 FLOPs, so on two FMA ports the kernel runs at roughly
 //! 0.27 of sgemm at best (AVX-512; measured 0.17 of numpy sgemm for the whole instruction).
 
+use super::psum::Acc;
 use crate::numerics::float::Format;
 use crate::numerics::mx::{round_wide_to_f32, scale_value, x4_code};
 use crate::par;
@@ -167,14 +168,55 @@ struct Panels {
     a: Vec<f64>,
     /// `[M / MR][P]`: the row block holds a special entry at that partition.
     sa: Vec<bool>,
-    /// The result, panel-major `[N / NR][M / MR * MR][NR]`.
+}
+
+/// The `[M, N]` column sums of one `nc_matmul_mx`, panel-major `[N / NR][M][NR]` (the PSUM
+/// write's panel layout), held in this thread's scratch (given back when dropped).
+pub struct MxProduct {
     out: Vec<f32>,
+    m: usize,
+    n: usize,
+    work: usize,
+}
+
+impl MxProduct {
+    /// The result for the PSUM write.
+    pub fn acc(&self) -> Acc<'_> {
+        Acc {
+            data: &self.out[..self.n.div_ceil(NR) * self.m * NR],
+            m: self.m,
+            n: self.n,
+            nr: NR,
+            work: self.work,
+        }
+    }
+
+    /// The result row-major `[M, N]`.
+    pub fn to_row_major(&self) -> Vec<f32> {
+        let mut acc = vec![0f32; self.m * self.n];
+        for (i, row) in acc.chunks_exact_mut(self.n.max(1)).enumerate() {
+            for (jb, seg) in row.chunks_mut(NR).enumerate() {
+                let at = (jb * self.m + i) * NR;
+                seg.copy_from_slice(&self.out[at..at + seg.len()]);
+            }
+        }
+        acc
+    }
+}
+
+impl Drop for MxProduct {
+    fn drop(&mut self) {
+        let out = std::mem::take(&mut self.out);
+        OUT.with(|c| c.replace(out));
+    }
 }
 
 thread_local! {
     /// Per issuing thread: the dequantised stationary panels and the result, reused across
     /// instructions.
     static PANELS: RefCell<Panels> = RefCell::new(Panels::default());
+    /// Per issuing thread: the result buffer of the last product (reused).
+    static OUT: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     /// Per worker thread: one column block of the moving operand (`[P][4][NR]`, stays in L2)
     /// and its special flags.
     static STRIP: RefCell<(Vec<f64>, Vec<bool>)> = const { RefCell::new((Vec::new(), Vec::new())) };
@@ -237,13 +279,62 @@ fn pack_block(
     }
 }
 
-/// `acc[m, n]` (row-major, `m = a.w`, `n = b.w`) over `p` partitions.
-pub fn matmul_mx(p: usize, a: &Operand, b: &Operand) -> Vec<f32> {
+/// `pack_block` of a full `NR`-column block of the moving operand (layout `[p][4][NR]`), every
+/// word and scale present: the same values, a quad at a time over the block's columns (the
+/// hot pack: one per column block per instruction). False (nothing done) otherwise.
+fn pack_moving_full(
+    o: &Operand,
+    t: &Tables,
+    p: usize,
+    jb: usize,
+    pan: &mut [f64],
+    special: &mut [bool],
+) -> bool {
+    let (w, bits, j0) = (o.w, o.bits, jb * NR);
+    if o.words.len() < p * w || o.scales.len() < p.div_ceil(8) * w || j0 + NR > w {
+        return false;
+    }
+    let mask = (1u32 << bits) - 1;
+    let (vals, sct) = (&*t.vals64, &*t.scales);
+    for (pp, (step, flag)) in pan.chunks_exact_mut(NR * 4).zip(special).enumerate() {
+        let (Ok(wrow), Ok(srow)) = (
+            <&[u32; NR]>::try_from(&o.words[pp * w + j0..pp * w + j0 + NR]),
+            <&[u32; NR]>::try_from(&o.scales[pp / 8 * w + j0..pp / 8 * w + j0 + NR]),
+        ) else {
+            return false;
+        };
+        let sc: [f64; NR] = std::array::from_fn(|j| sct[(srow[j] & 0xFF) as usize]);
+        let mut sum = [0f64; NR];
+        for (q, out) in step.chunks_exact_mut(NR).enumerate() {
+            let shift = bits * q as u32;
+            for j in 0..NR {
+                let v = vals[((wrow[j] >> shift) & mask) as usize] * sc[j];
+                sum[j] += v;
+                out[j] = v;
+            }
+        }
+        // Finite scaled elements are at most 2^136: the sum is finite unless one is Inf/NaN.
+        let mut any = false;
+        for (j, s) in sum.iter().enumerate() {
+            if !s.is_finite() {
+                any = true;
+                for q in 0..4 {
+                    step[q * NR + j] = 0.0;
+                }
+            }
+        }
+        *flag = any;
+    }
+    true
+}
+
+/// `acc[m, n]` (`m = a.w`, `n = b.w`) over `p` partitions.
+pub fn matmul_mx(p: usize, a: &Operand, b: &Operand) -> MxProduct {
     matmul_mx_on(super::simd::path(), p, a, b)
 }
 
 /// `matmul_mx` on a given SIMD path (the host must have it).
-fn matmul_mx_on(path: super::simd::Path, p: usize, a: &Operand, b: &Operand) -> Vec<f32> {
+fn matmul_mx_on(path: super::simd::Path, p: usize, a: &Operand, b: &Operand) -> MxProduct {
     let (m, n) = (a.w, b.w);
     let (ta, tb) = (Tables::new(a), Tables::new(b));
     let fast = f64_exact(a.fmt, a.bits, b.fmt, b.bits);
@@ -262,17 +353,17 @@ fn matmul_mx_on(path: super::simd::Path, p: usize, a: &Operand, b: &Operand) -> 
     // each row block walks the partitions in order (each element accumulates its partitions
     // 0..P-1), running clean partitions through the microkernel and stepping special ones (or
     // all, without the fast path) in scalar code.
-    let out = grow(&mut pn.out, nb * mb * MR * NR);
-    par::for_each_chunk_mut(out, mb * MR * NR, work, |jb, strip| {
+    let mut out = OUT.with(|c| c.take());
+    par::for_each_chunk_mut(grow(&mut out, nb * m * NR), m * NR, work, |jb, strip| {
         STRIP.with(|c| {
             let (pb, sb) = &mut *c.borrow_mut();
             let (pb, sb) = (grow(pb, p * NR * 4), grow(sb, p));
-            if fast {
+            if fast && !pack_moving_full(b, &tb, p, jb, pb, sb) {
                 pack_block(b, &tb, p, NR, jb, |j, q| q * NR + j, pb, sb);
             }
-            for (ib, t) in strip.chunks_exact_mut(MR * NR).enumerate() {
-                let tile: &mut [f32; MR * NR] = t.try_into().expect("tile");
-                tile.fill(0.0);
+            for (ib, rows) in strip.chunks_mut(MR * NR).enumerate() {
+                let mut tile = [0f32; MR * NR];
+                let tile = &mut tile;
                 let mut p0 = 0;
                 while p0 < p {
                     let mut p1 = p0;
@@ -290,19 +381,12 @@ fn matmul_mx_on(path: super::simd::Path, p: usize, a: &Operand, b: &Operand) -> 
                     }
                     p0 = p1;
                 }
+                rows.copy_from_slice(&tile[..rows.len()]);
             }
         })
     });
-    let mut acc = vec![0f32; m * n];
-    let out = &pn.out[..nb * mb * MR * NR];
-    for (i, row) in acc.chunks_exact_mut(n).enumerate() {
-        for (jb, seg) in row.chunks_mut(NR).enumerate() {
-            let at = (jb * mb * MR + i) * NR;
-            seg.copy_from_slice(&out[at..at + seg.len()]);
-        }
-    }
     PANELS.with(|c| c.replace(pn));
-    acc
+    MxProduct { out, m, n, work }
 }
 
 /// The output block a scalar step updates.
@@ -560,7 +644,7 @@ mod tests {
             };
             let want = naive(p, &oa, &ob);
             for path in host_paths() {
-                let got = matmul_mx_on(path, p, &oa, &ob);
+                let got = matmul_mx_on(path, p, &oa, &ob).to_row_major();
                 // NaN payloads follow the host's (and the compiler's) operand order: NaN-ness only.
                 let same = got
                     .iter()

@@ -10,7 +10,6 @@ use super::{Ctx, Semantics};
 use crate::error::{fail, ErrorKind::*, Result};
 use crate::isa::ops::{NcMatmulMx, QuantizeMx};
 use crate::kernels::mx::{matmul_mx, Operand};
-use crate::kernels::psum::Acc;
 use crate::memory::{Ap, PSUM_BANK_BYTES};
 use crate::numerics::mx::{
     scale_code, scale_partition, scale_parts_needed, scale_value, x4_element,
@@ -329,7 +328,7 @@ fn matmul(v: &NcMatmulMx, ctx: &mut Ctx) -> Result<()> {
         fmt: fm,
         bits: bm,
     };
-    let acc = matmul_mx(p, &opa, &opb);
-    write_psum(ctx, v.accumulate, dst, &Acc::row_major(&acc, m, n));
+    let prod = matmul_mx(p, &opa, &opb);
+    write_psum(ctx, v.accumulate, dst, &prod.acc());
     Ok(())
 }

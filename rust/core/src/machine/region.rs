@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use crate::isa::{Instr, Opcode};
+use crate::isa::{DType, Instr, Opcode};
 use crate::memory::{Ap, DynSrc, Mem};
 
 /// One operand's footprint: memory, core (on-chip), partition/row range and absolute byte box.
@@ -28,7 +28,14 @@ pub struct Region {
     /// enough of them (`MAX_EXACT_RUNS`): disjoint column slices of gathered rows, as LNC-sharded
     /// scatters use, then do not overlap.
     pub exact: Option<Vec<(i128, i128)>>,
-    pub ap: Ap,
+    /// Element dtype and bytes the operand touches (elements x size, as listed).
+    pub dtype: DType,
+    pub bytes: u64,
+    /// The pattern, kept only when the footprint is not simply the box: a static on-chip
+    /// pattern whose rows are contiguous touches exactly `lo..hi` in each of its partitions, so
+    /// it needs no copy (a copy of the free dims per operand per instruction was a tenth of the
+    /// time of tiny instructions with race checks or trace on).
+    pub ap: Option<Ap>,
 }
 
 /// Above this many byte runs a dynamic footprint stays a box.
@@ -63,7 +70,7 @@ impl Region {
         let mut r = r.unwrap_or_else(|| Self::fixed(core, ap, write));
         r.boxed = true;
         r.exact = Self::exact_runs(ap, bound);
-        r.ap = ap.clone();
+        r.ap = Some(ap.clone());
         r
     }
 
@@ -106,6 +113,10 @@ impl Region {
                 ap.offset as i128 + bhi,
             ),
         };
+        let just_box = ap.mem != Mem::Hbm
+            && ap.dynamic.is_none()
+            && ap.free_size() > 0
+            && ap.is_row_contiguous();
         Region {
             mem: ap.mem,
             core,
@@ -117,7 +128,9 @@ impl Region {
             accum: false,
             boxed: false,
             exact: None,
-            ap: ap.clone(),
+            dtype: ap.dtype,
+            bytes: ap.num_elements() as u64 * ap.dtype.size() as u64,
+            ap: (!just_box).then(|| ap.clone()),
         }
     }
 
@@ -129,12 +142,16 @@ impl Region {
                 None => Cow::Owned(vec![(self.lo, self.hi)]),
             };
         }
-        let runs = self.ap.row_runs();
+        let Some(ap) = &self.ap else {
+            // A static on-chip pattern with contiguous rows: the box is the footprint.
+            return Cow::Owned(vec![(self.lo, self.hi)]);
+        };
+        let runs = ap.row_runs();
         Cow::Owned(match self.mem {
             Mem::Hbm => {
-                let mut v: Vec<(i128, i128)> = (0..self.ap.parts)
+                let mut v: Vec<(i128, i128)> = (0..ap.parts)
                     .flat_map(|r| {
-                        let b = self.ap.row_base(r);
+                        let b = ap.row_base(r);
                         runs.iter().map(move |(x, y)| (b + x, b + y))
                     })
                     .collect();
@@ -143,7 +160,7 @@ impl Region {
             }
             _ => runs
                 .iter()
-                .map(|(x, y)| (self.ap.offset as i128 + x, self.ap.offset as i128 + y))
+                .map(|(x, y)| (ap.offset as i128 + x, ap.offset as i128 + y))
                 .collect(),
         })
     }
@@ -203,7 +220,7 @@ pub fn regions(core: u8, ins: &Instr) -> Vec<Region> {
 pub fn conflict(a: &[Region], b: &[Region]) -> Option<(usize, usize)> {
     for (i, x) in a.iter().enumerate() {
         for (j, y) in b.iter().enumerate() {
-            let commute = x.accum && y.accum && x.ap.dtype == y.ap.dtype;
+            let commute = x.accum && y.accum && x.dtype == y.dtype;
             if (x.write || y.write) && !commute && x.overlaps(y) {
                 return Some((i, j));
             }

@@ -1222,9 +1222,7 @@ fn trace_waits(t: &mut crate::trace::Trace, core: u8, ins: &Instr, start: u64) {
 
 /// Bytes the instruction's operands touch (trace only).
 fn region_bytes(regs: &[Region]) -> u64 {
-    regs.iter()
-        .map(|r| r.ap.num_elements() as u64 * r.ap.dtype.size() as u64)
-        .sum()
+    regs.iter().map(|r| r.bytes).sum()
 }
 
 /// The first on-chip region the instruction writes (from its `regions`, which list operands in

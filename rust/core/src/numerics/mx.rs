@@ -78,7 +78,8 @@ pub fn scale_value(code: u32) -> f64 {
     if code & 0xFF == 0xFF {
         f64::NAN
     } else {
-        2f64.powi((code & 0xFF) as i32 - 127)
+        // 2^(c - 127) for c in 0..=254 is a normal f64: its bits are the biased exponent alone.
+        f64::from_bits((((code & 0xFF) as u64) + 1023 - 127) << 52)
     }
 }
 
@@ -181,6 +182,14 @@ mod tests {
             };
             assert_eq!(round_wide_to_f32(false, m << 40, e - 40), v);
         }
+    }
+
+    #[test]
+    fn scale_values_are_the_powers_of_two() {
+        for c in 0..255u32 {
+            assert_eq!(scale_value(c), 2f64.powi(c as i32 - 127), "{c}");
+        }
+        assert!(scale_value(0xFF).is_nan());
     }
 
     #[test]

@@ -135,7 +135,7 @@ impl<'p> Pool<'p> {
         let s = &self.slots[k as usize];
         let mut spins = 0u32;
         while s.pending.load(Acquire) >= AHEAD {
-            if !self.drain(k as usize) {
+            if !self.drain(k as usize) && !self.drain_other(k as usize) {
                 relax(&mut spins);
             }
         }
@@ -192,13 +192,19 @@ impl<'p> Pool<'p> {
         true
     }
 
+    /// While a helper holds core `k`: run the queue of another core instead of waiting (the
+    /// lowest first, the one the scheduler likely needs next). `false` if there was none.
+    fn drain_other(&self, k: usize) -> bool {
+        (0..NUM_CORES).any(|j| j != k && self.slots[j].pending.load(Acquire) > 0 && self.drain(j))
+    }
+
     /// Wait until core `k`'s queue is empty, running it here when no helper holds it; the
     /// core's failure (its error) if one of its jobs failed.
     pub(super) fn sync(&self, k: u8) -> Result<()> {
         let s = &self.slots[k as usize];
         let mut spins = 0u32;
         while s.pending.load(Acquire) > 0 {
-            if !self.drain(k as usize) {
+            if !self.drain(k as usize) && !self.drain_other(k as usize) {
                 relax(&mut spins);
             }
         }

@@ -238,6 +238,13 @@ def test_step_limit_and_time_limit_on_2_threads():
     np.testing.assert_array_equal(dev.hbm.get(outs[-1]), refs[-1])
 
 
+def test_memory_limit_is_identical_on_1_and_2_threads():
+    """max_memory (here 1 kB: the all_reduce's buffers exceed it) stops both runs alike."""
+    one, two = _both(_mixed, max_memory=1000)
+    assert one[:2] == ("error", "ResourceError") and one[3] == "run_memory_limit", one
+    assert one == two
+
+
 _ENV_CHILD = textwrap.dedent(
     """
     import hashlib, json, sys

@@ -19,7 +19,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import trn3emu as t3
-from hosttime import load_avg
+from hosttime import blas_threads, load_avg
 
 GIB = 1 << 30
 
@@ -145,6 +145,17 @@ def test_eight_core_data_parallel_threads(benchmark):
         cpu[threads].append((resource.getrusage(resource.RUSAGE_SELF).ru_utime - c0) / wall)
         return wall
 
+    # Control, measured right after: numpy's sgemm on 1 and 2 BLAS threads (what the host gives
+    # any 2-thread work at that moment).
+    x = np.random.default_rng(1).standard_normal((1024, 1024)).astype(np.float32)
+    sgemm: dict[int, list[float]] = {1: [], 2: []}
+
+    def control(threads: int) -> float:
+        with blas_threads(threads):
+            t0 = time.perf_counter()
+            x @ x
+            return time.perf_counter() - t0
+
     try:
         run(2)
         times: dict[int, list[float]] = {1: [], 2: []}
@@ -155,6 +166,10 @@ def test_eight_core_data_parallel_threads(benchmark):
         benchmark.pedantic(dev.run, args=(progs,), kwargs={"check_races": False, "trace": False}, rounds=3)
     finally:
         t3.set_num_threads(0)
+    # After the emulator's runs (BLAS threads spin a while after a call and would slow them).
+    for _ in range(3):
+        for n in (1, 2):
+            sgemm[n].append(control(n))
     med = {n: float(np.median(v)) for n, v in times.items()}
     benchmark.extra_info.update(
         single_thread_s=med[1],
@@ -165,6 +180,7 @@ def test_eight_core_data_parallel_threads(benchmark):
         # when idle, so this bounds what it got rather than what it used)
         two_threads_cpu_per_wall=float(np.median(cpu[2][1:])),
         single_thread_cpu_per_wall=float(np.median(cpu[1])),
+        numpy_sgemm_speedup_2_vs_1_thread=float(np.median(sgemm[1]) / np.median(sgemm[2])),
         loadavg=load_avg(),
         programs=len(natives),
     )

@@ -143,3 +143,41 @@ fn automatic_synchronisation_can_be_cancelled_too() {
     assert_eq!(synced.program(), asm.synced().unwrap().program());
     assert_eq!(asks, 2 * ((n + 3) / CHECK_EVERY));
 }
+
+/// `adds(n)` on `core`.
+fn adds_on(core: u8, n: usize) -> trn3emu_core::Program {
+    let text = adds(n).replace(
+        "hbm:float32+0",
+        &format!("hbm:float32+{}", 4096 * core as u32),
+    );
+    let mut p = parse_program(&text).unwrap();
+    p.core = core;
+    p
+}
+
+#[test]
+fn cores_on_two_threads_poll_and_cancel_as_on_one() {
+    // Four cores of vector adds: with 2 threads their adds run on both (machine/parallel.rs).
+    let progs: Vec<_> = (0..4).map(|c| adds_on(c, 300)).collect();
+    let refs: Vec<&trn3emu_core::Program> = progs.iter().collect();
+    let mut seen = Vec::new();
+    for threads in [1, 2] {
+        trn3emu_core::par::set_num_threads(threads);
+        let mut dev = Device::new();
+        let mut m = Recorder {
+            polls: Vec::new(),
+            stop_at: Some(5),
+        };
+        let e = dev
+            .run_monitored(&refs, &RunOptions::default(), &mut m)
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Interrupted, "{e}");
+        // The device stays usable: a full run completes with every core's sum.
+        let r = dev.run_refs(&refs, &RunOptions::default()).unwrap();
+        let b = &dev.cores[3].sbuf.partition(7)[12..16];
+        assert_eq!(f32::from_le_bytes([b[0], b[1], b[2], b[3]]), 300.0);
+        seen.push((e.message, m.polls, r.executed, r.end_ps));
+    }
+    trn3emu_core::par::set_num_threads(0);
+    assert_eq!(seen[0], seen[1]);
+}

@@ -8,6 +8,7 @@ pub mod fabric;
 mod identical;
 pub mod intercore;
 pub mod limits;
+mod parallel;
 pub mod region;
 pub mod sched;
 pub mod ultra;

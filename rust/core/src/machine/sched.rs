@@ -190,7 +190,7 @@ fn describe(progs: &[Option<&Program>], core: u8, idx: u32) -> String {
     }
 }
 
-fn ins_err(e: EmuError, core: u8, idx: u32, ins: &Instr) -> EmuError {
+pub(super) fn ins_err(e: EmuError, core: u8, idx: u32, ins: &Instr) -> EmuError {
     e.at(idx as usize, format!("{} (core {core})", format_instr(ins)))
 }
 
@@ -249,6 +249,8 @@ pub struct Scheduler<'d, 'p> {
     pub(super) link: Option<super::ultra::ChipLink>,
     /// Wall-time and host-memory limits, checked at every poll.
     limits: super::limits::Limits,
+    /// Cores on host threads (machine/parallel.rs): compute instructions queue there.
+    pub(super) pool: Option<std::sync::Arc<super::parallel::Pool<'p>>>,
 }
 
 /// Run one program per listed core to completion, polling `monitor` on the way.
@@ -262,6 +264,9 @@ pub fn run(
     if let Some(m) = monitor {
         s.next_check = s.next_check.min(POLL_EVERY);
         s.monitor = Some(m);
+    }
+    if super::parallel::wanted(s.progs.iter().flatten().count()) {
+        return super::parallel::run(s, opts.max_memory);
     }
     s.run()
 }
@@ -401,6 +406,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             total: None,
             link: None,
             limits,
+            pool: None,
         })
     }
 
@@ -421,8 +427,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         };
         // A DMA instruction on an engine stream is only the trigger: queue the transfer.
         if matches!(it.work, Work::Instr) && is_dma(it.ins) {
-            self.trigger(&it);
-            return Ok(());
+            return self.trigger(&it);
         }
         let traced = self.traced();
         let regs = if self.opts.check_races || traced {
@@ -731,10 +736,18 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         let Some(group) = self.inter.arrive(ai, (core, idx), ins, now, vc)? else {
             return Ok(());
         };
+        if let Some(pool) = &self.pool {
+            pool.sync_all()?;
+        }
         let dev = &mut *self.dev;
         let rounder = Rounder::new(dev.numerics, core, dev.runs, idx, false);
+        let cores = match &self.pool {
+            // SAFETY: every queue is empty (synced above) and nothing is queued until `mem` ends.
+            Some(pool) => unsafe { pool.all_cores() },
+            None => &mut dev.cores[..],
+        };
         let mut mem = DevMem {
-            cores: &mut dev.cores,
+            cores,
             hbm: &mut dev.hbm,
         };
         let duration = intercore::perform(&group, &self.progs, &mut mem, &rounder, &*dev.cost)?;
@@ -743,7 +756,8 @@ impl<'d, 'p> Scheduler<'d, 'p> {
     }
 
     /// Queue the transfer a DMA instruction triggers on its stream's DMA queue.
-    fn trigger(&mut self, it: &Issued) {
+    fn trigger(&mut self, it: &Issued) -> Result<()> {
+        self.sync_core(it.core)?;
         let ins = it.ins;
         let cost = &*self.dev.cost;
         let end = it.start + cost.engine_ps(ins, it.issue);
@@ -753,7 +767,8 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         } else {
             Vec::new()
         };
-        let regs = Box::new(self.dev.cores[it.core as usize].regs[exec.stream().index()]);
+        let core = core_of(&self.pool, &mut self.dev.cores, it.core);
+        let regs = Box::new(core.regs[exec.stream().index()]);
         let queue = agent_id(it.core, Executor::DmaQueue(exec.stream()));
         self.agents[queue].fifo.push_back(QItem {
             idx: it.idx,
@@ -782,6 +797,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             });
         }
         self.result.executed += 1;
+        Ok(())
     }
 
     /// Race check against every access of the other agents not ordered before this one.
@@ -854,18 +870,22 @@ impl<'d, 'p> Scheduler<'d, 'p> {
     }
 
     /// Run the item's semantics on its core (a released rendezvous already moved its data).
-    fn execute(&mut self, it: &mut Issued) -> Result<()> {
+    fn execute(&mut self, it: &mut Issued<'p>) -> Result<()> {
         if let Work::Release(r) = &mut it.work {
             if let Some(bytes) = r.payload.take() {
+                self.sync_core(it.core)?;
                 self.deliver_payload(it.core, it.ins, &bytes)
                     .map_err(|e| ins_err(e, it.core, it.idx, it.ins))?;
             }
             return Ok(());
         }
-        let dev = &mut *self.dev;
-        let c = &mut dev.cores[it.core as usize];
-        let stream = self.agents[it.agent].exec.stream();
         let compute = matches!(it.work, Work::Instr);
+        if self.defer(it, compute)? {
+            return Ok(());
+        }
+        let dev = &mut *self.dev;
+        let c = core_of(&self.pool, &mut dev.cores, it.core);
+        let stream = self.agents[it.agent].exec.stream();
         let regs = match &mut it.work {
             Work::Transfer { regs, .. } => &mut **regs,
             _ => &mut c.regs[stream.index()],
@@ -1078,7 +1098,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
     fn deliver_payload(&mut self, core: u8, ins: &Instr, bytes: &[u8]) -> Result<()> {
         let dst = engines::intercore::dst_of(ins)?;
         let dev = &mut *self.dev;
-        let c = &mut dev.cores[core as usize];
+        let c = core_of(&self.pool, &mut dev.cores, core);
         let mut mems = Mems {
             sbuf: &mut c.sbuf,
             psum: &mut c.psum,
@@ -1107,6 +1127,61 @@ impl<'d, 'p> Scheduler<'d, 'p> {
 
     pub(super) fn set_base(&mut self, base: u16) {
         self.inter.base = base;
+    }
+}
+
+/// Cores on host threads (machine/parallel.rs): the scheduler's side.
+impl<'d, 'p> Scheduler<'d, 'p> {
+    /// The device's cores, for the pool that runs them on other threads.
+    pub(super) fn cores_ptr(&mut self) -> *mut super::Core {
+        self.dev.cores.as_mut_ptr()
+    }
+
+    /// Queue a compute instruction that touches only its own core (`parallel::deferrable`)
+    /// instead of executing it here; `false` when it must run here (the core's queue then
+    /// drained first).
+    fn defer(&mut self, it: &Issued<'p>, compute: bool) -> Result<bool> {
+        let Some(pool) = &self.pool else {
+            return Ok(false);
+        };
+        if compute && super::parallel::deferrable(it.ins) {
+            let dev = &*self.dev;
+            let rounder = Rounder::new(dev.numerics, it.core, dev.runs, it.idx, true);
+            let job = super::parallel::Job {
+                seq: self.result.executed,
+                idx: it.idx,
+                ins: it.ins,
+                rounder,
+            };
+            pool.push(it.core, job);
+            return Ok(true);
+        }
+        pool.sync(it.core)?;
+        Ok(false)
+    }
+
+    /// Wait until `core`'s queued instructions ran (nothing to wait for on one thread).
+    fn sync_core(&self, core: u8) -> Result<()> {
+        match &self.pool {
+            Some(pool) => pool.sync(core),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Core `k` for the scheduler: through the pool while cores run on other threads (its queue
+/// must be empty: `sync_core`; no reference to the whole `cores` buffer is made then, as a
+/// helper may be using another core), else straight from the device.
+#[allow(clippy::ptr_arg)] // a slice would be a reference to every core
+fn core_of<'a>(
+    pool: &'a Option<std::sync::Arc<super::parallel::Pool>>,
+    cores: &'a mut Vec<super::Core>,
+    k: u8,
+) -> &'a mut super::Core {
+    match pool {
+        // SAFETY: callers sync `k` first and queue nothing on it while the reference lives.
+        Some(pool) => unsafe { pool.core(k) },
+        None => &mut cores[k as usize],
     }
 }
 

@@ -73,6 +73,16 @@ impl Hbm {
         Ok(Hbm { pages, backed: 0 })
     }
 
+    /// An HBM without address space (every access is out of range, a panic): what an
+    /// instruction without HBM operands executes with away from the device's HBM
+    /// (machine/parallel.rs). Costs no host memory.
+    pub fn detached() -> Self {
+        Hbm {
+            pages: Vec::new(),
+            backed: 0,
+        }
+    }
+
     /// Host bytes actually backing HBM.
     pub fn resident_bytes(&self) -> u64 {
         self.backed * PAGE as u64

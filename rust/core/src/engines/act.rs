@@ -182,13 +182,14 @@ pub fn fast_kernel(f: ActFn) -> Option<exp::Func> {
         ActFn::Exp => Some(exp::Func::Exp),
         ActFn::Sigmoid => Some(exp::Func::Sigmoid),
         ActFn::Silu => Some(exp::Func::Silu),
+        ActFn::Tanh => Some(exp::Func::Tanh),
         _ => None,
     }
 }
 
 /// `v[i] = apply_checked(f, fl32(fl32(v[i] * scale) + bias), 0)`, with the function resolved
-/// once per slice for the common functions (the per-element `match` folds away) and exp, sigmoid and
-/// silu on the fast kernel.
+/// once per slice for the common functions (the per-element `match` folds away) and exp, sigmoid,
+/// silu and tanh on the fast kernel.
 pub fn apply_affine_slice(f: ActFn, v: &mut [f32], scale: f32, bias: f32) {
     #[inline(always)]
     fn each(v: &mut [f32], scale: f32, bias: f32, g: impl Fn(f32) -> f32) {
@@ -213,7 +214,6 @@ pub fn apply_affine_slice(f: ActFn, v: &mut [f32], scale: f32, bias: f32) {
         Copy,
         Bypass,
         Relu,
-        Tanh,
         Gelu,
         GeluApprxTanh,
         Square,

@@ -23,8 +23,11 @@
 //!   interval check of exp.rs and then, if still undecided, to the caller's scalar function.
 //! - sigmoid / silu divide with `vdivpd` (exact rounding) after the exp above: the same < 2^-48
 //!   budget as exp.rs's error analysis for these formulas, within the check's reach.
+//! - tanh: both of exp.rs's branches on every lane, blended on |x| < 1/8: `(1 - e) / (1 + e)`
+//!   with the exp above (< 3.96 * 2^-49 + 3 * 2^-53 < 2^-46.8 relative) and the Taylor
+//!   polynomial (< 2^-50): within 2^(52 - 46.8 + 1) < 74 ulps of the exact value, inside `TH`.
 
-use super::exp::Func;
+use super::exp::{Func, TANH_C, TANH_SMALL};
 use std::arch::x86_64::*;
 
 /// 1.5 * 2^52: adding it rounds |v| < 2^51 to an integer held in the low mantissa bits.
@@ -155,6 +158,28 @@ unsafe fn sigmoid8(k: &K, a: __m512d) -> __m512d {
     _mm512_div_pd(num, _mm512_add_pd(one, e))
 }
 
+/// tanh of the f64 lanes `a` (exp.rs's `tanh_f64`; NaN stays NaN): both branches, blended.
+#[inline(always)]
+unsafe fn tanh8(k: &K, a: __m512d) -> __m512d {
+    let sign = _mm512_castpd_si512(_mm512_set1_pd(-0.0));
+    let bits = _mm512_castpd_si512(a);
+    let abs = _mm512_castsi512_pd(_mm512_andnot_si512(sign, bits));
+    let e = exp8(
+        k,
+        _mm512_max_pd(k.lo, _mm512_mul_pd(abs, _mm512_set1_pd(-2.0))),
+    );
+    let big = _mm512_div_pd(_mm512_sub_pd(k.one, e), _mm512_add_pd(k.one, e));
+    let z = _mm512_mul_pd(abs, abs);
+    let mut p = _mm512_set1_pd(TANH_C[6]);
+    for c in TANH_C[1..6].iter().rev() {
+        p = _mm512_fmadd_pd(p, z, _mm512_set1_pd(*c));
+    }
+    let small = _mm512_fmadd_pd(_mm512_mul_pd(abs, z), p, abs);
+    let is_small = _mm512_cmp_pd_mask::<_CMP_LT_OQ>(abs, _mm512_set1_pd(TANH_SMALL));
+    let t = _mm512_castpd_si512(_mm512_mask_blend_pd(is_small, big, small));
+    _mm512_castsi512_pd(_mm512_or_si512(t, _mm512_and_si512(bits, sign)))
+}
+
 /// The f64 result of `f` on 8 fp32 inputs and the lanes whose fp32 rounding is certain.
 #[inline(always)]
 unsafe fn eval(f: Func, k: &K, x: __m256) -> (__m512d, __mmask8) {
@@ -171,6 +196,7 @@ unsafe fn eval(f: Func, k: &K, x: __m256) -> (__m512d, __mmask8) {
             let ninf = _mm512_cmp_pd_mask::<_CMP_EQ_OQ>(a, _mm512_set1_pd(f64::NEG_INFINITY));
             _mm512_mask_blend_pd(ninf, y, _mm512_set1_pd(f64::NAN))
         }
+        Func::Tanh => tanh8(k, a),
     };
     (y, certain(k, y))
 }
@@ -237,18 +263,21 @@ pub unsafe fn map(
         Func::Exp => map_in::<EXP>(v, pre, slow),
         Func::Sigmoid => map_in::<SIGMOID>(v, pre, slow),
         Func::Silu => map_in::<SILU>(v, pre, slow),
+        Func::Tanh => map_in::<TANH>(v, pre, slow),
     }
 }
 
 const EXP: u8 = 0;
 const SIGMOID: u8 = 1;
 const SILU: u8 = 2;
+const TANH: u8 = 3;
 
 fn func(code: u8) -> Func {
     match code {
         EXP => Func::Exp,
         SIGMOID => Func::Sigmoid,
-        _ => Func::Silu,
+        SILU => Func::Silu,
+        _ => Func::Tanh,
     }
 }
 
@@ -294,6 +323,7 @@ pub unsafe fn map_bytes(
         Func::Exp => bytes_in::<EXP>(src, dst, pre, slow),
         Func::Sigmoid => bytes_in::<SIGMOID>(src, dst, pre, slow),
         Func::Silu => bytes_in::<SILU>(src, dst, pre, slow),
+        Func::Tanh => bytes_in::<TANH>(src, dst, pre, slow),
     }
 }
 

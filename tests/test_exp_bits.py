@@ -2,10 +2,13 @@
 libm's float64 exp rounded once to fp32 (docs/numerics.md); the emulator computes it with a fast
 vectorised kernel that must give exactly those bits on every SIMD path. Reference here:
 np.exp(t.astype(float64)).astype(float32) of the fp32 pre-step t, compared bitwise (NaN positions
-compared as NaN; NaN payloads compared across paths). Sigmoid and silu share the kernel; their
-references are the documented float64 formulas on np.exp, rounded once."""
+compared as NaN; NaN payloads compared across paths). Sigmoid, silu and tanh share the kernel; their
+references are the documented float64 formulas on np.exp, rounded once, and libm's float64 tanh
+(Python's math.tanh, the same host libm) rounded once."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -51,6 +54,11 @@ def sigmoid_ref(t: np.ndarray) -> np.ndarray:
 def silu_ref(t: np.ndarray) -> np.ndarray:
     v = t.astype(F64)
     return np.where(v == -np.inf, 0.0, v * sigmoid64(v)).astype(F32)  # silu(-inf) = its limit +0
+
+
+def tanh_ref(t: np.ndarray) -> np.ndarray:
+    """libm's float64 tanh rounded once (math.tanh: +-1 at +-inf, NaN stays NaN)."""
+    return np.vectorize(math.tanh, otypes=[F64])(t.astype(F64)).astype(F32)
 
 
 def inputs(seed: int) -> np.ndarray:
@@ -149,11 +157,17 @@ def test_exp_limits_and_signed_zero():
         assert np.isfinite(got[0, 6]) and got[0, 6] > 3.4e38 and got[0, 7] == np.inf
 
 
-@pytest.mark.parametrize("op,ref", [("sigmoid", sigmoid_ref), ("silu", silu_ref)])
-def test_sigmoid_silu_are_f64_formulas_rounded_once_on_every_simd_path(op, ref):
+@pytest.mark.parametrize("op,ref", [("sigmoid", sigmoid_ref), ("silu", silu_ref), ("tanh", tanh_ref)])
+def test_sigmoid_silu_tanh_are_f64_formulas_rounded_once_on_every_simd_path(op, ref):
     x = inputs(2)
     tiny = np.array([1e-45, -3e-45, 2.5e-38, -1e-40, 7e-39], F32)  # silu ~ x/2: subnormal midpoints
     x[0, : tiny.size] = tiny
+    # tanh's branch point 1/8 and where it reaches 1.0 (|x| ~ 9.01), densely, both signs
+    near = np.array([0.125, 9.010913, 1e-3], F32).view(np.int32)[:, None] + np.arange(-500, 500, dtype=np.int32)
+    near = near.view(F32).ravel()
+    flat = x.reshape(-1).copy()
+    flat[N : N + 2 * near.size] = np.concatenate([near, -near])
+    x = flat.reshape(P, N)
     s, b = F32(0.75), F32(-0.5)
 
     def body(p, xt, o, o_aff, o_a2):

@@ -182,13 +182,52 @@ pub fn fast_kernel(f: ActFn) -> Option<exp::Func> {
         ActFn::Exp => Some(exp::Func::Exp),
         ActFn::Sigmoid => Some(exp::Func::Sigmoid),
         ActFn::Silu => Some(exp::Func::Silu),
+        ActFn::Tanh => Some(exp::Func::Tanh),
         _ => None,
     }
 }
 
+/// Rows shorter than this are batched: the fp32 affine step per row, then the function over the
+/// whole block in one call (a [128, 1] column is one kernel call, not 128).
+pub const SHORT_ROW: usize = 16;
+
+/// `out[k * w + j] = apply_checked(f, fl32(fl32(x[k * w + j] * scale[k]) + bias[k]), 0)` for the
+/// rows of a block (`x` and `out` row-major with rows of `w`): `apply_affine_slice` per row, or
+/// for rows shorter than `SHORT_ROW` the affine step on every element first and the function
+/// over the whole block (same fp32 operations, same bits).
+pub fn apply_affine_rows(
+    f: ActFn,
+    x: &[f32],
+    out: &mut [f32],
+    w: usize,
+    scale: &[f32],
+    bias: &[f32],
+) {
+    let w = w.max(1);
+    if w >= SHORT_ROW {
+        out.copy_from_slice(x);
+        for (k, row) in out.chunks_exact_mut(w).enumerate() {
+            apply_affine_slice(f, row, scale[k], bias[k]);
+        }
+        return;
+    }
+    for (k, (o, i)) in out.chunks_exact_mut(w).zip(x.chunks_exact(w)).enumerate() {
+        let (s, b) = (scale[k], bias[k]);
+        for (o, i) in o.iter_mut().zip(i) {
+            *o = *i * s + b;
+        }
+    }
+    match fast_kernel(f) {
+        Some(k) => {
+            exp::map(k, out, |x| x, |x| apply_checked(f, x, 0.0));
+        }
+        None => out.iter_mut().for_each(|v| *v = apply_checked(f, *v, 0.0)),
+    }
+}
+
 /// `v[i] = apply_checked(f, fl32(fl32(v[i] * scale) + bias), 0)`, with the function resolved
-/// once per slice for the common functions (the per-element `match` folds away) and exp, sigmoid and
-/// silu on the fast kernel.
+/// once per slice for the common functions (the per-element `match` folds away) and exp, sigmoid,
+/// silu and tanh on the fast kernel.
 pub fn apply_affine_slice(f: ActFn, v: &mut [f32], scale: f32, bias: f32) {
     #[inline(always)]
     fn each(v: &mut [f32], scale: f32, bias: f32, g: impl Fn(f32) -> f32) {
@@ -213,7 +252,6 @@ pub fn apply_affine_slice(f: ActFn, v: &mut [f32], scale: f32, bias: f32) {
         Copy,
         Bypass,
         Relu,
-        Tanh,
         Gelu,
         GeluApprxTanh,
         Square,

@@ -24,6 +24,7 @@ pub const CHUNK: usize = 2048;
 
 thread_local! {
     static SCRATCH_F32: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    static TILE_F32: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     static SCRATCH_U32: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -95,11 +96,11 @@ pub fn can_stream(dst: &Ap, srcs: &[&Ap]) -> bool {
 
 /// The block shape of a streamed map: `rows` partition rows of `width` columns at a time, so
 /// short rows are batched (a [128, 1] tile is one block) and long rows are cut into chunks.
-fn block(parts: usize, free: usize) -> (usize, usize) {
-    if free >= CHUNK {
-        (1, CHUNK)
+fn block(parts: usize, free: usize, chunk: usize) -> (usize, usize) {
+    if free >= chunk {
+        (1, chunk)
     } else {
-        ((CHUNK / free.max(1)).clamp(1, parts.max(1)), free)
+        ((chunk / free.max(1)).clamp(1, parts.max(1)), free)
     }
 }
 
@@ -188,6 +189,7 @@ fn drive<T: Copy + Default, const N: usize>(
     dst: &Ap,
     srcs: &[&Ap; N],
     (gd, gs): (RowGeom, [RowGeom; N]),
+    chunk: usize,
     scratch: &mut Vec<T>,
     read: impl Fn(&Ap, &[u8], Runs, &mut [T]),
     mut write: impl FnMut(&Ap, &mut [u8], Runs, &[T]),
@@ -195,7 +197,7 @@ fn drive<T: Copy + Default, const N: usize>(
 ) {
     let parts = dst.parts as usize;
     let free = gd.free;
-    let (rows_per, width) = block(parts, free);
+    let (rows_per, width) = block(parts, free, chunk);
     let cap = rows_per * width;
     if scratch.len() < (N + 1) * cap {
         scratch.resize((N + 1) * cap, T::default());
@@ -235,8 +237,26 @@ pub fn map_f32<const N: usize>(
     srcs: [&Ap; N],
     kernel: impl Fn(usize, usize, usize, usize, [&[f32]; N], &mut [f32]),
 ) -> bool {
+    map_f32_grouped(ctx, dst, srcs, 1, kernel)
+}
+
+/// `map_f32` with blocks of at least `min_rows` whole rows when that many rows of up to
+/// `CHUNK` elements fit (for kernels that interleave work across rows); otherwise `map_f32`'s.
+pub fn map_f32_grouped<const N: usize>(
+    ctx: &mut Ctx,
+    dst: &Ap,
+    srcs: [&Ap; N],
+    min_rows: usize,
+    kernel: impl Fn(usize, usize, usize, usize, [&[f32]; N], &mut [f32]),
+) -> bool {
     let Some(p) = plan(dst, &srcs) else {
         return false;
+    };
+    let free = dst.free_size();
+    let chunk = if free <= CHUNK {
+        CHUNK.max(min_rows * free).min(4 * CHUNK)
+    } else {
+        CHUNK
     };
     let rounder = ctx.rounder;
     SCRATCH_F32.with(|cell| {
@@ -246,6 +266,7 @@ pub fn map_f32<const N: usize>(
             dst,
             &srcs,
             p,
+            chunk,
             &mut scratch,
             |s, mem, runs, buf| decode_runs(s.dtype, mem, runs, buf),
             |d, mem, runs, out| encode_runs(&rounder, d.dtype, mem, runs, out),
@@ -272,6 +293,7 @@ pub fn map_raw<const N: usize>(
             dst,
             &srcs,
             p,
+            CHUNK,
             &mut scratch,
             |s, mem, runs, buf| decode_raw_runs(s.dtype, mem, runs, buf),
             |d, mem, runs, out| encode_raw_runs(d.dtype, mem, runs, out),
@@ -281,10 +303,15 @@ pub fn map_raw<const N: usize>(
     true
 }
 
-/// Same-dtype copy of raw element bytes, streamed; false when the materialising path is needed.
+/// Same-dtype copy of raw element bytes, streamed (dense rows of whole bytes: one row copy
+/// each, `fused_dense`); false when the materialising path is needed.
 pub fn copy_same(ctx: &mut Ctx, dst: &Ap, src: &Ap) -> bool {
     if dst.dtype != src.dtype {
         return false;
+    }
+    if !dst.dtype.is_packed() && fused_dense(ctx, dst, [src], |_, [x], out| out.copy_from_slice(x))
+    {
+        return true;
     }
     map_raw(ctx, dst, [src], |_, _, _, _, [x], out| {
         out.copy_from_slice(x)
@@ -339,6 +366,35 @@ fn write_direct<T>(
 /// A whole static on-chip pattern decoded to fp32 (row-major).
 pub fn read_f32_direct(mems: &Mems, ap: &Ap) -> Option<Vec<f32>> {
     read_direct(mems, ap, decode_runs)
+}
+
+/// `f` of a whole static on-chip pattern decoded to fp32 (row-major, as `read_f32_direct`) in a
+/// per-thread buffer reused across calls: no allocation and no zeroing once it has grown.
+/// `None` if not applicable (or the buffer is in use further up the stack).
+pub fn with_f32_direct<R>(mems: &Mems, ap: &Ap, f: impl FnOnce(&[f32]) -> R) -> Option<R> {
+    if !static_onchip(ap) {
+        return None;
+    }
+    let g = RowGeom::new(ap)?;
+    let n = ap.parts as usize * g.free;
+    TILE_F32.with(|cell| {
+        let mut buf = cell.try_borrow_mut().ok()?;
+        if buf.len() < n {
+            buf.resize(n, 0.0);
+        }
+        let mem = onchip(mems, ap.mem);
+        let mut list = Vec::new();
+        let runs = block_runs(
+            ap,
+            &g,
+            mem.stride(),
+            (0, ap.parts as usize),
+            (0, g.free),
+            &mut list,
+        );
+        decode_runs(ap.dtype, mem.raw(), runs, &mut buf[..n]);
+        Some(f(&buf[..n]))
+    })
 }
 
 /// Raw words of a whole static on-chip pattern (row-major).

@@ -219,10 +219,13 @@ fn activate_streamed(
 ) -> bool {
     let scale = ctx.scalar(scale, src.parts);
     let bias = ctx.scalar_or(bias, src.parts, 0.0);
-    // fp32 in and out, dense rows, no overlap, a fast kernel: one pass through memory.
-    if let Some(k) =
-        act::fast_kernel(f).filter(|_| dst.dtype == DType::Float32 && src.dtype == DType::Float32)
-    {
+    // fp32 in and out, dense rows (not short ones: those batch below), no overlap, a fast
+    // kernel: one pass through memory.
+    if let Some(k) = act::fast_kernel(f).filter(|_| {
+        dst.dtype == DType::Float32
+            && src.dtype == DType::Float32
+            && src.free_size() >= act::SHORT_ROW
+    }) {
         let fused = super::rows::fused_dense(ctx, dst, [src], |r, [x], out| {
             let (s, b) = (scale[r], bias[r]);
             exp::map_bytes(k, x, out, |x| x * s + b, |x| act::apply_checked(f, x, 0.0));
@@ -231,11 +234,12 @@ fn activate_streamed(
             return true;
         }
     }
-    super::rows::map_f32(ctx, dst, [src], |r0, _, _, w, [x], out| {
-        out.copy_from_slice(x);
-        for (k, row) in out.chunks_exact_mut(w.max(1)).enumerate() {
-            act::apply_affine_slice(f, row, scale[r0 + k], bias[r0 + k]);
-        }
+    if super::act_stream::copy_fused(ctx, f, (dst, src), &scale, &bias) {
+        return true;
+    }
+    super::rows::map_f32(ctx, dst, [src], |r0, rows, _, w, [x], out| {
+        let (s, b) = (&scale[r0..r0 + rows], &bias[r0..r0 + rows]);
+        act::apply_affine_rows(f, x, out, w, s, b);
     })
 }
 
@@ -285,10 +289,12 @@ fn activation(v: &Activation, ctx: &mut Ctx) -> Result<()> {
     {
         return Ok(());
     }
-    let (out, n) = activate(ctx, f, src, v.scale, v.bias);
-    ctx.write_f32(dst, &out);
     let base = src.start as usize;
-    accumulate(ctx, base, &out, n, cmd, AluOp::Add);
+    if !super::act_stream::activate_reduce(ctx, f, (dst, src), v.scale, v.bias, cmd) {
+        let (out, n) = activate(ctx, f, src, v.scale, v.bias);
+        ctx.write_f32(dst, &out);
+        accumulate(ctx, base, &out, n, cmd, AluOp::Add);
+    }
     read_out(ctx, v.reduce_res, base, src.parts as usize);
     Ok(())
 }
@@ -314,10 +320,13 @@ fn check_activation_reduce(v: &ActivationReduce) -> Result<()> {
 /// = activation(..., reduce_cmd=reset_reduce, reduce_res).
 fn activation_reduce(v: &ActivationReduce, ctx: &mut Ctx) -> Result<()> {
     let (dst, src) = (v.dst, v.data);
-    let (out, n) = activate(ctx, v.op, src, v.scale, v.bias);
-    ctx.write_f32(dst, &out);
     let base = src.start as usize;
-    accumulate(ctx, base, &out, n, ReduceCmd::ResetReduce, AluOp::Add);
+    let cmd = ReduceCmd::ResetReduce;
+    if !super::act_stream::activate_reduce(ctx, v.op, (dst, src), v.scale, v.bias, cmd) {
+        let (out, n) = activate(ctx, v.op, src, v.scale, v.bias);
+        ctx.write_f32(dst, &out);
+        accumulate(ctx, base, &out, n, cmd, AluOp::Add);
+    }
     read_out(ctx, Some(v.reduce_res), base, src.parts as usize);
     Ok(())
 }

@@ -128,24 +128,28 @@ fn tensor_reduce(v: &TensorReduce, ctx: &mut Ctx) -> Result<()> {
         return Ok(());
     }
     let negate = v.negate;
-    let x = ctx.read_f32(data);
-    let mut out: Vec<f32> = match op {
-        AluOp::LogicalAnd | AluOp::LogicalOr | AluOp::LogicalXor => {
-            let init = if op == AluOp::LogicalAnd { 1.0 } else { 0.0 };
-            (0..groups)
-                .map(|g| {
-                    x[g * m..(g + 1) * m]
-                        .iter()
-                        .fold(init, |a, b| apply(op, a, *b))
-                })
-                .collect()
-        }
-        _ => {
-            let mut o = vec![0f32; groups];
-            reduce_groups(op, &x[..groups * m], m, &mut o);
-            o
+    let reduce = |x: &[f32]| -> Vec<f32> {
+        match op {
+            AluOp::LogicalAnd | AluOp::LogicalOr | AluOp::LogicalXor => {
+                let init = if op == AluOp::LogicalAnd { 1.0 } else { 0.0 };
+                (0..groups)
+                    .map(|g| {
+                        x[g * m..(g + 1) * m]
+                            .iter()
+                            .fold(init, |a, b| apply(op, a, *b))
+                    })
+                    .collect()
+            }
+            _ => {
+                let mut o = vec![0f32; groups];
+                reduce_groups(op, &x[..groups * m], m, &mut o);
+                o
+            }
         }
     };
+    // on-chip data decodes into a reused buffer (no whole-tile allocation per instruction)
+    let mut out = super::rows::with_f32_direct(&ctx.mems, data, reduce)
+        .unwrap_or_else(|| reduce(&ctx.read_f32(data)));
     if negate {
         for v in &mut out {
             *v = -*v;

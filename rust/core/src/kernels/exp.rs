@@ -1,6 +1,7 @@
-//! fp32 `exp` (and `sigmoid`, `silu`) over slices, bit-identical to the emulator's definition
-//! `(x as f64).exp() as f32` (libm's f64 exp rounded once to fp32; engines/act.rs, which also
-//! holds the sigmoid / silu f64 formulas) but several times faster.
+//! fp32 `exp` (and `sigmoid`, `silu`, `tanh`) over slices, bit-identical to the emulator's
+//! definition `(x as f64).exp() as f32` (libm's f64 exp rounded once to fp32; engines/act.rs,
+//! which also holds the sigmoid / silu f64 formulas and `(x as f64).tanh() as f32`) but several
+//! times faster.
 //!
 //! Per element: a fast f64 exp `y` with a proven relative error, then a rounding check. With
 //! `D = 2^-44` comfortably above (this error + libm's), libm's f64 result lies in
@@ -110,12 +111,52 @@ fn silu_f64<const FMA: bool>(x: f32) -> f64 {
     }
 }
 
+/// Below this |x| tanh takes its Taylor polynomial, above it `(1 - e) / (1 + e)`, e = exp(-2|x|).
+pub(super) const TANH_SMALL: f64 = 0.125;
+/// tanh(x) / x = sum of `TANH_C[k] x^2k` (Taylor, k = 0..=6; the coefficients alternate in sign
+/// and decrease, so the first omitted term, 0.00146 x^14 <= 2^-51.4 for |x| < 1/8, bounds the
+/// truncation).
+pub(super) const TANH_C: [f64; 7] = [
+    1.0,
+    -1.0 / 3.0,
+    2.0 / 15.0,
+    -17.0 / 315.0,
+    62.0 / 2835.0,
+    -1382.0 / 155925.0,
+    21844.0 / 6081075.0,
+];
+
+/// act.rs's tanh (libm's f64 tanh) from the fast exp. For |x| >= 1/8, `(1 - e) / (1 + e)` with
+/// e = exp(-2|x|) (-2|x| is exact in fp32; overflow to -inf is clamped like any exp input):
+/// an exp error of relative size d moves the result by `2e / (1 - e^2) d` <= 3.96 d at |x| = 1/8
+/// (smaller above), plus three roundings: < 2^-45 relative with the portable exp's 2^-47, within
+/// the check's 2^-44 with libm's own error (< 2 ulp). Below 1/8 the odd Taylor polynomial (see
+/// `TANH_C`): truncation < 2^-51.4, roundings < 2^-51 relative. The sign is copied from x, so
+/// -0 stays -0 and tanh stays odd; NaN stays NaN (the caller's scalar path).
+#[inline(always)]
+fn tanh_f64<const FMA: bool>(x: f32) -> f64 {
+    let a = (x as f64).abs();
+    let t = if a < TANH_SMALL {
+        let z = a * a;
+        let mut p = TANH_C[6];
+        for c in TANH_C[1..6].iter().rev() {
+            p = madd::<FMA>(p, z, *c);
+        }
+        madd::<FMA>(a * z, p, a)
+    } else {
+        let e = exp_f64::<FMA>(-2.0 * x.abs());
+        (1.0 - e) / (1.0 + e)
+    };
+    t.copysign(x as f64)
+}
+
 /// The functions with a fast path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Func {
     Exp,
     Sigmoid,
     Silu,
+    Tanh,
 }
 
 /// The fp32 rounding of `y` when it is certain, and whether it is.
@@ -239,6 +280,7 @@ fn run<const FMA: bool>(
         Func::Exp => body(v, pre, exp_f64::<FMA>, slow),
         Func::Sigmoid => body(v, pre, sigmoid_f64::<FMA>, slow),
         Func::Silu => body(v, pre, silu_f64::<FMA>, slow),
+        Func::Tanh => body(v, pre, tanh_f64::<FMA>, slow),
     }
 }
 
@@ -421,6 +463,58 @@ mod tests {
         }
     }
 
+    /// act.rs's tanh: libm's f64 tanh rounded once, +-1 at +-inf.
+    fn tanh_ref(x: f32) -> f32 {
+        match x {
+            f32::INFINITY => 1.0,
+            f32::NEG_INFINITY => -1.0,
+            _ => (x as f64).tanh() as f32,
+        }
+    }
+
+    /// Inputs for tanh: `inputs()` plus dense sweeps around the branch point 1/8, the range
+    /// where tanh leaves 1.0 (|x| ~ 9) and small magnitudes.
+    fn tanh_inputs() -> Vec<f32> {
+        let mut xs = inputs();
+        for t in [
+            0.125f32, -0.125, 9.010_913, -9.010_913, 1e-4, 2e-13, 0.5, 3.0,
+        ] {
+            let b = t.to_bits() as i64;
+            xs.extend((b - 200_000..b + 200_000).map(|b| f32::from_bits(b as u32)));
+        }
+        xs
+    }
+
+    #[test]
+    fn tanh_matches_libm_bitwise_on_every_path() {
+        let xs = tanh_inputs();
+        let nans = xs.iter().filter(|x| x.is_nan()).count();
+        for p in paths() {
+            let (bad, fallbacks) = check_with(p, Func::Tanh, &xs, tanh_ref);
+            assert_eq!(bad, 0, "{p:?} tanh: {bad} of {} differ", xs.len());
+            let others = fallbacks - nans;
+            eprintln!("{p:?} tanh: {others} fallbacks of {}", xs.len());
+            assert!(others < 400, "{p:?} tanh: {others} fallbacks");
+        }
+    }
+
+    #[test]
+    fn fast_tanh_is_within_its_error_bound() {
+        // the bound the rounding check relies on (module doc of tanh_f64), against libm
+        let mut worst = 0f64;
+        for x in tanh_inputs() {
+            if !x.is_finite() || x == 0.0 {
+                continue;
+            }
+            let l = (x as f64).tanh();
+            for y in [tanh_f64::<false>(x), tanh_f64::<true>(x)] {
+                worst = worst.max(((y - l) / l).abs());
+            }
+        }
+        assert!(worst < 2f64.powi(-45), "worst relative error {worst:e}");
+        assert!(worst > 0.0);
+    }
+
     #[test]
     fn sigmoid_and_silu_match_their_f64_formulas_bitwise() {
         let xs = inputs();
@@ -467,14 +561,15 @@ mod tests {
         }
     }
 
-    /// Sigmoid and silu on all 2^32 inputs, on the host's best path (release, `--ignored`).
+    /// Sigmoid, silu and tanh on all 2^32 inputs, on the host's best path (release, `--ignored`).
     #[test]
     #[ignore]
-    fn exhaustive_sigmoid_silu() {
+    fn exhaustive_sigmoid_silu_tanh() {
         let p = simd::path();
         for (f, want) in [
             (Func::Sigmoid, sigmoid_ref as fn(f32) -> f32),
             (Func::Silu, silu_ref),
+            (Func::Tanh, tanh_ref),
         ] {
             let (mut bad, mut fallbacks) = (0usize, 0usize);
             let block = 1u64 << 24;

@@ -23,8 +23,11 @@
 //!   interval check of exp.rs and then, if still undecided, to the caller's scalar function.
 //! - sigmoid / silu divide with `vdivpd` (exact rounding) after the exp above: the same < 2^-48
 //!   budget as exp.rs's error analysis for these formulas, within the check's reach.
+//! - tanh: both of exp.rs's branches on every lane, blended on |x| < 1/8: `(1 - e) / (1 + e)`
+//!   with the exp above (< 3.96 * 2^-49 + 3 * 2^-53 < 2^-46.8 relative) and the Taylor
+//!   polynomial (< 2^-50): within 2^(52 - 46.8 + 1) < 74 ulps of the exact value, inside `TH`.
 
-use super::exp::Func;
+use super::exp::{Func, TANH_C, TANH_SMALL};
 use std::arch::x86_64::*;
 
 /// 1.5 * 2^52: adding it rounds |v| < 2^51 to an integer held in the low mantissa bits.
@@ -54,6 +57,11 @@ const TABLE: [f64; 16] = [
 ];
 /// Distance (f64 ulps) from the fp32 half-way pattern below which a lane is not decided here.
 const TH: i64 = 512;
+/// exp inputs from which the result is an fp32 normal for sure (e^-87 > 2^-126 (1 + 2^-40)), and
+/// below which it rounds to +0 for sure (e^-104 < 2^-150 (1 - 2^-40)): exp decides its range
+/// from the fp32 input, 16 lanes at a time, instead of from each f64 result.
+const EXP_NORMAL_X: f32 = -87.0;
+const EXP_TINY_X: f32 = -104.0;
 
 /// The constants of one run, loaded once (kept in registers across the loop).
 #[derive(Clone, Copy)]
@@ -74,6 +82,10 @@ struct K {
     two_th: __m512i,
     min_normal: __m512d,
     tiny: __m512d,
+    lo32: __m512,
+    hi32: __m512,
+    normal_x: __m512,
+    tiny_x: __m512,
 }
 
 #[inline(always)]
@@ -103,6 +115,10 @@ unsafe fn k() -> K {
         two_th: _mm512_set1_epi64(2 * TH),
         min_normal: s(f64::from_bits(0x3810_0000_0000_0000)), // 2^-126
         tiny: s(f64::from_bits(0x3680_0000_0000_0000)),       // 2^-151
+        lo32: _mm512_set1_ps(-150.0),
+        hi32: _mm512_set1_ps(100.0),
+        normal_x: _mm512_set1_ps(EXP_NORMAL_X),
+        tiny_x: _mm512_set1_ps(EXP_TINY_X),
     }
 }
 
@@ -130,13 +146,20 @@ unsafe fn clamp(k: &K, v: __m512d) -> __m512d {
     _mm512_max_pd(k.lo, _mm512_min_pd(k.hi, v))
 }
 
-/// Lanes whose fp32 rounding of `y` is certain (module doc).
+/// Lanes of `y` more than `TH` ulps from an fp32 rounding midpoint (module doc); only meaningful
+/// where the fp32 result is normal.
 #[inline(always)]
-unsafe fn certain(k: &K, y: __m512d) -> __mmask8 {
+unsafe fn far(k: &K, y: __m512d) -> __mmask8 {
     let bits = _mm512_castpd_si512(y);
     // (low 29 bits - (2^28 - TH)) mod 2^29 > 2 TH  <=>  |low 29 bits - 2^28| > TH
     let m = _mm512_and_si512(_mm512_add_epi64(bits, k.bias), k.low29);
-    let far = _mm512_cmpgt_epi64_mask(m, k.two_th);
+    _mm512_cmpgt_epi64_mask(m, k.two_th)
+}
+
+/// Lanes whose fp32 rounding of `y` is certain (module doc).
+#[inline(always)]
+unsafe fn certain(k: &K, y: __m512d) -> __mmask8 {
+    let far = far(k, y);
     let ay = _mm512_abs_pd(y);
     let normal = _mm512_cmp_pd_mask::<_CMP_GE_OQ>(ay, k.min_normal);
     let tiny = _mm512_cmp_pd_mask::<_CMP_LT_OQ>(ay, k.tiny);
@@ -155,12 +178,34 @@ unsafe fn sigmoid8(k: &K, a: __m512d) -> __m512d {
     _mm512_div_pd(num, _mm512_add_pd(one, e))
 }
 
+/// tanh of the f64 lanes `a` (exp.rs's `tanh_f64`; NaN stays NaN): both branches, blended.
+#[inline(always)]
+unsafe fn tanh8(k: &K, a: __m512d) -> __m512d {
+    let sign = _mm512_castpd_si512(_mm512_set1_pd(-0.0));
+    let bits = _mm512_castpd_si512(a);
+    let abs = _mm512_castsi512_pd(_mm512_andnot_si512(sign, bits));
+    let e = exp8(
+        k,
+        _mm512_max_pd(k.lo, _mm512_mul_pd(abs, _mm512_set1_pd(-2.0))),
+    );
+    let big = _mm512_div_pd(_mm512_sub_pd(k.one, e), _mm512_add_pd(k.one, e));
+    let z = _mm512_mul_pd(abs, abs);
+    let mut p = _mm512_set1_pd(TANH_C[6]);
+    for c in TANH_C[1..6].iter().rev() {
+        p = _mm512_fmadd_pd(p, z, _mm512_set1_pd(*c));
+    }
+    let small = _mm512_fmadd_pd(_mm512_mul_pd(abs, z), p, abs);
+    let is_small = _mm512_cmp_pd_mask::<_CMP_LT_OQ>(abs, _mm512_set1_pd(TANH_SMALL));
+    let t = _mm512_castpd_si512(_mm512_mask_blend_pd(is_small, big, small));
+    _mm512_castsi512_pd(_mm512_or_si512(t, _mm512_and_si512(bits, sign)))
+}
+
 /// The f64 result of `f` on 8 fp32 inputs and the lanes whose fp32 rounding is certain.
 #[inline(always)]
 unsafe fn eval(f: Func, k: &K, x: __m256) -> (__m512d, __mmask8) {
     let a = _mm512_cvtps_pd(x);
     let y = match f {
-        Func::Exp => exp8(k, clamp(k, a)),
+        Func::Exp => exp8(k, clamp(k, a)), // (step takes exp 16 lanes at a time)
         Func::Sigmoid => sigmoid8(k, a),
         Func::Silu => {
             // below -150 the clamped sigmoid is not accurate, but |x| e^x < 2^-200 there: -0
@@ -171,8 +216,29 @@ unsafe fn eval(f: Func, k: &K, x: __m256) -> (__m512d, __mmask8) {
             let ninf = _mm512_cmp_pd_mask::<_CMP_EQ_OQ>(a, _mm512_set1_pd(f64::NEG_INFINITY));
             _mm512_mask_blend_pd(ninf, y, _mm512_set1_pd(f64::NAN))
         }
+        Func::Tanh => tanh8(k, a),
     };
     (y, certain(k, y))
+}
+
+/// exp of 16 fp32 lanes: clamped and range-checked in fp32, evaluated as two f64 halves; the
+/// mask of lanes whose fp32 rounding is certain (`EXP_NORMAL_X`, `EXP_TINY_X`; NaN fails both).
+#[inline(always)]
+unsafe fn exp16(k: &K, x: __m512) -> (__m512d, __m512d, u16) {
+    let xc = _mm512_max_ps(k.lo32, _mm512_min_ps(k.hi32, x)); // NaN stays NaN
+    let h = _mm512_castps_pd(xc);
+    let y0 = exp8(
+        k,
+        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_castpd512_pd256(h))),
+    );
+    let y1 = exp8(
+        k,
+        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(h))),
+    );
+    let far = far(k, y0) as u16 | (far(k, y1) as u16) << 8;
+    let normal = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, k.normal_x);
+    let tiny = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, k.tiny_x);
+    (y0, y1, (far & normal) | tiny)
 }
 
 /// 16 elements in place (already through `pre`); returns the mask of decided lanes and, when
@@ -180,11 +246,15 @@ unsafe fn eval(f: Func, k: &K, x: __m256) -> (__m512d, __mmask8) {
 #[inline(always)]
 unsafe fn step(f: Func, k: &K, xs: &mut [f32; 16], ys: &mut [f64; 16]) -> u16 {
     let p = xs.as_mut_ptr();
-    let (y0, ok0) = eval(f, k, _mm256_loadu_ps(p));
-    let (y1, ok1) = eval(f, k, _mm256_loadu_ps(p.add(8)));
+    let (y0, y1, ok) = if f == Func::Exp {
+        exp16(k, _mm512_loadu_ps(p))
+    } else {
+        let (y0, ok0) = eval(f, k, _mm256_loadu_ps(p));
+        let (y1, ok1) = eval(f, k, _mm256_loadu_ps(p.add(8)));
+        (y0, y1, ok0 as u16 | (ok1 as u16) << 8)
+    };
     _mm256_storeu_ps(p, _mm512_cvtpd_ps(y0));
     _mm256_storeu_ps(p.add(8), _mm512_cvtpd_ps(y1));
-    let ok = ok0 as u16 | (ok1 as u16) << 8;
     if ok != u16::MAX {
         _mm512_storeu_pd(ys.as_mut_ptr(), y0);
         _mm512_storeu_pd(ys.as_mut_ptr().add(8), y1);
@@ -237,18 +307,21 @@ pub unsafe fn map(
         Func::Exp => map_in::<EXP>(v, pre, slow),
         Func::Sigmoid => map_in::<SIGMOID>(v, pre, slow),
         Func::Silu => map_in::<SILU>(v, pre, slow),
+        Func::Tanh => map_in::<TANH>(v, pre, slow),
     }
 }
 
 const EXP: u8 = 0;
 const SIGMOID: u8 = 1;
 const SILU: u8 = 2;
+const TANH: u8 = 3;
 
 fn func(code: u8) -> Func {
     match code {
         EXP => Func::Exp,
         SIGMOID => Func::Sigmoid,
-        _ => Func::Silu,
+        SILU => Func::Silu,
+        _ => Func::Tanh,
     }
 }
 
@@ -294,6 +367,7 @@ pub unsafe fn map_bytes(
         Func::Exp => bytes_in::<EXP>(src, dst, pre, slow),
         Func::Sigmoid => bytes_in::<SIGMOID>(src, dst, pre, slow),
         Func::Silu => bytes_in::<SILU>(src, dst, pre, slow),
+        Func::Tanh => bytes_in::<TANH>(src, dst, pre, slow),
     }
 }
 

@@ -424,7 +424,15 @@ pub fn encode_runs(rd: &Rounder, dt: DType, mem: &mut [u8], runs: Runs, vals: &[
     let sr = !rd.is_default();
     match dt {
         DType::Float32 => enc::<4, _>(mem, runs, vals, |v| v.to_bits()),
-        DType::Bfloat16 if !sr => enc::<2, _>(mem, runs, vals, |v| bf16_rne(v.to_bits())),
+        DType::Bfloat16 if !sr => match runs {
+            Runs::Grid(g) if g.n >= 16 => {
+                // dense rows: each row one run through the wide loop below
+                for (r, v) in g.iter().zip(vals.chunks_exact(g.n)) {
+                    bf16_dense(&mut mem[r.off..r.off + 2 * r.n], v);
+                }
+            }
+            _ => enc::<2, _>(mem, runs, vals, |v| bf16_rne(v.to_bits())),
+        },
         DType::Float16 if !sr => {
             let fe = FastEnc::FP16;
             enc::<2, _>(mem, runs, vals, |v| fe.encode(v.to_bits()))
@@ -447,6 +455,30 @@ pub fn encode_runs(rd: &Rounder, dt: DType, mem: &mut [u8], runs: Runs, vals: &[
             _ => enc_idx::<4>(mem, runs, vals, |i, v| rd.from_f32(dt, v, i)),
         },
     }
+}
+
+/// `bf16_rne` of a dense run into little-endian bytes: the same integer steps, compiled for
+/// AVX-512 (16 lanes, `vpmovdw`) where the host has it; the baseline build only vectorises them
+/// 4 lanes wide with SSE2 shuffles (~4x slower on the bf16 outputs of activations and copies).
+fn bf16_dense(dst: &mut [u8], vals: &[f32]) {
+    #[inline(always)]
+    fn each(dst: &mut [u8], vals: &[f32]) {
+        for (c, v) in dst.chunks_exact_mut(2).zip(vals) {
+            c.copy_from_slice(&(bf16_rne(v.to_bits()) as u16).to_le_bytes());
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,avx512bw")]
+        unsafe fn wide(dst: &mut [u8], vals: &[f32]) {
+            each(dst, vals)
+        }
+        if std::arch::is_x86_feature_detected!("avx512bw") {
+            // SAFETY: the host has the features (checked just above).
+            return unsafe { wide(dst, vals) };
+        }
+    }
+    each(dst, vals)
 }
 
 /// Encode one run of fp32 values; `idx0` is the output index of `vals[0]`.
@@ -472,6 +504,57 @@ pub fn encode_run(
 mod tests {
     use super::*;
     use crate::numerics::config::{Fp8Overflow, NumericsConfig};
+
+    #[test]
+    fn bf16_dense_grid_matches_the_scalar_rounding() {
+        // rows of 37 (the wide loop and its tail), 3 rows 100 bytes apart; every rounding case:
+        // ties both ways, NaNs with payloads, infinities, subnormals, values rounding to inf
+        let mut s = 0x1234_5678u32;
+        let mut vals: Vec<f32> = (0..111)
+            .map(|_| {
+                s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                f32::from_bits(s)
+            })
+            .collect();
+        let specials = [
+            0x7F80_0001,
+            0xFFC0_1234,
+            0x7F80_0000,
+            0x0000_8000,
+            0x3F81_8000,
+            0x3F80_8000,
+        ];
+        for (v, b) in vals
+            .iter_mut()
+            .zip(specials.iter().chain(&[0x7F7F_FFFF, 0x0001_7FFF]))
+        {
+            *v = f32::from_bits(*b);
+        }
+        let mut mem = vec![0xAAu8; 300];
+        let g = Grid {
+            off: 10,
+            stride: 100,
+            n: 37,
+            rows: 3,
+            idx: 0,
+            idx_step: 37,
+        };
+        encode_runs(
+            &Rounder::default(),
+            DType::Bfloat16,
+            &mut mem,
+            Runs::Grid(g),
+            &vals,
+        );
+        for r in 0..3 {
+            for j in 0..37 {
+                let o = 10 + r * 100 + 2 * j;
+                let got = u16::from_le_bytes([mem[o], mem[o + 1]]) as u32;
+                assert_eq!(got, bf16_rne(vals[r * 37 + j].to_bits()), "row {r} col {j}");
+            }
+            assert_eq!(mem[10 + r * 100 + 74], 0xAA); // nothing past the row
+        }
+    }
 
     #[test]
     fn fp16_decode_matches_all_codes() {

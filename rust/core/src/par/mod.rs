@@ -128,6 +128,12 @@ fn worth_splitting(n: usize, work: usize) -> bool {
     n > 1 && work >= MIN_WORK.load(Ordering::Relaxed)
 }
 
+/// Whether `n` pieces of `work` operations in all would run on several threads (so a caller
+/// with a faster single-thread path can keep the splittable one for those).
+pub fn would_split(n: usize, work: usize) -> bool {
+    num_threads() > 1 && worth_splitting(n, work)
+}
+
 /// A raw pointer that may cross threads: each index derives a disjoint sub-slice from it.
 struct SendPtr<T>(*mut T);
 impl<T> Clone for SendPtr<T> {

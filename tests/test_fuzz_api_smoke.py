@@ -83,3 +83,24 @@ def test_zero_dim_hbm_alloc_holds_one_element_like_put_and_sbuf():
     t = dev.hbm.alloc((), np.float32)
     assert t.shape == (1,) == dev.hbm.put(np.float32(3)).shape == t3.Program().sbuf((), np.float32).shape
     assert t.view_as(np.int32).shape == (1,)  # used to raise IndexError on the 0-d shape
+
+
+def test_shared_device_is_reset_between_inputs():
+    # The inputs share one device (a new one per input was most of the fuzz's time): between them
+    # HBM placement and bytes are as on a new device, and a device whose RNG ran or that holds HBM
+    # pages outside the input's tensors is replaced.
+    pool = fuzz_api.Pool()
+    dev = pool.dev
+    t = dev.hbm.put(np.arange(1000, dtype=np.float32))
+    dev.max_executed = 7
+    pool.reset(t.block.hi, rng_used=False)
+    assert pool.dev is dev and dev.max_executed == fuzz_api.MAX_EXECUTED
+    u = dev.hbm.alloc((1000,), np.float32)
+    assert u.offset == t.offset == 0
+    np.testing.assert_array_equal(dev.hbm.get(u), np.zeros(1000, np.float32))
+    pool.reset(u.block.hi, rng_used=True)
+    assert pool.dev is not dev
+    dev = pool.dev
+    dev.hbm._native.hbm_write(1 << 30, np.ones(4, np.uint8))  # a page no tensor of the input covers
+    pool.reset(0, rng_used=False)
+    assert pool.dev is not dev

@@ -54,6 +54,45 @@ def test_wrong_types_of_engine_name_wait_signal(kw, rule):
     assert len(p) == 0
 
 
+def test_a_tensor_as_wait_or_signal_is_malformed_not_iterated():
+    # Found by the API fuzz (timeout): list(tensor) indexed a Tensor 0, 1, 2, ... (it has
+    # __getitem__ but no __iter__), view by view; a broadcast of 2**33 rows never finished, and a
+    # small tensor ended in a ShapeError about an index instead of the sync-list rule.
+    p = t3.Program()
+    s = p.sbuf((4, 4), np.float32)
+    rows = t3.Device().hbm.alloc((1, 4), np.float32).broadcast(0, 1 << 20)
+    for bad in (s, rows):
+        for kw in ("wait", "signal"):
+            with pytest.raises(t3.SemaphoreError) as e:
+                p.memset(dst=s, value=0.0, **{kw: bad})
+            assert e.value.rule == "sync_list_malformed"
+    assert len(p) == 0
+
+
+def test_a_tensor_is_not_iterable_wherever_a_sequence_is_expected():
+    # The same class as the wait= finding, probed by hand: a Tensor passed as a sequence was
+    # indexed row by row (permute, Device.run: a hang on 2**24 rows), or raised a bare TypeError.
+    dev = t3.Device()
+    rows = dev.hbm.alloc((1, 4), np.float32).broadcast(0, 1 << 24)
+    s = t3.Program().sbuf((4, 4), np.float32)
+    with pytest.raises(t3.ArgumentTypeError) as e:
+        list(s)
+    assert e.value.rule == "tensor_not_iterable" and isinstance(e.value, TypeError)
+    for call in (lambda: s.permute(rows), lambda: dev.run(rows), lambda: dev.programs(cores=rows)):
+        with pytest.raises(t3.EmuError):
+            call()
+    assert s[1].shape == (1, 4)  # indexing and slicing are unchanged
+
+
+@pytest.mark.parametrize("data", [1 << 40, -1, 3, "abc", None])
+def test_program_decode_takes_bytes(data):
+    # bytes(n) made n zero bytes: 2**40 a MemoryError, -1 a ValueError, 3 a program decoded
+    # from zeros.
+    with pytest.raises(t3.ArgumentTypeError) as e:
+        t3.Program.decode(data)
+    assert e.value.rule == "bytes_expected"
+
+
 def test_get_of_a_view_below_the_tensor_raises():
     dev = t3.Device()
     t = dev.hbm.put(np.arange(8, dtype=np.float32))

@@ -61,6 +61,9 @@ WEIRD = (
 RNG_INSTRUCTIONS = frozenset(n for n, flags in t3._asm.INSTRUCTION_FLAGS.items() if flags[2])
 #: Run steps a fuzzed run may take (branch loops end in RunawayError quickly).
 MAX_EXECUTED = 4096
+#: Reads of larger tensors are skipped (`alloc((2**31,), "uint8")` then `get` is a valid 2 GiB
+#: read; huge reads under a memory cap are tested in tests/test_hardening_core.py).
+MAX_READ_BYTES = 256 << 20
 #: HBM page of the native backing (zeroing is per byte range; residency is counted in pages).
 HBM_PAGE = 1 << 20
 
@@ -254,6 +257,8 @@ class Session:
     def read(self):
         if self.tensors:
             t = self.u.pick(self.tensors)
+            if t.size * t.itemsize > MAX_READ_BYTES:
+                return  # a valid read that only costs time and memory (libFuzzer's 2 GiB RSS limit)
             if t.mem == "hbm":
                 self.dev.hbm.get(t)
             else:

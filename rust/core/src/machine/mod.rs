@@ -334,7 +334,8 @@ impl Device {
             crate::par::run_hot(|| sched::run(self, programs, opts, monitor))
         });
         self.runs += 1;
-        r
+        // A write that could not back an HBM page is the run's error (whatever followed it).
+        self.hbm.take_alloc_failure().and(r)
     }
 
     /// Reset the per-run state of the cores that run `programs`. Only cores that run can

@@ -30,12 +30,14 @@ pub fn run(
 ) -> Result<UltraResult> {
     let by_chip = place(devs.len(), programs)?;
     let r = run_owned(devs, &by_chip, opts, params, own, exchange);
+    let mut failed = Ok(());
     for (c, d) in devs.iter_mut().enumerate() {
         if !by_chip[c].is_empty() {
             d.runs += 1;
         }
+        failed = failed.and(d.hbm.take_alloc_failure().map_err(chip_err(c)));
     }
-    r
+    failed.and(r)
 }
 
 fn run_owned(

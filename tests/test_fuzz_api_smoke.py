@@ -93,6 +93,15 @@ def test_program_decode_takes_bytes(data):
     assert e.value.rule == "bytes_expected"
 
 
+def test_reshape_to_a_zero_dim_shape_holds_one_element():
+    # Found by the API fuzz (fuzz/regressions/api/reshape-zero-dim): reshape(()) of a one-element
+    # on-chip tile raised IndexError (shape[0] of ()), and of an HBM tensor made a 0-d tensor.
+    s = t3.Program().sbuf((1, 1), np.float32)
+    h = t3.Device().hbm.alloc((1,), np.float32)
+    for t in (s, h):
+        assert t.reshape(()).shape == (1,) == t.reshape().shape
+
+
 def test_get_of_a_view_below_the_tensor_raises():
     dev = t3.Device()
     t = dev.hbm.put(np.arange(8, dtype=np.float32))

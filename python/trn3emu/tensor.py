@@ -259,7 +259,7 @@ class Tensor:
         """A view with a new shape; the view must be contiguous (partition dim kept on-chip)."""
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
-        shape = _shape(shape)
+        shape = _shape(shape) or (1,)  # a 0-d shape holds one element, as in alloc(), put() and sbuf()
         self._static("reshape")
         n = 1
         for s in shape:

@@ -54,6 +54,54 @@ def test_wrong_types_of_engine_name_wait_signal(kw, rule):
     assert len(p) == 0
 
 
+def test_a_tensor_as_wait_or_signal_is_malformed_not_iterated():
+    # Found by the API fuzz (timeout): list(tensor) indexed a Tensor 0, 1, 2, ... (it has
+    # __getitem__ but no __iter__), view by view; a broadcast of 2**33 rows never finished, and a
+    # small tensor ended in a ShapeError about an index instead of the sync-list rule.
+    p = t3.Program()
+    s = p.sbuf((4, 4), np.float32)
+    rows = t3.Device().hbm.alloc((1, 4), np.float32).broadcast(0, 1 << 20)
+    for bad in (s, rows):
+        for kw in ("wait", "signal"):
+            with pytest.raises(t3.SemaphoreError) as e:
+                p.memset(dst=s, value=0.0, **{kw: bad})
+            assert e.value.rule == "sync_list_malformed"
+    assert len(p) == 0
+
+
+def test_a_tensor_is_not_iterable_wherever_a_sequence_is_expected():
+    # The same class as the wait= finding, probed by hand: a Tensor passed as a sequence was
+    # indexed row by row (permute, Device.run: a hang on 2**24 rows), or raised a bare TypeError.
+    dev = t3.Device()
+    rows = dev.hbm.alloc((1, 4), np.float32).broadcast(0, 1 << 24)
+    s = t3.Program().sbuf((4, 4), np.float32)
+    with pytest.raises(t3.ArgumentTypeError) as e:
+        list(s)
+    assert e.value.rule == "tensor_not_iterable" and isinstance(e.value, TypeError)
+    for call in (lambda: s.permute(rows), lambda: dev.run(rows), lambda: dev.programs(cores=rows)):
+        with pytest.raises(t3.EmuError):
+            call()
+    assert s[1].shape == (1, 4)  # indexing and slicing are unchanged
+
+
+@pytest.mark.parametrize("data", [1 << 40, -1, 3, "abc", None])
+def test_program_decode_takes_bytes(data):
+    # bytes(n) made n zero bytes: 2**40 a MemoryError, -1 a ValueError, 3 a program decoded
+    # from zeros.
+    with pytest.raises(t3.ArgumentTypeError) as e:
+        t3.Program.decode(data)
+    assert e.value.rule == "bytes_expected"
+
+
+def test_reshape_to_a_zero_dim_shape_holds_one_element():
+    # Found by the API fuzz (fuzz/regressions/api/reshape-zero-dim): reshape(()) of a one-element
+    # on-chip tile raised IndexError (shape[0] of ()), and of an HBM tensor made a 0-d tensor.
+    s = t3.Program().sbuf((1, 1), np.float32)
+    h = t3.Device().hbm.alloc((1,), np.float32)
+    for t in (s, h):
+        assert t.reshape(()).shape == (1,) == t.reshape().shape
+
+
 def test_get_of_a_view_below_the_tensor_raises():
     dev = t3.Device()
     t = dev.hbm.put(np.arange(8, dtype=np.float32))
@@ -83,3 +131,24 @@ def test_zero_dim_hbm_alloc_holds_one_element_like_put_and_sbuf():
     t = dev.hbm.alloc((), np.float32)
     assert t.shape == (1,) == dev.hbm.put(np.float32(3)).shape == t3.Program().sbuf((), np.float32).shape
     assert t.view_as(np.int32).shape == (1,)  # used to raise IndexError on the 0-d shape
+
+
+def test_shared_device_is_reset_between_inputs():
+    # The inputs share one device (a new one per input was most of the fuzz's time): between them
+    # HBM placement and bytes are as on a new device, and a device whose RNG ran or that holds HBM
+    # pages outside the input's tensors is replaced.
+    pool = fuzz_api.Pool()
+    dev = pool.dev
+    t = dev.hbm.put(np.arange(1000, dtype=np.float32))
+    dev.max_executed = 7
+    pool.reset(t.block.hi, rng_used=False)
+    assert pool.dev is dev and dev.max_executed == fuzz_api.MAX_EXECUTED
+    u = dev.hbm.alloc((1000,), np.float32)
+    assert u.offset == t.offset == 0
+    np.testing.assert_array_equal(dev.hbm.get(u), np.zeros(1000, np.float32))
+    pool.reset(u.block.hi, rng_used=True)
+    assert pool.dev is not dev
+    dev = pool.dev
+    dev.hbm._native.hbm_write(1 << 30, np.ones(4, np.uint8))  # a page no tensor of the input covers
+    pool.reset(0, rng_used=False)
+    assert pool.dev is not dev

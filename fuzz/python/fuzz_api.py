@@ -5,7 +5,8 @@ on-chip tiles, views (`ap`, slicing, reshape, broadcast), any instruction of the
 operands drawn from a pool of good and bad values (wrong types, huge and negative integers,
 NaN, strings), text and binary programs, runs and reads — and fails when a call raises anything
 but an `EmuError` (the documented hierarchy; each class is also the matching built-in). After
-every failed call the device must still run a small program correctly.
+every input the device must still run a small program correctly. Inputs share one device,
+reset between them (`Pool`).
 
 Coverage-guided with atheris (`pip install '.[fuzz]'`):
 
@@ -21,7 +22,14 @@ import math
 import sys
 
 import numpy as np
-import trn3emu as t3
+
+if __name__ == "__main__":  # atheris measures coverage of the package only (not numpy, not the stdlib)
+    import atheris
+
+    with atheris.instrument_imports(include=["trn3emu"]):
+        import trn3emu as t3
+else:
+    import trn3emu as t3
 
 DTYPE_NAMES = ("float32", "bfloat16", "int32", "uint8", "float8_e4m3", "float16", "int8")
 INSTRUCTION_NAMES = tuple(sorted(t3.INSTRUCTIONS))
@@ -47,6 +55,17 @@ WEIRD = (
     [[1, 4]],
     b"\0",
 )
+
+
+#: Instructions that draw from the RNG (a device that ran one is not reused: its RNG moved on).
+RNG_INSTRUCTIONS = frozenset(n for n, flags in t3._asm.INSTRUCTION_FLAGS.items() if flags[2])
+#: Run steps a fuzzed run may take (branch loops end in RunawayError quickly).
+MAX_EXECUTED = 4096
+#: Reads of larger tensors are skipped (`alloc((2**31,), "uint8")` then `get` is a valid 2 GiB
+#: read; huge reads under a memory cap are tested in tests/test_hardening_core.py).
+MAX_READ_BYTES = 256 << 20
+#: HBM page of the native backing (zeroing is per byte range; residency is counted in pages).
+HBM_PAGE = 1 << 20
 
 
 class Bytes:
@@ -78,13 +97,87 @@ class Finding(AssertionError):
     """A call raised outside the `EmuError` hierarchy, or left the device unusable."""
 
 
+def _params(name: str) -> tuple[tuple[str, bool], ...]:
+    """(name, required) of the keyword parameters of `Program.<name>` (inspect is slow: cached)."""
+    if name not in _PARAMS:
+        sig = inspect.signature(getattr(t3.Program, name))
+        _PARAMS[name] = tuple(
+            (pname, param.default is param.empty)
+            for pname, param in sig.parameters.items()
+            if pname != "self" and param.kind in (param.KEYWORD_ONLY, param.POSITIONAL_OR_KEYWORD)
+        )
+    return _PARAMS[name]
+
+
+_PARAMS: dict[str, tuple[tuple[str, bool], ...]] = {}
+
+
+class Pool:
+    """The device the inputs share (a new Device per input cost most of an input's time).
+
+    Between inputs `reset` brings it back to the state of a new device where an input can
+    change it: HBM placement forgotten and the bytes of every HBM tensor the input placed
+    zeroed, `max_executed` restored. A device is replaced instead when that would not do: an
+    input wrote HBM pages outside its tensors, or ran a program with an RNG instruction (the
+    RNG state cannot be set back). On-chip bytes are not reset (filling 32 MiB per touched
+    core costs more than a new device); no input reads on-chip memory it did not write first
+    in a way that can change what it raises, and `one_input` re-checks a finding on a fresh
+    device before reporting it (`Finding` says whether it reproduces there).
+    """
+
+    def __init__(self) -> None:
+        self.dev = self._new()
+        self.replaced = 0
+
+    @staticmethod
+    def _new() -> t3.Device:
+        dev = t3.Device()
+        dev.max_executed = MAX_EXECUTED
+        return dev
+
+    def reset(self, hbm_hi: int, rng_used: bool) -> None:
+        """After an input whose HBM tensors all ended below `hbm_hi`."""
+        # views may reach a few bytes past a tensor
+        span = -(-(hbm_hi + 4096) // HBM_PAGE) * HBM_PAGE
+        native = self.dev.hbm._native
+        if rng_used or span > MAX_RESET_SPAN:
+            self._replace()
+            return
+        native.hbm_zero(0, span)
+        # Every page below `span` backed: then the device holds no page elsewhere (one an input
+        # wrote outside its tensors) exactly when its resident bytes are `span`.
+        for page in range(0, span, HBM_PAGE):
+            native.hbm_write(page, _ZERO_BYTE)
+        if native.hbm_resident_bytes() != span:
+            self._replace()
+            return
+        self.dev.hbm._reset()
+        self.dev.max_executed = MAX_EXECUTED
+
+    def _replace(self) -> None:
+        self.dev = self._new()
+        self.replaced += 1
+
+
+_ZERO_BYTE = np.zeros(1, np.uint8)
+#: HBM bytes a reset zeroes at most (beyond, a new device is cheaper).
+MAX_RESET_SPAN = 64 << 20
+
+
+POOL: Pool | None = None
+
+
 class Session:
-    def __init__(self, u: Bytes):
+    def __init__(self, u: Bytes, dev: t3.Device | None = None):
         self.u = u
-        self.dev = t3.Device()
-        self.dev.max_executed = 4096
+        if dev is None:
+            dev = t3.Device()
+            dev.max_executed = MAX_EXECUTED
+        self.dev = dev
         self.prog = t3.Program()
         self.tensors: list[t3.Tensor] = []
+        self.rng_used = False
+        self.hbm_hi = 0  # end of the highest HBM tensor placed
 
     # ---------------------------------------------------------------- values
     def shape(self):
@@ -148,15 +241,15 @@ class Session:
         name = self.u.pick(INSTRUCTION_NAMES)
         method = getattr(self.prog, name)
         kwargs = {}
-        for pname, param in inspect.signature(method).parameters.items():
+        for pname, required in _params(name):
             # Required keywords always get a value (leaving one out is Python's own TypeError).
-            if param.kind is param.KEYWORD_ONLY or param.kind is param.POSITIONAL_OR_KEYWORD:
-                if param.default is param.empty or self.u.chance(100):
-                    kwargs[pname] = self.value()
+            if required or self.u.chance(100):
+                kwargs[pname] = self.value()
         kwargs.pop("engine", None)
         if self.u.chance(40):
             kwargs["engine"] = self.u.pick(("sync", "vector", "scalar", "gpsimd", "tensor", "bogus", 3))
         method(**kwargs)
+        self.rng_used |= name in RNG_INSTRUCTIONS  # (appended: a run may draw from the RNG)
 
     def run(self):
         self.dev.run(self.prog, trace=self.u.chance(128))
@@ -164,6 +257,8 @@ class Session:
     def read(self):
         if self.tensors:
             t = self.u.pick(self.tensors)
+            if t.size * t.itemsize > MAX_READ_BYTES:
+                return  # a valid read that only costs time and memory (libFuzzer's 2 GiB RSS limit)
             if t.mem == "hbm":
                 self.dev.hbm.get(t)
             else:
@@ -201,10 +296,11 @@ class Session:
 
     # ---------------------------------------------------------------- checks
     def still_usable(self):
-        """The device runs a small program correctly after whatever failed."""
+        """The device runs a small program correctly after whatever the input did."""
         p = t3.Program()
         x = np.arange(8, dtype=np.float32)
         src = self.dev.hbm.put(x)
+        self.hbm_hi = max(self.hbm_hi, src.block.hi)
         s = p.sbuf((1, 8), np.float32)
         p.dma_copy(dst=s, src=src.reshape(1, 8))
         p.tensor_scalar(dst=s, data=s, op0="add", operand0=1.0)
@@ -212,13 +308,13 @@ class Session:
         got = self.dev.read(s)
         self.dev.hbm.free(src)
         if not np.array_equal(got, (x + 1).reshape(1, 8)):
-            raise Finding(f"device unusable after a failed call: read {got}")
+            raise Finding(f"device unusable after the input's calls: read {got}")
 
 
-def one_input(data: bytes) -> None:
+def _session(data: bytes, dev: t3.Device | None) -> Session:
+    """Play the input's calls; after them the device must still run a program correctly."""
     u = Bytes(data)
-    s = Session(u)
-    failed = False
+    s = Session(u, dev)
     for _ in range(1 + u.below(24)):
         if u.done():
             break
@@ -226,26 +322,46 @@ def one_input(data: bytes) -> None:
         try:
             getattr(s, action)()
         except t3.EmuError:
-            failed = True
+            pass
         except Finding:
             raise
         except Exception as e:  # noqa: BLE001 - the finding: an exception outside the hierarchy
             raise Finding(f"{action} raised {type(e).__name__}: {e}") from e
-    if failed:
-        s.still_usable()
+        finally:
+            s.hbm_hi = max([s.hbm_hi] + [t.block.hi for t in s.tensors if t.block is not None])
+    s.still_usable()
+    return s
+
+
+def one_input(data: bytes, fresh: bool = False) -> None:
+    """One input on the shared device (`POOL`), or with `fresh` on a new one. Raises `Finding`."""
+    global POOL
+    if fresh:
+        _session(data, None)
+        return
+    if POOL is None:
+        POOL = Pool()
+    try:
+        s = _session(data, POOL.dev)
+    except Finding as e:
+        POOL = None  # whatever state the device is in, the next input gets a new one
+        try:
+            _session(data, None)
+            again = "not on a fresh device (the shared device's state from earlier inputs matters)"
+        except Finding:
+            again = "on a fresh device too"
+        raise Finding(f"{e} [reproduces {again}]") from e
+    POOL.reset(s.hbm_hi, s.rng_used)
 
 
 def main() -> None:
     import resource
-
-    import atheris
 
     # An address-space cap, so that a host allocation sized by input fails (ResourceError)
     # instead of succeeding lazily and drawing the OOM killer.
     cap = 6 << 30
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
-    atheris.instrument_all()
     atheris.Setup(sys.argv, one_input)
     atheris.Fuzz()
 

@@ -16,7 +16,7 @@ from typing import Any
 from . import _native
 from ._asm import INSTRUCTIONS, AssemblerMixin
 from .allocator import Allocator
-from .errors import AddressError, MemorySpaceError, OperandError, SemaphoreError
+from .errors import AddressError, ArgumentTypeError, MemorySpaceError, OperandError, SemaphoreError
 from .tensor import Reg, Tensor, _check_live, _index, _shape
 
 # Hardware facts, from the Rust core.
@@ -52,8 +52,12 @@ _AP_CACHE: dict[tuple, tuple] = {}
 
 
 def _sync_list(v: Any, operand: str) -> list:
-    """A `wait=` / `signal=` value as a list (a non-iterable is a SemaphoreError, not a TypeError)."""
+    """A `wait=` / `signal=` value as a list (a non-iterable is a SemaphoreError, not a TypeError).
+    An object with `__getitem__` but no `__iter__` (a Tensor) is not iterable either: `list()`
+    would index it 0, 1, 2, ... until IndexError (a tensor of 2**33 rows: a hang)."""
     try:
+        if not hasattr(type(v), "__iter__"):
+            raise TypeError
         return list(v)
     except TypeError:
         raise SemaphoreError(
@@ -377,4 +381,9 @@ class Program(AssemblerMixin):
 
     @classmethod
     def decode(cls, data: bytes, sync: str = "manual") -> Program:
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            # bytes(n) of an int would make n zero bytes (2**40: a MemoryError; -1: a ValueError)
+            raise ArgumentTypeError(
+                f"Program.decode takes bytes, got {type(data).__name__}", operand="data", rule="bytes_expected"
+            )
         return cls._wrap(_native.Program.decode(bytes(data)), sync)

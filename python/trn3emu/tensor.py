@@ -198,6 +198,14 @@ class Tensor:
                 rule="dynamic_view_not_viewable",
             )
 
+    def __iter__(self):
+        """Not iterable (index or slice it). Without this, Python would iterate through
+        `__getitem__` (0, 1, 2, ... until an IndexError that never comes): `list(t)` of a
+        broadcast of 2**33 rows, passed where a sequence is expected, would never finish."""
+        raise ArgumentTypeError(
+            f"{self!r} is not iterable: index or slice it (t[i], t[a:b])", operand="tensor", rule="tensor_not_iterable"
+        )
+
     def __getitem__(self, key) -> Tensor:
         self._static("slicing")
         if not isinstance(key, tuple):
@@ -251,7 +259,7 @@ class Tensor:
         """A view with a new shape; the view must be contiguous (partition dim kept on-chip)."""
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
-        shape = _shape(shape)
+        shape = _shape(shape) or (1,)  # a 0-d shape holds one element, as in alloc(), put() and sbuf()
         self._static("reshape")
         n = 1
         for s in shape:

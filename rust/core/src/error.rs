@@ -147,6 +147,33 @@ pub fn with_alloc_limit<R>(limit: u64, f: impl FnOnce() -> R) -> R {
     r
 }
 
+/// Whether the host can give `bytes` of memory for `what` now (a reservation made and
+/// released, no page touched): a `Resource` error (rule `host_allocation_failed`) if not, or
+/// (inside a run) `run_memory_limit` if over the run's `max_memory`, as `try_vec`. For work
+/// whose buffers are allocated in many places (`engines::host_memory`).
+#[cold]
+pub fn check_host_bytes(bytes: u128, what: &str) -> Result<()> {
+    let limit = ALLOC_LIMIT.with(|l| l.get());
+    if bytes > limit as u128 {
+        return Err(fail(
+            ErrorKind::Resource,
+            "run_memory_limit",
+            format!(
+                "{what} needs {bytes} bytes of host memory, over the run's limit of {limit} bytes (RunOptions::max_memory; Python: Device.run(max_memory=))"
+            ),
+        ));
+    }
+    let mut probe: Vec<u8> = Vec::new();
+    if usize::try_from(bytes).map_or(true, |n| probe.try_reserve_exact(n).is_err()) {
+        return Err(fail(
+            ErrorKind::Resource,
+            "host_allocation_failed",
+            format!("cannot allocate {bytes} bytes of host memory for {what}"),
+        ));
+    }
+    Ok(())
+}
+
 /// A buffer of `n` copies of `fill` whose size comes from user input: a failed host allocation
 /// is a `Resource` error (rule `host_allocation_failed`) instead of an abort. `what` names the
 /// buffer in the message. Inside a run, a buffer over the run's `max_memory` is a `Resource`

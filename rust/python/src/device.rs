@@ -236,8 +236,7 @@ impl Device {
             )
         })?;
         check_hbm(addr, s.len() as u64).map_err(py_err(py))?;
-        self.dev(py)?.hbm.write(addr, s);
-        Ok(())
+        self.dev(py)?.hbm.try_write(addr, s).map_err(py_err(py))
     }
 
     /// Zero `nbytes` of HBM at `addr` (no host buffer needed; whole 1 MiB pages are released).

@@ -4,7 +4,7 @@
 
 use super::dynamic::{resolve, Resolved};
 use super::{Ctx, Semantics};
-use crate::error::{fail, EmuError, ErrorKind::*, Result};
+use crate::error::{fail, try_vec, EmuError, ErrorKind::*, Result};
 use crate::isa::ops;
 use crate::isa::tables::OobMode;
 use crate::isa::{AluOp, DType, DgeMode, Engine, Instr, Opcode};
@@ -542,13 +542,18 @@ fn transpose_source(ctx: &Ctx, src: &Ap, skip: bool) -> Result<Option<(Vec<u8>, 
     Ok(Some(
         match resolve(ctx, src, skip).map_err(|e| e.operand("src"))? {
             Resolved::Skip => return Ok(None),
-            Resolved::Whole(a) => (ctx.mems.gather(&a), vec![true; src.parts as usize]),
+            Resolved::Whole(a) => (
+                ctx.mems.try_gather(&a).map_err(|e| e.operand("src"))?,
+                vec![true; src.parts as usize],
+            ),
             Resolved::Rows(rows) => {
-                let mut data = vec![0u8; src.num_elements() * es];
+                let n = src.num_elements() * es;
+                let mut data =
+                    try_vec(n, 0u8, "a DMA transpose buffer").map_err(|e| e.operand("src"))?;
                 let mut valid = vec![false; rows.len()];
                 for (r, a) in rows.iter().enumerate() {
                     if let Some(a) = a {
-                        let b = ctx.mems.gather(a);
+                        let b = ctx.mems.try_gather(a).map_err(|e| e.operand("src"))?;
                         data[r * row_bytes..(r + 1) * row_bytes].copy_from_slice(&b);
                         valid[r] = true;
                     }
@@ -606,10 +611,11 @@ impl Semantics for ops::DmaTranspose<'_> {
         let s_st = strides(&s_shape);
         // Skipped source rows leave the dst elements they would have written unchanged.
         let mut out = if valid.iter().all(|v| *v) {
-            vec![0u8; n * es]
+            try_vec(n * es, 0u8, "a DMA transpose buffer")
         } else {
-            ctx.mems.gather(&dst)
-        };
+            ctx.mems.try_gather(&dst)
+        }
+        .map_err(|e| e.operand("dst"))?;
         let mut idx = vec![0usize; d_shape.len()];
         for j in 0..n {
             let mut sl = 0usize;

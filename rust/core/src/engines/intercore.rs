@@ -450,7 +450,7 @@ pub fn snapshot(ins: &Instr, mems: &Mems) -> Result<Snapshot> {
         ..Snapshot::default()
     };
     if let Some(c) = o.counts {
-        let raw = mems.gather(c);
+        let raw = mems.try_gather(c)?;
         s.counts = raw
             .chunks_exact(4)
             .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64)
@@ -498,6 +498,16 @@ pub fn in_place_all_to_all(ranks: &[Rank], io: &mut BlockIo) -> std::result::Res
     let mut aps = Vec::with_capacity(n);
     for (k, r) in ranks.iter().enumerate() {
         let v = ops::AllToAll::view(r.ins).map_err(|error| RankError { rank: k, error })?;
+        // Blocks of a dense HBM buffer are read in place; any other buffer is gathered whole
+        // (a step-0 pattern may name far more bytes than it covers): ask the host first.
+        let bytes = 2 * v.src.num_elements() as u128 * v.src.dtype.size() as u128;
+        if bytes > 1 << 26 {
+            crate::error::check_host_bytes(bytes, "an in-place all_to_all's block buffers")
+                .map_err(|error| RankError {
+                    rank: k,
+                    error: error.operand("src"),
+                })?;
+        }
         aps.push(v.src);
     }
     let c = aps[0].num_elements() / n.max(1);

@@ -16,6 +16,7 @@ pub mod gpsimd_reduce;
 pub mod gpsimd_scan;
 pub mod gpsimd_select;
 pub mod gpsimd_sort;
+pub mod host_memory;
 pub mod intercore;
 pub mod mx;
 pub mod rng;
@@ -260,6 +261,7 @@ pub fn decode_program(bytes: &[u8]) -> Result<crate::isa::Program> {
 
 /// Execute one instruction's semantics.
 pub fn exec(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
+    host_memory::check(ins)?; // (resolving indirect operands keeps their shapes)
     match dynamic::resolve_indirect_operands(ins, ctx)? {
         Some(r) => dispatch::exec(&r, ctx),
         None => dispatch::exec(ins, ctx),

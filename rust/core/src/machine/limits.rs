@@ -49,6 +49,14 @@ impl Limits {
                 ));
             }
         }
+        if hbm.alloc_failed() {
+            // A write could not back an HBM page: stop now (the run reports the failure).
+            return Err(fail(
+                ErrorKind::Resource,
+                "host_allocation_failed",
+                "cannot allocate host memory for a page of HBM",
+            ));
+        }
         let grown = hbm.resident_bytes().saturating_sub(self.hbm_at_start);
         if grown > self.max_memory {
             return Err(fail(

@@ -258,8 +258,15 @@ impl Default for Device {
 }
 
 impl Device {
+    /// A device with the default numerics. Panics if the host cannot provide its memory;
+    /// `try_new` reports that instead (the Python binding and UltraServer chips use it).
     pub fn new() -> Self {
         Self::with_numerics(NumericsConfig::default())
+    }
+
+    /// `new`, or a `Resource` error (rule `host_allocation_failed`): never a panic or abort.
+    pub fn try_new() -> Result<Self> {
+        Self::try_with_numerics(NumericsConfig::default())
     }
 
     /// A device with the given numerics configuration (the RNG power-on states derive from its seed).
@@ -335,7 +342,8 @@ impl Device {
             crate::par::run_hot(|| sched::run(self, programs, opts, monitor))
         });
         self.runs += 1;
-        r
+        // A write that could not back an HBM page is the run's error (whatever followed it).
+        self.hbm.take_alloc_failure().and(r)
     }
 
     /// Reset the per-run state of the cores that run `programs`. Only cores that run can

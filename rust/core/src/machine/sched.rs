@@ -460,14 +460,19 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         Ok(())
     }
 
-    /// Whether the item about to run gets a trace record: tracing is on and fewer than
-    /// `trace_limit` records are kept (past it, the item is counted in `Trace::dropped`).
+    /// Whether the item about to run gets a trace record: tracing is on, fewer than
+    /// `trace_limit` records are kept and there is room for one more (the record list grows
+    /// fallibly: a host that cannot give more memory ends the trace like the limit does, no
+    /// abort). Otherwise the item is counted in `Trace::dropped`.
     fn traced(&mut self) -> bool {
         if !self.opts.trace {
             return false;
         }
         let t = &mut self.result.trace;
-        if (t.records.len() as u64) < self.opts.trace_limit {
+        let n = t.records.len();
+        if (n as u64) < self.opts.trace_limit
+            && (n < t.records.capacity() || t.records.try_reserve(n.max(1024)).is_ok())
+        {
             return true;
         }
         t.dropped += 1;

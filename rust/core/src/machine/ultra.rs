@@ -151,12 +151,14 @@ pub fn run(
 ) -> Result<UltraResult> {
     let by_chip = place(devs.len(), programs)?;
     let r = crate::par::run_hot(|| run_chips(devs, &by_chip, opts, params));
+    let mut failed = Ok(());
     for (c, d) in devs.iter_mut().enumerate() {
         if !by_chip[c].is_empty() {
             d.runs += 1;
         }
+        failed = failed.and(d.hbm.take_alloc_failure().map_err(chip_err(c)));
     }
-    r
+    failed.and(r)
 }
 
 /// Check the chip count and sort the programs by chip.

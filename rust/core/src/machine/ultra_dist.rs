@@ -84,12 +84,14 @@ pub fn run(
 ) -> Result<UltraResult> {
     let by_chip = place(devs.len(), programs)?;
     let r = run_owned(devs, &by_chip, opts, params, procs, exchange);
+    let mut failed = Ok(());
     for (c, d) in devs.iter_mut().enumerate() {
         if !by_chip[c].is_empty() {
             d.runs += 1;
         }
+        failed = failed.and(d.hbm.take_alloc_failure().map_err(chip_err(c)));
     }
-    r
+    failed.and(r)
 }
 
 /// Each open arrival's metadata, by (chip, core, stream agent): a stream waits in one

@@ -1,6 +1,7 @@
 //! HBM: the full 144 GiB address space, backed sparsely by 1 MiB pages allocated on first write.
 //! Reads of never-written bytes return zeros.
 
+use super::zeroed::ZeroBuf;
 use super::HBM_BYTES;
 
 const PAGE_BITS: u32 = 20;
@@ -37,9 +38,12 @@ fn spans(addr: u64, len: usize) -> impl Iterator<Item = Span> {
 }
 
 pub struct Hbm {
-    pages: Vec<Option<Box<[u8]>>>,
+    pages: Vec<Option<ZeroBuf>>,
     /// Pages backed (`Some`), kept so that `resident_bytes` is O(1) (a run checks it often).
     backed: u64,
+    /// A write could not back a page (the host refused the memory): its bytes were dropped.
+    /// `take_alloc_failure` turns it into an error (a run's, or `try_write`'s).
+    alloc_failed: bool,
 }
 
 impl Default for Hbm {
@@ -54,6 +58,7 @@ impl Hbm {
         Hbm {
             pages: (0..n).map(|_| None).collect(),
             backed: 0,
+            alloc_failed: false,
         }
     }
 
@@ -70,7 +75,11 @@ impl Hbm {
             )
         })?;
         pages.resize_with(n, || None);
-        Ok(Hbm { pages, backed: 0 })
+        Ok(Hbm {
+            pages,
+            backed: 0,
+            alloc_failed: false,
+        })
     }
 
     /// An HBM without address space (every access is out of range, a panic): what an
@@ -80,6 +89,7 @@ impl Hbm {
         Hbm {
             pages: Vec::new(),
             backed: 0,
+            alloc_failed: false,
         }
     }
 
@@ -109,16 +119,52 @@ impl Hbm {
         })
     }
 
-    /// Write `data` at `addr` (caller has bounds-checked).
+    /// Write `data` at `addr` (caller has bounds-checked). If the host cannot provide a new
+    /// page, the bytes for it are dropped and the failure is kept for `take_alloc_failure`
+    /// (a run reports it as its error): never an abort.
     pub fn write(&mut self, addr: u64, data: &[u8]) {
         for Span { page, off, at, n } in spans(addr, data.len()) {
-            let backed = &mut self.backed;
-            let p = self.pages[page].get_or_insert_with(|| {
-                *backed += 1;
-                vec![0u8; PAGE].into_boxed_slice()
-            });
-            p[off..off + n].copy_from_slice(&data[at..at + n]);
+            let slot = &mut self.pages[page];
+            if slot.is_none() {
+                let Some(fresh) = ZeroBuf::try_new(PAGE) else {
+                    self.alloc_failed = true;
+                    continue;
+                };
+                *slot = Some(fresh);
+                self.backed += 1;
+            }
+            if let Some(p) = slot {
+                p[off..off + n].copy_from_slice(&data[at..at + n]);
+            }
         }
+    }
+
+    /// `write`, or a `Resource` error (rule `host_allocation_failed`) if a page could not be
+    /// backed.
+    pub fn try_write(&mut self, addr: u64, data: &[u8]) -> crate::error::Result<()> {
+        self.write(addr, data);
+        self.take_alloc_failure()
+    }
+
+    /// Whether a write since the last `take_alloc_failure` dropped bytes for want of a page.
+    pub fn alloc_failed(&self) -> bool {
+        self.alloc_failed
+    }
+
+    /// A `Resource` error (rule `host_allocation_failed`) if a write since the last call could
+    /// not back a page; clears the failure.
+    pub fn take_alloc_failure(&mut self) -> crate::error::Result<()> {
+        if !std::mem::take(&mut self.alloc_failed) {
+            return Ok(());
+        }
+        Err(crate::error::fail(
+            crate::error::ErrorKind::Resource,
+            "host_allocation_failed",
+            format!(
+                "cannot allocate host memory for a 1 MiB page of HBM ({} bytes backed so far); the write was not completed",
+                self.resident_bytes()
+            ),
+        ))
     }
 
     /// Zero `n` bytes at `addr` (caller has bounds-checked). Pages never written stay unbacked;

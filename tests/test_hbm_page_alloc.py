@@ -8,6 +8,10 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
+import pytest
+import trn3emu as t3
+
 HARNESS = """
 import json, resource
 import numpy as np
@@ -83,8 +87,33 @@ p = t3.Program()
 s = p.sbuf((16, 64), np.float32)
 big = s.ap([[64, 16], [0, 1 << 26]])
 p.tensor_scalar(dst=big, data=big, op0="add", operand0=1.0)
-dev.run(p)
+dev.run(p, max_memory=32 << 30)
 """
     )
     assert out["error"] == "ResourceError" and out["rule"] == "host_allocation_failed", out
     assert "2147483648 elements" in out["message"], out
+
+
+def test_the_default_memory_limit_refuses_a_huge_broadcast_before_the_host_would():
+    """Without `max_memory` the limit is 32 GiB or half the host's memory (MemTotal, read here
+    from /proc/meminfo), whichever is less: the 16 GiB instruction above is refused by it with
+    no address-space cap at all on a host of under 64 GiB (Linux would overcommit and let the
+    out-of-memory killer end the process)."""
+    kib = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal:"))
+    limit = min(32 << 30, kib * 1024 // 2)
+    if limit >= 16 << 30:
+        pytest.skip("a host of 64 GiB or more: the default limit does not refuse 16 GiB")
+    dev = t3.Device()
+    p = t3.Program()
+    s = p.sbuf((16, 64), np.float32)
+    big = s.ap([[64, 16], [0, 1 << 26]])
+    p.tensor_scalar(dst=big, data=big, op0="add", operand0=1.0)
+    with pytest.raises(t3.errors.ResourceError) as e:
+        dev.run(p)
+    assert e.value.rule == "run_memory_limit" and f"limit of {limit} bytes" in str(e.value)
+    # The device is not poisoned.
+    q = t3.Program()
+    t = q.sbuf((4, 4), np.float32)
+    q.memset(dst=t, value=2.0)
+    dev.run(q)
+    assert (dev.read(t) == 2.0).all()

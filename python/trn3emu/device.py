@@ -369,7 +369,7 @@ class Device:
         `IdenticalWritesWarning` naming both instructions (`RunResult.identical_writes`); the race
         stays an error when the bytes differ or a read is involved. `max_seconds` (default None: no limit) stops
         the run with `RunawayError` (`run_time_limit`) after that much host time; `max_memory`
-        (default `MAX_MEMORY`, 32 GiB) bounds the host memory the run adds to HBM's backing and
+        (default 32 GiB or half the host's physical memory, whichever is less) bounds the host memory the run adds to HBM's backing and
         any one buffer sized by its operands (`ResourceError`, `run_memory_limit`).
         """
         limit = {} if trace_limit is None else {"trace_limit": trace_limit}

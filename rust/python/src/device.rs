@@ -356,7 +356,7 @@ impl Device {
     /// `KeyboardInterrupt`) and to call `progress(executed, total, emulated_ps)` if given.
     /// `max_seconds` (None: no limit) and `max_memory` bound the run's host time and memory
     /// (docs/limits.md).
-    #[pyo3(signature = (programs, check_races = true, trace = true, progress = None, trace_limit = core::machine::TRACE_LIMIT, identical_writes = false, max_seconds = None, max_memory = core::machine::limits::MAX_MEMORY))]
+    #[pyo3(signature = (programs, check_races = true, trace = true, progress = None, trace_limit = core::machine::TRACE_LIMIT, identical_writes = false, max_seconds = None, max_memory = core::machine::limits::default_max_memory()))]
     #[allow(clippy::too_many_arguments)]
     fn run<'py>(
         &self,

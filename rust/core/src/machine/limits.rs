@@ -9,9 +9,25 @@ use crate::memory::hbm::Hbm;
 
 use super::RunOptions;
 
-/// Default `RunOptions::max_memory`: 32 GiB of host memory a run may add (HBM pages it backs)
-/// or take in one buffer sized by its operands (e.g. a DMA's staging buffer).
+/// Upper bound of the default `RunOptions::max_memory`: 32 GiB of host memory a run may add
+/// (HBM pages it backs) or take in one buffer sized by its operands (e.g. a DMA's staging buffer).
 pub const MAX_MEMORY: u64 = 32 << 30;
+
+/// The default `RunOptions::max_memory`: `MAX_MEMORY`, or half the host's physical memory where
+/// that is less (Linux `/proc/meminfo`), so that by default a run is refused with an error before
+/// the host's out-of-memory killer would end the process (Linux overcommits: a reservation alone
+/// does not fail).
+pub fn default_max_memory() -> u64 {
+    static V: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *V.get_or_init(|| host_memory_bytes().map_or(MAX_MEMORY, |m| MAX_MEMORY.min(m / 2)))
+}
+
+fn host_memory_bytes() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
 
 /// What a run started from, to check its limits against.
 pub struct Limits {
@@ -69,5 +85,24 @@ impl Limits {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn default_memory_limit_is_half_the_host_at_most_32_gib() {
+        let d = super::default_max_memory();
+        assert!(d <= super::MAX_MEMORY && d > 0);
+        if let Ok(info) = std::fs::read_to_string("/proc/meminfo") {
+            // MemTotal in kB, read independently of host_memory_bytes.
+            let kb: u64 = info
+                .split('\n')
+                .filter_map(|l| l.strip_prefix("MemTotal:"))
+                .map(|v| v.trim().trim_end_matches("kB").trim().parse().unwrap())
+                .next()
+                .unwrap();
+            assert_eq!(d, (kb * 1024 / 2).min(32 << 30));
+        }
     }
 }

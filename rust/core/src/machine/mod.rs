@@ -179,7 +179,8 @@ pub struct RunOptions {
     /// `Runaway` error (rule `run_time_limit`), checked every `POLL_EVERY` items.
     pub max_seconds: Option<f64>,
     /// Host bytes the run may add to HBM's backing or take in one buffer sized by its operands
-    /// (default `limits::MAX_MEMORY`); past it a `Resource` error (rule `run_memory_limit`).
+    /// (default `limits::default_max_memory()`: 32 GiB or half the host's memory, whichever is
+    /// less); past it a `Resource` error (rule `run_memory_limit`).
     pub max_memory: u64,
 }
 
@@ -192,7 +193,7 @@ impl Default for RunOptions {
             trace_limit: TRACE_LIMIT,
             identical_writes: false,
             max_seconds: None,
-            max_memory: limits::MAX_MEMORY,
+            max_memory: limits::default_max_memory(),
         }
     }
 }

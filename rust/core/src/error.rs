@@ -147,12 +147,8 @@ pub fn with_alloc_limit<R>(limit: u64, f: impl FnOnce() -> R) -> R {
     r
 }
 
-/// Whether the host can give `bytes` of memory for `what` now (a reservation made and
-/// released, no page touched): a `Resource` error (rule `host_allocation_failed`) if not, or
-/// (inside a run) `run_memory_limit` if over the run's `max_memory`, as `try_vec`. For work
-/// whose buffers are allocated in many places (`engines::host_memory`).
-#[cold]
-pub fn check_host_bytes(bytes: u128, what: &str) -> Result<()> {
+/// `run_memory_limit` if `bytes` for `what` exceed the running run's `max_memory`.
+fn within_run_limit(bytes: u128, what: &str) -> Result<()> {
     let limit = ALLOC_LIMIT.with(|l| l.get());
     if bytes > limit as u128 {
         return Err(fail(
@@ -163,6 +159,16 @@ pub fn check_host_bytes(bytes: u128, what: &str) -> Result<()> {
             ),
         ));
     }
+    Ok(())
+}
+
+/// Whether the host can give `bytes` of memory for `what` now (a reservation made and
+/// released, no page touched): a `Resource` error (rule `host_allocation_failed`) if not, or
+/// (inside a run) `run_memory_limit` if over the run's `max_memory`, as `try_vec`. For work
+/// whose buffers are allocated in many places (`engines::host_memory`).
+#[cold]
+pub fn check_host_bytes(bytes: u128, what: &str) -> Result<()> {
+    within_run_limit(bytes, what)?;
     let mut probe: Vec<u8> = Vec::new();
     if usize::try_from(bytes).map_or(true, |n| probe.try_reserve_exact(n).is_err()) {
         return Err(fail(
@@ -180,16 +186,7 @@ pub fn check_host_bytes(bytes: u128, what: &str) -> Result<()> {
 /// error too (rule `run_memory_limit`).
 pub fn try_vec<T: Clone>(n: usize, fill: T, what: &str) -> Result<Vec<T>> {
     let bytes = (n as u128) * std::mem::size_of::<T>() as u128;
-    let limit = ALLOC_LIMIT.with(|l| l.get());
-    if bytes > limit as u128 {
-        return Err(fail(
-            ErrorKind::Resource,
-            "run_memory_limit",
-            format!(
-                "{what} needs {bytes} bytes of host memory, over the run's limit of {limit} bytes (RunOptions::max_memory; Python: Device.run(max_memory=))"
-            ),
-        ));
-    }
+    within_run_limit(bytes, what)?;
     let mut v = Vec::new();
     if v.try_reserve_exact(n).is_err() {
         return Err(fail(

@@ -347,6 +347,21 @@ struct Operands<'a> {
     pairs: &'a [i32],
 }
 
+/// The group's kind and every rank's data operands (a rank whose operands are refused is the
+/// error, named by its position).
+fn group_operands<'a>(
+    ranks: &[Rank<'a>],
+) -> std::result::Result<(CollectiveKind, Vec<Operands<'a>>), RankError> {
+    let mut kind = CollectiveKind::Barrier;
+    let mut all = Vec::with_capacity(ranks.len());
+    for (k, r) in ranks.iter().enumerate() {
+        let (kd, o) = operands(r.ins).map_err(|error| RankError { rank: k, error })?;
+        kind = kd;
+        all.extend(o);
+    }
+    Ok((kind, all))
+}
+
 fn operands(ins: &Instr) -> Result<(CollectiveKind, Option<Operands<'_>>)> {
     let data = |src, dst, reduce_op| {
         Some(Operands {
@@ -576,13 +591,7 @@ pub fn combine(
     snaps: &[Snapshot],
     rounder: &Rounder,
 ) -> std::result::Result<(Moved, Vec<Option<Shared>>), RankError> {
-    let mut kind = CollectiveKind::Barrier;
-    let mut all = Vec::with_capacity(ranks.len());
-    for (k, r) in ranks.iter().enumerate() {
-        let (kd, o) = operands(r.ins).map_err(|error| RankError { rank: k, error })?;
-        kind = kd;
-        all.extend(o);
-    }
+    let (kind, all) = group_operands(ranks)?;
     let none = || (0..ranks.len()).map(|_| None).collect();
     if all.len() != ranks.len() || ranks.is_empty() {
         let m = Moved {

@@ -58,6 +58,17 @@ pub struct EngineState {
 }
 
 impl EngineState {
+    /// Note that `ins` is about to run: one that writes PSUM may set bits in `psum_mm`.
+    pub fn note_psum_writer(&mut self, ins: &Instr) {
+        if !self.psum_mm_dirty
+            && ins
+                .tensors()
+                .any(|(_, _, acc, ap)| acc.writes() && ap.mem == crate::memory::Mem::Psum)
+        {
+            self.psum_mm_dirty = true;
+        }
+    }
+
     /// Back to the start-of-run state, in place (no reallocation of the 128 KiB bitmap).
     pub fn reset(&mut self) {
         self.act_regs = [0.0; PARTITIONS];

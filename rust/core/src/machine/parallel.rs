@@ -298,13 +298,7 @@ fn exec(core: &mut Core, k: u8, job: &Job) -> Result<()> {
         regs: &mut regs,
         jump: None,
     };
-    if !ctx.state.psum_mm_dirty
-        && ins
-            .tensors()
-            .any(|(_, _, acc, ap)| acc.writes() && ap.mem == Mem::Psum)
-    {
-        ctx.state.psum_mm_dirty = true;
-    }
+    ctx.state.note_psum_writer(ins);
     engines::exec(ins, &mut ctx).map_err(|e| ins_err(e, k, job.idx, ins))
 }
 

@@ -908,13 +908,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             regs,
             jump: None,
         };
-        if !ctx.state.psum_mm_dirty
-            && ins
-                .tensors()
-                .any(|(_, _, acc, ap)| acc.writes() && ap.mem == Mem::Psum)
-        {
-            ctx.state.psum_mm_dirty = true;
-        }
+        ctx.state.note_psum_writer(ins);
         engines::exec(ins, &mut ctx).map_err(|e| ins_err(e, it.core, it.idx, ins))?;
         if let Some(t) = ctx.jump {
             let a = &mut self.agents[it.agent];

@@ -5,7 +5,7 @@
 //! needs; [`Plan::receive`] computes that receiver's new dst from those bytes alone. The
 //! results are `combine`'s for that rank, bit for bit (same reduction order, same casts).
 
-use super::{a2av_layout, agree, operands, Block, Moved, Operands, Rank, RankError, Shared};
+use super::{a2av_layout, agree, group_operands, Block, Moved, Operands, Rank, RankError, Shared};
 use super::{CollectiveKind, Snapshot};
 use crate::isa::AluOp;
 use crate::numerics;
@@ -48,13 +48,7 @@ pub struct Plan<'a> {
 /// Check a group as `combine` does (the same errors, in the same order) from its ranks'
 /// metadata, and plan its data flow.
 pub fn plan<'a>(ranks: &[Rank<'a>], metas: &[Meta]) -> Result<Plan<'a>, RankError> {
-    let mut kind = CollectiveKind::Barrier;
-    let mut all = Vec::with_capacity(ranks.len());
-    for (k, r) in ranks.iter().enumerate() {
-        let (kd, o) = operands(r.ins).map_err(|error| RankError { rank: k, error })?;
-        kind = kd;
-        all.extend(o);
-    }
+    let (kind, all) = group_operands(ranks)?;
     let mut p = Plan {
         moved: Moved {
             kind,

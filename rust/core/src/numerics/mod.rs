@@ -147,7 +147,11 @@ pub fn convert_from_f32_slice(dt: DType, src: &[u32], dst: &mut [u32]) {
 /// Raw bits of `dt` -> fp32 for a slice; 8-bit types go through a 256-entry table.
 pub fn convert_to_f32_slice(dt: DType, src: &[u32], dst: &mut [f32]) {
     if dt.size() == 1 {
-        let lut: Vec<f32> = (0..256u32).map(|c| to_f32(dt, c)).collect();
+        // A fixed-size table: `c & 0xFF` indexes it without a bounds check.
+        let mut lut = [0f32; 256];
+        for (c, v) in lut.iter_mut().enumerate() {
+            *v = to_f32(dt, c as u32);
+        }
         for (o, c) in dst.iter_mut().zip(src) {
             *o = lut[(*c & 0xFF) as usize];
         }

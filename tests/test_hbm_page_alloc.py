@@ -62,14 +62,16 @@ for _ in range(4):
 
 
 def test_a_run_whose_dma_writes_past_the_host_cap_raises_resource_error_not_abort():
-    # 1 GiB copied from never-written HBM (no pages) to fresh HBM: the DMA backs 1 MiB pages
-    # as it writes, and the cap stops it part of the way.
+    # 512 MiB copied from never-written HBM (no pages) to fresh HBM, six times to new places:
+    # each DMA backs 1 MiB pages as it writes (its staging buffer is freed in between), and the
+    # cap (1.5 GiB over the start; the allocator may hold some already reserved) stops one of
+    # them part of the way.
     out = run_capped(
         """
-a = dev.hbm.alloc((128, 1 << 21), np.float32)
-b = dev.hbm.alloc((128, 1 << 21), np.float32)
+a = dev.hbm.alloc((128, 1 << 20), np.float32)
 p = t3.Program()
-p.dma_copy(dst=b, src=a)
+for _ in range(6):
+    p.dma_copy(dst=dev.hbm.alloc((128, 1 << 20), np.float32), src=a)
 dev.run(p)
 """
     )

@@ -1,7 +1,6 @@
 //! HBM: the full 144 GiB address space, backed sparsely by 1 MiB pages allocated on first write.
 //! Reads of never-written bytes return zeros.
 
-use super::zeroed::ZeroBuf;
 use super::HBM_BYTES;
 
 const PAGE_BITS: u32 = 20;
@@ -37,8 +36,20 @@ fn spans(addr: u64, len: usize) -> impl Iterator<Item = Span> {
     })
 }
 
+/// A zeroed 1 MiB page from the global allocator (as `vec![0u8; PAGE]`, whose recycling of freed
+/// pages keeps a many-chip run's resident memory down), or `None` if the host refuses it.
+fn try_zeroed_page() -> Option<Box<[u8]>> {
+    let layout = std::alloc::Layout::array::<u8>(PAGE).ok()?;
+    // SAFETY: the layout has a non-zero size; a non-null result points to PAGE zeroed bytes
+    // allocated by the global allocator with the layout `Box<[u8]>` frees them with.
+    unsafe {
+        let p = std::alloc::alloc_zeroed(layout);
+        (!p.is_null()).then(|| Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, PAGE)))
+    }
+}
+
 pub struct Hbm {
-    pages: Vec<Option<ZeroBuf>>,
+    pages: Vec<Option<Box<[u8]>>>,
     /// Pages backed (`Some`), kept so that `resident_bytes` is O(1) (a run checks it often).
     backed: u64,
     /// A write could not back a page (the host refused the memory): its bytes were dropped.
@@ -126,7 +137,7 @@ impl Hbm {
         for Span { page, off, at, n } in spans(addr, data.len()) {
             let slot = &mut self.pages[page];
             if slot.is_none() {
-                let Some(fresh) = ZeroBuf::try_new(PAGE) else {
+                let Some(fresh) = try_zeroed_page() else {
                     self.alloc_failed = true;
                     continue;
                 };

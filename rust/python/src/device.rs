@@ -239,7 +239,7 @@ impl Device {
         self.dev(py)?.hbm.try_write(addr, s).map_err(py_err(py))
     }
 
-    /// Zero `nbytes` of HBM at `addr` (no host buffer needed; whole 1 MiB pages are released).
+    /// Zero `nbytes` of HBM at `addr` (no host buffer needed; backed pages are kept for reuse).
     fn hbm_zero(
         &self,
         py: Python<'_>,

@@ -11,16 +11,15 @@ addresses identical; HBM is sparse, so other chips' tensors cost nothing there).
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 from hosttime import load_avg
+from trn3emu import ultra_mpi
 
 pytest.importorskip("mpi4py")
 
@@ -79,8 +78,7 @@ _CHILD = textwrap.dedent(
 
 
 def _mpiexec() -> str:
-    local = Path(sys.executable).parent / "mpiexec"
-    found = str(local) if local.exists() else shutil.which("mpiexec")
+    found = ultra_mpi.mpiexec()
     if not found:
         pytest.skip("no mpiexec (install the dist extra)")
     return found

@@ -3,13 +3,13 @@ bit-identical to the single-process run: every chip's outputs and Perfetto trace
 messages and CC-core spans, the run's time; a killed process ends the job with an error, no hang."""
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from trn3emu import ultra_mpi
 
 pytest.importorskip("mpi4py")
 
@@ -19,8 +19,7 @@ from ultra_mpi_case import build, summary  # noqa: E402
 
 
 def _mpiexec() -> str:
-    local = Path(sys.executable).parent / "mpiexec"
-    found = str(local) if local.exists() else shutil.which("mpiexec")
+    found = ultra_mpi.mpiexec()
     if not found:
         pytest.skip("no mpiexec (install the dist extra)")
     return found

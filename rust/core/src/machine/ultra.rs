@@ -151,6 +151,16 @@ pub fn run(
 ) -> Result<UltraResult> {
     let by_chip = place(devs.len(), programs)?;
     let r = crate::par::run_hot(|| run_chips(devs, &by_chip, opts, params));
+    close_run(devs, &by_chip, r)
+}
+
+/// After a run: count it on every chip that had programs, and report a chip whose HBM writes
+/// could not back a page (before the run's own result).
+pub(super) fn close_run<T>(
+    devs: &mut [&mut Device],
+    by_chip: &[Vec<&Program>],
+    r: Result<T>,
+) -> Result<T> {
     let mut failed = Ok(());
     for (c, d) in devs.iter_mut().enumerate() {
         if !by_chip[c].is_empty() {

@@ -14,8 +14,8 @@
 use super::fabric::FabricParams;
 use super::sched::Scheduler;
 use super::ultra::{
-    chip_err, finish, place, rank_err, ranks_of, start, take_outboxes, Arrival, Coordinator,
-    Placed, UltraResult,
+    chip_err, close_run, finish, place, rank_err, ranks_of, start, take_outboxes, Arrival,
+    Coordinator, Placed, UltraResult,
 };
 use super::{Device, RunOptions};
 use crate::engines::intercore::part::{plan, Meta, Plan};
@@ -84,14 +84,7 @@ pub fn run(
 ) -> Result<UltraResult> {
     let by_chip = place(devs.len(), programs)?;
     let r = run_owned(devs, &by_chip, opts, params, procs, exchange);
-    let mut failed = Ok(());
-    for (c, d) in devs.iter_mut().enumerate() {
-        if !by_chip[c].is_empty() {
-            d.runs += 1;
-        }
-        failed = failed.and(d.hbm.take_alloc_failure().map_err(chip_err(c)));
-    }
-    failed.and(r)
+    close_run(devs, &by_chip, r)
 }
 
 /// Each open arrival's metadata, by (chip, core, stream agent): a stream waits in one

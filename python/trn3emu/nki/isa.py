@@ -186,17 +186,8 @@ def signature(opname: str) -> inspect.Signature:
     return inspect.Signature(out, return_annotation=Instruction)
 
 
-def _make(opname: str):
-    method = getattr(AssemblerMixin, opname)
-    sig = inspect.signature(method)
-    params = list(sig.parameters.values())[1:]
-    names = [p.name for p in params if p.kind is not inspect.Parameter.KEYWORD_ONLY]
-    npos = len(names)
-    allowed = frozenset(p.name for p in params)
-    required = frozenset(p.name for p in params if p.default is inspect.Parameter.empty)
-    spec = {p[0]: (p[1], p[2]) for p in INSTRUCTIONS[opname][2]}
-    # Per-operand converters, chosen once: the hot path below replaces inspect.Signature.bind
-    # (the binding is checked with plain dict/tuple operations; bind only builds the message).
+def _converters(opname: str, allowed: frozenset, spec: dict) -> dict:
+    """Per-keyword value converter of nki.isa.`opname` (keywords without one are passed as is)."""
     convs = {}
     for k in allowed:
         if (opname, k) in _INT_IMMEDIATES:
@@ -205,6 +196,11 @@ def _make(opname: str):
             convs[k] = _converter(*spec[k])
         elif k == "engine":
             convs[k] = _engine_name
+    return convs
+
+
+def _bad_form(opname: str, sig: inspect.Signature, allowed: frozenset):
+    """The error for a call of nki.isa.`opname` whose arguments do not bind (only built then)."""
 
     def bad_form(args, kwargs):
         for k in kwargs:
@@ -223,6 +219,22 @@ def _make(opname: str):
             rule="nki_call_form",
         )
 
+    return bad_form
+
+
+def _make(opname: str):
+    method = getattr(AssemblerMixin, opname)
+    sig = inspect.signature(method)
+    params = list(sig.parameters.values())[1:]
+    names = [p.name for p in params if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+    npos = len(names)
+    allowed = frozenset(p.name for p in params)
+    required = frozenset(p.name for p in params if p.default is inspect.Parameter.empty)
+    spec = {p[0]: (p[1], p[2]) for p in INSTRUCTIONS[opname][2]}
+    # Per-operand converters, chosen once: the hot path below replaces inspect.Signature.bind
+    # (the binding is checked with plain dict/tuple operations; bind only builds the message).
+    convs = _converters(opname, allowed, spec)
+    bad_form = _bad_form(opname, sig, allowed)
     dst_first = names[0] == "dst"
     dropped = _NKI_KEYWORDS.get(opname, ())
     # The assembler method only passes its operands on in ISA order: called directly through

@@ -23,3 +23,16 @@ def test_run_output_spec_without_a_file_or_fields_is_an_error(spec, tmp_path, mo
     assert main(["run", str(prog), "--output", spec]) == 2
     assert "expected ADDR:SHAPE:DTYPE=FILE.npy" in capsys.readouterr().err
     assert not list(tmp_path.glob("*.npy"))
+
+
+@pytest.mark.parametrize("extra", [[], ["--np", "2"]])
+def test_ultra_mpi_launcher_names_a_missing_script(extra, tmp_path, capsys):
+    """`python -m trn3emu.ultra_mpi [--np N] script.py`: a script that is not there is a usage
+    error naming it (exit 2), not a traceback or an mpiexec failure."""
+    from trn3emu import ultra_mpi
+
+    missing = str(tmp_path / "nope.py")
+    with pytest.raises(SystemExit) as e:
+        ultra_mpi.main([*extra, missing])
+    assert e.value.code == 2
+    assert f"no script file {missing!r}" in capsys.readouterr().err

@@ -169,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("script")
     ap.add_argument("args", nargs=argparse.REMAINDER)
     ns = ap.parse_args(argv)
+    if not ns.hosts and not os.path.isfile(ns.script):  # (on other hosts it may exist there only)
+        ap.error(f"no script file {ns.script!r}")
     if ns.np is None:
         if ns.hosts:
             ap.error("--hosts needs --np")

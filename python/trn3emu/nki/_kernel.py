@@ -839,6 +839,8 @@ class TraceContext:
         self._tiles: dict[tuple, tuple[Tensor, int]] = {}
         #: (name, shape, dtype, source line) -> the label of tiles allocated there
         self._labels: dict[tuple, str] = {}
+        #: nki.isa name -> whether the program's method is the assembler's own (`nki/_emit.py` may append)
+        self.direct_ops: dict[str, bool] = {}
 
     @property
     def device(self) -> Device:

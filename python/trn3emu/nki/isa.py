@@ -15,7 +15,7 @@ import numpy as np
 
 from .._asm import ENUMS, INSTRUCTIONS, AssemblerMixin
 from ..errors import NotSupportedError
-from . import _kernel
+from . import _emit, _kernel
 from . import indexing as _indexing
 from ._kernel import NkiTensor, current, not_supported
 
@@ -281,10 +281,16 @@ def _make(opname: str):
                 stack = _kernel._STACK
                 ctx = stack[-1] if stack else current()
                 prog = ctx.program
-                if not ctx.vregs and getattr(getattr(prog, opname), "__func__", None) is method:
-                    index = prog._emit(
-                        opname, vals[n_isa], vals[n_isa + 1], vals[n_isa + 2], vals[n_isa + 3], tuple(vals[:n_isa])
-                    )
+                direct = ctx.direct_ops.get(opname)
+                if direct is None:
+                    direct = ctx.direct_ops[opname] = getattr(getattr(prog, opname), "__func__", None) is method
+                if direct and not ctx.vregs:
+                    engine, wait, signal = vals[n_isa], vals[n_isa + 2], vals[n_isa + 3]
+                    index = None
+                    if not wait and not signal and (engine is None or type(engine) is str):
+                        index = _emit.emit(ctx, opname, engine, vals[n_isa + 1], vals[:n_isa], 1)
+                    if index is None:
+                        index = prog._emit(opname, engine, vals[n_isa + 1], wait, signal, tuple(vals[:n_isa]))
                     return Instruction(ctx, index, opname)
         if dst_first and args and "dst" not in kwargs and not isinstance(args[0], NkiTensor):
             raise not_supported(

@@ -1,0 +1,129 @@
+"""The traced kernel's one-step append: what `KernelProgram._emit` and `Program._emit` do for an
+`nki.isa` call, fused into one function for the common case (operands that are tiles, HBM
+tensors the program already names, numbers, names and enum members; no wait / signal lists, no
+registers). Anything else returns None before any effect and the caller takes the general path,
+which gives the same results and errors.
+
+The kernel's source line of a call site is looked up once per (code object, instruction offset):
+the frame walk stops at the first frame outside the package, and the label, the error note's
+"file:line" and the HBM-write positions of the opcode come from small per-site / per-opcode caches.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+
+from .._asm import INSTRUCTION_FLAGS, INSTRUCTIONS
+from ..errors import EmuError
+from ..program import _AP_CACHE, _enum_name
+from ..tensor import Reg, Tensor
+from ._kernel import _INTERNAL, _LABEL, _LABELS, _hbm_span, _internal
+
+#: (id of the code object, instruction offset, name) -> (the code object, "file:line", label)
+_SITES: dict[tuple, tuple[types.CodeType | None, str, str]] = {}
+
+
+def _label(loc: str, name) -> str:
+    key = (loc, None if name is None else str(name))
+    label = _LABELS.get(key)
+    if label is None:
+        label = _LABELS[key] = _LABEL.sub("_", loc if name is None else f"{name}/{loc}")[-255:]
+    return label
+
+
+def site(depth: int, name) -> tuple[str, str]:
+    """("file:line", instruction label) of the innermost caller outside the package, starting
+    `depth` frames above the caller (`source_line`, keyed by call site and cached with its label)."""
+    f = sys._getframe(depth + 1)
+    known = _INTERNAL
+    while f is not None:
+        code = f.f_code
+        inside = known.get(code.co_filename)
+        if inside is None:
+            inside = _internal(code.co_filename)
+        if not inside:
+            break
+        f = f.f_back
+    if f is None:
+        return "?", _label("?", name)
+    key = (id(code), f.f_lasti, name)
+    hit = _SITES.get(key)
+    if hit is not None and hit[0] is code:
+        return hit[1], hit[2]
+    loc = f"{os.path.basename(code.co_filename)}:{f.f_lineno}"
+    label = _label(loc, name)
+    if name is None or type(name) is str:
+        _SITES[key] = (code, loc, label)  # (the code object held: its id is not reused)
+    return loc, label
+
+
+#: opcode -> positions of the operands an instruction may write in HBM (none for compute ones)
+_HBM_DSTS: dict[str, tuple[int, ...]] = {}
+
+
+def hbm_dsts(opcode: str) -> tuple[int, ...]:
+    pos = _HBM_DSTS.get(opcode)
+    if pos is None:
+        pos = tuple(i for i, p in enumerate(INSTRUCTIONS[opcode][2]) if p[0].startswith("dst"))
+        if INSTRUCTION_FLAGS[opcode][1] == "compute":  # engines write SBUF/PSUM only
+            pos = ()
+        _HBM_DSTS[opcode] = pos
+    return pos
+
+
+def emit(ctx, opcode: str, engine, name, args, depth: int) -> int | None:
+    """Append `opcode(*args)` to `ctx.program` (a `KernelProgram`) as its `_emit` would, or None
+    (nothing done) when an operand needs the general path. `depth`: frames above the caller
+    known to be inside the package (where the source-line walk starts)."""
+    prog = ctx.program
+    core = prog.core
+    uses = prog._hbm_uses
+    conv = []
+    append = conv.append
+    for a in args:
+        ta = type(a)
+        if ta is Tensor:
+            if a.core is not None and a.core != core:
+                return None
+            blk = a.block
+            if blk is not None:
+                if not blk.live:
+                    return None
+                try:
+                    if blk._owner not in uses:
+                        return None  # the first use of its HBM: recorded by the general path
+                except TypeError:
+                    return None
+            if a.dyn is not None:
+                append(a.to_ap())
+                continue
+            key = (a.mem, a.dtype, a.start, a.offset, a.shape, a.strides)
+            ap = _AP_CACHE.get(key)
+            if ap is None:
+                if len(_AP_CACHE) > 4096:
+                    _AP_CACHE.clear()
+                ap = _AP_CACHE[key] = a.to_ap()
+            append(ap)
+        elif ta is str or ta is float or a is None or ta is bool or ta is int:
+            append(a)
+        elif isinstance(a, (Tensor, Reg)):
+            return None
+        else:
+            append(_enum_name(a))
+    prog.opcodes.add(opcode)
+    for i in hbm_dsts(opcode):
+        t = args[i] if i < len(args) else None
+        if type(t) is Tensor and t.mem == "hbm":
+            ctx.hbm_writes.append(_hbm_span(t))
+    bar = ctx.launch.trace_progress
+    if bar is not None:
+        bar.tick()
+    loc, label = site(depth + 1, name)
+    try:
+        return prog._native.append(opcode, engine, tuple(conv), [], [], label)
+    except EmuError as e:
+        if hasattr(e, "add_note"):
+            e.add_note(f"  in kernel at {loc} ({opcode})")
+        raise

@@ -25,9 +25,6 @@ memory: for PSUM every bank and the tiles in it.
 
 from __future__ import annotations
 
-import bisect
-import collections
-import itertools
 import weakref
 
 from . import _native
@@ -48,17 +45,14 @@ def _up(x: int, a: int) -> int:
 
 class Allocator:
     """First-fit allocator of per-partition byte ranges of one memory of one core, rotating over
-    recently freed ranges (`bank` > 0: the PSUM bank rules)."""
+    recently freed ranges (`bank` > 0: the PSUM bank rules). The ranges are kept and searched by
+    `_native.RangeAllocator` (the scan runs once per tile a kernel allocates); this class keeps
+    the labels, the owners and the messages."""
 
     def __init__(self, what: str, capacity: int, align: int = ALIGN, bank: int = 0) -> None:
         self.what, self.capacity, self.align, self.bank = what, capacity, align, bank
         self._live: dict[int, tuple[int, int, str]] = {}  # key -> (lo, hi, label)
-        # The live ranges and the recently freed ones (`_recent`, with their keys in
-        # `_recent_keys`) together as (lo, hi, key), ascending: what rotation keeps out of reach.
-        self._blocked: list[tuple[int, int, int]] = []
-        self._recent_keys: collections.deque = collections.deque()
-        self._keys = itertools.count()
-        self._recent: collections.deque = collections.deque(maxlen=ROTATE)  # freed (lo, hi), newest last
+        self._ranges = _native.RangeAllocator(capacity, align, bank, ROTATE)
         # Tracked owners: id(weak reference) -> (the reference, key). When an owner dies its
         # reference is appended to `_dead` by `list.append` itself, C code that runs no Python
         # bytecode: a Ctrl-C arriving then is raised in the kernel's code, never inside a
@@ -88,89 +82,26 @@ class Allocator:
             self._release(key)
         return self._live
 
-    def _add(self, key: int, lo: int, hi: int, label: str) -> None:
-        self._live[key] = (lo, hi, label)
-        bisect.insort(self._blocked, (lo, hi, key))
+    @property
+    def _recent(self) -> list[tuple[int, int]]:
+        """The recently freed ranges (lo, hi), oldest first: out of reach while others fit."""
+        return self._ranges.recent()
 
     def _release(self, key: int) -> None:
-        r = self._live.pop(key, None)
-        if r is not None:
-            recent, keys = self._recent, self._recent_keys
-            if len(recent) == recent.maxlen:  # the oldest recent range is in reach again
-                lo, hi = recent[0]
-                blocked = self._blocked
-                del blocked[bisect.bisect_left(blocked, (lo, hi, keys.popleft()))]
-            recent.append((r[0], r[1]))  # (stays in `_blocked`)
-            keys.append(key)
-
-    def _start(self, lo: int, nbytes: int) -> int:
-        """The first legal start at or after `lo` for a range of `nbytes`."""
-        pos = _up(lo, self.align)
-        b = self.bank
-        if b:
-            if nbytes > b:
-                pos = _up(pos, b)
-            elif pos // b != (pos + nbytes - 1) // b:
-                pos = _up(pos, b)
-        return pos
-
-    def _gaps(self, extra=()):
-        """The free gaps (lo, hi) between the live ranges (and `extra` ones), lowest address first."""
-        pos = 0
-        for lo, hi in sorted([(lo, hi) for lo, hi, _ in self.live.values()] + list(extra)):
-            if lo > pos:
-                yield pos, lo
-            pos = max(pos, hi)
-        if pos < self.capacity:
-            yield pos, self.capacity
-
-    def _first_fit(self, nbytes: int, extra=()) -> int | None:
-        """The lowest legal start of `nbytes` clear of the live ranges and `extra` ones."""
-        if self._dead:
-            self.live  # noqa: B018 (frees the ranges of dead owners)
-        ranges = [(lo, hi) for lo, hi, _ in self._live.values()]  # (rarely: when rotation finds no room)
-        ranges.extend(extra)
-        ranges.sort()
-        return self._fit(nbytes, ranges)
-
-    def _fit(self, nbytes: int, ranges: list) -> int | None:
-        # `_gaps` + `_start` inlined over ranges sorted by start: this runs once per tile the NKI
-        # front end allocates.
-        align, b, pos = self.align, self.bank, 0
-        for r in ranges:
-            lo, hi = r[0], r[1]
-            if lo > pos:
-                s = -(-pos // align) * align
-                if b and (nbytes > b or s // b != (s + nbytes - 1) // b):
-                    s = -(-s // b) * b
-                if s + nbytes <= lo:
-                    return s
-                pos = hi
-            elif hi > pos:
-                pos = hi
-        lo = self.capacity
-        if lo > pos:
-            s = -(-pos // align) * align
-            if b and (nbytes > b or s // b != (s + nbytes - 1) // b):
-                s = -(-s // b) * b
-            if s + nbytes <= lo:
-                return s
-        return None
+        if self._live.pop(key, None) is not None:
+            self._ranges.release(key)  # (stays out of reach while among the ROTATE most recent)
 
     def alloc(self, nbytes: int, label: str) -> tuple[int, int]:
         """Place `nbytes` per partition; returns (key, byte offset) or raises CapacityError."""
         nbytes = max(int(nbytes), 1)
         if self._dead:
             self.live  # noqa: B018 (frees the ranges of dead owners)
-        pos = self._fit(nbytes, self._blocked)  # rotation: not a just-freed range ...
-        if pos is None:
-            pos = self._first_fit(nbytes)  # ... unless nothing else fits
-        if pos is None:
+        got = self._ranges.alloc(nbytes)  # rotation: not a just-freed range, unless nothing else fits
+        if got is None:
             raise CapacityError(self._overflow(nbytes, label), operand="shape", rule="onchip_capacity")
-        key = next(self._keys)
-        self._live[key] = (pos, pos + nbytes, label)  # `_add`, inlined
-        bisect.insort(self._blocked, (pos, pos + nbytes, key))
-        return key, pos
+        key, pos = got
+        self._live[key] = (pos, pos + nbytes, label)
+        return got
 
     def place(self, offset: int, nbytes: int, label: str, error: type = CapacityError) -> int:
         """Reserve an explicit range (may overlap live tiles: aliasing is the kernel's intent)."""
@@ -181,8 +112,8 @@ class Allocator:
                 operand="address",
                 rule="tile_address_out_of_range",
             )
-        key = next(self._keys)
-        self._add(key, offset, offset + nbytes, label)
+        key = self._ranges.place(offset, nbytes)
+        self._live[key] = (offset, offset + nbytes, label)
         return key
 
     def free(self, key: int) -> None:

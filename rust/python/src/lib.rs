@@ -22,6 +22,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<device::Device>()?;
     m.add_class::<program::Program>()?;
+    m.add_class::<program::RangeAllocator>()?;
     m.add_class::<trace::RawTrace>()?;
     m.add_function(wrap_pyfunction!(numerics::convert_from_f32, m)?)?;
     m.add_function(wrap_pyfunction!(numerics::convert_to_f32, m)?)?;

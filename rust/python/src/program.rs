@@ -217,3 +217,40 @@ impl Program {
         )
     }
 }
+
+/// `_native.RangeAllocator`: the on-chip allocator's range bookkeeping (first fit with
+/// rotation, `trn3emu_core::memory::ranges`); `trn3emu.allocator.Allocator` wraps it.
+#[pyclass(module = "trn3emu._native")]
+pub struct RangeAllocator {
+    inner: core::memory::ranges::RangeAllocator,
+}
+
+#[pymethods]
+impl RangeAllocator {
+    #[new]
+    fn new(capacity: u64, align: u64, bank: u64, rotate: usize) -> Self {
+        RangeAllocator {
+            inner: core::memory::ranges::RangeAllocator::new(capacity, align, bank, rotate),
+        }
+    }
+
+    /// `(key, start)` of a new range of `nbytes` (at least 1), or None when none fits.
+    fn alloc(&mut self, nbytes: u64) -> Option<(u64, u64)> {
+        self.inner.alloc(nbytes)
+    }
+
+    /// Reserve `offset..offset + nbytes` (may overlap live ranges); its key.
+    fn place(&mut self, offset: u64, nbytes: u64) -> u64 {
+        self.inner.place(offset, nbytes)
+    }
+
+    /// The recently freed ranges `(lo, hi)`, oldest first (kept out of reach while others fit).
+    fn recent(&self) -> Vec<(u64, u64)> {
+        self.inner.recent()
+    }
+
+    /// Free `key`'s range (a key not live: nothing).
+    fn release(&mut self, key: u64) {
+        self.inner.release(key)
+    }
+}

@@ -1,0 +1,175 @@
+//! The on-chip allocator's range bookkeeping (`trn3emu.allocator.Allocator` keeps the labels,
+//! the owners and the messages; the policy is documented there and in docs/nki.md "Memory"):
+//! first fit over the live ranges and the last `rotate` freed ones (rotation), falling back to
+//! first fit over the live ranges alone; ranges aligned, and with PSUM banks kept whole.
+//! The scan runs once per tile a kernel allocates, so it lives here rather than in Python.
+
+use std::collections::{HashMap, VecDeque};
+
+/// Per-partition byte ranges of one memory: live ones by key, recently freed ones kept out of
+/// reach while another range fits.
+#[derive(Clone, Debug)]
+pub struct RangeAllocator {
+    capacity: u64,
+    align: u64,
+    /// PSUM bank bytes (0: no bank rule)
+    bank: u64,
+    rotate: usize,
+    next_key: u64,
+    /// live ranges: key -> (lo, hi)
+    live: HashMap<u64, (u64, u64)>,
+    /// live and recently freed ranges (lo, hi, key), ascending
+    blocked: Vec<(u64, u64, u64)>,
+    /// recently freed (lo, hi, key), oldest first, at most `rotate`
+    recent: VecDeque<(u64, u64, u64)>,
+}
+
+fn up(x: u64, a: u64) -> u64 {
+    x.div_ceil(a) * a
+}
+
+impl RangeAllocator {
+    /// `align`: start alignment (>= 1); `bank`: bank bytes (0 for none); `rotate`: recently freed
+    /// ranges kept out of reach.
+    pub fn new(capacity: u64, align: u64, bank: u64, rotate: usize) -> Self {
+        RangeAllocator {
+            capacity,
+            align: align.max(1),
+            bank,
+            rotate,
+            next_key: 0,
+            live: HashMap::new(),
+            blocked: Vec::new(),
+            recent: VecDeque::new(),
+        }
+    }
+
+    /// The first legal start at or after `pos` for `nbytes`.
+    fn start(&self, pos: u64, nbytes: u64) -> u64 {
+        let s = up(pos, self.align);
+        let b = self.bank;
+        if b > 0 && (nbytes > b || s / b != (s + nbytes - 1) / b) {
+            up(s, b)
+        } else {
+            s
+        }
+    }
+
+    /// The lowest legal start of `nbytes` clear of `ranges` (sorted by start).
+    fn fit(&self, nbytes: u64, ranges: impl Iterator<Item = (u64, u64)>) -> Option<u64> {
+        let mut pos = 0;
+        for (lo, hi) in ranges {
+            if lo > pos {
+                let s = self.start(pos, nbytes);
+                if s + nbytes <= lo {
+                    return Some(s);
+                }
+                pos = hi;
+            } else if hi > pos {
+                pos = hi;
+            }
+        }
+        let s = self.start(pos, nbytes);
+        (self.capacity > pos && s + nbytes <= self.capacity).then_some(s)
+    }
+
+    fn add(&mut self, lo: u64, hi: u64) -> u64 {
+        let key = self.next_key;
+        self.next_key += 1;
+        self.live.insert(key, (lo, hi));
+        let r = (lo, hi, key);
+        let i = self.blocked.partition_point(|x| *x <= r);
+        self.blocked.insert(i, r);
+        key
+    }
+
+    /// Place `nbytes` (at least 1): `(key, start)`, or None when no range fits.
+    pub fn alloc(&mut self, nbytes: u64) -> Option<(u64, u64)> {
+        let nbytes = nbytes.max(1);
+        let pos = self
+            .fit(nbytes, self.blocked.iter().map(|r| (r.0, r.1)))
+            .or_else(|| {
+                // rotation found no room: first fit over the live ranges alone
+                let mut live: Vec<(u64, u64)> = self.live.values().copied().collect();
+                live.sort_unstable();
+                self.fit(nbytes, live.into_iter())
+            })?;
+        Some((self.add(pos, pos + nbytes), pos))
+    }
+
+    /// Reserve `offset..offset + nbytes` (may overlap live ranges); its key.
+    pub fn place(&mut self, offset: u64, nbytes: u64) -> u64 {
+        self.add(offset, offset + nbytes)
+    }
+
+    /// The recently freed ranges (lo, hi), oldest first.
+    pub fn recent(&self) -> Vec<(u64, u64)> {
+        self.recent.iter().map(|r| (r.0, r.1)).collect()
+    }
+
+    /// Free `key`'s range (a key not live: nothing). It stays out of reach while it is among
+    /// the `rotate` most recently freed.
+    pub fn release(&mut self, key: u64) {
+        let Some((lo, hi)) = self.live.remove(&key) else {
+            return;
+        };
+        let r = (lo, hi, key);
+        if self.recent.len() >= self.rotate {
+            if let Some(old) = self.recent.pop_front() {
+                if let Ok(j) = self.blocked.binary_search(&old) {
+                    self.blocked.remove(j);
+                }
+            }
+        }
+        if self.rotate == 0 {
+            if let Ok(j) = self.blocked.binary_search(&r) {
+                self.blocked.remove(j);
+            }
+        } else {
+            self.recent.push_back(r);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn psum_tiles_share_banks_without_straddling() {
+        let mut a = RangeAllocator::new(16384, 64, 2048, 8);
+        let got: Vec<u64> = [1536, 1536, 512, 4096, 1024]
+            .iter()
+            .map(|&n| a.alloc(n).unwrap().1)
+            .collect();
+        assert_eq!(got, [0, 2048, 1536, 4096, 8192]);
+    }
+
+    #[test]
+    fn freed_ranges_rotate_until_only_they_fit() {
+        let mut a = RangeAllocator::new(256, 64, 0, 2);
+        let (k0, s0) = a.alloc(64).unwrap();
+        a.release(k0);
+        let (k1, s1) = a.alloc(64).unwrap(); // not the range just freed
+        assert_eq!((s0, s1), (0, 64));
+        a.release(k1);
+        let (_, s2) = a.alloc(64).unwrap();
+        assert_eq!(s2, 128);
+        let (_, s3) = a.alloc(64).unwrap();
+        assert_eq!(s3, 192);
+        // full but for the two recently freed ranges: they are used
+        let (_, s4) = a.alloc(64).unwrap();
+        assert_eq!(s4, 0);
+        assert!(a.alloc(128).is_none());
+    }
+
+    #[test]
+    fn placed_ranges_are_avoided_and_released_keys_once() {
+        let mut a = RangeAllocator::new(1024, 64, 0, 0);
+        let k = a.place(0, 100);
+        assert_eq!(a.alloc(10).unwrap().1, 128);
+        a.release(k);
+        a.release(k);
+        assert_eq!(a.alloc(10).unwrap().1, 0);
+    }
+}

@@ -19,7 +19,7 @@ from .._asm import INSTRUCTION_FLAGS, INSTRUCTIONS
 from ..errors import EmuError
 from ..program import _AP_CACHE, _enum_name
 from ..tensor import Reg, Tensor
-from ._kernel import _INTERNAL, _LABEL, _LABELS, _hbm_span, _internal
+from ._kernel import _INTERNAL, _LABEL, _LABELS, NkiTensor, _hbm_span, _internal
 
 #: (id of the code object, instruction offset, name) -> (the code object, "file:line", label)
 _SITES: dict[tuple, tuple[types.CodeType | None, str, str]] = {}
@@ -123,6 +123,73 @@ def emit(ctx, opcode: str, engine, name, args, depth: int) -> int | None:
     loc, label = site(depth + 1, name)
     try:
         return prog._native.append(opcode, engine, tuple(conv), [], [], label)
+    except EmuError as e:
+        if hasattr(e, "add_note"):
+            e.add_note(f"  in kernel at {loc} ({opcode})")
+        raise
+
+
+def emit_call(ctx, opcode: str, plan: tuple, base: list, kwargs: dict, depth: int) -> int | None:
+    """`emit` straight from a keyword call's values: `plan` gives per keyword its operand
+    position, whether it is an ISA operand and its converter (`nki.isa`), `base` the operands'
+    defaults. One pass over the given keywords; None (nothing done) as for `emit`."""
+    prog = ctx.program
+    core = prog.core
+    uses = prog._hbm_uses
+    dsts = _HBM_DSTS.get(opcode)
+    if dsts is None:
+        dsts = hbm_dsts(opcode)
+    conv = base.copy()
+    written = None  # HBM tensors the instruction writes
+    for (i, operand, c), v in zip(plan, kwargs.values()):
+        if i is None:
+            continue  # an NKI-only keyword, dropped
+        if operand and type(v) is NkiTensor:
+            v = v._t  # (index views: the converter's `.tensor` checks bounds)
+        elif c is not None:
+            v = c(v)
+        tv = type(v)
+        if tv is Tensor:
+            if v.core is not None and v.core != core:
+                return None
+            blk = v.block
+            if blk is not None:
+                if not blk.live:
+                    return None
+                try:
+                    if blk._owner not in uses:
+                        return None  # the first use of its HBM: recorded by the general path
+                except TypeError:
+                    return None
+            if i in dsts:
+                written = [*(written or ()), v]
+            if v.dyn is not None:
+                conv[i] = v.to_ap()
+                continue
+            key = (v.mem, v.dtype, v.start, v.offset, v.shape, v.strides)
+            ap = _AP_CACHE.get(key)
+            if ap is None:
+                if len(_AP_CACHE) > 4096:
+                    _AP_CACHE.clear()
+                ap = _AP_CACHE[key] = v.to_ap()
+            conv[i] = ap
+        elif tv is str or tv is float or v is None or tv is bool or tv is int:
+            conv[i] = v
+        elif isinstance(v, (Tensor, Reg)):
+            return None
+        else:
+            conv[i] = _enum_name(v)
+    prog.opcodes.add(opcode)
+    if written is not None:
+        for t in written:
+            if t.mem == "hbm":
+                ctx.hbm_writes.append(_hbm_span(t))
+    bar = ctx.launch.trace_progress
+    if bar is not None:
+        bar.tick()
+    loc, label = site(depth + 1, name=None)
+    try:
+        return prog._native.append(opcode, None, tuple(conv), [], [], label)
     except EmuError as e:
         if hasattr(e, "add_note"):
             e.add_note(f"  in kernel at {loc} ({opcode})")

@@ -15,6 +15,7 @@ import numpy as np
 
 from .._asm import ENUMS, INSTRUCTIONS, AssemblerMixin
 from ..errors import NotSupportedError
+from ..program import _enum_name
 from . import _emit, _kernel
 from . import indexing as _indexing
 from ._kernel import NkiTensor, current, not_supported
@@ -248,11 +249,18 @@ def _make(opname: str):
     slots.update(engine=n_isa, name=n_isa + 1, wait=n_isa + 2, signal=n_isa + 3)
     plans: dict[tuple, Any] = {}
 
+    # The ISA operands' defaults as `Program._emit` passes them on (for `_emit.emit_call`).
+    # (required operands have no default: `plan_for` takes only calls that give them)
+    base_ops = [None if d is inspect.Parameter.empty else _enum_name(d) for d in base[:n_isa]]
+
     def plan_for(keys: tuple) -> Any:
         given = [k for k in keys if k not in dropped]
         if not allowed.issuperset(given) or not required.issubset(given):
             return False  # the general path says what is wrong
-        return tuple((slots.get(k), k in spec, convs.get(k)) for k in keys)
+        entries = tuple((slots.get(k), k in spec, convs.get(k)) for k in keys)
+        # ISA operands (and dropped keywords) only: `_emit.emit_call` takes it in one pass
+        fused = all(i is None or i < n_isa for i, _, _ in entries)
+        return entries, fused
 
     def fn(*args, **kwargs):
         if _before_issue:  # e.g. legacy results still pending: issued first, in program order
@@ -269,8 +277,19 @@ def _make(opname: str):
             if plan is None:
                 plan = plans[keys] = plan_for(keys)
             if plan:
+                entries, fused = plan
+                stack = _kernel._STACK
+                ctx = stack[-1] if stack else current()
+                prog = ctx.program
+                direct = ctx.direct_ops.get(opname)
+                if direct is None:
+                    direct = ctx.direct_ops[opname] = getattr(getattr(prog, opname), "__func__", None) is method
+                if fused and direct and not ctx.vregs:
+                    index = _emit.emit_call(ctx, opname, entries, base_ops, kwargs, 1)
+                    if index is not None:
+                        return Instruction(ctx, index, opname)
                 vals = base.copy()
-                for (i, operand, c), v in zip(plan, kwargs.values()):
+                for (i, operand, c), v in zip(entries, kwargs.values()):
                     if i is None:
                         continue  # an NKI-only keyword, dropped
                     if operand and type(v) is NkiTensor:
@@ -278,12 +297,6 @@ def _make(opname: str):
                     elif c is not None:
                         v = c(v)
                     vals[i] = v
-                stack = _kernel._STACK
-                ctx = stack[-1] if stack else current()
-                prog = ctx.program
-                direct = ctx.direct_ops.get(opname)
-                if direct is None:
-                    direct = ctx.direct_ops[opname] = getattr(getattr(prog, opname), "__func__", None) is method
                 if direct and not ctx.vregs:
                     engine, wait, signal = vals[n_isa], vals[n_isa + 2], vals[n_isa + 3]
                     index = None

@@ -839,6 +839,9 @@ class TraceContext:
         self._tiles: dict[tuple, tuple[Tensor, int]] = {}
         #: (name, shape, dtype, source line) -> the label of tiles allocated there
         self._labels: dict[tuple, str] = {}
+        #: (id of a kernel code object, offset, shape, dtype, buffer, name) -> (the code object,
+        #: a tile allocated there, its bytes per partition, its label): `tile`
+        self._sites: dict[tuple, tuple] = {}
         #: nki.isa name -> whether the program's method is the assembler's own (`nki/_emit.py` may append)
         self.direct_ops: dict[str, bool] = {}
 
@@ -892,6 +895,47 @@ class TraceContext:
         if buffer == "psum":
             self.program._native.psum_fresh(t.start, shape[0], t.offset, row)
         block = _Block(shape[0], row, label)
+        alloc.track(block, key)
+        return NkiTensor(t, buffer, block, name)
+
+    def tile(self, shape: tuple, dtype, buffer: str, name) -> NkiTensor:
+        """`alloc(shape, dtype, buffer, name)` for a kernel's `nl.ndarray` (its caller). A line
+        that allocated an on-chip tile of this kind before gets what that allocation worked out
+        (the tile view, bytes per partition, label) again."""
+        f = sys._getframe(2)  # the caller of nl.ndarray (or its wrapper: inside, walked past)
+        known = _INTERNAL
+        while f is not None:
+            code = f.f_code
+            inside = known.get(code.co_filename)
+            if inside is None:
+                inside = _internal(code.co_filename)
+            if not inside:
+                break
+            f = f.f_back
+        if f is None or type(name) is not str:
+            return self.alloc(shape, dtype, buffer, name)
+        key = (id(code), f.f_lasti, shape, dtype, buffer, name)
+        try:
+            hit = self._sites.get(key)
+        except TypeError:  # an unhashable dtype or shape entry: the general path says what it is
+            return self.alloc(shape, dtype, buffer, name)
+        if hit is None or hit[0] is not code:
+            t = self.alloc(shape, dtype, buffer, name)
+            b = t._block
+            if buffer in ONCHIP and type(b) is _Block:
+                self._sites[key] = (code, t._t, b.row_bytes, b.label)
+            return t
+        _, known_tile, row, label = hit
+        alloc = self.sbuf if buffer == "sbuf" else self.psum
+        try:
+            key, off = alloc.alloc(row, label)
+        except CapacityError:
+            key, off = self._alloc_evicting(alloc, row, label)
+        t = known_tile._view(known_tile.shape, known_tile.strides, off, 0)
+        parts = t.shape[0]
+        if buffer == "psum":
+            self.program._native.psum_fresh(0, parts, off, row)
+        block = _Block(parts, row, label)
         alloc.track(block, key)
         return NkiTensor(t, buffer, block, name)
 

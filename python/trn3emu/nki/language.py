@@ -272,7 +272,7 @@ def ndarray(shape, dtype, buffer=None, name="", address=None, **kwargs) -> NkiTe
         and type(shape) is tuple
         and ParDim not in map(type, shape)
     ):
-        return current().alloc(shape, dtype, buffer, name)  # the common case (what the rest does with it)
+        return current().tile(shape, dtype, buffer, name)  # the common case (what the rest does with it)
     kwargs.pop("lazy_initialization", None)  # legacy scheduling hint: no effect here
     if kwargs:
         _misspelt_keyword("ndarray", kwargs)

@@ -129,10 +129,11 @@ def emit(ctx, opcode: str, engine, name, args, depth: int) -> int | None:
         raise
 
 
-def emit_call(ctx, opcode: str, plan: tuple, base: list, kwargs: dict, depth: int) -> int | None:
-    """`emit` straight from a keyword call's values: `plan` gives per keyword its operand
-    position, whether it is an ISA operand and its converter (`nki.isa`), `base` the operands'
-    defaults. One pass over the given keywords; None (nothing done) as for `emit`."""
+def emit_call(ctx, opcode: str, plan: tuple, base: list, values, depth: int) -> int | None:
+    """`emit` straight from a call's argument values (positional ones, then keyword ones):
+    `plan` gives per value its operand position, whether it is an ISA operand and its converter
+    (`nki.isa`), `base` the operands' defaults. One pass over the given values; None (nothing
+    done) as for `emit`."""
     prog = ctx.program
     core = prog.core
     uses = prog._hbm_uses
@@ -141,7 +142,7 @@ def emit_call(ctx, opcode: str, plan: tuple, base: list, kwargs: dict, depth: in
         dsts = hbm_dsts(opcode)
     conv = base.copy()
     written = None  # HBM tensors the instruction writes
-    for (i, operand, c), v in zip(plan, kwargs.values()):
+    for (i, operand, c), v in zip(plan, values):
         if i is None:
             continue  # an NKI-only keyword, dropped
         if operand and type(v) is NkiTensor:

@@ -253,9 +253,12 @@ def _make(opname: str):
     # (required operands have no default: `plan_for` takes only calls that give them)
     base_ops = [None if d is inspect.Parameter.empty else _enum_name(d) for d in base[:n_isa]]
 
+    # the names of the first k positional arguments, per k
+    prefixes = [tuple(names[:k]) for k in range(npos + 1)]
+
     def plan_for(keys: tuple) -> Any:
         given = [k for k in keys if k not in dropped]
-        if not allowed.issuperset(given) or not required.issubset(given):
+        if not allowed.issuperset(given) or not required.issubset(given) or len(set(keys)) != len(keys):
             return False  # the general path says what is wrong
         entries = tuple((slots.get(k), k in spec, convs.get(k)) for k in keys)
         # ISA operands (and dropped keywords) only: `_emit.emit_call` takes it in one pass
@@ -271,8 +274,14 @@ def _make(opname: str):
             if masked is None:
                 return None  # the mask selects nothing: no instruction
             args, kwargs = masked
-        if not args:
-            keys = tuple(kwargs)
+        # Keyword calls, and calls passing a tile first (nl ops' lowerings): by where each value goes.
+        if not args or (len(args) <= npos and (not dst_first or type(args[0]) is NkiTensor)):
+            if args:
+                keys = prefixes[len(args)] + tuple(kwargs)
+                values: Any = (*args, *kwargs.values())
+            else:
+                keys = tuple(kwargs)
+                values = kwargs.values()
             plan = plans.get(keys)
             if plan is None:
                 plan = plans[keys] = plan_for(keys)
@@ -285,11 +294,11 @@ def _make(opname: str):
                 if direct is None:
                     direct = ctx.direct_ops[opname] = getattr(getattr(prog, opname), "__func__", None) is method
                 if fused and direct and not ctx.vregs:
-                    index = _emit.emit_call(ctx, opname, entries, base_ops, kwargs, 1)
+                    index = _emit.emit_call(ctx, opname, entries, base_ops, values, 1)
                     if index is not None:
                         return Instruction(ctx, index, opname)
                 vals = base.copy()
-                for (i, operand, c), v in zip(entries, kwargs.values()):
+                for (i, operand, c), v in zip(entries, values):
                     if i is None:
                         continue  # an NKI-only keyword, dropped
                     if operand and type(v) is NkiTensor:

@@ -178,3 +178,28 @@ def test_argument_given_twice_is_still_a_call_form_error():
     with pytest.raises(NotSupportedError) as ei:
         _kernel_instructions(body, np.ones((128, 512), np.float32))
     assert ei.value.rule == "nki_call_form"
+
+
+def test_a_tile_of_another_program_is_refused_after_its_first_use():
+    """A tile used by its own program (its access pattern then known) is still refused in
+    another program of the launch (another core's SBUF)."""
+    from trn3emu.errors import MemorySpaceError
+
+    kept = {}
+
+    @nki.jit(cache=False)
+    def k(x):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        if nl.program_id(0) == 0:
+            t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.memset(dst=t, value=1.0)
+            nisa.memset(dst=t, value=2.0)
+            kept["t"] = t
+        else:
+            u = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=u, src=kept["t"])
+        return out
+
+    with pytest.raises(MemorySpaceError) as ei:
+        k[2](np.ones((128, 512), np.float32))
+    assert ei.value.rule == "core_private_memory"

@@ -145,8 +145,13 @@ def emit_call(ctx, opcode: str, plan: tuple, base: list, values, depth: int) -> 
     for (i, operand, c), v in zip(plan, values):
         if i is None:
             continue  # an NKI-only keyword, dropped
+        nk = None
         if operand and type(v) is NkiTensor:
-            v = v._t  # (index views: the converter's `.tensor` checks bounds)
+            ap = v._ap
+            if ap is not None and v._t.core == core:
+                conv[i] = ap  # an on-chip view of this core seen before (no HBM, no dynamic offset)
+                continue
+            nk, v = v, v._t  # (index views: the converter's `.tensor` checks bounds)
         elif c is not None:
             v = c(v)
         tv = type(v)
@@ -174,6 +179,8 @@ def emit_call(ctx, opcode: str, plan: tuple, base: list, values, depth: int) -> 
                     _AP_CACHE.clear()
                 ap = _AP_CACHE[key] = v.to_ap()
             conv[i] = ap
+            if nk is not None and v.mem != "hbm" and v.core == core:
+                nk._ap = ap
         elif tv is str or tv is float or v is None or tv is bool or tv is int:
             conv[i] = v
         elif isinstance(v, (Tensor, Reg)):

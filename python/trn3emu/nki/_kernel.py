@@ -227,10 +227,12 @@ def _with_runtime_operands(view: NkiTensor, *operands) -> NkiTensor:
 class NkiTensor:
     """An NKI tensor: a trn3emu `Tensor` view plus its NKI buffer kind and its allocation."""
 
-    __slots__ = ("_t", "buffer", "_block", "name")
+    __slots__ = ("_t", "buffer", "_block", "name", "_ap")
 
     def __init__(self, t: Tensor, buffer: str, block: _Block | None = None, name: str = "") -> None:
         self._t, self.buffer, self._block, self.name = t, buffer, block, name
+        #: the access pattern of an on-chip view `_t`, once known (`nki/_emit.py`; views never move)
+        self._ap: tuple | None = None
 
     def _wrap(self, t: Tensor) -> NkiTensor:
         return NkiTensor(t, self.buffer, self._block, self.name)
@@ -923,9 +925,10 @@ class TraceContext:
             t = self.alloc(shape, dtype, buffer, name)
             b = t._block
             if buffer in ONCHIP and type(b) is _Block:
-                self._sites[key] = (code, t._t, b.row_bytes, b.label)
+                ap = t._t.to_ap()  # (mem, dtype, start, parts, row step, offset, free dims)
+                self._sites[key] = (code, t._t, b.row_bytes, b.label, ap[:5], ap[6:])
             return t
-        _, known_tile, row, label = hit
+        _, known_tile, row, label, ap_head, ap_tail = hit
         alloc = self.sbuf if buffer == "sbuf" else self.psum
         try:
             key, off = alloc.alloc(row, label)
@@ -937,7 +940,9 @@ class TraceContext:
             self.program._native.psum_fresh(0, parts, off, row)
         block = _Block(parts, row, label)
         alloc.track(block, key)
-        return NkiTensor(t, buffer, block, name)
+        nt = NkiTensor(t, buffer, block, name)
+        nt._ap = (*ap_head, off, *ap_tail)
+        return nt
 
     def _new_tile(self, buffer: str, dt: str, shape: tuple, name) -> tuple[Tensor, int]:
         """A new tile view at offset 0 and its bytes per partition: a copy of the first tile of

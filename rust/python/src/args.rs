@@ -151,29 +151,9 @@ fn parse_dynamic(d: &Bound<'_, PyAny>) -> Result<Dynamic> {
 }
 
 fn parse_static_ap(obj: &Bound<'_, PyAny>) -> Result<Ap> {
-    let tup = obj.cast::<PyTuple>().map_err(|_| not_tensor())?;
-    if tup.len() != 7 {
-        return Err(not_tensor());
-    }
-    // The memory and dtype names borrowed, not copied (this runs per operand of every append).
-    let name = |i: usize| -> Result<Bound<'_, PyString>> {
-        let item = tup.get_item(i).map_err(|_| not_tensor())?;
-        item.cast_into::<PyString>().map_err(|_| not_tensor())
-    };
-    let (mem, dtype) = (name(0)?, name(1)?);
-    let (mem, dtype) = (
-        mem.to_cow().map_err(|_| not_tensor())?,
-        dtype.to_cow().map_err(|_| not_tensor())?,
-    );
-    let int = |i: usize| -> Result<i64> {
-        let item = tup.get_borrowed_item(i).map_err(|_| not_tensor())?;
-        item.extract::<i64>().map_err(|_| not_tensor())
-    };
-    let (start, parts, pstep, offset) = (int(2)?, int(3)?, int(4)?, int(5)?);
-    let dims: Vec<(i64, i64)> = tup
-        .get_borrowed_item(6)
-        .and_then(|d| d.extract())
-        .map_err(|_| not_tensor())?;
+    type T = (String, String, i64, i64, i64, i64, Vec<(i64, i64)>);
+    let (mem, dtype, start, parts, pstep, offset, dims): T =
+        obj.extract().map_err(|_| not_tensor())?;
     let mem = Mem::from_name(&mem).ok_or_else(|| {
         fail(
             ErrorKind::MemorySpace,

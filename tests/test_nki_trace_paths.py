@@ -106,6 +106,13 @@ def test_allocator_frees_a_dead_owners_range_once():
     assert key not in a.live  # freed when its owner died
     a.free(key)  # a second free of the key changes nothing
     assert a._recent == [(off, off + 1024)]
+    # alloc + track in one step: the same placement, freed with its owner; None when full
+    owner = Owner()
+    off2 = a.alloc_owned(512, "y", owner)
+    assert off2 == 1024 and [lo for lo, _, _ in a.live.values()] == [1024]
+    del owner
+    assert a.live == {} and a._recent == [(off, off + 1024), (1024, 1536)]
+    assert a.alloc_owned(SBUF_BYTES + 1, "z", Owner()) is None and a.live == {}
 
 
 # ------------------------------------------------------------------------ one-step append

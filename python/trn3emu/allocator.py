@@ -103,6 +103,22 @@ class Allocator:
         self._live[key] = (pos, pos + nbytes, label)
         return got
 
+    def alloc_owned(self, nbytes: int, label: str, owner: object) -> int | None:
+        """`alloc` + `track` in one step for an int `nbytes` >= 1: the byte offset, or None when
+        no range fits (nothing done; `alloc` raises the error that says why)."""
+        dead = self._dead
+        while dead:  # (`live`, inlined)
+            _, key = self._owners.pop(id(dead.pop()))
+            self._release(key)
+        got = self._ranges.alloc(nbytes)
+        if got is None:
+            return None
+        key, pos = got
+        self._live[key] = (pos, pos + nbytes, label)
+        r = weakref.ref(owner, dead.append)
+        self._owners[id(r)] = (r, key)
+        return pos
+
     def place(self, offset: int, nbytes: int, label: str, error: type = CapacityError) -> int:
         """Reserve an explicit range (may overlap live tiles: aliasing is the kernel's intent)."""
         if offset < 0 or offset + nbytes > self.capacity:

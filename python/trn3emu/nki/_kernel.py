@@ -930,16 +930,18 @@ class TraceContext:
             return t
         _, known_tile, row, label, ap_head, ap_tail = hit
         alloc = self.sbuf if buffer == "sbuf" else self.psum
-        try:
-            key, off = alloc.alloc(row, label)
-        except CapacityError:
-            key, off = self._alloc_evicting(alloc, row, label)
+        parts = known_tile.shape[0]
+        block = _Block(parts, row, label)
+        off = alloc.alloc_owned(row, label, block)
+        if off is None:  # full: `alloc` evicts block tiles' blocks or says what holds the memory
+            try:
+                key, off = alloc.alloc(row, label)
+            except CapacityError:
+                key, off = self._alloc_evicting(alloc, row, label)
+            alloc.track(block, key)
         t = known_tile._view(known_tile.shape, known_tile.strides, off, 0)
-        parts = t.shape[0]
         if buffer == "psum":
             self.program._native.psum_fresh(0, parts, off, row)
-        block = _Block(parts, row, label)
-        alloc.track(block, key)
         nt = NkiTensor(t, buffer, block, name)
         nt._ap = (*ap_head, off, *ap_tail)
         return nt

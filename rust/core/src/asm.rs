@@ -151,13 +151,12 @@ impl Assembler {
         let (parts, ranges) = unit_ranges(dst);
         let rows = parts.count_ones() as usize;
         let total: usize = ranges.iter().map(|(a, b)| rows * (b - a)).sum();
-        let unwritten: usize = ranges
+        let never_written = ranges
             .iter()
-            .map(|&(a, b)| self.psum_unwritten.count(parts, a, b))
-            .sum();
+            .all(|&(a, b)| self.psum_unwritten.all_set(parts, a, b));
         // The whole dst never written: the kernel accumulates onto garbage (a dst written in
         // part is a pattern hardware allows, e.g. overlapping accumulation groups).
-        if total > 0 && unwritten == total {
+        if total > 0 && never_written {
             return Err(fail(
                 ErrorKind::Value,
                 "matmul_accumulate_unwritten",
@@ -227,16 +226,13 @@ impl Assembler {
         let mm = ops::NcMatmul::view(ins)?;
         let (parts, ranges) = unit_ranges(mm.dst);
         let resolved = if mm.accumulate.is_none() {
-            let rows = parts.count_ones() as usize;
-            let total: usize = ranges.iter().map(|(a, b)| rows * (b - a)).sum();
-            let written: usize = ranges
-                .iter()
-                .map(|&(a, b)| self.psum_written.count(parts, a, b))
-                .sum();
-            match written {
-                0 => Some(false),
-                w if w == total => Some(true),
-                _ => None,
+            let bits = &self.psum_written;
+            if ranges.iter().all(|&(a, b)| bits.none_set(parts, a, b)) {
+                Some(false) // no element written (an empty dst too)
+            } else if ranges.iter().all(|&(a, b)| bits.all_set(parts, a, b)) {
+                Some(true)
+            } else {
+                None
             }
         } else {
             None
@@ -372,7 +368,8 @@ impl PsumBits {
     }
 
     /// Number of one bits in units `lo..hi` of the partitions in `parts` (units past the end
-    /// count as zero).
+    /// count as zero): what `all_set` / `none_set` answer without counting (tests).
+    #[cfg(test)]
     fn count(&self, parts: u128, lo: usize, hi: usize) -> usize {
         let hi = hi.min(self.cols.len());
         let lo = lo.min(hi);
@@ -380,6 +377,23 @@ impl PsumBits {
             .iter()
             .map(|c| (c & parts).count_ones() as usize)
             .sum()
+    }
+
+    /// Whether every bit of units `lo..hi` of the partitions in `parts` is one (units past the
+    /// end count as zero; an empty range or no partition: true). Stops at the first zero bit.
+    fn all_set(&self, parts: u128, lo: usize, hi: usize) -> bool {
+        if parts == 0 || lo >= hi {
+            return true;
+        }
+        hi <= self.cols.len() && self.cols[lo..hi].iter().all(|c| c & parts == parts)
+    }
+
+    /// Whether no bit of units `lo..hi` of the partitions in `parts` is one (units past the end
+    /// count as zero). Stops at the first one bit.
+    fn none_set(&self, parts: u128, lo: usize, hi: usize) -> bool {
+        let hi = hi.min(self.cols.len());
+        let lo = lo.min(hi);
+        self.cols[lo..hi].iter().all(|c| c & parts == 0)
     }
 
     /// Set or clear units `lo..hi` of the partitions in `parts` (units past the end are ignored).
@@ -419,6 +433,56 @@ mod tests {
     }
 
     const DST: &str = "psum:float32[0:128]+0[[1,512]]";
+
+    #[test]
+    fn psum_bits_all_and_none_agree_with_counting_the_bits() {
+        let mut bits = PsumBits::new();
+        let n = bits.cols.len();
+        // a pseudo-random pattern, some columns full, some empty
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for (i, c) in bits.cols.iter_mut().enumerate() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *c = match i % 5 {
+                0 => u128::MAX,
+                1 => 0,
+                _ => (x as u128) << 64 | (x.rotate_left(17) as u128),
+            };
+        }
+        let count = |parts: u128, lo: usize, hi: usize| -> usize {
+            (lo..hi)
+                .map(|u| {
+                    bits.cols
+                        .get(u)
+                        .map_or(0, |c| (c & parts).count_ones() as usize)
+                })
+                .sum()
+        };
+        let parts_list = [0u128, 1, u128::MAX, 0xffff << 64, partition_mask(3, 60)];
+        let ranges = [
+            (0, 0),
+            (0, 1),
+            (5, 6),
+            (0, 5),
+            (10, 15),
+            (n - 2, n),
+            (n - 1, n + 3),
+            (0, n),
+        ];
+        for parts in parts_list {
+            for &(lo, hi) in &ranges {
+                let total = parts.count_ones() as usize * (hi - lo);
+                let c = count(parts, lo, hi);
+                assert_eq!(
+                    bits.all_set(parts, lo, hi),
+                    c == total,
+                    "{parts:x} {lo}..{hi}"
+                );
+                assert_eq!(bits.none_set(parts, lo, hi), c == 0, "{parts:x} {lo}..{hi}");
+            }
+        }
+    }
 
     #[test]
     fn fresh_psum_resolves_to_overwrite_then_accumulate() {

@@ -231,7 +231,7 @@ pub struct Scheduler<'d, 'p> {
     opts: RunOptions,
     /// Every core's streams and queues, `AGENTS_PER_CORE` per core (index: `agent_id`).
     agents: Vec<Agent>,
-    /// The agents of cores with a program: only they can ever act.
+    /// The agents that can ever act (`acting`): streams with instructions, queues they feed.
     active: Vec<usize>,
     sems: Vec<Sem>,
     inter: Intercore,
@@ -366,6 +366,24 @@ fn make_agents(progs: &[Option<&Program>]) -> Vec<Agent> {
     agents
 }
 
+/// The agents that can ever act, in index order: the engine streams of cores with a program
+/// that list instructions, and the DMA queues of streams that trigger transfers (`pick` and the
+/// race checks look at no other).
+fn acting(agents: &[Agent], progs: &[Option<&Program>]) -> Vec<usize> {
+    (0..agents.len())
+        .filter(|&a| {
+            let x = &agents[a];
+            progs[a / AGENTS_PER_CORE].is_some()
+                && if x.is_queue() {
+                    let stream = agent_id(x.core, Executor::Engine(x.exec.stream()));
+                    agents[stream].trigger_end > 0
+                } else {
+                    !x.list.is_empty()
+                }
+        })
+        .collect()
+}
+
 impl<'d, 'p> Scheduler<'d, 'p> {
     pub fn new(dev: &'d mut Device, programs: &[&'p Program], opts: &RunOptions) -> Result<Self> {
         Self::with_check(dev, programs, opts, &intercore::check_program)
@@ -381,9 +399,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
     ) -> Result<Self> {
         let progs = load_programs(programs, opts.prevalidated, check)?;
         let agents = make_agents(&progs);
-        let active: Vec<usize> = (0..agents.len())
-            .filter(|a| progs[a / AGENTS_PER_CORE].is_some())
-            .collect();
+        let active = acting(&agents, &progs);
         let sems = (0..NUM_CORES * NUM_SEMAPHORES as usize)
             .map(|_| Sem::default())
             .collect();

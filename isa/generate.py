@@ -232,6 +232,7 @@ def gen_rust(data: dict) -> str:
     out.append("            _ => None,")
     out.append("        }")
     out.append("    }")
+    out.append("    #[inline]")
     out.append("    pub fn spec(self) -> &'static InstrSpec {")
     out.append("        match self {")
     for i, ins in enumerate(data["instruction"]):

@@ -211,6 +211,77 @@ def test_tensor_scalar_immediates(dev, rng, case, engine):
     assert_bits_equal(got, t)
 
 
+def _first_on_ties(fn):
+    """maxNum / minNum where equal operands (+0 and -0) give the first one, as every VectorE path
+    does (numpy's fmax/fmin pick either)."""
+
+    def f(a, b):
+        a, b = np.broadcast_arrays(np.asarray(a, F32), np.asarray(b, F32))
+        return np.where(a == b, a, fn(a, b)).astype(F32)
+
+    return f
+
+
+def _scalar_reference(v, op0, k0, r0, op1, k1, r1):
+    """numpy's fp32 result of `op1(op0(v, k0), k1)` (each in its `reverse` order)."""
+    ops = dict(NP_OPS, maximum=_first_on_ties(np.fmax), minimum=_first_on_ties(np.fmin))
+    t = np.abs(v) if op0 == "abs" else (ops[op0](F32(k0), v) if r0 else ops[op0](v, F32(k0)))
+    t = np.asarray(t, F32)
+    if op1 is not None:
+        t = np.asarray(ops[op1](F32(k1), t) if r1 else ops[op1](t, F32(k1)), F32)
+    return t
+
+
+@pytest.mark.parametrize("case", SCALAR_CASES, ids=lambda c: "-".join(str(v) for v in c))
+@pytest.mark.parametrize("where", ["in_place", "sbuf_to_sbuf", "psum_to_sbuf"])
+def test_tensor_scalar_fp32_columns(dev, rng, case, where):
+    """[P, 1] fp32 tiles (one element per partition: the one-pass column path), with special
+    values, in place, out of place and across memories."""
+    op0, k0, r0, op1, k1, r1 = case
+    x = randn(rng, (P, 1), F32)
+    x[:6, 0] = [np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-40]
+    x = np.where(np.abs(x) < 0.05, F32(0.25), x) if "divide" in (op0, op1) else x
+
+    def body(p, xt, out):
+        src = xt
+        if where == "psum_to_sbuf":
+            src = p.psum((P, 1), F32)
+            p.tensor_copy(dst=src, src=xt)
+        dst = xt if where == "in_place" else out
+        p.tensor_scalar(dst=dst, data=src, op0=op0, operand0=k0, reverse0=r0, op1=op1, operand1=k1, reverse1=r1)
+        if where == "in_place":
+            p.tensor_copy(dst=out, src=xt)
+
+    (got,) = run_op(dev, [x], [((P, 1), F32)], body)
+    with np.errstate(all="ignore"):
+        want = _scalar_reference(x, op0, k0, r0, op1, k1, r1)
+    assert_bits_equal(got, want)
+
+
+def test_tensor_scalar_fp32_column_with_column_operands_and_partition_offsets(dev, rng):
+    """[32, 1] columns at different start partitions of one tile, with (P, 1) operand tiles."""
+    x = randn(rng, (P, 1), F32)
+    c0 = randn(rng, (P, 1), F32)
+    c1 = randn(rng, (P, 1), F32)
+
+    def body(p, xt, k0, k1, out):
+        p.tensor_scalar(
+            dst=xt[0:32],
+            data=xt[32:64],
+            op0="multiply",
+            operand0=k0[64:96],
+            op1="subtract",
+            operand1=k1[96:128],
+            reverse1=True,
+        )
+        p.tensor_copy(dst=out, src=xt)
+
+    (got,) = run_op(dev, [x, c0, c1], [((P, 1), F32)], body)
+    want = x.copy()
+    want[0:32] = (c1[96:128] - (x[32:64] * c0[64:96]).astype(F32)).astype(F32)
+    assert_bits_equal(got, want)
+
+
 @pytest.mark.parametrize("col_dt", [F32, BF16, np.int16], ids=param_id)
 def test_tensor_scalar_column_operands(dev, rng, col_dt):
     x = randn(rng, (P, 3, 20), F32)

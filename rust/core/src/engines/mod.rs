@@ -4,6 +4,7 @@
 pub mod act;
 pub mod act_stream;
 pub mod alu;
+pub mod column;
 pub mod control;
 #[rustfmt::skip]
 pub mod dispatch;

@@ -2,8 +2,8 @@
 //! tensor_scalar, tensor_copy, memset.
 
 use super::alu::{
-    apply_bits, apply_bytes, apply_bytes_bf16, apply_i32, apply_scalar_bytes, apply_scalar_inplace,
-    apply_slices, apply_vec_inplace, is_bitwise, is_elementwise, is_unary,
+    apply, apply_bits, apply_bytes, apply_bytes_bf16, apply_i32, apply_scalar_bytes,
+    apply_scalar_inplace, apply_slices, apply_vec_inplace, is_bitwise, is_elementwise, is_unary,
 };
 use super::rows;
 use super::{check_column, same_shape, Ctx, Semantics};
@@ -310,6 +310,52 @@ impl Operand {
 
 /// Arithmetic tensor_scalar: fused in-memory pass for dense fp32, else streamed blocks, else
 /// the materialising path.
+/// `tensor_scalar` on fp32 columns (`column::map_column_f32`): one kernel per common operator
+/// pair with immediate operands, the generic `apply` per element otherwise (the same results
+/// as `apply_scalar_inplace`). False when the operands are not columns.
+fn column_scalar(
+    ctx: &mut Ctx,
+    dst: &Ap,
+    src: &Ap,
+    (op0, rev0, c0): (AluOp, bool, &Operand),
+    op1: Option<(AluOp, bool, &Operand)>,
+) -> bool {
+    use super::column::map_column_f32 as map;
+    use AluOp::*;
+    let imm = |c: &Operand| match c {
+        Operand::Imm(k) => Some(*k),
+        Operand::Col(_) => None,
+    };
+    let k1 = op1.map_or(Some(0.0), |(_, _, c)| imm(c));
+    if let (Some(k0), Some(k1)) = (imm(c0), k1) {
+        match (op0, rev0, op1.map(|(o, r, _)| (o, r))) {
+            (Add, false, None) => return map(ctx, dst, [src], |_, [x]| x + k0),
+            (Multiply, false, None) => return map(ctx, dst, [src], |_, [x]| x * k0),
+            (Multiply, false, Some((Add, false))) => {
+                return map(ctx, dst, [src], |_, [x]| x * k0 + k1)
+            }
+            (Add, false, Some((Multiply, false))) => {
+                return map(ctx, dst, [src], |_, [x]| (x + k0) * k1)
+            }
+            _ => {}
+        }
+    }
+    let one = |op: AluOp, rev: bool, k: f32, v: f32| {
+        if rev {
+            apply(op, k, v)
+        } else {
+            apply(op, v, k)
+        }
+    };
+    map(ctx, dst, [src], |r, [x]| {
+        let t = one(op0, rev0, c0.at(r), x);
+        match op1 {
+            Some((op, rev, c)) => one(op, rev, c.at(r), t),
+            None => t,
+        }
+    })
+}
+
 fn tensor_scalar_f32(
     v: &TensorScalar,
     ctx: &mut Ctx,
@@ -343,6 +389,10 @@ fn tensor_scalar_f32(
             stage(out, op1, &c1, rev1);
         }
     };
+    // fp32 columns (one element per partition): one strided pass, no block planning.
+    if column_scalar(ctx, dst, src, (op0, rev0, &c0), op1.map(|o| (o, rev1, &c1))) {
+        return Ok(());
+    }
     // fp32 in and out, dense rows, no overlap: one pass straight through memory.
     if dst.dtype == DType::Float32
         && src.dtype == DType::Float32

@@ -685,6 +685,7 @@ impl Opcode {
             _ => None,
         }
     }
+    #[inline]
     pub fn spec(self) -> &'static InstrSpec {
         match self {
             Self::Nop => &INSTRUCTIONS[0],

@@ -9,6 +9,7 @@ mod identical;
 pub mod intercore;
 pub mod limits;
 mod parallel;
+mod race_log;
 pub mod region;
 pub mod sched;
 pub mod ultra;

@@ -27,15 +27,16 @@ pub struct Region {
     /// A dynamic footprint's sorted byte runs over every index in `0..bound`, when there are few
     /// enough of them (`MAX_EXACT_RUNS`): disjoint column slices of gathered rows, as LNC-sharded
     /// scatters use, then do not overlap.
-    pub exact: Option<Vec<(i128, i128)>>,
+    pub exact: Option<Box<[(i128, i128)]>>,
     /// Element dtype and bytes the operand touches (elements x size, as listed).
     pub dtype: DType,
     pub bytes: u64,
     /// The pattern, kept only when the footprint is not simply the box: a static on-chip
     /// pattern whose rows are contiguous touches exactly `lo..hi` in each of its partitions, so
     /// it needs no copy (a copy of the free dims per operand per instruction was a tenth of the
-    /// time of tiny instructions with race checks or trace on).
-    pub ap: Option<Ap>,
+    /// time of tiny instructions with race checks or trace on). Boxed, like `exact`, so a
+    /// region stays small enough to move without a copy call (the race log holds one per access).
+    pub ap: Option<Box<Ap>>,
 }
 
 /// Above this many byte runs a dynamic footprint stays a box.
@@ -69,8 +70,8 @@ impl Region {
         }
         let mut r = r.unwrap_or_else(|| Self::fixed(core, ap, write));
         r.boxed = true;
-        r.exact = Self::exact_runs(ap, bound);
-        r.ap = Some(ap.clone());
+        r.exact = Self::exact_runs(ap, bound).map(Vec::into_boxed_slice);
+        r.ap = Some(Box::new(ap.clone()));
         r
     }
 
@@ -130,7 +131,7 @@ impl Region {
             exact: None,
             dtype: ap.dtype,
             bytes: ap.num_elements() as u64 * ap.dtype.size() as u64,
-            ap: (!just_box).then(|| ap.clone()),
+            ap: (!just_box).then(|| Box::new(ap.clone())),
         }
     }
 
@@ -138,7 +139,7 @@ impl Region {
     fn intervals(&self) -> Cow<'_, [(i128, i128)]> {
         if self.boxed {
             return match &self.exact {
-                Some(v) => Cow::Borrowed(v.as_slice()),
+                Some(v) => Cow::Borrowed(&v[..]),
                 None => Cow::Owned(vec![(self.lo, self.hi)]),
             };
         }
@@ -193,6 +194,12 @@ impl Region {
 /// sources is a read-add-write: one accumulate region instead of a read and a write.
 pub fn regions(core: u8, ins: &Instr) -> Vec<Region> {
     let mut v = Vec::new();
+    regions_into(core, ins, &mut v);
+    v
+}
+
+/// `regions` appended to `v` (the scheduler reuses one buffer for every step).
+pub fn regions_into(core: u8, ins: &Instr, v: &mut Vec<Region>) {
     let rmw_dst = if ins.op == Opcode::DmaCompute {
         crate::engines::dma::rmw_target(ins)
     } else {
@@ -213,7 +220,6 @@ pub fn regions(core: u8, ins: &Instr) -> Vec<Region> {
             v.push(Region::new(core, t, false));
         }
     }
-    v
 }
 
 /// True when some pair (one writing) overlaps.

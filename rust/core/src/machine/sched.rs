@@ -11,7 +11,8 @@
 use super::dependence::LastWrites;
 use super::dma_timing::{plan, DmaFabric, Plan};
 use super::intercore::{self, DevMem, Intercore, Ready, Release};
-use super::region::{conflict, regions, Region};
+use super::race_log::RaceLog;
+use super::region::{conflict, regions_into, Region};
 use super::{
     Device, Executor, Monitor, Progress, RunOptions, RunResult, AGENTS_PER_CORE, NUM_CORES,
     POLL_EVERY,
@@ -47,19 +48,19 @@ struct QItem {
     idx: u32,
     ready: u64,
     vc: Vc,
+    transfer: Box<Transfer>,
+}
+
+/// What a queued transfer carries to its execution (boxed: the scheduler moves `Issued` items
+/// by value every step, and a small one moves without a copy loop).
+struct Transfer {
     /// The issuing stream's registers when the DMA was triggered (scalar offsets read them).
-    regs: Box<Regs>,
+    regs: Regs,
     /// How the transfer uses the DMA engines (cost model, machine/dma_timing.rs).
     plan: Plan,
 }
 
 type Regs = [u32; crate::isa::instr::NUM_REGISTERS as usize];
-
-struct LogEntry {
-    epoch: u32,
-    idx: u32,
-    region: Region,
-}
 
 /// An engine stream or a DMA queue of one core.
 struct Agent {
@@ -73,7 +74,7 @@ struct Agent {
     free: u64,
     vc: Vc,
     epoch: u32,
-    log: Vec<LogEntry>,
+    log: RaceLog,
     /// Engine streams: one past the last list position whose instruction touches memory itself
     /// (not a DMA trigger), and one past the last DMA trigger (0: none).
     touch_end: usize,
@@ -206,9 +207,9 @@ enum Work {
     /// The next instruction of an engine stream.
     Instr,
     /// A transfer taken off a DMA queue, with its trigger's register snapshot.
-    Transfer { regs: Box<Regs>, plan: Plan },
+    Transfer(Box<Transfer>),
     /// A rendezvous participant released now (its group's data moved when the group completed).
-    Release(Release),
+    Release(Box<Release>),
 }
 
 /// The item being run: made by `issue`, read by the later steps.
@@ -230,7 +231,7 @@ pub struct Scheduler<'d, 'p> {
     opts: RunOptions,
     /// Every core's streams and queues, `AGENTS_PER_CORE` per core (index: `agent_id`).
     agents: Vec<Agent>,
-    /// The agents of cores with a program: only they can ever act.
+    /// The agents that can ever act (`acting`): streams with instructions, queues they feed.
     active: Vec<usize>,
     sems: Vec<Sem>,
     inter: Intercore,
@@ -251,6 +252,8 @@ pub struct Scheduler<'d, 'p> {
     limits: super::limits::Limits,
     /// Cores on host threads (machine/parallel.rs): compute instructions queue there.
     pub(super) pool: Option<std::sync::Arc<super::parallel::Pool<'p>>>,
+    /// The regions of the step being run (one buffer, reused).
+    regions: Vec<Region>,
 }
 
 /// Run one program per listed core to completion, polling `monitor` on the way.
@@ -341,7 +344,7 @@ fn make_agents(progs: &[Option<&Program>]) -> Vec<Agent> {
                 Vec::new()
             },
             epoch: 0,
-            log: Vec::new(),
+            log: RaceLog::default(),
             touch_end: 0,
             trigger_end: 0,
             loops: progs[a / AGENTS_PER_CORE].is_some_and(super::control::has_branches),
@@ -363,6 +366,24 @@ fn make_agents(progs: &[Option<&Program>]) -> Vec<Agent> {
     agents
 }
 
+/// The agents that can ever act, in index order: the engine streams of cores with a program
+/// that list instructions, and the DMA queues of streams that trigger transfers (`pick` and the
+/// race checks look at no other).
+fn acting(agents: &[Agent], progs: &[Option<&Program>]) -> Vec<usize> {
+    (0..agents.len())
+        .filter(|&a| {
+            let x = &agents[a];
+            progs[a / AGENTS_PER_CORE].is_some()
+                && if x.is_queue() {
+                    let stream = agent_id(x.core, Executor::Engine(x.exec.stream()));
+                    agents[stream].trigger_end > 0
+                } else {
+                    !x.list.is_empty()
+                }
+        })
+        .collect()
+}
+
 impl<'d, 'p> Scheduler<'d, 'p> {
     pub fn new(dev: &'d mut Device, programs: &[&'p Program], opts: &RunOptions) -> Result<Self> {
         Self::with_check(dev, programs, opts, &intercore::check_program)
@@ -378,9 +399,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
     ) -> Result<Self> {
         let progs = load_programs(programs, opts.prevalidated, check)?;
         let agents = make_agents(&progs);
-        let active: Vec<usize> = (0..agents.len())
-            .filter(|a| progs[a / AGENTS_PER_CORE].is_some())
-            .collect();
+        let active = acting(&agents, &progs);
         let sems = (0..NUM_CORES * NUM_SEMAPHORES as usize)
             .map(|_| Sem::default())
             .collect();
@@ -407,6 +426,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             link: None,
             limits,
             pool: None,
+            regions: Vec::new(),
         })
     }
 
@@ -430,11 +450,12 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             return self.trigger(&it);
         }
         let traced = self.traced();
-        let regs = if self.opts.check_races || traced {
-            regions(it.core, it.ins)
-        } else {
-            Vec::new()
-        };
+        // One buffer for every step's regions (complete() moves them into the race log).
+        let mut regs = std::mem::take(&mut self.regions);
+        regs.clear();
+        if self.opts.check_races || traced {
+            regions_into(it.core, it.ins, &mut regs);
+        }
         let pending = self.check_races(&it, &regs)?;
         let (bytes, write) = if traced {
             (region_bytes(&regs), write_box(&regs))
@@ -445,7 +466,8 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         if !pending.is_empty() {
             self.settle_identical(&it, &regs, pending)?;
         }
-        let end = self.complete(&it, regs);
+        let end = self.complete(&it, &mut regs);
+        self.regions = regs;
         let seen = self.signal(&it, end);
         if traced {
             self.record(&it, end, seen, bytes, write);
@@ -513,8 +535,8 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         let q = a.fifo.front()?;
         let start = self
             .fabric
-            .earliest(a.core as usize, a.free.max(q.ready), &q.plan);
-        Some((start, q.plan.priority))
+            .earliest(a.core as usize, a.free.max(q.ready), &q.transfer.plan);
+        Some((start, q.transfer.plan.priority))
     }
 
     /// When stream `ai` could start its next instruction: its semaphore waits met (and, for a
@@ -687,13 +709,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             ));
         };
         join(&mut a.vc, &q.vc);
-        Ok((
-            q.idx,
-            Work::Transfer {
-                regs: q.regs,
-                plan: q.plan,
-            },
-        ))
+        Ok((q.idx, Work::Transfer(q.transfer)))
     }
 
     /// The stream's next instruction, its waits' clocks joined into the stream's. A rendezvous
@@ -715,7 +731,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             match self.inter.complete(ai) {
                 Some(r) => {
                     join(&mut a.vc, &r.vc);
-                    work = Work::Release(r);
+                    work = Work::Release(Box::new(r));
                 }
                 None => {
                     self.arrive(ai, idx, ins, start)?;
@@ -773,14 +789,16 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             Vec::new()
         };
         let core = core_of(&self.pool, &mut self.dev.cores, it.core);
-        let regs = Box::new(core.regs[exec.stream().index()]);
+        let transfer = Box::new(Transfer {
+            regs: core.regs[exec.stream().index()],
+            plan: plan(ins, &cost.dma()),
+        });
         let queue = agent_id(it.core, Executor::DmaQueue(exec.stream()));
         self.agents[queue].fifo.push_back(QItem {
             idx: it.idx,
             ready: end,
             vc,
-            regs,
-            plan: plan(ins, &cost.dma()),
+            transfer,
         });
         self.agents[it.agent].free = end;
         if self.traced() {
@@ -819,12 +837,12 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             if bi == it.agent {
                 continue;
             }
-            for e in &b.log {
+            for e in b.log.iter() {
                 if e.epoch <= my_vc[bi] {
                     continue;
                 }
                 for (i, mine) in regs.iter().enumerate() {
-                    if conflict(std::slice::from_ref(mine), std::slice::from_ref(&e.region))
+                    if conflict(std::slice::from_ref(mine), std::slice::from_ref(e.region))
                         .is_none()
                     {
                         continue;
@@ -832,9 +850,9 @@ impl<'d, 'p> Scheduler<'d, 'p> {
                     // Reported at the later instruction (the one that found the conflict).
                     let first = describe(&self.progs, b.core, e.idx);
                     if self.opts.identical_writes
-                        && identical::candidate(mine, &e.region, it.core, b.core)
+                        && identical::candidate(mine, e.region, it.core, b.core)
                     {
-                        let (lo, before) = identical::snapshot(&self.dev.hbm, mine, &e.region);
+                        let (lo, before) = identical::snapshot(&self.dev.hbm, mine, e.region);
                         let theirs = e.region.clone();
                         pending.push(identical::Pending {
                             lo,
@@ -845,7 +863,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
                         });
                         continue;
                     }
-                    let e = race_error(first, mine, &e.region, &self.progs, it);
+                    let e = race_error(first, mine, e.region, &self.progs, it);
                     return Err(ins_err(e, it.core, it.idx, it.ins));
                 }
             }
@@ -892,7 +910,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         let c = core_of(&self.pool, &mut dev.cores, it.core);
         let stream = self.agents[it.agent].exec.stream();
         let regs = match &mut it.work {
-            Work::Transfer { regs, .. } => &mut **regs,
+            Work::Transfer(t) => &mut t.regs,
             _ => &mut c.regs[stream.index()],
         };
         let ins = it.ins;
@@ -918,9 +936,9 @@ impl<'d, 'p> Scheduler<'d, 'p> {
     }
 
     /// The item's end time; its agent becomes free and logs its accesses for the race checks.
-    fn complete(&mut self, it: &Issued, regs: Vec<Region>) -> u64 {
+    fn complete(&mut self, it: &Issued, regs: &mut Vec<Region>) -> u64 {
         let end = match &it.work {
-            Work::Transfer { plan, .. } => self.fabric.commit(it.core as usize, it.start, plan),
+            Work::Transfer(t) => self.fabric.commit(it.core as usize, it.start, &t.plan),
             Work::Release(r) => r.end,
             Work::Instr => it.start + self.dev.cost.engine_ps(it.ins, it.issue),
         };
@@ -928,28 +946,10 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         // A queue hands its next transfer to the engines as soon as this one is committed.
         a.free = if a.is_queue() { it.start } else { end };
         if self.opts.check_races {
-            let epoch = a.epoch;
-            for r in regs {
-                // A repeat of an access this agent already logged (same instruction, same
-                // footprint, as in a loop) supersedes it: any later access unordered with the
-                // old entry is unordered with the new one and conflicts alike, so the log stays
-                // as long as the program's distinct accesses, not the run. Only a program that
-                // branches runs an instruction twice (the search costs nothing elsewhere).
-                let idx = it.idx;
-                let seen = if a.loops {
-                    a.log.iter_mut().find(|e| e.idx == idx && e.region == r)
-                } else {
-                    None
-                };
-                match seen {
-                    Some(e) => e.epoch = epoch,
-                    None => a.log.push(LogEntry {
-                        epoch,
-                        idx,
-                        region: r,
-                    }),
-                }
-            }
+            // A repeat of an access this agent already logged (same instruction, same
+            // footprint, as in a loop) supersedes it (`RaceLog::append`). Only a program that
+            // branches runs an instruction twice (the search costs nothing elsewhere).
+            a.log.append(a.epoch, it.idx, regs, a.loops);
         }
         end
     }
@@ -974,7 +974,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         let (core, ins) = (it.core, it.ins);
         let t = &mut self.result.trace;
         let transfer = match &it.work {
-            Work::Transfer { plan, .. } => Some(plan),
+            Work::Transfer(t) => Some(&t.plan),
             _ => {
                 trace_waits(t, core, ins, it.start);
                 None
@@ -1273,7 +1273,7 @@ fn prune(agents: &mut [Agent]) {
             a.log.clear();
         } else {
             let b = bound[i];
-            a.log.retain(|e| e.epoch > b);
+            a.log.retain_after(b);
         }
     }
 }

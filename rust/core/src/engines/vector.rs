@@ -385,7 +385,7 @@ fn check_tensor_copy(v: &TensorCopy) -> Result<()> {
 fn tensor_copy(v: &TensorCopy, ctx: &mut Ctx) -> Result<()> {
     let (dst, src) = (v.dst, v.src);
     if dst.dtype == src.dtype {
-        if !rows::copy_same(ctx, dst, src) {
+        if !copy_across(ctx, dst, src) && !rows::copy_same(ctx, dst, src) {
             let raw = ctx.mems.gather(src);
             ctx.mems.scatter(dst, &raw);
         }
@@ -396,6 +396,32 @@ fn tensor_copy(v: &TensorCopy, ctx: &mut Ctx) -> Result<()> {
         ctx.write_f32(dst, &v);
     }
     Ok(())
+}
+
+/// Same-dtype copy between dense static rows of SBUF and PSUM (a PSUM result evacuated to
+/// SBUF): row by row, straight between the two memories, which cannot overlap. False (nothing
+/// done) for other patterns.
+fn copy_across(ctx: &mut Ctx, dst: &Ap, src: &Ap) -> bool {
+    let dense = |a: &Ap| {
+        a.mem != Mem::Hbm && a.dynamic.is_none() && !a.dtype.is_packed() && a.is_row_contiguous()
+    };
+    if dst.mem == src.mem || !dense(dst) || !dense(src) || dst.parts != src.parts {
+        return false;
+    }
+    let len = src.free_size() * src.dtype.size();
+    if len != dst.free_size() * dst.dtype.size() {
+        return false;
+    }
+    let (d0, s0) = (dst.offset as usize, src.offset as usize);
+    let (from, to) = match src.mem {
+        Mem::Sbuf => (&*ctx.mems.sbuf, &mut *ctx.mems.psum),
+        _ => (&*ctx.mems.psum, &mut *ctx.mems.sbuf),
+    };
+    for r in 0..src.parts as usize {
+        let row = &from.partition(src.start as usize + r)[s0..s0 + len];
+        to.partition_mut(dst.start as usize + r)[d0..d0 + len].copy_from_slice(row);
+    }
+    true
 }
 
 fn check_memset(m: &Memset) -> Result<()> {

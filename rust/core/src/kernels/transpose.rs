@@ -66,7 +66,16 @@ fn tiled<const ES: usize, const T: usize>(
         // SAFETY: `transpose_into` checked that rows 0..p of `src` (f elements each, ss apart)
         // and rows 0..f of `dst` (p elements each, ds apart) are in bounds; every tile lies
         // within them.
-        unsafe { sse2::tiles::<ES>(src.as_ptr(), ss, dst.as_mut_ptr(), ds, pt, ft) };
+        unsafe {
+            let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
+            // AVX-512: four tiles side by side per shuffle network, then SSE2 for the rest.
+            let wide = if super::simd::path() == super::simd::Path::Avx512 {
+                avx512::tiles::<ES>(s, ss, d, ds, pt, ft)
+            } else {
+                0
+            };
+            sse2::tiles::<ES>(s.add(wide * ES), ss, d.add(wide * ds), ds, pt, ft - wide);
+        }
     } else {
         for i in (0..pt).step_by(T) {
             for j in (0..ft).step_by(T) {
@@ -110,6 +119,112 @@ fn tile<const ES: usize, const T: usize>(
 }
 
 /// SSE2 (part of baseline x86-64, so no run-time detection) unpack networks.
+/// The same unpack networks on 512-bit registers: each 128-bit lane holds its own tile.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use core::arch::x86_64::*;
+
+    /// Whole groups of four side-by-side tiles (columns `0..` a multiple of `4 * 16 / ES`) of a
+    /// `pt x ft` block; returns how many columns it did.
+    ///
+    /// # Safety
+    /// As `sse2::tiles`, and the host has AVX-512F and BW.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub unsafe fn tiles<const ES: usize>(
+        s: *const u8,
+        ss: usize,
+        d: *mut u8,
+        ds: usize,
+        pt: usize,
+        ft: usize,
+    ) -> usize {
+        let t = 16 / ES;
+        let w = 4 * t;
+        let wide = ft / w * w;
+        for j in (0..wide).step_by(w) {
+            for i in (0..pt).step_by(t) {
+                let (sp, dp) = (s.add(i * ss + j * ES), d.add(j * ds + i * ES));
+                if ES == 2 {
+                    t8x32_u16(sp, ss, dp, ds);
+                } else {
+                    t4x16_u32(sp, ss, dp, ds);
+                }
+            }
+        }
+        wide
+    }
+
+    /// Store lane `k` of each output register `c` at destination row `k * t + c`.
+    #[inline(always)]
+    unsafe fn store_lanes<const N: usize>(out: [__m512i; N], d: *mut u8, ds: usize) {
+        for (c, v) in out.iter().enumerate() {
+            _mm_storeu_si128(d.add(c * ds).cast(), _mm512_castsi512_si128(*v));
+            _mm_storeu_si128(
+                d.add((N + c) * ds).cast(),
+                _mm512_extracti32x4_epi32::<1>(*v),
+            );
+            _mm_storeu_si128(
+                d.add((2 * N + c) * ds).cast(),
+                _mm512_extracti32x4_epi32::<2>(*v),
+            );
+            _mm_storeu_si128(
+                d.add((3 * N + c) * ds).cast(),
+                _mm512_extracti32x4_epi32::<3>(*v),
+            );
+        }
+    }
+
+    /// 8 rows of 32 u16 -> 32 rows of 8.
+    #[inline(always)]
+    unsafe fn t8x32_u16(s: *const u8, ss: usize, d: *mut u8, ds: usize) {
+        let a: [__m512i; 8] = std::array::from_fn(|r| _mm512_loadu_si512(s.add(r * ss).cast()));
+        let t0 = _mm512_unpacklo_epi16(a[0], a[1]);
+        let t1 = _mm512_unpackhi_epi16(a[0], a[1]);
+        let t2 = _mm512_unpacklo_epi16(a[2], a[3]);
+        let t3 = _mm512_unpackhi_epi16(a[2], a[3]);
+        let t4 = _mm512_unpacklo_epi16(a[4], a[5]);
+        let t5 = _mm512_unpackhi_epi16(a[4], a[5]);
+        let t6 = _mm512_unpacklo_epi16(a[6], a[7]);
+        let t7 = _mm512_unpackhi_epi16(a[6], a[7]);
+        let u0 = _mm512_unpacklo_epi32(t0, t2);
+        let u1 = _mm512_unpackhi_epi32(t0, t2);
+        let u2 = _mm512_unpacklo_epi32(t1, t3);
+        let u3 = _mm512_unpackhi_epi32(t1, t3);
+        let u4 = _mm512_unpacklo_epi32(t4, t6);
+        let u5 = _mm512_unpackhi_epi32(t4, t6);
+        let u6 = _mm512_unpacklo_epi32(t5, t7);
+        let u7 = _mm512_unpackhi_epi32(t5, t7);
+        let out = [
+            _mm512_unpacklo_epi64(u0, u4),
+            _mm512_unpackhi_epi64(u0, u4),
+            _mm512_unpacklo_epi64(u1, u5),
+            _mm512_unpackhi_epi64(u1, u5),
+            _mm512_unpacklo_epi64(u2, u6),
+            _mm512_unpackhi_epi64(u2, u6),
+            _mm512_unpacklo_epi64(u3, u7),
+            _mm512_unpackhi_epi64(u3, u7),
+        ];
+        store_lanes(out, d, ds);
+    }
+
+    /// 4 rows of 16 u32 -> 16 rows of 4.
+    #[inline(always)]
+    unsafe fn t4x16_u32(s: *const u8, ss: usize, d: *mut u8, ds: usize) {
+        let a: [__m512i; 4] = std::array::from_fn(|r| _mm512_loadu_si512(s.add(r * ss).cast()));
+        let t0 = _mm512_unpacklo_epi32(a[0], a[1]);
+        let t1 = _mm512_unpackhi_epi32(a[0], a[1]);
+        let t2 = _mm512_unpacklo_epi32(a[2], a[3]);
+        let t3 = _mm512_unpackhi_epi32(a[2], a[3]);
+        let out = [
+            _mm512_unpacklo_epi64(t0, t2),
+            _mm512_unpackhi_epi64(t0, t2),
+            _mm512_unpacklo_epi64(t1, t3),
+            _mm512_unpackhi_epi64(t1, t3),
+        ];
+        store_lanes(out, d, ds);
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod sse2 {
     use core::arch::x86_64::*;

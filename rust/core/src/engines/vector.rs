@@ -108,6 +108,11 @@ fn int32_exact(ins: &Instr, dts: &[DType]) -> bool {
             .all(|d| matches!(d, DType::Int32 | DType::Uint32))
 }
 
+/// Shortest fp32 row (elements) the fused row-by-row pass takes: per row it pays a fixed cost
+/// that the block path (one decode of all rows) does not, so columns such as the [P, 1] running
+/// statistics of a softmax go the block way (same arithmetic, same bits).
+const FUSED_MIN_ELEMENTS: usize = 16;
+
 fn tensor_tensor(v: &TensorTensor, ctx: &mut Ctx) -> Result<()> {
     let (ins, dst, a, b, op) = (v.ins, v.dst, v.data1, v.data2, v.op);
     if is_bitwise(op) {
@@ -149,6 +154,7 @@ fn tensor_tensor(v: &TensorTensor, ctx: &mut Ctx) -> Result<()> {
     }
     // fp32 in and out, dense rows, no overlap: one fused pass straight through memory.
     if [dst, a, b].iter().all(|t| t.dtype == DType::Float32)
+        && dst.free_size() >= FUSED_MIN_ELEMENTS
         && rows::fused_dense(ctx, dst, [a, b], |_, [x, y], out| {
             apply_bytes(op, x, y, out)
         })
@@ -346,6 +352,7 @@ fn tensor_scalar_f32(
     // fp32 in and out, dense rows, no overlap: one pass straight through memory.
     if dst.dtype == DType::Float32
         && src.dtype == DType::Float32
+        && f >= FUSED_MIN_ELEMENTS
         && rows::fused_dense(ctx, dst, [src], |r, [x], out| {
             apply_scalar_bytes(op0, rev0, c0.at(r), op1, rev1, c1.at(r), x, out)
         })
@@ -385,7 +392,13 @@ fn check_tensor_copy(v: &TensorCopy) -> Result<()> {
 fn tensor_copy(v: &TensorCopy, ctx: &mut Ctx) -> Result<()> {
     let (dst, src) = (v.dst, v.src);
     if dst.dtype == src.dtype {
-        if !copy_across(ctx, dst, src) && !rows::copy_same(ctx, dst, src) {
+        // short rows (a [P, 1] column) skip the fused row-by-row pass (see FUSED_MIN_ELEMENTS)
+        let short = dst.free_size() < FUSED_MIN_ELEMENTS
+            && !dst.dtype.is_packed()
+            && rows::map_raw(ctx, dst, [src], |_, _, _, _, [x], out| {
+                out.copy_from_slice(x)
+            });
+        if !short && !copy_across(ctx, dst, src) && !rows::copy_same(ctx, dst, src) {
             let raw = ctx.mems.gather(src);
             ctx.mems.scatter(dst, &raw);
         }

@@ -165,6 +165,44 @@ def test_affine_select_partial_partitions_count_from_tile_start(dev, rng):
     assert_bits_equal(got, want)
 
 
+def test_affine_select_in_place_and_over_an_overlapping_tile(dev, rng):
+    """dst = on_true itself (the flash-attention mask: rows updated in memory), and dst a tile
+    overlapping on_true 3 elements later in the same partitions (every element must come from
+    on_true as it was before the instruction)."""
+    P, F = 64, 40
+    x = random_bits(rng, (P + 1, F + 3), F32)  # NaN payloads included: copied bit-exactly
+
+    def in_place(p):
+        t = load(dev, p, x[:P, :F])
+        p.affine_select(
+            dst=t,
+            pattern=[[-1, F]],
+            channel_multiplier=1,
+            on_true_tile=t,
+            on_false_value=-1.5,
+            offset=2,
+            cmp_op="greater_equal",
+        )
+        return [(t, dev.hbm.alloc((P, F), F32))]
+
+    (got,) = run_program(dev, in_place)
+    keep = affine_value(P, [[-1, F]], 2, 1) >= 0
+    assert_bits_equal(got, np.where(keep, x[:P, :F], F32(-1.5)))
+
+    def shifted(p):
+        big = load(dev, p, x)
+        src, dst = big[0:P, 0:F], big[0:P, 3 : F + 3]
+        p.affine_select(
+            dst=dst, pattern=[[1, F]], channel_multiplier=-1, on_true_tile=src, on_false_value=7.0, cmp_op="less"
+        )
+        return [(big, dev.hbm.alloc((P + 1, F + 3), F32))]
+
+    (got,) = run_program(dev, shifted)
+    want = x.copy()
+    want[0:P, 3 : F + 3] = np.where(affine_value(P, [[1, F]], 0, -1) < 0, x[0:P, 0:F], F32(7.0))
+    assert_bits_equal(got, want)
+
+
 def test_affine_select_invalid(dev):
     p = t3.Program()
     a = p.sbuf((16, 8), F32)

@@ -285,3 +285,53 @@ def test_device_reset_primitives_restore_what_runs_and_the_host_wrote():
     np.testing.assert_array_equal(dev._native.hbm_read(base, data.size), want)
     with pytest.raises(t3.ValidationError, match="HBM"):
         dev._native.hbm_zero(145 << 30, 16)
+
+
+def test_device_reset_refills_only_what_runs_may_write_but_all_of_it():
+    """`fill_onchip` after a run rewrites only the bytes its programs' written operands span
+    (machine/write_window.rs): writes far up SBUF, PSUM matmul results, a write at a dynamic
+    offset (whole memory then) and runs with different footprints all come back to the fill."""
+    import trn3emu as t3
+
+    dev = t3.Device()
+    dev.fill_onchip(0xA5)
+    x = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+    hx = dev.hbm.put(x)
+
+    def all_filled(byte):
+        for core in range(8):
+            for mem, nbytes in (("sbuf", 256 * 1024), ("psum", 16 * 1024)):
+                got = dev._native.onchip_read(core, mem, 0, 128, 0, nbytes)
+                if not (got == byte).all():
+                    return False
+        return True
+
+    p = t3.Program()
+    t = p.sbuf((128, 64), np.float32, address=200 * 1024)  # far from the first partition bytes
+    p.dma_copy(dst=t, src=hx)
+    ps = p.psum((128, 64), np.float32)
+    p.nc_matmul(dst=ps, stationary=p.sbuf((128, 128), np.float32), moving=t)
+    dev.run(p)
+    assert not all_filled(0xA5)
+    dev.fill_onchip(0xA5)
+    assert all_filled(0xA5)
+
+    # two runs with different footprints, one refill
+    for addr in (1024, 100 * 1024):
+        p = t3.Program()
+        p.dma_copy(dst=p.sbuf((128, 64), np.float32, address=addr), src=hx)
+        dev.run(p)
+    dev.fill_onchip(0xA5)
+    assert all_filled(0xA5)
+
+    # a destination whose offset is only known at run time: anywhere in SBUF
+    p = t3.Program(core=2)
+    t = p.sbuf((16, 4, 8), np.float32, address=0)
+    r = p.register_alloc(3, engine="sync")
+    p.dma_copy(dst=t.ap([[32, 16], [1, 8]], scalar_offset=r, indirect_dim=1), src=hx[:16, :8], engine="sync")
+    dev.run(p)
+    assert not all_filled(0xA5)
+    dev.fill_onchip(0xA5)
+    assert all_filled(0xA5)
+    dev.fill_onchip(0)  # a different byte rewrites everything
+    assert all_filled(0)

@@ -388,6 +388,21 @@ def test_tensor_copy_same_dtype_bit_exact(dev, rng, dtype, engine):
     assert_bits_equal(got, x)
 
 
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=param_id)
+def test_tensor_copy_through_psum_and_back_bit_exact(dev, rng, dtype):
+    """SBUF -> PSUM -> SBUF (the row-by-row path between the two memories), on partitions
+    64..127 of a PSUM tile: every code, NaN payloads included, comes back unchanged."""
+    x = random_bits(rng, (64, 24), dtype)
+
+    def body(p, xt, out):
+        ps = p.psum((128, 24), dtype)
+        p.tensor_copy(dst=ps[64:128], src=xt)
+        p.tensor_copy(dst=out, src=ps[64:128])
+
+    (got,) = run_op(dev, [x], [(x.shape, dtype)], body)
+    assert_bits_equal(got, x)
+
+
 def _cast_inputs(rng) -> np.ndarray:
     """fp32 values that stress RNE: random bits, bf16/fp16/fp8 ties and near-ties, overflow, specials."""
     r = random_bits(rng, (2048,), np.uint32)

@@ -19,6 +19,7 @@ pub mod gpsimd_select;
 pub mod gpsimd_sort;
 pub mod host_memory;
 pub mod intercore;
+pub mod minmax_rows;
 pub mod mx;
 pub mod rng;
 pub mod rows;

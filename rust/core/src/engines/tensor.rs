@@ -49,10 +49,7 @@ impl Semantics for NcMatmul<'_> {
         let (dst, st, mv) = (self.dst, self.stationary, self.moving);
         if self.is_transpose {
             // Bit-exact pass-through of the stationary tile (moving is the identity by contract).
-            let (k, m) = (st.parts as usize, st.free_size());
-            let raw = ctx.mems.gather(st);
-            let out = transpose_bytes(&raw, k, m, st.dtype.size());
-            ctx.mems.scatter(dst, &out);
+            transpose_tile(ctx, dst, st);
             return Ok(());
         }
         // double_row: [K, 2, M] x [K, 2, N], logical contraction row 2k + l, accumulated in order.
@@ -355,11 +352,32 @@ impl Semantics for NcTranspose<'_> {
         check_transpose(self)
     }
     fn exec(&self, ctx: &mut Ctx) -> Result<()> {
-        let (dst, src) = (self.dst, self.data);
-        let (p, f) = (src.parts as usize, src.free_size());
-        let raw = ctx.mems.gather(src);
-        let out = transpose_bytes(&raw, p, f, src.dtype.size());
-        ctx.mems.scatter(dst, &out);
+        transpose_tile(ctx, self.dst, self.data);
         Ok(())
     }
+}
+
+/// `dst` = `src` transposed, bit for bit (validated shapes: src [p, f], dst [f, p]). Dense
+/// rows in two different on-chip memories (the PE's SBUF -> PSUM) move straight from
+/// partition to partition; other patterns go through packed staging buffers.
+fn transpose_tile(ctx: &mut Ctx, dst: &Ap, src: &Ap) {
+    let (p, f, es) = (src.parts as usize, src.free_size(), src.dtype.size());
+    let dense = |a: &Ap| a.mem != Mem::Hbm && a.dynamic.is_none() && a.is_row_contiguous();
+    if dense(dst) && dense(src) && dst.mem != src.mem && dst.dtype.size() == es {
+        let (s_mem, d_mem) = match src.mem {
+            Mem::Sbuf => (&*ctx.mems.sbuf, &mut *ctx.mems.psum),
+            _ => (&*ctx.mems.psum, &mut *ctx.mems.sbuf),
+        };
+        let (ss, ds) = (s_mem.stride(), d_mem.stride());
+        let s0 = src.start as usize * ss + src.offset as usize;
+        let d0 = dst.start as usize * ds + dst.offset as usize;
+        let raw = d_mem.raw_mut();
+        if let (Some(s), Some(d)) = (s_mem.raw().get(s0..), raw.get_mut(d0..)) {
+            kernels::transpose::transpose_into(s, ss, d, ds, (p, f), es);
+            return;
+        }
+    }
+    let raw = ctx.mems.gather(src);
+    let out = transpose_bytes(&raw, p, f, es);
+    ctx.mems.scatter(dst, &out);
 }

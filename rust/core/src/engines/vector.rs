@@ -108,6 +108,11 @@ fn int32_exact(ins: &Instr, dts: &[DType]) -> bool {
             .all(|d| matches!(d, DType::Int32 | DType::Uint32))
 }
 
+/// Shortest fp32 row (elements) the fused row-by-row pass takes: per row it pays a fixed cost
+/// that the block path (one decode of all rows) does not, so columns such as the [P, 1] running
+/// statistics of a softmax go the block way (same arithmetic, same bits).
+const FUSED_MIN_ELEMENTS: usize = 16;
+
 fn tensor_tensor(v: &TensorTensor, ctx: &mut Ctx) -> Result<()> {
     let (ins, dst, a, b, op) = (v.ins, v.dst, v.data1, v.data2, v.op);
     if is_bitwise(op) {
@@ -149,6 +154,7 @@ fn tensor_tensor(v: &TensorTensor, ctx: &mut Ctx) -> Result<()> {
     }
     // fp32 in and out, dense rows, no overlap: one fused pass straight through memory.
     if [dst, a, b].iter().all(|t| t.dtype == DType::Float32)
+        && dst.free_size() >= FUSED_MIN_ELEMENTS
         && rows::fused_dense(ctx, dst, [a, b], |_, [x, y], out| {
             apply_bytes(op, x, y, out)
         })
@@ -396,6 +402,7 @@ fn tensor_scalar_f32(
     // fp32 in and out, dense rows, no overlap: one pass straight through memory.
     if dst.dtype == DType::Float32
         && src.dtype == DType::Float32
+        && f >= FUSED_MIN_ELEMENTS
         && rows::fused_dense(ctx, dst, [src], |r, [x], out| {
             apply_scalar_bytes(op0, rev0, c0.at(r), op1, rev1, c1.at(r), x, out)
         })
@@ -435,7 +442,13 @@ fn check_tensor_copy(v: &TensorCopy) -> Result<()> {
 fn tensor_copy(v: &TensorCopy, ctx: &mut Ctx) -> Result<()> {
     let (dst, src) = (v.dst, v.src);
     if dst.dtype == src.dtype {
-        if !rows::copy_same(ctx, dst, src) {
+        // short rows (a [P, 1] column) skip the fused row-by-row pass (see FUSED_MIN_ELEMENTS)
+        let short = dst.free_size() < FUSED_MIN_ELEMENTS
+            && !dst.dtype.is_packed()
+            && rows::map_raw(ctx, dst, [src], |_, _, _, _, [x], out| {
+                out.copy_from_slice(x)
+            });
+        if !short && !copy_across(ctx, dst, src) && !rows::copy_same(ctx, dst, src) {
             let raw = ctx.mems.gather(src);
             ctx.mems.scatter(dst, &raw);
         }
@@ -446,6 +459,32 @@ fn tensor_copy(v: &TensorCopy, ctx: &mut Ctx) -> Result<()> {
         ctx.write_f32(dst, &v);
     }
     Ok(())
+}
+
+/// Same-dtype copy between dense static rows of SBUF and PSUM (a PSUM result evacuated to
+/// SBUF): row by row, straight between the two memories, which cannot overlap. False (nothing
+/// done) for other patterns.
+fn copy_across(ctx: &mut Ctx, dst: &Ap, src: &Ap) -> bool {
+    let dense = |a: &Ap| {
+        a.mem != Mem::Hbm && a.dynamic.is_none() && !a.dtype.is_packed() && a.is_row_contiguous()
+    };
+    if dst.mem == src.mem || !dense(dst) || !dense(src) || dst.parts != src.parts {
+        return false;
+    }
+    let len = src.free_size() * src.dtype.size();
+    if len != dst.free_size() * dst.dtype.size() {
+        return false;
+    }
+    let (d0, s0) = (dst.offset as usize, src.offset as usize);
+    let (from, to) = match src.mem {
+        Mem::Sbuf => (&*ctx.mems.sbuf, &mut *ctx.mems.psum),
+        _ => (&*ctx.mems.psum, &mut *ctx.mems.sbuf),
+    };
+    for r in 0..src.parts as usize {
+        let row = &from.partition(src.start as usize + r)[s0..s0 + len];
+        to.partition_mut(dst.start as usize + r)[d0..d0 + len].copy_from_slice(row);
+    }
+    true
 }
 
 fn check_memset(m: &Memset) -> Result<()> {

@@ -147,8 +147,10 @@ fn tensor_reduce(v: &TensorReduce, ctx: &mut Ctx) -> Result<()> {
             }
         }
     };
-    // on-chip data decodes into a reused buffer (no whole-tile allocation per instruction)
-    let mut out = super::rows::with_f32_direct(&ctx.mems, data, reduce)
+    // fp32 row max / min straight from the bytes; on-chip data otherwise decodes into a
+    // reused buffer (no whole-tile allocation per instruction)
+    let mut out = super::minmax_rows::rows(&ctx.mems, data, op, groups)
+        .or_else(|| super::rows::with_f32_direct(&ctx.mems, data, reduce))
         .unwrap_or_else(|| reduce(&ctx.read_f32(data)));
     if negate {
         for v in &mut out {

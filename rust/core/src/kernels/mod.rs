@@ -8,6 +8,7 @@ pub mod exp;
 pub mod exp_avx512;
 pub mod gemm;
 pub mod matmul;
+pub mod minmax;
 pub mod mx;
 pub mod psum;
 pub mod quantize;

@@ -14,6 +14,7 @@ pub mod region;
 pub mod sched;
 pub mod ultra;
 pub mod ultra_dist;
+mod write_window;
 
 use crate::cost::{CostModel, DefaultCost};
 use crate::engines::EngineState;
@@ -340,9 +341,11 @@ impl Device {
         monitor: Option<&mut dyn Monitor>,
     ) -> Result<RunResult> {
         self.begin(programs);
+        write_window::declare(self, programs);
         let r = crate::error::with_alloc_limit(opts.max_memory, || {
             crate::par::run_hot(|| sched::run(self, programs, opts, monitor))
         });
+        write_window::clear(self);
         self.runs += 1;
         // A write that could not back an HBM page is the run's error (whatever followed it).
         self.hbm.take_alloc_failure().and(r)

@@ -15,10 +15,15 @@ pub struct OnChip {
     pub part_bytes: usize,
     stride: usize,
     data: super::zeroed::ZeroBuf,
-    /// `Some(b)` while every byte is known to be `b` (new or just filled, and not handed out
-    /// mutably since): refilling with `b` is then free. Resetting a device between kernel
-    /// launches refills all 8 cores, and most launches touch one.
-    uniform: Option<u8>,
+    /// What is known of the bytes: every byte outside `dirty` is `base`, so refilling with
+    /// `base` rewrites only `dirty`. Resetting a device between kernel launches refills all 8
+    /// cores, and most launches touch one core and a small part of each partition.
+    base: u8,
+    /// Partition-offset byte range `lo..hi` (in every partition) that may differ from `base`.
+    dirty: (usize, usize),
+    /// While a run executes: the partition-offset byte range its instructions may write (the
+    /// union of their written operands here), or `None` (unknown: a mutable view dirties all).
+    window: Option<(usize, usize)>,
 }
 
 impl OnChip {
@@ -28,7 +33,9 @@ impl OnChip {
             part_bytes,
             stride,
             data: super::zeroed::ZeroBuf::new(stride * PARTITIONS),
-            uniform: Some(0),
+            base: 0,
+            dirty: (0, 0),
+            window: None,
         }
     }
     /// `new`, or a `Resource` error (rule `host_allocation_failed`) if the host cannot provide
@@ -47,7 +54,9 @@ impl OnChip {
             part_bytes,
             stride,
             data,
-            uniform: Some(0),
+            base: 0,
+            dirty: (0, 0),
+            window: None,
         })
     }
     /// Host bytes from one partition's start to the next's.
@@ -62,7 +71,7 @@ impl OnChip {
     }
     #[inline]
     pub fn partition_mut(&mut self, p: usize) -> &mut [u8] {
-        self.uniform = None;
+        self.touch();
         &mut self.data[p * self.stride..p * self.stride + self.part_bytes]
     }
     /// The whole host buffer (partition p at `p * stride()`), for run lists with absolute offsets.
@@ -72,8 +81,27 @@ impl OnChip {
     }
     #[inline]
     pub fn raw_mut(&mut self) -> &mut [u8] {
-        self.uniform = None;
+        self.touch();
         &mut self.data
+    }
+    /// A mutable view is handed out: the bytes it may change join `dirty`.
+    #[inline]
+    fn touch(&mut self) {
+        // An empty declared window that still gets a mutable view: trust nothing.
+        let (lo, hi) = match self.window {
+            Some((lo, hi)) if lo < hi => (lo, hi),
+            _ => (0, self.part_bytes),
+        };
+        self.dirty = if self.dirty.0 >= self.dirty.1 {
+            (lo, hi)
+        } else {
+            (self.dirty.0.min(lo), self.dirty.1.max(hi))
+        };
+    }
+    /// Declare (`Some`) or clear the partition-offset byte range the instructions about to run
+    /// may write here (a run sets it from its programs' written operands; machine/mod.rs).
+    pub fn set_write_window(&mut self, window: Option<(usize, usize)>) {
+        self.window = window.map(|(lo, hi)| (lo.min(self.part_bytes), hi.min(self.part_bytes)));
     }
     pub fn sbuf() -> Self {
         Self::new(SBUF_PART_BYTES)
@@ -81,12 +109,18 @@ impl OnChip {
     pub fn psum() -> Self {
         Self::new(PSUM_PART_BYTES)
     }
-    /// Set every byte to `byte` (free when they all are already).
+    /// Set every byte to `byte` (only the dirty range when the others are `byte` already).
     pub fn fill(&mut self, byte: u8) {
-        if self.uniform != Some(byte) {
+        let (lo, hi) = self.dirty;
+        if byte != self.base {
             self.data.fill(byte);
-            self.uniform = Some(byte);
+        } else if lo < hi {
+            for p in 0..PARTITIONS {
+                self.data[p * self.stride + lo..p * self.stride + hi].fill(byte);
+            }
         }
+        self.base = byte;
+        self.dirty = (0, 0);
     }
 }
 
@@ -272,5 +306,21 @@ mod fill_tests {
         assert_eq!(m.partition(9)[3], 0xAB);
         m.fill(0);
         assert!((0..PARTITIONS).all(|p| m.partition(p).iter().all(|b| *b == 0)));
+    }
+
+    #[test]
+    fn a_declared_window_limits_the_refill_and_an_empty_one_trusts_nothing() {
+        let mut m = OnChip::psum();
+        m.fill(0xAB);
+        m.set_write_window(Some((100, 200)));
+        m.partition_mut(3)[150] = 1;
+        assert_eq!(m.dirty, (100, 200));
+        m.set_write_window(Some((0, 0)));
+        m.partition_mut(4)[9000] = 2;
+        assert_eq!(m.dirty, (0, m.part_bytes));
+        m.set_write_window(None);
+        m.fill(0xAB);
+        assert_eq!(m.dirty, (0, 0));
+        assert!((0..PARTITIONS).all(|p| m.partition(p).iter().all(|b| *b == 0xAB)));
     }
 }

@@ -24,7 +24,7 @@ pub struct Appended {
 }
 
 /// A program under construction for one core.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct Assembler {
     program: Program,
     /// Matmul-written state of the core's PSUM, one bit per 2-byte unit.
@@ -32,6 +32,19 @@ pub struct Assembler {
     /// PSUM units allocated (`psum_fresh`) that no instruction has written since, one bit per
     /// 2-byte unit: an accumulating matmul into them adds to garbage.
     psum_unwritten: PsumBits,
+    /// The first `validated` instructions passed `engines::validate` when appended (a program
+    /// taken over by `from_program` counts as unvalidated): auto-sync re-checks only what it
+    /// adds to them.
+    validated: usize,
+}
+
+/// Equal programs and PSUM state (how much of it was validated on the way is bookkeeping).
+impl PartialEq for Assembler {
+    fn eq(&self, other: &Self) -> bool {
+        self.program == other.program
+            && self.psum_written == other.psum_written
+            && self.psum_unwritten == other.psum_unwritten
+    }
 }
 
 impl Assembler {
@@ -57,6 +70,7 @@ impl Assembler {
             program,
             psum_written: PsumBits::new(),
             psum_unwritten: PsumBits::new(),
+            validated: 0,
         }
     }
 
@@ -101,6 +115,9 @@ impl Assembler {
             false
         };
         self.mark_psum_written(&ins);
+        if self.validated == index {
+            self.validated += 1;
+        }
         self.program.instrs.push(ins);
         Ok(Appended {
             index,
@@ -111,7 +128,9 @@ impl Assembler {
     /// Remove the last instruction (a front end refusing it after `append`, e.g. a warning
     /// turned into an error). The PSUM state it recorded stays.
     pub fn pop(&mut self) -> Option<Instr> {
-        self.program.instrs.pop()
+        let ins = self.program.instrs.pop();
+        self.validated = self.validated.min(self.len());
+        ins
     }
 
     /// Mark PSUM bytes `offset..offset + nbytes` of partitions `start..start + parts` as freshly
@@ -209,13 +228,20 @@ impl Assembler {
             if i % autosync::CHECK_EVERY == autosync::CHECK_EVERY - 1 && !keep_going() {
                 return Err(autosync::cancelled(i));
             }
-            crate::engines::validate(ins)
-                .map_err(|e| e.at(i, crate::isa::text::format_instr(ins)))?;
+            // Auto-sync only adds waits and signals: an instruction validated when appended
+            // needs only its synchronisation checked again.
+            let checked = if i < self.validated {
+                crate::isa::validate::check_sync(ins)
+            } else {
+                crate::engines::validate(ins)
+            };
+            checked.map_err(|e| e.at(i, crate::isa::text::format_instr(ins)))?;
         }
         Ok(Assembler {
             program,
             psum_written: self.psum_written.clone(),
             psum_unwritten: self.psum_unwritten.clone(),
+            validated: self.validated,
         })
     }
 
@@ -598,5 +624,33 @@ mod tests {
             b.count(1, 0, usize::MAX),
             140 - 64 + (PSUM_PART_BYTES / 2 - 8000)
         );
+    }
+
+    #[test]
+    fn synced_rechecks_taken_over_programs_fully() {
+        // Never validated: a matmul on the Vector engine, taken over from a program.
+        let mut bad = matmul(DST, Some(false));
+        bad.engine = Engine::Vector;
+        let taken = Assembler::from_program(Program {
+            core: 0,
+            instrs: vec![bad.clone()],
+        });
+        assert_eq!(taken.synced().unwrap_err().rule, "engine_not_allowed");
+        // Appended instructions were validated; their synced forms still pass in full.
+        let copy = "tensor_copy.vector dst=sbuf:float32[0:128]+0[[1,512]] \
+            src=psum:float32[0:128]+0[[1,512]]";
+        let mut a = Assembler::new(0).unwrap();
+        a.append(matmul(DST, Some(false)), false).unwrap();
+        a.append(parse_instr_unchecked(copy).unwrap(), false)
+            .unwrap();
+        a.append(bad, false).unwrap_err();
+        let synced = a.synced().unwrap();
+        assert!(synced.program().instrs[1].waits.len() == 1);
+        for ins in &synced.program().instrs {
+            engines::validate(ins).unwrap();
+        }
+        // A popped instruction leaves the validated count within the program.
+        a.pop();
+        assert_eq!(a.validated, 1);
     }
 }

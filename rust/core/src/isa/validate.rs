@@ -80,7 +80,7 @@ fn check_header(instr: &Instr) -> Result<()> {
 }
 
 /// Wait / signal counts and semaphore ids.
-fn check_sync(instr: &Instr) -> Result<()> {
+pub fn check_sync(instr: &Instr) -> Result<()> {
     if instr.waits.len() > MAX_SYNC || instr.signals.len() > MAX_SYNC {
         return Err(fail(
             Semaphore,

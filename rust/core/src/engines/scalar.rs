@@ -228,7 +228,7 @@ fn activate_streamed(
     }) {
         let fused = super::rows::fused_dense(ctx, dst, [src], |r, [x], out| {
             let (s, b) = (scale[r], bias[r]);
-            exp::map_bytes(k, x, out, |x| x * s + b, |x| act::apply_checked(f, x, 0.0));
+            exp::map_affine_bytes(k, x, out, (s, b), |x| act::apply_checked(f, x, 0.0));
         });
         if fused {
             return true;

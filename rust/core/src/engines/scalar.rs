@@ -234,7 +234,9 @@ fn activate_streamed(
             return true;
         }
     }
-    if super::act_stream::copy_fused(ctx, f, (dst, src), &scale, &bias) {
+    if super::act_stream::copy_fused(ctx, f, (dst, src), &scale, &bias)
+        || super::act_fused::activate(ctx, f, (dst, src), (&scale, &bias), None)
+    {
         return true;
     }
     super::rows::map_f32(ctx, dst, [src], |r0, rows, _, w, [x], out| {

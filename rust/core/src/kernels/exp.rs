@@ -300,6 +300,30 @@ pub fn map_affine_bytes(
     map_bytes(f, src, dst, |x| x * scale + bias, slow)
 }
 
+/// `map_affine` from little-endian fp32 bytes into fp32 values (`src` holds `dst.len()`
+/// values).
+pub fn map_affine_into(
+    f: Func,
+    src: &[u8],
+    dst: &mut [f32],
+    (scale, bias): (f32, f32),
+    slow: impl Fn(f32) -> f32 + Copy,
+) -> usize {
+    assert_eq!(src.len(), 4 * dst.len());
+    #[cfg(target_arch = "x86_64")]
+    if simd::path() == Path::Avx512 {
+        let aff = super::exp_avx512::Affine { scale, bias };
+        let (s, d) = (src.as_ptr() as *const f32, dst.as_mut_ptr());
+        // SAFETY: the path is only chosen when the host has the features; src holds dst.len()
+        // (unaligned) fp32 values and is disjoint from dst (borrowed mutably).
+        return unsafe { super::exp_avx512::map_affine_raw(f, aff, s, d, dst.len(), slow) };
+    }
+    for (v, e) in dst.iter_mut().zip(src.chunks_exact(4)) {
+        *v = f32::from_le_bytes([e[0], e[1], e[2], e[3]]);
+    }
+    map(f, dst, |x| x * scale + bias, slow)
+}
+
 /// `map(Func::Exp, ..)`.
 pub fn exp_map(
     v: &mut [f32],

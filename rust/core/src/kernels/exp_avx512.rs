@@ -251,6 +251,7 @@ unsafe fn step(f: Func, k: &K, x: __m512, out: *mut f32) -> u16 {
 /// (`eval`), decided by the bit test or the interval check when possible, else `slow(xs[i])`.
 #[cold]
 #[inline(never)]
+#[target_feature(enable = "avx512f,fma")]
 unsafe fn fix(
     f: Func,
     xs: &[f32; 16],

@@ -11,6 +11,7 @@ pub mod matmul;
 pub mod mx;
 pub mod psum;
 pub mod quantize;
+pub mod rowsum;
 pub mod simd;
 pub mod sparse;
 pub mod transpose;

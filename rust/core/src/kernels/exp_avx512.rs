@@ -4,14 +4,16 @@
 //! or takes the caller's scalar path), with a cheaper exp and a cheaper check:
 //!
 //! - exp(v), v <= 100 (the caller clamps; lanes below -150 are never trusted, see below):
-//!   `n = round(16 v / ln2)` (the 1.5 * 2^52 shift), `r = v - n ln2/16` in one fused
-//!   multiply-add with `LN2_16` the f64 nearest ln2/16 (|LN2_16 - ln2/16| <= 2^-58 and |n| <=
-//!   3463 < 2^11.8: an absolute error below 2^-46.2 in r, plus the fma's rounding 2^-59),
+//!   `q = n/16 = round(16 v / ln2) / 16` by adding 1.5 * 2^48 to v / ln2 (f64 numbers of that
+//!   size are multiples of 1/16, and the low mantissa bits of the sum hold 2^51 + n),
+//!   `r = v - q ln2` in one fused multiply-add with `LN2` the f64 nearest ln2 (|LN2 - ln2| <=
+//!   2^-54 and |q| <= 217 < 2^7.8: an absolute error below 2^-46.2 in r, plus the fma's
+//!   rounding 2^-59),
 //!   `exp(v) = 2^(n/16) * exp(r)` with 2^(j/16), j = n mod 16, from a 16-entry table (one
-//!   `vpermt2pd`) and `exp(r) = 1 + r q(r)`, q the degree-4 Taylor polynomial of (e^r - 1)/r:
+//!   `vpermt2pd`) and `exp(r) = 1 + r p(r)`, p the degree-4 Taylor polynomial of (e^r - 1)/r:
 //!   |r| <= ln2/32 + 2^-40 gives a truncation error below |r|^6/6! e^|r| < 2^-42.6, the table
 //!   entries are f64 roundings (2^-53) and the Horner steps, `tab * r` and the final
-//!   `fma(tab r, q, tab)` add < 4 * 2^-53: < 2^-42.5 relative in all. The power
+//!   `fma(tab r, p, tab)` add < 4 * 2^-53: < 2^-42.5 relative in all. The power
 //!   2^floor(n/16) is applied exactly by `vscalefpd` (results stay normal f64: e^-150 > 2^-217).
 //! - the check: with libm's f64 result also within 2^-52 relative, the exact f64 values either
 //!   side lie within 2^-42.5 + 2^-52 relative of `y`, i.e. within 2^10.6 f64 ulps of it (an
@@ -31,8 +33,11 @@
 //!   rounding), within 2^10.7 ulps together with the reference's own < 2^-51.
 //! - tanh: both of exp.rs's branches on every lane, blended on |x| < 1/8: `(1 - e) / (1 + e)`
 //!   with the exp above (< 3.96 * 2^-42.5 + 3 * 2^-53 < 2^-40.5 relative) and the Taylor
-//!   polynomial (< 2^-50): within 2^(53 - 40.5) + 4 < 2^12.6 ulps of the reference (libm's
-//!   tanh is within 2 ulps), inside `TH`.
+//!   polynomial of tanh(x) / x to the x^10 term (the series alternates with decreasing terms:
+//!   the first omitted one, 21844/6081075 x^12 < 2^-44.1 for |x| < 1/8, bounds the
+//!   truncation; with the roundings < 2^-44): within 2^(53 - 40.5) + 4 < 2^12.6 ulps of the
+//!   reference (libm's tanh is within 2 ulps), inside `TH`.
+//! - sigmoid, silu and tanh take their range from the input as exp does (`SMALL_X`).
 //!
 //! Per 16 elements the common case (every lane decided) is straight-line code with no call, so
 //! the constants stay in registers; the affine step `x * scale + bias` before the function is
@@ -42,11 +47,12 @@
 use super::exp::{Func, TANH_C, TANH_SMALL};
 use std::arch::x86_64::*;
 
-/// 1.5 * 2^52: adding it rounds |v| < 2^51 to an integer held in the low mantissa bits.
-const SHIFT: f64 = 6755399441055744.0;
-const INV_LN2_16: f64 = 23.083120654223414;
-/// The f64 nearest ln2 / 16.
-const LN2_16: f64 = 0.04332169878499658;
+/// 1.5 * 2^48: adding it rounds |v| < 2^47 to a multiple of 1/16, 16 times which is held in
+/// the low mantissa bits.
+const SHIFT: f64 = 422212465065984.0;
+const INV_LN2: f64 = std::f64::consts::LOG2_E;
+/// The f64 nearest ln2.
+const LN2: f64 = std::f64::consts::LN_2;
 /// 2^(j/16), j = 0..16, each the f64 nearest.
 const TABLE: [f64; 16] = [
     1.0,
@@ -75,6 +81,12 @@ const D: f64 = 1.0 / (1u64 << 39) as f64;
 /// below which it rounds to +0 for sure (e^-104 < 2^-150 (1 - 2^-40)).
 const EXP_NORMAL_X: f32 = -87.0;
 const EXP_TINY_X: f32 = -104.0;
+/// Sigmoid's result is an fp32 normal from x >= -87 on too (e^-87 / (1 + e^-87) > 2^-126);
+/// silu's when also |x| >= `SMALL_X` = 2^-100 (|silu(x)| >= |x| / 4 for |x| <= 1, > 2^-120 for
+/// x in [-87, -1]); tanh's for |x| >= 2^-100, and below that tanh(x) rounds to x itself (the
+/// relative distance x^2 / 3 < 2^-200 is far inside half an fp32 spacing), which is the value
+/// the Taylor branch gives exactly (`fma(x z, p, x)` with |x z p| < 2^-300 < ulp(x) / 2).
+const SMALL_X: f32 = f32::from_bits(0x0d80_0000); // 2^-100
 
 /// The constants of one run, loaded once (kept in registers across the loop).
 #[derive(Clone, Copy)]
@@ -85,8 +97,7 @@ struct K {
     hi: __m512d,
     shift: __m512d,
     inv: __m512d,
-    ln2_16: __m512d,
-    sixteenth: __m512d,
+    ln2: __m512d,
     c: [__m512d; 4],
     one: __m512d,
     bias: __m512i,
@@ -96,6 +107,7 @@ struct K {
     hi32: __m512,
     normal_x: __m512,
     tiny_x: __m512,
+    small_x: __m512,
 }
 
 #[inline(always)]
@@ -107,9 +119,8 @@ unsafe fn k() -> K {
         lo: s(-150.0),
         hi: s(100.0),
         shift: s(SHIFT),
-        inv: s(INV_LN2_16),
-        ln2_16: s(LN2_16),
-        sixteenth: s(0.0625),
+        inv: s(INV_LN2),
+        ln2: s(LN2),
         c: [s(1.0 / 120.0), s(1.0 / 24.0), s(1.0 / 6.0), s(0.5)],
         one: s(1.0),
         bias: _mm512_set1_epi64((1 << 28) + (1 << TH_LOG2)),
@@ -120,6 +131,7 @@ unsafe fn k() -> K {
         hi32: _mm512_set1_ps(100.0),
         normal_x: _mm512_set1_ps(EXP_NORMAL_X),
         tiny_x: _mm512_set1_ps(EXP_TINY_X),
+        small_x: _mm512_set1_ps(SMALL_X),
     }
 }
 
@@ -127,17 +139,17 @@ unsafe fn k() -> K {
 #[inline(always)]
 unsafe fn exp8(k: &K, v: __m512d) -> __m512d {
     let t = _mm512_fmadd_pd(v, k.inv, k.shift);
-    let n = _mm512_sub_pd(t, k.shift);
-    let r = _mm512_fnmadd_pd(n, k.ln2_16, v);
+    let q = _mm512_sub_pd(t, k.shift); // n / 16, exact
+    let r = _mm512_fnmadd_pd(q, k.ln2, v);
     let tab = _mm512_permutex2var_pd(k.t0, _mm512_castpd_si512(t), k.t1);
-    // q(r) = 1 + r/2 + r^2/6 + r^3/24 + r^4/120, e^r ~ 1 + r q(r)
-    let mut q = _mm512_fmadd_pd(k.c[0], r, k.c[1]);
-    q = _mm512_fmadd_pd(q, r, k.c[2]);
-    q = _mm512_fmadd_pd(q, r, k.c[3]);
-    q = _mm512_fmadd_pd(q, r, k.one);
-    let y = _mm512_fmadd_pd(_mm512_mul_pd(tab, r), q, tab);
-    // y * 2^floor(n / 16) (n / 16 is exact)
-    _mm512_scalef_pd(y, _mm512_mul_pd(n, k.sixteenth))
+    // p(r) = 1 + r/2 + r^2/6 + r^3/24 + r^4/120, e^r ~ 1 + r p(r)
+    let mut p = _mm512_fmadd_pd(k.c[0], r, k.c[1]);
+    p = _mm512_fmadd_pd(p, r, k.c[2]);
+    p = _mm512_fmadd_pd(p, r, k.c[3]);
+    p = _mm512_fmadd_pd(p, r, k.one);
+    let y = _mm512_fmadd_pd(_mm512_mul_pd(tab, r), p, tab);
+    // y * 2^floor(n / 16)
+    _mm512_scalef_pd(y, q)
 }
 
 /// `max(lo, min(hi, v))` keeping NaN (the second operand is returned when one is NaN).
@@ -188,8 +200,9 @@ unsafe fn tanh8(k: &K, a: __m512d) -> __m512d {
     );
     let big = _mm512_div_pd(_mm512_sub_pd(k.one, e), _mm512_add_pd(k.one, e));
     let z = _mm512_mul_pd(abs, abs);
-    let mut p = _mm512_set1_pd(TANH_C[6]);
-    for c in TANH_C[1..6].iter().rev() {
+    // tanh(x) / x to the z^5 term (module doc)
+    let mut p = _mm512_set1_pd(TANH_C[5]);
+    for c in TANH_C[1..5].iter().rev() {
         p = _mm512_fmadd_pd(p, z, _mm512_set1_pd(*c));
     }
     let small = _mm512_fmadd_pd(_mm512_mul_pd(abs, z), p, abs);
@@ -230,21 +243,37 @@ unsafe fn halves(x: __m512) -> (__m512d, __m512d) {
 /// decided (the others hold some value and go to `fix`).
 #[inline(always)]
 unsafe fn step(f: Func, k: &K, x: __m512, out: *mut f32) -> u16 {
-    let (y0, y1, ok) = if f == Func::Exp {
-        // the range from the input (module doc); NaN fails the ordered compare
-        let normal = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, k.normal_x);
-        let (a0, a1) = halves(_mm512_min_ps(k.hi32, x));
-        let (y0, y1) = (exp8(k, a0), exp8(k, a1));
-        let ok = far(k, normal as u8, y0) as u16 | (far(k, (normal >> 8) as u8, y1) as u16) << 8;
-        (y0, y1, ok)
-    } else {
-        let (a0, a1) = halves(x);
-        let (y0, y1) = (eval(f, k, a0), eval(f, k, a1));
-        (y0, y1, certain(k, y0) as u16 | (certain(k, y1) as u16) << 8)
+    // The lanes whose result is an fp32 normal for sure, from the input (module doc); NaN
+    // fails every ordered compare. Lanes outside go to `fix`, so the formulas here need not
+    // handle them (no clamp below, no limits).
+    let from_normal = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, k.normal_x);
+    let ax = _mm512_abs_ps(x);
+    let (y0, y1, normal, exact) = match f {
+        Func::Exp => {
+            let (a0, a1) = halves(_mm512_min_ps(k.hi32, x));
+            (exp8(k, a0), exp8(k, a1), from_normal, 0)
+        }
+        Func::Sigmoid => {
+            let (a0, a1) = halves(x);
+            (sigmoid8(k, a0), sigmoid8(k, a1), from_normal, 0)
+        }
+        Func::Silu => {
+            let (a0, a1) = halves(x);
+            let silu = |a| _mm512_mul_pd(a, sigmoid8(k, a));
+            let big = _mm512_mask_cmp_ps_mask::<_CMP_GE_OQ>(from_normal, ax, k.small_x);
+            (silu(a0), silu(a1), big, 0)
+        }
+        Func::Tanh => {
+            let (a0, a1) = halves(x);
+            let big = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(ax, k.small_x);
+            let tiny = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(ax, k.small_x);
+            (tanh8(k, a0), tanh8(k, a1), big, tiny)
+        }
     };
+    let ok = far(k, normal as u8, y0) as u16 | (far(k, (normal >> 8) as u8, y1) as u16) << 8;
     _mm256_storeu_ps(out, _mm512_cvtpd_ps(y0));
     _mm256_storeu_ps(out.add(8), _mm512_cvtpd_ps(y1));
-    ok
+    ok | exact
 }
 
 /// The lanes `step` left undecided (`ok` clear, below `n`): evaluated again on every input
@@ -504,6 +533,52 @@ mod tests {
         eprintln!("AVX-512 exp: worst relative error 2^{:.2}", worst.log2());
         assert!(worst < 2f64.powf(-42.5), "worst relative error {worst:e}");
         assert!(worst > 2f64.powi(-48), "suspiciously exact: {worst:e}");
+    }
+
+    #[test]
+    fn fast_sigmoid_and_tanh_are_within_their_error_bounds() {
+        // the budgets of the module doc against the f64 formulas on libm (sigmoid < 2^-42.4,
+        // tanh < 2^-40.5), on dense sweeps including both tanh branches around 1/8
+        if !host_supports(Path::Avx512) {
+            return;
+        }
+        let m = 2_000_000;
+        let xs: Vec<f64> = (0..=m)
+            .map(|i| (-40.0 + 80.0 * i as f64 / m as f64) as f32 as f64)
+            .chain((0..400_000u32).map(|i| f32::from_bits(0x3df0_0000 + i) as f64)) // ~1/8
+            .chain((0..400_000u32).map(|i| f32::from_bits(0x3800_0000 + 40 * i) as f64))
+            .collect();
+        let sig = |v: f64| {
+            if v >= 0.0 {
+                1.0 / (1.0 + (-v).exp())
+            } else {
+                v.exp() / (1.0 + v.exp())
+            }
+        };
+        let (mut ws, mut wt) = (0f64, 0f64);
+        for c in xs.chunks_exact(8) {
+            let (mut s, mut t) = ([0f64; 8], [0f64; 8]);
+            // SAFETY: the host has AVX-512F (checked above).
+            unsafe {
+                let k = k();
+                let a = _mm512_loadu_pd(c.as_ptr());
+                _mm512_storeu_pd(s.as_mut_ptr(), sigmoid8(&k, a));
+                _mm512_storeu_pd(t.as_mut_ptr(), tanh8(&k, a));
+            }
+            for ((x, s), t) in c.iter().zip(s).zip(t) {
+                ws = ws.max(((s - sig(*x)) / sig(*x)).abs());
+                if *x != 0.0 {
+                    wt = wt.max(((t - x.tanh()) / x.tanh()).abs());
+                }
+            }
+        }
+        eprintln!(
+            "AVX-512 sigmoid 2^{:.2}, tanh 2^{:.2}",
+            ws.log2(),
+            wt.log2()
+        );
+        assert!(ws < 2f64.powf(-42.4) && ws > 0.0, "sigmoid {ws:e}");
+        assert!(wt < 2f64.powf(-40.5) && wt > 0.0, "tanh {wt:e}");
     }
 
     /// act.rs's definitions written out: f64 formula, one rounding, limits at +-inf.

@@ -361,6 +361,8 @@ unsafe fn run<const F: u8, const MUL: bool, const ADD: bool>(
     let mut i = 0;
     while i + 16 <= len {
         // the raw inputs stay in a register: dst may be src
+        _mm_prefetch::<_MM_HINT_T0>(src.wrapping_add(i + 512) as *const i8);
+        _mm_prefetch::<_MM_HINT_ET0>(dst.wrapping_add(i + 512) as *const i8);
         let raw = _mm512_loadu_ps(src.add(i));
         let ok = step(f, &k, pre(raw), dst.add(i));
         if ok != u16::MAX {

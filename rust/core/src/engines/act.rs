@@ -219,7 +219,7 @@ pub fn apply_affine_rows(
     }
     match fast_kernel(f) {
         Some(k) => {
-            exp::map(k, out, |x| x, |x| apply_checked(f, x, 0.0));
+            exp::map_affine(k, out, (1.0, -0.0), |x| apply_checked(f, x, 0.0));
         }
         None => out.iter_mut().for_each(|v| *v = apply_checked(f, *v, 0.0)),
     }
@@ -237,7 +237,7 @@ pub fn apply_affine_slice(f: ActFn, v: &mut [f32], scale: f32, bias: f32) {
     }
     if let Some(k) = fast_kernel(f) {
         // vectorised, bit-identical to the `apply_checked` path it falls back to
-        exp::map(k, v, |x| x * scale + bias, |x| apply_checked(f, x, 0.0));
+        exp::map_affine(k, v, (scale, bias), |x| apply_checked(f, x, 0.0));
         return;
     }
     macro_rules! mono {

@@ -41,11 +41,17 @@ pub fn activate_reduce(
     }
     let scale = ctx.scalar(scale, src.parts);
     let bias = ctx.scalar_or(bias, src.parts, 0.0);
-    let sums = RefCell::new(if cmd == ReduceCmd::Reduce {
+    let mut sums = if cmd == ReduceCmd::Reduce {
         ctx.state.act_regs[base..base + parts].to_vec()
     } else {
         vec![0.0; parts]
-    });
+    };
+    // fp32 source rows: one pass from the source bytes (act_fused.rs)
+    if super::act_fused::activate(ctx, f, (dst, src), (&scale, &bias), Some(&mut sums)) {
+        ctx.state.act_regs[base..base + parts].copy_from_slice(&sums);
+        return true;
+    }
+    let sums = RefCell::new(sums);
     let streamed = rows::map_f32_grouped(ctx, dst, [src], GROUP, |r0, rows, _, w, [x], out| {
         let (s, b) = (&scale[r0..r0 + rows], &bias[r0..r0 + rows]);
         act::apply_affine_rows(f, x, out, w, s, b);

@@ -2,6 +2,7 @@
 //! run at validation) and an `exec` (the math, run by the scheduler).
 
 pub mod act;
+pub mod act_fused;
 pub mod act_stream;
 pub mod alu;
 pub mod column;

@@ -228,13 +228,15 @@ fn activate_streamed(
     }) {
         let fused = super::rows::fused_dense(ctx, dst, [src], |r, [x], out| {
             let (s, b) = (scale[r], bias[r]);
-            exp::map_bytes(k, x, out, |x| x * s + b, |x| act::apply_checked(f, x, 0.0));
+            exp::map_affine_bytes(k, x, out, (s, b), |x| act::apply_checked(f, x, 0.0));
         });
         if fused {
             return true;
         }
     }
-    if super::act_stream::copy_fused(ctx, f, (dst, src), &scale, &bias) {
+    if super::act_stream::copy_fused(ctx, f, (dst, src), &scale, &bias)
+        || super::act_fused::activate(ctx, f, (dst, src), (&scale, &bias), None)
+    {
         return true;
     }
     super::rows::map_f32(ctx, dst, [src], |r0, rows, _, w, [x], out| {

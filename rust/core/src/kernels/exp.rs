@@ -260,6 +260,70 @@ pub fn map_bytes(
     fallbacks
 }
 
+/// `v[i] = f(v[i] * scale + bias)` (the fp32 multiply and add rounded separately, as
+/// `act::apply_affine_slice`), `map`'s contract with that `pre`; the AVX-512 path applies the
+/// affine step in vectors.
+pub fn map_affine(
+    f: Func,
+    v: &mut [f32],
+    (scale, bias): (f32, f32),
+    slow: impl Fn(f32) -> f32 + Copy,
+) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if simd::path() == Path::Avx512 {
+        let aff = super::exp_avx512::Affine { scale, bias };
+        let p = v.as_mut_ptr();
+        // SAFETY: the path is only chosen when the host has the features; src = dst = v.
+        return unsafe { super::exp_avx512::map_affine_raw(f, aff, p, p, v.len(), slow) };
+    }
+    map(f, v, |x| x * scale + bias, slow)
+}
+
+/// `map_affine` from little-endian fp32 bytes to fp32 bytes (equal lengths, multiples of 4):
+/// one pass from the input bytes to the output bytes.
+pub fn map_affine_bytes(
+    f: Func,
+    src: &[u8],
+    dst: &mut [u8],
+    (scale, bias): (f32, f32),
+    slow: impl Fn(f32) -> f32 + Copy,
+) -> usize {
+    assert_eq!(src.len(), dst.len());
+    #[cfg(target_arch = "x86_64")]
+    if simd::path() == Path::Avx512 {
+        let aff = super::exp_avx512::Affine { scale, bias };
+        let (s, d) = (src.as_ptr() as *const f32, dst.as_mut_ptr() as *mut f32);
+        // SAFETY: the path is only chosen when the host has the features; both slices hold
+        // len / 4 (unaligned) fp32 values and are disjoint (one is borrowed mutably).
+        return unsafe { super::exp_avx512::map_affine_raw(f, aff, s, d, src.len() / 4, slow) };
+    }
+    map_bytes(f, src, dst, |x| x * scale + bias, slow)
+}
+
+/// `map_affine` from little-endian fp32 bytes into fp32 values (`src` holds `dst.len()`
+/// values).
+pub fn map_affine_into(
+    f: Func,
+    src: &[u8],
+    dst: &mut [f32],
+    (scale, bias): (f32, f32),
+    slow: impl Fn(f32) -> f32 + Copy,
+) -> usize {
+    assert_eq!(src.len(), 4 * dst.len());
+    #[cfg(target_arch = "x86_64")]
+    if simd::path() == Path::Avx512 {
+        let aff = super::exp_avx512::Affine { scale, bias };
+        let (s, d) = (src.as_ptr() as *const f32, dst.as_mut_ptr());
+        // SAFETY: the path is only chosen when the host has the features; src holds dst.len()
+        // (unaligned) fp32 values and is disjoint from dst (borrowed mutably).
+        return unsafe { super::exp_avx512::map_affine_raw(f, aff, s, d, dst.len(), slow) };
+    }
+    for (v, e) in dst.iter_mut().zip(src.chunks_exact(4)) {
+        *v = f32::from_le_bytes([e[0], e[1], e[2], e[3]]);
+    }
+    map(f, dst, |x| x * scale + bias, slow)
+}
+
 /// `map(Func::Exp, ..)`.
 pub fn exp_map(
     v: &mut [f32],

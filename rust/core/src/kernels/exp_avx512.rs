@@ -3,39 +3,56 @@
 //! passes a rounding check that proves its fp32 result equals libm's f64 formula rounded once,
 //! or takes the caller's scalar path), with a cheaper exp and a cheaper check:
 //!
-//! - exp(v), v clamped to [-150, 100]: `n = round(16 v / ln2)` (the 1.5 * 2^52 shift),
-//!   `r = v - n ln2/16` with a Cody-Waite split (`LN2_16_HI` has 41 significant bits and |n| <=
-//!   3463 < 2^12, so `fma(-n, LN2_16_HI, v)` is exact: both terms are multiples of 2^-45 when
-//!   n != 0 and |r| < 2^-5), `exp(v) = 2^(n/16) * exp(r)` with 2^(j/16), j = n mod 16, from a
-//!   16-entry table (one `vpermt2pd`) and `exp(r)` the degree-6 Taylor polynomial: |r| <=
-//!   ln2/32 + 2^-40 gives a truncation error below |r|^7/7! e^|r| < 2^-50.9, the table entries are
-//!   f64 roundings (2^-53) and the Horner steps and the product add < 10 * 2^-53: < 2^-49
-//!   relative in all. The power 2^floor(n/16) is applied exactly by `vscalefpd` (results stay
-//!   normal f64: e^-150 > 2^-217). The same bound keeps exp.rs's interval check (2^-44) valid
-//!   for the lanes handed to it.
+//! - exp(v), v <= 100 (the caller clamps; lanes below -150 are never trusted, see below):
+//!   `q = n/16 = round(16 v / ln2) / 16` by adding 1.5 * 2^48 to v / ln2 (f64 numbers of that
+//!   size are multiples of 1/16, and the low mantissa bits of the sum hold 2^51 + n),
+//!   `r = v - q ln2` in one fused multiply-add with `LN2` the f64 nearest ln2 (|LN2 - ln2| <=
+//!   2^-54 and |q| <= 217 < 2^7.8: an absolute error below 2^-46.2 in r, plus the fma's
+//!   rounding 2^-59),
+//!   `exp(v) = 2^(n/16) * exp(r)` with 2^(j/16), j = n mod 16, from a 16-entry table (one
+//!   `vpermt2pd`) and `exp(r) = 1 + r p(r)`, p the degree-4 Taylor polynomial of (e^r - 1)/r:
+//!   |r| <= ln2/32 + 2^-40 gives a truncation error below |r|^6/6! e^|r| < 2^-42.6, the table
+//!   entries are f64 roundings (2^-53) and the Horner steps, `tab * r` and the final
+//!   `fma(tab r, p, tab)` add < 4 * 2^-53: < 2^-42.5 relative in all. The power
+//!   2^floor(n/16) is applied exactly by `vscalefpd` (results stay normal f64: e^-150 > 2^-217).
 //! - the check: with libm's f64 result also within 2^-52 relative, the exact f64 values either
-//!   side lie within 2^-48.5 relative of `y`, i.e. within 2^(52 - 48.5 + 1) < 23 f64 ulps of it.
-//!   For |y| in the fp32 normal range (>= 2^-126) the fp32 rounding of y is certain when its 29
-//!   low mantissa bits are more than `TH` = 512 ulps away from the half-way pattern 2^28 (no
-//!   rounding midpoint within reach; overflow to inf is the same midpoint test at the top of the
-//!   range, and values >= 2^128 round to inf either way). Below 2^-151 the result is +-0 whatever
-//!   the error. Other lanes (fp32 subnormal results, NaN, rare near-midpoint values) go to the
-//!   interval check of exp.rs and then, if still undecided, to the caller's scalar function.
-//! - sigmoid / silu divide with `vdivpd` (exact rounding) after the exp above: the same < 2^-48
-//!   budget as exp.rs's error analysis for these formulas, within the check's reach.
+//!   side lie within 2^-42.5 + 2^-52 relative of `y`, i.e. within 2^10.6 f64 ulps of it (an
+//!   ulp is at least 2^-53 |y|). For |y| in the fp32 normal range (>= 2^-126) the fp32 rounding
+//!   of y is certain when its 29 low mantissa bits are at least `TH` = 2^13 ulps away from the
+//!   half-way pattern 2^28 (no rounding midpoint within reach; overflow to inf is the same
+//!   midpoint test at the top of the range, and values >= 2^128 round to inf either way). exp
+//!   takes its range from the fp32 input instead: x >= -87 gives a normal result
+//!   (e^-87 > 2^-126 (1 + 2^-40)), and below -104 the result rounds to +0 whatever the error.
+//!   Other lanes (fp32 subnormal results, NaN, inputs below -87, rare near-midpoint values) are
+//!   evaluated again with the input clamped to [-150, 100], decided there when possible, else
+//!   by an interval check of half-width `D` = 2^-39 (exp.rs's `certain` with a wider interval:
+//!   the error here is larger than the portable path's), and then, if still undecided, by the
+//!   caller's scalar function.
+//! - sigmoid / silu divide with `vdivpd` (exact rounding) after the exp above: exp.rs's error
+//!   analysis for these formulas with this exp's 2^-42.5 gives < 2^-42.4 (silu: one more
+//!   rounding), within 2^10.7 ulps together with the reference's own < 2^-51.
 //! - tanh: both of exp.rs's branches on every lane, blended on |x| < 1/8: `(1 - e) / (1 + e)`
-//!   with the exp above (< 3.96 * 2^-49 + 3 * 2^-53 < 2^-46.8 relative) and the Taylor
-//!   polynomial (< 2^-50): within 2^(52 - 46.8 + 1) < 74 ulps of the exact value, inside `TH`.
+//!   with the exp above (< 3.96 * 2^-42.5 + 3 * 2^-53 < 2^-40.5 relative) and the Taylor
+//!   polynomial of tanh(x) / x to the x^10 term (the series alternates with decreasing terms:
+//!   the first omitted one, 21844/6081075 x^12 < 2^-44.1 for |x| < 1/8, bounds the
+//!   truncation; with the roundings < 2^-44): within 2^(53 - 40.5) + 4 < 2^12.6 ulps of the
+//!   reference (libm's tanh is within 2 ulps), inside `TH`.
+//! - sigmoid, silu and tanh take their range from the input as exp does (`SMALL_X`).
+//!
+//! Per 16 elements the common case (every lane decided) is straight-line code with no call, so
+//! the constants stay in registers; the affine step `x * scale + bias` before the function is
+//! applied in fp32 vectors (two roundings, as `act::apply_affine_slice`), skipped where it
+//! cannot change the result (`Affine`).
 
 use super::exp::{Func, TANH_C, TANH_SMALL};
 use std::arch::x86_64::*;
 
-/// 1.5 * 2^52: adding it rounds |v| < 2^51 to an integer held in the low mantissa bits.
-const SHIFT: f64 = 6755399441055744.0;
-const INV_LN2_16: f64 = 23.083120654223414;
-/// ln2 / 16 truncated to 41 significant bits, and the f64 nearest the rest.
-const LN2_16_HI: f64 = 0.043321698784978935;
-const LN2_16_LO: f64 = 1.7647056601894736e-14;
+/// 1.5 * 2^48: adding it rounds |v| < 2^47 to a multiple of 1/16, 16 times which is held in
+/// the low mantissa bits.
+const SHIFT: f64 = 422212465065984.0;
+const INV_LN2: f64 = std::f64::consts::LOG2_E;
+/// The f64 nearest ln2.
+const LN2: f64 = std::f64::consts::LN_2;
 /// 2^(j/16), j = 0..16, each the f64 nearest.
 const TABLE: [f64; 16] = [
     1.0,
@@ -55,13 +72,21 @@ const TABLE: [f64; 16] = [
     1.8340080864093424,
     1.9152065613971474,
 ];
-/// Distance (f64 ulps) from the fp32 half-way pattern below which a lane is not decided here.
-const TH: i64 = 512;
+/// log2 of the distance (f64 ulps) from the fp32 half-way pattern below which a lane is not
+/// decided by the bit test (module doc).
+const TH_LOG2: u32 = 13;
+/// Half-width of the interval check for the lanes the bit test leaves (module doc).
+const D: f64 = 1.0 / (1u64 << 39) as f64;
 /// exp inputs from which the result is an fp32 normal for sure (e^-87 > 2^-126 (1 + 2^-40)), and
-/// below which it rounds to +0 for sure (e^-104 < 2^-150 (1 - 2^-40)): exp decides its range
-/// from the fp32 input, 16 lanes at a time, instead of from each f64 result.
+/// below which it rounds to +0 for sure (e^-104 < 2^-150 (1 - 2^-40)).
 const EXP_NORMAL_X: f32 = -87.0;
 const EXP_TINY_X: f32 = -104.0;
+/// Sigmoid's result is an fp32 normal from x >= -87 on too (e^-87 / (1 + e^-87) > 2^-126);
+/// silu's when also |x| >= `SMALL_X` = 2^-100 (|silu(x)| >= |x| / 4 for |x| <= 1, > 2^-120 for
+/// x in [-87, -1]); tanh's for |x| >= 2^-100, and below that tanh(x) rounds to x itself (the
+/// relative distance x^2 / 3 < 2^-200 is far inside half an fp32 spacing), which is the value
+/// the Taylor branch gives exactly (`fma(x z, p, x)` with |x z p| < 2^-300 < ulp(x) / 2).
+const SMALL_X: f32 = f32::from_bits(0x0d80_0000); // 2^-100
 
 /// The constants of one run, loaded once (kept in registers across the loop).
 #[derive(Clone, Copy)]
@@ -72,20 +97,17 @@ struct K {
     hi: __m512d,
     shift: __m512d,
     inv: __m512d,
-    ln_hi: __m512d,
-    ln_lo: __m512d,
-    sixteenth: __m512d,
-    c: [__m512d; 6],
+    ln2: __m512d,
+    c: [__m512d; 4],
     one: __m512d,
     bias: __m512i,
-    low29: __m512i,
-    two_th: __m512i,
+    mid_mask: __m512i,
     min_normal: __m512d,
     tiny: __m512d,
-    lo32: __m512,
     hi32: __m512,
     normal_x: __m512,
     tiny_x: __m512,
+    small_x: __m512,
 }
 
 #[inline(always)]
@@ -97,47 +119,37 @@ unsafe fn k() -> K {
         lo: s(-150.0),
         hi: s(100.0),
         shift: s(SHIFT),
-        inv: s(INV_LN2_16),
-        ln_hi: s(LN2_16_HI),
-        ln_lo: s(LN2_16_LO),
-        sixteenth: s(0.0625),
-        c: [
-            s(1.0 / 720.0),
-            s(1.0 / 120.0),
-            s(1.0 / 24.0),
-            s(1.0 / 6.0),
-            s(0.5),
-            s(1.0),
-        ],
+        inv: s(INV_LN2),
+        ln2: s(LN2),
+        c: [s(1.0 / 120.0), s(1.0 / 24.0), s(1.0 / 6.0), s(0.5)],
         one: s(1.0),
-        bias: _mm512_set1_epi64((1 << 28) + TH),
-        low29: _mm512_set1_epi64((1 << 29) - 1),
-        two_th: _mm512_set1_epi64(2 * TH),
+        bias: _mm512_set1_epi64((1 << 28) + (1 << TH_LOG2)),
+        // bits TH_LOG2 + 1 ..= 28
+        mid_mask: _mm512_set1_epi64((1 << 29) - (1 << (TH_LOG2 + 1))),
         min_normal: s(f64::from_bits(0x3810_0000_0000_0000)), // 2^-126
         tiny: s(f64::from_bits(0x3680_0000_0000_0000)),       // 2^-151
-        lo32: _mm512_set1_ps(-150.0),
         hi32: _mm512_set1_ps(100.0),
         normal_x: _mm512_set1_ps(EXP_NORMAL_X),
         tiny_x: _mm512_set1_ps(EXP_TINY_X),
+        small_x: _mm512_set1_ps(SMALL_X),
     }
 }
 
-/// e^v for v in [-150, 100] (the caller clamps; NaN stays NaN).
+/// e^v for v <= 100 (module doc; lanes below -150 give some finite or NaN value, never trusted).
 #[inline(always)]
 unsafe fn exp8(k: &K, v: __m512d) -> __m512d {
     let t = _mm512_fmadd_pd(v, k.inv, k.shift);
-    let n = _mm512_sub_pd(t, k.shift);
-    let r = _mm512_fnmadd_pd(n, k.ln_hi, v);
-    let r = _mm512_fnmadd_pd(n, k.ln_lo, r);
-    let ti = _mm512_castpd_si512(t);
-    let tab = _mm512_permutex2var_pd(k.t0, ti, k.t1);
-    let mut p = k.c[0];
-    for c in &k.c[1..] {
-        p = _mm512_fmadd_pd(p, r, *c);
-    }
+    let q = _mm512_sub_pd(t, k.shift); // n / 16, exact
+    let r = _mm512_fnmadd_pd(q, k.ln2, v);
+    let tab = _mm512_permutex2var_pd(k.t0, _mm512_castpd_si512(t), k.t1);
+    // p(r) = 1 + r/2 + r^2/6 + r^3/24 + r^4/120, e^r ~ 1 + r p(r)
+    let mut p = _mm512_fmadd_pd(k.c[0], r, k.c[1]);
+    p = _mm512_fmadd_pd(p, r, k.c[2]);
+    p = _mm512_fmadd_pd(p, r, k.c[3]);
     p = _mm512_fmadd_pd(p, r, k.one);
-    // tab * p * 2^floor(n / 16) (n / 16 is exact)
-    _mm512_scalef_pd(_mm512_mul_pd(tab, p), _mm512_mul_pd(n, k.sixteenth))
+    let y = _mm512_fmadd_pd(_mm512_mul_pd(tab, r), p, tab);
+    // y * 2^floor(n / 16)
+    _mm512_scalef_pd(y, q)
 }
 
 /// `max(lo, min(hi, v))` keeping NaN (the second operand is returned when one is NaN).
@@ -146,24 +158,22 @@ unsafe fn clamp(k: &K, v: __m512d) -> __m512d {
     _mm512_max_pd(k.lo, _mm512_min_pd(k.hi, v))
 }
 
-/// Lanes of `y` more than `TH` ulps from an fp32 rounding midpoint (module doc); only meaningful
-/// where the fp32 result is normal.
+/// Lanes (among `m`) of `y` at least 2^TH_LOG2 ulps from an fp32 rounding midpoint (module
+/// doc); only meaningful where the fp32 result is normal. With c = low 29 bits + 2^28 + 2^TH
+/// (mod 2^29), the near lanes are those with bits TH+1..=28 of c all zero.
 #[inline(always)]
-unsafe fn far(k: &K, y: __m512d) -> __mmask8 {
-    let bits = _mm512_castpd_si512(y);
-    // (low 29 bits - (2^28 - TH)) mod 2^29 > 2 TH  <=>  |low 29 bits - 2^28| > TH
-    let m = _mm512_and_si512(_mm512_add_epi64(bits, k.bias), k.low29);
-    _mm512_cmpgt_epi64_mask(m, k.two_th)
+unsafe fn far(k: &K, m: __mmask8, y: __m512d) -> __mmask8 {
+    let c = _mm512_add_epi64(_mm512_castpd_si512(y), k.bias);
+    _mm512_mask_test_epi64_mask(m, c, k.mid_mask)
 }
 
 /// Lanes whose fp32 rounding of `y` is certain (module doc).
 #[inline(always)]
 unsafe fn certain(k: &K, y: __m512d) -> __mmask8 {
-    let far = far(k, y);
     let ay = _mm512_abs_pd(y);
     let normal = _mm512_cmp_pd_mask::<_CMP_GE_OQ>(ay, k.min_normal);
     let tiny = _mm512_cmp_pd_mask::<_CMP_LT_OQ>(ay, k.tiny);
-    (far & normal) | tiny
+    far(k, normal, y) | tiny
 }
 
 /// sigmoid of the f64 lanes `a` (a NaN stays NaN): e = exp(-|a|), (a >= 0 ? 1 : e) / (1 + e).
@@ -190,8 +200,9 @@ unsafe fn tanh8(k: &K, a: __m512d) -> __m512d {
     );
     let big = _mm512_div_pd(_mm512_sub_pd(k.one, e), _mm512_add_pd(k.one, e));
     let z = _mm512_mul_pd(abs, abs);
-    let mut p = _mm512_set1_pd(TANH_C[6]);
-    for c in TANH_C[1..6].iter().rev() {
+    // tanh(x) / x to the z^5 term (module doc)
+    let mut p = _mm512_set1_pd(TANH_C[5]);
+    for c in TANH_C[1..5].iter().rev() {
         p = _mm512_fmadd_pd(p, z, _mm512_set1_pd(*c));
     }
     let small = _mm512_fmadd_pd(_mm512_mul_pd(abs, z), p, abs);
@@ -200,12 +211,11 @@ unsafe fn tanh8(k: &K, a: __m512d) -> __m512d {
     _mm512_castsi512_pd(_mm512_or_si512(t, _mm512_and_si512(bits, sign)))
 }
 
-/// The f64 result of `f` on 8 fp32 inputs and the lanes whose fp32 rounding is certain.
+/// The f64 result of `f` on 8 f64 lanes (fp32 values), every input handled (exp clamped).
 #[inline(always)]
-unsafe fn eval(f: Func, k: &K, x: __m256) -> (__m512d, __mmask8) {
-    let a = _mm512_cvtps_pd(x);
-    let y = match f {
-        Func::Exp => exp8(k, clamp(k, a)), // (step takes exp 16 lanes at a time)
+unsafe fn eval(f: Func, k: &K, a: __m512d) -> __m512d {
+    match f {
+        Func::Exp => exp8(k, clamp(k, a)),
         Func::Sigmoid => sigmoid8(k, a),
         Func::Silu => {
             // below -150 the clamped sigmoid is not accurate, but |x| e^x < 2^-200 there: -0
@@ -217,82 +227,236 @@ unsafe fn eval(f: Func, k: &K, x: __m256) -> (__m512d, __mmask8) {
             _mm512_mask_blend_pd(ninf, y, _mm512_set1_pd(f64::NAN))
         }
         Func::Tanh => tanh8(k, a),
-    };
-    (y, certain(k, y))
-}
-
-/// exp of 16 fp32 lanes: clamped and range-checked in fp32, evaluated as two f64 halves; the
-/// mask of lanes whose fp32 rounding is certain (`EXP_NORMAL_X`, `EXP_TINY_X`; NaN fails both).
-#[inline(always)]
-unsafe fn exp16(k: &K, x: __m512) -> (__m512d, __m512d, u16) {
-    let xc = _mm512_max_ps(k.lo32, _mm512_min_ps(k.hi32, x)); // NaN stays NaN
-    let h = _mm512_castps_pd(xc);
-    let y0 = exp8(
-        k,
-        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_castpd512_pd256(h))),
-    );
-    let y1 = exp8(
-        k,
-        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(h))),
-    );
-    let far = far(k, y0) as u16 | (far(k, y1) as u16) << 8;
-    let normal = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, k.normal_x);
-    let tiny = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, k.tiny_x);
-    (y0, y1, (far & normal) | tiny)
-}
-
-/// 16 elements in place (already through `pre`); returns the mask of decided lanes and, when
-/// some are not, every lane's f64 value.
-#[inline(always)]
-unsafe fn step(f: Func, k: &K, xs: &mut [f32; 16], ys: &mut [f64; 16]) -> u16 {
-    let p = xs.as_mut_ptr();
-    let (y0, y1, ok) = if f == Func::Exp {
-        exp16(k, _mm512_loadu_ps(p))
-    } else {
-        let (y0, ok0) = eval(f, k, _mm256_loadu_ps(p));
-        let (y1, ok1) = eval(f, k, _mm256_loadu_ps(p.add(8)));
-        (y0, y1, ok0 as u16 | (ok1 as u16) << 8)
-    };
-    _mm256_storeu_ps(p, _mm512_cvtpd_ps(y0));
-    _mm256_storeu_ps(p.add(8), _mm512_cvtpd_ps(y1));
-    if ok != u16::MAX {
-        _mm512_storeu_pd(ys.as_mut_ptr(), y0);
-        _mm512_storeu_pd(ys.as_mut_ptr().add(8), y1);
     }
-    ok
 }
 
-/// 16 inputs (through `pre` already) to 16 results; undecided lanes below `n` through the
-/// interval check and then `slow` (counted in `fallbacks`).
 #[inline(always)]
-unsafe fn block(
+unsafe fn halves(x: __m512) -> (__m512d, __m512d) {
+    let h = _mm512_castps_pd(x);
+    (
+        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_castpd512_pd256(h))),
+        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(h))),
+    )
+}
+
+/// 16 inputs (through the affine step) to 16 fp32 results at `out`; returns the mask of lanes
+/// decided (the others hold some value and go to `fix`).
+#[inline(always)]
+unsafe fn step(f: Func, k: &K, x: __m512, out: *mut f32) -> u16 {
+    // The lanes whose result is an fp32 normal for sure, from the input (module doc); NaN
+    // fails every ordered compare. Lanes outside go to `fix`, so the formulas here need not
+    // handle them (no clamp below, no limits).
+    let from_normal = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, k.normal_x);
+    let ax = _mm512_abs_ps(x);
+    let (y0, y1, normal, exact) = match f {
+        Func::Exp => {
+            let (a0, a1) = halves(_mm512_min_ps(k.hi32, x));
+            (exp8(k, a0), exp8(k, a1), from_normal, 0)
+        }
+        Func::Sigmoid => {
+            let (a0, a1) = halves(x);
+            (sigmoid8(k, a0), sigmoid8(k, a1), from_normal, 0)
+        }
+        Func::Silu => {
+            let (a0, a1) = halves(x);
+            let silu = |a| _mm512_mul_pd(a, sigmoid8(k, a));
+            let big = _mm512_mask_cmp_ps_mask::<_CMP_GE_OQ>(from_normal, ax, k.small_x);
+            (silu(a0), silu(a1), big, 0)
+        }
+        Func::Tanh => {
+            let (a0, a1) = halves(x);
+            let big = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(ax, k.small_x);
+            let tiny = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(ax, k.small_x);
+            (tanh8(k, a0), tanh8(k, a1), big, tiny)
+        }
+    };
+    let ok = far(k, normal as u8, y0) as u16 | (far(k, (normal >> 8) as u8, y1) as u16) << 8;
+    _mm256_storeu_ps(out, _mm512_cvtpd_ps(y0));
+    _mm256_storeu_ps(out.add(8), _mm512_cvtpd_ps(y1));
+    ok | exact
+}
+
+/// The lanes `step` left undecided (`ok` clear, below `n`): evaluated again on every input
+/// (`eval`), decided by the bit test or the interval check when possible, else `slow(xs[i])`.
+#[cold]
+#[inline(never)]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn fix(
     f: Func,
-    k: &K,
-    ins: [f32; 16],
+    xs: &[f32; 16],
+    ok: u16,
     n: usize,
+    out: *mut f32,
     slow: &impl Fn(f32) -> f32,
-    fallbacks: &mut usize,
-) -> [f32; 16] {
-    let mut xs = ins;
+) -> usize {
+    let k = k();
+    let x = _mm512_loadu_ps(xs.as_ptr());
+    let (a0, a1) = halves(x);
+    let (y0, y1) = (eval(f, &k, a0), eval(f, &k, a1));
+    let mut sure = certain(&k, y0) as u16 | (certain(&k, y1) as u16) << 8;
+    if f == Func::Exp {
+        // below EXP_TINY_X the result is +0 whatever the error
+        sure |= _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, k.tiny_x);
+    }
     let mut ys = [0f64; 16];
-    let ok = step(f, k, &mut xs, &mut ys);
-    if ok != u16::MAX {
-        for i in 0..n {
-            if ok >> i & 1 == 0 {
-                let (r, sure) = super::exp::certain(ys[i]);
-                xs[i] = if sure {
-                    r
-                } else {
-                    *fallbacks += 1;
-                    slow(ins[i])
-                };
+    _mm512_storeu_pd(ys.as_mut_ptr(), y0);
+    _mm512_storeu_pd(ys.as_mut_ptr().add(8), y1);
+    let mut fallbacks = 0;
+    for i in 0..n {
+        if ok >> i & 1 != 0 {
+            continue;
+        }
+        let y = ys[i];
+        let (lo, hi) = ((y * (1.0 - D)) as f32, (y * (1.0 + D)) as f32);
+        let v = if sure >> i & 1 != 0 {
+            y as f32
+        } else if lo == hi {
+            lo
+        } else {
+            fallbacks += 1;
+            slow(xs[i])
+        };
+        out.add(i).write_unaligned(v);
+    }
+    fallbacks
+}
+
+/// The affine step before the function, `x * scale + bias` in fp32 (two roundings), with the
+/// operations that cannot change the result skipped: `* 1` (exact; a signalling NaN would be
+/// quieted, but NaN lanes are recomputed from the input in `fix`), `+ -0.0` (exact), and `+ 0.0`
+/// for exp and sigmoid (it only turns -0 into +0, where both functions agree).
+#[derive(Clone, Copy)]
+pub struct Affine {
+    pub scale: f32,
+    pub bias: f32,
+}
+
+impl Affine {
+    #[inline(always)]
+    fn scalar(self, x: f32) -> f32 {
+        x * self.scale + self.bias
+    }
+}
+
+#[inline(always)]
+unsafe fn run<const F: u8, const MUL: bool, const ADD: bool>(
+    aff: Affine,
+    src: *const f32,
+    dst: *mut f32,
+    len: usize,
+    slow: &impl Fn(f32) -> f32,
+) -> usize {
+    let f = func(F);
+    let k = k();
+    let (s, b) = (_mm512_set1_ps(aff.scale), _mm512_set1_ps(aff.bias));
+    let pre = |x: __m512| {
+        let x = if MUL { _mm512_mul_ps(x, s) } else { x };
+        if ADD {
+            _mm512_add_ps(x, b)
+        } else {
+            x
+        }
+    };
+    let mut fallbacks = 0;
+    let mut i = 0;
+    // two steps per iteration (less loop overhead on the vector ports), one test of both
+    while i + 32 <= len {
+        _mm_prefetch::<_MM_HINT_T0>(src.wrapping_add(i + 512) as *const i8);
+        _mm_prefetch::<_MM_HINT_T0>(src.wrapping_add(i + 528) as *const i8);
+        _mm_prefetch::<_MM_HINT_ET0>(dst.wrapping_add(i + 512) as *const i8);
+        _mm_prefetch::<_MM_HINT_ET0>(dst.wrapping_add(i + 528) as *const i8);
+        let raw = [
+            _mm512_loadu_ps(src.add(i)),
+            _mm512_loadu_ps(src.add(i + 16)),
+        ];
+        let ok0 = step(f, &k, pre(raw[0]), dst.add(i));
+        let ok1 = step(f, &k, pre(raw[1]), dst.add(i + 16));
+        if ok0 & ok1 != u16::MAX {
+            for (h, ok) in [ok0, ok1].into_iter().enumerate() {
+                if ok != u16::MAX {
+                    let mut xs = [0f32; 16];
+                    _mm512_storeu_ps(xs.as_mut_ptr(), raw[h]);
+                    let (x, d) = (xs.map(|x| aff.scalar(x)), dst.add(i + 16 * h));
+                    fallbacks += fix(f, &x, ok, 16, d, slow);
+                }
             }
         }
+        i += 32;
     }
-    xs
+    while i + 16 <= len {
+        // the raw inputs stay in a register: dst may be src
+        _mm_prefetch::<_MM_HINT_T0>(src.wrapping_add(i + 512) as *const i8);
+        _mm_prefetch::<_MM_HINT_ET0>(dst.wrapping_add(i + 512) as *const i8);
+        let raw = _mm512_loadu_ps(src.add(i));
+        let ok = step(f, &k, pre(raw), dst.add(i));
+        if ok != u16::MAX {
+            let mut xs = [0f32; 16];
+            _mm512_storeu_ps(xs.as_mut_ptr(), raw);
+            fallbacks += fix(f, &xs.map(|x| aff.scalar(x)), ok, 16, dst.add(i), slow);
+        }
+        i += 16;
+    }
+    let n = len - i;
+    if n > 0 {
+        let mut xs = [0f32; 16];
+        for (j, v) in xs.iter_mut().enumerate().take(n) {
+            *v = aff.scalar(src.add(i + j).read_unaligned());
+        }
+        let mut ys = [0f32; 16];
+        let ok = step(f, &k, _mm512_loadu_ps(xs.as_ptr()), ys.as_mut_ptr());
+        if ok | !((1u32 << n) - 1) as u16 != u16::MAX {
+            fallbacks += fix(f, &xs, ok, n, ys.as_mut_ptr(), slow);
+        }
+        for (j, y) in ys.iter().enumerate().take(n) {
+            dst.add(i + j).write_unaligned(*y);
+        }
+    }
+    fallbacks
 }
 
-/// `v[i] = f(pre(v[i]))` (exp.rs's `map` contract). Returns how many elements took `slow`.
+/// `run` for the function code `F` with the affine step's operations chosen once per call.
+#[inline(always)]
+unsafe fn affine_in<const F: u8>(
+    aff: Affine,
+    src: *const f32,
+    dst: *mut f32,
+    len: usize,
+    slow: &impl Fn(f32) -> f32,
+) -> usize {
+    let mul = aff.scale != 1.0;
+    let add = !(aff.bias == 0.0 && (aff.bias.is_sign_negative() || F == EXP || F == SIGMOID));
+    match (mul, add) {
+        (false, false) => run::<F, false, false>(aff, src, dst, len, slow),
+        (false, true) => run::<F, false, true>(aff, src, dst, len, slow),
+        (true, false) => run::<F, true, false>(aff, src, dst, len, slow),
+        (true, true) => run::<F, true, true>(aff, src, dst, len, slow),
+    }
+}
+
+/// `dst[i] = f(src[i] * scale + bias)` (the fp32 multiply and add rounded separately); `src`
+/// and `dst` of `len` elements, equal or disjoint. Returns how many elements took `slow`.
+///
+/// # Safety
+/// The host must have AVX-512F and FMA; the pointers valid for `len` elements.
+#[target_feature(enable = "avx512f,fma")]
+pub unsafe fn map_affine_raw(
+    f: Func,
+    aff: Affine,
+    src: *const f32,
+    dst: *mut f32,
+    len: usize,
+    slow: impl Fn(f32) -> f32,
+) -> usize {
+    match f {
+        Func::Exp => affine_in::<EXP>(aff, src, dst, len, &slow),
+        Func::Sigmoid => affine_in::<SIGMOID>(aff, src, dst, len, &slow),
+        Func::Silu => affine_in::<SILU>(aff, src, dst, len, &slow),
+        Func::Tanh => affine_in::<TANH>(aff, src, dst, len, &slow),
+    }
+}
+
+/// `v[i] = f(pre(v[i]))` (exp.rs's `map` contract) for any `pre`. Returns how many elements took
+/// `slow`.
 ///
 /// # Safety
 /// The host must have AVX-512F and FMA.
@@ -303,50 +467,18 @@ pub unsafe fn map(
     pre: impl Fn(f32) -> f32,
     slow: impl Fn(f32) -> f32,
 ) -> usize {
-    match f {
-        Func::Exp => map_in::<EXP>(v, pre, slow),
-        Func::Sigmoid => map_in::<SIGMOID>(v, pre, slow),
-        Func::Silu => map_in::<SILU>(v, pre, slow),
-        Func::Tanh => map_in::<TANH>(v, pre, slow),
-    }
-}
-
-const EXP: u8 = 0;
-const SIGMOID: u8 = 1;
-const SILU: u8 = 2;
-const TANH: u8 = 3;
-
-fn func(code: u8) -> Func {
-    match code {
-        EXP => Func::Exp,
-        SIGMOID => Func::Sigmoid,
-        SILU => Func::Silu,
-        _ => Func::Tanh,
-    }
-}
-
-#[inline(always)]
-unsafe fn map_in<const F: u8>(
-    v: &mut [f32],
-    pre: impl Fn(f32) -> f32,
-    slow: impl Fn(f32) -> f32,
-) -> usize {
-    let f = func(F);
-    let k = k();
+    let ident = Affine {
+        scale: 1.0,
+        bias: -0.0,
+    };
     let mut fallbacks = 0;
-    let mut chunks = v.chunks_exact_mut(16);
-    for c in &mut chunks {
-        let c: &mut [f32; 16] = c.try_into().unwrap();
-        *c = block(f, &k, c.map(&pre), 16, &slow, &mut fallbacks);
-    }
-    let rest = chunks.into_remainder();
-    let n = rest.len();
-    if n > 0 {
-        let mut xs = [0f32; 16];
-        for (x, e) in xs.iter_mut().zip(rest.iter()) {
+    for c in v.chunks_mut(256) {
+        let mut xs = [0f32; 256];
+        for (x, e) in xs.iter_mut().zip(c.iter()) {
             *x = pre(*e);
         }
-        rest.copy_from_slice(&block(f, &k, xs, n, &slow, &mut fallbacks)[..n]);
+        let p = c.as_mut_ptr();
+        fallbacks += map_affine_raw(f, ident, xs.as_ptr(), p, c.len(), &slow);
     }
     fallbacks
 }
@@ -363,47 +495,196 @@ pub unsafe fn map_bytes(
     pre: impl Fn(f32) -> f32,
     slow: impl Fn(f32) -> f32,
 ) -> usize {
-    match f {
-        Func::Exp => bytes_in::<EXP>(src, dst, pre, slow),
-        Func::Sigmoid => bytes_in::<SIGMOID>(src, dst, pre, slow),
-        Func::Silu => bytes_in::<SILU>(src, dst, pre, slow),
-        Func::Tanh => bytes_in::<TANH>(src, dst, pre, slow),
-    }
-}
-
-#[inline(always)]
-unsafe fn bytes_in<const F: u8>(
-    src: &[u8],
-    dst: &mut [u8],
-    pre: impl Fn(f32) -> f32,
-    slow: impl Fn(f32) -> f32,
-) -> usize {
-    let f = func(F);
-    let k = k();
     let mut fallbacks = 0;
-    let mut si = src.chunks_exact(64);
-    let mut di = dst.chunks_exact_mut(64);
-    for (s, d) in (&mut si).zip(&mut di) {
-        let s: &[u8; 64] = s.try_into().unwrap();
-        let xs: [f32; 16] = std::array::from_fn(|i| {
-            pre(f32::from_le_bytes(s[4 * i..4 * i + 4].try_into().unwrap()))
-        });
-        let ys = block(f, &k, xs, 16, &slow, &mut fallbacks);
-        for (o, y) in d.chunks_exact_mut(4).zip(ys) {
-            o.copy_from_slice(&y.to_le_bytes());
-        }
-    }
-    let (s, d) = (si.remainder(), di.into_remainder());
-    let n = s.len() / 4;
-    if n > 0 {
-        let mut xs = [0f32; 16];
+    for (s, d) in src.chunks(1024).zip(dst.chunks_mut(1024)) {
+        let mut xs = [0f32; 256];
+        let n = s.len() / 4;
         for (x, e) in xs.iter_mut().zip(s.chunks_exact(4)) {
             *x = pre(f32::from_le_bytes(e.try_into().unwrap()));
         }
-        let ys = block(f, &k, xs, n, &slow, &mut fallbacks);
-        for (o, y) in d.chunks_exact_mut(4).zip(ys) {
-            o.copy_from_slice(&y.to_le_bytes());
-        }
+        let ident = Affine {
+            scale: 1.0,
+            bias: -0.0,
+        };
+        let p = d.as_mut_ptr() as *mut f32;
+        fallbacks += map_affine_raw(f, ident, xs.as_ptr(), p, n, &slow);
     }
     fallbacks
+}
+
+const EXP: u8 = 0;
+const SIGMOID: u8 = 1;
+const SILU: u8 = 2;
+const TANH: u8 = 3;
+
+fn func(code: u8) -> Func {
+    match code {
+        EXP => Func::Exp,
+        SIGMOID => Func::Sigmoid,
+        SILU => Func::Silu,
+        _ => Func::Tanh,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::simd::{host_supports, Path};
+
+    #[test]
+    fn fast_exp_is_within_its_error_bound() {
+        // the 2^-42.5 the bit test's threshold relies on (module doc), against libm, on a dense
+        // sweep of the inputs the check trusts ([-87, 100]) and the clamped ones
+        if !host_supports(Path::Avx512) {
+            return;
+        }
+        let m = 4_000_000;
+        let xs: Vec<f64> = (0..=m)
+            .map(|i| (-150.0 + 250.0 * i as f64 / m as f64) as f32 as f64)
+            .chain((0..4000u32).map(|i| f32::from_bits(0x3cb1_6a48 + i) as f64)) // ~ln2/32
+            .collect();
+        let mut worst = 0f64;
+        for c in xs.chunks_exact(8) {
+            let mut y = [0f64; 8];
+            // SAFETY: the host has AVX-512F (checked above).
+            unsafe {
+                let k = k();
+                _mm512_storeu_pd(y.as_mut_ptr(), exp8(&k, _mm512_loadu_pd(c.as_ptr())));
+            }
+            for (x, y) in c.iter().zip(y) {
+                let l = x.exp();
+                worst = worst.max(((y - l) / l).abs());
+            }
+        }
+        eprintln!("AVX-512 exp: worst relative error 2^{:.2}", worst.log2());
+        assert!(worst < 2f64.powf(-42.5), "worst relative error {worst:e}");
+        assert!(worst > 2f64.powi(-48), "suspiciously exact: {worst:e}");
+    }
+
+    #[test]
+    fn fast_sigmoid_and_tanh_are_within_their_error_bounds() {
+        // the budgets of the module doc against the f64 formulas on libm (sigmoid < 2^-42.4,
+        // tanh < 2^-40.5), on dense sweeps including both tanh branches around 1/8
+        if !host_supports(Path::Avx512) {
+            return;
+        }
+        let m = 2_000_000;
+        let xs: Vec<f64> = (0..=m)
+            .map(|i| (-40.0 + 80.0 * i as f64 / m as f64) as f32 as f64)
+            .chain((0..400_000u32).map(|i| f32::from_bits(0x3df0_0000 + i) as f64)) // ~1/8
+            .chain((0..400_000u32).map(|i| f32::from_bits(0x3800_0000 + 40 * i) as f64))
+            .collect();
+        let sig = |v: f64| {
+            if v >= 0.0 {
+                1.0 / (1.0 + (-v).exp())
+            } else {
+                v.exp() / (1.0 + v.exp())
+            }
+        };
+        let (mut ws, mut wt) = (0f64, 0f64);
+        for c in xs.chunks_exact(8) {
+            let (mut s, mut t) = ([0f64; 8], [0f64; 8]);
+            // SAFETY: the host has AVX-512F (checked above).
+            unsafe {
+                let k = k();
+                let a = _mm512_loadu_pd(c.as_ptr());
+                _mm512_storeu_pd(s.as_mut_ptr(), sigmoid8(&k, a));
+                _mm512_storeu_pd(t.as_mut_ptr(), tanh8(&k, a));
+            }
+            for ((x, s), t) in c.iter().zip(s).zip(t) {
+                ws = ws.max(((s - sig(*x)) / sig(*x)).abs());
+                if *x != 0.0 {
+                    wt = wt.max(((t - x.tanh()) / x.tanh()).abs());
+                }
+            }
+        }
+        eprintln!(
+            "AVX-512 sigmoid 2^{:.2}, tanh 2^{:.2}",
+            ws.log2(),
+            wt.log2()
+        );
+        assert!(ws < 2f64.powf(-42.4) && ws > 0.0, "sigmoid {ws:e}");
+        assert!(wt < 2f64.powf(-40.5) && wt > 0.0, "tanh {wt:e}");
+    }
+
+    /// act.rs's definitions written out: f64 formula, one rounding, limits at +-inf.
+    fn reference(f: Func, x: f32) -> f32 {
+        let v = x as f64;
+        let sig = |v: f64| {
+            if v >= 0.0 {
+                1.0 / (1.0 + (-v).exp())
+            } else {
+                v.exp() / (1.0 + v.exp())
+            }
+        };
+        match (f, x) {
+            (Func::Exp, _) => v.exp() as f32,
+            (Func::Sigmoid | Func::Tanh, f32::INFINITY) => 1.0,
+            (Func::Sigmoid | Func::Silu, f32::NEG_INFINITY) => 0.0,
+            (Func::Silu, f32::INFINITY) => f32::INFINITY,
+            (Func::Tanh, f32::NEG_INFINITY) => -1.0,
+            (Func::Sigmoid, _) => sig(v) as f32,
+            (Func::Silu, _) => (v * sig(v)) as f32,
+            (Func::Tanh, _) => v.tanh() as f32,
+        }
+    }
+
+    #[test]
+    fn affine_step_matches_the_scalar_formula_for_every_variant() {
+        // scale 1 / other, bias -0 / +0 / other (the skipped operations), signed zeros (+0 bias
+        // turns -0 into +0: tanh and silu see it), NaN, +-inf, huge values, a remainder, in
+        // place and from bytes
+        if !host_supports(Path::Avx512) {
+            return;
+        }
+        let mut xs: Vec<f32> = (0..3000).map(|i| (i as f32 - 1500.0) * 0.0731).collect();
+        xs.extend([
+            0.0,
+            -0.0,
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            1e30,
+            -1e30,
+        ]);
+        xs.extend([
+            -87.5, -104.5, -160.0, 88.7, 1e-40, -1e-40, 0.125, -0.125, 17.0,
+        ]);
+        for f in [Func::Exp, Func::Sigmoid, Func::Silu, Func::Tanh] {
+            for (s, b) in [
+                (1.0, -0.0),
+                (1.0, 0.0),
+                (1.0, 0.5),
+                (-2.0, 0.0),
+                (0.5, -0.0),
+            ] {
+                let want: Vec<u32> = xs
+                    .iter()
+                    .map(|x| reference(f, x * s + b).to_bits())
+                    .collect();
+                let slow = |x: f32| reference(f, x);
+                let mut v = xs.clone();
+                crate::kernels::exp::map_affine(f, &mut v, (s, b), slow);
+                let got: Vec<u32> = v.iter().map(|y| y.to_bits()).collect();
+                let bytes: Vec<u8> = xs.iter().flat_map(|x| x.to_le_bytes()).collect();
+                // an odd offset: unaligned fp32 values
+                let mut out = vec![0u8; bytes.len() + 1];
+                crate::kernels::exp::map_affine_bytes(f, &bytes, &mut out[1..], (s, b), slow);
+                let got_b: Vec<u32> = out[1..]
+                    .chunks_exact(4)
+                    .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+                    .collect();
+                for (i, x) in xs.iter().enumerate() {
+                    let (w, g, gb) = (want[i], got[i], got_b[i]);
+                    let nan = f32::from_bits(w).is_nan();
+                    let same = |g: u32| g == w || (nan && f32::from_bits(g).is_nan());
+                    assert!(same(g), "{f:?} ({s}, {b}) x={x:e}: {g:#x} want {w:#x}");
+                    assert!(
+                        same(gb),
+                        "{f:?} ({s}, {b}) bytes x={x:e}: {gb:#x} want {w:#x}"
+                    );
+                }
+            }
+        }
+    }
 }

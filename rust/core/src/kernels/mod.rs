@@ -12,6 +12,7 @@ pub mod minmax;
 pub mod mx;
 pub mod psum;
 pub mod quantize;
+pub mod rowsum;
 pub mod simd;
 pub mod sparse;
 pub mod transpose;

@@ -1,0 +1,103 @@
+//! ScalarE `activation` from fp32 source rows straight into the destination, one pass per row
+//! (`rows::fused_dense`): the function reads the source bytes (the fast kernels of
+//! kernels/exp.rs with the affine step in their loop; other functions after a decode of the
+//! row), its fp32 results land in a small per-thread buffer, which is encoded into dst (any
+//! unpacked dtype, with the context's rounder and the row-major element index, as
+//! `rows::map_f32` does) and, for the register reductions, summed. No decode into scratch
+//! blocks, no copy of the inputs, no whole-tile buffers.
+//!
+//! Same bits as the block paths (scalar.rs `activate_streamed`, act_stream.rs): per element the
+//! same fp32 affine step and the same function (`act::apply_affine_slice`'s contract), the same
+//! encoder per element, and each register adds its row's fp32 results in free-index order.
+//! `GROUP` rows' results are kept so their add chains advance together.
+
+use super::{act, rows, Ctx};
+use crate::isa::{ActFn, DType};
+use crate::kernels::{exp, rowsum};
+use crate::memory::Ap;
+use crate::numerics::bulk::{encode_runs, Grid, Runs};
+use std::cell::RefCell;
+
+/// Rows whose register sums advance together (independent fp32 add chains).
+const GROUP: usize = rowsum::ROWS;
+
+thread_local! {
+    static ROWS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `dst = f(src * scale + bias)` row by row for an fp32 `src` with dense rows of at least
+/// `act::SHORT_ROW` elements (shorter ones are batched better by the block paths); with `sums`
+/// (one per row) each row's fp32 results are added to its entry in order. False (nothing done)
+/// when not applicable: other source dtypes, a packed destination, patterns `fused_dense`
+/// refuses.
+pub fn activate(
+    ctx: &mut Ctx,
+    f: ActFn,
+    (dst, src): (&Ap, &Ap),
+    (scale, bias): (&[f32], &[f32]),
+    sums: Option<&mut [f32]>,
+) -> bool {
+    let w = src.free_size();
+    if src.dtype != DType::Float32 || dst.dtype.is_packed() || w < act::SHORT_ROW {
+        return false;
+    }
+    let (parts, dt, rounder) = (src.parts as usize, dst.dtype, ctx.rounder);
+    let fast = act::fast_kernel(f);
+    let sums = RefCell::new(sums);
+    ROWS.with(|cell| {
+        let Ok(mut buf) = cell.try_borrow_mut() else {
+            return false;
+        };
+        let buf = &mut *buf;
+        if buf.len() < GROUP * w {
+            buf.resize(GROUP * w, 0.0);
+        }
+        let buf = RefCell::new(buf);
+        rows::fused_dense(ctx, dst, [src], |r, [x], out| {
+            let mut buf = buf.borrow_mut();
+            let k = r % GROUP;
+            let row = &mut buf[k * w..(k + 1) * w];
+            let (s, b) = (scale[r], bias[r]);
+            match fast {
+                Some(kern) => {
+                    exp::map_affine_into(kern, x, row, (s, b), |t| act::apply_checked(f, t, 0.0));
+                }
+                None => {
+                    for (v, e) in row.iter_mut().zip(x.chunks_exact(4)) {
+                        *v = f32::from_le_bytes([e[0], e[1], e[2], e[3]]);
+                    }
+                    act::apply_affine_slice(f, row, s, b);
+                }
+            }
+            let grid = Grid {
+                off: 0,
+                stride: out.len(),
+                n: w,
+                rows: 1,
+                idx: (r * w) as u64,
+                idx_step: w as u64,
+            };
+            encode_runs(&rounder, dt, out, Runs::Grid(grid), row);
+            if let Some(sums) = sums.borrow_mut().as_deref_mut() {
+                if k == GROUP - 1 || r + 1 == parts {
+                    let r0 = r - k;
+                    add_rows(&mut sums[r0..=r], &buf[..(k + 1) * w], w);
+                }
+            }
+        })
+    })
+}
+
+/// `sums[k] += rows[k * w + j]` for j in order, the rows' chains interleaved
+/// (kernels/rowsum.rs for a whole group).
+fn add_rows(sums: &mut [f32], rows: &[f32], w: usize) {
+    if let Ok(s) = <&mut [f32; GROUP]>::try_from(&mut *sums) {
+        rowsum::add_rows_16(s, rows, w);
+        return;
+    }
+    for (k, ak) in sums.iter_mut().enumerate() {
+        for v in &rows[k * w..(k + 1) * w] {
+            *ak += *v;
+        }
+    }
+}

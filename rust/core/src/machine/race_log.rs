@@ -10,11 +10,14 @@ pub(super) struct RaceLog {
     /// (epoch, instruction index) of each access, parallel to `regions`.
     meta: Vec<(u32, u32)>,
     regions: Vec<Region>,
+    /// Some epoch was moved up in place (`append` with dedup): `meta` may be out of epoch
+    /// order. Otherwise epochs never decrease along the log (an agent's epoch only grows and
+    /// `retain_after` keeps order), so `after` can skip the ordered prefix by binary search.
+    unsorted: bool,
 }
 
 /// One logged access.
 pub(super) struct Access<'a> {
-    pub epoch: u32,
     pub idx: u32,
     pub region: &'a Region,
 }
@@ -39,7 +42,10 @@ impl RaceLog {
                 .zip(&self.regions)
                 .position(|(m, x)| m.1 == idx && *x == r);
             match seen {
-                Some(k) => self.meta[k].0 = epoch,
+                Some(k) => {
+                    self.meta[k].0 = epoch;
+                    self.unsorted |= k + 1 < self.meta.len();
+                }
                 None => {
                     self.meta.push((epoch, idx));
                     self.regions.push(r);
@@ -48,17 +54,34 @@ impl RaceLog {
         }
     }
 
-    /// The logged accesses, oldest first.
-    pub fn iter(&self) -> impl Iterator<Item = Access<'_>> {
+    /// The logged accesses as (epoch, index, region), oldest first.
+    #[cfg(test)]
+    fn iter(&self) -> impl Iterator<Item = (u32, u32, &Region)> {
         self.meta
             .iter()
             .zip(&self.regions)
-            .map(|(&(epoch, idx), region)| Access { epoch, idx, region })
+            .map(|(&(epoch, idx), region)| (epoch, idx, region))
+    }
+
+    /// The logged accesses with an epoch above `bound`, oldest first (what `iter` filtered
+    /// on `epoch > bound` gives, without visiting the ordered prefix of a sorted log).
+    pub fn after(&self, bound: u32) -> impl Iterator<Item = Access<'_>> {
+        let from = if self.unsorted {
+            0
+        } else {
+            self.meta.partition_point(|m| m.0 <= bound)
+        };
+        self.meta[from..]
+            .iter()
+            .zip(&self.regions[from..])
+            .filter(move |(m, _)| m.0 > bound)
+            .map(|(&(_, idx), region)| Access { idx, region })
     }
 
     pub fn clear(&mut self) {
         self.meta.clear();
         self.regions.clear();
+        self.unsorted = false;
     }
 
     /// Keep only the accesses after epoch `bound`, in order.
@@ -73,6 +96,9 @@ impl RaceLog {
         }
         self.meta.truncate(k);
         self.regions.truncate(k);
+        if k == 0 {
+            self.unsorted = false;
+        }
     }
 }
 
@@ -101,7 +127,7 @@ mod tests {
     }
 
     fn seen(log: &RaceLog) -> Vec<(u32, u32, i128)> {
-        log.iter().map(|a| (a.epoch, a.idx, a.region.lo)).collect()
+        log.iter().map(|(e, i, r)| (e, i, r.lo)).collect()
     }
 
     #[test]
@@ -123,5 +149,40 @@ mod tests {
         assert_eq!(seen(&log), vec![(3, 10, 8), (3, 10, 32)]);
         log.clear();
         assert!(seen(&log).is_empty());
+    }
+
+    /// `after` as (epoch, index, lo): the epoch is looked up by the entry's position.
+    fn after(log: &RaceLog, bound: u32) -> Vec<(u32, u32, i128)> {
+        let all: Vec<_> = log.iter().collect();
+        log.after(bound)
+            .map(|a| {
+                let k = all
+                    .iter()
+                    .position(|x| std::ptr::eq(x.2, a.region))
+                    .unwrap();
+                (all[k].0, a.idx, a.region.lo)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn after_equals_the_filtered_log_sorted_or_not() {
+        let mut log = RaceLog::default();
+        for e in 1..=6u32 {
+            log.append(e, e, &mut vec![region(8 * e as i128)], false);
+        }
+        assert!(!log.unsorted);
+        for bound in 0..8 {
+            let want: Vec<_> = seen(&log).into_iter().filter(|a| a.0 > bound).collect();
+            assert_eq!(after(&log, bound), want);
+        }
+        // instruction 2 runs again (a loop): its entry's epoch moves up out of order
+        log.append(9, 2, &mut vec![region(16)], true);
+        assert!(log.unsorted);
+        assert_eq!(after(&log, 5), vec![(9, 2, 16), (6, 6, 48)]);
+        for bound in 0..10 {
+            let want: Vec<_> = seen(&log).into_iter().filter(|a| a.0 > bound).collect();
+            assert_eq!(after(&log, bound), want);
+        }
     }
 }

@@ -837,10 +837,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             if bi == it.agent {
                 continue;
             }
-            for e in b.log.iter() {
-                if e.epoch <= my_vc[bi] {
-                    continue;
-                }
+            for e in b.log.after(my_vc[bi]) {
                 for (i, mine) in regs.iter().enumerate() {
                     if conflict(std::slice::from_ref(mine), std::slice::from_ref(e.region))
                         .is_none()

@@ -76,11 +76,12 @@ def test_tensor_scalar_in_place_column(dev, rng):
     np.testing.assert_array_equal(_run(dev, p, x).view(np.uint32), want.view(np.uint32))
 
 
-@pytest.mark.parametrize("cols", [255, 256, 4096])
+@pytest.mark.parametrize("cols", [15, 16, 128, 255, 256, 4096])
 def test_long_rows_in_place(dev, rng, cols):
     """Exactly in-place elementwise ops on rows long enough for the fused in-place pass (and one
-    just below it): tensor_tensor with both inputs the destination, tensor_scalar, and
-    activation exp / silu (the fast kernels), each reading the old values."""
+    just below it; tensor_tensor / tensor_scalar run in place from 16 elements on, activation
+    from 256): tensor_tensor with both inputs the destination, tensor_scalar, and activation
+    exp / silu (the fast kernels), each reading the old values."""
     p = t3.Program()
     x, xv = _arena(dev, p, rng, cols)
     y, yv = _arena(dev, p, rng, cols)

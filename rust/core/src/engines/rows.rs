@@ -481,6 +481,28 @@ pub fn fused_dense<const N: usize>(
     srcs: [&Ap; N],
     kernel: impl Fn(usize, [&[u8]; N], &mut [u8]),
 ) -> bool {
+    fused_dense_min(ctx, dst, srcs, IN_PLACE_MIN_BYTES, kernel)
+}
+
+/// `fused_dense` running in place on rows of any length: for cheap elementwise kernels
+/// (Vector tensor_scalar / tensor_tensor), whose per-row copy costs less than the block
+/// path's decode and encode even on short rows.
+pub fn fused_dense_any<const N: usize>(
+    ctx: &mut Ctx,
+    dst: &Ap,
+    srcs: [&Ap; N],
+    kernel: impl Fn(usize, [&[u8]; N], &mut [u8]),
+) -> bool {
+    fused_dense_min(ctx, dst, srcs, 0, kernel)
+}
+
+fn fused_dense_min<const N: usize>(
+    ctx: &mut Ctx,
+    dst: &Ap,
+    srcs: [&Ap; N],
+    in_place_min: usize,
+    kernel: impl Fn(usize, [&[u8]; N], &mut [u8]),
+) -> bool {
     if !std::iter::once(dst)
         .chain(srcs)
         .all(|a| static_onchip(a) && a.is_row_contiguous())
@@ -504,7 +526,7 @@ pub fn fused_dense<const N: usize>(
                 let x = dense_row(s, stride_d, r);
                 // in place only for long rows: the per-row copy and split cost more than
                 // the block path's batched decode for short ones
-                if x == d && d.len() >= IN_PLACE_MIN_BYTES {
+                if x == d && d.len() >= in_place_min {
                     in_place = true;
                 } else if x.start < d.end && d.start < x.end {
                     return false;

@@ -155,7 +155,7 @@ fn tensor_tensor(v: &TensorTensor, ctx: &mut Ctx) -> Result<()> {
     // fp32 in and out, dense rows, no overlap: one fused pass straight through memory.
     if [dst, a, b].iter().all(|t| t.dtype == DType::Float32)
         && dst.free_size() >= FUSED_MIN_ELEMENTS
-        && rows::fused_dense(ctx, dst, [a, b], |_, [x, y], out| {
+        && rows::fused_dense_any(ctx, dst, [a, b], |_, [x, y], out| {
             apply_bytes(op, x, y, out)
         })
     {
@@ -403,7 +403,7 @@ fn tensor_scalar_f32(
     if dst.dtype == DType::Float32
         && src.dtype == DType::Float32
         && f >= FUSED_MIN_ELEMENTS
-        && rows::fused_dense(ctx, dst, [src], |r, [x], out| {
+        && rows::fused_dense_any(ctx, dst, [src], |r, [x], out| {
             apply_scalar_bytes(op0, rev0, c0.at(r), op1, rev1, c1.at(r), x, out)
         })
     {

@@ -59,6 +59,50 @@ fn runs_per_row(a: &Ap) -> u64 {
     a.row_runs().len().max(1) as u64
 }
 
+/// Each engine's (bytes, descriptors) of a transfer over `rows` partitions: on-chip, blocks of
+/// `ppe` partitions per engine; HBM to HBM, rows round-robin (equal slices when fewer rows than
+/// engines).
+fn per_engine(
+    bytes: u64,
+    descriptors: u64,
+    rows: u64,
+    onchip: bool,
+    engines: usize,
+    ppe: u64,
+) -> Vec<(u64, u64)> {
+    let share = |total: u64, k: u64, n: u64| total * (k + 1) / n - total * k / n;
+    let mut per: Vec<(u64, u64)> = vec![(0, 0); engines];
+    if onchip {
+        // Each block of `ppe` rows goes to one engine: the block's shares telescope to
+        // share_upto(end) - share_upto(start), the same integers as adding them row by row.
+        let upto = |total: u64, r: u64| total * r / rows;
+        let mut r0 = 0;
+        while r0 < rows {
+            let r1 = ((r0 / ppe + 1) * ppe).min(rows);
+            let pe = &mut per[(r0 / ppe) as usize % engines];
+            pe.0 += upto(bytes, r1) - upto(bytes, r0);
+            pe.1 += upto(descriptors, r1) - upto(descriptors, r0);
+            r0 = r1;
+        }
+    } else if rows >= engines as u64 {
+        for r in 0..rows {
+            let e = r as usize % engines;
+            per[e].0 += share(bytes, r, rows);
+            per[e].1 += share(descriptors, r, rows);
+        }
+    } else {
+        // Few HBM rows: cut the bytes into equal slices, one per engine.
+        let n = engines as u64;
+        for (e, pe) in per.iter_mut().enumerate() {
+            *pe = (
+                share(bytes, e as u64, n),
+                share(descriptors, e as u64, n).max(1),
+            );
+        }
+    }
+    per
+}
+
 /// Split `ins` over the engines of its core.
 pub fn plan(ins: &Instr, p: &DmaParams) -> Plan {
     let spec = ins.op.spec();
@@ -130,28 +174,7 @@ pub fn plan(ins: &Instr, p: &DmaParams) -> Plan {
     };
     let onchip = side.mem != Mem::Hbm;
     let rows = side.parts.max(1) as u64;
-    let share = |total: u64, k: u64, n: u64| total * (k + 1) / n - total * k / n;
-    let mut per: Vec<(u64, u64)> = vec![(0, 0); engines];
-    if onchip || rows >= engines as u64 {
-        for r in 0..rows {
-            let e = if onchip {
-                (r / ppe as u64) as usize % engines
-            } else {
-                r as usize % engines
-            };
-            per[e].0 += share(bytes, r, rows);
-            per[e].1 += share(descriptors, r, rows);
-        }
-    } else {
-        // Few HBM rows: cut the bytes into equal slices, one per engine.
-        let n = engines as u64;
-        for (e, pe) in per.iter_mut().enumerate() {
-            *pe = (
-                share(bytes, e as u64, n),
-                share(descriptors, e as u64, n).max(1),
-            );
-        }
-    }
+    let per = per_engine(bytes, descriptors, rows, onchip, engines, ppe as u64);
     let pieces = per
         .iter()
         .enumerate()
@@ -316,6 +339,46 @@ mod tests {
             e2,
             e1 + ((8.0 * p.descriptor_ns + 1000.0) * 1000.0).ceil() as u64
         );
+    }
+
+    #[test]
+    fn onchip_split_sums_each_rows_share() {
+        use crate::isa::text::parse_instr_unchecked;
+        // Row-by-row reference: row r's share of `total` goes to engine (r / ppe) % engines.
+        let reference = |total: u64, rows: u64, ppe: u64, engines: usize| {
+            let mut per = vec![0u64; engines];
+            for r in 0..rows {
+                per[(r / ppe) as usize % engines] += total * (r + 1) / rows - total * r / rows;
+            }
+            per
+        };
+        for (parts, ppe, engines) in [(100, 8, 16), (128, 8, 16), (37, 3, 5), (7, 8, 16)] {
+            let p = DmaParams {
+                partitions_per_engine: ppe,
+                engines,
+                ..DmaParams::default()
+            };
+            let text = format!(
+                "dma_copy.sync dst=sbuf:bfloat16[0:{parts}]+0[[1,5]] src=hbm:bfloat16+0[[10,{parts}],[2,5]]"
+            );
+            let pl = plan(&parse_instr_unchecked(&text).unwrap(), &p);
+            let (bytes, descs) = (parts as u64 * 10, parts as u64 * 5);
+            let want_b = reference(bytes, parts as u64, ppe as u64, engines);
+            let want_d = reference(descs, parts as u64, ppe as u64, engines);
+            let want: Vec<_> = (0..engines)
+                .filter(|&e| want_b[e] > 0)
+                .map(|e| (e as u8, want_b[e], want_d[e]))
+                .collect();
+            let got: Vec<_> = pl
+                .pieces
+                .iter()
+                .map(|x| (x.engine, x.bytes, x.descriptors))
+                .collect();
+            assert_eq!(
+                got, want,
+                "{parts} rows, {ppe} per engine, {engines} engines"
+            );
+        }
     }
 
     #[test]

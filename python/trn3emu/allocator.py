@@ -59,6 +59,7 @@ class Allocator:
         # finalizer (where Python would print "Exception ignored" and swallow it).
         self._owners: dict[int, tuple[weakref.ref, int]] = {}
         self._dead: list[weakref.ref] = []
+        self._on_dead = self._dead.append  # the owners' weakref callback (bound once)
 
     @classmethod
     def sbuf(cls) -> Allocator:
@@ -70,7 +71,7 @@ class Allocator:
 
     def track(self, owner: object, key: int) -> None:
         """Free `key`'s range once `owner` is garbage."""
-        r = weakref.ref(owner, self._dead.append)
+        r = weakref.ref(owner, self._on_dead)
         self._owners[id(r)] = (r, key)
 
     @property
@@ -106,17 +107,18 @@ class Allocator:
     def alloc_owned(self, nbytes: int, label: str, owner: object) -> int | None:
         """`alloc` + `track` in one step for an int `nbytes` >= 1: the byte offset, or None when
         no range fits (nothing done; `alloc` raises the error that says why)."""
-        dead = self._dead
-        while dead:  # (`live`, inlined)
-            _, key = self._owners.pop(id(dead.pop()))
-            self._release(key)
+        dead, live, owners = self._dead, self._live, self._owners
+        while dead:  # (`live` and `_release`, inlined)
+            _, key = owners.pop(id(dead.pop()))
+            if live.pop(key, None) is not None:
+                self._ranges.release(key)
         got = self._ranges.alloc(nbytes)
         if got is None:
             return None
         key, pos = got
-        self._live[key] = (pos, pos + nbytes, label)
-        r = weakref.ref(owner, dead.append)
-        self._owners[id(r)] = (r, key)
+        live[key] = (pos, pos + nbytes, label)
+        r = weakref.ref(owner, self._on_dead)
+        owners[id(r)] = (r, key)
         return pos
 
     def place(self, offset: int, nbytes: int, label: str, error: type = CapacityError) -> int:

@@ -52,6 +52,7 @@ _EXAMPLES = os.path.join(_PKG, "examples") + os.sep  # shipped example kernels a
 _STACK: list[TraceContext] = []
 ONCHIP = ("sbuf", "psum")
 HBM_BUFFERS = ("hbm", "shared_hbm", "private_hbm")
+_new = Tensor.__new__
 
 
 def _inner(x):
@@ -939,7 +940,10 @@ class TraceContext:
             except CapacityError:
                 key, off = self._alloc_evicting(alloc, row, label)
             alloc.track(block, key)
-        t = known_tile._view(known_tile.shape, known_tile.strides, off, 0)
+        t = _new(Tensor)  # `known_tile._view(shape, strides, off, 0)`, inlined (a static tile)
+        t.mem, t.dtype, t.name, t.core = known_tile.mem, known_tile.dtype, known_tile.name, known_tile.core
+        t.shape, t.strides, t.offset, t.start = known_tile.shape, known_tile.strides, off, 0
+        t.dyn, t.framework, t.block = None, known_tile.framework, known_tile.block
         if buffer == "psum":
             self.program._native.psum_fresh(0, parts, off, row)
         nt = NkiTensor(t, buffer, block, name)

@@ -59,10 +59,25 @@ _OP_ALIASES = {
 }
 
 
+#: id of an op token seen before -> (the token, its name): kernels pass the same few tokens
+_OP_NAMES: dict[int, tuple[Any, str]] = {}
+
+
 def op_name(v: Any) -> Any:
     """ISA operator / activation name of an op token (nl function, numpy ufunc, enum, string)."""
+    hit = _OP_NAMES.get(id(v))
+    if hit is not None and hit[0] is v:
+        return hit[1]
     if v is None or isinstance(v, (bool, int, float)):
         return v
+    name = _op_name(v)
+    if len(_OP_NAMES) > 1024:
+        _OP_NAMES.clear()
+    _OP_NAMES[id(v)] = (v, name)  # (the token held: its id is not reused)
+    return name
+
+
+def _op_name(v: Any) -> str:
     name = v if isinstance(v, str) else getattr(v, "name", None) or getattr(v, "__name__", None)
     if not isinstance(name, str):
         raise not_supported(f"op token {v!r}", rule="nki_op_token")
@@ -109,6 +124,8 @@ def _tensor_or(rest):
 
 
 def _as_float(v: Any) -> Any:
+    if type(v) is float:
+        return v
     if v is not None and not hasattr(v, "tensor"):
         try:
             return float(v)

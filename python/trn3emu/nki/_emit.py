@@ -19,7 +19,7 @@ from .._asm import INSTRUCTION_FLAGS, INSTRUCTIONS
 from ..errors import EmuError
 from ..program import _AP_CACHE, _enum_name
 from ..tensor import Reg, Tensor
-from ._kernel import _INTERNAL, _LABEL, _LABELS, NkiTensor, _hbm_span, _internal
+from ._kernel import _LABEL, _LABELS, NkiTensor, _hbm_span, user_frame
 
 #: (id of the code object, instruction offset, name) -> (the code object, "file:line", label)
 _SITES: dict[tuple, tuple[types.CodeType | None, str, str]] = {}
@@ -36,18 +36,10 @@ def _label(loc: str, name) -> str:
 def site(depth: int, name) -> tuple[str, str]:
     """("file:line", instruction label) of the innermost caller outside the package, starting
     `depth` frames above the caller (`source_line`, keyed by call site and cached with its label)."""
-    f = sys._getframe(depth + 1)
-    known = _INTERNAL
-    while f is not None:
-        code = f.f_code
-        inside = known.get(code.co_filename)
-        if inside is None:
-            inside = _internal(code.co_filename)
-        if not inside:
-            break
-        f = f.f_back
+    f = user_frame(sys._getframe(depth + 1))
     if f is None:
         return "?", _label("?", name)
+    code = f.f_code
     key = (id(code), f.f_lasti, name)
     hit = _SITES.get(key)
     if hit is not None and hit[0] is code:
@@ -73,6 +65,32 @@ def hbm_dsts(opcode: str) -> tuple[int, ...]:
     return pos
 
 
+def _tensor_ap(t: Tensor, core: int, uses) -> tuple | None:
+    """The access pattern of operand `t` in a program for `core` whose HBM uses are `uses`, or
+    None when it needs the general path (another core's tensor, a freed block, the first use of
+    an HBM tensor). Patterns without dynamic offsets are cached by geometry."""
+    if t.core is not None and t.core != core:
+        return None
+    blk = t.block
+    if blk is not None:
+        if not blk.live:
+            return None
+        try:
+            if blk._owner not in uses:
+                return None  # the first use of its HBM: recorded by the general path
+        except TypeError:
+            return None
+    if t.dyn is not None:
+        return t.to_ap()
+    key = (t.mem, t.dtype, t.start, t.offset, t.shape, t.strides)
+    ap = _AP_CACHE.get(key)
+    if ap is None:
+        if len(_AP_CACHE) > 4096:
+            _AP_CACHE.clear()
+        ap = _AP_CACHE[key] = t.to_ap()
+    return ap
+
+
 def emit(ctx, opcode: str, engine, name, args, depth: int) -> int | None:
     """Append `opcode(*args)` to `ctx.program` (a `KernelProgram`) as its `_emit` would, or None
     (nothing done) when an operand needs the general path. `depth`: frames above the caller
@@ -85,26 +103,9 @@ def emit(ctx, opcode: str, engine, name, args, depth: int) -> int | None:
     for a in args:
         ta = type(a)
         if ta is Tensor:
-            if a.core is not None and a.core != core:
-                return None
-            blk = a.block
-            if blk is not None:
-                if not blk.live:
-                    return None
-                try:
-                    if blk._owner not in uses:
-                        return None  # the first use of its HBM: recorded by the general path
-                except TypeError:
-                    return None
-            if a.dyn is not None:
-                append(a.to_ap())
-                continue
-            key = (a.mem, a.dtype, a.start, a.offset, a.shape, a.strides)
-            ap = _AP_CACHE.get(key)
+            ap = _tensor_ap(a, core, uses)
             if ap is None:
-                if len(_AP_CACHE) > 4096:
-                    _AP_CACHE.clear()
-                ap = _AP_CACHE[key] = a.to_ap()
+                return None
             append(ap)
         elif ta is str or ta is float or a is None or ta is bool or ta is int:
             append(a)
@@ -156,30 +157,13 @@ def emit_call(ctx, opcode: str, plan: tuple, base: list, values, depth: int) -> 
             v = c(v)
         tv = type(v)
         if tv is Tensor:
-            if v.core is not None and v.core != core:
+            ap = _tensor_ap(v, core, uses)
+            if ap is None:
                 return None
-            blk = v.block
-            if blk is not None:
-                if not blk.live:
-                    return None
-                try:
-                    if blk._owner not in uses:
-                        return None  # the first use of its HBM: recorded by the general path
-                except TypeError:
-                    return None
             if i in dsts:
                 written = [*(written or ()), v]
-            if v.dyn is not None:
-                conv[i] = v.to_ap()
-                continue
-            key = (v.mem, v.dtype, v.start, v.offset, v.shape, v.strides)
-            ap = _AP_CACHE.get(key)
-            if ap is None:
-                if len(_AP_CACHE) > 4096:
-                    _AP_CACHE.clear()
-                ap = _AP_CACHE[key] = v.to_ap()
             conv[i] = ap
-            if nk is not None and v.mem != "hbm" and v.core == core:
+            if nk is not None and v.dyn is None and v.mem != "hbm" and v.core == core:
                 nk._ap = ap
         elif tv is str or tv is float or v is None or tv is bool or tv is int:
             conv[i] = v

@@ -122,6 +122,21 @@ def _internal(filename: str) -> bool:
     return v
 
 
+def user_frame(f: types.FrameType | None) -> types.FrameType | None:
+    """The innermost frame from `f` outward whose code lies outside the trn3emu package (the
+    kernel's own code), None if there is none."""
+    known = _INTERNAL
+    while f is not None:
+        name = f.f_code.co_filename
+        inside = known.get(name)
+        if inside is None:
+            inside = _internal(name)
+        if not inside:
+            return f
+        f = f.f_back
+    return None
+
+
 #: (id of a code object, instruction offset) -> (the code object, "file:line"): the line of an
 #: offset is found by decoding the code's line table from its start, so it is looked up once per
 #: call site (the code object held in the value keeps its id from being reused)
@@ -132,18 +147,10 @@ def source_line(skip: int = 0) -> str:
     """file:line of the innermost caller outside the trn3emu package (the kernel's source line).
     `skip`: how many callers above the calling function are known to be inside the package (the
     walk starts there: each frame it steps through costs a frame object)."""
-    f = sys._getframe(1 + skip)
-    known = _INTERNAL
-    while f is not None:
-        code = f.f_code
-        inside = known.get(code.co_filename)
-        if inside is None:
-            inside = _internal(code.co_filename)
-        if not inside:
-            break
-        f = f.f_back
+    f = user_frame(sys._getframe(1 + skip))
     if f is None:
         return "?"
+    code = f.f_code
     key = (id(code), f.f_lasti)
     hit = _LOC.get(key)
     if hit is not None and hit[0] is code:
@@ -905,18 +912,11 @@ class TraceContext:
         """`alloc(shape, dtype, buffer, name)` for a kernel's `nl.ndarray` (its caller). A line
         that allocated an on-chip tile of this kind before gets what that allocation worked out
         (the tile view, bytes per partition, label) again."""
-        f = sys._getframe(2)  # the caller of nl.ndarray (or its wrapper: inside, walked past)
-        known = _INTERNAL
-        while f is not None:
-            code = f.f_code
-            inside = known.get(code.co_filename)
-            if inside is None:
-                inside = _internal(code.co_filename)
-            if not inside:
-                break
-            f = f.f_back
+        # the caller of nl.ndarray (or its wrapper: inside, walked past)
+        f = user_frame(sys._getframe(2))
         if f is None or type(name) is not str:
             return self.alloc(shape, dtype, buffer, name)
+        code = f.f_code
         key = (id(code), f.f_lasti, shape, dtype, buffer, name)
         try:
             hit = self._sites.get(key)

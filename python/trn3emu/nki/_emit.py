@@ -17,7 +17,7 @@ import types
 
 from .._asm import INSTRUCTION_FLAGS, INSTRUCTIONS
 from ..errors import EmuError
-from ..program import _AP_CACHE, _enum_name
+from ..program import _ap_of, _enum_name
 from ..tensor import Reg, Tensor
 from ._kernel import _LABEL, _LABELS, NkiTensor, _hbm_span, user_frame
 
@@ -68,7 +68,7 @@ def hbm_dsts(opcode: str) -> tuple[int, ...]:
 def _tensor_ap(t: Tensor, core: int, uses) -> tuple | None:
     """The access pattern of operand `t` in a program for `core` whose HBM uses are `uses`, or
     None when it needs the general path (another core's tensor, a freed block, the first use of
-    an HBM tensor). Patterns without dynamic offsets are cached by geometry."""
+    an HBM tensor)."""
     if t.core is not None and t.core != core:
         return None
     blk = t.block
@@ -80,15 +80,7 @@ def _tensor_ap(t: Tensor, core: int, uses) -> tuple | None:
                 return None  # the first use of its HBM: recorded by the general path
         except TypeError:
             return None
-    if t.dyn is not None:
-        return t.to_ap()
-    key = (t.mem, t.dtype, t.start, t.offset, t.shape, t.strides)
-    ap = _AP_CACHE.get(key)
-    if ap is None:
-        if len(_AP_CACHE) > 4096:
-            _AP_CACHE.clear()
-        ap = _AP_CACHE[key] = t.to_ap()
-    return ap
+    return _ap_of(t)
 
 
 def emit(ctx, opcode: str, engine, name, args, depth: int) -> int | None:

@@ -239,9 +239,9 @@ impl RangeAllocator {
         self.inner.alloc(nbytes)
     }
 
-    /// Reserve `offset..offset + nbytes` (may overlap live ranges); its key.
-    fn place(&mut self, offset: u64, nbytes: u64) -> u64 {
-        self.inner.place(offset, nbytes)
+    /// Reserve `offset..offset + nbytes` (may overlap live ranges; within the capacity); its key.
+    fn place(&mut self, py: Python<'_>, offset: u64, nbytes: u64) -> PyResult<u64> {
+        self.inner.place(offset, nbytes).map_err(|e| to_py(py, e))
     }
 
     /// The recently freed ranges `(lo, hi)`, oldest first (kept out of reach while others fit).

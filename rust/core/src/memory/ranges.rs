@@ -4,6 +4,7 @@
 //! first fit over the live ranges alone; ranges aligned, and with PSUM banks kept whole.
 //! The scan runs once per tile a kernel allocates, so it lives here rather than in Python.
 
+use crate::error::{fail, ErrorKind, Result};
 use std::collections::{HashMap, VecDeque};
 
 /// Per-partition byte ranges of one memory: live ones by key, recently freed ones kept out of
@@ -24,8 +25,9 @@ pub struct RangeAllocator {
     recent: VecDeque<(u64, u64, u64)>,
 }
 
-fn up(x: u64, a: u64) -> u64 {
-    x.div_ceil(a) * a
+/// `x` rounded up to a multiple of `a`, None past u64 (a start no memory has).
+fn up(x: u64, a: u64) -> Option<u64> {
+    x.div_ceil(a).checked_mul(a)
 }
 
 impl RangeAllocator {
@@ -44,15 +46,21 @@ impl RangeAllocator {
         }
     }
 
-    /// The first legal start at or after `pos` for `nbytes`.
-    fn start(&self, pos: u64, nbytes: u64) -> u64 {
-        let s = up(pos, self.align);
+    /// The first legal start at or after `pos` for `nbytes` (>= 1), None past u64.
+    fn start(&self, pos: u64, nbytes: u64) -> Option<u64> {
+        let s = up(pos, self.align)?;
         let b = self.bank;
-        if b > 0 && (nbytes > b || s / b != (s + nbytes - 1) / b) {
+        if b > 0 && (nbytes > b || s / b != s.checked_add(nbytes - 1)? / b) {
             up(s, b)
         } else {
-            s
+            Some(s)
         }
+    }
+
+    /// `start`, when `nbytes` from there end at or before `limit`.
+    fn fits(&self, pos: u64, nbytes: u64, limit: u64) -> Option<u64> {
+        let s = self.start(pos, nbytes)?;
+        (s.checked_add(nbytes)? <= limit).then_some(s)
     }
 
     /// The lowest legal start of `nbytes` clear of `ranges` (sorted by start).
@@ -60,8 +68,7 @@ impl RangeAllocator {
         let mut pos = 0;
         for (lo, hi) in ranges {
             if lo > pos {
-                let s = self.start(pos, nbytes);
-                if s + nbytes <= lo {
+                if let Some(s) = self.fits(pos, nbytes, lo) {
                     return Some(s);
                 }
                 pos = hi;
@@ -69,8 +76,11 @@ impl RangeAllocator {
                 pos = hi;
             }
         }
-        let s = self.start(pos, nbytes);
-        (self.capacity > pos && s + nbytes <= self.capacity).then_some(s)
+        if self.capacity > pos {
+            self.fits(pos, nbytes, self.capacity)
+        } else {
+            None
+        }
     }
 
     fn add(&mut self, lo: u64, hi: u64) -> u64 {
@@ -97,9 +107,21 @@ impl RangeAllocator {
         Some((self.add(pos, pos + nbytes), pos))
     }
 
-    /// Reserve `offset..offset + nbytes` (may overlap live ranges); its key.
-    pub fn place(&mut self, offset: u64, nbytes: u64) -> u64 {
-        self.add(offset, offset + nbytes)
+    /// Reserve `offset..offset + nbytes` (may overlap live ranges); its key. A range past the
+    /// capacity is refused.
+    pub fn place(&mut self, offset: u64, nbytes: u64) -> Result<u64> {
+        match offset.checked_add(nbytes) {
+            Some(end) if end <= self.capacity => Ok(self.add(offset, end)),
+            _ => Err(fail(
+                ErrorKind::Address,
+                "tile_address_out_of_range",
+                format!(
+                    "a range at byte {offset} of {nbytes} bytes ends past the {} bytes of a partition",
+                    self.capacity
+                ),
+            )
+            .operand("offset")),
+        }
     }
 
     /// The recently freed ranges (lo, hi), oldest first.
@@ -166,10 +188,29 @@ mod tests {
     #[test]
     fn placed_ranges_are_avoided_and_released_keys_once() {
         let mut a = RangeAllocator::new(1024, 64, 0, 0);
-        let k = a.place(0, 100);
+        let k = a.place(0, 100).unwrap();
         assert_eq!(a.alloc(10).unwrap().1, 128);
         a.release(k);
         a.release(k);
         assert_eq!(a.alloc(10).unwrap().1, 0);
+    }
+
+    #[test]
+    fn ranges_past_the_capacity_or_u64_are_refused() {
+        let mut a = RangeAllocator::new(1024, 64, 2048, 2);
+        assert_eq!(
+            a.place(1000, 25).unwrap_err().rule,
+            "tile_address_out_of_range"
+        );
+        assert_eq!(
+            a.place(u64::MAX, 2).unwrap_err().rule,
+            "tile_address_out_of_range"
+        );
+        assert!(a.place(1000, 24).is_ok()); // ends exactly at the capacity
+        assert!(a.alloc(1025).is_none());
+        assert!(a.alloc(u64::MAX).is_none());
+        let mut b = RangeAllocator::new(u64::MAX, u64::MAX / 2 + 1, 0, 0);
+        assert_eq!(b.alloc(1).unwrap().1, 0);
+        assert!(b.alloc(u64::MAX / 2 + 2).is_none()); // its start would round past u64
     }
 }

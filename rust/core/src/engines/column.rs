@@ -8,10 +8,9 @@
 //! the streamed maps (`rows::can_stream`: an input overlapping the destination is exactly it,
 //! or its overlapping rows were read in earlier rows); fp32 stores need no rounding.
 
-use super::rows::can_stream;
+use super::rows::{can_stream, dst_and_other};
 use super::Ctx;
 use crate::isa::DType;
-use crate::memory::onchip::{Mems, OnChip};
 use crate::memory::{Ap, Mem};
 
 /// A static on-chip fp32 pattern of one element per partition.
@@ -42,11 +41,7 @@ pub fn map_column_f32<const N: usize>(
     {
         return false;
     }
-    let Mems { sbuf, psum, .. } = &mut ctx.mems;
-    let (dmem, other): (&mut OnChip, &OnChip) = match dst.mem {
-        Mem::Sbuf => (sbuf, psum),
-        _ => (psum, sbuf),
-    };
+    let (dmem, other) = dst_and_other(&mut ctx.mems, dst.mem);
     let (sd, so) = (dmem.stride(), other.stride());
     // Byte position of row 0 (the element at offset 0 of every free dim) and the row step, per
     // source, and whether it lives in the destination's memory.
@@ -76,6 +71,7 @@ pub fn map_column_f32<const N: usize>(
 mod tests {
     use super::*;
     use crate::engines::EngineState;
+    use crate::memory::onchip::{Mems, OnChip};
     use crate::numerics::config::Rounder;
     use crate::numerics::rng::RngStates;
 

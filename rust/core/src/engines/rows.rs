@@ -43,6 +43,15 @@ fn onchip_mut<'m>(mems: &'m mut Mems, m: Mem) -> &'m mut OnChip {
 }
 
 #[inline]
+/// The on-chip memory `dst` (SBUF or PSUM) lives in, writable, and the other one.
+pub fn dst_and_other<'m>(mems: &'m mut Mems, dst: Mem) -> (&'m mut OnChip, &'m OnChip) {
+    let Mems { sbuf, psum, .. } = mems;
+    match dst {
+        Mem::Sbuf => (sbuf, psum),
+        _ => (psum, sbuf),
+    }
+}
+
 fn part_mut<'m>(mem: &'m mut OnChip, ap: &Ap, r: usize) -> &'m mut [u8] {
     mem.partition_mut(ap.start as usize + r)
 }
@@ -510,11 +519,7 @@ fn fused_dense_min<const N: usize>(
     {
         return false;
     }
-    let Mems { sbuf, psum, .. } = &mut ctx.mems;
-    let (dmem, other): (&mut OnChip, &OnChip) = match dst.mem {
-        Mem::Sbuf => (sbuf, psum),
-        _ => (psum, sbuf),
-    };
+    let (dmem, other) = dst_and_other(&mut ctx.mems, dst.mem);
     let stride_d = dmem.stride();
     let stride_o = other.stride();
     // Check every row first, so a refusal leaves memory untouched.

@@ -151,17 +151,69 @@ fn parse_dynamic(d: &Bound<'_, PyAny>) -> Result<Dynamic> {
 }
 
 fn parse_static_ap(obj: &Bound<'_, PyAny>) -> Result<Ap> {
+    if let Some(ap) = fast_static_ap(obj) {
+        return ap;
+    }
     type T = (String, String, i64, i64, i64, i64, Vec<(i64, i64)>);
     let (mem, dtype, start, parts, pstep, offset, dims): T =
         obj.extract().map_err(|_| not_tensor())?;
-    let mem = Mem::from_name(&mem).ok_or_else(|| {
+    build_ap(&mem, &dtype, [start, parts, pstep, offset], dims)
+}
+
+/// `parse_static_ap` of the usual form (a 7-tuple of two `str`, four ints and a tuple or list
+/// of `(step, num)` tuples) without the generic extraction's allocations: the names are
+/// borrowed, the dims read in place. None: another form, for the generic extraction (which
+/// accepts the same values and says what is wrong with the others).
+fn fast_static_ap(obj: &Bound<'_, PyAny>) -> Option<Result<Ap>> {
+    let t = obj.cast::<PyTuple>().ok()?;
+    if t.len() != 7 {
+        return None;
+    }
+    let item = |i: usize| t.get_borrowed_item(i).ok();
+    let (mem, dtype) = (item(0)?, item(1)?);
+    let (mem, dtype) = (mem.cast::<PyString>().ok()?, dtype.cast::<PyString>().ok()?);
+    let (mem, dtype) = (mem.to_str().ok()?, dtype.to_str().ok()?);
+    let mut ints = [0i64; 4];
+    for (k, v) in ints.iter_mut().enumerate() {
+        *v = item(k + 2)?.extract::<i64>().ok()?;
+    }
+    let dims = item(6)?;
+    let mut d = Vec::new();
+    let mut pair = |p: Borrowed<'_, '_, PyAny>| -> Option<()> {
+        let p = p.cast::<PyTuple>().ok()?;
+        if p.len() != 2 {
+            return None;
+        }
+        let s = p.get_borrowed_item(0).ok()?.extract::<i64>().ok()?;
+        let n = p.get_borrowed_item(1).ok()?.extract::<i64>().ok()?;
+        d.push((s, n));
+        Some(())
+    };
+    if let Ok(l) = dims.cast::<PyTuple>() {
+        for p in l.iter_borrowed() {
+            pair(p)?;
+        }
+    } else if let Ok(l) = dims.cast::<PyList>() {
+        for i in 0..l.len() {
+            pair(l.get_item(i).ok()?.as_borrowed())?;
+        }
+    } else {
+        return None;
+    }
+    Some(build_ap(mem, dtype, ints, d))
+}
+
+/// An access pattern from its parts, each checked (`parse_static_ap`).
+fn build_ap(mem: &str, dtype: &str, ints: [i64; 4], dims: Vec<(i64, i64)>) -> Result<Ap> {
+    let [start, parts, pstep, offset] = ints;
+    let mem = Mem::from_name(mem).ok_or_else(|| {
         fail(
             ErrorKind::MemorySpace,
             "unknown_memory",
             format!("unknown memory {mem:?}"),
         )
     })?;
-    let dtype = DType::from_name(&dtype).ok_or_else(|| unknown_dtype(&dtype))?;
+    let dtype = DType::from_name(dtype).ok_or_else(|| unknown_dtype(dtype))?;
     if !(0..=PARTITIONS as i64 * 2).contains(&start) {
         return Err(fail(
             ErrorKind::Address,
@@ -342,6 +394,10 @@ pub fn parse_sync(
             format!("{what} must be a list of (semaphore, value) pairs"),
         )
     };
+    let empty = |o: &Bound<'_, PyAny>| o.cast::<PyList>().is_ok_and(|l| l.is_empty());
+    if empty(waits) && empty(signals) {
+        return Ok((Vec::new(), Vec::new())); // (the usual call: no extraction)
+    }
     let w: Vec<(u16, u32)> = waits.extract().map_err(|_| malformed("wait"))?;
     let s: Vec<(u16, u32)> = signals.extract().map_err(|_| {
         fail(

@@ -1,0 +1,59 @@
+"""The native append's access-pattern operands: the fast reading of the usual tuple form and
+the generic extraction agree (same instruction, same errors), checked against the text form."""
+
+import numpy as np
+import pytest
+from trn3emu import _native
+from trn3emu.errors import EmuError
+
+TEXT = "tensor_tensor.vector dst=sbuf:float32[0:128]+0[[1,512]] data1=sbuf:float32[0:128]+2048[[1,512]] data2=sbuf:float32[0:128]+4096[[1,512]] op=add"
+
+
+def _ap(offset, dims=((1, 512),), **kw):
+    parts = kw.get("parts", 128)
+    return (kw.get("mem", "sbuf"), kw.get("dtype", "float32"), kw.get("start", 0), parts, 0, offset, dims)
+
+
+class _Str(str):
+    pass
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        lambda o: _ap(o),  # the usual tuple
+        lambda o: _ap(o, [(1, 512)]),  # dims as a list
+        lambda o: _ap(np.int64(o), ((np.int32(1), np.int64(512)),)),  # numpy integers
+        lambda o: (_Str("sbuf"), _Str("float32"), 0, 128, 0, o, ((1, 512),)),  # str subclasses
+    ],
+)
+def test_pattern_forms_give_the_text_forms_instruction(form):
+    p = _native.Program()
+    p.append("tensor_tensor", None, (form(0), form(2048), form(4096), "add"), [], [], None)
+    assert p.to_text() == _native.Program.from_text(TEXT).to_text()
+
+
+@pytest.mark.parametrize(
+    ("bad", "rule"),
+    [
+        (_ap(0, mem="dram"), "unknown_memory"),
+        (_ap(0, dtype="float33"), "unknown_dtype"),
+        (_ap(0, start=300), "ap_start_out_of_range"),
+        (_ap(0, parts=0), "ap_parts_out_of_range"),
+        (_ap(-4), "ap_negative_offset"),
+        (_ap(0, ((1, 0),)), "ap_dim_size_out_of_range"),
+        (_ap(0, [(1, 0)]), "ap_dim_size_out_of_range"),
+        (_ap(0, ((1, 512, 3),)), "operand_not_tensor"),
+        (_ap(0.0), "operand_not_tensor"),
+        (_ap(0, [[1, 512]]), "operand_not_tensor"),  # pairs are tuples
+        (_ap(0, "ab"), "operand_not_tensor"),
+        (("sbuf", "float32", 0, 128, 0, 0), "operand_not_tensor"),
+    ],
+)
+def test_malformed_patterns_raise_their_rule_naming_the_operand(bad, rule):
+    p = _native.Program()
+    with pytest.raises(EmuError) as e:
+        p.append("tensor_tensor", None, (_ap(0), bad, _ap(4096), "add"), [], [], None)
+    assert e.value.rule == rule
+    assert e.value.operand == "data1"
+    assert len(p) == 0

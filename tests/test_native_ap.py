@@ -57,3 +57,27 @@ def test_malformed_patterns_raise_their_rule_naming_the_operand(bad, rule):
     assert e.value.rule == rule
     assert e.value.operand == "data1"
     assert len(p) == 0
+
+
+def test_access_pattern_handle_appends_as_its_tuple_and_moves_with_at():
+    handles = [_native.access_pattern(_ap(o)) for o in (0, 2048)]
+    assert all(type(h) is _native.AccessPattern for h in handles)
+    moved = _native.access_pattern(_ap(1024)).at(4096)  # the pattern of a tile at another offset
+    p = _native.Program()
+    p.append("tensor_tensor", None, (*handles, moved, "add"), [], [], None)
+    assert p.to_text() == _native.Program.from_text(TEXT).to_text()
+    assert "sbuf:float32[0:128]+4096[[1,512]]" in repr(moved)
+    # a tensor-or-number operand takes it too (tensor_scalar's operand0)
+    col = _native.access_pattern(("sbuf", "float32", 0, 128, 0, 8192, ((1, 1),)))
+    q = _native.Program()
+    q.append("tensor_scalar", None, (handles[0], handles[1], "multiply", col, None, None, None, None), [], [], None)
+    want = "tensor_scalar.vector dst=sbuf:float32[0:128]+0[[1,512]] data=sbuf:float32[0:128]+2048[[1,512]] op0=multiply operand0=sbuf:float32[0:128]+8192[[1,1]]"
+    assert q.to_text() == _native.Program.from_text(want).to_text()
+
+
+def test_access_pattern_of_a_malformed_tuple_is_the_tuple_and_append_says_why():
+    bad = _ap(0, mem="dram")
+    assert _native.access_pattern(bad) is bad
+    with pytest.raises(EmuError) as e:
+        _native.Program().append("tensor_tensor", None, (_ap(0), bad, _ap(4096), "add"), [], [], None)
+    assert (e.value.rule, e.value.operand) == ("unknown_memory", "data1")

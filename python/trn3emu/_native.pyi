@@ -8,9 +8,11 @@ import numpy.typing as npt
 
 __all__ = [
     "Device",
+    "AccessPattern",
     "Program",
     "RangeAllocator",
     "RawTrace",
+    "access_pattern",
     "convert_from_f32",
     "convert_to_f32",
     "isa_opcodes",
@@ -63,6 +65,12 @@ HBM_STACKS: int
 HBM_INTERLEAVE_BYTES: int
 MAX_CHIPS: int
 STREAMS: tuple[str, ...]
+
+@final
+class AccessPattern:
+    def at(self, offset: int) -> AccessPattern: ...
+
+def access_pattern(t: Any) -> Any: ...
 
 @final
 class Program:

@@ -48,7 +48,7 @@ def _params(opcode: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return p
 
 
-_AP_CACHE: dict[tuple, tuple] = {}
+_AP_CACHE: dict[tuple, Any] = {}
 
 
 def _sync_list(v: Any, operand: str) -> list:
@@ -65,8 +65,9 @@ def _sync_list(v: Any, operand: str) -> list:
         ) from None
 
 
-def _ap_of(t: Tensor) -> tuple:
-    """`t.to_ap()`, memoised on the view's geometry (assembly loops reuse the same few views)."""
+def _ap_of(t: Tensor) -> Any:
+    """`t.to_ap()`, memoised on the view's geometry (assembly loops reuse the same few views) as
+    the native `AccessPattern` read from it (appends take it without reading the tuple again)."""
     if t.dyn is not None:
         return t.to_ap()
     key = (t.mem, t.dtype, t.start, t.offset, t.shape, t.strides)
@@ -74,7 +75,7 @@ def _ap_of(t: Tensor) -> tuple:
     if ap is None:
         if len(_AP_CACHE) > 4096:
             _AP_CACHE.clear()
-        ap = _AP_CACHE[key] = t.to_ap()
+        ap = _AP_CACHE[key] = _native.access_pattern(t.to_ap())
     return ap
 
 

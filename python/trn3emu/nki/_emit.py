@@ -65,7 +65,7 @@ def hbm_dsts(opcode: str) -> tuple[int, ...]:
     return pos
 
 
-def _tensor_ap(t: Tensor, core: int, uses) -> tuple | None:
+def _tensor_ap(t: Tensor, core: int, uses) -> object | None:
     """The access pattern of operand `t` in a program for `core` whose HBM uses are `uses`, or
     None when it needs the general path (another core's tensor, a freed block, the first use of
     an HBM tensor)."""

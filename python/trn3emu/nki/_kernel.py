@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import interop
+from .. import _native, interop
 from .._asm import INSTRUCTION_FLAGS
 from ..device import Device
 from ..dtypes import SIZES, dtype_name, numpy_dtype
@@ -240,7 +240,7 @@ class NkiTensor:
     def __init__(self, t: Tensor, buffer: str, block: _Block | None = None, name: str = "") -> None:
         self._t, self.buffer, self._block, self.name = t, buffer, block, name
         #: the access pattern of an on-chip view `_t`, once known (`nki/_emit.py`; views never move)
-        self._ap: tuple | None = None
+        self._ap: Any = None
 
     def _wrap(self, t: Tensor) -> NkiTensor:
         return NkiTensor(t, self.buffer, self._block, self.name)
@@ -926,10 +926,11 @@ class TraceContext:
             t = self.alloc(shape, dtype, buffer, name)
             b = t._block
             if buffer in ONCHIP and type(b) is _Block:
-                ap = t._t.to_ap()  # (mem, dtype, start, parts, row step, offset, free dims)
-                self._sites[key] = (code, t._t, b.row_bytes, b.label, ap[:5], ap[6:])
+                ap = _native.access_pattern(t._t.to_ap())  # (moved to each tile's offset)
+                if type(ap) is _native.AccessPattern:
+                    self._sites[key] = (code, t._t, b.row_bytes, b.label, ap)
             return t
-        _, known_tile, row, label, ap_head, ap_tail = hit
+        _, known_tile, row, label, ap = hit
         alloc = self.sbuf if buffer == "sbuf" else self.psum
         parts = known_tile.shape[0]
         block = _Block(parts, row, label)
@@ -947,7 +948,7 @@ class TraceContext:
         if buffer == "psum":
             self.program._native.psum_fresh(0, parts, off, row)
         nt = NkiTensor(t, buffer, block, name)
-        nt._ap = (*ap_head, off, *ap_tail)
+        nt._ap = ap.at(off)
         return nt
 
     def _new_tile(self, buffer: str, dt: str, shape: tuple, name) -> tuple[Tensor, int]:

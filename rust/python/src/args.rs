@@ -1,6 +1,7 @@
 //! Argument conversion: the assembler's Python operands (access-pattern tuples, numbers,
 //! names, integer lists, sync pairs) into core `Arg`s. Types only; the rules live in the core.
 
+use crate::pattern::AccessPattern;
 use pyo3::prelude::*;
 use pyo3::types::{PyFloat, PyList, PyString, PyTuple};
 use trn3emu_core as core;
@@ -107,7 +108,11 @@ fn not_tensor() -> EmuError {
 
 /// An access pattern tuple `(mem, dtype, start, parts, row_step, offset, dims[, dynamic])`;
 /// `dynamic` = `(kind 's'|'v'|'i', register int | index-tile tuple, step, bound)`.
+/// An `AccessPattern` (`pattern.rs`) stands for the tuple it was read from.
 pub fn parse_ap(obj: &Bound<'_, PyAny>) -> Result<Ap> {
+    if let Ok(p) = obj.cast::<AccessPattern>() {
+        return Ok(p.get().ap.clone());
+    }
     let tup = obj.cast::<PyTuple>().map_err(|_| not_tensor())?;
     if tup.len() != 8 {
         return parse_static_ap(obj);
@@ -284,7 +289,11 @@ pub fn parse_arg(obj: &Bound<'_, PyAny>, kind: Kind, enum_id: u8) -> Result<Arg>
     };
     Ok(match kind {
         Kind::Tensor => Arg::Tensor(parse_ap(obj)?),
-        Kind::TensorOrF32 if obj.cast::<PyTuple>().is_ok() => Arg::Tensor(parse_ap(obj)?),
+        Kind::TensorOrF32
+            if obj.cast::<PyTuple>().is_ok() || obj.cast::<AccessPattern>().is_ok() =>
+        {
+            Arg::Tensor(parse_ap(obj)?)
+        }
         Kind::TensorOrF32 | Kind::F32 => parse_number(obj, &bad)?,
         Kind::I32 => Arg::I32(obj.extract::<i32>().map_err(|_| bad("a 32-bit integer"))?),
         // The assembler passes a register as "rN" (a bare int is an immediate).

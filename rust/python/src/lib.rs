@@ -7,6 +7,7 @@ mod device;
 mod errors;
 mod info;
 mod numerics;
+mod pattern;
 mod program;
 mod signals;
 mod threads;
@@ -22,6 +23,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<device::Device>()?;
     m.add_class::<program::Program>()?;
+    m.add_class::<pattern::AccessPattern>()?;
+    m.add_function(wrap_pyfunction!(pattern::access_pattern, m)?)?;
     m.add_class::<program::RangeAllocator>()?;
     m.add_class::<trace::RawTrace>()?;
     m.add_function(wrap_pyfunction!(numerics::convert_from_f32, m)?)?;

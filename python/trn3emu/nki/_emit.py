@@ -19,7 +19,7 @@ from .._asm import INSTRUCTION_FLAGS, INSTRUCTIONS
 from ..errors import EmuError
 from ..program import _ap_of, _enum_name
 from ..tensor import Reg, Tensor
-from ._kernel import _LABEL, _LABELS, NkiTensor, _hbm_span, user_frame
+from ._kernel import _INTERNAL, _LABEL, _LABELS, NkiTensor, _hbm_span, user_frame
 
 #: (id of the code object, instruction offset, name) -> (the code object, "file:line", label)
 _SITES: dict[tuple, tuple[types.CodeType | None, str, str]] = {}
@@ -36,7 +36,9 @@ def _label(loc: str, name) -> str:
 def site(depth: int, name) -> tuple[str, str]:
     """("file:line", instruction label) of the innermost caller outside the package, starting
     `depth` frames above the caller (`source_line`, keyed by call site and cached with its label)."""
-    f = user_frame(sys._getframe(depth + 1))
+    f = sys._getframe(depth + 1)
+    if _INTERNAL.get(f.f_code.co_filename) is not False:  # (not a kernel's own frame)
+        f = user_frame(f)
     if f is None:
         return "?", _label("?", name)
     code = f.f_code

@@ -912,8 +912,10 @@ class TraceContext:
         """`alloc(shape, dtype, buffer, name)` for a kernel's `nl.ndarray` (its caller). A line
         that allocated an on-chip tile of this kind before gets what that allocation worked out
         (the tile view, bytes per partition, label) again."""
-        # the caller of nl.ndarray (or its wrapper: inside, walked past)
-        f = user_frame(sys._getframe(2))
+        # the caller of nl.ndarray (or of its wrapper: inside, walked past)
+        f = sys._getframe(2)
+        if _INTERNAL.get(f.f_code.co_filename) is not False:  # (not a kernel's own frame)
+            f = user_frame(f)
         if f is None or type(name) is not str:
             return self.alloc(shape, dtype, buffer, name)
         code = f.f_code
@@ -928,11 +930,10 @@ class TraceContext:
             if buffer in ONCHIP and type(b) is _Block:
                 ap = _native.access_pattern(t._t.to_ap())  # (moved to each tile's offset)
                 if type(ap) is _native.AccessPattern:
-                    self._sites[key] = (code, t._t, b.row_bytes, b.label, ap)
+                    alloc = self.sbuf if buffer == "sbuf" else self.psum
+                    self._sites[key] = (code, t._t, b.row_bytes, b.label, ap, alloc, b.parts)
             return t
-        _, known_tile, row, label, ap = hit
-        alloc = self.sbuf if buffer == "sbuf" else self.psum
-        parts = known_tile.shape[0]
+        _, known_tile, row, label, ap, alloc, parts = hit
         block = _Block(parts, row, label)
         off = alloc.alloc_owned(row, label, block)
         if off is None:  # full: `alloc` evicts block tiles' blocks or says what holds the memory

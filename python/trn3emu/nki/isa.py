@@ -18,7 +18,7 @@ from ..errors import NotSupportedError
 from ..program import _enum_name
 from . import _emit, _kernel
 from . import indexing as _indexing
-from ._kernel import NkiTensor, current, not_supported
+from ._kernel import _STACK, NkiTensor, current, not_supported
 
 # ------------------------------------------------------------------------------------- enums
 engine = enum.Enum("engine", {n: i for i, n in enumerate(ENUMS["engine"])})
@@ -286,7 +286,7 @@ def _make(opname: str):
         if _before_issue:  # e.g. legacy results still pending: issued first, in program order
             for hook in _before_issue:
                 hook()
-        if "mask" in kwargs or (_kernel._STACK and _kernel._STACK[-1].masks):  # legacy masks: the sub-grid
+        if "mask" in kwargs or (_STACK and _STACK[-1].masks):  # legacy masks: the sub-grid
             masked = _indexing.mask_call(opname, args, kwargs)
             if masked is None:
                 return None  # the mask selects nothing: no instruction
@@ -304,8 +304,7 @@ def _make(opname: str):
                 plan = plans[keys] = plan_for(keys)
             if plan:
                 entries, fused = plan
-                stack = _kernel._STACK
-                ctx = stack[-1] if stack else current()
+                ctx = _STACK[-1] if _STACK else current()
                 prog = ctx.program
                 direct = ctx.direct_ops.get(opname)
                 if direct is None:

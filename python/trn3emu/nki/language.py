@@ -20,6 +20,7 @@ from ..errors import EmuError, ShapeError
 from . import compiler as _compiler
 from . import indexing as _indexing
 from . import isa as nisa
+from ._kernel import _STACK as _kernel_stack
 from ._kernel import (
     DTYPES,
     HBM_BUFFERS,
@@ -1249,6 +1250,33 @@ for _n, _f in list(globals().items()):
         and _n not in ("no_reorder", "promote")
     ):
         globals()[_n] = _checked(_f)
+
+
+def _ndarray_entry(checked):
+    """`nl.ndarray` as kernels call it in their loops, `nl.ndarray(shape, dtype=..., buffer=...)`
+    (a tuple shape, a buffer name, no other keyword), straight to the trace context's tile
+    allocation; any other call through `checked` (the `_checked` wrapper) as before."""
+    import functools
+
+    stack = _kernel_stack
+
+    @functools.wraps(checked)
+    def ndarray(*args, **kwargs):
+        if len(args) == 1 and len(kwargs) == 2 and stack:
+            shape = args[0]
+            buffer = kwargs.get("buffer")
+            if "dtype" in kwargs and type(buffer) is str and type(shape) is tuple and ParDim not in map(type, shape):
+                try:
+                    return stack[-1].tile(shape, kwargs["dtype"], buffer, "")
+                except EmuError as e:
+                    _note_lowering(e, "ndarray")
+                    raise
+        return checked(*args, **kwargs)
+
+    return ndarray
+
+
+ndarray = _ndarray_entry(ndarray)  # noqa: F811 (the checked one, with its common case first)
 
 
 def __getattr__(name: str):

@@ -81,3 +81,29 @@ def test_access_pattern_of_a_malformed_tuple_is_the_tuple_and_append_says_why():
     with pytest.raises(EmuError) as e:
         _native.Program().append("tensor_tensor", None, (_ap(0), bad, _ap(4096), "add"), [], [], None)
     assert (e.value.rule, e.value.operand) == ("unknown_memory", "data1")
+
+
+class _Tile:
+    """Stands in for NkiTensor: a view with its pattern (`_ap`) and its tensor (`_t.core`)."""
+
+    def __init__(self, ap, core=0):
+        self._ap, self._t = ap, type("T", (), {"core": core})()
+
+
+def test_call_operands_takes_tiles_and_plain_values_and_hands_the_rest_to_slow():
+    ap = _native.access_pattern(_ap(0))
+    plan = ((0, True, None), (None, False, None), (2, True, str.upper), (1, True, None))
+    seen = []
+
+    def slow(v, is_dst, core, uses):
+        seen.append((v, is_dst, core, uses))
+        return None if v == ["bail"] else f"slow:{v}"
+
+    ops = _native.call_operands(plan, [None, 7, 8], (_Tile(ap), "dropped", "x", 2.5), _Tile, 0, "u", (), slow)
+    assert ops == (ap, 2.5, "X") and seen == []  # the tile's pattern, a converted and a plain value
+    # another core's tile, a non-plain value: to `slow` (with whether its position is an HBM dst)
+    ops = _native.call_operands(plan, [None, 7, 8], (_Tile(ap, core=1), "-", "x", [1]), _Tile, 0, "u", (1,), slow)
+    assert ops[1:] == ("slow:[1]", "X") and seen[1] == ([1], True, 0, "u")
+    assert type(seen[0][0]) is _Tile and seen[0][1:] == (False, 0, "u")
+    plan2 = ((0, True, None), (1, True, None))
+    assert _native.call_operands(plan2, [None, None], (["bail"], 1), _Tile, 0, "u", (), slow) is None

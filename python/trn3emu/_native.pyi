@@ -13,6 +13,7 @@ __all__ = [
     "RangeAllocator",
     "RawTrace",
     "access_pattern",
+    "call_operands",
     "convert_from_f32",
     "convert_to_f32",
     "isa_opcodes",
@@ -71,6 +72,16 @@ class AccessPattern:
     def at(self, offset: int) -> AccessPattern: ...
 
 def access_pattern(t: Any) -> Any: ...
+def call_operands(
+    plan: tuple[Any, ...],
+    base: list[Any],
+    values: Any,
+    nki_tensor: type,
+    core: Any,
+    uses: Any,
+    dsts: tuple[int, ...],
+    slow: Callable[..., Any],
+) -> tuple[Any, ...] | None: ...
 
 @final
 class Program:

@@ -16,6 +16,7 @@ import sys
 import types
 
 from .._asm import INSTRUCTION_FLAGS, INSTRUCTIONS
+from .._native import call_operands as _call_operands
 from ..errors import EmuError
 from ..program import _ap_of, _enum_name
 from ..tensor import Reg, Tensor
@@ -131,6 +132,50 @@ def emit_call(ctx, opcode: str, plan: tuple, base: list, values, depth: int) -> 
     done) as for `emit`."""
     prog = ctx.program
     core = prog.core
+    dsts = _HBM_DSTS.get(opcode)
+    if dsts is None:
+        dsts = hbm_dsts(opcode)
+    # the usual call in one native pass (HBM destinations and new HBM tensors: the Python loop)
+    ops = _call_operands(plan, base, values, NkiTensor, core, prog._hbm_uses, dsts, _slow_operand)
+    if ops is None:
+        ops = _operands(prog, core, opcode, plan, base, values, ctx)
+        if ops is None:
+            return None
+    prog.opcodes.add(opcode)
+    bar = ctx.launch.trace_progress
+    if bar is not None:
+        bar.tick()
+    loc, label = site(depth + 1, name=None)
+    try:
+        return prog._native.append(opcode, None, ops, [], [], label)
+    except EmuError as e:
+        if hasattr(e, "add_note"):
+            e.add_note(f"  in kernel at {loc} ({opcode})")
+        raise
+
+
+def _slow_operand(v, is_dst: bool, core: int, uses):
+    """The operand of value `v` that `_native.call_operands` could not take itself, as the Python
+    loop of `_operands` gives it: a tile view seen for the first time (its pattern kept), an HBM
+    tensor the program names already (read, not written), an enum member; None for anything else
+    (the loop takes the call)."""
+    if type(v) is NkiTensor:
+        t = v._t
+        if type(t) is not Tensor or (is_dst and t.mem == "hbm"):
+            return None
+        ap = _tensor_ap(t, core, uses)
+        if ap is not None and t.dyn is None and t.mem != "hbm" and t.core == core:
+            v._ap = ap
+        return ap
+    if isinstance(v, (Tensor, Reg)):
+        return None
+    return _enum_name(v)
+
+
+def _operands(prog, core: int, opcode: str, plan: tuple, base: list, values, ctx) -> tuple | None:
+    """`emit_call`'s operand tuple, value by value in Python (what `_native.call_operands` did
+    not take: HBM tensors, views seen for the first time, enum members), with the HBM writes
+    recorded; None (nothing done) when an operand needs the general path."""
     uses = prog._hbm_uses
     dsts = _HBM_DSTS.get(opcode)
     if dsts is None:
@@ -165,18 +210,8 @@ def emit_call(ctx, opcode: str, plan: tuple, base: list, values, depth: int) -> 
             return None
         else:
             conv[i] = _enum_name(v)
-    prog.opcodes.add(opcode)
     if written is not None:
         for t in written:
             if t.mem == "hbm":
                 ctx.hbm_writes.append(_hbm_span(t))
-    bar = ctx.launch.trace_progress
-    if bar is not None:
-        bar.tick()
-    loc, label = site(depth + 1, name=None)
-    try:
-        return prog._native.append(opcode, None, tuple(conv), [], [], label)
-    except EmuError as e:
-        if hasattr(e, "add_note"):
-            e.add_note(f"  in kernel at {loc} ({opcode})")
-        raise
+    return tuple(conv)

@@ -3,6 +3,7 @@
 //! `trn3emu_core::numerics::config`, the constants the core's own.
 
 mod args;
+mod call;
 mod device;
 mod errors;
 mod info;
@@ -25,6 +26,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<program::Program>()?;
     m.add_class::<pattern::AccessPattern>()?;
     m.add_function(wrap_pyfunction!(pattern::access_pattern, m)?)?;
+    m.add_function(wrap_pyfunction!(call::call_operands, m)?)?;
     m.add_class::<program::RangeAllocator>()?;
     m.add_class::<trace::RawTrace>()?;
     m.add_function(wrap_pyfunction!(numerics::convert_from_f32, m)?)?;

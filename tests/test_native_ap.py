@@ -107,3 +107,31 @@ def test_call_operands_takes_tiles_and_plain_values_and_hands_the_rest_to_slow()
     assert type(seen[0][0]) is _Tile and seen[0][1:] == (False, 0, "u")
     plan2 = ((0, True, None), (1, True, None))
     assert _native.call_operands(plan2, [None, None], (["bail"], 1), _Tile, 0, "u", (), slow) is None
+
+
+@pytest.mark.parametrize(("mem", "shape"), [("sbuf", (128, 512)), ("hbm", (4096, 128)), ("sbuf", (64, 4, 32))])
+def test_plain_views_match_the_general_tensor_indexing(mem, shape):
+    from trn3emu.nki._kernel import _plain_view
+    from trn3emu.tensor import Tensor
+
+    t = Tensor(mem, "bfloat16", shape, name="x", core=0 if mem != "hbm" else None)
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        key = []
+        for n in shape[: rng.integers(1, len(shape) + 1)]:
+            if rng.random() < 0.3:
+                key.append(int(rng.integers(-n, n)))
+            else:
+                a, b = sorted(rng.integers(0, n + 1, 2))
+                key.append(slice(None if a == 0 and rng.random() < 0.5 else int(a), int(b) if b > a else int(a) + 1))
+        key = tuple(key)
+        got = _plain_view(t, key)
+        if any(type(k) is slice and k.stop > n for k, n in zip(key, shape)):
+            assert got is None  # past the dim: the general path refuses it
+            continue
+        want = t[key]
+        assert (got.shape, got.strides, got.offset, got.start) == (want.shape, want.strides, want.offset, want.start), (
+            key
+        )
+    assert _plain_view(t, (slice(0, 2, 1),)) is None  # a step: the general path's
+    assert _plain_view(t, (True,)) is None  # not an int

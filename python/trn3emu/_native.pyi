@@ -14,6 +14,7 @@ __all__ = [
     "RawTrace",
     "access_pattern",
     "call_operands",
+    "view_geometry",
     "convert_from_f32",
     "convert_to_f32",
     "isa_opcodes",
@@ -82,6 +83,15 @@ def call_operands(
     dsts: tuple[int, ...],
     slow: Callable[..., Any],
 ) -> tuple[Any, ...] | None: ...
+def view_geometry(
+    shape: tuple[int, ...],
+    strides: tuple[int, ...],
+    offset: int,
+    start: int,
+    onchip: bool,
+    es: int,
+    key: tuple[Any, ...],
+) -> tuple[tuple[int, ...], tuple[int, ...], int, int] | None: ...
 
 @final
 class Program:

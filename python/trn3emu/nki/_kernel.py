@@ -622,48 +622,15 @@ class NkiTensor:
 
 def _plain_view(t: Tensor, key: tuple) -> Tensor | None:
     """`t[key]` when every entry is an int index or a step-less slice within the dim (the views
-    kernels take in their loops), else None: `Tensor.__getitem__` handles (and refuses) the rest."""
-    shape, strides = t.shape, t.strides
-    if t.dyn is not None or len(key) > len(shape):
+    kernels take in their loops), else None: `Tensor.__getitem__` handles (and refuses) the rest.
+    The geometry is `_native.view_geometry` (`memory/view.rs`)."""
+    if t.dyn is not None:
         return None
-    out_shape, out_strides = [], []
-    offset, start = t.offset, t.start
-    onchip = t.mem != "hbm"
-    es = SIZES[t.dtype]
-    for d, k in enumerate(key):
-        n, st = shape[d], strides[d]
-        if type(k) is int:
-            i = k + n if k < 0 else k
-            if not 0 <= i < n:
-                return None
-            if d == 0 and onchip:
-                start += i
-                out_shape.append(1)
-                out_strides.append(st)
-            else:
-                offset += i * st * es
-            continue
-        if k.step is not None:
-            return None
-        a, b = k.start, k.stop
-        a = 0 if a is None else a
-        b = n if b is None else b
-        if type(a) is not int or type(b) is not int or a < 0 or b > n or a >= b:
-            return None
-        if d == 0 and onchip:
-            start += a
-        else:
-            offset += a * st * es
-        out_shape.append(b - a)
-        out_strides.append(st)
-    out_shape.extend(shape[len(key) :])
-    out_strides.extend(strides[len(key) :])
-    if onchip and len(out_shape) < 2:
-        out_shape.append(1)
-        out_strides.append(1)
-    if not out_shape:
-        out_shape, out_strides = [1], [1]
-    return t._view(out_shape, out_strides, offset, start)
+    try:
+        g = _native.view_geometry(t.shape, t.strides, t.offset, t.start, t.mem != "hbm", SIZES[t.dtype], key)
+    except (TypeError, OverflowError):  # (geometry beyond 64-bit integers: the general path)
+        return None
+    return None if g is None else t._view(*g)
 
 
 def _norm_key(key):

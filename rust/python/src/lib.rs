@@ -14,6 +14,7 @@ mod signals;
 mod threads;
 mod trace;
 mod ultra;
+mod view;
 
 use pyo3::prelude::*;
 
@@ -27,6 +28,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pattern::AccessPattern>()?;
     m.add_function(wrap_pyfunction!(pattern::access_pattern, m)?)?;
     m.add_function(wrap_pyfunction!(call::call_operands, m)?)?;
+    m.add_function(wrap_pyfunction!(view::view_geometry, m)?)?;
     m.add_class::<program::RangeAllocator>()?;
     m.add_class::<trace::RawTrace>()?;
     m.add_function(wrap_pyfunction!(numerics::convert_from_f32, m)?)?;

@@ -5,6 +5,7 @@ pub mod hbm;
 pub mod onchip;
 pub mod ranges;
 pub mod rows;
+pub mod view;
 pub mod zeroed;
 
 pub use ap::{Ap, DynKind, DynSrc, Dynamic};

@@ -90,7 +90,7 @@ class _Tile:
         self._ap, self._t = ap, type("T", (), {"core": core})()
 
 
-def test_call_operands_takes_tiles_and_plain_values_and_hands_the_rest_to_slow():
+def test_call_plan_takes_tiles_and_plain_values_and_hands_the_rest_to_slow():
     ap = _native.access_pattern(_ap(0))
     plan = ((0, True, None), (None, False, None), (2, True, str.upper), (1, True, None))
     seen = []
@@ -99,14 +99,16 @@ def test_call_operands_takes_tiles_and_plain_values_and_hands_the_rest_to_slow()
         seen.append((v, is_dst, core, uses))
         return None if v == ["bail"] else f"slow:{v}"
 
-    ops = _native.call_operands(plan, [None, 7, 8], (_Tile(ap), "dropped", "x", 2.5), _Tile, 0, "u", (), slow)
+    ops = _native.CallPlan(plan, [None, 7, 8], (), _Tile, slow).operands((_Tile(ap), "dropped", "x", 2.5), 0, "u")
     assert ops == (ap, 2.5, "X") and seen == []  # the tile's pattern, a converted and a plain value
     # another core's tile, a non-plain value: to `slow` (with whether its position is an HBM dst)
-    ops = _native.call_operands(plan, [None, 7, 8], (_Tile(ap, core=1), "-", "x", [1]), _Tile, 0, "u", (1,), slow)
+    ops = _native.CallPlan(plan, [None, 7, 8], (1,), _Tile, slow).operands((_Tile(ap, core=1), "-", "x", [1]), 0, "u")
     assert ops[1:] == ("slow:[1]", "X") and seen[1] == ([1], True, 0, "u")
     assert type(seen[0][0]) is _Tile and seen[0][1:] == (False, 0, "u")
     plan2 = ((0, True, None), (1, True, None))
-    assert _native.call_operands(plan2, [None, None], (["bail"], 1), _Tile, 0, "u", (), slow) is None
+    assert _native.CallPlan(plan2, [None, None], (), _Tile, slow).operands((["bail"], 1), 0, "u") is None
+    with pytest.raises(ValueError):
+        _native.CallPlan(((2, True, None),), [None, None], (), _Tile, slow)  # past the operands
 
 
 @pytest.mark.parametrize(("mem", "shape"), [("sbuf", (128, 512)), ("hbm", (4096, 128)), ("sbuf", (64, 4, 32))])

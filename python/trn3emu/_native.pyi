@@ -13,7 +13,7 @@ __all__ = [
     "RangeAllocator",
     "RawTrace",
     "access_pattern",
-    "call_operands",
+    "CallPlan",
     "view_geometry",
     "convert_from_f32",
     "convert_to_f32",
@@ -73,16 +73,19 @@ class AccessPattern:
     def at(self, offset: int) -> AccessPattern: ...
 
 def access_pattern(t: Any) -> Any: ...
-def call_operands(
-    plan: tuple[Any, ...],
-    base: list[Any],
-    values: Any,
-    nki_tensor: type,
-    core: Any,
-    uses: Any,
-    dsts: tuple[int, ...],
-    slow: Callable[..., Any],
-) -> tuple[Any, ...] | None: ...
+
+@final
+class CallPlan:
+    def __new__(
+        cls,
+        plan: tuple[Any, ...],
+        base: list[Any],
+        dsts: list[int] | tuple[int, ...],
+        nki_tensor: type,
+        slow: Callable[..., Any],
+    ) -> CallPlan: ...
+    def operands(self, values: Any, core: Any, uses: Any) -> tuple[Any, ...] | None: ...
+
 def view_geometry(
     shape: tuple[int, ...],
     strides: tuple[int, ...],

@@ -16,7 +16,6 @@ import sys
 import types
 
 from .._asm import INSTRUCTION_FLAGS, INSTRUCTIONS
-from .._native import call_operands as _call_operands
 from ..errors import EmuError
 from ..program import _ap_of, _enum_name
 from ..tensor import Reg, Tensor
@@ -125,18 +124,15 @@ def emit(ctx, opcode: str, engine, name, args, depth: int) -> int | None:
         raise
 
 
-def emit_call(ctx, opcode: str, plan: tuple, base: list, values, depth: int) -> int | None:
+def emit_call(ctx, opcode: str, plan: tuple, base: list, values, depth: int, native=None) -> int | None:
     """`emit` straight from a call's argument values (positional ones, then keyword ones):
     `plan` gives per value its operand position, whether it is an ISA operand and its converter
-    (`nki.isa`), `base` the operands' defaults. One pass over the given values; None (nothing
-    done) as for `emit`."""
+    (`nki.isa`), `base` the operands' defaults, `native` the same plan as a `_native.CallPlan`.
+    One pass over the given values; None (nothing done) as for `emit`."""
     prog = ctx.program
     core = prog.core
-    dsts = _HBM_DSTS.get(opcode)
-    if dsts is None:
-        dsts = hbm_dsts(opcode)
     # the usual call in one native pass (HBM destinations and new HBM tensors: the Python loop)
-    ops = _call_operands(plan, base, values, NkiTensor, core, prog._hbm_uses, dsts, _slow_operand)
+    ops = None if native is None else native.operands(values, core, prog._hbm_uses)
     if ops is None:
         ops = _operands(prog, core, opcode, plan, base, values, ctx)
         if ops is None:
@@ -155,7 +151,7 @@ def emit_call(ctx, opcode: str, plan: tuple, base: list, values, depth: int) -> 
 
 
 def _slow_operand(v, is_dst: bool, core: int, uses):
-    """The operand of value `v` that `_native.call_operands` could not take itself, as the Python
+    """The operand of value `v` that `_native.CallPlan.operands` could not take itself, as the Python
     loop of `_operands` gives it: a tile view seen for the first time (its pattern kept), an HBM
     tensor the program names already (read, not written), an enum member; None for anything else
     (the loop takes the call)."""
@@ -173,7 +169,7 @@ def _slow_operand(v, is_dst: bool, core: int, uses):
 
 
 def _operands(prog, core: int, opcode: str, plan: tuple, base: list, values, ctx) -> tuple | None:
-    """`emit_call`'s operand tuple, value by value in Python (what `_native.call_operands` did
+    """`emit_call`'s operand tuple, value by value in Python (what `_native.CallPlan.operands` did
     not take: HBM tensors, views seen for the first time, enum members), with the HBM writes
     recorded; None (nothing done) when an operand needs the general path."""
     uses = prog._hbm_uses

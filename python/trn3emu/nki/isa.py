@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _native
 from .._asm import ENUMS, INSTRUCTIONS, AssemblerMixin
 from ..errors import NotSupportedError
 from ..program import _enum_name
@@ -280,7 +281,14 @@ def _make(opname: str):
         entries = tuple((slots.get(k), k in spec, convs.get(k)) for k in keys)
         # ISA operands (and dropped keywords) only: `_emit.emit_call` takes it in one pass
         fused = all(i is None or i < n_isa for i, _, _ in entries)
-        return entries, fused
+        # (the plan read once natively: `_native.CallPlan.operands` builds a call's operands)
+        if not fused:
+            return entries, fused, None
+        return (
+            entries,
+            fused,
+            _native.CallPlan(entries, base_ops, _emit.hbm_dsts(opname), NkiTensor, _emit._slow_operand),
+        )
 
     def fn(*args, **kwargs):
         if _before_issue:  # e.g. legacy results still pending: issued first, in program order
@@ -303,14 +311,14 @@ def _make(opname: str):
             if plan is None:
                 plan = plans[keys] = plan_for(keys)
             if plan:
-                entries, fused = plan
+                entries, fused, native = plan
                 ctx = _STACK[-1] if _STACK else current()
                 prog = ctx.program
                 direct = ctx.direct_ops.get(opname)
                 if direct is None:
                     direct = ctx.direct_ops[opname] = getattr(getattr(prog, opname), "__func__", None) is method
                 if fused and direct and not ctx.vregs:
-                    index = _emit.emit_call(ctx, opname, entries, base_ops, values, 1)
+                    index = _emit.emit_call(ctx, opname, entries, base_ops, values, 1, native)
                     if index is not None:
                         return Instruction(ctx, index, opname)
                 vals = base.copy()

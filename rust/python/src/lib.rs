@@ -27,7 +27,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<program::Program>()?;
     m.add_class::<pattern::AccessPattern>()?;
     m.add_function(wrap_pyfunction!(pattern::access_pattern, m)?)?;
-    m.add_function(wrap_pyfunction!(call::call_operands, m)?)?;
+    m.add_class::<call::CallPlan>()?;
     m.add_function(wrap_pyfunction!(view::view_geometry, m)?)?;
     m.add_class::<program::RangeAllocator>()?;
     m.add_class::<trace::RawTrace>()?;

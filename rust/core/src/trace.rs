@@ -116,23 +116,36 @@ impl Trace {
                     .push((e.time_ps, i, e.value, e.record));
             }
         }
-        for v in sig.values_mut() {
-            v.sort_unstable();
-        }
+        // Each semaphore's increments in order, as (running value after it, record): a wait's
+        // signaller is the first increment whose running value reaches the threshold (binary
+        // search: auto-sync counters take thousands of increments, one scan per wait was
+        // quadratic).
+        let sig: HashMap<(u8, u16), Vec<(u64, u32)>> = sig
+            .into_iter()
+            .map(|(k, mut v)| {
+                v.sort_unstable();
+                let mut cum = 0u64;
+                let run = v
+                    .iter()
+                    .map(|&(_, _, d, rec)| {
+                        cum += d as u64;
+                        (cum, rec)
+                    })
+                    .collect();
+                (k, run)
+            })
+            .collect();
         for e in self.sems.iter_mut().filter(|e| e.wait) {
             e.by = -1;
             let Some(v) = sig.get(&(e.core, e.sem)) else {
                 continue;
             };
-            let mut cum = 0u64;
-            for &(_, _, d, rec) in v {
-                if cum >= e.value as u64 {
-                    break;
-                }
-                cum += d as u64;
-                if cum >= e.value as u64 {
-                    e.by = rec as i64;
-                }
+            if e.value == 0 {
+                continue;
+            }
+            let k = v.partition_point(|&(cum, _)| cum < e.value as u64);
+            if let Some(&(_, rec)) = v.get(k) {
+                e.by = rec as i64;
             }
         }
     }

@@ -1058,8 +1058,20 @@ class _Traced:
         ]
         self.inputs: list[Tensor] = inputs
         self.preload: list[tuple[int, np.ndarray]] = preload
+        self.written_inputs = _written_inputs(inputs, contexts, preload, self.device_dependent)
         self.result = result
         self.prints = [(c.pid, prefix, t) for c in contexts for prefix, t in c.prints]
+
+
+def _written_inputs(inputs: list[Tensor], contexts, preload, device_dependent: bool) -> list[int]:
+    """Positions of the inputs a launch may write (the ones whose write-back is checked after a
+    run): those whose HBM bytes meet a range an instruction or a tracing-time write records
+    (`TraceContext.hbm_writes`, the preloads). Every input when the trace read device values."""
+    if device_dependent:
+        return list(range(len(inputs)))
+    spans = [w for c in contexts for w in c.hbm_writes]
+    spans += [(addr, addr + np.asarray(data).nbytes) for addr, data in preload]
+    return [i for i, t in enumerate(inputs) if any(lo < t.offset + t.nbytes and t.offset < hi for lo, hi in spans)]
 
 
 #: instructions that draw from or set a random generator (their results depend on the run: not reusable)
@@ -1262,7 +1274,8 @@ class _Run:
         self.kernel.last_programs = traced.programs
         for pid, prefix, t in traced.prints:
             print(f"{prefix} (program {pid}):\n{dev.hbm.get(t.tensor)}")
-        for i, (a, t) in enumerate(arrays):  # inputs the kernel wrote to: copied back, as on the device
+        for i in traced.written_inputs:  # inputs the kernel wrote to: copied back, as on the device
+            a, t = arrays[i]
             if not dev.hbm.holds(t, a):
                 if a.flags.writeable:
                     a[...] = dev.hbm.get(t).reshape(a.shape)

@@ -116,24 +116,109 @@ impl Trace {
                     .push((e.time_ps, i, e.value, e.record));
             }
         }
-        for v in sig.values_mut() {
-            v.sort_unstable();
-        }
+        // Each semaphore's increments in order, as (running value after it, record): a wait's
+        // signaller is the first increment whose running value reaches the threshold (binary
+        // search: auto-sync counters take thousands of increments, one scan per wait was
+        // quadratic).
+        let sig: HashMap<(u8, u16), Vec<(u64, u32)>> = sig
+            .into_iter()
+            .map(|(k, mut v)| {
+                v.sort_unstable();
+                let mut cum = 0u64;
+                let run = v
+                    .iter()
+                    .map(|&(_, _, d, rec)| {
+                        cum += d as u64;
+                        (cum, rec)
+                    })
+                    .collect();
+                (k, run)
+            })
+            .collect();
         for e in self.sems.iter_mut().filter(|e| e.wait) {
             e.by = -1;
             let Some(v) = sig.get(&(e.core, e.sem)) else {
                 continue;
             };
-            let mut cum = 0u64;
-            for &(_, _, d, rec) in v {
-                if cum >= e.value as u64 {
-                    break;
-                }
-                cum += d as u64;
-                if cum >= e.value as u64 {
-                    e.by = rec as i64;
-                }
+            if e.value == 0 {
+                continue;
+            }
+            let k = v.partition_point(|&(cum, _)| cum < e.value as u64);
+            if let Some(&(_, rec)) = v.get(k) {
+                e.by = rec as i64;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(sem: u16, wait: bool, value: u32, time_ps: u64, record: u32) -> SemEvent {
+        SemEvent {
+            core: (sem % 2) as u8,
+            sem,
+            wait,
+            value,
+            time_ps,
+            record,
+            by: 7,
+        }
+    }
+
+    /// The definition: replay the increments in visibility order (ties in posting order) and
+    /// take the one whose running value first reaches the threshold.
+    fn naive_by(sems: &[SemEvent], w: &SemEvent) -> i64 {
+        let mut incs: Vec<(u64, usize, u32, u32)> = sems
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| !e.wait && e.core == w.core && e.sem == w.sem)
+            .map(|(i, e)| (e.time_ps, i, e.value, e.record))
+            .collect();
+        incs.sort();
+        let mut cum = 0u64;
+        for (_, _, d, rec) in incs {
+            if cum >= w.value as u64 {
+                break;
+            }
+            cum += d as u64;
+            if cum >= w.value as u64 {
+                return rec as i64;
+            }
+        }
+        -1
+    }
+
+    #[test]
+    fn link_semaphores_finds_the_increment_reaching_each_threshold() {
+        let mut r = 12345u64;
+        let mut next = |n: u64| {
+            r = r
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (r >> 33) % n
+        };
+        let mut t = Trace::default();
+        for i in 0..3000u32 {
+            let sem = next(4) as u16;
+            let wait = next(3) == 0;
+            // thresholds past the total and 0 included; deltas of 0..3; equal times tie
+            let value = if wait {
+                next(1200) as u32
+            } else {
+                next(4) as u32
+            };
+            t.sems.push(event(sem, wait, value, next(500) * 10, i));
+        }
+        let want: Vec<i64> = t
+            .sems
+            .iter()
+            .map(|e| if e.wait { naive_by(&t.sems, e) } else { 7 })
+            .collect();
+        assert!(want.contains(&-1) && want.iter().filter(|&&b| b >= 0).count() > 100);
+        t.link_semaphores();
+        let got: Vec<i64> = t.sems.iter().map(|e| e.by).collect();
+        assert_eq!(got, want);
     }
 }

@@ -68,6 +68,9 @@ impl RaceLog {
     pub fn after(&self, bound: u32) -> impl Iterator<Item = Access<'_>> {
         let from = if self.unsorted {
             0
+        } else if self.meta.last().is_none_or(|m| m.0 <= bound) {
+            // Everything logged is ordered before (the usual answer: one look, no search).
+            self.meta.len()
         } else {
             self.meta.partition_point(|m| m.0 <= bound)
         };
@@ -86,6 +89,15 @@ impl RaceLog {
 
     /// Keep only the accesses after epoch `bound`, in order.
     pub fn retain_after(&mut self, bound: u32) {
+        if !self.unsorted {
+            // Epochs ascend: the accesses to drop are a prefix (often none or all).
+            let k = self.meta.partition_point(|m| m.0 <= bound);
+            if k > 0 {
+                self.meta.drain(..k);
+                self.regions.drain(..k);
+            }
+            return;
+        }
         let mut k = 0;
         for i in 0..self.meta.len() {
             if self.meta[i].0 > bound {

@@ -254,6 +254,8 @@ pub struct Scheduler<'d, 'p> {
     pub(super) pool: Option<std::sync::Arc<super::parallel::Pool<'p>>>,
     /// The regions of the step being run (one buffer, reused).
     regions: Vec<Region>,
+    /// `now` when `pick` last ran: the time the picked instruction's semaphores are settled at.
+    picked_at: u64,
 }
 
 /// Run one program per listed core to completion, polling `monitor` on the way.
@@ -329,6 +331,9 @@ fn load_programs<'p>(
 /// Every core's agents, each engine stream listing its instructions.
 fn make_agents(progs: &[Option<&Program>]) -> Vec<Agent> {
     let n_agents = NUM_CORES * AGENTS_PER_CORE;
+    // Clocks only count the agents of cores up to the last with a program (the others never
+    // act): a one-core run joins and copies 10 entries, not 80.
+    let n_clock = progs.iter().rposition(Option::is_some).map_or(0, |c| c + 1) * AGENTS_PER_CORE;
     let mut agents: Vec<Agent> = (0..n_agents)
         .map(|a| Agent {
             core: (a / AGENTS_PER_CORE) as u8,
@@ -339,7 +344,7 @@ fn make_agents(progs: &[Option<&Program>]) -> Vec<Agent> {
             free: 0,
             // Only agents of cores with a program carry a vector clock.
             vc: if progs[a / AGENTS_PER_CORE].is_some() {
-                vec![0; n_agents]
+                vec![0; n_clock]
             } else {
                 Vec::new()
             },
@@ -364,6 +369,18 @@ fn make_agents(progs: &[Option<&Program>]) -> Vec<Agent> {
         }
     }
     agents
+}
+
+/// Room for the trace of a run without branches, so it does not grow by copies: at most two
+/// records per instruction (a DMA's trigger and transfer), about as many semaphore events.
+/// Capacity no record uses costs address space only. The trace grows fallibly past it.
+fn reserve_trace(t: &mut crate::trace::Trace, progs: &[Option<&Program>], limit: u64) {
+    let n: usize = progs.iter().flatten().map(|p| p.instrs.len()).sum();
+    let records = n
+        .saturating_mul(2)
+        .min(usize::try_from(limit).unwrap_or(usize::MAX));
+    let _ = t.records.try_reserve_exact(records);
+    let _ = t.sems.try_reserve_exact(records);
 }
 
 /// The agents that can ever act, in index order: the engine streams of cores with a program
@@ -400,6 +417,10 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         let progs = load_programs(programs, opts.prevalidated, check)?;
         let agents = make_agents(&progs);
         let active = acting(&agents, &progs);
+        let mut result = RunResult::default();
+        if opts.trace {
+            reserve_trace(&mut result.trace, &progs, opts.trace_limit);
+        }
         let sems = (0..NUM_CORES * NUM_SEMAPHORES as usize)
             .map(|_| Sem::default())
             .collect();
@@ -417,7 +438,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             inter: Intercore::default(),
             fabric,
             sem_latency,
-            result: RunResult::default(),
+            result,
             now: 0,
             since_prune: 0,
             monitor: None,
@@ -427,6 +448,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             limits,
             pool: None,
             regions: Vec::new(),
+            picked_at: 0,
         })
     }
 
@@ -505,6 +527,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
     /// class), then to the lower agent index. `None` when every stream and queue is done; a
     /// deadlock error when streams remain but none can ever run.
     fn pick(&mut self) -> Result<Option<Pick>> {
+        self.picked_at = self.now;
         let mut best: Option<(u64, u8, usize)> = None;
         for i in 0..self.active.len() {
             let ai = self.active[i];
@@ -541,8 +564,10 @@ impl<'d, 'p> Scheduler<'d, 'p> {
 
     /// When stream `ai` could start its next instruction: its semaphore waits met (and, for a
     /// rendezvous, its group released); `None` while a wait or the group cannot be met yet.
+    /// The semaphores are settled only when the instruction issues (`next_instr`): the time of
+    /// an increment already visible stands for 0 here, as `pick` starts nothing before `now`.
     #[inline]
-    fn stream_ready(&mut self, ai: usize) -> Option<(u64, u8)> {
+    fn stream_ready(&self, ai: usize) -> Option<(u64, u8)> {
         let a = &self.agents[ai];
         if a.pos >= a.list.len() {
             return None;
@@ -550,9 +575,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         let ins = &self.progs[a.core as usize]?.instrs[a.list[a.pos] as usize];
         let mut t = a.free;
         for w in &ins.waits {
-            let s = &mut self.sems[sem_id(a.core, w.sem)];
-            s.settle(self.now);
-            t = t.max(s.reach_at(w.value)?);
+            t = t.max(self.sems[sem_id(a.core, w.sem)].reach_at(w.value)?);
         }
         if intercore::is_rendezvous(ins) {
             match self.inter.ready(ai) {
@@ -724,7 +747,10 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         let idx = a.list[a.pos];
         let ins = &prog.instrs[idx as usize];
         for w in &ins.waits {
-            self.sems[sem_id(a.core, w.sem)].join_reach(w.value, &mut a.vc);
+            // Settled at the time `pick` chose the stream, as when `pick` settled them itself.
+            let s = &mut self.sems[sem_id(a.core, w.sem)];
+            s.settle(self.picked_at);
+            s.join_reach(w.value, &mut a.vc);
         }
         let mut work = Work::Instr;
         if intercore::is_rendezvous(ins) {

@@ -23,7 +23,10 @@
 //!   midpoint test at the top of the range, and values >= 2^128 round to inf either way). exp
 //!   takes its range from the fp32 input instead: x >= -87 gives a normal result
 //!   (e^-87 > 2^-126 (1 + 2^-40)), and below -104 the result rounds to +0 whatever the error.
-//!   Other lanes (fp32 subnormal results, NaN, inputs below -87, rare near-midpoint values) are
+//!   exp lanes with inputs below -104 are then stored as +0 in the loop (`tiny_zero`: masked
+//!   scores in attention kernels are all such). Other lanes (fp32 subnormal results, NaN,
+//!   inputs in [-104, -87), rare near-midpoint values; for sigmoid, silu and tanh also their
+//!   inputs below -87) are
 //!   evaluated again with the input clamped to [-150, 100], decided there when possible, else
 //!   by an interval check of half-width `D` = 2^-39 (exp.rs's `certain` with a wider interval:
 //!   the error here is larger than the portable path's), and then, if still undecided, by the

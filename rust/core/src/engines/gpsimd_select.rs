@@ -6,6 +6,7 @@ use super::{same_shape, Ctx, Semantics};
 use crate::error::{fail, ErrorKind::*, Result};
 use crate::isa::ops::AffineSelect;
 use crate::isa::AluOp;
+use crate::kernels::simd;
 use crate::memory::{Ap, Mem};
 use crate::numerics;
 
@@ -58,15 +59,55 @@ impl Select<'_> {
         true
     }
 
-    /// Set the elements of one row whose affine value fails `keep` to the fill word.
+    /// Set the elements of one row whose affine value fails `keep` to the fill word, with the
+    /// widest vectors the host has (the same select on every path).
     #[inline(always)]
     fn fill_row<const ES: usize>(&self, out: &mut [u8], base: i32, keep: &impl Fn(i32) -> bool) {
+        #[cfg(target_arch = "x86_64")]
+        match simd::path() {
+            // SAFETY: simd::path reports a path only when the host has its features.
+            simd::Path::Avx512 => return unsafe { self.fill_row_avx512::<ES>(out, base, keep) },
+            simd::Path::Avx2Fma => return unsafe { self.fill_row_avx2::<ES>(out, base, keep) },
+            simd::Path::Portable => {}
+        }
+        self.fill_row_body::<ES>(out, base, keep)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn fill_row_avx512<const ES: usize>(
+        &self,
+        out: &mut [u8],
+        base: i32,
+        keep: &impl Fn(i32) -> bool,
+    ) {
+        self.fill_row_body::<ES>(out, base, keep)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn fill_row_avx2<const ES: usize>(
+        &self,
+        out: &mut [u8],
+        base: i32,
+        keep: &impl Fn(i32) -> bool,
+    ) {
+        self.fill_row_body::<ES>(out, base, keep)
+    }
+
+    /// Every element written (kept ones with their own bytes): a select, which vectorises
+    /// (a conditional store does not).
+    #[inline(always)]
+    fn fill_row_body<const ES: usize>(
+        &self,
+        out: &mut [u8],
+        base: i32,
+        keep: &impl Fn(i32) -> bool,
+    ) {
         let fill: [u8; ES] = std::array::from_fn(|k| self.fill.to_le_bytes()[k]);
         let (els, _) = out.as_chunks_mut::<ES>();
         for (e, &o) in els.iter_mut().zip(self.rel) {
-            if !keep(base.wrapping_add(o)) {
-                *e = fill;
-            }
+            *e = if keep(base.wrapping_add(o)) { *e } else { fill };
         }
     }
 }

@@ -442,10 +442,29 @@ pub fn fill_raw(mems: &mut Mems, ap: &Ap, v: u32) -> bool {
     true
 }
 
-/// The byte range of row `r` of a dense on-chip pattern, in its memory's host buffer.
-fn dense_row(ap: &Ap, stride: usize, r: usize) -> std::ops::Range<usize> {
-    let lo = (ap.start as usize + r) * stride + ap.offset as usize;
-    lo..lo + ap.free_size() * ap.dtype.size()
+/// Where the rows of a dense on-chip pattern sit in its memory's host buffer (partitions
+/// `stride` bytes apart), computed once per instruction rather than per row.
+#[derive(Clone, Copy)]
+struct Dense {
+    first: usize,
+    stride: usize,
+    len: usize,
+}
+
+impl Dense {
+    fn new(ap: &Ap, stride: usize) -> Self {
+        Dense {
+            first: ap.start as usize * stride + ap.offset as usize,
+            stride,
+            len: ap.free_size() * ap.dtype.size(),
+        }
+    }
+
+    /// The byte range of row `r`.
+    fn row(self, r: usize) -> std::ops::Range<usize> {
+        let lo = self.first + r * self.stride;
+        lo..lo + self.len
+    }
 }
 
 /// Split `raw` into the mutable `d` and shared views of `srcs`, when every source is disjoint
@@ -522,13 +541,15 @@ fn fused_dense_min<const N: usize>(
     let (dmem, other) = dst_and_other(&mut ctx.mems, dst.mem);
     let stride_d = dmem.stride();
     let stride_o = other.stride();
+    let dg = Dense::new(dst, stride_d);
+    let sg = srcs.map(|s| Dense::new(s, if s.mem == dst.mem { stride_d } else { stride_o }));
     // Check every row first, so a refusal leaves memory untouched.
     let mut in_place = false;
     for r in 0..dst.parts as usize {
-        let d = dense_row(dst, stride_d, r);
-        for s in srcs {
+        let d = dg.row(r);
+        for (s, g) in srcs.iter().zip(sg) {
             if s.mem == dst.mem {
-                let x = dense_row(s, stride_d, r);
+                let x = g.row(r);
                 // in place only for long rows: the per-row copy and split cost more than
                 // the block path's batched decode for short ones
                 if x == d && d.len() >= in_place_min {
@@ -540,17 +561,18 @@ fn fused_dense_min<const N: usize>(
         }
     }
     if in_place {
-        return fused_in_place(dmem, other, dst, &srcs, kernel);
+        return fused_in_place(dmem, other, dst, (&srcs, dg, sg), kernel);
     }
     for r in 0..dst.parts as usize {
-        let d = dense_row(dst, stride_d, r);
-        let same = srcs.map(|s| (s.mem == dst.mem).then(|| dense_row(s, stride_d, r)));
+        let d = dg.row(r);
+        let same: [Option<std::ops::Range<usize>>; N] =
+            std::array::from_fn(|i| (srcs[i].mem == dst.mem).then(|| sg[i].row(r)));
         let Some((out, mine)) = split_around(dmem.raw_mut(), d, same) else {
             return false;
         };
         let mut views: [&[u8]; N] = [&[]; N];
-        for ((v, m), s) in views.iter_mut().zip(mine).zip(srcs) {
-            *v = m.unwrap_or_else(|| &other.raw()[dense_row(s, stride_o, r)]);
+        for ((v, m), g) in views.iter_mut().zip(mine).zip(sg) {
+            *v = m.unwrap_or_else(|| &other.raw()[g.row(r)]);
         }
         kernel(r, views, out);
     }
@@ -563,14 +585,14 @@ fn fused_in_place<const N: usize>(
     dmem: &mut OnChip,
     other: &OnChip,
     dst: &Ap,
-    srcs: &[&Ap; N],
+    (srcs, dg, sg): (&[&Ap; N], Dense, [Dense; N]),
     kernel: impl Fn(usize, [&[u8]; N], &mut [u8]),
 ) -> bool {
-    let (stride_d, stride_o) = (dmem.stride(), other.stride());
     let mut old = Vec::new();
     for r in 0..dst.parts as usize {
-        let d = dense_row(dst, stride_d, r);
-        let rows = srcs.map(|s| (s.mem == dst.mem).then(|| dense_row(s, stride_d, r)));
+        let d = dg.row(r);
+        let rows: [Option<std::ops::Range<usize>>; N] =
+            std::array::from_fn(|i| (srcs[i].mem == dst.mem).then(|| sg[i].row(r)));
         old.clear();
         old.extend_from_slice(&dmem.raw()[d.clone()]);
         let same = rows.clone().map(|x| x.filter(|x| *x != d));
@@ -578,11 +600,11 @@ fn fused_in_place<const N: usize>(
             return false;
         };
         let mut views: [&[u8]; N] = [&[]; N];
-        for (((v, m), s), x) in views.iter_mut().zip(mine).zip(srcs).zip(&rows) {
+        for (((v, m), g), x) in views.iter_mut().zip(mine).zip(sg).zip(&rows) {
             *v = match (m, x) {
                 (Some(m), _) => m,
                 (None, Some(x)) if *x == d => &old,
-                _ => &other.raw()[dense_row(s, stride_o, r)],
+                _ => &other.raw()[g.row(r)],
             };
         }
         kernel(r, views, out);

@@ -23,7 +23,10 @@
 //!   midpoint test at the top of the range, and values >= 2^128 round to inf either way). exp
 //!   takes its range from the fp32 input instead: x >= -87 gives a normal result
 //!   (e^-87 > 2^-126 (1 + 2^-40)), and below -104 the result rounds to +0 whatever the error.
-//!   Other lanes (fp32 subnormal results, NaN, inputs below -87, rare near-midpoint values) are
+//!   exp lanes with inputs below -104 are then stored as +0 in the loop (`tiny_zero`: masked
+//!   scores in attention kernels are all such). Other lanes (fp32 subnormal results, NaN,
+//!   inputs in [-104, -87), rare near-midpoint values; for sigmoid, silu and tanh also their
+//!   inputs below -87) are
 //!   evaluated again with the input clamped to [-150, 100], decided there when possible, else
 //!   by an interval check of half-width `D` = 2^-39 (exp.rs's `certain` with a wider interval:
 //!   the error here is larger than the portable path's), and then, if still undecided, by the
@@ -321,6 +324,19 @@ unsafe fn fix(
     fallbacks
 }
 
+/// exp lanes left undecided by `step` whose input is below `EXP_TINY_X`: +0 whatever the error
+/// (what `fix` decides for them too), stored here without `fix`'s re-evaluation (the masked
+/// lanes of flash attention's `exp(s - max)` are all such). Returns the decided lanes.
+#[inline(always)]
+unsafe fn tiny_zero<const F: u8>(k: &K, x: __m512, ok: u16, out: *mut f32) -> u16 {
+    if F != EXP || ok == u16::MAX {
+        return ok;
+    }
+    let tiny = _mm512_mask_cmp_ps_mask::<_CMP_LT_OQ>(!ok, x, k.tiny_x);
+    _mm512_mask_storeu_ps(out, tiny, _mm512_setzero_ps());
+    ok | tiny
+}
+
 /// The affine step before the function, `x * scale + bias` in fp32 (two roundings), with the
 /// operations that cannot change the result skipped: `* 1` (exact; a signalling NaN would be
 /// quieted, but NaN lanes are recomputed from the input in `fix`), `+ -0.0` (exact), and `+ 0.0`
@@ -373,6 +389,7 @@ unsafe fn run<const F: u8, const MUL: bool, const ADD: bool>(
         let ok1 = step(f, &k, pre(raw[1]), dst.add(i + 16));
         if ok0 & ok1 != u16::MAX {
             for (h, ok) in [ok0, ok1].into_iter().enumerate() {
+                let ok = tiny_zero::<F>(&k, pre(raw[h]), ok, dst.add(i + 16 * h));
                 if ok != u16::MAX {
                     let mut xs = [0f32; 16];
                     _mm512_storeu_ps(xs.as_mut_ptr(), raw[h]);
@@ -389,6 +406,7 @@ unsafe fn run<const F: u8, const MUL: bool, const ADD: bool>(
         _mm_prefetch::<_MM_HINT_ET0>(dst.wrapping_add(i + 512) as *const i8);
         let raw = _mm512_loadu_ps(src.add(i));
         let ok = step(f, &k, pre(raw), dst.add(i));
+        let ok = tiny_zero::<F>(&k, pre(raw), ok, dst.add(i));
         if ok != u16::MAX {
             let mut xs = [0f32; 16];
             _mm512_storeu_ps(xs.as_mut_ptr(), raw);

@@ -34,22 +34,47 @@ thread_local! {
     static PANEL: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Most logical rows an operand has: every partition, two per partition in double_row.
+const MAX_ROWS: usize = 2 * crate::hw::PARTITIONS;
+
+/// An operand's logical rows as byte slices, held on the stack (no allocation per matmul).
+struct LogicalRows<'r> {
+    rows: [&'r [u8]; MAX_ROWS],
+    n: usize,
+}
+
+impl<'r> std::ops::Deref for LogicalRows<'r> {
+    type Target = [&'r [u8]];
+    fn deref(&self) -> &Self::Target {
+        &self.rows[..self.n]
+    }
+}
+
 /// The logical rows of `ap` (partition `r / groups`, part `r % groups`) as byte slices.
-fn logical_rows<'r>(rows: &'r Rows, ap: &Ap, groups: usize) -> Result<Vec<&'r [u8]>> {
+fn logical_rows<'r>(rows: &'r Rows, ap: &Ap, groups: usize) -> Result<LogicalRows<'r>> {
+    let outside = || {
+        fail(
+            Internal,
+            "operand_row_outside_memory",
+            "operand row outside memory",
+        )
+    };
+    let n = ap.parts as usize * groups;
+    if n > MAX_ROWS {
+        return Err(outside());
+    }
     let wb = ap.free_size() / groups * ap.dtype.size();
-    (0..ap.parts as usize * groups)
-        .map(|r| {
-            rows.row(r / groups)?
-                .get((r % groups) * wb..(r % groups + 1) * wb)
-                .ok_or_else(|| {
-                    fail(
-                        Internal,
-                        "operand_row_outside_memory",
-                        "operand row outside memory",
-                    )
-                })
-        })
-        .collect()
+    let mut out = LogicalRows {
+        rows: [&[]; MAX_ROWS],
+        n,
+    };
+    for (r, o) in out.rows[..n].iter_mut().enumerate() {
+        *o = rows
+            .row(r / groups)?
+            .get((r % groups) * wb..(r % groups + 1) * wb)
+            .ok_or_else(outside)?;
+    }
+    Ok(out)
 }
 
 /// Hint the cache to fetch `bytes` (no architectural effect). Partition rows sit 256 KiB apart,

@@ -75,17 +75,28 @@ fn test_bit(words: &[u64], b: usize) -> bool {
     words.get(b / 64).is_some_and(|w| w >> (b % 64) & 1 == 1)
 }
 
-/// Set bits `lo..hi`.
+/// Set bits `lo..hi`: the partial words at either end masked, the whole words between filled.
 fn set_bits(words: &mut [u64], lo: usize, hi: usize) {
-    let mut b = lo;
-    while b < hi {
-        let (w, s) = (b / 64, b % 64);
-        let n = (64 - s).min(hi - b);
-        let mask = if n == 64 { !0 } else { ((1u64 << n) - 1) << s };
-        if let Some(x) = words.get_mut(w) {
-            *x |= mask;
+    if lo >= hi {
+        return;
+    }
+    let (w0, w1) = (lo / 64, (hi - 1) / 64);
+    let head = !0u64 << (lo % 64);
+    let tail = !0u64 >> (63 - (hi - 1) % 64);
+    if w0 == w1 {
+        if let Some(x) = words.get_mut(w0) {
+            *x |= head & tail;
         }
-        b += n;
+        return;
+    }
+    if let Some(x) = words.get_mut(w0) {
+        *x |= head;
+    }
+    if let Some(mid) = words.get_mut(w0 + 1..w1.min(words.len())) {
+        mid.fill(!0);
+    }
+    if let Some(x) = words.get_mut(w1) {
+        *x |= tail;
     }
 }
 
@@ -305,4 +316,30 @@ pub fn stage_general(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_bits_sets_exactly_the_range() {
+        for lo in 0..200 {
+            for hi in lo..260 {
+                let mut words = [0u64; 4];
+                set_bits(&mut words, lo, hi);
+                for b in 0..256 {
+                    assert_eq!(
+                        test_bit(&words, b),
+                        b >= lo && b < hi,
+                        "bit {b} of {lo}..{hi}"
+                    );
+                }
+            }
+        }
+        // bits already set stay set
+        let mut words = [1u64 << 63, 1, 0];
+        set_bits(&mut words, 10, 20);
+        assert_eq!(words, [(1u64 << 63) | (((1u64 << 10) - 1) << 10), 1, 0]);
+    }
 }

@@ -115,6 +115,36 @@ def test_allocator_frees_a_dead_owners_range_once():
     assert a.alloc_owned(SBUF_BYTES + 1, "z", Owner()) is None and a.live == {}
 
 
+def test_allocator_alloc_owned_places_as_alloc_and_track():
+    """The native one-step `alloc_owned` against `alloc` + `track` on random sequences of
+    allocations and owner deaths (several owners dying between allocations): the same offsets,
+    live ranges and recently freed ranges."""
+    import random
+
+    class Owner:
+        pass
+
+    rng = random.Random(5)
+    for bank in (0, 2048):
+        a, b = Allocator("X", 64 * 1024, 64, bank), Allocator("X", 64 * 1024, 64, bank)
+        held_a, held_b = [], []
+        for step in range(400):
+            for _ in range(rng.choice((0, 0, 1, 2, 3))):
+                if held_a:
+                    i = rng.randrange(len(held_a))
+                    del held_a[i], held_b[i]
+            n = rng.choice((64, 100, 512, 2048, 4096))
+            oa, ob = Owner(), Owner()
+            off = a.alloc_owned(n, f"t{step}", oa)
+            key, off_b = b.alloc(n, f"t{step}")
+            b.track(ob, key)
+            assert off == off_b
+            held_a.append(oa)
+            held_b.append(ob)
+            assert sorted(a._live.values()) == sorted(b._live.values())
+        assert a.live == b.live and a._recent == b._recent
+
+
 # ------------------------------------------------------------------------ one-step append
 def _kernel_instructions(body, *arrays):
     """The text of every instruction `body` traces (labels dropped: they name source lines)."""

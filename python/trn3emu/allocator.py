@@ -52,14 +52,22 @@ class Allocator:
     def __init__(self, what: str, capacity: int, align: int = ALIGN, bank: int = 0) -> None:
         self.what, self.capacity, self.align, self.bank = what, capacity, align, bank
         self._live: dict[int, tuple[int, int, str]] = {}  # key -> (lo, hi, label)
-        self._ranges = _native.RangeAllocator(capacity, align, bank, ROTATE)
-        # Tracked owners: id(weak reference) -> (the reference, key). When an owner dies its
-        # reference is appended to `_dead` by `list.append` itself, C code that runs no Python
+        # Tracked owners: weak reference -> key (a reference hashes as its owner did, identity for
+        # the owners tracked here, and keeps that hash once the owner is gone). When an owner dies
+        # its reference is appended to `_dead` by `list.append` itself, C code that runs no Python
         # bytecode: a Ctrl-C arriving then is raised in the kernel's code, never inside a
         # finalizer (where Python would print "Exception ignored" and swallow it).
-        self._owners: dict[int, tuple[weakref.ref, int]] = {}
+        self._owners: dict[weakref.ref, int] = {}
         self._dead: list[weakref.ref] = []
         self._on_dead = self._dead.append  # the owners' weakref callback (bound once)
+        self._ranges = _native.RangeAllocator(
+            capacity, align, bank, ROTATE, self._live, self._owners, self._dead, self._on_dead
+        )
+        #: `alloc_owned(nbytes, label, owner)`: `alloc` + `track` in one step for an int `nbytes`
+        #: >= 1 (freeing the ranges of dead owners first, as `live` does): the byte offset, or None
+        #: when no range fits (nothing done; `alloc` raises the error that says why). Native: the
+        #: tile allocation of every `nl.ndarray` in a traced loop.
+        self.alloc_owned = self._ranges.alloc_owned
 
     @classmethod
     def sbuf(cls) -> Allocator:
@@ -70,17 +78,15 @@ class Allocator:
         return cls("PSUM", PSUM_BYTES, ALIGN, PSUM_BANK)
 
     def track(self, owner: object, key: int) -> None:
-        """Free `key`'s range once `owner` is garbage."""
-        r = weakref.ref(owner, self._on_dead)
-        self._owners[id(r)] = (r, key)
+        """Free `key`'s range once `owner` (hashed by identity) is garbage."""
+        self._owners[weakref.ref(owner, self._on_dead)] = key
 
     @property
     def live(self) -> dict[int, tuple[int, int, str]]:
         """The ranges in use: key -> (lo, hi, label), after freeing those of dead owners."""
         dead = self._dead
         while dead:
-            _, key = self._owners.pop(id(dead.pop()))
-            self._release(key)
+            self._release(self._owners.pop(dead.pop()))
         return self._live
 
     @property
@@ -103,23 +109,6 @@ class Allocator:
         key, pos = got
         self._live[key] = (pos, pos + nbytes, label)
         return got
-
-    def alloc_owned(self, nbytes: int, label: str, owner: object) -> int | None:
-        """`alloc` + `track` in one step for an int `nbytes` >= 1: the byte offset, or None when
-        no range fits (nothing done; `alloc` raises the error that says why)."""
-        dead, live, owners = self._dead, self._live, self._owners
-        while dead:  # (`live` and `_release`, inlined)
-            _, key = owners.pop(id(dead.pop()))
-            if live.pop(key, None) is not None:
-                self._ranges.release(key)
-        got = self._ranges.alloc(nbytes)
-        if got is None:
-            return None
-        key, pos = got
-        live[key] = (pos, pos + nbytes, label)
-        r = weakref.ref(owner, self._on_dead)
-        owners[id(r)] = (r, key)
-        return pos
 
     def place(self, offset: int, nbytes: int, label: str, error: type = CapacityError) -> int:
         """Reserve an explicit range (may overlap live tiles: aliasing is the kernel's intent)."""

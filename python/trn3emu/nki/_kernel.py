@@ -898,10 +898,13 @@ class TraceContext:
                 ap = _native.access_pattern(t._t.to_ap())  # (moved to each tile's offset)
                 if type(ap) is _native.AccessPattern:
                     alloc = self.sbuf if buffer == "sbuf" else self.psum
-                    self._sites[key] = (code, t._t, b.row_bytes, b.label, ap, alloc, b.parts)
+                    kt = t._t  # (the fields every tile of the line shares)
+                    kt = (kt.mem, kt.dtype, kt.name, kt.core, kt.shape, kt.strides, kt.framework, kt.block)
+                    self._sites[key] = (code, kt, b.row_bytes, b.label, ap, alloc, b.parts)
             return t
-        _, known_tile, row, label, ap, alloc, parts = hit
-        block = _Block(parts, row, label)
+        _, known, row, label, ap, alloc, parts = hit
+        block = _new(_Block)  # `_Block(parts, row, label)`, inlined
+        block.parts, block.row_bytes, block.label = parts, row, label
         off = alloc.alloc_owned(row, label, block)
         if off is None:  # full: `alloc` evicts block tiles' blocks or says what holds the memory
             try:
@@ -909,14 +912,14 @@ class TraceContext:
             except CapacityError:
                 key, off = self._alloc_evicting(alloc, row, label)
             alloc.track(block, key)
-        t = _new(Tensor)  # `known_tile._view(shape, strides, off, 0)`, inlined (a static tile)
-        t.mem, t.dtype, t.name, t.core = known_tile.mem, known_tile.dtype, known_tile.name, known_tile.core
-        t.shape, t.strides, t.offset, t.start = known_tile.shape, known_tile.strides, off, 0
-        t.dyn, t.framework, t.block = None, known_tile.framework, known_tile.block
+        mem, dt, tname, core, tshape, strides, framework, hbm_block = known
+        t = _new(Tensor)  # the line's first tile `._view(shape, strides, off, 0)`, inlined (a static tile)
+        t.mem, t.dtype, t.name, t.core, t.shape, t.strides = mem, dt, tname, core, tshape, strides
+        t.offset, t.start, t.dyn, t.framework, t.block = off, 0, None, framework, hbm_block
         if buffer == "psum":
             self.program._native.psum_fresh(0, parts, off, row)
-        nt = NkiTensor(t, buffer, block, name)
-        nt._ap = ap.at(off)
+        nt = _new(NkiTensor)  # `NkiTensor(t, buffer, block, name)`, inlined
+        nt._t, nt.buffer, nt._block, nt.name, nt._ap = t, buffer, block, name, ap.at(off)
         return nt
 
     def _new_tile(self, buffer: str, dt: str, shape: tuple, name) -> tuple[Tensor, int]:

@@ -1252,6 +1252,9 @@ for _n, _f in list(globals().items()):
         globals()[_n] = _checked(_f)
 
 
+_UNSET = object()  # (a keyword not given)
+
+
 def _ndarray_entry(checked):
     """`nl.ndarray` as kernels call it in their loops, `nl.ndarray(shape, dtype=..., buffer=...)`
     (a tuple shape, a buffer name, no other keyword), straight to the trace context's tile
@@ -1261,16 +1264,24 @@ def _ndarray_entry(checked):
     stack = _kernel_stack
 
     @functools.wraps(checked)
-    def ndarray(*args, **kwargs):
-        if len(args) == 1 and len(kwargs) == 2 and stack:
+    def ndarray(*args, dtype=_UNSET, buffer=_UNSET, **kwargs):
+        if len(args) == 1 and not kwargs and stack and dtype is not _UNSET and type(buffer) is str:
             shape = args[0]
-            buffer = kwargs.get("buffer")
-            if "dtype" in kwargs and type(buffer) is str and type(shape) is tuple and ParDim not in map(type, shape):
+            if type(shape) is tuple and (
+                len(shape) == 2
+                and type(shape[0]) is not ParDim
+                and type(shape[1]) is not ParDim
+                or ParDim not in map(type, shape)
+            ):
                 try:
-                    return stack[-1].tile(shape, kwargs["dtype"], buffer, "")
+                    return stack[-1].tile(shape, dtype, buffer, "")
                 except EmuError as e:
                     _note_lowering(e, "ndarray")
                     raise
+        if dtype is not _UNSET:
+            kwargs["dtype"] = dtype
+        if buffer is not _UNSET:
+            kwargs["buffer"] = buffer
         return checked(*args, **kwargs)
 
     return ndarray

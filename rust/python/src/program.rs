@@ -5,7 +5,7 @@ use crate::args;
 use crate::errors::{guarded, py_err, to_py};
 use crate::signals::SignalCheck;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple, PyWeakrefReference};
 use trn3emu_core as core;
 use trn3emu_core::asm::{self, Assembler};
 use trn3emu_core::isa::{Engine, Instr};
@@ -223,15 +223,79 @@ impl Program {
 #[pyclass(module = "trn3emu._native")]
 pub struct RangeAllocator {
     inner: core::memory::ranges::RangeAllocator,
+    owned: Owned,
+}
+
+/// The Python `Allocator`'s owner bookkeeping that `RangeAllocator.alloc_owned` updates:
+/// `live` (key -> (lo, hi, label)), `owners` (weak reference -> key), `dead` (the references of
+/// dead owners, appended by `on_dead`, their callback: `dead.append`).
+struct Owned {
+    live: Py<PyDict>,
+    owners: Py<PyDict>,
+    dead: Py<PyList>,
+    on_dead: Py<PyAny>,
 }
 
 #[pymethods]
 impl RangeAllocator {
+    /// `live`, `owners`, `dead` and `on_dead`: the Python allocator's owner bookkeeping (`Owned`).
     #[new]
-    fn new(capacity: u64, align: u64, bank: u64, rotate: usize) -> Self {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        capacity: u64,
+        align: u64,
+        bank: u64,
+        rotate: usize,
+        live: Py<PyDict>,
+        owners: Py<PyDict>,
+        dead: Py<PyList>,
+        on_dead: Py<PyAny>,
+    ) -> Self {
         RangeAllocator {
             inner: core::memory::ranges::RangeAllocator::new(capacity, align, bank, rotate),
+            owned: Owned {
+                live,
+                owners,
+                dead,
+                on_dead,
+            },
         }
+    }
+
+    /// `trn3emu.allocator.Allocator.alloc_owned` in one call: frees the ranges of the owners in
+    /// `dead` (last first), places `nbytes` (at least 1), records `live[key] = (start, start +
+    /// nbytes, label)` and `owners[weakref.ref(owner, on_dead)] = key`; the start, or None when
+    /// no range fits (nothing recorded).
+    fn alloc_owned<'py>(
+        &mut self,
+        py: Python<'py>,
+        nbytes: u64,
+        label: Bound<'py, PyAny>,
+        owner: Bound<'py, PyAny>,
+    ) -> PyResult<Option<u64>> {
+        let o = &self.owned;
+        let (live, owners, dead) = (o.live.bind(py), o.owners.bind(py), o.dead.bind(py));
+        while let Some(n) = dead.len().checked_sub(1) {
+            let r = dead.get_item(n)?;
+            dead.del_item(n)?;
+            let key = owners
+                .get_item(&r)?
+                .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(r.clone().unbind()))?;
+            owners.del_item(&r)?;
+            if live.get_item(&key)?.is_some_and(|v| !v.is_none()) {
+                live.del_item(&key)?;
+                self.inner.release(key.extract()?);
+            }
+        }
+        let Some((key, pos)) = self.inner.alloc(nbytes) else {
+            return Ok(None);
+        };
+        live.set_item(key, (pos, pos + nbytes, label))?;
+        owners.set_item(
+            PyWeakrefReference::new_with(&owner, o.on_dead.bind(py))?,
+            key,
+        )?;
+        Ok(Some(pos))
     }
 
     /// `(key, start)` of a new range of `nbytes` (at least 1), or None when none fits.

@@ -62,6 +62,13 @@ pub fn activate(
                 Some(kern) => {
                     exp::map_affine_into(kern, x, row, (s, b), |t| act::apply_checked(f, t, 0.0));
                 }
+                // copy / bypass return their input (`apply_checked`): the affine step is the
+                // whole function, done in the decode pass (the same two fp32 roundings)
+                None if matches!(f, ActFn::Copy | ActFn::Bypass) => {
+                    for (v, e) in row.iter_mut().zip(x.chunks_exact(4)) {
+                        *v = f32::from_le_bytes([e[0], e[1], e[2], e[3]]) * s + b;
+                    }
+                }
                 None => {
                     for (v, e) in row.iter_mut().zip(x.chunks_exact(4)) {
                         *v = f32::from_le_bytes([e[0], e[1], e[2], e[3]]);

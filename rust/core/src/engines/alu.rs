@@ -282,16 +282,40 @@ pub fn apply_vec_inplace(op: AluOp, v: &mut [f32], y: &[f32], rev: bool) {
 
 /// `apply_slices` on little-endian fp32 bytes (`x`, `y`, `out` of equal length), for the fused
 /// in-memory path; same results as `apply`.
-pub fn apply_bytes(op: AluOp, x: &[u8], y: &[u8], out: &mut [u8]) {
+/// An input given as None is the destination row itself (in place): each element is read
+/// before it is written, so the results equal those from a copy of the old row.
+pub fn apply_bytes(op: AluOp, x: Option<&[u8]>, y: Option<&[u8]>, out: &mut [u8]) {
     #[inline(always)]
-    fn zip(x: &[u8], y: &[u8], out: &mut [u8], f: impl Fn(f32, f32) -> f32) {
-        let ld = |c: &[u8]| f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-        for ((o, a), b) in out
-            .chunks_exact_mut(4)
-            .zip(x.chunks_exact(4))
-            .zip(y.chunks_exact(4))
-        {
-            o.copy_from_slice(&f(ld(a), ld(b)).to_le_bytes());
+    fn ld(c: &[u8]) -> f32 {
+        f32::from_le_bytes([c[0], c[1], c[2], c[3]])
+    }
+    #[inline(always)]
+    fn zip(x: Option<&[u8]>, y: Option<&[u8]>, out: &mut [u8], f: impl Fn(f32, f32) -> f32) {
+        let out = out.chunks_exact_mut(4);
+        match (x, y) {
+            (Some(x), Some(y)) => {
+                for ((o, a), b) in out.zip(x.chunks_exact(4)).zip(y.chunks_exact(4)) {
+                    o.copy_from_slice(&f(ld(a), ld(b)).to_le_bytes());
+                }
+            }
+            (None, Some(y)) => {
+                for (o, b) in out.zip(y.chunks_exact(4)) {
+                    let v = f(ld(o), ld(b));
+                    o.copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            (Some(x), None) => {
+                for (o, a) in out.zip(x.chunks_exact(4)) {
+                    let v = f(ld(a), ld(o));
+                    o.copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            (None, None) => {
+                for o in out {
+                    let v = ld(o);
+                    o.copy_from_slice(&f(v, v).to_le_bytes());
+                }
+            }
         }
     }
     per_op!(op, zip, x, y, out)
@@ -299,8 +323,29 @@ pub fn apply_bytes(op: AluOp, x: &[u8], y: &[u8], out: &mut [u8]) {
 
 /// One row of `tensor_scalar` on little-endian fp32 bytes: `out = op1(op0(x, k0), k1)` (each
 /// with its `rev` order; `op1` None = op0 only); same results as `apply`, for the fused path.
+/// `x` None = in place on `out` (each element read before it is written).
 #[allow(clippy::too_many_arguments)]
 pub fn apply_scalar_bytes(
+    op0: AluOp,
+    rev0: bool,
+    k0: f32,
+    op1: Option<AluOp>,
+    rev1: bool,
+    k1: f32,
+    x: Option<&[u8]>,
+    out: &mut [u8],
+) {
+    match x {
+        Some(x) => scalar_bytes(op0, rev0, k0, op1, rev1, k1, x, out),
+        None => scalar_bytes_in_place(op0, rev0, k0, op1, rev1, k1, out),
+    }
+}
+
+/// `apply_scalar_bytes` from `x` into `out` (not inlined: inlined into the dispatcher, its
+/// loops lost their vectorisation, ~25 % slower).
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn scalar_bytes(
     op0: AluOp,
     rev0: bool,
     k0: f32,
@@ -330,6 +375,47 @@ pub fn apply_scalar_bytes(
         (AluOp::Add, false, Some(AluOp::Multiply), false) => each(x, out, |v| (v + k0) * k1),
         (AluOp::Subtract, false, Some(AluOp::Multiply), false) => each(x, out, |v| (v - k0) * k1),
         _ => each(x, out, |v| {
+            let t = one(op0, rev0, k0, v);
+            match op1 {
+                Some(op1) => one(op1, rev1, k1, t),
+                None => t,
+            }
+        }),
+    }
+}
+
+/// `apply_scalar_bytes` in place on `out`.
+#[inline(never)]
+fn scalar_bytes_in_place(
+    op0: AluOp,
+    rev0: bool,
+    k0: f32,
+    op1: Option<AluOp>,
+    rev1: bool,
+    k1: f32,
+    out: &mut [u8],
+) {
+    #[inline(always)]
+    fn each(out: &mut [u8], f: impl Fn(f32) -> f32) {
+        for o in out.chunks_exact_mut(4) {
+            let v = f(f32::from_le_bytes([o[0], o[1], o[2], o[3]]));
+            o.copy_from_slice(&v.to_le_bytes());
+        }
+    }
+    let one = |op: AluOp, rev: bool, k: f32, v: f32| {
+        if rev {
+            apply(op, k, v)
+        } else {
+            apply(op, v, k)
+        }
+    };
+    match (op0, rev0, op1, rev1) {
+        (AluOp::Multiply, false, Some(AluOp::Add), false) => each(out, |v| v * k0 + k1),
+        (AluOp::Multiply, false, None, _) => each(out, |v| v * k0),
+        (AluOp::Add, false, None, _) => each(out, |v| v + k0),
+        (AluOp::Add, false, Some(AluOp::Multiply), false) => each(out, |v| (v + k0) * k1),
+        (AluOp::Subtract, false, Some(AluOp::Multiply), false) => each(out, |v| (v - k0) * k1),
+        _ => each(out, |v| {
             let t = one(op0, rev0, k0, v);
             match op1 {
                 Some(op1) => one(op1, rev1, k1, t),

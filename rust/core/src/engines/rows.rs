@@ -509,17 +509,28 @@ pub fn fused_dense<const N: usize>(
     srcs: [&Ap; N],
     kernel: impl Fn(usize, [&[u8]; N], &mut [u8]),
 ) -> bool {
-    fused_dense_min(ctx, dst, srcs, IN_PLACE_MIN_BYTES, kernel)
+    let old = std::cell::RefCell::new(Vec::new());
+    fused_dense_min(ctx, dst, srcs, IN_PLACE_MIN_BYTES, |r, views, out| {
+        if views.iter().all(Option::is_some) {
+            return kernel(r, views.map(|v| v.unwrap_or_default()), out);
+        }
+        // in place: the kernel reads a copy of the old row
+        let mut old = old.borrow_mut();
+        old.clear();
+        old.extend_from_slice(out);
+        let old: &[u8] = &old;
+        kernel(r, views.map(|v| v.unwrap_or(old)), out)
+    })
 }
 
-/// `fused_dense` running in place on rows of any length: for cheap elementwise kernels
-/// (Vector tensor_scalar / tensor_tensor), whose per-row copy costs less than the block
-/// path's decode and encode even on short rows.
+/// `fused_dense` running in place on rows of any length, for elementwise kernels (Vector
+/// tensor_scalar / tensor_tensor): an input given to the kernel as None is the destination row
+/// itself, which the kernel must read element by element before writing (no copy is made).
 pub fn fused_dense_any<const N: usize>(
     ctx: &mut Ctx,
     dst: &Ap,
     srcs: [&Ap; N],
-    kernel: impl Fn(usize, [&[u8]; N], &mut [u8]),
+    kernel: impl Fn(usize, [Option<&[u8]>; N], &mut [u8]),
 ) -> bool {
     fused_dense_min(ctx, dst, srcs, 0, kernel)
 }
@@ -529,7 +540,7 @@ fn fused_dense_min<const N: usize>(
     dst: &Ap,
     srcs: [&Ap; N],
     in_place_min: usize,
-    kernel: impl Fn(usize, [&[u8]; N], &mut [u8]),
+    kernel: impl Fn(usize, [Option<&[u8]>; N], &mut [u8]),
 ) -> bool {
     if !std::iter::once(dst)
         .chain(srcs)
@@ -570,41 +581,38 @@ fn fused_dense_min<const N: usize>(
         let Some((out, mine)) = split_around(dmem.raw_mut(), d, same) else {
             return false;
         };
-        let mut views: [&[u8]; N] = [&[]; N];
+        let mut views: [Option<&[u8]>; N] = [None; N];
         for ((v, m), g) in views.iter_mut().zip(mine).zip(sg) {
-            *v = m.unwrap_or_else(|| &other.raw()[g.row(r)]);
+            *v = Some(m.unwrap_or_else(|| &other.raw()[g.row(r)]));
         }
         kernel(r, views, out);
     }
     true
 }
 
-/// `fused_dense` when some input is exactly the destination's row: that row is copied before
-/// the kernel overwrites it (rows were checked: every other same-memory input is disjoint).
+/// `fused_dense` when some input is exactly the destination's row: the kernel gets None for
+/// that input (rows were checked: every other same-memory input is disjoint).
 fn fused_in_place<const N: usize>(
     dmem: &mut OnChip,
     other: &OnChip,
     dst: &Ap,
     (srcs, dg, sg): (&[&Ap; N], Dense, [Dense; N]),
-    kernel: impl Fn(usize, [&[u8]; N], &mut [u8]),
+    kernel: impl Fn(usize, [Option<&[u8]>; N], &mut [u8]),
 ) -> bool {
-    let mut old = Vec::new();
     for r in 0..dst.parts as usize {
         let d = dg.row(r);
         let rows: [Option<std::ops::Range<usize>>; N] =
             std::array::from_fn(|i| (srcs[i].mem == dst.mem).then(|| sg[i].row(r)));
-        old.clear();
-        old.extend_from_slice(&dmem.raw()[d.clone()]);
         let same = rows.clone().map(|x| x.filter(|x| *x != d));
         let Some((out, mine)) = split_around(dmem.raw_mut(), d.clone(), same) else {
             return false;
         };
-        let mut views: [&[u8]; N] = [&[]; N];
+        let mut views: [Option<&[u8]>; N] = [None; N];
         for (((v, m), g), x) in views.iter_mut().zip(mine).zip(sg).zip(&rows) {
             *v = match (m, x) {
-                (Some(m), _) => m,
-                (None, Some(x)) if *x == d => &old,
-                _ => &other.raw()[g.row(r)],
+                (Some(m), _) => Some(m),
+                (None, Some(x)) if *x == d => None,
+                _ => Some(&other.raw()[g.row(r)]),
             };
         }
         kernel(r, views, out);

@@ -341,6 +341,71 @@ pub fn apply_scalar_bytes(
     }
 }
 
+/// A row loop of `apply_scalar_bytes`: applies a per-element function from `x` into `out`, or
+/// in place on `out` (each element read before it is written).
+trait RowLoop {
+    fn each(self, f: impl Fn(f32) -> f32);
+}
+
+struct FromTo<'a>(&'a [u8], &'a mut [u8]);
+
+struct InPlace<'a>(&'a mut [u8]);
+
+impl RowLoop for FromTo<'_> {
+    #[inline(always)]
+    fn each(self, f: impl Fn(f32) -> f32) {
+        for (o, a) in self.1.chunks_exact_mut(4).zip(self.0.chunks_exact(4)) {
+            o.copy_from_slice(&f(f32::from_le_bytes([a[0], a[1], a[2], a[3]])).to_le_bytes());
+        }
+    }
+}
+
+impl RowLoop for InPlace<'_> {
+    #[inline(always)]
+    fn each(self, f: impl Fn(f32) -> f32) {
+        for o in self.0.chunks_exact_mut(4) {
+            let v = f(f32::from_le_bytes([o[0], o[1], o[2], o[3]]));
+            o.copy_from_slice(&v.to_le_bytes());
+        }
+    }
+}
+
+/// The operator pair of `apply_scalar_bytes` as one closure run by `rows`: the common pairs
+/// as straight arithmetic (vectorised), any other through `apply`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn scalar_rows(
+    op0: AluOp,
+    rev0: bool,
+    k0: f32,
+    op1: Option<AluOp>,
+    rev1: bool,
+    k1: f32,
+    rows: impl RowLoop,
+) {
+    let one = |op: AluOp, rev: bool, k: f32, v: f32| {
+        if rev {
+            apply(op, k, v)
+        } else {
+            apply(op, v, k)
+        }
+    };
+    match (op0, rev0, op1, rev1) {
+        (AluOp::Multiply, false, Some(AluOp::Add), false) => rows.each(|v| v * k0 + k1),
+        (AluOp::Multiply, false, None, _) => rows.each(|v| v * k0),
+        (AluOp::Add, false, None, _) => rows.each(|v| v + k0),
+        (AluOp::Add, false, Some(AluOp::Multiply), false) => rows.each(|v| (v + k0) * k1),
+        (AluOp::Subtract, false, Some(AluOp::Multiply), false) => rows.each(|v| (v - k0) * k1),
+        _ => rows.each(|v| {
+            let t = one(op0, rev0, k0, v);
+            match op1 {
+                Some(op1) => one(op1, rev1, k1, t),
+                None => t,
+            }
+        }),
+    }
+}
+
 /// `apply_scalar_bytes` from `x` into `out` (not inlined: inlined into the dispatcher, its
 /// loops lost their vectorisation, ~25 % slower).
 #[allow(clippy::too_many_arguments)]
@@ -355,33 +420,7 @@ fn scalar_bytes(
     x: &[u8],
     out: &mut [u8],
 ) {
-    #[inline(always)]
-    fn each(x: &[u8], out: &mut [u8], f: impl Fn(f32) -> f32) {
-        for (o, a) in out.chunks_exact_mut(4).zip(x.chunks_exact(4)) {
-            o.copy_from_slice(&f(f32::from_le_bytes([a[0], a[1], a[2], a[3]])).to_le_bytes());
-        }
-    }
-    let one = |op: AluOp, rev: bool, k: f32, v: f32| {
-        if rev {
-            apply(op, k, v)
-        } else {
-            apply(op, v, k)
-        }
-    };
-    match (op0, rev0, op1, rev1) {
-        (AluOp::Multiply, false, Some(AluOp::Add), false) => each(x, out, |v| v * k0 + k1),
-        (AluOp::Multiply, false, None, _) => each(x, out, |v| v * k0),
-        (AluOp::Add, false, None, _) => each(x, out, |v| v + k0),
-        (AluOp::Add, false, Some(AluOp::Multiply), false) => each(x, out, |v| (v + k0) * k1),
-        (AluOp::Subtract, false, Some(AluOp::Multiply), false) => each(x, out, |v| (v - k0) * k1),
-        _ => each(x, out, |v| {
-            let t = one(op0, rev0, k0, v);
-            match op1 {
-                Some(op1) => one(op1, rev1, k1, t),
-                None => t,
-            }
-        }),
-    }
+    scalar_rows(op0, rev0, k0, op1, rev1, k1, FromTo(x, out))
 }
 
 /// `apply_scalar_bytes` in place on `out`.
@@ -395,34 +434,7 @@ fn scalar_bytes_in_place(
     k1: f32,
     out: &mut [u8],
 ) {
-    #[inline(always)]
-    fn each(out: &mut [u8], f: impl Fn(f32) -> f32) {
-        for o in out.chunks_exact_mut(4) {
-            let v = f(f32::from_le_bytes([o[0], o[1], o[2], o[3]]));
-            o.copy_from_slice(&v.to_le_bytes());
-        }
-    }
-    let one = |op: AluOp, rev: bool, k: f32, v: f32| {
-        if rev {
-            apply(op, k, v)
-        } else {
-            apply(op, v, k)
-        }
-    };
-    match (op0, rev0, op1, rev1) {
-        (AluOp::Multiply, false, Some(AluOp::Add), false) => each(out, |v| v * k0 + k1),
-        (AluOp::Multiply, false, None, _) => each(out, |v| v * k0),
-        (AluOp::Add, false, None, _) => each(out, |v| v + k0),
-        (AluOp::Add, false, Some(AluOp::Multiply), false) => each(out, |v| (v + k0) * k1),
-        (AluOp::Subtract, false, Some(AluOp::Multiply), false) => each(out, |v| (v - k0) * k1),
-        _ => each(out, |v| {
-            let t = one(op0, rev0, k0, v);
-            match op1 {
-                Some(op1) => one(op1, rev1, k1, t),
-                None => t,
-            }
-        }),
-    }
+    scalar_rows(op0, rev0, k0, op1, rev1, k1, InPlace(out))
 }
 
 /// `out[g] = x[g*m] op x[g*m+1] op ... op x[g*m+m-1]` (left to right from the first element,

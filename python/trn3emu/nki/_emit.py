@@ -141,7 +141,15 @@ def emit_call(ctx, opcode: str, plan: tuple, base: list, values, depth: int, nat
     bar = ctx.launch.trace_progress
     if bar is not None:
         bar.tick()
-    loc, label = site(depth + 1, name=None)
+    # `site(depth + 1, None)`, inlined: the call's frame, its cached ("file:line", label)
+    f = sys._getframe(depth + 1)
+    if _INTERNAL.get(f.f_code.co_filename) is not False:  # (not a kernel's own frame)
+        f = user_frame(f)
+    hit = None if f is None else _SITES.get((id(f.f_code), f.f_lasti, None))
+    if hit is not None and hit[0] is f.f_code:
+        loc, label = hit[1], hit[2]
+    else:
+        loc, label = site(depth + 1, None)
     try:
         return prog._native.append(opcode, None, ops, [], [], label)
     except EmuError as e:

@@ -169,11 +169,29 @@ def _perf_mode(v: Any) -> Any:
     return v
 
 
+#: id of an op token an operand converter saw -> (the token, its name): `op_name` less one call
+_OP_OPERANDS: dict[int, tuple[Any, Any]] = {}
+
+
+def _op_operand(v: Any) -> Any:
+    """`_tensor_or(op_name)` with the tokens seen before looked up first (never an NKI tensor)."""
+    hit = _OP_OPERANDS.get(id(v))
+    if hit is not None and hit[0] is v:
+        return hit[1]
+    if isinstance(v, NkiTensor):
+        return v.tensor  # the property: index views check their bounds there
+    name = op_name(v)
+    if len(_OP_OPERANDS) > 1024:
+        _OP_OPERANDS.clear()
+    _OP_OPERANDS[id(v)] = (v, name)  # (the token held: its id is not reused)
+    return name
+
+
 def _converter(kind: str, enum_id: Any):
     """The operand conversion for an ISA operand kind (NKI tensors -> views, op tokens -> names,
     numbers -> float / int lists), picked once per operand when the wrapper is built."""
     if enum_id in _ENUM_KINDS:
-        return _tensor_or(op_name)
+        return _op_operand
     if enum_id == "matmul_perf_mode":
         return _tensor_or(_perf_mode)
     if kind in ("f32", "tensor_or_f32"):

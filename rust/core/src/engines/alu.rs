@@ -336,8 +336,8 @@ pub fn apply_scalar_bytes(
     out: &mut [u8],
 ) {
     match x {
-        Some(x) => scalar_bytes(op0, rev0, k0, op1, rev1, k1, x, out),
-        None => scalar_bytes_in_place(op0, rev0, k0, op1, rev1, k1, out),
+        Some(x) => scalar_rows(op0, rev0, k0, op1, rev1, k1, FromTo(x, out)),
+        None => scalar_rows(op0, rev0, k0, op1, rev1, k1, InPlace(out)),
     }
 }
 
@@ -371,9 +371,10 @@ impl RowLoop for InPlace<'_> {
 }
 
 /// The operator pair of `apply_scalar_bytes` as one closure run by `rows`: the common pairs
-/// as straight arithmetic (vectorised), any other through `apply`.
+/// as straight arithmetic (vectorised), any other through `apply`. Not inlined (one copy per
+/// row loop): inlined into the dispatcher, its loops lost their vectorisation (~25 % slower).
 #[allow(clippy::too_many_arguments)]
-#[inline(always)]
+#[inline(never)]
 fn scalar_rows(
     op0: AluOp,
     rev0: bool,
@@ -404,37 +405,6 @@ fn scalar_rows(
             }
         }),
     }
-}
-
-/// `apply_scalar_bytes` from `x` into `out` (not inlined: inlined into the dispatcher, its
-/// loops lost their vectorisation, ~25 % slower).
-#[allow(clippy::too_many_arguments)]
-#[inline(never)]
-fn scalar_bytes(
-    op0: AluOp,
-    rev0: bool,
-    k0: f32,
-    op1: Option<AluOp>,
-    rev1: bool,
-    k1: f32,
-    x: &[u8],
-    out: &mut [u8],
-) {
-    scalar_rows(op0, rev0, k0, op1, rev1, k1, FromTo(x, out))
-}
-
-/// `apply_scalar_bytes` in place on `out`.
-#[inline(never)]
-fn scalar_bytes_in_place(
-    op0: AluOp,
-    rev0: bool,
-    k0: f32,
-    op1: Option<AluOp>,
-    rev1: bool,
-    k1: f32,
-    out: &mut [u8],
-) {
-    scalar_rows(op0, rev0, k0, op1, rev1, k1, InPlace(out))
 }
 
 /// `out[g] = x[g*m] op x[g*m+1] op ... op x[g*m+m-1]` (left to right from the first element,

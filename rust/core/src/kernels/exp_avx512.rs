@@ -549,6 +549,39 @@ mod tests {
     use super::*;
     use crate::kernels::simd::{host_supports, Path};
 
+    /// The f64 logistic function on libm's exp (stable form for each sign).
+    fn sig(v: f64) -> f64 {
+        if v >= 0.0 {
+            1.0 / (1.0 + (-v).exp())
+        } else {
+            v.exp() / (1.0 + v.exp())
+        }
+    }
+
+    /// The worst relative error of an 8-lane kernel against `reference` over `xs` (inputs
+    /// where the reference is 0 skipped). Needs a host with AVX-512F.
+    fn worst_relative(
+        xs: &[f64],
+        kernel: impl Fn(&K, __m512d) -> __m512d,
+        reference: impl Fn(f64) -> f64,
+    ) -> f64 {
+        let mut worst = 0f64;
+        // SAFETY: the callers check the host has AVX-512F.
+        let k = unsafe { k() };
+        for c in xs.chunks_exact(8) {
+            let mut y = [0f64; 8];
+            // SAFETY: as above; `c` and `y` hold 8 lanes.
+            unsafe { _mm512_storeu_pd(y.as_mut_ptr(), kernel(&k, _mm512_loadu_pd(c.as_ptr()))) };
+            for (x, y) in c.iter().zip(y) {
+                let r = reference(*x);
+                if r != 0.0 {
+                    worst = worst.max(((y - r) / r).abs());
+                }
+            }
+        }
+        worst
+    }
+
     #[test]
     fn fast_exp_is_within_its_error_bound() {
         // the 2^-42.5 the bit test's threshold relies on (module doc), against libm, on a dense
@@ -561,19 +594,8 @@ mod tests {
             .map(|i| (-150.0 + 250.0 * i as f64 / m as f64) as f32 as f64)
             .chain((0..4000u32).map(|i| f32::from_bits(0x3cb1_6a48 + i) as f64)) // ~ln2/32
             .collect();
-        let mut worst = 0f64;
-        for c in xs.chunks_exact(8) {
-            let mut y = [0f64; 8];
-            // SAFETY: the host has AVX-512F (checked above).
-            unsafe {
-                let k = k();
-                _mm512_storeu_pd(y.as_mut_ptr(), exp8(&k, _mm512_loadu_pd(c.as_ptr())));
-            }
-            for (x, y) in c.iter().zip(y) {
-                let l = x.exp();
-                worst = worst.max(((y - l) / l).abs());
-            }
-        }
+        // SAFETY: the host has AVX-512F (checked above).
+        let worst = worst_relative(&xs, |k, a| unsafe { exp8(k, a) }, f64::exp);
         eprintln!("AVX-512 exp: worst relative error 2^{:.2}", worst.log2());
         assert!(worst < 2f64.powf(-42.5), "worst relative error {worst:e}");
         assert!(worst > 2f64.powi(-48), "suspiciously exact: {worst:e}");
@@ -592,30 +614,9 @@ mod tests {
             .chain((0..400_000u32).map(|i| f32::from_bits(0x3df0_0000 + i) as f64)) // ~1/8
             .chain((0..400_000u32).map(|i| f32::from_bits(0x3800_0000 + 40 * i) as f64))
             .collect();
-        let sig = |v: f64| {
-            if v >= 0.0 {
-                1.0 / (1.0 + (-v).exp())
-            } else {
-                v.exp() / (1.0 + v.exp())
-            }
-        };
-        let (mut ws, mut wt) = (0f64, 0f64);
-        for c in xs.chunks_exact(8) {
-            let (mut s, mut t) = ([0f64; 8], [0f64; 8]);
-            // SAFETY: the host has AVX-512F (checked above).
-            unsafe {
-                let k = k();
-                let a = _mm512_loadu_pd(c.as_ptr());
-                _mm512_storeu_pd(s.as_mut_ptr(), sigmoid8(&k, a));
-                _mm512_storeu_pd(t.as_mut_ptr(), tanh8(&k, a));
-            }
-            for ((x, s), t) in c.iter().zip(s).zip(t) {
-                ws = ws.max(((s - sig(*x)) / sig(*x)).abs());
-                if *x != 0.0 {
-                    wt = wt.max(((t - x.tanh()) / x.tanh()).abs());
-                }
-            }
-        }
+        // SAFETY: the host has AVX-512F (checked above).
+        let ws = worst_relative(&xs, |k, a| unsafe { sigmoid8(k, a) }, sig);
+        let wt = worst_relative(&xs, |k, a| unsafe { tanh8(k, a) }, f64::tanh);
         eprintln!(
             "AVX-512 sigmoid 2^{:.2}, tanh 2^{:.2}",
             ws.log2(),
@@ -628,13 +629,6 @@ mod tests {
     /// act.rs's definitions written out: f64 formula, one rounding, limits at +-inf.
     fn reference(f: Func, x: f32) -> f32 {
         let v = x as f64;
-        let sig = |v: f64| {
-            if v >= 0.0 {
-                1.0 / (1.0 + (-v).exp())
-            } else {
-                v.exp() / (1.0 + v.exp())
-            }
-        };
         match (f, x) {
             (Func::Exp, _) => v.exp() as f32,
             (Func::Sigmoid | Func::Tanh, f32::INFINITY) => 1.0,

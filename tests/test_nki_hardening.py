@@ -130,3 +130,21 @@ def test_a_failed_launch_leaves_the_kernel_usable():
     with pytest.raises(ResourceError):
         k[1 << 20](X)
     np.testing.assert_array_equal(k(X * 2), X * 2)
+
+
+@pytest.mark.parametrize("buffer", ["sbuf", "psum", "hbm"])
+@pytest.mark.parametrize("dim", [4.5, 4.0, True])
+def test_a_non_integer_tile_dimension_is_refused_not_truncated(buffer, dim):
+    """nl.ndarray((128, 4.5)) used to become a (128, 4) tile silently (int() truncation)."""
+    from trn3emu.errors import ShapeError
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.ndarray((128, dim), dtype=nl.float32, buffer=getattr(nl, buffer))
+        nl.store(out, nl.load(x))
+        return out
+
+    with pytest.raises(ShapeError) as e:
+        k(np.zeros((128, 4), np.float32))
+    assert e.value.rule == "shape_not_integer" and repr(dim) in str(e.value)

@@ -44,7 +44,7 @@ from ..errors import (
 )
 from ..program import Program
 from ..progress import TraceProgress, wanted
-from ..tensor import Tensor
+from ..tensor import Tensor, _shape
 from . import _memory, _traceback
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -827,7 +827,7 @@ class TraceContext:
         return self.launch.device
 
     def alloc(self, shape, dtype, buffer: str, name: str = "", address=None, label: str = "") -> NkiTensor:
-        shape = tuple(map(int, shape if isinstance(shape, (tuple, list)) else (shape,)))
+        shape = tuple(map(int, _shape(shape)))  # (a float or bool entry is refused, not truncated)
         # an nl dtype is its name (a plain copy: comparing the subclass runs its __eq__)
         dt = str.__str__(dtype) if type(dtype) is Dtype else dtype_name(dtype)
         if not label:

@@ -58,6 +58,11 @@ impl Semantics for NcMatmul<'_> {
         } else {
             1
         };
+        let words = &mut ctx.state.psum_mm;
+        let ops = (st, mv, groups);
+        if kernels::matmul::matmul_in_place(&mut ctx.mems, words, ops, dst, self.accumulate)? {
+            return Ok(());
+        }
         let product = kernels::matmul::matmul(&ctx.mems, st, mv, groups)?;
         write_psum(ctx, self.accumulate, dst, &product.acc());
         Ok(())

@@ -4,12 +4,15 @@
 //! into row panels, then
 //! per column panel of the moving operand (in parallel) pack it and run the register-blocked
 //! microkernel (kernels/gemm.rs) against every row panel, and hand the `[M, N]` column sums
-//! (a [`Product`]) back to the engine for the PSUM write (kernels/psum.rs). Scratch buffers are reused across instructions. Each output element is one
-//! thread's fma chain in k order, so thread count and SIMD path never change a bit.
+//! (a [`Product`]) back to the engine for the PSUM write (kernels/psum.rs). A matmul on one
+//! thread into contiguous fp32 PSUM rows with a given `accumulate` skips the result buffer:
+//! `matmul_in_place` copies or adds each microkernel tile straight into PSUM. Scratch buffers
+//! are reused across instructions. Each output element is one thread's fma chain in k order,
+//! so thread count and SIMD path never change a bit.
 
 use super::decode::{decode_into, Rows};
 use super::gemm::{blocking, grow, micro, Blocking, MAX_TILE};
-use super::psum::Acc;
+use super::psum::{Acc, Layout};
 use super::simd;
 use crate::error::{fail, ErrorKind::Internal, Result};
 use crate::memory::onchip::Mems;
@@ -75,21 +78,6 @@ fn logical_rows<'r>(rows: &'r Rows, ap: &Ap, groups: usize) -> Result<LogicalRow
             .ok_or_else(outside)?;
     }
     Ok(out)
-}
-
-/// Hint the cache to fetch `bytes` (no architectural effect). Partition rows sit 256 KiB apart,
-/// a stride the hardware prefetchers do not follow.
-fn prefetch(bytes: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    for line in bytes.chunks(64) {
-        // SAFETY: prefetch is a hint on a valid address; it never faults or changes memory.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch(
-                line.as_ptr() as *const i8,
-                std::arch::x86_64::_MM_HINT_T0,
-            )
-        };
-    }
 }
 
 /// Columns `j0..j0 + pw` of the row-major `[rows][w]` buffer into `dst` (`[rows][pw]`),
@@ -174,8 +162,38 @@ pub fn matmul(mems: &Mems, st: &Ap, mv: &Ap, groups: usize) -> Result<Product> {
     r.map(|()| prod)
 }
 
+/// The shape and blocking of one matmul.
+#[derive(Clone, Copy)]
+struct Dims {
+    k: usize,
+    m: usize,
+    n: usize,
+    mr: usize,
+    nr: usize,
+    work: usize,
+}
+
+impl Dims {
+    fn new(path: simd::Path, st: &Ap, mv: &Ap, groups: usize) -> Self {
+        let Blocking { mr, nr } = blocking(path);
+        let (k, m, n) = (
+            st.parts as usize * groups,
+            st.free_size() / groups,
+            mv.free_size() / groups,
+        );
+        Dims {
+            k,
+            m,
+            n,
+            mr,
+            nr,
+            work: 2 * k * m * n,
+        }
+    }
+}
+
 /// Packs the stationary operand, then runs column panels of the moving operand in parallel:
-/// each task decodes its `K x NR` panel and multiplies every row block against it, writing
+/// each task packs its `K x NR` panel and multiplies every row block against it, writing
 /// `s.out` in panel-major layout `[N / NR][M][NR]`.
 fn compute(
     path: simd::Path,
@@ -185,60 +203,128 @@ fn compute(
     groups: usize,
     s: &mut Scratch,
 ) -> Result<()> {
-    let Blocking { mr, nr } = blocking(path);
-    let (k, m, n) = (
-        st.parts as usize * groups,
-        st.free_size() / groups,
-        mv.free_size() / groups,
-    );
-    let (mb, nb) = (m.div_ceil(mr), n.div_ceil(nr));
-    let work = 2 * k * m * n;
+    let d = Dims::new(path, st, mv, groups);
+    prepare(mems, st, mv, groups, &d, s)?;
+    let (
+        Dims {
+            k, m, n, mr, nr, ..
+        },
+        mb,
+    ) = (d, d.m.div_ceil(d.mr));
+    let (a, b) = (&s.a[..mb * k * mr], &s.rows[k * m..k * (m + n)]);
+    grow(&mut s.out, n.div_ceil(nr) * m * nr);
+    let nb = n.div_ceil(nr);
+    par::for_each_chunk_mut(&mut s.out[..nb * m * nr], m * nr, d.work, |jb, out| {
+        column_panel(path, &d, (a, b), jb, |ib, rows_here, tile| {
+            out[ib * mr * nr..(ib * mr + rows_here) * nr].copy_from_slice(&tile[..rows_here * nr]);
+        })
+    });
+    Ok(())
+}
+
+/// `nc_matmul` straight into an fp32 PSUM tile: true when done (the microkernel tiles copied
+/// or added into `dst`'s rows as they come, kernels/psum.rs `TileSink`), false (nothing read
+/// or written) when the write needs the staged result (`matmul` + the engine's write): another
+/// layout, `accumulate=None`, or a matmul large enough to split across host threads (whose
+/// column panels would share PSUM rows). The same bits either way.
+pub fn matmul_in_place(
+    mems: &mut Mems,
+    words: &mut [u64],
+    (st, mv, groups): (&Ap, &Ap, usize),
+    dst: &Ap,
+    mode: Option<bool>,
+) -> Result<bool> {
+    let path = simd::path();
+    let d = Dims::new(path, st, mv, groups);
+    let nb = d.n.div_ceil(d.nr);
+    if mode.is_none() || super::psum::layout(dst) != Layout::F32Rows || par::would_split(nb, d.work)
+    {
+        return Ok(false);
+    }
+    SCRATCH.with(|c| {
+        let Ok(mut s) = c.try_borrow_mut() else {
+            return Ok(false);
+        };
+        let s = &mut *s;
+        prepare(mems, st, mv, groups, &d, s)?;
+        let Some(mut sink) = super::psum::tile_sink(mode, &mut *mems.psum, words, dst) else {
+            return Ok(false);
+        };
+        let (
+            Dims {
+                k, m, n, mr, nr, ..
+            },
+            mb,
+        ) = (d, d.m.div_ceil(d.mr));
+        let (a, b) = (&s.a[..mb * k * mr], &s.rows[k * m..k * (m + n)]);
+        for jb in 0..nb {
+            let cols = nr.min(n - jb * nr);
+            column_panel(path, &d, (a, b), jb, |ib, rows_here, tile| {
+                sink.put((ib * mr, rows_here), (jb * nr, cols), tile, nr)
+            });
+        }
+        Ok(true)
+    })
+}
+
+/// Decode row k of both operands together into `s.rows` (`[K][M]` then `[K][N]`), then pack
+/// the stationary panels into `s.a`: two parallel passes.
+fn prepare(mems: &Mems, st: &Ap, mv: &Ap, groups: usize, d: &Dims, s: &mut Scratch) -> Result<()> {
+    let (k, m, n, mr) = (d.k, d.m, d.n, d.mr);
+    let mb = m.div_ceil(mr);
     let srows = Rows::new(mems, st);
     let srows = logical_rows(&srows, st, groups)?;
     let mrows = Rows::new(mems, mv);
     let mrows = logical_rows(&mrows, mv, groups)?;
-    // Decode row k of both operands together, then pack the stationary panels, then the moving
-    // panels meet them: three parallel passes.
     grow(&mut s.rows, k * (m + n));
     let (arows, brows) = s.rows[..k * (m + n)].split_at_mut(k * m);
     let (ad, bd) = (st.dtype, mv.dtype);
-    par::for_each_chunk_pair_mut(arows, m, brows, n, work, |r, ao, bo| {
+    par::for_each_chunk_pair_mut(arows, m, brows, n, d.work, |r, ao, bo| {
         for (rows, dt, out) in [(&srows, ad, ao), (&mrows, bd, bo)] {
             if let Some(next) = rows.get(r + 1) {
-                prefetch(next);
+                simd::prefetch(next);
             }
             if let Some(row) = rows.get(r) {
                 decode_into(dt, row, out);
             }
         }
     });
-    let (arows, b) = s.rows[..k * (m + n)].split_at(k * m);
+    let arows = &s.rows[..k * m];
     grow(&mut s.a, mb * k * mr);
-    par::for_each_chunk_mut(&mut s.a[..mb * k * mr], k * mr, work, |ib, panel| {
+    par::for_each_chunk_mut(&mut s.a[..mb * k * mr], k * mr, d.work, |ib, panel| {
         pack_panel(arows, m, ib * mr, mr, panel)
     });
-    let a = &s.a[..mb * k * mr];
-    grow(&mut s.out, nb * m * nr);
-    par::for_each_chunk_mut(&mut s.out[..nb * m * nr], m * nr, work, |jb, out| {
-        PANEL.with(|p| {
-            let mut p = p.borrow_mut();
-            grow(&mut p, k * nr);
-            let panel = &mut p[..k * nr];
-            pack_panel(b, n, jb * nr, nr, panel);
-            let mut tile = [0f32; MAX_TILE];
-            for ib in 0..mb {
-                micro(
-                    path,
-                    k,
-                    &a[ib * k * mr..(ib + 1) * k * mr],
-                    panel,
-                    &mut tile[..mr * nr],
-                );
-                let rows_here = mr.min(m - ib * mr);
-                out[ib * mr * nr..(ib * mr + rows_here) * nr]
-                    .copy_from_slice(&tile[..rows_here * nr]);
-            }
-        })
-    });
     Ok(())
+}
+
+/// Column panel `jb`: pack its `K x NR` moving panel into this thread's `PANEL` (it stays in
+/// L1) and run every row block against it, handing each tile to `emit(ib, rows, tile)`
+/// (`tile` row-major `[MR][NR]`, its first `rows` rows real).
+fn column_panel(
+    path: simd::Path,
+    d: &Dims,
+    (a, b): (&[f32], &[f32]),
+    jb: usize,
+    mut emit: impl FnMut(usize, usize, &[f32]),
+) {
+    let Dims {
+        k, m, n, mr, nr, ..
+    } = *d;
+    PANEL.with(|p| {
+        let mut p = p.borrow_mut();
+        grow(&mut p, k * nr);
+        let panel = &mut p[..k * nr];
+        pack_panel(b, n, jb * nr, nr, panel);
+        let mut tile = [0f32; MAX_TILE];
+        for ib in 0..m.div_ceil(mr) {
+            micro(
+                path,
+                k,
+                &a[ib * k * mr..(ib + 1) * k * mr],
+                panel,
+                &mut tile[..mr * nr],
+            );
+            emit(ib, mr.min(m - ib * mr), &tile[..mr * nr]);
+        }
+    })
 }

@@ -256,6 +256,151 @@ fn seg_f32(out: &mut [u8], seg: &[f32], add: bool) {
     }
 }
 
+/// An fp32 PSUM tile (`Layout::F32Rows`, accumulate given) written in place block by block:
+/// the matmul hands each microkernel tile straight to its PSUM rows (kernels/matmul.rs
+/// `matmul_in_place`), with no panel-major result buffer and no second pass over it. Each
+/// element is the same single fp32 copy or add (`psum + acc`) as `write_f32_rows`.
+pub struct TileSink<'a> {
+    /// The tile's partitions (the first at byte 0), `stride` host bytes apart.
+    bytes: &'a mut [u8],
+    stride: usize,
+    off: usize,
+    add: bool,
+    path: super::simd::Path,
+}
+
+/// The in-place writer for `dst` when the write is a plain copy or add into contiguous fp32
+/// rows (else `None`: the caller stages the result). Sets the "written by a matmul" bits of the
+/// tile, as `write_f32_rows` does; the caller then puts every element once.
+pub fn tile_sink<'a>(
+    mode: Option<bool>,
+    psum: &'a mut OnChip,
+    words: &mut [u64],
+    dst: &Ap,
+) -> Option<TileSink<'a>> {
+    let add = mode?;
+    if layout(dst) != Layout::F32Rows {
+        return None;
+    }
+    let (start, m, n) = (dst.start as usize, dst.parts as usize, dst.free_size());
+    let (off, stride) = (dst.offset as usize, psum.stride());
+    let bytes = psum
+        .raw_mut()
+        .get_mut(start * stride..(start + m) * stride)?;
+    let bits = words.get_mut(start * WORDS_PER_PART..(start + m) * WORDS_PER_PART)?;
+    for part in bits.chunks_exact_mut(WORDS_PER_PART) {
+        set_bits(part, off / 2, off / 2 + 2 * n);
+    }
+    Some(TileSink {
+        bytes,
+        stride,
+        off,
+        add,
+        path: super::simd::path(),
+    })
+}
+
+impl TileSink<'_> {
+    /// Rows `r0..r0 + rows`, columns `j0..j0 + cols` of the result from `tile` (row-major,
+    /// rows `w` elements apart).
+    pub fn put(
+        &mut self,
+        (r0, rows): (usize, usize),
+        (j0, cols): (usize, usize),
+        tile: &[f32],
+        w: usize,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        match self.path {
+            // SAFETY: simd::path reports a path only when the host has its features.
+            super::simd::Path::Avx512 => {
+                return unsafe { self.put_avx512((r0, rows), (j0, cols), tile, w) }
+            }
+            super::simd::Path::Avx2Fma => {
+                return unsafe { self.put_avx2((r0, rows), (j0, cols), tile, w) }
+            }
+            super::simd::Path::Portable => {}
+        }
+        self.put_body((r0, rows), (j0, cols), tile, w)
+    }
+
+    /// Whole 32-column rows with explicit 512-bit loads and stores (the byte-array loop does
+    /// not vectorise); other blocks through `put_body`.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn put_avx512(&mut self, r: (usize, usize), j: (usize, usize), tile: &[f32], w: usize) {
+        use std::arch::x86_64::*;
+        let ((r0, rows), (j0, cols)) = (r, j);
+        if cols != 32 || w < 32 || tile.len() < rows * w {
+            return self.put_body(r, j, tile, w);
+        }
+        for i in 0..rows {
+            let at = (r0 + i) * self.stride + self.off + 4 * j0;
+            let Some(o) = self.bytes.get_mut(at..at + 128) else {
+                continue;
+            };
+            let (po, pt) = (o.as_mut_ptr() as *mut f32, tile.as_ptr().add(i * w));
+            // SAFETY: `o` holds 32 floats' bytes and the tile row 32 floats (checked above);
+            // unaligned loads and stores.
+            let (mut x0, mut x1) = (_mm512_loadu_ps(pt), _mm512_loadu_ps(pt.add(16)));
+            if self.add {
+                x0 = _mm512_add_ps(_mm512_loadu_ps(po), x0);
+                x1 = _mm512_add_ps(_mm512_loadu_ps(po.add(16)), x1);
+            }
+            _mm512_storeu_ps(po, x0);
+            _mm512_storeu_ps(po.add(16), x1);
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn put_avx2(&mut self, r: (usize, usize), j: (usize, usize), tile: &[f32], w: usize) {
+        self.put_body(r, j, tile, w)
+    }
+
+    #[inline(always)]
+    fn put_body(
+        &mut self,
+        (r0, rows): (usize, usize),
+        (j0, cols): (usize, usize),
+        tile: &[f32],
+        w: usize,
+    ) {
+        for (i, src) in tile.chunks(w.max(1)).take(rows).enumerate() {
+            let at = (r0 + i) * self.stride + self.off + 4 * j0;
+            let (Some(o), Some(seg)) = (self.bytes.get_mut(at..at + 4 * cols), src.get(..cols))
+            else {
+                continue;
+            };
+            match cols {
+                32 => seg_fixed::<32>(o, seg, self.add),
+                16 => seg_fixed::<16>(o, seg, self.add),
+                _ => seg_f32(o, seg, self.add),
+            }
+        }
+    }
+}
+
+/// `seg_f32` for a block of `N` elements (fixed size: inline vector moves, no memcpy call).
+#[inline(always)]
+fn seg_fixed<const N: usize>(out: &mut [u8], seg: &[f32], add: bool) {
+    let (Ok(o), Ok(x)) = (
+        <&mut [[u8; 4]; N]>::try_from(out.as_chunks_mut::<4>().0),
+        <&[f32; N]>::try_from(seg),
+    ) else {
+        return seg_f32(out, seg, add);
+    };
+    if add {
+        for (o, x) in o.iter_mut().zip(x) {
+            *o = (f32::from_le_bytes(*o) + *x).to_le_bytes();
+        }
+    } else {
+        for (o, x) in o.iter_mut().zip(x) {
+            *o = x.to_le_bytes();
+        }
+    }
+}
+
 /// bf16 PSUM (`Layout::Bf16Rows`): the fp32 sums, row-major, for the engine to store through
 /// the instruction's rounder; sets the matmul bits.
 pub fn stage_bf16(

@@ -71,6 +71,56 @@ fn decode_body(dt: DType, bytes: &[u8], out: &mut [f32]) {
     }
 }
 
+/// Elements `j0..j0 + len` of every row (packed little-endian `dt`) into `out`, row `k` at
+/// `out[k * w..k * w + len]` with its other `w - len` lanes zeroed: one `K x w` panel of the
+/// matmul's moving operand, decoded straight from SBUF (no whole-operand fp32 copy). Each
+/// row's next `len` elements (the next panel's) are prefetched: partition rows sit apart at a
+/// stride the hardware prefetchers do not follow.
+pub fn decode_panel(
+    dt: DType,
+    rows: &[&[u8]],
+    (j0, len): (usize, usize),
+    out: &mut [f32],
+    w: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    match super::simd::path() {
+        // SAFETY: simd::path reports a path only when the host has its features.
+        super::simd::Path::Avx512 => return unsafe { panel_avx512(dt, rows, (j0, len), out, w) },
+        super::simd::Path::Avx2Fma => return unsafe { panel_avx2(dt, rows, (j0, len), out, w) },
+        super::simd::Path::Portable => {}
+    }
+    panel_body(dt, rows, (j0, len), out, w)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn panel_avx2(dt: DType, rows: &[&[u8]], cols: (usize, usize), out: &mut [f32], w: usize) {
+    panel_body(dt, rows, cols, out, w)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn panel_avx512(dt: DType, rows: &[&[u8]], cols: (usize, usize), out: &mut [f32], w: usize) {
+    panel_body(dt, rows, cols, out, w)
+}
+
+#[inline(always)]
+fn panel_body(dt: DType, rows: &[&[u8]], (j0, len): (usize, usize), out: &mut [f32], w: usize) {
+    let es = dt.size();
+    let len = len.min(w);
+    for (row, o) in rows.iter().zip(out.chunks_exact_mut(w.max(1))) {
+        if let Some(next) = row.get((j0 + len) * es..((j0 + 2 * len) * es).min(row.len())) {
+            super::simd::prefetch(next);
+        }
+        let (o, pad) = o.split_at_mut(len);
+        if let Some(src) = row.get(j0 * es..(j0 + len) * es) {
+            decode_body(dt, src, o);
+        }
+        pad.fill(0.0);
+    }
+}
+
 /// Elements of `ES` bytes through `conv`, as many as both sides hold.
 #[inline(always)]
 fn convert<const ES: usize>(bytes: &[u8], out: &mut [f32], conv: impl Fn(&[u8; ES]) -> f32) {
@@ -109,6 +159,20 @@ pub enum Rows<'m> {
 }
 
 impl<'m> Rows<'m> {
+    /// The rows of `ap` borrowed from `mem` (the memory `ap` names), when each row is
+    /// contiguous and static; else `None`.
+    pub fn direct(mem: &'m crate::memory::onchip::OnChip, ap: &Ap) -> Option<Self> {
+        (ap.mem != Mem::Hbm && ap.is_row_contiguous() && ap.dynamic.is_none()).then(|| {
+            Rows::Direct {
+                bytes: mem.raw(),
+                stride: mem.stride(),
+                start: ap.start as usize,
+                offset: ap.offset as usize,
+                len: ap.free_size() * ap.dtype.size(),
+            }
+        })
+    }
+
     pub fn new(mems: &'m Mems, ap: &Ap) -> Self {
         let len = ap.free_size() * ap.dtype.size();
         let mem = match ap.mem {

@@ -10,11 +10,12 @@
 //! are reused across instructions. Each output element is one thread's fma chain in k order,
 //! so thread count and SIMD path never change a bit.
 
-use super::decode::{decode_into, Rows};
+use super::decode::{decode_into, decode_panel, Rows};
 use super::gemm::{blocking, grow, micro, Blocking, MAX_TILE};
 use super::psum::{Acc, Layout};
 use super::simd;
 use crate::error::{fail, ErrorKind::Internal, Result};
+use crate::isa::DType;
 use crate::memory::onchip::Mems;
 use crate::memory::Ap;
 use crate::par;
@@ -22,7 +23,7 @@ use std::cell::RefCell;
 
 #[derive(Default)]
 struct Scratch {
-    /// Decoded operand rows, row-major: `[K][M]` stationary then `[K][N]` moving.
+    /// Decoded stationary rows, row-major `[K][M]` (the moving operand is decoded per panel).
     rows: Vec<f32>,
     /// Stationary panels `[M / MR][K][MR]`.
     a: Vec<f32>,
@@ -193,7 +194,7 @@ impl Dims {
 }
 
 /// Packs the stationary operand, then runs column panels of the moving operand in parallel:
-/// each task packs its `K x NR` panel and multiplies every row block against it, writing
+/// each task decodes its `K x NR` panel and multiplies every row block against it, writing
 /// `s.out` in panel-major layout `[N / NR][M][NR]`.
 fn compute(
     path: simd::Path,
@@ -204,18 +205,21 @@ fn compute(
     s: &mut Scratch,
 ) -> Result<()> {
     let d = Dims::new(path, st, mv, groups);
-    prepare(mems, st, mv, groups, &d, s)?;
+    prepare(mems, st, groups, &d, s)?;
+    let mrows = Rows::new(mems, mv);
+    let mrows = logical_rows(&mrows, mv, groups)?;
     let (
         Dims {
             k, m, n, mr, nr, ..
         },
         mb,
     ) = (d, d.m.div_ceil(d.mr));
-    let (a, b) = (&s.a[..mb * k * mr], &s.rows[k * m..k * (m + n)]);
+    let moving = (&*mrows, mv.dtype);
+    let a = &s.a[..mb * k * mr];
     grow(&mut s.out, n.div_ceil(nr) * m * nr);
     let nb = n.div_ceil(nr);
     par::for_each_chunk_mut(&mut s.out[..nb * m * nr], m * nr, d.work, |jb, out| {
-        column_panel(path, &d, (a, b), jb, |ib, rows_here, tile| {
+        column_panel(path, &d, a, moving, jb, |ib, rows_here, tile| {
             out[ib * mr * nr..(ib * mr + rows_here) * nr].copy_from_slice(&tile[..rows_here * nr]);
         })
     });
@@ -223,10 +227,11 @@ fn compute(
 }
 
 /// `nc_matmul` straight into an fp32 PSUM tile: true when done (the microkernel tiles copied
-/// or added into `dst`'s rows as they come, kernels/psum.rs `TileSink`), false (nothing read
-/// or written) when the write needs the staged result (`matmul` + the engine's write): another
-/// layout, `accumulate=None`, or a matmul large enough to split across host threads (whose
-/// column panels would share PSUM rows). The same bits either way.
+/// or added into `dst`'s rows as they come, kernels/psum.rs `TileSink`), false (nothing
+/// written) when the write needs the staged result (`matmul` + the engine's write): another
+/// layout, `accumulate=None`, a moving operand that is not dense SBUF rows, or a matmul large
+/// enough to split across host threads (whose column panels would share PSUM rows). The same
+/// bits either way.
 pub fn matmul_in_place(
     mems: &mut Mems,
     words: &mut [u64],
@@ -237,7 +242,10 @@ pub fn matmul_in_place(
     let path = simd::path();
     let d = Dims::new(path, st, mv, groups);
     let nb = d.n.div_ceil(d.nr);
-    if mode.is_none() || super::psum::layout(dst) != Layout::F32Rows || par::would_split(nb, d.work)
+    if mode.is_none()
+        || super::psum::layout(dst) != Layout::F32Rows
+        || par::would_split(nb, d.work)
+        || Rows::direct(mems.sbuf, mv).is_none()
     {
         return Ok(false);
     }
@@ -246,47 +254,47 @@ pub fn matmul_in_place(
             return Ok(false);
         };
         let s = &mut *s;
-        prepare(mems, st, mv, groups, &d, s)?;
+        prepare(mems, st, groups, &d, s)?;
+        // the operands are SBUF, the result PSUM: read one while writing the other
+        let Some(mrows) = Rows::direct(&*mems.sbuf, mv) else {
+            return Ok(false);
+        };
+        let mrows = logical_rows(&mrows, mv, groups)?;
         let Some(mut sink) = super::psum::tile_sink(mode, &mut *mems.psum, words, dst) else {
             return Ok(false);
         };
-        let (
-            Dims {
-                k, m, n, mr, nr, ..
-            },
-            mb,
-        ) = (d, d.m.div_ceil(d.mr));
-        let (a, b) = (&s.a[..mb * k * mr], &s.rows[k * m..k * (m + n)]);
+        let (Dims { k, n, mr, nr, .. }, mb) = (d, d.m.div_ceil(d.mr));
+        let a = &s.a[..mb * k * mr];
         for jb in 0..nb {
             let cols = nr.min(n - jb * nr);
-            column_panel(path, &d, (a, b), jb, |ib, rows_here, tile| {
-                sink.put((ib * mr, rows_here), (jb * nr, cols), tile, nr)
-            });
+            column_panel(
+                path,
+                &d,
+                a,
+                (&mrows, mv.dtype),
+                jb,
+                |ib, rows_here, tile| sink.put((ib * mr, rows_here), (jb * nr, cols), tile, nr),
+            );
         }
         Ok(true)
     })
 }
 
-/// Decode row k of both operands together into `s.rows` (`[K][M]` then `[K][N]`), then pack
-/// the stationary panels into `s.a`: two parallel passes.
-fn prepare(mems: &Mems, st: &Ap, mv: &Ap, groups: usize, d: &Dims, s: &mut Scratch) -> Result<()> {
-    let (k, m, n, mr) = (d.k, d.m, d.n, d.mr);
+/// Decode the stationary operand's rows into `s.rows` (`[K][M]`, a row ahead prefetched), then
+/// pack its row panels into `s.a`: two parallel passes.
+fn prepare(mems: &Mems, st: &Ap, groups: usize, d: &Dims, s: &mut Scratch) -> Result<()> {
+    let (k, m, mr) = (d.k, d.m, d.mr);
     let mb = m.div_ceil(mr);
     let srows = Rows::new(mems, st);
     let srows = logical_rows(&srows, st, groups)?;
-    let mrows = Rows::new(mems, mv);
-    let mrows = logical_rows(&mrows, mv, groups)?;
-    grow(&mut s.rows, k * (m + n));
-    let (arows, brows) = s.rows[..k * (m + n)].split_at_mut(k * m);
-    let (ad, bd) = (st.dtype, mv.dtype);
-    par::for_each_chunk_pair_mut(arows, m, brows, n, d.work, |r, ao, bo| {
-        for (rows, dt, out) in [(&srows, ad, ao), (&mrows, bd, bo)] {
-            if let Some(next) = rows.get(r + 1) {
-                simd::prefetch(next);
-            }
-            if let Some(row) = rows.get(r) {
-                decode_into(dt, row, out);
-            }
+    grow(&mut s.rows, k * m);
+    let dt = st.dtype;
+    par::for_each_chunk_mut(&mut s.rows[..k * m], m, d.work, |r, out| {
+        if let Some(next) = srows.get(r + 1) {
+            simd::prefetch(next);
+        }
+        if let Some(row) = srows.get(r) {
+            decode_into(dt, row, out);
         }
     });
     let arows = &s.rows[..k * m];
@@ -297,13 +305,15 @@ fn prepare(mems: &Mems, st: &Ap, mv: &Ap, groups: usize, d: &Dims, s: &mut Scrat
     Ok(())
 }
 
-/// Column panel `jb`: pack its `K x NR` moving panel into this thread's `PANEL` (it stays in
-/// L1) and run every row block against it, handing each tile to `emit(ib, rows, tile)`
-/// (`tile` row-major `[MR][NR]`, its first `rows` rows real).
+/// Column panel `jb`: decode its `K x NR` moving panel straight from the operand's rows into
+/// this thread's `PANEL` (it stays in L1; the next panel's bytes prefetched) and run every
+/// row block against it, handing each tile to `emit(ib, rows, tile)` (`tile` row-major
+/// `[MR][NR]`, its first `rows` rows real).
 fn column_panel(
     path: simd::Path,
     d: &Dims,
-    (a, b): (&[f32], &[f32]),
+    a: &[f32],
+    (rows, dt): (&[&[u8]], DType),
     jb: usize,
     mut emit: impl FnMut(usize, usize, &[f32]),
 ) {
@@ -314,7 +324,8 @@ fn column_panel(
         let mut p = p.borrow_mut();
         grow(&mut p, k * nr);
         let panel = &mut p[..k * nr];
-        pack_panel(b, n, jb * nr, nr, panel);
+        let j0 = jb * nr;
+        decode_panel(dt, &rows[..k], (j0, nr.min(n - j0)), panel, nr);
         let mut tile = [0f32; MAX_TILE];
         for ib in 0..m.div_ceil(mr) {
             micro(

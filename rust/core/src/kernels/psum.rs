@@ -372,31 +372,7 @@ impl TileSink<'_> {
             else {
                 continue;
             };
-            match cols {
-                32 => seg_fixed::<32>(o, seg, self.add),
-                16 => seg_fixed::<16>(o, seg, self.add),
-                _ => seg_f32(o, seg, self.add),
-            }
-        }
-    }
-}
-
-/// `seg_f32` for a block of `N` elements (fixed size: inline vector moves, no memcpy call).
-#[inline(always)]
-fn seg_fixed<const N: usize>(out: &mut [u8], seg: &[f32], add: bool) {
-    let (Ok(o), Ok(x)) = (
-        <&mut [[u8; 4]; N]>::try_from(out.as_chunks_mut::<4>().0),
-        <&[f32; N]>::try_from(seg),
-    ) else {
-        return seg_f32(out, seg, add);
-    };
-    if add {
-        for (o, x) in o.iter_mut().zip(x) {
-            *o = (f32::from_le_bytes(*o) + *x).to_le_bytes();
-        }
-    } else {
-        for (o, x) in o.iter_mut().zip(x) {
-            *o = x.to_le_bytes();
+            seg_f32(o, seg, self.add);
         }
     }
 }

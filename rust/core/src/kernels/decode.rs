@@ -121,6 +121,79 @@ fn panel_body(dt: DType, rows: &[&[u8]], (j0, len): (usize, usize), out: &mut [f
     }
 }
 
+/// The rows of a `[K, M]` operand (`rows`, packed little-endian `dt`) decoded into row panels
+/// `[M / mr][K][mr]`, zero-padded: the matmul's packed stationary operand in one pass (each row
+/// decoded once into a stack buffer, then stored `mr` elements per panel; the next row
+/// prefetched), with no row-major fp32 copy in between. False (nothing written) for `M` above
+/// 128 or a panel width other than the gemm's (8, 6, 4).
+pub fn decode_panels(dt: DType, rows: &[&[u8]], m: usize, mr: usize, out: &mut [f32]) -> bool {
+    if m > 128 || out.len() < m.div_ceil(mr.max(1)) * rows.len() * mr {
+        return false;
+    }
+    match mr {
+        8 => panels_any::<8>(dt, rows, m, out),
+        6 => panels_any::<6>(dt, rows, m, out),
+        4 => panels_any::<4>(dt, rows, m, out),
+        _ => return false,
+    }
+    true
+}
+
+fn panels_any<const MR: usize>(dt: DType, rows: &[&[u8]], m: usize, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    match super::simd::path() {
+        // SAFETY: simd::path reports a path only when the host has its features.
+        super::simd::Path::Avx512 => return unsafe { panels_avx512::<MR>(dt, rows, m, out) },
+        super::simd::Path::Avx2Fma => return unsafe { panels_avx2::<MR>(dt, rows, m, out) },
+        super::simd::Path::Portable => {}
+    }
+    panels_body::<MR>(dt, rows, m, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn panels_avx2<const MR: usize>(dt: DType, rows: &[&[u8]], m: usize, out: &mut [f32]) {
+    panels_body::<MR>(dt, rows, m, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn panels_avx512<const MR: usize>(dt: DType, rows: &[&[u8]], m: usize, out: &mut [f32]) {
+    panels_body::<MR>(dt, rows, m, out)
+}
+
+/// Rows decoded before they are stored: a panel's rows for one group are then written as one
+/// contiguous run (row by row, each row's pieces would land `K * MR` floats apart, a 4 KiB
+/// multiple for K = 128, all in one L1 set).
+const GROUP_ROWS: usize = 8;
+
+#[inline(always)]
+fn panels_body<const MR: usize>(dt: DType, rows: &[&[u8]], m: usize, out: &mut [f32]) {
+    let (k, mb) = (rows.len(), m.div_ceil(MR));
+    // M <= 128 (checked), padded up to whole panels with zeros
+    let mut tmp = [[0f32; 128 + 8]; GROUP_ROWS];
+    for (g, group) in rows.chunks(GROUP_ROWS).enumerate() {
+        let k0 = g * GROUP_ROWS;
+        for (i, row) in group.iter().enumerate() {
+            if let Some(next) = rows.get(k0 + i + GROUP_ROWS) {
+                super::simd::prefetch(next);
+            }
+            decode_body(dt, row, &mut tmp[i][..m]);
+        }
+        for ib in 0..mb {
+            let at = (ib * k + k0) * MR;
+            let Some(o) = out.get_mut(at..at + group.len() * MR) else {
+                continue;
+            };
+            for (o, t) in o.as_chunks_mut::<MR>().0.iter_mut().zip(&tmp) {
+                if let Some(b) = t.get(ib * MR..ib * MR + MR) {
+                    o.copy_from_slice(b);
+                }
+            }
+        }
+    }
+}
+
 /// Elements of `ES` bytes through `conv`, as many as both sides hold.
 #[inline(always)]
 fn convert<const ES: usize>(bytes: &[u8], out: &mut [f32], conv: impl Fn(&[u8; ES]) -> f32) {

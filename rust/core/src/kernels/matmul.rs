@@ -10,7 +10,7 @@
 //! are reused across instructions. Each output element is one thread's fma chain in k order,
 //! so thread count and SIMD path never change a bit.
 
-use super::decode::{decode_into, decode_panel, Rows};
+use super::decode::{decode_into, decode_panel, decode_panels, Rows};
 use super::gemm::{blocking, grow, micro, Blocking, MAX_TILE};
 use super::psum::{Acc, Layout};
 use super::simd;
@@ -280,13 +280,18 @@ pub fn matmul_in_place(
     })
 }
 
-/// Decode the stationary operand's rows into `s.rows` (`[K][M]`, a row ahead prefetched), then
-/// pack its row panels into `s.a`: two parallel passes.
+/// The stationary operand's row panels into `s.a`: decoded straight into them in one pass
+/// (kernels/decode.rs `decode_panels`), or (other panel widths) its rows decoded into
+/// `s.rows` (`[K][M]`, a row ahead prefetched) and then packed: two parallel passes.
 fn prepare(mems: &Mems, st: &Ap, groups: usize, d: &Dims, s: &mut Scratch) -> Result<()> {
     let (k, m, mr) = (d.k, d.m, d.mr);
     let mb = m.div_ceil(mr);
     let srows = Rows::new(mems, st);
     let srows = logical_rows(&srows, st, groups)?;
+    grow(&mut s.a, mb * k * mr);
+    if decode_panels(st.dtype, &srows, m, mr, &mut s.a[..mb * k * mr]) {
+        return Ok(());
+    }
     grow(&mut s.rows, k * m);
     let dt = st.dtype;
     par::for_each_chunk_mut(&mut s.rows[..k * m], m, d.work, |r, out| {

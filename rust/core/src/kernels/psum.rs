@@ -100,6 +100,36 @@ fn set_bits(words: &mut [u64], lo: usize, hi: usize) {
     }
 }
 
+/// `set_bits(part, lo, hi)` on every partition's `WORDS_PER_PART` words of `words`, the word
+/// range and end masks worked out once (no fill call per partition).
+fn set_bits_rows(words: &mut [u64], lo: usize, hi: usize) {
+    if lo >= hi || hi > WORDS_PER_PART * 64 {
+        for part in words.chunks_exact_mut(WORDS_PER_PART) {
+            set_bits(part, lo, hi);
+        }
+        return;
+    }
+    let (w0, w1) = (lo / 64, (hi - 1) / 64);
+    let head = !0u64 << (lo % 64);
+    let tail = !0u64 >> (63 - (hi - 1) % 64);
+    for part in words.chunks_exact_mut(WORDS_PER_PART) {
+        let span = &mut part[w0..=w1];
+        if let [only] = span {
+            *only |= head & tail;
+            continue;
+        }
+        if let Some((first, rest)) = span.split_first_mut() {
+            *first |= head;
+            if let Some((last, mid)) = rest.split_last_mut() {
+                *last |= tail;
+                for x in mid {
+                    *x = !0;
+                }
+            }
+        }
+    }
+}
+
 /// How a matmul result is written to `dst`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layout {
@@ -288,9 +318,7 @@ pub fn tile_sink<'a>(
         .raw_mut()
         .get_mut(start * stride..(start + m) * stride)?;
     let bits = words.get_mut(start * WORDS_PER_PART..(start + m) * WORDS_PER_PART)?;
-    for part in bits.chunks_exact_mut(WORDS_PER_PART) {
-        set_bits(part, off / 2, off / 2 + 2 * n);
-    }
+    set_bits_rows(bits, off / 2, off / 2 + 2 * n);
     Some(TileSink {
         bytes,
         stride,
@@ -457,6 +485,23 @@ mod tests {
                     );
                 }
             }
+        }
+        // every partition's range at once: the same bits as set_bits per partition
+        for (lo, hi) in [
+            (0, 1),
+            (3, 64),
+            (64, 128),
+            (10, 1000),
+            (0, WORDS_PER_PART * 64),
+            (63, 65),
+        ] {
+            let mut a = vec![0x8000_0000_0000_0001u64; 3 * WORDS_PER_PART];
+            let mut b = a.clone();
+            set_bits_rows(&mut a, lo, hi);
+            for part in b.chunks_exact_mut(WORDS_PER_PART) {
+                set_bits(part, lo, hi);
+            }
+            assert_eq!(a, b, "{lo}..{hi}");
         }
         // bits already set stay set
         let mut words = [1u64 << 63, 1, 0];

@@ -110,7 +110,7 @@ fn panel_body(dt: DType, rows: &[&[u8]], (j0, len): (usize, usize), out: &mut [f
     let es = dt.size();
     let len = len.min(w);
     for (row, o) in rows.iter().zip(out.chunks_exact_mut(w.max(1))) {
-        if let Some(next) = row.get((j0 + len) * es..((j0 + 2 * len) * es).min(row.len())) {
+        if let Some(next) = row.get((j0 + len) * es..((j0 + 3 * len) * es).min(row.len())) {
             super::simd::prefetch(next);
         }
         let (o, pad) = o.split_at_mut(len);

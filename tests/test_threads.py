@@ -35,9 +35,10 @@ _native.limit_simd(None)
 
 
 def variants(fn):
-    """fn() with 1 thread, with 2 threads, and with 2 threads on every narrower SIMD path."""
+    """fn() with 1 thread, with 2 threads, and with 1 and 2 threads on every narrower SIMD path
+    (1 thread: the unsplit kernels, e.g. a matmul written straight into PSUM)."""
     out = []
-    for threads, path in [(1, None), (2, None)] + [(2, p) for p in NARROWER]:
+    for threads, path in [(1, None), (2, None)] + [(t, p) for p in NARROWER for t in (1, 2)]:
         t3.set_num_threads(threads)
         _native.limit_simd(path)
         out.append(fn())

@@ -60,7 +60,7 @@ pub const PEAK_TFLOPS_SPARSE: f64 = 315.0;
 pub const SPARSE_MOVING_ROWS: f64 = 4.0 * 128.0;
 
 /// The DMA machinery's numbers (reference §1.1, §1.8).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct DmaParams {
     /// DMA engines per core (16).
     pub engines: usize,

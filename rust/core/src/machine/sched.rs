@@ -9,10 +9,11 @@
 //! `check_races`, `execute`, `complete`, `signal` and `record` it.
 
 use super::dependence::LastWrites;
-use super::dma_timing::{plan, DmaFabric, Plan};
+use super::dma_timing::DmaFabric;
 use super::intercore::{self, DevMem, Intercore, Ready, Release};
 use super::race_log::RaceLog;
-use super::region::{conflict, regions_into, Region};
+use super::region::{conflict, Region};
+use super::run_plan::{self, RunPlan};
 use super::{
     Device, Executor, Monitor, Progress, RunOptions, RunResult, AGENTS_PER_CORE, NUM_CORES,
     POLL_EVERY,
@@ -32,6 +33,7 @@ use crate::trace::{DmaSpan, Record, SemEvent, WriteBox};
 
 use super::identical;
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 type Vc = Vec<u32>;
 
@@ -52,12 +54,11 @@ struct QItem {
 }
 
 /// What a queued transfer carries to its execution (boxed: the scheduler moves `Issued` items
-/// by value every step, and a small one moves without a copy loop).
+/// by value every step, and a small one moves without a copy loop). How it uses the DMA
+/// engines is its instruction's `RunPlan::transfer`.
 struct Transfer {
     /// The issuing stream's registers when the DMA was triggered (scalar offsets read them).
     regs: Regs,
-    /// How the transfer uses the DMA engines (cost model, machine/dma_timing.rs).
-    plan: Plan,
 }
 
 type Regs = [u32; crate::isa::instr::NUM_REGISTERS as usize];
@@ -228,6 +229,8 @@ pub struct Scheduler<'d, 'p> {
     dev: &'d mut Device,
     /// The program of each core, if it runs one.
     progs: Vec<Option<&'p Program>>,
+    /// The plan of each core's program (regions, transfer plans: machine/run_plan.rs).
+    plans: Vec<Arc<RunPlan>>,
     opts: RunOptions,
     /// Every core's streams and queues, `AGENTS_PER_CORE` per core (index: `agent_id`).
     agents: Vec<Agent>,
@@ -252,8 +255,6 @@ pub struct Scheduler<'d, 'p> {
     limits: super::limits::Limits,
     /// Cores on host threads (machine/parallel.rs): compute instructions queue there.
     pub(super) pool: Option<std::sync::Arc<super::parallel::Pool<'p>>>,
-    /// The regions of the step being run (one buffer, reused).
-    regions: Vec<Region>,
     /// `now` when `pick` last ran: the time the picked instruction's semaphores are settled at.
     picked_at: u64,
 }
@@ -262,10 +263,11 @@ pub struct Scheduler<'d, 'p> {
 pub fn run(
     dev: &mut Device,
     programs: &[&Program],
+    plans: &[Arc<RunPlan>],
     opts: &RunOptions,
     monitor: Option<&mut dyn Monitor>,
 ) -> Result<RunResult> {
-    let mut s = Scheduler::new(dev, programs, opts)?;
+    let mut s = Scheduler::with_check(dev, programs, plans, opts, &intercore::check_program)?;
     if let Some(m) = monitor {
         s.next_check = s.next_check.min(POLL_EVERY);
         s.monitor = Some(m);
@@ -326,6 +328,36 @@ fn load_programs<'p>(
         check(p, &progs)?;
     }
     Ok(progs)
+}
+
+/// The plan of each core's program (`plans[i]` that of `programs[i]`, or built here when none
+/// are given); cores without a program get an empty one.
+fn by_core(
+    programs: &[&Program],
+    plans: &[Arc<RunPlan>],
+    dev: &Device,
+    opts: &RunOptions,
+) -> Vec<Arc<RunPlan>> {
+    let dma = dev.cost.dma();
+    let built;
+    let plans = if plans.len() == programs.len() {
+        plans
+    } else {
+        built = run_plan::for_run(programs, &[], &dma, opts.check_races || opts.trace);
+        &built[..]
+    };
+    let empty = Program {
+        core: 0,
+        instrs: Vec::new(),
+    };
+    let none = Arc::new(RunPlan::new(&empty, &dma, false));
+    let mut out = vec![none; NUM_CORES];
+    for (p, plan) in programs.iter().zip(plans) {
+        if let Some(slot) = out.get_mut(p.core as usize) {
+            *slot = plan.clone();
+        }
+    }
+    out
 }
 
 /// Every core's agents, each engine stream listing its instructions.
@@ -403,18 +435,21 @@ fn acting(agents: &[Agent], progs: &[Option<&Program>]) -> Vec<usize> {
 
 impl<'d, 'p> Scheduler<'d, 'p> {
     pub fn new(dev: &'d mut Device, programs: &[&'p Program], opts: &RunOptions) -> Result<Self> {
-        Self::with_check(dev, programs, opts, &intercore::check_program)
+        Self::with_check(dev, programs, &[], opts, &intercore::check_program)
     }
 
-    /// `new` with the run-start rule check of each program (an UltraServer chip checks its
-    /// collectives' groups across chips).
+    /// `new` with the programs' plans (`plans[i]` of `programs[i]`; none given: built here) and
+    /// the run-start rule check of each program (an UltraServer chip checks its collectives'
+    /// groups across chips).
     pub(super) fn with_check(
         dev: &'d mut Device,
         programs: &[&'p Program],
+        plans: &[Arc<RunPlan>],
         opts: &RunOptions,
         check: &ProgramCheck,
     ) -> Result<Self> {
         let progs = load_programs(programs, opts.prevalidated, check)?;
+        let plans = by_core(programs, plans, dev, opts);
         let agents = make_agents(&progs);
         let active = acting(&agents, &progs);
         let mut result = RunResult::default();
@@ -431,6 +466,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         Ok(Scheduler {
             dev,
             progs,
+            plans,
             opts: *opts,
             agents,
             active,
@@ -447,9 +483,14 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             link: None,
             limits,
             pool: None,
-            regions: Vec::new(),
             picked_at: 0,
         })
+    }
+
+    /// The plan of `core`'s program.
+    #[inline]
+    fn plan(&self, core: u8) -> &Arc<RunPlan> {
+        &self.plans[core as usize]
     }
 
     /// Run every stream and queue until all are done (or an error: race, deadlock, runaway).
@@ -472,24 +513,19 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             return self.trigger(&it);
         }
         let traced = self.traced();
-        // One buffer for every step's regions (complete() moves them into the race log).
-        let mut regs = std::mem::take(&mut self.regions);
-        regs.clear();
-        if self.opts.check_races || traced {
-            regions_into(it.core, it.ins, &mut regs);
-        }
-        let pending = self.check_races(&it, &regs)?;
+        let plan = self.plan(it.core).clone();
+        let regs = plan.regions(it.idx);
+        let pending = self.check_races(&it, regs)?;
         let (bytes, write) = if traced {
-            (region_bytes(&regs), write_box(&regs))
+            plan.traced(it.idx)
         } else {
             (0, WriteBox::NONE)
         };
         self.execute(&mut it)?;
         if !pending.is_empty() {
-            self.settle_identical(&it, &regs, pending)?;
+            self.settle_identical(&it, regs, pending)?;
         }
-        let end = self.complete(&it, &mut regs);
-        self.regions = regs;
+        let end = self.complete(&it, &plan);
         let seen = self.signal(&it, end);
         if traced {
             self.record(&it, end, seen, bytes, write);
@@ -556,10 +592,11 @@ impl<'d, 'p> Scheduler<'d, 'p> {
     fn queue_ready(&self, ai: usize) -> Option<(u64, u8)> {
         let a = &self.agents[ai];
         let q = a.fifo.front()?;
+        let plan = self.plan(a.core).transfer(q.idx);
         let start = self
             .fabric
-            .earliest(a.core as usize, a.free.max(q.ready), &q.transfer.plan);
-        Some((start, q.transfer.plan.priority))
+            .earliest(a.core as usize, a.free.max(q.ready), plan);
+        Some((start, plan.priority))
     }
 
     /// When stream `ai` could start its next instruction: its semaphore waits met (and, for a
@@ -709,7 +746,11 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         a.vc[ai] = a.epoch;
         let ins = &prog.instrs[idx as usize];
         if !a.is_queue() {
-            issue.dependent = a.last_writes.track(ins) && issue.back_to_back;
+            let dependent = match self.plans[core as usize].dependent(idx) {
+                Some(d) => d,
+                None => a.last_writes.track(ins),
+            };
+            issue.dependent = dependent && issue.back_to_back;
         }
         Ok(Some(Issued {
             agent: ai,
@@ -817,7 +858,6 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         let core = core_of(&self.pool, &mut self.dev.cores, it.core);
         let transfer = Box::new(Transfer {
             regs: core.regs[exec.stream().index()],
-            plan: plan(ins, &cost.dma()),
         });
         let queue = agent_id(it.core, Executor::DmaQueue(exec.stream()));
         self.agents[queue].fifo.push_back(QItem {
@@ -863,20 +903,21 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             if bi == it.agent {
                 continue;
             }
+            let theirs = self.plan(b.core).all_regions();
             for e in b.log.after(my_vc[bi]) {
+                let region = &theirs[e.region as usize];
                 for (i, mine) in regs.iter().enumerate() {
-                    if conflict(std::slice::from_ref(mine), std::slice::from_ref(e.region))
-                        .is_none()
+                    if conflict(std::slice::from_ref(mine), std::slice::from_ref(region)).is_none()
                     {
                         continue;
                     }
                     // Reported at the later instruction (the one that found the conflict).
                     let first = describe(&self.progs, b.core, e.idx);
                     if self.opts.identical_writes
-                        && identical::candidate(mine, e.region, it.core, b.core)
+                        && identical::candidate(mine, region, it.core, b.core)
                     {
-                        let (lo, before) = identical::snapshot(&self.dev.hbm, mine, e.region);
-                        let theirs = e.region.clone();
+                        let (lo, before) = identical::snapshot(&self.dev.hbm, mine, region);
+                        let theirs = region.clone();
                         pending.push(identical::Pending {
                             lo,
                             before,
@@ -886,7 +927,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
                         });
                         continue;
                     }
-                    let e = race_error(first, mine, e.region, &self.progs, it);
+                    let e = race_error(first, mine, region, &self.progs, it);
                     return Err(ins_err(e, it.core, it.idx, it.ins));
                 }
             }
@@ -959,9 +1000,12 @@ impl<'d, 'p> Scheduler<'d, 'p> {
     }
 
     /// The item's end time; its agent becomes free and logs its accesses for the race checks.
-    fn complete(&mut self, it: &Issued, regs: &mut Vec<Region>) -> u64 {
+    fn complete(&mut self, it: &Issued, plan: &RunPlan) -> u64 {
         let end = match &it.work {
-            Work::Transfer(t) => self.fabric.commit(it.core as usize, it.start, &t.plan),
+            Work::Transfer(_) => {
+                self.fabric
+                    .commit(it.core as usize, it.start, plan.transfer(it.idx))
+            }
             Work::Release(r) => r.end,
             Work::Instr => it.start + self.dev.cost.engine_ps(it.ins, it.issue),
         };
@@ -972,7 +1016,8 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             // A repeat of an access this agent already logged (same instruction, same
             // footprint, as in a loop) supersedes it (`RaceLog::append`). Only a program that
             // branches runs an instruction twice (the search costs nothing elsewhere).
-            a.log.append(a.epoch, it.idx, regs, a.loops);
+            a.log
+                .append(a.epoch, it.idx, plan.region_range(it.idx), a.loops, plan);
         }
         end
     }
@@ -996,8 +1041,9 @@ impl<'d, 'p> Scheduler<'d, 'p> {
     fn record(&mut self, it: &Issued, end: u64, seen: u64, bytes: u64, write: WriteBox) {
         let (core, ins) = (it.core, it.ins);
         let t = &mut self.result.trace;
+        let plans = &self.plans;
         let transfer = match &it.work {
-            Work::Transfer(t) => Some(&t.plan),
+            Work::Transfer(_) => Some(plans[core as usize].transfer(it.idx)),
             _ => {
                 trace_waits(t, core, ins, it.start);
                 None
@@ -1315,27 +1361,4 @@ fn trace_waits(t: &mut crate::trace::Trace, core: u8, ins: &Instr, start: u64) {
             by: -1,
         });
     }
-}
-
-/// Bytes the instruction's operands touch (trace only).
-fn region_bytes(regs: &[Region]) -> u64 {
-    regs.iter().map(|r| r.bytes).sum()
-}
-
-/// The first on-chip region the instruction writes (from its `regions`, which list operands in
-/// order), for the occupancy counters of the trace.
-fn write_box(regs: &[Region]) -> WriteBox {
-    for r in regs {
-        if !r.write || r.mem == Mem::Hbm {
-            continue;
-        }
-        return WriteBox {
-            mem: r.mem as u8,
-            p0: r.p0.min(255) as u8,
-            p1: r.p1.min(255) as u8,
-            lo: r.lo.clamp(0, u32::MAX as i128) as u32,
-            hi: r.hi.clamp(0, u32::MAX as i128) as u32,
-        };
-    }
-    WriteBox::NONE
 }

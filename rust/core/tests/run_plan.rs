@@ -1,0 +1,98 @@
+//! `Assembler::run_plan`: the cached plan is the program's as it is now. A plan kept across an
+//! append or a pop (even one that leaves the length as it was) would give the scheduler another
+//! instruction's regions and transfer plans.
+
+use std::sync::Arc;
+use trn3emu_core::asm::Assembler;
+use trn3emu_core::cost::DmaParams;
+use trn3emu_core::isa::text::parse_instr_unchecked;
+
+fn ins(text: &str) -> trn3emu_core::isa::Instr {
+    parse_instr_unchecked(text).unwrap()
+}
+
+const SET: &str = "memset.vector dst=sbuf:float32[0:8]+0[[1,4]] value=0.0";
+const ADD: &str = "tensor_scalar.vector dst=sbuf:float32[0:8]+64[[1,4]] data=sbuf:float32[0:8]+0[[1,4]] op0=add operand0=1.0";
+const STORE: &str = "dma_copy.vector dst=hbm:float32+0[[4,8],[1,4]] src=sbuf:float32[0:8]+0[[1,4]]";
+const STORE2: &str =
+    "dma_copy.vector dst=hbm:float32+4096[[4,16],[1,4]] src=sbuf:float32[0:16]+0[[1,4]]";
+
+#[test]
+fn the_cached_plan_is_kept_while_the_program_stays_and_dropped_when_it_changes() {
+    let dma = DmaParams::default();
+    let mut a = Assembler::new(0).unwrap();
+    a.append(ins(SET), false).unwrap();
+    a.append(ins(STORE), false).unwrap();
+    let p1 = a.run_plan(&dma);
+    assert!(
+        Arc::ptr_eq(&p1, &a.run_plan(&dma)),
+        "a second run reuses it"
+    );
+    assert_eq!(p1.transfer(1).bytes, 8 * 4 * 4);
+
+    // pop and append another DMA: same length, another transfer
+    a.pop();
+    a.append(ins(STORE2), false).unwrap();
+    let p2 = a.run_plan(&dma);
+    assert!(!Arc::ptr_eq(&p1, &p2));
+    assert_eq!(p2.transfer(1).bytes, 16 * 4 * 4);
+    assert_eq!(p2.regions(1)[0].lo, 4096);
+
+    // appended: the new instruction has its regions (a write of bytes 64..80, a read of 0..16)
+    a.append(ins(ADD), false).unwrap();
+    let p3 = a.run_plan(&dma);
+    let r = p3.regions(2);
+    assert_eq!((r[0].write, r[0].lo, r[0].hi), (true, 64, 80));
+    assert_eq!((r[1].write, r[1].lo, r[1].hi), (false, 0, 16));
+    assert_eq!(p3.traced(2).0, 2 * 8 * 4 * 4);
+}
+
+#[test]
+fn a_plan_is_only_reused_under_the_dma_numbers_it_was_built_with() {
+    let mut a = Assembler::new(0).unwrap();
+    a.append(ins(STORE), false).unwrap();
+    let dma = DmaParams::default();
+    let p1 = a.run_plan(&dma);
+    let other = DmaParams {
+        partitions_per_engine: 4,
+        ..dma
+    };
+    let p2 = a.run_plan(&other);
+    assert!(!Arc::ptr_eq(&p1, &p2));
+    assert_ne!(p1.transfer(0).pieces, p2.transfer(0).pieces);
+    assert!(p2.fits(a.program(), &other, true) && !p2.fits(a.program(), &dma, true));
+}
+
+struct Quiet;
+impl trn3emu_core::machine::Monitor for Quiet {
+    fn poll(&mut self, _: &trn3emu_core::machine::Progress) -> bool {
+        true
+    }
+}
+
+#[test]
+fn a_plan_built_without_regions_is_not_used_by_a_race_checked_run() {
+    use trn3emu_core::machine::run_plan::RunPlan;
+    use trn3emu_core::{Device, ErrorKind, RunOptions};
+    // memset then an unordered read of its dst on another engine: a race
+    let prog = trn3emu_core::engines::parse_program(&format!(
+        "{SET}\nactivation.scalar dst=sbuf:float32[0:8]+128[[1,4]] data=sbuf:float32[0:8]+0[[1,4]] op=copy"
+    ))
+    .unwrap();
+    let dma = DmaParams::default();
+    let bare = Arc::new(RunPlan::new(&prog, &dma, false));
+    assert!(bare.regions(1).is_empty());
+    assert!(bare.fits(&prog, &dma, false) && !bare.fits(&prog, &dma, true));
+    let mut dev = Device::new();
+    let unchecked = RunOptions {
+        check_races: false,
+        trace: false,
+        ..RunOptions::default()
+    };
+    dev.run_planned(&[&prog], &[Some(bare.clone())], &unchecked, &mut Quiet)
+        .unwrap();
+    let e = dev
+        .run_planned(&[&prog], &[Some(bare)], &RunOptions::default(), &mut Quiet)
+        .unwrap_err();
+    assert_eq!((e.kind, e.rule), (ErrorKind::Race, "data_race"));
+}

@@ -5,7 +5,7 @@
 //! resolves `nc_matmul accumulate=None` from which PSUM bytes earlier matmuls wrote since their
 //! allocation (`psum_fresh`). Nothing here knows about Python.
 
-use crate::cost::DmaParams;
+use crate::cost::CostModel;
 use crate::engines;
 use crate::error::{fail, ErrorKind, Result};
 use crate::isa::spec::Default as ParamDefault;
@@ -84,10 +84,10 @@ impl Assembler {
         &self.program
     }
 
-    /// The program's run plan under the DMA numbers `dma` (`Device::run_planned`): cached,
+    /// The program's run plan under the cost model `cost` (`Device::run_planned`): cached,
     /// dropped whenever the program changes.
-    pub fn run_plan(&self, dma: &DmaParams) -> Arc<RunPlan> {
-        self.plan.get(&self.program, dma)
+    pub fn run_plan(&self, cost: &dyn CostModel) -> Arc<RunPlan> {
+        self.plan.get(&self.program, cost)
     }
 
     pub fn into_program(self) -> Program {

@@ -4,10 +4,11 @@
 
 use std::sync::Arc;
 use trn3emu_core::asm::Assembler;
-use trn3emu_core::cost::DmaParams;
+use trn3emu_core::cost::{CostModel, DefaultCost, DmaParams, Issue};
 use trn3emu_core::isa::text::parse_instr_unchecked;
+use trn3emu_core::isa::Instr;
 
-fn ins(text: &str) -> trn3emu_core::isa::Instr {
+fn ins(text: &str) -> Instr {
     parse_instr_unchecked(text).unwrap()
 }
 
@@ -19,7 +20,7 @@ const STORE2: &str =
 
 #[test]
 fn the_cached_plan_is_kept_while_the_program_stays_and_dropped_when_it_changes() {
-    let dma = DmaParams::default();
+    let dma = DefaultCost::default();
     let mut a = Assembler::new(0).unwrap();
     a.append(ins(SET), false).unwrap();
     a.append(ins(STORE), false).unwrap();
@@ -47,20 +48,76 @@ fn the_cached_plan_is_kept_while_the_program_stays_and_dropped_when_it_changes()
     assert_eq!(p3.traced(2).0, 2 * 8 * 4 * 4);
 }
 
+/// The default model with other DMA numbers (`key`: its plan key).
+struct OtherDma(DefaultCost, Option<usize>);
+impl CostModel for OtherDma {
+    fn engine_ps(&self, ins: &Instr, issue: Issue) -> u64 {
+        self.0.engine_ps(ins, issue)
+    }
+    fn dma(&self) -> DmaParams {
+        DmaParams {
+            partitions_per_engine: 4,
+            ..self.0.dma()
+        }
+    }
+    fn sem_latency_ps(&self) -> u64 {
+        self.0.sem_latency_ps()
+    }
+    fn plan_key(&self) -> Option<usize> {
+        self.1
+    }
+}
+
 #[test]
 fn a_plan_is_only_reused_under_the_dma_numbers_it_was_built_with() {
     let mut a = Assembler::new(0).unwrap();
     a.append(ins(STORE), false).unwrap();
-    let dma = DmaParams::default();
-    let p1 = a.run_plan(&dma);
-    let other = DmaParams {
-        partitions_per_engine: 4,
-        ..dma
-    };
+    let cost = DefaultCost::default();
+    let p1 = a.run_plan(&cost);
+    let other = OtherDma(cost, cost.plan_key());
     let p2 = a.run_plan(&other);
     assert!(!Arc::ptr_eq(&p1, &p2));
     assert_ne!(p1.transfer(0).pieces, p2.transfer(0).pieces);
-    assert!(p2.fits(a.program(), &other, true) && !p2.fits(a.program(), &dma, true));
+    assert!(p2.fits(a.program(), &other, true) && !p2.fits(a.program(), &cost, true));
+}
+
+#[test]
+fn engine_times_are_kept_only_for_the_cost_model_key_they_were_computed_with() {
+    let mut a = Assembler::new(0).unwrap();
+    a.append(ins(ADD), false).unwrap();
+    let trn3 = DefaultCost::default();
+    let trn1 = DefaultCost {
+        gen: trn3emu_core::timing::generation("trn1").unwrap(),
+    };
+    let issue = Issue::default();
+    let t3 = a.run_plan(&trn3).engine_ps(0, issue).unwrap();
+    assert_eq!(
+        t3,
+        trn3.engine_ps(a.program().instrs.first().unwrap(), issue)
+    );
+    let t1 = a.run_plan(&trn1).engine_ps(0, issue).unwrap();
+    assert_eq!(
+        t1,
+        trn1.engine_ps(a.program().instrs.first().unwrap(), issue)
+    );
+    assert_ne!(t1, t3);
+    // a model without a key: the plan keeps no times (the scheduler asks the model)
+    let keyless = OtherDma(trn3, None);
+    assert_eq!(a.run_plan(&keyless).engine_ps(0, issue), None);
+    for (b2b, dep) in [(false, false), (true, false), (true, true), (false, true)] {
+        let issue = Issue {
+            back_to_back: b2b,
+            dependent: dep,
+        };
+        let want = trn3.engine_ps(
+            a.program().instrs.first().unwrap(),
+            Issue {
+                back_to_back: b2b,
+                dependent: dep && b2b,
+            },
+        );
+        assert_eq!(a.run_plan(&trn3).engine_ps(0, issue), Some(want));
+    }
 }
 
 struct Quiet;
@@ -79,10 +136,10 @@ fn a_plan_built_without_regions_is_not_used_by_a_race_checked_run() {
         "{SET}\nactivation.scalar dst=sbuf:float32[0:8]+128[[1,4]] data=sbuf:float32[0:8]+0[[1,4]] op=copy"
     ))
     .unwrap();
-    let dma = DmaParams::default();
-    let bare = Arc::new(RunPlan::new(&prog, &dma, false));
+    let cost = DefaultCost::default();
+    let bare = Arc::new(RunPlan::new(&prog, &cost, false));
     assert!(bare.regions(1).is_empty());
-    assert!(bare.fits(&prog, &dma, false) && !bare.fits(&prog, &dma, true));
+    assert!(bare.fits(&prog, &cost, false) && !bare.fits(&prog, &cost, true));
     let mut dev = Device::new();
     let unchecked = RunOptions {
         check_races: false,

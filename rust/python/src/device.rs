@@ -394,8 +394,7 @@ impl Device {
         let asms: Vec<&core::asm::Assembler> = programs.iter().map(|p| &p.asm).collect();
         let res = py.detach(|| {
             guarded(|| {
-                let dma = dev.cost.dma();
-                let plans: Vec<_> = asms.iter().map(|a| Some(a.run_plan(&dma))).collect();
+                let plans: Vec<_> = asms.iter().map(|a| Some(a.run_plan(&*dev.cost))).collect();
                 dev.run_planned(&progs, &plans, &opts, &mut monitor)
             })
         });

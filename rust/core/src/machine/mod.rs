@@ -359,7 +359,7 @@ impl Device {
     ) -> Result<RunResult> {
         self.begin(programs);
         let with_regions = opts.check_races || opts.trace;
-        let plans = run_plan::for_run(programs, plans, &self.cost.dma(), with_regions);
+        let plans = run_plan::for_run(programs, plans, &*self.cost, with_regions);
         write_window::declare(self, programs, &plans);
         let r = crate::error::with_alloc_limit(opts.max_memory, || {
             crate::par::run_hot(|| sched::run(self, programs, &plans, opts, monitor))

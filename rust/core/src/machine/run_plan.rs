@@ -2,12 +2,13 @@
 //! once per executed item (issue 17: the scheduler's time outside the engines was mostly
 //! re-deriving these, cold, every run): each instruction's memory regions (race checks, trace
 //! bytes and write box), each DMA instruction's transfer plan, the dependent-instruction flag of
-//! each instruction on its stream, and the on-chip write windows.
+//! each instruction on its stream, its engine time for each kind of issue slot (cost models
+//! with a `plan_key`) and the on-chip write windows.
 //!
 //! A plan belongs to one program as it is: `Assembler::run_plan` caches one and drops it when
-//! the program changes (append, pop). A plan is only used for a run whose DMA numbers it was
-//! built with and for a program of its length and core (`fits`); otherwise the run builds its
-//! own.
+//! the program changes (append, pop). A plan is only used for a run whose DMA numbers and cost
+//! model key it was built with and for a program of its length and core (`fits`); otherwise the
+//! run builds its own.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -15,7 +16,7 @@ use super::dependence::LastWrites;
 use super::dma_timing::{plan, Plan};
 use super::region::{regions_into, Region};
 use super::write_window::{self, Window};
-use crate::cost::DmaParams;
+use crate::cost::{CostModel, DmaParams, Issue};
 use crate::isa::validate::is_dma;
 use crate::isa::Program;
 use crate::memory::Mem;
@@ -24,12 +25,32 @@ use crate::trace::WriteBox;
 /// No transfer plan (the instruction is not a DMA).
 const NO_SLOT: u32 = u32::MAX;
 
+/// The issue slots `RunPlan::times` lists (a dependent issue is always back to back).
+const ISSUES: [Issue; 3] = [
+    Issue {
+        back_to_back: false,
+        dependent: false,
+    },
+    Issue {
+        back_to_back: true,
+        dependent: false,
+    },
+    Issue {
+        back_to_back: true,
+        dependent: true,
+    },
+];
+
 /// One program's per-instruction facts for its runs.
 #[derive(Debug)]
 pub struct RunPlan {
     core: u8,
     len: usize,
     dma: DmaParams,
+    /// The cost model's `plan_key` (`Some`: `times` holds each instruction's engine time).
+    cost_key: Option<usize>,
+    /// Engine time of instruction `i` issued with a gap, back to back, back to back dependent.
+    times: Vec<[u64; 3]>,
     /// Regions of instruction `i`: `regions[starts[i]..starts[i + 1]]` (all empty when built
     /// without regions).
     starts: Vec<u32>,
@@ -49,14 +70,18 @@ pub struct RunPlan {
 }
 
 impl RunPlan {
-    /// The plan of `prog` under the DMA numbers `dma`; regions only `with_regions` (race checks
+    /// The plan of `prog` under the cost model `cost`; regions only `with_regions` (race checks
     /// or trace).
-    pub fn new(prog: &Program, dma: &DmaParams, with_regions: bool) -> RunPlan {
+    pub fn new(prog: &Program, cost: &dyn CostModel, with_regions: bool) -> RunPlan {
         let n = prog.instrs.len();
+        let dma = &cost.dma();
+        let cost_key = cost.plan_key();
         let mut p = RunPlan {
             core: prog.core,
             len: n,
             dma: *dma,
+            cost_key,
+            times: Vec::new(),
             starts: Vec::with_capacity(n + 1),
             regions: Vec::new(),
             has_regions: with_regions,
@@ -81,6 +106,9 @@ impl RunPlan {
                 p.write.push(write_box(regs));
             }
             p.starts.push(p.regions.len() as u32);
+            if cost_key.is_some() {
+                p.times.push(ISSUES.map(|issue| cost.engine_ps(ins, issue)));
+            }
             if is_dma(ins) {
                 p.slot.push(p.transfers.len() as u32);
                 p.transfers.push(plan(ins, dma));
@@ -98,19 +126,28 @@ impl RunPlan {
             core: 0,
             instrs: Vec::new(),
         };
-        let mut p = RunPlan::new(&empty, &crate::cost::DmaParams::default(), true);
+        let mut p = RunPlan::new(&empty, &crate::cost::DefaultCost::default(), true);
         p.len = regions.len();
         p.starts = (0..=regions.len() as u32).collect();
         p.regions = regions;
         p
     }
 
-    /// Whether this plan describes `prog` for a run under `dma` that needs regions or not.
-    pub fn fits(&self, prog: &Program, dma: &DmaParams, with_regions: bool) -> bool {
+    /// Whether this plan describes `prog` for a run under `cost` that needs regions or not.
+    pub fn fits(&self, prog: &Program, cost: &dyn CostModel, with_regions: bool) -> bool {
         self.core == prog.core
             && self.len == prog.instrs.len()
             && (self.has_regions || !with_regions)
-            && self.dma == *dma
+            && self.cost_key == cost.plan_key()
+            && self.dma == cost.dma()
+    }
+
+    /// Instruction `idx`'s engine time issued as `issue` (`None`: the cost model has no
+    /// `plan_key`, the caller asks it).
+    #[inline]
+    pub fn engine_ps(&self, idx: u32, issue: Issue) -> Option<u64> {
+        let k = issue.back_to_back as usize + (issue.back_to_back && issue.dependent) as usize;
+        self.times.get(idx as usize).map(|t| t[k])
     }
 
     /// Every region of the program, instruction after instruction.
@@ -190,15 +227,15 @@ fn write_box(regs: &[Region]) -> WriteBox {
 pub(super) fn for_run(
     programs: &[&Program],
     given: &[Option<Arc<RunPlan>>],
-    dma: &DmaParams,
+    cost: &dyn CostModel,
     with_regions: bool,
 ) -> Vec<Arc<RunPlan>> {
     programs
         .iter()
         .enumerate()
         .map(|(i, p)| match given.get(i).and_then(Option::as_ref) {
-            Some(g) if g.fits(p, dma, with_regions) => g.clone(),
-            _ => Arc::new(RunPlan::new(p, dma, with_regions)),
+            Some(g) if g.fits(p, cost, with_regions) => g.clone(),
+            _ => Arc::new(RunPlan::new(p, cost, with_regions)),
         })
         .collect()
 }
@@ -208,14 +245,14 @@ pub(super) fn for_run(
 pub struct PlanCache(Mutex<Option<Arc<RunPlan>>>);
 
 impl PlanCache {
-    /// The cached plan of `prog` under `dma` (with regions), built and kept if there is none
-    /// or it was built under other DMA numbers.
-    pub fn get(&self, prog: &Program, dma: &DmaParams) -> Arc<RunPlan> {
+    /// The cached plan of `prog` under `cost` (with regions), built and kept if there is none
+    /// or it was built under another cost model.
+    pub fn get(&self, prog: &Program, cost: &dyn CostModel) -> Arc<RunPlan> {
         let mut g = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(p) = g.as_ref().filter(|p| p.fits(prog, dma, true)) {
+        if let Some(p) = g.as_ref().filter(|p| p.fits(prog, cost, true)) {
             return p.clone();
         }
-        let p = Arc::new(RunPlan::new(prog, dma, true));
+        let p = Arc::new(RunPlan::new(prog, cost, true));
         *g = Some(p.clone());
         p
     }

@@ -22,7 +22,7 @@ use crate::cost::{flops, Issue};
 use crate::engines::validate;
 use crate::engines::{self, Ctx};
 use crate::error::{fail, EmuError, ErrorKind::*, Result};
-use crate::isa::instr::NUM_SEMAPHORES;
+use crate::isa::instr::{Wait, NUM_SEMAPHORES};
 use crate::isa::text::format_instr;
 use crate::isa::validate::is_dma;
 use crate::isa::{Instr, Program};
@@ -70,6 +70,9 @@ struct Agent {
     /// Engine streams: indices into the core's program, in order.
     list: Vec<u32>,
     pos: usize,
+    /// Engine streams: the waits and kind of the instruction at `pos` (`pick` looks at every
+    /// stream's each step; this keeps it from reading instructions, cold after an execute).
+    next: Next,
     /// DMA queues: pending transfers.
     fifo: VecDeque<QItem>,
     free: u64,
@@ -86,7 +89,48 @@ struct Agent {
     last_writes: LastWrites,
 }
 
+/// Waits `Next` holds in place; an instruction with more is read at each look.
+const NEXT_WAITS: usize = 3;
+
+/// What `stream_ready` needs of a stream's next instruction.
+#[derive(Clone, Copy)]
+struct Next {
+    waits: [Wait; NEXT_WAITS],
+    /// Number of waits (above `NEXT_WAITS`: read them from the instruction).
+    n: usize,
+    rendezvous: bool,
+}
+
+impl Next {
+    const NONE: Next = Next {
+        waits: [Wait { sem: 0, value: 0 }; NEXT_WAITS],
+        n: 0,
+        rendezvous: false,
+    };
+
+    fn of(ins: &Instr) -> Next {
+        let mut next = Next {
+            n: ins.waits.len(),
+            rendezvous: intercore::is_rendezvous(ins),
+            ..Next::NONE
+        };
+        if next.n <= NEXT_WAITS {
+            next.waits[..next.n].copy_from_slice(&ins.waits);
+        }
+        next
+    }
+}
+
 impl Agent {
+    /// Note the instruction now at `pos` (after `pos` moved).
+    #[inline]
+    fn moved(&mut self, prog: &Program) {
+        self.next = match self.list.get(self.pos) {
+            Some(&i) => Next::of(&prog.instrs[i as usize]),
+            None => Next::NONE,
+        };
+    }
+
     #[inline]
     fn is_queue(&self) -> bool {
         self.exec.is_queue()
@@ -338,19 +382,19 @@ fn by_core(
     dev: &Device,
     opts: &RunOptions,
 ) -> Vec<Arc<RunPlan>> {
-    let dma = dev.cost.dma();
+    let cost = &*dev.cost;
     let built;
     let plans = if plans.len() == programs.len() {
         plans
     } else {
-        built = run_plan::for_run(programs, &[], &dma, opts.check_races || opts.trace);
+        built = run_plan::for_run(programs, &[], cost, opts.check_races || opts.trace);
         &built[..]
     };
     let empty = Program {
         core: 0,
         instrs: Vec::new(),
     };
-    let none = Arc::new(RunPlan::new(&empty, &dma, false));
+    let none = Arc::new(RunPlan::new(&empty, cost, false));
     let mut out = vec![none; NUM_CORES];
     for (p, plan) in programs.iter().zip(plans) {
         if let Some(slot) = out.get_mut(p.core as usize) {
@@ -372,6 +416,7 @@ fn make_agents(progs: &[Option<&Program>]) -> Vec<Agent> {
             exec: Executor::from_index(a % AGENTS_PER_CORE),
             list: Vec::new(),
             pos: 0,
+            next: Next::NONE,
             fifo: VecDeque::new(),
             free: 0,
             // Only agents of cores with a program carry a vector clock.
@@ -398,6 +443,9 @@ fn make_agents(progs: &[Option<&Program>]) -> Vec<Agent> {
             } else if ins.tensors().next().is_some() {
                 a.touch_end = a.list.len();
             }
+        }
+        for e in 0..AGENTS_PER_CORE {
+            agents[p.core as usize * AGENTS_PER_CORE + e].moved(p);
         }
     }
     agents
@@ -513,7 +561,10 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             return self.trigger(&it);
         }
         let traced = self.traced();
-        let plan = self.plan(it.core).clone();
+        // SAFETY: `plans` is set once in `new` and never changed; each `Arc` keeps its plan
+        // alive (and in place) as long as the scheduler, which outlives this step. (A clone of
+        // the `Arc` per step was two atomic operations on a shared line.)
+        let plan: &RunPlan = unsafe { &*Arc::as_ptr(self.plan(it.core)) };
         let regs = plan.regions(it.idx);
         let pending = self.check_races(&it, regs)?;
         let (bytes, write) = if traced {
@@ -525,7 +576,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         if !pending.is_empty() {
             self.settle_identical(&it, regs, pending)?;
         }
-        let end = self.complete(&it, &plan);
+        let end = self.complete(&it, plan);
         let seen = self.signal(&it, end);
         if traced {
             self.record(&it, end, seen, bytes, write);
@@ -609,12 +660,17 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         if a.pos >= a.list.len() {
             return None;
         }
-        let ins = &self.progs[a.core as usize]?.instrs[a.list[a.pos] as usize];
+        let next = &a.next;
+        let waits = if next.n <= NEXT_WAITS {
+            &next.waits[..next.n]
+        } else {
+            &self.progs[a.core as usize]?.instrs[a.list[a.pos] as usize].waits[..]
+        };
         let mut t = a.free;
-        for w in &ins.waits {
+        for w in waits {
             t = t.max(self.sems[sem_id(a.core, w.sem)].reach_at(w.value)?);
         }
-        if intercore::is_rendezvous(ins) {
+        if next.rendezvous {
             match self.inter.ready(ai) {
                 Ready::Arrive => {}
                 Ready::Blocked => return None,
@@ -806,7 +862,9 @@ impl<'d, 'p> Scheduler<'d, 'p> {
                 }
             }
         }
-        self.agents[ai].pos += 1;
+        let a = &mut self.agents[ai];
+        a.pos += 1;
+        a.moved(prog);
         Ok(Some((idx, work)))
     }
 
@@ -848,7 +906,8 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         self.sync_core(it.core)?;
         let ins = it.ins;
         let cost = &*self.dev.cost;
-        let end = it.start + cost.engine_ps(ins, it.issue);
+        let busy = self.plans[it.core as usize].engine_ps(it.idx, it.issue);
+        let end = it.start + busy.unwrap_or_else(|| cost.engine_ps(ins, it.issue));
         let exec = self.agents[it.agent].exec;
         let vc = if self.opts.check_races {
             self.agents[it.agent].vc.clone()
@@ -995,6 +1054,9 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         if let Some(t) = ctx.jump {
             let a = &mut self.agents[it.agent];
             super::control::jump(&a.list, &mut a.pos, t);
+            if let Some(prog) = self.progs[it.core as usize] {
+                a.moved(prog);
+            }
         }
         Ok(())
     }
@@ -1007,7 +1069,10 @@ impl<'d, 'p> Scheduler<'d, 'p> {
                     .commit(it.core as usize, it.start, plan.transfer(it.idx))
             }
             Work::Release(r) => r.end,
-            Work::Instr => it.start + self.dev.cost.engine_ps(it.ins, it.issue),
+            Work::Instr => {
+                let busy = plan.engine_ps(it.idx, it.issue);
+                it.start + busy.unwrap_or_else(|| self.dev.cost.engine_ps(it.ins, it.issue))
+            }
         };
         let a = &mut self.agents[it.agent];
         // A queue hands its next transfer to the engines as soon as this one is committed.

@@ -56,8 +56,10 @@ pub struct RunPlan {
     starts: Vec<u32>,
     regions: Vec<Region>,
     has_regions: bool,
-    /// Bytes the instruction's operands touch and its first on-chip written box (trace).
+    /// Bytes the instruction's operands touch, its flops and its first on-chip written box
+    /// (trace).
     bytes: Vec<u64>,
+    flops: Vec<u64>,
     write: Vec<WriteBox>,
     /// Transfer plan of DMA instruction `i`: `transfers[slot[i]]`.
     slot: Vec<u32>,
@@ -65,6 +67,9 @@ pub struct RunPlan {
     /// Whether instruction `i` reads what the previous instruction of its stream wrote (`None`:
     /// the program branches, the order is only known while running).
     dependent: Option<Vec<bool>>,
+    /// Semaphore events (waits and signals) and DMA engine spans of a run of the program
+    /// without branches.
+    trace_room: (usize, usize),
     /// The program's SBUF and PSUM write windows.
     pub(super) windows: (Window, Window),
 }
@@ -86,23 +91,28 @@ impl RunPlan {
             regions: Vec::new(),
             has_regions: with_regions,
             bytes: Vec::new(),
+            flops: Vec::new(),
             write: Vec::new(),
             slot: Vec::with_capacity(n),
             transfers: Vec::new(),
             dependent: dependent_flags(prog),
+            trace_room: (0, 0),
             windows: write_window::of_program(prog),
         };
         if with_regions {
             p.bytes.reserve(n);
+            p.flops.reserve(n);
             p.write.reserve(n);
         }
         p.starts.push(0);
         for ins in &prog.instrs {
+            p.trace_room.0 += ins.waits.len() + ins.signals.len();
             if with_regions {
                 let from = p.regions.len();
                 regions_into(prog.core, ins, &mut p.regions);
                 let regs = &p.regions[from..];
                 p.bytes.push(regs.iter().map(|r| r.bytes).sum());
+                p.flops.push(crate::cost::flops(ins));
                 p.write.push(write_box(regs));
             }
             p.starts.push(p.regions.len() as u32);
@@ -111,7 +121,9 @@ impl RunPlan {
             }
             if is_dma(ins) {
                 p.slot.push(p.transfers.len() as u32);
-                p.transfers.push(plan(ins, dma));
+                let t = plan(ins, dma);
+                p.trace_room.1 += t.pieces.len();
+                p.transfers.push(t);
             } else {
                 p.slot.push(NO_SLOT);
             }
@@ -174,6 +186,18 @@ impl RunPlan {
     #[inline]
     pub fn traced(&self, idx: u32) -> (u64, WriteBox) {
         (self.bytes[idx as usize], self.write[idx as usize])
+    }
+
+    /// Semaphore events and DMA engine spans a run of the program records (without branches).
+    #[inline]
+    pub fn trace_room(&self) -> (usize, usize) {
+        self.trace_room
+    }
+
+    /// Instruction `idx`'s `cost::flops` (a plan built with regions).
+    #[inline]
+    pub fn flops(&self, idx: u32) -> u64 {
+        self.flops[idx as usize]
     }
 
     /// The transfer plan of DMA instruction `idx`.

@@ -18,7 +18,7 @@ use super::{
     Device, Executor, Monitor, Progress, RunOptions, RunResult, AGENTS_PER_CORE, NUM_CORES,
     POLL_EVERY,
 };
-use crate::cost::{flops, Issue};
+use crate::cost::Issue;
 use crate::engines::validate;
 use crate::engines::{self, Ctx};
 use crate::error::{fail, EmuError, ErrorKind::*, Result};
@@ -129,6 +129,7 @@ impl Agent {
             Some(&i) => Next::of(&prog.instrs[i as usize]),
             None => Next::NONE,
         };
+        prefetch_ahead(&self.list, self.pos, prog);
     }
 
     #[inline]
@@ -146,6 +147,32 @@ impl Agent {
     /// An engine stream that may still run an instruction below list position `end`.
     fn may_reach(&self, end: usize) -> bool {
         self.has_next() && (self.pos < end || (self.loops && end > 0))
+    }
+}
+
+/// Ask the caches for what the stream reads of its coming instructions (each is touched once
+/// per run, cold: the engines' data evicts it): the `Instr` two ahead, and the operand, wait and
+/// signal blocks of the next one (its `Instr` asked for one move earlier). Hints only.
+#[inline]
+fn prefetch_ahead(list: &[u32], pos: usize, prog: &Program) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let at = |k: usize| list.get(pos + k).map(|&j| &prog.instrs[j as usize]);
+        let lines = |p: *const u8, n: usize| {
+            for k in 0..n {
+                // SAFETY: a prefetch never faults and reads nothing; the address is only a hint.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64 * k) as *const i8) };
+            }
+        };
+        if let Some(ins) = at(2) {
+            lines(ins as *const Instr as *const u8, 2);
+        }
+        if let Some(ins) = at(1) {
+            lines(ins.args.as_ptr() as *const u8, 4);
+            lines(ins.waits.as_ptr() as *const u8, 1);
+            lines(ins.signals.as_ptr() as *const u8, 1);
+        }
     }
 }
 
@@ -452,15 +479,32 @@ fn make_agents(progs: &[Option<&Program>]) -> Vec<Agent> {
 }
 
 /// Room for the trace of a run without branches, so it does not grow by copies: at most two
-/// records per instruction (a DMA's trigger and transfer), about as many semaphore events.
-/// Capacity no record uses costs address space only. The trace grows fallibly past it.
-fn reserve_trace(t: &mut crate::trace::Trace, progs: &[Option<&Program>], limit: u64) {
+/// records per instruction (a DMA's trigger and transfer); when they are all kept, the
+/// programs' semaphore events and DMA engine spans (`RunPlan::trace_room`), else as many
+/// semaphore events as records. Capacity no record uses costs address space only. The trace
+/// grows fallibly past it.
+fn reserve_trace(
+    t: &mut crate::trace::Trace,
+    progs: &[Option<&Program>],
+    plans: &[Arc<RunPlan>],
+    limit: u64,
+) {
     let n: usize = progs.iter().flatten().map(|p| p.instrs.len()).sum();
-    let records = n
-        .saturating_mul(2)
-        .min(usize::try_from(limit).unwrap_or(usize::MAX));
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    let records = n.saturating_mul(2).min(limit);
     let _ = t.records.try_reserve_exact(records);
-    let _ = t.sems.try_reserve_exact(records);
+    if records < n.saturating_mul(2) {
+        let _ = t.sems.try_reserve_exact(records);
+        return;
+    }
+    let (mut sems, mut spans) = (0usize, 0usize);
+    for (c, _) in progs.iter().enumerate().filter(|(_, p)| p.is_some()) {
+        let (s, d) = plans[c].trace_room();
+        sems = sems.saturating_add(s);
+        spans = spans.saturating_add(d);
+    }
+    let _ = t.sems.try_reserve_exact(sems.max(records));
+    let _ = t.dma_spans.try_reserve_exact(spans);
 }
 
 /// The agents that can ever act, in index order: the engine streams of cores with a program
@@ -502,7 +546,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         let active = acting(&agents, &progs);
         let mut result = RunResult::default();
         if opts.trace {
-            reserve_trace(&mut result.trace, &progs, opts.trace_limit);
+            reserve_trace(&mut result.trace, &progs, &plans, opts.trace_limit);
         }
         let sems = (0..NUM_CORES * NUM_SEMAPHORES as usize)
             .map(|_| Sem::default())
@@ -1153,7 +1197,11 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             },
             end_ps: end,
             bytes,
-            flops: if transfer.is_some() { 0 } else { flops(ins) },
+            flops: if transfer.is_some() {
+                0
+            } else {
+                self.plans[core as usize].flops(it.idx)
+            },
             hbm_bytes,
             priority,
             dma_engines,

@@ -188,6 +188,15 @@ impl RunPlan {
         (self.bytes[idx as usize], self.write[idx as usize])
     }
 
+    /// Items a run of the program executes (each instruction and each DMA's transfer); `None`
+    /// when it branches.
+    #[inline]
+    pub fn planned_items(&self) -> Option<u64> {
+        self.dependent
+            .as_ref()
+            .map(|_| (self.len + self.transfers.len()) as u64)
+    }
+
     /// Semaphore events and DMA engine spans a run of the program records (without branches).
     #[inline]
     pub fn trace_room(&self) -> (usize, usize) {

@@ -307,6 +307,9 @@ pub struct Scheduler<'d, 'p> {
     agents: Vec<Agent>,
     /// The agents that can ever act (`acting`): streams with instructions, queues they feed.
     active: Vec<usize>,
+    /// Per agent, at least the highest epoch in its race log (0: nothing logged): the race
+    /// checks pass over an agent whose log is all ordered before without reading the log.
+    log_top: Vec<u32>,
     sems: Vec<Sem>,
     inter: Intercore,
     fabric: DmaFabric,
@@ -350,14 +353,11 @@ pub fn run(
 }
 
 /// Items a run of `progs` executes (each instruction, plus the transfer of each DMA
-/// instruction); `None` when a program branches.
-fn planned_items(progs: &[Option<&Program>]) -> Option<u64> {
+/// instruction); `None` when a program branches. Counted by the plans (`plans[core]`).
+fn planned_items(progs: &[Option<&Program>], plans: &[Arc<RunPlan>]) -> Option<u64> {
     let mut n = 0;
-    for p in progs.iter().flatten() {
-        if super::control::has_branches(p) {
-            return None;
-        }
-        n += p.instrs.iter().map(|i| 1 + is_dma(i) as u64).sum::<u64>();
+    for (c, _) in progs.iter().enumerate().filter(|(_, p)| p.is_some()) {
+        n += plans[c].planned_items()?;
     }
     Some(n)
 }
@@ -560,6 +560,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             progs,
             plans,
             opts: *opts,
+            log_top: vec![0; agents.len()],
             agents,
             active,
             sems,
@@ -799,8 +800,10 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         let Some(m) = self.monitor.as_deref_mut() else {
             return Ok(());
         };
-        let progs = &self.progs;
-        let total = *self.total.get_or_insert_with(|| planned_items(progs));
+        let (progs, plans) = (&self.progs, &self.plans);
+        let total = *self
+            .total
+            .get_or_insert_with(|| planned_items(progs, plans));
         let p = Progress {
             executed: n,
             total,
@@ -1002,10 +1005,10 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         }
         let my_vc = &self.agents[it.agent].vc;
         for &bi in &self.active {
-            let b = &self.agents[bi];
-            if bi == it.agent {
+            if bi == it.agent || self.log_top[bi] <= my_vc[bi] {
                 continue;
             }
+            let b = &self.agents[bi];
             let theirs = self.plan(b.core).all_regions();
             for e in b.log.after(my_vc[bi]) {
                 let region = &theirs[e.region as usize];
@@ -1125,8 +1128,11 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             // A repeat of an access this agent already logged (same instruction, same
             // footprint, as in a loop) supersedes it (`RaceLog::append`). Only a program that
             // branches runs an instruction twice (the search costs nothing elsewhere).
-            a.log
-                .append(a.epoch, it.idx, plan.region_range(it.idx), a.loops, plan);
+            let regs = plan.region_range(it.idx);
+            if !regs.is_empty() {
+                self.log_top[it.agent] = a.epoch;
+            }
+            a.log.append(a.epoch, it.idx, regs, a.loops, plan);
         }
         end
     }

@@ -41,6 +41,17 @@ const ISSUES: [Issue; 3] = [
     },
 ];
 
+/// One engine stream's instructions in a program.
+#[derive(Debug, Default)]
+pub struct StreamList {
+    /// Instruction indices, in program order.
+    pub list: Vec<u32>,
+    /// One past the last list position of an instruction that touches memory itself (not a
+    /// DMA trigger), and one past the last DMA trigger (0: none).
+    pub touch_end: usize,
+    pub trigger_end: usize,
+}
+
 /// One program's per-instruction facts for its runs.
 #[derive(Debug)]
 pub struct RunPlan {
@@ -67,6 +78,9 @@ pub struct RunPlan {
     /// Whether instruction `i` reads what the previous instruction of its stream wrote (`None`:
     /// the program branches, the order is only known while running).
     dependent: Option<Vec<bool>>,
+    /// Each engine stream's instructions in order (by `Stream::index`), with one past the last
+    /// position of an instruction touching memory itself and of a DMA trigger (0: none).
+    streams: [StreamList; super::NUM_STREAMS],
     /// Semaphore events (waits and signals) and DMA engine spans of a run of the program
     /// without branches.
     trace_room: (usize, usize),
@@ -97,6 +111,7 @@ impl RunPlan {
             transfers: Vec::new(),
             dependent: dependent_flags(prog),
             trace_room: (0, 0),
+            streams: Default::default(),
             windows: write_window::of_program(prog),
         };
         if with_regions {
@@ -105,8 +120,15 @@ impl RunPlan {
             p.write.reserve(n);
         }
         p.starts.push(0);
-        for ins in &prog.instrs {
+        for (i, ins) in prog.instrs.iter().enumerate() {
             p.trace_room.0 += ins.waits.len() + ins.signals.len();
+            let s = &mut p.streams[super::Stream::of(ins.engine).index()];
+            s.list.push(i as u32);
+            if is_dma(ins) {
+                s.trigger_end = s.list.len();
+            } else if ins.tensors().next().is_some() {
+                s.touch_end = s.list.len();
+            }
             if with_regions {
                 let from = p.regions.len();
                 regions_into(prog.core, ins, &mut p.regions);
@@ -186,6 +208,18 @@ impl RunPlan {
     #[inline]
     pub fn traced(&self, idx: u32) -> (u64, WriteBox) {
         (self.bytes[idx as usize], self.write[idx as usize])
+    }
+
+    /// Whether the program branches (`control::has_branches`).
+    #[inline]
+    pub fn branches(&self) -> bool {
+        self.dependent.is_none()
+    }
+
+    /// Engine stream `s`'s instructions (`Stream::index`).
+    #[inline]
+    pub fn stream(&self, s: usize) -> &StreamList {
+        &self.streams[s]
     }
 
     /// Items a run of the program executes (each instruction and each DMA's transfer); `None`

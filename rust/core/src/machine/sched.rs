@@ -432,7 +432,7 @@ fn by_core(
 }
 
 /// Every core's agents, each engine stream listing its instructions.
-fn make_agents(progs: &[Option<&Program>]) -> Vec<Agent> {
+fn make_agents(progs: &[Option<&Program>], plans: &[Arc<RunPlan>]) -> Vec<Agent> {
     let n_agents = NUM_CORES * AGENTS_PER_CORE;
     // Clocks only count the agents of cores up to the last with a program (the others never
     // act): a one-core run joins and copies 10 entries, not 80.
@@ -456,20 +456,17 @@ fn make_agents(progs: &[Option<&Program>]) -> Vec<Agent> {
             log: RaceLog::default(),
             touch_end: 0,
             trigger_end: 0,
-            loops: progs[a / AGENTS_PER_CORE].is_some_and(super::control::has_branches),
+            loops: progs[a / AGENTS_PER_CORE].is_some() && plans[a / AGENTS_PER_CORE].branches(),
             last_writes: LastWrites::default(),
         })
         .collect();
     for p in progs.iter().flatten() {
-        for (i, ins) in p.instrs.iter().enumerate() {
-            let e = Executor::Engine(super::Stream::of(ins.engine));
-            let a = &mut agents[agent_id(p.core, e)];
-            a.list.push(i as u32);
-            if is_dma(ins) {
-                a.trigger_end = a.list.len();
-            } else if ins.tensors().next().is_some() {
-                a.touch_end = a.list.len();
-            }
+        let plan = &plans[p.core as usize];
+        for s in super::Stream::ALL {
+            let a = &mut agents[agent_id(p.core, Executor::Engine(s))];
+            let l = plan.stream(s.index());
+            a.list.clone_from(&l.list);
+            (a.touch_end, a.trigger_end) = (l.touch_end, l.trigger_end);
         }
         for e in 0..AGENTS_PER_CORE {
             agents[p.core as usize * AGENTS_PER_CORE + e].moved(p);
@@ -542,7 +539,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
     ) -> Result<Self> {
         let progs = load_programs(programs, opts.prevalidated, check)?;
         let plans = by_core(programs, plans, dev, opts);
-        let agents = make_agents(&progs);
+        let agents = make_agents(&progs, &plans);
         let active = acting(&agents, &progs);
         let mut result = RunResult::default();
         if opts.trace {

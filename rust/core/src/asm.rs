@@ -5,12 +5,15 @@
 //! resolves `nc_matmul accumulate=None` from which PSUM bytes earlier matmuls wrote since their
 //! allocation (`psum_fresh`). Nothing here knows about Python.
 
+use crate::cost::CostModel;
 use crate::engines;
 use crate::error::{fail, ErrorKind, Result};
 use crate::isa::spec::Default as ParamDefault;
 use crate::isa::{ops, Arg, Engine, Instr, Opcode, Program};
+use crate::machine::run_plan::{PlanCache, RunPlan};
 use crate::machine::{autosync, NUM_CORES};
 use crate::memory::{Ap, PARTITIONS, PSUM_PART_BYTES};
+use std::sync::Arc;
 
 /// What `Assembler::append` reports besides success.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +39,8 @@ pub struct Assembler {
     /// taken over by `from_program` counts as unvalidated): auto-sync re-checks only what it
     /// adds to them.
     validated: usize,
+    /// The program's run plan, built at its first run and kept until the program changes.
+    plan: PlanCache,
 }
 
 /// Equal programs and PSUM state (how much of it was validated on the way is bookkeeping).
@@ -71,11 +76,18 @@ impl Assembler {
             psum_written: PsumBits::new(),
             psum_unwritten: PsumBits::new(),
             validated: 0,
+            plan: PlanCache::default(),
         }
     }
 
     pub fn program(&self) -> &Program {
         &self.program
+    }
+
+    /// The program's run plan under the cost model `cost` (`Device::run_planned`): cached,
+    /// dropped whenever the program changes.
+    pub fn run_plan(&self, cost: &dyn CostModel) -> Arc<RunPlan> {
+        self.plan.get(&self.program, cost)
     }
 
     pub fn into_program(self) -> Program {
@@ -119,6 +131,7 @@ impl Assembler {
             self.validated += 1;
         }
         self.program.instrs.push(ins);
+        self.plan.clear();
         Ok(Appended {
             index,
             accumulate_mixed,
@@ -129,6 +142,7 @@ impl Assembler {
     /// turned into an error). The PSUM state it recorded stays.
     pub fn pop(&mut self) -> Option<Instr> {
         let ins = self.program.instrs.pop();
+        self.plan.clear();
         self.validated = self.validated.min(self.len());
         ins
     }
@@ -242,6 +256,7 @@ impl Assembler {
             psum_written: self.psum_written.clone(),
             psum_unwritten: self.psum_unwritten.clone(),
             validated: self.validated,
+            plan: PlanCache::default(),
         })
     }
 

@@ -60,7 +60,7 @@ pub const PEAK_TFLOPS_SPARSE: f64 = 315.0;
 pub const SPARSE_MOVING_ROWS: f64 = 4.0 * 128.0;
 
 /// The DMA machinery's numbers (reference §1.1, §1.8).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct DmaParams {
     /// DMA engines per core (16).
     pub engines: usize,
@@ -167,6 +167,12 @@ pub enum CollectiveKind {
 pub trait CostModel: Send + Sync {
     /// Time the issuing engine is busy with `ins`, ps (for DMAs: the trigger only).
     fn engine_ps(&self, ins: &Instr, issue: Issue) -> u64;
+    /// Some key when `engine_ps` depends on nothing but its arguments and the key: a run plan
+    /// (machine/run_plan.rs) may then keep the times it computed for a model with the same key.
+    /// `None` (the default): computed at every issue.
+    fn plan_key(&self) -> Option<usize> {
+        None
+    }
     /// The DMA machinery's numbers.
     fn dma(&self) -> DmaParams;
     /// Semaphore increment to visibility, ps.
@@ -682,6 +688,11 @@ impl CostModel for DefaultCost {
 
     fn dma(&self) -> DmaParams {
         DmaParams::of(self.gen)
+    }
+
+    /// The generation's address: generations are statics (or leaked), never freed or moved.
+    fn plan_key(&self) -> Option<usize> {
+        Some(self.gen as *const Generation as usize)
     }
 
     fn sem_latency_ps(&self) -> u64 {

@@ -106,43 +106,44 @@ impl Trace {
     /// posting order, as the scheduler applies them) and find the one that reached the threshold.
     pub fn link_semaphores(&mut self) {
         use std::collections::HashMap;
-        // (core, semaphore) -> [(visible at, event position, delta, record)]
-        type Increments = Vec<(u64, usize, u32, u32)>;
-        let mut sig: HashMap<(u8, u16), Increments> = HashMap::new();
-        for (i, e) in self.sems.iter().enumerate() {
-            if !e.wait {
-                sig.entry((e.core, e.sem))
-                    .or_default()
-                    .push((e.time_ps, i, e.value, e.record));
-            }
-        }
+        // Every increment as (core, semaphore, visible at, event position, delta, record),
+        // sorted: each semaphore's increments are one run, in visibility order (ties in posting
+        // order). One vector, not one per semaphore grown by pushes.
+        let mut inc: Vec<(u8, u16, u64, usize, u32, u32)> = self
+            .sems
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| !e.wait)
+            .map(|(i, e)| (e.core, e.sem, e.time_ps, i, e.value, e.record))
+            .collect();
+        inc.sort_unstable();
         // Each semaphore's increments in order, as (running value after it, record): a wait's
         // signaller is the first increment whose running value reaches the threshold (binary
         // search: auto-sync counters take thousands of increments, one scan per wait was
         // quadratic).
-        let sig: HashMap<(u8, u16), Vec<(u64, u32)>> = sig
-            .into_iter()
-            .map(|(k, mut v)| {
-                v.sort_unstable();
-                let mut cum = 0u64;
-                let run = v
-                    .iter()
-                    .map(|&(_, _, d, rec)| {
-                        cum += d as u64;
-                        (cum, rec)
-                    })
-                    .collect();
-                (k, run)
-            })
-            .collect();
+        let mut run: Vec<(u64, u32)> = Vec::with_capacity(inc.len());
+        let mut at: HashMap<(u8, u16), (usize, usize)> = HashMap::new();
+        let mut k = 0;
+        while k < inc.len() {
+            let (core, sem) = (inc[k].0, inc[k].1);
+            let from = run.len();
+            let mut cum = 0u64;
+            while k < inc.len() && (inc[k].0, inc[k].1) == (core, sem) {
+                cum += inc[k].4 as u64;
+                run.push((cum, inc[k].5));
+                k += 1;
+            }
+            at.insert((core, sem), (from, run.len()));
+        }
         for e in self.sems.iter_mut().filter(|e| e.wait) {
             e.by = -1;
-            let Some(v) = sig.get(&(e.core, e.sem)) else {
+            let Some(&(from, to)) = at.get(&(e.core, e.sem)) else {
                 continue;
             };
             if e.value == 0 {
                 continue;
             }
+            let v = &run[from..to];
             let k = v.partition_point(|&(cum, _)| cum < e.value as u64);
             if let Some(&(_, rec)) = v.get(k) {
                 e.by = rec as i64;

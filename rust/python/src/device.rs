@@ -390,7 +390,14 @@ impl Device {
             check: SignalCheck::new(),
             progress,
         };
-        let res = py.detach(|| guarded(|| dev.run_monitored(&progs, &opts, &mut monitor)));
+        // Each program's cached run plan (regions, transfer plans), built at its first run.
+        let asms: Vec<&core::asm::Assembler> = programs.iter().map(|p| &p.asm).collect();
+        let res = py.detach(|| {
+            guarded(|| {
+                let plans: Vec<_> = asms.iter().map(|a| Some(a.run_plan(&*dev.cost))).collect();
+                dev.run_planned(&progs, &plans, &opts, &mut monitor)
+            })
+        });
         *self.runner.lock().unwrap_or_else(PoisonError::into_inner) = None;
         drop(guard);
         let res = monitor.check.finish(py, res)?;

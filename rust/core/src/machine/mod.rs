@@ -11,6 +11,7 @@ pub mod limits;
 mod parallel;
 mod race_log;
 pub mod region;
+pub mod run_plan;
 pub mod sched;
 pub mod ultra;
 pub mod ultra_dist;
@@ -26,6 +27,8 @@ use crate::memory::onchip::OnChip;
 use crate::numerics::config::NumericsConfig;
 use crate::numerics::rng::RngStates;
 use crate::trace::{Trace, Unit};
+use run_plan::RunPlan;
+use std::sync::Arc;
 
 pub use crate::memory::NUM_CORES;
 
@@ -321,7 +324,7 @@ impl Device {
 
     /// `run` on borrowed programs (the bindings run Python-owned programs without copying them).
     pub fn run_refs(&mut self, programs: &[&Program], opts: &RunOptions) -> Result<RunResult> {
-        self.run_with(programs, opts, None)
+        self.run_with(programs, &[], opts, None)
     }
 
     /// `run_refs` with a `Monitor` polled during the run (progress reports, cancellation).
@@ -331,19 +334,35 @@ impl Device {
         opts: &RunOptions,
         monitor: &mut dyn Monitor,
     ) -> Result<RunResult> {
-        self.run_with(programs, opts, Some(monitor))
+        self.run_with(programs, &[], opts, Some(monitor))
+    }
+
+    /// `run_monitored` with the programs' cached plans (`plans[i]` of `programs[i]`, e.g.
+    /// `Assembler::run_plan`); a plan that does not fit its program or this device is not
+    /// used (the run builds its own).
+    pub fn run_planned(
+        &mut self,
+        programs: &[&Program],
+        plans: &[Option<Arc<RunPlan>>],
+        opts: &RunOptions,
+        monitor: &mut dyn Monitor,
+    ) -> Result<RunResult> {
+        self.run_with(programs, plans, opts, Some(monitor))
     }
 
     fn run_with(
         &mut self,
         programs: &[&Program],
+        plans: &[Option<Arc<RunPlan>>],
         opts: &RunOptions,
         monitor: Option<&mut dyn Monitor>,
     ) -> Result<RunResult> {
         self.begin(programs);
-        write_window::declare(self, programs);
+        let with_regions = opts.check_races || opts.trace;
+        let plans = run_plan::for_run(programs, plans, &*self.cost, with_regions);
+        write_window::declare(self, programs, &plans);
         let r = crate::error::with_alloc_limit(opts.max_memory, || {
-            crate::par::run_hot(|| sched::run(self, programs, opts, monitor))
+            crate::par::run_hot(|| sched::run(self, programs, &plans, opts, monitor))
         });
         write_window::clear(self);
         self.runs += 1;

@@ -9,19 +9,20 @@
 //! `check_races`, `execute`, `complete`, `signal` and `record` it.
 
 use super::dependence::LastWrites;
-use super::dma_timing::{plan, DmaFabric, Plan};
+use super::dma_timing::DmaFabric;
 use super::intercore::{self, DevMem, Intercore, Ready, Release};
 use super::race_log::RaceLog;
-use super::region::{conflict, regions_into, Region};
+use super::region::{conflict, Region};
+use super::run_plan::{self, RunPlan};
 use super::{
     Device, Executor, Monitor, Progress, RunOptions, RunResult, AGENTS_PER_CORE, NUM_CORES,
     POLL_EVERY,
 };
-use crate::cost::{flops, Issue};
+use crate::cost::Issue;
 use crate::engines::validate;
 use crate::engines::{self, Ctx};
 use crate::error::{fail, EmuError, ErrorKind::*, Result};
-use crate::isa::instr::NUM_SEMAPHORES;
+use crate::isa::instr::{Wait, NUM_SEMAPHORES};
 use crate::isa::text::format_instr;
 use crate::isa::validate::is_dma;
 use crate::isa::{Instr, Program};
@@ -32,6 +33,7 @@ use crate::trace::{DmaSpan, Record, SemEvent, WriteBox};
 
 use super::identical;
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 type Vc = Vec<u32>;
 
@@ -52,12 +54,11 @@ struct QItem {
 }
 
 /// What a queued transfer carries to its execution (boxed: the scheduler moves `Issued` items
-/// by value every step, and a small one moves without a copy loop).
+/// by value every step, and a small one moves without a copy loop). How it uses the DMA
+/// engines is its instruction's `RunPlan::transfer`.
 struct Transfer {
     /// The issuing stream's registers when the DMA was triggered (scalar offsets read them).
     regs: Regs,
-    /// How the transfer uses the DMA engines (cost model, machine/dma_timing.rs).
-    plan: Plan,
 }
 
 type Regs = [u32; crate::isa::instr::NUM_REGISTERS as usize];
@@ -69,6 +70,9 @@ struct Agent {
     /// Engine streams: indices into the core's program, in order.
     list: Vec<u32>,
     pos: usize,
+    /// Engine streams: the waits and kind of the instruction at `pos` (`pick` looks at every
+    /// stream's each step; this keeps it from reading instructions, cold after an execute).
+    next: Next,
     /// DMA queues: pending transfers.
     fifo: VecDeque<QItem>,
     free: u64,
@@ -85,7 +89,49 @@ struct Agent {
     last_writes: LastWrites,
 }
 
+/// Waits `Next` holds in place; an instruction with more is read at each look.
+const NEXT_WAITS: usize = 3;
+
+/// What `stream_ready` needs of a stream's next instruction.
+#[derive(Clone, Copy)]
+struct Next {
+    waits: [Wait; NEXT_WAITS],
+    /// Number of waits (above `NEXT_WAITS`: read them from the instruction).
+    n: usize,
+    rendezvous: bool,
+}
+
+impl Next {
+    const NONE: Next = Next {
+        waits: [Wait { sem: 0, value: 0 }; NEXT_WAITS],
+        n: 0,
+        rendezvous: false,
+    };
+
+    fn of(ins: &Instr) -> Next {
+        let mut next = Next {
+            n: ins.waits.len(),
+            rendezvous: intercore::is_rendezvous(ins),
+            ..Next::NONE
+        };
+        if next.n <= NEXT_WAITS {
+            next.waits[..next.n].copy_from_slice(&ins.waits);
+        }
+        next
+    }
+}
+
 impl Agent {
+    /// Note the instruction now at `pos` (after `pos` moved).
+    #[inline]
+    fn moved(&mut self, prog: &Program) {
+        self.next = match self.list.get(self.pos) {
+            Some(&i) => Next::of(&prog.instrs[i as usize]),
+            None => Next::NONE,
+        };
+        prefetch_ahead(&self.list, self.pos, prog);
+    }
+
     #[inline]
     fn is_queue(&self) -> bool {
         self.exec.is_queue()
@@ -101,6 +147,32 @@ impl Agent {
     /// An engine stream that may still run an instruction below list position `end`.
     fn may_reach(&self, end: usize) -> bool {
         self.has_next() && (self.pos < end || (self.loops && end > 0))
+    }
+}
+
+/// Ask the caches for what the stream reads of its coming instructions (each is touched once
+/// per run, cold: the engines' data evicts it): the `Instr` two ahead, and the operand, wait and
+/// signal blocks of the next one (its `Instr` asked for one move earlier). Hints only.
+#[inline]
+fn prefetch_ahead(list: &[u32], pos: usize, prog: &Program) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let at = |k: usize| list.get(pos + k).map(|&j| &prog.instrs[j as usize]);
+        let lines = |p: *const u8, n: usize| {
+            for k in 0..n {
+                // SAFETY: a prefetch never faults and reads nothing; the address is only a hint.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64 * k) as *const i8) };
+            }
+        };
+        if let Some(ins) = at(2) {
+            lines(ins as *const Instr as *const u8, 2);
+        }
+        if let Some(ins) = at(1) {
+            lines(ins.args.as_ptr() as *const u8, 4);
+            lines(ins.waits.as_ptr() as *const u8, 1);
+            lines(ins.signals.as_ptr() as *const u8, 1);
+        }
     }
 }
 
@@ -228,11 +300,16 @@ pub struct Scheduler<'d, 'p> {
     dev: &'d mut Device,
     /// The program of each core, if it runs one.
     progs: Vec<Option<&'p Program>>,
+    /// The plan of each core's program (regions, transfer plans: machine/run_plan.rs).
+    plans: Vec<Arc<RunPlan>>,
     opts: RunOptions,
     /// Every core's streams and queues, `AGENTS_PER_CORE` per core (index: `agent_id`).
     agents: Vec<Agent>,
     /// The agents that can ever act (`acting`): streams with instructions, queues they feed.
     active: Vec<usize>,
+    /// Per agent, at least the highest epoch in its race log (0: nothing logged): the race
+    /// checks pass over an agent whose log is all ordered before without reading the log.
+    log_top: Vec<u32>,
     sems: Vec<Sem>,
     inter: Intercore,
     fabric: DmaFabric,
@@ -252,8 +329,6 @@ pub struct Scheduler<'d, 'p> {
     limits: super::limits::Limits,
     /// Cores on host threads (machine/parallel.rs): compute instructions queue there.
     pub(super) pool: Option<std::sync::Arc<super::parallel::Pool<'p>>>,
-    /// The regions of the step being run (one buffer, reused).
-    regions: Vec<Region>,
     /// `now` when `pick` last ran: the time the picked instruction's semaphores are settled at.
     picked_at: u64,
 }
@@ -262,10 +337,11 @@ pub struct Scheduler<'d, 'p> {
 pub fn run(
     dev: &mut Device,
     programs: &[&Program],
+    plans: &[Arc<RunPlan>],
     opts: &RunOptions,
     monitor: Option<&mut dyn Monitor>,
 ) -> Result<RunResult> {
-    let mut s = Scheduler::new(dev, programs, opts)?;
+    let mut s = Scheduler::with_check(dev, programs, plans, opts, &intercore::check_program)?;
     if let Some(m) = monitor {
         s.next_check = s.next_check.min(POLL_EVERY);
         s.monitor = Some(m);
@@ -277,14 +353,11 @@ pub fn run(
 }
 
 /// Items a run of `progs` executes (each instruction, plus the transfer of each DMA
-/// instruction); `None` when a program branches.
-fn planned_items(progs: &[Option<&Program>]) -> Option<u64> {
+/// instruction); `None` when a program branches. Counted by the plans (`plans[core]`).
+fn planned_items(progs: &[Option<&Program>], plans: &[Arc<RunPlan>]) -> Option<u64> {
     let mut n = 0;
-    for p in progs.iter().flatten() {
-        if super::control::has_branches(p) {
-            return None;
-        }
-        n += p.instrs.iter().map(|i| 1 + is_dma(i) as u64).sum::<u64>();
+    for (c, _) in progs.iter().enumerate().filter(|(_, p)| p.is_some()) {
+        n += plans[c].planned_items()?;
     }
     Some(n)
 }
@@ -328,8 +401,38 @@ fn load_programs<'p>(
     Ok(progs)
 }
 
+/// The plan of each core's program (`plans[i]` that of `programs[i]`, or built here when none
+/// are given); cores without a program get an empty one.
+fn by_core(
+    programs: &[&Program],
+    plans: &[Arc<RunPlan>],
+    dev: &Device,
+    opts: &RunOptions,
+) -> Vec<Arc<RunPlan>> {
+    let cost = &*dev.cost;
+    let built;
+    let plans = if plans.len() == programs.len() {
+        plans
+    } else {
+        built = run_plan::for_run(programs, &[], cost, opts.check_races || opts.trace);
+        &built[..]
+    };
+    let empty = Program {
+        core: 0,
+        instrs: Vec::new(),
+    };
+    let none = Arc::new(RunPlan::new(&empty, cost, false));
+    let mut out = vec![none; NUM_CORES];
+    for (p, plan) in programs.iter().zip(plans) {
+        if let Some(slot) = out.get_mut(p.core as usize) {
+            *slot = plan.clone();
+        }
+    }
+    out
+}
+
 /// Every core's agents, each engine stream listing its instructions.
-fn make_agents(progs: &[Option<&Program>]) -> Vec<Agent> {
+fn make_agents(progs: &[Option<&Program>], plans: &[Arc<RunPlan>]) -> Vec<Agent> {
     let n_agents = NUM_CORES * AGENTS_PER_CORE;
     // Clocks only count the agents of cores up to the last with a program (the others never
     // act): a one-core run joins and copies 10 entries, not 80.
@@ -340,6 +443,7 @@ fn make_agents(progs: &[Option<&Program>]) -> Vec<Agent> {
             exec: Executor::from_index(a % AGENTS_PER_CORE),
             list: Vec::new(),
             pos: 0,
+            next: Next::NONE,
             fifo: VecDeque::new(),
             free: 0,
             // Only agents of cores with a program carry a vector clock.
@@ -352,35 +456,52 @@ fn make_agents(progs: &[Option<&Program>]) -> Vec<Agent> {
             log: RaceLog::default(),
             touch_end: 0,
             trigger_end: 0,
-            loops: progs[a / AGENTS_PER_CORE].is_some_and(super::control::has_branches),
+            loops: progs[a / AGENTS_PER_CORE].is_some() && plans[a / AGENTS_PER_CORE].branches(),
             last_writes: LastWrites::default(),
         })
         .collect();
     for p in progs.iter().flatten() {
-        for (i, ins) in p.instrs.iter().enumerate() {
-            let e = Executor::Engine(super::Stream::of(ins.engine));
-            let a = &mut agents[agent_id(p.core, e)];
-            a.list.push(i as u32);
-            if is_dma(ins) {
-                a.trigger_end = a.list.len();
-            } else if ins.tensors().next().is_some() {
-                a.touch_end = a.list.len();
-            }
+        let plan = &plans[p.core as usize];
+        for s in super::Stream::ALL {
+            let a = &mut agents[agent_id(p.core, Executor::Engine(s))];
+            let l = plan.stream(s.index());
+            a.list.clone_from(&l.list);
+            (a.touch_end, a.trigger_end) = (l.touch_end, l.trigger_end);
+        }
+        for e in 0..AGENTS_PER_CORE {
+            agents[p.core as usize * AGENTS_PER_CORE + e].moved(p);
         }
     }
     agents
 }
 
 /// Room for the trace of a run without branches, so it does not grow by copies: at most two
-/// records per instruction (a DMA's trigger and transfer), about as many semaphore events.
-/// Capacity no record uses costs address space only. The trace grows fallibly past it.
-fn reserve_trace(t: &mut crate::trace::Trace, progs: &[Option<&Program>], limit: u64) {
+/// records per instruction (a DMA's trigger and transfer); when they are all kept, the
+/// programs' semaphore events and DMA engine spans (`RunPlan::trace_room`), else as many
+/// semaphore events as records. Capacity no record uses costs address space only. The trace
+/// grows fallibly past it.
+fn reserve_trace(
+    t: &mut crate::trace::Trace,
+    progs: &[Option<&Program>],
+    plans: &[Arc<RunPlan>],
+    limit: u64,
+) {
     let n: usize = progs.iter().flatten().map(|p| p.instrs.len()).sum();
-    let records = n
-        .saturating_mul(2)
-        .min(usize::try_from(limit).unwrap_or(usize::MAX));
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    let records = n.saturating_mul(2).min(limit);
     let _ = t.records.try_reserve_exact(records);
-    let _ = t.sems.try_reserve_exact(records);
+    if records < n.saturating_mul(2) {
+        let _ = t.sems.try_reserve_exact(records);
+        return;
+    }
+    let (mut sems, mut spans) = (0usize, 0usize);
+    for (c, _) in progs.iter().enumerate().filter(|(_, p)| p.is_some()) {
+        let (s, d) = plans[c].trace_room();
+        sems = sems.saturating_add(s);
+        spans = spans.saturating_add(d);
+    }
+    let _ = t.sems.try_reserve_exact(sems.max(records));
+    let _ = t.dma_spans.try_reserve_exact(spans);
 }
 
 /// The agents that can ever act, in index order: the engine streams of cores with a program
@@ -403,23 +524,26 @@ fn acting(agents: &[Agent], progs: &[Option<&Program>]) -> Vec<usize> {
 
 impl<'d, 'p> Scheduler<'d, 'p> {
     pub fn new(dev: &'d mut Device, programs: &[&'p Program], opts: &RunOptions) -> Result<Self> {
-        Self::with_check(dev, programs, opts, &intercore::check_program)
+        Self::with_check(dev, programs, &[], opts, &intercore::check_program)
     }
 
-    /// `new` with the run-start rule check of each program (an UltraServer chip checks its
-    /// collectives' groups across chips).
+    /// `new` with the programs' plans (`plans[i]` of `programs[i]`; none given: built here) and
+    /// the run-start rule check of each program (an UltraServer chip checks its collectives'
+    /// groups across chips).
     pub(super) fn with_check(
         dev: &'d mut Device,
         programs: &[&'p Program],
+        plans: &[Arc<RunPlan>],
         opts: &RunOptions,
         check: &ProgramCheck,
     ) -> Result<Self> {
         let progs = load_programs(programs, opts.prevalidated, check)?;
-        let agents = make_agents(&progs);
+        let plans = by_core(programs, plans, dev, opts);
+        let agents = make_agents(&progs, &plans);
         let active = acting(&agents, &progs);
         let mut result = RunResult::default();
         if opts.trace {
-            reserve_trace(&mut result.trace, &progs, opts.trace_limit);
+            reserve_trace(&mut result.trace, &progs, &plans, opts.trace_limit);
         }
         let sems = (0..NUM_CORES * NUM_SEMAPHORES as usize)
             .map(|_| Sem::default())
@@ -431,7 +555,9 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         Ok(Scheduler {
             dev,
             progs,
+            plans,
             opts: *opts,
+            log_top: vec![0; agents.len()],
             agents,
             active,
             sems,
@@ -447,9 +573,14 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             link: None,
             limits,
             pool: None,
-            regions: Vec::new(),
             picked_at: 0,
         })
+    }
+
+    /// The plan of `core`'s program.
+    #[inline]
+    fn plan(&self, core: u8) -> &Arc<RunPlan> {
+        &self.plans[core as usize]
     }
 
     /// Run every stream and queue until all are done (or an error: race, deadlock, runaway).
@@ -472,24 +603,22 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             return self.trigger(&it);
         }
         let traced = self.traced();
-        // One buffer for every step's regions (complete() moves them into the race log).
-        let mut regs = std::mem::take(&mut self.regions);
-        regs.clear();
-        if self.opts.check_races || traced {
-            regions_into(it.core, it.ins, &mut regs);
-        }
-        let pending = self.check_races(&it, &regs)?;
+        // SAFETY: `plans` is set once in `new` and never changed; each `Arc` keeps its plan
+        // alive (and in place) as long as the scheduler, which outlives this step. (A clone of
+        // the `Arc` per step was two atomic operations on a shared line.)
+        let plan: &RunPlan = unsafe { &*Arc::as_ptr(self.plan(it.core)) };
+        let regs = plan.regions(it.idx);
+        let pending = self.check_races(&it, regs)?;
         let (bytes, write) = if traced {
-            (region_bytes(&regs), write_box(&regs))
+            plan.traced(it.idx)
         } else {
             (0, WriteBox::NONE)
         };
         self.execute(&mut it)?;
         if !pending.is_empty() {
-            self.settle_identical(&it, &regs, pending)?;
+            self.settle_identical(&it, regs, pending)?;
         }
-        let end = self.complete(&it, &mut regs);
-        self.regions = regs;
+        let end = self.complete(&it, plan);
         let seen = self.signal(&it, end);
         if traced {
             self.record(&it, end, seen, bytes, write);
@@ -556,10 +685,11 @@ impl<'d, 'p> Scheduler<'d, 'p> {
     fn queue_ready(&self, ai: usize) -> Option<(u64, u8)> {
         let a = &self.agents[ai];
         let q = a.fifo.front()?;
+        let plan = self.plan(a.core).transfer(q.idx);
         let start = self
             .fabric
-            .earliest(a.core as usize, a.free.max(q.ready), &q.transfer.plan);
-        Some((start, q.transfer.plan.priority))
+            .earliest(a.core as usize, a.free.max(q.ready), plan);
+        Some((start, plan.priority))
     }
 
     /// When stream `ai` could start its next instruction: its semaphore waits met (and, for a
@@ -572,12 +702,17 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         if a.pos >= a.list.len() {
             return None;
         }
-        let ins = &self.progs[a.core as usize]?.instrs[a.list[a.pos] as usize];
+        let next = &a.next;
+        let waits = if next.n <= NEXT_WAITS {
+            &next.waits[..next.n]
+        } else {
+            &self.progs[a.core as usize]?.instrs[a.list[a.pos] as usize].waits[..]
+        };
         let mut t = a.free;
-        for w in &ins.waits {
+        for w in waits {
             t = t.max(self.sems[sem_id(a.core, w.sem)].reach_at(w.value)?);
         }
-        if intercore::is_rendezvous(ins) {
+        if next.rendezvous {
             match self.inter.ready(ai) {
                 Ready::Arrive => {}
                 Ready::Blocked => return None,
@@ -662,8 +797,10 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         let Some(m) = self.monitor.as_deref_mut() else {
             return Ok(());
         };
-        let progs = &self.progs;
-        let total = *self.total.get_or_insert_with(|| planned_items(progs));
+        let (progs, plans) = (&self.progs, &self.plans);
+        let total = *self
+            .total
+            .get_or_insert_with(|| planned_items(progs, plans));
         let p = Progress {
             executed: n,
             total,
@@ -709,7 +846,11 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         a.vc[ai] = a.epoch;
         let ins = &prog.instrs[idx as usize];
         if !a.is_queue() {
-            issue.dependent = a.last_writes.track(ins) && issue.back_to_back;
+            let dependent = match self.plans[core as usize].dependent(idx) {
+                Some(d) => d,
+                None => a.last_writes.track(ins),
+            };
+            issue.dependent = dependent && issue.back_to_back;
         }
         Ok(Some(Issued {
             agent: ai,
@@ -765,7 +906,9 @@ impl<'d, 'p> Scheduler<'d, 'p> {
                 }
             }
         }
-        self.agents[ai].pos += 1;
+        let a = &mut self.agents[ai];
+        a.pos += 1;
+        a.moved(prog);
         Ok(Some((idx, work)))
     }
 
@@ -807,7 +950,8 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         self.sync_core(it.core)?;
         let ins = it.ins;
         let cost = &*self.dev.cost;
-        let end = it.start + cost.engine_ps(ins, it.issue);
+        let busy = self.plans[it.core as usize].engine_ps(it.idx, it.issue);
+        let end = it.start + busy.unwrap_or_else(|| cost.engine_ps(ins, it.issue));
         let exec = self.agents[it.agent].exec;
         let vc = if self.opts.check_races {
             self.agents[it.agent].vc.clone()
@@ -817,7 +961,6 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         let core = core_of(&self.pool, &mut self.dev.cores, it.core);
         let transfer = Box::new(Transfer {
             regs: core.regs[exec.stream().index()],
-            plan: plan(ins, &cost.dma()),
         });
         let queue = agent_id(it.core, Executor::DmaQueue(exec.stream()));
         self.agents[queue].fifo.push_back(QItem {
@@ -859,24 +1002,25 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         }
         let my_vc = &self.agents[it.agent].vc;
         for &bi in &self.active {
-            let b = &self.agents[bi];
-            if bi == it.agent {
+            if bi == it.agent || self.log_top[bi] <= my_vc[bi] {
                 continue;
             }
+            let b = &self.agents[bi];
+            let theirs = self.plan(b.core).all_regions();
             for e in b.log.after(my_vc[bi]) {
+                let region = &theirs[e.region as usize];
                 for (i, mine) in regs.iter().enumerate() {
-                    if conflict(std::slice::from_ref(mine), std::slice::from_ref(e.region))
-                        .is_none()
+                    if conflict(std::slice::from_ref(mine), std::slice::from_ref(region)).is_none()
                     {
                         continue;
                     }
                     // Reported at the later instruction (the one that found the conflict).
                     let first = describe(&self.progs, b.core, e.idx);
                     if self.opts.identical_writes
-                        && identical::candidate(mine, e.region, it.core, b.core)
+                        && identical::candidate(mine, region, it.core, b.core)
                     {
-                        let (lo, before) = identical::snapshot(&self.dev.hbm, mine, e.region);
-                        let theirs = e.region.clone();
+                        let (lo, before) = identical::snapshot(&self.dev.hbm, mine, region);
+                        let theirs = region.clone();
                         pending.push(identical::Pending {
                             lo,
                             before,
@@ -886,7 +1030,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
                         });
                         continue;
                     }
-                    let e = race_error(first, mine, e.region, &self.progs, it);
+                    let e = race_error(first, mine, region, &self.progs, it);
                     return Err(ins_err(e, it.core, it.idx, it.ins));
                 }
             }
@@ -954,16 +1098,25 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         if let Some(t) = ctx.jump {
             let a = &mut self.agents[it.agent];
             super::control::jump(&a.list, &mut a.pos, t);
+            if let Some(prog) = self.progs[it.core as usize] {
+                a.moved(prog);
+            }
         }
         Ok(())
     }
 
     /// The item's end time; its agent becomes free and logs its accesses for the race checks.
-    fn complete(&mut self, it: &Issued, regs: &mut Vec<Region>) -> u64 {
+    fn complete(&mut self, it: &Issued, plan: &RunPlan) -> u64 {
         let end = match &it.work {
-            Work::Transfer(t) => self.fabric.commit(it.core as usize, it.start, &t.plan),
+            Work::Transfer(_) => {
+                self.fabric
+                    .commit(it.core as usize, it.start, plan.transfer(it.idx))
+            }
             Work::Release(r) => r.end,
-            Work::Instr => it.start + self.dev.cost.engine_ps(it.ins, it.issue),
+            Work::Instr => {
+                let busy = plan.engine_ps(it.idx, it.issue);
+                it.start + busy.unwrap_or_else(|| self.dev.cost.engine_ps(it.ins, it.issue))
+            }
         };
         let a = &mut self.agents[it.agent];
         // A queue hands its next transfer to the engines as soon as this one is committed.
@@ -972,7 +1125,11 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             // A repeat of an access this agent already logged (same instruction, same
             // footprint, as in a loop) supersedes it (`RaceLog::append`). Only a program that
             // branches runs an instruction twice (the search costs nothing elsewhere).
-            a.log.append(a.epoch, it.idx, regs, a.loops);
+            let regs = plan.region_range(it.idx);
+            if !regs.is_empty() {
+                self.log_top[it.agent] = a.epoch;
+            }
+            a.log.append(a.epoch, it.idx, regs, a.loops, plan);
         }
         end
     }
@@ -996,8 +1153,9 @@ impl<'d, 'p> Scheduler<'d, 'p> {
     fn record(&mut self, it: &Issued, end: u64, seen: u64, bytes: u64, write: WriteBox) {
         let (core, ins) = (it.core, it.ins);
         let t = &mut self.result.trace;
+        let plans = &self.plans;
         let transfer = match &it.work {
-            Work::Transfer(t) => Some(&t.plan),
+            Work::Transfer(_) => Some(plans[core as usize].transfer(it.idx)),
             _ => {
                 trace_waits(t, core, ins, it.start);
                 None
@@ -1042,7 +1200,11 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             },
             end_ps: end,
             bytes,
-            flops: if transfer.is_some() { 0 } else { flops(ins) },
+            flops: if transfer.is_some() {
+                0
+            } else {
+                self.plans[core as usize].flops(it.idx)
+            },
             hbm_bytes,
             priority,
             dma_engines,
@@ -1315,27 +1477,4 @@ fn trace_waits(t: &mut crate::trace::Trace, core: u8, ins: &Instr, start: u64) {
             by: -1,
         });
     }
-}
-
-/// Bytes the instruction's operands touch (trace only).
-fn region_bytes(regs: &[Region]) -> u64 {
-    regs.iter().map(|r| r.bytes).sum()
-}
-
-/// The first on-chip region the instruction writes (from its `regions`, which list operands in
-/// order), for the occupancy counters of the trace.
-fn write_box(regs: &[Region]) -> WriteBox {
-    for r in regs {
-        if !r.write || r.mem == Mem::Hbm {
-            continue;
-        }
-        return WriteBox {
-            mem: r.mem as u8,
-            p0: r.p0.min(255) as u8,
-            p1: r.p1.min(255) as u8,
-            lo: r.lo.clamp(0, u32::MAX as i128) as u32,
-            hi: r.hi.clamp(0, u32::MAX as i128) as u32,
-        };
-    }
-    WriteBox::NONE
 }

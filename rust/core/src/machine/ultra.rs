@@ -260,7 +260,8 @@ pub(super) fn start<'d, 'p>(
         let base = (c * NUM_CORES) as u16;
         let check =
             |p: &Program, _: &[Option<&Program>]| check_program_at(p, base + p.core as u16, &has);
-        let mut s = Scheduler::with_check(dev, &by_chip[c], opts, &check).map_err(chip_err(c))?;
+        let mut s =
+            Scheduler::with_check(dev, &by_chip[c], &[], opts, &check).map_err(chip_err(c))?;
         s.set_base(base);
         s.link = Some(ChipLink {
             chip: c as u16,

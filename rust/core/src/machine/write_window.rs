@@ -8,13 +8,16 @@
 //! known while running (dynamic or indirect offsets) leaves the window undeclared: every mutable
 //! view then dirties the whole memory, as without a window.
 
+use std::sync::Arc;
+
+use super::run_plan::RunPlan;
 use super::Device;
 use crate::isa::Program;
 use crate::memory::{Ap, Mem};
 
 /// Union of byte ranges; `None` = unknown (anything may be written).
-#[derive(Clone, Copy)]
-enum Window {
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Window {
     Empty,
     Range(usize, usize),
     Unknown,
@@ -38,6 +41,14 @@ impl Window {
         }
     }
 
+    fn union(self, o: Window) -> Window {
+        match (self, o) {
+            (Window::Unknown, _) | (_, Window::Unknown) => Window::Unknown,
+            (Window::Empty, x) | (x, Window::Empty) => x,
+            (Window::Range(a, b), Window::Range(c, d)) => Window::Range(a.min(c), b.max(d)),
+        }
+    }
+
     fn declared(self) -> Option<(usize, usize)> {
         match self {
             Window::Empty => Some((0, 0)),
@@ -47,30 +58,35 @@ impl Window {
     }
 }
 
-/// SBUF and PSUM windows of `core` over the programs that run on it.
-fn windows(programs: &[&Program], core: usize) -> (Window, Window) {
+/// SBUF and PSUM windows of one program (kept in its `RunPlan`).
+pub(super) fn of_program(p: &Program) -> (Window, Window) {
     let (mut sbuf, mut psum) = (Window::Empty, Window::Empty);
-    for p in programs.iter().filter(|p| p.core as usize == core) {
-        for ins in &p.instrs {
-            for (_, _, access, ap) in ins.tensors() {
-                if !access.writes() {
-                    continue;
-                }
-                match ap.mem {
-                    Mem::Sbuf => sbuf = sbuf.add(ap),
-                    Mem::Psum => psum = psum.add(ap),
-                    Mem::Hbm => {}
-                }
+    for ins in &p.instrs {
+        for (_, _, access, ap) in ins.tensors() {
+            if !access.writes() {
+                continue;
+            }
+            match ap.mem {
+                Mem::Sbuf => sbuf = sbuf.add(ap),
+                Mem::Psum => psum = psum.add(ap),
+                Mem::Hbm => {}
             }
         }
     }
     (sbuf, psum)
 }
 
-/// Declare every core's windows for a run of `programs` (cores with no program: empty).
-pub(super) fn declare(dev: &mut Device, programs: &[&Program]) {
+/// Declare every core's windows for a run of `programs` (`plans[i]` that of `programs[i]`;
+/// cores with no program: empty).
+pub(super) fn declare(dev: &mut Device, programs: &[&Program], plans: &[Arc<RunPlan>]) {
     for (c, core) in dev.cores.iter_mut().enumerate() {
-        let (s, p) = windows(programs, c);
+        let (mut s, mut p) = (Window::Empty, Window::Empty);
+        for (prog, plan) in programs.iter().zip(plans) {
+            if prog.core as usize == c {
+                s = s.union(plan.windows.0);
+                p = p.union(plan.windows.1);
+            }
+        }
         core.sbuf.set_write_window(s.declared());
         core.psum.set_write_window(p.declared());
     }

@@ -305,7 +305,7 @@ def _make(opname: str):
         return (
             entries,
             fused,
-            _native.CallPlan(entries, base_ops, _emit.hbm_dsts(opname), NkiTensor, _emit._slow_operand),
+            _native.CallPlan(opname, entries, base_ops, _emit.hbm_dsts(opname), NkiTensor, _emit._slow_operand),
         )
 
     def fn(*args, **kwargs):

@@ -158,7 +158,8 @@ def test_call_plan_append_is_operands_then_append():
 
 @pytest.mark.parametrize(("mem", "shape"), [("sbuf", (128, 512)), ("hbm", (4096, 128)), ("sbuf", (64, 4, 32))])
 def test_plain_views_match_the_general_tensor_indexing(mem, shape):
-    from trn3emu.nki._kernel import _plain_view
+    """`Tensor._plain` (the native geometry, which `Tensor[key]` takes first) against the Python
+    arithmetic of `Tensor._indexed` (the general path) on random plain keys."""
     from trn3emu.tensor import Tensor
 
     t = Tensor(mem, "bfloat16", shape, name="x", core=0 if mem != "hbm" else None)
@@ -172,13 +173,15 @@ def test_plain_views_match_the_general_tensor_indexing(mem, shape):
                 a, b = sorted(rng.integers(0, n + 1, 2))
                 key.append(slice(None if a == 0 and rng.random() < 0.5 else int(a), int(b) if b > a else int(a) + 1))
         key = tuple(key)
-        got = _plain_view(t, key)
+        got = t._plain(key)
         if any(type(k) is slice and k.stop > n for k, n in zip(key, shape)):
-            assert got is None  # past the dim: the general path refuses it
+            assert got is None  # past the dim: the general path clips or refuses it
             continue
-        want = t[key]
-        assert (got.shape, got.strides, got.offset, got.start) == (want.shape, want.strides, want.offset, want.start), (
-            key
-        )
-    assert _plain_view(t, (slice(0, 2, 1),)) is None  # a step: the general path's
-    assert _plain_view(t, (True,)) is None  # not an int
+        want = t._indexed(key)
+        geometry = (want.shape, want.strides, want.offset, want.start)
+        assert (got.shape, got.strides, got.offset, got.start) == geometry, key
+        v = t[key] if len(key) > 1 else t[key[0]]
+        assert (v.shape, v.strides, v.offset, v.start) == geometry, key
+        assert (got.mem, got.dtype, got.name, got.core, got.dyn, got.block) == (t.mem, t.dtype, "x", t.core, None, None)
+    assert t._plain((slice(0, 2, 1),)) is None  # a step: the general path's
+    assert t._plain((True,)) is None  # not an int

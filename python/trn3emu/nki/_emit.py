@@ -124,21 +124,16 @@ def emit(ctx, opcode: str, engine, name, args, depth: int) -> int | None:
         raise
 
 
-def emit_call(ctx, opcode: str, plan: tuple, base: list, values, depth: int, native=None) -> int | None:
+def emit_call(ctx, opcode: str, plan: tuple, base: list, values, depth: int) -> int | None:
     """`emit` straight from a call's argument values (positional ones, then keyword ones):
     `plan` gives per value its operand position, whether it is an ISA operand and its converter
-    (`nki.isa`), `base` the operands' defaults, `native` the same plan as a `_native.CallPlan`.
-    One pass over the given values; None (nothing done) as for `emit`."""
+    (`nki.isa`), `base` the operands' defaults. One pass over the given values; None (nothing
+    done) as for `emit`. `nki.isa` tries the call form's `_native.CallPlan.append` first (the
+    same steps in one native call)."""
     prog = ctx.program
     core = prog.core
     bar = ctx.launch.trace_progress
-    if native is not None:
-        # the usual call: the steps below (operands, opcodes, bar, append) in one native call
-        loc, label = _call_site(depth + 1)
-        index = native.append(prog._native, values, core, prog._hbm_uses, label, loc, prog.opcodes, bar)
-        if index is not None:
-            return index
-    # (nothing done: HBM destinations, new HBM tensors and values `slow` refuses take this loop)
+    # (HBM destinations, new HBM tensors and values `_slow_operand` refuses: this loop)
     ops = _operands(prog, core, opcode, plan, base, values, ctx)
     if ops is None:
         return None

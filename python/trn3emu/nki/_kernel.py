@@ -1063,7 +1063,12 @@ def _written_inputs(inputs: list[Tensor], contexts, preload, device_dependent: b
         return list(range(len(inputs)))
     spans = [w for c in contexts for w in c.hbm_writes]
     spans += [(addr, addr + np.asarray(data).nbytes) for addr, data in preload]
-    return [i for i, t in enumerate(inputs) if any(lo < t.offset + t.nbytes and t.offset < hi for lo, hi in spans)]
+    out = []
+    for i, t in enumerate(inputs):
+        a, b = t.offset, t.offset + t.nbytes  # (once per input, not per span)
+        if any(lo < b and a < hi for lo, hi in spans):
+            out.append(i)
+    return out
 
 
 #: instructions that draw from or set a random generator (their results depend on the run: not reusable)

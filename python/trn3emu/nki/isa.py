@@ -210,7 +210,8 @@ def _converter(kind: str, enum_id: Any):
     return _tensor_or(_same)
 
 
-#: callables run before any instruction is issued (the legacy dialect's pending results)
+#: callables run before an instruction is issued while the trace has pending results (`pending.py`:
+#: they issue them first, in program order), and outside a trace (where they say so)
 _before_issue: list = []
 
 #: NKI-only keywords of an instruction beyond its ISA operands (legacy `tensor_copy(dtype=)`: the cast
@@ -316,7 +317,7 @@ def _make(opname: str):
         )
 
     def fn(*args, **kwargs):
-        if _before_issue:  # e.g. legacy results still pending: issued first, in program order
+        if _before_issue and (not _STACK or _STACK[-1].pending):  # results still pending: issued first
             for hook in _before_issue:
                 hook()
         if "mask" in kwargs or (_STACK and _STACK[-1].masks):  # legacy masks: the sub-grid

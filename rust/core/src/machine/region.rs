@@ -176,6 +176,7 @@ impl Region {
     }
 
     /// Do the two footprints share at least one byte?
+    #[inline]
     pub fn overlaps(&self, o: &Region) -> bool {
         if self.mem != o.mem || self.hi <= o.lo || o.hi <= self.lo {
             return false;
@@ -183,6 +184,13 @@ impl Region {
         if self.mem != Mem::Hbm && (self.core != o.core || self.p1 <= o.p0 || o.p1 <= self.p0) {
             return false;
         }
+        self.boxes_meet(o)
+    }
+
+    /// `overlaps` of two footprints whose boxes meet (its rarer part: kept out of line, so the
+    /// box test inlines into the scans of many pairs).
+    #[inline(never)]
+    fn boxes_meet(&self, o: &Region) -> bool {
         // A footprint that is its box (the usual static tile) needs no interval list; the walk
         // below with one side the single run `lo..hi` (the boxes overlap: two boxes meet).
         match (self.single_run(), o.single_run()) {

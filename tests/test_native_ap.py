@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from trn3emu import _native
 from trn3emu.errors import EmuError
+from trn3emu.nki import _emit
 
 TEXT = "tensor_tensor.vector dst=sbuf:float32[0:128]+0[[1,512]] data1=sbuf:float32[0:128]+2048[[1,512]] data2=sbuf:float32[0:128]+4096[[1,512]] op=add"
 
@@ -83,6 +84,10 @@ def test_access_pattern_of_a_malformed_tuple_is_the_tuple_and_append_says_why():
     assert (e.value.rule, e.value.operand) == ("unknown_memory", "data1")
 
 
+class _L(list):
+    pass
+
+
 class _Tile:
     """Stands in for NkiTensor: a view with its pattern (`_ap`) and its tensor (`_t.core`)."""
 
@@ -97,7 +102,7 @@ def test_call_plan_takes_tiles_and_plain_values_and_hands_the_rest_to_slow():
 
     def slow(v, is_dst, core, uses):
         seen.append((v, is_dst, core, uses))
-        return None if v == ["bail"] else f"slow:{v}"
+        return None if v == {"bail"} else f"slow:{v}"
 
     ops = _native.CallPlan("tensor_tensor", plan, [None, 7, 8], (), _Tile, slow).operands(
         (_Tile(ap), "dropped", "x", 2.5), 0, "u"
@@ -105,14 +110,22 @@ def test_call_plan_takes_tiles_and_plain_values_and_hands_the_rest_to_slow():
     assert ops == (ap, 2.5, "X") and seen == []  # the tile's pattern, a converted and a plain value
     # another core's tile, a non-plain value: to `slow` (with whether its position is an HBM dst)
     ops = _native.CallPlan("tensor_tensor", plan, [None, 7, 8], (1,), _Tile, slow).operands(
-        (_Tile(ap, core=1), "-", "x", [1]), 0, "u"
+        (_Tile(ap, core=1), "-", "x", {1}), 0, "u"
     )
-    assert ops[1:] == ("slow:[1]", "X") and seen[1] == ([1], True, 0, "u")
+    assert ops[1:] == ("slow:{1}", "X") and seen[1] == ({1}, True, 0, "u")
     assert type(seen[0][0]) is _Tile and seen[0][1:] == (False, 0, "u")
     plan2 = ((0, True, None), (1, True, None))
     assert (
-        _native.CallPlan("tensor_tensor", plan2, [None, None], (), _Tile, slow).operands((["bail"], 1), 0, "u") is None
+        _native.CallPlan("tensor_tensor", plan2, [None, None], (), _Tile, slow).operands(({"bail"}, 1), 0, "u") is None
     )
+    # exact lists and tuples are taken as they are, as the front end's `slow` gives them back
+    seen.clear()
+    lst, tup = [1, 2], (3,)
+    ops = _native.CallPlan("tensor_tensor", plan2, [None, None], (), _Tile, slow).operands((lst, tup), 0, "u")
+    assert ops[0] is lst and ops[1] is tup and seen == []
+    assert _emit._slow_operand(lst, False, 0, {}) is lst and _emit._slow_operand(tup, True, 0, {}) is tup
+    ops = _native.CallPlan("tensor_tensor", plan2, [None, None], (), _Tile, slow).operands((_L([1]), 1), 0, "u")
+    assert ops[0] == "slow:[1]"  # (a subclass: to `slow`)
     with pytest.raises(ValueError):
         _native.CallPlan("tensor_tensor", ((2, True, None),), [None, None], (), _Tile, slow)  # past the operands
 
@@ -140,7 +153,7 @@ def test_call_plan_append_is_operands_then_append():
     ref.append("tensor_tensor", None, (_ap(0), _ap(2048), _ap(4096), "add"), [], [], "k.py:3")
     ref.append("tensor_tensor", None, (_ap(0), _ap(2048), _ap(4096), "add"), [], [], "k.py:4")
     assert prog.to_text() == ref.to_text() and opcodes == {"tensor_tensor"} and bar.n == 1
-    assert cp.append(prog, (["no"], "-", *values[2:]), 0, "u", "x", "x", opcodes, bar) is None  # `slow` refused
+    assert cp.append(prog, ({"no"}, "-", *values[2:]), 0, "u", "x", "x", opcodes, bar) is None  # `slow` refused
     assert len(prog) == 2 and bar.n == 1
     bad = _native.access_pattern(_ap(0, parts=64))  # a shape mismatch: the core's check
     with pytest.raises(EmuError) as want:

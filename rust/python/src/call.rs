@@ -16,14 +16,16 @@ use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PySet, PyString, PyTuple, PyTy
 use trn3emu_core::asm;
 use trn3emu_core::isa::{Engine, Instr, Opcode};
 
-/// A value `append` takes as it is: exactly a `str`, `float`, `bool`, `int` or None (subclasses,
-/// e.g. enum members, go to `slow`).
+/// A value `append` takes as it is: exactly a `str`, `float`, `bool`, `int`, `list`, `tuple` or
+/// None, which `slow` too gives back as they are (subclasses, e.g. enum members, go to `slow`).
 fn plain(v: &Bound<'_, PyAny>) -> bool {
     v.is_none()
         || v.is_exact_instance_of::<PyString>()
         || v.is_exact_instance_of::<PyFloat>()
         || v.is_exact_instance_of::<PyBool>()
         || v.is_exact_instance_of::<PyInt>()
+        || v.is_exact_instance_of::<PyList>()
+        || v.is_exact_instance_of::<PyTuple>()
 }
 
 /// One given value: its operand position (None: an NKI-only keyword, dropped), whether it is an

@@ -274,6 +274,7 @@ pub fn regions_into(core: u8, ins: &Instr, v: &mut Vec<Region>) {
 }
 
 /// True when some pair (one writing) overlaps.
+#[inline]
 pub fn conflict(a: &[Region], b: &[Region]) -> Option<(usize, usize)> {
     for (i, x) in a.iter().enumerate() {
         for (j, y) in b.iter().enumerate() {

@@ -78,6 +78,7 @@ def access_pattern(t: Any) -> Any: ...
 class CallPlan:
     def __new__(
         cls,
+        opcode: str,
         plan: tuple[Any, ...],
         base: list[Any],
         dsts: list[int] | tuple[int, ...],
@@ -85,6 +86,17 @@ class CallPlan:
         slow: Callable[..., Any],
     ) -> CallPlan: ...
     def operands(self, values: Any, core: Any, uses: Any) -> tuple[Any, ...] | None: ...
+    def append(
+        self,
+        program: Program,
+        values: Any,
+        core: Any,
+        uses: Any,
+        label: Any,
+        loc: Any,
+        opcodes: set[str],
+        bar: Any,
+    ) -> int | None: ...
 
 def view_geometry(
     shape: tuple[int, ...],

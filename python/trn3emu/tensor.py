@@ -207,6 +207,25 @@ class Tensor:
         )
 
     def __getitem__(self, key) -> Tensor:
+        v = self._plain(key if type(key) is tuple else (key,))
+        return self._indexed(key) if v is None else v
+
+    def _plain(self, key: tuple) -> Tensor | None:
+        """`self[key]` when every entry is an int index or a step-less slice within its dim (the
+        views kernels take in their loops), else None (`_indexed` handles and refuses the rest).
+        The geometry is `_native.view_geometry` (`memory/view.rs`)."""
+        if self.dyn is not None:
+            return None
+        try:
+            g = _native.view_geometry(
+                self.shape, self.strides, self.offset, self.start, self.mem != "hbm", SIZES[self.dtype], key
+            )
+        except (TypeError, OverflowError):  # (geometry beyond 64-bit integers: `_indexed`)
+            return None
+        return None if g is None else self._view(*g)
+
+    def _indexed(self, key) -> Tensor:
+        """`self[key]` for any key: ellipsis, steps, slices clipped to their dim, errors."""
         self._static("slicing")
         if not isinstance(key, tuple):
             key = (key,)

@@ -124,32 +124,23 @@ def emit(ctx, opcode: str, engine, name, args, depth: int) -> int | None:
         raise
 
 
-def emit_call(ctx, opcode: str, plan: tuple, base: list, values, depth: int, native=None) -> int | None:
+def emit_call(ctx, opcode: str, plan: tuple, base: list, values, depth: int) -> int | None:
     """`emit` straight from a call's argument values (positional ones, then keyword ones):
     `plan` gives per value its operand position, whether it is an ISA operand and its converter
-    (`nki.isa`), `base` the operands' defaults, `native` the same plan as a `_native.CallPlan`.
-    One pass over the given values; None (nothing done) as for `emit`."""
+    (`nki.isa`), `base` the operands' defaults. One pass over the given values; None (nothing
+    done) as for `emit`. `nki.isa` tries the call form's `_native.CallPlan.append` first (the
+    same steps in one native call)."""
     prog = ctx.program
     core = prog.core
-    # the usual call in one native pass (HBM destinations and new HBM tensors: the Python loop)
-    ops = None if native is None else native.operands(values, core, prog._hbm_uses)
-    if ops is None:
-        ops = _operands(prog, core, opcode, plan, base, values, ctx)
-        if ops is None:
-            return None
-    prog.opcodes.add(opcode)
     bar = ctx.launch.trace_progress
+    # (HBM destinations, new HBM tensors and values `_slow_operand` refuses: this loop)
+    ops = _operands(prog, core, opcode, plan, base, values, ctx)
+    if ops is None:
+        return None
+    prog.opcodes.add(opcode)
     if bar is not None:
         bar.tick()
-    # `site(depth + 1, None)`, inlined: the call's frame, its cached ("file:line", label)
-    f = sys._getframe(depth + 1)
-    if _INTERNAL.get(f.f_code.co_filename) is not False:  # (not a kernel's own frame)
-        f = user_frame(f)
-    hit = None if f is None else _SITES.get((id(f.f_code), f.f_lasti, None))
-    if hit is not None and hit[0] is f.f_code:
-        loc, label = hit[1], hit[2]
-    else:
-        loc, label = site(depth + 1, None)
+    loc, label = _call_site(depth + 1)
     try:
         return prog._native.append(opcode, None, ops, [], [], label)
     except EmuError as e:
@@ -158,8 +149,19 @@ def emit_call(ctx, opcode: str, plan: tuple, base: list, values, depth: int, nat
         raise
 
 
+def _call_site(depth: int) -> tuple[str, str]:
+    """`site(depth, None)` with the cache looked up inline: the call's ("file:line", label)."""
+    f = sys._getframe(depth + 1)
+    if _INTERNAL.get(f.f_code.co_filename) is not False:  # (not a kernel's own frame)
+        f = user_frame(f)
+    hit = None if f is None else _SITES.get((id(f.f_code), f.f_lasti, None))
+    if hit is not None and hit[0] is f.f_code:
+        return hit[1], hit[2]
+    return site(depth + 1, None)
+
+
 def _slow_operand(v, is_dst: bool, core: int, uses):
-    """The operand of value `v` that `_native.CallPlan.operands` could not take itself, as the Python
+    """The operand of value `v` that `_native.CallPlan` could not take itself, as the Python
     loop of `_operands` gives it: a tile view seen for the first time (its pattern kept), an HBM
     tensor the program names already (read, not written), an enum member; None for anything else
     (the loop takes the call)."""
@@ -177,7 +179,7 @@ def _slow_operand(v, is_dst: bool, core: int, uses):
 
 
 def _operands(prog, core: int, opcode: str, plan: tuple, base: list, values, ctx) -> tuple | None:
-    """`emit_call`'s operand tuple, value by value in Python (what `_native.CallPlan.operands` did
+    """`emit_call`'s operand tuple, value by value in Python (what `_native.CallPlan` did
     not take: HBM tensors, views seen for the first time, enum members), with the HBM writes
     recorded; None (nothing done) when an operand needs the general path."""
     uses = prog._hbm_uses

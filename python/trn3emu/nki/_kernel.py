@@ -243,7 +243,9 @@ class NkiTensor:
         self._ap: Any = None
 
     def _wrap(self, t: Tensor) -> NkiTensor:
-        return NkiTensor(t, self.buffer, self._block, self.name)
+        nt = _new(NkiTensor)  # `NkiTensor(t, self.buffer, self._block, self.name)`, inlined
+        nt._t, nt.buffer, nt._block, nt.name, nt._ap = t, self.buffer, self._block, self.name, None
+        return nt
 
     # info
     @property
@@ -302,10 +304,10 @@ class NkiTensor:
                 if tk is not slice and tk is not int:
                     break
             else:  # plain slices and ints (the common case): what the general path does with them
-                return self._wrap(_plain_view(self._t, key) or self._checked_view(key))
+                return self._wrap(self._t._plain(key) or self._checked_view(key))
         elif tk is slice or tk is int:
             key = (key,)
-            return self._wrap(_plain_view(self._t, key) or self._checked_view(key))
+            return self._wrap(self._t._plain(key) or self._checked_view(key))
         from . import indexing
 
         if indexing.has_expr(key) or indexing.ds_past_end(self, key) or indexing.has_tile(key):
@@ -315,10 +317,10 @@ class NkiTensor:
         return self._wrap(self._t[key])
 
     def _checked_view(self, key: tuple) -> Tensor:
-        """`self._t[key]` after the slice-bounds check (what `_plain_view` did not take: a view
+        """`self._t[key]` after the slice-bounds check (what `Tensor._plain` did not take: a view
         it builds is in bounds)."""
         _check_slice_bounds(key, self._t.shape)
-        return self._t[key]
+        return self._t._indexed(key)
 
     def __setitem__(self, key, value) -> None:
         from . import language
@@ -618,19 +620,6 @@ class NkiTensor:
         a, b = self._t, getattr(other, "_t", None)
         key = (a.mem, a.core, a.dtype, a.shape, a.strides, a.offset, a.start, a.dyn)
         return b is not None and key == (b.mem, b.core, b.dtype, b.shape, b.strides, b.offset, b.start, b.dyn)
-
-
-def _plain_view(t: Tensor, key: tuple) -> Tensor | None:
-    """`t[key]` when every entry is an int index or a step-less slice within the dim (the views
-    kernels take in their loops), else None: `Tensor.__getitem__` handles (and refuses) the rest.
-    The geometry is `_native.view_geometry` (`memory/view.rs`)."""
-    if t.dyn is not None:
-        return None
-    try:
-        g = _native.view_geometry(t.shape, t.strides, t.offset, t.start, t.mem != "hbm", SIZES[t.dtype], key)
-    except (TypeError, OverflowError):  # (geometry beyond 64-bit integers: the general path)
-        return None
-    return None if g is None else t._view(*g)
 
 
 def _norm_key(key):
@@ -1074,7 +1063,12 @@ def _written_inputs(inputs: list[Tensor], contexts, preload, device_dependent: b
         return list(range(len(inputs)))
     spans = [w for c in contexts for w in c.hbm_writes]
     spans += [(addr, addr + np.asarray(data).nbytes) for addr, data in preload]
-    return [i for i, t in enumerate(inputs) if any(lo < t.offset + t.nbytes and t.offset < hi for lo, hi in spans)]
+    out = []
+    for i, t in enumerate(inputs):
+        a, b = t.offset, t.offset + t.nbytes  # (once per input, not per span)
+        if any(lo < b and a < hi for lo, hi in spans):
+            out.append(i)
+    return out
 
 
 #: instructions that draw from or set a random generator (their results depend on the run: not reusable)

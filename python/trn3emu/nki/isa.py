@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import inspect
+from sys import _getframe
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,8 @@ from ..errors import NotSupportedError
 from ..program import _enum_name
 from . import _emit, _kernel
 from . import indexing as _indexing
-from ._kernel import _STACK, NkiTensor, current, not_supported
+from ._emit import _SITES
+from ._kernel import _INTERNAL, _STACK, NkiTensor, current, not_supported
 
 # ------------------------------------------------------------------------------------- enums
 engine = enum.Enum("engine", {n: i for i, n in enumerate(ENUMS["engine"])})
@@ -90,8 +92,13 @@ def _op_name(v: Any) -> str:
     return name
 
 
+_new = object.__new__
+
+
 class Instruction:
     """The handle an `nki.isa` call returns; `.depends_on(*others)` orders it after them."""
+
+    __slots__ = ("ctx", "index", "opcode", "__weakref__")
 
     def __init__(self, ctx, index: int, opcode: str) -> None:
         self.ctx, self.index, self.opcode = ctx, index, opcode
@@ -203,7 +210,8 @@ def _converter(kind: str, enum_id: Any):
     return _tensor_or(_same)
 
 
-#: callables run before any instruction is issued (the legacy dialect's pending results)
+#: callables run before an instruction is issued while the trace has pending results (`pending.py`:
+#: they issue them first, in program order), and outside a trace (where they say so)
 _before_issue: list = []
 
 #: NKI-only keywords of an instruction beyond its ISA operands (legacy `tensor_copy(dtype=)`: the cast
@@ -305,11 +313,11 @@ def _make(opname: str):
         return (
             entries,
             fused,
-            _native.CallPlan(entries, base_ops, _emit.hbm_dsts(opname), NkiTensor, _emit._slow_operand),
+            _native.CallPlan(opname, entries, base_ops, _emit.hbm_dsts(opname), NkiTensor, _emit._slow_operand),
         )
 
     def fn(*args, **kwargs):
-        if _before_issue:  # e.g. legacy results still pending: issued first, in program order
+        if _before_issue and (not _STACK or _STACK[-1].pending):  # results still pending: issued first
             for hook in _before_issue:
                 hook()
         if "mask" in kwargs or (_STACK and _STACK[-1].masks):  # legacy masks: the sub-grid
@@ -336,7 +344,30 @@ def _make(opname: str):
                 if direct is None:
                     direct = ctx.direct_ops[opname] = getattr(getattr(prog, opname), "__func__", None) is method
                 if fused and direct and not ctx.vregs:
-                    index = _emit.emit_call(ctx, opname, entries, base_ops, values, 1, native)
+                    if native is not None:  # `_emit.emit_call`'s one native call, inlined
+                        f = _getframe(1)  # the call's source line: `_emit._call_site(1)`, inlined
+                        if _INTERNAL.get(f.f_code.co_filename) is not False:  # (not a kernel's own frame)
+                            f = _kernel.user_frame(f)
+                        hit = None if f is None else _SITES.get((id(f.f_code), f.f_lasti, None))
+                        if hit is not None and hit[0] is f.f_code:
+                            loc, label = hit[1], hit[2]
+                        else:
+                            loc, label = _emit.site(1, None)
+                        i = native.append(
+                            prog._native,
+                            values,
+                            prog.core,
+                            prog._hbm_uses,
+                            label,
+                            loc,
+                            prog.opcodes,
+                            ctx.launch.trace_progress,
+                        )
+                        if i is not None:
+                            ins = _new(Instruction)  # `Instruction(ctx, i, opname)`, inlined
+                            ins.ctx, ins.index, ins.opcode = ctx, i, opname
+                            return ins
+                    index = _emit.emit_call(ctx, opname, entries, base_ops, values, 1)
                     if index is not None:
                         return Instruction(ctx, index, opname)
                 vals = base.copy()

@@ -115,7 +115,7 @@ impl Assembler {
         fill_defaults(&mut ins);
         if ins.engine == Engine::Unknown {
             // The ISA's default-engine rule (e.g. int32 tensor_tensor -> GpSimd).
-            ins.engine = engines::default_engine(ins.op, &ins.args);
+            ins.engine = crate::isa::default_engine::default_engine_of(&ins);
         }
         engines::validate(&ins).map_err(at)?;
         if resolve_accumulate {

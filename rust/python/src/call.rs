@@ -3,21 +3,29 @@
 //! plain Python scalar or name after its converter), built in one native pass from a plan read
 //! once per call form; any other value goes to the front end's `slow` function, and what that
 //! refuses hands the call back to the Python loop of `nki/_emit.py` (`emit_call`), which gives
-//! the same operands and errors.
+//! the same operands and errors. `CallPlan.append` builds the operands and appends the
+//! instruction to the program in the same call (the operands converted once, no tuple between).
 
+use crate::args;
+use crate::errors::to_py;
 use crate::pattern::AccessPattern;
+use crate::program::Program;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
+use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PySet, PyString, PyTuple, PyType};
+use trn3emu_core::asm;
+use trn3emu_core::isa::{Engine, Instr, Opcode};
 
-/// A value `append` takes as it is: exactly a `str`, `float`, `bool`, `int` or None (subclasses,
-/// e.g. enum members, go to `slow`).
+/// A value `append` takes as it is: exactly a `str`, `float`, `bool`, `int`, `list`, `tuple` or
+/// None, which `slow` too gives back as they are (subclasses, e.g. enum members, go to `slow`).
 fn plain(v: &Bound<'_, PyAny>) -> bool {
     v.is_none()
         || v.is_exact_instance_of::<PyString>()
         || v.is_exact_instance_of::<PyFloat>()
         || v.is_exact_instance_of::<PyBool>()
         || v.is_exact_instance_of::<PyInt>()
+        || v.is_exact_instance_of::<PyList>()
+        || v.is_exact_instance_of::<PyTuple>()
 }
 
 /// One given value: its operand position (None: an NKI-only keyword, dropped), whether it is an
@@ -31,6 +39,8 @@ struct Entry {
 /// The plan of one call form of one instruction (`nki.isa`'s `plan_for`).
 #[pyclass(module = "trn3emu._native", frozen)]
 pub struct CallPlan {
+    opcode: Opcode,
+    name: Py<PyString>,
     entries: Vec<Entry>,
     base: Py<PyTuple>,
     dsts: Vec<usize>,
@@ -40,18 +50,22 @@ pub struct CallPlan {
 
 #[pymethods]
 impl CallPlan {
-    /// `plan`: per value `(operand position or None, is an ISA operand, converter or None)`;
+    /// `opcode`: the instruction; `plan`: per value `(operand position or None, is an ISA operand, converter or None)`;
     /// `base`: the operands' defaults; `dsts`: the positions of operands the instruction may
     /// write in HBM; `nki_tensor`: the `NkiTensor` class; `slow(value, is_dst, core, uses)`:
     /// the operand of a value this pass does not take itself, or None.
     #[new]
     fn new(
+        opcode: &Bound<'_, PyString>,
         plan: &Bound<'_, PyTuple>,
         base: &Bound<'_, PyList>,
         dsts: Vec<usize>,
         nki_tensor: Bound<'_, PyType>,
         slow: Bound<'_, PyAny>,
     ) -> PyResult<Self> {
+        let py = opcode.py();
+        let name = opcode.clone().unbind();
+        let opcode = asm::opcode_named(opcode.to_str()?).map_err(|e| to_py(py, e))?;
         let mut entries = Vec::with_capacity(plan.len());
         for e in plan.iter() {
             let (slot, operand, conv): (Option<usize>, bool, Bound<'_, PyAny>) = e.extract()?;
@@ -68,6 +82,8 @@ impl CallPlan {
             });
         }
         Ok(CallPlan {
+            opcode,
+            name,
             entries,
             base: base.to_tuple().unbind(),
             dsts,
@@ -85,6 +101,53 @@ impl CallPlan {
         core: &Bound<'py, PyAny>,
         uses: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        match self.collect(py, values, core, uses)? {
+            Some(out) => Ok(Some(PyTuple::new(py, out)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// `operands`, then (as the front end's two-step path: `nki/_emit.py` `emit_call`)
+    /// `opcodes.add(opcode)`, `bar.tick()` unless `bar` is None, and `program.append(opcode,
+    /// None, operands, [], [], label)`, in one call: the instruction's index, or None (nothing
+    /// done) when `operands` gives None. An `EmuError` of the append gets the note
+    /// `"  in kernel at {loc} ({opcode})"` (errors of the converters and `slow` propagate as
+    /// they are).
+    #[allow(clippy::too_many_arguments)]
+    fn append<'py>(
+        &self,
+        py: Python<'py>,
+        program: &Bound<'py, Program>,
+        values: &Bound<'py, PyAny>,
+        core: &Bound<'py, PyAny>,
+        uses: &Bound<'py, PyAny>,
+        label: &Bound<'py, PyAny>,
+        loc: &Bound<'py, PyAny>,
+        opcodes: &Bound<'py, PySet>,
+        bar: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<usize>> {
+        let Some(vals) = self.collect(py, values, core, uses)? else {
+            return Ok(None);
+        };
+        opcodes.add(self.name.bind(py))?;
+        if !bar.is_none() {
+            bar.call_method0(intern!(py, "tick"))?;
+        }
+        self.append_values(py, program, &vals, label)
+            .map(Some)
+            .map_err(|e| self.noted(py, e, loc))
+    }
+}
+
+impl CallPlan {
+    /// The operand values of a call (`operands` without the tuple), or None.
+    fn collect<'py>(
+        &self,
+        py: Python<'py>,
+        values: &Bound<'py, PyAny>,
+        core: &Bound<'py, PyAny>,
+        uses: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Vec<Bound<'py, PyAny>>>> {
         let mut out: Vec<Bound<'py, PyAny>> = self.base.bind(py).iter().collect();
         let nki = self.nki_tensor.bind(py);
         let mut entries = self.entries.iter();
@@ -118,6 +181,57 @@ impl CallPlan {
             }
             out[i] = r;
         }
-        Ok(Some(PyTuple::new(py, out)?))
+        Ok(Some(out))
+    }
+
+    /// `Program.append(opcode, None, vals, [], [], label)`: the same conversion, checks and
+    /// errors.
+    fn append_values(
+        &self,
+        py: Python<'_>,
+        program: &Bound<'_, Program>,
+        vals: &[Bound<'_, PyAny>],
+        label: &Bound<'_, PyAny>,
+    ) -> PyResult<usize> {
+        let mut prog = program.try_borrow_mut()?;
+        let name = args::opt_str_arg(Some(label), "name")?;
+        let op = self.opcode;
+        let at = |e: trn3emu_core::EmuError| {
+            let index = prog.asm.len();
+            to_py(
+                py,
+                e.at(index, format!("{} (being assembled)", op.spec().name)),
+            )
+        };
+        asm::check_operand_count(op, vals.len()).map_err(at)?;
+        let mut out = Vec::with_capacity(vals.len());
+        for (p, a) in op.spec().params.iter().zip(vals) {
+            out.push(args::parse_arg(a, p.kind, p.enum_id).map_err(|e| at(e.operand(p.name)))?);
+        }
+        let ins = Instr {
+            op,
+            engine: Engine::Unknown,
+            args: out,
+            waits: Vec::new(),
+            signals: Vec::new(),
+            name,
+        };
+        prog.append_converted(py, ins, true)
+    }
+
+    /// `e` with the kernel-line note when it is an `EmuError`.
+    fn noted(&self, py: Python<'_>, e: PyErr, loc: &Bound<'_, PyAny>) -> PyErr {
+        let emu = py
+            .import(intern!(py, "trn3emu.errors"))
+            .and_then(|m| m.getattr(intern!(py, "EmuError")));
+        if let Ok(cls) = emu {
+            if e.is_instance(py, &cls) {
+                let note = format!("  in kernel at {loc} ({})", self.opcode.spec().name);
+                if let Err(err) = e.value(py).call_method1(intern!(py, "add_note"), (note,)) {
+                    return err;
+                }
+            }
+        }
+        e
     }
 }

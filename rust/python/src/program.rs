@@ -72,6 +72,30 @@ fn warn_accumulate(py: Python<'_>, index: usize) -> PyResult<()> {
     PyErr::warn(py, &cls, &msg, 3)
 }
 
+impl Program {
+    /// Append `ins` (converted, not validated yet): the core assembler's append, then the
+    /// accumulate warning (warnings as errors: the instruction is taken back). Its index.
+    pub(crate) fn append_converted(
+        &mut self,
+        py: Python<'_>,
+        ins: Instr,
+        resolve_accumulate: bool,
+    ) -> PyResult<usize> {
+        let done = self
+            .asm
+            .append(ins, resolve_accumulate)
+            .map_err(py_err(py))?;
+        if done.accumulate_mixed {
+            if let Err(e) = warn_accumulate(py, done.index) {
+                // Warnings as errors: the instruction is not appended.
+                self.asm.pop();
+                return Err(e);
+            }
+        }
+        Ok(done.index)
+    }
+}
+
 #[pymethods]
 impl Program {
     #[new]
@@ -116,18 +140,7 @@ impl Program {
         let engine = engine.as_deref();
         let ins = Self::convert(opcode, engine, args, waits, signals, name)
             .map_err(|e| to_py(py, e.at(index, format!("{opcode} (being assembled)"))))?;
-        let done = self
-            .asm
-            .append(ins, resolve_accumulate)
-            .map_err(py_err(py))?;
-        if done.accumulate_mixed {
-            if let Err(e) = warn_accumulate(py, done.index) {
-                // Warnings as errors: the instruction is not appended.
-                self.asm.pop();
-                return Err(e);
-            }
-        }
-        Ok(done.index)
+        self.append_converted(py, ins, resolve_accumulate)
     }
 
     /// Mark PSUM bytes as freshly allocated: the next matmul with accumulate=None overwrites them.

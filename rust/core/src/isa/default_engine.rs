@@ -15,24 +15,37 @@ use crate::memory::{Ap, Mem};
 /// - everything else (and operands the instruction's view does not accept): the first engine of
 ///   the instruction's ISA record.
 pub fn default_engine(op: Opcode, args: &[Arg]) -> Engine {
-    let first = op
-        .spec()
-        .engines
-        .first()
-        .copied()
-        .unwrap_or(Engine::Unknown);
     if !matches!(op, Opcode::TensorTensor | Opcode::TensorScalar) {
-        return first;
+        return first_engine(op);
     }
     let ins = Instr {
         op,
-        engine: first,
+        engine: first_engine(op),
         args: args.to_vec(),
         waits: Vec::new(),
         signals: Vec::new(),
         name: None,
     };
-    by_operands(&ins).unwrap_or(first)
+    default_engine_of(&ins)
+}
+
+/// `default_engine(ins.op, &ins.args)` without copying the operands (the assembler's case: the
+/// instruction is at hand; its engine, waits, signals and name play no part).
+pub fn default_engine_of(ins: &Instr) -> Engine {
+    let first = first_engine(ins.op);
+    if !matches!(ins.op, Opcode::TensorTensor | Opcode::TensorScalar) {
+        return first;
+    }
+    by_operands(ins).unwrap_or(first)
+}
+
+/// The first engine of the instruction's ISA record.
+fn first_engine(op: Opcode) -> Engine {
+    op.spec()
+        .engines
+        .first()
+        .copied()
+        .unwrap_or(Engine::Unknown)
 }
 
 /// The operand-dependent choice; `None` keeps the first engine.

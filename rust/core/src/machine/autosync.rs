@@ -6,7 +6,7 @@
 //! One semaphore per ordered (producer executor, consumer stream) pair, counting signals:
 //! semaphores `AUTO_SEM_BASE..AUTO_SEM_BASE + AUTO_SEMS` (50) are reserved for this pass.
 
-use super::region::{conflict, regions, Region};
+use super::region::{conflict, regions_into, Region};
 use super::{Executor, Stream, AGENTS_PER_CORE, NUM_STREAMS};
 use crate::error::{fail, ErrorKind::Interrupted, ErrorKind::Semaphore, ErrorKind::Value, Result};
 use crate::isa::instr::MAX_SYNC;
@@ -29,7 +29,9 @@ struct Entry {
     pos: u32,
     instr: usize,
     clock: [u32; N],
-    regions: Vec<Region>,
+    /// The instruction's regions: `regions[from..to]` of the pass's one list.
+    from: usize,
+    to: usize,
 }
 
 /// Programs with `branch` are refused (a conservative rule: the signal counts this pass computes
@@ -49,6 +51,8 @@ pub fn auto_sync_checked(prog: &Program, keep_going: &mut dyn FnMut() -> bool) -
     let mut know = [[0u32; N]; N];
     let mut pos = [0u32; N];
     let mut logs: Vec<Vec<Entry>> = (0..N).map(|_| Vec::new()).collect();
+    // Every instruction's regions, one after the other (one list, not one per instruction).
+    let mut all: Vec<Region> = Vec::with_capacity(3 * prog.instrs.len());
     // Per (producer, consumer stream): signal count, and the position and clock of the last signaler.
     let mut sig_count = [[0u32; NUM_STREAMS]; N];
     let mut last_sig: [[Option<(u32, Clock)>; NUM_STREAMS]; N] = [[None; NUM_STREAMS]; N];
@@ -66,7 +70,9 @@ pub fn auto_sync_checked(prog: &Program, keep_going: &mut dyn FnMut() -> bool) -
             Executor::Engine(stream)
         }
         .index();
-        let regs = regions(prog.core, &out.instrs[i]);
+        let from = all.len();
+        regions_into(prog.core, &out.instrs[i], &mut all);
+        let regs = &all[from..];
         if !regs.is_empty() {
             for y in 0..N {
                 if y == x {
@@ -80,7 +86,7 @@ pub fn auto_sync_checked(prog: &Program, keep_going: &mut dyn FnMut() -> bool) -
                     .iter()
                     .rev()
                     .take_while(|e| e.pos > known)
-                    .find(|e| conflict(&regs, &e.regions).is_some());
+                    .find(|e| conflict(regs, &all[e.from..e.to]).is_some());
                 let Some(e) = hit else { continue };
                 let (epos, einstr, eclock) = (e.pos, e.instr, e.clock);
                 // Wait on the latest signaler at or after e, adding a signal to e if there is none.
@@ -116,12 +122,13 @@ pub fn auto_sync_checked(prog: &Program, keep_going: &mut dyn FnMut() -> bool) -
             }
             know[x][x] = pos[x];
         }
-        if !regs.is_empty() {
+        if all.len() > from {
             logs[x].push(Entry {
                 pos: pos[x],
                 instr: i,
                 clock: know[x],
-                regions: regs,
+                from,
+                to: all.len(),
             });
         }
     }

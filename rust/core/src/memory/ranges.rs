@@ -6,6 +6,26 @@
 
 use crate::error::{fail, ErrorKind, Result};
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// The hasher of the live ranges' keys (sequential u64s): one multiplication (Fibonacci
+/// hashing) instead of SipHash; the keys come from this allocator, never from outside.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, k: u64) {
+        self.0 = k.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
 
 /// Per-partition byte ranges of one memory: live ones by key, recently freed ones kept out of
 /// reach while another range fits.
@@ -18,7 +38,7 @@ pub struct RangeAllocator {
     rotate: usize,
     next_key: u64,
     /// live ranges: key -> (lo, hi)
-    live: HashMap<u64, (u64, u64)>,
+    live: HashMap<u64, (u64, u64), BuildHasherDefault<KeyHasher>>,
     /// live and recently freed ranges (lo, hi, key), ascending
     blocked: Vec<(u64, u64, u64)>,
     /// recently freed (lo, hi, key), oldest first, at most `rotate`
@@ -40,7 +60,7 @@ impl RangeAllocator {
             bank,
             rotate,
             next_key: 0,
-            live: HashMap::new(),
+            live: HashMap::default(),
             blocked: Vec::new(),
             recent: VecDeque::new(),
         }

@@ -90,6 +90,16 @@ impl Assembler {
         self.plan.get(&self.program, cost)
     }
 
+    /// `run_plan`, a plan it has to build asking `keep_going` now and then whether to go on
+    /// (false: an `Interrupted` error, rule `interrupted`).
+    pub fn run_plan_checked(
+        &self,
+        cost: &dyn CostModel,
+        keep_going: &mut dyn FnMut() -> bool,
+    ) -> Result<Arc<RunPlan>> {
+        self.plan.get_checked(&self.program, cost, keep_going)
+    }
+
     pub fn into_program(self) -> Program {
         self.program
     }

@@ -153,3 +153,54 @@ fn a_plan_built_without_regions_is_not_used_by_a_race_checked_run() {
         .unwrap_err();
     assert_eq!((e.kind, e.rule), (ErrorKind::Race, "data_race"));
 }
+
+/// A monitor that says stop at its `n`-th poll (and counts its polls).
+struct StopAt(usize, usize);
+impl trn3emu_core::machine::Monitor for StopAt {
+    fn poll(&mut self, _: &trn3emu_core::machine::Progress) -> bool {
+        self.1 += 1;
+        self.1 < self.0
+    }
+}
+
+#[test]
+fn building_a_plan_asks_whether_to_go_on_and_stops_with_an_interrupted_error() {
+    use trn3emu_core::machine::autosync::CHECK_EVERY;
+    use trn3emu_core::{Device, ErrorKind, RunOptions};
+    let mut a = Assembler::new(0).unwrap();
+    a.append(ins(SET), false).unwrap();
+    for _ in 0..3 * CHECK_EVERY {
+        a.append(ins(ADD), false).unwrap();
+    }
+    let cost = DefaultCost::default();
+    // the cached path: asked once per CHECK_EVERY instructions, stopped at the second ask
+    let mut asked = 0;
+    let e = a
+        .run_plan_checked(&cost, &mut || {
+            asked += 1;
+            asked < 2
+        })
+        .unwrap_err();
+    assert_eq!(
+        (e.kind, e.rule, asked),
+        (ErrorKind::Interrupted, "interrupted", 2)
+    );
+    // nothing half-built was kept: the next plan is whole
+    let whole = a.run_plan_checked(&cost, &mut || true).unwrap();
+    assert_eq!(whole.regions(3 * CHECK_EVERY as u32).len(), 2);
+    // a run that builds its own plan polls its monitor while building it (stopped there)
+    let mut dev = Device::new();
+    let prog = a.program().clone();
+    let mut m = StopAt(2, 0);
+    let e = dev
+        .run_planned(&[&prog], &[None], &RunOptions::default(), &mut m)
+        .unwrap_err();
+    assert_eq!(
+        (e.kind, e.rule, m.1),
+        (ErrorKind::Interrupted, "interrupted", 2)
+    );
+    let r = dev
+        .run_planned(&[&prog], &[None], &RunOptions::default(), &mut Quiet)
+        .unwrap();
+    assert_eq!(r.executed, 3 * CHECK_EVERY as u64 + 1);
+}

@@ -394,7 +394,11 @@ impl Device {
         let asms: Vec<&core::asm::Assembler> = programs.iter().map(|p| &p.asm).collect();
         let res = py.detach(|| {
             guarded(|| {
-                let plans: Vec<_> = asms.iter().map(|a| Some(a.run_plan(&*dev.cost))).collect();
+                let mut plans = Vec::with_capacity(asms.len());
+                for a in &asms {
+                    let mut keep_going = || monitor.check.keep_going(|_| Ok(()));
+                    plans.push(Some(a.run_plan_checked(&*dev.cost, &mut keep_going)?));
+                }
                 dev.run_planned(&progs, &plans, &opts, &mut monitor)
             })
         });

@@ -355,11 +355,18 @@ impl Device {
         programs: &[&Program],
         plans: &[Option<Arc<RunPlan>>],
         opts: &RunOptions,
-        monitor: Option<&mut dyn Monitor>,
+        mut monitor: Option<&mut dyn Monitor>,
     ) -> Result<RunResult> {
         self.begin(programs);
         let with_regions = opts.check_races || opts.trace;
-        let plans = run_plan::for_run(programs, plans, &*self.cost, with_regions);
+        // A plan built here (none given, or one that does not fit) is polled like the run.
+        let start = Progress {
+            executed: 0,
+            total: None,
+            emulated_ps: 0,
+        };
+        let mut keep_going = || monitor.as_mut().is_none_or(|m| m.poll(&start));
+        let plans = run_plan::for_run(programs, plans, &*self.cost, with_regions, &mut keep_going)?;
         write_window::declare(self, programs, &plans);
         let r = crate::error::with_alloc_limit(opts.max_memory, || {
             crate::par::run_hot(|| sched::run(self, programs, &plans, opts, monitor))

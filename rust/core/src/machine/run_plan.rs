@@ -12,6 +12,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use super::autosync::{cancelled, CHECK_EVERY};
 use super::dependence::LastWrites;
 use super::dma_timing::{plan, Plan};
 use super::region::{regions_into, Region};
@@ -92,6 +93,31 @@ impl RunPlan {
     /// The plan of `prog` under the cost model `cost`; regions only `with_regions` (race checks
     /// or trace).
     pub fn new(prog: &Program, cost: &dyn CostModel, with_regions: bool) -> RunPlan {
+        let Ok(p) = Self::build(prog, cost, with_regions, &mut || true) else {
+            unreachable!("a build that is never cancelled completes")
+        };
+        p
+    }
+
+    /// `new`, asking `keep_going` every `autosync::CHECK_EVERY` instructions whether to go on
+    /// (a plan of millions of instructions takes seconds): false stops it with an `Interrupted`
+    /// error (rule `interrupted`).
+    pub fn new_checked(
+        prog: &Program,
+        cost: &dyn CostModel,
+        with_regions: bool,
+        keep_going: &mut dyn FnMut() -> bool,
+    ) -> crate::error::Result<RunPlan> {
+        Self::build(prog, cost, with_regions, keep_going).map_err(cancelled)
+    }
+
+    /// The plan, or `Err(i)` when `keep_going` said stop at instruction `i`.
+    fn build(
+        prog: &Program,
+        cost: &dyn CostModel,
+        with_regions: bool,
+        keep_going: &mut dyn FnMut() -> bool,
+    ) -> std::result::Result<RunPlan, usize> {
         let n = prog.instrs.len();
         let dma = &cost.dma();
         let cost_key = cost.plan_key();
@@ -115,12 +141,19 @@ impl RunPlan {
             windows: write_window::of_program(prog),
         };
         if with_regions {
+            // One region per tensor operand as a rule: reserved at once, so the list is not
+            // copied as it grows (fresh pages for each copy were most of a large plan's time).
+            p.regions
+                .reserve(prog.instrs.iter().map(|i| i.tensors().count()).sum());
             p.bytes.reserve(n);
             p.flops.reserve(n);
             p.write.reserve(n);
         }
         p.starts.push(0);
         for (i, ins) in prog.instrs.iter().enumerate() {
+            if i % CHECK_EVERY == CHECK_EVERY - 1 && !keep_going() {
+                return Err(i);
+            }
             p.trace_room.0 += ins.waits.len() + ins.signals.len();
             let s = &mut p.streams[super::Stream::of(ins.engine).index()];
             s.list.push(i as u32);
@@ -150,7 +183,7 @@ impl RunPlan {
                 p.slot.push(NO_SLOT);
             }
         }
-        p
+        Ok(p)
     }
 
     /// A plan holding only `regions` (one instruction each), for tests of what reads them.
@@ -290,21 +323,23 @@ fn write_box(regs: &[Region]) -> WriteBox {
     WriteBox::NONE
 }
 
-/// The plan of each program of a run: `given[i]` where it fits `programs[i]`, else a new one.
+/// The plan of each program of a run: `given[i]` where it fits `programs[i]`, else a new one
+/// (built asking `keep_going`, as `RunPlan::new_checked`).
 pub(super) fn for_run(
     programs: &[&Program],
     given: &[Option<Arc<RunPlan>>],
     cost: &dyn CostModel,
     with_regions: bool,
-) -> Vec<Arc<RunPlan>> {
-    programs
-        .iter()
-        .enumerate()
-        .map(|(i, p)| match given.get(i).and_then(Option::as_ref) {
+    keep_going: &mut dyn FnMut() -> bool,
+) -> crate::error::Result<Vec<Arc<RunPlan>>> {
+    let mut out = Vec::with_capacity(programs.len());
+    for (i, p) in programs.iter().enumerate() {
+        out.push(match given.get(i).and_then(Option::as_ref) {
             Some(g) if g.fits(p, cost, with_regions) => g.clone(),
-            _ => Arc::new(RunPlan::new(p, cost, with_regions)),
-        })
-        .collect()
+            _ => Arc::new(RunPlan::new_checked(p, cost, with_regions, keep_going)?),
+        });
+    }
+    Ok(out)
 }
 
 /// A program's cached plan (held by its `Assembler`; a clone starts empty, `clear` on change).
@@ -315,13 +350,26 @@ impl PlanCache {
     /// The cached plan of `prog` under `cost` (with regions), built and kept if there is none
     /// or it was built under another cost model.
     pub fn get(&self, prog: &Program, cost: &dyn CostModel) -> Arc<RunPlan> {
+        let Ok(p) = self.get_checked(prog, cost, &mut || true) else {
+            unreachable!("a build that is never cancelled completes")
+        };
+        p
+    }
+
+    /// `get`, a plan it has to build asking `keep_going` (`RunPlan::new_checked`).
+    pub fn get_checked(
+        &self,
+        prog: &Program,
+        cost: &dyn CostModel,
+        keep_going: &mut dyn FnMut() -> bool,
+    ) -> crate::error::Result<Arc<RunPlan>> {
         let mut g = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(p) = g.as_ref().filter(|p| p.fits(prog, cost, true)) {
-            return p.clone();
+            return Ok(p.clone());
         }
-        let p = Arc::new(RunPlan::new(prog, cost, true));
+        let p = Arc::new(RunPlan::new_checked(prog, cost, true, keep_going)?);
         *g = Some(p.clone());
-        p
+        Ok(p)
     }
 
     /// Forget the plan (the program changed).

@@ -408,13 +408,14 @@ fn by_core(
     plans: &[Arc<RunPlan>],
     dev: &Device,
     opts: &RunOptions,
-) -> Vec<Arc<RunPlan>> {
+) -> Result<Vec<Arc<RunPlan>>> {
     let cost = &*dev.cost;
     let built;
     let plans = if plans.len() == programs.len() {
         plans
     } else {
-        built = run_plan::for_run(programs, &[], cost, opts.check_races || opts.trace);
+        let with_regions = opts.check_races || opts.trace;
+        built = run_plan::for_run(programs, &[], cost, with_regions, &mut || true)?;
         &built[..]
     };
     let empty = Program {
@@ -428,7 +429,7 @@ fn by_core(
             *slot = plan.clone();
         }
     }
-    out
+    Ok(out)
 }
 
 /// Every core's agents, each engine stream listing its instructions.
@@ -538,7 +539,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         check: &ProgramCheck,
     ) -> Result<Self> {
         let progs = load_programs(programs, opts.prevalidated, check)?;
-        let plans = by_core(programs, plans, dev, opts);
+        let plans = by_core(programs, plans, dev, opts)?;
         let agents = make_agents(&progs, &plans);
         let active = acting(&agents, &progs);
         let mut result = RunResult::default();

@@ -321,23 +321,25 @@ pub fn apply_bytes(op: AluOp, x: Option<&[u8]>, y: Option<&[u8]>, out: &mut [u8]
     per_op!(op, zip, x, y, out)
 }
 
-/// One row of `tensor_scalar` on little-endian fp32 bytes: `out = op1(op0(x, k0), k1)` (each
-/// with its `rev` order; `op1` None = op0 only); same results as `apply`, for the fused path.
-/// `x` None = in place on `out` (each element read before it is written).
-#[allow(clippy::too_many_arguments)]
-pub fn apply_scalar_bytes(
-    op0: AluOp,
-    rev0: bool,
-    k0: f32,
-    op1: Option<AluOp>,
-    rev1: bool,
-    k1: f32,
-    x: Option<&[u8]>,
-    out: &mut [u8],
-) {
+/// The operators of one `tensor_scalar` row: `op1(op0(x, k0), k1)`, each operand order
+/// reversed by its `rev` (`op1` None = op0 only).
+#[derive(Clone, Copy, Debug)]
+pub struct ScalarOps {
+    pub op0: AluOp,
+    pub rev0: bool,
+    pub k0: f32,
+    pub op1: Option<AluOp>,
+    pub rev1: bool,
+    pub k1: f32,
+}
+
+/// One row of `tensor_scalar` on little-endian fp32 bytes: `out = ops(x)`; same results as
+/// `apply`, for the fused path. `x` None = in place on `out` (each element read before it is
+/// written).
+pub fn apply_scalar_bytes(ops: ScalarOps, x: Option<&[u8]>, out: &mut [u8]) {
     match x {
-        Some(x) => scalar_rows(op0, rev0, k0, op1, rev1, k1, FromTo(x, out)),
-        None => scalar_rows(op0, rev0, k0, op1, rev1, k1, InPlace(out)),
+        Some(x) => scalar_rows(ops, FromTo(x, out)),
+        None => scalar_rows(ops, InPlace(out)),
     }
 }
 
@@ -373,17 +375,16 @@ impl RowLoop for InPlace<'_> {
 /// The operator pair of `apply_scalar_bytes` as one closure run by `rows`: the common pairs
 /// as straight arithmetic (vectorised), any other through `apply`. Not inlined (one copy per
 /// row loop): inlined into the dispatcher, its loops lost their vectorisation (~25 % slower).
-#[allow(clippy::too_many_arguments)]
 #[inline(never)]
-fn scalar_rows(
-    op0: AluOp,
-    rev0: bool,
-    k0: f32,
-    op1: Option<AluOp>,
-    rev1: bool,
-    k1: f32,
-    rows: impl RowLoop,
-) {
+fn scalar_rows(ops: ScalarOps, rows: impl RowLoop) {
+    let ScalarOps {
+        op0,
+        rev0,
+        k0,
+        op1,
+        rev1,
+        k1,
+    } = ops;
     let one = |op: AluOp, rev: bool, k: f32, v: f32| {
         if rev {
             apply(op, k, v)

@@ -4,6 +4,7 @@
 use super::alu::{
     apply, apply_bits, apply_bytes, apply_bytes_bf16, apply_i32, apply_scalar_bytes,
     apply_scalar_inplace, apply_slices, apply_vec_inplace, is_bitwise, is_elementwise, is_unary,
+    ScalarOps,
 };
 use super::rows;
 use super::{check_column, same_shape, Ctx, Semantics};
@@ -404,7 +405,15 @@ fn tensor_scalar_f32(
         && src.dtype == DType::Float32
         && f >= FUSED_MIN_ELEMENTS
         && rows::fused_dense_any(ctx, dst, [src], |r, [x], out| {
-            apply_scalar_bytes(op0, rev0, c0.at(r), op1, rev1, c1.at(r), x, out)
+            let ops = ScalarOps {
+                op0,
+                rev0,
+                k0: c0.at(r),
+                op1,
+                rev1,
+                k1: c1.at(r),
+            };
+            apply_scalar_bytes(ops, x, out)
         })
     {
         return Ok(());

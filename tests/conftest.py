@@ -122,3 +122,26 @@ def random_bits(rng: np.random.Generator, shape, dtype) -> np.ndarray:
     dt = np.dtype(dtype)
     raw = rng.integers(0, 256, size=(*shape, dt.itemsize), dtype=np.uint8)
     return raw.view(dt).reshape(shape)
+
+
+def e8m0_reference(u: np.ndarray) -> np.ndarray:
+    """fp32 bits -> float8_e8m0fnu codes by the documented rule (docs/numerics.md), written from
+    values, not bits: the nearest power 2^k (k in -127..127) to x, a tie (x = 1.5 * 2^k) going to
+    the larger; below 2^-127 the smallest code 0 (there is no zero); 0, negatives, ±Inf, NaN and
+    results beyond 2^127 -> NaN (0xFF)."""
+    x = u.view(np.float32)
+    m, e = np.frexp(x)  # x = m * 2^e, m in [0.5, 1): x lies in [2^(e-1), 2^e)
+    k = e.astype(np.int64) - 1 + (m >= np.float32(0.75))  # 0.75 * 2^e is the midpoint 1.5 * 2^(e-1)
+    code = np.maximum(k + 127, 0)
+    bad = ~np.isfinite(x) | (x <= 0) | (code > 254)
+    return np.where(bad, 0xFF, code).astype(np.uint32)
+
+
+def e8m0_release_dependent(u: np.ndarray) -> np.ndarray:
+    """Inputs where the ml_dtypes releases the package allows disagree with each other
+    (docs/numerics.md): exact ties 1.5 * 2^k (0.5 rounds them to the even code, 0.6+ up) and
+    (2^-127, 1.5 * 2^-127) (0.6 gives 2^-126, 0.5 and 0.7 the nearest, 2^-127)."""
+    a = u & np.uint32(0x7FFFFFFF)
+    tie = (u >> 31 == 0) & (a >= 0x00800000) & (a < 0x7F800000) & ((a & 0x7FFFFF) == 0x400000)
+    band = (a > 0x00400000) & (a < 0x00600000) & (u >> 31 == 0)
+    return tie | band

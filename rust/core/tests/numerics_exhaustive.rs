@@ -5,7 +5,7 @@
 //! `cargo test --release -p trn3emu-core --test numerics_exhaustive -- --ignored`); the default
 //! test sweeps a dense strided subset.
 
-use trn3emu_core::numerics::float::{Format, Special, BF16, E4M3, E4M3FN, E5M2, FP16, TF32};
+use trn3emu_core::numerics::float::{Format, Special, BF16, E4M3, E4M3FN, E5M2, E8M0, FP16, TF32};
 
 /// Independent reference: (ebits, mbits, bias, ieee_inf, fn_nan) describe the format.
 struct Ref {
@@ -94,22 +94,53 @@ fn pow2(e: i32) -> f64 {
     f64::from_bits(((e + 1023) as u64) << 52)
 }
 
+/// float8_e8m0fnu by the documented rule (docs/numerics.md), from the value in f64: the nearest
+/// power 2^k, k in -127..=127, a tie (1.5 * 2^k) going up; below 2^-127 the smallest code (no
+/// zero); zero, negatives, NaN, Inf and anything rounding past 2^127 -> NaN (0xFF).
+fn e8m0_ref(u: u32) -> u32 {
+    let x = f32::from_bits(u) as f64; // every fp32, subnormals included, is a normal f64
+    if x.is_nan() || x <= 0.0 || x.is_infinite() {
+        return 0xFF;
+    }
+    let e = ((x.to_bits() >> 52) & 0x7FF) as i32 - 1023; // 2^e <= x < 2^(e+1)
+    let k = if x >= 1.5 * 2f64.powi(e) { e + 1 } else { e };
+    match k.max(-127) {
+        k if k > 127 => 0xFF,
+        k => (k + 127) as u32,
+    }
+}
+
+/// Every one of the 2^32 fp32 inputs (a few seconds: the reference is cheap).
+#[test]
+fn e8m0_all_2_32() {
+    sweep_with(|u| E8M0.encode(u), e8m0_ref, "e8m0", 1);
+}
+
 fn sweep(f: Format, name: &str, step: u64) {
     let r = Ref::of(f);
+    sweep_with(|u| f.encode(u), |u| r.encode(u), name, step);
+}
+
+fn sweep_with(
+    got_of: impl Fn(u32) -> u32 + Sync,
+    want_of: impl Fn(u32) -> u32 + Sync,
+    name: &str,
+    step: u64,
+) {
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(4) as u64;
     let bad: u64 = std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads)
             .map(|t| {
-                let r = &r;
+                let (got_of, want_of) = (&got_of, &want_of);
                 s.spawn(move || {
                     let mut bad = 0u64;
                     let mut i = t * step;
                     while i < 1u64 << 32 {
                         let u = i as u32;
-                        let got = f.encode(u);
-                        let want = r.encode(u);
+                        let got = got_of(u);
+                        let want = want_of(u);
                         if got != want {
                             if bad < 5 {
                                 eprintln!("{name}: {u:#010x}: got {got:#x} want {want:#x}");

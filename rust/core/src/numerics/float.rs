@@ -171,7 +171,13 @@ impl Format {
         };
         let lead = e0 + (31 - sig.leading_zeros() as i32);
         let m = self.mbits as i32;
-        let q = lead.max(1 - self.bias);
+        // The smallest step's exponent: 1 - bias for IEEE-style formats (code 0 is their zero /
+        // subnormal binade); E8M0 has no zero, its code 0 is the power 2^-bias itself.
+        let q = if self.special == Special::E8m0 {
+            lead.max(-self.bias)
+        } else {
+            lead.max(1 - self.bias)
+        };
         let shift = (q - m) - e0;
         let mut r: u64 = if shift <= 0 {
             (sig as u64) << (-shift) as u32
@@ -200,6 +206,16 @@ impl Format {
             kept + up as u64
         };
         // code magnitude: ((q - 1 + bias) << m) + r handles subnormals and the carry into the next binade.
+        if self.special == Special::E8m0 {
+            // Below 2^-127 (r == 0 here) there is nothing smaller: underflow keeps the
+            // smallest code, 2^-127 (every ml_dtypes release does the same).
+            let code = r as i64 + (q - 1 + self.bias) as i64;
+            return match code {
+                c if c > self.max_finite() as i64 && saturate => self.max_finite(),
+                c if c > self.max_finite() as i64 => 0xFF,
+                c => c.max(0) as u32,
+            };
+        }
         r += ((q - 1 + self.bias) as u64) << m;
         if r > self.max_finite() as u64 {
             if saturate {
@@ -295,6 +311,18 @@ mod tests {
         assert_eq!(enc(E8M0, 1.5), 128);
         assert_eq!(enc(E8M0, 0.0), 0xFF);
         assert_eq!(E8M0.decode(0), 2f32.powi(-127));
+        // No zero: 2^-127 is code 0, its nearest neighbours below round to it, above (less than
+        // the tie 1.5 * 2^-127) too; the tie rounds up.
+        assert_eq!(E8M0.encode(0x0040_0000), 0);
+        assert_eq!(E8M0.encode(0x0040_0001), 0);
+        assert_eq!(E8M0.encode(0x005F_FFFF), 0);
+        assert_eq!(E8M0.encode(0x0060_0000), 1);
+        assert_eq!(E8M0.encode(1), 0);
+        assert_eq!(enc(E8M0, 1.5 * 2f32.powi(127)), 0xFF);
+        assert_eq!(
+            E8M0.encode_full((1.5 * 2f32.powi(127)).to_bits(), 0, 0, true),
+            0xFE
+        );
     }
 
     #[test]

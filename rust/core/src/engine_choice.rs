@@ -314,7 +314,7 @@ mod tests {
         assert_eq!(b.choose(&unpinned(COPY_SBUF)), Some(Engine::Vector));
         // 512 fp32 elements: 512 cycles at 1.2 GHz on each engine.
         let one = (512.0f64 / 1.2 * 1000.0).ceil() as u64;
-        let mut put = |b: &mut EngineBalance, text: &str| {
+        let put = |b: &mut EngineBalance, text: &str| {
             let mut ins = unpinned(text);
             ins.engine = b.choose(&ins).unwrap();
             b.record(&ins);

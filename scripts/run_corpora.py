@@ -13,8 +13,8 @@ file under DIR that imports NKI (`nki`, `neuronxcc.nki`) is handled in a fresh i
 - any other file is imported (its kernels decorated, nothing called: their inputs are the
   caller's): **imported** when that works.
 
-The corpus's own packages are importable as an install would make them (DIR and DIR/src on
-PYTHONPATH); modules it needs beyond that (torch, neuronxcc internals) count as refusals.
+The corpus's own packages are importable as an install would make them (each project folder
+and its src/ on PYTHONPATH); modules it needs beyond that (torch, neuronxcc internals) count as refusals.
 
 A refusal is classed by its first error: a trn3emu error as `Class[rule]`, a missing module as
 `needs <module>`, a missing NKI name as `missing <name>`, a failed comparison as
@@ -69,7 +69,11 @@ if mode == "pytest":
 try:
     import runpy
     sys.argv = [path]
-    runpy.run_path(path, run_name="__main__" if mode == "script" else "corpus_import")
+    module = os.environ.get("TRN3EMU_CORPUS_MODULE", "")
+    if module:  # a file inside a package: imported by name, so its relative imports resolve
+        runpy.run_module(module, run_name="__main__" if mode == "script" else module, alter_sys=True)
+    else:
+        runpy.run_path(path, run_name="__main__" if mode == "script" else "corpus_import")
 except SystemExit as e:
     if e.code not in (None, 0):
         report(e)
@@ -129,8 +133,26 @@ def reason(err: dict | None, stderr: str) -> str:
 
 
 def package_paths(root: Path) -> list[str]:
-    """What installing the corpus would put on sys.path: its root and its `src/` (if any)."""
-    return [str(d) for d in (root / "src", root) if d.is_dir()]
+    """What installing the corpus would put on sys.path: the folder of each project file
+    (`pyproject.toml` / `setup.py`, the root and up to two levels down) and its `src/`."""
+    projects = [root] + sorted(
+        {
+            f.parent
+            for pat in ("*/pyproject.toml", "*/*/pyproject.toml", "*/setup.py", "*/*/setup.py")
+            for f in root.glob(pat)
+        }
+    )
+    return [str(d) for p in projects for d in (p / "src", p) if d.is_dir()]
+
+
+def module_of(p: Path) -> tuple[str, str]:
+    """(dotted module name, the folder above its top package) of a file inside a package (its
+    folder has `__init__.py`), or ("", "") for a loose file."""
+    parts, d = [p.stem], p.parent
+    while (d / "__init__.py").exists():
+        parts.insert(0, d.name)
+        d = d.parent
+    return (".".join(parts), str(d)) if len(parts) > 1 else ("", "")
 
 
 def run_file(p: Path, timeout: float, paths: list[str]) -> tuple[str, str, str]:
@@ -139,9 +161,10 @@ def run_file(p: Path, timeout: float, paths: list[str]) -> tuple[str, str, str]:
     with tempfile.TemporaryDirectory() as tmp:
         rep = Path(tmp) / "err.json"
         xml = Path(tmp) / "r.xml"
-        pp = os.pathsep.join(paths + [os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        module, top = module_of(p) if k != "pytest" else ("", "")
+        pp = os.pathsep.join([top] * bool(top) + paths + [os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env = dict(os.environ, TRN3EMU_CORPUS_REPORT=str(rep), PYTHONDONTWRITEBYTECODE="1", MPLBACKEND="Agg")
-        env["PYTHONPATH"] = pp
+        env["PYTHONPATH"], env["TRN3EMU_CORPUS_MODULE"] = pp, module
         args = [sys.executable, "-c", _BOOT, k, str(p)]
         if k == "pytest":
             args += ["-q", "-p", "no:cacheprovider", "-x", f"--junitxml={xml}"]

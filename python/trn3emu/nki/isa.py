@@ -320,6 +320,15 @@ def _make(opname: str):
         if _before_issue and (not _STACK or _STACK[-1].pending):  # results still pending: issued first
             for hook in _before_issue:
                 hook()
+        if _STACK:
+            c = _STACK[-1]
+            if c.ir is not None:  # the allocation pass: the call's uses (liveness.py)
+                c.ir.call(c, args, kwargs)
+            d = kwargs.get("dst") if kwargs else None
+            if d is None and dst_first and args:
+                d = args[0]
+            if type(d) is NkiTensor and d._block is not None:
+                d._block.written = True  # (nl.loop_reduce into a fresh buffer)
         if "mask" in kwargs or (_STACK and _STACK[-1].masks):  # legacy masks: the sub-grid
             masked = _indexing.mask_call(opname, args, kwargs)
             if masked is None:

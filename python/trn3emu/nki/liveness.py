@@ -1,0 +1,250 @@
+"""Allocation by liveness, with spilling: the kernel IR's allocation pass (docs/nki.md, "Passes").
+
+A kernel is traced twice when the pass runs. The first trace (`Recorder`) is the kernel IR: every
+`nki.isa` call gets an ordinal and records the on-chip tiles it names (each automatic tile and
+each block of a block tile has an allocation ordinal, `seq`: the trace is deterministic, so the
+second trace allocates the same tiles in the same order); its own placements are thrown away
+(a tile that does not fit overlaps others: that program never runs). The second trace
+(`Placer`) lowers to the `Program` with the uses known:
+
+- a tile's range is freed once the call that last uses it has been issued, not when Python drops
+  the tile (`nl.ndarray` / `nl.zeros` in loops then rotate over the free ranges as before);
+- blocks of a block tile are tiles like any other: live from first to last use, never evicted
+  while still used (a whole write of a block starts a new tile, `blocks.py`);
+- when an SBUF allocation does not fit, live tiles are spilled to HBM, the one whose next use is
+  furthest first (Belady's rule), until it fits; a spilled tile is reloaded into its own range
+  (its views keep their addresses) just before the call that next uses it, spilling whatever
+  automatic tile holds that range then. Spill and reload are `dma_copy` instructions named
+  `spill` / `reload` in the program and its trace, counted in `Placer.stats`.
+
+A kernel that does not fit even so (one call naming more than SBUF, a tile over a partition,
+a reload whose range is held by a tile the same call uses) gets the allocator's `CapacityError`.
+Explicitly placed tiles (`address=`, `ncc.sbuf.alloc` / `mod_alloc`) keep their placement and
+are never freed early or spilled; PSUM tiles are never spilled.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_right
+
+from ..errors import CapacityError
+from ..tensor import Tensor
+
+
+def _blocks_of(v, out: list) -> None:
+    """The allocations (`_Block`s with a `seq`) a call argument names: a tile view's own and its
+    run-time operand tiles'; one level of lists / tuples."""
+    b = getattr(v, "_block", None)
+    if b is not None and not isinstance(v, type):
+        keep = getattr(b, "keep", None)
+        if keep is not None:
+            out.extend(x for x in keep if x is not None)
+        else:
+            out.append(b)
+    elif type(v) in (list, tuple):
+        for x in v:
+            if getattr(x, "_block", None) is not None:
+                _blocks_of(x, out)
+
+
+class Recorder:
+    """The first trace: call ordinals and, per allocation ordinal, the calls that use it."""
+
+    mode = "plan"
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.seq = 0
+        self.uses: list[list[int]] = []
+
+    def call(self, ctx, args, kwargs) -> None:
+        k = self.calls
+        self.calls = k + 1
+        found: list = []
+        for v in args:
+            _blocks_of(v, found)
+        for v in kwargs.values():
+            _blocks_of(v, found)
+        uses = self.uses
+        for b in found:
+            s = getattr(b, "seq", None)
+            if s is not None:
+                u = uses[s]
+                if not u or u[-1] != k:
+                    u.append(k)
+
+    def number(self, block) -> int:
+        s = block.seq = self.seq
+        self.seq = s + 1
+        self.uses.append([])
+        return s
+
+    def new_tile(self, ctx, alloc, row: int, label: str, block) -> tuple[int, int]:
+        self.number(block)
+        try:
+            return alloc.alloc(row, label)
+        except CapacityError:
+            # this trace's program never runs: an overlapping range keeps it going
+            if row > alloc.capacity:
+                raise
+            return alloc.place(0, row, label), 0
+
+    def placed(self, block) -> None:
+        self.number(block)
+
+
+class _Live:
+    __slots__ = ("seq", "key", "lo", "hi", "alloc", "parts", "label", "home")
+
+    def __init__(self, seq, key, lo, hi, alloc, parts, label) -> None:
+        self.seq, self.key, self.lo, self.hi, self.alloc = seq, key, lo, hi, alloc
+        self.parts, self.label, self.home = parts, label, None
+
+
+class Placer:
+    """The second trace: frees tiles after their last use and spills / reloads SBUF tiles."""
+
+    mode = "emit"
+
+    def __init__(self, uses: list[list[int]], spill: bool) -> None:
+        self.uses = uses
+        self.spill_on = spill
+        self.calls = 0
+        self.seq = 0
+        self.live: dict[int, _Live] = {}  # seq -> resident automatic tile
+        self.out: dict[int, _Live] = {}  # seq -> spilled tile (its home range in `lo`..`hi`)
+        self.deaths: list[tuple[int, int]] = []  # heap of (last use, seq)
+        self.reload_at: dict[int, list[int]] = {}  # call ordinal -> spilled seqs it reads
+        self.scratch: dict[int, Tensor] = {}  # seq -> its HBM spill slot
+        self.stats = {"spills": 0, "spilled_bytes": 0, "reloads": 0, "reloaded_bytes": 0}
+
+    # ------------------------------------------------------------------ uses
+    def _next_use(self, seq: int, after: int) -> int | None:
+        u = self.uses[seq] if seq < len(self.uses) else ()
+        i = bisect_right(u, after - 1) if u else 0
+        return u[i] if u and i < len(u) else None
+
+    def call(self, ctx, args, kwargs) -> None:
+        k = self.calls
+        self.calls = k + 1
+        due = self.reload_at.pop(k, None)
+        if due:
+            self._release_dead(k)
+            for s in due:
+                if s in self.out:
+                    self._reload(ctx, s, k)
+
+    # ------------------------------------------------------------------ allocation
+    def _number(self, block) -> int:
+        s = block.seq = self.seq
+        self.seq = s + 1
+        return s
+
+    def placed(self, block) -> None:
+        self._number(block)
+
+    def new_tile(self, ctx, alloc, row: int, label: str, block) -> tuple[int, int]:
+        s = self._number(block)
+        now = self.calls
+        self._release_dead(now)
+        due = self.reload_at.pop(now, None)  # tiles the very next call reads: home first
+        if due:
+            for r in due:
+                if r in self.out:
+                    self._reload(ctx, r, now)
+        try:
+            key, off = alloc.alloc(row, label)
+        except CapacityError as e:
+            key, off = self._make_room(ctx, alloc, row, label, e)
+        u = self.uses[s] if s < len(self.uses) else []
+        self.live[s] = _Live(s, key, off, off + row, alloc, block.parts, label)
+        heapq.heappush(self.deaths, (u[-1] if u else -1, s))
+        return key, off
+
+    def _release_dead(self, now: int) -> None:
+        d = self.deaths
+        while d and d[0][0] < now:
+            _, s = heapq.heappop(d)
+            t = self.live.pop(s, None)
+            if t is not None:
+                t.alloc.free(t.key)
+            self.out.pop(s, None)
+
+    def _make_room(self, ctx, alloc, row: int, label: str, err: CapacityError) -> tuple[int, int]:
+        if not self.spill_on or alloc is not ctx.sbuf:
+            raise err
+        now = self.calls
+        while True:
+            victims = [
+                (nu, t.seq)
+                for t in self.live.values()
+                if t.alloc is alloc and (nu := self._next_use(t.seq, now)) is not None and nu > now
+            ]
+            if not victims:
+                raise CapacityError(
+                    f"{err} (spilling every SBUF tile not used by the next instruction does not make room)",
+                    operand="shape",
+                    rule="onchip_capacity",
+                ) from None
+            _, s = max(victims)
+            self._spill(ctx, s, now)
+            try:
+                return alloc.alloc(row, label)
+            except CapacityError:
+                continue
+
+    # ------------------------------------------------------------------ spill / reload
+    def _view(self, t: _Live) -> Tensor:
+        v = Tensor("sbuf", "uint8", (t.parts, t.hi - t.lo), name="spill", core=None)
+        return v._view(v.shape, v.strides, t.lo, 0)
+
+    def _spill(self, ctx, s: int, now: int) -> None:
+        t = self.live.pop(s)
+        u = self.uses[s]
+        has_data = bool(u) and u[0] < now
+        if has_data:
+            hbm = self.scratch.get(s)
+            if hbm is None:
+                hbm = self.scratch[s] = ctx.device.hbm.alloc((t.parts, t.hi - t.lo), "uint8", name="spill")
+            src = self._view(t)
+            src.core = ctx.core
+            ctx.program.dma_copy(dst=hbm, src=src, name="spill")
+            self.stats["spills"] += 1
+            self.stats["spilled_bytes"] += t.parts * (t.hi - t.lo)
+        t.home = has_data
+        t.alloc.free(t.key)
+        self.out[s] = t
+        nu = self._next_use(s, now)
+        if nu is not None:
+            self.reload_at.setdefault(nu, []).append(s)
+
+    def _reload(self, ctx, s: int, now: int) -> None:
+        t = self.out.pop(s)
+        alloc = t.alloc
+        for o in [o for o in self.live.values() if o.alloc is alloc and o.lo < t.hi and t.lo < o.hi]:
+            nu = self._next_use(o.seq, now)
+            if nu is not None and nu <= now:
+                raise CapacityError(
+                    f"SBUF overflow even with spills: {t.label} must be reloaded into bytes {t.lo}..{t.hi} "
+                    f"of each partition for the instruction at call {now}, which also uses {o.label} there",
+                    operand="shape",
+                    rule="onchip_capacity",
+                )
+            self._spill(ctx, o.seq, now)
+        for lo, hi, lab in alloc.live.values():
+            if lo < t.hi and t.lo < hi:
+                raise CapacityError(
+                    f"SBUF overflow even with spills: {t.label} must be reloaded into bytes {t.lo}..{t.hi} "
+                    f"of each partition, where {lab} is placed",
+                    operand="shape",
+                    rule="onchip_capacity",
+                )
+        t.key = alloc.place(t.lo, t.hi - t.lo, t.label)
+        self.live[s] = t
+        if t.home:  # it held data when spilled
+            dst = self._view(t)
+            dst.core = ctx.core
+            ctx.program.dma_copy(dst=dst, src=self.scratch[s], name="reload")
+            self.stats["reloads"] += 1
+            self.stats["reloaded_bytes"] += t.parts * (t.hi - t.lo)

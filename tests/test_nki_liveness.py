@@ -8,7 +8,7 @@ are compared with numpy, and the spill counts with the furthest-next-use rule wo
 import numpy as np
 import pytest
 import trn3emu.nki as tn
-from trn3emu.errors import CapacityError
+from trn3emu.errors import CapacityError, OperandError
 from trn3emu.nki import language as nl0
 
 tn.install()
@@ -151,3 +151,46 @@ def test_loop_reduce_into_an_uninitialised_buffer_starts_from_the_first_value():
     got = k(a)
     np.testing.assert_array_equal(got[0], ((a[0] + a[1]) + a[2]) + a[3])
     np.testing.assert_array_equal(got[1], np.maximum.reduce(a))
+
+
+def test_pass_switches_env_and_option(monkeypatch):
+    x = np.ones((128, 7168), np.float32)
+
+    def chain(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        ts = [nl.load(x)]
+        for _ in range(9):
+            ts.append(nl.add(ts[-1], 1.0))  # every temporary held by the list, each used once
+        nl.store(out, value=ts[-1])
+        return out
+
+    np.testing.assert_array_equal(lnki.jit(chain)(x), x + 9)
+    monkeypatch.setenv("TRN3EMU_NKI_PASSES", "literal")
+    with pytest.raises(CapacityError, match="SBUF overflow"):
+        lnki.jit(chain)(x)
+    # the kernel's option wins over the environment
+    np.testing.assert_array_equal(lnki.jit(chain, passes={"liveness": "on"})(x), x + 9)
+    monkeypatch.setenv("TRN3EMU_NKI_PASSES", "liveness=sometimes")
+    with pytest.raises(OperandError, match="unknown pass setting liveness='sometimes'"):
+        lnki.jit(chain)(x)
+
+
+def test_liveness_always_on_keeps_results_and_instructions_of_a_fitting_kernel():
+    # a kernel that fits: the liveness pass moves tiles, never adds or drops an instruction
+    def k(a, b):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(a.shape[0] // 128):
+            ta = nl.load(a[i * 128 : (i + 1) * 128])
+            tb = nl.load(b[i * 128 : (i + 1) * 128])
+            nl.store(out[i * 128 : (i + 1) * 128], value=nl.maximum(nl.exp(ta), tb))
+        return out
+
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((512, 256)).astype(np.float32)
+    b = rng.standard_normal((512, 256)).astype(np.float32)
+    lit = lnki.jit(k, passes="literal")
+    on = lnki.jit(k, passes={"liveness": "on"})
+    r_lit, r_on = lit(a, b), on(a, b)
+    np.testing.assert_array_equal(r_on, r_lit)
+    np.testing.assert_allclose(r_on, np.maximum(np.exp(a), b), rtol=2e-6)
+    assert len(on.last_programs[0]) == len(lit.last_programs[0]) == 4 * 5  # 2 loads, exp, max, store

@@ -1271,10 +1271,17 @@ class _Run:
             self.ir_mode = None
             self._restart()
             return self._trace_once(args, kwargs)
-        self.plans = [c.ir.uses for c in self.contexts]
+        self.plans = [c.ir for c in self.contexts]
         self._restart()
         self.ir_mode = "emit"
-        out = self._trace_once(args, kwargs)
+        from .liveness import TraceMismatch
+
+        try:
+            out = self._trace_once(args, kwargs)
+        except TraceMismatch:  # the kernel traced differently the second time: literal allocation
+            self.ir_mode = None
+            self._restart()
+            return self._trace_once(args, kwargs)
         out[1].spills = _sum_stats(c.ir.stats for c in self.contexts)
         return out
 

@@ -48,6 +48,11 @@ def _blocks_of(v, out: list) -> None:
                 _blocks_of(x, out)
 
 
+class TraceMismatch(Exception):
+    """The second trace made a different tile than the first at the same ordinal (the kernel's
+    Python is not deterministic): the launch is traced again with literal allocation."""
+
+
 class Recorder:
     """The first trace: call ordinals and, per allocation ordinal, the calls that use it."""
 
@@ -57,6 +62,8 @@ class Recorder:
         self.calls = 0
         self.seq = 0
         self.uses: list[list[int]] = []
+        #: per allocation ordinal: (bytes per partition, label), checked by the second trace
+        self.tiles: list[tuple[int, str]] = []
 
     def call(self, ctx, args, kwargs) -> None:
         k = self.calls
@@ -78,6 +85,7 @@ class Recorder:
         s = block.seq = self.seq
         self.seq = s + 1
         self.uses.append([])
+        self.tiles.append((block.row_bytes, block.label))
         return s
 
     def new_tile(self, ctx, alloc, row: int, label: str, block) -> tuple[int, int]:
@@ -107,8 +115,9 @@ class Placer:
 
     mode = "emit"
 
-    def __init__(self, uses: list[list[int]], spill: bool) -> None:
-        self.uses = uses
+    def __init__(self, plan: Recorder, spill: bool) -> None:
+        self.uses = plan.uses
+        self.tiles = plan.tiles
         self.spill_on = spill
         self.calls = 0
         self.seq = 0
@@ -139,6 +148,8 @@ class Placer:
     def _number(self, block) -> int:
         s = block.seq = self.seq
         self.seq = s + 1
+        if s >= len(self.tiles) or self.tiles[s] != (block.row_bytes, block.label):
+            raise TraceMismatch(block.label)
         return s
 
     def placed(self, block) -> None:

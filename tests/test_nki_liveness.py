@@ -194,3 +194,27 @@ def test_liveness_always_on_keeps_results_and_instructions_of_a_fitting_kernel()
     np.testing.assert_array_equal(r_on, r_lit)
     np.testing.assert_allclose(r_on, np.maximum(np.exp(a), b), rtol=2e-6)
     assert len(on.last_programs[0]) == len(lit.last_programs[0]) == 4 * 5  # 2 loads, exp, max, store
+
+
+@pytest.mark.parametrize("seed", [0, 4, 13])
+def test_random_tile_mixes_over_sbuf_spill_and_reload_anywhere(seed):
+    # tiles of mixed widths (1.3-2.6x SBUF in all) loaded up front, then read in pairs in a random
+    # order: reloads land wherever there is room and the instructions' views follow them
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(8, 20))
+    widths = [int(rng.choice([512, 1024, 4096, 8192, 12288, 16384])) for _ in range(n)]
+    order = [(int(rng.integers(n)), int(rng.integers(n))) for _ in range(int(rng.integers(n, 2 * n)))]
+    xs = [rng.integers(-50, 50, (128, w)).astype(np.float32) for w in widths]
+    assert sum(widths) * 4 > SBUF
+
+    def k(*xs):
+        out = nl.ndarray((len(order), 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        ts = [nl.load(x) for x in xs]
+        for j, (a, b) in enumerate(order):
+            nl.store(out[j], value=nl.add(ts[a][:, 0:512], ts[b][:, 0:512]))
+        return out
+
+    kern = lnki.jit(k)
+    np.testing.assert_array_equal(kern(*xs), np.stack([xs[a][:, :512] + xs[b][:, :512] for a, b in order]))
+    st = kern.last_spills
+    assert st["spills"] == st["reloads"] > 0 and st["spilled_bytes"] == st["reloaded_bytes"]

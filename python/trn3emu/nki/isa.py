@@ -323,7 +323,7 @@ def _make(opname: str):
                 hook()
         if ctx is not None:
             if ctx.ir is not None:  # the allocation pass: the call's uses (liveness.py)
-                ctx.ir.call(ctx, args, kwargs)
+                args, kwargs = ctx.ir.call(ctx, args, kwargs)
             d = kwargs.get("dst") if kwargs else None
             if d is None and dst_first and args:
                 d = args[0]

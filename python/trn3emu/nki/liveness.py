@@ -12,19 +12,21 @@ second trace allocates the same tiles in the same order); its own placements are
 - blocks of a block tile are tiles like any other: live from first to last use, never evicted
   while still used (a whole write of a block starts a new tile, `blocks.py`);
 - when an SBUF allocation does not fit, live tiles are spilled to HBM, the one whose next use is
-  furthest first (Belady's rule), until it fits; a spilled tile is reloaded into its own range
-  (its views keep their addresses) just before the call that next uses it, spilling whatever
-  automatic tile holds that range then. Spill and reload are `dma_copy` instructions named
-  `spill` / `reload` in the program and its trace, counted in `Placer.stats`.
+  furthest first (Belady's rule), until it fits; a spilled tile is reloaded just before the
+  call that next uses it, wherever there is room (spilling again if needed), and the views the
+  calls name are moved to its new range (`Placer.call`). Spill and reload are `dma_copy`
+  instructions named `spill` / `reload` in the program and its trace, counted in
+  `Placer.stats`. Tiles read through run-time offsets are pinned (their views cannot move).
 
-A kernel that does not fit even so (one call naming more than SBUF, a tile over a partition,
-a reload whose range is held by a tile the same call uses) gets the allocator's `CapacityError`.
+A kernel that does not fit even so (one call naming more than SBUF, a tile over a partition)
+gets the allocator's `CapacityError`.
 Explicitly placed tiles (`address=`, `ncc.sbuf.alloc` / `mod_alloc`) keep their placement and
 are never freed early or spilled; PSUM tiles are never spilled.
 """
 
 from __future__ import annotations
 
+import copy
 import heapq
 from bisect import bisect_right
 
@@ -64,8 +66,10 @@ class Recorder:
         self.uses: list[list[int]] = []
         #: per allocation ordinal: (bytes per partition, label), checked by the second trace
         self.tiles: list[tuple[int, str]] = []
+        #: ordinals of tiles read through run-time offsets (never spilled: their views cannot move)
+        self.pinned: set[int] = set()
 
-    def call(self, ctx, args, kwargs) -> None:
+    def call(self, ctx, args, kwargs):
         k = self.calls
         self.calls = k + 1
         found: list = []
@@ -80,6 +84,14 @@ class Recorder:
                 u = uses[s]
                 if not u or u[-1] != k:
                     u.append(k)
+        for v in (*args, *kwargs.values()):
+            b = getattr(v, "_block", None)
+            if b is not None and (getattr(b, "keep", None) is not None or getattr(v._t, "dyn", None) is not None):
+                for x in getattr(b, "keep", None) or (b,):
+                    s = getattr(x, "seq", None)
+                    if s is not None:
+                        self.pinned.add(s)
+        return args, kwargs
 
     def number(self, block) -> int:
         s = block.seq = self.seq
@@ -103,11 +115,24 @@ class Recorder:
 
 
 class _Live:
-    __slots__ = ("seq", "key", "lo", "hi", "alloc", "parts", "label", "home")
+    __slots__ = ("seq", "key", "lo", "hi", "home", "alloc", "parts", "label", "data")
 
     def __init__(self, seq, key, lo, hi, alloc, parts, label) -> None:
         self.seq, self.key, self.lo, self.hi, self.alloc = seq, key, lo, hi, alloc
-        self.parts, self.label, self.home = parts, label, None
+        self.home = lo  # where its views point (`lo` moves when a reload lands elsewhere)
+        self.parts, self.label, self.data = parts, label, False
+
+
+def _rebased(v, t: _Live):
+    """`v`, a view of tile `t`, moved to where `t` is now (views keep the address of the tile's
+    first allocation; a reload may land elsewhere)."""
+    if t.lo == t.home:
+        return v
+    u = v._t
+    w = copy.copy(v)
+    w._t = u._view(u.shape, u.strides, u.offset + (t.lo - t.home), u.start)
+    w._ap = None
+    return w
 
 
 class Placer:
@@ -118,11 +143,13 @@ class Placer:
     def __init__(self, plan: Recorder, spill: bool) -> None:
         self.uses = plan.uses
         self.tiles = plan.tiles
+        self.pinned = plan.pinned
         self.spill_on = spill
         self.calls = 0
         self.seq = 0
         self.live: dict[int, _Live] = {}  # seq -> resident automatic tile
-        self.out: dict[int, _Live] = {}  # seq -> spilled tile (its home range in `lo`..`hi`)
+        self.out: dict[int, _Live] = {}  # seq -> spilled tile
+        self.moved = 0  # resident tiles not at their first address (views need rebasing)
         self.deaths: list[tuple[int, int]] = []  # heap of (last use, seq)
         self.reload_at: dict[int, list[int]] = {}  # call ordinal -> spilled seqs it reads
         self.scratch: dict[int, Tensor] = {}  # seq -> its HBM spill slot
@@ -134,15 +161,30 @@ class Placer:
         i = bisect_right(u, after - 1) if u else 0
         return u[i] if u and i < len(u) else None
 
-    def call(self, ctx, args, kwargs) -> None:
+    def call(self, ctx, args, kwargs):
+        """Call `k`: the spilled tiles it reads come back first; its tile arguments are moved to
+        where their tiles are now. Returns (args, kwargs)."""
         k = self.calls
-        self.calls = k + 1
         due = self.reload_at.pop(k, None)
         if due:
             self._release_dead(k)
             for s in due:
                 if s in self.out:
                     self._reload(ctx, s, k)
+        self.calls = k + 1
+        if not self.moved:
+            return args, kwargs
+        return tuple(self._move(v) for v in args), {n: self._move(v) for n, v in kwargs.items()}
+
+    def _move(self, v):
+        if type(v) in (list, tuple):
+            return type(v)(self._move(x) for x in v)
+        b = getattr(v, "_block", None)
+        s = getattr(b, "seq", None)
+        if s is None or getattr(b, "keep", None) is not None:
+            return v
+        t = self.live.get(s)
+        return v if t is None else _rebased(v, t)
 
     # ------------------------------------------------------------------ allocation
     def _number(self, block) -> int:
@@ -159,15 +201,12 @@ class Placer:
         s = self._number(block)
         now = self.calls
         self._release_dead(now)
-        due = self.reload_at.pop(now, None)  # tiles the very next call reads: home first
+        due = self.reload_at.pop(now, None)  # tiles the very next call reads: back first
         if due:
             for r in due:
                 if r in self.out:
                     self._reload(ctx, r, now)
-        try:
-            key, off = alloc.alloc(row, label)
-        except CapacityError as e:
-            key, off = self._make_room(ctx, alloc, row, label, e)
+        key, off = self._place(ctx, alloc, row, label, now)
         u = self.uses[s] if s < len(self.uses) else []
         self.live[s] = _Live(s, key, off, off + row, alloc, block.parts, label)
         heapq.heappush(self.deaths, (u[-1] if u else -1, s))
@@ -180,51 +219,58 @@ class Placer:
             t = self.live.pop(s, None)
             if t is not None:
                 t.alloc.free(t.key)
+                self.moved -= t.lo != t.home
             self.out.pop(s, None)
 
-    def _make_room(self, ctx, alloc, row: int, label: str, err: CapacityError) -> tuple[int, int]:
+    def _place(self, ctx, alloc, row: int, label: str, now: int) -> tuple[int, int]:
+        """A range for `row` bytes per partition, spilling SBUF tiles not used by call `now`
+        (furthest next use first) when none is free."""
+        try:
+            return alloc.alloc(row, label)
+        except CapacityError as e:
+            err = e
         if not self.spill_on or alloc is not ctx.sbuf:
             raise err
-        now = self.calls
         while True:
             victims = [
                 (nu, t.seq)
                 for t in self.live.values()
-                if t.alloc is alloc and (nu := self._next_use(t.seq, now)) is not None and nu > now
+                if t.alloc is alloc
+                and t.seq not in self.pinned
+                and (nu := self._next_use(t.seq, now)) is not None
+                and nu > now
             ]
             if not victims:
                 raise CapacityError(
-                    f"{err} (spilling every SBUF tile not used by the next instruction does not make room)",
+                    f"{err} (even with spills: every SBUF tile left is used by this instruction, "
+                    "read through a run-time index, or placed explicitly)",
                     operand="shape",
                     rule="onchip_capacity",
                 ) from None
-            _, s = max(victims)
-            self._spill(ctx, s, now)
+            self._spill(ctx, max(victims)[1], now)
             try:
                 return alloc.alloc(row, label)
             except CapacityError:
                 continue
 
     # ------------------------------------------------------------------ spill / reload
-    def _view(self, t: _Live) -> Tensor:
-        v = Tensor("sbuf", "uint8", (t.parts, t.hi - t.lo), name="spill", core=None)
+    def _view(self, t: _Live, core: int) -> Tensor:
+        v = Tensor("sbuf", "uint8", (t.parts, t.hi - t.lo), name="spill", core=core)
         return v._view(v.shape, v.strides, t.lo, 0)
 
     def _spill(self, ctx, s: int, now: int) -> None:
         t = self.live.pop(s)
         u = self.uses[s]
-        has_data = bool(u) and u[0] < now
-        if has_data:
+        t.data = bool(u) and u[0] < now  # written before (else nothing to keep)
+        if t.data:
             hbm = self.scratch.get(s)
             if hbm is None:
                 hbm = self.scratch[s] = ctx.device.hbm.alloc((t.parts, t.hi - t.lo), "uint8", name="spill")
-            src = self._view(t)
-            src.core = ctx.core
-            ctx.program.dma_copy(dst=hbm, src=src, name="spill")
+            ctx.program.dma_copy(dst=hbm, src=self._view(t, ctx.core), name="spill")
             self.stats["spills"] += 1
             self.stats["spilled_bytes"] += t.parts * (t.hi - t.lo)
-        t.home = has_data
         t.alloc.free(t.key)
+        self.moved -= t.lo != t.home
         self.out[s] = t
         nu = self._next_use(s, now)
         if nu is not None:
@@ -232,30 +278,12 @@ class Placer:
 
     def _reload(self, ctx, s: int, now: int) -> None:
         t = self.out.pop(s)
-        alloc = t.alloc
-        for o in [o for o in self.live.values() if o.alloc is alloc and o.lo < t.hi and t.lo < o.hi]:
-            nu = self._next_use(o.seq, now)
-            if nu is not None and nu <= now:
-                raise CapacityError(
-                    f"SBUF overflow even with spills: {t.label} must be reloaded into bytes {t.lo}..{t.hi} "
-                    f"of each partition for the instruction at call {now}, which also uses {o.label} there",
-                    operand="shape",
-                    rule="onchip_capacity",
-                )
-            self._spill(ctx, o.seq, now)
-        for lo, hi, lab in alloc.live.values():
-            if lo < t.hi and t.lo < hi:
-                raise CapacityError(
-                    f"SBUF overflow even with spills: {t.label} must be reloaded into bytes {t.lo}..{t.hi} "
-                    f"of each partition, where {lab} is placed",
-                    operand="shape",
-                    rule="onchip_capacity",
-                )
-        t.key = alloc.place(t.lo, t.hi - t.lo, t.label)
+        n = t.hi - t.lo
+        t.key, t.lo = self._place(ctx, t.alloc, n, t.label, now)
+        t.hi = t.lo + n
         self.live[s] = t
-        if t.home:  # it held data when spilled
-            dst = self._view(t)
-            dst.core = ctx.core
-            ctx.program.dma_copy(dst=dst, src=self.scratch[s], name="reload")
+        self.moved += t.lo != t.home
+        if t.data:
+            ctx.program.dma_copy(dst=self._view(t, ctx.core), src=self.scratch[s], name="reload")
             self.stats["reloads"] += 1
-            self.stats["reloaded_bytes"] += t.parts * (t.hi - t.lo)
+            self.stats["reloaded_bytes"] += t.parts * n

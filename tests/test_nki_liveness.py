@@ -218,3 +218,16 @@ def test_random_tile_mixes_over_sbuf_spill_and_reload_anywhere(seed):
     np.testing.assert_array_equal(kern(*xs), np.stack([xs[a][:, :512] + xs[b][:, :512] for a, b in order]))
     st = kern.last_spills
     assert st["spills"] == st["reloads"] > 0 and st["spilled_bytes"] == st["reloaded_bytes"]
+
+
+def test_reduce_init_switched_off_reads_the_fresh_tile_as_it_is():
+    @lnki.jit(fill=0xFF, passes={"reduce_init": "off"})
+    def k(a):
+        acc = nl.ndarray((a.shape[1], a.shape[2]), dtype=nl.float32, buffer=nl.sbuf)
+        for i in nl.affine_range(a.shape[0]):
+            acc[...] = nl.loop_reduce(nl.load(a[i]), op=np.add, loop_indices=[i])
+        out = nl.ndarray(acc.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, value=acc)
+        return out
+
+    assert np.isnan(k(np.ones((2, 8, 16), np.float32))).all()  # the fill's NaN, added to

@@ -20,6 +20,7 @@ from ..errors import EmuError, ShapeError
 from . import compiler as _compiler
 from . import indexing as _indexing
 from . import isa as nisa
+from . import passes as _passes
 from ._kernel import (
     DTYPES,
     HBM_BUFFERS,
@@ -495,7 +496,8 @@ class _LoopReduce:
         try:
             if _indexing._current_ranges() is not None:
                 blk = dst._block
-                if blk is not None and not getattr(blk, "written", False):
+                fresh = blk is not None and not getattr(blk, "written", False)
+                if fresh and _passes.enabled(current().launch.kernel, "reduce_init"):
                     # a fresh buffer no instruction wrote yet: the reduction starts from x (the
                     # op's identity as the start value, never stale bytes; docs/nki.md)
                     nisa.tensor_copy(dst=dst, src=_onchip(self.x))

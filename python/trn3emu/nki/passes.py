@@ -10,6 +10,8 @@ program is the kernel's source taken literally.
 - `spill`: "on" (default for the legacy `neuronxcc.nki` dialect: the compiler spills SBUF to HBM),
   "off"; the NKI 0.6 dialect defaults to "off" (the new compiler preserves the developer's
   allocation choices: a kernel that does not fit is an error). Only runs with liveness.
+- `reduce_init`: "on" (default): `nl.loop_reduce` into a tile no instruction wrote starts from
+  its first value; "off": it reads the tile as it is.
 """
 
 from __future__ import annotations
@@ -18,15 +20,15 @@ import os
 
 from ..errors import OperandError
 
-DEFAULTS = {"liveness": "auto", "spill": "dialect"}
-VALUES = {"liveness": ("auto", "on", "off"), "spill": ("on", "off", "dialect")}
+DEFAULTS = {"liveness": "auto", "spill": "dialect", "reduce_init": "on"}
+VALUES = {"liveness": ("auto", "on", "off"), "spill": ("on", "off", "dialect"), "reduce_init": ("on", "off")}
 
 
 def _parse(spec, where: str) -> dict:
     if spec is None or spec == "":
         return {}
     if spec == "literal":
-        return {"liveness": "off", "spill": "off"}
+        return {name: "off" for name in VALUES}
     if isinstance(spec, str):
         items = {}
         for part in spec.split(","):
@@ -82,3 +84,8 @@ def allocation(kernel) -> tuple[str, bool]:
         spill = "on" if legacy_dialect(kernel) else "off"
     mode = {"auto": "auto", "on": "on", "off": "literal"}[s["liveness"]]
     return mode, spill == "on" and mode != "literal"
+
+
+def enabled(kernel, name: str) -> bool:
+    """Whether an on/off pass is on for `kernel`."""
+    return settings(kernel)[name] == "on"

@@ -822,6 +822,8 @@ class TraceContext:
         self.direct_ops: dict[str, bool] = {}
         #: the allocation pass of this trace (`liveness.Recorder` / `Placer`), None: literal allocation
         self.ir = launch.ir_for(pid)
+        if self.ir is not None and self.ir.mode == "emit":
+            self.ir.sbuf = self.sbuf
 
     @property
     def device(self) -> Device:
@@ -1246,7 +1248,7 @@ class _Run:
 
         if self.ir_mode == "plan":
             return liveness.Recorder()
-        return liveness.Placer(self.plans[pid], spill=self.spill)
+        return liveness.Placer(self.plans[pid], spill=self.spill, sbuf=None)
 
     def _trace(self, args, kwargs):
         """Trace every program of the grid into `_Traced` (inputs placed in this run's HBM), with

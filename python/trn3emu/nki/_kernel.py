@@ -1123,7 +1123,7 @@ def _arg_key(a, in_list: bool = False):
 
 
 #: Environment variables that change what tracing produces.
-_TRACE_ENV = ("NEURON_PLATFORM_TARGET_OVERRIDE",)
+_TRACE_ENV = ("NEURON_PLATFORM_TARGET_OVERRIDE", "TRN3EMU_NKI_PASSES")  # (toolchain.ENV)
 CACHE_SIZE = 16
 
 

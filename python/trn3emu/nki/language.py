@@ -20,6 +20,7 @@ from ..errors import EmuError, ShapeError
 from . import compiler as _compiler
 from . import indexing as _indexing
 from . import isa as nisa
+from . import toolchain
 from ._kernel import _STACK as _kernel_stack
 from ._kernel import (
     DTYPES,
@@ -35,7 +36,7 @@ from ._kernel import (
 from ._kernel import unknown_parameter as _unknown_parameter
 from .blocks import BlockTensor
 from .indexing import ParDim, arange, mgrid, par_dim  # noqa: F401  (legacy index expressions)
-from .pending import Pending
+from .pending import InPlace, Pending
 
 # ------------------------------------------------------------------------------------ dtypes
 bool_ = DTYPES["bool"]
@@ -533,9 +534,11 @@ def copy(x, dtype=None, **kwargs) -> NkiTensor:
     """A new SBUF copy (`tensor_copy`; cast to `dtype`)."""
     _no_mask("copy", kwargs)
     x = _onchip(x)
-    t = ndarray(x.shape, dtype or x.dtype, sbuf)
-    nisa.tensor_copy(dst=t, src=x)
-    return t
+
+    def emit(o):
+        nisa.tensor_copy(dst=o, src=x)
+
+    return _result(x.shape, dtype or x.dtype, emit, (x,), "nl.copy", alu=False)
 
 
 def _assign(dst: NkiTensor, value) -> None:
@@ -723,14 +726,32 @@ def _inplace(dst: NkiTensor, op: str, value) -> None:
     _binary(op, dst, value, None, out=dst)
 
 
+def _result(shape, dtype, emit, operands, origin: str, elementwise: bool = True, alu: bool = True):
+    """The SBUF tile an nl op's last instruction `emit(dst)` writes: with pass `inplace_assign`
+    (legacy kernels, `toolchain.py`) a pending result, so `t[...] = nl.op(...)` writes t itself
+    where that is exact (`pending.InPlace`); else a new tile, written now."""
+    if toolchain.enabled("inplace_assign") and not _indexing.active():
+        shape = tuple(shape) if len(shape) >= 2 else tuple(shape) + (1,)  # (as `ndarray` pads it)
+        ip = InPlace(operands, elementwise, alu)
+        return Pending((tuple(shape), as_dtype(dtype), sbuf), emit, origin=origin, inplace=ip)
+    out = ndarray(shape, dtype, sbuf)
+    emit(out)
+    return out
+
+
 def _binary(op: str, x, y, dtype, out=None) -> NkiTensor:
     if not _is_tile(x) and not _is_tile(y):
         raise not_supported(f"nl.{op} of two scalars", "compute it in Python", rule="nki_scalar_operands")
     x, y = _onchip(x), _onchip(y)
     if not _is_tile(y) or not _is_tile(x):
         tile, scalar, rev = (x, y, False) if _is_tile(x) else (y, x, True)
-        out = ndarray(tile.shape, dtype or tile.dtype, sbuf) if out is None else out
-        nisa.tensor_scalar(out, tile, op0=op, operand0=float(scalar), reverse0=rev)
+
+        def emit_scalar(o):
+            nisa.tensor_scalar(o, tile, op0=op, operand0=float(scalar), reverse0=rev)
+
+        if out is None:
+            return _result(tile.shape, dtype or tile.dtype, emit_scalar, (tile,), f"nl.{op}")
+        emit_scalar(out)
         return out
     odt = dtype or promote(x.dtype, y.dtype)
     if x.shape[0] != y.shape[0]:
@@ -746,14 +767,24 @@ def _binary(op: str, x, y, dtype, out=None) -> NkiTensor:
     xf, yf = x.size // x.shape[0], y.size // y.shape[0]
     if xf != yf and (xf == 1 or yf == 1):
         tile, col, rev = (x, y, False) if yf == 1 else (y, x, True)
-        out = ndarray(tile.shape, odt, sbuf) if out is None else out
-        nisa.tensor_scalar(
-            out, tile, op0=op, operand0=col.reshape((col.shape[0], 1)) if col.ndim != 2 else col, reverse0=rev
-        )
+        col = col.reshape((col.shape[0], 1)) if col.ndim != 2 else col
+
+        def emit_col(o):
+            nisa.tensor_scalar(o, tile, op0=op, operand0=col, reverse0=rev)
+
+        if out is None:
+            return _result(tile.shape, odt, emit_col, (tile, col), f"nl.{op}")
+        emit_col(out)
         return out
     shape = tuple(np.broadcast_shapes(x.shape, y.shape)) if out is None else out.shape
-    out = ndarray(shape, odt, sbuf) if out is None else out
-    nisa.tensor_tensor(out, _bcast_free(x, shape), _bcast_free(y, shape), op=op)
+    bx, by = _bcast_free(x, shape), _bcast_free(y, shape)
+
+    def emit_tt(o):
+        nisa.tensor_tensor(o, bx, by, op=op)
+
+    if out is None:
+        return _result(shape, odt, emit_tt, (bx, by), f"nl.{op}")
+    emit_tt(out)
     return out
 
 
@@ -794,9 +825,11 @@ right_shift = _make_binary("right_shift")
 
 def _act(fn: str, x, dtype=None, bias=None, scale=1.0) -> NkiTensor:
     x = _onchip(x)
-    out = ndarray(x.shape, dtype or x.dtype, sbuf)
-    nisa.activation(out, op=fn, data=x, bias=bias, scale=scale)
-    return out
+
+    def emit(o):
+        nisa.activation(o, op=fn, data=x, bias=bias, scale=scale)
+
+    return _result(x.shape, dtype or x.dtype, emit, (x, bias), f"nl.{fn}")
 
 
 def _make_act(fn: str):
@@ -1024,9 +1057,11 @@ def _reduce(op: str, x, axis, dtype, keepdims, negate=False) -> NkiTensor:
         if keepdims
         else [n for d, n in enumerate(x.shape) if d not in axes]
     )
-    out = ndarray(tuple(shape), dtype or x.dtype, sbuf)
-    nisa.tensor_reduce(out, op=op, data=x, axis=axes, negate=negate, keepdims=keepdims)
-    return out
+
+    def emit(o):
+        nisa.tensor_reduce(o, op=op, data=x, axis=axes, negate=negate, keepdims=keepdims)
+
+    return _result(tuple(shape), dtype or x.dtype, emit, (x,), "nl.reduce", elementwise=False)
 
 
 def _make_reduce(name: str, op: str):

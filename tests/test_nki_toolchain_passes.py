@@ -1,0 +1,167 @@
+"""The legacy toolchain's passes (docs/nki.md, "Compiler passes"): in-place assignment, load reuse,
+and `mask=` on `nc_matmul`. Each kernel is written here in the legacy dialect; results are compared
+with numpy, and the instruction counts / HBM bytes with the literal program (`passes="literal"`)
+and with counts worked out by hand from the kernel's source."""
+
+from collections import Counter
+
+import ml_dtypes
+import numpy as np
+import pytest
+import trn3emu.nki as tn
+from trn3emu.errors import ArgumentTypeError
+
+BF16 = ml_dtypes.bfloat16
+tn.install()
+
+import neuronxcc.nki as lnki  # noqa: E402
+import neuronxcc.nki.isa as lisa  # noqa: E402
+import neuronxcc.nki.language as nl  # noqa: E402
+
+
+def opcodes(kernel) -> Counter:
+    """Instruction count per opcode of the last launch's program (core 0)."""
+    text = kernel.last_programs[0].to_text().splitlines()
+    return Counter(line.split(".")[0].split()[0] for line in text if line and not line.startswith("."))
+
+
+def both(fn, *arrays, **options):
+    """(result, opcode counts) with the default passes and with the literal program."""
+    out = []
+    for passes in (None, "literal"):
+        k = lnki.jit(fn, passes=passes, **options) if passes else lnki.jit(fn, **options)
+        r = k(*arrays)
+        out.append((r, opcodes(k), k))
+    return out
+
+
+# ----------------------------------------------------------------------- inplace_assign
+def _chain(a, b):
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    x = nl.load(a)
+    y = nl.load(b)
+    t = nl.ndarray(a.shape, nl.float32, buffer=nl.sbuf)
+    t[...] = lisa.tensor_tensor(x, y, op=np.add)  # nisa value form
+    u = nl.ndarray(a.shape, nl.float32, buffer=nl.sbuf)
+    u[...] = nl.exp(t)  # nl value form
+    u[...] = lisa.tensor_scalar(u, np.multiply, 2.0)  # dst = the operand's own view: in place
+    m = nl.ndarray((a.shape[0], 1), nl.float32, buffer=nl.sbuf)
+    m[...] = nl.max(u, axis=1)  # a reduction into a fitting tile
+    v = nl.ndarray(a.shape, nl.float32, buffer=nl.sbuf)
+    v[...] = nl.subtract(u, m)  # [P, 1] column operand
+    nl.store(out, v)
+    return out
+
+
+def test_legacy_assignments_write_their_destination():
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((128, 96)).astype(np.float32) for _ in range(2))
+    (r, ops, _), (r_lit, ops_lit, _) = both(_chain, a, b)
+    u = np.exp(a + b) * 2
+    want = u - u.max(axis=1, keepdims=True)
+    np.testing.assert_allclose(r, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    np.testing.assert_array_equal(r, r_lit)  # the same bits as the literal program
+    # literal: each of the 5 assignments is its op into a temporary plus a Vector tensor_copy;
+    # with the pass: the 5 ops write t, u, u, m, v themselves
+    assert ops_lit["tensor_copy"] == 5
+    assert ops["tensor_copy"] == 0
+    assert sum(ops.values()) == sum(ops_lit.values()) - 5 == 2 + 5 + 1
+
+
+def test_dtype_conversion_keeps_its_copy_where_writing_directly_would_round_differently():
+    # bf16 inputs: tensor_tensor's result is bf16 (the promoted input dtype); assigning it to an
+    # fp32 tile converts the rounded bf16 values, so writing fp32 directly would keep more bits:
+    # the copy stays. An fp32 result assigned to a bf16 tile rounds once either way: fused.
+    def k(a, b):
+        out = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+        out2 = nl.ndarray(a.shape, nl.bfloat16, buffer=nl.shared_hbm)
+        x = nl.load(a)
+        y = nl.load(b)
+        wide = nl.ndarray(a.shape, nl.float32, buffer=nl.sbuf)
+        wide[...] = lisa.tensor_tensor(x, y, op=np.multiply)  # bf16 result -> fp32: copy
+        narrow = nl.ndarray(a.shape, nl.bfloat16, buffer=nl.sbuf)
+        narrow[...] = lisa.tensor_scalar(wide, np.add, 1.0)  # fp32 result -> bf16: direct
+        nl.store(out, wide)
+        nl.store(out2, narrow)
+        return out, out2
+
+    rng = np.random.default_rng(1)
+    a, b = (rng.standard_normal((64, 40)).astype(BF16) for _ in range(2))
+    ((w, n), ops, _), ((w_lit, n_lit), ops_lit, _) = both(k, a, b)
+    prod = (a.astype(np.float32) * b.astype(np.float32)).astype(BF16).astype(np.float32)
+    np.testing.assert_array_equal(w, prod)  # rounded to bf16 first, as written
+    np.testing.assert_array_equal(n, (prod + 1).astype(BF16))
+    np.testing.assert_array_equal(w, w_lit)
+    np.testing.assert_array_equal(n.view(np.uint16), n_lit.view(np.uint16))
+    assert (ops["tensor_copy"], ops_lit["tensor_copy"]) == (1, 2)
+
+
+def test_overlapping_source_and_destination_keep_the_copy():
+    # a shift by one column within one tile: writing in place would read already-shifted
+    # elements on a streaming engine, so the result goes through a temporary as written
+    def k(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        x = nl.load(a)
+        t = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+        t[...] = lisa.tensor_copy(x)  # fused: no overlap
+        t[:, 1:] = lisa.tensor_scalar(t[:, :-1], np.add, 1.0)  # overlaps, not the same view: copy
+        nl.store(out, t)
+        return out
+
+    a = np.arange(16 * 8, dtype=np.float32).reshape(16, 8)
+    (r, ops, _), (r_lit, ops_lit, _) = both(k, a)
+    want = a.copy()
+    want[:, 1:] = a[:, :-1] + 1
+    np.testing.assert_array_equal(r, want)
+    np.testing.assert_array_equal(r_lit, want)
+    # literal: tensor_copy (the op) + copy, tensor_scalar + copy; passes: the first copy only fused
+    assert (ops["tensor_copy"], ops_lit["tensor_copy"]) == (2, 3)
+
+
+def test_broadcasting_assignment_keeps_the_copy():
+    def k(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        x = nl.load(a)
+        t = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+        t[...] = nl.max(x, axis=1, keepdims=True)  # [P, 1] broadcast along the free dim
+        nl.store(out, t)
+        return out
+
+    a = np.random.default_rng(2).standard_normal((32, 16)).astype(np.float32)
+    (r, ops, _), (_, ops_lit, _) = both(k, a)
+    np.testing.assert_array_equal(r, np.broadcast_to(a.max(axis=1, keepdims=True), a.shape))
+    assert ops["tensor_copy"] == ops_lit["tensor_copy"] == 1
+
+
+def test_nki_06_kernels_stay_literal_unless_asked():
+    import nki
+    import nki.language as nl6
+
+    def k(a):
+        out = nl6.ndarray(a.shape, a.dtype, buffer=nl6.shared_hbm)
+        x = nl6.load(a)
+        t = nl6.ndarray(a.shape, a.dtype, buffer=nl6.sbuf)
+        t[...] = nl6.exp(x)
+        nl6.store(out, t)
+        return out
+
+    a = np.random.default_rng(3).standard_normal((8, 8)).astype(np.float32)
+    literal = nki.jit(k)
+    np.testing.assert_allclose(literal(a), np.exp(a), rtol=1e-6)
+    assert opcodes(literal)["tensor_copy"] == 1  # NKI 0.6: as written
+    asked = nki.jit(k, passes=["inplace_assign"])
+    np.testing.assert_array_equal(asked(a), literal(a))
+    assert opcodes(asked)["tensor_copy"] == 0
+
+
+def test_pass_switch_errors_and_environment(monkeypatch):
+    a = np.ones((4, 4), np.float32)
+    with pytest.raises(ArgumentTypeError, match="no compiler pass 'inplace'"):
+        lnki.jit(_chain, passes=["inplace"])(a, a)
+    monkeypatch.setenv("TRN3EMU_NKI_PASSES", "-inplace_assign")
+    k = lnki.jit(_chain)
+    k(a, a)
+    assert opcodes(k)["tensor_copy"] == 5
+    monkeypatch.setenv("TRN3EMU_NKI_PASSES", "all")
+    k(a, a)  # the environment is part of the trace cache's key: traced again
+    assert opcodes(k)["tensor_copy"] == 0

@@ -20,7 +20,7 @@ import os
 import types
 
 from ..errors import ArgumentTypeError
-from ._kernel import _STACK
+from ._kernel import tracing
 
 #: pass name -> what it does (each documented in docs/nki.md, "Compiler passes")
 PASSES = {
@@ -132,9 +132,9 @@ def passes_for(kernel) -> frozenset:
 
 def enabled(name: str) -> bool:
     """Whether the kernel being traced applies pass `name` (False outside a trace)."""
-    if not _STACK:
+    ctx = tracing()
+    if ctx is None:
         return False
-    ctx = _STACK[-1]
     on = ctx.__dict__.get("_passes")
     if on is None:
         on = ctx._passes = passes_for(ctx.launch.kernel)

@@ -165,3 +165,64 @@ def test_pass_switch_errors_and_environment(monkeypatch):
     monkeypatch.setenv("TRN3EMU_NKI_PASSES", "all")
     k(a, a)  # the environment is part of the trace cache's key: traced again
     assert opcodes(k)["tensor_copy"] == 0
+
+
+# ------------------------------------------------------------------- mask= on nc_matmul
+def _tiled_matmul(lhsT, rhs, indexed: bool):
+    """out[M, N] = lhsT.T @ rhs in 128 x 128 x 512 tiles; the last tile of every dim is partial
+    and masked, as legacy kernels write it."""
+    kk, mm = lhsT.shape
+    nn = rhs.shape[1]
+    out = nl.ndarray((mm, nn), nl.float32, buffer=nl.shared_hbm)
+    i_k, i_m = nl.mgrid[0:128, 0:128]
+    j_k, i_n = nl.mgrid[0:128, 0:512]
+    o_m, o_n = nl.mgrid[0:128, 0:512]
+    for m in nl.affine_range((mm + 127) // 128):
+        for n in nl.affine_range((nn + 511) // 512):
+            acc = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
+            for k in nl.affine_range((kk + 127) // 128):
+                a = nl.load(lhsT[k * 128 + i_k, m * 128 + i_m], mask=(k * 128 + i_k < kk) & (m * 128 + i_m < mm))
+                b = nl.load(rhs[k * 128 + j_k, n * 512 + i_n], mask=(k * 128 + j_k < kk) & (n * 512 + i_n < nn))
+                mask = (k * 128 + i_k < kk) & (m * 128 + i_m < mm) & (n * 512 + i_n < nn)
+                if indexed:
+                    acc += lisa.nc_matmul(a[i_k, i_m], b[j_k, i_n], mask=mask)
+                else:
+                    acc += lisa.nc_matmul(a, b, mask=mask)
+            res = nl.copy(acc)
+            nl.store(out[m * 128 + o_m, n * 512 + o_n], value=res, mask=(m * 128 + o_m < mm) & (n * 512 + o_n < nn))
+    return out
+
+
+@pytest.mark.parametrize("indexed", [True, False])
+def test_masked_last_matmul_tiles_against_numpy(indexed):
+    # K = 200 (tiles of 128 + 72 rows), M = 160 (128 + 32 columns), N = 600 (512 + 88): every
+    # dimension's last tile is partial; small integers make every fp32 sum exact
+    rng = np.random.default_rng(4)
+    lhsT = rng.integers(-4, 5, (200, 160)).astype(np.float32)
+    rhs = rng.integers(-4, 5, (200, 600)).astype(np.float32)
+    k = lnki.jit(_tiled_matmul)
+    r = k(lhsT, rhs, indexed)
+    np.testing.assert_array_equal(r, lhsT.T @ rhs)
+    assert opcodes(k)["nc_matmul"] == 2 * 2 * 2  # one per (m, n, k) tile, partial ones included
+
+
+def test_masked_matmul_value_written_into_a_psum_target():
+    # `psum[...] = nc_matmul(..., mask=)` writes the kept block only; the rest keeps its values
+    @lnki.jit
+    def k(lhsT, rhs):
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        i_k, i_m = nl.mgrid[0:128, 0:128]
+        j_k, i_n = nl.mgrid[0:128, 0:64]
+        a = nl.load(lhsT)
+        b = nl.load(rhs)
+        ps = nl.full((128, 64), -1.0, nl.float32, buffer=nl.psum)
+        ps[...] = lisa.nc_matmul(a[i_k, i_m], b[j_k, i_n], mask=(i_k < 100) & (i_m < 90) & (i_n < 50))
+        nl.store(out, nl.copy(ps))
+        return out
+
+    rng = np.random.default_rng(5)
+    lhsT = rng.integers(-3, 4, (128, 128)).astype(np.float32)
+    rhs = rng.integers(-3, 4, (128, 64)).astype(np.float32)
+    want = np.full((128, 64), -1.0, np.float32)
+    want[:90, :50] = lhsT[:100, :90].T @ rhs[:100, :50]
+    np.testing.assert_array_equal(k(lhsT, rhs), want)

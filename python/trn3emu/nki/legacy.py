@@ -137,9 +137,13 @@ def _legacy(opname: str):
                 if isinstance(a.get(k), NkiTensor) and a[k].buffer == nl.psum:
                     a[k] = nl._sbuf_operand(a[k])
         shape, odt, buf = _out_spec(opname, a, dtype)
-        if buf == nl.psum and mask is None and not indexing.active():
-            accumulate = (lambda dst: new(dst, **a, accumulate=True)) if opname == "nc_matmul" else None
-            return Pending((shape, odt, buf), lambda dst: new(dst, **a), accumulate, origin=f"nki.isa.{opname}")
+        if buf == nl.psum and (mask is None or opname == "nc_matmul") and not indexing.active():
+            # (a masked nc_matmul writes, or accumulates into, the kept [M, N] block of its target:
+            # `indexing._masked_matmul`; the legacy partial last tile)
+            accumulate = (lambda dst: new(dst, **a, accumulate=True, **extra)) if opname == "nc_matmul" else None
+            return Pending(
+                (shape, odt, buf), lambda dst: new(dst, **a, **extra), accumulate, origin=f"nki.isa.{opname}"
+            )
         if (
             buf == nl.sbuf
             and mask is None

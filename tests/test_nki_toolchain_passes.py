@@ -226,3 +226,75 @@ def test_masked_matmul_value_written_into_a_psum_target():
     want = np.full((128, 64), -1.0, np.float32)
     want[:90, :50] = lhsT[:100, :90].T @ rhs[:100, :50]
     np.testing.assert_array_equal(k(lhsT, rhs), want)
+
+
+# ----------------------------------------------------------------------------- load_reuse
+def _hbm_bytes(kernel) -> int:
+    return int(kernel.last_result.trace.dma["hbm_bytes"].sum())
+
+
+def _row_loop(x, w):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        xt = nl.load(x[i * 128 : (i + 1) * 128, :])
+        wt = nl.load(w)  # loop-invariant: the same HBM bytes every iteration
+        nl.store(out[i * 128 : (i + 1) * 128, :], nl.multiply(xt, wt))
+    return out
+
+
+def test_loop_invariant_load_is_read_from_hbm_once():
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((1024, 256)).astype(np.float32)
+    w = rng.standard_normal((128, 256)).astype(np.float32)
+    (r, ops, k), (r_lit, ops_lit, k_lit) = both(_row_loop, x, w)
+    np.testing.assert_array_equal(r, x * np.tile(w, (8, 1)))
+    np.testing.assert_array_equal(r, r_lit)
+    tile = 128 * 256 * 4
+    # HBM bytes (read + written): x (8 tiles) + w + out (8 tiles); literally w is read 8 times
+    assert _hbm_bytes(k) == (8 + 1 + 8) * tile
+    assert _hbm_bytes(k_lit) == (8 + 8 + 8) * tile
+    assert (ops["dma_copy"], ops_lit["dma_copy"]) == (17, 24)
+
+
+def test_a_write_to_the_hbm_range_or_the_tile_makes_the_next_load_read_hbm():
+    # w is loaded, then overwritten in HBM by a store, then loaded again: the second load must
+    # see the new bytes; a tile the kernel changed in place is not reused either
+    def k(w):
+        out = nl.ndarray((3 * 128, 64), w.dtype, buffer=nl.shared_hbm)
+        a = nl.load(w)
+        nl.store(out[0:128, :], a)
+        del a
+        t = nl.full((128, 64), 5.0, w.dtype, buffer=nl.sbuf)
+        nl.store(w, t)  # the HBM range changes
+        b = nl.load(w)
+        b[...] = nl.add(b, 1.0)  # the tile changes
+        nl.store(out[128:256, :], b)
+        del b
+        c = nl.load(w)  # must read 5.0 from HBM again, not b's 6.0
+        nl.store(out[256:384, :], c)
+        return out
+
+    w = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+    want = np.concatenate([w, np.full_like(w, 6.0), np.full_like(w, 5.0)])
+    for passes in (None, "literal"):  # (each run writes its own copy of w)
+        kernel = lnki.jit(k, passes=passes)
+        np.testing.assert_array_equal(kernel(w.copy()), want)
+        assert opcodes(kernel)["dma_copy"] == 3 + 4  # 3 loads, 4 stores: nothing reused
+
+
+def test_reused_loads_never_crowd_out_other_tiles():
+    # 40 distinct 1 MiB row blocks streamed through SBUF (32 MiB): idle cached tiles are released
+    # as memory fills, so the kernel runs exactly as the literal one does
+    def k(x):
+        out = nl.ndarray((128, 2048), x.dtype, buffer=nl.shared_hbm)
+        acc = nl.zeros((128, 2048), x.dtype, buffer=nl.sbuf)
+        for i in nl.affine_range(x.shape[0] // 128):
+            acc[...] = nl.add(acc, nl.load(x[i * 128 : (i + 1) * 128, :]))
+        nl.store(out, acc)
+        return out
+
+    x = np.random.default_rng(7).integers(-8, 9, (40 * 128, 2048)).astype(np.float32)
+    (r, ops, _), (r_lit, ops_lit, _) = both(k, x)
+    np.testing.assert_array_equal(r, x.reshape(40, 128, 2048).sum(axis=0))
+    np.testing.assert_array_equal(r, r_lit)
+    assert ops["dma_copy"] == ops_lit["dma_copy"] == 41

@@ -20,7 +20,7 @@ from ..errors import EmuError, ShapeError
 from . import compiler as _compiler
 from . import indexing as _indexing
 from . import isa as nisa
-from . import toolchain
+from . import load_reuse, toolchain
 from ._kernel import (
     DTYPES,
     HBM_BUFFERS,
@@ -387,7 +387,12 @@ def load(src, dtype=None, **kwargs) -> NkiTensor:
     _no_mask("load", kwargs)
     odt = as_dtype(dtype or src.dtype)
     if not _indexing.active() and isinstance(src, NkiTensor):
-        return Pending((tuple(src.shape), odt, sbuf), lambda dst: nisa.dma_copy(dst=dst, src=src), origin="nl.load")
+        return Pending(
+            (tuple(src.shape), odt, sbuf),
+            lambda dst: nisa.dma_copy(dst=dst, src=src),
+            origin="nl.load",
+            fresh=load_reuse.Fresh(src, odt),  # (pass load_reuse: a reload may read SBUF)
+        )
     t = ndarray(src.shape, odt, sbuf)
     nisa.dma_copy(dst=t, src=src)
     return t

@@ -99,8 +99,8 @@ class Pending(NkiTensor):
         # `_t` / `_block` stay unset until issued; `origin` names the call that made the result;
         # `inplace` (an `InPlace`): a result the `inplace_assign` pass made pending, which fuses
         # into a target of another dtype or aliasing an operand only where that is exact;
-        # `fresh(spec)`: (the tile a use other than an assignment issues into, whether it holds
-        # the result already), or (None, False): a new tile
+        # `fresh.tile(spec)`: (the tile a use other than an assignment issues into, whether it
+        # holds the result already), or (None, False): a new tile; `fresh.issued(tile)` after
         self.buffer, self.name = spec[2], ""
         self._spec, self._emit, self._ctx, self._acc, self._origin = spec, emit, current(), accumulate, origin
         self._inplace, self._fresh = inplace, fresh
@@ -128,10 +128,12 @@ class Pending(NkiTensor):
 
     def _issue(self, dst, accumulate: bool = False) -> None:
         self._unlist()
-        if dst is None and self._fresh is not None:
-            dst, reused = self._fresh(self._spec)
+        fresh = self._fresh if dst is None else None
+        if fresh is not None:
+            dst, reused = fresh.tile(self._spec)
             if reused:  # (`load_reuse`: the tile already holds the result; no instruction)
                 self._t, self._block = dst._t, dst._block
+                self._emit = self._acc = self._fresh = self._inplace = None
                 return
         if dst is None:
             from . import language as nl
@@ -150,7 +152,11 @@ class Pending(NkiTensor):
             raise
         finally:
             active_masks[:] = masks
+        if fresh is not None and dst is not None:
+            fresh.issued(dst)
         self._t, self._block = dst._t, dst._block
+        # issued: drop the operands the closures hold, so their tiles die when the kernel drops them
+        self._emit = self._acc = self._fresh = self._inplace = None
 
     def _matches(self, dst) -> bool:
         shape, dtype, buf = self._spec

@@ -1188,6 +1188,13 @@ def matmul(x, y, transpose_x=False, **kwargs) -> NkiTensor:
     paired with a narrower one promotes it to fp32 first (`tensor_copy`): the PE cannot mix them."""
     _no_mask("matmul", kwargs)
     x, y = _onchip(x), _onchip(y)
+    # a legacy mask= (the active masks, `_checked`): issued under it whenever the result is
+    # issued (`indexing._masked_matmul`: the kept [M, N] block of the target)
+    masks = list(current().masks) if _indexing.active() else []
+    if masks and not transpose_x:
+        raise not_supported(
+            "nl.matmul(mask=...) without transpose_x=True", "pass x transposed", rule="nki_mask_unsupported"
+        )
     if not transpose_x:
         xt = transpose(x)
         x = _sbuf_operand(xt)
@@ -1195,11 +1202,21 @@ def matmul(x, y, transpose_x=False, **kwargs) -> NkiTensor:
     wide = ("float32", "tfloat32")
     if (str(x.dtype) in wide) != (str(y.dtype) in wide):
         x, y = (x, copy(y, dtype=float32)) if str(x.dtype) in wide else (copy(x, dtype=float32), y)
+
     # pending (`pending.py`): `psum[...] = nl.matmul(..)` writes psum, `psum[...] += ..` accumulates
+    def mm(dst, accumulate: bool):
+        active = current().masks
+        n = len(active)
+        active.extend(masks)
+        try:
+            nisa.nc_matmul(dst, stationary=x, moving=y, accumulate=accumulate)
+        finally:
+            del active[n:]
+
     return Pending(
         ((x.shape[1], y.shape[1]), as_dtype(float32), psum),
-        lambda dst: nisa.nc_matmul(dst, stationary=x, moving=y, accumulate=False),
-        lambda dst: nisa.nc_matmul(dst, stationary=x, moving=y, accumulate=True),
+        lambda dst: mm(dst, False),
+        lambda dst: mm(dst, True),
         origin="nl.matmul",
     )
 
@@ -1264,7 +1281,8 @@ def _checked(f):
             if mask is None:
                 return f(*args, **kwargs)
             with _indexing.masked(mask):
-                return _indexing.tag(f(*args, **kwargs), mask)
+                r = f(*args, **kwargs)
+                return r if isinstance(r, Pending) else _indexing.tag(r, mask)  # (pending: masks kept)
         except EmuError as e:
             _note_lowering(e, f.__name__)
             raise

@@ -9,7 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import trn3emu.nki as tn
-from trn3emu.errors import ArgumentTypeError
+from trn3emu.errors import OperandError
 
 BF16 = ml_dtypes.bfloat16
 tn.install()
@@ -149,20 +149,21 @@ def test_nki_06_kernels_stay_literal_unless_asked():
     literal = nki.jit(k)
     np.testing.assert_allclose(literal(a), np.exp(a), rtol=1e-6)
     assert opcodes(literal)["tensor_copy"] == 1  # NKI 0.6: as written
-    asked = nki.jit(k, passes=["inplace_assign"])
+    asked = nki.jit(k, passes={"inplace_assign": "on"})
     np.testing.assert_array_equal(asked(a), literal(a))
     assert opcodes(asked)["tensor_copy"] == 0
 
 
 def test_pass_switch_errors_and_environment(monkeypatch):
     a = np.ones((4, 4), np.float32)
-    with pytest.raises(ArgumentTypeError, match="no compiler pass 'inplace'"):
-        lnki.jit(_chain, passes=["inplace"])(a, a)
-    monkeypatch.setenv("TRN3EMU_NKI_PASSES", "-inplace_assign")
+    with pytest.raises(OperandError, match="inplace_assign=") as ei:
+        lnki.jit(_chain, passes={"inplace_assign": "sometimes"})(a, a)
+    assert ei.value.rule == "nki_pass_setting"
+    monkeypatch.setenv("TRN3EMU_NKI_PASSES", "inplace_assign=off")
     k = lnki.jit(_chain)
     k(a, a)
     assert opcodes(k)["tensor_copy"] == 5
-    monkeypatch.setenv("TRN3EMU_NKI_PASSES", "all")
+    monkeypatch.setenv("TRN3EMU_NKI_PASSES", "inplace_assign=on")
     k(a, a)  # the environment is part of the trace cache's key: traced again
     assert opcodes(k)["tensor_copy"] == 0
 

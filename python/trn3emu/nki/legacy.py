@@ -309,7 +309,7 @@ isa = _make_isa_module()
 
 # ------------------------------------------------------------------------------- harness entries
 def _kernel(k) -> Kernel | _Launcher:
-    return k if isinstance(k, (Kernel, _Launcher)) else Kernel(k, dialect=toolchain.LEGACY)
+    return k if isinstance(k, (Kernel, _Launcher)) else Kernel(k, dialect="legacy")
 
 
 def simulate_kernel(kernel, *args, **kwargs):
@@ -329,7 +329,7 @@ def baremetal(kernel=None, **options):
 def legacy_jit(fn=None, mode=None, **options):
     """`@nki.jit`, `@nki.jit(mode="simulation" | "baremetal" | ...)`: every mode runs on trn3emu
     (a legacy-dialect kernel: the legacy toolchain's passes apply, `toolchain.py`)."""
-    options.setdefault("dialect", toolchain.LEGACY)
+    options.setdefault("dialect", "legacy")
     return jit(fn, **options)
 
 

@@ -16,7 +16,9 @@ change:
   (barrier, send/receive, collective) was issued since the trace began: another core's writes are
   ordered by those, and a reuse after one could miss them;
 - the tile fits: the cache never makes an allocation fail or a block tile's block be evicted.
-  When memory is full, idle cached tiles are released first (least recently used first).
+  When memory is full, idle cached tiles are released first (least recently used first). A trace
+  that runs the liveness allocation pass (`liveness.py`, which places and spills tiles itself)
+  does not reuse loads.
 
 Only the value form `x = nl.load(src)` is served (the compiler chose that tile's place);
 `tile[...] = nl.load(src)` writes the tile the kernel named with one DMA, as before.
@@ -105,8 +107,8 @@ class Fresh:
 
     def tile(self, spec):
         ctx = tracing()
-        if ctx is None or not toolchain.enabled("load_reuse"):
-            return None, False
+        if ctx is None or ctx.ir is not None or not toolchain.enabled("load_reuse"):
+            return None, False  # (not with the liveness allocation pass: it places tiles itself)
         key = _key(self.src, self.odt)
         if key is None:
             return None, False
@@ -119,6 +121,7 @@ class Fresh:
         if e is not None:
             if e.handle() is None and not _written(ctx, e):
                 handle = _Blocks(e.own)
+                handle.written = True  # (the DMA wrote it: not a fresh buffer for nl.loop_reduce)
                 e.handle = weakref.ref(handle)
                 cache.handles[id(handle)] = key
                 cache.entries[key] = cache.entries.pop(key)  # most recently used last
@@ -137,6 +140,7 @@ class Fresh:
         cache = _cache(ctx)
         own = tile._block
         handle = _Blocks(own)
+        handle.written = True
         tile._block = handle
         span = _hbm_span(self.src.tensor)
         cache.entries[self.key] = _Entry(own, tile._t, weakref.ref(handle), span, len(ctx.hbm_writes))

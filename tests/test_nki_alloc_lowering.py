@@ -229,28 +229,28 @@ def _expected(name: str) -> Counter:
         "nki_flash_attention",
     ],
 )
-@pytest.mark.parametrize("choice", ["isa", "balance"])
+@pytest.mark.parametrize("choice", ["off", "on"])
 def test_example_instruction_counts(name, choice, capsys, monkeypatch):
-    """The literal program (`engine_choice="isa"`: every unpinned instruction on the ISA's
+    """The literal program (pass `engine_choice` off: every unpinned instruction on the ISA's
     default engine) has exactly these instructions per engine; engine balancing (docs/nki.md,
     "Engine choice") moves instructions between engines but never adds or drops one."""
     import importlib
 
     from trn3emu.nki._kernel import Kernel
 
-    monkeypatch.setenv("TRN3EMU_NKI_ENGINE_CHOICE", choice)
+    monkeypatch.setenv("TRN3EMU_NKI_PASSES", f"engine_choice={choice}")
     m = importlib.import_module(f"trn3emu.examples.{name}")
     assert m.main() == 0
     (k,) = [v for v in vars(m).values() if isinstance(v, Kernel) and v.last_result is not None]
     for prog in range(len(k.last_programs)):
         got = _ops_engines(k, prog)
-        if choice == "isa":
+        if choice == "off":
             assert got == _expected(name), (prog, got)
         else:
-            assert _opcodes(got) == _opcodes(_expected(name)), (prog, got)
+            assert _opcode_totals(got) == _opcode_totals(_expected(name)), (prog, got)
 
 
-def _opcodes(c: Counter) -> Counter:
+def _opcode_totals(c: Counter) -> Counter:
     out = Counter()
     for k, v in c.items():
         out[k.split(".")[0]] += v

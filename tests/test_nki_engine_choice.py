@@ -1,5 +1,6 @@
 """Engine choice for instructions a kernel leaves unpinned (docs/nki.md "Engine choice"): which
-engines the balancing rule picks, results equal to numpy either way, and the switch."""
+engines the balancing rule picks, results equal to numpy either way, and the switch (the pass
+`engine_choice`)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def _pipeline(a, b, choice):
     """ITERS x: matmul into PSUM, evacuate (nl.copy), relu (ScalarE), x * 2, + relu, max with
     the copy, store. Integer-valued inputs keep every step exact in fp32."""
 
-    @nki.jit(cache=False, engine_choice=choice)
+    @nki.jit(cache=False, passes={"engine_choice": choice})
     def k(a, b):
         out = nl.ndarray((ITERS, 128, 512), nl.float32, buffer=nl.shared_hbm)
         at = nl.load(a)
@@ -67,8 +68,8 @@ def _busy(result) -> dict:
 
 def test_balancing_spreads_unpinned_work_and_keeps_the_bits():
     a, b, want = _inputs()
-    got_isa, prog_isa, res_isa = _pipeline(a, b, "isa")
-    got, prog, res = _pipeline(a, b, "balance")
+    got_isa, prog_isa, res_isa = _pipeline(a, b, "off")
+    got, prog, res = _pipeline(a, b, "on")
     for g in (got_isa, got):
         np.testing.assert_array_equal(g, np.broadcast_to(want, g.shape))
     # The literal program: every unpinned op on VectorE.
@@ -127,7 +128,7 @@ def test_rounding_sensitive_and_integer_ops_stay_on_their_default_engine():
 
 
 def test_unknown_engine_choice_is_refused(monkeypatch):
-    monkeypatch.setenv("TRN3EMU_NKI_ENGINE_CHOICE", "fastest")
+    monkeypatch.setenv("TRN3EMU_NKI_PASSES", "engine_choice=fastest")
 
     @nki.jit(cache=False)
     def k(x):
@@ -137,4 +138,4 @@ def test_unknown_engine_choice_is_refused(monkeypatch):
 
     with pytest.raises(OperandError) as ei:
         k(np.ones((128, 8), np.float32))
-    assert ei.value.rule == "unknown_engine_choice"
+    assert ei.value.rule == "nki_pass_setting"

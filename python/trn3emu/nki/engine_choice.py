@@ -6,35 +6,21 @@ ops, copies and PSUM -> SBUF evacuations the front end emits, and `nki.isa` call
 ScalarE and GpSimd by the core assembler's balancing rule (`rust/core/src/engine_choice.rs`):
 engines that give the same bits, ordered by affinity, least modelled busy time wins.
 
-Switch: `nki.jit(engine_choice=...)` or `TRN3EMU_NKI_ENGINE_CHOICE`: `"balance"` (default) or
-`"isa"` (the ISA's fixed default engine, VectorE for almost everything: the literal program)."""
+The pass `engine_choice` (`nki/passes.py`: `nki.jit(passes={"engine_choice": "off"})` or
+`TRN3EMU_NKI_PASSES=engine_choice=off`) switches it off: every unpinned instruction on the ISA's
+default engine, stores on the scalar queue (the literal program)."""
 
 from __future__ import annotations
 
 import os
 
-from ..errors import OperandError
-
-#: environment variable selecting the rule when the kernel's `engine_choice=` option is not given
-ENV = "TRN3EMU_NKI_ENGINE_CHOICE"
-MODES = ("balance", "isa")
+from . import passes
 
 
-def mode(options: dict) -> str:
-    """The rule a kernel launch uses: its `engine_choice=` option, else the environment, else balance."""
-    m = options.get("engine_choice") or os.environ.get(ENV) or "balance"
-    if m not in MODES:
-        raise OperandError(
-            f"engine_choice={m!r}: expected one of {', '.join(MODES)} (nki.jit option or {ENV})",
-            rule="unknown_engine_choice",
-        )
-    return m
-
-
-def configure(program, options: dict) -> None:
+def configure(program, kernel) -> None:
     """Set the engine rule of a kernel program's assembler before anything is traced into it;
     balancing uses the costs of the run's timing generation (`TRN3EMU_TIMING`, default trn3)."""
-    if mode(options) == "balance":
+    if passes.enabled(kernel, "engine_choice"):
         program._native.set_engine_balance(os.environ.get("TRN3EMU_TIMING") or "trn3")
 
 

@@ -55,7 +55,8 @@ def report(exc):
                    "msg": (str(exc).strip().splitlines() or [""])[0][:300]}, f)
 
 mode, path = sys.argv[1], sys.argv[2]
-sys.path.insert(0, os.path.dirname(path))
+if not os.environ.get("TRN3EMU_CORPUS_MODULE"):  # a loose file sees its folder (a package's would shadow stdlib names)
+    sys.path.insert(0, os.path.dirname(path))
 if mode == "pytest":
     import pytest
 
@@ -195,6 +196,9 @@ def run_file(p: Path, timeout: float, paths: list[str]) -> tuple[str, str, str]:
                 return "ran", "", detail
             if not passed and not failed and r.returncode in (0, 5):
                 return "refused", "no case runs here (all skipped)", detail
+            if not passed and not failed:  # pytest stopped before any case (conftest, options)
+                lines = [ln for ln in (r.stdout + r.stderr).splitlines() if re.search(r"Error|error:", ln)]
+                first = lines[-1].strip().lstrip("E ").strip() if lines else f"pytest exit status {r.returncode}"
             return "refused", reason(err, first or r.stdout + r.stderr), f"{detail}: {first[:200]}"
         if r.returncode == 0:
             return ("ran" if k == "script" else "imported"), "", ""

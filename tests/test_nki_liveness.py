@@ -266,3 +266,12 @@ def test_psum_block_tile_over_psum_spills_through_sbuf():
     # holds the 8 copies, so nothing goes to HBM
     st = k.last_spills
     assert (st["psum_spills"], st["psum_spilled_bytes"], st["spills"]) == (8, 8 * 128 * 2048, 0)
+
+
+def test_spill_rule_lru_is_switchable():
+    # same 2x-SBUF kernel with least-recently-used spilling: correct too, and never fewer reloads
+    # than furthest-next-use's 9 (Belady's rule needs the fewest for tiles of one size)
+    x = np.random.default_rng(7).integers(-99, 99, (16, 128, 8192)).astype(np.float32)
+    k = lnki.jit(_spill_kernel, passes={"spill": "lru"})
+    np.testing.assert_array_equal(k(x), 2 * x)
+    assert k.last_spills["reloads"] >= 9 and k.last_spills["spills"] >= 9

@@ -12,7 +12,7 @@ second trace allocates the same tiles in the same order); its own placements are
 - blocks of a block tile are tiles like any other: live from first to last use, never evicted
   while still used (a whole write of a block starts a new tile, `blocks.py`);
 - when an SBUF allocation does not fit, live tiles are spilled to HBM, the one whose next use is
-  furthest first (Belady's rule), until it fits; a spilled tile is reloaded just before the
+  furthest first (Belady's rule; `spill="lru"`: the least recently used first), until it fits; a spilled tile is reloaded just before the
   call that next uses it, wherever there is room (spilling again if needed), and the views the
   calls name are moved to its new range (`Placer.call`). Spill and reload are `dma_copy`
   instructions named `spill` / `reload` in the program and its trace, counted in
@@ -141,7 +141,7 @@ class Placer:
 
     mode = "emit"
 
-    def __init__(self, plan: Recorder, spill: bool, sbuf) -> None:
+    def __init__(self, plan: Recorder, spill: str | None, sbuf) -> None:
         self.sbuf = sbuf  # the program's SBUF allocator (PSUM spills land there)
         self.uses = plan.uses
         self.tiles = plan.tiles
@@ -171,6 +171,14 @@ class Placer:
         u = self.uses[seq] if seq < len(self.uses) else ()
         i = bisect_right(u, after - 1) if u else 0
         return u[i] if u and i < len(u) else None
+
+    def _last_use(self, seq: int, before: int) -> int:
+        """The latest call before `before` that used `seq` (-1: none yet)."""
+        if seq < 0:
+            seq = -seq - 1
+        u = self.uses[seq] if seq < len(self.uses) else ()
+        i = bisect_right(u, before - 1) if u else 0
+        return u[i - 1] if i else -1
 
     def call(self, ctx, args, kwargs):
         """Call `k`: the spilled tiles it reads come back first; its tile arguments are moved to
@@ -247,8 +255,9 @@ class Placer:
         if not self.spill_on:
             raise err
         while True:
+            lru = self.spill_on == "lru"
             victims = [
-                (nu, t.seq)
+                (-self._last_use(t.seq, now) if lru else nu, t.seq)
                 for t in self.live.values()
                 if t.alloc is alloc
                 and t.seq not in self.pinned

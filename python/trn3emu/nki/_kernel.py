@@ -1344,6 +1344,9 @@ class _Run:
             if self.trace_progress is not None:
                 self.trace_progress.finish()
                 self.trace_progress = None
+        if self.ir_mode == "emit":
+            for c in self.contexts:
+                c.ir.check_end()
         if not check:
             return None
         _check_result(results[0])

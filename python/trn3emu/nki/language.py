@@ -551,8 +551,10 @@ def _assign(dst: NkiTensor, value) -> None:
     fuse = getattr(type(value), "_fuse_into", None)  # a legacy result not issued yet: write it here
     if fuse is not None and fuse(value, dst):
         return
-    if isinstance(value, NkiTensor) and dst.same_view(value):
-        return  # `t[k] += u` ends by assigning the updated view to itself
+    if isinstance(value, NkiTensor) and dst.same_view(value) and _own(dst._block) is _own(value._block):
+        # `t[k] += u` ends by assigning the updated view to itself (the same allocation too: the
+        # liveness pass's first trace may overlap tiles, and must decide as the second does)
+        return
     if isinstance(value, _indexing.MaskedResult):  # only the masked part was computed
         pred, value = value._pred, NkiTensor(value._t, value.buffer, value._block, value.name)
         with _indexing.masked(pred):
@@ -575,6 +577,12 @@ def _assign(dst: NkiTensor, value) -> None:
             )
         exact = isinstance(value, (int, np.integer)) and not isinstance(value, bool)  # int words fill exactly
         nisa.memset(dst, value=int(value) if exact else float(value))
+
+
+def _own(block):
+    """The allocation a view's `_block` stands for (a view with run-time operands wraps it)."""
+    keep = getattr(block, "keep", None)
+    return keep[0] if keep else block
 
 
 def _no_mask(name, kwargs):

@@ -143,6 +143,7 @@ class Placer:
 
     def __init__(self, plan: Recorder, spill: str | None, sbuf) -> None:
         self.sbuf = sbuf  # the program's SBUF allocator (PSUM spills land there)
+        self.planned_calls = plan.calls
         self.uses = plan.uses
         self.tiles = plan.tiles
         self.pinned = plan.pinned
@@ -152,6 +153,7 @@ class Placer:
         self.live: dict[int, _Live] = {}  # seq -> resident automatic tile
         self.out: dict[int, _Live] = {}  # seq -> spilled tile
         self.moved = 0  # resident tiles not at their first address (views need rebasing)
+        self.fixed: set[int] = set()  # ordinals of explicitly placed tiles
         self.deaths: list[tuple[int, int]] = []  # heap of (last use, seq)
         self.reload_at: dict[int, list[int]] = {}  # call ordinal -> spilled seqs it reads
         self.scratch: dict[int, Tensor] = {}  # seq -> its HBM spill slot
@@ -172,6 +174,13 @@ class Placer:
         i = bisect_right(u, after - 1) if u else 0
         return u[i] if u and i < len(u) else None
 
+    def check_end(self) -> None:
+        """At the end of the trace: the same number of calls and tiles as the first trace made."""
+        if self.calls != self.planned_calls or self.seq != len(self.tiles):
+            raise TraceMismatch(
+                f"{self.calls} calls and {self.seq} tiles, first trace: {self.planned_calls} and {len(self.tiles)}"
+            )
+
     def _last_use(self, seq: int, before: int) -> int:
         """The latest call before `before` that used `seq` (-1: none yet)."""
         if seq < 0:
@@ -191,6 +200,17 @@ class Placer:
                 if s in self.out:
                     self._reload(ctx, s, k)
         self.calls = k + 1
+        found: list = []
+        for v in args:
+            _blocks_of(v, found)
+        for v in kwargs.values():
+            _blocks_of(v, found)
+        live = self.live
+        for b in found:
+            s = getattr(b, "seq", None)
+            if s is not None and s not in live and s not in self.fixed:
+                # a tile this call names is not resident: the second trace is not the first one
+                raise TraceMismatch(b.label)
         if not self.moved:
             return args, kwargs
         return tuple(self._move(v) for v in args), {n: self._move(v) for n, v in kwargs.items()}
@@ -214,7 +234,7 @@ class Placer:
         return s
 
     def placed(self, block) -> None:
-        self._number(block)
+        self.fixed.add(self._number(block))
 
     def new_tile(self, ctx, alloc, row: int, label: str, block) -> tuple[int, int]:
         s = self._number(block)

@@ -15,6 +15,7 @@ NeuronSwitch-v1 fabric (docs/ultraserver.md).
 from __future__ import annotations
 
 import gzip
+import inspect
 import json
 import math
 import tempfile
@@ -27,6 +28,7 @@ from . import _native
 from .device import Device, _nonnegative, _program_list
 from .errors import ArgumentTypeError, OperandError
 from .program import Program
+from .tensor import _index
 from .trace import RunResult
 
 #: Chips of the largest UltraServer (core::hw).
@@ -154,6 +156,19 @@ class UltraResult:
         return out
 
 
+def _check_device_options(options: dict) -> None:
+    """Keyword arguments an UltraServer passes to each chip's `Device` are its numerics options."""
+    known = [n for n in inspect.signature(Device.__init__).parameters if n != "self"]
+    for name in options:
+        if name not in known:
+            raise OperandError(
+                f"UltraServer has no option {name!r} (fabric: latency_ns, link_bytes_per_ns, mesh_max_bytes; "
+                f"each chip's Device: {', '.join(known)})",
+                operand=name,
+                rule="unknown_numerics_option",
+            )
+
+
 class UltraServer:
     """`chips` Trainium3 devices (1..144) on one NeuronSwitch-v1 fabric. `chip(c)` is chip c's
     `Device` (its `hbm` puts, allocates and gets that chip's tensors); programs are placed with
@@ -184,6 +199,7 @@ class UltraServer:
                 )
         if mesh_max_bytes is not None:
             mesh_max_bytes = _nonnegative(mesh_max_bytes, "mesh_max_bytes")
+        _check_device_options(numerics)
         self.chips = [Device(**numerics) for _ in range(int(chips))]
         self._fabric = {
             "latency_ns": latency_ns,
@@ -196,7 +212,8 @@ class UltraServer:
 
     def chip(self, c: int) -> Device:
         """Chip `c`'s `Device`."""
-        if not 0 <= int(c) < len(self.chips):
+        c = _index(c, "chip")
+        if not 0 <= c < len(self.chips):
             raise OperandError(
                 f"chip {c} is not a chip of this UltraServer (0..{len(self.chips)})",
                 operand="chip",

@@ -321,6 +321,14 @@ def _make(opname: str):
         if _before_issue and (ctx is None or ctx.pending):  # results still pending: issued first
             for hook in _before_issue:
                 hook()
+        if ctx is not None:
+            if ctx.ir is not None:  # the allocation pass: the call's uses (liveness.py)
+                args, kwargs = ctx.ir.call(ctx, args, kwargs)
+            d = kwargs.get("dst") if kwargs else None
+            if d is None and dst_first and args:
+                d = args[0]
+            if type(d) is NkiTensor and d._block is not None:
+                d._block.written = True  # (nl.loop_reduce into a fresh buffer)
         if "mask" in kwargs or (ctx is not None and ctx.masks):  # legacy masks: the sub-grid
             masked = _indexing.mask_call(opname, args, kwargs)
             if masked is None:

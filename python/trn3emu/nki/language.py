@@ -20,6 +20,7 @@ from ..errors import EmuError, OperandError, ShapeError
 from . import compiler as _compiler
 from . import indexing as _indexing
 from . import isa as nisa
+from . import passes as _passes
 from ._kernel import (
     DTYPES,
     HBM_BUFFERS,
@@ -494,7 +495,14 @@ class _LoopReduce:
         active_masks.extend(self.masks)  # the call's mask= applies to the reduction
         try:
             if _indexing._current_ranges() is not None:
-                nisa.tensor_tensor(dst=dst, data1=dst, data2=_onchip(self.x), op=self.op)
+                blk = dst._block
+                fresh = blk is not None and not getattr(blk, "written", False)
+                if fresh and _passes.enabled(current().launch.kernel, "reduce_init"):
+                    # a fresh buffer no instruction wrote yet: the reduction starts from x (the
+                    # op's identity as the start value, never stale bytes; docs/nki.md)
+                    nisa.tensor_copy(dst=dst, src=_onchip(self.x))
+                else:
+                    nisa.tensor_tensor(dst=dst, data1=dst, data2=_onchip(self.x), op=self.op)
         finally:
             del active_masks[n:]
         return True

@@ -1358,6 +1358,11 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         f(&mut mems)
     }
 
+    /// Items executed so far.
+    pub(super) fn executed(&self) -> u64 {
+        self.result.executed
+    }
+
     /// Release a stream the fabric held.
     pub(super) fn deliver(&mut self, agent: usize, r: Release) {
         self.inter.deliver(agent, r);

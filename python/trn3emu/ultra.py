@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from . import _native
-from .device import Device, _nonnegative, _program_list
+from .device import Device, _nonnegative, _program_list, _seconds
 from .errors import ArgumentTypeError, OperandError
 from .program import Program
 from .tensor import _index
@@ -234,10 +234,18 @@ class UltraServer:
         check_races: bool = True,
         trace: bool = True,
         trace_limit: int | None = None,
+        max_seconds: float | None = None,
+        max_memory: int | None = None,
     ) -> UltraResult:
         """Run the programs (each on its `chip` and `core`) concurrently; releases the GIL. Errors
         name the chip; a collective some rank never reaches raises `DeadlockError` naming the
-        waiting and the missing ranks."""
+        waiting and the missing ranks.
+
+        Limits as `Device.run` (docs/limits.md): Ctrl-C stops the run within a few tens of ms
+        (`KeyboardInterrupt`; the chips stay usable); `max_seconds` (default None: no limit) stops
+        it with `RunawayError` (`run_time_limit`); `max_memory` bounds the host memory each chip's
+        part of the run adds (`ResourceError`, `run_memory_limit`); each chip's `max_executed`
+        bounds its steps."""
         progs = [programs] if isinstance(programs, Program) else _program_list(programs)
         by_chip: list[list] = [[] for _ in self.chips]
         pairs = []
@@ -254,7 +262,11 @@ class UltraServer:
             n = p.native()
             by_chip[chip].append(n)
             pairs.append((chip, n))
-        limit = {} if trace_limit is None else {"trace_limit": trace_limit}
+        limit: dict[str, Any] = {} if trace_limit is None else {"trace_limit": trace_limit}
+        if max_seconds is not None:
+            limit["max_seconds"] = _seconds(max_seconds)
+        if max_memory is not None:
+            limit["max_memory"] = _nonnegative(max_memory, "max_memory")
         fabric = {k: v for k, v in self._fabric.items() if v is not None}
         raw = _native.ultra_run([d._native for d in self.chips], pairs, check_races, trace, **limit, **fabric)
         return UltraResult(raw, by_chip)

@@ -18,7 +18,12 @@ import neuronxcc.nki.isa as lisa  # noqa: E402
 import neuronxcc.nki.language as nl  # noqa: E402
 
 SBUF = nl0.tile_size.total_available_sbuf_size  # bytes per partition
-LITERAL = {"liveness": "off", "spill": "off"}
+LITERAL = {
+    "liveness": "off",
+    "spill": "off",
+    "inplace_assign": "off",
+    "load_reuse": "off",
+}  # (the allocation as written)
 
 
 def test_chain_of_ten_wide_temporaries_runs_with_two_live():

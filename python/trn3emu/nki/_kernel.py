@@ -214,7 +214,7 @@ class _Block:
 
     # seq: the allocation's ordinal when the liveness pass runs (`liveness.py`); written: set
     # once an instruction names it as dst (`nl.loop_reduce` into a fresh buffer, language.py)
-    __slots__ = ("__weakref__", "parts", "row_bytes", "label", "seq", "written")
+    __slots__ = ("__weakref__", "parts", "row_bytes", "label", "seq", "written", "placed")
 
     def __init__(self, parts: int, row_bytes: int, label: str) -> None:
         self.parts, self.row_bytes, self.label = parts, row_bytes, label
@@ -233,6 +233,17 @@ class _Blocks(_Block):
             super().__init__(0, 0, "")
         self.keep = (own,) + tuple(others)
         self.tiles = tiles  # the run-time operand tiles themselves (e.g. for nl.atomic_rmw's mask)
+
+
+def block_of(v) -> _Block | None:
+    """`v._block` of a tile view; None for anything else and for a result not issued yet (read
+    from the slot itself: `Pending.__getattr__` would issue it)."""
+    if not isinstance(v, NkiTensor):
+        return None
+    try:
+        return _BLOCK_SLOT(v, NkiTensor)
+    except AttributeError:
+        return None
 
 
 def _with_runtime_operands(view: NkiTensor, *operands) -> NkiTensor:
@@ -632,6 +643,9 @@ class NkiTensor:
         return b is not None and key == (b.mem, b.core, b.dtype, b.shape, b.strides, b.offset, b.start, b.dyn)
 
 
+_BLOCK_SLOT = NkiTensor._block.__get__  # type: ignore[attr-defined]
+
+
 def _norm_key(key):
     from .language import DSlice
 
@@ -883,6 +897,7 @@ class TraceContext:
                 )
             key = alloc.place(off, row, label)
             t.offset, t.start = off, start
+            block.placed = True  # (may share bytes with any tile: `pending.InPlace.alias_ok`)
             if ir is not None:
                 ir.placed(block)
         if buffer == "psum":

@@ -33,13 +33,14 @@ from bisect import bisect_right
 
 from ..errors import CapacityError
 from ..tensor import Tensor
+from ._kernel import block_of as _block
 
 
 def _blocks_of(v, out: list) -> None:
     """The allocations (`_Block`s with a `seq`) a call argument names: a tile view's own and its
     run-time operand tiles'; one level of lists / tuples."""
-    b = getattr(v, "_block", None)
-    if b is not None and not isinstance(v, type):
+    b = _block(v)
+    if b is not None:
         keep = getattr(b, "keep", None)
         if keep is not None:
             out.extend(x for x in keep if x is not None)
@@ -47,7 +48,7 @@ def _blocks_of(v, out: list) -> None:
             out.append(b)
     elif type(v) in (list, tuple):
         for x in v:
-            if getattr(x, "_block", None) is not None:
+            if _block(x) is not None:
                 _blocks_of(x, out)
 
 
@@ -86,7 +87,7 @@ class Recorder:
                 if not u or u[-1] != k:
                     u.append(k)
         for v in (*args, *kwargs.values()):
-            b = getattr(v, "_block", None)
+            b = _block(v)
             if b is not None and (getattr(b, "keep", None) is not None or getattr(v._t, "dyn", None) is not None):
                 for x in getattr(b, "keep", None) or (b,):
                     s = getattr(x, "seq", None)
@@ -218,7 +219,7 @@ class Placer:
     def _move(self, v):
         if type(v) in (list, tuple):
             return type(v)(self._move(x) for x in v)
-        b = getattr(v, "_block", None)
+        b = _block(v)
         s = getattr(b, "seq", None)
         if s is None or getattr(b, "keep", None) is not None:
             return v

@@ -23,7 +23,7 @@ from __future__ import annotations
 from ..errors import EmuError
 from . import indexing
 from . import isa as nisa
-from ._kernel import END_OF_TRACE, NkiTensor, current
+from ._kernel import END_OF_TRACE, NkiTensor, block_of, current
 
 #: float dtypes an fp32 result may be written to directly (one RNE rounding either way)
 _NARROW_FLOATS = frozenset({"bfloat16", "float16"})
@@ -53,12 +53,27 @@ class InPlace:
 
     def alias_ok(self, dst) -> bool:
         d = _span(dst)
+        db = _own(dst._block)
         for o in self.operands:
+            ob = block_of(o)
+            if ob is None:
+                continue  # an operand not issued yet goes to a fresh tile (reading it here would issue it)
             if o.buffer != dst.buffer or not _overlap(d, _span(o)):
+                continue
+            ob = _own(ob)
+            if ob is not db and not getattr(ob, "placed", False) and not getattr(db, "placed", False):
+                # two automatic allocations never share bytes (the allocator's rule); only the
+                # liveness pass's first trace overlaps them, and must decide as the second does
                 continue
             if not (self.elementwise and o.same_view(dst)):
                 return False
         return True
+
+
+def _own(block):
+    """The allocation a view's `_block` stands for (a view with run-time operands wraps it)."""
+    keep = getattr(block, "keep", None)
+    return keep[0] if keep else block
 
 
 def _span(t: NkiTensor):
@@ -171,7 +186,7 @@ class Pending(NkiTensor):
 
     def _fuse_into(self, dst) -> bool:
         """`dst[...] = self`: issue into dst when it is the same kind of tile; else False."""
-        if not self._matches(dst):
+        if not self._matches(dst) or not self._pending():  # (issued meanwhile: the caller copies)
             return False
         self._issue(dst)
         return True

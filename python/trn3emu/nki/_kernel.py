@@ -212,9 +212,10 @@ def as_dtype(dtype: Any) -> Dtype:
 class _Block:
     """One allocation; every view holds it, and the range is freed when the last view dies."""
 
-    # seq: the allocation's ordinal when the liveness pass runs (`liveness.py`); written: set
+    # seq: the allocation's ordinal when the liveness pass runs (`liveness.py`; pass_: the pass
+    # object that numbered it: a tile of another launch is not one of its tiles); written: set
     # once an instruction names it as dst (`nl.loop_reduce` into a fresh buffer, language.py)
-    __slots__ = ("__weakref__", "parts", "row_bytes", "label", "seq", "written", "placed")
+    __slots__ = ("__weakref__", "parts", "row_bytes", "label", "seq", "pass_", "written", "placed")
 
     def __init__(self, parts: int, row_bytes: int, label: str) -> None:
         self.parts, self.row_bytes, self.label = parts, row_bytes, label

@@ -82,7 +82,7 @@ class Recorder:
         uses = self.uses
         for b in found:
             s = getattr(b, "seq", None)
-            if s is not None:
+            if s is not None and getattr(b, "pass_", None) is self:
                 u = uses[s]
                 if not u or u[-1] != k:
                     u.append(k)
@@ -91,11 +91,12 @@ class Recorder:
             if b is not None and (getattr(b, "keep", None) is not None or getattr(v._t, "dyn", None) is not None):
                 for x in getattr(b, "keep", None) or (b,):
                     s = getattr(x, "seq", None)
-                    if s is not None:
+                    if s is not None and getattr(x, "pass_", None) is self:
                         self.pinned.add(s)
         return args, kwargs
 
     def number(self, block) -> int:
+        block.pass_ = self
         s = block.seq = self.seq
         self.seq = s + 1
         self.uses.append([])
@@ -209,7 +210,7 @@ class Placer:
         live = self.live
         for b in found:
             s = getattr(b, "seq", None)
-            if s is not None and s not in live and s not in self.fixed:
+            if s is not None and getattr(b, "pass_", None) is self and s not in live and s not in self.fixed:
                 # a tile this call names is not resident: the second trace is not the first one
                 raise TraceMismatch(b.label)
         if not self.moved:
@@ -221,13 +222,14 @@ class Placer:
             return type(v)(self._move(x) for x in v)
         b = _block(v)
         s = getattr(b, "seq", None)
-        if s is None or getattr(b, "keep", None) is not None:
+        if s is None or getattr(b, "keep", None) is not None or getattr(b, "pass_", None) is not self:
             return v
         t = self.live.get(s)
         return v if t is None else _rebased(v, t)
 
     # ------------------------------------------------------------------ allocation
     def _number(self, block) -> int:
+        block.pass_ = self
         s = block.seq = self.seq
         self.seq = s + 1
         if s >= len(self.tiles) or self.tiles[s] != (block.row_bytes, block.label):

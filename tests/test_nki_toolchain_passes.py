@@ -322,3 +322,27 @@ def test_masked_nl_matmul_writes_the_kept_block():
     want = np.zeros((128, 64), np.float32)
     want[:90, :50] = lhsT[:100, :90].T @ rhs[:100, :50]
     np.testing.assert_array_equal(k(lhsT, rhs), want)
+
+
+def test_pending_results_are_named_after_the_line_that_made_them():
+    # a result issued later (at its first use) still carries its own call's line in the trace
+    import inspect
+
+    def k(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        x = nl.load(a)  # line +2
+        r = nl.exp(x)  # line +3
+        s = nl.negative(r)  # line +4
+        nl.store(out, nl.add(r, s))  # line +5: where r and s are first issued
+        return out
+
+    first = inspect.getsourcelines(k)[1]
+    kernel = lnki.jit(k)
+    a = np.zeros((4, 4), np.float32)
+    np.testing.assert_array_equal(kernel(a), np.zeros_like(a))
+    names = {}
+    for line in kernel.last_programs[0].to_text().splitlines()[1:]:
+        names.setdefault(line.split(".")[0], line.rsplit("name=", 1)[1])
+    base = "test_nki_toolchain_passes.py:"
+    assert names["dma_copy"] == base + str(first + 2)
+    assert names["activation"] == base + str(first + 3)

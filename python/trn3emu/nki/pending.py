@@ -21,7 +21,7 @@ A value-returning call whose result the kernel usually assigns straight away (`n
 from __future__ import annotations
 
 from ..errors import EmuError
-from . import indexing
+from . import _emit, indexing
 from . import isa as nisa
 from ._kernel import END_OF_TRACE, NkiTensor, current
 
@@ -93,7 +93,7 @@ class Pending(NkiTensor):
     `accumulate(dst)`, when given, issues it adding into dst). After a fused assignment the
     result is a view of the tile it was written into."""
 
-    __slots__ = ("_spec", "_emit", "_ctx", "_acc", "_origin", "_inplace", "_fresh")
+    __slots__ = ("_spec", "_emit", "_ctx", "_acc", "_origin", "_inplace", "_fresh", "_site")
 
     def __init__(self, spec, emit, accumulate=None, origin: str = "", inplace=None, fresh=None) -> None:
         # `_t` / `_block` stay unset until issued; `origin` names the call that made the result;
@@ -104,6 +104,7 @@ class Pending(NkiTensor):
         self.buffer, self.name = spec[2], ""
         self._spec, self._emit, self._ctx, self._acc, self._origin = spec, emit, current(), accumulate, origin
         self._inplace, self._fresh = inplace, fresh
+        self._site = _emit.site(0, None)[0]  # its instructions are named after this call's line
         self._ctx.pending.append(self)
 
     def __getattr__(self, name: str):
@@ -140,9 +141,11 @@ class Pending(NkiTensor):
 
             shape, dtype, buf = self._spec
             dst = nl.ndarray(shape, dtype, buffer=buf)
-        active_masks = current().masks
+        ctx = current()
+        active_masks = ctx.masks
         masks = active_masks[:]  # issued as written: outside any mask= of the call that uses it
         active_masks.clear()
+        site, ctx.site = ctx.site, self._site
         try:
             (self._acc if accumulate else self._emit)(dst)
         except EmuError as e:  # name the call that made the result, not the one that used it
@@ -152,6 +155,7 @@ class Pending(NkiTensor):
             raise
         finally:
             active_masks[:] = masks
+            ctx.site = site
         if fresh is not None and dst is not None:
             fresh.issued(dst)
         self._t, self._block = dst._t, dst._block

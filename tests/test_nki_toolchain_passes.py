@@ -346,3 +346,23 @@ def test_pending_results_are_named_after_the_line_that_made_them():
     base = "test_nki_toolchain_passes.py:"
     assert names["dma_copy"] == base + str(first + 2)
     assert names["activation"] == base + str(first + 3)
+
+
+def test_a_pending_result_reading_an_earlier_pending_load():
+    # the activation (pending) holds the scale's load (pending, made before it): issuing the load
+    # must not issue the activation in the middle of the load's own DMA (the fused Mamba
+    # tutorial's `activation(exp, data=delta_i, scale=A_i)`)
+    @lnki.jit
+    def k(a, col):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        x = nl.load(a)
+        s = nl.load(col)
+        y = lisa.activation(op=nl.exp, data=x, scale=s)
+        nl.store(out, y)
+        return out
+
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((128, 32)).astype(np.float32)
+    col = rng.standard_normal((128, 1)).astype(np.float32)
+    np.testing.assert_allclose(k(a, col), np.exp(a * col), rtol=1e-5)
+    assert opcodes(k)["dma_copy"] == 3  # two loads and the store (the scale was loaded twice)

@@ -120,15 +120,27 @@ class Pending(NkiTensor):
         except AttributeError:
             return True
 
-    def _unlist(self) -> None:
+    def _unlist(self) -> list:
+        """Issue the results made before this one (program order), take this one off the list,
+        and return the results made after it: they stay pending, but not while this one's own
+        instructions are issued (one of them may read this result: it must exist by then)."""
         pending = self._ctx.pending
-        for i, p in enumerate(pending):
-            if p is self:
-                del pending[i]
-                break
+        while pending and pending[0] is not self:
+            pending[0]._issue(None)
+        if pending and pending[0] is self:
+            del pending[0]
+        later = pending[:]
+        pending.clear()
+        return later
 
     def _issue(self, dst, accumulate: bool = False) -> None:
-        self._unlist()
+        later = self._unlist()
+        try:
+            self._issue_now(dst, accumulate)
+        finally:
+            self._ctx.pending[:0] = later
+
+    def _issue_now(self, dst, accumulate: bool) -> None:
         fresh = self._fresh if dst is None else None
         if fresh is not None:
             dst, reused = fresh.tile(self._spec)

@@ -356,6 +356,7 @@ def test_a_pending_result_reading_an_earlier_pending_load():
     def k(a, col):
         out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
         x = nl.load(a)
+        assert x.shape == a.shape  # (x is issued here, before the scale's load is made)
         s = nl.load(col)
         y = lisa.activation(op=nl.exp, data=x, scale=s)
         nl.store(out, y)

@@ -722,7 +722,8 @@ class KernelProgram(Program):
             bar = ctx.launch.trace_progress
             if bar is not None:
                 bar.tick()
-        loc = source_line(2)  # called by the nki.isa wrapper or an assembler method: both inside
+        site = ctx.site if ctx is not None else None
+        loc = site or source_line(2)  # called by the nki.isa wrapper or an assembler method: both inside
         key = (loc, None if name is None else str(name))
         label = _LABELS.get(key)
         if label is None:
@@ -812,6 +813,9 @@ class TraceContext:
 
     #: the program's reusable loads (`load_reuse.LoadCache`), once pass `load_reuse` cached one
     _load_cache = None
+    #: "file:line" instructions issued now are named after, when not the executing kernel line: a
+    #: pending result is issued with the line of the call that made it (`pending.py`)
+    site: str | None = None
 
     def __init__(self, launch: _Run, pid: int) -> None:
         self.launch, self.pid = launch, pid

@@ -18,6 +18,7 @@ from .. import _native, interop
 from ..dtypes import numpy_dtype
 from ..errors import EmuError, OperandError, ShapeError
 from . import compiler as _compiler
+from . import engine_choice as _engine_choice
 from . import indexing as _indexing
 from . import isa as nisa
 from . import load_reuse, toolchain
@@ -414,7 +415,7 @@ def store(dst, value, **kwargs) -> None:
             nisa.dma_copy(dst=flat[r0 : r0 + n], src=t[0:n])
         return
     value = _sbuf_operand(value)
-    nisa.dma_copy(dst=dst, src=value, engine=STORE_QUEUE)
+    nisa.dma_copy(dst=dst, src=value, engine=_engine_choice.store_engine(current().program, STORE_QUEUE))
 
 
 def static_cast(x, dtype):
@@ -570,7 +571,11 @@ def _assign(dst: NkiTensor, value) -> None:
     if isinstance(value, NkiTensor):
         if dst.buffer in HBM_BUFFERS or value.buffer in HBM_BUFFERS:
             if dst.buffer in HBM_BUFFERS:  # a store: the scalar queue (DMA queue policy, docs/nki.md)
-                nisa.dma_copy(dst=dst, src=_sbuf_operand(value), engine=STORE_QUEUE)
+                nisa.dma_copy(
+                    dst=dst,
+                    src=_sbuf_operand(value),
+                    engine=_engine_choice.store_engine(current().program, STORE_QUEUE),
+                )
             else:
                 nisa.dma_copy(dst=dst, src=value)
         else:

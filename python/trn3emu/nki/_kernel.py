@@ -13,12 +13,14 @@ constants, never tensor values.
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import inspect
 import math
 import os
 import re
 import sys
+import threading
 import types
 import warnings
 import weakref
@@ -49,7 +51,12 @@ from . import _memory, _traceback
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _EXAMPLES = os.path.join(_PKG, "examples") + os.sep  # shipped example kernels are user code
-_STACK: list[TraceContext] = []
+#: The program being traced by this thread (or asyncio task), None outside a trace. A context
+#: variable, not a module global: threads trace kernels side by side, each into its own context,
+#: and a launch made while tracing (a kernel on host arrays) runs in a context of its own.
+_TRACE: contextvars.ContextVar[TraceContext | None] = contextvars.ContextVar("trn3emu_nki_trace", default=None)
+#: The TraceContext being traced here, or None (one C call: cheap enough per instruction).
+tracing = _TRACE.get
 ONCHIP = ("sbuf", "psum")
 HBM_BUFFERS = ("hbm", "shared_hbm", "private_hbm")
 _new = Tensor.__new__
@@ -103,12 +110,13 @@ def missing_attribute(name: str, candidates=None) -> NotSupportedAttribute:
 
 
 def current() -> TraceContext:
-    if not _STACK:
+    ctx = _TRACE.get()
+    if ctx is None:
         raise EmuError(
             "this NKI API can only be called inside a kernel traced by nki.jit / nki.simulate",
             rule="nki_trace_context",
         )
-    return _STACK[-1]
+    return ctx
 
 
 _INTERNAL: dict[str, bool] = {}
@@ -690,8 +698,8 @@ class KernelProgram(Program):
 
     def _emit(self, opcode, engine, name, wait, signal, args):
         self.opcodes.add(opcode)
-        if _STACK:
-            ctx = _STACK[-1]
+        ctx = _TRACE.get()
+        if ctx is not None:
             if _DST_POSITIONS.get(opcode, True):  # compute instructions never write HBM
                 _record_hbm_writes(ctx, opcode, args)
             bar = ctx.launch.trace_progress
@@ -1089,6 +1097,9 @@ class _Spare:
 
 #: At most one spare device for the whole process (each holds ~272 MiB of on-chip memory).
 _SPARE: list[_Spare] = []
+#: Guards the spare device and the kernels' trace caches, which launches in several threads share
+#: (taken a few times per launch, never while tracing or running).
+_SHARED = threading.Lock()
 
 
 class _Uncacheable(Exception):
@@ -1167,16 +1178,19 @@ class _Run:
         if key is not None:
             key = key + (fill,)  # new HBM tensors start filled with it (written while tracing)
         cache = self.kernel._cache
-        traced = cache.get(key) if key is not None else None
+        with _SHARED:
+            traced = cache.get(key) if key is not None else None
+            if traced is not None:
+                cache[key] = cache.pop(key)  # most recently used last
         if traced is None:
             self.device = self._fresh_device(fill, set())
             arrays, traced = self._trace(args, kwargs)
             if key is not None and not traced.device_dependent:
-                cache[key] = traced
-                while len(cache) > CACHE_SIZE:
-                    cache.pop(next(iter(cache)))
+                with _SHARED:
+                    cache[key] = traced
+                    while len(cache) > CACHE_SIZE:
+                        cache.pop(next(iter(cache)))
         else:
-            cache[key] = cache.pop(key)  # most recently used last
             self.device = self._fresh_device(fill, traced.input_ranges)
             arrays = list(zip(_input_arrays(args, kwargs), traced.inputs))
             for a, t in arrays:
@@ -1185,13 +1199,15 @@ class _Run:
                 self.device.hbm._native.hbm_write(addr, data)
         out = self._run(traced, arrays, interop.common(originals))
         if traced.reusable and self.device.numerics["rounding"] != "stochastic":
-            _SPARE[:] = [_Spare(self.device, _device_env(), traced.hbm_ranges)]
+            with _SHARED:
+                _SPARE[:] = [_Spare(self.device, _device_env(), traced.hbm_ranges)]
         return out
 
     def _fresh_device(self, fill, rewritten: set) -> Device:
         """A device in the state a new one has (on-chip bytes = fill, HBM zero, RNG at power-on):
         the spare device reset, or a new one. `rewritten`: HBM ranges the caller overwrites anyway."""
-        spare = _SPARE.pop() if _SPARE else None
+        with _SHARED:
+            spare = _SPARE.pop() if _SPARE else None
         if spare is None or spare.env != _device_env():
             dev = Device()
             if fill is not None:
@@ -1240,14 +1256,14 @@ class _Run:
             for pid in range(n):
                 ctx = TraceContext(self, pid)
                 self.contexts.append(ctx)
-                _STACK.append(ctx)
+                token = _TRACE.set(ctx)
                 try:
                     r = self.kernel.fn(*wargs, **wkw)
                     for hook in END_OF_TRACE:  # e.g. pending loads: issued, so their errors show
                         hook(ctx)
                     results.append(_to_hbm(r))
                 finally:
-                    _STACK.pop()
+                    _TRACE.reset(token)
         finally:
             hbm._native = recorder._native
             del hbm.alloc
@@ -1476,10 +1492,11 @@ class Kernel:
 
     def __call__(self, *args, **kwargs):
         __tracebackhide__ = True  # noqa: F841 (pytest: the launch frame is not the kernel's)
-        if _STACK:  # a kernel called from inside another kernel is an ordinary function
-            return self.fn(*args, **kwargs)
+        outer = _TRACE.get()
+        if outer is not None and not _host_launch(args, kwargs):
+            return self.fn(*args, **kwargs)  # a kernel called on tiles inside another is a function
         try:
-            return _Run(self, (1,))(args, kwargs)
+            return _launch(self, (1,), args, kwargs, outer)
         except Exception as e:
             # the same error: kernel frames only, printed once (`_traceback.present`)
             raise _traceback.present(e, self)  # noqa: B904
@@ -1491,13 +1508,52 @@ class _Launcher:
 
     def __call__(self, *args, **kwargs):
         __tracebackhide__ = True  # noqa: F841
-        if _STACK:
-            raise not_supported("launching a grid from inside a kernel", rule="nki_nested_launch")
+        outer = _TRACE.get()
+        if outer is not None and not _host_launch(args, kwargs):
+            raise not_supported(
+                f"launching {self.kernel.__name__}[{', '.join(map(str, self.grid))}] on tiles while "
+                f"kernel {outer.launch.kernel.__name__} traces",
+                "a launch takes host arrays (it runs on a device of its own); call the kernel "
+                "without a grid to inline it",
+                rule="nki_nested_launch",
+            )
         try:
-            return _Run(self.kernel, self.grid)(args, kwargs)
+            return _launch(self.kernel, self.grid, args, kwargs, outer)
         except Exception as e:
             # the same error: kernel frames only, printed once (`_traceback.present`)
             raise _traceback.present(e, self.kernel)  # noqa: B904
+
+
+def _host_launch(args, kwargs) -> bool:
+    """Whether a kernel call made while another kernel traces is a launch of its own: it passes
+    host arrays and no tile or HBM tensor of the trace."""
+    host = False
+    for a in (*args, *kwargs.values()):
+        for x in a if isinstance(a, tuple) else (a,):
+            if isinstance(x, NkiTensor):
+                return False
+            host = host or interop.is_array(x)
+    return host
+
+
+def _launch(kernel: Kernel, grid: tuple, args, kwargs, outer: TraceContext | None):
+    """Trace (or reuse) and run one launch. Made while `outer` traces (a kernel on host arrays
+    called from inside a kernel), it traces in a context of its own and the outer trace goes on
+    unchanged after it. (The caller re-raises errors with the kernel's frames only.)"""
+    __tracebackhide__ = True  # noqa: F841
+    if outer is None:
+        return _Run(kernel, grid)(args, kwargs)
+    token = _TRACE.set(None)
+    try:
+        return _Run(kernel, grid)(args, kwargs)
+    except Exception as e:
+        if hasattr(e, "add_note"):
+            e.add_note(
+                f"  in launch {kernel.__name__}{list(grid)} made while kernel {outer.launch.kernel.__name__} traces"
+            )
+        raise
+    finally:
+        _TRACE.reset(token)
 
 
 def jit(fn=None, **options):

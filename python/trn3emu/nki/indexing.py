@@ -31,8 +31,8 @@ from ._kernel import NkiTensor, current, not_supported, source_line
 def masks() -> list[dict]:
     """The active mask ranges of the program being traced, innermost last: {var: (lo, hi)}
     (`TraceContext.masks`; none outside a trace)."""
-    stack = _kernel._STACK
-    return stack[-1].masks if stack else []
+    ctx = _kernel.tracing()
+    return ctx.masks if ctx is not None else []
 
 
 class IndexVar:

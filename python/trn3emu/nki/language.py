@@ -20,7 +20,6 @@ from ..errors import AddressError, EmuError, ShapeError
 from . import compiler as _compiler
 from . import indexing as _indexing
 from . import isa as nisa
-from ._kernel import _STACK as _kernel_stack
 from ._kernel import (
     DTYPES,
     HBM_BUFFERS,
@@ -32,6 +31,7 @@ from ._kernel import (
     missing_attribute,
     not_supported,
 )
+from ._kernel import tracing as _tracing_context
 from ._kernel import unknown_parameter as _unknown_parameter
 from .blocks import BlockTensor
 from .indexing import ParDim, arange, mgrid, par_dim  # noqa: F401  (legacy index expressions)
@@ -213,7 +213,7 @@ def no_reorder():
 def _tracing() -> bool:
     from . import _kernel
 
-    return bool(_kernel._STACK)
+    return _kernel.tracing() is not None
 
 
 # Outside a traced kernel (host-side helper code that sizes a launch) there is no launch grid:
@@ -1320,11 +1320,12 @@ def _ndarray_entry(checked):
     allocation; any other call through `checked` (the `_checked` wrapper) as before."""
     import functools
 
-    stack = _kernel_stack
+    tracing = _tracing_context
 
     @functools.wraps(checked)
     def ndarray(*args, dtype=_UNSET, buffer=_UNSET, **kwargs):
-        if len(args) == 1 and not kwargs and stack and dtype is not _UNSET and type(buffer) is str:
+        ctx = tracing() if len(args) == 1 and not kwargs else None
+        if ctx is not None and dtype is not _UNSET and type(buffer) is str:
             shape = args[0]
             if type(shape) is tuple and (
                 len(shape) == 2
@@ -1333,7 +1334,7 @@ def _ndarray_entry(checked):
                 or ParDim not in map(type, shape)
             ):
                 try:
-                    return stack[-1].tile(shape, dtype, buffer, "")
+                    return ctx.tile(shape, dtype, buffer, "")
                 except EmuError as e:
                     _note_lowering(e, "ndarray")
                     raise

@@ -212,7 +212,9 @@ def as_dtype(dtype: Any) -> Dtype:
 class _Block:
     """One allocation; every view holds it, and the range is freed when the last view dies."""
 
-    __slots__ = ("__weakref__", "parts", "row_bytes", "label")
+    # seq: the allocation's ordinal when the liveness pass runs (`liveness.py`); written: set
+    # once an instruction names it as dst (`nl.loop_reduce` into a fresh buffer, language.py)
+    __slots__ = ("__weakref__", "parts", "row_bytes", "label", "seq", "written")
 
     def __init__(self, parts: int, row_bytes: int, label: str) -> None:
         self.parts, self.row_bytes, self.label = parts, row_bytes, label
@@ -785,10 +787,16 @@ def _check_outputs_written(result, inputs: list, contexts) -> None:
 
 #: callables(ctx) run when a program's kernel body has returned
 END_OF_TRACE: list = []
+#: callables(ctx) -> bool run when an on-chip allocation does not fit, before block tiles' blocks
+#: are evicted: each may free memory it holds only as an optimisation (`load_reuse.py`)
+ON_FULL: list = []
 
 
 class TraceContext:
     """The state of one program of a kernel launch while its body is traced."""
+
+    #: the program's reusable loads (`load_reuse.LoadCache`), once pass `load_reuse` cached one
+    _load_cache = None
 
     def __init__(self, launch: _Run, pid: int) -> None:
         self.launch, self.pid = launch, pid
@@ -818,6 +826,10 @@ class TraceContext:
         self._sites: dict[tuple, tuple] = {}
         #: nki.isa name -> whether the program's method is the assembler's own (`nki/_emit.py` may append)
         self.direct_ops: dict[str, bool] = {}
+        #: the allocation pass of this trace (`liveness.Recorder` / `Placer`), None: literal allocation
+        self.ir = launch.ir_for(pid)
+        if self.ir is not None and self.ir.mode == "emit":
+            self.ir.sbuf = self.sbuf
 
     @property
     def device(self) -> Device:
@@ -845,13 +857,18 @@ class TraceContext:
             shape = shape + (1,) if shape else (1, 1)
         t, row = self._new_tile(buffer, dt, shape, name)
         alloc = self.sbuf if buffer == "sbuf" else self.psum
+        block = _Block(shape[0], row, label)
+        ir = self.ir
         if address is None:
             if shape[0] > _memory.PARTITIONS:
                 _memory.check_partitions(0, shape[0], label)
-            try:
-                key, t.offset = alloc.alloc(row, label)
-            except CapacityError:
-                key, t.offset = self._alloc_evicting(alloc, row, label)
+            if ir is not None:
+                key, t.offset = ir.new_tile(self, alloc, row, label, block)
+            else:
+                try:
+                    key, t.offset = alloc.alloc(row, label)
+                except CapacityError:
+                    key, t.offset = self._alloc_evicting(alloc, row, label)
         else:
             if isinstance(address, (tuple, list)):
                 start, off = (0, address[0]) if len(address) == 1 else (int(address[0]), int(address[1]))
@@ -866,9 +883,10 @@ class TraceContext:
                 )
             key = alloc.place(off, row, label)
             t.offset, t.start = off, start
+            if ir is not None:
+                ir.placed(block)
         if buffer == "psum":
             self.program._native.psum_fresh(t.start, shape[0], t.offset, row)
-        block = _Block(shape[0], row, label)
         alloc.track(block, key)
         return NkiTensor(t, buffer, block, name)
 
@@ -880,7 +898,7 @@ class TraceContext:
         f = sys._getframe(2)
         if _INTERNAL.get(f.f_code.co_filename) is not False:  # (not a kernel's own frame)
             f = user_frame(f)
-        if f is None or type(name) is not str:
+        if f is None or type(name) is not str or self.ir is not None:
             return self.alloc(shape, dtype, buffer, name)
         code = f.f_code
         key = (id(code), f.f_lasti, shape, dtype, buffer, name)
@@ -942,6 +960,8 @@ class TraceContext:
             except CapacityError:
                 from . import blocks  # here, not per allocation: only a full memory needs it
 
+                if any(release(self) for release in ON_FULL):
+                    continue  # (memory held only to save work gives way first)
                 if not blocks.evict_one(self, alloc):
                     raise
 
@@ -1061,6 +1081,8 @@ class _Traced:
         self.written_inputs = _written_inputs(inputs, contexts, preload, self.device_dependent)
         self.result = result
         self.prints = [(c.pid, prefix, t) for c in contexts for prefix, t in c.prints]
+        #: what the spill pass added (`liveness.Placer.stats`, summed over programs); empty when it did not run
+        self.spills: dict = {}
 
 
 def _written_inputs(inputs: list[Tensor], contexts, preload, device_dependent: bool) -> list[int]:
@@ -1134,7 +1156,7 @@ def _arg_key(a, in_list: bool = False):
 
 
 #: Environment variables that change what tracing produces.
-_TRACE_ENV = ("NEURON_PLATFORM_TARGET_OVERRIDE",)
+_TRACE_ENV = ("NEURON_PLATFORM_TARGET_OVERRIDE", "TRN3EMU_NKI_PASSES")
 CACHE_SIZE = 16
 
 
@@ -1150,6 +1172,12 @@ class _Run:
         self.fill: int | None = None
         #: the tracing progress bar (shown once tracing lasts 2 s), while tracing
         self.trace_progress: TraceProgress | None = None
+        #: the allocation pass of the trace under way: None (literal), "plan" or "emit"
+        self.ir_mode: str | None = None
+        #: (address, bytes) of every HBM tensor any trace of the launch made
+        self.hbm_ranges: set[tuple[int, int]] = set()
+        self.plans: list = []
+        self.spill = False
 
     def _key(self, args, kwargs):
         """The launch's cache key, or None when caching is off or an argument is not keyable."""
@@ -1220,8 +1248,61 @@ class _Run:
         dev.hbm._reset()  # HBM placement as on a new device
         return dev
 
+    def ir_for(self, pid: int):
+        """The allocation pass of program `pid`'s trace (None: literal allocation)."""
+        if self.ir_mode is None:
+            return None
+        from . import liveness
+
+        if self.ir_mode == "plan":
+            return liveness.Recorder()
+        return liveness.Placer(self.plans[pid], spill=self.spill, sbuf=None)
+
     def _trace(self, args, kwargs):
-        """Trace every program of the grid into `_Traced` (inputs placed in this run's HBM)."""
+        """Trace every program of the grid into `_Traced` (inputs placed in this run's HBM), with
+        the allocation passes `passes.allocation` selects: literal allocation, or (first, or
+        when literal allocation does not fit) a recording trace then the trace that lowers with
+        tiles freed at their last use and SBUF spilled when full (`liveness.py`)."""
+        from . import passes
+
+        mode, self.spill = passes.allocation(self.kernel)
+        if mode == "auto":
+            try:
+                return self._trace_once(args, kwargs)
+            except CapacityError:
+                if any(getattr(c, "segments", None) for c in self.contexts):
+                    raise  # traced from device values: no second trace
+                self._restart()
+        elif mode == "literal":
+            return self._trace_once(args, kwargs)
+        self.ir_mode = "plan"
+        self._trace_once(args, kwargs, check=False)
+        if any(getattr(c, "segments", None) for c in self.contexts):  # traced from device values
+            self.ir_mode = None
+            self._restart()
+            return self._trace_once(args, kwargs)
+        self.plans = [c.ir for c in self.contexts]
+        self._restart()
+        self.ir_mode = "emit"
+        from .liveness import TraceMismatch
+
+        try:
+            out = self._trace_once(args, kwargs)
+        except TraceMismatch:  # the kernel traced differently the second time: literal allocation
+            self.ir_mode = None
+            self._restart()
+            return self._trace_once(args, kwargs)
+        out[1].spills = _sum_stats(c.ir.stats for c in self.contexts)
+        return out
+
+    def _restart(self) -> None:
+        """Forget a trace (its programs and HBM placement) before tracing again."""
+        self.contexts = []
+        self.shared = []
+        self.device.hbm._reset()
+
+    def _trace_once(self, args, kwargs, check: bool = True):
+        """Trace every program of the grid once into `_Traced`."""
         arrays: list[tuple[np.ndarray, Tensor]] = []
 
         def conv(a):
@@ -1239,7 +1320,8 @@ class _Run:
         wkw = {k: conv(v) for k, v in kwargs.items()}
         hbm = self.device.hbm
         recorder = hbm._native = _HbmRecorder(hbm._native)
-        ranges = {(t.offset, t.nbytes) for _, t in arrays}
+        ranges = self.hbm_ranges  # (every trace's: a spare device is cleaned of all of them)
+        ranges.update((t.offset, t.nbytes) for _, t in arrays)
         alloc = hbm.alloc
 
         def recording_alloc(*a, **k):
@@ -1270,6 +1352,8 @@ class _Run:
             if self.trace_progress is not None:
                 self.trace_progress.finish()
                 self.trace_progress = None
+        if not check:
+            return None
         _check_result(results[0])
         _check_outputs_written(results[0], [t for _, t in arrays], self.contexts)
         return arrays, _Traced(self.contexts, [t for _, t in arrays], recorder.writes, results[0], ranges)
@@ -1285,6 +1369,7 @@ class _Run:
             for group in traced.groups
         ]
         self.kernel.last_result = runs[-1] if len(runs) == 1 else runs
+        self.kernel.last_spills = dict(traced.spills)
         found = [w for r in runs for w in r.identical_writes]
         if found:  # warned at the kernel's store line, not here
             _traceback.warn_identical(found, self.kernel)
@@ -1310,6 +1395,14 @@ class _Run:
         if isinstance(r, dict):
             return {k: self._out(v, framework) for k, v in r.items()}
         return r
+
+
+def _sum_stats(stats) -> dict:
+    out: dict = {}
+    for st in stats:
+        for k, v in st.items():
+            out[k] = out.get(k, 0) + v
+    return out
 
 
 #: Default most programs one launch may trace (`nki.jit(max_programs=)`, TRN3EMU_NKI_MAX_PROGRAMS):
@@ -1459,6 +1552,9 @@ class Kernel:
         self.options = options
         self.last_result = None
         self.last_programs: list = []
+        #: the last launch's spill counts: spills, spilled_bytes, reloads, reloaded_bytes ({} when
+        #: the allocation passes did not run)
+        self.last_spills: dict = {}
         self.device_dependent = False  # set when a trace read device values (device loops)
         self.__name__ = getattr(fn, "__name__", "kernel")
         self.__doc__ = getattr(fn, "__doc__", None)
@@ -1558,6 +1654,7 @@ def _launch(kernel: Kernel, grid: tuple, args, kwargs, outer: TraceContext | Non
 
 def jit(fn=None, **options):
     """`@nki.jit`, `@nki.jit(...)` or `nki.jit(fn, ...)`; options are accepted (platform_target is checked)."""
+    options.setdefault("dialect", "nki")  # (the legacy dialect's jit says "legacy": passes.py)
     if fn is None:
         return lambda f: Kernel(f, **options)
     if isinstance(fn, Kernel):

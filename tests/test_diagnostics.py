@@ -120,19 +120,25 @@ def test_matmul_shapes_are_said_in_the_calls_terms():
     assert "partitions" not in msg  # not the internal transpose's tile
 
 
+def _use_all(out, tiles) -> None:
+    """Keep every tile live to the end (read each one)."""
+    for i, t in enumerate(tiles):
+        nl.store(out[:, i : i + 1], nl.copy(t[:, 0:1]))
+
+
 @nki.jit
 def _psum_full(a):
-    out = nl.ndarray((128, 512), nl.float32, buffer=nl.shared_hbm)
+    out = nl.ndarray((128, 8), nl.float32, buffer=nl.shared_hbm)
     accs = [nl.zeros((128, 2048), nl.float32, buffer=nl.psum) for _ in range(3)]  # <psum>
-    del accs
+    _use_all(out, accs)
     return out
 
 
 @nki.jit
 def _sbuf_full(a):
-    out = nl.ndarray((128, 512), nl.float32, buffer=nl.shared_hbm)
+    out = nl.ndarray((128, 8), nl.float32, buffer=nl.shared_hbm)
     tiles = [nl.zeros((128, 16384), nl.float32, buffer=nl.sbuf) for _ in range(5)]  # <sbuf>
-    del tiles
+    _use_all(out, tiles)
     return out
 
 
@@ -140,7 +146,7 @@ def _sbuf_full(a):
 def _sbuf_too_wide(a):
     out = nl.ndarray((128, 512), nl.float32, buffer=nl.shared_hbm)
     t = nl.ndarray((128, 70000), nl.float32, buffer=nl.sbuf)  # <wide>
-    del t
+    _use_all(out, [t])
     return out
 
 

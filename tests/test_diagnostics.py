@@ -273,3 +273,11 @@ def test_identical_writes_warning_is_attributed_to_the_kernel_line(monkeypatch):
     (x,) = [x for x in w if issubclass(x.category, t3.errors.IdenticalWritesWarning)]
     assert (x.filename, x.lineno) == (__file__, _line("ident"))
     assert "fix: store from one core only" in str(x.message) and str(x.message).count("dma_copy") == 1
+
+
+def test_an_spmd_launch_across_chips_reports_its_race_by_kernel_line_too():
+    with pytest.raises(RaceError) as ei:
+        tn.spmd(_race, world_size=2, lnc=2)([(np.ones((128, 64), np.float32),)] * 2)
+    line, msg = _line("race"), str(ei.value)
+    assert f"core 0 ({HERE}:{line}) and core 1 ({HERE}:{line})" in msg and "fix: the cores write" in msg
+    assert msg.count("dma_copy") == 1 and _last_frame(ei.value).lineno == line

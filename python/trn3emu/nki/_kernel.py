@@ -1453,13 +1453,16 @@ class _Run:
         trace = self.kernel.options.get("trace", True)
         progress = self.kernel.options.get("progress")
         benign = len(traced.programs) > 1 and _identical_writes_mode(self.kernel) == "warn"
+        self.kernel.last_programs = traced.programs  # (also when the run fails: for debugging)
         runs = [
-            dev.run(group, check_races=True, trace=trace, progress=progress, identical_writes=benign)
+            dev._run(group, check_races=True, trace=trace, progress=progress, identical_writes=benign)
             for group in traced.groups
         ]
         self.kernel.last_result = runs[-1] if len(runs) == 1 else runs
-        self.kernel.last_programs = traced.programs
         self.kernel.last_spills = dict(traced.spills)
+        found = [w for r in runs for w in r.identical_writes]
+        if found:  # warned at the kernel's store line, not here
+            _traceback.warn_identical(found, self.kernel)
         for pid, prefix, t in traced.prints:
             print(f"{prefix} (program {pid}):\n{dev.hbm.get(t.tensor)}")
         for i in traced.written_inputs:  # inputs the kernel wrote to: copied back, as on the device
@@ -1682,9 +1685,8 @@ class Kernel:
         try:
             return _launch(self, (1,), args, kwargs, outer)
         except Exception as e:
-            if _traceback.wanted(e):
-                raise e.with_traceback(_traceback.filtered(e))  # noqa: B904 (the same error, kernel frames only)
-            raise
+            # the same error: kernel frames only, printed once (`_traceback.present`)
+            raise _traceback.present(e, self)  # noqa: B904
 
 
 def _check_kernel_function(fn) -> None:
@@ -1748,9 +1750,8 @@ class _Launcher:
         try:
             return _launch(self.kernel, self.grid, args, kwargs, outer)
         except Exception as e:
-            if _traceback.wanted(e):
-                raise e.with_traceback(_traceback.filtered(e))  # noqa: B904 (the same error, kernel frames only)
-            raise
+            # the same error: kernel frames only, printed once (`_traceback.present`)
+            raise _traceback.present(e, self.kernel)  # noqa: B904
 
 
 def _host_launch(args, kwargs) -> bool:

@@ -124,6 +124,8 @@ class Program:
         name: str | None = None,
         resolve_accumulate: bool = True,
     ) -> int: ...
+    def set_engine_balance(self, timing: str | None) -> None: ...
+    def engine_balance_ps(self) -> tuple[int, int, int] | None: ...
     def psum_fresh(self, start: int, parts: int, offset: int, nbytes: int) -> None: ...
     def set_engine_balance(self, timing: str | None) -> None:
         """Engines of instructions appended without one: the balancing rule with `timing`'s costs
@@ -232,6 +234,9 @@ def ultra_run(
     latency_ns: float | None = None,
     link_bytes_per_ns: float | None = None,
     mesh_max_bytes: int | None = None,
+    max_seconds: float | None = None,
+    max_memory: int = ...,
+    progress: Callable[[int, int | None, int], None] | None = None,
 ) -> dict[str, Any]: ...
 def ultra_run_dist(
     devices: list[Device],

@@ -21,7 +21,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .errors import MemorySpaceError, OperandError
+from .errors import MemorySpaceError, NotSupportedError, OperandError
 
 #: DLPack `DLDataTypeCode`s (dlpack.h) of the float formats numpy cannot import, as ml_dtypes types.
 _DL_BITS = {
@@ -88,6 +88,14 @@ def to_numpy(x: Any, operand: str = "array") -> np.ndarray:
     if _module_class(x, "torch", "Tensor"):
         return _from_torch(x, operand)
     if _module_class(x, "jax", "Array"):
+        if any(c.__name__.endswith("Tracer") for c in type(x).__mro__):
+            raise NotSupportedError(
+                f"{operand}: a JAX tracer (the call is inside jax.jit, grad or vmap), which has a shape but "
+                "no values yet. fix: call an NKI kernel there as trn3emu.nki.jax_call(kernel, *args) (a "
+                "jax.pure_callback with the kernel's output shapes), or call it outside the jitted function",
+                operand=operand,
+                rule="jax_tracer_input",
+            )
         platforms = {d.platform for d in x.devices()}
         if platforms != {"cpu"}:
             raise _not_cpu(operand, "/".join(sorted(platforms)))
@@ -95,7 +103,14 @@ def to_numpy(x: Any, operand: str = "array") -> np.ndarray:
     if hasattr(x, "__dlpack__") and not isinstance(x, type):
         return _from_dlpack(x, operand)
     if isinstance(x, (list, tuple, int, float, np.generic)) or (hasattr(x, "__array__") and not isinstance(x, type)):
-        a = np.asarray(x)  # array-likes numpy takes itself (also nested lists and scalars)
+        try:
+            a = np.asarray(x)  # array-likes numpy takes itself (also nested lists and scalars)
+        except (ValueError, TypeError) as e:  # e.g. an __array__ that returns something else
+            raise OperandError(
+                f"{operand}: {type(x).__name__} is not a usable array: {e}",
+                operand=operand,
+                rule="array_not_array_like",
+            ) from None
         if a.dtype != object:
             return a
     raise OperandError(

@@ -15,6 +15,7 @@ NeuronSwitch-v1 fabric (docs/ultraserver.md).
 from __future__ import annotations
 
 import gzip
+import inspect
 import json
 import math
 import tempfile
@@ -24,9 +25,10 @@ from typing import Any
 import numpy as np
 
 from . import _native
-from .device import Device, _nonnegative, _program_list
+from .device import Device, _nonnegative, _program_list, _seconds
 from .errors import ArgumentTypeError, OperandError
 from .program import Program
+from .tensor import _index
 from .trace import RunResult
 
 #: Chips of the largest UltraServer (core::hw).
@@ -51,6 +53,53 @@ class UltraResult:
 
     def __repr__(self) -> str:
         return f"<UltraResult {len(self.chips)} chips, {self.executed} executed, {self.time_ns:,.1f} ns estimated>"
+
+    def summary(self, top: int = 3) -> str:
+        """The whole run at a glance: time, the fabric's traffic (messages, bytes between chips,
+        the busiest link), one line per chip that ran (its time, busiest unit, DMA rate, tensor
+        TFLOPS), then the full `Trace.summary(top)` of the slowest chip."""
+        ran = [(c, r) for c, r in enumerate(self.chips) if r.executed]
+        lines = [
+            f"UltraServer run: {len(self.chips)} chips ({len(ran)} ran programs), {self.executed:,} executed, "
+            f"estimated time {self.time_ns:,.1f} ns"
+        ]
+        m = self.messages
+        if len(m.get("bytes", ())):
+            off = m["from_chip"] != m["to_chip"]
+            between = int(m["bytes"][off].sum())
+            text = f"fabric: {len(m['bytes'])} messages, {between:,} bytes between chips, {int(m['bytes'][~off].sum()):,} on chip"
+            if off.any():
+                pairs: dict = {}
+                for a, b, n in zip(m["from_chip"][off].tolist(), m["to_chip"][off].tolist(), m["bytes"][off].tolist()):
+                    pairs[(a, b)] = pairs.get((a, b), 0) + int(n)
+                (a, b), n = max(pairs.items(), key=lambda kv: (kv[1], -kv[0][0], -kv[0][1]))
+                text += f"; busiest link chip {a} -> chip {b}: {n:,} bytes"
+            lines.append(text)
+        lines.append(f"{'chip':>4} {'time ns':>14} {'busiest unit':<26} {'DMA GB/s':>9} {'TFLOPS':>7}")
+        for c, r in ran:
+            st = r.trace.stats()
+            busiest = max(st["units"], key=lambda u: u["utilisation"], default=None)
+            b = f"core {busiest['core']} {busiest['unit']} {busiest['utilisation']:.0%}" if busiest else "-"
+            dma = sum(st["dma_gbps_per_core"].values())
+            tfl = sum(u["tflops"] for u in st["units"] if u["unit"] == "tensor")
+            lines.append(f"{c:>4} {r.time_ns:>14,.1f} {b:<26} {dma:>9.1f} {tfl:>7.2f}")
+        if ran:
+            c, r = max(ran, key=lambda cr: (cr[1].time_ns, -cr[0]))
+            lines.append(f"slowest chip {c}:")
+            lines.extend("  " + x for x in r.trace.summary(top).splitlines())
+        return "\n".join(lines)
+
+    def plot(self, path, chips=None, **kwargs) -> list[str]:
+        """A timeline PNG of the chips that ran (or those in `chips`), one row per chip, core and
+        unit ("chip c core k tensor"), on one time axis; keywords as `Trace.plot` (`by="line"`,
+        `top`, `start_ns`, `end_ns`, `width`). Returns the row labels."""
+        from .trace import Trace
+
+        want = set(range(len(self.chips))) if chips is None else {int(c) for c in chips}
+        parts = [(c, r.trace) for c, r in enumerate(self.chips) if r.executed and c in want]
+        if not parts:
+            raise ValueError("no chip of this run executed instructions to plot")
+        return Trace._combined(parts).plot(path, **kwargs)
 
     def to_perfetto(self, path) -> Path:
         """Chrome Trace Event JSON for ui.perfetto.dev (`.gz` compresses): one process per
@@ -154,6 +203,19 @@ class UltraResult:
         return out
 
 
+def _check_device_options(options: dict) -> None:
+    """Keyword arguments an UltraServer passes to each chip's `Device` are its numerics options."""
+    known = [n for n in inspect.signature(Device.__init__).parameters if n != "self"]
+    for name in options:
+        if name not in known:
+            raise OperandError(
+                f"UltraServer has no option {name!r} (fabric: latency_ns, link_bytes_per_ns, mesh_max_bytes; "
+                f"each chip's Device: {', '.join(known)})",
+                operand=name,
+                rule="unknown_numerics_option",
+            )
+
+
 class UltraServer:
     """`chips` Trainium3 devices (1..144) on one NeuronSwitch-v1 fabric. `chip(c)` is chip c's
     `Device` (its `hbm` puts, allocates and gets that chip's tensors); programs are placed with
@@ -184,6 +246,7 @@ class UltraServer:
                 )
         if mesh_max_bytes is not None:
             mesh_max_bytes = _nonnegative(mesh_max_bytes, "mesh_max_bytes")
+        _check_device_options(numerics)
         self.chips = [Device(**numerics) for _ in range(int(chips))]
         self._fabric = {
             "latency_ns": latency_ns,
@@ -196,7 +259,8 @@ class UltraServer:
 
     def chip(self, c: int) -> Device:
         """Chip `c`'s `Device`."""
-        if not 0 <= int(c) < len(self.chips):
+        c = _index(c, "chip")
+        if not 0 <= c < len(self.chips):
             raise OperandError(
                 f"chip {c} is not a chip of this UltraServer (0..{len(self.chips)})",
                 operand="chip",
@@ -217,10 +281,18 @@ class UltraServer:
         check_races: bool = True,
         trace: bool = True,
         trace_limit: int | None = None,
+        max_seconds: float | None = None,
+        max_memory: int | None = None,
     ) -> UltraResult:
         """Run the programs (each on its `chip` and `core`) concurrently; releases the GIL. Errors
         name the chip; a collective some rank never reaches raises `DeadlockError` naming the
-        waiting and the missing ranks."""
+        waiting and the missing ranks.
+
+        Limits as `Device.run` (docs/limits.md): Ctrl-C stops the run within a few tens of ms
+        (`KeyboardInterrupt`; the chips stay usable); `max_seconds` (default None: no limit) stops
+        it with `RunawayError` (`run_time_limit`); `max_memory` bounds the host memory each chip's
+        part of the run adds (`ResourceError`, `run_memory_limit`); each chip's `max_executed`
+        bounds its steps."""
         progs = [programs] if isinstance(programs, Program) else _program_list(programs)
         by_chip: list[list] = [[] for _ in self.chips]
         pairs = []
@@ -237,7 +309,11 @@ class UltraServer:
             n = p.native()
             by_chip[chip].append(n)
             pairs.append((chip, n))
-        limit = {} if trace_limit is None else {"trace_limit": trace_limit}
+        limit: dict[str, Any] = {} if trace_limit is None else {"trace_limit": trace_limit}
+        if max_seconds is not None:
+            limit["max_seconds"] = _seconds(max_seconds)
+        if max_memory is not None:
+            limit["max_memory"] = _nonnegative(max_memory, "max_memory")
         fabric = {k: v for k, v in self._fabric.items() if v is not None}
         raw = _native.ultra_run([d._native for d in self.chips], pairs, check_races, trace, **limit, **fabric)
         return UltraResult(raw, by_chip)

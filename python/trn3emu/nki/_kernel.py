@@ -212,9 +212,10 @@ def as_dtype(dtype: Any) -> Dtype:
 class _Block:
     """One allocation; every view holds it, and the range is freed when the last view dies."""
 
-    # seq: the allocation's ordinal when the liveness pass runs (`liveness.py`); written: set
+    # seq: the allocation's ordinal when the liveness pass runs (`liveness.py`; pass_: the pass
+    # object that numbered it: a tile of another launch is not one of its tiles); written: set
     # once an instruction names it as dst (`nl.loop_reduce` into a fresh buffer, language.py)
-    __slots__ = ("__weakref__", "parts", "row_bytes", "label", "seq", "written")
+    __slots__ = ("__weakref__", "parts", "row_bytes", "label", "seq", "pass_", "written", "placed")
 
     def __init__(self, parts: int, row_bytes: int, label: str) -> None:
         self.parts, self.row_bytes, self.label = parts, row_bytes, label
@@ -233,6 +234,17 @@ class _Blocks(_Block):
             super().__init__(0, 0, "")
         self.keep = (own,) + tuple(others)
         self.tiles = tiles  # the run-time operand tiles themselves (e.g. for nl.atomic_rmw's mask)
+
+
+def block_of(v) -> _Block | None:
+    """`v._block` of a tile view; None for anything else and for a result not issued yet (read
+    from the slot itself: `Pending.__getattr__` would issue it)."""
+    if not isinstance(v, NkiTensor):
+        return None
+    try:
+        return _BLOCK_SLOT(v, NkiTensor)
+    except AttributeError:
+        return None
 
 
 def _with_runtime_operands(view: NkiTensor, *operands) -> NkiTensor:
@@ -632,6 +644,9 @@ class NkiTensor:
         return b is not None and key == (b.mem, b.core, b.dtype, b.shape, b.strides, b.offset, b.start, b.dyn)
 
 
+_BLOCK_SLOT = NkiTensor._block.__get__  # type: ignore[attr-defined]
+
+
 def _norm_key(key):
     from .language import DSlice
 
@@ -707,7 +722,8 @@ class KernelProgram(Program):
             bar = ctx.launch.trace_progress
             if bar is not None:
                 bar.tick()
-        loc = source_line(2)  # called by the nki.isa wrapper or an assembler method: both inside
+        site = ctx.site if ctx is not None else None
+        loc = site or source_line(2)  # called by the nki.isa wrapper or an assembler method: both inside
         key = (loc, None if name is None else str(name))
         label = _LABELS.get(key)
         if label is None:
@@ -797,6 +813,9 @@ class TraceContext:
 
     #: the program's reusable loads (`load_reuse.LoadCache`), once pass `load_reuse` cached one
     _load_cache = None
+    #: "file:line" instructions issued now are named after, when not the executing kernel line: a
+    #: pending result is issued with the line of the call that made it (`pending.py`)
+    site: str | None = None
 
     def __init__(self, launch: _Run, pid: int) -> None:
         self.launch, self.pid = launch, pid
@@ -884,6 +903,7 @@ class TraceContext:
                 )
             key = alloc.place(off, row, label)
             t.offset, t.start = off, start
+            block.placed = True  # (may share bytes with any tile: `pending.InPlace.alias_ok`)
             if ir is not None:
                 ir.placed(block)
         if buffer == "psum":
@@ -1026,6 +1046,70 @@ def resolve_target(target: str | None) -> str:
 
 
 # ------------------------------------------------------------------------------------ launches
+class _RetiredTile:
+    """Stands in for `Tensor.block` of an on-chip tile kept past the trace that allocated it
+    (in a global, a closure, a default argument): its memory was that trace's, so a later
+    kernel using it would read whatever the range holds. Not live, so every instruction
+    operand path refuses it (`tensor._check_live`: `nki_tile_from_earlier_trace`)."""
+
+    __slots__ = ("stale",)
+    live = False
+    label = "a tile of an earlier trace"
+    owner = None
+
+    def __init__(self, stale: str) -> None:
+        self.stale = stale
+
+    @staticmethod
+    def _owner() -> None:  # (as `HbmBlock._owner`, a dead weak reference)
+        return None
+
+
+def _retire_tiles(contexts, kernel: str) -> None:
+    """Tiles of a finished trace that something outside it still holds are retired: their
+    views forget their access pattern and get a `_RetiredTile` block. Usually no tile is left
+    when a kernel returns (its frames are gone), and this is one pass over the allocators; the
+    views of a kept tile are found by the cycle collector's referrer scan (once per such trace)."""
+    alive: list = []
+    pid_of: dict[int, int] = {}
+    for c in contexts:
+        for alloc in (c.sbuf, c.psum):
+            for ref in list(alloc._owners):
+                b = ref()
+                if b is not None:
+                    alive.append(b)
+                    pid_of[id(b)] = c.pid
+    if not alive:
+        return
+    import gc
+
+    blocks = {id(b): b for b in alive}
+    frontier = alive
+    for _ in range(4):  # views of the blocks; then views of the `_Blocks` that keep them, ...
+        holders = []  # `_Blocks.keep` tuples naming a block of the frontier
+        for r in gc.get_referrers(*frontier):
+            if isinstance(r, NkiTensor) and id(r._block) in blocks:
+                pid = pid_of.get(id(r._block), 0)
+                r._ap = None
+                t = r._t
+                if isinstance(t, Tensor) and t.mem != "hbm":
+                    t.block = _RetiredTile(
+                        f"is a tile of an earlier trace (kernel {kernel}, program {pid}): its on-chip memory "
+                        f"was that trace's and now holds whatever this kernel puts there; allocate it in "
+                        f"the kernel that uses it"
+                    )
+            elif type(r) is tuple:
+                holders.append(r)
+        if not holders:
+            break
+        frontier = [o for o in gc.get_referrers(*holders) if isinstance(o, _Blocks) and id(o) not in blocks]
+        if not frontier:
+            break
+        for o in frontier:
+            blocks[id(o)] = o
+            pid_of[id(o)] = pid_of.get(id(o.keep[0]), 0) if o.keep else 0
+
+
 class _HbmRecorder:
     """Stands in for the native device under `Device.hbm` while a kernel traces, recording the
     HBM writes tracing makes (`nl.full` in HBM, `nl.shared_constant`) so a cached launch can
@@ -1345,6 +1429,7 @@ class _Run:
                     for hook in END_OF_TRACE:  # e.g. pending loads: issued, so their errors show
                         hook(ctx)
                     results.append(_to_hbm(r))
+                    r = None  # (a returned tile is not kept by the launch: `_retire_tiles`)
                 finally:
                     _TRACE.reset(token)
         finally:
@@ -1353,8 +1438,12 @@ class _Run:
             if self.trace_progress is not None:
                 self.trace_progress.finish()
                 self.trace_progress = None
+        if self.ir_mode == "emit":
+            for c in self.contexts:
+                c.ir.check_end()
         if not check:
             return None
+        _retire_tiles(self.contexts, self.kernel.__name__)  # (the trace that is kept only)
         _check_result(results[0])
         _check_outputs_written(results[0], [t for _, t in arrays], self.contexts)
         return arrays, _Traced(self.contexts, [t for _, t in arrays], recorder.writes, results[0], ranges)
@@ -1364,13 +1453,16 @@ class _Run:
         trace = self.kernel.options.get("trace", True)
         progress = self.kernel.options.get("progress")
         benign = len(traced.programs) > 1 and _identical_writes_mode(self.kernel) == "warn"
+        self.kernel.last_programs = traced.programs  # (also when the run fails: for debugging)
         runs = [
-            dev.run(group, check_races=True, trace=trace, progress=progress, identical_writes=benign)
+            dev._run(group, check_races=True, trace=trace, progress=progress, identical_writes=benign)
             for group in traced.groups
         ]
         self.kernel.last_result = runs[-1] if len(runs) == 1 else runs
-        self.kernel.last_programs = traced.programs
         self.kernel.last_spills = dict(traced.spills)
+        found = [w for r in runs for w in r.identical_writes]
+        if found:  # warned at the kernel's store line, not here
+            _traceback.warn_identical(found, self.kernel)
         for pid, prefix, t in traced.prints:
             print(f"{prefix} (program {pid}):\n{dev.hbm.get(t.tensor)}")
         for i in traced.written_inputs:  # inputs the kernel wrote to: copied back, as on the device
@@ -1546,6 +1638,7 @@ class Kernel:
     TRN3EMU_NKI_CACHE=0 traces every call."""
 
     def __init__(self, fn, **options) -> None:
+        _check_kernel_function(fn)
         self.fn = fn
         self.options = options
         self.last_result = None
@@ -1578,7 +1671,7 @@ class Kernel:
         self._cache.clear()
 
     def __getitem__(self, grid) -> _Launcher:
-        grid = tuple(int(g) for g in (grid if isinstance(grid, tuple) else (grid,)))
+        grid = _grid(grid)
         if not grid or any(g < 1 for g in grid):
             raise ShapeError(f"launch grid {grid} must be positive", rule="nki_grid_not_positive")
         _check_grid_size(self, grid)
@@ -1592,9 +1685,51 @@ class Kernel:
         try:
             return _launch(self, (1,), args, kwargs, outer)
         except Exception as e:
-            if _traceback.wanted(e):
-                raise e.with_traceback(_traceback.filtered(e))  # noqa: B904 (the same error, kernel frames only)
-            raise
+            # the same error: kernel frames only, printed once (`_traceback.present`)
+            raise _traceback.present(e, self)  # noqa: B904
+
+
+def _check_kernel_function(fn) -> None:
+    """A kernel is a plain function: a generator or coroutine function would trace nothing (its
+    call returns a generator / coroutine without running the body)."""
+    if not callable(fn):
+        raise ArgumentTypeError(
+            f"nki.jit takes a kernel function, got {fn!r} ({type(fn).__name__})",
+            operand="fn",
+            rule="nki_kernel_not_callable",
+        )
+    what = (
+        "an async generator function"
+        if inspect.isasyncgenfunction(fn)
+        else "a generator function"
+        if inspect.isgeneratorfunction(fn)
+        else "a coroutine function (async def)"
+        if inspect.iscoroutinefunction(fn)
+        else None
+    )
+    if what is not None:
+        raise not_supported(
+            f"kernel {getattr(fn, '__name__', fn)!r} is {what}",
+            "calling it returns without running its body, so nothing would be traced; "
+            "a kernel is a plain def that returns its outputs",
+            rule="nki_kernel_generator",
+        )
+
+
+def _grid(grid) -> tuple:
+    """A launch grid (an int or a tuple / list of ints) as a tuple of ints; anything else (a
+    string, a float, a nested list) raises instead of being converted."""
+    dims = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
+    out = []
+    for g in dims:
+        if isinstance(g, bool) or not isinstance(g, (int, np.integer)):
+            raise ArgumentTypeError(
+                f"launch grid {grid!r}: every dimension must be an integer, got {g!r} ({type(g).__name__})",
+                operand="grid",
+                rule="nki_grid_not_integer",
+            )
+        out.append(int(g))
+    return tuple(out)
 
 
 class _Launcher:
@@ -1615,9 +1750,8 @@ class _Launcher:
         try:
             return _launch(self.kernel, self.grid, args, kwargs, outer)
         except Exception as e:
-            if _traceback.wanted(e):
-                raise e.with_traceback(_traceback.filtered(e))  # noqa: B904 (the same error, kernel frames only)
-            raise
+            # the same error: kernel frames only, printed once (`_traceback.present`)
+            raise _traceback.present(e, self.kernel)  # noqa: B904
 
 
 def _host_launch(args, kwargs) -> bool:

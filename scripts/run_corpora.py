@@ -170,7 +170,8 @@ def run_file(p: Path, timeout: float, paths: list[str]) -> tuple[str, str, str]:
         if k == "pytest":
             args += ["-q", "-p", "no:cacheprovider", "-x", f"--junitxml={xml}"]
         try:
-            r = subprocess.run(args, cwd=p.parent, env=env, capture_output=True, text=True, timeout=timeout)
+            cwd = top or p.parent  # (`-c` puts the cwd first on sys.path: a package folder would shadow stdlib names)
+            r = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             return "refused", "timeout", f"over {timeout:.0f} s"
         err = json.loads(rep.read_text()) if rep.exists() and rep.stat().st_size else None

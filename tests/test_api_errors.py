@@ -42,6 +42,10 @@ def test_run_limits_out_of_range(kwargs, cls, rule):
     with pytest.raises(cls) as e:
         dev.run(t3.Program(), **kwargs)
     assert _rule(e) == rule and next(iter(kwargs)) in str(e.value)
+    us = t3.UltraServer(chips=1)  # UltraServer.run takes the same limits
+    with pytest.raises(cls) as e:
+        us.run([t3.Program(chip=0)], **kwargs)
+    assert _rule(e) == rule
 
 
 def test_run_limits_at_the_edges_are_taken():

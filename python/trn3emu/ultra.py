@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from . import _native
-from .device import Device, _nonnegative, _program_list, _seconds
+from .device import _U64_MAX, Device, _nonnegative, _program_list, _seconds
 from .errors import ArgumentTypeError, OperandError
 from .program import Program
 from .tensor import _index
@@ -309,11 +309,13 @@ class UltraServer:
             n = p.native()
             by_chip[chip].append(n)
             pairs.append((chip, n))
-        limit: dict[str, Any] = {} if trace_limit is None else {"trace_limit": trace_limit}
+        limit: dict[str, Any] = (
+            {} if trace_limit is None else {"trace_limit": _nonnegative(trace_limit, "trace_limit", _U64_MAX)}
+        )
         if max_seconds is not None:
             limit["max_seconds"] = _seconds(max_seconds)
         if max_memory is not None:
-            limit["max_memory"] = _nonnegative(max_memory, "max_memory")
+            limit["max_memory"] = _nonnegative(max_memory, "max_memory", _U64_MAX)
         fabric = {k: v for k, v in self._fabric.items() if v is not None}
         raw = _native.ultra_run([d._native for d in self.chips], pairs, check_races, trace, **limit, **fabric)
         return UltraResult(raw, by_chip)

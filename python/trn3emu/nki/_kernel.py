@@ -47,7 +47,7 @@ from ..errors import (
 from ..program import Program
 from ..progress import TraceProgress, wanted
 from ..tensor import Tensor, _shape
-from . import _memory, _traceback, liveness, passes
+from . import _memory, _traceback, engine_choice, liveness, passes
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _EXAMPLES = os.path.join(_PKG, "examples") + os.sep  # shipped example kernels are user code
@@ -722,7 +722,8 @@ class KernelProgram(Program):
             bar = ctx.launch.trace_progress
             if bar is not None:
                 bar.tick()
-        loc = source_line(2)  # called by the nki.isa wrapper or an assembler method: both inside
+        site = ctx.site if ctx is not None else None
+        loc = site or source_line(2)  # called by the nki.isa wrapper or an assembler method: both inside
         key = (loc, None if name is None else str(name))
         label = _LABELS.get(key)
         if label is None:
@@ -812,12 +813,16 @@ class TraceContext:
 
     #: the program's reusable loads (`load_reuse.LoadCache`), once pass `load_reuse` cached one
     _load_cache = None
+    #: "file:line" instructions issued now are named after, when not the executing kernel line: a
+    #: pending result is issued with the line of the call that made it (`pending.py`)
+    site: str | None = None
 
     def __init__(self, launch: _Run, pid: int) -> None:
         self.launch, self.pid = launch, pid
         # An SPMD launch across chips (nki/spmd.py) places a rank's programs from `core_base`.
         self.core = (getattr(launch, "core_base", 0) + pid) % Device.NUM_CORES
         self.program = KernelProgram(core=self.core)
+        engine_choice.configure(self.program, launch.kernel)
         self.sbuf = self.program._sbuf  # the program's allocators: one allocator per memory
         self.psum = self.program._psum
         self.shared_index = 0
@@ -1236,7 +1241,7 @@ def _arg_key(a, in_list: bool = False):
 
 
 #: Environment variables that change what tracing produces.
-_TRACE_ENV = ("NEURON_PLATFORM_TARGET_OVERRIDE", "TRN3EMU_NKI_PASSES")
+_TRACE_ENV = ("NEURON_PLATFORM_TARGET_OVERRIDE", "TRN3EMU_NKI_PASSES", "TRN3EMU_TIMING")
 CACHE_SIZE = 16
 
 
@@ -1442,13 +1447,16 @@ class _Run:
         trace = self.kernel.options.get("trace", True)
         progress = self.kernel.options.get("progress")
         benign = len(traced.programs) > 1 and _identical_writes_mode(self.kernel) == "warn"
+        self.kernel.last_programs = traced.programs  # (also when the run fails: for debugging)
         runs = [
-            dev.run(group, check_races=True, trace=trace, progress=progress, identical_writes=benign)
+            dev._run(group, check_races=True, trace=trace, progress=progress, identical_writes=benign)
             for group in traced.groups
         ]
         self.kernel.last_result = runs[-1] if len(runs) == 1 else runs
-        self.kernel.last_programs = traced.programs
         self.kernel.last_spills = dict(traced.spills)
+        found = [w for r in runs for w in r.identical_writes]
+        if found:  # warned at the kernel's store line, not here
+            _traceback.warn_identical(found, self.kernel)
         for pid, prefix, t in traced.prints:
             print(f"{prefix} (program {pid}):\n{dev.hbm.get(t.tensor)}")
         for i in traced.written_inputs:  # inputs the kernel wrote to: copied back, as on the device
@@ -1671,9 +1679,8 @@ class Kernel:
         try:
             return _launch(self, (1,), args, kwargs, outer)
         except Exception as e:
-            if _traceback.wanted(e):
-                raise e.with_traceback(_traceback.filtered(e))  # noqa: B904 (the same error, kernel frames only)
-            raise
+            # the same error: kernel frames only, printed once (`_traceback.present`)
+            raise _traceback.present(e, self)  # noqa: B904
 
 
 def _check_kernel_function(fn) -> None:
@@ -1737,9 +1744,8 @@ class _Launcher:
         try:
             return _launch(self.kernel, self.grid, args, kwargs, outer)
         except Exception as e:
-            if _traceback.wanted(e):
-                raise e.with_traceback(_traceback.filtered(e))  # noqa: B904 (the same error, kernel frames only)
-            raise
+            # the same error: kernel frames only, printed once (`_traceback.present`)
+            raise _traceback.present(e, self.kernel)  # noqa: B904
 
 
 def _host_launch(args, kwargs) -> bool:

@@ -47,7 +47,7 @@ from ..errors import (
 from ..program import Program
 from ..progress import TraceProgress, wanted
 from ..tensor import Tensor, _shape
-from . import _memory, _traceback, engine_choice
+from . import _memory, _traceback, engine_choice, liveness, passes
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _EXAMPLES = os.path.join(_PKG, "examples") + os.sep  # shipped example kernels are user code
@@ -1337,8 +1337,6 @@ class _Run:
         """The allocation pass of program `pid`'s trace (None: literal allocation)."""
         if self.ir_mode is None:
             return None
-        from . import liveness
-
         if self.ir_mode == "plan":
             return liveness.Recorder()
         return liveness.Placer(self.plans[pid], spill=self.spill, sbuf=None)
@@ -1348,8 +1346,6 @@ class _Run:
         the allocation passes `passes.allocation` selects: literal allocation, or (first, or
         when literal allocation does not fit) a recording trace then the trace that lowers with
         tiles freed at their last use and SBUF spilled when full (`liveness.py`)."""
-        from . import passes
-
         mode, self.spill = passes.allocation(self.kernel)
         if mode == "auto":
             try:
@@ -1369,11 +1365,9 @@ class _Run:
         self.plans = [c.ir for c in self.contexts]
         self._restart()
         self.ir_mode = "emit"
-        from .liveness import TraceMismatch
-
         try:
             out = self._trace_once(args, kwargs)
-        except TraceMismatch:  # the kernel traced differently the second time: literal allocation
+        except liveness.TraceMismatch:  # the kernel traced differently the second time: literal allocation
             self.ir_mode = None
             self._restart()
             return self._trace_once(args, kwargs)

@@ -12,9 +12,10 @@ second trace allocates the same tiles in the same order); its own placements are
 - blocks of a block tile are tiles like any other: live from first to last use, never evicted
   while still used (a whole write of a block starts a new tile, `blocks.py`);
 - when an SBUF allocation does not fit, live tiles are spilled to HBM, the one whose next use is
-  furthest first (Belady's rule; `spill="lru"`: the least recently used first), until it fits; a spilled tile is reloaded just before the
-  call that next uses it, wherever there is room (spilling again if needed), and the views the
-  calls name are moved to its new range (`Placer.call`). Spill and reload are `dma_copy`
+  furthest first (Belady's rule; `spill="lru"`: the least recently used first), until it fits;
+  a spilled tile is reloaded just before the call that next uses it, wherever there is room
+  (spilling again if needed), and the views the calls name are moved to its new range
+  (`Placer.call`). Spill and reload are `dma_copy`
   instructions named `spill` / `reload` in the program and its trace, counted in
   `Placer.stats`. Tiles read through run-time offsets are pinned (their views cannot move).
 
@@ -33,7 +34,18 @@ from bisect import bisect_right
 
 from ..errors import CapacityError
 from ..tensor import Tensor
-from ._kernel import block_of as _block
+
+
+def _block(v):
+    """`v._block` of a tile view (`_kernel.block_of`, without importing it: this module is a
+    layer below the tracer); None for anything else and for a result not issued yet (the slot
+    read directly: `Pending.__getattr__` would issue it)."""
+    if isinstance(v, type):
+        return None
+    try:
+        return object.__getattribute__(v, "_block")
+    except AttributeError:
+        return None
 
 
 def _blocks_of(v, out: list) -> None:

@@ -54,9 +54,7 @@ print(json.dumps({"latency": lat}))
 
 
 def test_ultraserver_run_raises_keyboard_interrupt_promptly():
-    r = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(CHILD), "5"], capture_output=True, text=True, timeout=120
-    )
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(CHILD), "5"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr[-2000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert len(out["latency"]) == 5 and max(out["latency"]) < 0.5, out  # Device.run: 2-33 ms
@@ -103,7 +101,11 @@ def test_ultraserver_run_max_memory_stops_a_loop_backing_hbm_pages():
 
 @pytest.mark.parametrize(
     "kw, rule",
-    [({"max_seconds": -1}, "int_out_of_range"), ({"max_seconds": "x"}, "seconds_expected"), ({"max_memory": -1}, "int_out_of_range")],
+    [
+        ({"max_seconds": -1}, "int_out_of_range"),
+        ({"max_seconds": "x"}, "seconds_expected"),
+        ({"max_memory": -1}, "int_out_of_range"),
+    ],
 )
 def test_ultraserver_run_checks_its_limits(kw, rule):
     us = t3.UltraServer(chips=1)

@@ -341,8 +341,9 @@ class Device:
 
     @property
     def max_executed(self) -> int:
-        """Instructions and transfers one run may execute before it stops with `RunawayError`
-        (a runaway loop); default 2**26 (about 15 s of host time). Settable."""
+        """Units of work one run may spend before it stops with `RunawayError` (a runaway loop):
+        one per instruction and transfer, plus one per 2048 bytes it touches in a program with
+        branches; default 2**26 (5-15 s of host time for a loop of any shape). Settable."""
         return self._native.max_executed
 
     @max_executed.setter

@@ -250,7 +250,7 @@ pub struct Device {
     pub max_executed: u64,
 }
 
-/// Default `Device::max_executed` (about 15 s of host time).
+/// Default `Device::max_executed` (units of work, `limits::work_units`: 5-15 s of host time for a loop of any shape).
 pub const MAX_EXECUTED: u64 = 1 << 26;
 
 /// Default `RunOptions::trace_limit`: trace records kept per run (~64 bytes each, so at most

@@ -789,6 +789,12 @@ class TraceContext:
         self.program = KernelProgram(core=self.core)
         self.sbuf = self.program._sbuf  # the program's allocators: one allocator per memory
         self.psum = self.program._psum
+        # a retrace after an explicit placement landed on an automatic tile (`_Run.__call__`):
+        # the kernel's explicit ranges are held from the start, automatic tiles go around them
+        for mem, ranges in launch.reserved.get(pid, {}).items():
+            alloc = self.sbuf if mem == "SBUF" else self.psum
+            for (lo, hi), label in ranges.items():
+                alloc.reserve(lo, hi, label)
         self.shared_index = 0
         self.prints: list[tuple[str, NkiTensor]] = []
         self.no_reorder_depth = 0
@@ -1135,6 +1141,8 @@ class _Run:
         self.device: Device
         self.shared: list[Tensor] = []
         self.contexts: list[TraceContext] = []
+        #: pid -> memory name -> the explicit ranges held from the start of the trace ((lo, hi) -> label)
+        self.reserved: dict[int, dict[str, dict]] = {}
         #: the byte fresh memory starts as (None: zeros); also fills new HBM tensors
         self.fill: int | None = None
         #: the tracing progress bar (shown once tracing lasts 2 s), while tracing
@@ -1170,7 +1178,15 @@ class _Run:
         traced = cache.get(key) if key is not None else None
         if traced is None:
             self.device = self._fresh_device(fill, set())
-            arrays, traced = self._trace(args, kwargs)
+            try:
+                arrays, traced = self._trace(args, kwargs)
+            except _PlacementConflict as c:  # traced again with the explicit ranges held first
+                self.reserved, self.contexts = c.reserved, []
+                self.device = self._fresh_device(fill, set())
+                try:
+                    arrays, traced = self._trace(args, kwargs)
+                except (_PlacementConflict, CapacityError) as e:
+                    raise c.error(e) from None
             if key is not None and not traced.device_dependent:
                 cache[key] = traced
                 while len(cache) > CACHE_SIZE:
@@ -1254,6 +1270,7 @@ class _Run:
             if self.trace_progress is not None:
                 self.trace_progress.finish()
                 self.trace_progress = None
+        _check_placements(self.contexts)
         _check_result(results[0])
         _check_outputs_written(results[0], [t for _, t in arrays], self.contexts)
         return arrays, _Traced(self.contexts, [t for _, t in arrays], recorder.writes, results[0], ranges)
@@ -1291,6 +1308,47 @@ class _Run:
         if isinstance(r, dict):
             return {k: self._out(v, framework) for k, v in r.items()}
         return r
+
+
+class _PlacementConflict(Exception):
+    """A kernel's explicit placement landed on a live automatic tile while tracing: the launch
+    traces again with `reserved` (every explicit range of every program) held from the start."""
+
+    def __init__(self, reserved: dict, first: tuple) -> None:
+        super().__init__()
+        self.reserved, self.first = reserved, first
+
+    def error(self, cause: Exception | None = None, why: str = "") -> AddressError:
+        """The error when the automatic tiles cannot go around the explicit ranges."""
+        mem, (lo, hi, label), (alo, ahi, alabel) = self.first
+        if not why:
+            why = "the emulator's tiles do not fit around the kernel's explicit placements"
+            why += f" ({cause})" if isinstance(cause, CapacityError) else ""
+        return AddressError(
+            f"{label} is placed explicitly at {mem} bytes [{lo}, {hi}) per partition, over {alabel} "
+            f"(bytes [{alo}, {ahi}), a tile the emulator placed itself while it was live), and "
+            f"{why}; place that tile explicitly too, or move the explicit placement",
+            operand="address",
+            rule="nki_placement_over_automatic_tile",
+        )
+
+
+def _check_placements(contexts: list) -> None:
+    """Raise `_PlacementConflict` when an explicit placement landed on a live automatic tile in
+    any program (a silent overwrite otherwise: allocator.py)."""
+    first = None
+    for ctx in contexts:
+        for alloc in (ctx.sbuf, ctx.psum):
+            if alloc.conflicts and first is None:
+                first = (alloc.what,) + alloc.conflicts[0]
+    if first is None:
+        return
+    reserved: dict = {}
+    for ctx in contexts:
+        for alloc in (ctx.sbuf, ctx.psum):
+            if alloc.placements:
+                reserved.setdefault(ctx.pid, {})[alloc.what] = dict(alloc.placements)
+    raise _PlacementConflict(reserved, first)
 
 
 #: Default most programs one launch may trace (`nki.jit(max_programs=)`, TRN3EMU_NKI_MAX_PROGRAMS):
@@ -1434,6 +1492,10 @@ class Kernel:
     array shapes and dtypes, values of the other arguments, target): a repeated call only loads
     the inputs into a fresh device, runs and reads the outputs. `nki.jit(cache=False)` or
     TRN3EMU_NKI_CACHE=0 traces every call."""
+
+    #: pytest collects callables named test_* that wrap a function (`__wrapped__`): a kernel named
+    #: so (the SDK's `test_nl_broadcast(in_tensor)`) is not a test, as with the vendor's jit object
+    __test__ = False
 
     def __init__(self, fn, **options) -> None:
         self.fn = fn

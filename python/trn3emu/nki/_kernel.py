@@ -801,6 +801,8 @@ class TraceContext:
         self.pending: list = []  # results not issued yet, oldest first (pending.py)
         #: active legacy mask ranges, innermost last: {var: (lo, hi)} (indexing.py)
         self.masks: list[dict] = []
+        #: left operands of a mask's `and` waiting for its right operand (indexing.Predicate.__bool__)
+        self.and_pending: list = []
         #: virtual registers (registers.py), once the kernel makes one
         self.vregs: dict | None = None
         #: byte ranges of HBM this program's instructions write (outputs never written are errors)

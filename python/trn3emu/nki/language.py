@@ -566,7 +566,26 @@ def _assign(dst: NkiTensor, value) -> None:
                 "assigning a scalar to an HBM tensor", "memset an SBUF tile and store it", rule="nki_hbm_scalar_assign"
             )
         exact = isinstance(value, (int, np.integer)) and not isinstance(value, bool)  # int words fill exactly
-        nisa.memset(dst, value=int(value) if exact else float(value))
+        value = int(value) if exact else float(value)
+        t = dst.tensor
+        if dst.buffer == sbuf and len(t.shape) and not _start_partition_ok(t.start, t.shape[0]):
+            # `t[1, j] = v`: an engine cannot start at partition 1; memset a tile at partition 0
+            # and move it with a DMA, which reaches any partition (as the compiler lowers it)
+            tmp = ndarray(dst.shape, dst.dtype, sbuf)
+            nisa.memset(tmp, value=value)
+            nisa.dma_copy(dst=dst, src=tmp)
+            return
+        nisa.memset(dst, value=value)
+
+
+def _start_partition_ok(start: int, parts: int) -> bool:
+    """The engines' start-partition rule (ISA reference: >64 partitions start at 0, 33..64 at 0 or
+    64, <=32 at 0/32/64/96)."""
+    if parts > 64:
+        return start == 0
+    if parts > 32:
+        return start in (0, 64)
+    return start % 32 == 0
 
 
 def _no_mask(name, kwargs):

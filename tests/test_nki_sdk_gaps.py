@@ -1,0 +1,152 @@
+"""API gaps the Neuron SDK's own NKI tests ran into (issue 28), each with a kernel of our own and an
+independent numpy reference (exact: integer data and copies)."""
+
+import numpy as np
+import pytest
+import trn3emu.nki as tn
+from trn3emu.errors import NotSupportedError
+
+tn.install()
+import neuronxcc.nki as lnki  # noqa: E402
+import neuronxcc.nki.isa as lisa  # noqa: E402
+import neuronxcc.nki.language as lnl  # noqa: E402
+
+RNG = np.random.default_rng(2828)
+
+
+# ------------------------------------------------------------------- dma_copy(dst_rmw_op=np.add)
+def test_legacy_dma_copy_dst_rmw_op_add_scatter():
+    """Rows 3*i of a [96, 40] HBM tensor get += row i of a tile (an index-tile dst), the rest keep."""
+    base = RNG.integers(-1000, 1000, (96, 40)).astype(np.int32)
+    upd = RNG.integers(-1000, 1000, (32, 40)).astype(np.int32)
+
+    @lnki.jit
+    def k(base, upd):
+        out = lnl.ndarray((96, 40), lnl.int32, buffer=lnl.shared_hbm)
+        lnl.store(out[0:96, :], value=lnl.load(base[0:96, :]))
+        ix, iy = lnl.mgrid[0:32, 0:40]
+        idx = lisa.iota(3 * lnl.arange(32)[:, None], dtype=np.int32)
+        lisa.dma_copy(dst=out[idx, iy], src=lnl.load(upd), dst_rmw_op=np.add)
+        return out
+
+    want = base.copy()
+    want[0::3][:32] += upd
+    np.testing.assert_array_equal(k(base, upd), want)
+
+
+def test_legacy_dma_copy_dst_rmw_op_add_plain_and_other_ops_refused():
+    a = RNG.integers(-1000, 1000, (64, 16)).astype(np.int32)
+    b = RNG.integers(-1000, 1000, (64, 16)).astype(np.int32)
+
+    @lnki.jit
+    def k(a, b):
+        out = lnl.ndarray((64, 16), lnl.int32, buffer=lnl.shared_hbm)
+        lnl.store(out, value=lnl.load(a))
+        lisa.dma_copy(dst=out, src=lnl.load(b), dst_rmw_op=np.add)
+        return out
+
+    np.testing.assert_array_equal(k(a, b), a + b)
+
+    @lnki.jit
+    def bad(a, b):
+        out = lnl.ndarray((64, 16), lnl.int32, buffer=lnl.shared_hbm)
+        lisa.dma_copy(dst=out, src=lnl.load(b), dst_rmw_op=np.multiply)
+        return out
+
+    with pytest.raises(NotSupportedError, match="dst_rmw_op=multiply"):
+        bad(a, b)
+
+
+# ------------------------------------------------------------------------ mask with Python `and`
+def test_legacy_mask_written_with_python_and_is_the_conjunction():
+    """`mask=(i_p < 40 and i_f < 24)`: only the [40, 24] corner is written (not the `i_f < 24`
+    band alone, which is what Python's `and` returns); the rest keeps the memset value."""
+    x = RNG.integers(-100, 100, (128, 64)).astype(np.float32)
+
+    @lnki.jit
+    def k(x):
+        out = lnl.ndarray((128, 64), lnl.float32, buffer=lnl.shared_hbm)
+        t = lnl.load(x)
+        r = lisa.memset(shape=(128, 64), value=-7.0, dtype=lnl.float32)
+        i_p, i_f = lnl.mgrid[0:128, 0:64]
+        r[i_p, i_f] = lnl.add(t[i_p, i_f], 1.0, mask=(i_p < 40 and i_f < 24))
+        lnl.store(out, value=r)
+        return out
+
+    want = np.full((128, 64), -7.0, np.float32)
+    want[:40, :24] = x[:40, :24] + 1
+    np.testing.assert_array_equal(k(x), want)
+
+
+def test_legacy_mask_three_way_and_and_other_truth_tests_refused():
+    x = RNG.integers(-100, 100, (128, 64)).astype(np.float32)
+
+    @lnki.jit
+    def k(x):
+        out = lnl.ndarray((128, 64), lnl.float32, buffer=lnl.shared_hbm)
+        t = lnl.load(x)
+        r = lisa.memset(shape=(128, 64), value=0.0, dtype=lnl.float32)
+        i_p, i_f = lnl.mgrid[0:128, 0:64]
+        r[i_p, i_f] = lnl.copy(t[i_p, i_f], mask=(i_p >= 64 and i_f < 48 and i_p < 96))
+        lnl.store(out, value=r)
+        return out
+
+    want = np.zeros((128, 64), np.float32)
+    want[64:96, :48] = x[64:96, :48]
+    np.testing.assert_array_equal(k(x), want)
+
+    @lnki.jit
+    def with_or(x):
+        out = lnl.ndarray((128, 64), lnl.float32, buffer=lnl.shared_hbm)
+        i_p, i_f = lnl.mgrid[0:128, 0:64]
+        lnl.store(out, value=lnl.copy(lnl.load(x), mask=(i_p < 8 or i_f < 8)))
+        return out
+
+    with pytest.raises(NotSupportedError, match="truth value of a mask"):
+        with_or(x)
+
+
+# --------------------------------------------------------------------- sequence_bounds (legacy)
+def _sequence_bounds(ids: np.ndarray) -> np.ndarray:
+    """(2, n): each position's segment start and end (exclusive); id 0 is padding (n, -1)."""
+    n = len(ids)
+    lo, hi = np.full(n, n), np.full(n, -1)
+    for i, s in enumerate(ids):
+        if s != 0:
+            same = np.flatnonzero(ids == s)
+            lo[i], hi[i] = same[0], same[-1] + 1
+    return np.stack([lo, hi]).astype(ids.dtype)
+
+
+def test_legacy_sequence_bounds_returns_1_2_n():
+    ids = np.array([[0, 0, 1, 1, 1, 2, 3, 3, 3, 3, 5, 5, 0, 0, 7, 7]], np.float32)
+
+    @lnki.jit
+    def k(ids):
+        out = lnl.ndarray((1, 2, 16), lnl.float32, buffer=lnl.shared_hbm)
+        b = lisa.sequence_bounds(segment_ids=lnl.load(ids))
+        assert tuple(b.shape) == (1, 2, 16)
+        lnl.store(out, value=b)
+        return out
+
+    np.testing.assert_array_equal(k(ids)[0], _sequence_bounds(ids[0]))
+
+
+# ---------------------------------------------------------- t[i, j] = v at any partition (legacy)
+def test_scalar_assignment_at_any_partition():
+    """`t[i, j] = v` element by element at partitions 0..5: partitions other than 0 cannot start a
+    one-partition memset (start-partition rule), so those go by DMA; exact integers."""
+
+    @lnki.jit
+    def k():
+        out = lnl.ndarray((6, 4), lnl.uint32, buffer=lnl.shared_hbm)
+        t = lnl.zeros((6, 4), dtype=lnl.uint32)
+        for i in lnl.static_range(6):
+            for j in lnl.static_range(4):
+                t[i, j] = 10 * i + j + 4000000000 * (i == 5)
+        lnl.store(out, value=t)
+        return out
+
+    want = (10 * np.arange(6)[:, None] + np.arange(4)).astype(np.uint32)
+    want[5] += np.uint32(4000000000)
+    np.testing.assert_array_equal(k(), want)

@@ -65,7 +65,7 @@ def test_psum_tiles_never_straddle_a_bank():
 
 
 def test_psum_full_names_the_banks_and_their_tiles():
-    @nki.jit
+    @nki.jit(passes="literal")  # the literal allocator's message: tiles held by Python, unused ones too
     def k(a):
         keep = [nl.ndarray((128, 384), nl.float32, buffer=nl.psum, name=f"acc{i}") for i in range(8)]
         nl.ndarray((128, 256), nl.float32, buffer=nl.psum, name="one_more")  # 1 KiB: no bank has it
@@ -144,7 +144,7 @@ def test_block_tile_larger_than_sbuf_runs_when_live_blocks_fit():
 
 
 def test_block_tile_keeping_too_many_blocks_live_names_the_tile():
-    @lnki.jit
+    @lnki.jit(passes="literal")  # the literal allocator's message: tiles held by Python, unused ones too
     def k(x):
         out = lnl.ndarray((64, 128, 2048), dtype=x.dtype, buffer=lnl.shared_hbm)
         a = lnl.ndarray((64, lnl.par_dim(128), 2048), dtype=lnl.float32, buffer=lnl.sbuf, name="blocks")

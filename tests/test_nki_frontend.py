@@ -332,7 +332,7 @@ def test_device_print_shows_value_at_that_point(capsys):
 
 # ------------------------------------------------------------------------------ allocator
 def test_sbuf_overflow_raises_at_the_allocation_with_sizes():
-    @nki.jit
+    @nki.jit(passes="literal")  # the literal allocator's message: tiles held by Python, unused ones too
     def k(a):
         keep = [nl.ndarray((128, 16384), nl.float32, buffer=nl.sbuf, name=f"big{i}") for i in range(4)]  # 256 KiB
         nl.ndarray((128, 1024), nl.float32, buffer=nl.sbuf, name="tipping")
@@ -346,7 +346,7 @@ def test_sbuf_overflow_raises_at_the_allocation_with_sizes():
 
 
 def test_psum_overflow_ninth_bank():
-    @nki.jit
+    @nki.jit(passes="literal")  # the literal allocator's message: tiles held by Python, unused ones too
     def k(a):
         banks = [nl.ndarray((128, 512), nl.float32, buffer=nl.psum) for _ in range(8)]
         nl.ndarray((128, 1), nl.float32, buffer=nl.psum, name="ninth")

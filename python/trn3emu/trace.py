@@ -496,6 +496,12 @@ class Trace:
                 f"{e['engines_used']} of {int(self.cost['dma_engines'])} engines used, mean busy {e['mean_utilisation']:.1%}"
             )
         lines.append(f"device HBM traffic: {st['hbm_gbps']:,.1f} GB/s of {pk['hbm_gbps']:g} GB/s")
+        sp = self.spills()
+        if sp["spills"] or sp["reloads"]:
+            lines.append(
+                f"spilled {sp['spilled_bytes']:,} bytes to HBM in {sp['spills']} DMAs, "
+                f"reloaded {sp['reloaded_bytes']:,} bytes in {sp['reloads']} DMAs (the NKI spill pass)"
+            )
         along = ", ".join(f"{k} {v:,.1f} ns" for k, v in sorted(st["critical_path_ns_by_unit"].items()))
         lines.append(f"critical path: {len(st['critical_path'])} records; time along it by unit: {along}")
         if st["source_lines"]:
@@ -581,6 +587,24 @@ class Trace:
                     t = 100 + 16 * q + lane
                     names[(int(core), t)] = f"dma queue {q} ({ENGINES[q]})" + (f" lane {lane}" if lane else "")
         return tid, names
+
+    def spills(self) -> dict:
+        """What the NKI front end's spill pass added (docs/nki.md, "Passes"): the DMAs named
+        `spill` / `reload` and their bytes (one count per instruction)."""
+        out = {"spills": 0, "spilled_bytes": 0, "reloads": 0, "reloaded_bytes": 0}
+        c = self.columns
+        seen: dict[tuple[int, int], tuple[str, int]] = {}
+        for i, lab in enumerate(self.labels()):
+            kind = "spill" if lab.startswith("spill/") else "reload" if lab.startswith("reload/") else None
+            if kind is not None:
+                key = (int(c["core"][i]), int(c["index"][i]))
+                n = int(c["bytes"][i])
+                if key not in seen or seen[key][1] < n:
+                    seen[key] = (kind, n)
+        for kind, n in seen.values():
+            out[kind + "s"] += 1
+            out[("spilled" if kind == "spill" else "reloaded") + "_bytes"] += n
+        return out
 
     def labels(self) -> list[str]:
         """Per record (into `columns`): its kernel source line (the instruction's `name=` label,

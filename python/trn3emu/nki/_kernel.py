@@ -13,12 +13,14 @@ constants, never tensor values.
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import inspect
 import math
 import os
 import re
 import sys
+import threading
 import types
 import warnings
 import weakref
@@ -49,7 +51,12 @@ from . import _memory, _traceback
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _EXAMPLES = os.path.join(_PKG, "examples") + os.sep  # shipped example kernels are user code
-_STACK: list[TraceContext] = []
+#: The program being traced by this thread (or asyncio task), None outside a trace. A context
+#: variable, not a module global: threads trace kernels side by side, each into its own context,
+#: and a launch made while tracing (a kernel on host arrays) runs in a context of its own.
+_TRACE: contextvars.ContextVar[TraceContext | None] = contextvars.ContextVar("trn3emu_nki_trace", default=None)
+#: The TraceContext being traced here, or None (one C call: cheap enough per instruction).
+tracing = _TRACE.get
 ONCHIP = ("sbuf", "psum")
 HBM_BUFFERS = ("hbm", "shared_hbm", "private_hbm")
 _new = Tensor.__new__
@@ -103,12 +110,13 @@ def missing_attribute(name: str, candidates=None) -> NotSupportedAttribute:
 
 
 def current() -> TraceContext:
-    if not _STACK:
+    ctx = _TRACE.get()
+    if ctx is None:
         raise EmuError(
             "this NKI API can only be called inside a kernel traced by nki.jit / nki.simulate",
             rule="nki_trace_context",
         )
-    return _STACK[-1]
+    return ctx
 
 
 _INTERNAL: dict[str, bool] = {}
@@ -204,7 +212,9 @@ def as_dtype(dtype: Any) -> Dtype:
 class _Block:
     """One allocation; every view holds it, and the range is freed when the last view dies."""
 
-    __slots__ = ("__weakref__", "parts", "row_bytes", "label")
+    # seq: the allocation's ordinal when the liveness pass runs (`liveness.py`); written: set
+    # once an instruction names it as dst (`nl.loop_reduce` into a fresh buffer, language.py)
+    __slots__ = ("__weakref__", "parts", "row_bytes", "label", "seq", "written")
 
     def __init__(self, parts: int, row_bytes: int, label: str) -> None:
         self.parts, self.row_bytes, self.label = parts, row_bytes, label
@@ -690,8 +700,8 @@ class KernelProgram(Program):
 
     def _emit(self, opcode, engine, name, wait, signal, args):
         self.opcodes.add(opcode)
-        if _STACK:
-            ctx = _STACK[-1]
+        ctx = _TRACE.get()
+        if ctx is not None:
             if _DST_POSITIONS.get(opcode, True):  # compute instructions never write HBM
                 _record_hbm_writes(ctx, opcode, args)
             bar = ctx.launch.trace_progress
@@ -818,6 +828,8 @@ class TraceContext:
         self._sites: dict[tuple, tuple] = {}
         #: nki.isa name -> whether the program's method is the assembler's own (`nki/_emit.py` may append)
         self.direct_ops: dict[str, bool] = {}
+        #: the allocation pass of this trace (`liveness.Recorder` / `Placer`), None: literal allocation
+        self.ir = launch.ir_for(pid)
 
     @property
     def device(self) -> Device:
@@ -845,13 +857,18 @@ class TraceContext:
             shape = shape + (1,) if shape else (1, 1)
         t, row = self._new_tile(buffer, dt, shape, name)
         alloc = self.sbuf if buffer == "sbuf" else self.psum
+        block = _Block(shape[0], row, label)
+        ir = self.ir
         if address is None:
             if shape[0] > _memory.PARTITIONS:
                 _memory.check_partitions(0, shape[0], label)
-            try:
-                key, t.offset = alloc.alloc(row, label)
-            except CapacityError:
-                key, t.offset = self._alloc_evicting(alloc, row, label)
+            if ir is not None:
+                key, t.offset = ir.new_tile(self, alloc, row, label, block)
+            else:
+                try:
+                    key, t.offset = alloc.alloc(row, label)
+                except CapacityError:
+                    key, t.offset = self._alloc_evicting(alloc, row, label)
         else:
             if isinstance(address, (tuple, list)):
                 start, off = (0, address[0]) if len(address) == 1 else (int(address[0]), int(address[1]))
@@ -866,9 +883,10 @@ class TraceContext:
                 )
             key = alloc.place(off, row, label)
             t.offset, t.start = off, start
+            if ir is not None:
+                ir.placed(block)
         if buffer == "psum":
             self.program._native.psum_fresh(t.start, shape[0], t.offset, row)
-        block = _Block(shape[0], row, label)
         alloc.track(block, key)
         return NkiTensor(t, buffer, block, name)
 
@@ -880,7 +898,7 @@ class TraceContext:
         f = sys._getframe(2)
         if _INTERNAL.get(f.f_code.co_filename) is not False:  # (not a kernel's own frame)
             f = user_frame(f)
-        if f is None or type(name) is not str:
+        if f is None or type(name) is not str or self.ir is not None:
             return self.alloc(shape, dtype, buffer, name)
         code = f.f_code
         key = (id(code), f.f_lasti, shape, dtype, buffer, name)
@@ -1061,6 +1079,8 @@ class _Traced:
         self.written_inputs = _written_inputs(inputs, contexts, preload, self.device_dependent)
         self.result = result
         self.prints = [(c.pid, prefix, t) for c in contexts for prefix, t in c.prints]
+        #: what the spill pass added (`liveness.Placer.stats`, summed over programs); empty when it did not run
+        self.spills: dict = {}
 
 
 def _written_inputs(inputs: list[Tensor], contexts, preload, device_dependent: bool) -> list[int]:
@@ -1097,6 +1117,9 @@ class _Spare:
 
 #: At most one spare device for the whole process (each holds ~272 MiB of on-chip memory).
 _SPARE: list[_Spare] = []
+#: Guards the spare device and the kernels' trace caches, which launches in several threads share
+#: (taken a few times per launch, never while tracing or running).
+_SHARED = threading.Lock()
 
 
 class _Uncacheable(Exception):
@@ -1131,7 +1154,7 @@ def _arg_key(a, in_list: bool = False):
 
 
 #: Environment variables that change what tracing produces.
-_TRACE_ENV = ("NEURON_PLATFORM_TARGET_OVERRIDE",)
+_TRACE_ENV = ("NEURON_PLATFORM_TARGET_OVERRIDE", "TRN3EMU_NKI_PASSES")
 CACHE_SIZE = 16
 
 
@@ -1149,6 +1172,12 @@ class _Run:
         self.fill: int | None = None
         #: the tracing progress bar (shown once tracing lasts 2 s), while tracing
         self.trace_progress: TraceProgress | None = None
+        #: the allocation pass of the trace under way: None (literal), "plan" or "emit"
+        self.ir_mode: str | None = None
+        #: (address, bytes) of every HBM tensor any trace of the launch made
+        self.hbm_ranges: set[tuple[int, int]] = set()
+        self.plans: list = []
+        self.spill = False
 
     def _key(self, args, kwargs):
         """The launch's cache key, or None when caching is off or an argument is not keyable."""
@@ -1177,7 +1206,10 @@ class _Run:
         if key is not None:
             key = key + (fill,)  # new HBM tensors start filled with it (written while tracing)
         cache = self.kernel._cache
-        traced = cache.get(key) if key is not None else None
+        with _SHARED:
+            traced = cache.get(key) if key is not None else None
+            if traced is not None:
+                cache[key] = cache.pop(key)  # most recently used last
         if traced is None:
             self.device = self._fresh_device(fill, set())
             try:
@@ -1190,11 +1222,11 @@ class _Run:
                 except (_PlacementConflict, CapacityError) as e:
                     raise c.error(e) from None
             if key is not None and not traced.device_dependent:
-                cache[key] = traced
-                while len(cache) > CACHE_SIZE:
-                    cache.pop(next(iter(cache)))
+                with _SHARED:
+                    cache[key] = traced
+                    while len(cache) > CACHE_SIZE:
+                        cache.pop(next(iter(cache)))
         else:
-            cache[key] = cache.pop(key)  # most recently used last
             self.device = self._fresh_device(fill, traced.input_ranges)
             arrays = list(zip(_input_arrays(args, kwargs), traced.inputs))
             for a, t in arrays:
@@ -1203,13 +1235,15 @@ class _Run:
                 self.device.hbm._native.hbm_write(addr, data)
         out = self._run(traced, arrays, interop.common(originals))
         if traced.reusable and self.device.numerics["rounding"] != "stochastic":
-            _SPARE[:] = [_Spare(self.device, _device_env(), traced.hbm_ranges)]
+            with _SHARED:
+                _SPARE[:] = [_Spare(self.device, _device_env(), traced.hbm_ranges)]
         return out
 
     def _fresh_device(self, fill, rewritten: set) -> Device:
         """A device in the state a new one has (on-chip bytes = fill, HBM zero, RNG at power-on):
         the spare device reset, or a new one. `rewritten`: HBM ranges the caller overwrites anyway."""
-        spare = _SPARE.pop() if _SPARE else None
+        with _SHARED:
+            spare = _SPARE.pop() if _SPARE else None
         if spare is None or spare.env != _device_env():
             dev = Device()
             if fill is not None:
@@ -1222,8 +1256,61 @@ class _Run:
         dev.hbm._reset()  # HBM placement as on a new device
         return dev
 
+    def ir_for(self, pid: int):
+        """The allocation pass of program `pid`'s trace (None: literal allocation)."""
+        if self.ir_mode is None:
+            return None
+        from . import liveness
+
+        if self.ir_mode == "plan":
+            return liveness.Recorder()
+        return liveness.Placer(self.plans[pid], spill=self.spill)
+
     def _trace(self, args, kwargs):
-        """Trace every program of the grid into `_Traced` (inputs placed in this run's HBM)."""
+        """Trace every program of the grid into `_Traced` (inputs placed in this run's HBM), with
+        the allocation passes `passes.allocation` selects: literal allocation, or (first, or
+        when literal allocation does not fit) a recording trace then the trace that lowers with
+        tiles freed at their last use and SBUF spilled when full (`liveness.py`)."""
+        from . import passes
+
+        mode, self.spill = passes.allocation(self.kernel)
+        if mode == "auto":
+            try:
+                return self._trace_once(args, kwargs)
+            except CapacityError:
+                if any(getattr(c, "segments", None) for c in self.contexts):
+                    raise  # traced from device values: no second trace
+                self._restart()
+        elif mode == "literal":
+            return self._trace_once(args, kwargs)
+        self.ir_mode = "plan"
+        self._trace_once(args, kwargs, check=False)
+        if any(getattr(c, "segments", None) for c in self.contexts):  # traced from device values
+            self.ir_mode = None
+            self._restart()
+            return self._trace_once(args, kwargs)
+        self.plans = [c.ir for c in self.contexts]
+        self._restart()
+        self.ir_mode = "emit"
+        from .liveness import TraceMismatch
+
+        try:
+            out = self._trace_once(args, kwargs)
+        except TraceMismatch:  # the kernel traced differently the second time: literal allocation
+            self.ir_mode = None
+            self._restart()
+            return self._trace_once(args, kwargs)
+        out[1].spills = _sum_stats(c.ir.stats for c in self.contexts)
+        return out
+
+    def _restart(self) -> None:
+        """Forget a trace (its programs and HBM placement) before tracing again."""
+        self.contexts = []
+        self.shared = []
+        self.device.hbm._reset()
+
+    def _trace_once(self, args, kwargs, check: bool = True):
+        """Trace every program of the grid once into `_Traced`."""
         arrays: list[tuple[np.ndarray, Tensor]] = []
 
         def conv(a):
@@ -1241,7 +1328,8 @@ class _Run:
         wkw = {k: conv(v) for k, v in kwargs.items()}
         hbm = self.device.hbm
         recorder = hbm._native = _HbmRecorder(hbm._native)
-        ranges = {(t.offset, t.nbytes) for _, t in arrays}
+        ranges = self.hbm_ranges  # (every trace's: a spare device is cleaned of all of them)
+        ranges.update((t.offset, t.nbytes) for _, t in arrays)
         alloc = hbm.alloc
 
         def recording_alloc(*a, **k):
@@ -1258,20 +1346,22 @@ class _Run:
             for pid in range(n):
                 ctx = TraceContext(self, pid)
                 self.contexts.append(ctx)
-                _STACK.append(ctx)
+                token = _TRACE.set(ctx)
                 try:
                     r = self.kernel.fn(*wargs, **wkw)
                     for hook in END_OF_TRACE:  # e.g. pending loads: issued, so their errors show
                         hook(ctx)
                     results.append(_to_hbm(r))
                 finally:
-                    _STACK.pop()
+                    _TRACE.reset(token)
         finally:
             hbm._native = recorder._native
             del hbm.alloc
             if self.trace_progress is not None:
                 self.trace_progress.finish()
                 self.trace_progress = None
+        if not check:
+            return None
         _check_placements(self.contexts)
         _check_result(results[0])
         _check_outputs_written(results[0], [t for _, t in arrays], self.contexts)
@@ -1288,6 +1378,7 @@ class _Run:
         ]
         self.kernel.last_result = runs[-1] if len(runs) == 1 else runs
         self.kernel.last_programs = traced.programs
+        self.kernel.last_spills = dict(traced.spills)
         for pid, prefix, t in traced.prints:
             print(f"{prefix} (program {pid}):\n{dev.hbm.get(t.tensor)}")
         for i in traced.written_inputs:  # inputs the kernel wrote to: copied back, as on the device
@@ -1310,6 +1401,14 @@ class _Run:
         if isinstance(r, dict):
             return {k: self._out(v, framework) for k, v in r.items()}
         return r
+
+
+def _sum_stats(stats) -> dict:
+    out: dict = {}
+    for st in stats:
+        for k, v in st.items():
+            out[k] = out.get(k, 0) + v
+    return out
 
 
 class _PlacementConflict(Exception):
@@ -1504,6 +1603,9 @@ class Kernel:
         self.options = options
         self.last_result = None
         self.last_programs: list = []
+        #: the last launch's spill counts: spills, spilled_bytes, reloads, reloaded_bytes ({} when
+        #: the allocation passes did not run)
+        self.last_spills: dict = {}
         self.device_dependent = False  # set when a trace read device values (device loops)
         self.__name__ = getattr(fn, "__name__", "kernel")
         self.__doc__ = getattr(fn, "__doc__", None)
@@ -1537,10 +1639,11 @@ class Kernel:
 
     def __call__(self, *args, **kwargs):
         __tracebackhide__ = True  # noqa: F841 (pytest: the launch frame is not the kernel's)
-        if _STACK:  # a kernel called from inside another kernel is an ordinary function
-            return self.fn(*args, **kwargs)
+        outer = _TRACE.get()
+        if outer is not None and not _host_launch(args, kwargs):
+            return self.fn(*args, **kwargs)  # a kernel called on tiles inside another is a function
         try:
-            return _Run(self, (1,))(args, kwargs)
+            return _launch(self, (1,), args, kwargs, outer)
         except Exception as e:
             if _traceback.wanted(e):
                 raise e.with_traceback(_traceback.filtered(e))  # noqa: B904 (the same error, kernel frames only)
@@ -1553,18 +1656,58 @@ class _Launcher:
 
     def __call__(self, *args, **kwargs):
         __tracebackhide__ = True  # noqa: F841
-        if _STACK:
-            raise not_supported("launching a grid from inside a kernel", rule="nki_nested_launch")
+        outer = _TRACE.get()
+        if outer is not None and not _host_launch(args, kwargs):
+            raise not_supported(
+                f"launching {self.kernel.__name__}[{', '.join(map(str, self.grid))}] on tiles while "
+                f"kernel {outer.launch.kernel.__name__} traces",
+                "a launch takes host arrays (it runs on a device of its own); call the kernel "
+                "without a grid to inline it",
+                rule="nki_nested_launch",
+            )
         try:
-            return _Run(self.kernel, self.grid)(args, kwargs)
+            return _launch(self.kernel, self.grid, args, kwargs, outer)
         except Exception as e:
             if _traceback.wanted(e):
                 raise e.with_traceback(_traceback.filtered(e))  # noqa: B904 (the same error, kernel frames only)
             raise
 
 
+def _host_launch(args, kwargs) -> bool:
+    """Whether a kernel call made while another kernel traces is a launch of its own: it passes
+    host arrays and no tile or HBM tensor of the trace."""
+    host = False
+    for a in (*args, *kwargs.values()):
+        for x in a if isinstance(a, tuple) else (a,):
+            if isinstance(x, NkiTensor):
+                return False
+            host = host or interop.is_array(x)
+    return host
+
+
+def _launch(kernel: Kernel, grid: tuple, args, kwargs, outer: TraceContext | None):
+    """Trace (or reuse) and run one launch. Made while `outer` traces (a kernel on host arrays
+    called from inside a kernel), it traces in a context of its own and the outer trace goes on
+    unchanged after it. (The caller re-raises errors with the kernel's frames only.)"""
+    __tracebackhide__ = True  # noqa: F841
+    if outer is None:
+        return _Run(kernel, grid)(args, kwargs)
+    token = _TRACE.set(None)
+    try:
+        return _Run(kernel, grid)(args, kwargs)
+    except Exception as e:
+        if hasattr(e, "add_note"):
+            e.add_note(
+                f"  in launch {kernel.__name__}{list(grid)} made while kernel {outer.launch.kernel.__name__} traces"
+            )
+        raise
+    finally:
+        _TRACE.reset(token)
+
+
 def jit(fn=None, **options):
     """`@nki.jit`, `@nki.jit(...)` or `nki.jit(fn, ...)`; options are accepted (platform_target is checked)."""
+    options.setdefault("dialect", "nki")  # (the legacy dialect's jit says "legacy": passes.py)
     if fn is None:
         return lambda f: Kernel(f, **options)
     if isinstance(fn, Kernel):

@@ -142,7 +142,12 @@ class BlockTensor(NkiTensor):
 
         b, rest = self._split(key)
         whole = not rest or self._covers(rest)
-        phys = self._get(b, whole_write=whole)
+        old = self._phys.get(b)
+        # a value that reads the block (`t[b] = nl.loop_reduce(...)`, `t[b] += x`) keeps its tile
+        renew = whole and not isinstance(value, language._LoopReduce)
+        if renew and old is not None and getattr(value, "_block", None) is old._block:
+            renew = False
+        phys = self._get(b, whole_write=whole, renew=renew)
         language._assign(phys[rest] if rest else phys[...], value)
 
     def _covers(self, rest: tuple) -> bool:
@@ -158,9 +163,13 @@ class BlockTensor(NkiTensor):
         return True
 
     # ------------------------------------------------------------------ physical tiles
-    def _get(self, b: tuple, whole_write: bool) -> NkiTensor:
+    def _get(self, b: tuple, whole_write: bool, renew: bool = False) -> NkiTensor:
         ctx = current()
         phys = self._phys.get(b)
+        if phys is not None and renew and ctx.ir is not None:
+            # allocation by liveness: a whole write starts a new value of the block, in a new
+            # tile (the old one dies at its last use, `liveness.py`)
+            phys = None
         if phys is None:
             if b in self._evicted and not whole_write:
                 raise CapacityError(

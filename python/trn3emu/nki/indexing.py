@@ -34,8 +34,8 @@ from ._kernel import NkiTensor, current, not_supported, source_line
 def masks() -> list[dict]:
     """The active mask ranges of the program being traced, innermost last: {var: (lo, hi)}
     (`TraceContext.masks`; none outside a trace)."""
-    stack = _kernel._STACK
-    return stack[-1].masks if stack else []
+    ctx = _kernel.tracing()
+    return ctx.masks if ctx is not None else []
 
 
 class IndexVar:
@@ -232,8 +232,9 @@ _INSTRUCTIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def _compared(cons: list) -> Predicate:
     """A comparison's predicate, joined with the left operands of the `and`s it is the right
     operand of (`Predicate.__bool__`)."""
-    if _kernel._STACK:
-        pend = _kernel._STACK[-1].and_pending
+    ctx = _kernel.tracing()
+    if ctx is not None:
+        pend = ctx.and_pending
         if pend:
             f = sys._getframe(2)  # the kernel's frame (past the comparison method)
             mine = [e for e in pend if e[0] == id(f) and e[1] is f.f_code]
@@ -272,11 +273,12 @@ class Predicate:
         # `not`) stays refused: it has no mask meaning.
         f = sys._getframe(1)
         end = _and_operand_end(f)
-        if end is None or not _kernel._STACK:
+        ctx = _kernel.tracing()
+        if end is None or ctx is None:
             raise not_supported(
                 "truth value of a mask", "combine comparisons with &, not `and`", rule="nki_mask_truth_value"
             )
-        _kernel._STACK[-1].and_pending.append((id(f), f.f_code, end, self.cons))
+        ctx.and_pending.append((id(f), f.f_code, end, self.cons))
         return True
 
     def ranges(self) -> dict:

@@ -21,7 +21,7 @@ from ..program import _enum_name
 from . import _emit, _kernel
 from . import indexing as _indexing
 from ._emit import _SITES
-from ._kernel import _INTERNAL, _STACK, NkiTensor, current, not_supported
+from ._kernel import _INTERNAL, NkiTensor, current, not_supported, tracing
 
 # ------------------------------------------------------------------------------------- enums
 engine = enum.Enum("engine", {n: i for i, n in enumerate(ENUMS["engine"])})
@@ -317,10 +317,19 @@ def _make(opname: str):
         )
 
     def fn(*args, **kwargs):
-        if _before_issue and (not _STACK or _STACK[-1].pending):  # results still pending: issued first
+        ctx = tracing()  # (this thread's trace)
+        if _before_issue and (ctx is None or ctx.pending):  # results still pending: issued first
             for hook in _before_issue:
                 hook()
-        if "mask" in kwargs or (_STACK and _STACK[-1].masks):  # legacy masks: the sub-grid
+        if ctx is not None:
+            if ctx.ir is not None:  # the allocation pass: the call's uses (liveness.py)
+                args, kwargs = ctx.ir.call(ctx, args, kwargs)
+            d = kwargs.get("dst") if kwargs else None
+            if d is None and dst_first and args:
+                d = args[0]
+            if type(d) is NkiTensor and d._block is not None:
+                d._block.written = True  # (nl.loop_reduce into a fresh buffer)
+        if "mask" in kwargs or (ctx is not None and ctx.masks):  # legacy masks: the sub-grid
             masked = _indexing.mask_call(opname, args, kwargs)
             if masked is None:
                 return None  # the mask selects nothing: no instruction
@@ -338,7 +347,8 @@ def _make(opname: str):
                 plan = plans[keys] = plan_for(keys)
             if plan:
                 entries, fused, native = plan
-                ctx = _STACK[-1] if _STACK else current()
+                if ctx is None:
+                    ctx = current()  # (raises: not tracing)
                 prog = ctx.program
                 direct = ctx.direct_ops.get(opname)
                 if direct is None:

@@ -20,7 +20,7 @@ from ..errors import EmuError, ShapeError
 from . import compiler as _compiler
 from . import indexing as _indexing
 from . import isa as nisa
-from ._kernel import _STACK as _kernel_stack
+from . import passes as _passes
 from ._kernel import (
     DTYPES,
     HBM_BUFFERS,
@@ -32,6 +32,7 @@ from ._kernel import (
     missing_attribute,
     not_supported,
 )
+from ._kernel import tracing as _tracing_context
 from ._kernel import unknown_parameter as _unknown_parameter
 from .blocks import BlockTensor
 from .indexing import ParDim, arange, mgrid, par_dim  # noqa: F401  (legacy index expressions)
@@ -213,7 +214,7 @@ def no_reorder():
 def _tracing() -> bool:
     from . import _kernel
 
-    return bool(_kernel._STACK)
+    return _kernel.tracing() is not None
 
 
 # Outside a traced kernel (host-side helper code that sizes a launch) there is no launch grid:
@@ -494,7 +495,14 @@ class _LoopReduce:
         active_masks.extend(self.masks)  # the call's mask= applies to the reduction
         try:
             if _indexing._current_ranges() is not None:
-                nisa.tensor_tensor(dst=dst, data1=dst, data2=_onchip(self.x), op=self.op)
+                blk = dst._block
+                fresh = blk is not None and not getattr(blk, "written", False)
+                if fresh and _passes.enabled(current().launch.kernel, "reduce_init"):
+                    # a fresh buffer no instruction wrote yet: the reduction starts from x (the
+                    # op's identity as the start value, never stale bytes; docs/nki.md)
+                    nisa.tensor_copy(dst=dst, src=_onchip(self.x))
+                else:
+                    nisa.tensor_tensor(dst=dst, data1=dst, data2=_onchip(self.x), op=self.op)
         finally:
             del active_masks[n:]
         return True
@@ -1280,11 +1288,12 @@ def _ndarray_entry(checked):
     allocation; any other call through `checked` (the `_checked` wrapper) as before."""
     import functools
 
-    stack = _kernel_stack
+    tracing = _tracing_context
 
     @functools.wraps(checked)
     def ndarray(*args, dtype=_UNSET, buffer=_UNSET, **kwargs):
-        if len(args) == 1 and not kwargs and stack and dtype is not _UNSET and type(buffer) is str:
+        ctx = tracing() if len(args) == 1 and not kwargs else None
+        if ctx is not None and dtype is not _UNSET and type(buffer) is str:
             shape = args[0]
             if type(shape) is tuple and (
                 len(shape) == 2
@@ -1293,7 +1302,7 @@ def _ndarray_entry(checked):
                 or ParDim not in map(type, shape)
             ):
                 try:
-                    return stack[-1].tile(shape, dtype, buffer, "")
+                    return ctx.tile(shape, dtype, buffer, "")
                 except EmuError as e:
                     _note_lowering(e, "ndarray")
                     raise

@@ -304,7 +304,7 @@ isa = _make_isa_module()
 
 # ------------------------------------------------------------------------------- harness entries
 def _kernel(k) -> Kernel | _Launcher:
-    return k if isinstance(k, (Kernel, _Launcher)) else Kernel(k)
+    return k if isinstance(k, (Kernel, _Launcher)) else Kernel(k, dialect="legacy")
 
 
 def simulate_kernel(kernel, *args, **kwargs):
@@ -323,6 +323,7 @@ def baremetal(kernel=None, **options):
 
 def legacy_jit(fn=None, mode=None, **options):
     """`@nki.jit`, `@nki.jit(mode="simulation" | "baremetal" | ...)`: every mode runs on trn3emu."""
+    options.setdefault("dialect", "legacy")  # the compiler passes of the legacy toolchain (passes.py)
     return jit(fn, **options)
 
 

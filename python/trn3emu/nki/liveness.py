@@ -1,0 +1,289 @@
+"""Allocation by liveness, with spilling: the kernel IR's allocation pass (docs/nki.md, "Passes").
+
+A kernel is traced twice when the pass runs. The first trace (`Recorder`) is the kernel IR: every
+`nki.isa` call gets an ordinal and records the on-chip tiles it names (each automatic tile and
+each block of a block tile has an allocation ordinal, `seq`: the trace is deterministic, so the
+second trace allocates the same tiles in the same order); its own placements are thrown away
+(a tile that does not fit overlaps others: that program never runs). The second trace
+(`Placer`) lowers to the `Program` with the uses known:
+
+- a tile's range is freed once the call that last uses it has been issued, not when Python drops
+  the tile (`nl.ndarray` / `nl.zeros` in loops then rotate over the free ranges as before);
+- blocks of a block tile are tiles like any other: live from first to last use, never evicted
+  while still used (a whole write of a block starts a new tile, `blocks.py`);
+- when an SBUF allocation does not fit, live tiles are spilled to HBM, the one whose next use is
+  furthest first (Belady's rule), until it fits; a spilled tile is reloaded just before the
+  call that next uses it, wherever there is room (spilling again if needed), and the views the
+  calls name are moved to its new range (`Placer.call`). Spill and reload are `dma_copy`
+  instructions named `spill` / `reload` in the program and its trace, counted in
+  `Placer.stats`. Tiles read through run-time offsets are pinned (their views cannot move).
+
+A kernel that does not fit even so (one call naming more than SBUF, a tile over a partition)
+gets the allocator's `CapacityError`.
+Explicitly placed tiles (`address=`, `ncc.sbuf.alloc` / `mod_alloc`) keep their placement and
+are never freed early or spilled; PSUM tiles are never spilled.
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+from bisect import bisect_right
+
+from ..errors import CapacityError
+from ..tensor import Tensor
+
+
+def _blocks_of(v, out: list) -> None:
+    """The allocations (`_Block`s with a `seq`) a call argument names: a tile view's own and its
+    run-time operand tiles'; one level of lists / tuples."""
+    b = getattr(v, "_block", None)
+    if b is not None and not isinstance(v, type):
+        keep = getattr(b, "keep", None)
+        if keep is not None:
+            out.extend(x for x in keep if x is not None)
+        else:
+            out.append(b)
+    elif type(v) in (list, tuple):
+        for x in v:
+            if getattr(x, "_block", None) is not None:
+                _blocks_of(x, out)
+
+
+class TraceMismatch(Exception):
+    """The second trace made a different tile than the first at the same ordinal (the kernel's
+    Python is not deterministic): the launch is traced again with literal allocation."""
+
+
+class Recorder:
+    """The first trace: call ordinals and, per allocation ordinal, the calls that use it."""
+
+    mode = "plan"
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.seq = 0
+        self.uses: list[list[int]] = []
+        #: per allocation ordinal: (bytes per partition, label), checked by the second trace
+        self.tiles: list[tuple[int, str]] = []
+        #: ordinals of tiles read through run-time offsets (never spilled: their views cannot move)
+        self.pinned: set[int] = set()
+
+    def call(self, ctx, args, kwargs):
+        k = self.calls
+        self.calls = k + 1
+        found: list = []
+        for v in args:
+            _blocks_of(v, found)
+        for v in kwargs.values():
+            _blocks_of(v, found)
+        uses = self.uses
+        for b in found:
+            s = getattr(b, "seq", None)
+            if s is not None:
+                u = uses[s]
+                if not u or u[-1] != k:
+                    u.append(k)
+        for v in (*args, *kwargs.values()):
+            b = getattr(v, "_block", None)
+            if b is not None and (getattr(b, "keep", None) is not None or getattr(v._t, "dyn", None) is not None):
+                for x in getattr(b, "keep", None) or (b,):
+                    s = getattr(x, "seq", None)
+                    if s is not None:
+                        self.pinned.add(s)
+        return args, kwargs
+
+    def number(self, block) -> int:
+        s = block.seq = self.seq
+        self.seq = s + 1
+        self.uses.append([])
+        self.tiles.append((block.row_bytes, block.label))
+        return s
+
+    def new_tile(self, ctx, alloc, row: int, label: str, block) -> tuple[int, int]:
+        self.number(block)
+        try:
+            return alloc.alloc(row, label)
+        except CapacityError:
+            # this trace's program never runs: an overlapping range keeps it going
+            if row > alloc.capacity:
+                raise
+            return alloc.place(0, row, label), 0
+
+    def placed(self, block) -> None:
+        self.number(block)
+
+
+class _Live:
+    __slots__ = ("seq", "key", "lo", "hi", "home", "alloc", "parts", "label", "data")
+
+    def __init__(self, seq, key, lo, hi, alloc, parts, label) -> None:
+        self.seq, self.key, self.lo, self.hi, self.alloc = seq, key, lo, hi, alloc
+        self.home = lo  # where its views point (`lo` moves when a reload lands elsewhere)
+        self.parts, self.label, self.data = parts, label, False
+
+
+def _rebased(v, t: _Live):
+    """`v`, a view of tile `t`, moved to where `t` is now (views keep the address of the tile's
+    first allocation; a reload may land elsewhere)."""
+    if t.lo == t.home:
+        return v
+    u = v._t
+    w = copy.copy(v)
+    w._t = u._view(u.shape, u.strides, u.offset + (t.lo - t.home), u.start)
+    w._ap = None
+    return w
+
+
+class Placer:
+    """The second trace: frees tiles after their last use and spills / reloads SBUF tiles."""
+
+    mode = "emit"
+
+    def __init__(self, plan: Recorder, spill: bool) -> None:
+        self.uses = plan.uses
+        self.tiles = plan.tiles
+        self.pinned = plan.pinned
+        self.spill_on = spill
+        self.calls = 0
+        self.seq = 0
+        self.live: dict[int, _Live] = {}  # seq -> resident automatic tile
+        self.out: dict[int, _Live] = {}  # seq -> spilled tile
+        self.moved = 0  # resident tiles not at their first address (views need rebasing)
+        self.deaths: list[tuple[int, int]] = []  # heap of (last use, seq)
+        self.reload_at: dict[int, list[int]] = {}  # call ordinal -> spilled seqs it reads
+        self.scratch: dict[int, Tensor] = {}  # seq -> its HBM spill slot
+        self.stats = {"spills": 0, "spilled_bytes": 0, "reloads": 0, "reloaded_bytes": 0}
+
+    # ------------------------------------------------------------------ uses
+    def _next_use(self, seq: int, after: int) -> int | None:
+        u = self.uses[seq] if seq < len(self.uses) else ()
+        i = bisect_right(u, after - 1) if u else 0
+        return u[i] if u and i < len(u) else None
+
+    def call(self, ctx, args, kwargs):
+        """Call `k`: the spilled tiles it reads come back first; its tile arguments are moved to
+        where their tiles are now. Returns (args, kwargs)."""
+        k = self.calls
+        due = self.reload_at.pop(k, None)
+        if due:
+            self._release_dead(k)
+            for s in due:
+                if s in self.out:
+                    self._reload(ctx, s, k)
+        self.calls = k + 1
+        if not self.moved:
+            return args, kwargs
+        return tuple(self._move(v) for v in args), {n: self._move(v) for n, v in kwargs.items()}
+
+    def _move(self, v):
+        if type(v) in (list, tuple):
+            return type(v)(self._move(x) for x in v)
+        b = getattr(v, "_block", None)
+        s = getattr(b, "seq", None)
+        if s is None or getattr(b, "keep", None) is not None:
+            return v
+        t = self.live.get(s)
+        return v if t is None else _rebased(v, t)
+
+    # ------------------------------------------------------------------ allocation
+    def _number(self, block) -> int:
+        s = block.seq = self.seq
+        self.seq = s + 1
+        if s >= len(self.tiles) or self.tiles[s] != (block.row_bytes, block.label):
+            raise TraceMismatch(block.label)
+        return s
+
+    def placed(self, block) -> None:
+        self._number(block)
+
+    def new_tile(self, ctx, alloc, row: int, label: str, block) -> tuple[int, int]:
+        s = self._number(block)
+        now = self.calls
+        self._release_dead(now)
+        due = self.reload_at.pop(now, None)  # tiles the very next call reads: back first
+        if due:
+            for r in due:
+                if r in self.out:
+                    self._reload(ctx, r, now)
+        key, off = self._place(ctx, alloc, row, label, now)
+        u = self.uses[s] if s < len(self.uses) else []
+        self.live[s] = _Live(s, key, off, off + row, alloc, block.parts, label)
+        heapq.heappush(self.deaths, (u[-1] if u else -1, s))
+        return key, off
+
+    def _release_dead(self, now: int) -> None:
+        d = self.deaths
+        while d and d[0][0] < now:
+            _, s = heapq.heappop(d)
+            t = self.live.pop(s, None)
+            if t is not None:
+                t.alloc.free(t.key)
+                self.moved -= t.lo != t.home
+            self.out.pop(s, None)
+
+    def _place(self, ctx, alloc, row: int, label: str, now: int) -> tuple[int, int]:
+        """A range for `row` bytes per partition, spilling SBUF tiles not used by call `now`
+        (furthest next use first) when none is free."""
+        try:
+            return alloc.alloc(row, label)
+        except CapacityError as e:
+            err = e
+        if not self.spill_on or alloc is not ctx.sbuf:
+            raise err
+        while True:
+            victims = [
+                (nu, t.seq)
+                for t in self.live.values()
+                if t.alloc is alloc
+                and t.seq not in self.pinned
+                and (nu := self._next_use(t.seq, now)) is not None
+                and nu > now
+            ]
+            if not victims:
+                raise CapacityError(
+                    f"{err} (even with spills: every SBUF tile left is used by this instruction, "
+                    "read through a run-time index, or placed explicitly)",
+                    operand="shape",
+                    rule="onchip_capacity",
+                ) from None
+            self._spill(ctx, max(victims)[1], now)
+            try:
+                return alloc.alloc(row, label)
+            except CapacityError:
+                continue
+
+    # ------------------------------------------------------------------ spill / reload
+    def _view(self, t: _Live, core: int) -> Tensor:
+        v = Tensor("sbuf", "uint8", (t.parts, t.hi - t.lo), name="spill", core=core)
+        return v._view(v.shape, v.strides, t.lo, 0)
+
+    def _spill(self, ctx, s: int, now: int) -> None:
+        t = self.live.pop(s)
+        u = self.uses[s]
+        t.data = bool(u) and u[0] < now  # written before (else nothing to keep)
+        if t.data:
+            hbm = self.scratch.get(s)
+            if hbm is None:
+                hbm = self.scratch[s] = ctx.device.hbm.alloc((t.parts, t.hi - t.lo), "uint8", name="spill")
+            ctx.program.dma_copy(dst=hbm, src=self._view(t, ctx.core), name="spill")
+            self.stats["spills"] += 1
+            self.stats["spilled_bytes"] += t.parts * (t.hi - t.lo)
+        t.alloc.free(t.key)
+        self.moved -= t.lo != t.home
+        self.out[s] = t
+        nu = self._next_use(s, now)
+        if nu is not None:
+            self.reload_at.setdefault(nu, []).append(s)
+
+    def _reload(self, ctx, s: int, now: int) -> None:
+        t = self.out.pop(s)
+        n = t.hi - t.lo
+        t.key, t.lo = self._place(ctx, t.alloc, n, t.label, now)
+        t.hi = t.lo + n
+        self.live[s] = t
+        self.moved += t.lo != t.home
+        if t.data:
+            ctx.program.dma_copy(dst=self._view(t, ctx.core), src=self.scratch[s], name="reload")
+            self.stats["reloads"] += 1
+            self.stats["reloaded_bytes"] += t.parts * n

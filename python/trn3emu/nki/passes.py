@@ -1,0 +1,91 @@
+"""Which compiler passes a kernel's trace runs (docs/nki.md, "Passes"): one switch per pass,
+`nki.jit(passes={"liveness": ..., "spill": ...})` per kernel or `TRN3EMU_NKI_PASSES` in the
+environment (comma-separated `name=value`, e.g. `liveness=off,spill=off`); the kernel's option
+wins. `TRN3EMU_NKI_PASSES=literal` (or `nki.jit(passes="literal")`) switches every pass off: the
+program is the kernel's source taken literally.
+
+- `liveness`: "auto" (default: the literal trace first; when it does not fit on chip, traced
+  again with tiles freed at their last use), "on" (always), "off" (tiles freed when Python drops
+  them).
+- `spill`: "on" (default for the legacy `neuronxcc.nki` dialect: the compiler spills SBUF to HBM),
+  "off"; the NKI 0.6 dialect defaults to "off" (the new compiler preserves the developer's
+  allocation choices: a kernel that does not fit is an error). Only runs with liveness.
+- `reduce_init`: "on" (default): `nl.loop_reduce` into a tile no instruction wrote starts from
+  its first value; "off": it reads the tile as it is.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..errors import OperandError
+
+DEFAULTS = {"liveness": "auto", "spill": "dialect", "reduce_init": "on"}
+VALUES = {"liveness": ("auto", "on", "off"), "spill": ("on", "off", "dialect"), "reduce_init": ("on", "off")}
+
+
+def _parse(spec, where: str) -> dict:
+    if spec is None or spec == "":
+        return {}
+    if spec == "literal":
+        return {name: "off" for name in VALUES}
+    if isinstance(spec, str):
+        items = {}
+        for part in spec.split(","):
+            name, _, value = part.strip().partition("=")
+            items[name.strip()] = value.strip()
+        spec = items
+    out = {}
+    for name, value in dict(spec).items():
+        if value is True:
+            value = "on"
+        elif value is False:
+            value = "off"
+        if name not in VALUES or value not in VALUES[name]:
+            raise OperandError(
+                f"{where}: unknown pass setting {name}={value!r} (passes: "
+                + "; ".join(f"{n} in {', '.join(v)}" for n, v in VALUES.items())
+                + "; or 'literal')",
+                operand="passes",
+                rule="nki_pass_setting",
+            )
+        out[name] = value
+    return out
+
+
+def settings(kernel) -> dict:
+    """The pass settings of `kernel`: defaults, then TRN3EMU_NKI_PASSES, then `nki.jit(passes=)`."""
+    out = dict(DEFAULTS)
+    out.update(_parse(os.environ.get("TRN3EMU_NKI_PASSES"), "TRN3EMU_NKI_PASSES"))
+    out.update(_parse(kernel.options.get("passes"), "nki.jit(passes=)"))
+    return out
+
+
+def legacy_dialect(kernel) -> bool:
+    """True for a kernel of the legacy `neuronxcc.nki` dialect: made by its `jit`,
+    `simulate_kernel` or `baremetal`, or (through `nki.simulate`) defined in a module that
+    imports `neuronxcc`."""
+    d = kernel.options.get("dialect")
+    if d is not None:
+        return d == "legacy"
+    g = getattr(kernel.fn, "__globals__", {})
+    for v in g.values():
+        name = getattr(v, "__name__", "")
+        if isinstance(name, str) and name.startswith("neuronxcc"):
+            return True
+    return False
+
+
+def allocation(kernel) -> tuple[str, bool]:
+    """(liveness mode: "auto" / "on" / "literal", whether the spill pass runs)."""
+    s = settings(kernel)
+    spill = s["spill"]
+    if spill == "dialect":
+        spill = "on" if legacy_dialect(kernel) else "off"
+    mode = {"auto": "auto", "on": "on", "off": "literal"}[s["liveness"]]
+    return mode, spill == "on" and mode != "literal"
+
+
+def enabled(kernel, name: str) -> bool:
+    """Whether an on/off pass is on for `kernel`."""
+    return settings(kernel)[name] == "on"

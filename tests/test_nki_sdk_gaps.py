@@ -150,3 +150,86 @@ def test_scalar_assignment_at_any_partition():
     want = (10 * np.arange(6)[:, None] + np.arange(4)).astype(np.uint32)
     want[5] += np.uint32(4000000000)
     np.testing.assert_array_equal(k(), want)
+
+
+# ------------------------------------------------------------------ NKI 0.6 NkiTensor view APIs
+import nki  # noqa: E402
+import nki.isa as nisa  # noqa: E402
+import nki.language as nl  # noqa: E402
+
+
+def test_reshape_dim_infers_minus_one_and_rearrange_tuple_form():
+    """HBM views copied out by DMA, against numpy's reshape / transpose of the same data."""
+    x = RNG.integers(-1000, 1000, (8, 24)).astype(np.int32)
+
+    @nki.jit
+    def k(x):
+        a = nl.ndarray((8, 4, 6), nl.int32, buffer=nl.shared_hbm)
+        b = nl.ndarray((8, 6, 4), nl.int32, buffer=nl.shared_hbm)
+        v = x.reshape_dim(1, (4, -1))
+        assert tuple(v.shape) == (8, 4, 6)
+        nisa.dma_copy(dst=a, src=v)
+        w = x.rearrange(("b", ("h", "w")), ("b", "w", "h"), {"h": 4})
+        assert tuple(w.shape) == (8, 6, 4)
+        nisa.dma_copy(dst=b, src=w)
+        return a, b
+
+    a, b = k(x)
+    np.testing.assert_array_equal(a, x.reshape(8, 4, 6))
+    np.testing.assert_array_equal(b, x.reshape(8, 4, 6).transpose(0, 2, 1))
+
+
+def test_is_indirect_after_dynamic_select_vector_select_and_scalar_offset():
+    x = RNG.integers(-1000, 1000, (8, 16)).astype(np.int32)
+    idx = np.array([[5], [1], [7], [2]], np.int32)
+    seen = {}
+
+    @nki.jit
+    def k(x, idx):
+        out = nl.ndarray((4, 16), nl.int32, buffer=nl.shared_hbm)
+        one = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=one, src=idx[0:1, 0:1])
+        rows = nl.ndarray((4, 1), nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=rows, src=idx)
+        seen["select"] = x.select(0, one).is_indirect()
+        seen["select_static"] = x.select(0, 3).is_indirect()
+        seen["ap_scalar_offset"] = x.ap([[16, 1], [1, 16]], 0, scalar_offset=one, indirect_dim=0).is_indirect()
+        v = x.vector_select(0, rows)
+        seen["vector_select"] = v.is_indirect()
+        seen["slice"] = x[0:4, :].is_indirect()
+        nisa.dma_copy(dst=out, src=v)
+        return out
+
+    np.testing.assert_array_equal(k(x, idx), x[idx[:, 0]])
+    assert seen == {
+        "select": True,
+        "select_static": False,
+        "ap_scalar_offset": True,
+        "vector_select": True,
+        "slice": False,
+    }
+
+
+def test_dynamic_range_is_deprecated_fori_loop_is_not():
+    x = RNG.integers(-1000, 1000, (4, 8)).astype(np.int32)
+
+    @nki.jit(cache=False)
+    def k(x, use_dynamic):
+        out = nl.ndarray((4, 8), nl.int32, buffer=nl.shared_hbm)
+        t = nl.ndarray((4, 8), nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        if use_dynamic:
+            for _ in nl.dynamic_range(2):
+                nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=1)
+        else:
+            nl.fori_loop(0, 2, lambda i: nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=1))
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    with pytest.warns(DeprecationWarning, match="dynamic_range is deprecated since NKI 0.6.0.*fori_loop"):
+        np.testing.assert_array_equal(k(x, True), x + 2)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        np.testing.assert_array_equal(k(x, False), x + 2)

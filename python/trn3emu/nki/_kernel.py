@@ -384,10 +384,15 @@ class NkiTensor:
         return self._wrap(t._view(shape, strides, t.offset, t.start))
 
     def reshape_dim(self, dim: int, shape) -> NkiTensor:
-        """Split dim into dims of `shape` (their product must be its size); on chip not dim 0."""
+        """Split dim into dims of `shape` (their product must be its size; one may be -1, inferred);
+        on chip not dim 0."""
         t = self._t
         d = int(dim) % t.ndim
         sizes = [int(x) for x in shape]
+        if sizes.count(-1) == 1:
+            known = -math.prod(sizes)
+            if known > 0 and t.shape[d] % known == 0:
+                sizes[sizes.index(-1)] = t.shape[d] // known
         if math.prod(sizes) != t.shape[d]:
             raise ShapeError(
                 f"reshape_dim({dim}, {tuple(sizes)}): dim {d} has size {t.shape[d]}", rule="nki_reshape_dim_size"
@@ -410,7 +415,9 @@ class NkiTensor:
         )
 
     def is_indirect(self) -> bool:
-        return self._t.is_indirect()
+        """Whether the view is addressed at run time: a dynamic `select`, `vector_select`, `ap(...)`
+        with `scalar_offset` / `vector_offset`, or `indirect` (the NKI 0.6 API reference)."""
+        return bool(self._t.is_indirect() or getattr(self._t, "dyn", None) is not None)
 
     def expand_dim(self, dim: int) -> NkiTensor:
         return self._wrap(self._t.expand_dim(int(dim)))
@@ -474,8 +481,19 @@ class NkiTensor:
         pattern = [[self._t.strides[0], rows]] + [[st, n] for st, n in zip(self._t.strides[1:], self._t.shape[1:])]
         return self.ap(pattern, vector_offset=offsets, indirect_dim=0)
 
-    def rearrange(self, pattern: str, **sizes) -> NkiTensor:
-        return self._wrap(self._t.rearrange(pattern, **sizes))
+    def rearrange(self, src_pattern, dst_pattern=None, fixed_sizes=None, **sizes) -> NkiTensor:
+        """einops-style view: `rearrange("p (h w) -> p w h", h=4)`, or the NKI 0.6 reference's
+        tuple form `rearrange(("p", ("h", "w")), ("p", "w", "h"), {"h": 4})`."""
+        if dst_pattern is None:
+            return self._wrap(self._t.rearrange(src_pattern, **sizes, **(fixed_sizes or {})))
+
+        def text(pattern) -> str:
+            if isinstance(pattern, str):
+                return pattern
+            return " ".join(a if isinstance(a, str) else "(" + " ".join(map(str, a)) + ")" for a in pattern)
+
+        known = {k: v for k, v in dict(fixed_sizes or {}, **sizes).items() if int(v) != -1}
+        return self._wrap(self._t.rearrange(f"{text(src_pattern)} -> {text(dst_pattern)}", **known))
 
     def get_pattern(self) -> list:
         return [[int(s), int(n)] for s, n in zip(self._t.strides, self._t.shape)]

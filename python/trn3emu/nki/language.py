@@ -11,6 +11,7 @@ import builtins
 import contextlib
 import copy as _copy_module
 import math
+import warnings
 
 import numpy as np
 
@@ -163,7 +164,18 @@ def _loop_register(values):
 def dynamic_range(start, stop=None, step=1):
     """A device loop: register bounds are read on the device (registers.device_value: the kernel so
     far runs, tracing continues with the loop unrolled) and the iteration value is a register; with
-    int bounds, the same iterations unrolled with int values."""
+    int bounds, the same iterations unrolled with int values. Deprecated in NKI 0.6.0 (the SDK's
+    migration guide: use `fori_loop`): a DeprecationWarning at the kernel's line."""
+    warnings.warn(
+        "nl.dynamic_range is deprecated since NKI 0.6.0 and will be removed in a future release; "
+        "write the loop with nl.fori_loop(lower, upper, body) (NKI 0.5 -> 0.6 migration guide)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return _dynamic_range(start, stop, step)
+
+
+def _dynamic_range(start, stop=None, step=1):
     if stop is None:
         start, stop = 0, start
     if _is_reg(start) or _is_reg(stop):
@@ -177,7 +189,7 @@ def fori_loop(lower, upper, body_fun, step=1, init_val=None):
     """`body_fun(i)` for i in range(lower, upper, step) (or body_fun(i, carry)); unrolled while
     tracing. Register bounds are read on the device first and i is then a register (`dynamic_range`)."""
     it = (
-        dynamic_range(lower, upper, step)
+        _dynamic_range(lower, upper, step)
         if _is_reg(lower) or _is_reg(upper)
         else range(int(lower), int(upper), int(step))
     )

@@ -233,3 +233,86 @@ def test_dynamic_range_is_deprecated_fori_loop_is_not():
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)
         np.testing.assert_array_equal(k(x, False), x + 2)
+
+
+# ----------------------------------------------------- free-dim broadcasting in nl element-wise ops
+_INT_OPS = [
+    "add", "subtract", "multiply", "maximum", "minimum", "power", "equal", "not_equal", "greater",
+    "greater_equal", "less", "less_equal", "logical_and", "logical_or", "logical_xor", "bitwise_and",
+    "bitwise_or", "bitwise_xor", "left_shift", "right_shift", "mod", "fmod",
+]  # fmt: skip
+_FLOAT_OPS = ["add", "subtract", "multiply", "maximum", "minimum", "equal", "greater", "less_equal", "divide"]
+
+
+def _bcast_kernel(op, swap):
+    @nki.jit
+    def k(a, b):
+        out = nl.ndarray((128, 16), a.dtype, buffer=nl.shared_hbm)
+        x, y = nl.load(a), nl.load(b)
+        nl.store(out, getattr(nl, op)(y, x) if swap else getattr(nl, op)(x, y))
+        return out
+
+    return k
+
+
+def _bcast_case(op, dt, swap):
+    a = (np.arange(128 * 16).reshape(128, 16) % 11 + 1).astype(dt)  # [128, 16]
+    b = (np.arange(128).reshape(128, 1) % 5 + 1).astype(dt)  # [128, 1]
+    if op == "power":
+        a, b = a % 4, b % 3
+    f = {"mod": np.mod, "fmod": np.fmod}.get(op) or getattr(np, op)
+    with np.errstate(all="ignore"):
+        exact = f(b.astype(np.int64), a) if swap else f(a.astype(np.int64), b)  # (no wrap-around)
+        want = (f(b, a) if swap else f(a, b)).astype(np.float64 if op == "divide" else dt)
+    if np.dtype(dt).kind in "iu" and op not in ("left_shift", "right_shift"):
+        # the ALU computes in fp32 and casts back saturating (docs/numerics.md: fp32 -> integer)
+        want = np.clip(exact, np.iinfo(dt).min, np.iinfo(dt).max).astype(dt)
+    return a, b, want
+
+
+@pytest.mark.parametrize("swap", [False, True])
+@pytest.mark.parametrize("dt", [np.int32, np.uint8, np.int16])
+@pytest.mark.parametrize("op", _INT_OPS)
+def test_free_dim_broadcast_integer_ops_exact(op, dt, swap):
+    """[128, 16] op [128, 1] and [128, 1] op [128, 16], against numpy's broadcasting."""
+    a, b, want = _bcast_case(op, dt, swap)
+    np.testing.assert_array_equal(_bcast_kernel(op, swap)(a, b), want)
+
+
+@pytest.mark.parametrize("swap", [False, True])
+@pytest.mark.parametrize("dt", [np.float32, np.float16, "bfloat16"])
+@pytest.mark.parametrize("op", _FLOAT_OPS)
+def test_free_dim_broadcast_float_ops(op, dt, swap):
+    import ml_dtypes
+
+    dt = ml_dtypes.bfloat16 if dt == "bfloat16" else dt
+    a, b, want = _bcast_case(op, dt, swap)
+    got = _bcast_kernel(op, swap)(a, b)
+    if op == "divide":  # fp32 division, one rounding to dt: within one unit in the last place
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=2 ** -(np.finfo(dt).nmant))
+    else:  # small integers: exact in every float dtype
+        np.testing.assert_array_equal(got.astype(np.float64), want.astype(np.float64))
+
+
+@pytest.mark.parametrize("swap", [False, True])
+def test_free_dim_broadcast_where(swap):
+    """nl.where with a [P, 1] operand (the condition, x or y), both orders of x and y."""
+    a = (np.arange(128 * 16).reshape(128, 16) % 11).astype(np.int32)
+    b = (np.arange(128).reshape(128, 1) % 5 + 100).astype(np.int32)
+    c = (np.arange(128).reshape(128, 1) % 3 == 0).astype(np.uint8)
+
+    @nki.jit
+    def k(a, b, c):
+        out = nl.ndarray((3, 128, 16), nl.int32, buffer=nl.shared_hbm)
+        x, y, cond = nl.load(a), nl.load(b), nl.load(c)
+        big = nl.greater(x, 5)
+        nl.store(out[0], nl.where(big, y, x) if swap else nl.where(big, x, y))
+        nl.store(out[1], nl.where(cond, y, x) if swap else nl.where(cond, x, y))
+        nl.store(out[2], nl.where(cond, x, 7) if swap else nl.where(cond, 7, x))
+        return out
+
+    got = k(a, b, c)
+    pair = (b, a) if swap else (a, b)
+    np.testing.assert_array_equal(got[0], np.where(a > 5, *pair))
+    np.testing.assert_array_equal(got[1], np.where(c != 0, *pair))
+    np.testing.assert_array_equal(got[2], np.where(c != 0, a, 7) if swap else np.where(c != 0, 7, a))

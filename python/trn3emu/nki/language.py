@@ -1170,7 +1170,13 @@ def where(condition, x, y, dtype=None, **kwargs) -> NkiTensor:
     condition = _onchip(condition)
     x, y = _onchip(x), _onchip(y)
     ref = x if _is_tile(x) else y if _is_tile(y) else condition
-    out = ndarray(condition.shape, dtype or (ref.dtype if _is_tile(ref) else float32), sbuf)
+    # free-dim broadcasting (a [P, 1] operand, numpy's rule along the free dims): stride-0 views
+    tiles = [t for t in (condition, x, y) if _is_tile(t)]
+    shape = builtins.max((tuple(t.shape) for t in tiles), key=lambda sh: math.prod(sh[1:]))
+    condition, x, y = (
+        _bcast_free(t, shape) if _is_tile(t) and tuple(t.shape) != shape else t for t in (condition, x, y)
+    )
+    out = ndarray(shape, dtype or (ref.dtype if _is_tile(ref) else float32), sbuf)
     if _is_tile(y):
         nisa.tensor_copy(dst=out, src=y)
     else:

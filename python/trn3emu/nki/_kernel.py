@@ -805,10 +805,16 @@ def _check_outputs_written(result, inputs: list, contexts) -> None:
 
 #: callables(ctx) run when a program's kernel body has returned
 END_OF_TRACE: list = []
+#: callables(ctx) -> bool run when an on-chip allocation does not fit, before block tiles' blocks
+#: are evicted: each may free memory it holds only as an optimisation (`load_reuse.py`)
+ON_FULL: list = []
 
 
 class TraceContext:
     """The state of one program of a kernel launch while its body is traced."""
+
+    #: the program's reusable loads (`load_reuse.LoadCache`), once pass `load_reuse` cached one
+    _load_cache = None
 
     def __init__(self, launch: _Run, pid: int) -> None:
         self.launch, self.pid = launch, pid
@@ -848,6 +854,8 @@ class TraceContext:
         self.direct_ops: dict[str, bool] = {}
         #: the allocation pass of this trace (`liveness.Recorder` / `Placer`), None: literal allocation
         self.ir = launch.ir_for(pid)
+        if self.ir is not None and self.ir.mode == "emit":
+            self.ir.sbuf = self.sbuf
 
     @property
     def device(self) -> Device:
@@ -978,6 +986,8 @@ class TraceContext:
             except CapacityError:
                 from . import blocks  # here, not per allocation: only a full memory needs it
 
+                if any(release(self) for release in ON_FULL):
+                    continue  # (memory held only to save work gives way first)
                 if not blocks.evict_one(self, alloc):
                     raise
 
@@ -1282,7 +1292,7 @@ class _Run:
 
         if self.ir_mode == "plan":
             return liveness.Recorder()
-        return liveness.Placer(self.plans[pid], spill=self.spill)
+        return liveness.Placer(self.plans[pid], spill=self.spill, sbuf=None)
 
     def _trace(self, args, kwargs):
         """Trace every program of the grid into `_Traced` (inputs placed in this run's HBM), with

@@ -717,6 +717,85 @@ def _masked_transpose(args: tuple, kwargs: dict, ranges: dict):
     return args, kwargs
 
 
+#: matmuls a mask restricts by its operands' own variables (`_masked_matmul`)
+_MATMULS = frozenset({"nc_matmul"})
+
+
+def _dim_vars(v: NkiTensor, ranges: dict) -> list | None:
+    """Per dim of a 2-D matmul operand, the variable a mask restricts it by (None: unrestricted),
+    or None when that is ambiguous: an index view's own variables (one per index expression); a
+    plain tile's dim d the mask variable of grid axis d and the dim's size, if only one such
+    variable restricts."""
+    if v.ndim != 2:
+        return None
+    if isinstance(v, IndexedTensor):
+        out = []
+        for k in v._exprs:
+            terms = list(IndexExpr.of(k).terms) if isinstance(k, IndexExpr) else []
+            if len(terms) > 1:
+                return None
+            out.append(terms[0] if terms else None)
+        return out if len(out) == 2 else None
+    out = []
+    for d, n in enumerate(v.shape):
+        cands = {r: var for var, r in ranges.items() if var is not None and var.axis == d and var.size == n}
+        cands = {r: var for r, var in cands.items() if r != (0, n)}
+        if len(cands) > 1:
+            return None
+        out.append(next(iter(cands.values()), None))
+    return out
+
+
+def _masked_matmul(args: tuple, kwargs: dict, ranges: dict):
+    """`nc_matmul(dst, stationary, moving, mask=...)` (legacy: a partial last tile): the mask keeps
+    a range of each operand dimension, the stationary's [K, M] and the moving's [K, N]: the
+    product of the kept rows (K) and columns, written (or accumulated) into the kept [M, N] block
+    of dst; the rest of dst is untouched. None when the operands are not of that form."""
+    names = ("dst", "stationary", "moving")
+    vals = dict(zip(names, args))
+    vals.update({k: kwargs[k] for k in names if k in kwargs})
+    dst, st, mv = (vals.get(k) for k in names)
+    if not all(isinstance(t, NkiTensor) for t in (dst, st, mv)) or dst.ndim != 2:
+        return None
+    kept = []
+    for v in (st, mv):
+        dims = _dim_vars(v, ranges)
+        if dims is None:
+            return None
+        rs = [ranges.get(var, (0, n)) if var is not None else (0, n) for var, n in zip(dims, v.shape)]
+        if isinstance(v, IndexedTensor):
+            w = apply(v, {var: ranges[var] for var in dims if var is not None and var in ranges})
+        else:
+            w = v[rs[0][0] : rs[0][1], rs[1][0] : rs[1][1]]
+        kept.append((w, rs))
+    k_full = (0, st.shape[0]), (0, mv.shape[0])
+    (st, (k_st, m)), (mv, (k_mv, n)) = kept
+    if k_mv == k_full[1] and k_st != k_full[0]:  # the contraction is shared: a mask on one
+        k_mv, mv = k_st, mv[k_st[0] : k_st[1]]  # operand's rows keeps the other's too
+    elif k_st == k_full[0] and k_mv != k_full[1]:
+        k_st, st = k_mv, st[k_mv[0] : k_mv[1]]
+    if k_st[1] - k_st[0] != k_mv[1] - k_mv[0]:
+        raise ShapeError(
+            f"nc_matmul mask keeps {k_st[1] - k_st[0]} contraction rows of stationary but "
+            f"{k_mv[1] - k_mv[0]} of moving",
+            rule="nki_matmul_mask_contraction",
+        )
+    if isinstance(dst, IndexedTensor):
+        dims = _dim_vars(dst, ranges)
+        if dims is None:
+            return None
+        own = {var: ranges[var] for var in dims if var is not None and var in ranges}
+        dst = apply(dst, own) if own else dst
+        if not own:
+            dst = dst[m[0] : m[1], n[0] : n[1]]
+    else:
+        dst = dst[m[0] : m[1], n[0] : n[1]]
+    new = {"dst": dst, "stationary": st, "moving": mv}
+    args = tuple(new[names[i]] if i < 3 else a for i, a in enumerate(args))
+    kwargs = {k: new.get(k, v) for k, v in kwargs.items()}
+    return args, kwargs
+
+
 def mask_call(opname: str, args: tuple, kwargs: dict):
     """Arguments of a `nisa.<opname>` call restricted by its `mask=` and the active masks;
     None when the mask selects nothing (the instruction is skipped)."""
@@ -732,6 +811,10 @@ def mask_call(opname: str, args: tuple, kwargs: dict):
             swapped = _masked_transpose(args, kwargs, ranges)
             if swapped is not None:
                 return swapped
+        if opname in _MATMULS and restricting:
+            kept = _masked_matmul(args, kwargs, ranges)
+            if kept is not None:
+                return kept
         if opname in _UNMASKABLE and restricting:  # a mask true on the whole grid restricts nothing
             raise not_supported(f"mask= on nki.isa.{opname}", "slice its operands instead", rule="nki_mask_unsupported")
         args = tuple(apply(a, ranges) for a in args)

@@ -20,6 +20,7 @@ from ..errors import NotSupportedError
 from ..program import _enum_name
 from . import _emit, _kernel
 from . import indexing as _indexing
+from . import load_reuse as _load_reuse
 from ._emit import _SITES
 from ._kernel import _INTERNAL, NkiTensor, current, not_supported, tracing
 
@@ -281,6 +282,8 @@ def _make(opname: str):
     convs = _converters(opname, allowed, spec)
     bad_form = _bad_form(opname, sig, allowed)
     dst_first = names[0] == "dst"
+    #: operands the instruction writes (`load_reuse.watch`)
+    writes = frozenset(p[0] for p in INSTRUCTIONS[opname][2] if p[0].startswith("dst") or p[0] == "reduce_res")
     dropped = _NKI_KEYWORDS.get(opname, ())
     # The assembler method only passes its operands on in ISA order: called directly through
     # `_emit` with these defaults (unless a program overrides the method).
@@ -329,6 +332,8 @@ def _make(opname: str):
                 d = args[0]
             if type(d) is NkiTensor and d._block is not None:
                 d._block.written = True  # (nl.loop_reduce into a fresh buffer)
+        if ctx is not None and ctx._load_cache is not None:  # (pass load_reuse: writes make cached loads stale)
+            _load_reuse.watch(ctx, writes, names, args, kwargs)
         if "mask" in kwargs or (ctx is not None and ctx.masks):  # legacy masks: the sub-grid
             masked = _indexing.mask_call(opname, args, kwargs)
             if masked is None:

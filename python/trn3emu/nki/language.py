@@ -21,6 +21,7 @@ from ..errors import EmuError, ShapeError
 from . import compiler as _compiler
 from . import indexing as _indexing
 from . import isa as nisa
+from . import load_reuse, toolchain
 from . import passes as _passes
 from ._kernel import (
     DTYPES,
@@ -37,7 +38,7 @@ from ._kernel import tracing as _tracing_context
 from ._kernel import unknown_parameter as _unknown_parameter
 from .blocks import BlockTensor
 from .indexing import ParDim, arange, mgrid, par_dim  # noqa: F401  (legacy index expressions)
-from .pending import Pending
+from .pending import InPlace, Pending
 
 # ------------------------------------------------------------------------------------ dtypes
 bool_ = DTYPES["bool"]
@@ -399,7 +400,12 @@ def load(src, dtype=None, **kwargs) -> NkiTensor:
     _no_mask("load", kwargs)
     odt = as_dtype(dtype or src.dtype)
     if not _indexing.active() and isinstance(src, NkiTensor):
-        return Pending((tuple(src.shape), odt, sbuf), lambda dst: nisa.dma_copy(dst=dst, src=src), origin="nl.load")
+        return Pending(
+            (tuple(src.shape), odt, sbuf),
+            lambda dst: nisa.dma_copy(dst=dst, src=src),
+            origin="nl.load",
+            fresh=load_reuse.Fresh(src, odt),  # (pass load_reuse: a reload may read SBUF)
+        )
     t = ndarray(src.shape, odt, sbuf)
     nisa.dma_copy(dst=t, src=src)
     return t
@@ -553,9 +559,11 @@ def copy(x, dtype=None, **kwargs) -> NkiTensor:
     """A new SBUF copy (`tensor_copy`; cast to `dtype`)."""
     _no_mask("copy", kwargs)
     x = _onchip(x)
-    t = ndarray(x.shape, dtype or x.dtype, sbuf)
-    nisa.tensor_copy(dst=t, src=x)
-    return t
+
+    def emit(o):
+        nisa.tensor_copy(dst=o, src=x)
+
+    return _result(x.shape, dtype or x.dtype, emit, (x,), "nl.copy", alu=False)
 
 
 def _assign(dst: NkiTensor, value) -> None:
@@ -762,14 +770,32 @@ def _inplace(dst: NkiTensor, op: str, value) -> None:
     _binary(op, dst, value, None, out=dst)
 
 
+def _result(shape, dtype, emit, operands, origin: str, elementwise: bool = True, alu: bool = True):
+    """The SBUF tile an nl op's last instruction `emit(dst)` writes: with pass `inplace_assign`
+    (legacy kernels, `toolchain.py`) a pending result, so `t[...] = nl.op(...)` writes t itself
+    where that is exact (`pending.InPlace`); else a new tile, written now."""
+    if toolchain.enabled("inplace_assign") and not _indexing.active():
+        shape = tuple(shape) if len(shape) >= 2 else tuple(shape) + (1,)  # (as `ndarray` pads it)
+        ip = InPlace(operands, elementwise, alu)
+        return Pending((tuple(shape), as_dtype(dtype), sbuf), emit, origin=origin, inplace=ip)
+    out = ndarray(shape, dtype, sbuf)
+    emit(out)
+    return out
+
+
 def _binary(op: str, x, y, dtype, out=None) -> NkiTensor:
     if not _is_tile(x) and not _is_tile(y):
         raise not_supported(f"nl.{op} of two scalars", "compute it in Python", rule="nki_scalar_operands")
     x, y = _onchip(x), _onchip(y)
     if not _is_tile(y) or not _is_tile(x):
         tile, scalar, rev = (x, y, False) if _is_tile(x) else (y, x, True)
-        out = ndarray(tile.shape, dtype or tile.dtype, sbuf) if out is None else out
-        nisa.tensor_scalar(out, tile, op0=op, operand0=float(scalar), reverse0=rev)
+
+        def emit_scalar(o):
+            nisa.tensor_scalar(o, tile, op0=op, operand0=float(scalar), reverse0=rev)
+
+        if out is None:
+            return _result(tile.shape, dtype or tile.dtype, emit_scalar, (tile,), f"nl.{op}")
+        emit_scalar(out)
         return out
     odt = dtype or promote(x.dtype, y.dtype)
     if x.shape[0] != y.shape[0]:
@@ -785,14 +811,24 @@ def _binary(op: str, x, y, dtype, out=None) -> NkiTensor:
     xf, yf = x.size // x.shape[0], y.size // y.shape[0]
     if xf != yf and (xf == 1 or yf == 1):
         tile, col, rev = (x, y, False) if yf == 1 else (y, x, True)
-        out = ndarray(tile.shape, odt, sbuf) if out is None else out
-        nisa.tensor_scalar(
-            out, tile, op0=op, operand0=col.reshape((col.shape[0], 1)) if col.ndim != 2 else col, reverse0=rev
-        )
+        col = col.reshape((col.shape[0], 1)) if col.ndim != 2 else col
+
+        def emit_col(o):
+            nisa.tensor_scalar(o, tile, op0=op, operand0=col, reverse0=rev)
+
+        if out is None:
+            return _result(tile.shape, odt, emit_col, (tile, col), f"nl.{op}")
+        emit_col(out)
         return out
     shape = tuple(np.broadcast_shapes(x.shape, y.shape)) if out is None else out.shape
-    out = ndarray(shape, odt, sbuf) if out is None else out
-    nisa.tensor_tensor(out, _bcast_free(x, shape), _bcast_free(y, shape), op=op)
+    bx, by = _bcast_free(x, shape), _bcast_free(y, shape)
+
+    def emit_tt(o):
+        nisa.tensor_tensor(o, bx, by, op=op)
+
+    if out is None:
+        return _result(shape, odt, emit_tt, (bx, by), f"nl.{op}")
+    emit_tt(out)
     return out
 
 
@@ -833,9 +869,11 @@ right_shift = _make_binary("right_shift")
 
 def _act(fn: str, x, dtype=None, bias=None, scale=1.0) -> NkiTensor:
     x = _onchip(x)
-    out = ndarray(x.shape, dtype or x.dtype, sbuf)
-    nisa.activation(out, op=fn, data=x, bias=bias, scale=scale)
-    return out
+
+    def emit(o):
+        nisa.activation(o, op=fn, data=x, bias=bias, scale=scale)
+
+    return _result(x.shape, dtype or x.dtype, emit, (x, bias), f"nl.{fn}")
 
 
 def _make_act(fn: str):
@@ -1063,9 +1101,11 @@ def _reduce(op: str, x, axis, dtype, keepdims, negate=False) -> NkiTensor:
         if keepdims
         else [n for d, n in enumerate(x.shape) if d not in axes]
     )
-    out = ndarray(tuple(shape), dtype or x.dtype, sbuf)
-    nisa.tensor_reduce(out, op=op, data=x, axis=axes, negate=negate, keepdims=keepdims)
-    return out
+
+    def emit(o):
+        nisa.tensor_reduce(o, op=op, data=x, axis=axes, negate=negate, keepdims=keepdims)
+
+    return _result(tuple(shape), dtype or x.dtype, emit, (x,), "nl.reduce", elementwise=False)
 
 
 def _make_reduce(name: str, op: str):
@@ -1193,6 +1233,13 @@ def matmul(x, y, transpose_x=False, **kwargs) -> NkiTensor:
     paired with a narrower one promotes it to fp32 first (`tensor_copy`): the PE cannot mix them."""
     _no_mask("matmul", kwargs)
     x, y = _onchip(x), _onchip(y)
+    # a legacy mask= (the active masks, `_checked`): issued under it whenever the result is
+    # issued (`indexing._masked_matmul`: the kept [M, N] block of the target)
+    masks = list(current().masks) if _indexing.active() else []
+    if masks and not transpose_x:
+        raise not_supported(
+            "nl.matmul(mask=...) without transpose_x=True", "pass x transposed", rule="nki_mask_unsupported"
+        )
     if not transpose_x:
         xt = transpose(x)
         x = _sbuf_operand(xt)
@@ -1200,11 +1247,21 @@ def matmul(x, y, transpose_x=False, **kwargs) -> NkiTensor:
     wide = ("float32", "tfloat32")
     if (str(x.dtype) in wide) != (str(y.dtype) in wide):
         x, y = (x, copy(y, dtype=float32)) if str(x.dtype) in wide else (copy(x, dtype=float32), y)
+
     # pending (`pending.py`): `psum[...] = nl.matmul(..)` writes psum, `psum[...] += ..` accumulates
+    def mm(dst, accumulate: bool):
+        active = current().masks
+        n = len(active)
+        active.extend(masks)
+        try:
+            nisa.nc_matmul(dst, stationary=x, moving=y, accumulate=accumulate)
+        finally:
+            del active[n:]
+
     return Pending(
         ((x.shape[1], y.shape[1]), as_dtype(float32), psum),
-        lambda dst: nisa.nc_matmul(dst, stationary=x, moving=y, accumulate=False),
-        lambda dst: nisa.nc_matmul(dst, stationary=x, moving=y, accumulate=True),
+        lambda dst: mm(dst, False),
+        lambda dst: mm(dst, True),
         origin="nl.matmul",
     )
 
@@ -1269,7 +1326,8 @@ def _checked(f):
             if mask is None:
                 return f(*args, **kwargs)
             with _indexing.masked(mask):
-                return _indexing.tag(f(*args, **kwargs), mask)
+                r = f(*args, **kwargs)
+                return r if isinstance(r, Pending) else _indexing.tag(r, mask)  # (pending: masks kept)
         except EmuError as e:
             _note_lowering(e, f.__name__)
             raise

@@ -16,11 +16,11 @@ import types
 from typing import Any
 
 from .._asm import INSTRUCTIONS, AssemblerMixin
-from . import indexing
+from . import indexing, toolchain
 from . import isa as nisa
 from . import language as nl
 from ._kernel import Kernel, NkiTensor, _Launcher, jit, missing_attribute, not_supported
-from .pending import Pending
+from .pending import InPlace, Pending
 from .profiling import benchmark, profile
 
 _DST = object()  # placeholder bound to the dst parameter while reading a legacy call
@@ -98,6 +98,23 @@ def _out_spec(opname: str, a: dict, dtype: Any) -> tuple:
     return tuple(src.shape), odt, nl.sbuf
 
 
+#: Pass `inplace_assign` (`toolchain.py`): SBUF results of these ops are pending, so `t[...] =
+#: nisa.op(...)` writes t (the op writes its whole dst and never reads it).
+INPLACE_OPS = frozenset(
+    "tensor_tensor tensor_scalar activation tensor_copy scalar_tensor_tensor tensor_reduce tensor_partition_reduce "
+    "tensor_tensor_scan bn_stats bn_aggr exponential reciprocal max8 nc_find_index8 select tensor_scalar_reduce "
+    "iota nc_transpose transpose".split()
+)
+#: ... of which these read element i of each operand of the result's shape for element i
+ELEMENTWISE_OPS = frozenset(
+    "tensor_tensor tensor_scalar activation tensor_copy scalar_tensor_tensor exponential reciprocal select".split()
+)
+#: ... and these compute in fp32 and round once when writing dst (reference §3.3)
+FP32_ALU_OPS = frozenset(
+    "tensor_tensor tensor_scalar activation scalar_tensor_tensor tensor_reduce tensor_partition_reduce "
+    "exponential reciprocal".split()
+)
+
 #: legacy PSUM results not issued yet, in call order (see `_Pending`)
 _Pending = Pending  # value-returning PSUM results are pending results (`pending.py`)
 
@@ -123,9 +140,22 @@ def _legacy(opname: str):
                 if isinstance(a.get(k), NkiTensor) and a[k].buffer == nl.psum:
                     a[k] = nl._sbuf_operand(a[k])
         shape, odt, buf = _out_spec(opname, a, dtype)
-        if buf == nl.psum and mask is None and not indexing.active():
-            accumulate = (lambda dst: new(dst, **a, accumulate=True)) if opname == "nc_matmul" else None
-            return Pending((shape, odt, buf), lambda dst: new(dst, **a), accumulate, origin=f"nki.isa.{opname}")
+        if buf == nl.psum and (mask is None or opname == "nc_matmul") and not indexing.active():
+            # (a masked nc_matmul writes, or accumulates into, the kept [M, N] block of its target:
+            # `indexing._masked_matmul`; the legacy partial last tile)
+            accumulate = (lambda dst: new(dst, **a, accumulate=True, **extra)) if opname == "nc_matmul" else None
+            return Pending(
+                (shape, odt, buf), lambda dst: new(dst, **a, **extra), accumulate, origin=f"nki.isa.{opname}"
+            )
+        if (
+            buf == nl.sbuf
+            and mask is None
+            and opname in INPLACE_OPS
+            and not indexing.active()
+            and toolchain.enabled("inplace_assign")
+        ):
+            ip = InPlace(a.values(), opname in ELEMENTWISE_OPS, opname in FP32_ALU_OPS)
+            return Pending((shape, odt, buf), lambda dst: new(dst, **a), origin=f"nki.isa.{opname}", inplace=ip)
         out = nl.ndarray(shape, odt, buffer=buf)
         new(out, **a, **extra)
         if opname in indexing._TRANSPOSES:  # the mask's rows are the result's columns:
@@ -322,8 +352,9 @@ def baremetal(kernel=None, **options):
 
 
 def legacy_jit(fn=None, mode=None, **options):
-    """`@nki.jit`, `@nki.jit(mode="simulation" | "baremetal" | ...)`: every mode runs on trn3emu."""
-    options.setdefault("dialect", "legacy")  # the compiler passes of the legacy toolchain (passes.py)
+    """`@nki.jit`, `@nki.jit(mode="simulation" | "baremetal" | ...)`: every mode runs on trn3emu
+    (a legacy-dialect kernel: the legacy toolchain's passes apply, `toolchain.py`)."""
+    options.setdefault("dialect", "legacy")
     return jit(fn, **options)
 
 

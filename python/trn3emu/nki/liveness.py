@@ -21,7 +21,8 @@ second trace allocates the same tiles in the same order); its own placements are
 A kernel that does not fit even so (one call naming more than SBUF, a tile over a partition)
 gets the allocator's `CapacityError`.
 Explicitly placed tiles (`address=`, `ncc.sbuf.alloc` / `mod_alloc`) keep their placement and
-are never freed early or spilled; PSUM tiles are never spilled.
+are never freed early or spilled. PSUM tiles spill into SBUF copies (`tensor_copy`: PSUM has no
+DMA path), which are SBUF tiles like others.
 """
 
 from __future__ import annotations
@@ -140,7 +141,8 @@ class Placer:
 
     mode = "emit"
 
-    def __init__(self, plan: Recorder, spill: bool) -> None:
+    def __init__(self, plan: Recorder, spill: bool, sbuf) -> None:
+        self.sbuf = sbuf  # the program's SBUF allocator (PSUM spills land there)
         self.uses = plan.uses
         self.tiles = plan.tiles
         self.pinned = plan.pinned
@@ -153,10 +155,19 @@ class Placer:
         self.deaths: list[tuple[int, int]] = []  # heap of (last use, seq)
         self.reload_at: dict[int, list[int]] = {}  # call ordinal -> spilled seqs it reads
         self.scratch: dict[int, Tensor] = {}  # seq -> its HBM spill slot
-        self.stats = {"spills": 0, "spilled_bytes": 0, "reloads": 0, "reloaded_bytes": 0}
+        self.stats = {
+            "spills": 0,
+            "spilled_bytes": 0,
+            "reloads": 0,
+            "reloaded_bytes": 0,
+            "psum_spills": 0,
+            "psum_spilled_bytes": 0,
+        }
 
     # ------------------------------------------------------------------ uses
     def _next_use(self, seq: int, after: int) -> int | None:
+        if seq < 0:  # the SBUF copy of spilled PSUM tile -seq - 1: needed when that tile is
+            seq = -seq - 1
         u = self.uses[seq] if seq < len(self.uses) else ()
         i = bisect_right(u, after - 1) if u else 0
         return u[i] if u and i < len(u) else None
@@ -221,6 +232,10 @@ class Placer:
                 t.alloc.free(t.key)
                 self.moved -= t.lo != t.home
             self.out.pop(s, None)
+            c = self.live.pop(-s - 1, None)  # died spilled from PSUM: its SBUF copy goes too
+            if c is not None:
+                c.alloc.free(c.key)
+            self.out.pop(-s - 1, None)
 
     def _place(self, ctx, alloc, row: int, label: str, now: int) -> tuple[int, int]:
         """A range for `row` bytes per partition, spilling SBUF tiles not used by call `now`
@@ -229,7 +244,7 @@ class Placer:
             return alloc.alloc(row, label)
         except CapacityError as e:
             err = e
-        if not self.spill_on or alloc is not ctx.sbuf:
+        if not self.spill_on:
             raise err
         while True:
             victims = [
@@ -254,23 +269,39 @@ class Placer:
                 continue
 
     # ------------------------------------------------------------------ spill / reload
-    def _view(self, t: _Live, core: int) -> Tensor:
-        v = Tensor("sbuf", "uint8", (t.parts, t.hi - t.lo), name="spill", core=core)
-        return v._view(v.shape, v.strides, t.lo, 0)
+    def _view(self, mem: str, parts: int, lo: int, n: int, core: int) -> Tensor:
+        """`parts` x `n` bytes at byte `lo` of each partition, as 4-byte words when they divide
+        (an engine copies a dtype to itself bit-exactly)."""
+        dt, w = ("float32", 4) if n % 4 == 0 and lo % 4 == 0 else ("uint8", 1)
+        v = Tensor(mem, dt, (parts, n // w), name="spill", core=core)
+        return v._view(v.shape, v.strides, lo, 0)
 
     def _spill(self, ctx, s: int, now: int) -> None:
         t = self.live.pop(s)
-        u = self.uses[s]
-        t.data = bool(u) and u[0] < now  # written before (else nothing to keep)
-        if t.data:
+        n = t.hi - t.lo
+        if s >= 0:
+            u = self.uses[s]
+            t.data = bool(u) and u[0] < now  # written before (else nothing to keep)
+            self.moved -= t.lo != t.home
+        if t.data and t.alloc is not self.sbuf:
+            # PSUM has no DMA path: the tile goes to an SBUF copy (seq -s - 1), itself spilled to
+            # HBM by the same rule when SBUF is full
+            key, off = self._place(ctx, self.sbuf, n, f"PSUM spill of {t.label}", now)
+            c = self.live[-s - 1] = _Live(-s - 1, key, off, off + n, self.sbuf, t.parts, f"PSUM spill of {t.label}")
+            c.data = True
+            src = self._view("psum", t.parts, t.lo, n, ctx.core)
+            ctx.program.tensor_copy(dst=self._view("sbuf", t.parts, off, n, ctx.core), src=src, name="psum_spill")
+            self.stats["psum_spills"] += 1
+            self.stats["psum_spilled_bytes"] += t.parts * n
+        elif t.data:
             hbm = self.scratch.get(s)
             if hbm is None:
-                hbm = self.scratch[s] = ctx.device.hbm.alloc((t.parts, t.hi - t.lo), "uint8", name="spill")
-            ctx.program.dma_copy(dst=hbm, src=self._view(t, ctx.core), name="spill")
+                hbm = self.scratch[s] = ctx.device.hbm.alloc((t.parts, n), "uint8", name="spill")
+            src = self._view("sbuf", t.parts, t.lo, n, ctx.core)
+            ctx.program.dma_copy(dst=hbm.view_as(src.dtype) if src.dtype != "uint8" else hbm, src=src, name="spill")
             self.stats["spills"] += 1
-            self.stats["spilled_bytes"] += t.parts * (t.hi - t.lo)
+            self.stats["spilled_bytes"] += t.parts * n
         t.alloc.free(t.key)
-        self.moved -= t.lo != t.home
         self.out[s] = t
         nu = self._next_use(s, now)
         if nu is not None:
@@ -279,11 +310,25 @@ class Placer:
     def _reload(self, ctx, s: int, now: int) -> None:
         t = self.out.pop(s)
         n = t.hi - t.lo
+        c = None
+        if t.data and t.alloc is not self.sbuf:
+            if -s - 1 in self.out:  # its SBUF copy went to HBM: back first
+                self._reload(ctx, -s - 1, now)
+            c = self.live.pop(-s - 1)
         t.key, t.lo = self._place(ctx, t.alloc, n, t.label, now)
         t.hi = t.lo + n
         self.live[s] = t
-        self.moved += t.lo != t.home
-        if t.data:
-            ctx.program.dma_copy(dst=self._view(t, ctx.core), src=self.scratch[s], name="reload")
+        if s >= 0:
+            self.moved += t.lo != t.home
+        if not t.data:
+            return
+        mem = "sbuf" if t.alloc is self.sbuf else "psum"
+        dst = self._view(mem, t.parts, t.lo, n, ctx.core)
+        if c is not None:
+            ctx.program.tensor_copy(dst=dst, src=self._view("sbuf", c.parts, c.lo, n, ctx.core), name="psum_reload")
+            c.alloc.free(c.key)
+        else:
+            src = self.scratch[s]
+            ctx.program.dma_copy(dst=dst, src=src.view_as(dst.dtype) if dst.dtype != "uint8" else src, name="reload")
             self.stats["reloads"] += 1
             self.stats["reloaded_bytes"] += t.parts * n

@@ -12,6 +12,9 @@ program is the kernel's source taken literally.
   allocation choices: a kernel that does not fit is an error). Only runs with liveness.
 - `reduce_init`: "on" (default): `nl.loop_reduce` into a tile no instruction wrote starts from
   its first value; "off": it reads the tile as it is.
+- `inplace_assign`, `load_reuse` (the legacy toolchain's rewrites, `toolchain.py`): "dialect"
+  (default: on for the legacy dialect, off for NKI 0.6, whose compiler preserves the developer's
+  choices), "on", "off".
 """
 
 from __future__ import annotations
@@ -20,8 +23,20 @@ import os
 
 from ..errors import OperandError
 
-DEFAULTS = {"liveness": "auto", "spill": "dialect", "reduce_init": "on"}
-VALUES = {"liveness": ("auto", "on", "off"), "spill": ("on", "off", "dialect"), "reduce_init": ("on", "off")}
+DEFAULTS = {
+    "liveness": "auto",
+    "spill": "dialect",
+    "reduce_init": "on",
+    "inplace_assign": "dialect",
+    "load_reuse": "dialect",
+}
+VALUES = {
+    "liveness": ("auto", "on", "off"),
+    "spill": ("on", "off", "dialect"),
+    "reduce_init": ("on", "off"),
+    "inplace_assign": ("on", "off", "dialect"),
+    "load_reuse": ("on", "off", "dialect"),
+}
 
 
 def _parse(spec, where: str) -> dict:
@@ -68,10 +83,23 @@ def legacy_dialect(kernel) -> bool:
     d = kernel.options.get("dialect")
     if d is not None:
         return d == "legacy"
-    g = getattr(kernel.fn, "__globals__", {})
+    fn = getattr(kernel.fn, "__wrapped__", kernel.fn)
+    g = getattr(fn, "__globals__", {})
     for v in g.values():
         name = getattr(v, "__name__", "")
         if isinstance(name, str) and name.startswith("neuronxcc"):
+            return True
+    for cell in getattr(fn, "__closure__", None) or ():  # (a kernel defined where it imports them)
+        try:
+            v = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        name = getattr(v, "__name__", "")
+        if (
+            isinstance(name, str)
+            and name.startswith("neuronxcc")
+            or getattr(v, "__module__", "") == __package__ + ".legacy"
+        ):
             return True
     return False
 
@@ -87,5 +115,8 @@ def allocation(kernel) -> tuple[str, bool]:
 
 
 def enabled(kernel, name: str) -> bool:
-    """Whether an on/off pass is on for `kernel`."""
-    return settings(kernel)[name] == "on"
+    """Whether an on/off pass is on for `kernel` ("dialect": on for the legacy dialect)."""
+    v = settings(kernel)[name]
+    if v == "dialect":
+        return legacy_dialect(kernel)
+    return v == "on"

@@ -12,6 +12,10 @@ A value-returning call whose result the kernel usually assigns straight away (`n
   next instruction, issues it into a fresh tile first, so instructions keep their program order.
   A PSUM result never used and not followed by another instruction is not issued; a load is
   issued when the kernel body returns (its operands are checked like every instruction's).
+- Pass `inplace_assign` (`toolchain.py`; legacy kernels): the legacy dialect's value-returning
+  `nisa.*` / `nl.*` results are pending too, so `t[...] = nisa.tensor_tensor(a, b, op)` is one
+  instruction writing `t`, as the compiler emits it, wherever that gives the same bits
+  (`InPlace`): otherwise the result goes to a fresh tile and is copied, as written.
 """
 
 from __future__ import annotations
@@ -20,6 +24,61 @@ from ..errors import EmuError
 from . import indexing
 from . import isa as nisa
 from ._kernel import END_OF_TRACE, NkiTensor, current
+
+#: float dtypes an fp32 result may be written to directly (one RNE rounding either way)
+_NARROW_FLOATS = frozenset({"bfloat16", "float16"})
+
+
+class InPlace:
+    """How a pending result of an `inplace_assign` op may be written into an assignment target:
+    `operands` (the op's tensor operands, for aliasing), `elementwise` (element i of the result
+    reads only element i of each operand of its shape: an operand that is exactly the target's
+    view may be overwritten in place), `fp32_alu` (the engine computes in fp32 and rounds once
+    when writing: an fp32 result copied to a bf16 / fp16 target is the same as writing it there)."""
+
+    __slots__ = ("operands", "elementwise", "fp32_alu")
+
+    def __init__(self, operands, elementwise: bool, fp32_alu: bool) -> None:
+        self.operands = tuple(o for o in operands if isinstance(o, NkiTensor))
+        self.elementwise, self.fp32_alu = elementwise, fp32_alu
+
+    def dtype_ok(self, have, want) -> bool:
+        if have == want:
+            return True
+        if str(have) != "float32" or str(want) not in _NARROW_FLOATS or not self.fp32_alu:
+            return False
+        if any(str(o.dtype) not in ("float32", "bfloat16", "float16", "tfloat32") for o in self.operands):
+            return False  # an integer source converted twice could round twice
+        return current().device.numerics["rounding"] != "stochastic"  # (SR draws differ per engine)
+
+    def alias_ok(self, dst) -> bool:
+        d = _span(dst)
+        for o in self.operands:
+            if o.buffer != dst.buffer or not _overlap(d, _span(o)):
+                continue
+            if not (self.elementwise and o.same_view(dst)):
+                return False
+        return True
+
+
+def _span(t: NkiTensor):
+    """(core, partitions [lo, hi), bytes [lo, hi)) an on-chip view can touch; None: anywhere."""
+    v = t._t
+    if v.mem == "hbm" or v.dyn is not None:
+        return None
+    es = v.itemsize
+    lo = hi = 0
+    for n, st in zip(v.shape[1:], v.strides[1:]):
+        span = (n - 1) * st
+        lo, hi = (lo + span, hi) if span < 0 else (lo, hi + span)
+    step = max(1, abs(v.strides[0]))
+    return v.core, (v.start, v.start + (v.shape[0] - 1) * step + 1), (v.offset + lo * es, v.offset + (hi + 1) * es)
+
+
+def _overlap(a, b) -> bool:
+    if a is None or b is None:
+        return True
+    return a[0] == b[0] and a[1][0] < b[1][1] and b[1][0] < a[1][1] and a[2][0] < b[2][1] and b[2][0] < a[2][1]
 
 
 def _flush_pending() -> None:
@@ -34,12 +93,17 @@ class Pending(NkiTensor):
     `accumulate(dst)`, when given, issues it adding into dst). After a fused assignment the
     result is a view of the tile it was written into."""
 
-    __slots__ = ("_spec", "_emit", "_ctx", "_acc", "_origin")
+    __slots__ = ("_spec", "_emit", "_ctx", "_acc", "_origin", "_inplace", "_fresh")
 
-    def __init__(self, spec, emit, accumulate=None, origin: str = "") -> None:
-        # `_t` / `_block` stay unset until issued; `origin` names the call that made the result
+    def __init__(self, spec, emit, accumulate=None, origin: str = "", inplace=None, fresh=None) -> None:
+        # `_t` / `_block` stay unset until issued; `origin` names the call that made the result;
+        # `inplace` (an `InPlace`): a result the `inplace_assign` pass made pending, which fuses
+        # into a target of another dtype or aliasing an operand only where that is exact;
+        # `fresh.tile(spec)`: (the tile a use other than an assignment issues into, whether it
+        # holds the result already), or (None, False): a new tile; `fresh.issued(tile)` after
         self.buffer, self.name = spec[2], ""
         self._spec, self._emit, self._ctx, self._acc, self._origin = spec, emit, current(), accumulate, origin
+        self._inplace, self._fresh = inplace, fresh
         self._ctx.pending.append(self)
 
     def __getattr__(self, name: str):
@@ -64,6 +128,13 @@ class Pending(NkiTensor):
 
     def _issue(self, dst, accumulate: bool = False) -> None:
         self._unlist()
+        fresh = self._fresh if dst is None else None
+        if fresh is not None:
+            dst, reused = fresh.tile(self._spec)
+            if reused:  # (`load_reuse`: the tile already holds the result; no instruction)
+                self._t, self._block = dst._t, dst._block
+                self._emit = self._acc = self._fresh = self._inplace = None
+                return
         if dst is None:
             from . import language as nl
 
@@ -81,13 +152,22 @@ class Pending(NkiTensor):
             raise
         finally:
             active_masks[:] = masks
+        if fresh is not None and dst is not None:
+            fresh.issued(dst)
         self._t, self._block = dst._t, dst._block
+        # issued: drop the operands the closures hold, so their tiles die when the kernel drops them
+        self._emit = self._acc = self._fresh = self._inplace = None
 
     def _matches(self, dst) -> bool:
         shape, dtype, buf = self._spec
         if not self._pending() or indexing.active() or not isinstance(dst, NkiTensor) or isinstance(dst, Pending):
             return False
-        return dst.buffer == buf and tuple(dst.shape) == tuple(shape) and dst.dtype == dtype
+        if dst.buffer != buf or tuple(dst.shape) != tuple(shape):
+            return False
+        ip = self._inplace
+        if ip is None:
+            return dst.dtype == dtype
+        return ip.dtype_ok(dtype, dst.dtype) and ip.alias_ok(dst)
 
     def _fuse_into(self, dst) -> bool:
         """`dst[...] = self`: issue into dst when it is the same kind of tile; else False."""

@@ -1,0 +1,324 @@
+"""The legacy toolchain's passes (docs/nki.md, "Compiler passes"): in-place assignment, load reuse,
+and `mask=` on `nc_matmul`. Each kernel is written here in the legacy dialect; results are compared
+with numpy, and the instruction counts / HBM bytes with the literal program (`passes="literal"`)
+and with counts worked out by hand from the kernel's source."""
+
+from collections import Counter
+
+import ml_dtypes
+import numpy as np
+import pytest
+import trn3emu.nki as tn
+from trn3emu.errors import OperandError
+
+BF16 = ml_dtypes.bfloat16
+tn.install()
+
+import neuronxcc.nki as lnki  # noqa: E402
+import neuronxcc.nki.isa as lisa  # noqa: E402
+import neuronxcc.nki.language as nl  # noqa: E402
+
+
+def opcodes(kernel) -> Counter:
+    """Instruction count per opcode of the last launch's program (core 0)."""
+    text = kernel.last_programs[0].to_text().splitlines()
+    return Counter(line.split(".")[0].split()[0] for line in text if line and not line.startswith("."))
+
+
+def both(fn, *arrays, **options):
+    """(result, opcode counts) with the default passes and with the literal program."""
+    out = []
+    for passes in (None, "literal"):
+        k = lnki.jit(fn, passes=passes, **options) if passes else lnki.jit(fn, **options)
+        r = k(*arrays)
+        out.append((r, opcodes(k), k))
+    return out
+
+
+# ----------------------------------------------------------------------- inplace_assign
+def _chain(a, b):
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    x = nl.load(a)
+    y = nl.load(b)
+    t = nl.ndarray(a.shape, nl.float32, buffer=nl.sbuf)
+    t[...] = lisa.tensor_tensor(x, y, op=np.add)  # nisa value form
+    u = nl.ndarray(a.shape, nl.float32, buffer=nl.sbuf)
+    u[...] = nl.exp(t)  # nl value form
+    u[...] = lisa.tensor_scalar(u, np.multiply, 2.0)  # dst = the operand's own view: in place
+    m = nl.ndarray((a.shape[0], 1), nl.float32, buffer=nl.sbuf)
+    m[...] = nl.max(u, axis=1)  # a reduction into a fitting tile
+    v = nl.ndarray(a.shape, nl.float32, buffer=nl.sbuf)
+    v[...] = nl.subtract(u, m)  # [P, 1] column operand
+    nl.store(out, v)
+    return out
+
+
+def test_legacy_assignments_write_their_destination():
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((128, 96)).astype(np.float32) for _ in range(2))
+    (r, ops, _), (r_lit, ops_lit, _) = both(_chain, a, b)
+    u = np.exp(a + b) * 2
+    want = u - u.max(axis=1, keepdims=True)
+    np.testing.assert_allclose(r, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    np.testing.assert_array_equal(r, r_lit)  # the same bits as the literal program
+    # literal: each of the 5 assignments is its op into a temporary plus a Vector tensor_copy;
+    # with the pass: the 5 ops write t, u, u, m, v themselves
+    assert ops_lit["tensor_copy"] == 5
+    assert ops["tensor_copy"] == 0
+    assert sum(ops.values()) == sum(ops_lit.values()) - 5 == 2 + 5 + 1
+
+
+def test_dtype_conversion_keeps_its_copy_where_writing_directly_would_round_differently():
+    # bf16 inputs: tensor_tensor's result is bf16 (the promoted input dtype); assigning it to an
+    # fp32 tile converts the rounded bf16 values, so writing fp32 directly would keep more bits:
+    # the copy stays. An fp32 result assigned to a bf16 tile rounds once either way: fused.
+    def k(a, b):
+        out = nl.ndarray(a.shape, nl.float32, buffer=nl.shared_hbm)
+        out2 = nl.ndarray(a.shape, nl.bfloat16, buffer=nl.shared_hbm)
+        x = nl.load(a)
+        y = nl.load(b)
+        wide = nl.ndarray(a.shape, nl.float32, buffer=nl.sbuf)
+        wide[...] = lisa.tensor_tensor(x, y, op=np.multiply)  # bf16 result -> fp32: copy
+        narrow = nl.ndarray(a.shape, nl.bfloat16, buffer=nl.sbuf)
+        narrow[...] = lisa.tensor_scalar(wide, np.add, 1.0)  # fp32 result -> bf16: direct
+        nl.store(out, wide)
+        nl.store(out2, narrow)
+        return out, out2
+
+    rng = np.random.default_rng(1)
+    a, b = (rng.standard_normal((64, 40)).astype(BF16) for _ in range(2))
+    ((w, n), ops, _), ((w_lit, n_lit), ops_lit, _) = both(k, a, b)
+    prod = (a.astype(np.float32) * b.astype(np.float32)).astype(BF16).astype(np.float32)
+    np.testing.assert_array_equal(w, prod)  # rounded to bf16 first, as written
+    np.testing.assert_array_equal(n, (prod + 1).astype(BF16))
+    np.testing.assert_array_equal(w, w_lit)
+    np.testing.assert_array_equal(n.view(np.uint16), n_lit.view(np.uint16))
+    assert (ops["tensor_copy"], ops_lit["tensor_copy"]) == (1, 2)
+
+
+def test_overlapping_source_and_destination_keep_the_copy():
+    # a shift by one column within one tile: writing in place would read already-shifted
+    # elements on a streaming engine, so the result goes through a temporary as written
+    def k(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        x = nl.load(a)
+        t = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+        t[...] = lisa.tensor_copy(x)  # fused: no overlap
+        t[:, 1:] = lisa.tensor_scalar(t[:, :-1], np.add, 1.0)  # overlaps, not the same view: copy
+        nl.store(out, t)
+        return out
+
+    a = np.arange(16 * 8, dtype=np.float32).reshape(16, 8)
+    (r, ops, _), (r_lit, ops_lit, _) = both(k, a)
+    want = a.copy()
+    want[:, 1:] = a[:, :-1] + 1
+    np.testing.assert_array_equal(r, want)
+    np.testing.assert_array_equal(r_lit, want)
+    # literal: tensor_copy (the op) + copy, tensor_scalar + copy; passes: the first copy only fused
+    assert (ops["tensor_copy"], ops_lit["tensor_copy"]) == (2, 3)
+
+
+def test_broadcasting_assignment_keeps_the_copy():
+    def k(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        x = nl.load(a)
+        t = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+        t[...] = nl.max(x, axis=1, keepdims=True)  # [P, 1] broadcast along the free dim
+        nl.store(out, t)
+        return out
+
+    a = np.random.default_rng(2).standard_normal((32, 16)).astype(np.float32)
+    (r, ops, _), (_, ops_lit, _) = both(k, a)
+    np.testing.assert_array_equal(r, np.broadcast_to(a.max(axis=1, keepdims=True), a.shape))
+    assert ops["tensor_copy"] == ops_lit["tensor_copy"] == 1
+
+
+def test_nki_06_kernels_stay_literal_unless_asked():
+    import nki
+    import nki.language as nl6
+
+    def k(a):
+        out = nl6.ndarray(a.shape, a.dtype, buffer=nl6.shared_hbm)
+        x = nl6.load(a)
+        t = nl6.ndarray(a.shape, a.dtype, buffer=nl6.sbuf)
+        t[...] = nl6.exp(x)
+        nl6.store(out, t)
+        return out
+
+    a = np.random.default_rng(3).standard_normal((8, 8)).astype(np.float32)
+    literal = nki.jit(k)
+    np.testing.assert_allclose(literal(a), np.exp(a), rtol=1e-6)
+    assert opcodes(literal)["tensor_copy"] == 1  # NKI 0.6: as written
+    asked = nki.jit(k, passes={"inplace_assign": "on"})
+    np.testing.assert_array_equal(asked(a), literal(a))
+    assert opcodes(asked)["tensor_copy"] == 0
+
+
+def test_pass_switch_errors_and_environment(monkeypatch):
+    a = np.ones((4, 4), np.float32)
+    with pytest.raises(OperandError, match="inplace_assign=") as ei:
+        lnki.jit(_chain, passes={"inplace_assign": "sometimes"})(a, a)
+    assert ei.value.rule == "nki_pass_setting"
+    monkeypatch.setenv("TRN3EMU_NKI_PASSES", "inplace_assign=off")
+    k = lnki.jit(_chain)
+    k(a, a)
+    assert opcodes(k)["tensor_copy"] == 5
+    monkeypatch.setenv("TRN3EMU_NKI_PASSES", "inplace_assign=on")
+    k(a, a)  # the environment is part of the trace cache's key: traced again
+    assert opcodes(k)["tensor_copy"] == 0
+
+
+# ------------------------------------------------------------------- mask= on nc_matmul
+def _tiled_matmul(lhsT, rhs, indexed: bool):
+    """out[M, N] = lhsT.T @ rhs in 128 x 128 x 512 tiles; the last tile of every dim is partial
+    and masked, as legacy kernels write it."""
+    kk, mm = lhsT.shape
+    nn = rhs.shape[1]
+    out = nl.ndarray((mm, nn), nl.float32, buffer=nl.shared_hbm)
+    i_k, i_m = nl.mgrid[0:128, 0:128]
+    j_k, i_n = nl.mgrid[0:128, 0:512]
+    o_m, o_n = nl.mgrid[0:128, 0:512]
+    for m in nl.affine_range((mm + 127) // 128):
+        for n in nl.affine_range((nn + 511) // 512):
+            acc = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
+            for k in nl.affine_range((kk + 127) // 128):
+                a = nl.load(lhsT[k * 128 + i_k, m * 128 + i_m], mask=(k * 128 + i_k < kk) & (m * 128 + i_m < mm))
+                b = nl.load(rhs[k * 128 + j_k, n * 512 + i_n], mask=(k * 128 + j_k < kk) & (n * 512 + i_n < nn))
+                mask = (k * 128 + i_k < kk) & (m * 128 + i_m < mm) & (n * 512 + i_n < nn)
+                if indexed:
+                    acc += lisa.nc_matmul(a[i_k, i_m], b[j_k, i_n], mask=mask)
+                else:
+                    acc += lisa.nc_matmul(a, b, mask=mask)
+            res = nl.copy(acc)
+            nl.store(out[m * 128 + o_m, n * 512 + o_n], value=res, mask=(m * 128 + o_m < mm) & (n * 512 + o_n < nn))
+    return out
+
+
+@pytest.mark.parametrize("indexed", [True, False])
+def test_masked_last_matmul_tiles_against_numpy(indexed):
+    # K = 200 (tiles of 128 + 72 rows), M = 160 (128 + 32 columns), N = 600 (512 + 88): every
+    # dimension's last tile is partial; small integers make every fp32 sum exact
+    rng = np.random.default_rng(4)
+    lhsT = rng.integers(-4, 5, (200, 160)).astype(np.float32)
+    rhs = rng.integers(-4, 5, (200, 600)).astype(np.float32)
+    k = lnki.jit(_tiled_matmul)
+    r = k(lhsT, rhs, indexed)
+    np.testing.assert_array_equal(r, lhsT.T @ rhs)
+    assert opcodes(k)["nc_matmul"] == 2 * 2 * 2  # one per (m, n, k) tile, partial ones included
+
+
+def test_masked_matmul_value_written_into_a_psum_target():
+    # `psum[...] = nc_matmul(..., mask=)` writes the kept block only; the rest keeps its values
+    @lnki.jit
+    def k(lhsT, rhs):
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        i_k, i_m = nl.mgrid[0:128, 0:128]
+        j_k, i_n = nl.mgrid[0:128, 0:64]
+        a = nl.load(lhsT)
+        b = nl.load(rhs)
+        ps = nl.full((128, 64), -1.0, nl.float32, buffer=nl.psum)
+        ps[...] = lisa.nc_matmul(a[i_k, i_m], b[j_k, i_n], mask=(i_k < 100) & (i_m < 90) & (i_n < 50))
+        nl.store(out, nl.copy(ps))
+        return out
+
+    rng = np.random.default_rng(5)
+    lhsT = rng.integers(-3, 4, (128, 128)).astype(np.float32)
+    rhs = rng.integers(-3, 4, (128, 64)).astype(np.float32)
+    want = np.full((128, 64), -1.0, np.float32)
+    want[:90, :50] = lhsT[:100, :90].T @ rhs[:100, :50]
+    np.testing.assert_array_equal(k(lhsT, rhs), want)
+
+
+# ----------------------------------------------------------------------------- load_reuse
+def _hbm_bytes(kernel) -> int:
+    return int(kernel.last_result.trace.dma["hbm_bytes"].sum())
+
+
+def _row_loop(x, w):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        xt = nl.load(x[i * 128 : (i + 1) * 128, :])
+        wt = nl.load(w)  # loop-invariant: the same HBM bytes every iteration
+        nl.store(out[i * 128 : (i + 1) * 128, :], nl.multiply(xt, wt))
+    return out
+
+
+def test_loop_invariant_load_is_read_from_hbm_once():
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((1024, 256)).astype(np.float32)
+    w = rng.standard_normal((128, 256)).astype(np.float32)
+    (r, ops, k), (r_lit, ops_lit, k_lit) = both(_row_loop, x, w)
+    np.testing.assert_array_equal(r, x * np.tile(w, (8, 1)))
+    np.testing.assert_array_equal(r, r_lit)
+    tile = 128 * 256 * 4
+    # HBM bytes (read + written): x (8 tiles) + w + out (8 tiles); literally w is read 8 times
+    assert _hbm_bytes(k) == (8 + 1 + 8) * tile
+    assert _hbm_bytes(k_lit) == (8 + 8 + 8) * tile
+    assert (ops["dma_copy"], ops_lit["dma_copy"]) == (17, 24)
+
+
+def test_a_write_to_the_hbm_range_or_the_tile_makes_the_next_load_read_hbm():
+    # w is loaded, then overwritten in HBM by a store, then loaded again: the second load must
+    # see the new bytes; a tile the kernel changed in place is not reused either
+    def k(w):
+        out = nl.ndarray((3 * 128, 64), w.dtype, buffer=nl.shared_hbm)
+        a = nl.load(w)
+        nl.store(out[0:128, :], a)
+        del a
+        t = nl.full((128, 64), 5.0, w.dtype, buffer=nl.sbuf)
+        nl.store(w, t)  # the HBM range changes
+        b = nl.load(w)
+        b[...] = nl.add(b, 1.0)  # the tile changes
+        nl.store(out[128:256, :], b)
+        del b
+        c = nl.load(w)  # must read 5.0 from HBM again, not b's 6.0
+        nl.store(out[256:384, :], c)
+        return out
+
+    w = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+    want = np.concatenate([w, np.full_like(w, 6.0), np.full_like(w, 5.0)])
+    for passes in (None, "literal"):  # (each run writes its own copy of w)
+        kernel = lnki.jit(k, passes=passes)
+        np.testing.assert_array_equal(kernel(w.copy()), want)
+        assert opcodes(kernel)["dma_copy"] == 3 + 4  # 3 loads, 4 stores: nothing reused
+
+
+def test_reused_loads_never_crowd_out_other_tiles():
+    # 40 distinct 1 MiB row blocks streamed through SBUF (32 MiB): idle cached tiles are released
+    # as memory fills, so the kernel runs exactly as the literal one does
+    def k(x):
+        out = nl.ndarray((128, 2048), x.dtype, buffer=nl.shared_hbm)
+        acc = nl.zeros((128, 2048), x.dtype, buffer=nl.sbuf)
+        for i in nl.affine_range(x.shape[0] // 128):
+            acc[...] = nl.add(acc, nl.load(x[i * 128 : (i + 1) * 128, :]))
+        nl.store(out, acc)
+        return out
+
+    x = np.random.default_rng(7).integers(-8, 9, (40 * 128, 2048)).astype(np.float32)
+    (r, ops, _), (r_lit, ops_lit, _) = both(k, x)
+    np.testing.assert_array_equal(r, x.reshape(40, 128, 2048).sum(axis=0))
+    np.testing.assert_array_equal(r, r_lit)
+    assert ops["dma_copy"] == ops_lit["dma_copy"] == 41
+
+
+def test_masked_nl_matmul_writes_the_kept_block():
+    # nl.matmul(mask=) returned a pending result issued outside its mask: the whole product was
+    # written; now the kept [90, 50] block only, as nc_matmul(mask=)
+    @lnki.jit
+    def k(lhsT, rhs):
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        i_k, i_m = nl.mgrid[0:128, 0:128]
+        j_k, i_n = nl.mgrid[0:128, 0:64]
+        a = nl.load(lhsT)
+        b = nl.load(rhs)
+        ps = nl.zeros((128, 64), nl.float32, buffer=nl.psum)
+        ps[...] = nl.matmul(a[i_k, i_m], b[j_k, i_n], transpose_x=True, mask=(i_k < 100) & (i_m < 90) & (i_n < 50))
+        nl.store(out, nl.copy(ps))
+        return out
+
+    rng = np.random.default_rng(8)
+    lhsT = rng.integers(-3, 4, (128, 128)).astype(np.float32)
+    rhs = rng.integers(-3, 4, (128, 64)).astype(np.float32)
+    want = np.zeros((128, 64), np.float32)
+    want[:90, :50] = lhsT[:100, :90].T @ rhs[:100, :50]
+    np.testing.assert_array_equal(k(lhsT, rhs), want)

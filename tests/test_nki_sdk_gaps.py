@@ -316,3 +316,53 @@ def test_free_dim_broadcast_where(swap):
     np.testing.assert_array_equal(got[0], np.where(a > 5, *pair))
     np.testing.assert_array_equal(got[1], np.where(c != 0, *pair))
     np.testing.assert_array_equal(got[2], np.where(c != 0, a, 7) if swap else np.where(c != 0, 7, a))
+
+
+# ------------------------------------------------- two programs writing overlapping HBM bytes (LNC=2)
+def test_two_programs_writing_overlapping_rows_is_a_real_race_explained():
+    """Program 0 stores whole rows 0..31, program 1 a column band of the same rows with other
+    values: nothing orders the two cores' DMAs, so the band's final bytes depend on which lands
+    last. RaceError says it is real on hardware, names both kernel lines and the fix."""
+    from trn3emu.errors import RaceError
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        if nl.program_id(0) == 0:
+            nl.store(out[0:32, :], t[0:32, :])  # line A
+        else:
+            u = nl.multiply(t, 2.0)
+            nl.store(out[0:32, 16:32], u[0:32, 16:32])  # line B
+            nl.store(out[32:128, :], u[32:128, :])
+        return out
+
+    with pytest.raises(RaceError) as e:
+        k[2](np.ones((128, 64), np.float32))
+    msg = str(e.value)
+    assert "This race is real on hardware: programs 0 and 1" in msg
+    assert "nl.store(out[0:32, :], t[0:32, :])  # line A" in msg
+    assert "nl.store(out[0:32, 16:32], u[0:32, 16:32])  # line B" in msg
+    assert "Fix: give each program its own part of the output" in msg
+
+
+def test_two_programs_writing_disjoint_parts_run():
+    """The fix: program 0 writes the rows outside program 1's band; exact result."""
+    a = RNG.integers(-100, 100, (128, 64)).astype(np.float32)
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        if nl.program_id(0) == 0:
+            nl.store(out[0:32, 0:16], t[0:32, 0:16])
+            nl.store(out[0:32, 32:64], t[0:32, 32:64])
+        else:
+            u = nl.multiply(t, 2.0)
+            nl.store(out[0:32, 16:32], u[0:32, 16:32])
+            nl.store(out[32:128, :], u[32:128, :])
+        return out
+
+    want = 2 * a
+    want[0:32, 0:16], want[0:32, 32:64] = a[0:32, 0:16], a[0:32, 32:64]
+    np.testing.assert_array_equal(k[2](a), want)

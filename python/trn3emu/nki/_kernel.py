@@ -40,6 +40,7 @@ from ..errors import (
     MemorySpaceError,
     NotSupportedError,
     OperandError,
+    RaceError,
     ReadOnlyInputWarning,
     ResourceError,
     ShapeError,
@@ -1400,10 +1401,20 @@ class _Run:
         trace = self.kernel.options.get("trace", True)
         progress = self.kernel.options.get("progress")
         benign = len(traced.programs) > 1 and _identical_writes_mode(self.kernel) == "warn"
-        runs = [
-            dev.run(group, check_races=True, trace=trace, progress=progress, identical_writes=benign)
-            for group in traced.groups
-        ]
+        try:
+            runs = [
+                dev.run(group, check_races=True, trace=trace, progress=progress, identical_writes=benign)
+                for group in traced.groups
+            ]
+        except RaceError as e:  # two programs writing the same HBM bytes: say whether it is real
+            from . import races
+
+            pid_of_core = {p.core: pid for pid, p in enumerate(traced.programs)}
+            code = getattr(self.kernel.fn, "__code__", None)
+            new = races.explain(e, pid_of_core, [code.co_filename] if code is not None else [])
+            if new is None:
+                raise
+            raise new from None
         self.kernel.last_result = runs[-1] if len(runs) == 1 else runs
         self.kernel.last_programs = traced.programs
         self.kernel.last_spills = dict(traced.spills)

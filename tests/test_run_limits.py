@@ -73,9 +73,11 @@ def test_host_memory_limit_stops_a_loop_that_backs_new_hbm_pages():
     assert e.value.rule == "run_memory_limit" and "max_memory" in str(e.value)
     assert isinstance(e.value, MemoryError)
     grown = dev.hbm.resident_bytes - before
-    # The limit is checked every POLL_EVERY (64) executed items: 16 iterations of 4 items
-    # (3 instructions and a transfer), each backing one page, may pass between two checks.
-    assert 64 * MIB < grown <= 80 * MIB, grown
+    # The limit is checked every POLL_EVERY (64) units of work: 16 iterations of 4 items
+    # (3 instructions and a transfer), each backing one page, may pass between two checks. The
+    # run's own state (race logs, queued transfers, semaphore increments) counts too, so the
+    # pages alone may stop a little below the limit.
+    assert 60 * MIB < grown <= 80 * MIB, grown
     _still_usable(dev)
 
 

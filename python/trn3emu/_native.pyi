@@ -227,6 +227,9 @@ def ultra_run(
     latency_ns: float | None = None,
     link_bytes_per_ns: float | None = None,
     mesh_max_bytes: int | None = None,
+    max_seconds: float | None = None,
+    max_memory: int = ...,
+    progress: Callable[[int, int | None, int], None] | None = None,
 ) -> dict[str, Any]: ...
 def ultra_run_dist(
     devices: list[Device],

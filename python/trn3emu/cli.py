@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import errno
+import math
 import os
 import sys
 from pathlib import Path
@@ -13,10 +15,12 @@ import numpy as np
 from . import _asm
 from .device import Device
 from .dtypes import numpy_dtype
-from .errors import EmuError, RaceError, ShapeError
+from .errors import EmuError, RaceError, ResourceError, SemaphoreError, ShapeError
 from .program import Program
 
 MAGIC = b"T3EP"
+#: Most elements of any one matrix of `trn3emu demo` (inputs are made on the host in float64).
+DEMO_MAX_ELEMENTS = 1 << 26
 _SYNC_HELP = (
     "auto (default, like the Python API): add the semaphores the data dependencies need; manual: only the program's own"
 )
@@ -30,7 +34,7 @@ def _load(path: str, sync: str) -> Program:
     data = Path(path).read_bytes()
     if data[:4] == MAGIC:
         return Program.decode(data, sync=sync)
-    return Program.from_text(data.decode(), sync=sync)
+    return Program.from_text(data.decode("utf-8-sig"), sync=sync)  # (a leading BOM is not text)
 
 
 def _cmd_demo(args) -> int:
@@ -45,6 +49,16 @@ def _cmd_demo(args) -> int:
                 f"demo {flag} {v}: must be a positive multiple of {tile} (the demo's tile size)",
                 operand=flag,
                 rule="demo_size_not_tile_multiple",
+            )
+    sizes = {"A (m x k)": args.m * args.k, "B (k x n)": args.k * args.n, "out (m x n)": args.m * args.n}
+    for what, elems in sizes.items():
+        if elems > DEMO_MAX_ELEMENTS:
+            # The demo builds its inputs on the host and one instruction per tile: refuse sizes
+            # that would exhaust host memory instead of failing inside numpy.
+            raise ResourceError(
+                f"demo --m {args.m} --k {args.k} --n {args.n}: matrix {what} has {elems:,} elements, over the "
+                f"demo's limit of {DEMO_MAX_ELEMENTS:,} (2^26, e.g. 8192 x 8192)",
+                rule="demo_size_too_large",
             )
     return main(args.m, args.k, args.n, args.seed)
 
@@ -97,23 +111,55 @@ def _cmd_disasm(args) -> int:
     return 0
 
 
-def _load_npy(path: str) -> np.ndarray:
-    """np.load, and for the ml_dtypes numpy cannot describe in a header (float8_e5m2 is saved as
-    `<f1`, which np.load refuses) the raw words as a void array of the header's item size."""
-    try:
-        return np.load(path)
-    except ValueError as e:
-        if "descr" not in str(e):
-            raise
+def _npy_header(path: str) -> tuple[dict, int]:
+    """The header of an .npy file (its dict as written) and the bytes of data after it. Not an
+    .npy file (an .npz archive, a pickle, text) raises ValueError saying so."""
     import ast
 
     with open(path, "rb") as f:
-        major, _minor = np.lib.format.read_magic(f)
+        magic = f.read(6)
+        if magic != b"\x93NUMPY":
+            kind = "an .npz archive (several arrays)" if magic[:2] == b"PK" else "not an .npy file"
+            raise ValueError(f"{path} is {kind}: --input takes one array saved by numpy.save (.npy)")
+        major = f.read(2)[0]
         (n,) = np.frombuffer(f.read(2 if major == 1 else 4), "<u2" if major == 1 else "<u4")
-        header = ast.literal_eval(f.read(int(n)).decode("latin1"))
-        size = int(str(header["descr"])[2:])
-        shape = tuple(header["shape"])
-        data = np.frombuffer(f.read(), np.dtype(f"V{size}"), count=int(np.prod(shape)))
+        try:
+            header = ast.literal_eval(f.read(int(n)).decode("latin1"))
+            shape = tuple(int(d) for d in header["shape"])
+            descr = str(header["descr"])
+        except (ValueError, SyntaxError, KeyError, TypeError, UnicodeDecodeError):
+            raise ValueError(f"{path}: the .npy header is not readable") from None
+        header["shape"], header["descr"] = shape, descr
+        data_bytes = os.fstat(f.fileno()).st_size - f.tell()
+    return header, data_bytes
+
+
+def _load_npy(path: str) -> np.ndarray:
+    """np.load, and for the ml_dtypes numpy cannot describe in a header (float8_e5m2 is saved as
+    `<f1`, which np.load refuses) the raw words as a void array of the header's item size. The
+    header's size is checked against the file first (a header claiming terabytes the file does
+    not hold is refused before anything is allocated)."""
+    header, data_bytes = _npy_header(path)
+    shape, descr = header["shape"], header["descr"]
+    try:
+        itemsize = np.dtype(descr).itemsize
+    except TypeError:
+        itemsize = int(descr[2:]) if descr[2:].isdigit() else 1
+    need = math.prod(shape) * itemsize
+    if any(d < 0 for d in shape) or need > data_bytes:
+        raise ValueError(
+            f"{path}: the .npy header says shape {shape} {descr} ({need:,} bytes) but the file holds "
+            f"{data_bytes:,} bytes of data (a truncated or corrupt file)"
+        )
+    try:
+        return np.load(path, allow_pickle=False)
+    except ValueError as e:
+        if "descr" not in str(e):
+            raise
+    size = int(descr[2:])
+    with open(path, "rb") as f:
+        f.seek(os.fstat(f.fileno()).st_size - data_bytes)
+        data = np.frombuffer(f.read(), np.dtype(f"V{size}"), count=math.prod(shape))
     return data.reshape(shape, order="F" if header["fortran_order"] else "C")
 
 
@@ -188,7 +234,13 @@ def _result_from_python(path: str, dev: Device, kernel: str | None):
     build = mod.get("build")
     if build is not None:
         progs = build(dev)
-        return [progs] if isinstance(progs, Program) else list(progs)
+        if isinstance(progs, Program):
+            return [progs]
+        if not isinstance(progs, (list, tuple)) or not all(isinstance(p, Program) for p in progs):
+            raise ValueError(
+                f"{path}: build(dev) must return a Program or a list of Programs, got {progs!r} ({type(progs).__name__})"
+            )
+        return list(progs)
     if callable(mod.get("main")):
         mod["main"]()
     ran = {n: k for n, k in mod.items() if isinstance(k, Kernel) and k.last_result is not None}
@@ -328,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
     i.add_argument("name", nargs="?", help="an instruction: print its operands, dtypes, defaults and rules")
     i.set_defaults(fn=_cmd_isa)
     args = ap.parse_args(argv)
+    if sys.stdout is None:  # started with stdout closed (`>&-`): writing to it is an error, said once
+        sys.stdout = _ClosedStdout()
     try:
         code = args.fn(args)
         sys.stdout.flush()  # a closed pipe surfaces here, not at interpreter exit
@@ -344,10 +398,34 @@ def main(argv: list[str] | None = None) -> int:
                 "trn3emu: hint: --sync auto (the default) adds the semaphores the data dependencies need",
                 file=sys.stderr,
             )
+        if (
+            isinstance(e, SemaphoreError)
+            and e.rule == "autosync_reserved_semaphore"
+            and getattr(args, "sync", None) == "auto"
+        ):
+            print(
+                "trn3emu: hint: the program already carries its semaphores (text saved by to_text(synced=True)?): "
+                "run it with --sync manual",
+                file=sys.stderr,
+            )
+        return 2
+    except MemoryError as e:
+        print(f"trn3emu: out of host memory: {e}", file=sys.stderr)
         return 2
     except (OSError, ValueError) as e:
         print(f"trn3emu: {e}", file=sys.stderr)
         return 2
+
+
+class _ClosedStdout:
+    """sys.stdout when the process started without one: a write fails with EBADF (reported as
+    an error, exit 2); commands that print nothing still work."""
+
+    def write(self, s: str) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+    def flush(self) -> None:
+        pass
 
 
 if __name__ == "__main__":

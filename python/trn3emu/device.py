@@ -63,11 +63,17 @@ def _seconds(v: Any) -> float:
     return float(v)
 
 
-def _nonnegative(v: Any, what: str) -> int:
+def _nonnegative(v: Any, what: str, hi: int | None = None) -> int:
+    """An integer argument in 0..=hi (hi: the widest value the binding takes, e.g. 2^64-1)."""
     n = _index(v, what)
-    if n < 0:
-        raise OperandError(f"{what} must be >= 0, got {n}", operand=what, rule="int_out_of_range")
+    if n < 0 or (hi is not None and n > hi):
+        bound = ">= 0" if hi is None else f"in 0..={hi}"
+        raise OperandError(f"{what} must be {bound}, got {n}", operand=what, rule="int_out_of_range")
     return n
+
+
+#: The widest count / byte limit the native binding takes (a u64).
+_U64_MAX = (1 << 64) - 1
 
 
 class Hbm:
@@ -230,7 +236,14 @@ class Hbm:
         if t.mem != "hbm" or not t.is_contiguous():
             raise ShapeError(f"write needs a contiguous HBM tensor, got {t!r}", rule="hbm_tensor_expected")
         _check_live(t)
-        a = np.ascontiguousarray(interop.to_numpy(array, "array").astype(numpy_dtype(t.dtype), copy=False))
+        a = interop.to_numpy(array, "array")
+        if a.dtype.kind not in "biufV":  # strings, objects, dates, complex: no value to cast
+            raise DtypeError(
+                f"hbm.write of a {a.dtype} array into a {t.dtype} tensor: only numeric arrays can be written",
+                operand="array",
+                rule="dtype_unknown",
+            )
+        a = np.ascontiguousarray(a.astype(numpy_dtype(t.dtype), copy=False))
         if a.size != t.size:
             raise ShapeError(f"array has {a.size} elements, tensor {t!r} has {t.size}", rule="array_size_mismatch")
         self._native.hbm_write(t.offset, a.reshape(-1).view(np.uint8))
@@ -372,13 +385,13 @@ class Device:
         (default 32 GiB or half the host's physical memory, whichever is less) bounds the host memory the run adds to HBM's backing and
         any one buffer sized by its operands (`ResourceError`, `run_memory_limit`).
         """
-        limit = {} if trace_limit is None else {"trace_limit": trace_limit}
+        limit = {} if trace_limit is None else {"trace_limit": _nonnegative(trace_limit, "trace_limit", _U64_MAX)}
         if identical_writes:
             limit["identical_writes"] = True
         if max_seconds is not None:
             limit["max_seconds"] = _seconds(max_seconds)
         if max_memory is not None:
-            limit["max_memory"] = _nonnegative(max_memory, "max_memory")
+            limit["max_memory"] = _nonnegative(max_memory, "max_memory", _U64_MAX)
         progs = [programs] if isinstance(programs, Program) else _program_list(programs)
         natives = [p.native() for p in progs]
         if not _progress.wanted(progress):

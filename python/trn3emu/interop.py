@@ -95,7 +95,14 @@ def to_numpy(x: Any, operand: str = "array") -> np.ndarray:
     if hasattr(x, "__dlpack__") and not isinstance(x, type):
         return _from_dlpack(x, operand)
     if isinstance(x, (list, tuple, int, float, np.generic)) or (hasattr(x, "__array__") and not isinstance(x, type)):
-        a = np.asarray(x)  # array-likes numpy takes itself (also nested lists and scalars)
+        try:
+            a = np.asarray(x)  # array-likes numpy takes itself (also nested lists and scalars)
+        except (ValueError, TypeError) as e:  # e.g. an __array__ that returns something else
+            raise OperandError(
+                f"{operand}: {type(x).__name__} is not a usable array: {e}",
+                operand=operand,
+                rule="array_not_array_like",
+            ) from None
         if a.dtype != object:
             return a
     raise OperandError(

@@ -378,6 +378,8 @@ class Program(AssemblerMixin):
 
     @classmethod
     def from_text(cls, text: str, sync: str = "manual") -> Program:
+        if isinstance(text, str) and text.startswith("\ufeff"):
+            text = text[1:]  # a UTF-8 byte-order mark (editors on Windows save one) is not text
         return cls._wrap(_native.Program.from_text(text), sync)
 
     @classmethod

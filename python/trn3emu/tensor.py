@@ -63,6 +63,9 @@ class HbmBlock:
 def _check_live(t: Tensor) -> None:
     b = t.block
     if b is not None and not b.live:
+        stale = getattr(b, "stale", None)  # an NKI tile kept past its trace (nki/_kernel.py)
+        if stale is not None:
+            raise AddressError(f"{t!r} {stale}", operand="tensor", rule="nki_tile_from_earlier_trace")
         raise AddressError(
             f"{t!r} belongs to {b.label}, which was freed (hbm.free)", operand="tensor", rule="hbm_use_after_free"
         )

@@ -15,6 +15,7 @@ NeuronSwitch-v1 fabric (docs/ultraserver.md).
 from __future__ import annotations
 
 import gzip
+import inspect
 import json
 import math
 import tempfile
@@ -24,9 +25,10 @@ from typing import Any
 import numpy as np
 
 from . import _native
-from .device import Device, _nonnegative, _program_list
+from .device import Device, _nonnegative, _program_list, _seconds
 from .errors import ArgumentTypeError, OperandError
 from .program import Program
+from .tensor import _index
 from .trace import RunResult
 
 #: Chips of the largest UltraServer (core::hw).
@@ -154,6 +156,19 @@ class UltraResult:
         return out
 
 
+def _check_device_options(options: dict) -> None:
+    """Keyword arguments an UltraServer passes to each chip's `Device` are its numerics options."""
+    known = [n for n in inspect.signature(Device.__init__).parameters if n != "self"]
+    for name in options:
+        if name not in known:
+            raise OperandError(
+                f"UltraServer has no option {name!r} (fabric: latency_ns, link_bytes_per_ns, mesh_max_bytes; "
+                f"each chip's Device: {', '.join(known)})",
+                operand=name,
+                rule="unknown_numerics_option",
+            )
+
+
 class UltraServer:
     """`chips` Trainium3 devices (1..144) on one NeuronSwitch-v1 fabric. `chip(c)` is chip c's
     `Device` (its `hbm` puts, allocates and gets that chip's tensors); programs are placed with
@@ -184,6 +199,7 @@ class UltraServer:
                 )
         if mesh_max_bytes is not None:
             mesh_max_bytes = _nonnegative(mesh_max_bytes, "mesh_max_bytes")
+        _check_device_options(numerics)
         self.chips = [Device(**numerics) for _ in range(int(chips))]
         self._fabric = {
             "latency_ns": latency_ns,
@@ -196,7 +212,8 @@ class UltraServer:
 
     def chip(self, c: int) -> Device:
         """Chip `c`'s `Device`."""
-        if not 0 <= int(c) < len(self.chips):
+        c = _index(c, "chip")
+        if not 0 <= c < len(self.chips):
             raise OperandError(
                 f"chip {c} is not a chip of this UltraServer (0..{len(self.chips)})",
                 operand="chip",
@@ -217,10 +234,18 @@ class UltraServer:
         check_races: bool = True,
         trace: bool = True,
         trace_limit: int | None = None,
+        max_seconds: float | None = None,
+        max_memory: int | None = None,
     ) -> UltraResult:
         """Run the programs (each on its `chip` and `core`) concurrently; releases the GIL. Errors
         name the chip; a collective some rank never reaches raises `DeadlockError` naming the
-        waiting and the missing ranks."""
+        waiting and the missing ranks.
+
+        Limits as `Device.run` (docs/limits.md): Ctrl-C stops the run within a few tens of ms
+        (`KeyboardInterrupt`; the chips stay usable); `max_seconds` (default None: no limit) stops
+        it with `RunawayError` (`run_time_limit`); `max_memory` bounds the host memory each chip's
+        part of the run adds (`ResourceError`, `run_memory_limit`); each chip's `max_executed`
+        bounds its steps."""
         progs = [programs] if isinstance(programs, Program) else _program_list(programs)
         by_chip: list[list] = [[] for _ in self.chips]
         pairs = []
@@ -237,7 +262,11 @@ class UltraServer:
             n = p.native()
             by_chip[chip].append(n)
             pairs.append((chip, n))
-        limit = {} if trace_limit is None else {"trace_limit": trace_limit}
+        limit: dict[str, Any] = {} if trace_limit is None else {"trace_limit": trace_limit}
+        if max_seconds is not None:
+            limit["max_seconds"] = _seconds(max_seconds)
+        if max_memory is not None:
+            limit["max_memory"] = _nonnegative(max_memory, "max_memory")
         fabric = {k: v for k, v in self._fabric.items() if v is not None}
         raw = _native.ultra_run([d._native for d in self.chips], pairs, check_races, trace, **limit, **fabric)
         return UltraResult(raw, by_chip)

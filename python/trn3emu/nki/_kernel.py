@@ -1052,6 +1052,70 @@ def resolve_target(target: str | None) -> str:
 
 
 # ------------------------------------------------------------------------------------ launches
+class _RetiredTile:
+    """Stands in for `Tensor.block` of an on-chip tile kept past the trace that allocated it
+    (in a global, a closure, a default argument): its memory was that trace's, so a later
+    kernel using it would read whatever the range holds. Not live, so every instruction
+    operand path refuses it (`tensor._check_live`: `nki_tile_from_earlier_trace`)."""
+
+    __slots__ = ("stale",)
+    live = False
+    label = "a tile of an earlier trace"
+    owner = None
+
+    def __init__(self, stale: str) -> None:
+        self.stale = stale
+
+    @staticmethod
+    def _owner() -> None:  # (as `HbmBlock._owner`, a dead weak reference)
+        return None
+
+
+def _retire_tiles(contexts, kernel: str) -> None:
+    """Tiles of a finished trace that something outside it still holds are retired: their
+    views forget their access pattern and get a `_RetiredTile` block. Usually no tile is left
+    when a kernel returns (its frames are gone), and this is one pass over the allocators; the
+    views of a kept tile are found by the cycle collector's referrer scan (once per such trace)."""
+    alive: list = []
+    pid_of: dict[int, int] = {}
+    for c in contexts:
+        for alloc in (c.sbuf, c.psum):
+            for ref in list(alloc._owners):
+                b = ref()
+                if b is not None:
+                    alive.append(b)
+                    pid_of[id(b)] = c.pid
+    if not alive:
+        return
+    import gc
+
+    blocks = {id(b): b for b in alive}
+    frontier = alive
+    for _ in range(4):  # views of the blocks; then views of the `_Blocks` that keep them, ...
+        holders = []  # `_Blocks.keep` tuples naming a block of the frontier
+        for r in gc.get_referrers(*frontier):
+            if isinstance(r, NkiTensor) and id(r._block) in blocks:
+                pid = pid_of.get(id(r._block), 0)
+                r._ap = None
+                t = r._t
+                if isinstance(t, Tensor) and t.mem != "hbm":
+                    t.block = _RetiredTile(
+                        f"is a tile of an earlier trace (kernel {kernel}, program {pid}): its on-chip memory "
+                        f"was that trace's and now holds whatever this kernel puts there; allocate it in "
+                        f"the kernel that uses it"
+                    )
+            elif type(r) is tuple:
+                holders.append(r)
+        if not holders:
+            break
+        frontier = [o for o in gc.get_referrers(*holders) if isinstance(o, _Blocks) and id(o) not in blocks]
+        if not frontier:
+            break
+        for o in frontier:
+            blocks[id(o)] = o
+            pid_of[id(o)] = pid_of.get(id(o.keep[0]), 0) if o.keep else 0
+
+
 class _HbmRecorder:
     """Stands in for the native device under `Device.hbm` while a kernel traces, recording the
     HBM writes tracing makes (`nl.full` in HBM, `nl.shared_constant`) so a cached launch can
@@ -1381,6 +1445,7 @@ class _Run:
                     for hook in END_OF_TRACE:  # e.g. pending loads: issued, so their errors show
                         hook(ctx)
                     results.append(_to_hbm(r))
+                    r = None  # (a returned tile is not kept by the launch: `_retire_tiles`)
                 finally:
                     _TRACE.reset(token)
         finally:
@@ -1391,7 +1456,8 @@ class _Run:
                 self.trace_progress = None
         if not check:
             return None
-        _check_placements(self.contexts)
+        _check_placements(self.contexts)  # (before retiring: a conflict traces again)
+        _retire_tiles(self.contexts, self.kernel.__name__)  # (the trace that is kept only)
         _check_result(results[0])
         _check_outputs_written(results[0], [t for _, t in arrays], self.contexts)
         return arrays, _Traced(self.contexts, [t for _, t in arrays], recorder.writes, results[0], ranges)
@@ -1638,6 +1704,7 @@ class Kernel:
     __test__ = False
 
     def __init__(self, fn, **options) -> None:
+        _check_kernel_function(fn)
         self.fn = fn
         self.options = options
         self.last_result = None
@@ -1670,7 +1737,7 @@ class Kernel:
         self._cache.clear()
 
     def __getitem__(self, grid) -> _Launcher:
-        grid = tuple(int(g) for g in (grid if isinstance(grid, tuple) else (grid,)))
+        grid = _grid(grid)
         if not grid or any(g < 1 for g in grid):
             raise ShapeError(f"launch grid {grid} must be positive", rule="nki_grid_not_positive")
         _check_grid_size(self, grid)
@@ -1687,6 +1754,49 @@ class Kernel:
             if _traceback.wanted(e):
                 raise e.with_traceback(_traceback.filtered(e))  # noqa: B904 (the same error, kernel frames only)
             raise
+
+
+def _check_kernel_function(fn) -> None:
+    """A kernel is a plain function: a generator or coroutine function would trace nothing (its
+    call returns a generator / coroutine without running the body)."""
+    if not callable(fn):
+        raise ArgumentTypeError(
+            f"nki.jit takes a kernel function, got {fn!r} ({type(fn).__name__})",
+            operand="fn",
+            rule="nki_kernel_not_callable",
+        )
+    what = (
+        "an async generator function"
+        if inspect.isasyncgenfunction(fn)
+        else "a generator function"
+        if inspect.isgeneratorfunction(fn)
+        else "a coroutine function (async def)"
+        if inspect.iscoroutinefunction(fn)
+        else None
+    )
+    if what is not None:
+        raise not_supported(
+            f"kernel {getattr(fn, '__name__', fn)!r} is {what}",
+            "calling it returns without running its body, so nothing would be traced; "
+            "a kernel is a plain def that returns its outputs",
+            rule="nki_kernel_generator",
+        )
+
+
+def _grid(grid) -> tuple:
+    """A launch grid (an int or a tuple / list of ints) as a tuple of ints; anything else (a
+    string, a float, a nested list) raises instead of being converted."""
+    dims = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
+    out = []
+    for g in dims:
+        if isinstance(g, bool) or not isinstance(g, (int, np.integer)):
+            raise ArgumentTypeError(
+                f"launch grid {grid!r}: every dimension must be an integer, got {g!r} ({type(g).__name__})",
+                operand="grid",
+                rule="nki_grid_not_integer",
+            )
+        out.append(int(g))
+    return tuple(out)
 
 
 class _Launcher:

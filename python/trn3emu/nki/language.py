@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import _native, interop
 from ..dtypes import numpy_dtype
-from ..errors import EmuError, ShapeError
+from ..errors import EmuError, OperandError, ShapeError
 from . import compiler as _compiler
 from . import indexing as _indexing
 from . import isa as nisa
@@ -1340,8 +1340,31 @@ def _checked(f):
                 _misspelt_keyword(f.__name__, kwargs)
                 raise not_supported(f"nl.{f.__name__} call form ({e})", rule="nki_call_form") from None
             raise
+        except AttributeError as e:
+            _not_a_tensor(f.__name__, sig, args, kwargs, e)
+            raise
 
     return g
+
+
+def _not_a_tensor(name: str, sig, args, kwargs, e: AttributeError) -> None:
+    """An nl op read a tensor attribute (`.shape`, `.dtype`) of an argument that is not a tensor
+    (a number, None): raise `OperandError` naming the op and the parameter instead."""
+    if not hasattr(e, "obj") or isinstance(e.obj, NkiTensor):
+        return
+    bad = e.obj
+    try:
+        bound = sig.bind(*args, **kwargs).arguments
+    except TypeError:
+        return
+    for param, value in bound.items():
+        if value is bad:
+            raise OperandError(
+                f"nl.{name}: operand {param} must be a tensor (an HBM tensor or an on-chip tile), got "
+                f"{bad!r} ({type(bad).__name__})",
+                operand=param,
+                rule="operand_not_tensor",
+            ) from None
 
 
 for _n, _f in list(globals().items()):

@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import interop
 from ..device import Device
-from ..errors import OperandError
+from ..errors import ArgumentTypeError, OperandError
 from ..ultra import MAX_CHIPS, UltraResult, UltraServer
 from ._kernel import Kernel, _host_arrays, _PlacementConflict, _Run, _Synced
 
@@ -74,7 +74,14 @@ class Spmd:
         self.last_result: UltraResult | None = None
 
     def __call__(self, per_rank_args, **kwargs) -> list[Any]:
-        per_rank = list(per_rank_args)
+        try:
+            per_rank = list(per_rank_args)
+        except TypeError:
+            raise ArgumentTypeError(
+                f"spmd: per_rank_args is a list of one argument tuple per rank, got {type(per_rank_args).__name__}",
+                operand="per_rank_args",
+                rule="nki_spmd_args",
+            ) from None
         if len(per_rank) != self.world:
             raise OperandError(
                 f"spmd: {len(per_rank)} argument sets for a world of {self.world} ranks",

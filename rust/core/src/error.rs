@@ -180,6 +180,21 @@ pub fn check_host_bytes(bytes: u128, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// Make room for `more` elements in `v` (no reallocation after), or a `Resource` error
+/// (`host_allocation_failed`, or `run_memory_limit` over a run's `max_memory`), as `try_vec`.
+pub fn try_extend<T>(v: &mut Vec<T>, more: usize, what: &str) -> Result<()> {
+    let bytes = (v.len() as u128 + more as u128) * std::mem::size_of::<T>() as u128;
+    within_run_limit(bytes, what)?;
+    if v.try_reserve_exact(more).is_err() {
+        return Err(fail(
+            ErrorKind::Resource,
+            "host_allocation_failed",
+            format!("cannot allocate {bytes} bytes of host memory for {what}"),
+        ));
+    }
+    Ok(())
+}
+
 /// A buffer of `n` copies of `fill` whose size comes from user input: a failed host allocation
 /// is a `Resource` error (rule `host_allocation_failed`) instead of an abort. `what` names the
 /// buffer in the message. Inside a run, a buffer over the run's `max_memory` is a `Resource`

@@ -47,16 +47,35 @@ fn replay_regressions(target: &str, f: fn(&[u8])) {
     }
 }
 
+/// Host seconds one input may take: a campaign (`TRN3EMU_FUZZ_SMOKE_ITERS` large) counts an
+/// input over it as a finding, as libFuzzer's `-timeout=60` does.
+const SLOW_SECS: f64 = 60.0;
+
 fn smoke(target: &str, seed: u64, iters: u64, max_len: usize, f: fn(&[u8])) {
     replay_regressions(target, f);
     let mut rng = Rng(seed);
-    for i in 0..iterations(iters) {
+    let (mut slowest, mut slow_at, n) = (0f64, 0u64, iterations(iters));
+    let t0 = std::time::Instant::now();
+    for i in 0..n {
         let data = rng.bytes(max_len);
+        let start = std::time::Instant::now();
         let r = std::panic::catch_unwind(|| f(&data));
         if r.is_err() {
             panic!("fuzz target {target}: input #{i} failed: {data:?}");
         }
+        let secs = start.elapsed().as_secs_f64();
+        if secs > slowest {
+            (slowest, slow_at) = (secs, i);
+        }
+        assert!(
+            secs <= SLOW_SECS,
+            "fuzz target {target}: input #{i} took {secs:.1} s: {data:?}"
+        );
     }
+    eprintln!(
+        "fuzz target {target}: {n} inputs in {:.0} s, slowest #{slow_at} {slowest:.3} s",
+        t0.elapsed().as_secs_f64()
+    );
 }
 
 #[test]

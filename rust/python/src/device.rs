@@ -152,9 +152,9 @@ fn onchip_bytes(
 
 /// The core's `Monitor` for a run from Python: on each poll (every `POLL_EVERY` executed
 /// items) a `SignalCheck` (Ctrl-C cancels the run), which also calls the progress callback.
-struct PyMonitor {
-    check: SignalCheck,
-    progress: Option<Py<PyAny>>,
+pub(crate) struct PyMonitor {
+    pub(crate) check: SignalCheck,
+    pub(crate) progress: Option<Py<PyAny>>,
 }
 
 impl core::machine::Monitor for PyMonitor {

@@ -1,9 +1,10 @@
 //! `_native.ultra_run`: an UltraServer run over several `_native.Device` chips, with the GIL
 //! released; `_native.fabric_params`: the fabric model's numbers.
 
-use crate::device::Device;
+use crate::device::{Device, PyMonitor};
 use crate::errors::{guarded, named, py_err};
 use crate::program::Program;
+use crate::signals::SignalCheck;
 use crate::trace::RawTrace;
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
@@ -37,7 +38,7 @@ pub fn fabric_params(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 /// Run `programs` (pairs of chip index and program) on the chips `devices` concurrently;
 /// returns the run's end, its count, one result dict per chip and the fabric's columns.
 #[pyfunction]
-#[pyo3(signature = (devices, programs, check_races = true, trace = true, trace_limit = core::machine::TRACE_LIMIT, latency_ns = None, link_bytes_per_ns = None, mesh_max_bytes = None))]
+#[pyo3(signature = (devices, programs, check_races = true, trace = true, trace_limit = core::machine::TRACE_LIMIT, latency_ns = None, link_bytes_per_ns = None, mesh_max_bytes = None, max_seconds = None, max_memory = core::machine::limits::default_max_memory(), progress = None))]
 #[allow(clippy::too_many_arguments)]
 pub fn ultra_run<'py>(
     py: Python<'py>,
@@ -49,14 +50,29 @@ pub fn ultra_run<'py>(
     latency_ns: Option<f64>,
     link_bytes_per_ns: Option<f64>,
     mesh_max_bytes: Option<u64>,
+    max_seconds: Option<f64>,
+    max_memory: u64,
+    progress: Option<Py<PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let placed = placed(&programs);
-    let opts = run_options(check_races, trace, trace_limit);
+    let opts = core::RunOptions {
+        max_seconds,
+        max_memory,
+        ..run_options(check_races, trace, trace_limit)
+    };
     let params = fabric_from(py, latency_ns, link_bytes_per_ns, mesh_max_bytes)?;
     let mut guards = lock_all(py, &devices)?;
     let mut devs: Vec<&mut core::Device> = guards.iter_mut().map(|g| &mut **g).collect();
-    let res = py.detach(|| guarded(|| ultra::run(&mut devs, &placed, &opts, params)));
-    let res = res.map_err(py_err(py))?;
+    // Ctrl-C and progress as in `Device.run`: the run polls between its time windows.
+    let mut monitor = PyMonitor {
+        check: SignalCheck::new(),
+        progress,
+    };
+    let res = py.detach(|| {
+        guarded(|| ultra::run_monitored(&mut devs, &placed, &opts, params, Some(&mut monitor)))
+    });
+    drop(guards);
+    let res = monitor.check.finish(py, res)?;
     result_dict(py, res, &params)
 }
 

@@ -150,7 +150,9 @@ fn copy(ctx: &mut Ctx, dst: &Ap, src: &Ap) -> Result<()> {
             return Ok(());
         }
         let raw = ctx.mems.try_gather(src).map_err(|e| e.operand("src"))?;
-        ctx.mems.scatter(dst, &raw);
+        ctx.mems
+            .try_scatter(dst, &raw)
+            .map_err(|e| e.operand("dst"))?;
     } else {
         if super::rows::cast_dense_hbm(ctx, dst, src)
             || super::rows::map_f32(ctx, dst, [src], |_, _, _, _, [x], out| {
@@ -633,7 +635,9 @@ impl Semantics for ops::DmaTranspose<'_> {
                 idx[t] = 0;
             }
         }
-        ctx.mems.scatter(&dst, &out);
+        ctx.mems
+            .try_scatter(&dst, &out)
+            .map_err(|e| e.operand("dst"))?;
         Ok(())
     }
 }

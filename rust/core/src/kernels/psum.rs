@@ -156,6 +156,22 @@ pub fn layout(dst: &Ap) -> Layout {
     }
 }
 
+/// The one NaN a matmul writes to PSUM: the positive quiet NaN with no payload (docs/numerics.md).
+/// Which NaN an FMA or an add returns when an operand is NaN (the first operand's, quieted, or
+/// the "default NaN" of Inf x 0, negative on x86) depends on the instruction form the compiler
+/// picked, so without this the bits would depend on the SIMD path.
+pub const CANONICAL_NAN: f32 = f32::from_bits(0x7fc0_0000);
+
+/// `v`, or `CANONICAL_NAN` if `v` is a NaN (branch-free: vectorises to a compare and blend).
+#[inline(always)]
+pub fn canon(v: f32) -> f32 {
+    if v.is_nan() {
+        CANONICAL_NAN
+    } else {
+        v
+    }
+}
+
 /// fp32 PSUM (`Layout::F32Rows`): `mode` Some(add) adds or overwrites, None adds where the
 /// matmul bit in `words` (`EngineState::psum_mm`) is set; per partition, in parallel
 /// (partitions own disjoint bytes and bit words).
@@ -199,11 +215,11 @@ pub fn write_f32_rows(
                             continue;
                         };
                         for (i, (o, x)) in out.chunks_exact_mut(4).zip(seg).enumerate() {
-                            let v = if test_bit(bits, u0 + 2 * (j0 + i)) {
+                            let v = canon(if test_bit(bits, u0 + 2 * (j0 + i)) {
                                 f32::from_le_bytes([o[0], o[1], o[2], o[3]]) + *x
                             } else {
                                 *x
-                            };
+                            });
                             o.copy_from_slice(&v.to_le_bytes());
                         }
                     }
@@ -277,11 +293,11 @@ fn seg_f32(out: &mut [u8], seg: &[f32], add: bool) {
     let (words, _) = out.as_chunks_mut::<4>();
     if add {
         for (o, x) in words.iter_mut().zip(seg) {
-            *o = (f32::from_le_bytes(*o) + *x).to_le_bytes();
+            *o = canon(f32::from_le_bytes(*o) + *x).to_le_bytes();
         }
     } else {
         for (o, x) in words.iter_mut().zip(seg) {
-            *o = x.to_le_bytes();
+            *o = canon(*x).to_le_bytes();
         }
     }
 }
@@ -375,6 +391,10 @@ impl TileSink<'_> {
                 x0 = _mm512_add_ps(_mm512_loadu_ps(po), x0);
                 x1 = _mm512_add_ps(_mm512_loadu_ps(po.add(16)), x1);
             }
+            // `canon` lane by lane: NaN lanes become CANONICAL_NAN.
+            let nan = _mm512_set1_ps(CANONICAL_NAN);
+            x0 = _mm512_mask_mov_ps(x0, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x0, x0), nan);
+            x1 = _mm512_mask_mov_ps(x1, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x1, x1), nan);
             _mm512_storeu_ps(po, x0);
             _mm512_storeu_ps(po.add(16), x1);
         }
@@ -427,12 +447,12 @@ pub fn stage_bf16(
             for (i, x) in seg.iter().enumerate() {
                 let j = j0 + i;
                 let add = mode.unwrap_or_else(|| test_bit(words, u0 + j));
-                staged[r * n + j] = if add {
+                staged[r * n + j] = canon(if add {
                     f32::from_bits((u16::from_le_bytes([row[2 * j], row[2 * j + 1]]) as u32) << 16)
                         + *x
                 } else {
                     *x
-                };
+                });
             }
         }
         set_bits(words, u0, u0 + n);
@@ -460,7 +480,7 @@ pub fn stage_general(
             let bit = unit(dst.start as usize + r, byte.max(0) as usize);
             let add = mode.unwrap_or_else(|| test_bit(words, bit));
             let (x, y) = (old.get(i).copied().unwrap_or(0.0), acc.get(r, j));
-            out[i] = if add { x + y } else { y };
+            out[i] = canon(if add { x + y } else { y });
             set_bits(words, bit, bit + es as usize / 2);
         }
     }

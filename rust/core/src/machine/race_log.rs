@@ -27,6 +27,12 @@ pub(super) struct Access {
 }
 
 impl RaceLog {
+    /// Host bytes the log holds (its capacity), counted against a run's `max_memory`.
+    pub fn host_bytes(&self) -> u64 {
+        (self.meta.capacity() * std::mem::size_of::<(u32, u32)>()
+            + self.regions.capacity() * std::mem::size_of::<u32>()) as u64
+    }
+
     /// Log the regions `regs` of `plan` as accesses of instruction `idx` at `epoch`. With
     /// `dedup` (a program that branches runs an instruction again), a region already logged
     /// by the same instruction has its epoch moved up instead: any later access unordered with

@@ -73,6 +73,10 @@ pub struct RunPlan {
     bytes: Vec<u64>,
     flops: Vec<u64>,
     write: Vec<WriteBox>,
+    /// Units of work (`limits::work_units`) of instruction `i`, or of its transfer for a DMA
+    /// (the trigger counts one): the step budget counts these. 1 each in a program without
+    /// branches (it cannot loop).
+    work: Vec<u32>,
     /// Transfer plan of DMA instruction `i`: `transfers[slot[i]]`.
     slot: Vec<u32>,
     transfers: Vec<Plan>,
@@ -133,6 +137,7 @@ impl RunPlan {
             bytes: Vec::new(),
             flops: Vec::new(),
             write: Vec::new(),
+            work: Vec::with_capacity(n),
             slot: Vec::with_capacity(n),
             transfers: Vec::new(),
             dependent: dependent_flags(prog),
@@ -150,6 +155,9 @@ impl RunPlan {
             p.write.reserve(n);
         }
         p.starts.push(0);
+        // Only a program that branches can loop: a straight-line one runs each instruction
+        // once, whatever its size, and counts one unit per item as before.
+        let loops = p.dependent.is_none();
         for (i, ins) in prog.instrs.iter().enumerate() {
             if i % CHECK_EVERY == CHECK_EVERY - 1 && !keep_going() {
                 return Err(i);
@@ -178,9 +186,19 @@ impl RunPlan {
                 p.slot.push(p.transfers.len() as u32);
                 let t = plan(ins, dma);
                 p.trace_room.1 += t.pieces.len();
+                p.work.push(if loops {
+                    super::limits::work_units(t.bytes)
+                } else {
+                    1
+                });
                 p.transfers.push(t);
             } else {
                 p.slot.push(NO_SLOT);
+                p.work.push(if loops {
+                    super::limits::work_units(operand_bytes(ins))
+                } else {
+                    1
+                });
             }
         }
         Ok(p)
@@ -276,6 +294,12 @@ impl RunPlan {
         self.flops[idx as usize]
     }
 
+    /// Units of work of instruction `idx` (of its transfer, for a DMA instruction).
+    #[inline]
+    pub fn work(&self, idx: u32) -> u32 {
+        self.work[idx as usize]
+    }
+
     /// The transfer plan of DMA instruction `idx`.
     #[inline]
     pub fn transfer(&self, idx: u32) -> &Plan {
@@ -288,6 +312,13 @@ impl RunPlan {
     pub fn dependent(&self, idx: u32) -> Option<bool> {
         self.dependent.as_ref().map(|d| d[idx as usize])
     }
+}
+
+/// Bytes the tensor operands of `ins` name (elements times element size, each operand once).
+fn operand_bytes(ins: &crate::isa::Instr) -> u64 {
+    ins.tensors()
+        .map(|(_, _, _, ap)| (ap.num_elements() as u64).saturating_mul(ap.dtype.size() as u64))
+        .fold(0u64, u64::saturating_add)
 }
 
 /// `LastWrites::track` of every instruction, each stream's instructions in program order (the

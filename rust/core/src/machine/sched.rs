@@ -92,6 +92,14 @@ struct Agent {
 /// Waits `Next` holds in place; an instruction with more is read at each look.
 const NEXT_WAITS: usize = 3;
 
+/// Transfers one engine stream may have waiting on its DMA queue (triggered, not yet started);
+/// its next DMA trigger stalls until the queue's first transfer starts. The hardware's queues
+/// are finite: a NeuronCore has 16 DMA engines with 16 queues each (reference
+/// neuroncore-v4.md §1.8; the ring depth of a queue is not public), so we allow 16 x 16 = 256.
+/// Without a bound, an engine that triggers DMAs faster than they move (a loop of `dma_copy`
+/// and `branch`) ran ahead without limit and its backlog grew host memory by ~85 MiB/s.
+pub const DMA_QUEUE_DEPTH: usize = 256;
+
 /// What `stream_ready` needs of a stream's next instruction.
 #[derive(Clone, Copy)]
 struct Next {
@@ -99,6 +107,8 @@ struct Next {
     /// Number of waits (above `NEXT_WAITS`: read them from the instruction).
     n: usize,
     rendezvous: bool,
+    /// A DMA trigger: it waits for room on the stream's queue (`DMA_QUEUE_DEPTH`).
+    dma: bool,
 }
 
 impl Next {
@@ -106,12 +116,14 @@ impl Next {
         waits: [Wait { sem: 0, value: 0 }; NEXT_WAITS],
         n: 0,
         rendezvous: false,
+        dma: false,
     };
 
     fn of(ins: &Instr) -> Next {
         let mut next = Next {
             n: ins.waits.len(),
             rendezvous: intercore::is_rendezvous(ins),
+            dma: is_dma(ins),
             ..Next::NONE
         };
         if next.n <= NEXT_WAITS {
@@ -319,7 +331,11 @@ pub struct Scheduler<'d, 'p> {
     since_prune: u32,
     /// Polled every `POLL_EVERY` executed items (None: no polls).
     monitor: Option<&'d mut dyn Monitor>,
-    /// Executed count at which `check_budget` next looks up (the budget or a poll is due).
+    /// Units of work done (`limits::work_units` per item): the step budget
+    /// (`Device::max_executed`) counts these, so a loop of large items reaches it as soon (in
+    /// host time) as a loop of tiny ones.
+    spent: u64,
+    /// `spent` at which `check_budget` next looks up (the budget or a poll is due).
     next_check: u64,
     /// The run's planned item count, computed at the first poll (`Progress::total`).
     total: Option<Option<u64>>,
@@ -569,6 +585,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             now: 0,
             since_prune: 0,
             monitor: None,
+            spent: 0,
             next_check,
             total: None,
             link: None,
@@ -626,6 +643,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         }
         self.result.end_ps = self.result.end_ps.max(end);
         self.result.executed += 1;
+        self.spent += plan.work(it.idx) as u64;
         self.since_prune += 1;
         if self.opts.check_races && self.since_prune >= 128 {
             self.since_prune = 0;
@@ -644,8 +662,13 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         }
         let t = &mut self.result.trace;
         let n = t.records.len();
-        if (n as u64) < self.opts.trace_limit
-            && (n < t.records.capacity() || t.records.try_reserve(n.max(1024)).is_ok())
+        let limit = self.opts.trace_limit;
+        // Semaphore events and DMA spans are bounded by the same count (a record has a few).
+        let room = |len: usize| (len as u64) < limit;
+        if room(n)
+            && room(t.sems.len())
+            && room(t.dma_spans.len())
+            && (n < t.records.capacity() || grow_records(&mut t.records, limit))
         {
             return true;
         }
@@ -713,6 +736,10 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         for w in waits {
             t = t.max(self.sems[sem_id(a.core, w.sem)].reach_at(w.value)?);
         }
+        // A full queue: the trigger waits until a transfer starts (picked then at `now`).
+        if next.dma && self.agents[ai + super::NUM_STREAMS].fifo.len() >= DMA_QUEUE_DEPTH {
+            return None;
+        }
         if next.rendezvous {
             match self.inter.ready(ai) {
                 Ready::Arrive => {}
@@ -769,12 +796,13 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         )
     }
 
-    /// A run stops as a runaway loop after `Device::max_executed` items; every `POLL_EVERY`
-    /// items the run's limits are checked and the monitor, if any, is polled (one comparison
-    /// per step).
+    /// A run stops as a runaway loop after `Device::max_executed` units of work (an item is
+    /// one unit plus one per `limits::WORK_BYTES` bytes it touches); every `POLL_EVERY` units
+    /// the run's limits are checked and the monitor, if any, is polled (one comparison per
+    /// step).
     #[inline]
     fn check_budget(&mut self) -> Result<()> {
-        if self.result.executed >= self.next_check {
+        if self.spent >= self.next_check {
             self.poll()?;
         }
         Ok(())
@@ -783,18 +811,20 @@ impl<'d, 'p> Scheduler<'d, 'p> {
     #[cold]
     fn poll(&mut self) -> Result<()> {
         let n = self.result.executed;
-        if n >= self.dev.max_executed {
+        if self.spent >= self.dev.max_executed {
             return Err(fail(
                 Runaway,
                 "runaway_loop",
                 format!(
-                    "stopped after {} executed instructions (a runaway loop?); Device::max_executed sets the limit",
-                    self.dev.max_executed
+                    "stopped after {n} executed instructions and transfers, {} units of work (one per item and per {} bytes it touches), the limit (a runaway loop?); Device::max_executed sets the limit",
+                    self.spent,
+                    super::limits::WORK_BYTES
                 ),
             ));
         }
-        self.next_check = (n + POLL_EVERY).min(self.dev.max_executed);
-        self.limits.check(&self.dev.hbm, n)?;
+        self.next_check = (self.spent + POLL_EVERY).min(self.dev.max_executed);
+        let held = self.host_bytes();
+        self.limits.check(&self.dev.hbm, n, held)?;
         let Some(m) = self.monitor.as_deref_mut() else {
             return Ok(());
         };
@@ -815,6 +845,28 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             ));
         }
         Ok(())
+    }
+
+    /// Host bytes the run holds besides HBM pages: the trace, the race logs, the queued
+    /// transfers and the semaphores' pending increments (counted against `max_memory`).
+    #[cold]
+    fn host_bytes(&self) -> u64 {
+        use std::mem::size_of;
+        let t = &self.result.trace;
+        let mut n = (t.records.capacity() * size_of::<Record>()
+            + t.sems.capacity() * size_of::<SemEvent>()
+            + t.dma_spans.capacity() * size_of::<DmaSpan>()) as u64;
+        let clock = self.agents.first().map_or(0, |a| a.vc.len() * 4) as u64;
+        for &ai in &self.active {
+            let a = &self.agents[ai];
+            n += a.log.host_bytes();
+            let item = (size_of::<QItem>() + size_of::<Transfer>()) as u64 + clock;
+            n += a.fifo.capacity() as u64 * item;
+        }
+        for sem in &self.sems {
+            n += sem.pending.capacity() as u64 * (size_of::<(u64, u32, Vc)>() as u64 + clock);
+        }
+        n
     }
 
     /// Take the picked item off its stream or queue, with its clock. A rendezvous that only
@@ -990,6 +1042,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             });
         }
         self.result.executed += 1;
+        self.spent += 1;
         Ok(())
     }
 
@@ -1305,6 +1358,11 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         f(&mut mems)
     }
 
+    /// Items executed so far.
+    pub(super) fn executed(&self) -> u64 {
+        self.result.executed
+    }
+
     /// Release a stream the fabric held.
     pub(super) fn deliver(&mut self, agent: usize, r: Release) {
         self.inter.deliver(agent, r);
@@ -1462,6 +1520,16 @@ fn prune(agents: &mut [Agent]) {
             a.log.retain_after(b);
         }
     }
+}
+
+/// Room for more trace records, doubling up to `limit` records (not past it: a full trace
+/// must not hold twice the memory it needs); false if the host cannot give it.
+#[cold]
+fn grow_records(records: &mut Vec<Record>, limit: u64) -> bool {
+    let n = records.len();
+    let cap = usize::try_from(limit).unwrap_or(usize::MAX);
+    let more = n.max(1024).min(cap.saturating_sub(n)).max(1);
+    records.try_reserve_exact(more).is_ok()
 }
 
 /// Record the waits of the instruction about to become record `records.len()` (trace only).

@@ -21,7 +21,7 @@
 use super::fabric::{Fabric, FabricParams, FabricTrace, GroupTiming};
 use super::intercore::{check_program_at, Release};
 use super::sched::Scheduler;
-use super::{Device, RunOptions, RunResult, NUM_CORES};
+use super::{Device, Monitor, Progress, RunOptions, RunResult, NUM_CORES};
 use crate::engines::intercore::{
     block_io, combine, in_place_all_to_all, Moved, Rank, RankError, Shared, Snapshot,
 };
@@ -149,9 +149,50 @@ pub fn run(
     opts: &RunOptions,
     params: FabricParams,
 ) -> Result<UltraResult> {
+    run_monitored(devs, programs, opts, params, None)
+}
+
+/// `run` polling `monitor` (Ctrl-C from Python, progress) between the run's time windows, on
+/// the calling thread: a window runs every chip up to one link latency of emulated time, so
+/// polls come as often as a `Device` run's (`POLL_EVERY` items) or more. `opts.max_seconds`
+/// and `opts.max_memory` hold for each chip's scheduler as for a `Device` run (memory: per chip).
+pub fn run_monitored(
+    devs: &mut [&mut Device],
+    programs: &[Placed],
+    opts: &RunOptions,
+    params: FabricParams,
+    monitor: Option<&mut dyn Monitor>,
+) -> Result<UltraResult> {
     let by_chip = place(devs.len(), programs)?;
-    let r = crate::par::run_hot(|| run_chips(devs, &by_chip, opts, params));
+    let r = crate::error::with_alloc_limit(opts.max_memory, || {
+        crate::par::run_hot(|| run_chips(devs, &by_chip, opts, params, monitor))
+    });
     close_run(devs, &by_chip, r)
+}
+
+/// Ask `monitor` whether to go on: an `Interrupted` error (rule `interrupted`) if not.
+fn poll(
+    monitor: &mut Option<&mut dyn Monitor>,
+    scheds: &[Option<Scheduler>],
+    now: u64,
+) -> Result<()> {
+    let Some(m) = monitor.as_deref_mut() else {
+        return Ok(());
+    };
+    let executed = scheds.iter().flatten().map(|s| s.executed()).sum();
+    let p = Progress {
+        executed,
+        total: None,
+        emulated_ps: now,
+    };
+    if m.poll(&p) {
+        return Ok(());
+    }
+    Err(fail(
+        Interrupted,
+        "interrupted",
+        format!("UltraServer run cancelled by its caller after {executed} executed instructions"),
+    ))
 }
 
 /// After a run: count it on every chip that had programs, and report a chip whose HBM writes
@@ -203,6 +244,7 @@ fn run_chips(
     by_chip: &[Vec<&Program>],
     opts: &RunOptions,
     params: FabricParams,
+    mut monitor: Option<&mut dyn Monitor>,
 ) -> Result<UltraResult> {
     let nchips = devs.len();
     let (mut co, mut scheds) = start(devs, by_chip, opts, params, &|_| true)?;
@@ -214,6 +256,7 @@ fn run_chips(
         }
     }
     while let Some(t) = next.iter().flatten().min().copied() {
+        poll(&mut monitor, &scheds, t)?;
         let horizon = t.saturating_add(look);
         window(&mut scheds, &mut next, horizon)?;
         let incoming = take_outboxes(&mut scheds);

@@ -101,17 +101,48 @@ impl Ap {
         if let Some(d) = self.columns() {
             return d.cols.iter().map(|c| c * d.step).collect();
         }
-        let mut offs = vec![0i64];
+        let mut offs = Vec::with_capacity(self.free_size());
+        self.push_offsets(&mut offs);
+        offs
+    }
+
+    /// `row_offsets` whose buffer may fail to allocate (a `Resource` error, not an abort): for
+    /// HBM patterns, whose rows are not bounded by on-chip memory (8 bytes per element: twice
+    /// a 4-byte element's staging buffer).
+    pub fn try_row_offsets(&self) -> crate::error::Result<Vec<i64>> {
+        if let Some(d) = self.columns() {
+            let mut v = crate::error::try_vec(0, 0i64, "a DMA pattern's offsets")?;
+            crate::error::try_extend(&mut v, d.cols.len(), "a DMA pattern's offsets")?;
+            v.extend(d.cols.iter().map(|c| c * d.step));
+            return Ok(v);
+        }
+        let mut offs = Vec::new();
+        crate::error::try_extend(&mut offs, self.free_size(), "a DMA pattern's offsets")?;
+        self.push_offsets(&mut offs);
+        Ok(offs)
+    }
+
+    /// Append the row's offsets (odometer order: the last dim fastest) to `offs`, which has
+    /// room for them (no reallocation).
+    fn push_offsets(&self, offs: &mut Vec<i64>) {
+        let start = offs.len();
+        offs.push(0);
         for &(step, num) in &self.dims {
-            let mut next = Vec::with_capacity(offs.len() * num as usize);
-            for &o in &offs {
-                for i in 0..num as i64 {
-                    next.push(o + i * step);
+            // Expand in place from the back: entry k becomes entries k*num..(k+1)*num.
+            let have = offs.len() - start;
+            let num = num as usize;
+            if num == 0 {
+                offs.truncate(start);
+                return;
+            }
+            offs.resize(start + have * num, 0);
+            for k in (0..have).rev() {
+                let o = offs[start + k];
+                for i in (0..num).rev() {
+                    offs[start + k * num + i] = o + i as i64 * step;
                 }
             }
-            offs = next;
         }
-        offs
     }
 
     /// Min and max element offset within a row.

@@ -142,7 +142,12 @@ impl Mems<'_> {
     /// Read the elements of a (validated) AP in logical order as packed little-endian bytes.
     pub fn gather(&self, ap: &Ap) -> Vec<u8> {
         let mut out = vec![0u8; ap.parts as usize * ap.free_size() * ap.dtype.size()];
-        self.gather_into(ap, &mut out);
+        let offs = if ap.is_row_contiguous() {
+            Vec::new()
+        } else {
+            ap.row_offsets()
+        };
+        self.gather_into(ap, &offs, &mut out);
         out
     }
 
@@ -154,19 +159,16 @@ impl Mems<'_> {
             .saturating_mul(ap.free_size())
             .saturating_mul(ap.dtype.size());
         let mut out = crate::error::try_vec(n, 0u8, "a DMA staging buffer")?;
-        self.gather_into(ap, &mut out);
+        let offs = try_offsets(ap)?;
+        self.gather_into(ap, &offs, &mut out);
         Ok(out)
     }
 
-    fn gather_into(&self, ap: &Ap, out: &mut [u8]) {
+    /// `offs`: the row offsets of a pattern that is not row-contiguous (else empty).
+    fn gather_into(&self, ap: &Ap, offs: &[i64], out: &mut [u8]) {
         let es = ap.dtype.size();
         let f = ap.free_size();
         let contiguous = ap.is_row_contiguous();
-        let offs = if contiguous {
-            Vec::new()
-        } else {
-            ap.row_offsets()
-        };
         for r in 0..ap.parts {
             let dst = &mut out[r as usize * f * es..(r as usize + 1) * f * es];
             match ap.mem {
@@ -244,14 +246,26 @@ impl Mems<'_> {
 
     /// Write packed little-endian bytes to the elements of a (validated) AP in logical order.
     pub fn scatter(&mut self, ap: &Ap, data: &[u8]) {
-        let es = ap.dtype.size();
-        let f = ap.free_size();
-        let contiguous = ap.is_row_contiguous();
-        let offs = if contiguous {
+        let offs = if ap.is_row_contiguous() {
             Vec::new()
         } else {
             ap.row_offsets()
         };
+        self.scatter_with(ap, &offs, data);
+    }
+
+    /// `scatter` whose offset list may fail to allocate (a `Resource` error, not an abort):
+    /// for HBM patterns of DMAs, not bounded by on-chip memory.
+    pub fn try_scatter(&mut self, ap: &Ap, data: &[u8]) -> crate::error::Result<()> {
+        let offs = try_offsets(ap)?;
+        self.scatter_with(ap, &offs, data);
+        Ok(())
+    }
+
+    fn scatter_with(&mut self, ap: &Ap, offs: &[i64], data: &[u8]) {
+        let es = ap.dtype.size();
+        let f = ap.free_size();
+        let contiguous = ap.is_row_contiguous();
         for r in 0..ap.parts {
             let src = &data[r as usize * f * es..(r as usize + 1) * f * es];
             match ap.mem {
@@ -286,6 +300,15 @@ impl Mems<'_> {
                 }
             }
         }
+    }
+}
+
+/// The row offsets of `ap` if it is not row-contiguous (else none), allocated fallibly.
+fn try_offsets(ap: &Ap) -> crate::error::Result<Vec<i64>> {
+    if ap.is_row_contiguous() {
+        Ok(Vec::new())
+    } else {
+        ap.try_row_offsets()
     }
 }
 

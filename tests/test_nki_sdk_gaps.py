@@ -340,7 +340,7 @@ def test_two_programs_writing_overlapping_rows_is_a_real_race_explained():
     with pytest.raises(RaceError) as e:
         k[2](np.ones((128, 64), np.float32))
     msg = str(e.value)
-    assert "This race is real on hardware: programs 0 and 1" in msg
+    assert "This race is real on hardware: program 0 and program 1" in msg
     assert "nl.store(out[0:32, :], t[0:32, :])  # line A" in msg
     assert "nl.store(out[0:32, 16:32], u[0:32, 16:32])  # line B" in msg
     assert "Fix: give each program its own part of the output" in msg

@@ -1475,9 +1475,8 @@ class _Run:
         except RaceError as e:  # two programs writing the same HBM bytes: say whether it is real
             from . import races
 
-            pid_of_core = {p.core: pid for pid, p in enumerate(traced.programs)}
-            code = getattr(self.kernel.fn, "__code__", None)
-            new = races.explain(e, pid_of_core, [code.co_filename] if code is not None else [])
+            programs = {(0, p.core): f"program {pid}" for pid, p in enumerate(traced.programs)}
+            new = races.explain(e, programs, races.kernel_files(self.kernel))
             if new is None:
                 raise
             raise new from None

@@ -33,23 +33,26 @@ def _source(filename: str, line: int, files: list[str]) -> str:
     return ""
 
 
-def explain(err: RaceError, pid_of_core: dict[int, int], files: list[str]) -> RaceError | None:
+def explain(err: RaceError, program_of: dict[tuple[int, int], str], files: list[str]) -> RaceError | None:
     """`err` with the verdict, both kernel lines and the fix, when it is a write/write race on HBM
-    between two programs of the launch; None otherwise (the checker's message stands)."""
+    between two programs of the launch (`program_of`: (chip, core) -> "program 1" / "rank 3
+    program 1"); None otherwise (the checker's message stands)."""
     m = _PAIR.search(str(err))
-    if m is None:
+    if m is None or "the bytes written differ" not in str(err):  # (identical bytes: benign, not this)
         return None
+    chip = re.search(r"chip (\d+): data race", str(err))
+    chip = int(chip.group(1)) if chip else 0
     core_a, file_a, line_a, core_b, file_b, line_b, lo, hi = m.groups()
-    pa, pb = pid_of_core.get(int(core_a)), pid_of_core.get(int(core_b))
+    pa, pb = program_of.get((chip, int(core_a))), program_of.get((chip, int(core_b)))
     if pa is None or pb is None or pa == pb:
         return None
     msg = (
         f"{err}\n"
-        f"This race is real on hardware: programs {pa} and {pb} of this launch run at the same time on separate "
+        f"This race is real on hardware: {pa} and {pb} of this launch run at the same time on separate "
         f"NeuronCores and nothing orders their DMA writes, so HBM bytes {lo}..{hi} end up holding whichever "
         f"write lands last (the bytes written differ).\n"
-        f"  program {pa} writes them at {file_a}:{line_a}{_source(file_a, int(line_a), files)}\n"
-        f"  program {pb} writes them at {file_b}:{line_b}{_source(file_b, int(line_b), files)}\n"
+        f"  {pa} writes them at {file_a}:{line_a}{_source(file_a, int(line_a), files)}\n"
+        f"  {pb} writes them at {file_b}:{line_b}{_source(file_b, int(line_b), files)}\n"
         f"Fix: give each program its own part of the output (slice by nl.program_id so that no byte is written "
         f"by two programs), or write the shared part"
         f" from one program only; if both must write it, order the writes (a collective between "
@@ -57,3 +60,9 @@ def explain(err: RaceError, pid_of_core: dict[int, int], files: list[str]) -> Ra
     )
     new = RaceError(msg, err.instruction_index, err.instruction, err.operand, err.rule)
     return new
+
+
+def kernel_files(kernel) -> list[str]:
+    """The source file of a kernel's function (where its instruction names point)."""
+    code = getattr(getattr(kernel, "fn", None), "__code__", None)
+    return [code.co_filename] if code is not None else []

@@ -6,6 +6,10 @@ Every benchmark whose timed function runs the device also gets, from the autouse
   programs, would need its own figure);
 - `emulated_over_wall`: emulated time / measured median wall time per call (how many seconds of
   device time one second of host time emulates; 1.0 would be real time).
+
+After the run, a short terminal report ("trn3emu ratios") lists each benchmark's ratios from
+extra_info (`fraction_of_host`, `emulated_over_wall`, speedups, rates), which the default
+pytest-benchmark table leaves out (they were only in `--benchmark-json`).
 """
 
 from __future__ import annotations
@@ -72,6 +76,38 @@ def smoke_timed(monkeypatch, fixture_type) -> None:
     )
 
 
+#: extra_info keys the terminal report shows, in this order, when a benchmark has them
+RATIO_KEYS = ("fraction_of_host", "emulated_over_wall")
+#: other extra_info keys shown: ratios and rates by their names
+_RATIO_WORDS = ("speedup", "fraction", "_over_", "ratio", "per_s", "gflops", "gbps")
+_RESULTS = pytest.StashKey[list]()
+
+
+def ratio_report(entries: list) -> list[str]:
+    """The report's lines for [(benchmark name, extra_info)]: one line per benchmark with ratios."""
+    lines = []
+    for name, info in entries:
+        keys = [k for k in RATIO_KEYS if k in info]
+        keys += sorted(k for k in info if k not in keys and any(w in k for w in _RATIO_WORDS))
+        vals = [(k, info[k]) for k in keys if isinstance(info[k], (int, float)) and not isinstance(info[k], bool)]
+        if vals:
+            lines.append(f"{name}: " + ", ".join(f"{k}={v:.3g}" for k, v in vals))
+    return lines
+
+
+def pytest_configure(config) -> None:
+    config.stash[_RESULTS] = []
+
+
+@pytest.hookimpl(trylast=True)  # (after pytest-benchmark's table)
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    lines = ratio_report(config.stash.get(_RESULTS, []))
+    if lines:
+        terminalreporter.write_sep("-", "trn3emu ratios (extra_info; all figures: --benchmark-json)")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
 @pytest.fixture(autouse=True)
 def _emulated_time(request, monkeypatch):
     if "benchmark" not in request.fixturenames:
@@ -84,3 +120,4 @@ def _emulated_time(request, monkeypatch):
     monkeypatch.setattr(trn3emu.device.Device, "run", recorder.wrap(trn3emu.device.Device.run))
     yield
     record_emulated(bench, recorder)
+    request.config.stash[_RESULTS].append((request.node.name, dict(bench.extra_info)))

@@ -19,7 +19,10 @@ def _row(limit: str) -> str:
 
 def test_every_limit_has_a_row_with_its_default_and_how_to_change_it():
     assert "2^26" in _row("instructions and transfers per run") and t3.Device().max_executed == 1 << 26
-    assert "max_seconds" in _row("host seconds per run")
+    assert "2048 bytes" in _row("instructions and transfers per run")
+    assert "256" in _row("transfers waiting on one engine's DMA queue")
+    assert "max_seconds" in _row("host seconds per run") and "us.run" in _row("host seconds per run")
+    assert "RLIMIT_AS" in _row("host memory per run")
     assert "32 GiB" in _row("host memory per run") and "max_memory" in _row("host memory per run")
     assert "2^21" in _row("trace records per run") and "trace_limit" in _row("trace records per run")
     grid = _row("programs per NKI launch")

@@ -271,3 +271,33 @@ def test_psum_block_tile_over_psum_spills_through_sbuf():
     # holds the 8 copies, so nothing goes to HBM
     st = k.last_spills
     assert (st["psum_spills"], st["psum_spilled_bytes"], st["spills"]) == (8, 8 * 128 * 2048, 0)
+
+
+def test_spill_rule_lru_is_switchable():
+    # same 2x-SBUF kernel with least-recently-used spilling: correct too, and never fewer reloads
+    # than furthest-next-use's 9 (Belady's rule needs the fewest for tiles of one size)
+    x = np.random.default_rng(7).integers(-99, 99, (16, 128, 8192)).astype(np.float32)
+    k = lnki.jit(_spill_kernel, passes={"spill": "lru"})
+    np.testing.assert_array_equal(k(x), 2 * x)
+    assert k.last_spills["reloads"] >= 9 and k.last_spills["spills"] >= 9
+
+
+def test_a_kernel_tracing_differently_the_second_time_falls_back_to_literal_allocation():
+    # the plan of the first trace does not describe the second: never free by it (the literal
+    # allocation's error instead of wrong results)
+    runs = []
+
+    def k(x):
+        runs.append(1)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        ts = [nl.load(x)]
+        if len(runs) == 2:
+            ts.append(nl.multiply(ts[-1], 1.0))  # an extra tile the first trace did not make
+        for _ in range(9):
+            ts.append(nl.add(ts[-1], 1.0))
+        nl.store(out, value=ts[-1])
+        return out
+
+    with pytest.raises(CapacityError, match="SBUF overflow"):
+        lnki.jit(k, passes={"liveness": "on"})(np.ones((128, 7168), np.float32))
+    assert len(runs) == 3  # first trace, second trace, literal trace

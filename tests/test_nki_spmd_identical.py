@@ -49,11 +49,17 @@ def test_identical_writes_from_two_cores_warn_naming_both_instructions(monkeypat
         warnings.simplefilter("always")
         out = _same[2](A)
     np.testing.assert_array_equal(out, A * 2)
-    msgs = [str(x.message) for x in w if issubclass(x.category, IdenticalWritesWarning)]
+    ws = [x for x in w if issubclass(x.category, IdenticalWritesWarning)]
+    msgs = [str(x.message) for x in ws]
     assert len(msgs) == 1
-    assert "core 0 #" in msgs[0] and "core 1 #" in msgs[0] and msgs[0].count("dma_copy") == 2
-    assert "test_nki_spmd_identical.py:" in msgs[0]  # the kernel line of the store
-    assert _same.last_result.identical_writes == msgs
+    # issue 29: both cores named, the instruction text once, attributed to the kernel's store line
+    # (not to the front end) with its source text, and a fix
+    assert "core 0 and core 1" in msgs[0] and msgs[0].count("dma_copy") == 1
+    store = _same.fn.__code__.co_firstlineno + 3  # (the decorator line) `nl.store(...)`: the store
+    assert ws[0].filename == __file__ and ws[0].lineno == store
+    assert "fix: store from one core only" in msgs[0]
+    raw = _same.last_result.identical_writes  # the device's own report: both instructions
+    assert len(raw) == 1 and "core 0 #" in raw[0] and "core 1 #" in raw[0]
 
 
 def test_different_bytes_stay_a_race(monkeypatch):

@@ -322,3 +322,48 @@ def test_masked_nl_matmul_writes_the_kept_block():
     want = np.zeros((128, 64), np.float32)
     want[:90, :50] = lhsT[:100, :90].T @ rhs[:100, :50]
     np.testing.assert_array_equal(k(lhsT, rhs), want)
+
+
+def test_pending_results_are_named_after_the_line_that_made_them():
+    # a result issued later (at its first use) still carries its own call's line in the trace
+    import inspect
+
+    def k(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        x = nl.load(a)  # line +2
+        r = nl.exp(x)  # line +3
+        s = nl.negative(r)  # line +4
+        nl.store(out, nl.add(r, s))  # line +5: where r and s are first issued
+        return out
+
+    first = inspect.getsourcelines(k)[1]
+    kernel = lnki.jit(k)
+    a = np.zeros((4, 4), np.float32)
+    np.testing.assert_array_equal(kernel(a), np.zeros_like(a))
+    names = {}
+    for line in kernel.last_programs[0].to_text().splitlines()[1:]:
+        names.setdefault(line.split(".")[0], line.rsplit("name=", 1)[1])
+    base = "test_nki_toolchain_passes.py:"
+    assert names["dma_copy"] == base + str(first + 2)
+    assert names["activation"] == base + str(first + 3)
+
+
+def test_a_pending_result_reading_an_earlier_pending_load():
+    # the activation (pending) holds the scale's load (pending, made before it): issuing the load
+    # must not issue the activation in the middle of the load's own DMA (the fused Mamba
+    # tutorial's `activation(exp, data=delta_i, scale=A_i)`)
+    @lnki.jit
+    def k(a, col):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        x = nl.load(a)
+        assert x.shape == a.shape  # (x is issued here, before the scale's load is made)
+        s = nl.load(col)
+        y = lisa.activation(op=nl.exp, data=x, scale=s)
+        nl.store(out, y)
+        return out
+
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((128, 32)).astype(np.float32)
+    col = rng.standard_normal((128, 1)).astype(np.float32)
+    np.testing.assert_allclose(k(a, col), np.exp(a * col), rtol=1e-5)
+    assert opcodes(k)["dma_copy"] == 3  # two loads and the store (the scale was loaded twice)

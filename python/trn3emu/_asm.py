@@ -233,7 +233,7 @@ class AssemblerMixin:
         Engines: tensor.
         dst: PSUM result [M, N] (fp32/bf16; transpose mode: the input dtype).
         stationary: [K, M], K <= 128, M <= 128.
-        moving: [K, N], N <= 512 per PSUM bank.
+        moving: [K, N], N <= 4096 fp32 / 8192 bf16 dst; over one 2 KiB bank (512 fp32 / 1024 bf16) the dst starts on a bank boundary.
         is_stationary_onezero: performance hint.
         is_moving_onezero: performance hint.
         is_transpose: bit-exact transpose mode.

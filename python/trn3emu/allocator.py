@@ -160,30 +160,62 @@ class Allocator:
     def _overflow(self, nbytes: int, label: str) -> str:
         used = sorted(self.live.values())
         head = f"{self.what} overflow: {label} needs {nbytes} bytes per partition and no {self.what} allocation fits"
+        if nbytes > self.capacity:
+            return (
+                f"{head}: a partition has {self.capacity} bytes in all. fix: split the tile's free dim "
+                f"into tiles of at most {self.capacity // 2 if self.bank is None else self.bank} bytes per "
+                "partition and loop over them"
+            )
         if self.bank:
             rule = (
                 f"tiles of at most {self.bank} bytes share a bank but never straddle one"
                 if nbytes <= self.bank
                 else f"a tile over {self.bank} bytes needs {_up(nbytes, self.bank) // self.bank} free whole banks"
             )
-            return f"{head} ({rule}); {self._banks(used)}"
+            return (
+                f"{head} ({rule}); {self._banks(used)}. fix: accumulate in tiles of at most {self.bank} bytes "
+                f"per partition (one bank: [128, {self.bank // 4}] fp32), copy each finished one to SBUF, "
+                "and allocate accumulators inside the loop that uses them so they are freed after it"
+            )
         return (
             f"{head}: {_covered(used)} of {self.capacity} bytes per partition are held by {len(used)} live tiles "
-            f"(largest free gap {_largest_gap(used, self.capacity, self.align)} bytes); the largest: "
-            + "; ".join(f"{lb} ({hi - lo} bytes at {lo})" for lo, hi, lb in sorted(used, key=lambda r: r[0] - r[1])[:4])
+            f"(largest free gap {_largest_gap(used, self.capacity, self.align)} bytes), the largest: "
+            + _holders(used)
+            + ". fix: make fewer tiles live at once (allocate each inside the loop that uses it, so it is "
+            "freed after its iteration; drop references to finished tiles), or use smaller tiles"
         )
 
     def _banks(self, used: list) -> str:
-        parts = []
+        rows: list[list] = []  # [first bank, last bank, what holds each, the held ranges]
         for b in range(self.capacity // self.bank):
             lo_b, hi_b = b * self.bank, (b + 1) * self.bank
             held = [(lo, hi, lb) for lo, hi, lb in used if lo < hi_b and hi > lo_b]
             if not held:
-                parts.append(f"bank {b}: free")
-                continue
-            n = _covered([(max(lo, lo_b), min(hi, hi_b), lb) for lo, hi, lb in held])
-            parts.append(f"bank {b} ({n} of {self.bank} bytes): " + ", ".join(lb for _, _, lb in held))
+                what = "free"
+            else:
+                n = _covered([(max(lo, lo_b), min(hi, hi_b), lb) for lo, hi, lb in held])
+                what = f"({n} of {self.bank} bytes): " + ", ".join(lb for _, _, lb in held)
+            if rows and rows[-1][3] == held and (not held or len(held) == 1):
+                rows[-1][1] = b  # one wide tile over several banks (or free banks): named once
+            else:
+                rows.append([b, b, what, held])
+        parts = []
+        for first, last, what, _ in rows:
+            banks = f"bank {first}" if first == last else f"banks {first}-{last}"
+            parts.append(f"{banks}: free" if what == "free" else f"{banks} {what}")
         return "banks: " + "; ".join(parts)
+
+
+def _holders(used: list) -> str:
+    """The live tiles holding the most bytes, tiles of one label counted together."""
+    by: dict[str, list[int]] = {}
+    for lo, hi, lb in used:
+        by.setdefault(lb, []).append(hi - lo)
+    top = sorted(by.items(), key=lambda kv: -sum(kv[1]))[:4]
+    out = [(f"{len(n)} x " if len(n) > 1 else "") + f"{lb} ({sum(n)} bytes)" for lb, n in top]
+    if len(by) > 4:
+        out.append(f"and {len(by) - 4} more")
+    return "; ".join(out)
 
 
 def _covered(ranges: list) -> int:

@@ -39,7 +39,8 @@ class Row:
     published: float
     modelled: float
     unit: str
-    #: "ratio" (modelled / published within `tol`) or "points" (absolute difference in % points).
+    #: "ratio" (modelled / published within `tol`), "points" (absolute difference in % points) or
+    #: "at_least" (modelled >= `tol`, a one-sided target such as the tutorial's >= 6x speed-up).
     kind: str
     tol: float
 
@@ -51,6 +52,8 @@ class Row:
     def ok(self) -> bool:
         if self.kind == "points":
             return abs(self.modelled - self.published) <= self.tol
+        if self.kind == "at_least":
+            return self.modelled >= self.tol
         return abs(self.ratio - 1.0) <= self.tol
 
 
@@ -349,8 +352,8 @@ def tutorial_rows(shape: tuple[int, int, int] = TUTORIAL_SHAPE) -> list[Row]:
             pub,
             t["tiled"] / t["optimized"],
             "x",
-            "ratio",
-            1.0 - 6.0 / pub,
+            "at_least",
+            6.0,
         )
     )
     return rows
@@ -364,8 +367,8 @@ def markdown(rows: list[Row]) -> str:
     ]
     for r in rows:
         target = f"±{r.tol:g} points" if r.kind == "points" else f"±{r.tol:.0%}"
-        if r.anchor == "T" and "speed-up" in r.what:
-            target = "≥ 6x"
+        if r.kind == "at_least":
+            target = f"≥ {r.tol:g}{r.unit}"
         lines.append(
             f"| {r.anchor} | {r.gen} | {r.what} | {r.published:g} {r.unit} | {r.modelled:.4g} {r.unit} | "
             f"{r.ratio:.3f} | {target} | {'yes' if r.ok else 'NO'} |"

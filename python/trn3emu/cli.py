@@ -223,14 +223,14 @@ def _cmd_run(args) -> int:
 
 def _result_from_python(path: str, dev: Device, kernel: str | None):
     """A Python file: with `build(dev)` returning a Program or a list of them (one per core), run
-    those; otherwise an NKI kernel file (`nki` provided by trn3emu): run its `main()` and take the
-    run of its NKI kernel (`kernel` names one when several ran; default the longest)."""
-    import runpy
-
+    those; otherwise an NKI kernel file (`nki` provided by trn3emu), run as a script (its
+    `if __name__ == "__main__":` block runs; `sys.exit(0)` there is fine), calling its `main()`
+    when running it launched no kernel, and take the run of its NKI kernel (`kernel` names one
+    when several ran; default the longest)."""
     from .nki import Kernel, install
 
     install()
-    mod = runpy.run_path(path, run_name="trn3emu_trace")
+    mod = _run_script(path)
     build = mod.get("build")
     if build is not None:
         progs = build(dev)
@@ -241,9 +241,13 @@ def _result_from_python(path: str, dev: Device, kernel: str | None):
                 f"{path}: build(dev) must return a Program or a list of Programs, got {progs!r} ({type(progs).__name__})"
             )
         return list(progs)
-    if callable(mod.get("main")):
+
+    def kernels_ran() -> dict:
+        return {n: k for n, k in mod.items() if isinstance(k, Kernel) and k.last_result is not None}
+
+    if not kernels_ran() and callable(mod.get("main")):
         mod["main"]()
-    ran = {n: k for n, k in mod.items() if isinstance(k, Kernel) and k.last_result is not None}
+    ran = kernels_ran()
     if not ran:
         raise ValueError(f"{path}: defines no build(dev) and no NKI kernel ran (a main() that calls one)")
     if kernel is not None:
@@ -261,6 +265,38 @@ def _result_from_python(path: str, dev: Device, kernel: str | None):
             print(f"tracing NKI kernel {name} (also ran: {', '.join(n for n in sorted(ran) if n != name)}; --kernel)")
     res = ran[name].last_result
     return max(res, key=lambda r: r.time_ns) if isinstance(res, list) else res
+
+
+def _run_script(path: str) -> dict:
+    """Run a Python file as `python path` would (`__name__ == "__main__"`, its directory first on
+    sys.path, sys.argv = [path]) and return its globals; a `sys.exit(0)` / `sys.exit()` ends it
+    normally, another exit status raises SystemExit. A file defining `build(dev)` is only
+    imported-like: its main block sees `__name__ == "trn3emu_trace"`."""
+    import types
+
+    with open(path, "rb") as f:
+        source = f.read()
+    code = compile(source, path, "exec")
+    name = "trn3emu_trace" if b"def build(" in source else "__main__"
+    mod = types.ModuleType(name)
+    mod.__file__ = path
+    g = mod.__dict__
+    saved = sys.argv[:], sys.path[:], sys.modules.get(name)
+    sys.argv[:] = [path]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    sys.modules[name] = mod  # (dataclasses, pickling and `import __main__` look the module up)
+    try:
+        exec(code, g)
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            raise
+    finally:
+        sys.argv[:], sys.path[:] = saved[0], saved[1]
+        if saved[2] is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = saved[2]
+    return g
 
 
 def _cmd_trace(args) -> int:

@@ -168,8 +168,8 @@ class Hbm:
             )
         t = Tensor("hbm", dtype, shape, name=_name(name), core=core)
         block = self._place(t.nbytes, address, alias, core)
+        t.offset = block.lo  # (before the label: it names the tensor's address)
         block.label = repr(t)
-        t.offset = block.lo
         t.block = block
         return t
 
@@ -385,6 +385,22 @@ class Device:
         (default 32 GiB or half the host's physical memory, whichever is less) bounds the host memory the run adds to HBM's backing and
         any one buffer sized by its operands (`ResourceError`, `run_memory_limit`).
         """
+        return _warn_identical(
+            self._run(programs, check_races, trace, progress, trace_limit, identical_writes, max_seconds, max_memory)
+        )
+
+    def _run(
+        self,
+        programs,
+        check_races: bool = True,
+        trace: bool = True,
+        progress: bool | None = None,
+        trace_limit: int | None = None,
+        identical_writes: bool = False,
+        max_seconds: float | None = None,
+        max_memory: int | None = None,
+    ) -> RunResult:
+        """`run` without the `IdenticalWritesWarning` (NKI launches issue it at the kernel line)."""
         limit = {} if trace_limit is None else {"trace_limit": _nonnegative(trace_limit, "trace_limit", _U64_MAX)}
         if identical_writes:
             limit["identical_writes"] = True
@@ -395,14 +411,14 @@ class Device:
         progs = [programs] if isinstance(programs, Program) else _program_list(programs)
         natives = [p.native() for p in progs]
         if not _progress.wanted(progress):
-            return _warn_identical(RunResult(self._native.run(natives, check_races, trace, **limit), natives))
+            return RunResult(self._native.run(natives, check_races, trace, **limit), natives)
         bar = _progress.RunProgress()
         try:
             raw = self._native.run(natives, check_races, trace, bar, **limit)
             bar.finish(raw["executed"], raw["end_ps"])
         finally:
             bar.close()
-        return _warn_identical(RunResult(raw, natives))
+        return RunResult(raw, natives)
 
     def read(self, tile: Tensor) -> np.ndarray:
         """A tile's contents (SBUF/PSUM of its core, or HBM) as a numpy array, for debugging."""

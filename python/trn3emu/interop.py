@@ -21,7 +21,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .errors import MemorySpaceError, OperandError
+from .errors import MemorySpaceError, NotSupportedError, OperandError
 
 #: DLPack `DLDataTypeCode`s (dlpack.h) of the float formats numpy cannot import, as ml_dtypes types.
 _DL_BITS = {
@@ -88,6 +88,14 @@ def to_numpy(x: Any, operand: str = "array") -> np.ndarray:
     if _module_class(x, "torch", "Tensor"):
         return _from_torch(x, operand)
     if _module_class(x, "jax", "Array"):
+        if any(c.__name__.endswith("Tracer") for c in type(x).__mro__):
+            raise NotSupportedError(
+                f"{operand}: a JAX tracer (the call is inside jax.jit, grad or vmap), which has a shape but "
+                "no values yet. fix: call an NKI kernel there as trn3emu.nki.jax_call(kernel, *args) (a "
+                "jax.pure_callback with the kernel's output shapes), or call it outside the jitted function",
+                operand=operand,
+                rule="jax_tracer_input",
+            )
         platforms = {d.platform for d in x.devices()}
         if platforms != {"cpu"}:
             raise _not_cpu(operand, "/".join(sorted(platforms)))

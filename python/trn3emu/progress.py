@@ -58,8 +58,14 @@ class _Bar:
                 return
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, initial=done, desc=self.desc, unit=self.unit, unit_scale=True, file=sys.stderr)
-            self.bar.start_t -= time.monotonic() - self.start  # elapsed counts from the work's start
+            # The bar counts from the work's start, not from when it appears: elapsed includes the
+            # first DELAY_S, the work done so far is an update (not `initial`, which tqdm leaves out
+            # of the rate), and the rate is the average since the start (smoothing=0), so the ETA
+            # is right from the first refresh.
+            self.bar = tqdm(total=total, desc=self.desc, unit=self.unit, unit_scale=True, smoothing=0, file=sys.stderr)
+            ago = time.monotonic() - self.start
+            self.bar.start_t -= ago
+            self.bar.last_print_t -= ago
         if total is not None and self.bar.total != total:
             self.bar.total = total
         if postfix is not None:

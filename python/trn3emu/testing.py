@@ -78,6 +78,32 @@ def tolerances(dtype) -> tuple[float, float]:
     return DEFAULT_TOLERANCES.get(dt.name, (1e-5, 1e-6))
 
 
+def _eps(dt) -> float:
+    """The spacing of dtype `dt` at 1.0 (0 for exact dtypes)."""
+    dt = np.dtype(dt)
+    if dt.kind in "iub":
+        return 0.0
+    try:
+        return float(ml_dtypes.finfo(dt).eps)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def default_atol(dtype, expected) -> float:
+    """The atol used when none is given: the dtype's table atol, or max(one ulp of `dtype`, a
+    quarter of its default rtol) times the largest finite |expected|, whichever is more. An
+    element near zero of a sum (a matmul output, a softmax's centred logits) carries the rounding
+    of the sum's large terms, not of its own small value: a reference summed in another order
+    (numpy's fp32 matmul), or a bf16 output of it, differs there by about an ulp of the output's
+    scale while |expected| * rtol is ~0 (a bf16 [1024, 512] matmul with K = 2048: 2 elements
+    failed the table atol; fp32 outputs: thousands)."""
+    rtol, base = tolerances(dtype)
+    e = np.abs(np.asarray(expected, np.float64))
+    e = e[np.isfinite(e)]
+    scale = float(e.max()) if e.size else 0.0
+    return max(base, max(_eps(dtype), rtol / 4) * scale)
+
+
 def _bits(x: np.ndarray) -> np.ndarray:
     u = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[x.dtype.itemsize]
     return np.ascontiguousarray(x).view(u)
@@ -118,8 +144,8 @@ def compare(actual, expected, rtol=None, atol=None, mode: str = "allclose", equa
         raise AssertionError(f"shape mismatch: actual {a.shape}, expected {e.shape}")
     r0, a0 = tolerances(a.dtype)
     rtol = r0 if rtol is None else rtol
-    atol = a0 if atol is None else atol
     af, ef = a.astype(np.float64), e.astype(np.float64)
+    atol = default_atol(a.dtype, ef) if atol is None else atol
     with np.errstate(invalid="ignore", over="ignore"):
         diff = np.abs(af - ef)
     if mode == "allclose":
@@ -168,24 +194,55 @@ def assert_close(actual, expected, rtol=None, atol=None, mode: str = "allclose",
         a = _host(actual)
         r0, a0 = tolerances(a.dtype)
         rule = "|a-b| <= atol + rtol*|b|" if mode == "allclose" else "|a-b| <= atol + rtol*max|b|"
+        used = default_atol(a.dtype, _host(expected)) if atol is None else atol
         raise AssertionError(
-            f"arrays not close ({rule}, rtol={r0 if rtol is None else rtol}, atol={a0 if atol is None else atol}, "
-            f"dtype {a.dtype})\n" + report(actual, expected, bad, diff, worst)
+            f"arrays not close ({rule}, rtol={r0 if rtol is None else rtol}, atol={used:.3g}, "
+            f"dtype {a.dtype})\n" + report(actual, expected, bad, diff, worst) + _advice(a, _host(expected), bad)
         )
 
 
-def run_kernel(kernel, reference, *arrays, rtol=None, atol=None, mode="allclose", grid=None, **kwargs):
+def _advice(a: np.ndarray, e: np.ndarray, bad: np.ndarray) -> str:
+    """What to do about a failure: which tolerance or reference to use."""
+    af = a.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        fresh_nan = bool((np.isnan(af) & ~np.isnan(e.astype(np.float64)) & bad).any())
+    if fresh_nan and default_fill() is not None:
+        return (
+            f"\nfix: NaN where the reference is finite, with on-chip memory filled 0x{default_fill():02X} "
+            "(fill_uninitialized, on by default in run_kernel): the kernel left these elements unwritten or "
+            "computed them from memory nothing wrote; write every output element (or run_kernel(..., "
+            "fill=None) to compare against zero-filled memory)"
+        )
+    if e.dtype == np.float32 and _eps(a.dtype) > _eps(np.float32):
+        return (
+            f"\nfix: for a {a.dtype} result, compute the reference in float64 (e.g. "
+            "`a.astype(np.float64) @ b.astype(np.float64)`): an fp32 reference carries its own rounding; "
+            "or pass rtol=/atol= (mode='max' compares against max|expected|, nki-library's rule)"
+        )
+    return (
+        "\nfix: if the difference is rounding, pass rtol=/atol= for this comparison (mode='max' compares "
+        "against max|expected|, nki-library's rule); a float64 reference removes the reference's own rounding"
+    )
+
+
+def run_kernel(kernel, reference, *arrays, rtol=None, atol=None, mode="allclose", grid=None, fill=0xFF, **kwargs):
     """Run `kernel` (optionally `kernel[grid]`) on arrays (numpy, torch, JAX, ...), compare with `reference(*arrays)`.
 
-    Several outputs (tuples) are compared pairwise. Returns the kernel's outputs.
+    Several outputs (tuples) are compared pairwise. Returns the kernel's outputs. The run starts
+    with on-chip memory and the kernel's HBM outputs filled with `fill` (0xFF: NaN in every float
+    dtype, `fill_uninitialized`), so an output element never written, or one computed from memory
+    nothing wrote, fails the comparison as NaN; `fill=None` keeps the fill in force (default
+    zeros). A `fill_uninitialized` block or TRN3EMU_NKI_FILL around the call take precedence.
     """
     ref = reference(*[a.copy() if isinstance(a, np.ndarray) else a for a in arrays], **kwargs)
     run = kernel if grid is None else kernel[grid]
-    out = run(*arrays, **kwargs)
-    outs = out if isinstance(out, (tuple, list)) else (out,)
-    refs = ref if isinstance(ref, (tuple, list)) else (ref,)
-    if len(outs) != len(refs):
-        raise AssertionError(f"kernel returned {len(outs)} outputs, reference {len(refs)}")
-    for o, r in zip(outs, refs):
-        assert_close(o, _host(r), rtol, atol, mode)
+    fresh = fill is not None and default_fill() is None
+    with fill_uninitialized(fill) if fresh else contextlib.nullcontext():
+        out = run(*arrays, **kwargs)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        refs = ref if isinstance(ref, (tuple, list)) else (ref,)
+        if len(outs) != len(refs):
+            raise AssertionError(f"kernel returned {len(outs)} outputs, reference {len(refs)}")
+        for o, r in zip(outs, refs):
+            assert_close(o, _host(r), rtol, atol, mode)  # (in the block: its advice names the fill)
     return out

@@ -163,6 +163,35 @@ class Trace:
         self._names: dict[int, list] = {}
         self._cache: dict[str, np.ndarray] = {}
 
+    @classmethod
+    def _combined(cls, parts: list) -> Trace:
+        """One trace of several chips' traces `[(chip, Trace)]`, for plotting them together:
+        core k of chip c becomes core 8c + k, labelled "chip c core k" (semaphore events and
+        write regions are left out)."""
+        first = parts[0][1]
+        t = cls.__new__(cls)
+        t.schema_version, t.timing, t.cost = first.schema_version, first.timing, first.cost
+        per_chip = 8
+
+        def cat(get, key):
+            arrays = [
+                get(tr)[key].astype(np.int64) + per_chip * c if key == "core" else get(tr)[key] for c, tr in parts
+            ]
+            return np.concatenate(arrays) if arrays else np.zeros(0)
+
+        t.columns = {k: cat(lambda tr: tr.columns, k) for k in first.columns}
+        t._write = {}
+        t._sems = {k: v[:0] for k, v in first._sems.items()}
+        t._spans = {k: cat(lambda tr: tr._spans, k) for k in first._spans}
+        t._programs = {per_chip * c + k: prog for c, tr in parts for k, prog in tr._programs.items()}
+        t._names, t._cache = {}, {}
+        t._core_names = {per_chip * c + k: f"chip {c} core {k}" for c, tr in parts for k in range(per_chip)}
+        return t
+
+    def _core_label(self, core: int) -> str:
+        names = getattr(self, "_core_names", None)
+        return names.get(core, f"core {core}") if names else f"core {core}"
+
     # ------------------------------------------------------------------------------ records
     def __len__(self) -> int:
         return len(self.columns["core"])
@@ -431,26 +460,46 @@ class Trace:
         }
 
     def source_lines(self) -> dict[tuple[int, str], list[dict]]:
-        """(core, engine) -> one row per kernel source line (`labels()`) that ran on that engine
-        stream: {line, count, busy_ns}, most busy first (ties by line). An engine's rows sum to its
-        busy time in `stats()["units"]`. DMA queues are left out: their transfers overlap."""
+        """(core, engine or DMA queue) -> one row per kernel source line (`labels()`) that ran
+        there: {line, count, busy_ns}, most busy first (ties by line). An engine's rows sum to its
+        busy time in `stats()["units"]`. A DMA queue's rows also give the line's transfers: bytes,
+        mean bytes per transfer, GB/s while the line's transfers were in flight, and
+        `curve_efficiency`: the published DMA efficiency (Trn2 DMA figure, `calibration.DMA_CURVE`)
+        at the transfers' size as [128, B] (B = bytes / 128): the share of the large-transfer rate
+        a transfer that size gets. Transfers overlap on a queue: a line's busy time is the union of
+        its transfers' intervals, and the rows of a queue can sum to more than the queue's."""
         c = self.columns
-        eng = np.flatnonzero(c["unit"] < _NS)
-        if not len(eng):
+        if not len(self):
             return {}
-        labels = np.array(self.labels(), dtype=object)[eng]
+        labels = np.array(self.labels(), dtype=object)
         _, inv = np.unique(labels.astype(str), return_inverse=True)
-        dur = (c["end_ns"] - c["start_ns"])[eng]
+        dur = c["end_ns"] - c["start_ns"]
         out: dict[tuple[int, str], list[dict]] = {}
-        key = c["core"][eng].astype(np.int64) * 64 + c["unit"][eng]
+        key = c["core"].astype(np.int64) * 64 + c["unit"]
         for k in np.unique(key).tolist():
             m = key == k
+            queue = k % 64 >= _NS
             busy = np.bincount(inv[m], weights=dur[m], minlength=inv.max() + 1)
             count = np.bincount(inv[m], minlength=inv.max() + 1)
+            nbytes = np.bincount(inv[m], weights=c["bytes"][m].astype(np.float64), minlength=inv.max() + 1)
             first = {}
             for j, lab in zip(inv[m].tolist(), labels[m].tolist()):
                 first.setdefault(j, lab)
-            rows = [{"line": first[j], "count": int(count[j]), "busy_ns": float(busy[j])} for j in first]
+            rows = []
+            for j in first:
+                r = {"line": first[j], "count": int(count[j]), "busy_ns": float(busy[j])}
+                if queue:
+                    mm = m & (inv == j)
+                    st, en = _union(c["start_ns"][mm], c["end_ns"][mm])
+                    r["busy_ns"] = float((en - st).sum())
+                    per = nbytes[j] / max(count[j], 1)
+                    r.update(
+                        bytes=int(nbytes[j]),
+                        transfer_bytes=float(per),
+                        gbps=float(nbytes[j] / r["busy_ns"]) if r["busy_ns"] else 0.0,
+                        curve_efficiency=_curve_efficiency(per / 128.0),
+                    )
+                rows.append(r)
             rows.sort(key=lambda r: (-r["busy_ns"], r["line"]))
             out[(k // 64, UNITS[k % 64])] = rows
         return out
@@ -505,13 +554,22 @@ class Trace:
         along = ", ".join(f"{k} {v:,.1f} ns" for k, v in sorted(st["critical_path_ns_by_unit"].items()))
         lines.append(f"critical path: {len(st['critical_path'])} records; time along it by unit: {along}")
         if st["source_lines"]:
-            lines.append(f"top source lines by busy time (of each engine's busy time; up to {top} per engine):")
+            lines.append(
+                f"top source lines by busy time (of each engine's / queue's busy time; up to {top} per unit; "
+                "DMA: bytes per transfer, GB/s in flight, the published efficiency at that size):"
+            )
         for e in st["source_lines"]:
             core, unit, rows = e["core"], e["unit"], e["lines"]
             busy = sum(r["busy_ns"] for r in rows) or 1.0
             for r in rows[:top]:
+                dma = (
+                    f"  {_size(r['transfer_bytes'])}/transfer, {r['gbps']:,.1f} GB/s, curve {r['curve_efficiency']:.0%}"
+                    if "bytes" in r
+                    else ""
+                )
                 lines.append(
-                    f"{core:>4} {unit:<11} {r['count']:>6} {r['busy_ns']:>12,.1f} {r['busy_ns'] / busy:>6.1%}  {r['line']}"
+                    f"{core:>4} {unit:<11} {r['count']:>6} {r['busy_ns']:>12,.1f} {r['busy_ns'] / busy:>6.1%}  "
+                    f"{r['line']}{dma}"
                 )
             if len(rows) > top:
                 rest = rows[top:]
@@ -742,12 +800,16 @@ class Trace:
             raise ValueError(f"empty time window: start_ns {t0} >= end_ns {t1}")
         return t0, t1
 
-    def _occupancy_bins(self, t0: float, t1: float, bins: int) -> dict[tuple[int, int], np.ndarray]:
-        """(core, unit) -> [classes, bins]: the busy fraction of each of `bins` equal time columns
-        of [t0, t1] per instruction class (rows in `_plot_classes()` order)."""
+    def _occupancy_bins(self, t0: float, t1: float, bins: int, cats=None) -> dict[tuple[int, int], np.ndarray]:
+        """(core, unit) -> [categories, bins]: the busy fraction of each of `bins` equal time
+        columns of [t0, t1] per category: `cats` = (names, per-record index), default the
+        instruction classes (rows in `_plot_classes()` order)."""
         c = self.columns
-        classes = self._plot_classes()
-        cls = np.array([classes.index(_op_class(o)) for o in c["opcode"].tolist()], dtype=np.int64)
+        if cats is None:
+            classes = self._plot_classes()
+            cls = np.array([classes.index(_op_class(o)) for o in c["opcode"].tolist()], dtype=np.int64)
+        else:
+            classes, cls = cats
         edges = np.linspace(t0, t1, bins + 1)
         width = (t1 - t0) / bins
         out = {}
@@ -764,6 +826,22 @@ class Trace:
             out[(core, u)] = frac
         return out
 
+    def _line_categories(self, top: int) -> tuple[list[str], np.ndarray, list[str]]:
+        """For `plot(by="line")`: the `top` source lines by busy time (engine time plus each
+        queue's union) then "other lines"; each record's category; legend texts with shares."""
+        busy: dict[str, float] = {}
+        for rows in self.source_lines().values():
+            for r in rows:
+                busy[r["line"]] = busy.get(r["line"], 0.0) + r["busy_ns"]
+        total = sum(busy.values()) or 1.0
+        best = sorted(busy, key=lambda k: (-busy[k], k))[: max(int(top), 0)]
+        where = {name: i for i, name in enumerate(best)}
+        idx = np.array([where.get(lab, len(best)) for lab in self.labels()], dtype=np.int64)
+        legend = [f"{name} ({busy[name] / total:.0%})" for name in best]
+        rest = sum(v for k, v in busy.items() if k not in where)
+        legend.append(f"{len(busy) - len(best)} other lines ({rest / total:.0%})")
+        return best + ["other lines"], idx, legend
+
     def _plot_classes(self) -> list[str]:
         return sorted({_op_class(o) for o in np.unique(self.columns["opcode"]).tolist()})
 
@@ -774,13 +852,18 @@ class Trace:
         start_ns: float | None = None,
         end_ns: float | None = None,
         dpi: int = 100,
+        by: str = "class",
+        top: int = 8,
     ) -> list[str]:
         """Render a timeline PNG (needs matplotlib: `pip install 'trn3emu[plot]'`): one row per core
         and engine stream / DMA queue over the window [start_ns, end_ns] (default the whole run).
         Each pixel column of a row shows the fraction of its time slice the unit was busy, as a
         bar stacked by instruction class (the cost class of docs/isa.md; see the legend), so no
         instruction disappears however short (a column with any busy time gets at least one
-        pixel). Time is labelled in ns, µs or ms. Returns the row labels, top to bottom."""
+        pixel). A class has the same colour in every plot (`ALL_CLASSES`). `by="line"` colours
+        by kernel source line instead: the `top` lines with the most busy time (engines and
+        queues together) in their own colours, named in the legend with their share, every
+        other line grey. Time is labelled in ns, µs or ms. Returns the row labels, top to bottom."""
         try:
             import matplotlib
 
@@ -789,15 +872,24 @@ class Trace:
             from matplotlib.patches import Patch
         except ImportError as e:  # pragma: no cover - depends on the environment
             raise ImportError("Trace.plot needs matplotlib: pip install 'trn3emu[plot]'") from e
+        if by not in ("class", "line"):
+            raise ValueError(f"by must be 'class' or 'line', got {by!r}")
         t0, t1 = self._window(start_ns, end_ns)
-        classes = self._plot_classes()
-        left, right, top_px, bottom = 190, 20, 40, 60 + 22 * ((len(classes) + 5) // 6)
+        cats, legend = None, None
+        if by == "class":
+            classes = self._plot_classes()
+            colours = _class_colours(classes)
+        else:
+            classes, idx, legend = self._line_categories(top)
+            cats = (classes, idx)
+            colours = np.vstack([_palette(max(len(classes) - 1, 1))[: len(classes) - 1], [_OTHER_RGB]])
+        per_row = 6 if by == "class" else 2
+        left, right, top_px, bottom = 190, 20, 40, 60 + 22 * ((len(classes) + per_row - 1) // per_row)
         cols = max(int(width * dpi) - left - right, 50)
-        occ = self._occupancy_bins(t0, t1, cols)
+        occ = self._occupancy_bins(t0, t1, cols, cats)
         tracks = list(occ)
         row, gap = _PLOT_ROW_PX, _PLOT_GAP_PX
         raster = np.ones((len(tracks) * (row + gap) + gap, cols, 3))
-        colours = _class_colours(classes)
         for n, key in enumerate(tracks):
             frac = occ[key]
             y1 = gap + n * (row + gap) + row  # bottom edge (exclusive) of the band
@@ -825,7 +917,7 @@ class Trace:
         scale, unit = (1e6, "ms") if t1 - t0 >= 1e6 else (1e3, "µs") if t1 - t0 >= 1e3 else (1.0, "ns")
         ax.set_xlim(t0 / scale, t1 / scale)
         ax.set_ylim(raster.shape[0], 0)
-        labels = [f"core {k} {UNITS[u]}" for k, u in tracks]
+        labels = [f"{self._core_label(k)} {UNITS[u]}" for k, u in tracks]
         ax.set_yticks([gap + n * (row + gap) + row / 2 for n in range(len(tracks))])
         ax.set_yticklabels(labels)
         ax.tick_params(axis="y", length=0)
@@ -835,9 +927,10 @@ class Trace:
             f"(bar height: busy fraction per pixel column)",
             fontsize=10,
         )
-        handles = [Patch(facecolor=colours[k], label=name) for k, name in enumerate(classes)]
+        names = legend if legend is not None else classes
+        handles = [Patch(facecolor=colours[k], label=name) for k, name in enumerate(names)]
         if handles:
-            fig.legend(handles=handles, loc="lower center", ncol=min(len(classes), 6), fontsize=8, frameon=False)
+            fig.legend(handles=handles, loc="lower center", ncol=min(len(names), per_row), fontsize=8, frameon=False)
         fig.savefig(path, dpi=dpi)
         plt.close(fig)
         return labels
@@ -848,6 +941,29 @@ _PLOT_GAP_PX = 8
 #: The background of a unit's row in `Trace.plot` (idle time); busy time is drawn in class colours.
 PLOT_IDLE_RGB = (0.92, 0.94, 1.0)
 _PLOT_BG = np.array(PLOT_IDLE_RGB)
+#: The colour of the lines outside the top N in `Trace.plot(by="line")`.
+_OTHER_RGB = np.array((0.62, 0.62, 0.62))
+
+
+def _size(n: float) -> str:
+    return f"{n / 1024:,.1f} KiB" if n >= 1024 else f"{n:,.0f} B"
+
+
+def _curve_efficiency(bytes_per_partition: float) -> float:
+    """The published DMA efficiency (vs large transfers) of a [128, B] transfer: the Trn2 DMA
+    figure's points (`calibration.DMA_CURVE`) interpolated in log2(B), proportional to B below
+    the first point, 100 % from 16 KiB."""
+    from .calibration import DMA_CURVE
+
+    pts = [(float(b), e / 100.0) for b, e in DMA_CURVE] + [(16384.0, 1.0)]
+    b = float(bytes_per_partition)
+    if b <= pts[0][0]:
+        return pts[0][1] * max(b, 0.0) / pts[0][0]
+    for (b0, e0), (b1, e1) in zip(pts, pts[1:]):
+        if b <= b1:
+            f = (np.log2(b) - np.log2(b0)) / (np.log2(b1) - np.log2(b0))
+            return float(e0 + f * (e1 - e0))
+    return 1.0
 
 
 def _op_class(opcode: int) -> str:
@@ -855,11 +971,22 @@ def _op_class(opcode: int) -> str:
     return INSTRUCTION_FLAGS.get(_OPNAME.get(opcode, "?"), ("other",))[0]
 
 
-def _class_colours(classes: list[str]) -> np.ndarray:
+#: Every instruction class of the ISA, in a fixed order: a class's colour is its place here, so it
+#: is the same in every plot whatever else the trace holds.
+ALL_CLASSES: tuple[str, ...] = tuple(sorted({f[0] for f in INSTRUCTION_FLAGS.values()} | {"other"}))
+
+
+def _palette(n: int) -> np.ndarray:
     import matplotlib
 
-    cmap = matplotlib.colormaps["tab20"]
-    return np.array([cmap(i % 20)[:3] for i in range(len(classes))])
+    cmaps = [matplotlib.colormaps[m] for m in ("tab20", "tab20b", "tab20c")]
+    return np.array([cmaps[(i // 20) % 3](i % 20)[:3] for i in range(n)])
+
+
+def _class_colours(classes: list[str]) -> np.ndarray:
+    """A fixed colour per instruction class (`ALL_CLASSES` order), the same across plots."""
+    pal = _palette(len(ALL_CLASSES))
+    return np.array([pal[ALL_CLASSES.index(c) if c in ALL_CLASSES else -1] for c in classes])
 
 
 def _dither(h: np.ndarray, row: int) -> np.ndarray:

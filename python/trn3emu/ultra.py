@@ -54,6 +54,53 @@ class UltraResult:
     def __repr__(self) -> str:
         return f"<UltraResult {len(self.chips)} chips, {self.executed} executed, {self.time_ns:,.1f} ns estimated>"
 
+    def summary(self, top: int = 3) -> str:
+        """The whole run at a glance: time, the fabric's traffic (messages, bytes between chips,
+        the busiest link), one line per chip that ran (its time, busiest unit, DMA rate, tensor
+        TFLOPS), then the full `Trace.summary(top)` of the slowest chip."""
+        ran = [(c, r) for c, r in enumerate(self.chips) if r.executed]
+        lines = [
+            f"UltraServer run: {len(self.chips)} chips ({len(ran)} ran programs), {self.executed:,} executed, "
+            f"estimated time {self.time_ns:,.1f} ns"
+        ]
+        m = self.messages
+        if len(m.get("bytes", ())):
+            off = m["from_chip"] != m["to_chip"]
+            between = int(m["bytes"][off].sum())
+            text = f"fabric: {len(m['bytes'])} messages, {between:,} bytes between chips, {int(m['bytes'][~off].sum()):,} on chip"
+            if off.any():
+                pairs: dict = {}
+                for a, b, n in zip(m["from_chip"][off].tolist(), m["to_chip"][off].tolist(), m["bytes"][off].tolist()):
+                    pairs[(a, b)] = pairs.get((a, b), 0) + int(n)
+                (a, b), n = max(pairs.items(), key=lambda kv: (kv[1], -kv[0][0], -kv[0][1]))
+                text += f"; busiest link chip {a} -> chip {b}: {n:,} bytes"
+            lines.append(text)
+        lines.append(f"{'chip':>4} {'time ns':>14} {'busiest unit':<26} {'DMA GB/s':>9} {'TFLOPS':>7}")
+        for c, r in ran:
+            st = r.trace.stats()
+            busiest = max(st["units"], key=lambda u: u["utilisation"], default=None)
+            b = f"core {busiest['core']} {busiest['unit']} {busiest['utilisation']:.0%}" if busiest else "-"
+            dma = sum(st["dma_gbps_per_core"].values())
+            tfl = sum(u["tflops"] for u in st["units"] if u["unit"] == "tensor")
+            lines.append(f"{c:>4} {r.time_ns:>14,.1f} {b:<26} {dma:>9.1f} {tfl:>7.2f}")
+        if ran:
+            c, r = max(ran, key=lambda cr: (cr[1].time_ns, -cr[0]))
+            lines.append(f"slowest chip {c}:")
+            lines.extend("  " + x for x in r.trace.summary(top).splitlines())
+        return "\n".join(lines)
+
+    def plot(self, path, chips=None, **kwargs) -> list[str]:
+        """A timeline PNG of the chips that ran (or those in `chips`), one row per chip, core and
+        unit ("chip c core k tensor"), on one time axis; keywords as `Trace.plot` (`by="line"`,
+        `top`, `start_ns`, `end_ns`, `width`). Returns the row labels."""
+        from .trace import Trace
+
+        want = set(range(len(self.chips))) if chips is None else {int(c) for c in chips}
+        parts = [(c, r.trace) for c, r in enumerate(self.chips) if r.executed and c in want]
+        if not parts:
+            raise ValueError("no chip of this run executed instructions to plot")
+        return Trace._combined(parts).plot(path, **kwargs)
+
     def to_perfetto(self, path) -> Path:
         """Chrome Trace Event JSON for ui.perfetto.dev (`.gz` compresses): one process per
         (chip, core) with its engine and DMA tracks, and one "chip c fabric" process per chip with

@@ -25,6 +25,7 @@ from ..dtypes import numpy_dtype
 from . import collectives, compiler, isa, language, sparse, typing
 from . import tracetime as tensor
 from ._kernel import Kernel, NkiTensor, jit, missing_attribute, resolve_target, simulate
+from .jaxcall import jax_call
 from .profiling import benchmark, profile
 from .spmd import spmd
 
@@ -127,6 +128,7 @@ __all__ = [
     "installed",
     "jit",
     "spmd",
+    "jax_call",
     "simulate",
     "profile",
     "benchmark",

@@ -115,7 +115,7 @@ def emit(ctx, opcode: str, engine, name, args, depth: int) -> int | None:
     bar = ctx.launch.trace_progress
     if bar is not None:
         bar.tick()
-    loc, label = site(depth + 1, name)
+    loc, label = site(depth + 1, name) if ctx.site is None else (ctx.site, _label(ctx.site, name))
     try:
         return prog._native.append(opcode, engine, tuple(conv), [], [], label)
     except EmuError as e:
@@ -140,7 +140,7 @@ def emit_call(ctx, opcode: str, plan: tuple, base: list, values, depth: int) -> 
     prog.opcodes.add(opcode)
     if bar is not None:
         bar.tick()
-    loc, label = _call_site(depth + 1)
+    loc, label = _call_site(depth + 1) if ctx.site is None else (ctx.site, _label(ctx.site, None))
     try:
         return prog._native.append(opcode, None, ops, [], [], label)
     except EmuError as e:

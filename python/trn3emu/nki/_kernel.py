@@ -48,7 +48,7 @@ from ..errors import (
 from ..program import Program
 from ..progress import TraceProgress, wanted
 from ..tensor import Tensor, _shape
-from . import _memory, _traceback
+from . import _memory, _traceback, engine_choice
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _EXAMPLES = os.path.join(_PKG, "examples") + os.sep  # shipped example kernels are user code
@@ -213,9 +213,10 @@ def as_dtype(dtype: Any) -> Dtype:
 class _Block:
     """One allocation; every view holds it, and the range is freed when the last view dies."""
 
-    # seq: the allocation's ordinal when the liveness pass runs (`liveness.py`); written: set
+    # seq: the allocation's ordinal when the liveness pass runs (`liveness.py`; pass_: the pass
+    # object that numbered it: a tile of another launch is not one of its tiles); written: set
     # once an instruction names it as dst (`nl.loop_reduce` into a fresh buffer, language.py)
-    __slots__ = ("__weakref__", "parts", "row_bytes", "label", "seq", "written")
+    __slots__ = ("__weakref__", "parts", "row_bytes", "label", "seq", "pass_", "written", "placed")
 
     def __init__(self, parts: int, row_bytes: int, label: str) -> None:
         self.parts, self.row_bytes, self.label = parts, row_bytes, label
@@ -234,6 +235,17 @@ class _Blocks(_Block):
             super().__init__(0, 0, "")
         self.keep = (own,) + tuple(others)
         self.tiles = tiles  # the run-time operand tiles themselves (e.g. for nl.atomic_rmw's mask)
+
+
+def block_of(v) -> _Block | None:
+    """`v._block` of a tile view; None for anything else and for a result not issued yet (read
+    from the slot itself: `Pending.__getattr__` would issue it)."""
+    if not isinstance(v, NkiTensor):
+        return None
+    try:
+        return _BLOCK_SLOT(v, NkiTensor)
+    except AttributeError:
+        return None
 
 
 def _with_runtime_operands(view: NkiTensor, *operands) -> NkiTensor:
@@ -651,6 +663,9 @@ class NkiTensor:
         return b is not None and key == (b.mem, b.core, b.dtype, b.shape, b.strides, b.offset, b.start, b.dyn)
 
 
+_BLOCK_SLOT = NkiTensor._block.__get__  # type: ignore[attr-defined]
+
+
 def _norm_key(key):
     from .language import DSlice
 
@@ -726,7 +741,8 @@ class KernelProgram(Program):
             bar = ctx.launch.trace_progress
             if bar is not None:
                 bar.tick()
-        loc = source_line(2)  # called by the nki.isa wrapper or an assembler method: both inside
+        site = ctx.site if ctx is not None else None
+        loc = site or source_line(2)  # called by the nki.isa wrapper or an assembler method: both inside
         key = (loc, None if name is None else str(name))
         label = _LABELS.get(key)
         if label is None:
@@ -816,12 +832,16 @@ class TraceContext:
 
     #: the program's reusable loads (`load_reuse.LoadCache`), once pass `load_reuse` cached one
     _load_cache = None
+    #: "file:line" instructions issued now are named after, when not the executing kernel line: a
+    #: pending result is issued with the line of the call that made it (`pending.py`)
+    site: str | None = None
 
     def __init__(self, launch: _Run, pid: int) -> None:
         self.launch, self.pid = launch, pid
         # An SPMD launch across chips (nki/spmd.py) places a rank's programs from `core_base`.
         self.core = (getattr(launch, "core_base", 0) + pid) % Device.NUM_CORES
         self.program = KernelProgram(core=self.core)
+        engine_choice.configure(self.program, launch.kernel)
         self.sbuf = self.program._sbuf  # the program's allocators: one allocator per memory
         self.psum = self.program._psum
         # a retrace after an explicit placement landed on an automatic tile (`_Run.__call__`):
@@ -910,6 +930,7 @@ class TraceContext:
                 )
             key = alloc.place(off, row, label)
             t.offset, t.start = off, start
+            block.placed = True  # (may share bytes with any tile: `pending.InPlace.alias_ok`)
             if ir is not None:
                 ir.placed(block)
         if buffer == "psum":
@@ -1247,7 +1268,7 @@ def _arg_key(a, in_list: bool = False):
 
 
 #: Environment variables that change what tracing produces.
-_TRACE_ENV = ("NEURON_PLATFORM_TARGET_OVERRIDE", "TRN3EMU_NKI_PASSES")
+_TRACE_ENV = ("NEURON_PLATFORM_TARGET_OVERRIDE", "TRN3EMU_NKI_PASSES", "TRN3EMU_TIMING")
 CACHE_SIZE = 16
 
 
@@ -1454,6 +1475,9 @@ class _Run:
             if self.trace_progress is not None:
                 self.trace_progress.finish()
                 self.trace_progress = None
+        if self.ir_mode == "emit":
+            for c in self.contexts:
+                c.ir.check_end()
         if not check:
             return None
         _check_placements(self.contexts)  # (before retiring: a conflict traces again)
@@ -1467,9 +1491,10 @@ class _Run:
         trace = self.kernel.options.get("trace", True)
         progress = self.kernel.options.get("progress")
         benign = len(traced.programs) > 1 and _identical_writes_mode(self.kernel) == "warn"
+        self.kernel.last_programs = traced.programs  # (also when the run fails: for debugging)
         try:
             runs = [
-                dev.run(group, check_races=True, trace=trace, progress=progress, identical_writes=benign)
+                dev._run(group, check_races=True, trace=trace, progress=progress, identical_writes=benign)
                 for group in traced.groups
             ]
         except RaceError as e:  # two programs writing the same HBM bytes: say whether it is real
@@ -1481,8 +1506,10 @@ class _Run:
                 raise
             raise new from None
         self.kernel.last_result = runs[-1] if len(runs) == 1 else runs
-        self.kernel.last_programs = traced.programs
         self.kernel.last_spills = dict(traced.spills)
+        found = [w for r in runs for w in r.identical_writes]
+        if found:  # warned at the kernel's store line, not here
+            _traceback.warn_identical(found, self.kernel)
         for pid, prefix, t in traced.prints:
             print(f"{prefix} (program {pid}):\n{dev.hbm.get(t.tensor)}")
         for i in traced.written_inputs:  # inputs the kernel wrote to: copied back, as on the device
@@ -1750,9 +1777,8 @@ class Kernel:
         try:
             return _launch(self, (1,), args, kwargs, outer)
         except Exception as e:
-            if _traceback.wanted(e):
-                raise e.with_traceback(_traceback.filtered(e))  # noqa: B904 (the same error, kernel frames only)
-            raise
+            # the same error: kernel frames only, printed once (`_traceback.present`)
+            raise _traceback.present(e, self)  # noqa: B904
 
 
 def _check_kernel_function(fn) -> None:
@@ -1816,9 +1842,8 @@ class _Launcher:
         try:
             return _launch(self.kernel, self.grid, args, kwargs, outer)
         except Exception as e:
-            if _traceback.wanted(e):
-                raise e.with_traceback(_traceback.filtered(e))  # noqa: B904 (the same error, kernel frames only)
-            raise
+            # the same error: kernel frames only, printed once (`_traceback.present`)
+            raise _traceback.present(e, self.kernel)  # noqa: B904
 
 
 def _host_launch(args, kwargs) -> bool:

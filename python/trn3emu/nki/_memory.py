@@ -26,7 +26,8 @@ SBUF_ALIGN = 64
 def check_partitions(start: int, parts: int, label: str) -> None:
     if parts > PARTITIONS or start < 0 or start + parts > PARTITIONS:
         raise AddressError(
-            f"{label} spans partitions {start}..{start + parts}, beyond the {PARTITIONS} partitions",
+            f"{label} spans partitions {start}..{start + parts}, beyond the {PARTITIONS} partitions. "
+            f"fix: tile the first (partition) dim into pieces of at most {PARTITIONS} rows and loop over them",
             operand="shape",
             rule="partitions_out_of_range",
         )

@@ -33,7 +33,7 @@ import sys
 import weakref
 
 from ..errors import CapacityError
-from ._kernel import DTYPES, NkiTensor, current, not_supported, source_line
+from ._kernel import DTYPES, NkiTensor, block_of, current, not_supported, source_line
 
 
 class BlockTensor(NkiTensor):
@@ -145,7 +145,7 @@ class BlockTensor(NkiTensor):
         old = self._phys.get(b)
         # a value that reads the block (`t[b] = nl.loop_reduce(...)`, `t[b] += x`) keeps its tile
         renew = whole and not isinstance(value, language._LoopReduce)
-        if renew and old is not None and getattr(value, "_block", None) is old._block:
+        if renew and old is not None and block_of(value) is old._block:
             renew = False
         phys = self._get(b, whole_write=whole, renew=renew)
         language._assign(phys[rest] if rest else phys[...], value)

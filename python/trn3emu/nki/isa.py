@@ -364,7 +364,9 @@ def _make(opname: str):
                         if _INTERNAL.get(f.f_code.co_filename) is not False:  # (not a kernel's own frame)
                             f = _kernel.user_frame(f)
                         hit = None if f is None else _SITES.get((id(f.f_code), f.f_lasti, None))
-                        if hit is not None and hit[0] is f.f_code:
+                        if ctx.site is not None:  # (a pending result: the line of its call)
+                            loc, label = ctx.site, _emit._label(ctx.site, None)
+                        elif hit is not None and hit[0] is f.f_code:
                             loc, label = hit[1], hit[2]
                         else:
                             loc, label = _emit.site(1, None)

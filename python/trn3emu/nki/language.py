@@ -17,8 +17,9 @@ import numpy as np
 
 from .. import _native, interop
 from ..dtypes import numpy_dtype
-from ..errors import EmuError, OperandError, ShapeError
+from ..errors import AddressError, EmuError, OperandError, ShapeError
 from . import compiler as _compiler
+from . import engine_choice as _engine_choice
 from . import indexing as _indexing
 from . import isa as nisa
 from . import load_reuse, toolchain
@@ -400,6 +401,7 @@ def load(src, dtype=None, **kwargs) -> NkiTensor:
     _no_mask("load", kwargs)
     odt = as_dtype(dtype or src.dtype)
     if not _indexing.active() and isinstance(src, NkiTensor):
+        _check_load_rows(src, odt)  # now: the pending DMA is issued (and checked) where it is used
         return Pending(
             (tuple(src.shape), odt, sbuf),
             lambda dst: nisa.dma_copy(dst=dst, src=src),
@@ -409,6 +411,21 @@ def load(src, dtype=None, **kwargs) -> NkiTensor:
     t = ndarray(src.shape, odt, sbuf)
     nisa.dma_copy(dst=t, src=src)
     return t
+
+
+def _check_load_rows(src, odt) -> None:
+    """A load's SBUF result holds src's first dim on partitions: more than 128 rows fail at the
+    load's own line (its DMA is pending, so the tile is made where the result is first used)."""
+    shape = tuple(src.shape)
+    if len(shape) == 2 and shape[0] > tile_size.pmax:  # (3-d: block tiles may take more)
+        n = -(-shape[0] // tile_size.pmax)
+        raise AddressError(
+            f"nl.load of a {list(shape)} tensor: the SBUF result ({shape[0]}, ...) {odt} would span "
+            f"{shape[0]} partitions, beyond the {tile_size.pmax} partitions. fix: load at most "
+            f"{tile_size.pmax} rows per tile: `for i in range({n}): t = nl.load(src[i * 128:(i + 1) * 128])`",
+            operand="src",
+            rule="partitions_out_of_range",
+        )
 
 
 def store(dst, value, **kwargs) -> None:
@@ -426,7 +443,7 @@ def store(dst, value, **kwargs) -> None:
             nisa.dma_copy(dst=flat[r0 : r0 + n], src=t[0:n])
         return
     value = _sbuf_operand(value)
-    nisa.dma_copy(dst=dst, src=value, engine=STORE_QUEUE)
+    nisa.dma_copy(dst=dst, src=value, engine=_engine_choice.store_engine(current().program, STORE_QUEUE))
 
 
 def static_cast(x, dtype):
@@ -571,8 +588,10 @@ def _assign(dst: NkiTensor, value) -> None:
     fuse = getattr(type(value), "_fuse_into", None)  # a legacy result not issued yet: write it here
     if fuse is not None and fuse(value, dst):
         return
-    if isinstance(value, NkiTensor) and dst.same_view(value):
-        return  # `t[k] += u` ends by assigning the updated view to itself
+    if isinstance(value, NkiTensor) and dst.same_view(value) and _own(dst._block) is _own(value._block):
+        # `t[k] += u` ends by assigning the updated view to itself (the same allocation too: the
+        # liveness pass's first trace may overlap tiles, and must decide as the second does)
+        return
     if isinstance(value, _indexing.MaskedResult):  # only the masked part was computed
         pred, value = value._pred, NkiTensor(value._t, value.buffer, value._block, value.name)
         with _indexing.masked(pred):
@@ -580,7 +599,11 @@ def _assign(dst: NkiTensor, value) -> None:
     if isinstance(value, NkiTensor):
         if dst.buffer in HBM_BUFFERS or value.buffer in HBM_BUFFERS:
             if dst.buffer in HBM_BUFFERS:  # a store: the scalar queue (DMA queue policy, docs/nki.md)
-                nisa.dma_copy(dst=dst, src=_sbuf_operand(value), engine=STORE_QUEUE)
+                nisa.dma_copy(
+                    dst=dst,
+                    src=_sbuf_operand(value),
+                    engine=_engine_choice.store_engine(current().program, STORE_QUEUE),
+                )
             else:
                 nisa.dma_copy(dst=dst, src=value)
         else:
@@ -614,6 +637,12 @@ def _start_partition_ok(start: int, parts: int) -> bool:
     if parts > 32:
         return start in (0, 64)
     return start % 32 == 0
+
+
+def _own(block):
+    """The allocation a view's `_block` stands for (a view with run-time operands wraps it)."""
+    keep = getattr(block, "keep", None)
+    return keep[0] if keep else block
 
 
 def _no_mask(name, kwargs):
@@ -1233,6 +1262,7 @@ def matmul(x, y, transpose_x=False, **kwargs) -> NkiTensor:
     paired with a narrower one promotes it to fp32 first (`tensor_copy`): the PE cannot mix them."""
     _no_mask("matmul", kwargs)
     x, y = _onchip(x), _onchip(y)
+    _check_matmul_shapes(x, y, transpose_x)
     # a legacy mask= (the active masks, `_checked`): issued under it whenever the result is
     # issued (`indexing._masked_matmul`: the kept [M, N] block of the target)
     masks = list(current().masks) if _indexing.active() else []
@@ -1263,6 +1293,48 @@ def matmul(x, y, transpose_x=False, **kwargs) -> NkiTensor:
         lambda dst: mm(dst, False),
         lambda dst: mm(dst, True),
         origin="nl.matmul",
+    )
+
+
+def _check_matmul_shapes(x, y, transpose_x) -> None:
+    """nl.matmul's contraction dim K must match and fit the PE's 128 rows (M too): said in the
+    call's own terms, not as the internal transpose's tile it would otherwise fail in."""
+    if not (isinstance(x, NkiTensor) and isinstance(y, NkiTensor)) or x.ndim != 2 or y.ndim != 2:
+        return
+    pmax = tile_size.pmax
+    (k, m) = tuple(x.shape) if transpose_x else tuple(x.shape)[::-1]
+    ky, n = tuple(y.shape)
+    if k == ky and k <= pmax and m <= pmax:
+        return
+    form = "[K, M] (transpose_x=True)" if transpose_x else "[M, K] (transpose_x=False)"
+    problems = []
+    if k != ky:
+        problems.append(f"K must match ({k} vs {ky})")
+    if builtins.max(k, ky) > pmax:
+        problems.append(f"K must be <= {pmax}")
+    if m > pmax:
+        problems.append(f"M must be <= {pmax}")
+    if k != ky and not transpose_x and x.shape[0] == ky:
+        fix = "x is stored [K, M]: pass transpose_x=True"
+        if x.shape[1] > pmax:
+            fix += f", one matmul per {pmax} columns of x (`x[:, m0:m0 + {pmax}]`)"
+    elif k != ky:
+        fix = "x's K and y's K are the same dim of the product: check the shapes and the operand order"
+    elif k > pmax:
+        step = f"x[:, k0:k0 + {pmax}]" if not transpose_x else f"x[k0:k0 + {pmax}]"
+        fix = (
+            f"loop over K in chunks of {pmax} and accumulate into one PSUM tile "
+            f"(`acc += nl.matmul({step}, y[k0:k0 + {pmax}]{', transpose_x=True' if transpose_x else ''})`)"
+        )
+    else:
+        part = f"x[m0:m0 + {pmax}]" if not transpose_x else f"x[:, m0:m0 + {pmax}]"
+        fix = f"one matmul per {pmax} rows of the result (`nl.matmul({part}, y)`)"
+    raise ShapeError(
+        f"nl.matmul(x, y): x is {form} = {list(x.shape)} and y is [K, N] = {list(y.shape)}: "
+        + ", ".join(problems)
+        + f". fix: {fix}",
+        operand="x",
+        rule="nl_matmul_shapes",
     )
 
 

@@ -12,7 +12,7 @@ second trace allocates the same tiles in the same order); its own placements are
 - blocks of a block tile are tiles like any other: live from first to last use, never evicted
   while still used (a whole write of a block starts a new tile, `blocks.py`);
 - when an SBUF allocation does not fit, live tiles are spilled to HBM, the one whose next use is
-  furthest first (Belady's rule), until it fits; a spilled tile is reloaded just before the
+  furthest first (Belady's rule; `spill="lru"`: the least recently used first), until it fits; a spilled tile is reloaded just before the
   call that next uses it, wherever there is room (spilling again if needed), and the views the
   calls name are moved to its new range (`Placer.call`). Spill and reload are `dma_copy`
   instructions named `spill` / `reload` in the program and its trace, counted in
@@ -33,13 +33,14 @@ from bisect import bisect_right
 
 from ..errors import CapacityError
 from ..tensor import Tensor
+from ._kernel import block_of as _block
 
 
 def _blocks_of(v, out: list) -> None:
     """The allocations (`_Block`s with a `seq`) a call argument names: a tile view's own and its
     run-time operand tiles'; one level of lists / tuples."""
-    b = getattr(v, "_block", None)
-    if b is not None and not isinstance(v, type):
+    b = _block(v)
+    if b is not None:
         keep = getattr(b, "keep", None)
         if keep is not None:
             out.extend(x for x in keep if x is not None)
@@ -47,7 +48,7 @@ def _blocks_of(v, out: list) -> None:
             out.append(b)
     elif type(v) in (list, tuple):
         for x in v:
-            if getattr(x, "_block", None) is not None:
+            if _block(x) is not None:
                 _blocks_of(x, out)
 
 
@@ -81,20 +82,21 @@ class Recorder:
         uses = self.uses
         for b in found:
             s = getattr(b, "seq", None)
-            if s is not None:
+            if s is not None and getattr(b, "pass_", None) is self:
                 u = uses[s]
                 if not u or u[-1] != k:
                     u.append(k)
         for v in (*args, *kwargs.values()):
-            b = getattr(v, "_block", None)
+            b = _block(v)
             if b is not None and (getattr(b, "keep", None) is not None or getattr(v._t, "dyn", None) is not None):
                 for x in getattr(b, "keep", None) or (b,):
                     s = getattr(x, "seq", None)
-                    if s is not None:
+                    if s is not None and getattr(x, "pass_", None) is self:
                         self.pinned.add(s)
         return args, kwargs
 
     def number(self, block) -> int:
+        block.pass_ = self
         s = block.seq = self.seq
         self.seq = s + 1
         self.uses.append([])
@@ -141,8 +143,9 @@ class Placer:
 
     mode = "emit"
 
-    def __init__(self, plan: Recorder, spill: bool, sbuf) -> None:
+    def __init__(self, plan: Recorder, spill: str | None, sbuf) -> None:
         self.sbuf = sbuf  # the program's SBUF allocator (PSUM spills land there)
+        self.planned_calls = plan.calls
         self.uses = plan.uses
         self.tiles = plan.tiles
         self.pinned = plan.pinned
@@ -152,6 +155,7 @@ class Placer:
         self.live: dict[int, _Live] = {}  # seq -> resident automatic tile
         self.out: dict[int, _Live] = {}  # seq -> spilled tile
         self.moved = 0  # resident tiles not at their first address (views need rebasing)
+        self.fixed: set[int] = set()  # ordinals of explicitly placed tiles
         self.deaths: list[tuple[int, int]] = []  # heap of (last use, seq)
         self.reload_at: dict[int, list[int]] = {}  # call ordinal -> spilled seqs it reads
         self.scratch: dict[int, Tensor] = {}  # seq -> its HBM spill slot
@@ -172,6 +176,21 @@ class Placer:
         i = bisect_right(u, after - 1) if u else 0
         return u[i] if u and i < len(u) else None
 
+    def check_end(self) -> None:
+        """At the end of the trace: the same number of calls and tiles as the first trace made."""
+        if self.calls != self.planned_calls or self.seq != len(self.tiles):
+            raise TraceMismatch(
+                f"{self.calls} calls and {self.seq} tiles, first trace: {self.planned_calls} and {len(self.tiles)}"
+            )
+
+    def _last_use(self, seq: int, before: int) -> int:
+        """The latest call before `before` that used `seq` (-1: none yet)."""
+        if seq < 0:
+            seq = -seq - 1
+        u = self.uses[seq] if seq < len(self.uses) else ()
+        i = bisect_right(u, before - 1) if u else 0
+        return u[i - 1] if i else -1
+
     def call(self, ctx, args, kwargs):
         """Call `k`: the spilled tiles it reads come back first; its tile arguments are moved to
         where their tiles are now. Returns (args, kwargs)."""
@@ -183,6 +202,17 @@ class Placer:
                 if s in self.out:
                     self._reload(ctx, s, k)
         self.calls = k + 1
+        found: list = []
+        for v in args:
+            _blocks_of(v, found)
+        for v in kwargs.values():
+            _blocks_of(v, found)
+        live = self.live
+        for b in found:
+            s = getattr(b, "seq", None)
+            if s is not None and getattr(b, "pass_", None) is self and s not in live and s not in self.fixed:
+                # a tile this call names is not resident: the second trace is not the first one
+                raise TraceMismatch(b.label)
         if not self.moved:
             return args, kwargs
         return tuple(self._move(v) for v in args), {n: self._move(v) for n, v in kwargs.items()}
@@ -190,15 +220,16 @@ class Placer:
     def _move(self, v):
         if type(v) in (list, tuple):
             return type(v)(self._move(x) for x in v)
-        b = getattr(v, "_block", None)
+        b = _block(v)
         s = getattr(b, "seq", None)
-        if s is None or getattr(b, "keep", None) is not None:
+        if s is None or getattr(b, "keep", None) is not None or getattr(b, "pass_", None) is not self:
             return v
         t = self.live.get(s)
         return v if t is None else _rebased(v, t)
 
     # ------------------------------------------------------------------ allocation
     def _number(self, block) -> int:
+        block.pass_ = self
         s = block.seq = self.seq
         self.seq = s + 1
         if s >= len(self.tiles) or self.tiles[s] != (block.row_bytes, block.label):
@@ -206,7 +237,7 @@ class Placer:
         return s
 
     def placed(self, block) -> None:
-        self._number(block)
+        self.fixed.add(self._number(block))
 
     def new_tile(self, ctx, alloc, row: int, label: str, block) -> tuple[int, int]:
         s = self._number(block)
@@ -247,8 +278,9 @@ class Placer:
         if not self.spill_on:
             raise err
         while True:
+            lru = self.spill_on == "lru"
             victims = [
-                (nu, t.seq)
+                (-self._last_use(t.seq, now) if lru else nu, t.seq)
                 for t in self.live.values()
                 if t.alloc is alloc
                 and t.seq not in self.pinned

@@ -7,11 +7,15 @@ program is the kernel's source taken literally.
 - `liveness`: "auto" (default: the literal trace first; when it does not fit on chip, traced
   again with tiles freed at their last use), "on" (always), "off" (tiles freed when Python drops
   them).
-- `spill`: "on" (default for the legacy `neuronxcc.nki` dialect: the compiler spills SBUF to HBM),
-  "off"; the NKI 0.6 dialect defaults to "off" (the new compiler preserves the developer's
-  allocation choices: a kernel that does not fit is an error). Only runs with liveness.
+- `spill`: "on" = "furthest" (default for the legacy `neuronxcc.nki` dialect: the compiler
+  spills SBUF to HBM; the tile whose next use is furthest goes first), "lru" (the tile least
+  recently used goes first), "off"; the NKI 0.6 dialect defaults to "off" (the new compiler
+  preserves the developer's allocation choices: a kernel that does not fit is an error).
 - `reduce_init`: "on" (default): `nl.loop_reduce` into a tile no instruction wrote starts from
   its first value; "off": it reads the tile as it is.
+- `engine_choice`: "on" (default, both dialects): tensor_copy / tensor_scalar / tensor_tensor left
+  without an engine are spread over VectorE / ScalarE / GpSimd (`engine_choice.py`); "off": the
+  ISA's default engine.
 - `inplace_assign`, `load_reuse` (the legacy toolchain's rewrites, `toolchain.py`): "dialect"
   (default: on for the legacy dialect, off for NKI 0.6, whose compiler preserves the developer's
   choices), "on", "off".
@@ -29,13 +33,15 @@ DEFAULTS = {
     "reduce_init": "on",
     "inplace_assign": "dialect",
     "load_reuse": "dialect",
+    "engine_choice": "on",
 }
 VALUES = {
     "liveness": ("auto", "on", "off"),
-    "spill": ("on", "off", "dialect"),
+    "spill": ("on", "furthest", "lru", "off", "dialect"),
     "reduce_init": ("on", "off"),
     "inplace_assign": ("on", "off", "dialect"),
     "load_reuse": ("on", "off", "dialect"),
+    "engine_choice": ("on", "off", "dialect"),
 }
 
 
@@ -104,14 +110,16 @@ def legacy_dialect(kernel) -> bool:
     return False
 
 
-def allocation(kernel) -> tuple[str, bool]:
-    """(liveness mode: "auto" / "on" / "literal", whether the spill pass runs)."""
+def allocation(kernel) -> tuple[str, str | None]:
+    """(liveness mode: "auto" / "on" / "literal", the spill rule: "furthest" / "lru" / None)."""
     s = settings(kernel)
     spill = s["spill"]
     if spill == "dialect":
         spill = "on" if legacy_dialect(kernel) else "off"
     mode = {"auto": "auto", "on": "on", "off": "literal"}[s["liveness"]]
-    return mode, spill == "on" and mode != "literal"
+    if spill == "off" or mode == "literal":
+        return mode, None
+    return mode, "furthest" if spill == "on" else spill
 
 
 def enabled(kernel, name: str) -> bool:

@@ -21,9 +21,9 @@ A value-returning call whose result the kernel usually assigns straight away (`n
 from __future__ import annotations
 
 from ..errors import EmuError
-from . import indexing
+from . import _emit, indexing
 from . import isa as nisa
-from ._kernel import END_OF_TRACE, NkiTensor, current
+from ._kernel import END_OF_TRACE, NkiTensor, block_of, current
 
 #: float dtypes an fp32 result may be written to directly (one RNE rounding either way)
 _NARROW_FLOATS = frozenset({"bfloat16", "float16"})
@@ -53,12 +53,27 @@ class InPlace:
 
     def alias_ok(self, dst) -> bool:
         d = _span(dst)
+        db = _own(dst._block)
         for o in self.operands:
+            ob = block_of(o)
+            if ob is None:
+                continue  # an operand not issued yet goes to a fresh tile (reading it here would issue it)
             if o.buffer != dst.buffer or not _overlap(d, _span(o)):
+                continue
+            ob = _own(ob)
+            if ob is not db and not getattr(ob, "placed", False) and not getattr(db, "placed", False):
+                # two automatic allocations never share bytes (the allocator's rule); only the
+                # liveness pass's first trace overlaps them, and must decide as the second does
                 continue
             if not (self.elementwise and o.same_view(dst)):
                 return False
         return True
+
+
+def _own(block):
+    """The allocation a view's `_block` stands for (a view with run-time operands wraps it)."""
+    keep = getattr(block, "keep", None)
+    return keep[0] if keep else block
 
 
 def _span(t: NkiTensor):
@@ -93,7 +108,7 @@ class Pending(NkiTensor):
     `accumulate(dst)`, when given, issues it adding into dst). After a fused assignment the
     result is a view of the tile it was written into."""
 
-    __slots__ = ("_spec", "_emit", "_ctx", "_acc", "_origin", "_inplace", "_fresh")
+    __slots__ = ("_spec", "_emit", "_ctx", "_acc", "_origin", "_inplace", "_fresh", "_site")
 
     def __init__(self, spec, emit, accumulate=None, origin: str = "", inplace=None, fresh=None) -> None:
         # `_t` / `_block` stay unset until issued; `origin` names the call that made the result;
@@ -104,6 +119,7 @@ class Pending(NkiTensor):
         self.buffer, self.name = spec[2], ""
         self._spec, self._emit, self._ctx, self._acc, self._origin = spec, emit, current(), accumulate, origin
         self._inplace, self._fresh = inplace, fresh
+        self._site = _emit.site(0, None)[0]  # its instructions are named after this call's line
         self._ctx.pending.append(self)
 
     def __getattr__(self, name: str):
@@ -119,15 +135,27 @@ class Pending(NkiTensor):
         except AttributeError:
             return True
 
-    def _unlist(self) -> None:
+    def _unlist(self) -> list:
+        """Issue the results made before this one (program order), take this one off the list,
+        and return the results made after it: they stay pending, but not while this one's own
+        instructions are issued (one of them may read this result: it must exist by then)."""
         pending = self._ctx.pending
-        for i, p in enumerate(pending):
-            if p is self:
-                del pending[i]
-                break
+        while pending and pending[0] is not self:
+            pending[0]._issue(None)
+        if pending and pending[0] is self:
+            del pending[0]
+        later = pending[:]
+        pending.clear()
+        return later
 
     def _issue(self, dst, accumulate: bool = False) -> None:
-        self._unlist()
+        later = self._unlist()
+        try:
+            self._issue_now(dst, accumulate)
+        finally:
+            self._ctx.pending[:0] = later
+
+    def _issue_now(self, dst, accumulate: bool) -> None:
         fresh = self._fresh if dst is None else None
         if fresh is not None:
             dst, reused = fresh.tile(self._spec)
@@ -140,9 +168,11 @@ class Pending(NkiTensor):
 
             shape, dtype, buf = self._spec
             dst = nl.ndarray(shape, dtype, buffer=buf)
-        active_masks = current().masks
+        ctx = current()
+        active_masks = ctx.masks
         masks = active_masks[:]  # issued as written: outside any mask= of the call that uses it
         active_masks.clear()
+        site, ctx.site = ctx.site, self._site
         try:
             (self._acc if accumulate else self._emit)(dst)
         except EmuError as e:  # name the call that made the result, not the one that used it
@@ -152,6 +182,7 @@ class Pending(NkiTensor):
             raise
         finally:
             active_masks[:] = masks
+            ctx.site = site
         if fresh is not None and dst is not None:
             fresh.issued(dst)
         self._t, self._block = dst._t, dst._block
@@ -171,7 +202,7 @@ class Pending(NkiTensor):
 
     def _fuse_into(self, dst) -> bool:
         """`dst[...] = self`: issue into dst when it is the same kind of tile; else False."""
-        if not self._matches(dst):
+        if not self._matches(dst) or not self._pending():  # (issued meanwhile: the caller copies)
             return False
         self._issue(dst)
         return True

@@ -100,6 +100,8 @@ class Profiled:
         try:
             trace.plot(root / "profile.png")
             files["png"] = root / "profile.png"
+            trace.plot(root / "profile_lines.png", by="line")  # the top source lines coloured
+            files["png_lines"] = root / "profile_lines.png"
         except ImportError:
             pass
         summary = {

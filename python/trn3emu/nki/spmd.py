@@ -18,6 +18,7 @@ from .. import interop
 from ..device import Device
 from ..errors import ArgumentTypeError, OperandError
 from ..ultra import MAX_CHIPS, UltraResult, UltraServer
+from . import _traceback
 from ._kernel import Kernel, _host_arrays, _PlacementConflict, _Run, _Synced
 
 
@@ -74,6 +75,14 @@ class Spmd:
         self.last_result: UltraResult | None = None
 
     def __call__(self, per_rank_args, **kwargs) -> list[Any]:
+        __tracebackhide__ = True  # noqa: F841 (pytest: the launch frame is not the kernel's)
+        try:
+            return self._call(per_rank_args, **kwargs)
+        except Exception as e:
+            # the same error: kernel frames only, printed once (`_traceback.present`)
+            raise _traceback.present(e, self.kernel)  # noqa: B904
+
+    def _call(self, per_rank_args, **kwargs) -> list[Any]:
         try:
             per_rank = list(per_rank_args)
         except TypeError:

@@ -6,6 +6,7 @@
 //! allocation (`psum_fresh`). Nothing here knows about Python.
 
 use crate::cost::CostModel;
+use crate::engine_choice::EngineBalance;
 use crate::engines;
 use crate::error::{fail, ErrorKind, Result};
 use crate::isa::spec::Default as ParamDefault;
@@ -13,6 +14,7 @@ use crate::isa::{ops, Arg, Engine, Instr, Opcode, Program};
 use crate::machine::run_plan::{PlanCache, RunPlan};
 use crate::machine::{autosync, NUM_CORES};
 use crate::memory::{Ap, PARTITIONS, PSUM_PART_BYTES};
+use crate::timing::Generation;
 use std::sync::Arc;
 
 /// What `Assembler::append` reports besides success.
@@ -41,6 +43,10 @@ pub struct Assembler {
     validated: usize,
     /// The program's run plan, built at its first run and kept until the program changes.
     plan: PlanCache,
+    /// Engine choice for instructions appended without an engine (`engine_choice.rs`): `None`
+    /// gives the ISA's default engine (the text form, raw programs); a front end that compiles
+    /// kernels turns balancing on with `set_engine_balance`.
+    balance: Option<EngineBalance>,
 }
 
 /// Equal programs and PSUM state (how much of it was validated on the way is bookkeeping).
@@ -77,7 +83,27 @@ impl Assembler {
             psum_unwritten: PsumBits::new(),
             validated: 0,
             plan: PlanCache::default(),
+            balance: None,
         }
+    }
+
+    /// Choose the engines of instructions appended without one by `EngineBalance`'s rule with
+    /// generation `g`'s costs (`Some`), or by the ISA default (`None`, the initial state).
+    /// Instructions already appended keep their engines; they count towards the balance.
+    pub fn set_engine_balance(&mut self, g: Option<&'static Generation>) {
+        self.balance = g.map(|g| {
+            let mut b = EngineBalance::new(g);
+            for ins in &self.program.instrs {
+                b.record(ins);
+            }
+            b
+        });
+    }
+
+    /// Modelled busy time of VectorE, ScalarE, GpSimd the engine balance has counted, ps
+    /// (`None` when balancing is off).
+    pub fn engine_balance_ps(&self) -> Option<[u64; 3]> {
+        self.balance.as_ref().map(EngineBalance::busy_ps)
     }
 
     pub fn program(&self) -> &Program {
@@ -125,7 +151,15 @@ impl Assembler {
         fill_defaults(&mut ins);
         if ins.engine == Engine::Unknown {
             // The ISA's default-engine rule (e.g. int32 tensor_tensor -> GpSimd).
-            ins.engine = crate::isa::default_engine::default_engine_of(&ins);
+            let default = crate::isa::default_engine::default_engine_of(&ins);
+            ins.engine = self
+                .balance
+                .as_ref()
+                .and_then(|b| b.choose(&ins))
+                .unwrap_or(default);
+            if ins.engine != default && engines::validate(&ins).is_err() {
+                ins.engine = default; // a rule of the chosen engine refuses it: the default's error
+            }
         }
         engines::validate(&ins).map_err(at)?;
         if resolve_accumulate {
@@ -137,6 +171,9 @@ impl Assembler {
             false
         };
         self.mark_psum_written(&ins);
+        if let Some(b) = &mut self.balance {
+            b.record(&ins);
+        }
         if self.validated == index {
             self.validated += 1;
         }
@@ -152,6 +189,9 @@ impl Assembler {
     /// turned into an error). The PSUM state it recorded stays.
     pub fn pop(&mut self) -> Option<Instr> {
         let ins = self.program.instrs.pop();
+        if let (Some(b), Some(i)) = (&mut self.balance, &ins) {
+            b.unrecord(i);
+        }
         self.plan.clear();
         self.validated = self.validated.min(self.len());
         ins
@@ -267,6 +307,7 @@ impl Assembler {
             psum_unwritten: self.psum_unwritten.clone(),
             validated: self.validated,
             plan: PlanCache::default(),
+            balance: self.balance.clone(),
         })
     }
 
@@ -352,7 +393,7 @@ pub fn engine_named(name: &str) -> Result<Engine> {
 
 /// Omitted operands with an ISA default take it (an omitted required operand stays Absent and
 /// fails validation; an optional one without a default stays Absent).
-fn fill_defaults(ins: &mut Instr) {
+pub(crate) fn fill_defaults(ins: &mut Instr) {
     for (p, a) in ins.op.spec().params.iter().zip(ins.args.iter_mut()) {
         if matches!(a, Arg::Absent) && !matches!(p.default, ParamDefault::Absent) {
             if let Some(d) = Arg::from_default(&p.default, p.kind) {

@@ -7,6 +7,7 @@
 
 pub mod asm;
 pub mod cost;
+pub mod engine_choice;
 pub mod engines;
 pub mod error;
 pub mod hw;

@@ -39,11 +39,11 @@ pub struct Generation {
     pub peak_tflops_vector: f64,
     /// Per-DMA-engine bandwidth, bytes/ns (the published peak, reports).
     pub dma_engine_bytes_per_ns: f64,
-    /// Fraction of that peak HBM <-> SBUF transfers sustain (1.0 where the published DMA curve
-    /// itself is fitted through the floor below; trn1: FIT, see docs/cost-model.md).
+    /// Fraction of that peak HBM <-> SBUF transfers sustain (1.0: the published per-engine peak;
+    /// what small buffers lose comes from the floor below, docs/cost-model.md).
     pub dma_sustained: f64,
-    /// Minimum engine time of one DMA buffer, ns (trn2/trn3: 108, fitted to anchor I2; trn1: 0,
-    /// its tutorial kernels move short rows as fast per byte as long ones: FIT).
+    /// Minimum engine time of one DMA buffer, ns (trn2: 108, fitted to anchor I2, the DMA
+    /// overview's throughput curve; trn1 and trn3: the same time, GUESS).
     pub dma_descriptor_min_ns: f64,
     /// Device HBM bandwidth, bytes/ns.
     pub hbm_bytes_per_ns: f64,
@@ -77,8 +77,8 @@ pub static GENERATIONS: [Generation; 3] = [
         peak_tflops_sparse: 0.0,
         peak_tflops_vector: 0.57,
         dma_engine_bytes_per_ns: 17.0,
-        dma_sustained: 0.374,
-        dma_descriptor_min_ns: 0.0,
+        dma_sustained: 1.0,
+        dma_descriptor_min_ns: 108.0,
         hbm_bytes_per_ns: 820.0,
         hbm_stacks: 2,
         device_cores: 2,

@@ -9,6 +9,7 @@ use crate::trace::RawTrace;
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 use std::thread::ThreadId;
 use trn3emu_core as core;
@@ -25,16 +26,65 @@ pub struct Device {
     inner: Mutex<core::Device>,
     /// The thread running the device, while a run holds it.
     runner: Mutex<Option<ThreadId>>,
+    /// The process id of whoever holds `inner` (0: nobody): a holder in another process is a
+    /// thread of the parent that was using the device when the process forked. It does not
+    /// exist in the child and never lets go, so the child's calls raise instead of waiting.
+    holder: AtomicU32,
+}
+
+/// The device, locked: `holder` says by this process until it is dropped.
+pub(crate) struct DevGuard<'a> {
+    guard: MutexGuard<'a, core::Device>,
+    holder: &'a AtomicU32,
+}
+
+impl std::ops::Deref for DevGuard<'_> {
+    type Target = core::Device;
+    fn deref(&self) -> &core::Device {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for DevGuard<'_> {
+    fn deref_mut(&mut self) -> &mut core::Device {
+        &mut self.guard
+    }
+}
+
+impl Drop for DevGuard<'_> {
+    fn drop(&mut self) {
+        self.holder.store(0, Ordering::Release);
+    }
 }
 
 impl Device {
-    /// The device, waiting with the GIL released while another thread's run holds it.
-    pub(crate) fn dev(&self, py: Python<'_>) -> PyResult<MutexGuard<'_, core::Device>> {
+    /// The device, waiting with the GIL released while another thread's run holds it. In a
+    /// child process forked while another thread held it: `ExecutionError` (`device_forked`)
+    /// at once (its state is whatever the parent's run left half-way; the holder is gone).
+    pub(crate) fn dev(&self, py: Python<'_>) -> PyResult<DevGuard<'_>> {
+        let pid = std::process::id();
+        let held = |guard| {
+            self.holder.store(pid, Ordering::Release);
+            DevGuard {
+                guard,
+                holder: &self.holder,
+            }
+        };
         loop {
             match self.inner.try_lock() {
-                Ok(g) => return Ok(g),
-                Err(TryLockError::Poisoned(p)) => return Ok(p.into_inner()),
+                Ok(g) => return Ok(held(g)),
+                Err(TryLockError::Poisoned(p)) => return Ok(held(p.into_inner())),
                 Err(TryLockError::WouldBlock) => {
+                    let h = self.holder.load(Ordering::Acquire);
+                    if h != 0 && h != pid {
+                        return Err(named(
+                            py,
+                            "ExecutionError",
+                            "device_forked",
+                            "device",
+                            format!("this Device was in use by another thread of process {h} when it forked into this one ({pid}); that thread does not exist here, so the device never becomes free: make a new Device in the child"),
+                        ));
+                    }
                     let me = std::thread::current().id();
                     let runner = *self.runner.lock().unwrap_or_else(PoisonError::into_inner);
                     if runner == Some(me) {
@@ -46,7 +96,17 @@ impl Device {
                             "the device is running on this thread (a call from a signal handler or progress callback during Device.run); call it after the run".into(),
                         ));
                     }
-                    py.detach(|| drop(self.inner.lock()));
+                    // Wait (GIL released) until it is free, looking again for a fork now and
+                    // then (the holder may have been between its lock and its `holder` store).
+                    py.detach(|| {
+                        while matches!(self.inner.try_lock(), Err(TryLockError::WouldBlock)) {
+                            let h = self.holder.load(Ordering::Acquire);
+                            if h != 0 && h != pid {
+                                return;
+                            }
+                            std::thread::sleep(std::time::Duration::from_micros(200));
+                        }
+                    });
                 }
             }
         }
@@ -205,6 +265,7 @@ impl Device {
         Ok(Device {
             inner: Mutex::new(inner),
             runner: Mutex::new(None),
+            holder: AtomicU32::new(0),
         })
     }
 

@@ -143,6 +143,25 @@ impl Program {
         self.append_converted(py, ins, resolve_accumulate)
     }
 
+    /// Choose the engines of instructions appended without one by the balancing rule
+    /// (docs/nki.md "Engine choice") with the costs of generation `timing` ("trn1" / "trn2" /
+    /// "trn3"), or by the ISA default (`None`, the initial state).
+    #[pyo3(signature = (timing))]
+    fn set_engine_balance(&mut self, py: Python<'_>, timing: Option<&str>) -> PyResult<()> {
+        let g = match timing {
+            Some(t) => Some(core::timing::generation(t).map_err(py_err(py))?),
+            None => None,
+        };
+        self.asm.set_engine_balance(g);
+        Ok(())
+    }
+
+    /// Modelled busy time (ps) of (vector, scalar, gpsimd) the engine balance counted so far,
+    /// or None when balancing is off.
+    fn engine_balance_ps(&self) -> Option<(u64, u64, u64)> {
+        self.asm.engine_balance_ps().map(|[v, s, g]| (v, s, g))
+    }
+
     /// Mark PSUM bytes as freshly allocated: the next matmul with accumulate=None overwrites them.
     fn psum_fresh(
         &mut self,

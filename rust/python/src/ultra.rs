@@ -132,7 +132,7 @@ fn fabric_from(
 fn lock_all<'a>(
     py: Python<'_>,
     devices: &'a [PyRef<'_, Device>],
-) -> PyResult<Vec<std::sync::MutexGuard<'a, core::Device>>> {
+) -> PyResult<Vec<crate::device::DevGuard<'a>>> {
     check_distinct(py, devices)?;
     devices.iter().map(|d| d.dev(py)).collect()
 }

@@ -34,7 +34,7 @@ pub struct NcMatmul<'a> {
     pub dst: &'a Ap,
     /// [K, M], K <= 128, M <= 128
     pub stationary: &'a Ap,
-    /// [K, N], N <= 512 per PSUM bank
+    /// [K, N], N <= 4096 fp32 / 8192 bf16 dst; over one 2 KiB bank (512 fp32 / 1024 bf16) the dst starts on a bank boundary
     pub moving: &'a Ap,
     /// performance hint
     pub is_stationary_onezero: bool,

@@ -1,0 +1,241 @@
+"""Run a public NKI kernel corpus, unchanged, on trn3emu and count what runs.
+
+    python scripts/run_corpora.py DIR [DIR ...] [--timeout S] [-v] [--json OUT]
+
+Each DIR is a copy of a kernel repository fetched outside this one (nki-samples, nki-library,
+neuronx-distributed, nkipy, aws-neuron-sdk ...): nothing of it is part of trn3emu. Every `.py`
+file under DIR that imports NKI (`nki`, `neuronxcc.nki`) is handled in a fresh interpreter with
+`trn3emu.nki.install()` done first:
+
+- a test file (`test_*.py`, `*_test.py`) runs under pytest: **ran** when at least one case
+  passes and none fails (skips allowed), else **refused**;
+- a script with a `__main__` block runs as `__main__`: **ran** when it exits 0;
+- any other file is imported (its kernels decorated, nothing called: their inputs are the
+  caller's): **imported** when that works.
+
+The corpus's own packages are importable as an install would make them (each project folder
+and its src/ on PYTHONPATH); modules it needs beyond that (torch, neuronxcc internals) count as refusals.
+
+A refusal is classed by its first error: a trn3emu error as `Class[rule]`, a missing module as
+`needs <module>`, a missing NKI name as `missing <name>`, a failed comparison as
+`AssertionError`, `timeout`, or the exception class. The per-file lines, then counts per outcome
+and per reason class, are printed; docs/nki.md records them with the corpus commit. The SDK's own
+`nki/test` suite with its case-level report is `scripts/nki_conformance.py`'s job (issue 28).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+#: a file that uses NKI (either dialect)
+_USES_NKI = re.compile(r"^\s*(import nki\b|from nki\b|import neuronxcc\.nki|from neuronxcc(\.nki)? import)", re.M)
+_MAIN = re.compile(r"^if __name__ == ['\"]__main__['\"]", re.M)
+_SKIP_DIRS = {".git", "__pycache__", "build", "dist", ".tox", "site-packages"}
+
+#: child-side bootstrap: install the emulator, run the file, report the first error as one JSON line
+_BOOT = r"""
+import json, os, sys, traceback
+import trn3emu.nki
+trn3emu.nki.install()
+REPORT = os.environ["TRN3EMU_CORPUS_REPORT"]
+
+def report(exc):
+    if os.path.exists(REPORT) and os.path.getsize(REPORT):
+        return
+    with open(REPORT, "w") as f:
+        json.dump({"cls": type(exc).__name__, "rule": getattr(exc, "rule", None),
+                   "msg": (str(exc).strip().splitlines() or [""])[0][:300]}, f)
+
+mode, path = sys.argv[1], sys.argv[2]
+sys.path.insert(0, os.path.dirname(path))
+if mode == "pytest":
+    import pytest
+
+    class Plugin:
+        def pytest_runtest_makereport(self, item, call):
+            if call.excinfo is not None and call.when == "call" and not call.excinfo.errisinstance(
+                    pytest.skip.Exception):
+                report(call.excinfo.value)
+
+    sys.exit(pytest.main(sys.argv[3:] + [path], plugins=[Plugin()]))
+try:
+    import runpy
+    sys.argv = [path]
+    module = os.environ.get("TRN3EMU_CORPUS_MODULE", "")
+    if module:  # a file inside a package: imported by name, so its relative imports resolve
+        runpy.run_module(module, run_name="__main__" if mode == "script" else module, alter_sys=True)
+    else:
+        runpy.run_path(path, run_name="__main__" if mode == "script" else "corpus_import")
+except SystemExit as e:
+    if e.code not in (None, 0):
+        report(e)
+        raise
+except BaseException as e:
+    report(e)
+    traceback.print_exc()
+    sys.exit(1)
+"""
+
+
+def nki_files(root: Path) -> list[Path]:
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
+        for name in sorted(filenames):
+            p = Path(dirpath) / name
+            if name.endswith(".py") and name not in ("setup.py", "conftest.py"):
+                try:
+                    text = p.read_text(errors="replace")
+                except OSError:
+                    continue
+                if _USES_NKI.search(text):
+                    out.append(p)
+    return out
+
+
+def kind(p: Path) -> str:
+    if re.fullmatch(r"test_.*\.py|.*_test\.py", p.name):
+        return "pytest"
+    return "script" if _MAIN.search(p.read_text(errors="replace")) else "import"
+
+
+def reason(err: dict | None, stderr: str) -> str:
+    """The reason class of a refusal from the child's JSON report (or its stderr)."""
+    if err is None:
+        tail = [ln for ln in stderr.strip().splitlines() if ln.strip()]
+        m = re.match(r"(\w+(?:\.\w+)*):", tail[-1]) if tail else None
+        err = {
+            "cls": m.group(1).rsplit(".", 1)[-1] if m else "no error reported",
+            "rule": None,
+            "msg": tail[-1] if tail else "",
+        }
+    cls, rule, msg = err["cls"], err.get("rule"), err.get("msg", "")
+    if cls == "ModuleNotFoundError":
+        m = re.search(r"No module named '([\w.]+)'", msg)
+        return f"needs {m.group(1).split('.')[0] if m else '?'}"
+    if rule:
+        return f"{cls}[{rule}]"
+    if cls in ("AttributeError", "ImportError"):
+        m = re.search(r"'([\w.]+)'.*?'(\w+)'|cannot import name '(\w+)'", msg)
+        if m and "nki" in msg:
+            return f"missing {m.group(3) or (m.group(1) + '.' + m.group(2))}"
+    if cls == "SystemExit":
+        return "exit status"
+    return cls
+
+
+def package_paths(root: Path) -> list[str]:
+    """What installing the corpus would put on sys.path: the folder of each project file
+    (`pyproject.toml` / `setup.py`, the root and up to two levels down) and its `src/`."""
+    projects = [root] + sorted(
+        {
+            f.parent
+            for pat in ("*/pyproject.toml", "*/*/pyproject.toml", "*/setup.py", "*/*/setup.py")
+            for f in root.glob(pat)
+        }
+    )
+    return [str(d) for p in projects for d in (p / "src", p) if d.is_dir()]
+
+
+def module_of(p: Path) -> tuple[str, str]:
+    """(dotted module name, the folder above its top package) of a file inside a package (its
+    folder has `__init__.py`), or ("", "") for a loose file."""
+    parts, d = [p.stem], p.parent
+    while (d / "__init__.py").exists():
+        parts.insert(0, d.name)
+        d = d.parent
+    return (".".join(parts), str(d)) if len(parts) > 1 else ("", "")
+
+
+def run_file(p: Path, timeout: float, paths: list[str]) -> tuple[str, str, str]:
+    """(outcome, reason class, detail) of one corpus file; `paths` go on PYTHONPATH."""
+    k = kind(p)
+    with tempfile.TemporaryDirectory() as tmp:
+        rep = Path(tmp) / "err.json"
+        xml = Path(tmp) / "r.xml"
+        module, top = module_of(p) if k != "pytest" else ("", "")
+        pp = os.pathsep.join([top] * bool(top) + paths + [os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        env = dict(os.environ, TRN3EMU_CORPUS_REPORT=str(rep), PYTHONDONTWRITEBYTECODE="1", MPLBACKEND="Agg")
+        env["PYTHONPATH"], env["TRN3EMU_CORPUS_MODULE"] = pp, module
+        args = [sys.executable, "-c", _BOOT, k, str(p)]
+        if k == "pytest":
+            args += ["-q", "-p", "no:cacheprovider", "-x", f"--junitxml={xml}"]
+        try:
+            r = subprocess.run(args, cwd=p.parent, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return "refused", "timeout", f"over {timeout:.0f} s"
+        err = json.loads(rep.read_text()) if rep.exists() and rep.stat().st_size else None
+        if k == "pytest":
+            passed = failed = skipped = 0
+            first = ""
+            if xml.exists():
+                import xml.etree.ElementTree as ET
+
+                for case in ET.parse(xml).getroot().iter("testcase"):
+                    tags = {c.tag for c in case}
+                    if tags & {"failure", "error"}:
+                        failed += 1
+                        bad = next(c for c in case if c.tag in ("failure", "error"))
+                        lines = [ln for ln in (bad.text or "").splitlines() if re.match(r"E\s+\w", ln)]
+                        first = first or (lines[-1][1:].strip() if lines else bad.get("message", ""))
+                    elif "skipped" in tags:
+                        skipped += 1
+                    else:
+                        passed += 1
+            detail = f"{passed} passed, {failed} failed, {skipped} skipped (stops at the first failure)"
+            if passed and not failed:
+                return "ran", "", detail
+            if not passed and not failed and r.returncode in (0, 5):
+                return "refused", "no case runs here (all skipped)", detail
+            return "refused", reason(err, first or r.stdout + r.stderr), f"{detail}: {first[:200]}"
+        if r.returncode == 0:
+            return ("ran" if k == "script" else "imported"), "", ""
+        return "refused", reason(err, r.stderr), (err or {}).get("msg", "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("dirs", nargs="+", type=Path, help="fetched corpus directories")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per file (default 300)")
+    ap.add_argument("-v", "--verbose", action="store_true", help="print each refusal's message")
+    ap.add_argument("--json", type=Path, help="write every file's outcome here")
+    a = ap.parse_args(argv)
+    rows = []
+    for d in a.dirs:
+        root = d.resolve()
+        if not root.is_dir():
+            ap.error(f"{root} is not a directory")
+        files = nki_files(root)
+        print(f"== {root} ({len(files)} files use NKI)", flush=True)
+        for p in files:
+            outcome, why, detail = run_file(p, a.timeout, package_paths(root))
+            rel = str(p.relative_to(root))
+            rows.append(
+                {"corpus": root.name, "file": rel, "kind": kind(p), "outcome": outcome, "reason": why, "detail": detail}
+            )
+            line = f"{outcome:8s} {rel}" + (f"  [{why}]" if why else "")
+            if a.verbose and detail:
+                line += f"  {detail}"
+            print(line, flush=True)
+    print("\n== counts")
+    for corpus in dict.fromkeys(r["corpus"] for r in rows):
+        mine = [r for r in rows if r["corpus"] == corpus]
+        c = collections.Counter(r["outcome"] for r in mine)
+        print(f"{corpus}: " + ", ".join(f"{n} {o}" for o, n in sorted(c.items())) + f" (of {len(mine)})")
+        for why, n in collections.Counter(r["reason"] for r in mine if r["reason"]).most_common():
+            print(f"    {n:4d}  {why}")
+    if a.json:
+        a.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

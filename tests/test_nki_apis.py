@@ -88,11 +88,6 @@ def test_all_to_all_and_collective_permute():
     np.testing.assert_array_equal(perm, np.stack([x[2], x[0], x[1], x[3]]))
 
 
-def test_still_unsupported_collectives_name_themselves():
-    with pytest.raises(NotSupportedError, match="not supported: nki.collectives.all_gather_v"):
-        cc.all_gather_v  # noqa: B018
-
-
 @nki.jit
 def _ring_kernel(x):
     pid = nl.program_id(0)

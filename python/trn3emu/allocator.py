@@ -16,8 +16,11 @@ Policy (docs/nki.md, "Memory"):
   a recently freed range fits, it is used: rotation never makes an allocation fail. (Rotating over
   the whole memory instead would spread a kernel's tiles over all of SBUF, for no gain in
   overlap beyond a few buffers.)
-- Explicit placement (`place`) reserves exactly the range asked for, overlapping whatever is live
-  (aliasing is the author's intent); automatic tiles then avoid it.
+- Explicit placement (`place`) reserves exactly the range asked for, overlapping whatever explicit
+  placement is live (aliasing is the author's intent); automatic tiles then avoid it. An explicit
+  range over a live *automatic* tile is never the author's intent (they cannot know where it went):
+  it is recorded in `conflicts`, and the NKI front end traces the kernel again with every explicit
+  range of `placements` reserved first (`reserve`), so automatic tiles go around them.
 
 A full memory raises `CapacityError` (`onchip_capacity`) naming the tile and what holds the
 memory: for PSUM every bank and the tiles in it.
@@ -68,6 +71,12 @@ class Allocator:
         #: when no range fits (nothing done; `alloc` raises the error that says why). Native: the
         #: tile allocation of every `nl.ndarray` in a traced loop.
         self.alloc_owned = self._ranges.alloc_owned
+        #: keys of explicitly placed ranges (`place`, `reserve`); every other live range is automatic
+        self._explicit: set[int] = set()
+        #: every explicit range placed: (lo, hi) -> the label of its first tile
+        self.placements: dict[tuple[int, int], str] = {}
+        #: explicit ranges placed over a live automatic tile: ((lo, hi, label), (lo, hi, label))
+        self.conflicts: list[tuple[tuple[int, int, str], tuple[int, int, str]]] = []
 
     @classmethod
     def sbuf(cls) -> Allocator:
@@ -96,6 +105,7 @@ class Allocator:
 
     def _release(self, key: int) -> None:
         if self._live.pop(key, None) is not None:
+            self._explicit.discard(key)
             self._ranges.release(key)  # (stays out of reach while among the ROTATE most recent)
 
     def alloc(self, nbytes: int, label: str) -> tuple[int, int]:
@@ -119,9 +129,22 @@ class Allocator:
                 operand="address",
                 rule="tile_address_out_of_range",
             )
+        hi = offset + nbytes
+        for lo_a, hi_a, lb_a in (r for k, r in self.live.items() if k not in self._explicit):
+            if lo_a < hi and offset < hi_a:
+                self.conflicts.append(((offset, hi, label), (lo_a, hi_a, lb_a)))
         key = self._ranges.place(offset, nbytes)
-        self._live[key] = (offset, offset + nbytes, label)
+        self._live[key] = (offset, hi, label)
+        self._explicit.add(key)
+        self.placements.setdefault((offset, hi), label)
         return key
+
+    def reserve(self, lo: int, hi: int, label: str) -> None:
+        """Hold [lo, hi) for the whole program (never freed): a range the kernel places
+        explicitly later, kept out of the automatic tiles' way (module docs)."""
+        key = self._ranges.place(lo, hi - lo)
+        self._live[key] = (lo, hi, label)
+        self._explicit.add(key)
 
     def free(self, key: int) -> None:
         self._release(key)

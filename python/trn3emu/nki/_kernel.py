@@ -40,6 +40,7 @@ from ..errors import (
     MemorySpaceError,
     NotSupportedError,
     OperandError,
+    RaceError,
     ReadOnlyInputWarning,
     ResourceError,
     ShapeError,
@@ -396,10 +397,15 @@ class NkiTensor:
         return self._wrap(t._view(shape, strides, t.offset, t.start))
 
     def reshape_dim(self, dim: int, shape) -> NkiTensor:
-        """Split dim into dims of `shape` (their product must be its size); on chip not dim 0."""
+        """Split dim into dims of `shape` (their product must be its size; one may be -1, inferred);
+        on chip not dim 0."""
         t = self._t
         d = int(dim) % t.ndim
         sizes = [int(x) for x in shape]
+        if sizes.count(-1) == 1:
+            known = -math.prod(sizes)
+            if known > 0 and t.shape[d] % known == 0:
+                sizes[sizes.index(-1)] = t.shape[d] // known
         if math.prod(sizes) != t.shape[d]:
             raise ShapeError(
                 f"reshape_dim({dim}, {tuple(sizes)}): dim {d} has size {t.shape[d]}", rule="nki_reshape_dim_size"
@@ -422,7 +428,9 @@ class NkiTensor:
         )
 
     def is_indirect(self) -> bool:
-        return self._t.is_indirect()
+        """Whether the view is addressed at run time: a dynamic `select`, `vector_select`, `ap(...)`
+        with `scalar_offset` / `vector_offset`, or `indirect` (the NKI 0.6 API reference)."""
+        return bool(self._t.is_indirect() or getattr(self._t, "dyn", None) is not None)
 
     def expand_dim(self, dim: int) -> NkiTensor:
         return self._wrap(self._t.expand_dim(int(dim)))
@@ -486,8 +494,19 @@ class NkiTensor:
         pattern = [[self._t.strides[0], rows]] + [[st, n] for st, n in zip(self._t.strides[1:], self._t.shape[1:])]
         return self.ap(pattern, vector_offset=offsets, indirect_dim=0)
 
-    def rearrange(self, pattern: str, **sizes) -> NkiTensor:
-        return self._wrap(self._t.rearrange(pattern, **sizes))
+    def rearrange(self, src_pattern, dst_pattern=None, fixed_sizes=None, **sizes) -> NkiTensor:
+        """einops-style view: `rearrange("p (h w) -> p w h", h=4)`, or the NKI 0.6 reference's
+        tuple form `rearrange(("p", ("h", "w")), ("p", "w", "h"), {"h": 4})`."""
+        if dst_pattern is None:
+            return self._wrap(self._t.rearrange(src_pattern, **sizes, **(fixed_sizes or {})))
+
+        def text(pattern) -> str:
+            if isinstance(pattern, str):
+                return pattern
+            return " ".join(a if isinstance(a, str) else "(" + " ".join(map(str, a)) + ")" for a in pattern)
+
+        known = {k: v for k, v in dict(fixed_sizes or {}, **sizes).items() if int(v) != -1}
+        return self._wrap(self._t.rearrange(f"{text(src_pattern)} -> {text(dst_pattern)}", **known))
 
     def get_pattern(self) -> list:
         return [[int(s), int(n)] for s, n in zip(self._t.strides, self._t.shape)]
@@ -825,12 +844,20 @@ class TraceContext:
         engine_choice.configure(self.program, launch.kernel)
         self.sbuf = self.program._sbuf  # the program's allocators: one allocator per memory
         self.psum = self.program._psum
+        # a retrace after an explicit placement landed on an automatic tile (`_Run.__call__`):
+        # the kernel's explicit ranges are held from the start, automatic tiles go around them
+        for mem, ranges in launch.reserved.get(pid, {}).items():
+            alloc = self.sbuf if mem == "SBUF" else self.psum
+            for (lo, hi), label in ranges.items():
+                alloc.reserve(lo, hi, label)
         self.shared_index = 0
         self.prints: list[tuple[str, NkiTensor]] = []
         self.no_reorder_depth = 0
         self.pending: list = []  # results not issued yet, oldest first (pending.py)
         #: active legacy mask ranges, innermost last: {var: (lo, hi)} (indexing.py)
         self.masks: list[dict] = []
+        #: left operands of a mask's `and` waiting for its right operand (indexing.Predicate.__bool__)
+        self.and_pending: list = []
         #: virtual registers (registers.py), once the kernel makes one
         self.vregs: dict | None = None
         #: byte ranges of HBM this program's instructions write (outputs never written are errors)
@@ -1253,6 +1280,8 @@ class _Run:
         self.device: Device
         self.shared: list[Tensor] = []
         self.contexts: list[TraceContext] = []
+        #: pid -> memory name -> the explicit ranges held from the start of the trace ((lo, hi) -> label)
+        self.reserved: dict[int, dict[str, dict]] = {}
         #: the byte fresh memory starts as (None: zeros); also fills new HBM tensors
         self.fill: int | None = None
         #: the tracing progress bar (shown once tracing lasts 2 s), while tracing
@@ -1297,7 +1326,15 @@ class _Run:
                 cache[key] = cache.pop(key)  # most recently used last
         if traced is None:
             self.device = self._fresh_device(fill, set())
-            arrays, traced = self._trace(args, kwargs)
+            try:
+                arrays, traced = self._trace(args, kwargs)
+            except _PlacementConflict as c:  # traced again with the explicit ranges held first
+                self.reserved, self.contexts = c.reserved, []
+                self.device = self._fresh_device(fill, set())
+                try:
+                    arrays, traced = self._trace(args, kwargs)
+                except (_PlacementConflict, CapacityError) as e:
+                    raise c.error(e) from None
             if key is not None and not traced.device_dependent:
                 with _SHARED:
                     cache[key] = traced
@@ -1437,6 +1474,7 @@ class _Run:
                 c.ir.check_end()
         if not check:
             return None
+        _check_placements(self.contexts)  # (before retiring: a conflict traces again)
         _retire_tiles(self.contexts, self.kernel.__name__)  # (the trace that is kept only)
         _check_result(results[0])
         _check_outputs_written(results[0], [t for _, t in arrays], self.contexts)
@@ -1448,10 +1486,19 @@ class _Run:
         progress = self.kernel.options.get("progress")
         benign = len(traced.programs) > 1 and _identical_writes_mode(self.kernel) == "warn"
         self.kernel.last_programs = traced.programs  # (also when the run fails: for debugging)
-        runs = [
-            dev._run(group, check_races=True, trace=trace, progress=progress, identical_writes=benign)
-            for group in traced.groups
-        ]
+        try:
+            runs = [
+                dev._run(group, check_races=True, trace=trace, progress=progress, identical_writes=benign)
+                for group in traced.groups
+            ]
+        except RaceError as e:  # two programs writing the same HBM bytes: say whether it is real
+            from . import races
+
+            programs = {(0, p.core): f"program {pid}" for pid, p in enumerate(traced.programs)}
+            new = races.explain(e, programs, races.kernel_files(self.kernel))
+            if new is None:
+                raise
+            raise new from None
         self.kernel.last_result = runs[-1] if len(runs) == 1 else runs
         self.kernel.last_spills = dict(traced.spills)
         found = [w for r in runs for w in r.identical_writes]
@@ -1487,6 +1534,47 @@ def _sum_stats(stats) -> dict:
         for k, v in st.items():
             out[k] = out.get(k, 0) + v
     return out
+
+
+class _PlacementConflict(Exception):
+    """A kernel's explicit placement landed on a live automatic tile while tracing: the launch
+    traces again with `reserved` (every explicit range of every program) held from the start."""
+
+    def __init__(self, reserved: dict, first: tuple) -> None:
+        super().__init__()
+        self.reserved, self.first = reserved, first
+
+    def error(self, cause: Exception | None = None, why: str = "") -> AddressError:
+        """The error when the automatic tiles cannot go around the explicit ranges."""
+        mem, (lo, hi, label), (alo, ahi, alabel) = self.first
+        if not why:
+            why = "the emulator's tiles do not fit around the kernel's explicit placements"
+            why += f" ({cause})" if isinstance(cause, CapacityError) else ""
+        return AddressError(
+            f"{label} is placed explicitly at {mem} bytes [{lo}, {hi}) per partition, over {alabel} "
+            f"(bytes [{alo}, {ahi}), a tile the emulator placed itself while it was live), and "
+            f"{why}; place that tile explicitly too, or move the explicit placement",
+            operand="address",
+            rule="nki_placement_over_automatic_tile",
+        )
+
+
+def _check_placements(contexts: list) -> None:
+    """Raise `_PlacementConflict` when an explicit placement landed on a live automatic tile in
+    any program (a silent overwrite otherwise: allocator.py)."""
+    first = None
+    for ctx in contexts:
+        for alloc in (ctx.sbuf, ctx.psum):
+            if alloc.conflicts and first is None:
+                first = (alloc.what,) + alloc.conflicts[0]
+    if first is None:
+        return
+    reserved: dict = {}
+    for ctx in contexts:
+        for alloc in (ctx.sbuf, ctx.psum):
+            if alloc.placements:
+                reserved.setdefault(ctx.pid, {})[alloc.what] = dict(alloc.placements)
+    raise _PlacementConflict(reserved, first)
 
 
 #: Default most programs one launch may trace (`nki.jit(max_programs=)`, TRN3EMU_NKI_MAX_PROGRAMS):
@@ -1630,6 +1718,10 @@ class Kernel:
     array shapes and dtypes, values of the other arguments, target): a repeated call only loads
     the inputs into a fresh device, runs and reads the outputs. `nki.jit(cache=False)` or
     TRN3EMU_NKI_CACHE=0 traces every call."""
+
+    #: pytest collects callables named test_* that wrap a function (`__wrapped__`): a kernel named
+    #: so (the SDK's `test_nl_broadcast(in_tensor)`) is not a test, as with the vendor's jit object
+    __test__ = False
 
     def __init__(self, fn, **options) -> None:
         _check_kernel_function(fn)

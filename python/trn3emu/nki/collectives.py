@@ -6,13 +6,15 @@ logical core of the world, placed on physical cores `rank * lnc + program_id` (c
 and each program id of a rank takes part in its own collective with the same program id of the
 other ranks. Each rank-list of the ReplicaGroup runs its own collective. The implicit ring
 permutes are a collective_permute around the rank-list; all_to_all_v reads its metadata at run
-time. all_gather_v raises "not supported".
+time; all_gather_v lowers to all_to_all_v (equal slots or run-time receive displacements).
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
+
+import numpy as np
 
 from ..errors import OperandError, ShapeError
 from . import isa as _isa
@@ -112,36 +114,107 @@ def all_reduce(srcs, dsts, replica_group, op, priority=None, name=None):
     return [_isa.all_reduce(dst=d, src=s, cores=cores, reduce_op=op) for s, d in _pairs(srcs, dsts)]
 
 
-def all_gather(srcs, dsts, replica_group, priority=None, name=None):
-    """Every rank gets the concatenation of all ranks' srcs, in rank order."""
-    cores = _cores(replica_group)
-    return [_isa.all_gather(dst=d, src=s, cores=cores) for s, d in _pairs(srcs, dsts)]
+def _dim(collective_dim, t) -> int:
+    """`collective_dim` as an axis of `t` (negative counts from the end)."""
+    d = int(collective_dim)
+    if not -len(t.shape) <= d < len(t.shape):
+        raise OperandError(
+            f"collective_dim {collective_dim} is not an axis of a {len(t.shape)}-D tensor {tuple(t.shape)}",
+            operand="collective_dim",
+            rule="nki_collective_dim",
+        )
+    return d % len(t.shape)
 
 
-def reduce_scatter(srcs, dsts, replica_group, op, priority=None, name=None):
-    """Rank i gets slice i of the op-reduced srcs."""
+def _split(t, dim: int, n: int, what: str) -> list:
+    """The n equal chunks of `t` along `dim` (views)."""
+    size = t.shape[dim]
+    if size % n:
+        raise ShapeError(
+            f"{what}: dim {dim} of {tuple(t.shape)} does not split into {n} chunks (one per rank)",
+            operand="collective_dim",
+            rule="nki_collective_split",
+        )
+    c = size // n
+    return [
+        t[tuple(slice(r * c, (r + 1) * c) if i == dim else slice(None) for i in range(len(t.shape)))] for r in range(n)
+    ]
+
+
+def _stacked(shape, dtype, n: int):
+    """A private HBM tensor of n chunks of `shape` stacked along dim 0 (the collective
+    instructions concatenate and split along dim 0), and its n chunk views."""
+    from . import language as nl
+
+    buf = nl.ndarray((n * shape[0],) + tuple(shape[1:]), dtype, buffer=nl.private_hbm)
+    return buf, [buf[r * shape[0] : (r + 1) * shape[0]] for r in range(n)]
+
+
+def all_gather(srcs, dsts, replica_group, collective_dim=0, priority=None, name=None):
+    """Every rank gets the concatenation along `collective_dim` of all ranks' srcs, in rank order
+    (along a dim other than 0: gathered along dim 0 into private HBM, then one DMA per rank's
+    chunk into its place)."""
     cores = _cores(replica_group)
-    return [_isa.reduce_scatter(dst=d, src=s, cores=cores, reduce_op=op) for s, d in _pairs(srcs, dsts)]
+    out = []
+    for s, d in _pairs(srcs, dsts):
+        dim = _dim(collective_dim, d)
+        if dim == 0:
+            out.append(_isa.all_gather(dst=d, src=s, cores=cores))
+            continue
+        buf, parts = _stacked(s.shape, s.dtype, len(cores))
+        out.append(_isa.all_gather(dst=buf, src=s, cores=cores))
+        for part, place in zip(parts, _split(d, dim, len(cores), "all_gather"), strict=True):
+            _isa.dma_copy(dst=place, src=part)
+    return out
+
+
+def reduce_scatter(srcs, dsts, replica_group, collective_dim=0, op=None, priority=None, name=None):
+    """Rank i gets chunk i along `collective_dim` of the op-reduced srcs (along a dim other than
+    0: the chunks are first stacked along dim 0 in private HBM). `reduce_scatter(s, d, g, op)`
+    (the op fourth, as before NKI 0.6) still works."""
+    if op is None and not isinstance(collective_dim, (int, np.integer)):
+        collective_dim, op = 0, collective_dim
+    cores = _cores(replica_group)
+    out = []
+    for s, d in _pairs(srcs, dsts):
+        dim = _dim(collective_dim, s)
+        if dim == 0:
+            out.append(_isa.reduce_scatter(dst=d, src=s, cores=cores, reduce_op=op))
+            continue
+        chunks = _split(s, dim, len(cores), "reduce_scatter")
+        buf, parts = _stacked(chunks[0].shape, s.dtype, len(cores))
+        for part, chunk in zip(parts, chunks, strict=True):
+            _isa.dma_copy(dst=part, src=chunk)
+        out.append(_isa.reduce_scatter(dst=d, src=buf, cores=cores, reduce_op=op))
+    return out
 
 
 def all_to_all(srcs, dsts, replica_group, collective_dim=0, priority=None, name=None):
-    """Rank i's dst = concat over ranks j of chunk i of rank j's src (split along dim 0)."""
-    if int(collective_dim) != 0:
-        raise OperandError(
-            "all_to_all: only collective_dim=0 is supported (as NKI)",
-            operand="collective_dim",
-            rule="nki_all_to_all_dim",
-        )
+    """Rank i's dst = concat along `collective_dim` over ranks j of chunk i (along the same dim)
+    of rank j's src (along a dim other than 0: chunks stacked along dim 0 in private HBM on both
+    sides)."""
     cores = _cores(replica_group)
     n = len(cores)
     out = []
     for s, d in _pairs(srcs, dsts):
-        if s.shape[0] % n or d.shape != s.shape:
+        dim = _dim(collective_dim, s)
+        if s.shape[dim] % n or tuple(d.shape) != tuple(s.shape):
             raise ShapeError(
-                f"all_to_all: src {s.shape} must split into {n} chunks along dim 0 and match dst {d.shape}",
+                f"all_to_all: src {tuple(s.shape)} must split into {n} chunks along dim {dim} and match dst "
+                f"{tuple(d.shape)}",
                 rule="nki_all_to_all_shape",
             )
-        out.append(_isa.all_to_all(dst=d, src=s, cores=cores))
+        if dim == 0:
+            out.append(_isa.all_to_all(dst=d, src=s, cores=cores))
+            continue
+        chunks = _split(s, dim, n, "all_to_all")
+        sbuf_, sparts = _stacked(chunks[0].shape, s.dtype, n)
+        dbuf, dparts = _stacked(chunks[0].shape, s.dtype, n)
+        for part, chunk in zip(sparts, chunks, strict=True):
+            _isa.dma_copy(dst=part, src=chunk)
+        out.append(_isa.all_to_all(dst=dbuf, src=sbuf_, cores=cores))
+        for part, place in zip(dparts, _split(d, dim, n, "all_to_all"), strict=True):
+            _isa.dma_copy(dst=place, src=part)
     return out
 
 
@@ -164,6 +237,55 @@ def all_to_all_v(
         )
         for s, d in _pairs(srcs, dsts)
     ]
+
+
+def all_gather_v(
+    srcs, dsts, replica_group, metadata_tensor, recv_counts_known=False, has_rdispls=False, priority=None, name=None
+):
+    """Variable-length all_gather of flat element buffers (NKI 0.6.0): each rank broadcasts
+    src[send_displ : send_displ + send_count] (metadata rows 0 / 1, first column only) to every
+    rank of its rank-list; sender s's chunk lands at dst[s * slot :] (slot = dst elements / ranks)
+    or at recv_displs[s] (row 3, `has_rdispls`). Unless `recv_counts_known`, row 2 receives the
+    count from each rank. Lowered to `all_to_all_v` with a per-rank private metadata tensor (rows
+    0 / 1 broadcast to every column, row 3 the displacements) and, for row 2, an all_gather of
+    the send counts."""
+    from . import language as nl
+
+    cores = _cores(replica_group)
+    n = len(cores)
+    pairs = _pairs(srcs, dsts)
+    if len(pairs) != 1:
+        raise ShapeError(
+            f"all_gather_v takes exactly one src and one dst, got {len(pairs)}",
+            operand="srcs",
+            rule="nki_collective_pairs",
+        )
+    (s, d), meta = pairs[0], metadata_tensor
+    rows = 4 if has_rdispls else 3
+    if meta.ndim == 3:  # SBUF (1, rows, N): the whole buffer on one partition
+        meta = meta.reshape((meta.shape[1], meta.shape[2]))
+    if tuple(meta.shape) != (rows, n):
+        raise ShapeError(
+            f"all_gather_v: metadata_tensor {tuple(metadata_tensor.shape)} must be ({rows}, {n}) "
+            f"(rows: send count, send displacement, receive counts{', receive displacements' if has_rdispls else ''}; "
+            f"one column per rank of the rank-list)",
+            operand="metadata_tensor",
+            rule="nki_all_gather_v_metadata",
+        )
+    m = nl.ndarray((4, n), nl.uint32, buffer=nl.private_hbm)
+    for c in range(n):  # rows 0 / 1: the single send count and displacement, for every destination
+        _isa.dma_copy(dst=m[0:2, c : c + 1], src=meta[0:2, 0:1])
+    if has_rdispls:
+        _isa.dma_copy(dst=m[3:4, :], src=meta[3:4, :])
+    else:  # equal slots, one per sender
+        slot = int(np.prod(d.shape)) // n
+        _isa.dma_copy(dst=m[3:4, :], src=nl.shared_constant(np.arange(n, dtype=np.uint32).reshape(1, n) * slot))
+    out = [_isa.all_to_all_v(dst=d, src=s, metadata=m, cores=cores, recv_counts_known=False, has_rdispls=True)]
+    if not recv_counts_known:  # row 2 <- each sender's count
+        counts = nl.ndarray((n, 1), nl.uint32, buffer=nl.private_hbm)
+        out.append(_isa.all_gather(dst=counts, src=meta[0:1, 0:1], cores=cores))
+        _isa.dma_copy(dst=meta[2:3, :], src=counts.reshape((1, n)))
+    return out
 
 
 def collective_permute(srcs, dsts, source_target_pairs, priority=None, name=None):
@@ -218,6 +340,4 @@ def collective_permute_implicit_current_processing_rank_id(iteration_id, replica
 def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)
-    # NKI APIs this front end lacks (docs/nki.md) are "not supported"; other names may be misspelt
-    known = name in ("all_gather_v", "all_to_all_v")
-    raise missing_attribute(f"nki.collectives.{name}", None if known else list(globals()))
+    raise missing_attribute(f"nki.collectives.{name}", list(globals()))  # (a misspelt name: "did you mean")

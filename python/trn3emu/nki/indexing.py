@@ -19,7 +19,10 @@ An indexed view that runs out of its tensor is kept unresolved until a mask brin
 from __future__ import annotations
 
 import contextlib
+import dis
 import math
+import sys
+import weakref
 from typing import Any
 
 from .._asm import INSTRUCTION_FLAGS
@@ -117,19 +120,19 @@ class IndexExpr:
 
     # comparisons -> predicates (integer: a < b  <=>  b - a - 1 >= 0)
     def __lt__(self, o):
-        return Predicate([IndexExpr.of(o) - self - 1])
+        return _compared([IndexExpr.of(o) - self - 1])
 
     def __le__(self, o):
-        return Predicate([IndexExpr.of(o) - self])
+        return _compared([IndexExpr.of(o) - self])
 
     def __gt__(self, o):
-        return Predicate([self - o - 1])
+        return _compared([self - o - 1])
 
     def __ge__(self, o):
-        return Predicate([self - o])
+        return _compared([self - o])
 
     def __eq__(self, o):  # type: ignore[override]
-        return Predicate([self - o, IndexExpr.of(o) - self])
+        return _compared([self - o, IndexExpr.of(o) - self])
 
     def __ne__(self, o):  # type: ignore[override]
         raise not_supported(
@@ -193,6 +196,55 @@ class DynIndex:
     __radd__ = __add__
 
 
+def _and_operand_end(frame) -> int | None:
+    """Where the `and` expression ends (a bytecode offset of `frame`) when `frame` is truth-testing
+    the left operand of a short-circuit `and`; None for any other truth test. 3.10/3.11:
+    JUMP_IF_FALSE_OR_POP; 3.12+: COPY 1, [TO_BOOL,] POP_JUMP_IF_FALSE, POP_TOP (an `if` has no COPY)."""
+    ins = _INSTRUCTIONS.get(frame.f_code)
+    if ins is None:
+        ins = _INSTRUCTIONS[frame.f_code] = list(dis.get_instructions(frame.f_code))
+    at = {x.offset: i for i, x in enumerate(ins)}.get(frame.f_lasti)
+    if at is None:
+        return None
+    x = ins[at]
+    if x.opname == "JUMP_IF_FALSE_OR_POP":
+        return x.argval
+    start = at
+    if x.opname == "TO_BOOL" and at + 1 < len(ins):
+        at += 1
+        x = ins[at]
+    if (
+        x.opname in ("POP_JUMP_IF_FALSE", "POP_JUMP_FORWARD_IF_FALSE")
+        and start > 0
+        and ins[start - 1].opname == "COPY"
+        and ins[start - 1].arg == 1
+        and at + 1 < len(ins)
+        and ins[at + 1].opname == "POP_TOP"
+    ):
+        return x.argval
+    return None
+
+
+#: code object -> its instructions (`_and_operand_end`; a kernel's code is read once)
+_INSTRUCTIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _compared(cons: list) -> Predicate:
+    """A comparison's predicate, joined with the left operands of the `and`s it is the right
+    operand of (`Predicate.__bool__`)."""
+    ctx = _kernel.tracing()
+    if ctx is not None:
+        pend = ctx.and_pending
+        if pend:
+            f = sys._getframe(2)  # the kernel's frame (past the comparison method)
+            mine = [e for e in pend if e[0] == id(f) and e[1] is f.f_code]
+            for e in mine:  # (a left operand whose `and` ended without a comparison is dropped)
+                pend.remove(e)
+                if f.f_lasti < e[2]:
+                    cons = e[3] + cons
+    return Predicate(cons)
+
+
 class Predicate:
     """A conjunction of `expr >= 0` constraints (from comparisons of index expressions)."""
 
@@ -214,9 +266,20 @@ class Predicate:
     __ror__ = __or__
 
     def __bool__(self):
-        raise not_supported(
-            "truth value of a mask", "combine comparisons with &, not `and`", rule="nki_mask_truth_value"
-        )
+        # `mask=(ix < n and iy < m)`: Python asks the left operand's truth value; the vendor's
+        # legacy front end accepts it. Recognised from the kernel's bytecode as the left operand of
+        # a short-circuit `and`, it is True and joins the next comparison the same `and` makes,
+        # so the mask is the conjunction the author wrote. Any other truth test (`if`, `or`,
+        # `not`) stays refused: it has no mask meaning.
+        f = sys._getframe(1)
+        end = _and_operand_end(f)
+        ctx = _kernel.tracing()
+        if end is None or ctx is None:
+            raise not_supported(
+                "truth value of a mask", "combine comparisons with &, not `and`", rule="nki_mask_truth_value"
+            )
+        ctx.and_pending.append((id(f), f.f_code, end, self.cons))
+        return True
 
     def ranges(self) -> dict:
         """{var: (lo, hi)} for constraints on one variable each. A constraint on several variables

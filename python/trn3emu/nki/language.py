@@ -11,6 +11,7 @@ import builtins
 import contextlib
 import copy as _copy_module
 import math
+import warnings
 
 import numpy as np
 
@@ -165,7 +166,18 @@ def _loop_register(values):
 def dynamic_range(start, stop=None, step=1):
     """A device loop: register bounds are read on the device (registers.device_value: the kernel so
     far runs, tracing continues with the loop unrolled) and the iteration value is a register; with
-    int bounds, the same iterations unrolled with int values."""
+    int bounds, the same iterations unrolled with int values. Deprecated in NKI 0.6.0 (the SDK's
+    migration guide: use `fori_loop`): a DeprecationWarning at the kernel's line."""
+    warnings.warn(
+        "nl.dynamic_range is deprecated since NKI 0.6.0 and will be removed in a future release; "
+        "write the loop with nl.fori_loop(lower, upper, body) (NKI 0.5 -> 0.6 migration guide)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return _dynamic_range(start, stop, step)
+
+
+def _dynamic_range(start, stop=None, step=1):
     if stop is None:
         start, stop = 0, start
     if _is_reg(start) or _is_reg(stop):
@@ -179,7 +191,7 @@ def fori_loop(lower, upper, body_fun, step=1, init_val=None):
     """`body_fun(i)` for i in range(lower, upper, step) (or body_fun(i, carry)); unrolled while
     tracing. Register bounds are read on the device first and i is then a register (`dynamic_range`)."""
     it = (
-        dynamic_range(lower, upper, step)
+        _dynamic_range(lower, upper, step)
         if _is_reg(lower) or _is_reg(upper)
         else range(int(lower), int(upper), int(step))
     )
@@ -605,7 +617,26 @@ def _assign(dst: NkiTensor, value) -> None:
                 "assigning a scalar to an HBM tensor", "memset an SBUF tile and store it", rule="nki_hbm_scalar_assign"
             )
         exact = isinstance(value, (int, np.integer)) and not isinstance(value, bool)  # int words fill exactly
-        nisa.memset(dst, value=int(value) if exact else float(value))
+        value = int(value) if exact else float(value)
+        t = dst.tensor
+        if dst.buffer == sbuf and len(t.shape) and not _start_partition_ok(t.start, t.shape[0]):
+            # `t[1, j] = v`: an engine cannot start at partition 1; memset a tile at partition 0
+            # and move it with a DMA, which reaches any partition (as the compiler lowers it)
+            tmp = ndarray(dst.shape, dst.dtype, sbuf)
+            nisa.memset(tmp, value=value)
+            nisa.dma_copy(dst=dst, src=tmp)
+            return
+        nisa.memset(dst, value=value)
+
+
+def _start_partition_ok(start: int, parts: int) -> bool:
+    """The engines' start-partition rule (ISA reference: >64 partitions start at 0, 33..64 at 0 or
+    64, <=32 at 0/32/64/96)."""
+    if parts > 64:
+        return start == 0
+    if parts > 32:
+        return start in (0, 64)
+    return start % 32 == 0
 
 
 def _own(block):
@@ -1208,7 +1239,13 @@ def where(condition, x, y, dtype=None, **kwargs) -> NkiTensor:
     condition = _onchip(condition)
     x, y = _onchip(x), _onchip(y)
     ref = x if _is_tile(x) else y if _is_tile(y) else condition
-    out = ndarray(condition.shape, dtype or (ref.dtype if _is_tile(ref) else float32), sbuf)
+    # free-dim broadcasting (a [P, 1] operand, numpy's rule along the free dims): stride-0 views
+    tiles = [t for t in (condition, x, y) if _is_tile(t)]
+    shape = builtins.max((tuple(t.shape) for t in tiles), key=lambda sh: math.prod(sh[1:]))
+    condition, x, y = (
+        _bcast_free(t, shape) if _is_tile(t) and tuple(t.shape) != shape else t for t in (condition, x, y)
+    )
+    out = ndarray(shape, dtype or (ref.dtype if _is_tile(ref) else float32), sbuf)
     if _is_tile(y):
         nisa.tensor_copy(dst=out, src=y)
     else:

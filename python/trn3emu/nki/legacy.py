@@ -79,6 +79,9 @@ def _out_spec(opname: str, a: dict, dtype: Any) -> tuple:
         d, idx = a["src_buffer"], a["index"]
         valid = a.get("num_valid_indices") or 16 * math.prod(idx.shape[1:])
         return (d.shape[0], int(valid), int(a.get("num_elem_per_idx") or 1)), dtype or d.dtype, nl.sbuf
+    if opname == "sequence_bounds":  # (P, 2, n): the start and end rows of each id's segment
+        d = a["segment_ids"]
+        return (d.shape[0], 2) + tuple(d.shape[1:]), dtype or d.dtype, nl.sbuf
     if opname == "nc_find_index8":
         d = a["data"]
         return (d.shape[0], 8), dtype or nl.uint32, nl.sbuf
@@ -284,6 +287,27 @@ def tensor_copy_dynamic_dst(dst, src, mask=None, dtype=None, **kwargs):
     return nisa.dma_copy(dst=dst, src=src, **extra)
 
 
+def dma_copy(*args, dst_rmw_op=None, **kwargs):
+    """Legacy `dma_copy(dst=, src=, dst_rmw_op=np.add)`: the DMA read-modify-write dst = dst + src
+    (`dma_compute`, as `nl.atomic_rmw`; an index-tile dst is a scatter-add, indices unique); without
+    `dst_rmw_op` the NKI 0.6 `dma_copy`."""
+    if dst_rmw_op is None:
+        return nisa.dma_copy(*args, **kwargs)
+    if nisa.op_name(dst_rmw_op) != "add":
+        raise not_supported(
+            f"nki.isa.dma_copy(dst_rmw_op={nisa.op_name(dst_rmw_op)})",
+            "the DMA read-modify-write adds",
+            rule="nki_atomic_rmw_op",
+        )
+    try:
+        b = inspect.signature(nisa.dma_copy).bind(*args, **kwargs).arguments
+    except TypeError as e:
+        raise not_supported(f"legacy nki.isa.dma_copy call form ({e})", rule="nki_call_form") from None
+    extra = {k: b[k] for k in ("oob_mode", "engine", "name", "mask") if b.get(k) is not None}
+    dst, src = b["dst"], nl._sbuf_operand(b["src"])
+    return nisa.dma_compute(dst, [dst, src], reduce_op="add", **extra)
+
+
 def _make_isa_module() -> types.ModuleType:
     mod = types.ModuleType("neuronxcc.nki.isa", "Legacy value-returning nki.isa (see trn3emu.nki.legacy).")
     for k, v in vars(nisa).items():
@@ -294,6 +318,7 @@ def _make_isa_module() -> types.ModuleType:
             setattr(mod, name, _legacy(name))
     mod.iota, mod.affine_select, mod.memset, mod.activation_reduce = iota, affine_select, memset, activation_reduce
     mod.tensor_copy_dynamic_src, mod.tensor_copy_dynamic_dst = tensor_copy_dynamic_src, tensor_copy_dynamic_dst
+    mod.dma_copy = dma_copy
 
     def _missing(name: str):
         if name.startswith("__"):

@@ -19,7 +19,7 @@ from ..device import Device
 from ..errors import ArgumentTypeError, OperandError
 from ..ultra import MAX_CHIPS, UltraResult, UltraServer
 from . import _traceback
-from ._kernel import Kernel, _host_arrays, _Run, _Synced
+from ._kernel import Kernel, _host_arrays, _PlacementConflict, _Run, _Synced
 
 
 class _RankRun(_Run):
@@ -111,7 +111,10 @@ class Spmd:
             run = _RankRun(self.kernel, self.lnc, r, self.world, us.chip(chip))
             originals: list = []
             host_args, host_kwargs = _host_arrays(self.kernel, args, kwargs, originals)
-            arrays, traced = run._trace(host_args, host_kwargs)
+            try:
+                arrays, traced = run._trace(host_args, host_kwargs)
+            except _PlacementConflict as c:  # (the chip's HBM is shared: no second trace here)
+                raise c.error(why="an SPMD launch is traced once, so its tiles cannot move") from None
             for p in traced.programs:
                 p.chip = chip
                 placed.append(_Placed(_Synced(p), chip))

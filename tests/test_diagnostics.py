@@ -61,7 +61,9 @@ def test_a_race_names_both_cores_by_kernel_line_with_its_source_and_a_fix(monkey
     printed = _printed(ei.value)
     assert printed.count("RaceError") == 1 and "During handling" not in printed
     assert "device.py" not in printed and '_kernel.py", line' in printed  # only the launch frame
-    assert len(msg) < 600 and ei.value.rule == "data_race"
+    # short: the checker's line, the verdict that the race is real on hardware (nki/races.py), the
+    # kernel line, the instruction once, the fix
+    assert len(msg) < 760 and ei.value.rule == "data_race"
 
 
 @nki.jit

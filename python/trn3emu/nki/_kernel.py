@@ -1495,7 +1495,7 @@ class _Run:
             from . import races
 
             programs = {(0, p.core): f"program {pid}" for pid, p in enumerate(traced.programs)}
-            new = races.explain(e, programs, races.kernel_files(self.kernel))
+            new = races.explain(e, programs)
             if new is None:
                 raise
             raise new from None

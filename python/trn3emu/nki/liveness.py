@@ -48,6 +48,16 @@ def _block(v):
         return None
 
 
+def _blocks_named(args, kwargs) -> list:
+    """The allocations every argument of one call names (`_blocks_of` of each)."""
+    found: list = []
+    for v in args:
+        _blocks_of(v, found)
+    for v in kwargs.values():
+        _blocks_of(v, found)
+    return found
+
+
 def _blocks_of(v, out: list) -> None:
     """The allocations (`_Block`s with a `seq`) a call argument names: a tile view's own and its
     run-time operand tiles'; one level of lists / tuples."""
@@ -86,11 +96,7 @@ class Recorder:
     def call(self, ctx, args, kwargs):
         k = self.calls
         self.calls = k + 1
-        found: list = []
-        for v in args:
-            _blocks_of(v, found)
-        for v in kwargs.values():
-            _blocks_of(v, found)
+        found = _blocks_named(args, kwargs)
         uses = self.uses
         for b in found:
             s = getattr(b, "seq", None)
@@ -214,11 +220,7 @@ class Placer:
                 if s in self.out:
                     self._reload(ctx, s, k)
         self.calls = k + 1
-        found: list = []
-        for v in args:
-            _blocks_of(v, found)
-        for v in kwargs.values():
-            _blocks_of(v, found)
+        found = _blocks_named(args, kwargs)
         live = self.live
         for b in found:
             s = getattr(b, "seq", None)

@@ -37,7 +37,7 @@
 //! Deterministic: the choice depends only on the program appended so far.
 
 use crate::cost::{CostModel, DefaultCost, Issue};
-use crate::isa::instr::Scalar;
+use crate::isa::default_engine;
 use crate::isa::ops;
 use crate::isa::spec::DataPath;
 use crate::isa::tables::{AluOp, Engine, Opcode};
@@ -193,7 +193,7 @@ impl EngineBalance {
 
 /// Candidate engines of an unpinned instruction in affinity order (rule 1 and 2), or `None`.
 pub fn candidates(ins: &Instr) -> Option<Vec<Engine>> {
-    let default = crate::isa::default_engine::default_engine_of(ins);
+    let default = default_engine::default_engine_of(ins);
     if default != Engine::Vector
         || ins
             .args
@@ -213,13 +213,7 @@ pub fn candidates(ins: &Instr) -> Option<Vec<Engine>> {
             if !single || !matches!(v.op0, AluOp::Add | AluOp::Subtract | AluOp::Multiply) {
                 return None;
             }
-            let mut aps = vec![v.dst, v.data];
-            aps.extend(
-                [v.operand0, v.operand1]
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Scalar::tile),
-            );
+            let aps = default_engine::tensor_scalar_aps(&v);
             if aps.iter().any(|a| !a.dtype.is_float()) {
                 return None;
             }
@@ -243,7 +237,7 @@ pub fn candidates(ins: &Instr) -> Option<Vec<Engine>> {
         }
         _ => return None,
     };
-    let psum = aps.iter().any(|a| a.mem == Mem::Psum);
+    let psum = default_engine::any_psum(&aps);
     let spec = ins.op.spec().engines;
     let mut out: Vec<Engine> = all
         .iter()

@@ -67,14 +67,7 @@ fn by_operands(ins: &Instr) -> Option<Engine> {
             if v.op0 != AluOp::Rsqrt && v.op1 != Some(AluOp::Rsqrt) {
                 return None;
             }
-            let mut aps = vec![v.dst, v.data];
-            aps.extend(
-                [v.operand0, v.operand1]
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Scalar::tile),
-            );
-            Some(if any_psum(&aps) {
+            Some(if any_psum(&tensor_scalar_aps(&v)) {
                 Engine::Scalar
             } else {
                 Engine::Gpsimd
@@ -84,8 +77,21 @@ fn by_operands(ins: &Instr) -> Option<Engine> {
     }
 }
 
-fn any_psum(aps: &[&Ap]) -> bool {
+/// Whether any of `aps` is in PSUM (the engine choice rules send PSUM work to ScalarE).
+pub(crate) fn any_psum(aps: &[&Ap]) -> bool {
     aps.iter().any(|ap| ap.mem == Mem::Psum)
+}
+
+/// Every tensor a `tensor_scalar` touches: dst, data and its (P, 1) tile operands.
+pub(crate) fn tensor_scalar_aps<'a>(v: &ops::TensorScalar<'a>) -> Vec<&'a Ap> {
+    let mut aps = vec![v.dst, v.data];
+    aps.extend(
+        [v.operand0, v.operand1]
+            .into_iter()
+            .flatten()
+            .filter_map(Scalar::tile),
+    );
+    aps
 }
 
 #[cfg(test)]

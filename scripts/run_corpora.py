@@ -1,6 +1,6 @@
 """Run a public NKI kernel corpus, unchanged, on trn3emu and count what runs.
 
-    python scripts/run_corpora.py DIR [DIR ...] [--timeout S] [-v] [--json OUT]
+    python scripts/run_corpora.py DIR [DIR ...] [--timeout S] [-v] [--json OUT] [--python PY]
 
 Each DIR is a copy of a kernel repository fetched outside this one (nki-samples, nki-library,
 neuronx-distributed, nkipy, aws-neuron-sdk ...): nothing of it is part of trn3emu. Every `.py`
@@ -156,8 +156,8 @@ def module_of(p: Path) -> tuple[str, str]:
     return (".".join(parts), str(d)) if len(parts) > 1 else ("", "")
 
 
-def run_file(p: Path, timeout: float, paths: list[str]) -> tuple[str, str, str]:
-    """(outcome, reason class, detail) of one corpus file; `paths` go on PYTHONPATH."""
+def run_file(p: Path, timeout: float, paths: list[str], python: str = sys.executable) -> tuple[str, str, str]:
+    """(outcome, reason class, detail) of one corpus file run by `python`; `paths` go on PYTHONPATH."""
     k = kind(p)
     with tempfile.TemporaryDirectory() as tmp:
         rep = Path(tmp) / "err.json"
@@ -166,7 +166,7 @@ def run_file(p: Path, timeout: float, paths: list[str]) -> tuple[str, str, str]:
         pp = os.pathsep.join([top] * bool(top) + paths + [os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env = dict(os.environ, TRN3EMU_CORPUS_REPORT=str(rep), PYTHONDONTWRITEBYTECODE="1", MPLBACKEND="Agg")
         env["PYTHONPATH"], env["TRN3EMU_CORPUS_MODULE"] = pp, module
-        args = [sys.executable, "-c", _BOOT, k, str(p)]
+        args = [python, "-c", _BOOT, k, str(p)]
         if k == "pytest":
             args += ["-q", "-p", "no:cacheprovider", "-x", f"--junitxml={xml}"]
         try:
@@ -211,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("dirs", nargs="+", type=Path, help="fetched corpus directories")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per file (default 300)")
     ap.add_argument("-v", "--verbose", action="store_true", help="print each refusal's message")
-    ap.add_argument("--json", type=Path, help="write every file's outcome here")
+    ap.add_argument("--json", type=Path, help="write every file's outcome here (rewritten after each file)")
+    ap.add_argument("--python", default=sys.executable, help="interpreter of the children (a venv with the corpora's deps)")
     a = ap.parse_args(argv)
     rows = []
     for d in a.dirs:
@@ -221,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         files = nki_files(root)
         print(f"== {root} ({len(files)} files use NKI)", flush=True)
         for p in files:
-            outcome, why, detail = run_file(p, a.timeout, package_paths(root))
+            outcome, why, detail = run_file(p, a.timeout, package_paths(root), a.python)
             rel = str(p.relative_to(root))
             rows.append(
                 {"corpus": root.name, "file": rel, "kind": kind(p), "outcome": outcome, "reason": why, "detail": detail}
@@ -230,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
             if a.verbose and detail:
                 line += f"  {detail}"
             print(line, flush=True)
+            if a.json:  # a partial run keeps what it did
+                a.json.write_text(json.dumps(rows, indent=1))
     print("\n== counts")
     for corpus in dict.fromkeys(r["corpus"] for r in rows):
         mine = [r for r in rows if r["corpus"] == corpus]

@@ -32,6 +32,22 @@ def test_install_registers_modules_and_uninstall_restores():
     assert sys.modules["nki"] is tn
 
 
+@nki.jit
+def _annotated_add(a: nki.typing.mutable, b: nki.typing.immutable):
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.add(nl.load(a), nl.load(b)))
+    return out
+
+
+def test_typing_mutable_immutable_markers():
+    """`from neuronxcc.nki.typing import mutable, immutable` (nkipy re-exports both): annotations only."""
+    from neuronxcc.nki.typing import immutable, mutable
+
+    assert mutable is tn.NkiTensor and immutable is tn.NkiTensor
+    a, b = np.arange(512, dtype=np.float32).reshape(4, 128), np.full((4, 128), 0.5, np.float32)
+    np.testing.assert_array_equal(_annotated_add(a, b), a + b)
+
+
 def test_legacy_namespace_alias():
     import neuronxcc.nki as lnki
     import neuronxcc.nki.isa as lisa

@@ -6,6 +6,10 @@ from ._kernel import NkiTensor, missing_attribute
 
 tensor = NkiTensor
 mutable_tensor = NkiTensor
+# The legacy `neuronxcc.nki.typing` also names the markers alone (nkipy re-exports them at import);
+# annotations only, the emulator's tensors are all writable.
+mutable = NkiTensor
+immutable = NkiTensor
 
 
 def __getattr__(name: str):

@@ -212,7 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per file (default 300)")
     ap.add_argument("-v", "--verbose", action="store_true", help="print each refusal's message")
     ap.add_argument("--json", type=Path, help="write every file's outcome here (rewritten after each file)")
-    ap.add_argument("--python", default=sys.executable, help="interpreter of the children (a venv with the corpora's deps)")
+    ap.add_argument(
+        "--python", default=sys.executable, help="interpreter of the children (a venv with the corpora's deps)"
+    )
     a = ap.parse_args(argv)
     rows = []
     for d in a.dirs:

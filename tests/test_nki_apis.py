@@ -279,6 +279,22 @@ def test_nl_matmul_promotes_a_narrow_operand_paired_with_fp32():
     np.testing.assert_array_equal(k(x, y), x.T @ y.astype(np.float32))  # small integers: exact
 
 
+def test_nl_matmul_copies_a_psum_operand_to_sbuf():
+    """y = nl.transpose(v) lives in PSUM; the PE reads SBUF, so nl.matmul copies it out first."""
+
+    @nki.jit
+    def k(a, v):
+        out = nl.ndarray((a.shape[0], v.shape[0]), dtype=nl.float32, buffer=nl.shared_hbm)
+        vt = nl.transpose(nl.load(v))  # [K, N] in PSUM
+        nl.store(out, value=nl.matmul(nl.load(a), vt))  # [M, K] @ [K, N]
+        return out
+
+    rng = np.random.default_rng(11)
+    a = rng.integers(-3, 4, (16, 32)).astype(np.float32)
+    v = rng.integers(-3, 4, (8, 32)).astype(np.float32)
+    np.testing.assert_array_equal(k(a, v), a @ v.T)  # small integers: exact
+
+
 def test_tensor_reduce_accepts_minor_first_axis_numbering():
     @nki.jit
     def k(a):

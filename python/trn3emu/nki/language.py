@@ -1273,6 +1273,9 @@ def matmul(x, y, transpose_x=False, **kwargs) -> NkiTensor:
     if not transpose_x:
         xt = transpose(x)
         x = _sbuf_operand(xt)
+    # the PE reads its operands from SBUF: a PSUM operand (an `nl.transpose` result) is copied out
+    # first, as the compiler evacuates it
+    x, y = (_sbuf_operand(v) if isinstance(v, NkiTensor) else v for v in (x, y))
     # The PE pairs fp32 only with fp32: a mixed call promotes the other operand (a tensor_copy).
     wide = ("float32", "tfloat32")
     if (str(x.dtype) in wide) != (str(y.dtype) in wide):

@@ -1,6 +1,7 @@
 """Run a public NKI kernel corpus, unchanged, on trn3emu and count what runs.
 
     python scripts/run_corpora.py DIR [DIR ...] [--timeout S] [-v] [--json OUT] [--python PY]
+                                  [--only PATH_PART ...]
 
 Each DIR is a copy of a kernel repository fetched outside this one (nki-samples, nki-library,
 neuronx-distributed, nkipy, aws-neuron-sdk ...): nothing of it is part of trn3emu. Every `.py`
@@ -215,13 +216,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--python", default=sys.executable, help="interpreter of the children (a venv with the corpora's deps)"
     )
+    ap.add_argument(
+        "--only", action="append", default=[], help="run only files whose path under DIR contains this (repeatable)"
+    )
     a = ap.parse_args(argv)
     rows = []
     for d in a.dirs:
         root = d.resolve()
         if not root.is_dir():
             ap.error(f"{root} is not a directory")
-        files = nki_files(root)
+        files = [p for p in nki_files(root) if not a.only or any(o in str(p.relative_to(root)) for o in a.only)]
         print(f"== {root} ({len(files)} files use NKI)", flush=True)
         for p in files:
             outcome, why, detail = run_file(p, a.timeout, package_paths(root), a.python)

@@ -115,7 +115,7 @@ def reason(err: dict | None, stderr: str) -> str:
         tail = [ln for ln in stderr.strip().splitlines() if ln.strip()]
         m = re.match(r"(\w+(?:\.\w+)*):", tail[-1]) if tail else None
         err = {
-            "cls": m.group(1).rsplit(".", 1)[-1] if m else "no error reported",
+            "cls": m.group(1).rsplit(".", 1)[-1] if m else (tail[-1][:60] if tail else "no error reported"),
             "rule": None,
             "msg": tail[-1] if tail else "",
         }

@@ -283,3 +283,22 @@ def test_an_spmd_launch_across_chips_reports_its_race_by_kernel_line_too():
     line, msg = _line("race"), str(ei.value)
     assert f"core 0 ({HERE}:{line}) and core 1 ({HERE}:{line})" in msg and "fix: the cores write" in msg
     assert msg.count("dma_copy") == 1 and _last_frame(ei.value).lineno == line
+
+
+@nki.jit
+def _add_bad_broadcast(a, b):
+    out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+    x, y = nl.load(a), nl.load(b)
+    z = nl.add(x, y)  # <badadd>
+    nl.store(out, z)
+    return out
+
+
+def test_a_bad_free_dim_broadcast_names_the_rule_the_line_and_a_fix():
+    with pytest.raises(ShapeError) as ei:
+        _add_bad_broadcast(np.ones((128, 64), np.float32), np.ones((128, 32), np.float32))
+    assert ei.value.rule == "nki_broadcast_free"
+    assert _last_frame(ei.value).lineno == _line("badadd")
+    msg = str(ei.value)
+    assert "(128, 64)" in msg and "(128, 32)" in msg and "fix: slice both tiles" in msg
+    assert ei.value.__cause__ is None and ei.value.__suppress_context__

@@ -126,3 +126,13 @@ def test_benchmark_ratio_report_lists_the_ratios():
         ]
     )
     assert lines == ["test_a: fraction_of_host=0.0123, emulated_over_wall=2.5, host_gbps=10"]
+
+
+def test_the_per_line_legend_quotes_each_lines_source_text():
+    _copy4(np.ones((512, 512), np.float32))
+    _, _, legend = _copy4.last_result.trace._line_categories(top=8)
+    by_line = {text.split(" ")[0]: text for text in legend}
+    load = by_line[f"test_profile_views.py:{_line('load')}"]
+    assert "t[...] = nl.load(a[i * 128 : (i + 1) * 128])" in load
+    assert "nl.store(out[i * 128" in by_line[f"test_profile_views.py:{_line('store')}"]
+    assert not any("other line" in text for text in legend)  # every line is in the top 8: no empty entry

@@ -837,9 +837,10 @@ class Trace:
         best = sorted(busy, key=lambda k: (-busy[k], k))[: max(int(top), 0)]
         where = {name: i for i, name in enumerate(best)}
         idx = np.array([where.get(lab, len(best)) for lab in self.labels()], dtype=np.int64)
-        legend = [f"{name} ({busy[name] / total:.0%})" for name in best]
+        legend = [f"{name} ({busy[name] / total:.0%}) {_source_text(name)}".rstrip() for name in best]
         rest = sum(v for k, v in busy.items() if k not in where)
-        legend.append(f"{len(busy) - len(best)} other lines ({rest / total:.0%})")
+        if len(busy) > len(best):
+            legend.append(f"{len(busy) - len(best)} other line(s) ({rest / total:.0%})")
         return best + ["other lines"], idx, legend
 
     def _plot_classes(self) -> list[str]:
@@ -934,6 +935,25 @@ class Trace:
         fig.savefig(path, dpi=dpi)
         plt.close(fig)
         return labels
+
+
+def _source_text(label: str, width: int = 48) -> str:
+    """The source text of a `file.py:LINE` label, for the per-line legend: labels carry the
+    file's base name only, so the file is found among loaded modules and linecache's files."""
+    import linecache
+    import os
+    import sys
+
+    file, _, line = label.rpartition(":")
+    if not file or not line.isdigit():
+        return ""
+    paths = [getattr(m, "__file__", None) for m in list(sys.modules.values())] + list(linecache.cache)
+    for path in paths:
+        if path and os.path.basename(path) == file:
+            text = linecache.getline(path, int(line)).strip()
+            if text:
+                return "`" + (text if len(text) <= width else text[: width - 1] + "\u2026") + "`"
+    return ""
 
 
 _PLOT_ROW_PX = 40

@@ -849,7 +849,16 @@ def _binary(op: str, x, y, dtype, out=None) -> NkiTensor:
             return _result(tile.shape, odt, emit_col, (tile, col), f"nl.{op}")
         emit_col(out)
         return out
-    shape = tuple(np.broadcast_shapes(x.shape, y.shape)) if out is None else out.shape
+    try:
+        shape = tuple(np.broadcast_shapes(x.shape, y.shape)) if out is None else out.shape
+    except ValueError:
+        # numpy's own message names neither the call nor the rule; say both, once (no chained traceback)
+        raise ShapeError(
+            f"nl.{op}: free dims of {tuple(x.shape)} and {tuple(y.shape)} do not broadcast "
+            "(each free dim must match or be 1)\nfix: slice both tiles to the same free size, or reduce one to "
+            "[P, 1] (e.g. `nl.sum(t, axis=1, keepdims=True)`) to apply it per partition",
+            rule="nki_broadcast_free",
+        ) from None
     bx, by = _bcast_free(x, shape), _bcast_free(y, shape)
 
     def emit_tt(o):

@@ -301,3 +301,30 @@ def test_a_kernel_tracing_differently_the_second_time_falls_back_to_literal_allo
     with pytest.raises(CapacityError, match="SBUF overflow"):
         lnki.jit(k, passes={"liveness": "on"})(np.ones((128, 7168), np.float32))
     assert len(runs) == 3  # first trace, second trace, literal trace
+
+
+def _dyn_read_kernel(x, ix):
+    # every tile is loaded before any is read, each read through a run-time column index
+    n = x.shape[0]
+    out = nl.ndarray((n, 128, 1), dtype=x.dtype, buffer=nl.shared_hbm)
+    idx = nl.load(ix)
+    ts = [nl.load(x[i]) for i in range(n)]
+    for i in range(n):
+        nl.store(out[i], value=ts[i].select(1, idx))
+    return out
+
+
+def test_tiles_read_through_run_time_offsets_are_not_spilled_and_the_error_says_so():
+    """Views with a run-time offset cannot move, so the spill pass never spills their tiles: 6
+    [128, 8192] fp32 tiles (192 KiB per partition) fit and run; 10 (320 KiB, over SBUF's 256 KiB)
+    get CapacityError naming the run-time-offset tiles as what cannot be spilled."""
+    rng = np.random.default_rng(5)
+    ix = np.array([[5]], np.int32)
+    x = rng.integers(-99, 99, (6, 128, 8192)).astype(np.float32)
+    k = lnki.jit(_dyn_read_kernel)
+    np.testing.assert_array_equal(k(x, ix)[:, :, 0], x[:, :, 5])
+    assert k.last_spills.get("spills", 0) == 0
+    x = rng.integers(-99, 99, (10, 128, 8192)).astype(np.float32)
+    with pytest.raises(CapacityError, match="read through run-time offsets .* which are never spilled") as e:
+        lnki.jit(_dyn_read_kernel)(x, ix)
+    assert e.value.rule == "onchip_capacity"

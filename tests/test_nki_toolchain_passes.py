@@ -257,6 +257,36 @@ def test_loop_invariant_load_is_read_from_hbm_once():
     assert (ops["dma_copy"], ops_lit["dma_copy"]) == (17, 24)
 
 
+def _row_loop_assigned(x, w, scale_every):
+    # the weight tile is allocated once and reloaded by assignment every iteration; every
+    # `scale_every`-th iteration writes it (0: never), so the next reload must read HBM again
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    wt = nl.ndarray(w.shape, w.dtype, buffer=nl.sbuf)
+    for i in nl.affine_range(x.shape[0] // 128):
+        xt = nl.load(x[i * 128 : (i + 1) * 128, :])
+        wt[...] = nl.load(w)
+        nl.store(out[i * 128 : (i + 1) * 128, :], nl.multiply(xt, wt))
+        if scale_every and i % scale_every == 0:
+            wt[...] = nl.multiply(wt, 2.0)
+    return out
+
+
+@pytest.mark.parametrize("scale_every, w_loads", [(0, 1), (2, 5), (1, 8)])
+def test_assigned_reload_of_the_same_tile_is_read_from_hbm_once_until_the_tile_is_written(scale_every, w_loads):
+    """`wt[...] = nl.load(w)` into the tile that already holds w (unwritten since) issues no DMA;
+    after a write to wt (iterations 0, 2, 4, 6 with scale_every=2) the next reload reads HBM."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1024, 256)).astype(np.float32)
+    w = rng.standard_normal((128, 256)).astype(np.float32)
+    (r, ops, k), (r_lit, ops_lit, k_lit) = both(lambda a, b: _row_loop_assigned(a, b, scale_every), x, w)
+    np.testing.assert_array_equal(r, x * np.tile(w, (8, 1)))
+    np.testing.assert_array_equal(r, r_lit)
+    tile = 128 * 256 * 4
+    assert _hbm_bytes(k) == (8 + w_loads + 8) * tile
+    assert _hbm_bytes(k_lit) == (8 + 8 + 8) * tile
+    assert (ops["dma_copy"], ops_lit["dma_copy"]) == (16 + w_loads, 24)
+
+
 def test_a_write_to_the_hbm_range_or_the_tile_makes_the_next_load_read_hbm():
     # w is loaded, then overwritten in HBM by a store, then loaded again: the second load must
     # see the new bytes; a tile the kernel changed in place is not reused either

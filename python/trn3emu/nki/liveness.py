@@ -303,16 +303,37 @@ class Placer:
             ]
             if not victims:
                 raise CapacityError(
-                    f"{err} (even with spills: every SBUF tile left is used by this instruction, "
-                    "read through a run-time index, or placed explicitly)",
-                    operand="shape",
-                    rule="onchip_capacity",
+                    f"{err} {self._why_unspillable(alloc, now)}", operand="shape", rule="onchip_capacity"
                 ) from None
             self._spill(ctx, max(victims)[1], now)
             try:
                 return alloc.alloc(row, label)
             except CapacityError:
                 continue
+
+    def _why_unspillable(self, alloc, now: int) -> str:
+        """Why no live tile could be spilled: bytes per partition held by tiles this instruction
+        uses and by tiles read through run-time offsets (their views cannot move, so the pass
+        never spills them); the rest is placed explicitly."""
+        mine = pinned = 0
+        for t in self.live.values():
+            if t.alloc is not alloc:
+                continue
+            if t.seq in self.pinned:
+                pinned += t.hi - t.lo
+            else:
+                mine += t.hi - t.lo
+        parts = []
+        if mine:
+            parts.append(f"{mine} B per partition are tiles this instruction uses")
+        if pinned:
+            parts.append(
+                f"{pinned} B per partition are tiles read through run-time offsets (index tiles, "
+                "scalar_offset / vector_offset views), which are never spilled: keep fewer of them "
+                "live at once, or DMA the rows the index selects into a tile of their own"
+            )
+        parts.append("the rest is placed explicitly")
+        return "(even with spills: " + "; ".join(parts) + ")"
 
     # ------------------------------------------------------------------ spill / reload
     def _view(self, mem: str, parts: int, lo: int, n: int, core: int) -> Tensor:

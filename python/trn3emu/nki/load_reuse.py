@@ -20,8 +20,12 @@ change:
   that runs the liveness allocation pass (`liveness.py`, which places and spills tiles itself)
   does not reuse loads.
 
-Only the value form `x = nl.load(src)` is served (the compiler chose that tile's place);
-`tile[...] = nl.load(src)` writes the tile the kernel named with one DMA, as before.
+The assignment form `tile[...] = nl.load(src)` writes the tile the kernel named: it is served
+only when that same view of that same tile already holds the load (an earlier `tile[...] =
+nl.load(src)` of the same HBM view and dtype, no write to the tile or to the HBM range since,
+same cross-core rule): the DMA would rewrite the bytes the tile holds, so it is dropped (the
+pattern of a tile allocated outside a loop and reloaded inside it). Such an entry does not keep
+the kernel's tile alive and never serves a value-form load.
 """
 
 from __future__ import annotations
@@ -119,7 +123,7 @@ class Fresh:
             return None, False
         e = cache.entries.get(key)
         if e is not None:
-            if e.handle() is None and not _written(ctx, e):
+            if e.own is not None and e.handle() is None and not _written(ctx, e):
                 handle = _Blocks(e.own)
                 handle.written = True  # (the DMA wrote it: not a fresh buffer for nl.loop_reduce)
                 e.handle = weakref.ref(handle)
@@ -146,6 +150,51 @@ class Fresh:
         cache.entries[self.key] = _Entry(own, tile._t, weakref.ref(handle), span, len(ctx.hbm_writes))
         cache.handles[id(handle)] = self.key
         self.src = None
+
+
+def _view_key(t) -> tuple:
+    return (t.offset, t.shape, t.strides, t.dtype)
+
+
+def into(fresh: Fresh, dst: NkiTensor) -> bool:
+    """`dst[...] = nl.load(src)`: True when dst (this view of this tile) already holds the load, so
+    no DMA is needed; else False, and `fresh.key` is set for `issued_into`."""
+    fresh.key = None
+    ctx = tracing()
+    if ctx is None or ctx.ir is not None or not toolchain.enabled("load_reuse") or dst._block is None:
+        return False
+    key = _key(fresh.src, fresh.odt)
+    if key is None:
+        return False
+    cache = _cache(ctx)
+    if _cross_core(ctx):
+        cache.entries.clear()
+        cache.handles.clear()
+        return False
+    e = cache.entries.get(key)
+    if e is not None and e.own is None and e.handle() is dst._block and _view_key(e.tensor) == _view_key(dst._t):
+        if not _written(ctx, e):
+            cache.entries[key] = cache.entries.pop(key)  # most recently used last
+            return True
+    if e is not None:
+        cache.drop(key)
+    fresh.key = key
+    return False
+
+
+def issued_into(fresh: Fresh, dst: NkiTensor) -> None:
+    """Remember that dst holds the load just issued into it (a weak reference: the kernel's tile
+    dies when the kernel drops it)."""
+    ctx = tracing()
+    if fresh.key is None or ctx is None:
+        return
+    cache = _cache(ctx)
+    old = cache.handles.pop(id(dst._block), None)  # one entry per tile: its last assignment load
+    if old is not None:
+        cache.entries.pop(old, None)
+    span = _hbm_span(fresh.src.tensor)
+    cache.entries[fresh.key] = _Entry(None, dst._t, weakref.ref(dst._block), span, len(ctx.hbm_writes))
+    cache.handles[id(dst._block)] = fresh.key
 
 
 def watch(ctx: TraceContext, writes: frozenset, names: list, args: tuple, kwargs: dict) -> None:

@@ -21,7 +21,7 @@ A value-returning call whose result the kernel usually assigns straight away (`n
 from __future__ import annotations
 
 from ..errors import EmuError
-from . import _emit, indexing
+from . import _emit, indexing, load_reuse
 from . import isa as nisa
 from ._kernel import END_OF_TRACE, NkiTensor, block_of, current
 
@@ -204,7 +204,15 @@ class Pending(NkiTensor):
         """`dst[...] = self`: issue into dst when it is the same kind of tile; else False."""
         if not self._matches(dst) or not self._pending():  # (issued meanwhile: the caller copies)
             return False
+        fresh = self._fresh
+        if fresh is not None and load_reuse.into(fresh, dst):  # (pass load_reuse: dst holds it)
+            self._ctx.pending[:0] = self._unlist()  # (earlier pending results issue first, as in _issue)
+            self._t, self._block = dst._t, dst._block
+            self._emit = self._acc = self._fresh = self._inplace = None
+            return True
         self._issue(dst)
+        if fresh is not None:
+            load_reuse.issued_into(fresh, dst)
         return True
 
     def _accumulate_into(self, dst) -> bool:

@@ -6,6 +6,8 @@ Every benchmark whose timed function runs the device also gets, from the autouse
   programs, would need its own figure);
 - `emulated_over_wall`: emulated time / measured median wall time per call (how many seconds of
   device time one second of host time emulates; 1.0 would be real time).
+Every benchmark records `host_cpu` (the CPU model) and `simd_path` (the kernels' SIMD path when
+it finished: narrow it with `TRN3EMU_SIMD=avx2+fma|portable` to time another host class's path).
 
 After the run, a short terminal report ("trn3emu ratios") lists each benchmark's ratios from
 extra_info (`fraction_of_host`, `emulated_over_wall`, speedups, rates), which the default
@@ -20,12 +22,29 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import trn3emu
 import trn3emu.device
 
 ROOT = Path(__file__).resolve().parents[1]
 for p in (ROOT / "benches", ROOT / "examples"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
+
+
+def host_cpu() -> str:
+    """The host's CPU model (/proc/cpuinfo's "model name"; platform.processor() elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+HOST_CPU = host_cpu()
 
 
 class RunRecorder:
@@ -120,4 +139,6 @@ def _emulated_time(request, monkeypatch):
     monkeypatch.setattr(trn3emu.device.Device, "run", recorder.wrap(trn3emu.device.Device.run))
     yield
     record_emulated(bench, recorder)
+    bench.extra_info.setdefault("host_cpu", HOST_CPU)
+    bench.extra_info.setdefault("simd_path", trn3emu.simd_path())
     request.config.stash[_RESULTS].append((request.node.name, dict(bench.extra_info)))

@@ -382,3 +382,15 @@ def test_fork_child_can_run_parallel_kernels():
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
     # The parent's pool still works after the fork.
     assert_bits_equal(run_tiled(a, b, 128, F32, F32), want)
+
+
+def test_simd_env_narrows_at_import():
+    """TRN3EMU_SIMD narrows the path in a fresh interpreter; an unknown name fails the import."""
+    code = "import trn3emu; print(trn3emu.simd_path())"
+    for path in NARROWER:
+        env = dict(os.environ, TRN3EMU_SIMD=path)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == path
+    env = dict(os.environ, TRN3EMU_SIMD="sse9")
+    bad = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert bad.returncode != 0 and "sse9" in bad.stderr

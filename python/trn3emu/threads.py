@@ -4,8 +4,11 @@ Results are bit-identical for every thread count and SIMD path; these settings o
 The default thread count is ``TRN3EMU_NUM_THREADS`` if set, else 1 (threads are opt-in: the extra
 threads spin on their cores while a device runs, and only instructions of 2^23 operations and up,
 such as 128x128x512 matmuls, are split). The threads are private to trn3emu and rebuilt in a child
-process after ``os.fork``.
+process after ``os.fork``. ``TRN3EMU_SIMD=avx512|avx2+fma|portable`` narrows the SIMD path at
+import (the same as ``_native.limit_simd``), e.g. to time an AVX2-only host's path on an AVX-512 one.
 """
+
+import os
 
 from . import _native, errors
 
@@ -27,3 +30,14 @@ def set_num_threads(n: int) -> None:
 def simd_path() -> str:
     """The kernels' SIMD path on this host: ``"avx512"``, ``"avx2+fma"`` or ``"portable"``."""
     return str(_native.simd_path())
+
+
+def limit_simd_from_env(environ=os.environ) -> None:
+    """Narrow the SIMD path to ``TRN3EMU_SIMD`` if set (an unknown name raises ValidationError
+    ``unknown_simd_path``); a path wider than the host's leaves the host's best."""
+    name = environ.get("TRN3EMU_SIMD", "").strip()
+    if name:
+        _native.limit_simd(name)
+
+
+limit_simd_from_env()

@@ -42,6 +42,9 @@ def _resolve(mod, is_pkg, node):
 
 def import_graph(module_level_only=False):
     files = {_module_name(p): p for p in ROOT.rglob("*.py")}
+    # Extension modules (_native.abi3.so) are leaves; without them `from trn3emu import _native` would count as an
+    # import of the package __init__ and invent cycles.
+    natives = {_module_name(p.with_name(p.name.split(".")[0] + ".py")) for p in ROOT.rglob("*.so")}
     graph = {m: set() for m in files}
     for mod, path in files.items():
         tree = ast.parse(path.read_text(), str(path))
@@ -52,9 +55,9 @@ def import_graph(module_level_only=False):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 for name in _resolve(mod, path.name == "__init__.py", node):
                     # `from .x import y` names module x.y if that exists, else module x.
-                    while name and name not in files:
+                    while name and name not in files and name not in natives:
                         name = name.rpartition(".")[0]
-                    if name and name != mod:
+                    if name and name != mod and name not in natives:
                         graph[mod].add(name)
     return graph
 

@@ -2,8 +2,8 @@
 
 Every module is parsed with ast; an edge A -> B is any import of trn3emu module B in A, at module level or inside
 a function (a lazy import is still a dependency). Strongly connected components of size > 1 are cycles.
-Today the front end is not a DAG; test_no_import_cycles is an expected failure until it is, and
-test_cycles_do_not_grow is a ratchet so new code does not make the tangle larger.
+Module-level imports form a DAG and must stay one; the lazy imports inside functions still close cycles, so
+test_no_import_cycles is an expected failure until they are gone and test_cycles_do_not_grow is a ratchet.
 """
 
 import ast
@@ -13,11 +13,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "python" / "trn3emu"
 
-# Largest strongly connected component measured on 2026-12-06: 36 counting function-level imports; 19 (nki) and
-# 8 (top level) counting module-level imports only.
+# Largest strongly connected component measured on 2026-12-06 counting function-level imports: 26 (plus one of 3:
+# _asm, dtypes, tensor). Module-level imports alone already form a DAG. (Counting `from pkg import sub` as an
+# import of pkg/__init__ as well gives 36, or 8 + 19 at module level: that is the counting, not the code.)
 # Lower these as the restructuring lands; never raise them.
-MAX_SCC_ALL = 36
-MAX_SCC_MODULE_LEVEL = 19
+MAX_SCC_ALL = 26
+MAX_SCC_MODULE_LEVEL = 0
 
 
 def _module_name(path):
@@ -37,7 +38,9 @@ def _resolve(mod, is_pkg, node):
         prefix = ".".join(base + ([node.module] if node.module else []))
     else:
         prefix = node.module or ""
-    return [prefix] + [f"{prefix}.{a.name}" for a in node.names]
+    # `from pkg import sub` names module pkg.sub when it exists (the caller walks up to pkg otherwise); the
+    # package __init__ every submodule import runs first is not counted, else every package would be a cycle.
+    return [f"{prefix}.{a.name}" for a in node.names]
 
 
 def import_graph(module_level_only=False):

@@ -1,6 +1,6 @@
 """Whole element-wise kernels, trace + run (a first call: traced, assembled, synchronised, run)
 against the numpy reference of the same math measured in the same run (issue 30 target: at most
-3x numpy). Only SiLU on 4096 x 7168 fp32 so far, in the NKI 0.6 and legacy dialects.
+3x numpy): SiLU, an AdamW step and RoPE, each in the NKI 0.6 and legacy dialects.
 
 pytest benches/test_bench_nki_elementwise.py --benchmark-only
 """
@@ -14,19 +14,38 @@ import trn3emu as t3
 from hosttime import load_avg, median_s
 
 
+def _inputs(name):
+    """The issue's shapes: SiLU 4096 x 7168, AdamW 10944 x 2048 (a partial last row tile), RoPE
+    64 heads x 4096 positions x d 128; all fp32."""
+    rng = np.random.default_rng(0)
+    if name == "silu":
+        return (rng.standard_normal((4096, 7168)).astype(np.float32),)
+    if name == "adamw":
+        p, g, m = (rng.standard_normal((10944, 2048)).astype(np.float32) for _ in range(3))
+        return p, g, m, rng.random((10944, 2048)).astype(np.float32) * 0.01
+    x = rng.standard_normal((64, 4096, 128)).astype(np.float32)
+    ang = np.outer(np.arange(4096), 10000.0 ** (-np.arange(64) / 64))
+    return x, np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+
+
+REFERENCES = {"silu": ek.silu_reference, "adamw": ek.adamw_reference, "rope": ek.rope_reference}
+
+
 @pytest.mark.parametrize("dialect", ["0.6", "legacy"])
-def test_silu_4096x7168_trace_and_run(benchmark, dialect):
-    x = np.random.default_rng(0).standard_normal((4096, 7168)).astype(np.float32)
-    kern = ek.KERNELS["silu"][dialect]
+@pytest.mark.parametrize("name", ["silu", "adamw", "rope"])
+def test_elementwise_kernel_trace_and_run(benchmark, name, dialect):
+    args = _inputs(name)
+    kern = ek.KERNELS[name][dialect]
 
     def first_call():
         kern.cache_clear()
-        return kern(x)
+        return kern(*args)
 
     out = benchmark.pedantic(first_call, rounds=3, iterations=1)
-    ref = ek.silu_reference(x)
-    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
-    host = median_s(lambda: ek.silu_reference(x), 5)
+    ref = REFERENCES[name](*args)
+    for got, want in zip(out if isinstance(out, tuple) else (out,), ref if isinstance(ref, tuple) else (ref,)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    host = median_s(lambda: REFERENCES[name](*args), 5)
     emu = benchmark.stats.stats.median
     benchmark.extra_info.update(
         numpy_reference_s=host,

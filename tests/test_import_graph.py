@@ -45,9 +45,11 @@ def _resolve(mod, is_pkg, node):
 
 def import_graph(module_level_only=False):
     files = {_module_name(p): p for p in ROOT.rglob("*.py")}
-    # Extension modules (_native.abi3.so) are leaves; without them `from trn3emu import _native` would count as an
-    # import of the package __init__ and invent cycles.
-    natives = {_module_name(p.with_name(p.name.split(".")[0] + ".py")) for p in ROOT.rglob("*.so")}
+    # Extension modules are leaves; without them `from trn3emu import _native` would count as an import of the
+    # package __init__ and invent cycles. A fresh clone has no built .so in the tree (it lives in site-packages),
+    # so a stub (.pyi) with no .py beside it marks an extension module too.
+    stubs = [p for p in ROOT.rglob("*.pyi") if not p.with_suffix(".py").exists()]
+    natives = {_module_name(p.with_name(p.name.split(".")[0] + ".py")) for p in [*ROOT.rglob("*.so"), *stubs]}
     graph = {m: set() for m in files}
     for mod, path in files.items():
         tree = ast.parse(path.read_text(), str(path))

@@ -110,12 +110,20 @@ class Allocator:
 
     def alloc(self, nbytes: int, label: str) -> tuple[int, int]:
         """Place `nbytes` per partition; returns (key, byte offset) or raises CapacityError."""
+        got = self.try_alloc(nbytes, label)
+        if got is None:
+            raise CapacityError(self._overflow(max(int(nbytes), 1), label), operand="shape", rule="onchip_capacity")
+        return got
+
+    def try_alloc(self, nbytes: int, label: str) -> tuple[int, int] | None:
+        """`alloc`, but None when nothing fits: for callers that make room and retry (building
+        the overflow message walks every live tile, too slow to do per retry when full)."""
         nbytes = max(int(nbytes), 1)
         if self._dead:
             self.live  # noqa: B018 (frees the ranges of dead owners)
         got = self._ranges.alloc(nbytes)  # rotation: not a just-freed range, unless nothing else fits
         if got is None:
-            raise CapacityError(self._overflow(nbytes, label), operand="shape", rule="onchip_capacity")
+            return None
         key, pos = got
         self._live[key] = (pos, pos + nbytes, label)
         return got

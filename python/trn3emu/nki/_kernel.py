@@ -912,10 +912,7 @@ class TraceContext:
             if ir is not None:
                 key, t.offset = ir.new_tile(self, alloc, row, label, block)
             else:
-                try:
-                    key, t.offset = alloc.alloc(row, label)
-                except CapacityError:
-                    key, t.offset = self._alloc_evicting(alloc, row, label)
+                key, t.offset = self._alloc_evicting(alloc, row, label)
         else:
             if isinstance(address, (tuple, list)):
                 start, off = (0, address[0]) if len(address) == 1 else (int(address[0]), int(address[1]))
@@ -970,10 +967,7 @@ class TraceContext:
         block.parts, block.row_bytes, block.label = parts, row, label
         off = alloc.alloc_owned(row, label, block)
         if off is None:  # full: `alloc` evicts block tiles' blocks or says what holds the memory
-            try:
-                key, off = alloc.alloc(row, label)
-            except CapacityError:
-                key, off = self._alloc_evicting(alloc, row, label)
+            key, off = self._alloc_evicting(alloc, row, label)
             alloc.track(block, key)
         mem, dt, tname, core, tshape, strides, framework, hbm_block = known
         t = _new(Tensor)  # the line's first tile `._view(shape, strides, off, 0)`, inlined (a static tile)
@@ -1003,15 +997,15 @@ class TraceContext:
         """`alloc.alloc`, making room when full by evicting the least recently used blocks of
         par_dim block tiles (`blocks.py`): blocks do not hold memory the kernel needs elsewhere."""
         while True:
-            try:
-                return alloc.alloc(row, label)
-            except CapacityError:
-                from . import blocks  # here, not per allocation: only a full memory needs it
+            got = alloc.try_alloc(row, label)
+            if got is not None:
+                return got
+            from . import blocks  # here, not per allocation: only a full memory needs it
 
-                if any(release(self) for release in ON_FULL):
-                    continue  # (memory held only to save work gives way first)
-                if not blocks.evict_one(self, alloc):
-                    raise
+            if any(release(self) for release in ON_FULL):
+                continue  # (memory held only to save work gives way first)
+            if not blocks.evict_one(self, alloc):
+                return alloc.alloc(row, label)  # nothing left to give way: the precise error
 
     def _alloc_hbm(self, shape, dt, buffer, name, address, label) -> NkiTensor:
         addr = None

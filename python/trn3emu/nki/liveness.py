@@ -285,12 +285,11 @@ class Placer:
     def _place(self, ctx, alloc, row: int, label: str, now: int) -> tuple[int, int]:
         """A range for `row` bytes per partition, spilling SBUF tiles not used by call `now`
         (furthest next use first) when none is free."""
-        try:
-            return alloc.alloc(row, label)
-        except CapacityError as e:
-            err = e
+        got = alloc.try_alloc(row, label)
+        if got is not None:
+            return got
         if not self.spill_on:
-            raise err
+            return alloc.alloc(row, label)  # the precise error
         while True:
             lru = self.spill_on == "lru"
             victims = [
@@ -302,14 +301,16 @@ class Placer:
                 and nu > now
             ]
             if not victims:
-                raise CapacityError(
-                    f"{err} {self._why_unspillable(alloc, now)}", operand="shape", rule="onchip_capacity"
-                ) from None
+                try:
+                    return alloc.alloc(row, label)  # (fails: builds the overflow message once)
+                except CapacityError as err:
+                    raise CapacityError(
+                        f"{err} {self._why_unspillable(alloc, now)}", operand="shape", rule="onchip_capacity"
+                    ) from None
             self._spill(ctx, max(victims)[1], now)
-            try:
-                return alloc.alloc(row, label)
-            except CapacityError:
-                continue
+            got = alloc.try_alloc(row, label)
+            if got is not None:
+                return got
 
     def _why_unspillable(self, alloc, now: int) -> str:
         """Why no live tile could be spilled: bytes per partition held by tiles this instruction

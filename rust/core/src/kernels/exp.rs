@@ -55,8 +55,9 @@ const C: [f64; 13] = [
     1.0 / 479001600.0,
 ];
 
-/// `a * b + c`: fused on the SIMD paths (one rounding, fewer instructions), two roundings on the
-/// portable path (a software fma would be slow); the error bound holds for both.
+/// `a * b + c`: two roundings on the portable path (a software fma would be slow), or fused (the
+/// error-bound test checks both; the x86 paths have their own kernels, exp_avx2.rs and
+/// exp_avx512.rs).
 #[inline(always)]
 fn madd<const FMA: bool>(a: f64, b: f64, c: f64) -> f64 {
     if FMA {
@@ -159,6 +160,40 @@ pub enum Func {
     Tanh,
 }
 
+/// The affine step before the function, `x * scale + bias` in fp32 (two roundings, as
+/// `act::apply_affine_slice`), for the SIMD kernels, which apply it in vectors and skip the
+/// operations that cannot change the result (`ops`).
+#[derive(Clone, Copy)]
+pub struct Affine {
+    pub scale: f32,
+    pub bias: f32,
+}
+
+impl Affine {
+    /// `x * 1 + -0`: no step.
+    pub const IDENTITY: Affine = Affine {
+        scale: 1.0,
+        bias: -0.0,
+    };
+
+    #[inline(always)]
+    pub(super) fn scalar(self, x: f32) -> f32 {
+        x * self.scale + self.bias
+    }
+
+    /// Whether the multiply and the add are needed for `f`: `* 1` is exact (a signalling NaN
+    /// would be quieted, but the kernels recompute NaN lanes from the input in their scalar
+    /// fallback), `+ -0.0` is exact, and `+ 0.0` only turns -0 into +0, where exp and sigmoid
+    /// agree.
+    #[inline(always)]
+    pub(super) fn ops(self, f: Func) -> (bool, bool) {
+        let mul = self.scale != 1.0;
+        let add = !(self.bias == 0.0
+            && (self.bias.is_sign_negative() || f == Func::Exp || f == Func::Sigmoid));
+        (mul, add)
+    }
+}
+
 /// The fp32 rounding of `y` when it is certain, and whether it is.
 #[inline(always)]
 pub(super) fn certain(y: f64) -> (f32, bool) {
@@ -226,8 +261,38 @@ pub fn map(
         Path::Avx512 => unsafe { super::exp_avx512::map(f, v, pre, slow) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, for AVX2 + FMA.
-        Path::Avx2Fma => unsafe { x86::avx2(f, v, pre, slow) },
+        Path::Avx2Fma => unsafe { super::exp_avx2::map(f, v, pre, slow) },
         _ => run::<false>(f, v, pre, slow),
+    }
+}
+
+/// `dst[i] = f(src[i] * scale + bias)` over `len` fp32 values on the host's SIMD kernel, or
+/// None on the portable path (the callers then take their own loops).
+///
+/// # Safety
+/// `src` and `dst` valid for `len` (unaligned) fp32 values, equal or disjoint.
+#[inline(always)]
+unsafe fn simd_affine(
+    f: Func,
+    aff: Affine,
+    src: *const f32,
+    dst: *mut f32,
+    len: usize,
+    slow: impl Fn(f32) -> f32,
+) -> Option<usize> {
+    match simd::path() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the path is only chosen when the host has the features (simd::path); the
+        // pointers as the caller guarantees.
+        Path::Avx512 => {
+            Some(unsafe { super::exp_avx512::map_affine_raw(f, aff, src, dst, len, slow) })
+        }
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above, for AVX2 + FMA.
+        Path::Avx2Fma => {
+            Some(unsafe { super::exp_avx2::map_affine_raw(f, aff, src, dst, len, slow) })
+        }
+        _ => None,
     }
 }
 
@@ -240,10 +305,14 @@ pub fn map_bytes(
     pre: impl Fn(f32) -> f32 + Copy,
     slow: impl Fn(f32) -> f32 + Copy,
 ) -> usize {
-    #[cfg(target_arch = "x86_64")]
-    if simd::path() == Path::Avx512 {
+    match simd::path() {
+        #[cfg(target_arch = "x86_64")]
         // SAFETY: the path is only chosen when the host has the features (simd::path).
-        return unsafe { super::exp_avx512::map_bytes(f, src, dst, pre, slow) };
+        Path::Avx512 => return unsafe { super::exp_avx512::map_bytes(f, src, dst, pre, slow) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above, for AVX2 + FMA.
+        Path::Avx2Fma => return unsafe { super::exp_avx2::map_bytes(f, src, dst, pre, slow) },
+        _ => {}
     }
     let mut buf = [0f32; 256];
     let mut fallbacks = 0;
@@ -269,12 +338,10 @@ pub fn map_affine(
     (scale, bias): (f32, f32),
     slow: impl Fn(f32) -> f32 + Copy,
 ) -> usize {
-    #[cfg(target_arch = "x86_64")]
-    if simd::path() == Path::Avx512 {
-        let aff = super::exp_avx512::Affine { scale, bias };
-        let p = v.as_mut_ptr();
-        // SAFETY: the path is only chosen when the host has the features; src = dst = v.
-        return unsafe { super::exp_avx512::map_affine_raw(f, aff, p, p, v.len(), slow) };
+    let p = v.as_mut_ptr();
+    // SAFETY: src = dst = v.
+    if let Some(n) = unsafe { simd_affine(f, Affine { scale, bias }, p, p, v.len(), slow) } {
+        return n;
     }
     map(f, v, |x| x * scale + bias, slow)
 }
@@ -289,13 +356,12 @@ pub fn map_affine_bytes(
     slow: impl Fn(f32) -> f32 + Copy,
 ) -> usize {
     assert_eq!(src.len(), dst.len());
-    #[cfg(target_arch = "x86_64")]
-    if simd::path() == Path::Avx512 {
-        let aff = super::exp_avx512::Affine { scale, bias };
-        let (s, d) = (src.as_ptr() as *const f32, dst.as_mut_ptr() as *mut f32);
-        // SAFETY: the path is only chosen when the host has the features; both slices hold
-        // len / 4 (unaligned) fp32 values and are disjoint (one is borrowed mutably).
-        return unsafe { super::exp_avx512::map_affine_raw(f, aff, s, d, src.len() / 4, slow) };
+    let (s, d) = (src.as_ptr() as *const f32, dst.as_mut_ptr() as *mut f32);
+    let aff = Affine { scale, bias };
+    // SAFETY: both slices hold len / 4 (unaligned) fp32 values and are disjoint (one is
+    // borrowed mutably).
+    if let Some(n) = unsafe { simd_affine(f, aff, s, d, src.len() / 4, slow) } {
+        return n;
     }
     map_bytes(f, src, dst, |x| x * scale + bias, slow)
 }
@@ -310,13 +376,11 @@ pub fn map_affine_into(
     slow: impl Fn(f32) -> f32 + Copy,
 ) -> usize {
     assert_eq!(src.len(), 4 * dst.len());
-    #[cfg(target_arch = "x86_64")]
-    if simd::path() == Path::Avx512 {
-        let aff = super::exp_avx512::Affine { scale, bias };
-        let (s, d) = (src.as_ptr() as *const f32, dst.as_mut_ptr());
-        // SAFETY: the path is only chosen when the host has the features; src holds dst.len()
-        // (unaligned) fp32 values and is disjoint from dst (borrowed mutably).
-        return unsafe { super::exp_avx512::map_affine_raw(f, aff, s, d, dst.len(), slow) };
+    let (s, d) = (src.as_ptr() as *const f32, dst.as_mut_ptr());
+    // SAFETY: src holds dst.len() (unaligned) fp32 values and is disjoint from dst (borrowed
+    // mutably).
+    if let Some(n) = unsafe { simd_affine(f, Affine { scale, bias }, s, d, dst.len(), slow) } {
+        return n;
     }
     for (v, e) in dst.iter_mut().zip(src.chunks_exact(4)) {
         *v = f32::from_le_bytes([e[0], e[1], e[2], e[3]]);
@@ -348,23 +412,6 @@ fn run<const FMA: bool>(
     }
 }
 
-/// `run` compiled for wider vectors with fused multiply-add (the rounding check makes the fp32
-/// results the same as the portable path's).
-#[cfg(target_arch = "x86_64")]
-mod x86 {
-    use super::Func;
-
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn avx2(
-        f: Func,
-        v: &mut [f32],
-        pre: impl Fn(f32) -> f32,
-        slow: impl Fn(f32) -> f32,
-    ) -> usize {
-        super::run::<true>(f, v, pre, slow)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -389,7 +436,7 @@ mod tests {
             #[cfg(target_arch = "x86_64")]
             Path::Avx512 => unsafe { crate::kernels::exp_avx512::map(f, &mut v, |x| x, want) },
             #[cfg(target_arch = "x86_64")]
-            Path::Avx2Fma => unsafe { x86::avx2(f, &mut v, |x| x, want) },
+            Path::Avx2Fma => unsafe { crate::kernels::exp_avx2::map(f, &mut v, |x| x, want) },
             _ => run::<false>(f, &mut v, |x| x, want),
         };
         let bad = xs

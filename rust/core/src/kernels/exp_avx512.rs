@@ -47,7 +47,7 @@
 //! applied in fp32 vectors (two roundings, as `act::apply_affine_slice`), skipped where it
 //! cannot change the result (`Affine`).
 
-use super::exp::{Func, TANH_C, TANH_SMALL};
+use super::exp::{Affine, Func, TANH_C, TANH_SMALL};
 use std::arch::x86_64::*;
 
 /// 1.5 * 2^48: adding it rounds |v| < 2^47 to a multiple of 1/16, 16 times which is held in
@@ -262,9 +262,13 @@ unsafe fn step(f: Func, k: &K, x: __m512, out: *mut f32) -> u16 {
         }
         Func::Silu => {
             let (a0, a1) = halves(x);
-            let silu = |a| _mm512_mul_pd(a, sigmoid8(k, a));
+            // (no closure here: it would not inherit the caller's target features)
+            let (y0, y1) = (
+                _mm512_mul_pd(a0, sigmoid8(k, a0)),
+                _mm512_mul_pd(a1, sigmoid8(k, a1)),
+            );
             let big = _mm512_mask_cmp_ps_mask::<_CMP_GE_OQ>(from_normal, ax, k.small_x);
-            (silu(a0), silu(a1), big, 0)
+            (y0, y1, big, 0)
         }
         Func::Tanh => {
             let (a0, a1) = halves(x);
@@ -337,20 +341,15 @@ unsafe fn tiny_zero<const F: u8>(k: &K, x: __m512, ok: u16, out: *mut f32) -> u1
     ok | tiny
 }
 
-/// The affine step before the function, `x * scale + bias` in fp32 (two roundings), with the
-/// operations that cannot change the result skipped: `* 1` (exact; a signalling NaN would be
-/// quieted, but NaN lanes are recomputed from the input in `fix`), `+ -0.0` (exact), and `+ 0.0`
-/// for exp and sigmoid (it only turns -0 into +0, where both functions agree).
-#[derive(Clone, Copy)]
-pub struct Affine {
-    pub scale: f32,
-    pub bias: f32,
-}
-
-impl Affine {
-    #[inline(always)]
-    fn scalar(self, x: f32) -> f32 {
-        x * self.scale + self.bias
+/// The affine step's vector operations (the ones `Affine::ops` keeps). A function, not a
+/// closure: a closure would not inherit the caller's target features.
+#[inline(always)]
+unsafe fn affine<const MUL: bool, const ADD: bool>(x: __m512, s: __m512, b: __m512) -> __m512 {
+    let x = if MUL { _mm512_mul_ps(x, s) } else { x };
+    if ADD {
+        _mm512_add_ps(x, b)
+    } else {
+        x
     }
 }
 
@@ -365,14 +364,7 @@ unsafe fn run<const F: u8, const MUL: bool, const ADD: bool>(
     let f = func(F);
     let k = k();
     let (s, b) = (_mm512_set1_ps(aff.scale), _mm512_set1_ps(aff.bias));
-    let pre = |x: __m512| {
-        let x = if MUL { _mm512_mul_ps(x, s) } else { x };
-        if ADD {
-            _mm512_add_ps(x, b)
-        } else {
-            x
-        }
-    };
+    let pre = |x: __m512| affine::<MUL, ADD>(x, s, b);
     let mut fallbacks = 0;
     let mut i = 0;
     // two steps per iteration (less loop overhead on the vector ports), one test of both
@@ -441,9 +433,7 @@ unsafe fn affine_in<const F: u8>(
     len: usize,
     slow: &impl Fn(f32) -> f32,
 ) -> usize {
-    let mul = aff.scale != 1.0;
-    let add = !(aff.bias == 0.0 && (aff.bias.is_sign_negative() || F == EXP || F == SIGMOID));
-    match (mul, add) {
+    match aff.ops(func(F)) {
         (false, false) => run::<F, false, false>(aff, src, dst, len, slow),
         (false, true) => run::<F, false, true>(aff, src, dst, len, slow),
         (true, false) => run::<F, true, false>(aff, src, dst, len, slow),
@@ -485,10 +475,6 @@ pub unsafe fn map(
     pre: impl Fn(f32) -> f32,
     slow: impl Fn(f32) -> f32,
 ) -> usize {
-    let ident = Affine {
-        scale: 1.0,
-        bias: -0.0,
-    };
     let mut fallbacks = 0;
     for c in v.chunks_mut(256) {
         let mut xs = [0f32; 256];
@@ -496,7 +482,7 @@ pub unsafe fn map(
             *x = pre(*e);
         }
         let p = c.as_mut_ptr();
-        fallbacks += map_affine_raw(f, ident, xs.as_ptr(), p, c.len(), &slow);
+        fallbacks += map_affine_raw(f, Affine::IDENTITY, xs.as_ptr(), p, c.len(), &slow);
     }
     fallbacks
 }
@@ -520,12 +506,8 @@ pub unsafe fn map_bytes(
         for (x, e) in xs.iter_mut().zip(s.chunks_exact(4)) {
             *x = pre(f32::from_le_bytes(e.try_into().unwrap()));
         }
-        let ident = Affine {
-            scale: 1.0,
-            bias: -0.0,
-        };
         let p = d.as_mut_ptr() as *mut f32;
-        fallbacks += map_affine_raw(f, ident, xs.as_ptr(), p, n, &slow);
+        fallbacks += map_affine_raw(f, Affine::IDENTITY, xs.as_ptr(), p, n, &slow);
     }
     fallbacks
 }

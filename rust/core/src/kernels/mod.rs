@@ -5,6 +5,8 @@
 pub mod decode;
 pub mod exp;
 #[cfg(target_arch = "x86_64")]
+pub mod exp_avx2;
+#[cfg(target_arch = "x86_64")]
 pub mod exp_avx512;
 pub mod gemm;
 pub mod matmul;

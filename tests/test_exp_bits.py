@@ -187,3 +187,72 @@ def test_sigmoid_silu_tanh_are_f64_formulas_rounded_once_on_every_simd_path(op, 
     for r in results[1:]:
         for got, first in zip(r, results[0]):
             assert_bits_equal(got, first)
+
+
+def near_ties(ref64, windows: list[tuple[float, int]]) -> np.ndarray:
+    """The fp32 inputs (from runs of `count` consecutive fp32 values starting at `start`) whose
+    f64 reference value `ref64(v)` lies within 2^14 f64 ulps (~2^-39 relative) of an fp32
+    rounding midpoint: the inputs the fast kernels cannot decide from their approximation, which
+    exercise every kernel's re-evaluation and scalar fallback. Found from numpy's f64 values
+    alone (an independent reference), not from the kernels."""
+    found = []
+    for start, count in windows:
+        b = np.array([start], F32).view(np.int32)[0] + np.arange(count, dtype=np.int64)
+        x = b.astype(np.uint32).view(F32)
+        y = ref64(x.astype(F64))
+        low = np.abs(y).view(np.uint64) & np.uint64((1 << 29) - 1)
+        normal = np.abs(y) >= 2.0**-126
+        found.append(x[normal & (np.abs(low.astype(np.int64) - (1 << 28)) < (1 << 14))])
+    return np.concatenate(found)
+
+
+def hard_inputs() -> np.ndarray:
+    """Signed zeros, subnormals, the exp overflow / subnormal / underflow thresholds with their
+    neighbours, every fp32 of [-104, -87] (exp's subnormal results, a third of them), NaNs with
+    payloads (quiet and signalling, both signs), infinities, and near-tie inputs of each function."""
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, 1e-45, -1e-45, 1.1754942e-38, -1.1754942e-38, 3e-39], F32)
+    nans = np.array([0x7FC00000, 0xFFC00000, 0x7FA00001, 0xFFA00123, 0x7F800001, 0xFFFFFFFF, 0x7FC0BEEF], np.uint32)
+    thresholds = np.array([88.72283, 88.7228, -87.33655, -103.27893, -103.97208, -150.0, 100.0, 0.125, 9.010913], F32)
+    near = (thresholds.view(np.int32)[:, None] + np.arange(-300, 300, dtype=np.int32)).view(F32).ravel()
+    lo, hi = np.array([-87.0, -104.0], F32).view(np.int32)
+    sub = np.arange(lo, hi + 1, 3, dtype=np.int32).view(F32)
+    windows = [(0.5, 1 << 20), (-2.0, 1 << 20), (3.0, 1 << 20), (-20.0, 1 << 20), (60.0, 1 << 20), (-60.0, 1 << 20)]
+    ties = [
+        near_ties(np.exp, windows),
+        near_ties(sigmoid64, windows),
+        near_ties(lambda v: v * sigmoid64(v), windows),
+        near_ties(np.tanh, windows[:4]),
+    ]
+    return np.concatenate([specials, nans.view(F32), near, -near, sub, *ties])
+
+
+@pytest.mark.parametrize("op", ["exp", "sigmoid", "silu", "tanh"])
+def test_hard_inputs_give_the_same_bits_on_every_simd_path(op):
+    """The inputs at the edges of the fast kernels (hard_inputs) through activation, plain and
+    with an affine step, on every SIMD path: equal to the f64 formula rounded once, and equal
+    across paths bit for bit (NaN payloads included)."""
+    flat = hard_inputs()
+    ties = flat.size
+    w = -(-flat.size // P)
+    flat = np.concatenate([flat, np.zeros(P * w - flat.size, F32)])
+    assert ties > 3 * 10**5  # the sweep of [-104, -87] alone is ~7e5 values
+    x = flat.reshape(P, w)
+    ref = {"exp": exp_ref, "sigmoid": sigmoid_ref, "silu": silu_ref, "tanh": tanh_ref}[op]
+    s, b = F32(1.0), F32(-0.0)  # the identity affine step the kernels skip, and a real one below
+    s2, b2 = F32(0.5), F32(0.25)
+
+    def body(p, xt, o, o_aff):
+        p.activation(dst=o, op=op, data=xt, scale=float(s), bias=float(b))
+        p.activation(dst=o_aff, op=op, data=xt, scale=float(s2), bias=float(b2))
+
+    results = []
+    for path in paths():
+        _native.limit_simd(path)
+        got = run_op(t3.Device(), [x], [((P, w), F32)] * 2, body)
+        assert_exp_bits(got[0], x, ref)
+        assert_exp_bits(got[1], ((x * s2).astype(F32) + b2).astype(F32), ref)
+        results.append(got)
+    assert len(results) >= 2 or t3.simd_path() == "portable"
+    for r in results[1:]:
+        for got, first in zip(r, results[0]):
+            assert_bits_equal(got, first)

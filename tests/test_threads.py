@@ -4,6 +4,7 @@ numpy reference where one is cheap. Also: the thread-count API, TRN3EMU_NUM_THRE
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -303,7 +304,7 @@ def test_fused_activation_and_quantize_mx_same_bits():
         p.dma_copy(dst=a, src=dev.hbm.put(x))
         p.dma_copy(dst=b, src=dev.hbm.put(bias))
         outs = []
-        for op in ("exp", "sigmoid", "silu"):
+        for op in ("exp", "sigmoid", "silu", "tanh"):
             d = p.sbuf(x.shape, F32)
             p.activation(dst=d, op=op, data=a, bias=b)
             outs.append(d)
@@ -325,6 +326,35 @@ def test_fused_activation_and_quantize_mx_same_bits():
         assert_bits_equal(res[0][1], np.where(np.isnan(v), v, np.where(v == np.inf, 1.0, s)).astype(F32))
         silu = np.where(v == -np.inf, 0.0, np.where(v == np.inf, np.inf, v * s))
         assert_bits_equal(res[0][2], silu.astype(F32))
+        assert_bits_equal(res[0][3], np.vectorize(math.tanh, otypes=[np.float64])(v).astype(F32))
+
+
+def test_fused_activation_rows_split_or_kept_in_order():
+    """The one-pass fp32 activation splits its rows over threads only when no source row shares
+    a byte with a destination row: here one in place (exp of a tile into itself: kept on the
+    serial path, which copies each row first) and one between column ranges of the same
+    partitions (disjoint bytes: split). Both equal to the f64 functions rounded once, with every
+    thread count and SIMD path."""
+    rng = np.random.default_rng(13)
+    x = (rng.standard_normal((128, 700)) * 5).astype(F32)
+
+    def once():
+        dev = t3.Device()
+        p = t3.Program()
+        a, c = p.sbuf(x.shape, F32), p.sbuf(x.shape, F32)
+        p.dma_copy(dst=a, src=dev.hbm.put(x))
+        p.dma_copy(dst=c, src=dev.hbm.put(x))
+        p.activation(dst=a, op="exp", data=a)
+        p.activation(dst=c[:, 0:300], op="tanh", data=c[:, 350:650])
+        dev.run(p)
+        return dev.read(a), dev.read(c)
+
+    res = variants(once)
+    assert_all_same(res)
+    assert_bits_equal(res[0][0], np.exp(x.astype(np.float64)).astype(F32))
+    want = x.copy()
+    want[:, 0:300] = np.vectorize(math.tanh, otypes=[np.float64])(x[:, 350:650].astype(np.float64))
+    assert_bits_equal(res[0][1], want)
 
 
 def test_thread_count_api():

@@ -523,6 +523,89 @@ pub fn fused_dense<const N: usize>(
     })
 }
 
+/// `fused_dense` with the rows split over the host threads (`par`) when `work` (operations in
+/// all) makes it worthwhile and no input shares a byte with the destination: then every row
+/// reads only bytes no row writes, so rows may run in any order and on any thread, with the
+/// same bits. Otherwise (in place, overlapping, one thread, small) `fused_dense`.
+pub fn fused_dense_par<const N: usize>(
+    ctx: &mut Ctx,
+    dst: &Ap,
+    srcs: [&Ap; N],
+    work: usize,
+    kernel: impl Fn(usize, [&[u8]; N], &mut [u8]) + Sync + Send,
+) -> bool {
+    let parts = dst.parts as usize;
+    let apart = |s: &Ap| {
+        let (a, b) = (row_bytes(s), row_bytes(dst));
+        s.mem != dst.mem
+            || s.start >= dst.start + dst.parts
+            || dst.start >= s.start + s.parts
+            || a.1 <= b.0
+            || b.1 <= a.0
+    };
+    if !crate::par::would_split(parts, work)
+        || !std::iter::once(dst)
+            .chain(srcs)
+            .all(|a| static_onchip(a) && a.is_row_contiguous())
+        || !srcs.iter().all(|s| apart(s))
+    {
+        return fused_dense(ctx, dst, srcs, kernel);
+    }
+    let (dmem, other) = dst_and_other(&mut ctx.mems, dst.mem);
+    let (stride_d, stride_o) = (dmem.stride(), other.stride());
+    let dg = Dense::new(dst, stride_d);
+    let sg = srcs.map(|s| Dense::new(s, if s.mem == dst.mem { stride_d } else { stride_o }));
+    let same = srcs.map(|s| s.mem == dst.mem);
+    let (other, draw) = (other.raw(), dmem.raw_mut());
+    // validated patterns stay in bounds; checked here once since the rows below are raw
+    let last = parts.saturating_sub(1);
+    if parts == 0
+        || dg.row(last).end > draw.len()
+        || (0..N).any(|i| sg[i].row(last).end > if same[i] { draw.len() } else { other.len() })
+    {
+        return fused_dense(ctx, dst, srcs, kernel);
+    }
+    let base = RawBytes(draw.as_mut_ptr());
+    crate::par::for_each_index(parts, work, |r| {
+        let d = dg.row(r);
+        // SAFETY: in bounds (checked above); destination rows are disjoint (one partition
+        // each) and each row runs once, so `out` aliases nothing another row touches; every
+        // same-memory input row lies in bytes no destination row covers (`apart`), so reading
+        // it while other rows are written is sound.
+        let out = unsafe { std::slice::from_raw_parts_mut(base.at(d.start), d.len()) };
+        let views: [&[u8]; N] = std::array::from_fn(|i| {
+            let g = sg[i].row(r);
+            if same[i] {
+                // SAFETY: as above.
+                unsafe { std::slice::from_raw_parts(base.at(g.start), g.len()) }
+            } else {
+                &other[g]
+            }
+        });
+        kernel(r, views, out)
+    });
+    true
+}
+
+/// The destination memory's base pointer, shared by the threads of `fused_dense_par` (each
+/// derives disjoint rows from it).
+#[derive(Clone, Copy)]
+struct RawBytes(*mut u8);
+// SAFETY: only used by `fused_dense_par`, whose rows never alias a written byte.
+unsafe impl Send for RawBytes {}
+// SAFETY: as above.
+unsafe impl Sync for RawBytes {}
+
+impl RawBytes {
+    /// The pointer `off` bytes in (a method, so closures capture the whole Sync wrapper).
+    ///
+    /// # Safety
+    /// `off` within the memory the pointer came from.
+    unsafe fn at(self, off: usize) -> *mut u8 {
+        self.0.add(off)
+    }
+}
+
 /// `fused_dense` running in place on rows of any length, for elementwise kernels (Vector
 /// tensor_scalar / tensor_tensor): an input given to the kernel as None is the destination row
 /// itself, which the kernel must read element by element before writing (no copy is made).

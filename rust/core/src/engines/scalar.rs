@@ -226,7 +226,11 @@ fn activate_streamed(
             && src.dtype == DType::Float32
             && src.free_size() >= act::SHORT_ROW
     }) {
-        let fused = super::rows::fused_dense(ctx, dst, [src], |r, [x], out| {
+        // rows split over the host threads when large: an element costs about as much as 16
+        // multiply-adds of a matmul (the par threshold's unit)
+        let work = (src.parts as usize * src.free_size()).saturating_mul(16);
+        let (scale, bias) = (&scale, &bias);
+        let fused = super::rows::fused_dense_par(ctx, dst, [src], work, |r, [x], out| {
             let (s, b) = (scale[r], bias[r]);
             exp::map_affine_bytes(k, x, out, (s, b), |x| act::apply_checked(f, x, 0.0));
         });

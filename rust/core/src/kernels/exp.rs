@@ -101,14 +101,17 @@ fn sigmoid_f64<const FMA: bool>(x: f32) -> f64 {
 /// where libm's e^x underflows: x * 0 = -0); -inf (limit +0) goes to the scalar path via NaN.
 #[inline(always)]
 fn silu_f64<const FMA: bool>(x: f32) -> f64 {
-    if x < X_MIN {
-        if x == f32::NEG_INFINITY {
-            f64::NAN
-        } else {
-            -0.0
-        }
+    // computed on every input, then selected: branch-free, so the loop vectorises
+    let y = x as f64 * sigmoid_f64::<FMA>(x);
+    let low = if x == f32::NEG_INFINITY {
+        f64::NAN
     } else {
-        x as f64 * sigmoid_f64::<FMA>(x)
+        -0.0
+    };
+    if x < X_MIN {
+        low
+    } else {
+        y
     }
 }
 
@@ -137,17 +140,16 @@ pub(super) const TANH_C: [f64; 7] = [
 #[inline(always)]
 fn tanh_f64<const FMA: bool>(x: f32) -> f64 {
     let a = (x as f64).abs();
-    let t = if a < TANH_SMALL {
-        let z = a * a;
-        let mut p = TANH_C[6];
-        for c in TANH_C[1..6].iter().rev() {
-            p = madd::<FMA>(p, z, *c);
-        }
-        madd::<FMA>(a * z, p, a)
-    } else {
-        let e = exp_f64::<FMA>(-2.0 * x.abs());
-        (1.0 - e) / (1.0 + e)
-    };
+    // both branches on every input, then selected: branch-free, so the loop vectorises
+    let z = a * a;
+    let mut p = TANH_C[6];
+    for c in TANH_C[1..6].iter().rev() {
+        p = madd::<FMA>(p, z, *c);
+    }
+    let small = madd::<FMA>(a * z, p, a);
+    let e = exp_f64::<FMA>(-2.0 * x.abs());
+    let big = (1.0 - e) / (1.0 + e);
+    let t = if a < TANH_SMALL { small } else { big };
     t.copysign(x as f64)
 }
 

@@ -674,11 +674,21 @@ mod tests {
         }
     }
 
-    /// Sigmoid, silu and tanh on all 2^32 inputs, on the host's best path (release, `--ignored`).
+    /// Sigmoid, silu and tanh on all 2^32 inputs, on every SIMD kernel the host has (release,
+    /// `--ignored`; the portable path too with `TRN3EMU_EXHAUSTIVE_PORTABLE=1`, it is slow).
     #[test]
     #[ignore]
     fn exhaustive_sigmoid_silu_tanh() {
-        let p = simd::path();
+        let portable = std::env::var("TRN3EMU_EXHAUSTIVE_PORTABLE").is_ok_and(|v| v == "1");
+        for p in paths()
+            .into_iter()
+            .filter(|p| portable || *p != Path::Portable)
+        {
+            exhaustive_functions(p);
+        }
+    }
+
+    fn exhaustive_functions(p: Path) {
         for (f, want) in [
             (Func::Sigmoid, sigmoid_ref as fn(f32) -> f32),
             (Func::Silu, silu_ref),

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent / "python" / "trn3emu"
 # _asm, dtypes, tensor). Module-level imports alone already form a DAG. (Counting `from pkg import sub` as an
 # import of pkg/__init__ as well gives 36, or 8 + 19 at module level: that is the counting, not the code.)
 # Lower these as the restructuring lands; never raise them.
-MAX_SCC_ALL = 12
+MAX_SCC_ALL = 11
 MAX_SCC_MODULE_LEVEL = 0
 
 

@@ -49,9 +49,8 @@ from ..program import Program
 from ..progress import TraceProgress, wanted
 from ..tensor import Tensor, _shape
 from . import _memory, _traceback, engine_choice, liveness, passes
+from ._frames import _INTERNAL, _LOC, _internal
 
-_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_EXAMPLES = os.path.join(_PKG, "examples") + os.sep  # shipped example kernels are user code
 #: The program being traced by this thread (or asyncio task), None outside a trace. A context
 #: variable, not a module global: threads trace kernels side by side, each into its own context,
 #: and a launch made while tracing (a kernel on host arrays) runs in a context of its own.
@@ -120,17 +119,6 @@ def current() -> TraceContext:
     return ctx
 
 
-_INTERNAL: dict[str, bool] = {}
-
-
-def _internal(filename: str) -> bool:
-    v = _INTERNAL.get(filename)
-    if v is None:
-        path = os.path.abspath(filename)
-        v = _INTERNAL[filename] = path.startswith(_PKG) and not path.startswith(_EXAMPLES)
-    return v
-
-
 def user_frame(f: types.FrameType | None) -> types.FrameType | None:
     """The innermost frame from `f` outward whose code lies outside the trn3emu package (the
     kernel's own code), None if there is none."""
@@ -144,12 +132,6 @@ def user_frame(f: types.FrameType | None) -> types.FrameType | None:
             return f
         f = f.f_back
     return None
-
-
-#: (id of a code object, instruction offset) -> (the code object, "file:line"): the line of an
-#: offset is found by decoding the code's line table from its start, so it is looked up once per
-#: call site (the code object held in the value keeps its id from being reused)
-_LOC: dict[tuple[int, int], tuple[types.CodeType, str]] = {}
 
 
 def source_line(skip: int = 0) -> str:

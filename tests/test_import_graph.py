@@ -1,7 +1,8 @@
 """The import graph of python/trn3emu (issue 27, item 1: one layer per stage, no cycles).
 
 Every module is parsed with ast; an edge A -> B is any import of trn3emu module B in A, at module level or inside
-a function (a lazy import is still a dependency). Strongly connected components of size > 1 are cycles.
+a function (a lazy import is still a dependency; so is an `if TYPE_CHECKING:` import, in this full graph).
+Strongly connected components of size > 1 are cycles.
 Both graphs are DAGs (docs/nki.md, "Module layers"). Where a lower NKI module calls back into a higher one
 (NkiTensor's `a + b` is nl.add), it goes through `nki._kernel.upcalls`, which the higher modules fill when imported;
 test_upcalls_are_the_public_ops checks every entry the code reads is set, and to what.

@@ -217,7 +217,8 @@ class Recorder:
                 dst_block = own
             else:
                 found = [x for x in keep if x is not None]
-                dyn = True
+                # (run-time operand tiles: `_with_runtime_operands`; a `load_reuse` handle has none)
+                dyn = bool(own.tiles) or getattr(object.__getattribute__(v, "_t"), "dyn", None) is not None
                 dst_block = keep[0]
             for b in found:
                 s = getattr(b, "seq", None)

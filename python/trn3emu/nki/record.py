@@ -60,19 +60,6 @@ def blocks_of(v, out: list) -> None:
                 blocks_of(x, out)
 
 
-def _hbm_block(v):
-    """The `HbmBlock` of an HBM tensor view (None for anything else)."""
-    if isinstance(v, type):
-        return None
-    try:
-        t = object.__getattribute__(v, "_t")
-    except AttributeError:
-        return None
-    if getattr(t, "mem", None) != "hbm":
-        return None
-    return getattr(t, "block", None)
-
-
 def _is_view(t: type) -> bool:
     """Whether values of type `t` are tensor views (`_kernel.NkiTensor`: a `_block` slot)."""
     return t is not type and hasattr(t, "_block") and hasattr(t, "_t")
@@ -82,8 +69,8 @@ def _is_view(t: type) -> bool:
 _VIEW: dict[type, bool] = {}
 
 
-def _unique(xs: list) -> tuple:
-    return tuple(xs) if len(xs) < 2 else tuple(dict.fromkeys(xs))
+#: type of a view's allocation -> whether it holds several (`_kernel._Blocks.keep`)
+_MULTI: dict[type, bool] = {}
 
 
 #: instructions after a loop's call that bind its variable (`for v in nl.affine_range(n)`)
@@ -202,7 +189,8 @@ class Recorder:
                 continue
             is_dst = name in writes
             if own is None:
-                h = _hbm_block(v)
+                t = object.__getattribute__(v, "_t")
+                h = t.block if getattr(t, "mem", None) == "hbm" else None
                 if h is not None:
                     i = self._tensor(h, v)
                     u = ir.tensors[i].uses
@@ -210,12 +198,16 @@ class Recorder:
                         u.append(k)
                     (hwrote if is_dst else hreads).append(i)
                 continue
-            keep = getattr(own, "keep", None)
-            if keep is None:
+            tb = type(own)
+            multi = _MULTI.get(tb)
+            if multi is None:
+                multi = _MULTI[tb] = hasattr(tb, "keep")
+            if not multi:
                 found = (own,)
                 dyn = getattr(object.__getattribute__(v, "_t"), "dyn", None) is not None
                 dst_block = own
             else:
+                keep = own.keep
                 found = [x for x in keep if x is not None]
                 # (run-time operand tiles: `_with_runtime_operands`; a `load_reuse` handle has none)
                 dyn = bool(own.tiles) or getattr(object.__getattribute__(v, "_t"), "dyn", None) is not None
@@ -242,10 +234,10 @@ class Recorder:
                 engine,
                 site if site is not None else (self._where(1) if self._where else "?"),
                 self.nest,
-                _unique(reads),
-                _unique(wrote),
-                _unique(hreads),
-                _unique(hwrote),
+                tuple(reads) if len(reads) < 2 else tuple(dict.fromkeys(reads)),
+                tuple(wrote) if len(wrote) < 2 else tuple(dict.fromkeys(wrote)),
+                tuple(hreads) if len(hreads) < 2 else tuple(dict.fromkeys(hreads)),
+                tuple(hwrote) if len(hwrote) < 2 else tuple(dict.fromkeys(hwrote)),
             )
         )
         return args, kwargs

@@ -132,7 +132,8 @@ def test_to_dict_json_round_trip():
     assert KernelIR.from_dict(d) != ir
 
 
-def test_not_recorded_unless_asked():
+def test_not_recorded_unless_asked(monkeypatch):
+    monkeypatch.delenv("TRN3EMU_NKI_IR", raising=False)
     k = nki.jit(_three_temporaries)
     k(_x())
     assert k.last_ir is None and k.last_irs == []

@@ -1482,7 +1482,8 @@ class _Run:
             for c in self.contexts:
                 c.ir.check_end()
         elif self.contexts and isinstance(self.contexts[0].ir, record.Recorder):
-            named = [(t.block.lo, t.block.hi, t.shape, n) for (_, t), n in zip(arrays, self.input_names) if t.block]
+            names = getattr(self, "input_names", None) or [""] * len(arrays)  # (an SPMD rank's run: none)
+            named = [(t.block.lo, t.block.hi, t.shape, n) for (_, t), n in zip(arrays, names) if t.block]
             for c in self.contexts:
                 c.ir.name_inputs(named)
         if not check:

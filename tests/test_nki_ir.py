@@ -252,3 +252,34 @@ def test_environment_switch(monkeypatch, value):
     k = nki.jit(_three_temporaries)
     k(_x())
     assert (k.last_ir is not None) == (value == "1")
+
+
+def test_blocks_of_a_block_tile_are_tiles():
+    def kern(x):
+        nb, p, f = x.shape
+        out = lnl.ndarray((nb, p, f), dtype=x.dtype, buffer=lnl.shared_hbm)
+        buf = lnl.ndarray((nb, lnl.par_dim(p), f), dtype=x.dtype, buffer=lnl.sbuf)
+        for i in lnl.affine_range(nb):
+            buf[i] = lnl.load(x[i])
+        for j in lnl.affine_range(nb):
+            lnl.store(out[j], value=lnl.multiply(buf[j], 2.0))
+        return out
+
+    x = np.arange(4 * 128 * 64, dtype=np.float32).reshape(4, 128, 64)
+    k = lnki.jit(kern, ir=True)
+    np.testing.assert_array_equal(k(x), 2 * x)
+    ir = k.last_ir
+    # 4 loads into blocks 0..3 (calls 0..3), then per j: multiply of block j (4 + 2j), store (5 + 2j)
+    assert [c.op for c in ir.calls] == ["dma_copy"] * 4 + ["tensor_scalar", "dma_copy"] * 4
+    assert [(ir.loops[c.nest[0][0]].var, c.nest[0][1]) for c in ir.calls] == [("i", n) for n in range(4)] + [
+        ("j", n // 2) for n in range(8)
+    ]
+    blocks, temps = ir.tiles[:4], ir.tiles[4:]
+    assert all(f"block ({n},) of" in t.label for n, t in enumerate(blocks))
+    assert [t.uses for t in blocks] == [[n, 4 + 2 * n] for n in range(4)]
+    assert [t.uses for t in temps] == [[4 + 2 * n, 5 + 2 * n] for n in range(4)]
+    assert [t.born for t in blocks] == [0, 1, 2, 3]  # each block made at its first write
+    # 256 B per partition each: blocks pile up to 4, the first product joins them, then each
+    # iteration frees one block and swaps one product for the next
+    assert ir.live_bytes() == [256 * n for n in (1, 2, 3, 4, 5, 4, 4, 3, 3, 2, 2, 1)]
+    assert ir.peak() == (1280, 4)

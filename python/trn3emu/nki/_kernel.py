@@ -1905,7 +1905,9 @@ def wants_ir(kernel) -> bool:
 
 
 def jit(fn=None, **options):
-    """`@nki.jit`, `@nki.jit(...)` or `nki.jit(fn, ...)`; options are accepted (platform_target is checked)."""
+    """`@nki.jit`, `@nki.jit(...)` or `nki.jit(fn, ...)`; options are accepted (platform_target is checked;
+    the emulator's own: `passes=` (passes.py), `ir=True` to keep the kernel IR as `kernel.last_ir`,
+    `cache=`, `fill=`, `trace=`, `progress=`)."""
     options.setdefault("dialect", "nki")  # (the legacy dialect's jit says "legacy": passes.py)
     if fn is None:
         return lambda f: Kernel(f, **options)

@@ -60,14 +60,23 @@ def blocks_of(v, out: list) -> None:
                 blocks_of(x, out)
 
 
-def _is_view(t: type) -> bool:
-    """Whether values of type `t` are tensor views (`_kernel.NkiTensor`: a `_block` slot)."""
-    return t is not type and hasattr(t, "_block") and hasattr(t, "_t")
+_SEQUENCE, _VIEW, _LAZY_VIEW = 1, 2, 3
+_get = object.__getattribute__
 
 
-#: type -> whether its values are tensor views (`_is_view`; a few types per process)
-_VIEW: dict[type, bool] = {}
+def _kind(t: type) -> int:
+    """How `Recorder.call` reads an operand of type `t`: 0 not at all, `_SEQUENCE` (a list or
+    tuple of views), `_VIEW` (`_kernel.NkiTensor`: its `_block` and `_t` slots are set), or
+    `_LAZY_VIEW` (a subclass whose slots may be unset: `pending.Pending`)."""
+    if t is list or t is tuple:
+        return _SEQUENCE
+    if t is type or not (hasattr(t, "_block") and hasattr(t, "_t")):
+        return 0
+    return _VIEW if t.__name__ == "NkiTensor" else _LAZY_VIEW
 
+
+#: operand type -> `_kind` (a few types per process)
+_KIND: dict[type, int] = {}
 
 #: type of a view's allocation -> whether it holds several (`_kernel._Blocks.keep`)
 _MULTI: dict[type, bool] = {}
@@ -165,9 +174,14 @@ class Recorder:
         wrote: list[int] = []
         hreads: list[int] = []
         hwrote: list[int] = []
-        for name, v in (*zip(names, args), *kwargs.items()):
+        for name, v in (*zip(names, args), *kwargs.items()) if args else kwargs.items():
             tv = type(v)
-            if tv is list or tv is tuple:
+            kind = _KIND.get(tv)
+            if kind is None:
+                kind = _KIND[tv] = _kind(tv)
+            if not kind:
+                continue
+            if kind == _SEQUENCE:
                 found: list = []
                 blocks_of(v, found)
                 for b in found:
@@ -178,18 +192,15 @@ class Recorder:
                             u.append(k)
                         reads.append(s)
                 continue
-            view = _VIEW.get(tv)
-            if view is None:
-                view = _VIEW[tv] = _is_view(tv)
-            if not view:
-                continue
-            try:
-                own = object.__getattribute__(v, "_block")
-            except AttributeError:  # a result not issued yet
-                continue
+            if kind == _VIEW:
+                own, t = v._block, v._t
+            else:  # (a result not issued yet has neither: its attribute access would issue it)
+                try:
+                    own, t = _get(v, "_block"), _get(v, "_t")
+                except AttributeError:
+                    continue
             is_dst = name in writes
             if own is None:
-                t = object.__getattribute__(v, "_t")
                 h = t.block if getattr(t, "mem", None) == "hbm" else None
                 if h is not None:
                     i = self._tensor(h, v)
@@ -202,17 +213,21 @@ class Recorder:
             multi = _MULTI.get(tb)
             if multi is None:
                 multi = _MULTI[tb] = hasattr(tb, "keep")
-            if not multi:
-                found = (own,)
-                dyn = getattr(object.__getattribute__(v, "_t"), "dyn", None) is not None
-                dst_block = own
-            else:
-                keep = own.keep
-                found = [x for x in keep if x is not None]
-                # (run-time operand tiles: `_with_runtime_operands`; a `load_reuse` handle has none)
-                dyn = bool(own.tiles) or getattr(object.__getattribute__(v, "_t"), "dyn", None) is not None
-                dst_block = keep[0]
-            for b in found:
+            if not multi:  # (the usual case: one tile)
+                s = getattr(own, "seq", None)
+                if s is not None and own.pass_ is self:
+                    u = tiles[s].uses
+                    if not u or u[-1] != k:
+                        u.append(k)
+                    (wrote if is_dst else reads).append(s)
+                    if getattr(t, "dyn", None) is not None:
+                        tiles[s].pinned = True
+                continue
+            keep = own.keep
+            # (run-time operand tiles: `_with_runtime_operands`; a `load_reuse` handle has none)
+            dyn = bool(own.tiles) or getattr(t, "dyn", None) is not None
+            dst_block = keep[0]
+            for b in keep:
                 s = getattr(b, "seq", None)
                 if s is None or getattr(b, "pass_", None) is not self:
                     continue

@@ -10,8 +10,8 @@ stage can read it and `to_dict()` / `from_dict()` round-trip it through JSON.
   tiles it reads and writes. A call masked to nothing still has its ordinal (it emits nothing).
 - `tiles`: every on-chip allocation (an automatic tile, each block of a block tile, an explicitly
   placed tile) in allocation order; its ordinal is the one the liveness pass numbers it by.
-- `tensors`: the HBM tensors the calls name (kernel inputs by parameter name, `nl.ndarray` in HBM),
-  numbered in the order they are first named.
+- `tensors`: HBM tensors: those the kernel allocates (`nl.ndarray` in HBM), numbered when
+  allocated, and the kernel inputs (by parameter name), numbered when a call first names them.
 - `loops`: the `affine_range` / `sequential_range` / `static_range` loops (one per `for` statement);
   a call's nest gives (loop, iteration, trip count) per enclosing loop, outermost first.
 """

@@ -49,9 +49,8 @@ from ..program import Program
 from ..progress import TraceProgress, wanted
 from ..tensor import Tensor, _shape
 from . import _memory, _traceback, engine_choice, liveness, passes, record
+from ._frames import _INTERNAL, _LOC, _internal
 
-_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_EXAMPLES = os.path.join(_PKG, "examples") + os.sep  # shipped example kernels are user code
 #: The program being traced by this thread (or asyncio task), None outside a trace. A context
 #: variable, not a module global: threads trace kernels side by side, each into its own context,
 #: and a launch made while tracing (a kernel on host arrays) runs in a context of its own.
@@ -120,17 +119,6 @@ def current() -> TraceContext:
     return ctx
 
 
-_INTERNAL: dict[str, bool] = {}
-
-
-def _internal(filename: str) -> bool:
-    v = _INTERNAL.get(filename)
-    if v is None:
-        path = os.path.abspath(filename)
-        v = _INTERNAL[filename] = path.startswith(_PKG) and not path.startswith(_EXAMPLES)
-    return v
-
-
 def user_frame(f: types.FrameType | None) -> types.FrameType | None:
     """The innermost frame from `f` outward whose code lies outside the trn3emu package (the
     kernel's own code), None if there is none."""
@@ -144,12 +132,6 @@ def user_frame(f: types.FrameType | None) -> types.FrameType | None:
             return f
         f = f.f_back
     return None
-
-
-#: (id of a code object, instruction offset) -> (the code object, "file:line"): the line of an
-#: offset is found by decoding the code's line table from its start, so it is looked up once per
-#: call site (the code object held in the value keeps its id from being reused)
-_LOC: dict[tuple[int, int], tuple[types.CodeType, str]] = {}
 
 
 def source_line(skip: int = 0) -> str:
@@ -331,10 +313,8 @@ class NkiTensor:
         elif tk is slice or tk is int:
             key = (key,)
             return self._wrap(self._t._plain(key) or self._checked_view(key))
-        from . import indexing
-
-        if indexing.has_expr(key) or indexing.ds_past_end(self, key) or indexing.has_tile(key):
-            return indexing.index_view(self, key)  # legacy index expressions, index tiles
+        if upcalls.has_expr(key) or upcalls.ds_past_end(self, key) or upcalls.has_tile(key):  # (nki.indexing's)
+            return upcalls.index_view(self, key)  # legacy index expressions, index tiles
         key = _norm_key(key)
         _check_slice_bounds(key, self._t.shape)
         return self._wrap(self._t[key])
@@ -346,9 +326,7 @@ class NkiTensor:
         return self._t._indexed(key)
 
     def __setitem__(self, key, value) -> None:
-        from . import language
-
-        language._assign(self[key], value)
+        upcalls.assign(self[key], value)
 
     def reshape(self, *shape) -> NkiTensor:
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
@@ -513,59 +491,39 @@ class NkiTensor:
 
     # arithmetic sugar -> nl ops
     def __add__(self, o):
-        from . import indexing
-        from . import language as nl
-
-        if isinstance(o, (indexing.IndexExpr, indexing.DynIndex)):  # legacy run-time index
-            return indexing.DynIndex.of(self) + o
-        return nl.add(self, o)
+        if isinstance(o, upcalls.index_types):  # legacy run-time index
+            return upcalls.dyn_index(self) + o
+        return upcalls.add(self, o)
 
     def __radd__(self, o):
-        from . import indexing
-        from . import language as nl
-
-        if isinstance(o, (indexing.IndexExpr, indexing.DynIndex)):
-            return indexing.DynIndex.of(self) + o
-        return nl.add(o, self)
+        if isinstance(o, upcalls.index_types):
+            return upcalls.dyn_index(self) + o
+        return upcalls.add(o, self)
 
     def __sub__(self, o):
-        from . import language as nl
-
-        return nl.subtract(self, o)
+        return upcalls.subtract(self, o)
 
     def __rsub__(self, o):
-        from . import language as nl
-
-        return nl.subtract(o, self)
+        return upcalls.subtract(o, self)
 
     def __mul__(self, o):
-        from . import language as nl
-
-        return nl.multiply(self, o)
+        return upcalls.multiply(self, o)
 
     def __rmul__(self, o):
-        from . import language as nl
-
-        return nl.multiply(o, self)
+        return upcalls.multiply(o, self)
 
     def __truediv__(self, o):
-        from . import language as nl
-
-        return nl.divide(self, o)
+        return upcalls.divide(self, o)
 
     def __neg__(self):
-        from . import language as nl
-
-        return nl.negative(self)
+        return upcalls.negative(self)
 
     # comparisons, logic and the rest of numpy's operator set -> nl ops (tile results; a
     # comparison with anything but a number or a tensor keeps Python's identity semantics)
     def _op(self, name, o, reverse=False):
         if not isinstance(o, (NkiTensor, int, float, np.number)):
             return NotImplemented
-        from . import language as nl
-
-        f = getattr(nl, name)
+        f = getattr(upcalls, name)
         return f(o, self) if reverse else f(self, o)
 
     def __lt__(self, o):
@@ -612,20 +570,14 @@ class NkiTensor:
         return self._op("divide", o, reverse=True)
 
     def __abs__(self):
-        from . import language as nl
-
-        return nl.abs(self)
+        return upcalls.abs(self)
 
     def __invert__(self):
-        from . import language as nl
-
-        return nl.invert(self)
+        return upcalls.invert(self)
 
     def astype(self, dtype):
         """A new SBUF copy cast to dtype (`tensor_copy`)."""
-        from . import language as nl
-
-        return nl.copy(self, dtype=dtype)
+        return upcalls.copy(self, dtype=dtype)
 
     def __getattr__(self, name: str):
         if name.startswith("__"):
@@ -634,9 +586,7 @@ class NkiTensor:
 
     # in-place arithmetic: `t[...] += u` updates the tile (tensor_tensor / tensor_scalar into itself)
     def _inplace(self, op, o):
-        from . import language as nl
-
-        nl._inplace(self, op, o)
+        upcalls.inplace(self, op, o)
         return self
 
     def __iadd__(self, o):
@@ -652,9 +602,7 @@ class NkiTensor:
         return self._inplace("divide", o)
 
     def broadcast_to(self, shape) -> NkiTensor:
-        from . import language as nl
-
-        return nl.broadcast_to(self, shape)
+        return upcalls.broadcast_to(self, shape)
 
     def same_view(self, other) -> bool:
         """True when `other` is exactly this view (same storage, place, shape and strides)."""
@@ -666,9 +614,20 @@ class NkiTensor:
 _BLOCK_SLOT = NkiTensor._block.__get__  # type: ignore[attr-defined]
 
 
-def _norm_key(key):
-    from .language import DSlice
+class DSlice:
+    """`nl.ds(start, size)`: the slice start:start+size (here, not in nki.language: NkiTensor's
+    indexing reads it)."""
 
+    __slots__ = ("start", "size")
+
+    def __init__(self, start, size) -> None:
+        self.start, self.size = int(start), int(size)
+
+    def __repr__(self) -> str:
+        return f"ds({self.start}, {self.size})"
+
+
+def _norm_key(key):
     if not isinstance(key, tuple):
         key = (key,)
     out = []
@@ -820,6 +779,14 @@ def _check_outputs_written(result, inputs: list, contexts) -> None:
     walk(result, "its result")
 
 
+#: The functions of the modules built on this one that it, and the modules between, call back:
+#: NkiTensor's operators are nki.language's ops (`a + b` is `nl.add(a, b)`, `t[k] = v` its
+#: assignment), a tile a lower module needs comes from `nl.ndarray`, legacy index expressions in keys
+#: and sums are nki.indexing's, a full memory evicts block tiles' blocks (nki.blocks). Each of those
+#: modules sets its entries when imported (see their ends); importing any nki module runs nki/__init__
+#: first, which imports them all. So imports point one way (issue 27: one layer per stage), and a
+#: missing entry is an AttributeError naming it.
+upcalls = types.SimpleNamespace()
 #: callables(ctx) run when a program's kernel body has returned
 END_OF_TRACE: list = []
 #: callables(ctx) -> bool run when an on-chip allocation does not fit, before block tiles' blocks
@@ -1004,11 +971,9 @@ class TraceContext:
             got = alloc.try_alloc(row, label)
             if got is not None:
                 return got
-            from . import blocks  # here, not per allocation: only a full memory needs it
-
             if any(release(self) for release in ON_FULL):
                 continue  # (memory held only to save work gives way first)
-            if not blocks.evict_one(self, alloc):
+            if not upcalls.evict_one(self, alloc):  # (nki.blocks')
                 return alloc.alloc(row, label)  # nothing left to give way: the precise error
 
     def _alloc_hbm(self, shape, dt, buffer, name, address, label) -> NkiTensor:
@@ -1718,10 +1683,8 @@ def _to_hbm(r):
     """Returned SBUF/PSUM tiles are copied to new HBM tensors (as the legacy simulator returns
     their values); HBM tensors and other values pass through."""
     if isinstance(r, NkiTensor) and r.buffer in ONCHIP:
-        from . import language as nl
-
-        out = nl.ndarray(r.shape, r.dtype, buffer="hbm")
-        nl.store(out, value=r)
+        out = upcalls.ndarray(r.shape, r.dtype, buffer="hbm")
+        upcalls.store(out, value=r)
         return out
     if isinstance(r, (tuple, list)):
         return type(r)(_to_hbm(x) for x in r)

@@ -28,6 +28,7 @@ from . import passes as _passes
 from ._kernel import (
     DTYPES,
     HBM_BUFFERS,
+    DSlice,
     Dtype,
     NkiTensor,
     _with_runtime_operands,
@@ -38,6 +39,7 @@ from ._kernel import (
 )
 from ._kernel import tracing as _tracing_context
 from ._kernel import unknown_parameter as _unknown_parameter
+from ._kernel import upcalls as _upcalls
 from .blocks import BlockTensor
 from .indexing import ParDim, arange, mgrid, par_dim  # noqa: F401  (legacy index expressions)
 from .pending import InPlace, Pending
@@ -122,18 +124,6 @@ class tile_size:
 
 
 # ------------------------------------------------------------------------------ index helpers
-class DSlice:
-    """`nl.ds(start, size)`: the slice start:start+size."""
-
-    __slots__ = ("start", "size")
-
-    def __init__(self, start, size) -> None:
-        self.start, self.size = int(start), int(size)
-
-    def __repr__(self) -> str:
-        return f"ds({self.start}, {self.size})"
-
-
 def ds(start, size) -> DSlice:
     return DSlice(start, size)
 
@@ -1521,3 +1511,13 @@ def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)
     raise missing_attribute(f"nki.language.{name}", list(globals()))
+
+
+# What the modules below call back (`_kernel.upcalls`): NkiTensor's operators (`a + b`, `a < 0`, `t[k] = v`,
+# `t += u`, `abs(t)`, `t.astype`), and the tiles they allocate or store (the public ops as wrapped above).
+for _n in (
+    "add subtract multiply divide negative abs invert copy broadcast_to ndarray store mod power equal not_equal "
+    "greater greater_equal less less_equal logical_and logical_or bitwise_and bitwise_or bitwise_xor"
+).split():
+    setattr(_upcalls, _n, globals()[_n])
+_upcalls.assign, _upcalls.inplace, _upcalls.loop_reduce = _assign, _inplace, _LoopReduce

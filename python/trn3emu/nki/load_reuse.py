@@ -33,7 +33,7 @@ from __future__ import annotations
 import weakref
 
 from . import toolchain
-from ._kernel import END_OF_TRACE, ON_FULL, NkiTensor, TraceContext, _Blocks, _hbm_span, tracing
+from ._kernel import END_OF_TRACE, ON_FULL, NkiTensor, TraceContext, _Blocks, _hbm_span, tracing, upcalls
 
 #: instructions that order this core against others (a reuse after one could miss their writes)
 CROSS_CORE = frozenset(
@@ -131,11 +131,9 @@ class Fresh:
                 cache.entries[key] = cache.entries.pop(key)  # most recently used last
                 return NkiTensor(e.tensor, "sbuf", handle, ""), True
             cache.drop(key)  # stale, or still held by the kernel: a new load replaces it
-        from . import language as nl
-
         shape, dtype, buf = spec
         self.key = key
-        return nl.ndarray(shape, dtype, buffer=buf), False
+        return upcalls.ndarray(shape, dtype, buffer=buf), False  # (nl.ndarray)
 
     def issued(self, tile: NkiTensor) -> None:
         ctx = tracing()

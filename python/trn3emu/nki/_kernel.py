@@ -48,7 +48,7 @@ from ..errors import (
 from ..program import Program
 from ..progress import TraceProgress, wanted
 from ..tensor import Tensor, _shape
-from . import _memory, _traceback, engine_choice, liveness, passes
+from . import _memory, _traceback, engine_choice, liveness, passes, record
 from ._frames import _INTERNAL, _LOC, _internal
 
 #: The program being traced by this thread (or asyncio task), None outside a trace. A context
@@ -840,7 +840,8 @@ class TraceContext:
         self._sites: dict[tuple, tuple] = {}
         #: nki.isa name -> whether the program's method is the assembler's own (`nki/_emit.py` may append)
         self.direct_ops: dict[str, bool] = {}
-        #: the allocation pass of this trace (`liveness.Recorder` / `Placer`), None: literal allocation
+        #: the IR recorder / allocation pass of this trace (`record.Recorder` in mode "plan" or
+        #: "record", `liveness.Placer`), None: literal allocation, nothing recorded
         self.ir = launch.ir_for(pid)
         if self.ir is not None and self.ir.mode == "emit":
             self.ir.sbuf = self.sbuf
@@ -877,7 +878,7 @@ class TraceContext:
             if shape[0] > _memory.PARTITIONS:
                 _memory.check_partitions(0, shape[0], label)
             if ir is not None:
-                key, t.offset = ir.new_tile(self, alloc, row, label, block)
+                key, t.offset = ir.new_tile(self, alloc, row, label, block, (buffer, shape, dt))
             else:
                 key, t.offset = self._alloc_evicting(alloc, row, label)
         else:
@@ -896,7 +897,7 @@ class TraceContext:
             t.offset, t.start = off, start
             block.placed = True  # (may share bytes with any tile: `pending.InPlace.alias_ok`)
             if ir is not None:
-                ir.placed(block)
+                ir.placed(block, (buffer, shape, dt))
         if buffer == "psum":
             self.program._native.psum_fresh(t.start, shape[0], t.offset, row)
         alloc.track(block, key)
@@ -910,7 +911,8 @@ class TraceContext:
         f = sys._getframe(2)
         if _INTERNAL.get(f.f_code.co_filename) is not False:  # (not a kernel's own frame)
             f = user_frame(f)
-        if f is None or type(name) is not str or self.ir is not None:
+        ir = self.ir
+        if f is None or type(name) is not str or (ir is not None and ir.liveness):
             return self.alloc(shape, dtype, buffer, name)
         code = f.f_code
         key = (id(code), f.f_lasti, shape, dtype, buffer, name)
@@ -944,6 +946,8 @@ class TraceContext:
             self.program._native.psum_fresh(0, parts, off, row)
         nt = _new(NkiTensor)  # `NkiTensor(t, buffer, block, name)`, inlined
         nt._t, nt.buffer, nt._block, nt.name, nt._ap = t, buffer, block, name, ap.at(off)
+        if ir is not None:  # (recording the kernel IR: `record.Recorder`, mode "record")
+            ir.number(block, (buffer, tshape, dt), False)
         return nt
 
     def _new_tile(self, buffer: str, dt: str, shape: tuple, name) -> tuple[Tensor, int]:
@@ -1002,6 +1006,9 @@ class TraceContext:
         """A new HBM tensor starts as the launch's fill byte (`fill_uninitialized`), as on-chip
         memory does: a kernel output it never writes reads as NaN. Zeros otherwise."""
         self.hbm_labels[t.offset] = label
+        ir = self.ir
+        if ir is not None and ir.mode != "emit" and t.block is not None:  # (the kernel IR: record.py)
+            ir.hbm_tensor(t.block.lo, t.block.hi, t.shape, t.dtype, t.name or label)
         fill = self.launch.fill
         if fill is not None and t.nbytes:
             self.device.hbm._native.hbm_write(t.offset, np.full(t.nbytes, fill, np.uint8))
@@ -1154,6 +1161,8 @@ class _Traced:
         self.prints = [(c.pid, prefix, t) for c in contexts for prefix, t in c.prints]
         #: what the spill pass added (`liveness.Placer.stats`, summed over programs); empty when it did not run
         self.spills: dict = {}
+        #: the kernel IR of each program (`ir.KernelIR`) when recorded: `kernel.last_irs`
+        self.irs: list = []
 
 
 def _written_inputs(inputs: list[Tensor], contexts, preload, device_dependent: bool) -> list[int]:
@@ -1227,7 +1236,7 @@ def _arg_key(a, in_list: bool = False):
 
 
 #: Environment variables that change what tracing produces.
-_TRACE_ENV = ("NEURON_PLATFORM_TARGET_OVERRIDE", "TRN3EMU_NKI_PASSES", "TRN3EMU_TIMING")
+_TRACE_ENV = ("NEURON_PLATFORM_TARGET_OVERRIDE", "TRN3EMU_NKI_PASSES", "TRN3EMU_TIMING", "TRN3EMU_NKI_IR")
 CACHE_SIZE = 16
 
 
@@ -1251,6 +1260,7 @@ class _Run:
         self.hbm_ranges: set[tuple[int, int]] = set()
         self.plans: list = []
         self.spill = False
+        self.record_ir = False
 
     def _key(self, args, kwargs):
         """The launch's cache key, or None when caching is off or an argument is not keyable."""
@@ -1330,11 +1340,14 @@ class _Run:
         return dev
 
     def ir_for(self, pid: int):
-        """The allocation pass of program `pid`'s trace (None: literal allocation)."""
+        """The IR recorder or allocation pass of program `pid`'s trace (None: literal
+        allocation, no IR recorded)."""
         if self.ir_mode is None:
-            return None
+            if not self.record_ir:
+                return None
+            return record.Recorder("record", self.kernel.__name__, pid, source_line, user_frame)
         if self.ir_mode == "plan":
-            return liveness.Recorder()
+            return record.Recorder("plan", self.kernel.__name__, pid, source_line, user_frame)
         return liveness.Placer(self.plans[pid], spill=self.spill, sbuf=None)
 
     def _trace(self, args, kwargs):
@@ -1343,6 +1356,7 @@ class _Run:
         when literal allocation does not fit) a recording trace then the trace that lowers with
         tiles freed at their last use and SBUF spilled when full (`liveness.py`)."""
         mode, self.spill = passes.allocation(self.kernel)
+        self.record_ir = wants_ir(self.kernel)
         if mode == "auto":
             try:
                 return self._trace_once(args, kwargs)
@@ -1368,6 +1382,7 @@ class _Run:
             self._restart()
             return self._trace_once(args, kwargs)
         out[1].spills = _sum_stats(c.ir.stats for c in self.contexts)
+        out[1].irs = [p.ir for p in self.plans]
         return out
 
     def _restart(self) -> None:
@@ -1431,13 +1446,21 @@ class _Run:
         if self.ir_mode == "emit":
             for c in self.contexts:
                 c.ir.check_end()
+        elif self.contexts and isinstance(self.contexts[0].ir, record.Recorder):
+            names = getattr(self, "input_names", None) or [""] * len(arrays)  # (an SPMD rank's run: none)
+            named = [(t.block.lo, t.block.hi, t.shape, n) for (_, t), n in zip(arrays, names) if t.block]
+            for c in self.contexts:
+                c.ir.name_inputs(named)
         if not check:
             return None
         _check_placements(self.contexts)  # (before retiring: a conflict traces again)
         _retire_tiles(self.contexts, self.kernel.__name__)  # (the trace that is kept only)
         _check_result(results[0])
         _check_outputs_written(results[0], [t for _, t in arrays], self.contexts)
-        return arrays, _Traced(self.contexts, [t for _, t in arrays], recorder.writes, results[0], ranges)
+        traced = _Traced(self.contexts, [t for _, t in arrays], recorder.writes, results[0], ranges)
+        if self.ir_mode is None and self.record_ir:
+            traced.irs = [c.ir.ir for c in self.contexts]
+        return arrays, traced
 
     def _run(self, traced: _Traced, arrays, framework: str):
         dev = self.device
@@ -1460,6 +1483,8 @@ class _Run:
             raise new from None
         self.kernel.last_result = runs[-1] if len(runs) == 1 else runs
         self.kernel.last_spills = dict(traced.spills)
+        self.kernel.last_irs = traced.irs
+        self.kernel.last_ir = traced.irs[0] if traced.irs else None
         found = [w for r in runs for w in r.identical_writes]
         if found:  # warned at the kernel's store line, not here
             _traceback.warn_identical(found, self.kernel)
@@ -1689,6 +1714,10 @@ class Kernel:
         #: the last launch's spill counts: spills, spilled_bytes, reloads, reloaded_bytes ({} when
         #: the allocation passes did not run)
         self.last_spills: dict = {}
+        #: the kernel IR (`ir.KernelIR`) of the last launch's program 0 / of every program; None /
+        #: [] when it was not recorded (`nki.jit(ir=True)`, TRN3EMU_NKI_IR=1, or the liveness pass ran)
+        self.last_ir = None
+        self.last_irs: list = []
         self.device_dependent = False  # set when a trace read device values (device loops)
         self.__name__ = getattr(fn, "__name__", "kernel")
         self.__doc__ = getattr(fn, "__doc__", None)
@@ -1829,8 +1858,19 @@ def _launch(kernel: Kernel, grid: tuple, args, kwargs, outer: TraceContext | Non
         _TRACE.reset(token)
 
 
+def wants_ir(kernel) -> bool:
+    """Whether a literal trace of `kernel` records its IR: `nki.jit(ir=True)`, else
+    TRN3EMU_NKI_IR=1 (recording costs tracing time; the liveness pass records it anyway)."""
+    v = kernel.options.get("ir")
+    if v is None:
+        v = os.environ.get("TRN3EMU_NKI_IR", "0") not in ("", "0")
+    return bool(v)
+
+
 def jit(fn=None, **options):
-    """`@nki.jit`, `@nki.jit(...)` or `nki.jit(fn, ...)`; options are accepted (platform_target is checked)."""
+    """`@nki.jit`, `@nki.jit(...)` or `nki.jit(fn, ...)`; options are accepted (platform_target is checked;
+    the emulator's own: `passes=` (passes.py), `ir=True` to keep the kernel IR as `kernel.last_ir`,
+    `cache=`, `fill=`, `trace=`, `progress=`)."""
     options.setdefault("dialect", "nki")  # (the legacy dialect's jit says "legacy": passes.py)
     if fn is None:
         return lambda f: Kernel(f, **options)

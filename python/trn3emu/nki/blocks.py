@@ -165,7 +165,7 @@ class BlockTensor(NkiTensor):
     def _get(self, b: tuple, whole_write: bool, renew: bool = False) -> NkiTensor:
         ctx = current()
         phys = self._phys.get(b)
-        if phys is not None and renew and ctx.ir is not None:
+        if phys is not None and renew and ctx.ir is not None and ctx.ir.liveness:
             # allocation by liveness: a whole write starts a new value of the block, in a new
             # tile (the old one dies at its last use, `liveness.py`)
             phys = None

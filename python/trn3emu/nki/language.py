@@ -11,6 +11,7 @@ import builtins
 import contextlib
 import copy as _copy_module
 import math
+import sys
 import warnings
 
 import numpy as np
@@ -132,13 +133,28 @@ def _range(*args):
     return range(*(int(a) for a in args))
 
 
+def _loop(kind: str, start, stop, step):
+    r = _range(start) if stop is None else _range(start, stop, step)
+    ctx = _tracing_context()
+    if ctx is not None and ctx.ir is not None and ctx.ir.mode != "emit":  # the kernel IR's loop nest (record.py)
+        return ctx.ir.loop(r, kind, sys._getframe(2))
+    return r
+
+
 def affine_range(start, stop=None, step=1):
     """Unrolled at trace time (every NKI iterator is unrolled at specialisation)."""
-    return _range(start) if stop is None else _range(start, stop, step)
+    return _loop("affine_range", start, stop, step)
 
 
-sequential_range = affine_range
-static_range = affine_range
+def sequential_range(start, stop=None, step=1):
+    """Unrolled at trace time, as `affine_range` (the dependence between iterations is kept by
+    the instructions' own dependences)."""
+    return _loop("sequential_range", start, stop, step)
+
+
+def static_range(start, stop=None, step=1):
+    """Unrolled at trace time, as `affine_range`."""
+    return _loop("static_range", start, stop, step)
 
 
 def _is_reg(v) -> bool:

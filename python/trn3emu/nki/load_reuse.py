@@ -33,7 +33,7 @@ from __future__ import annotations
 import weakref
 
 from . import toolchain
-from ._kernel import END_OF_TRACE, ON_FULL, NkiTensor, TraceContext, _Blocks, _hbm_span, tracing
+from ._kernel import END_OF_TRACE, ON_FULL, NkiTensor, TraceContext, _Blocks, _hbm_span, tracing, upcalls
 
 #: instructions that order this core against others (a reuse after one could miss their writes)
 CROSS_CORE = frozenset(
@@ -111,7 +111,7 @@ class Fresh:
 
     def tile(self, spec):
         ctx = tracing()
-        if ctx is None or ctx.ir is not None or not toolchain.enabled("load_reuse"):
+        if ctx is None or (ctx.ir is not None and ctx.ir.liveness) or not toolchain.enabled("load_reuse"):
             return None, False  # (not with the liveness allocation pass: it places tiles itself)
         key = _key(self.src, self.odt)
         if key is None:
@@ -131,11 +131,9 @@ class Fresh:
                 cache.entries[key] = cache.entries.pop(key)  # most recently used last
                 return NkiTensor(e.tensor, "sbuf", handle, ""), True
             cache.drop(key)  # stale, or still held by the kernel: a new load replaces it
-        from . import language as nl
-
         shape, dtype, buf = spec
         self.key = key
-        return nl.ndarray(shape, dtype, buffer=buf), False
+        return upcalls.ndarray(shape, dtype, buffer=buf), False  # (nl.ndarray)
 
     def issued(self, tile: NkiTensor) -> None:
         ctx = tracing()
@@ -161,7 +159,12 @@ def into(fresh: Fresh, dst: NkiTensor) -> bool:
     no DMA is needed; else False, and `fresh.key` is set for `issued_into`."""
     fresh.key = None
     ctx = tracing()
-    if ctx is None or ctx.ir is not None or not toolchain.enabled("load_reuse") or dst._block is None:
+    if (
+        ctx is None
+        or (ctx.ir is not None and ctx.ir.liveness)
+        or not toolchain.enabled("load_reuse")
+        or dst._block is None
+    ):
         return False
     key = _key(fresh.src, fresh.odt)
     if key is None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from ..errors import EmuError
 from . import _emit, indexing, load_reuse
 from . import isa as nisa
-from ._kernel import END_OF_TRACE, NkiTensor, block_of, current
+from ._kernel import END_OF_TRACE, NkiTensor, block_of, current, upcalls
 
 #: float dtypes an fp32 result may be written to directly (one RNE rounding either way)
 _NARROW_FLOATS = frozenset({"bfloat16", "float16"})
@@ -164,10 +164,8 @@ class Pending(NkiTensor):
                 self._emit = self._acc = self._fresh = self._inplace = None
                 return
         if dst is None:
-            from . import language as nl
-
             shape, dtype, buf = self._spec
-            dst = nl.ndarray(shape, dtype, buffer=buf)
+            dst = upcalls.ndarray(shape, dtype, buffer=buf)  # (nl.ndarray)
         ctx = current()
         active_masks = ctx.masks
         masks = active_masks[:]  # issued as written: outside any mask= of the call that uses it

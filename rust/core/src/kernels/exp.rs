@@ -7,7 +7,7 @@
 //! `D = 2^-44` comfortably above (this error + libm's), libm's f64 result lies in
 //! `[y(1-D), y(1+D)]`; when both ends round to the same fp32 value, so does libm's result
 //! (rounding is monotone), and that value is returned. Otherwise (the exact value is within
-//! ~2^-44 relative of an fp32 rounding midpoint: 731 of the 2^32 - 2^24 non-NaN inputs; also
+//! ~2^-44 relative of an fp32 rounding midpoint: 730 of the 2^32 - 2^24 non-NaN inputs; also
 //! NaN) the element takes the caller's scalar path. So every SIMD path gives the same bits by
 //! construction.
 //!

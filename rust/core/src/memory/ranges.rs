@@ -43,6 +43,11 @@ pub struct RangeAllocator {
     blocked: Vec<(u64, u64, u64)>,
     /// recently freed (lo, hi, key), oldest first, at most `rotate`
     recent: VecDeque<(u64, u64, u64)>,
+    /// the fewest bytes known not to fit among the live ranges (u64::MAX: none known): a
+    /// larger request cannot fit either (a legal start of it is one of the smaller one's), and
+    /// adding ranges only takes room, so `alloc` refuses at once until a range is released.
+    /// (A memory kept full, e.g. by cached loads, retries every allocation after freeing one.)
+    no_fit: u64,
 }
 
 /// `x` rounded up to a multiple of `a`, None past u64 (a start no memory has).
@@ -63,6 +68,7 @@ impl RangeAllocator {
             live: HashMap::default(),
             blocked: Vec::new(),
             recent: VecDeque::new(),
+            no_fit: u64::MAX,
         }
     }
 
@@ -116,14 +122,22 @@ impl RangeAllocator {
     /// Place `nbytes` (at least 1): `(key, start)`, or None when no range fits.
     pub fn alloc(&mut self, nbytes: u64) -> Option<(u64, u64)> {
         let nbytes = nbytes.max(1);
-        let pos = self
-            .fit(nbytes, self.blocked.iter().map(|r| (r.0, r.1)))
-            .or_else(|| {
-                // rotation found no room: first fit over the live ranges alone
-                let mut live: Vec<(u64, u64)> = self.live.values().copied().collect();
-                live.sort_unstable();
-                self.fit(nbytes, live.into_iter())
-            })?;
+        if nbytes >= self.no_fit {
+            return None;
+        }
+        let blocked = self.blocked.iter().map(|r| (r.0, r.1));
+        let mut pos = self.fit(nbytes, blocked);
+        if pos.is_none() && !self.recent.is_empty() {
+            // rotation found no room: first fit over the live ranges alone (`blocked` less the
+            // recently freed ones: still in start order)
+            let live = &self.live;
+            let ranges = self.blocked.iter().filter(|r| live.contains_key(&r.2));
+            pos = self.fit(nbytes, ranges.map(|r| (r.0, r.1)));
+        }
+        let Some(pos) = pos else {
+            self.no_fit = self.no_fit.min(nbytes);
+            return None;
+        };
         Some((self.add(pos, pos + nbytes), pos))
     }
 
@@ -155,6 +169,7 @@ impl RangeAllocator {
         let Some((lo, hi)) = self.live.remove(&key) else {
             return;
         };
+        self.no_fit = u64::MAX;
         let r = (lo, hi, key);
         if self.recent.len() >= self.rotate {
             if let Some(old) = self.recent.pop_front() {
@@ -203,6 +218,22 @@ mod tests {
         let (_, s4) = a.alloc(64).unwrap();
         assert_eq!(s4, 0);
         assert!(a.alloc(128).is_none());
+    }
+
+    #[test]
+    fn a_refused_size_is_refused_until_a_release_and_smaller_ones_still_fit() {
+        let mut a = RangeAllocator::new(512, 64, 0, 2);
+        let keys: Vec<u64> = (0..3).map(|_| a.alloc(128).unwrap().0).collect();
+        assert!(a.alloc(192).is_none());
+        assert!(a.alloc(256).is_none()); // larger: refused by the memo
+        assert_eq!(a.alloc(64).unwrap().1, 384); // smaller: still placed
+        assert!(a.alloc(128).is_none());
+        a.release(keys[1]); // 128..256 free again (recently freed: used only when nothing else fits)
+        assert_eq!(a.alloc(128).unwrap().1, 128);
+        a.release(keys[0]);
+        a.release(keys[2]);
+        assert!(a.alloc(320).is_none()); // 0..128 and 256..384 free, no 320-byte gap
+        assert_eq!(a.alloc(128).unwrap().1, 0);
     }
 
     #[test]

@@ -690,6 +690,8 @@ _INT_BITS = {"bool": 1, "uint8": 8, "int8": 8, "uint16": 16, "int16": 16, "uint3
 def promote(a, b) -> Dtype:
     """NKI's documented promotion (reference §3.3): float+int -> the float; wider float wins
     (fp16+bf16 -> fp32, mixed fp8 -> bf16); int+int -> wider, signed when mixed."""
+    if a is b and type(a) is Dtype:  # (the usual case: tiles of one dtype; an nl dtype is its DTYPES entry)
+        return DTYPES[str.__str__(a)]
     a, b = str(as_dtype(a)), str(as_dtype(b))
     if a == b:
         return DTYPES[a]
@@ -719,6 +721,8 @@ def promote(a, b) -> Dtype:
 def _bcast_free(t: NkiTensor, shape) -> NkiTensor:
     """Stride-0 view of a [P, 1...] tile over the free dims of `shape`."""
     v = t
+    if v.shape == shape:
+        return v  # (nothing to broadcast: the loop below would leave it as it is)
     if v.ndim != len(shape):
         if v.size // v.shape[0] == 1:
             v = v.reshape((v.shape[0],) + (1,) * (len(shape) - 1))
@@ -850,7 +854,12 @@ def _binary(op: str, x, y, dtype, out=None) -> NkiTensor:
         emit_col(out)
         return out
     try:
-        shape = tuple(np.broadcast_shapes(x.shape, y.shape)) if out is None else out.shape
+        if out is not None:
+            shape = out.shape
+        elif x.shape == y.shape:
+            shape = x.shape  # (what broadcast_shapes gives, without building its arrays)
+        else:
+            shape = tuple(np.broadcast_shapes(x.shape, y.shape))
     except ValueError:
         # numpy's own message names neither the call nor the rule; say both, once (no chained traceback)
         raise ShapeError(

@@ -116,7 +116,7 @@ class Pending(NkiTensor):
         # into a target of another dtype or aliasing an operand only where that is exact;
         # `fresh.tile(spec)`: (the tile a use other than an assignment issues into, whether it
         # holds the result already), or (None, False): a new tile; `fresh.issued(tile)` after
-        self.buffer, self.name = spec[2], ""
+        self.buffer, self.name, self._ap = spec[2], "", None  # (`_ap`: the view's pattern once issued)
         self._spec, self._emit, self._ctx, self._acc, self._origin = spec, emit, current(), accumulate, origin
         self._inplace, self._fresh = inplace, fresh
         self._site = _emit.site(0, None)[0]  # its instructions are named after this call's line
@@ -163,12 +163,11 @@ class Pending(NkiTensor):
                 self._t, self._block = dst._t, dst._block
                 self._emit = self._acc = self._fresh = self._inplace = None
                 return
-        if dst is None:
-            from . import language as nl
-
-            shape, dtype, buf = self._spec
-            dst = nl.ndarray(shape, dtype, buffer=buf)
         ctx = current()
+        if dst is None:
+            shape, dtype, buf = self._spec
+            dst = ctx.tile(shape, dtype, buf, "")  # (`nl.ndarray(shape, dtype=, buffer=)`'s own path)
+
         active_masks = ctx.masks
         masks = active_masks[:]  # issued as written: outside any mask= of the call that uses it
         active_masks.clear()
@@ -186,6 +185,7 @@ class Pending(NkiTensor):
         if fresh is not None and dst is not None:
             fresh.issued(dst)
         self._t, self._block = dst._t, dst._block
+        self._ap = dst._ap if type(dst) is NkiTensor else None  # (a tile subclass may not know it)
         # issued: drop the operands the closures hold, so their tiles die when the kernel drops them
         self._emit = self._acc = self._fresh = self._inplace = None
 
@@ -224,6 +224,7 @@ class Pending(NkiTensor):
 
 
 nisa._before_issue.append(_flush_pending)
+nisa._issued_kind.append(Pending)
 
 
 def _finish(ctx) -> None:

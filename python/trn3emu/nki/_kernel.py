@@ -1000,10 +1000,10 @@ class TraceContext:
             got = alloc.try_alloc(row, label)
             if got is not None:
                 return got
-            from . import blocks  # here, not per allocation: only a full memory needs it
-
             if any(release(self) for release in ON_FULL):
                 continue  # (memory held only to save work gives way first)
+            from . import blocks  # here, not per allocation: only a full memory needs it
+
             if not blocks.evict_one(self, alloc):
                 return alloc.alloc(row, label)  # nothing left to give way: the precise error
 

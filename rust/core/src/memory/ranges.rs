@@ -91,22 +91,65 @@ impl RangeAllocator {
 
     /// The lowest legal start of `nbytes` clear of `ranges` (sorted by start).
     fn fit(&self, nbytes: u64, ranges: impl Iterator<Item = (u64, u64)>) -> Option<u64> {
-        let mut pos = 0;
+        match self.gaps(nbytes, 0, ranges) {
+            Ok(s) => Some(s),
+            Err(pos) => self.tail(nbytes, pos),
+        }
+    }
+
+    /// The lowest legal start of `nbytes` in a gap of `ranges` (sorted by start) at or after
+    /// `pos`, the end of what came before: Ok(start), or Err(the end of what they cover: the
+    /// largest end among them and `pos`).
+    fn gaps(
+        &self,
+        nbytes: u64,
+        mut pos: u64,
+        ranges: impl Iterator<Item = (u64, u64)>,
+    ) -> std::result::Result<u64, u64> {
         for (lo, hi) in ranges {
             if lo > pos {
                 if let Some(s) = self.fits(pos, nbytes, lo) {
-                    return Some(s);
+                    return Ok(s);
                 }
                 pos = hi;
             } else if hi > pos {
                 pos = hi;
             }
         }
+        Err(pos)
+    }
+
+    /// `nbytes` after everything that ends at `pos`, if the memory has room.
+    fn tail(&self, nbytes: u64, pos: u64) -> Option<u64> {
         if self.capacity > pos {
             self.fits(pos, nbytes, self.capacity)
         } else {
             None
         }
+    }
+
+    /// First fit over the live ranges alone, when first fit over `blocked` (live and recently
+    /// freed) found no room: `blocked` less its recently freed entries. Before the first of
+    /// those, both scans see the same ranges (and found nothing), so the scan starts there,
+    /// from the end of what the ranges before it cover.
+    fn fit_live(&self, nbytes: u64) -> Option<u64> {
+        let blocked = &self.blocked;
+        let mut skip: Vec<usize> = self
+            .recent
+            .iter()
+            .filter_map(|r| blocked.binary_search(r).ok())
+            .collect();
+        skip.sort_unstable();
+        let first = *skip.first()?;
+        let mut pos = blocked[..first].iter().map(|r| r.1).max().unwrap_or(0);
+        for (n, &k) in skip.iter().enumerate() {
+            let end = skip.get(n + 1).copied().unwrap_or(blocked.len());
+            match self.gaps(nbytes, pos, blocked[k + 1..end].iter().map(|r| (r.0, r.1))) {
+                Ok(s) => return Some(s),
+                Err(p) => pos = p,
+            }
+        }
+        self.tail(nbytes, pos)
     }
 
     fn add(&mut self, lo: u64, hi: u64) -> u64 {
@@ -127,12 +170,8 @@ impl RangeAllocator {
         }
         let blocked = self.blocked.iter().map(|r| (r.0, r.1));
         let mut pos = self.fit(nbytes, blocked);
-        if pos.is_none() && !self.recent.is_empty() {
-            // rotation found no room: first fit over the live ranges alone (`blocked` less the
-            // recently freed ones: still in start order)
-            let live = &self.live;
-            let ranges = self.blocked.iter().filter(|r| live.contains_key(&r.2));
-            pos = self.fit(nbytes, ranges.map(|r| (r.0, r.1)));
+        if pos.is_none() {
+            pos = self.fit_live(nbytes); // rotation found no room: the live ranges alone
         }
         let Some(pos) = pos else {
             self.no_fit = self.no_fit.min(nbytes);
@@ -234,6 +273,60 @@ mod tests {
         a.release(keys[2]);
         assert!(a.alloc(320).is_none()); // 0..128 and 256..384 free, no 320-byte gap
         assert_eq!(a.alloc(128).unwrap().1, 0);
+    }
+
+    /// The policy stated plainly: the lowest legal start clear of every range in `ranges`.
+    fn lowest_start(a: &RangeAllocator, nbytes: u64, ranges: &[(u64, u64)]) -> Option<u64> {
+        let starts = std::iter::once(0).chain(ranges.iter().map(|r| r.1));
+        starts
+            .filter_map(|c| a.start(c, nbytes))
+            .filter(|&s| {
+                s + nbytes <= a.capacity
+                    && ranges.iter().all(|&(lo, hi)| hi <= s || s + nbytes <= lo)
+            })
+            .min()
+    }
+
+    #[test]
+    fn first_fit_with_rotation_matches_the_policy_stated_plainly() {
+        for (capacity, bank, rotate) in [(4096, 0, 8), (16384, 2048, 8), (4096, 0, 2), (2048, 0, 0)]
+        {
+            let mut a = RangeAllocator::new(capacity, 64, bank, rotate);
+            let mut live: Vec<(u64, u64, u64)> = Vec::new(); // (lo, hi, key)
+            let mut recent: VecDeque<(u64, u64)> = VecDeque::new();
+            let mut x: u64 = 12345;
+            for step in 0..4000 {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let r = x >> 33;
+                if r % 5 < 3 || live.is_empty() {
+                    let n = 1 + (r >> 3) % 700;
+                    let all: Vec<(u64, u64)> = live
+                        .iter()
+                        .map(|l| (l.0, l.1))
+                        .chain(recent.iter().copied())
+                        .collect();
+                    let only_live: Vec<(u64, u64)> = live.iter().map(|l| (l.0, l.1)).collect();
+                    let want =
+                        lowest_start(&a, n, &all).or_else(|| lowest_start(&a, n, &only_live));
+                    let got = a.alloc(n);
+                    assert_eq!(got.map(|g| g.1), want, "step {step}: alloc({n})");
+                    if let Some((key, s)) = got {
+                        live.push((s, s + n, key));
+                    }
+                } else {
+                    let (lo, hi, key) = live.swap_remove((r >> 3) as usize % live.len());
+                    a.release(key);
+                    if rotate > 0 {
+                        if recent.len() >= rotate {
+                            recent.pop_front();
+                        }
+                        recent.push_back((lo, hi));
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -216,3 +216,38 @@ def test_nki_tracing_per_instruction(benchmark, monkeypatch):
         instructions_per_s_target=200_000,
         load_avg_1min=load_avg(),
     )
+
+
+def test_nki_tracing_ir_recording(benchmark, monkeypatch):
+    """What recording the kernel IR costs (`nki.jit(ir=True)`, docs/nki.md "Passes"): the same
+    front-end-only run as above, with and without recording, thread CPU time measured alternately
+    in the same run; extra_info has the ratio (why recording is opt-in: it is not < 1.05)."""
+    import trn3emu.device
+
+    class _NoRun:
+        time_ns = 0.0
+        identical_writes = ()
+
+    monkeypatch.setattr(trn3emu.device.Device, "run", lambda self, *a, **k: _NoRun())
+    monkeypatch.setattr(trn3emu.device.Device, "_run", lambda self, *a, **k: _NoRun())
+    fa = nki_flash_attention
+    q_t, k_t, v, scale = fa.make_inputs()
+    plain = nki.jit(fa.flash_attention_causal.fn, cache=False)
+    rec = nki.jit(fa.flash_attention_causal.fn, cache=False, ir=True)
+    benchmark.pedantic(rec, args=(q_t, k_t, v, scale), rounds=5, iterations=1, warmup_rounds=1)
+    plain(q_t, k_t, v, scale)
+    cpu: dict = {"plain": [], "ir": []}
+    for _ in range(7):
+        for name, k in (("plain", plain), ("ir", rec)):
+            t0 = time.thread_time()
+            k(q_t, k_t, v, scale)
+            cpu[name].append(time.thread_time() - t0)
+    n_instr = sum(len(p) for p in plain.last_programs)
+    assert len(rec.last_ir.calls) >= len(plain.last_programs[0])  # (masked-out calls emit nothing)
+    benchmark.extra_info.update(
+        instructions=n_instr,
+        plain_cpu_instructions_per_s=n_instr / float(np.median(cpu["plain"])),
+        ir_cpu_instructions_per_s=n_instr / float(np.median(cpu["ir"])),
+        ir_over_plain_cpu=float(np.median(cpu["ir"]) / np.median(cpu["plain"])),
+        load_avg_1min=load_avg(),
+    )

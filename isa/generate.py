@@ -23,6 +23,7 @@ PY_OUT = ROOT / "python" / "trn3emu" / "_asm.py"
 PYI_OUT = ROOT / "python" / "trn3emu" / "_asm.pyi"
 DOC_OUT = ROOT / "docs" / "isa.md"
 PAGES_OUT = ROOT / "python" / "trn3emu" / "_isa_pages.py"
+TABLES_OUT = ROOT / "python" / "trn3emu" / "_isa_tables.py"
 
 MEMS = {"sbuf": 1, "psum": 2, "hbm": 4}
 PATHS = ["compute", "dma", "collective", "control"]
@@ -557,16 +558,11 @@ def py_params(ins: dict, stub: bool) -> list[str]:
     return sig
 
 
-def gen_python(data: dict) -> str:
-    enums = {e["name"]: e["values"] for e in data["enum"]}
-    out = [f'"""Assembler methods and ISA tables ({HEADER})."""', "", "from __future__ import annotations", ""]
-    out.append("from typing import TYPE_CHECKING, Any, Literal")
-    out.append("")
-    out.append("if TYPE_CHECKING:")
-    out.append("    from collections.abc import Sequence")
-    out.append("")
-    out.append("    from .tensor import Reg, Tensor")
-    out.append("")
+def gen_tables(data: dict) -> str:
+    """python/trn3emu/_isa_tables.py: the ISA tables alone, importing nothing, so the layers below the
+    assembler (dtypes, tensor) read them without importing the assembler, whose operand types are theirs."""
+    out = [f'"""ISA tables: dtypes, enums, instructions ({HEADER})."""', ""]
+    out.append("# name -> (opcode, bits, kind, numpy dtype name)")
     out.append("DTYPES = {")
     for d in data["dtype"]:
         out.append(f"    {d['name']!r}: ({d['code']}, {d['bits']}, {d['kind']!r}, {d['numpy']!r}),")
@@ -576,10 +572,6 @@ def gen_python(data: dict) -> str:
     for e in data["enum"]:
         out.append(f"    {e['name']!r}: {tuple(e['values'])!r},")
     out.append("}")
-    out.append("")
-    out.append("# The value names each enum operand takes (type aliases for annotations).")
-    for e in data["enum"]:
-        out.append(f"{enum_alias(e['name'])} = Literal[{', '.join(repr(v) for v in e['values'])}]")
     out.append("")
     out.append("# name -> (opcode, engines, ((param, kind, enum-or-None), ...))")
     out.append("INSTRUCTIONS = {")
@@ -595,6 +587,28 @@ def gen_python(data: dict) -> str:
         flags = (ins["cost"], paths[ins["cost"]], ins.get("rng", False), ins.get("maskable", True))
         out.append(f"    {ins['name']!r}: {flags!r},")
     out.append("}")
+    out.append("")
+    return "\n".join(out)
+
+
+def gen_python(data: dict) -> str:
+    enums = {e["name"]: e["values"] for e in data["enum"]}
+    out = [f'"""Assembler methods and ISA tables ({HEADER})."""', "", "from __future__ import annotations", ""]
+    out.append("from typing import TYPE_CHECKING, Any, Literal")
+    out.append("")
+    out.append("from ._isa_tables import DTYPES as DTYPES")
+    out.append("from ._isa_tables import ENUMS as ENUMS")
+    out.append("from ._isa_tables import INSTRUCTION_FLAGS as INSTRUCTION_FLAGS")
+    out.append("from ._isa_tables import INSTRUCTIONS as INSTRUCTIONS")
+    out.append("")
+    out.append("if TYPE_CHECKING:")
+    out.append("    from collections.abc import Sequence")
+    out.append("")
+    out.append("    from .tensor import Reg, Tensor")
+    out.append("")
+    out.append("# The value names each enum operand takes (type aliases for annotations).")
+    for e in data["enum"]:
+        out.append(f"{enum_alias(e['name'])} = Literal[{', '.join(repr(v) for v in e['values'])}]")
     out.append("")
     out.append("")
     out.append("class AssemblerMixin:")
@@ -780,6 +794,7 @@ def main() -> int:
         PYI_OUT: gen_pyi(data),
         DOC_OUT: gen_doc(data),
         PAGES_OUT: gen_pages(data),
+        TABLES_OUT: gen_tables(data),
     }
     if "--check" in sys.argv:
         stale = [str(p.relative_to(ROOT)) for p, text in outputs.items() if not p.exists() or p.read_text() != text]

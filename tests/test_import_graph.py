@@ -1,9 +1,11 @@
 """The import graph of python/trn3emu (issue 27, item 1: one layer per stage, no cycles).
 
 Every module is parsed with ast; an edge A -> B is any import of trn3emu module B in A, at module level or inside
-a function (a lazy import is still a dependency). Strongly connected components of size > 1 are cycles.
-Module-level imports form a DAG and must stay one; the lazy imports inside functions still close cycles, so
-test_no_import_cycles is an expected failure until they are gone and test_cycles_do_not_grow is a ratchet.
+a function (a lazy import is still a dependency; so is an `if TYPE_CHECKING:` import, in this full graph).
+Strongly connected components of size > 1 are cycles.
+Both graphs are DAGs (docs/nki.md, "Module layers"). Where a lower NKI module calls back into a higher one
+(NkiTensor's `a + b` is nl.add), it goes through `nki._kernel.upcalls`, which the higher modules fill when imported;
+test_upcalls_are_the_public_ops checks every entry the code reads is set, and to what.
 """
 
 import ast
@@ -13,11 +15,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "python" / "trn3emu"
 
-# Largest strongly connected component measured on 2026-12-06 counting function-level imports: 26 (plus one of 3:
-# _asm, dtypes, tensor). Module-level imports alone already form a DAG. (Counting `from pkg import sub` as an
-# import of pkg/__init__ as well gives 36, or 8 + 19 at module level: that is the counting, not the code.)
-# Lower these as the restructuring lands; never raise them.
-MAX_SCC_ALL = 26
+# Largest strongly connected component counting function-level imports: 26 (plus one of 3: _asm, dtypes, tensor)
+# on 2026-12-06 before issue 27 item 1, 0 after. (Counting `from pkg import sub` as an import of pkg/__init__ as
+# well gives 36, or 8 + 19 at module level: that is the counting, not the code.) Never raise them.
+MAX_SCC_ALL = 0
 MAX_SCC_MODULE_LEVEL = 0
 
 
@@ -127,7 +128,78 @@ def test_cycles_do_not_grow(module_level_only, limit):
     assert biggest <= limit, f"import cycle grew to {biggest} modules: {max(sccs, key=len)}"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 27 item 1: the front end is not yet a DAG")
 def test_no_import_cycles():
     sccs = strongly_connected(import_graph())
     assert not sccs, f"import cycles: {sccs}"
+
+
+def test_the_tracing_core_is_below_the_language():
+    """The layer order of docs/nki.md, edge by edge: no path from a lower layer to a higher one."""
+    g = import_graph()
+
+    def reach(a):
+        seen, todo = set(), [a]
+        while todo:
+            for b in g[todo.pop()] - seen:
+                seen.add(b)
+                todo.append(b)
+        return seen
+
+    nki = "trn3emu.nki."
+    assert not reach("trn3emu.dtypes") & {"trn3emu._asm", "trn3emu.tensor"}
+    assert not reach("trn3emu.trace") & {"trn3emu", "trn3emu.calibration", "trn3emu.nki"}
+    for low, high in [
+        ("_frames", "_kernel"),
+        ("_traceback", "_kernel"),
+        ("_kernel", "indexing"),
+        ("indexing", "isa"),
+        ("registers", "isa"),
+        ("load_reuse", "isa"),
+        ("isa", "pending"),
+        ("isa", "blocks"),
+        ("pending", "language"),
+        ("blocks", "language"),
+        ("language", "collectives"),
+        ("language", "legacy"),
+    ]:
+        assert nki + low in reach(nki + high), (low, high)
+        assert nki + high not in reach(nki + low), (low, high)
+    assert "trn3emu.nki" not in reach(nki + "legacy")
+
+
+def _upcall_names():
+    """Attribute names the package reads off `upcalls` (or `_upcalls`), and the names `_op` looks up on it."""
+    names = set()
+    for path in (ROOT / "nki").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                if node.value.id in ("upcalls", "_upcalls") and isinstance(node.ctx, ast.Load):
+                    names.add(node.attr)
+            if path.name == "_kernel.py" and isinstance(node, ast.FunctionDef) and node.name.startswith("__"):
+                for call in ast.walk(node):  # self._op("less", o)
+                    if isinstance(call, ast.Call) and getattr(call.func, "attr", None) == "_op":
+                        arg = call.args[0]  # "less", or "bitwise_and" if ... else "logical_and"
+                        for c in (arg.body, arg.orelse) if isinstance(arg, ast.IfExp) else (arg,):
+                            names.add(c.value)
+    return names
+
+
+def test_upcalls_are_the_public_ops():
+    import trn3emu.nki.language as nl
+    from trn3emu.nki import _kernel, blocks, indexing
+
+    names = _upcall_names()
+    assert {"add", "less", "bitwise_and", "logical_or", "ndarray", "assign", "evict_one", "index_view"} <= names
+    table = vars(_kernel.upcalls)
+    assert names <= set(table), f"read but never set: {sorted(names - set(table))}"
+    for name, f in table.items():  # the same objects a kernel reaches through nl.* (after wrapping)
+        if name in ("assign", "inplace", "loop_reduce"):
+            assert f is getattr(nl, "_" + {"loop_reduce": "LoopReduce"}.get(name, name))
+        elif name in ("evict_one",):
+            assert f is blocks.evict_one
+        elif name in ("index_types", "dyn_index"):
+            assert {"index_types": (indexing.IndexExpr, indexing.DynIndex)}.get(name, f) == f
+        elif name in ("has_expr", "has_tile", "ds_past_end", "index_view"):
+            assert f is getattr(indexing, name)
+        else:
+            assert f is getattr(nl, name), name

@@ -4,44 +4,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
+from ._isa_tables import DTYPES as DTYPES
+from ._isa_tables import ENUMS as ENUMS
+from ._isa_tables import INSTRUCTION_FLAGS as INSTRUCTION_FLAGS
+from ._isa_tables import INSTRUCTIONS as INSTRUCTIONS
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from .tensor import Reg, Tensor
-
-DTYPES = {
-    'float32': (0, 32, 'float', 'float32'),
-    'tfloat32': (1, 32, 'float', 'uint32'),
-    'bfloat16': (2, 16, 'float', 'bfloat16'),
-    'float16': (3, 16, 'float', 'float16'),
-    'float8_e4m3': (4, 8, 'float', 'float8_e4m3'),
-    'float8_e4m3fn': (5, 8, 'float', 'float8_e4m3fn'),
-    'float8_e5m2': (6, 8, 'float', 'float8_e5m2'),
-    'float8_e8m0fnu': (7, 8, 'float', 'float8_e8m0fnu'),
-    'float8_e4m3fn_x4': (8, 32, 'packed', 'uint32'),
-    'float8_e5m2_x4': (9, 32, 'packed', 'uint32'),
-    'float4_e2m1fn_x4': (10, 16, 'packed', 'uint16'),
-    'int8': (11, 8, 'int', 'int8'),
-    'int16': (12, 16, 'int', 'int16'),
-    'int32': (13, 32, 'int', 'int32'),
-    'uint8': (14, 8, 'uint', 'uint8'),
-    'uint16': (15, 16, 'uint', 'uint16'),
-    'uint32': (16, 32, 'uint', 'uint32'),
-    'bool': (17, 8, 'bool', 'bool'),
-}
-
-ENUMS = {
-    'engine': ('unknown', 'tensor', 'scalar', 'gpsimd', 'dma', 'vector', 'sync'),
-    'alu_op': ('bypass', 'add', 'subtract', 'multiply', 'maximum', 'minimum', 'equal', 'not_equal', 'greater_equal', 'greater', 'less_equal', 'less', 'logical_and', 'logical_or', 'logical_xor', 'logical_not', 'bitwise_and', 'bitwise_or', 'bitwise_xor', 'invert', 'left_shift', 'right_shift', 'power', 'abs_max', 'abs_min', 'abs', 'square', 'relu', 'rsqrt', 'reciprocal', 'average', 'divide'),
-    'act_fn': ('copy', 'square', 'sigmoid', 'relu', 'prelu', 'gelu', 'gelu_dx', 'gelu_apprx_tanh', 'gelu_apprx_sigmoid', 'gelu_apprx_sigmoid_dx', 'silu', 'silu_dx', 'tanh', 'softplus', 'mish', 'erf', 'erf_dx', 'exp', 'sign', 'abs', 'log', 'sin', 'arctan', 'sqrt', 'rsqrt', 'reciprocal', 'bypass'),
-    'reduce_cmd': ('idle', 'reset', 'reduce', 'reset_reduce', 'load_reduce'),
-    'dge_mode': ('unknown', 'swdge', 'hwdge', 'none'),
-    'oob_mode': ('error', 'skip'),
-    'matmul_perf_mode': ('none', 'double_row'),
-    'cmp_op': ('always', 'eq', 'ne', 'lt', 'le', 'gt', 'ge'),
-    'dma_engine': ('unused', 'dma', 'gpsimd_dma'),
-    'sparsity_pattern': ('m4_n16', 'm4_n12', 'm4_n8', 'm2_n8', 'm2_n4', 'm1_n4', 'm1_n2'),
-}
 
 # The value names each enum operand takes (type aliases for annotations).
 Engine = Literal['unknown', 'tensor', 'scalar', 'gpsimd', 'dma', 'vector', 'sync']
@@ -54,136 +25,6 @@ MatmulPerfMode = Literal['none', 'double_row']
 CmpOp = Literal['always', 'eq', 'ne', 'lt', 'le', 'gt', 'ge']
 DmaEngine = Literal['unused', 'dma', 'gpsimd_dma']
 SparsityPattern = Literal['m4_n16', 'm4_n12', 'm4_n8', 'm2_n8', 'm2_n4', 'm1_n4', 'm1_n2']
-
-# name -> (opcode, engines, ((param, kind, enum-or-None), ...))
-INSTRUCTIONS = {
-    'nop': (0x0001, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), ()),
-    'nc_matmul': (0x0100, ('tensor',), (('dst', 'tensor', None), ('stationary', 'tensor', None), ('moving', 'tensor', None), ('is_stationary_onezero', 'bool', None), ('is_moving_onezero', 'bool', None), ('is_transpose', 'bool', None), ('accumulate', 'bool', None), ('tile_position', 'ints', None), ('tile_size', 'ints', None), ('perf_mode', 'enum', 'matmul_perf_mode'))),
-    'nc_transpose': (0x0102, ('tensor', 'vector'), (('dst', 'tensor', None), ('data', 'tensor', None))),
-    'activation': (0x0200, ('scalar', 'gpsimd'), (('dst', 'tensor', None), ('op', 'enum', 'act_fn'), ('data', 'tensor', None), ('bias', 'tensor_or_f32', None), ('scale', 'tensor_or_f32', None), ('reduce_op', 'enum', 'alu_op'), ('reduce_res', 'tensor', None), ('reduce_cmd', 'enum', 'reduce_cmd'))),
-    'tensor_tensor': (0x0300, ('vector', 'gpsimd'), (('dst', 'tensor', None), ('data1', 'tensor', None), ('data2', 'tensor', None), ('op', 'enum', 'alu_op'))),
-    'tensor_scalar': (0x0301, ('vector', 'scalar', 'gpsimd'), (('dst', 'tensor', None), ('data', 'tensor', None), ('op0', 'enum', 'alu_op'), ('operand0', 'tensor_or_f32', None), ('reverse0', 'bool', None), ('op1', 'enum', 'alu_op'), ('operand1', 'tensor_or_f32', None), ('reverse1', 'bool', None))),
-    'tensor_copy': (0x0302, ('vector', 'scalar', 'gpsimd'), (('dst', 'tensor', None), ('src', 'tensor', None))),
-    'memset': (0x0303, ('vector', 'gpsimd'), (('dst', 'tensor', None), ('value', 'f32', None))),
-    'iota': (0x0400, ('gpsimd',), (('dst', 'tensor', None), ('pattern', 'pattern', None), ('offset', 'i32_or_reg', None), ('channel_multiplier', 'i32', None))),
-    'dma_copy': (0x0800, ('sync', 'scalar', 'gpsimd', 'vector', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('priority', 'i32', None), ('oob_mode', 'enum', 'oob_mode'), ('dge_mode', 'enum', 'dge_mode'))),
-    'nc_matmul_mx': (0x0101, ('tensor',), (('dst', 'tensor', None), ('stationary', 'tensor', None), ('moving', 'tensor', None), ('stationary_scale', 'tensor', None), ('moving_scale', 'tensor', None), ('tile_position', 'ints', None), ('tile_size', 'ints', None), ('accumulate', 'bool', None))),
-    'nc_matmul_sparse': (0x0103, ('tensor',), (('dst', 'tensor', None), ('stationary', 'tensor', None), ('stationary_index', 'tensor', None), ('moving', 'tensor', None), ('pattern', 'enum', 'sparsity_pattern'), ('accumulate', 'bool', None))),
-    'activation_reduce': (0x0201, ('scalar',), (('dst', 'tensor', None), ('op', 'enum', 'act_fn'), ('data', 'tensor', None), ('reduce_op', 'enum', 'alu_op'), ('reduce_res', 'tensor', None), ('bias', 'tensor_or_f32', None), ('scale', 'tensor_or_f32', None))),
-    'activate2': (0x0202, ('scalar',), (('dst', 'tensor', None), ('op', 'enum', 'act_fn'), ('data', 'tensor', None), ('imm0', 'tensor_or_f32', None), ('imm1', 'tensor_or_f32', None), ('op0', 'enum', 'alu_op'), ('op1', 'enum', 'alu_op'), ('relu_param', 'tensor_or_f32', None), ('reverse0', 'bool', None), ('reverse1', 'bool', None), ('reduce_op', 'enum', 'alu_op'), ('reduce_res', 'tensor', None), ('reduce_cmd', 'enum', 'reduce_cmd'))),
-    'scalar_tensor_tensor': (0x0304, ('vector',), (('dst', 'tensor', None), ('data', 'tensor', None), ('op0', 'enum', 'alu_op'), ('operand0', 'tensor_or_f32', None), ('op1', 'enum', 'alu_op'), ('operand1', 'tensor', None), ('reverse0', 'bool', None), ('reverse1', 'bool', None))),
-    'tensor_reduce': (0x0305, ('vector',), (('dst', 'tensor', None), ('op', 'enum', 'alu_op'), ('data', 'tensor', None), ('axis', 'ints', None), ('negate', 'bool', None), ('keepdims', 'bool', None))),
-    'tensor_tensor_scan': (0x0306, ('vector',), (('dst', 'tensor', None), ('data0', 'tensor', None), ('data1', 'tensor', None), ('initial', 'tensor_or_f32', None), ('op0', 'enum', 'alu_op'), ('op1', 'enum', 'alu_op'), ('reverse0', 'bool', None), ('reverse1', 'bool', None))),
-    'tensor_scalar_reduce': (0x0307, ('vector',), (('dst', 'tensor', None), ('data', 'tensor', None), ('op0', 'enum', 'alu_op'), ('operand0', 'tensor_or_f32', None), ('reduce_op', 'enum', 'alu_op'), ('reduce_res', 'tensor', None), ('reverse0', 'bool', None), ('reduce_cmd', 'enum', 'reduce_cmd'), ('reduce_init', 'tensor_or_f32', None), ('reduce_res_negate', 'bool', None))),
-    'tensor_scalar_cumulative': (0x0308, ('vector',), (('dst', 'tensor', None), ('src', 'tensor', None), ('op0', 'enum', 'alu_op'), ('op1', 'enum', 'alu_op'), ('imm0', 'tensor_or_f32', None), ('imm1', 'tensor_or_f32', None), ('reduce_cmd', 'enum', 'reduce_cmd'))),
-    'tensor_copy_predicated': (0x0309, ('vector',), (('dst', 'tensor', None), ('src', 'tensor_or_f32', None), ('predicate', 'tensor', None), ('reverse_pred', 'bool', None))),
-    'exponential': (0x030a, ('vector',), (('dst', 'tensor', None), ('src', 'tensor', None), ('max_value', 'tensor_or_f32', None), ('reduce_res', 'tensor', None), ('reduce_cmd', 'enum', 'reduce_cmd'), ('reduce_init', 'tensor_or_f32', None))),
-    'reciprocal': (0x030b, ('vector',), (('dst', 'tensor', None), ('data', 'tensor', None))),
-    'quantize_mx': (0x030c, ('vector',), (('dst', 'tensor', None), ('src', 'tensor', None), ('dst_scale', 'tensor', None))),
-    'dropout': (0x030d, ('vector',), (('dst', 'tensor', None), ('data', 'tensor', None), ('prob', 'tensor_or_f32', None))),
-    'range_select': (0x030e, ('vector',), (('dst', 'tensor', None), ('on_true_tile', 'tensor', None), ('comp_op0', 'enum', 'alu_op'), ('comp_op1', 'enum', 'alu_op'), ('bound0', 'tensor', None), ('bound1', 'tensor', None), ('reduce_cmd', 'enum', 'reduce_cmd'), ('reduce_res', 'tensor', None), ('reduce_op', 'enum', 'alu_op'), ('range_start', 'i32', None), ('on_false_value', 'f32', None))),
-    'select_reduce': (0x030f, ('vector',), (('dst', 'tensor', None), ('predicate', 'tensor', None), ('on_true', 'tensor', None), ('on_false', 'tensor_or_f32', None), ('reduce_res', 'tensor', None), ('reduce_cmd', 'enum', 'reduce_cmd'), ('reduce_op', 'enum', 'alu_op'), ('reverse_pred', 'bool', None))),
-    'bn_stats': (0x0310, ('vector',), (('dst', 'tensor', None), ('data', 'tensor', None))),
-    'bn_aggr': (0x0311, ('vector',), (('dst', 'tensor', None), ('data', 'tensor', None))),
-    'max8': (0x0312, ('vector',), (('dst', 'tensor', None), ('src', 'tensor', None))),
-    'nc_find_index8': (0x0313, ('vector',), (('dst', 'tensor', None), ('data', 'tensor', None), ('vals', 'tensor', None))),
-    'nc_match_replace8': (0x0314, ('vector',), (('dst', 'tensor', None), ('data', 'tensor', None), ('vals', 'tensor', None), ('imm', 'f32', None), ('dst_idx', 'tensor', None))),
-    'nc_stream_shuffle': (0x0315, ('vector',), (('dst', 'tensor', None), ('src', 'tensor', None), ('shuffle_mask', 'ints', None))),
-    'tensor_partition_reduce': (0x0401, ('gpsimd',), (('dst', 'tensor', None), ('op', 'enum', 'alu_op'), ('data', 'tensor', None))),
-    'affine_select': (0x0402, ('gpsimd',), (('dst', 'tensor', None), ('pattern', 'pattern', None), ('channel_multiplier', 'i32', None), ('on_true_tile', 'tensor', None), ('on_false_value', 'f32', None), ('cmp_op', 'enum', 'alu_op'), ('offset', 'i32_or_reg', None))),
-    'local_gather': (0x0403, ('gpsimd',), (('dst', 'tensor', None), ('src_buffer', 'tensor', None), ('index', 'tensor', None), ('num_elem_per_idx', 'i32', None), ('num_valid_indices', 'i32', None))),
-    'nc_n_gather': (0x0404, ('gpsimd',), (('dst', 'tensor', None), ('data', 'tensor', None), ('indices', 'tensor', None))),
-    'sequence_bounds': (0x0405, ('gpsimd',), (('dst', 'tensor', None), ('segment_ids', 'tensor', None))),
-    'nonzero_with_count': (0x0406, ('gpsimd',), (('dst', 'tensor', None), ('src', 'tensor', None), ('index_offset', 'i32', None), ('padding_val', 'i32', None))),
-    'topk': (0x0407, ('gpsimd',), (('val_dst', 'tensor', None), ('idx_dst', 'tensor', None), ('src', 'tensor', None), ('n', 'i32', None))),
-    'rng': (0x0500, ('vector', 'gpsimd'), (('dst', 'tensor', None),)),
-    'rand2': (0x0501, ('vector',), (('dst', 'tensor', None), ('min', 'tensor_or_f32', None), ('max', 'tensor_or_f32', None))),
-    'set_rng_seed': (0x0502, ('vector',), (('src_seeds', 'tensor', None),)),
-    'rand_set_state': (0x0503, ('gpsimd', 'vector'), (('src_seeds', 'tensor', None),)),
-    'rand_get_state': (0x0504, ('gpsimd', 'vector'), (('dst', 'tensor', None),)),
-    'dma_transpose': (0x0801, ('sync', 'scalar', 'gpsimd', 'vector', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('axes', 'ints', None), ('priority', 'i32', None), ('dge_mode', 'enum', 'dge_mode'), ('oob_mode', 'enum', 'oob_mode'))),
-    'dma_compute': (0x0802, ('sync', 'scalar', 'gpsimd', 'vector', 'tensor'), (('dst', 'tensor', None), ('src0', 'tensor', None), ('src1', 'tensor', None), ('src2', 'tensor', None), ('src3', 'tensor', None), ('src4', 'tensor', None), ('src5', 'tensor', None), ('src6', 'tensor', None), ('src7', 'tensor', None), ('src8', 'tensor', None), ('src9', 'tensor', None), ('src10', 'tensor', None), ('src11', 'tensor', None), ('src12', 'tensor', None), ('src13', 'tensor', None), ('src14', 'tensor', None), ('src15', 'tensor', None), ('reduce_op', 'enum', 'alu_op'), ('scale', 'f32', None), ('unique_indices', 'bool', None), ('oob_mode', 'enum', 'oob_mode'))),
-    'sendrecv': (0x0900, ('sync', 'scalar', 'gpsimd', 'vector', 'tensor'), (('src', 'tensor', None), ('dst', 'tensor', None), ('send_to_rank', 'i32', None), ('recv_from_rank', 'i32', None), ('pipe_id', 'i32', None), ('dma_engine', 'enum', 'dma_engine'))),
-    'core_barrier': (0x0901, ('gpsimd', 'sync', 'vector', 'scalar', 'tensor'), (('data', 'tensor', None), ('cores', 'ints', None))),
-    'all_reduce': (0x0902, ('gpsimd', 'sync', 'vector', 'scalar', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('cores', 'ints', None), ('reduce_op', 'enum', 'alu_op'))),
-    'all_gather': (0x0903, ('gpsimd', 'sync', 'vector', 'scalar', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('cores', 'ints', None))),
-    'reduce_scatter': (0x0904, ('gpsimd', 'sync', 'vector', 'scalar', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('cores', 'ints', None), ('reduce_op', 'enum', 'alu_op'))),
-    'all_to_all': (0x0905, ('gpsimd', 'sync', 'vector', 'scalar', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('cores', 'ints', None))),
-    'all_to_all_v': (0x0906, ('gpsimd', 'sync', 'vector', 'scalar', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('metadata', 'tensor', None), ('cores', 'ints', None), ('recv_counts_known', 'bool', None), ('has_rdispls', 'bool', None))),
-    'collective_permute': (0x0907, ('gpsimd', 'sync', 'vector', 'scalar', 'tensor'), (('dst', 'tensor', None), ('src', 'tensor', None), ('cores', 'ints', None), ('pairs', 'ints', None))),
-    'register_move': (0x0a00, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'reg', None), ('src', 'i32', None))),
-    'register_load': (0x0a01, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'reg', None), ('src', 'tensor', None))),
-    'register_store': (0x0a02, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'tensor', None), ('src', 'reg', None))),
-    'scalar_load': (0x0a03, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'reg', None), ('src', 'tensor', None))),
-    'scalar_store': (0x0a04, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'tensor', None), ('value', 'reg', None))),
-    'register_op': (0x0a05, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'reg', None), ('src', 'reg', None), ('op', 'enum', 'alu_op'), ('imm', 'i32', None))),
-    'branch': (0x0a06, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('target', 'i32', None), ('cmp', 'enum', 'cmp_op'), ('reg', 'reg', None), ('imm', 'i32', None))),
-}
-
-# name -> (cost class, data path, uses RNG, maskable by an NKI mask)
-INSTRUCTION_FLAGS = {
-    'nop': ('control', 'control', False, True),
-    'nc_matmul': ('pe_matmul', 'compute', False, False),
-    'nc_transpose': ('pe_transpose', 'compute', False, False),
-    'activation': ('act', 'compute', False, True),
-    'tensor_tensor': ('vec_2in', 'compute', False, True),
-    'tensor_scalar': ('vec_copy_scalar', 'compute', False, True),
-    'tensor_copy': ('vec_copy_scalar', 'compute', False, True),
-    'memset': ('memset', 'compute', False, True),
-    'iota': ('gpsimd_affine', 'compute', False, True),
-    'dma_copy': ('dma', 'dma', False, True),
-    'nc_matmul_mx': ('pe_matmul', 'compute', False, False),
-    'nc_matmul_sparse': ('pe_matmul_sparse', 'compute', False, False),
-    'activation_reduce': ('act', 'compute', False, True),
-    'activate2': ('act', 'compute', False, True),
-    'scalar_tensor_tensor': ('vec_stt', 'compute', False, True),
-    'tensor_reduce': ('vec_reduce', 'compute', False, True),
-    'tensor_tensor_scan': ('vec_scan', 'compute', False, True),
-    'tensor_scalar_reduce': ('vec_1in_acc', 'compute', False, True),
-    'tensor_scalar_cumulative': ('vec_scan', 'compute', False, True),
-    'tensor_copy_predicated': ('vec_pred', 'compute', False, True),
-    'exponential': ('vec_exp', 'compute', False, True),
-    'reciprocal': ('reciprocal', 'compute', False, True),
-    'quantize_mx': ('vec_quant', 'compute', False, True),
-    'dropout': ('vec_1in', 'compute', True, True),
-    'range_select': ('vec_1in', 'compute', False, True),
-    'select_reduce': ('vec_pred', 'compute', False, True),
-    'bn_stats': ('vec_1in', 'compute', False, True),
-    'bn_aggr': ('bn_aggr', 'compute', False, True),
-    'max8': ('vec_max8', 'compute', False, True),
-    'nc_find_index8': ('vec_max8', 'compute', False, True),
-    'nc_match_replace8': ('vec_1in', 'compute', False, True),
-    'nc_stream_shuffle': ('vec_1in', 'compute', False, True),
-    'tensor_partition_reduce': ('gpsimd_1in', 'compute', False, True),
-    'affine_select': ('gpsimd_affine', 'compute', False, True),
-    'local_gather': ('gpsimd_gather', 'compute', False, True),
-    'nc_n_gather': ('gpsimd_n_gather', 'compute', False, True),
-    'sequence_bounds': ('gpsimd_1in', 'compute', False, True),
-    'nonzero_with_count': ('gpsimd_1in', 'compute', False, True),
-    'topk': ('topk', 'compute', False, True),
-    'rng': ('rng', 'compute', True, True),
-    'rand2': ('rng', 'compute', True, True),
-    'set_rng_seed': ('rng_state', 'compute', True, True),
-    'rand_set_state': ('rng_state', 'compute', True, True),
-    'rand_get_state': ('rng_state', 'compute', True, True),
-    'dma_transpose': ('dma_transpose', 'dma', False, False),
-    'dma_compute': ('dma', 'dma', False, True),
-    'sendrecv': ('collective', 'collective', False, True),
-    'core_barrier': ('collective', 'collective', False, True),
-    'all_reduce': ('collective', 'collective', False, True),
-    'all_gather': ('collective', 'collective', False, True),
-    'reduce_scatter': ('collective', 'collective', False, True),
-    'all_to_all': ('collective', 'collective', False, True),
-    'all_to_all_v': ('collective', 'collective', False, True),
-    'collective_permute': ('collective', 'collective', False, True),
-    'register_move': ('control', 'control', False, True),
-    'register_load': ('control', 'control', False, True),
-    'register_store': ('control', 'control', False, True),
-    'scalar_load': ('control', 'control', False, True),
-    'scalar_store': ('control', 'control', False, True),
-    'register_op': ('control', 'control', False, True),
-    'branch': ('control', 'control', False, True),
-}
 
 
 class AssemblerMixin:

@@ -24,6 +24,7 @@ import ml_dtypes
 import numpy as np
 
 from . import Device, Program
+from .trace import DMA_CURVE  # (defined where the trace analysis uses it)
 
 BF16 = ml_dtypes.bfloat16
 F32 = np.float32
@@ -204,10 +205,6 @@ def stride_penalty(timing: str = "trn1", f: int = 2048) -> float:
         ins = dev.run(p).trace.instructions
         times.append(float(ins["end_ns"][-1] - ins["start_ns"][-1]))
     return times[1] / times[0]
-
-
-#: (bytes per partition, published efficiency %) read off the DMA overview figure (Trn2).
-DMA_CURVE = ((256, 10.0), (512, 21.0), (1024, 42.0), (2048, 82.0), (4096, 96.0))
 
 
 def instruction_rows() -> list[Row]:

@@ -13,7 +13,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from ._asm import DTYPES
+from ._isa_tables import DTYPES
 from .errors import DtypeError
 
 #: NKI dtype name -> numpy dtype used to carry its values on the host.

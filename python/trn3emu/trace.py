@@ -464,7 +464,7 @@ class Trace:
         there: {line, count, busy_ns}, most busy first (ties by line). An engine's rows sum to its
         busy time in `stats()["units"]`. A DMA queue's rows also give the line's transfers: bytes,
         mean bytes per transfer, GB/s while the line's transfers were in flight, and
-        `curve_efficiency`: the published DMA efficiency (Trn2 DMA figure, `calibration.DMA_CURVE`)
+        `curve_efficiency`: the published DMA efficiency (Trn2 DMA figure, `DMA_CURVE`)
         at the transfers' size as [128, B] (B = bytes / 128): the share of the large-transfer rate
         a transfer that size gets. Transfers overlap on a queue: a line's busy time is the union of
         its transfers' intervals, and the rows of a queue can sum to more than the queue's."""
@@ -969,12 +969,15 @@ def _size(n: float) -> str:
     return f"{n / 1024:,.1f} KiB" if n >= 1024 else f"{n:,.0f} B"
 
 
+#: (bytes per partition, published efficiency %) read off the DMA overview figure (Trn2); also the
+#: anchors `calibration` checks the timing model against.
+DMA_CURVE = ((256, 10.0), (512, 21.0), (1024, 42.0), (2048, 82.0), (4096, 96.0))
+
+
 def _curve_efficiency(bytes_per_partition: float) -> float:
     """The published DMA efficiency (vs large transfers) of a [128, B] transfer: the Trn2 DMA
-    figure's points (`calibration.DMA_CURVE`) interpolated in log2(B), proportional to B below
-    the first point, 100 % from 16 KiB."""
-    from .calibration import DMA_CURVE
-
+    figure's points (`DMA_CURVE`) interpolated in log2(B), proportional to B below the first
+    point, 100 % from 16 KiB."""
     pts = [(float(b), e / 100.0) for b, e in DMA_CURVE] + [(16384.0, 1.0)]
     b = float(bytes_per_partition)
     if b <= pts[0][0]:

@@ -48,10 +48,9 @@ from ..errors import (
 from ..program import Program
 from ..progress import TraceProgress, wanted
 from ..tensor import Tensor, _shape
-from . import _memory, _traceback, engine_choice, liveness, passes
+from . import _memory, _traceback, engine_choice, liveness, passes, record
+from ._frames import _INTERNAL, _LOC, _internal
 
-_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_EXAMPLES = os.path.join(_PKG, "examples") + os.sep  # shipped example kernels are user code
 #: The program being traced by this thread (or asyncio task), None outside a trace. A context
 #: variable, not a module global: threads trace kernels side by side, each into its own context,
 #: and a launch made while tracing (a kernel on host arrays) runs in a context of its own.
@@ -120,17 +119,6 @@ def current() -> TraceContext:
     return ctx
 
 
-_INTERNAL: dict[str, bool] = {}
-
-
-def _internal(filename: str) -> bool:
-    v = _INTERNAL.get(filename)
-    if v is None:
-        path = os.path.abspath(filename)
-        v = _INTERNAL[filename] = path.startswith(_PKG) and not path.startswith(_EXAMPLES)
-    return v
-
-
 def user_frame(f: types.FrameType | None) -> types.FrameType | None:
     """The innermost frame from `f` outward whose code lies outside the trn3emu package (the
     kernel's own code), None if there is none."""
@@ -144,12 +132,6 @@ def user_frame(f: types.FrameType | None) -> types.FrameType | None:
             return f
         f = f.f_back
     return None
-
-
-#: (id of a code object, instruction offset) -> (the code object, "file:line"): the line of an
-#: offset is found by decoding the code's line table from its start, so it is looked up once per
-#: call site (the code object held in the value keeps its id from being reused)
-_LOC: dict[tuple[int, int], tuple[types.CodeType, str]] = {}
 
 
 def source_line(skip: int = 0) -> str:
@@ -331,10 +313,8 @@ class NkiTensor:
         elif tk is slice or tk is int:
             key = (key,)
             return self._wrap(self._t._plain(key) or self._checked_view(key))
-        from . import indexing
-
-        if indexing.has_expr(key) or indexing.ds_past_end(self, key) or indexing.has_tile(key):
-            return indexing.index_view(self, key)  # legacy index expressions, index tiles
+        if upcalls.has_expr(key) or upcalls.ds_past_end(self, key) or upcalls.has_tile(key):  # (nki.indexing's)
+            return upcalls.index_view(self, key)  # legacy index expressions, index tiles
         key = _norm_key(key)
         _check_slice_bounds(key, self._t.shape)
         return self._wrap(self._t[key])
@@ -346,9 +326,7 @@ class NkiTensor:
         return self._t._indexed(key)
 
     def __setitem__(self, key, value) -> None:
-        from . import language
-
-        language._assign(self[key], value)
+        upcalls.assign(self[key], value)
 
     def reshape(self, *shape) -> NkiTensor:
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
@@ -513,59 +491,39 @@ class NkiTensor:
 
     # arithmetic sugar -> nl ops
     def __add__(self, o):
-        from . import indexing
-        from . import language as nl
-
-        if isinstance(o, (indexing.IndexExpr, indexing.DynIndex)):  # legacy run-time index
-            return indexing.DynIndex.of(self) + o
-        return nl.add(self, o)
+        if isinstance(o, upcalls.index_types):  # legacy run-time index
+            return upcalls.dyn_index(self) + o
+        return upcalls.add(self, o)
 
     def __radd__(self, o):
-        from . import indexing
-        from . import language as nl
-
-        if isinstance(o, (indexing.IndexExpr, indexing.DynIndex)):
-            return indexing.DynIndex.of(self) + o
-        return nl.add(o, self)
+        if isinstance(o, upcalls.index_types):
+            return upcalls.dyn_index(self) + o
+        return upcalls.add(o, self)
 
     def __sub__(self, o):
-        from . import language as nl
-
-        return nl.subtract(self, o)
+        return upcalls.subtract(self, o)
 
     def __rsub__(self, o):
-        from . import language as nl
-
-        return nl.subtract(o, self)
+        return upcalls.subtract(o, self)
 
     def __mul__(self, o):
-        from . import language as nl
-
-        return nl.multiply(self, o)
+        return upcalls.multiply(self, o)
 
     def __rmul__(self, o):
-        from . import language as nl
-
-        return nl.multiply(o, self)
+        return upcalls.multiply(o, self)
 
     def __truediv__(self, o):
-        from . import language as nl
-
-        return nl.divide(self, o)
+        return upcalls.divide(self, o)
 
     def __neg__(self):
-        from . import language as nl
-
-        return nl.negative(self)
+        return upcalls.negative(self)
 
     # comparisons, logic and the rest of numpy's operator set -> nl ops (tile results; a
     # comparison with anything but a number or a tensor keeps Python's identity semantics)
     def _op(self, name, o, reverse=False):
         if not isinstance(o, (NkiTensor, int, float, np.number)):
             return NotImplemented
-        from . import language as nl
-
-        f = getattr(nl, name)
+        f = getattr(upcalls, name)
         return f(o, self) if reverse else f(self, o)
 
     def __lt__(self, o):
@@ -612,20 +570,14 @@ class NkiTensor:
         return self._op("divide", o, reverse=True)
 
     def __abs__(self):
-        from . import language as nl
-
-        return nl.abs(self)
+        return upcalls.abs(self)
 
     def __invert__(self):
-        from . import language as nl
-
-        return nl.invert(self)
+        return upcalls.invert(self)
 
     def astype(self, dtype):
         """A new SBUF copy cast to dtype (`tensor_copy`)."""
-        from . import language as nl
-
-        return nl.copy(self, dtype=dtype)
+        return upcalls.copy(self, dtype=dtype)
 
     def __getattr__(self, name: str):
         if name.startswith("__"):
@@ -634,9 +586,7 @@ class NkiTensor:
 
     # in-place arithmetic: `t[...] += u` updates the tile (tensor_tensor / tensor_scalar into itself)
     def _inplace(self, op, o):
-        from . import language as nl
-
-        nl._inplace(self, op, o)
+        upcalls.inplace(self, op, o)
         return self
 
     def __iadd__(self, o):
@@ -652,9 +602,7 @@ class NkiTensor:
         return self._inplace("divide", o)
 
     def broadcast_to(self, shape) -> NkiTensor:
-        from . import language as nl
-
-        return nl.broadcast_to(self, shape)
+        return upcalls.broadcast_to(self, shape)
 
     def same_view(self, other) -> bool:
         """True when `other` is exactly this view (same storage, place, shape and strides)."""
@@ -666,9 +614,20 @@ class NkiTensor:
 _BLOCK_SLOT = NkiTensor._block.__get__  # type: ignore[attr-defined]
 
 
-def _norm_key(key):
-    from .language import DSlice
+class DSlice:
+    """`nl.ds(start, size)`: the slice start:start+size (here, not in nki.language: NkiTensor's
+    indexing reads it)."""
 
+    __slots__ = ("start", "size")
+
+    def __init__(self, start, size) -> None:
+        self.start, self.size = int(start), int(size)
+
+    def __repr__(self) -> str:
+        return f"ds({self.start}, {self.size})"
+
+
+def _norm_key(key):
     if not isinstance(key, tuple):
         key = (key,)
     out = []
@@ -820,6 +779,14 @@ def _check_outputs_written(result, inputs: list, contexts) -> None:
     walk(result, "its result")
 
 
+#: The functions of the modules built on this one that it, and the modules between, call back:
+#: NkiTensor's operators are nki.language's ops (`a + b` is `nl.add(a, b)`, `t[k] = v` its
+#: assignment), a tile a lower module needs comes from `nl.ndarray`, legacy index expressions in keys
+#: and sums are nki.indexing's, a full memory evicts block tiles' blocks (nki.blocks). Each of those
+#: modules sets its entries when imported (see their ends); importing any nki module runs nki/__init__
+#: first, which imports them all. So imports point one way (issue 27: one layer per stage), and a
+#: missing entry is an AttributeError naming it.
+upcalls = types.SimpleNamespace()
 #: callables(ctx) run when a program's kernel body has returned
 END_OF_TRACE: list = []
 #: callables(ctx) -> bool run when an on-chip allocation does not fit, before block tiles' blocks
@@ -873,7 +840,8 @@ class TraceContext:
         self._sites: dict[tuple, tuple] = {}
         #: nki.isa name -> whether the program's method is the assembler's own (`nki/_emit.py` may append)
         self.direct_ops: dict[str, bool] = {}
-        #: the allocation pass of this trace (`liveness.Recorder` / `Placer`), None: literal allocation
+        #: the IR recorder / allocation pass of this trace (`record.Recorder` in mode "plan" or
+        #: "record", `liveness.Placer`), None: literal allocation, nothing recorded
         self.ir = launch.ir_for(pid)
         if self.ir is not None and self.ir.mode == "emit":
             self.ir.sbuf = self.sbuf
@@ -910,7 +878,7 @@ class TraceContext:
             if shape[0] > _memory.PARTITIONS:
                 _memory.check_partitions(0, shape[0], label)
             if ir is not None:
-                key, t.offset = ir.new_tile(self, alloc, row, label, block)
+                key, t.offset = ir.new_tile(self, alloc, row, label, block, (buffer, shape, dt))
             else:
                 key, t.offset = self._alloc_evicting(alloc, row, label)
         else:
@@ -929,7 +897,7 @@ class TraceContext:
             t.offset, t.start = off, start
             block.placed = True  # (may share bytes with any tile: `pending.InPlace.alias_ok`)
             if ir is not None:
-                ir.placed(block)
+                ir.placed(block, (buffer, shape, dt))
         if buffer == "psum":
             self.program._native.psum_fresh(t.start, shape[0], t.offset, row)
         alloc.track(block, key)
@@ -943,7 +911,8 @@ class TraceContext:
         f = sys._getframe(2)
         if _INTERNAL.get(f.f_code.co_filename) is not False:  # (not a kernel's own frame)
             f = user_frame(f)
-        if f is None or type(name) is not str or self.ir is not None:
+        ir = self.ir
+        if f is None or type(name) is not str or (ir is not None and ir.liveness):
             return self.alloc(shape, dtype, buffer, name)
         code = f.f_code
         key = (id(code), f.f_lasti, shape, dtype, buffer, name)
@@ -977,6 +946,8 @@ class TraceContext:
             self.program._native.psum_fresh(0, parts, off, row)
         nt = _new(NkiTensor)  # `NkiTensor(t, buffer, block, name)`, inlined
         nt._t, nt.buffer, nt._block, nt.name, nt._ap = t, buffer, block, name, ap.at(off)
+        if ir is not None:  # (recording the kernel IR: `record.Recorder`, mode "record")
+            ir.number(block, (buffer, tshape, dt), False)
         return nt
 
     def _new_tile(self, buffer: str, dt: str, shape: tuple, name) -> tuple[Tensor, int]:
@@ -1002,9 +973,7 @@ class TraceContext:
                 return got
             if any(release(self) for release in ON_FULL):
                 continue  # (memory held only to save work gives way first)
-            from . import blocks  # here, not per allocation: only a full memory needs it
-
-            if not blocks.evict_one(self, alloc):
+            if not upcalls.evict_one(self, alloc):  # (nki.blocks')
                 return alloc.alloc(row, label)  # nothing left to give way: the precise error
 
     def _alloc_hbm(self, shape, dt, buffer, name, address, label) -> NkiTensor:
@@ -1037,6 +1006,9 @@ class TraceContext:
         """A new HBM tensor starts as the launch's fill byte (`fill_uninitialized`), as on-chip
         memory does: a kernel output it never writes reads as NaN. Zeros otherwise."""
         self.hbm_labels[t.offset] = label
+        ir = self.ir
+        if ir is not None and ir.mode != "emit" and t.block is not None:  # (the kernel IR: record.py)
+            ir.hbm_tensor(t.block.lo, t.block.hi, t.shape, t.dtype, t.name or label)
         fill = self.launch.fill
         if fill is not None and t.nbytes:
             self.device.hbm._native.hbm_write(t.offset, np.full(t.nbytes, fill, np.uint8))
@@ -1189,6 +1161,8 @@ class _Traced:
         self.prints = [(c.pid, prefix, t) for c in contexts for prefix, t in c.prints]
         #: what the spill pass added (`liveness.Placer.stats`, summed over programs); empty when it did not run
         self.spills: dict = {}
+        #: the kernel IR of each program (`ir.KernelIR`) when recorded: `kernel.last_irs`
+        self.irs: list = []
 
 
 def _written_inputs(inputs: list[Tensor], contexts, preload, device_dependent: bool) -> list[int]:
@@ -1262,7 +1236,7 @@ def _arg_key(a, in_list: bool = False):
 
 
 #: Environment variables that change what tracing produces.
-_TRACE_ENV = ("NEURON_PLATFORM_TARGET_OVERRIDE", "TRN3EMU_NKI_PASSES", "TRN3EMU_TIMING")
+_TRACE_ENV = ("NEURON_PLATFORM_TARGET_OVERRIDE", "TRN3EMU_NKI_PASSES", "TRN3EMU_TIMING", "TRN3EMU_NKI_IR")
 CACHE_SIZE = 16
 
 
@@ -1286,6 +1260,7 @@ class _Run:
         self.hbm_ranges: set[tuple[int, int]] = set()
         self.plans: list = []
         self.spill = False
+        self.record_ir = False
 
     def _key(self, args, kwargs):
         """The launch's cache key, or None when caching is off or an argument is not keyable."""
@@ -1365,11 +1340,14 @@ class _Run:
         return dev
 
     def ir_for(self, pid: int):
-        """The allocation pass of program `pid`'s trace (None: literal allocation)."""
+        """The IR recorder or allocation pass of program `pid`'s trace (None: literal
+        allocation, no IR recorded)."""
         if self.ir_mode is None:
-            return None
+            if not self.record_ir:
+                return None
+            return record.Recorder("record", self.kernel.__name__, pid, source_line, user_frame)
         if self.ir_mode == "plan":
-            return liveness.Recorder()
+            return record.Recorder("plan", self.kernel.__name__, pid, source_line, user_frame)
         return liveness.Placer(self.plans[pid], spill=self.spill, sbuf=None)
 
     def _trace(self, args, kwargs):
@@ -1378,6 +1356,7 @@ class _Run:
         when literal allocation does not fit) a recording trace then the trace that lowers with
         tiles freed at their last use and SBUF spilled when full (`liveness.py`)."""
         mode, self.spill = passes.allocation(self.kernel)
+        self.record_ir = wants_ir(self.kernel)
         if mode == "auto":
             try:
                 return self._trace_once(args, kwargs)
@@ -1403,6 +1382,7 @@ class _Run:
             self._restart()
             return self._trace_once(args, kwargs)
         out[1].spills = _sum_stats(c.ir.stats for c in self.contexts)
+        out[1].irs = [p.ir for p in self.plans]
         return out
 
     def _restart(self) -> None:
@@ -1466,13 +1446,21 @@ class _Run:
         if self.ir_mode == "emit":
             for c in self.contexts:
                 c.ir.check_end()
+        elif self.contexts and isinstance(self.contexts[0].ir, record.Recorder):
+            names = getattr(self, "input_names", None) or [""] * len(arrays)  # (an SPMD rank's run: none)
+            named = [(t.block.lo, t.block.hi, t.shape, n) for (_, t), n in zip(arrays, names) if t.block]
+            for c in self.contexts:
+                c.ir.name_inputs(named)
         if not check:
             return None
         _check_placements(self.contexts)  # (before retiring: a conflict traces again)
         _retire_tiles(self.contexts, self.kernel.__name__)  # (the trace that is kept only)
         _check_result(results[0])
         _check_outputs_written(results[0], [t for _, t in arrays], self.contexts)
-        return arrays, _Traced(self.contexts, [t for _, t in arrays], recorder.writes, results[0], ranges)
+        traced = _Traced(self.contexts, [t for _, t in arrays], recorder.writes, results[0], ranges)
+        if self.ir_mode is None and self.record_ir:
+            traced.irs = [c.ir.ir for c in self.contexts]
+        return arrays, traced
 
     def _run(self, traced: _Traced, arrays, framework: str):
         dev = self.device
@@ -1495,6 +1483,8 @@ class _Run:
             raise new from None
         self.kernel.last_result = runs[-1] if len(runs) == 1 else runs
         self.kernel.last_spills = dict(traced.spills)
+        self.kernel.last_irs = traced.irs
+        self.kernel.last_ir = traced.irs[0] if traced.irs else None
         found = [w for r in runs for w in r.identical_writes]
         if found:  # warned at the kernel's store line, not here
             _traceback.warn_identical(found, self.kernel)
@@ -1693,10 +1683,8 @@ def _to_hbm(r):
     """Returned SBUF/PSUM tiles are copied to new HBM tensors (as the legacy simulator returns
     their values); HBM tensors and other values pass through."""
     if isinstance(r, NkiTensor) and r.buffer in ONCHIP:
-        from . import language as nl
-
-        out = nl.ndarray(r.shape, r.dtype, buffer="hbm")
-        nl.store(out, value=r)
+        out = upcalls.ndarray(r.shape, r.dtype, buffer="hbm")
+        upcalls.store(out, value=r)
         return out
     if isinstance(r, (tuple, list)):
         return type(r)(_to_hbm(x) for x in r)
@@ -1726,6 +1714,10 @@ class Kernel:
         #: the last launch's spill counts: spills, spilled_bytes, reloads, reloaded_bytes ({} when
         #: the allocation passes did not run)
         self.last_spills: dict = {}
+        #: the kernel IR (`ir.KernelIR`) of the last launch's program 0 / of every program; None /
+        #: [] when it was not recorded (`nki.jit(ir=True)`, TRN3EMU_NKI_IR=1, or the liveness pass ran)
+        self.last_ir = None
+        self.last_irs: list = []
         self.device_dependent = False  # set when a trace read device values (device loops)
         self.__name__ = getattr(fn, "__name__", "kernel")
         self.__doc__ = getattr(fn, "__doc__", None)
@@ -1866,8 +1858,19 @@ def _launch(kernel: Kernel, grid: tuple, args, kwargs, outer: TraceContext | Non
         _TRACE.reset(token)
 
 
+def wants_ir(kernel) -> bool:
+    """Whether a literal trace of `kernel` records its IR: `nki.jit(ir=True)`, else
+    TRN3EMU_NKI_IR=1 (recording costs tracing time; the liveness pass records it anyway)."""
+    v = kernel.options.get("ir")
+    if v is None:
+        v = os.environ.get("TRN3EMU_NKI_IR", "0") not in ("", "0")
+    return bool(v)
+
+
 def jit(fn=None, **options):
-    """`@nki.jit`, `@nki.jit(...)` or `nki.jit(fn, ...)`; options are accepted (platform_target is checked)."""
+    """`@nki.jit`, `@nki.jit(...)` or `nki.jit(fn, ...)`; options are accepted (platform_target is checked;
+    the emulator's own: `passes=` (passes.py), `ir=True` to keep the kernel IR as `kernel.last_ir`,
+    `cache=`, `fill=`, `trace=`, `progress=`)."""
     options.setdefault("dialect", "nki")  # (the legacy dialect's jit says "legacy": passes.py)
     if fn is None:
         return lambda f: Kernel(f, **options)

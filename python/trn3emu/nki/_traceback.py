@@ -20,12 +20,7 @@ import types
 import warnings
 
 from ..errors import DeadlockError, EmuError, ExecutionError, IdenticalWritesWarning, InternalError, RaceError
-
-
-def _internal(filename: str) -> bool:
-    from ._kernel import _internal as inside
-
-    return inside(filename)
+from ._frames import _LOC, _internal
 
 
 def _innermost_is_user(tb) -> bool:
@@ -109,11 +104,9 @@ def _sides(msg: str) -> list[tuple[int, str, str, int]]:
 
 def _source(basename: str, line: int, kernel) -> tuple[str, str] | None:
     """(full path, function name) of the kernel line `basename:line`: the code objects the trace
-    met (`_kernel._LOC`), else the kernel function's own file."""
-    from . import _kernel
-
+    met (`_frames._LOC`), else the kernel function's own file."""
     loc = f"{basename}:{line}"
-    for code, where in list(_kernel._LOC.values()):
+    for code, where in list(_LOC.values()):
         if where == loc:
             return code.co_filename, code.co_name
     fn = getattr(kernel, "fn", None)

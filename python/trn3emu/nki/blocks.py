@@ -33,7 +33,8 @@ import sys
 import weakref
 
 from ..errors import CapacityError
-from ._kernel import DTYPES, NkiTensor, block_of, current, not_supported, source_line
+from . import isa as nisa
+from ._kernel import DTYPES, NkiTensor, block_of, current, not_supported, source_line, upcalls
 
 
 class BlockTensor(NkiTensor):
@@ -138,17 +139,15 @@ class BlockTensor(NkiTensor):
         return phys[rest] if rest else phys[...]
 
     def __setitem__(self, key, value) -> None:
-        from . import language
-
         b, rest = self._split(key)
         whole = not rest or self._covers(rest)
         old = self._phys.get(b)
         # a value that reads the block (`t[b] = nl.loop_reduce(...)`, `t[b] += x`) keeps its tile
-        renew = whole and not isinstance(value, language._LoopReduce)
+        renew = whole and not isinstance(value, upcalls.loop_reduce)
         if renew and old is not None and block_of(value) is old._block:
             renew = False
         phys = self._get(b, whole_write=whole, renew=renew)
-        language._assign(phys[rest] if rest else phys[...], value)
+        upcalls.assign(phys[rest] if rest else phys[...], value)
 
     def _covers(self, rest: tuple) -> bool:
         """True when the index `rest` selects the whole [P, F...] block (a plain slice per dim)."""
@@ -166,7 +165,7 @@ class BlockTensor(NkiTensor):
     def _get(self, b: tuple, whole_write: bool, renew: bool = False) -> NkiTensor:
         ctx = current()
         phys = self._phys.get(b)
-        if phys is not None and renew and ctx.ir is not None:
+        if phys is not None and renew and ctx.ir is not None and ctx.ir.liveness:
             # allocation by liveness: a whole write starts a new value of the block, in a new
             # tile (the old one dies at its last use, `liveness.py`)
             phys = None
@@ -184,8 +183,6 @@ class BlockTensor(NkiTensor):
             self._phys[b] = phys
             self._most = max(self._most, len(self._phys))
             if self._init is not None and not whole_write:
-                from . import isa as nisa
-
                 nisa.memset(phys, value=self._init)
         self._use[b] = next(ctx._block_ticks)
         return phys
@@ -223,3 +220,7 @@ def evict_one(ctx, alloc) -> bool:
             t._phys.pop(b)
             return True
     return False
+
+
+# What _kernel calls back (`_kernel.upcalls`): a full on-chip memory evicts a block.
+upcalls.evict_one = evict_one

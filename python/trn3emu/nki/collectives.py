@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import OperandError, ShapeError
 from . import isa as _isa
+from . import language as nl
 from ._kernel import current, missing_attribute
 
 
@@ -144,8 +145,6 @@ def _split(t, dim: int, n: int, what: str) -> list:
 def _stacked(shape, dtype, n: int):
     """A private HBM tensor of n chunks of `shape` stacked along dim 0 (the collective
     instructions concatenate and split along dim 0), and its n chunk views."""
-    from . import language as nl
-
     buf = nl.ndarray((n * shape[0],) + tuple(shape[1:]), dtype, buffer=nl.private_hbm)
     return buf, [buf[r * shape[0] : (r + 1) * shape[0]] for r in range(n)]
 
@@ -249,8 +248,6 @@ def all_gather_v(
     count from each rank. Lowered to `all_to_all_v` with a per-rank private metadata tensor (rows
     0 / 1 broadcast to every column, row 3 the displacements) and, for row 2, an all_gather of
     the send counts."""
-    from . import language as nl
-
     cores = _cores(replica_group)
     n = len(cores)
     pairs = _pairs(srcs, dsts)
@@ -322,8 +319,6 @@ def collective_permute_implicit_reduce(
     srcs0_by_channel, srcs1_by_channel, dsts_by_channel, replica_group, op, channel_ids=(0,), name=None
 ):
     """op(srcs0, srcs1) on each rank (an SBUF tile), then the ring permute of the results."""
-    from . import language as nl
-
     fn = getattr(nl, _isa.op_name(op))
     reduced = [[fn(a, b) for a, b in zip(s0, s1, strict=True)] for s0, s1 in zip(srcs0_by_channel, srcs1_by_channel)]
     return collective_permute_implicit(reduced, dsts_by_channel, replica_group, channel_ids, name)

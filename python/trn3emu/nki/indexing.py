@@ -28,7 +28,7 @@ from typing import Any
 from .._asm import INSTRUCTION_FLAGS
 from ..errors import ShapeError
 from . import _kernel
-from ._kernel import NkiTensor, current, not_supported, source_line
+from ._kernel import DSlice, NkiTensor, current, not_supported, source_line
 
 
 def masks() -> list[dict]:
@@ -389,8 +389,6 @@ def has_tile(key) -> bool:
 def ds_past_end(nt: NkiTensor, key) -> bool:
     """`t[nl.ds(start, size), ...]` with a window running past the tensor's end: a legacy view
     whose rows beyond the end a mask= must exclude (a plain slice would silently shrink it)."""
-    from .language import DSlice
-
     key = key if isinstance(key, tuple) else (key,)
     shape = nt.shape
     return any(isinstance(k, DSlice) and d < len(shape) and k.start + k.size > shape[d] for d, k in enumerate(key))
@@ -398,8 +396,6 @@ def ds_past_end(nt: NkiTensor, key) -> bool:
 
 def _slices_as_exprs(key: tuple, shape) -> tuple:
     """Slices and nl.ds windows of a key as index expressions over grid axis = key position."""
-    from .language import DSlice
-
     key = tuple(key) + (slice(None),) * (len(shape) - len(key))
     out = []
     for d, k in enumerate(key):
@@ -858,3 +854,10 @@ def grid_size(expr) -> list:
 
 def prod(xs) -> int:
     return math.prod(xs)
+
+
+# What _kernel calls back (`_kernel.upcalls`): legacy index expressions and index tiles in NkiTensor
+# keys (`t[i_p, i_f]`), and a tile plus an index (`tile + i` is a run-time index).
+_kernel.upcalls.has_expr, _kernel.upcalls.has_tile, _kernel.upcalls.ds_past_end = has_expr, has_tile, ds_past_end
+_kernel.upcalls.index_view = index_view
+_kernel.upcalls.index_types, _kernel.upcalls.dyn_index = (IndexExpr, DynIndex), DynIndex.of

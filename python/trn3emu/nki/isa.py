@@ -336,8 +336,8 @@ def _make(opname: str):
             for hook in _before_issue:
                 hook()
         if ctx is not None:
-            if ctx.ir is not None:  # the allocation pass: the call's uses (liveness.py)
-                args, kwargs = ctx.ir.call(ctx, args, kwargs)
+            if ctx.ir is not None:  # the IR recorder / allocation pass: the call's uses (record.py)
+                args, kwargs = ctx.ir.call(ctx, args, kwargs, opname, names, writes)
             d = kwargs.get("dst") if kwargs else None
             if d is None and dst_first and args:
                 d = args[0]

@@ -11,6 +11,7 @@ import builtins
 import contextlib
 import copy as _copy_module
 import math
+import sys
 import warnings
 
 import numpy as np
@@ -27,6 +28,7 @@ from . import passes as _passes
 from ._kernel import (
     DTYPES,
     HBM_BUFFERS,
+    DSlice,
     Dtype,
     NkiTensor,
     _with_runtime_operands,
@@ -37,6 +39,7 @@ from ._kernel import (
 )
 from ._kernel import tracing as _tracing_context
 from ._kernel import unknown_parameter as _unknown_parameter
+from ._kernel import upcalls as _upcalls
 from .blocks import BlockTensor
 from .indexing import ParDim, arange, mgrid, par_dim  # noqa: F401  (legacy index expressions)
 from .pending import InPlace, Pending
@@ -121,18 +124,6 @@ class tile_size:
 
 
 # ------------------------------------------------------------------------------ index helpers
-class DSlice:
-    """`nl.ds(start, size)`: the slice start:start+size."""
-
-    __slots__ = ("start", "size")
-
-    def __init__(self, start, size) -> None:
-        self.start, self.size = int(start), int(size)
-
-    def __repr__(self) -> str:
-        return f"ds({self.start}, {self.size})"
-
-
 def ds(start, size) -> DSlice:
     return DSlice(start, size)
 
@@ -142,13 +133,28 @@ def _range(*args):
     return range(*(int(a) for a in args))
 
 
+def _loop(kind: str, start, stop, step):
+    r = _range(start) if stop is None else _range(start, stop, step)
+    ctx = _tracing_context()
+    if ctx is not None and ctx.ir is not None and ctx.ir.mode != "emit":  # the kernel IR's loop nest (record.py)
+        return ctx.ir.loop(r, kind, sys._getframe(2))
+    return r
+
+
 def affine_range(start, stop=None, step=1):
     """Unrolled at trace time (every NKI iterator is unrolled at specialisation)."""
-    return _range(start) if stop is None else _range(start, stop, step)
+    return _loop("affine_range", start, stop, step)
 
 
-sequential_range = affine_range
-static_range = affine_range
+def sequential_range(start, stop=None, step=1):
+    """Unrolled at trace time, as `affine_range` (the dependence between iterations is kept by
+    the instructions' own dependences)."""
+    return _loop("sequential_range", start, stop, step)
+
+
+def static_range(start, stop=None, step=1):
+    """Unrolled at trace time, as `affine_range`."""
+    return _loop("static_range", start, stop, step)
 
 
 def _is_reg(v) -> bool:
@@ -1517,3 +1523,13 @@ def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)
     raise missing_attribute(f"nki.language.{name}", list(globals()))
+
+
+# What the modules below call back (`_kernel.upcalls`): NkiTensor's operators (`a + b`, `a < 0`, `t[k] = v`,
+# `t += u`, `abs(t)`, `t.astype`), and the tiles they allocate or store (the public ops as wrapped above).
+for _n in (
+    "add subtract multiply divide negative abs invert copy broadcast_to ndarray store mod power equal not_equal "
+    "greater greater_equal less less_equal logical_and logical_or bitwise_and bitwise_or bitwise_xor"
+).split():
+    setattr(_upcalls, _n, globals()[_n])
+_upcalls.assign, _upcalls.inplace, _upcalls.loop_reduce = _assign, _inplace, _LoopReduce

@@ -1,11 +1,13 @@
 """Allocation by liveness, with spilling: the kernel IR's allocation pass (docs/nki.md, "Passes").
 
-A kernel is traced twice when the pass runs. The first trace (`Recorder`) is the kernel IR: every
-`nki.isa` call gets an ordinal and records the on-chip tiles it names (each automatic tile and
-each block of a block tile has an allocation ordinal, `seq`: the trace is deterministic, so the
-second trace allocates the same tiles in the same order); its own placements are thrown away
-(a tile that does not fit overlaps others: that program never runs). The second trace
-(`Placer`) lowers to the `Program` with the uses known:
+A kernel is traced twice when the pass runs. The first trace (`record.Recorder`) records the
+kernel IR (`ir.py`): every `nki.isa` call gets an ordinal and the on-chip tiles it names (each
+automatic tile and each block of a block tile has an allocation ordinal, `Tile.ordinal`, kept on
+the block as `seq`: the trace is deterministic, so the second trace allocates the same tiles in
+the same order); its own placements are thrown away (a tile that does not fit overlaps others:
+that program never runs). The second trace (`Placer`) lowers to the `Program` with what it reads
+from the IR: each tile's uses (`Tile.uses`, last use = death), which tiles are pinned
+(`Tile.pinned`), and the calls and tiles the second trace must make again:
 
 - a tile's range is freed once the call that last uses it has been issued, not when Python drops
   the tile (`nl.ndarray` / `nl.zeros` in loops then rotate over the free ranges as before);
@@ -34,105 +36,12 @@ from bisect import bisect_right
 
 from ..errors import CapacityError
 from ..tensor import Tensor
-
-
-def _block(v):
-    """`v._block` of a tile view (`_kernel.block_of`, without importing it: this module is a
-    layer below the tracer); None for anything else and for a result not issued yet (the slot
-    read directly: `Pending.__getattr__` would issue it)."""
-    if isinstance(v, type):
-        return None
-    try:
-        return object.__getattribute__(v, "_block")
-    except AttributeError:
-        return None
-
-
-def _blocks_named(args, kwargs) -> list:
-    """The allocations every argument of one call names (`_blocks_of` of each)."""
-    found: list = []
-    for v in args:
-        _blocks_of(v, found)
-    for v in kwargs.values():
-        _blocks_of(v, found)
-    return found
-
-
-def _blocks_of(v, out: list) -> None:
-    """The allocations (`_Block`s with a `seq`) a call argument names: a tile view's own and its
-    run-time operand tiles'; one level of lists / tuples."""
-    b = _block(v)
-    if b is not None:
-        keep = getattr(b, "keep", None)
-        if keep is not None:
-            out.extend(x for x in keep if x is not None)
-        else:
-            out.append(b)
-    elif type(v) in (list, tuple):
-        for x in v:
-            if _block(x) is not None:
-                _blocks_of(x, out)
+from .record import Recorder, block, blocks_named
 
 
 class TraceMismatch(Exception):
     """The second trace made a different tile than the first at the same ordinal (the kernel's
     Python is not deterministic): the launch is traced again with literal allocation."""
-
-
-class Recorder:
-    """The first trace: call ordinals and, per allocation ordinal, the calls that use it."""
-
-    mode = "plan"
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.seq = 0
-        self.uses: list[list[int]] = []
-        #: per allocation ordinal: (bytes per partition, label), checked by the second trace
-        self.tiles: list[tuple[int, str]] = []
-        #: ordinals of tiles read through run-time offsets (never spilled: their views cannot move)
-        self.pinned: set[int] = set()
-
-    def call(self, ctx, args, kwargs):
-        k = self.calls
-        self.calls = k + 1
-        found = _blocks_named(args, kwargs)
-        uses = self.uses
-        for b in found:
-            s = getattr(b, "seq", None)
-            if s is not None and getattr(b, "pass_", None) is self:
-                u = uses[s]
-                if not u or u[-1] != k:
-                    u.append(k)
-        for v in (*args, *kwargs.values()):
-            b = _block(v)
-            if b is not None and (getattr(b, "keep", None) is not None or getattr(v._t, "dyn", None) is not None):
-                for x in getattr(b, "keep", None) or (b,):
-                    s = getattr(x, "seq", None)
-                    if s is not None and getattr(x, "pass_", None) is self:
-                        self.pinned.add(s)
-        return args, kwargs
-
-    def number(self, block) -> int:
-        block.pass_ = self
-        s = block.seq = self.seq
-        self.seq = s + 1
-        self.uses.append([])
-        self.tiles.append((block.row_bytes, block.label))
-        return s
-
-    def new_tile(self, ctx, alloc, row: int, label: str, block) -> tuple[int, int]:
-        self.number(block)
-        try:
-            return alloc.alloc(row, label)
-        except CapacityError:
-            # this trace's program never runs: an overlapping range keeps it going
-            if row > alloc.capacity:
-                raise
-            return alloc.place(0, row, label), 0
-
-    def placed(self, block) -> None:
-        self.number(block)
 
 
 class _Live:
@@ -160,13 +69,17 @@ class Placer:
     """The second trace: frees tiles after their last use and spills / reloads SBUF tiles."""
 
     mode = "emit"
+    liveness = True
 
     def __init__(self, plan: Recorder, spill: str | None, sbuf) -> None:
         self.sbuf = sbuf  # the program's SBUF allocator (PSUM spills land there)
-        self.planned_calls = plan.calls
-        self.uses = plan.uses
-        self.tiles = plan.tiles
-        self.pinned = plan.pinned
+        # what the pass reads from the kernel IR: each tile's uses (call ordinals) and, to check
+        # that this trace is the first one again, the calls and tiles it holds
+        ir = plan.ir
+        self.planned_calls = len(ir.calls)
+        self.uses = [t.uses for t in ir.tiles]
+        self.tiles = [(t.row_bytes, t.label) for t in ir.tiles]
+        self.pinned = {t.ordinal for t in ir.tiles if t.pinned}
         self.spill_on = spill
         self.calls = 0
         self.seq = 0
@@ -209,7 +122,7 @@ class Placer:
         i = bisect_right(u, before - 1) if u else 0
         return u[i - 1] if i else -1
 
-    def call(self, ctx, args, kwargs):
+    def call(self, ctx, args, kwargs, *_):
         """Call `k`: the spilled tiles it reads come back first; its tile arguments are moved to
         where their tiles are now. Returns (args, kwargs)."""
         k = self.calls
@@ -220,7 +133,7 @@ class Placer:
                 if s in self.out:
                     self._reload(ctx, s, k)
         self.calls = k + 1
-        found = _blocks_named(args, kwargs)
+        found = blocks_named(args, kwargs)
         live = self.live
         for b in found:
             s = getattr(b, "seq", None)
@@ -234,7 +147,7 @@ class Placer:
     def _move(self, v):
         if type(v) in (list, tuple):
             return type(v)(self._move(x) for x in v)
-        b = _block(v)
+        b = block(v)
         s = getattr(b, "seq", None)
         if s is None or getattr(b, "keep", None) is not None or getattr(b, "pass_", None) is not self:
             return v
@@ -250,10 +163,10 @@ class Placer:
             raise TraceMismatch(block.label)
         return s
 
-    def placed(self, block) -> None:
+    def placed(self, block, kind=None) -> None:
         self.fixed.add(self._number(block))
 
-    def new_tile(self, ctx, alloc, row: int, label: str, block) -> tuple[int, int]:
+    def new_tile(self, ctx, alloc, row: int, label: str, block, kind=None) -> tuple[int, int]:
         s = self._number(block)
         now = self.calls
         self._release_dead(now)

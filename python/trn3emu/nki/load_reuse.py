@@ -111,7 +111,7 @@ class Fresh:
 
     def tile(self, spec):
         ctx = tracing()
-        if ctx is None or ctx.ir is not None or not toolchain.enabled("load_reuse"):
+        if ctx is None or (ctx.ir is not None and ctx.ir.liveness) or not toolchain.enabled("load_reuse"):
             return None, False  # (not with the liveness allocation pass: it places tiles itself)
         key = _key(self.src, self.odt)
         if key is None:
@@ -159,7 +159,12 @@ def into(fresh: Fresh, dst: NkiTensor) -> bool:
     no DMA is needed; else False, and `fresh.key` is set for `issued_into`."""
     fresh.key = None
     ctx = tracing()
-    if ctx is None or ctx.ir is not None or not toolchain.enabled("load_reuse") or dst._block is None:
+    if (
+        ctx is None
+        or (ctx.ir is not None and ctx.ir.liveness)
+        or not toolchain.enabled("load_reuse")
+        or dst._block is None
+    ):
         return False
     key = _key(fresh.src, fresh.odt)
     if key is None:

@@ -1,4 +1,5 @@
-"""Which compiler passes a kernel's trace runs (docs/nki.md, "Passes"): one switch per pass,
+"""Which compiler passes a kernel's trace runs (docs/nki.md, "Passes"; the passes read the kernel
+IR, `ir.py`, that tracing records, `record.py`): one switch per pass,
 `nki.jit(passes={"liveness": ..., "spill": ...})` per kernel or `TRN3EMU_NKI_PASSES` in the
 environment (comma-separated `name=value`, e.g. `liveness=off,spill=off`); the kernel's option
 wins. `TRN3EMU_NKI_PASSES=literal` (or `nki.jit(passes="literal")`) switches every pass off: the

@@ -32,7 +32,7 @@ import numpy as np
 from .._asm import INSTRUCTIONS
 from ..errors import OperandError
 from ..tensor import Reg
-from ._kernel import NkiTensor, current, not_supported
+from ._kernel import DTYPES, KernelProgram, NkiTensor, current, not_supported, upcalls
 
 HOME = "sync"
 
@@ -127,11 +127,9 @@ def ensure_on(v: VirtualRegister, engine: str) -> None:
             operand="register",
             rule="nki_register_unset",
         )
-    from . import language as nl
-
     prog = v.ctx.program
     if v.scratch is None:
-        v.scratch = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf, name=f"vreg{v.index}")
+        v.scratch = upcalls.ndarray((1, 1), DTYPES["int32"], buffer="sbuf", name=f"vreg{v.index}")
     src_engine = HOME if HOME in v.valid else next(iter(sorted(v.valid)))
     prog.register_store(dst=v.scratch.tensor, src=Reg(v.index), engine=src_engine)
     prog.register_load(dst=Reg(v.index), src=v.scratch.tensor, engine=engine)
@@ -167,14 +165,11 @@ def device_value(v) -> int:
             "the emulator reads it by running the program traced so far; only single-program launches",
             rule="nki_register_read_multiprogram",
         )
-    from . import language as nl
-    from ._kernel import KernelProgram
-
     regs = ctx.vregs
     for r in regs.values():  # save every live register: registers start fresh in a new run
         if r.valid:
             if r.scratch is None:
-                r.scratch = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf, name=f"vreg{r.index}")
+                r.scratch = upcalls.ndarray((1, 1), DTYPES["int32"], buffer="sbuf", name=f"vreg{r.index}")
             src = HOME if HOME in r.valid else next(iter(sorted(r.valid)))
             ctx.program.register_store(dst=r.scratch.tensor, src=Reg(r.index), engine=src)
     if v.scratch is None:

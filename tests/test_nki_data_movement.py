@@ -75,6 +75,31 @@ def test_partition_broadcast_lowers_to_dma_not_to_an_instruction_the_user_did_no
 
 
 @nki.jit
+def _scaled_rows(x, w):
+    """out[s] = x * w[s] for each row s of w: one partition broadcast per loop iteration."""
+    xt = nl.load(x)
+    out = nl.ndarray((w.shape[0],) + tuple(x.shape), x.dtype, buffer=nl.shared_hbm)
+    for s in nl.affine_range(w.shape[0]):
+        ws = nl.load(w[s : s + 1, :])
+        wb = nl.broadcast_to(ws, x.shape)
+        y = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=y, data1=xt, data2=wb, op=nl.multiply)
+        nl.store(out[s], y)
+    return out
+
+
+def test_fp32_partition_broadcasts_share_one_ones_row():
+    """Each fp32 broadcast is one matmul (+ the copy to SBUF); the ones row they multiply is
+    filled once per program, not once per broadcast (a VectorE memset in front of every matmul)."""
+    x = RNG.standard_normal((128, 300)).astype(np.float32)
+    w = RNG.standard_normal((3, 300)).astype(np.float32)
+    np.testing.assert_array_equal(_scaled_rows(x, w), x[None] * w[:, None, :])  # x * (w * 1) exactly
+    text = _scaled_rows.last_programs[0].to_text().splitlines()
+    ops = [line.split()[0].split(".")[0] for line in text if line.strip() and not line.startswith(".")]
+    assert (ops.count("memset"), ops.count("nc_matmul"), ops.count("tensor_tensor")) == (1, 3, 3)
+
+
+@nki.jit
 def _int_binary_bcast(a, b):
     out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
     nl.store(out, nl.add(nl.load(a), nl.load(b)))

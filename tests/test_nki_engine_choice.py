@@ -84,10 +84,12 @@ def test_balancing_spreads_unpinned_work_and_keeps_the_bits():
         if prog._native.instruction_text(i).startswith("tensor_copy")
     ]
     assert copies[0] == "tensor_copy.scalar" and "tensor_copy.gpsimd" not in copies, copies
-    # VectorE is no longer the busiest engine by far; the kernel ends sooner.
+    # Float tensor_tensor (the add and the max) stays on VectorE (the fused Mamba tutorial's
+    # profile: "can only run on VectorE"); the copies and tensor_scalars leave it, so VectorE
+    # carries 2 of the 4 unpinned ops per iteration and the kernel ends sooner.
+    assert _engines(prog, ("tensor_tensor",)) == Counter({"vector": 2 * ITERS})
     bi, bb = _busy(res_isa), _busy(res)
-    assert bb["vector"] < 0.6 * bi["vector"], (bi, bb)
-    assert max(bb["vector"], bb["scalar"], bb["gpsimd"]) < 1.5 * min(bb["vector"], bb["scalar"], bb["gpsimd"]), bb
+    assert bb["vector"] < 0.75 * bi["vector"], (bi, bb)
     assert res.time_ns < res_isa.time_ns
 
 

@@ -1,10 +1,11 @@
 """Engine choice for the instructions a kernel leaves unpinned (docs/nki.md, "Engine choice").
 
-`tensor_copy`, `tensor_scalar` and `tensor_tensor` without an `engine` - the `nl.*` element-wise
-ops, copies and PSUM -> SBUF evacuations the front end emits, and `nki.isa` calls with the default
+`tensor_copy` and single-op `tensor_scalar` without an `engine` - the `nl.*` element-wise ops,
+copies and PSUM -> SBUF evacuations the front end emits, and `nki.isa` calls with the default
 `engine=unknown` ("let compiler select best engine", NKI API pages) - are spread over VectorE,
 ScalarE and GpSimd by the core assembler's balancing rule (`rust/core/src/engine_choice.rs`):
-engines that give the same bits, ordered by affinity, least modelled busy time wins.
+engines that give the same bits, ordered by affinity, least modelled busy time wins. Float
+`tensor_tensor` stays on VectorE (the fused Mamba tutorial's trn1 profile).
 
 The pass `engine_choice` (`nki/passes.py`: `nki.jit(passes={"engine_choice": "off"})` or
 `TRN3EMU_NKI_PASSES=engine_choice=off`) switches it off: every unpinned instruction on the ISA's

@@ -746,16 +746,32 @@ def _bcast_free(t: NkiTensor, shape) -> NkiTensor:
 _PE_DTYPES = frozenset(("float32", "tfloat32", "bfloat16", "float16", "float8_e4m3", "float8_e4m3fn", "float8_e5m2"))
 
 
+def _ones_row(parts: int, dtype) -> NkiTensor:
+    """The program's [1, parts] row of ones of `dtype` for PE broadcasts: filled once (one memset,
+    at the first broadcast) and kept for the rest of the program, as a compiler keeps a constant.
+    The tutorial counts a partition broadcast as one TensorE instruction (fused Mamba, step 1: "a
+    separate instruction on TensorE"); a memset per broadcast would put a VectorE instruction in
+    front of every one of them (VectorE's in-order stream then chains the loop iterations)."""
+    ctx = current()
+    rows = ctx.__dict__.setdefault("_ones_rows", {})
+    key = (parts, str(dtype))
+    row = rows.get(key)
+    if row is None:
+        row = rows[key] = full((1, parts), 1.0, dtype)
+    return row
+
+
 def _bcast_partitions(t: NkiTensor, parts: int) -> NkiTensor:
-    """[1, F] -> a new [parts, F] tile: ones[1, parts]^T @ t on the PE (exact: x * 1 summed once);
-    integer / bool tiles, which the PE does not multiply, by DMA (`_bcast_partitions_dma`)."""
+    """[1, F] -> a new [parts, F] tile: ones[1, parts]^T @ t on the PE (exact: x * 1 summed once),
+    one matmul per 512 columns into PSUM and a copy to SBUF (`nl.broadcast_to`: "this new tile will
+    be in SBUF"); integer / bool tiles, which the PE does not multiply, by DMA (`_bcast_partitions_dma`)."""
     if t.shape[0] != 1:
         raise ShapeError(f"partition broadcast needs 1 partition, got {t.shape}", rule="nki_broadcast_partitions")
     if str(t.dtype) not in _PE_DTYPES:
         return _bcast_partitions_dma(t, parts)
     free = t.size
     flat = t.reshape((1, free)) if t.is_contiguous() else copy(t).reshape((1, free))
-    ones_t = full((1, parts), 1.0, float32 if t.dtype in ("float32", "tfloat32") else t.dtype)
+    ones_t = _ones_row(parts, float32 if t.dtype in ("float32", "tfloat32") else t.dtype)
     out = ndarray((parts,) + tuple(t.shape[1:]), t.dtype, sbuf)
     out_flat = out.reshape((parts, free))
     for f0 in range(0, free, 512):

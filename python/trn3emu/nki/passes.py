@@ -14,9 +14,9 @@ program is the kernel's source taken literally.
   preserves the developer's allocation choices: a kernel that does not fit is an error).
 - `reduce_init`: "on" (default): `nl.loop_reduce` into a tile no instruction wrote starts from
   its first value; "off": it reads the tile as it is.
-- `engine_choice`: "on" (default, both dialects): tensor_copy / tensor_scalar / tensor_tensor left
-  without an engine are spread over VectorE / ScalarE / GpSimd (`engine_choice.py`); "off": the
-  ISA's default engine.
+- `engine_choice`: "on" (default, both dialects): tensor_copy / single-op tensor_scalar left
+  without an engine are spread over VectorE / ScalarE / GpSimd (`engine_choice.py`; float
+  tensor_tensor stays on VectorE); "off": the ISA's default engine.
 - `inplace_assign`, `load_reuse` (the legacy toolchain's rewrites, `toolchain.py`): "dialect"
   (default: on for the legacy dialect, off for NKI 0.6, whose compiler preserves the developer's
   choices), "on", "off".

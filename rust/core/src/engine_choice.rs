@@ -15,10 +15,12 @@
 //!      rounded fp32 operation) on float data: VectorE, ScalarE, GpSimd (GpSimd SBUF only). Two
 //!      operators stay on the default engine: a ScalarE or GpSimd pipeline may fuse them (no
 //!      published statement), which would round once instead of twice.
-//!    - `tensor_tensor` add / subtract / multiply / maximum / minimum on float data, every operand
-//!      in SBUF: VectorE, GpSimd.
 //!    - anything else, dynamic (register / indirect) operands, or an instruction the ISA default
 //!      rule already sends elsewhere (power, all-int32 tensor_tensor, rsqrt): the default engine.
+//!      Float `tensor_tensor` stays on VectorE too: the fused Mamba tutorial (trn1) says its
+//!      `tensor_tensor` work "can only run on VectorE" and profiles VectorE 98.71 % active, and
+//!      the NKI 0.3+ `tensor_tensor` page names GpSimd as the automatic engine only for all-int32
+//!      / uint32 operands (docs/cost-model.md, "Validation only: the fused Mamba tutorial").
 //! 2. **Affinity** orders the candidates: an instruction touching PSUM prefers ScalarE (the
 //!    profiles' PSUM -> SBUF copies), everything else VectorE, ScalarE, GpSimd.
 //! 3. **Least loaded**: the candidate whose modelled busy time so far in this program plus the
@@ -219,22 +221,6 @@ pub fn candidates(ins: &Instr) -> Option<Vec<Engine>> {
             }
             (aps, &ENGINES)
         }
-        Opcode::TensorTensor => {
-            let v = ops::TensorTensor::view(ins).ok()?;
-            let arith = matches!(
-                v.op,
-                AluOp::Add | AluOp::Subtract | AluOp::Multiply | AluOp::Maximum | AluOp::Minimum
-            );
-            let aps = vec![v.dst, v.data1, v.data2];
-            if !arith
-                || aps
-                    .iter()
-                    .any(|a| !a.dtype.is_float() || a.mem != Mem::Sbuf)
-            {
-                return None;
-            }
-            (aps, &[Engine::Vector, Engine::Gpsimd])
-        }
         _ => return None,
     };
     let psum = default_engine::any_psum(&aps);
@@ -284,7 +270,8 @@ mod tests {
             c(COPY_SBUF),
             Some(vec![Engine::Vector, Engine::Scalar, Engine::Gpsimd])
         );
-        assert_eq!(c(ADD_SBUF), Some(vec![Engine::Vector, Engine::Gpsimd]));
+        // Float tensor_tensor stays on VectorE (the Mamba tutorial's profile).
+        assert_eq!(c(ADD_SBUF), None);
         // One rounding only: a two-operator tensor_scalar stays on VectorE.
         assert_eq!(c("tensor_scalar dst=sbuf:float32[0:128]+0[[1,64]] data=sbuf:float32[0:128]+256[[1,64]] op0=multiply operand0=2.0 op1=add operand1=1.0"), None);
         assert_eq!(
@@ -337,8 +324,8 @@ mod tests {
         b.unrecord(&act);
         b.unrecord(&act);
         assert_eq!(b.busy_ps(), [2 * one, one, one]);
-        // tensor_tensor fp32 SBUF: 2N cycles on VectorE and GpSimd alike; GpSimd is less busy.
-        assert_eq!(b.choose(&unpinned(ADD_SBUF)), Some(Engine::Gpsimd));
+        // tensor_tensor fp32 SBUF is not balanced: it stays on VectorE, the busiest engine.
+        assert_eq!(b.choose(&unpinned(ADD_SBUF)), None);
     }
 
     #[test]

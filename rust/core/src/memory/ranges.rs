@@ -2,7 +2,10 @@
 //! the owners and the messages; the policy is documented there and in docs/nki.md "Memory"):
 //! first fit over the live ranges and the last `rotate` freed ones (rotation), falling back to
 //! first fit over the live ranges alone; ranges aligned, and with PSUM banks kept whole.
-//! The scan runs once per tile a kernel allocates, so it lives here rather than in Python.
+//! The search runs once per tile a kernel allocates, so it lives here rather than in Python; in
+//! SBUF it reads bitmaps of the 64-byte slots the ranges cover (64 words, however many tiles
+//! are live, e.g. a load cache filling SBUF), and scans the ranges
+//! where the slots would not say the same (PSUM's bank rule, explicit ranges off the alignment).
 
 use crate::error::{fail, ErrorKind, Result};
 use std::collections::{HashMap, VecDeque};
@@ -48,6 +51,72 @@ pub struct RangeAllocator {
     /// adding ranges only takes room, so `alloc` refuses at once until a range is released.
     /// (A memory kept full, e.g. by cached loads, retries every allocation after freeing one.)
     no_fit: u64,
+    /// the `align`-byte slots `blocked` / the live ranges cover (None: a memory without them,
+    /// see `slots_for`), and how many ranges in `blocked` the slots do not describe exactly (a
+    /// start off the alignment, or no bytes): while there are any, `alloc` scans the ranges
+    slots: Option<(Slots, Slots)>,
+    inexact: usize,
+}
+
+/// Which of a memory's `align`-byte slots a multiset of ranges covers: a count per slot and a bit
+/// per slot (set: a range holds a byte of it; the bits past the last slot are set). For ranges
+/// that start on a slot and hold a byte, a start on a slot is clear of them exactly when the
+/// slots from it are free, so first fit is the lowest run of free slots, found a word at a time.
+#[derive(Clone, Debug)]
+struct Slots {
+    count: Vec<u32>,
+    bits: Vec<u64>,
+}
+
+impl Slots {
+    fn new(n: usize) -> Self {
+        let mut bits = vec![0u64; n.div_ceil(64)];
+        for i in n..bits.len() * 64 {
+            bits[i / 64] |= 1 << (i % 64);
+        }
+        Slots {
+            count: vec![0; n],
+            bits,
+        }
+    }
+
+    fn cover(&mut self, slots: std::ops::Range<usize>) {
+        for i in slots {
+            self.count[i] += 1;
+            self.bits[i / 64] |= 1 << (i % 64);
+        }
+    }
+
+    fn uncover(&mut self, slots: std::ops::Range<usize>) {
+        for i in slots {
+            self.count[i] -= 1;
+            if self.count[i] == 0 {
+                self.bits[i / 64] &= !(1 << (i % 64));
+            }
+        }
+    }
+
+    /// The first slot of the lowest run of `k` (>= 1) free slots.
+    fn first_run(&self, k: usize) -> Option<usize> {
+        let n = self.bits.len() * 64;
+        let (mut i, mut start) = (0, 0);
+        while i < n {
+            let (w, b) = (i / 64, i % 64);
+            let free = (self.bits[w] >> b).trailing_zeros() as usize; // free slots from i in this word
+            let free = free.min(64 - b);
+            i += free;
+            if i - start >= k {
+                return Some(start);
+            }
+            if free < 64 - b {
+                // slot i is taken: skip the taken run in this word
+                let taken = (!(self.bits[w] >> (i % 64))).trailing_zeros() as usize;
+                i += taken.min(64 - i % 64);
+                start = i;
+            }
+        }
+        None
+    }
 }
 
 /// `x` rounded up to a multiple of `a`, None past u64 (a start no memory has).
@@ -69,6 +138,52 @@ impl RangeAllocator {
             blocked: Vec::new(),
             recent: VecDeque::new(),
             no_fit: u64::MAX,
+            slots: Self::slots_for(capacity, align.max(1), bank),
+            inexact: 0,
+        }
+    }
+
+    /// Slot bitmaps for a memory of whole slots without bank rules and of at most 2^16 slots
+    /// (SBUF: 4,096 slots of 64 bytes); None otherwise (PSUM, odd sizes): `alloc` scans.
+    fn slots_for(capacity: u64, align: u64, bank: u64) -> Option<(Slots, Slots)> {
+        let n = capacity / align;
+        (bank == 0 && capacity.is_multiple_of(align) && n <= 1 << 16)
+            .then(|| (Slots::new(n as usize), Slots::new(n as usize)))
+    }
+
+    /// The slots of `lo..hi`, and whether they describe it exactly.
+    fn slot_range(&self, lo: u64, hi: u64) -> (std::ops::Range<usize>, bool) {
+        let a = self.align;
+        (
+            (lo / a) as usize..hi.div_ceil(a) as usize,
+            lo.is_multiple_of(a) && hi > lo,
+        )
+    }
+
+    /// `lo..hi` joins `blocked` (`live`: and the live ranges).
+    fn cover(&mut self, lo: u64, hi: u64, live: bool) {
+        let (r, exact) = self.slot_range(lo, hi);
+        if let Some((blocked, live_slots)) = &mut self.slots {
+            blocked.cover(r.clone());
+            if live {
+                live_slots.cover(r);
+            }
+        }
+        self.inexact += usize::from(!exact);
+    }
+
+    /// `lo..hi` leaves the live ranges (`live`) or `blocked`.
+    fn uncover(&mut self, lo: u64, hi: u64, live: bool) {
+        let (r, exact) = self.slot_range(lo, hi);
+        if let Some((blocked, live_slots)) = &mut self.slots {
+            if live {
+                live_slots.uncover(r);
+            } else {
+                blocked.uncover(r);
+            }
+        }
+        if !live {
+            self.inexact -= usize::from(!exact);
         }
     }
 
@@ -159,6 +274,7 @@ impl RangeAllocator {
         let r = (lo, hi, key);
         let i = self.blocked.partition_point(|x| *x <= r);
         self.blocked.insert(i, r);
+        self.cover(lo, hi, true);
         key
     }
 
@@ -168,10 +284,20 @@ impl RangeAllocator {
         if nbytes >= self.no_fit {
             return None;
         }
-        let blocked = self.blocked.iter().map(|r| (r.0, r.1));
-        let mut pos = self.fit(nbytes, blocked);
-        if pos.is_none() {
-            pos = self.fit_live(nbytes); // rotation found no room: the live ranges alone
+        let mut pos = match &self.slots {
+            Some((blocked, live)) if self.inexact == 0 => {
+                let k = usize::try_from(nbytes.div_ceil(self.align)).unwrap_or(usize::MAX);
+                let first = blocked.first_run(k).or_else(|| live.first_run(k));
+                first.map(|i| i as u64 * self.align)
+            }
+            _ => None,
+        };
+        if pos.is_none() && (self.slots.is_none() || self.inexact > 0) {
+            let blocked = self.blocked.iter().map(|r| (r.0, r.1));
+            pos = self.fit(nbytes, blocked);
+            if pos.is_none() {
+                pos = self.fit_live(nbytes); // rotation found no room: the live ranges alone
+            }
         }
         let Some(pos) = pos else {
             self.no_fit = self.no_fit.min(nbytes);
@@ -209,17 +335,20 @@ impl RangeAllocator {
             return;
         };
         self.no_fit = u64::MAX;
+        self.uncover(lo, hi, true);
         let r = (lo, hi, key);
         if self.recent.len() >= self.rotate {
             if let Some(old) = self.recent.pop_front() {
                 if let Ok(j) = self.blocked.binary_search(&old) {
                     self.blocked.remove(j);
+                    self.uncover(old.0, old.1, false);
                 }
             }
         }
         if self.rotate == 0 {
             if let Ok(j) = self.blocked.binary_search(&r) {
                 self.blocked.remove(j);
+                self.uncover(lo, hi, false);
             }
         } else {
             self.recent.push_back(r);
@@ -295,12 +424,23 @@ mod tests {
             let mut live: Vec<(u64, u64, u64)> = Vec::new(); // (lo, hi, key)
             let mut recent: VecDeque<(u64, u64)> = VecDeque::new();
             let mut x: u64 = 12345;
-            for step in 0..4000 {
+            for step in 0..6000 {
                 x = x
                     .wrapping_mul(6364136223846793005)
                     .wrapping_add(1442695040888963407);
                 let r = x >> 33;
-                if r % 5 < 3 || live.is_empty() {
+                if r.is_multiple_of(23) {
+                    // an explicit range, now and then off the alignment or empty
+                    let n = (r >> 5) % 300;
+                    let lo = (r >> 14) % (capacity - n + 1);
+                    let lo = if r.is_multiple_of(2) {
+                        lo / 64 * 64
+                    } else {
+                        lo
+                    };
+                    let key = a.place(lo, n).unwrap();
+                    live.push((lo, lo + n, key));
+                } else if r % 5 < 3 || live.is_empty() {
                     let n = 1 + (r >> 3) % 700;
                     let all: Vec<(u64, u64)> = live
                         .iter()

@@ -4,8 +4,8 @@
 //! first fit over the live ranges alone; ranges aligned, and with PSUM banks kept whole.
 //! The search runs once per tile a kernel allocates, so it lives here rather than in Python; in
 //! SBUF it reads bitmaps of the 64-byte slots the ranges cover (64 words, however many tiles
-//! are live, e.g. a load cache filling SBUF), and scans the ranges
-//! where the slots would not say the same (PSUM's bank rule, explicit ranges off the alignment).
+//! are live, e.g. a load cache filling SBUF), and scans the ranges where the slots would not
+//! say the same (PSUM's bank rule, explicit ranges off the alignment).
 
 use crate::error::{fail, ErrorKind, Result};
 use std::collections::{HashMap, VecDeque};

@@ -41,7 +41,10 @@ def test_elementwise_kernel_trace_and_run(benchmark, name, dialect):
         kern.cache_clear()
         return kern(*args)
 
-    out = benchmark.pedantic(first_call, rounds=3, iterations=1)
+    # One warm-up call: the first test of each shape grows the process's memory (the emulator's
+    # HBM pages, numpy's output arrays), page faults of 0.3-1.4 s system time measured in its first
+    # rounds, whichever dialect runs first. Every measured round is still a first call (traced).
+    out = benchmark.pedantic(first_call, rounds=3, iterations=1, warmup_rounds=1)
     ref = REFERENCES[name](*args)
     for got, want in zip(out if isinstance(out, tuple) else (out,), ref if isinstance(ref, tuple) else (ref,)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

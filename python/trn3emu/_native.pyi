@@ -84,6 +84,7 @@ class CallPlan:
         dsts: list[int] | tuple[int, ...],
         nki_tensor: type,
         slow: Callable[..., Any],
+        issued: type | None = None,
     ) -> CallPlan: ...
     def operands(self, values: Any, core: Any, uses: Any) -> tuple[Any, ...] | None: ...
     def append(

@@ -162,8 +162,9 @@ def _call_site(depth: int) -> tuple[str, str]:
 
 def _slow_operand(v, is_dst: bool, core: int, uses):
     """The operand of value `v` that `_native.CallPlan` could not take itself, as the Python
-    loop of `_operands` gives it: a tile view seen for the first time (its pattern kept), an HBM
-    tensor the program names already (read, not written), an enum member; None for anything else
+    loop of `_operands` gives it: a tile view seen for the first time (its pattern kept), the
+    view of a tile subclass after its converter (a pending result once issued), an HBM tensor the
+    program names already (read, not written), an enum member; None for anything else
     (the loop takes the call)."""
     if type(v) is NkiTensor:
         t = v._t
@@ -173,6 +174,8 @@ def _slow_operand(v, is_dst: bool, core: int, uses):
         if ap is not None and t.dyn is None and t.mem != "hbm" and t.core == core:
             v._ap = ap
         return ap
+    if type(v) is Tensor:
+        return None if is_dst and v.mem == "hbm" else _tensor_ap(v, core, uses)
     if isinstance(v, (Tensor, Reg)):
         return None
     return _enum_name(v)

@@ -214,6 +214,9 @@ def _converter(kind: str, enum_id: Any):
 #: callables run before an instruction is issued while the trace has pending results (`pending.py`:
 #: they issue them first, in program order), and outside a trace (where they say so)
 _before_issue: list = []
+#: the tile subclass of results issued later (`pending.Pending`): once issued, an operand the
+#: native call plan takes by its `_ap` as it takes a plain tile's
+_issued_kind: list = []
 
 #: NKI-only keywords of an instruction beyond its ISA operands (legacy `tensor_copy(dtype=)`: the cast
 #: is dst's dtype, so the value is accepted and dropped). Every instruction also takes `mask=`.
@@ -316,7 +319,15 @@ def _make(opname: str):
         return (
             entries,
             fused,
-            _native.CallPlan(opname, entries, base_ops, _emit.hbm_dsts(opname), NkiTensor, _emit._slow_operand),
+            _native.CallPlan(
+                opname,
+                entries,
+                base_ops,
+                _emit.hbm_dsts(opname),
+                NkiTensor,
+                _emit._slow_operand,
+                _issued_kind[0] if _issued_kind else None,
+            ),
         )
 
     def fn(*args, **kwargs):
@@ -360,16 +371,17 @@ def _make(opname: str):
                     direct = ctx.direct_ops[opname] = getattr(getattr(prog, opname), "__func__", None) is method
                 if fused and direct and not ctx.vregs:
                     if native is not None:  # `_emit.emit_call`'s one native call, inlined
-                        f = _getframe(1)  # the call's source line: `_emit._call_site(1)`, inlined
-                        if _INTERNAL.get(f.f_code.co_filename) is not False:  # (not a kernel's own frame)
-                            f = _kernel.user_frame(f)
-                        hit = None if f is None else _SITES.get((id(f.f_code), f.f_lasti, None))
                         if ctx.site is not None:  # (a pending result: the line of its call)
                             loc, label = ctx.site, _emit._label(ctx.site, None)
-                        elif hit is not None and hit[0] is f.f_code:
-                            loc, label = hit[1], hit[2]
                         else:
-                            loc, label = _emit.site(1, None)
+                            f = _getframe(1)  # the call's source line: `_emit._call_site(1)`, inlined
+                            if _INTERNAL.get(f.f_code.co_filename) is not False:  # (not a kernel's own frame)
+                                f = _kernel.user_frame(f)
+                            hit = None if f is None else _SITES.get((id(f.f_code), f.f_lasti, None))
+                            if hit is not None and hit[0] is f.f_code:
+                                loc, label = hit[1], hit[2]
+                            else:
+                                loc, label = _emit.site(1, None)
                         i = native.append(
                             prog._native,
                             values,

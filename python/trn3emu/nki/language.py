@@ -696,6 +696,8 @@ _INT_BITS = {"bool": 1, "uint8": 8, "int8": 8, "uint16": 16, "int16": 16, "uint3
 def promote(a, b) -> Dtype:
     """NKI's documented promotion (reference §3.3): float+int -> the float; wider float wins
     (fp16+bf16 -> fp32, mixed fp8 -> bf16); int+int -> wider, signed when mixed."""
+    if a is b and type(a) is Dtype:  # (the usual case: tiles of one dtype; an nl dtype is its DTYPES entry)
+        return DTYPES[str.__str__(a)]
     a, b = str(as_dtype(a)), str(as_dtype(b))
     if a == b:
         return DTYPES[a]
@@ -725,6 +727,8 @@ def promote(a, b) -> Dtype:
 def _bcast_free(t: NkiTensor, shape) -> NkiTensor:
     """Stride-0 view of a [P, 1...] tile over the free dims of `shape`."""
     v = t
+    if v.shape == shape:
+        return v  # (nothing to broadcast: the loop below would leave it as it is)
     if v.ndim != len(shape):
         if v.size // v.shape[0] == 1:
             v = v.reshape((v.shape[0],) + (1,) * (len(shape) - 1))
@@ -849,39 +853,47 @@ def _binary(op: str, x, y, dtype, out=None) -> NkiTensor:
         emit_scalar(out)
         return out
     odt = dtype or promote(x.dtype, y.dtype)
-    if x.shape[0] != y.shape[0]:
-        if x.shape[0] == 1:
-            x = _bcast_partitions(x, y.shape[0])
-        elif y.shape[0] == 1:
-            y = _bcast_partitions(y, x.shape[0])
-        else:
+    if out is None and x.shape == y.shape:
+        shape, bx, by = x.shape, x, y  # (tiles of one shape: what the steps below give them)
+    else:
+        if x.shape[0] != y.shape[0]:
+            if x.shape[0] == 1:
+                x = _bcast_partitions(x, y.shape[0])
+            elif y.shape[0] == 1:
+                y = _bcast_partitions(y, x.shape[0])
+            else:
+                raise ShapeError(
+                    f"nl.{op}: partition dims {x.shape[0]} and {y.shape[0]} do not broadcast",
+                    rule="nki_broadcast_partitions",
+                )
+        xf, yf = x.size // x.shape[0], y.size // y.shape[0]
+        if xf != yf and (xf == 1 or yf == 1):
+            tile, col, rev = (x, y, False) if yf == 1 else (y, x, True)
+            col = col.reshape((col.shape[0], 1)) if col.ndim != 2 else col
+
+            def emit_col(o):
+                nisa.tensor_scalar(o, tile, op0=op, operand0=col, reverse0=rev)
+
+            if out is None:
+                return _result(tile.shape, odt, emit_col, (tile, col), f"nl.{op}")
+            emit_col(out)
+            return out
+        try:
+            if out is not None:
+                shape = out.shape
+            elif x.shape == y.shape:
+                shape = x.shape  # (what broadcast_shapes gives, without building its arrays)
+            else:
+                shape = tuple(np.broadcast_shapes(x.shape, y.shape))
+        except ValueError:
+            # numpy's own message names neither the call nor the rule; say both, once (no chained traceback)
             raise ShapeError(
-                f"nl.{op}: partition dims {x.shape[0]} and {y.shape[0]} do not broadcast",
-                rule="nki_broadcast_partitions",
-            )
-    xf, yf = x.size // x.shape[0], y.size // y.shape[0]
-    if xf != yf and (xf == 1 or yf == 1):
-        tile, col, rev = (x, y, False) if yf == 1 else (y, x, True)
-        col = col.reshape((col.shape[0], 1)) if col.ndim != 2 else col
-
-        def emit_col(o):
-            nisa.tensor_scalar(o, tile, op0=op, operand0=col, reverse0=rev)
-
-        if out is None:
-            return _result(tile.shape, odt, emit_col, (tile, col), f"nl.{op}")
-        emit_col(out)
-        return out
-    try:
-        shape = tuple(np.broadcast_shapes(x.shape, y.shape)) if out is None else out.shape
-    except ValueError:
-        # numpy's own message names neither the call nor the rule; say both, once (no chained traceback)
-        raise ShapeError(
-            f"nl.{op}: free dims of {tuple(x.shape)} and {tuple(y.shape)} do not broadcast "
-            "(each free dim must match or be 1)\nfix: slice both tiles to the same free size, or reduce one to "
-            "[P, 1] (e.g. `nl.sum(t, axis=1, keepdims=True)`) to apply it per partition",
-            rule="nki_broadcast_free",
-        ) from None
-    bx, by = _bcast_free(x, shape), _bcast_free(y, shape)
+                f"nl.{op}: free dims of {tuple(x.shape)} and {tuple(y.shape)} do not broadcast "
+                "(each free dim must match or be 1)\nfix: slice both tiles to the same free size, or reduce one to "
+                "[P, 1] (e.g. `nl.sum(t, axis=1, keepdims=True)`) to apply it per partition",
+                rule="nki_broadcast_free",
+            ) from None
+        bx, by = _bcast_free(x, shape), _bcast_free(y, shape)
 
     def emit_tt(o):
         nisa.tensor_tensor(o, bx, by, op=op)

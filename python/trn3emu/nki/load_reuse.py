@@ -33,7 +33,7 @@ from __future__ import annotations
 import weakref
 
 from . import toolchain
-from ._kernel import END_OF_TRACE, ON_FULL, NkiTensor, TraceContext, _Blocks, _hbm_span, tracing, upcalls
+from ._kernel import END_OF_TRACE, ON_FULL, NkiTensor, TraceContext, _Blocks, _hbm_span, tracing
 
 #: instructions that order this core against others (a reuse after one could miss their writes)
 CROSS_CORE = frozenset(
@@ -133,7 +133,7 @@ class Fresh:
             cache.drop(key)  # stale, or still held by the kernel: a new load replaces it
         shape, dtype, buf = spec
         self.key = key
-        return upcalls.ndarray(shape, dtype, buffer=buf), False  # (nl.ndarray)
+        return ctx.tile(shape, dtype, buf, ""), False  # (`nl.ndarray(shape, dtype=, buffer=)`'s own path)
 
     def issued(self, tile: NkiTensor) -> None:
         ctx = tracing()
@@ -204,19 +204,28 @@ def watch(ctx: TraceContext, writes: frozenset, names: list, args: tuple, kwargs
     """An instruction with operands `args` / `kwargs` (positional names `names`) writes the ones
     named in `writes`: a cached tile among them is stale."""
     cache = ctx._load_cache
-    values = [v for k, v in kwargs.items() if k in writes]
-    values += [a for a, k in zip(args, names) if k in writes]
-    for v in values:
-        b = getattr(v, "_block", None)
-        while b is not None:
-            key = cache.handles.get(id(b))
-            if key is not None:
-                e = cache.entries.get(key)
-                if e is not None and e.handle() is b:
-                    cache.drop(key)
-                break
-            keep = getattr(b, "keep", None)  # views with run-time operands wrap the view's own block
-            b = keep[0] if keep else None
+    if not cache.handles:
+        return  # (nothing cached to make stale)
+    for k, v in kwargs.items():
+        if k in writes:
+            _stale(cache, v)
+    for a, k in zip(args, names):
+        if k in writes:
+            _stale(cache, a)
+
+
+def _stale(cache: LoadCache, v) -> None:
+    """`v` is written: drop the cache entry of its tile, if any."""
+    b = getattr(v, "_block", None)
+    while b is not None:
+        key = cache.handles.get(id(b))
+        if key is not None:
+            e = cache.entries.get(key)
+            if e is not None and e.handle() is b:
+                cache.drop(key)
+            break
+        keep = b.keep if isinstance(b, _Blocks) else None  # views with run-time operands wrap the view's own block
+        b = keep[0] if keep else None
 
 
 def _release(ctx: TraceContext) -> bool:

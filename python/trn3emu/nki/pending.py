@@ -23,7 +23,7 @@ from __future__ import annotations
 from ..errors import EmuError
 from . import _emit, indexing, load_reuse
 from . import isa as nisa
-from ._kernel import END_OF_TRACE, NkiTensor, block_of, current, upcalls
+from ._kernel import END_OF_TRACE, NkiTensor, block_of, current
 
 #: float dtypes an fp32 result may be written to directly (one RNE rounding either way)
 _NARROW_FLOATS = frozenset({"bfloat16", "float16"})
@@ -116,7 +116,7 @@ class Pending(NkiTensor):
         # into a target of another dtype or aliasing an operand only where that is exact;
         # `fresh.tile(spec)`: (the tile a use other than an assignment issues into, whether it
         # holds the result already), or (None, False): a new tile; `fresh.issued(tile)` after
-        self.buffer, self.name = spec[2], ""
+        self.buffer, self.name, self._ap = spec[2], "", None  # (`_ap`: the view's pattern once issued)
         self._spec, self._emit, self._ctx, self._acc, self._origin = spec, emit, current(), accumulate, origin
         self._inplace, self._fresh = inplace, fresh
         self._site = _emit.site(0, None)[0]  # its instructions are named after this call's line
@@ -163,10 +163,11 @@ class Pending(NkiTensor):
                 self._t, self._block = dst._t, dst._block
                 self._emit = self._acc = self._fresh = self._inplace = None
                 return
+        ctx = current()
         if dst is None:
             shape, dtype, buf = self._spec
-            dst = upcalls.ndarray(shape, dtype, buffer=buf)  # (nl.ndarray)
-        ctx = current()
+            dst = ctx.tile(shape, dtype, buf, "")  # (`nl.ndarray(shape, dtype=, buffer=)`'s own path)
+
         active_masks = ctx.masks
         masks = active_masks[:]  # issued as written: outside any mask= of the call that uses it
         active_masks.clear()
@@ -184,6 +185,7 @@ class Pending(NkiTensor):
         if fresh is not None and dst is not None:
             fresh.issued(dst)
         self._t, self._block = dst._t, dst._block
+        self._ap = dst._ap if type(dst) is NkiTensor else None  # (a tile subclass may not know it)
         # issued: drop the operands the closures hold, so their tiles die when the kernel drops them
         self._emit = self._acc = self._fresh = self._inplace = None
 
@@ -222,6 +224,7 @@ class Pending(NkiTensor):
 
 
 nisa._before_issue.append(_flush_pending)
+nisa._issued_kind.append(Pending)
 
 
 def _finish(ctx) -> None:

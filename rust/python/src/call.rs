@@ -45,6 +45,9 @@ pub struct CallPlan {
     base: Py<PyTuple>,
     dsts: Vec<usize>,
     nki_tensor: Py<PyType>,
+    /// a subclass of `nki_tensor` whose `_ap`, when an `AccessPattern`, is its view's (the
+    /// front end's pending results once issued); None: only `nki_tensor` itself
+    issued: Option<Py<PyType>>,
     slow: Py<PyAny>,
 }
 
@@ -53,8 +56,10 @@ impl CallPlan {
     /// `opcode`: the instruction; `plan`: per value `(operand position or None, is an ISA operand, converter or None)`;
     /// `base`: the operands' defaults; `dsts`: the positions of operands the instruction may
     /// write in HBM; `nki_tensor`: the `NkiTensor` class; `slow(value, is_dst, core, uses)`:
-    /// the operand of a value this pass does not take itself, or None.
+    /// the operand of a value this pass does not take itself, or None; `issued`: a subclass of
+    /// `nki_tensor` taken the same way (its instances set `_ap`: None until known).
     #[new]
+    #[pyo3(signature = (opcode, plan, base, dsts, nki_tensor, slow, issued = None))]
     fn new(
         opcode: &Bound<'_, PyString>,
         plan: &Bound<'_, PyTuple>,
@@ -62,6 +67,7 @@ impl CallPlan {
         dsts: Vec<usize>,
         nki_tensor: Bound<'_, PyType>,
         slow: Bound<'_, PyAny>,
+        issued: Option<Bound<'_, PyType>>,
     ) -> PyResult<Self> {
         let py = opcode.py();
         let name = opcode.clone().unbind();
@@ -88,6 +94,7 @@ impl CallPlan {
             base: base.to_tuple().unbind(),
             dsts,
             nki_tensor: nki_tensor.unbind(),
+            issued: issued.map(Bound::unbind),
             slow: slow.unbind(),
         })
     }
@@ -150,12 +157,14 @@ impl CallPlan {
     ) -> PyResult<Option<Vec<Bound<'py, PyAny>>>> {
         let mut out: Vec<Bound<'py, PyAny>> = self.base.bind(py).iter().collect();
         let nki = self.nki_tensor.bind(py);
+        let issued = self.issued.as_ref().map(|t| t.bind(py));
         let mut entries = self.entries.iter();
         for v in values.try_iter()? {
             let mut v = v?;
             let Some(entry) = entries.next() else { break };
             let Some(i) = entry.slot else { continue };
-            if entry.operand && v.get_type().is(nki) {
+            let exact = v.get_type().is(nki);
+            if entry.operand && (exact || issued.is_some_and(|t| v.get_type().is(t))) {
                 let ap = v.getattr(intern!(py, "_ap"))?;
                 if ap.is_instance_of::<AccessPattern>()
                     && v.getattr(intern!(py, "_t"))?
@@ -165,7 +174,8 @@ impl CallPlan {
                     out[i] = ap;
                     continue;
                 }
-            } else {
+            }
+            if !(entry.operand && exact) {
                 if let Some(c) = &entry.conv {
                     v = c.bind(py).call1((v,))?;
                 }

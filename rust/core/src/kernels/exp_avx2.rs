@@ -32,6 +32,9 @@
 //!   masks with `movemask`.
 
 use super::exp::{Affine, Func, TANH_C, TANH_SMALL};
+use super::exp_x86::{
+    func, D, EXP, EXP_NORMAL_X, EXP_TINY_X, SIGMOID, SILU, SMALL_X, TANH, TH_LOG2,
+};
 use std::arch::x86_64::*;
 
 /// 1.5 * 2^49: adding it rounds |v| < 2^48 to a multiple of 1/8, 8 times which is held in the
@@ -66,18 +69,6 @@ const fn table_dwords(high: bool) -> [i32; 8] {
 }
 const TAB_LO: [i32; 8] = table_dwords(false);
 const TAB_HI: [i32; 8] = table_dwords(true);
-
-/// log2 of the distance (f64 ulps) from the fp32 half-way pattern below which a lane is not
-/// decided by the bit test (exp_avx512.rs's module doc).
-const TH_LOG2: u32 = 13;
-/// Half-width of the interval check for the lanes the bit test leaves.
-const D: f64 = 1.0 / (1u64 << 39) as f64;
-/// exp inputs from which the result is an fp32 normal for sure, and below which it rounds to +0
-/// for sure (as exp_avx512.rs).
-const EXP_NORMAL_X: f32 = -87.0;
-const EXP_TINY_X: f32 = -104.0;
-/// Below this |x| silu and tanh leave the fast step (exp_avx512.rs's `SMALL_X`).
-const SMALL_X: f32 = f32::from_bits(0x0d80_0000); // 2^-100
 
 /// The constants of one run, loaded once (kept in registers across the loop).
 #[derive(Clone, Copy)]
@@ -556,20 +547,6 @@ pub unsafe fn map_bytes(
         fallbacks += map_affine_raw(f, Affine::IDENTITY, xs.as_ptr(), p, n, &slow);
     }
     fallbacks
-}
-
-const EXP: u8 = 0;
-const SIGMOID: u8 = 1;
-const SILU: u8 = 2;
-const TANH: u8 = 3;
-
-fn func(code: u8) -> Func {
-    match code {
-        EXP => Func::Exp,
-        SIGMOID => Func::Sigmoid,
-        SILU => Func::Silu,
-        _ => Func::Tanh,
-    }
 }
 
 #[cfg(test)]

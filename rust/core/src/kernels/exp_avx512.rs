@@ -48,6 +48,9 @@
 //! cannot change the result (`Affine`).
 
 use super::exp::{Affine, Func, TANH_C, TANH_SMALL};
+use super::exp_x86::{
+    func, D, EXP, EXP_NORMAL_X, EXP_TINY_X, SIGMOID, SILU, SMALL_X, TANH, TH_LOG2,
+};
 use std::arch::x86_64::*;
 
 /// 1.5 * 2^48: adding it rounds |v| < 2^47 to a multiple of 1/16, 16 times which is held in
@@ -75,21 +78,6 @@ const TABLE: [f64; 16] = [
     1.8340080864093424,
     1.9152065613971474,
 ];
-/// log2 of the distance (f64 ulps) from the fp32 half-way pattern below which a lane is not
-/// decided by the bit test (module doc).
-const TH_LOG2: u32 = 13;
-/// Half-width of the interval check for the lanes the bit test leaves (module doc).
-const D: f64 = 1.0 / (1u64 << 39) as f64;
-/// exp inputs from which the result is an fp32 normal for sure (e^-87 > 2^-126 (1 + 2^-40)), and
-/// below which it rounds to +0 for sure (e^-104 < 2^-150 (1 - 2^-40)).
-const EXP_NORMAL_X: f32 = -87.0;
-const EXP_TINY_X: f32 = -104.0;
-/// Sigmoid's result is an fp32 normal from x >= -87 on too (e^-87 / (1 + e^-87) > 2^-126);
-/// silu's when also |x| >= `SMALL_X` = 2^-100 (|silu(x)| >= |x| / 4 for |x| <= 1, > 2^-120 for
-/// x in [-87, -1]); tanh's for |x| >= 2^-100, and below that tanh(x) rounds to x itself (the
-/// relative distance x^2 / 3 < 2^-200 is far inside half an fp32 spacing), which is the value
-/// the Taylor branch gives exactly (`fma(x z, p, x)` with |x z p| < 2^-300 < ulp(x) / 2).
-const SMALL_X: f32 = f32::from_bits(0x0d80_0000); // 2^-100
 
 /// The constants of one run, loaded once (kept in registers across the loop).
 #[derive(Clone, Copy)]
@@ -510,20 +498,6 @@ pub unsafe fn map_bytes(
         fallbacks += map_affine_raw(f, Affine::IDENTITY, xs.as_ptr(), p, n, &slow);
     }
     fallbacks
-}
-
-const EXP: u8 = 0;
-const SIGMOID: u8 = 1;
-const SILU: u8 = 2;
-const TANH: u8 = 3;
-
-fn func(code: u8) -> Func {
-    match code {
-        EXP => Func::Exp,
-        SIGMOID => Func::Sigmoid,
-        SILU => Func::Silu,
-        _ => Func::Tanh,
-    }
 }
 
 #[cfg(test)]

@@ -43,8 +43,8 @@ const INV_LN2: f64 = std::f64::consts::LOG2_E;
 /// ln 2 truncated to 32 significant bits (0x1.62e42feep-1), and the f64 nearest the rest.
 const LN2_HI: f64 = 0.693_147_180_369_123_8;
 const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
-/// 2^(j/16), j = 0..16, each the f64 nearest.
-const POW2_16: [f64; 16] = [
+/// 2^(j/16), j = 0..16, each the f64 nearest (the x86 kernels' tables too).
+pub(super) const POW2_16: [f64; 16] = [
     1.0,
     1.0442737824274138,
     1.0905077326652577,

@@ -31,7 +31,7 @@
 //!   14..28 of the f64 pattern all lie there) and masks are vector compares turned into bit
 //!   masks with `movemask`.
 
-use super::exp::{Affine, Func, TANH_C, TANH_SMALL};
+use super::exp::{Affine, Func, POW2_16, TANH_C, TANH_SMALL};
 use super::exp_x86::{
     func, D, EXP, EXP_NORMAL_X, EXP_TINY_X, SIGMOID, SILU, SMALL_X, TANH, TH_LOG2,
 };
@@ -43,17 +43,16 @@ const SHIFT: f64 = 844_424_930_131_968.0;
 const INV_LN2: f64 = std::f64::consts::LOG2_E;
 /// The f64 nearest ln2.
 const LN2: f64 = std::f64::consts::LN_2;
-/// 2^(j/8), j = 0..8, each the f64 nearest (the even entries of exp_avx512.rs's table).
-const TABLE: [f64; 8] = [
-    1.0,
-    1.0905077326652577,
-    1.189207115002721,
-    1.2968395546510096,
-    std::f64::consts::SQRT_2,
-    1.5422108254079407,
-    1.681792830507429,
-    1.8340080864093424,
-];
+/// 2^(j/8), j = 0..8, each the f64 nearest: the even entries of `POW2_16`.
+const TABLE: [f64; 8] = {
+    let mut t = [0f64; 8];
+    let mut j = 0;
+    while j < 8 {
+        t[j] = POW2_16[2 * j];
+        j += 1;
+    }
+    t
+};
 
 /// The 32-bit halves (`high` or low) of the table's entries with `j << 49` subtracted (module
 /// doc: adding `n << 49` then scales entry j by 2^floor(n/8)).

@@ -47,7 +47,7 @@
 //! applied in fp32 vectors (two roundings, as `act::apply_affine_slice`), skipped where it
 //! cannot change the result (`Affine`).
 
-use super::exp::{Affine, Func, TANH_C, TANH_SMALL};
+use super::exp::{Affine, Func, POW2_16, TANH_C, TANH_SMALL};
 use super::exp_x86::{
     func, D, EXP, EXP_NORMAL_X, EXP_TINY_X, SIGMOID, SILU, SMALL_X, TANH, TH_LOG2,
 };
@@ -60,24 +60,7 @@ const INV_LN2: f64 = std::f64::consts::LOG2_E;
 /// The f64 nearest ln2.
 const LN2: f64 = std::f64::consts::LN_2;
 /// 2^(j/16), j = 0..16, each the f64 nearest.
-const TABLE: [f64; 16] = [
-    1.0,
-    1.0442737824274138,
-    1.0905077326652577,
-    1.1387886347566916,
-    1.189207115002721,
-    1.241857812073484,
-    1.2968395546510096,
-    1.3542555469368927,
-    std::f64::consts::SQRT_2,
-    1.4768261459394993,
-    1.5422108254079407,
-    1.6104903319492543,
-    1.681792830507429,
-    1.7562521603732995,
-    1.8340080864093424,
-    1.9152065613971474,
-];
+const TABLE: [f64; 16] = POW2_16;
 
 /// The constants of one run, loaded once (kept in registers across the loop).
 #[derive(Clone, Copy)]

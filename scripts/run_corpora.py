@@ -1,7 +1,7 @@
 """Run a public NKI kernel corpus, unchanged, on trn3emu and count what runs.
 
     python scripts/run_corpora.py DIR [DIR ...] [--timeout S] [-v] [--json OUT] [--python PY]
-                                  [--only PATH_PART ...]
+                                  [--only PATH_PART ...] [--nkilib NKI_LIBRARY_CHECKOUT]
 
 Each DIR is a copy of a kernel repository fetched outside this one (nki-samples, nki-library,
 neuronx-distributed, nkipy, aws-neuron-sdk ...): nothing of it is part of trn3emu. Every `.py`
@@ -16,6 +16,10 @@ file under DIR that imports NKI (`nki`, `neuronxcc.nki`) is handled in a fresh i
 
 The corpus's own packages are importable as an install would make them (each project folder
 and its src/ on PYTHONPATH); modules it needs beyond that (torch, neuronxcc internals) count as refusals.
+`--nkilib` names a checkout of github.com/aws-neuron/nki-library: the neuronx-cc wheel bundles that
+library as the top-level package `nkilib`, and `pip install nki-library` adds it as
+`nkilib_src.nkilib` (the bundled `nkilib/__init__.py` then swaps itself for it); the checkout's
+`src/nkilib_src` and `src` go on the children's PYTHONPATH to stand for both, the library's own code.
 
 A refusal is classed by its first error: a trn3emu error as `Class[rule]`, a missing module as
 `needs <module>`, a missing NKI name as `missing <name>`, a failed comparison as
@@ -157,6 +161,15 @@ def module_of(p: Path) -> tuple[str, str]:
     return (".".join(parts), str(d)) if len(parts) > 1 else ("", "")
 
 
+def nkilib_paths(checkout: Path) -> list[str]:
+    """PYTHONPATH entries that make an nki-library checkout importable as an install does: `nkilib`
+    (neuronx-cc's bundled copy) and `nkilib_src.nkilib` (the `nki-library` wheel)."""
+    src = checkout / "src"
+    if not (src / "nkilib_src" / "nkilib" / "__init__.py").exists():
+        raise SystemExit(f"--nkilib {checkout}: no src/nkilib_src/nkilib/__init__.py (not an nki-library checkout)")
+    return [str(src / "nkilib_src"), str(src)]
+
+
 def run_file(p: Path, timeout: float, paths: list[str], python: str = sys.executable) -> tuple[str, str, str]:
     """(outcome, reason class, detail) of one corpus file run by `python`; `paths` go on PYTHONPATH."""
     k = kind(p)
@@ -219,7 +232,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--only", action="append", default=[], help="run only files whose path under DIR contains this (repeatable)"
     )
+    ap.add_argument(
+        "--nkilib",
+        type=Path,
+        help="an nki-library checkout, importable as `nkilib` (neuronx-cc's bundled copy) and `nkilib_src`",
+    )
     a = ap.parse_args(argv)
+    extra = nkilib_paths(a.nkilib.resolve()) if a.nkilib else []
     rows = []
     for d in a.dirs:
         root = d.resolve()
@@ -228,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         files = [p for p in nki_files(root) if not a.only or any(o in str(p.relative_to(root)) for o in a.only)]
         print(f"== {root} ({len(files)} files use NKI)", flush=True)
         for p in files:
-            outcome, why, detail = run_file(p, a.timeout, package_paths(root), a.python)
+            outcome, why, detail = run_file(p, a.timeout, package_paths(root) + extra, a.python)
             rel = str(p.relative_to(root))
             rows.append(
                 {"corpus": root.name, "file": rel, "kind": kind(p), "outcome": outcome, "reason": why, "detail": detail}

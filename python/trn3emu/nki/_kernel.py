@@ -1282,7 +1282,8 @@ class _Run:
         from .. import testing
 
         originals: list = []
-        args, kwargs = _host_arrays(self.kernel, args, kwargs, originals)
+        copies: list = []  # (tensor off the host, its host copy): written back after the run
+        args, kwargs = _host_arrays(self.kernel, args, kwargs, originals, copies)
         self.input_names = _input_names(self.kernel, args, kwargs)
         fill = self.fill = self.kernel.options.get("fill", testing.default_fill())
         key = self._key(args, kwargs)
@@ -1316,7 +1317,7 @@ class _Run:
                 self.device.hbm.write(t, a if a.ndim else a.reshape(1))
             for addr, data in traced.preload:
                 self.device.hbm._native.hbm_write(addr, data)
-        out = self._run(traced, arrays, interop.common(originals))
+        out = interop.send_home(self._run(traced, arrays, interop.common(originals)), copies)
         if traced.reusable and self.device.numerics["rounding"] != "stochastic":
             with _SHARED:
                 _SPARE[:] = [_Spare(self.device, _device_env(), traced.hbm_ranges)]
@@ -1624,10 +1625,11 @@ def _check_result(r) -> None:
             _check_result(x)
 
 
-def _host_arrays(kernel: Kernel, args, kwargs, originals: list):
+def _host_arrays(kernel: Kernel, args, kwargs, originals: list, copies: list | None = None):
     """The launch's arguments with every array (also inside tuples) as numpy (`interop.to_numpy`,
     sharing memory where the framework allows, so inputs the kernel writes are written back);
-    the original arrays are appended to `originals` (their frameworks pick the results')."""
+    the original arrays are appended to `originals` (their frameworks pick the results'), and
+    (tensor, host copy) of each tensor held off the host to `copies` (`interop.send_home`)."""
 
     def conv(a, name: str):
         if isinstance(a, tuple):
@@ -1635,7 +1637,12 @@ def _host_arrays(kernel: Kernel, args, kwargs, originals: list):
         if not interop.is_array(a):
             return a
         originals.append(a)
-        return a if isinstance(a, np.ndarray) else interop.to_numpy(a, name)
+        if isinstance(a, np.ndarray):
+            return a
+        host = interop.to_numpy(a, name)
+        if copies is not None and interop.off_host(a):
+            copies.append((a, host))
+        return host
 
     names = kernel.parameter_names()
     wargs = tuple(conv(a, names[i] if i < len(names) else f"argument {i}") for i, a in enumerate(args))

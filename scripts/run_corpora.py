@@ -22,8 +22,9 @@ library as the top-level package `nkilib`, and `pip install nki-library` adds it
 `src/nkilib_src` and `src` go on the children's PYTHONPATH to stand for both, the library's own code.
 
 A refusal is classed by its first error: a trn3emu error as `Class[rule]`, a missing module as
-`needs <module>`, a missing NKI name as `missing <name>`, a failed comparison as
-`AssertionError`, `timeout`, or the exception class. The per-file lines, then counts per outcome
+`needs <module>` (its top package; in full under `nki` / `neuronxcc`, which trn3emu provides), a
+missing NKI name as `missing <name>`, a failed comparison as `AssertionError`, `timeout`, or the
+exception class. The per-file lines, then counts per outcome
 and per reason class, are printed; docs/nki.md records them with the corpus commit. The SDK's own
 `nki/test` suite with its case-level report is `scripts/nki_conformance.py`'s job (issue 28).
 """
@@ -44,6 +45,8 @@ from pathlib import Path
 _USES_NKI = re.compile(r"^\s*(import nki\b|from nki\b|import neuronxcc\.nki|from neuronxcc(\.nki)? import)", re.M)
 _MAIN = re.compile(r"^if __name__ == ['\"]__main__['\"]", re.M)
 _SKIP_DIRS = {".git", "__pycache__", "build", "dist", ".tox", "site-packages"}
+#: top-level packages `trn3emu.nki.install()` provides: a missing module under them is a part it lacks
+_EMULATED = {"nki", "neuronxcc"}
 
 #: child-side bootstrap: install the emulator, run the file, report the first error as one JSON line
 _BOOT = r"""
@@ -126,7 +129,9 @@ def reason(err: dict | None, stderr: str) -> str:
     cls, rule, msg = err["cls"], err.get("rule"), err.get("msg", "")
     if cls == "ModuleNotFoundError":
         m = re.search(r"No module named '([\w.]+)'", msg)
-        return f"needs {m.group(1).split('.')[0] if m else '?'}"
+        name = m.group(1) if m else "?"
+        # a part of the packages trn3emu stands in for is named in full (the package itself is there)
+        return f"needs {name if name.split('.')[0] in _EMULATED else name.split('.')[0]}"
     if rule:
         return f"{cls}[{rule}]"
     if cls in ("AttributeError", "ImportError"):

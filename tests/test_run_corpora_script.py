@@ -53,6 +53,7 @@ if __name__ == "__main__":
     )
     (tmp_path / "lib.py").write_text(KERNEL)
     (tmp_path / "needs.py").write_text("import no_such_module_here\n" + KERNEL)
+    (tmp_path / "part.py").write_text(KERNEL + "import neuronxcc.nki.no_such_part\n")
     (tmp_path / "plain.py").write_text("x = 1\n")  # no NKI: not counted
     out = tmp_path / "r.json"
     mod = _script()
@@ -63,6 +64,7 @@ if __name__ == "__main__":
         "wrong.py": ("refused", "AssertionError"),
         "lib.py": ("imported", ""),
         "needs.py": ("refused", "needs no_such_module_here"),
+        "part.py": ("refused", "needs neuronxcc.nki.no_such_part"),
     }
     assert mod.main([str(tmp_path), "--json", str(out), "--only", "lib"]) == 0
     assert [r["file"] for r in json.loads(out.read_text())] == ["lib.py"]

@@ -103,3 +103,17 @@ def test_meta_tensor_still_refused():
     with pytest.raises(MemorySpaceError) as e:
         add_and_bump(torch.empty((4, 4), device="meta"), torch.empty((4, 4), device="meta"))
     assert e.value.rule == "array_not_on_cpu" and e.value.operand == "a"
+
+
+def test_spmd_ranks_with_xla_tensors():
+    """`nki.spmd`: each rank's results on the device, each rank's written input written back."""
+    rng = np.random.default_rng(9)
+    host = [(rng.standard_normal((32, 16)).astype(np.float32), rng.standard_normal((32, 16)).astype(np.float32))]
+    host.append((host[0][1] * 3, host[0][0] - 1))
+    with XlaStandIn():
+        dev = [(torch.from_numpy(a.copy()).to(XLA), torch.from_numpy(b.copy()).to(XLA)) for a, b in host]
+        outs = nki.spmd(add_and_bump, world_size=2)(dev)
+    for (a, b), (ta, tb), out in zip(host, dev, outs, strict=True):
+        assert isinstance(out, OnXla)
+        np.testing.assert_array_equal(out.inner.numpy(), a + b)
+        np.testing.assert_array_equal(tb.inner.numpy(), b + np.float32(1))

@@ -117,3 +117,4 @@ def test_spmd_ranks_with_xla_tensors():
         assert isinstance(out, OnXla)
         np.testing.assert_array_equal(out.inner.numpy(), a + b)
         np.testing.assert_array_equal(tb.inner.numpy(), b + np.float32(1))
+        np.testing.assert_array_equal(ta.inner.numpy(), a)

@@ -19,6 +19,7 @@ import numpy as np
 from .. import _native, interop
 from ..dtypes import numpy_dtype
 from ..errors import AddressError, EmuError, OperandError, ShapeError
+from ..tensor import MAX_FREE_DIMS, fits_access_pattern
 from . import compiler as _compiler
 from . import engine_choice as _engine_choice
 from . import indexing as _indexing
@@ -584,7 +585,7 @@ def copy(x, dtype=None, **kwargs) -> NkiTensor:
     x = _onchip(x)
 
     def emit(o):
-        nisa.tensor_copy(dst=o, src=x)
+        _split_wide(lambda o, x: nisa.tensor_copy(dst=o, src=x), o, x)
 
     return _result(x.shape, dtype or x.dtype, emit, (x,), "nl.copy", alu=False)
 
@@ -616,7 +617,7 @@ def _assign(dst: NkiTensor, value) -> None:
             src = value
             if src.size != dst.size and src.shape[0] == dst.shape[0]:
                 src = _bcast_free(src, dst.shape)
-            nisa.tensor_copy(dst=dst, src=src)
+            _split_wide(lambda o, x: nisa.tensor_copy(dst=o, src=x), dst, src)
     else:
         if dst.buffer in HBM_BUFFERS:
             raise not_supported(
@@ -825,6 +826,23 @@ def _inplace(dst: NkiTensor, op: str, value) -> None:
     _binary(op, dst, value, None, out=dst)
 
 
+def _split_wide(issue, o, *tiles) -> None:
+    """`issue(o, *tiles)` for an element-wise instruction whose tiles all have o's shape; when one
+    of their views needs more free dims than an access pattern has (4: "up to four-dimensional
+    arrays", the NKI Access Patterns deep dive) - a legacy index expression over many grid axes,
+    `t[i_p, a + x, b + y, c + z]` - one instruction per index of the leading free dim, as many
+    times as needed. Values are the same either way: every element is computed as before."""
+    if o.ndim <= MAX_FREE_DIMS + 1 and builtins.all(t.ndim <= MAX_FREE_DIMS + 1 for t in tiles):
+        issue(o, *tiles)  # (the usual case: at most 4 free dims, nothing to check)
+        return
+    views = (o, *tiles)
+    if builtins.all(fits_access_pattern(v._t) for v in views) or builtins.any(v.shape != o.shape for v in tiles):
+        issue(o, *tiles)
+        return
+    for k in range(o.shape[1]):
+        _split_wide(issue, o[:, k], *(t[:, k] for t in tiles))
+
+
 def _result(shape, dtype, emit, operands, origin: str, elementwise: bool = True, alu: bool = True):
     """The SBUF tile an nl op's last instruction `emit(dst)` writes: with pass `inplace_assign`
     (legacy kernels, `toolchain.py`) a pending result, so `t[...] = nl.op(...)` writes t itself
@@ -846,7 +864,7 @@ def _binary(op: str, x, y, dtype, out=None) -> NkiTensor:
         tile, scalar, rev = (x, y, False) if _is_tile(x) else (y, x, True)
 
         def emit_scalar(o):
-            nisa.tensor_scalar(o, tile, op0=op, operand0=float(scalar), reverse0=rev)
+            _split_wide(lambda o, t: nisa.tensor_scalar(o, t, op0=op, operand0=float(scalar), reverse0=rev), o, tile)
 
         if out is None:
             return _result(tile.shape, dtype or tile.dtype, emit_scalar, (tile,), f"nl.{op}")
@@ -896,7 +914,7 @@ def _binary(op: str, x, y, dtype, out=None) -> NkiTensor:
         bx, by = _bcast_free(x, shape), _bcast_free(y, shape)
 
     def emit_tt(o):
-        nisa.tensor_tensor(o, bx, by, op=op)
+        _split_wide(lambda o, x, y: nisa.tensor_tensor(o, x, y, op=op), o, bx, by)
 
     if out is None:
         return _result(shape, odt, emit_tt, (bx, by), f"nl.{op}")
@@ -943,7 +961,10 @@ def _act(fn: str, x, dtype=None, bias=None, scale=1.0) -> NkiTensor:
     x = _onchip(x)
 
     def emit(o):
-        nisa.activation(o, op=fn, data=x, bias=bias, scale=scale)
+        if bias is None:
+            _split_wide(lambda o, x: nisa.activation(o, op=fn, data=x, bias=None, scale=scale), o, x)
+        else:
+            nisa.activation(o, op=fn, data=x, bias=bias, scale=scale)
 
     return _result(x.shape, dtype or x.dtype, emit, (x, bias), f"nl.{fn}")
 

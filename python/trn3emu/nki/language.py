@@ -960,11 +960,8 @@ right_shift = _make_binary("right_shift")
 def _act(fn: str, x, dtype=None, bias=None, scale=1.0) -> NkiTensor:
     x = _onchip(x)
 
-    def emit(o):
-        if bias is None:
-            _split_wide(lambda o, x: nisa.activation(o, op=fn, data=x, bias=None, scale=scale), o, x)
-        else:
-            nisa.activation(o, op=fn, data=x, bias=bias, scale=scale)
+    def emit(o):  # (bias and a tile scale are [P, 1]: the same for every split)
+        _split_wide(lambda o, x: nisa.activation(o, op=fn, data=x, bias=bias, scale=scale), o, x)
 
     return _result(x.shape, dtype or x.dtype, emit, (x, bias), f"nl.{fn}")
 

@@ -117,7 +117,8 @@ impl Assembler {
 
     /// The engines `EngineBalance`'s rule (generation `g`'s costs) gives the instructions
     /// appended without one, replayed over the program as it stands: (index, engine) per such
-    /// instruction, in program order. The rule is the one `set_engine_balance` applies while
+    /// instruction the rule decides (its candidates, front-end stores), in program order; the
+    /// others keep the ISA default engine they were appended with. The rule is the one `set_engine_balance` applies while
     /// appending (it reads only the instructions before each one), so a program assembled
     /// without balancing and then given these engines (`set_engine`) is the program assembled
     /// with it. Nothing changes here.
@@ -130,10 +131,14 @@ impl Assembler {
                 b.record(ins);
                 continue;
             }
+            let Some(chosen) = b.choose(ins) else {
+                b.record(ins); // (not the rule's: the ISA default engine it has)
+                continue;
+            };
             let default = crate::isa::default_engine::default_engine_of(ins);
             let mut probe = ins.clone();
-            probe.engine = b.choose(ins).unwrap_or(default);
-            if probe.engine != default && engines::validate(&probe).is_err() {
+            probe.engine = chosen;
+            if chosen != default && engines::validate(&probe).is_err() {
                 probe.engine = default; // (as `append`: the chosen engine refuses it)
             }
             b.record(&probe);

@@ -405,6 +405,19 @@ mod tests {
         let balanced = build(true);
         let mut literal = build(false);
         assert_eq!(literal.unpinned(), &[1, 2, 3, 4, 5]);
+        // a load is unpinned but not the rule's: it keeps the ISA default and is not listed
+        let mut load = parse_instr_unchecked(
+            "dma_copy dst=sbuf:float32[0:128]+0[[1,512]] src=hbm:float32+0[[512,128],[1,512]]",
+        )
+        .unwrap();
+        load.engine = Engine::Unknown;
+        let mut with_load = build(false);
+        with_load.append(load, false).unwrap();
+        assert_eq!(with_load.unpinned(), &[1, 2, 3, 4, 5, 6]);
+        assert_eq!(
+            with_load.engine_choices(generation("trn3").unwrap()).len(),
+            5
+        );
         let choices = literal.engine_choices(generation("trn3").unwrap());
         let want: Vec<(usize, Engine)> = (1..6)
             .map(|i| (i, balanced.program().instrs[i].engine))

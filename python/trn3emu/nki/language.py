@@ -161,12 +161,28 @@ def _is_reg(v) -> bool:
     return isinstance(v, nisa.VirtualRegister)
 
 
-def _loop_register(values):
-    """One register for a device loop's iteration value (register_move per iteration)."""
+def _recorder():
+    """The trace's IR recorder when it keeps the loop nest (record.py), else None."""
+    ctx = _tracing_context()
+    if ctx is not None and ctx.ir is not None and ctx.ir.mode != "emit":
+        return ctx.ir
+    return None
+
+
+def _loop_register(values, rec=None, loop=None):
+    """One register for a device loop's iteration value (register_move per iteration); `loop`
+    (the kernel IR's Loop when `rec` records it) is in the nest of the calls of each iteration."""
+    entry = rec.enter(loop, len(values)) if loop is not None else None
     reg = nisa.register_alloc()
-    for i in values:
-        nisa.register_move(reg, int(i))
-        yield reg
+    try:
+        for k, i in enumerate(values):
+            if entry is not None:
+                rec.iteration(entry, k)
+            nisa.register_move(reg, int(i))
+            yield reg
+    finally:
+        if entry is not None:
+            rec.leave(entry)
 
 
 def dynamic_range(start, stop=None, step=1):
@@ -180,27 +196,29 @@ def dynamic_range(start, stop=None, step=1):
         DeprecationWarning,
         stacklevel=2,
     )
-    return _dynamic_range(start, stop, step)
+    return _dynamic_range(start, stop, step, "dynamic_range", sys._getframe(1))
 
 
-def _dynamic_range(start, stop=None, step=1):
+def _dynamic_range(start, stop=None, step=1, kind: str = "dynamic_range", frame=None):
     if stop is None:
         start, stop = 0, start
+    rec = _recorder() if frame is not None else None
     if _is_reg(start) or _is_reg(stop):
         from .registers import device_value
 
-        return _loop_register(range(device_value(start), device_value(stop), int(step)))
-    return _range(start, stop, step)
+        # (the Loop now, while the kernel's frame is at the call: its for statement's variable)
+        loop = rec.site_loop(kind, frame) if rec is not None else None
+        if loop is not None:
+            loop.device = True
+        return _loop_register(range(device_value(start), device_value(stop), int(step)), rec, loop)
+    r = _range(start, stop, step)
+    return r if rec is None else rec.loop(r, kind, frame)
 
 
 def fori_loop(lower, upper, body_fun, step=1, init_val=None):
     """`body_fun(i)` for i in range(lower, upper, step) (or body_fun(i, carry)); unrolled while
     tracing. Register bounds are read on the device first and i is then a register (`dynamic_range`)."""
-    it = (
-        _dynamic_range(lower, upper, step)
-        if _is_reg(lower) or _is_reg(upper)
-        else range(int(lower), int(upper), int(step))
-    )
+    it = _dynamic_range(lower, upper, step, "fori_loop", sys._getframe(1))
     carry = init_val
     for i in it:
         carry = body_fun(i) if init_val is None else body_fun(i, carry)
@@ -214,9 +232,23 @@ def while_loop(init, body_fun=None, *args, **kwargs):
         raise not_supported("nl.while_loop call form", "while_loop(init, body_fun)", rule="nki_call_form")
     from .registers import device_value
 
-    r = init
-    while device_value(r) if _is_reg(r) else r:
-        r = body_fun(r)
+    rec = _recorder()
+    entry = None
+    if rec is not None:  # (the kernel IR's nest: a device loop when the condition is a register)
+        lp = rec.site_loop("while_loop", sys._getframe(1))
+        lp.device = lp.device or _is_reg(init)
+        entry = rec.enter(lp, None)
+    r, k = init, 0
+    try:
+        while device_value(r) if _is_reg(r) else r:
+            if entry is not None:
+                rec.iteration(entry, k)
+            r = body_fun(r)
+            k += 1
+    finally:
+        if entry is not None:
+            entry[1] = k - 1  # (the trip count `leave` fills in: k iterations)
+            rec.leave(entry)
 
 
 @contextlib.contextmanager

@@ -32,6 +32,7 @@ import numpy as np
 from .._asm import INSTRUCTIONS
 from ..errors import OperandError
 from ..tensor import Reg
+from . import engine_choice
 from ._kernel import DTYPES, KernelProgram, NkiTensor, current, not_supported, upcalls
 
 HOME = "sync"
@@ -181,6 +182,7 @@ def device_value(v) -> int:
     # The trace now depends on device data: a cache of traced programs must not replay it.
     ctx.launch.kernel.device_dependent = True
     options = ctx.launch.kernel.options
+    engine_choice.run(ctx)  # (the pass over the kernel IR decides this segment's engines before it runs)
     result = ctx.device.run(
         [ctx.program], check_races=True, trace=options.get("trace", True), progress=options.get("progress")
     )
@@ -191,6 +193,9 @@ def device_value(v) -> int:
     old = ctx.program
     ctx.program = KernelProgram(core=ctx.core)
     ctx.program._next_reg = old._next_reg  # register numbers stay allocated across segments
+    if ctx.ir is not None and hasattr(ctx.ir, "segment"):
+        ctx.ir.segment += 1  # (the kernel IR's calls from now on are in the next program)
+    engine_choice.configure(ctx)  # (every segment balances its unpinned instructions)
     for r in regs.values():
         if r.valid:
             ctx.program.register_load(dst=Reg(r.index), src=r.scratch.tensor, engine=HOME)

@@ -1,8 +1,9 @@
 """The kernel IR: what one trace of an NKI kernel calls, in which loops, on which tiles
 (docs/nki.md, "Passes").
 
-Tracing fills it (`record.py`), the passes read it (`liveness.py`: each tile's last use), and
-lowering emits the `Program`. It is plain data: this module imports nothing of the tracer, so any
+Tracing fills it (`record.py`), the passes read it (`liveness.py`: each tile's uses;
+`engine_choice.py`: which call issued each instruction) and write their decisions into it
+(`Call.notes`, `KernelIR.passes`, the calls they add), and lowering emits the `Program` with them. It is plain data: this module imports nothing of the tracer, so any
 stage can read it and `to_dict()` / `from_dict()` round-trip it through JSON.
 
 - `calls`: every `nki.isa` call in program order (`nl.*` ops appear as the `nisa` calls they

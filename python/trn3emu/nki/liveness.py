@@ -21,6 +21,11 @@ from the IR: each tile's uses (`Tile.uses`, last use = death), which tiles are p
   instructions named `spill` / `reload` in the program and its trace, counted in
   `Placer.stats`. Tiles read through run-time offsets are pinned (their views cannot move).
 
+The second trace also records the lowered IR (`Placer.ir`, `kernel.last_ir`): the plan's calls
+with their instructions in this program and, between them, the copies the pass adds as calls
+(`Call.added_by == "spill"`, their tiles and HBM slots named, `Call.notes["spill"]` saying what
+moved where), which `engine_choice` then runs over.
+
 A kernel that does not fit even so (one call naming more than SBUF, a tile over a partition)
 gets the allocator's `CapacityError`.
 Explicitly placed tiles (`address=`, `ncc.sbuf.alloc` / `mod_alloc`) keep their placement and

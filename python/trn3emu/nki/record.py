@@ -1,8 +1,10 @@
 """Recording the kernel IR (`ir.py`) while a kernel traces (docs/nki.md, "Passes").
 
 A `Recorder` is the trace's `ctx.ir` hook: `nki.isa` calls report their operands (`call`),
-on-chip allocations are numbered (`new_tile` / `placed`: allocation ordinal = `Tile.ordinal`) and
-`nl.affine_range` & co. report their loops (`loop`). Two modes:
+on-chip allocations are numbered (`new_tile` / `placed`: allocation ordinal = `Tile.ordinal`),
+`nl.affine_range` & co. report their loops (`loop`) and the device loops theirs (`site_loop`,
+`enter` / `iteration` / `leave`); each call notes its first instruction's index and its segment
+(a device loop's bound read starts a new program: `registers.device_value`). Two modes:
 
 - "plan": the first trace of the liveness pass (`liveness.py`). Its own placements are thrown
   away (a tile that does not fit overlaps others: that program never runs).

@@ -134,6 +134,11 @@ def _device_loops(a, n):
         return nxt
 
     nl.while_loop(r, halve_and_count_down)
+
+    def add_one(i):  # n more iterations (r still holds n), i a register
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=1.0)
+
+    nl.fori_loop(0, r, add_one)
     for _i in nl.affine_range(2):  # a trace-time loop after them
         nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=0.5)
     nl.store(out, value=t)
@@ -143,22 +148,29 @@ def _device_loops(a, n):
 def test_device_loops_are_in_the_loop_nest():
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     n = 3
-    np.testing.assert_array_equal(_device_loops(a, np.array([[n]], np.int32)), (a + n) * 2.0**n + 1.0)
+    np.testing.assert_array_equal(_device_loops(a, np.array([[n]], np.int32)), (a + n) * 2.0**n + n + 1.0)
     ir = _device_loops.last_ir
     kinds = [(lp.kind, lp.var, lp.device) for lp in ir.loops]
-    assert kinds == [("dynamic_range", "_", True), ("while_loop", "", True), ("affine_range", "_i", False)]
+    assert kinds == [
+        ("dynamic_range", "_", True),
+        ("while_loop", "", True),
+        ("fori_loop", "", True),
+        ("affine_range", "_i", False),
+    ]
     add1 = [c for c in ir.calls if c.op == "tensor_scalar" and c.nest and c.nest[0][0] == 0]
     assert [c.nest for c in add1] == [((0, i, 3),) for i in range(3)]
     # the while loop ran 3 times (its count filled in when it ended): t *= 2 and cnt -= 1 each time
     body = [c for c in ir.calls if c.nest and c.nest[0][0] == 1 and c.op == "tensor_scalar"]
     assert [c.nest for c in body] == [((1, i, 3),) for i in range(3) for _ in range(2)]
-    assert [c.nest for c in ir.calls if c.nest and c.nest[0][0] == 2] == [((2, 0, 2),), ((2, 1, 2),)]
-    # by hand: the bound of dynamic_range and 4 while conditions (3 true, 1 false) are read on the
-    # device, each ending a program: 6 segments; the dynamic loop's calls are in segment 1, the
-    # while loop's k-th iteration in segment 2 + k, the rest in the last
+    fori = [c for c in ir.calls if c.nest and c.nest[0][0] == 2]
+    assert [(c.op, c.nest) for c in fori] == [("tensor_scalar", ((2, i, 3),)) for i in range(3)]
+    assert [c.nest for c in ir.calls if c.nest and c.nest[0][0] == 3] == [((3, 0, 2),), ((3, 1, 2),)]
+    # by hand: the bound of dynamic_range, 4 while conditions (3 true, 1 false) and fori_loop's
+    # upper bound are read on the device, each ending a program: 7 segments; the dynamic loop's
+    # calls are in segment 1, the while loop's k-th iteration in segment 2 + k, the rest in the last
     assert [c.segment for c in add1] == [1, 1, 1]
     assert [c.segment for c in body] == [2, 2, 3, 3, 4, 4]
-    assert ir.calls[-1].segment == 5 and ir.calls[0].segment == 0
+    assert {c.segment for c in fori} == {6} and ir.calls[-1].segment == 6 and ir.calls[0].segment == 0
     assert "loop L0: for _ in dynamic_range (device loop)" in str(ir)
 
 

@@ -275,3 +275,67 @@ def test_device_loop_segments_balance_like_the_first(n):
     # by hand: the last segment's only compute instructions are the 3 equal copies: VectorE,
     # ScalarE, GpSimd (before every segment balanced, the last one's were all on VectorE)
     assert copies == ["vector", "scalar", "gpsimd"]
+
+
+def _legacy_row_loop(x, w):
+    out = lnl.ndarray(x.shape, dtype=x.dtype, buffer=lnl.shared_hbm)
+    for i in lnl.affine_range(4):
+        wt = lnl.load(w)  # loop-invariant
+        t = lnl.load(x[i * 128 : (i + 1) * 128, :])
+        u = lnl.ndarray((128, 64), dtype=lnl.float32, buffer=lnl.sbuf)
+        u[...] = lisa.tensor_tensor(t, wt, op=lnl.add)
+        u[...] = lisa.activation(op=lnl.exp, data=u)
+        lnl.store(out[i * 128 : (i + 1) * 128, :], value=u)
+    return out
+
+
+def test_passes_acting_while_tracing_are_counted_and_noted_in_the_ir():
+    x = np.random.default_rng(0).random((512, 64), dtype=np.float32)
+    w = np.random.default_rng(1).random((128, 64), dtype=np.float32)
+    want = np.exp(x + np.tile(w, (4, 1)))
+    k = lnki.jit(_legacy_row_loop, ir=True)
+    np.testing.assert_allclose(k(x, w), want, rtol=1e-6)
+    ir = k.last_ir
+    # by hand: w is loaded once and served from SBUF 3 times (load_reuse); each of the 2
+    # assignments per iteration is the op writing u (inplace_assign), no copy: 1 + 4 x 4 calls
+    assert len(ir.calls) == 17 == len(k.last_programs[0])
+    assert ir.passes["load_reuse"] == "loads served from an SBUF tile (no DMA): 3"
+    assert ir.passes["inplace_assign"] == "written into the assignment target: 8"
+    noted = [c.op for c in ir.calls if "inplace_assign" in c.notes]
+    assert noted == ["tensor_tensor", "activation"] * 4
+    assert sum(c.op == "dma_copy" and c.hbm_reads == () for c in ir.calls) == 4  # the stores
+    text = str(ir)
+    assert "pass load_reuse:" in text and "| inplace_assign: written into the assignment target" in text
+    # switched off: the literal program (2 loads, op + copy twice, store per iteration), no notes
+    lit = lnki.jit(_legacy_row_loop, ir=True, passes={"inplace_assign": "off", "load_reuse": "off"})
+    np.testing.assert_allclose(lit(x, w), want, rtol=1e-6)
+    assert len(lit.last_ir.calls) == 28
+    assert "load_reuse" not in lit.last_ir.passes and "inplace_assign" not in lit.last_ir.passes
+    assert not any("inplace_assign" in c.notes for c in lit.last_ir.calls)
+    # recording changes nothing: the same program without the IR
+    plain = lnki.jit(_legacy_row_loop)
+    plain(x, w)
+    assert plain.last_programs[0].to_text() == k.last_programs[0].to_text()
+
+
+def test_reduce_init_is_noted_on_the_copy_it_makes():
+    @lnki.jit(ir=True)
+    def k(x):
+        out = lnl.ndarray((128, 64), dtype=lnl.float32, buffer=lnl.shared_hbm)
+        acc = lnl.ndarray((128, 64), dtype=lnl.float32, buffer=lnl.sbuf)  # never written
+        for i in lnl.affine_range(3):
+            t = lnl.load(x[i])
+            acc[...] = lnl.loop_reduce(t, op=np.add, loop_indices=[i])
+        lnl.store(out, value=acc)
+        return out
+
+    x = np.random.default_rng(4).integers(-9, 9, (3, 128, 64)).astype(np.float32)
+    np.testing.assert_array_equal(k(x), x.sum(axis=0))
+    ir = k.last_ir
+    # by hand: the first reduction into the unwritten acc is a copy (noted), the other two add
+    assert ir.passes["reduce_init"] == "reductions started from their first value: 1"
+    assert [(c.op, "reduce_init" in c.notes) for c in ir.calls if c.op != "dma_copy"] == [
+        ("tensor_copy", True),
+        ("tensor_tensor", False),
+        ("tensor_tensor", False),
+    ]

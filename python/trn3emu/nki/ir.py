@@ -114,11 +114,19 @@ class KernelIR:
         self.tiles: list[Tile] = []
         self.tensors: list[HbmTensor] = []
         self.loops: list[Loop] = []
-        #: pass name -> what it did (one line), for the passes that ran over this IR
+        #: pass name -> what it did (one line), for the passes that ran over this IR (and the
+        #: counts of what the passes acting while tracing did: `count`)
         self.passes: dict[str, str] = {}
+        self._counts: dict[str, dict[str, int]] = {}
 
     def __len__(self) -> int:
         return len(self.calls)
+
+    def count(self, name: str, what: str) -> None:
+        """Pass `name` did `what` once more: its `passes` line counts each kind of decision."""
+        c = self._counts.setdefault(name, {})
+        c[what] = c.get(what, 0) + 1
+        self.passes[name] = "; ".join(f"{k}: {v}" for k, v in c.items())
 
     # ------------------------------------------------------------------ liveness
     def live_range(self, tile: int) -> tuple[int, int] | None:

@@ -25,6 +25,7 @@ from . import indexing as _indexing
 from . import isa as nisa
 from . import load_reuse, toolchain
 from . import passes as _passes
+from . import record as _record
 from ._kernel import (
     DTYPES,
     HBM_BUFFERS,
@@ -573,7 +574,10 @@ class _LoopReduce:
                 if fresh and _passes.enabled(current().launch.kernel, "reduce_init"):
                     # a fresh buffer no instruction wrote yet: the reduction starts from x (the
                     # op's identity as the start value, never stale bytes; docs/nki.md)
+                    ctx = current()
+                    n = _record.calls_so_far(ctx)
                     nisa.tensor_copy(dst=dst, src=_onchip(self.x))
+                    _record.decided(ctx, "reduce_init", "reductions started from their first value", n)
                 else:
                     nisa.tensor_tensor(dst=dst, data1=dst, data2=_onchip(self.x), op=self.op)
         finally:

@@ -62,6 +62,26 @@ def blocks_of(v, out: list) -> None:
                 blocks_of(x, out)
 
 
+def calls_so_far(ctx) -> int:
+    """How many calls the trace's IR holds (0 when none is recorded): before a tracing-time
+    pass's decision, for `decided`."""
+    rec = ctx.ir
+    return 0 if rec is None else len(rec.ir.calls)
+
+
+def decided(ctx, name: str, what: str, since: int | None = None) -> None:
+    """A pass acting while tracing (`inplace_assign`, `load_reuse`, `reduce_init`) decided `what`:
+    counted in the IR's `passes` line and, when the decision issued calls (more than `since`), noted
+    on the last of them (`Call.notes[name]`). Nothing when no IR is recorded."""
+    rec = ctx.ir
+    if rec is None:
+        return
+    ir = rec.ir
+    if since is not None and len(ir.calls) > since:
+        ir.calls[-1].notes[name] = what
+    ir.count(name, what)
+
+
 _SEQUENCE, _VIEW, _LAZY_VIEW = 1, 2, 3
 _get = object.__getattribute__
 

@@ -389,3 +389,29 @@ def test_one_spill_worked_out_by_hand():
     assert k.last_spills["spilled_bytes"] == k.last_spills["reloaded_bytes"] == 14_680_064
     assert ir.passes["spill"].startswith("rule furthest: 1 spills (14680064 B), 1 reloads (14680064 B)")
     assert [c.instr for c in ir.calls] == list(range(8))  # one instruction each, in this order
+
+
+@pytest.mark.parametrize(
+    "name, kernel, shapes",
+    [
+        ("nki_softmax", "softmax_rows", [(256, 512)]),
+        ("nki_layernorm", "layernorm", [(256, 512), (512,), (512,)]),
+        ("nki_rmsnorm", "rmsnorm", [(384, 768), (768,)]),
+    ],
+)
+def test_shipped_examples_lower_to_the_same_program_over_the_ir(name, kernel, shapes):
+    # engine_choice over the recorded IR and fused into the append give the same instructions
+    # (engines, stores' trigger engines) and the same results on the shipped examples
+    import importlib
+
+    mod = importlib.import_module(f"trn3emu.examples.{name}")
+    fn = getattr(mod, kernel).fn
+    rng = np.random.default_rng(9)
+    args = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    plain, rec = nki.jit(fn), nki.jit(fn, ir=True)
+    np.testing.assert_array_equal(plain(*args), rec(*args))
+    assert rec.last_programs[0].to_text() == plain.last_programs[0].to_text()
+    assert rec.last_ir.passes["engine_choice"]  # (it decided something)
+    assert sum(len(c.notes.get("engine_choice", ())) for c in rec.last_ir.calls) == int(
+        rec.last_ir.passes["engine_choice"].split()[0]
+    )

@@ -163,7 +163,12 @@ def test_device_loops_are_in_the_loop_nest():
     body = [c for c in ir.calls if c.nest and c.nest[0][0] == 1 and c.op == "tensor_scalar"]
     assert [c.nest for c in body] == [((1, i, 3),) for i in range(3) for _ in range(2)]
     fori = [c for c in ir.calls if c.nest and c.nest[0][0] == 2]
-    assert [(c.op, c.nest) for c in fori] == [("tensor_scalar", ((2, i, 3),)) for i in range(3)]
+    assert [(c.op, c.nest) for c in fori] == [
+        (op, ((2, i, 3),)) for i in range(3) for op in ("register_move", "tensor_scalar")
+    ]
+    # the register calls are calls too: the while body's register_load reads cnt (a tile)
+    loads = [c for c in ir.calls if c.op == "register_load"]
+    assert len(loads) == 1 + 3 and all(len(c.reads) == 1 for c in loads)
     assert [c.nest for c in ir.calls if c.nest and c.nest[0][0] == 3] == [((3, 0, 2),), ((3, 1, 2),)]
     # by hand: the bound of dynamic_range, 4 while conditions (3 true, 1 false) and fori_loop's
     # upper bound are read on the device, each ending a program: 7 segments; the dynamic loop's

@@ -92,9 +92,24 @@ def _check(dst, what: str) -> VirtualRegister:
     return dst
 
 
+def _call(op: str, **tiles) -> dict:
+    """The kernel IR's call of `nisa.op` (these calls append to the program themselves, past the
+    `nki.isa` wrapper that records the others): `tiles` are its tile operands (`dst` written);
+    returns them as the IR pass hands them back (a spilled tile's view moved to where it is)."""
+    ctx = current()
+    if ctx.ir is None:
+        return tiles
+    _, kw = ctx.ir.call(ctx, (), tiles, op, (), _WRITES)
+    return kw
+
+
+_WRITES = frozenset(("dst",))
+
+
 def register_move(dst, src=None, imm=None, name=None):
     """dst = an integer constant or another register's value (on the home engine)."""
     dst = _check(dst, "register_move")
+    _call("register_move")
     src = imm if src is None else src
     if isinstance(src, VirtualRegister):
         ensure_on(src, HOME)
@@ -107,6 +122,7 @@ def register_move(dst, src=None, imm=None, name=None):
 def register_load(dst, src, name=None):
     """dst = the single 32-bit value of `src` (SBUF or HBM, 1 element)."""
     dst = _check(dst, "register_load")
+    src = _call("register_load", src=src)["src"]
     current().program.register_load(dst=Reg(dst.index), src=src.tensor, engine=HOME, name=name)
     dst.valid = {HOME}
 
@@ -114,6 +130,7 @@ def register_load(dst, src, name=None):
 def register_store(dst, src, name=None):
     """The register's value -> the 1-element tensor `dst`."""
     src = _check(src, "register_store")
+    dst = _call("register_store", dst=dst)["dst"]
     ensure_on(src, HOME)
     current().program.register_store(dst=dst.tensor, src=Reg(src.index), engine=HOME, name=name)
 

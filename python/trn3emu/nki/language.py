@@ -19,11 +19,11 @@ import numpy as np
 from .. import _native, interop
 from ..dtypes import numpy_dtype
 from ..errors import AddressError, EmuError, OperandError, ShapeError
+from . import _frames, load_reuse, toolchain
 from . import compiler as _compiler
 from . import engine_choice as _engine_choice
 from . import indexing as _indexing
 from . import isa as nisa
-from . import load_reuse, toolchain
 from . import passes as _passes
 from . import record as _record
 from ._kernel import (
@@ -191,11 +191,16 @@ def dynamic_range(start, stop=None, step=1):
     far runs, tracing continues with the loop unrolled) and the iteration value is a register; with
     int bounds, the same iterations unrolled with int values. Deprecated in NKI 0.6.0 (the SDK's
     migration guide: use `fori_loop`): a DeprecationWarning at the kernel's line."""
+    # the kernel's line: the first frame outside the package (the call reaches here through
+    # `_checked`'s wrapper, so a fixed stacklevel would name language.py)
+    frame, level = sys._getframe(1), 2
+    while frame.f_back is not None and _frames._internal(frame.f_code.co_filename):
+        frame, level = frame.f_back, level + 1
     warnings.warn(
         "nl.dynamic_range is deprecated since NKI 0.6.0 and will be removed in a future release; "
         "write the loop with nl.fori_loop(lower, upper, body) (NKI 0.5 -> 0.6 migration guide)",
         DeprecationWarning,
-        stacklevel=2,
+        stacklevel=level,
     )
     return _dynamic_range(start, stop, step, "dynamic_range", sys._getframe(1))
 

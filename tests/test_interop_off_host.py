@@ -34,6 +34,10 @@ class OnXla(torch.Tensor):
         return _dispatch(func, args, kwargs or {})
 
 
+#: the xla tensors a host copy was written into (each `copy_` onto the device)
+WRITTEN_BACK: list = []
+
+
 def _dispatch(func, args, kwargs):
     aten = torch.ops.aten
     if func is aten._to_copy.default:
@@ -44,6 +48,7 @@ def _dispatch(func, args, kwargs):
         return OnXla(out) if dev is not None and torch.device(dev).type == "xla" else out
     if func is aten.copy_.default:
         dst, src = args
+        WRITTEN_BACK.append(dst)
         dst.inner.copy_(src.inner if isinstance(src, OnXla) else src)
         return dst
     if func is aten.detach.default and isinstance(args[0], OnXla):
@@ -77,7 +82,10 @@ def test_xla_tensors_in_results_on_xla_and_written_input_written_back():
     with XlaStandIn():
         ta, tb = torch.from_numpy(a.copy()).to(XLA), torch.from_numpy(b.copy()).to(XLA)
         assert ta.device == XLA
+        WRITTEN_BACK.clear()
         out = add_and_bump(ta, tb)
+    # only the input the kernel wrote goes back to the device: the read-only one costs no transfer
+    assert len(WRITTEN_BACK) == 1 and WRITTEN_BACK[0] is tb
     assert isinstance(out, OnXla) and out.device == XLA and out.dtype == torch.float32
     np.testing.assert_array_equal(out.inner.numpy(), a + b)
     np.testing.assert_array_equal(tb.inner.numpy(), b + np.float32(1))  # written on its device

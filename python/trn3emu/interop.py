@@ -195,16 +195,20 @@ def from_numpy(a: np.ndarray, fw: str) -> Any:
 
 def send_home(result: Any, copies: list) -> Any:
     """After a launch whose inputs include tensors held off the host (`copies`: (tensor, its host
-    copy) pairs): every host copy is written back into its tensor (the kernel may have written it),
-    and torch tensors in `result` (also inside tuples, lists, dicts) move to the device the
-    off-host inputs share (left on the host when they are on several)."""
+    copy, the host copy as it was before the run)): a host copy the kernel wrote (its bytes differ
+    from the snapshot) is written back into its tensor, read-only inputs cost no transfer back;
+    torch tensors in `result` (also inside tuples, lists, dicts) move to the device the off-host
+    inputs share (left on the host when they are on several)."""
     if not copies:
         return result
     torch = sys.modules["torch"]
     with torch.no_grad():  # the kernel's writes are not part of an autograd graph
-        for x, host in copies:  # (the dispatcher's copy_, what Tensor.copy_ calls after its device guard)
+        for x, host, before in copies:
+            if host.tobytes() == before.tobytes():
+                continue
+            # (the dispatcher's copy_, what Tensor.copy_ calls after its device guard)
             torch.ops.aten.copy_.default(x, _to_torch(host).reshape(x.shape))
-    devices = {x.device for x, _ in copies}
+    devices = {x.device for x, *_ in copies}
     if len(devices) != 1:
         return result
     (device,) = devices

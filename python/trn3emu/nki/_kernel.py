@@ -1287,7 +1287,7 @@ class _Run:
         from .. import testing
 
         originals: list = []
-        copies: list = []  # (tensor off the host, its host copy): written back after the run
+        copies: list = []  # (tensor off the host, its host copy, snapshot): written back if changed
         args, kwargs = _host_arrays(self.kernel, args, kwargs, originals, copies)
         self.input_names = _input_names(self.kernel, args, kwargs)
         fill = self.fill = self.kernel.options.get("fill", testing.default_fill())
@@ -1636,7 +1636,8 @@ def _host_arrays(kernel: Kernel, args, kwargs, originals: list, copies: list | N
     """The launch's arguments with every array (also inside tuples) as numpy (`interop.to_numpy`,
     sharing memory where the framework allows, so inputs the kernel writes are written back);
     the original arrays are appended to `originals` (their frameworks pick the results'), and
-    (tensor, host copy) of each tensor held off the host to `copies` (`interop.send_home`)."""
+    (tensor, host copy, snapshot of it) of each tensor held off the host to `copies`
+    (`interop.send_home`)."""
 
     def conv(a, name: str):
         if isinstance(a, tuple):
@@ -1648,7 +1649,7 @@ def _host_arrays(kernel: Kernel, args, kwargs, originals: list, copies: list | N
             return a
         host = interop.to_numpy(a, name)
         if copies is not None and interop.off_host(a):
-            copies.append((a, host))
+            copies.append((a, host, host.copy()))  # (the snapshot: only inputs the kernel wrote go back)
         return host
 
     names = kernel.parameter_names()

@@ -110,7 +110,7 @@ class Spmd:
             chip = (r * self.lnc) // Device.NUM_CORES
             run = _RankRun(self.kernel, self.lnc, r, self.world, us.chip(chip))
             originals: list = []
-            copies: list = []  # (tensor off the host, its host copy): written back after the run
+            copies: list = []  # (tensor off the host, its host copy, snapshot): written back if changed
             host_args, host_kwargs = _host_arrays(self.kernel, args, kwargs, originals, copies)
             try:
                 arrays, traced = run._trace(host_args, host_kwargs)

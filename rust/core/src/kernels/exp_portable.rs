@@ -297,6 +297,94 @@ pub(super) unsafe fn map_affine_raw(
 mod tests {
     use super::*;
 
+    /// The f64 logistic function on libm's exp (stable form for each sign).
+    fn sig(v: f64) -> f64 {
+        if v >= 0.0 {
+            1.0 / (1.0 + (-v).exp())
+        } else {
+            v.exp() / (1.0 + v.exp())
+        }
+    }
+
+    /// act.rs's definitions written out: f64 formula, one rounding, limits at +-inf.
+    fn reference(f: Func, x: f32) -> f32 {
+        let v = x as f64;
+        match (f, x) {
+            (Func::Exp, _) => v.exp() as f32,
+            (Func::Sigmoid | Func::Tanh, f32::INFINITY) => 1.0,
+            (Func::Sigmoid | Func::Silu, f32::NEG_INFINITY) => 0.0,
+            (Func::Silu, f32::INFINITY) => f32::INFINITY,
+            (Func::Tanh, f32::NEG_INFINITY) => -1.0,
+            (Func::Sigmoid, _) => sig(v) as f32,
+            (Func::Silu, _) => (v * sig(v)) as f32,
+            (Func::Tanh, _) => v.tanh() as f32,
+        }
+    }
+
+    #[test]
+    fn every_entry_point_matches_the_scalar_formula() {
+        // the affine variants (scale 1 / other, bias -0 / +0 / other: the dropped operations),
+        // in place and from unaligned bytes into another buffer, a remainder (3016 = 377 * 8,
+        // then 3019 with 3 left), signed zeros, NaN, +-inf, huge and tiny inputs; the fallback
+        // count is the NaN lanes plus the few undecidable ones
+        let mut xs: Vec<f32> = (0..3000).map(|i| (i as f32 - 1500.0) * 0.0731).collect();
+        xs.extend([
+            0.0,
+            -0.0,
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            1e30,
+            -1e30,
+        ]);
+        xs.extend([
+            -87.5, -104.5, -160.0, 88.7, 1e-40, -1e-40, 0.125, -0.125, 17.0,
+        ]);
+        for len in [xs.len(), xs.len() + 3] {
+            let xs: Vec<f32> = xs.iter().cycle().take(len).copied().collect();
+            for f in [Func::Exp, Func::Sigmoid, Func::Silu, Func::Tanh] {
+                for (s, b) in [
+                    (1.0, -0.0),
+                    (1.0, 0.0),
+                    (1.0, 0.5),
+                    (-2.0, 0.0),
+                    (0.5, -0.0),
+                ] {
+                    let want: Vec<f32> = xs.iter().map(|x| reference(f, x * s + b)).collect();
+                    let slow = |x: f32| reference(f, x);
+                    let mut v = xs.clone();
+                    let p = v.as_mut_ptr();
+                    let aff = Affine { scale: s, bias: b };
+                    // SAFETY: src = dst = v.
+                    let n = unsafe { map_affine_raw(f, aff, p, p, v.len(), slow) };
+                    let bytes: Vec<u8> = xs.iter().flat_map(|x| x.to_le_bytes()).collect();
+                    let mut out = vec![0u8; bytes.len() + 1];
+                    let (src, dst) = (bytes[..].as_ptr() as *const f32, out[1..].as_mut_ptr());
+                    // SAFETY: both hold len unaligned fp32 values (little-endian host), disjoint.
+                    let nb = unsafe { map_raw(f, src, dst as *mut f32, len, |x| x * s + b, slow) };
+                    let got_b: Vec<f32> = out[1..]
+                        .chunks_exact(4)
+                        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                        .collect();
+                    for (i, x) in xs.iter().enumerate() {
+                        let w = want[i];
+                        let same =
+                            |g: f32| g.to_bits() == w.to_bits() || (w.is_nan() && g.is_nan());
+                        assert!(same(v[i]), "{f:?} ({s}, {b}) x={x:e}: {} want {w}", v[i]);
+                        assert!(
+                            same(got_b[i]),
+                            "{f:?} ({s}, {b}) bytes x={x:e}: {}",
+                            got_b[i]
+                        );
+                    }
+                    let nans = xs.iter().filter(|x| x.is_nan()).count();
+                    assert!(n >= nans && n < nans + 8, "{f:?} ({s}, {b}): {n} fallbacks");
+                    assert_eq!(n, nb, "{f:?} ({s}, {b})");
+                }
+            }
+        }
+    }
+
     #[test]
     fn table_holds_the_powers_within_two_ulps() {
         // against libm's exp2 (within 1 ulp itself), and the j << 41 adjustment undone; the
@@ -322,7 +410,10 @@ mod tests {
             let b = t.to_bits();
             let s = f64::from_bits(TABLE[(b & (N as u64 - 1)) as usize].wrapping_add(b << 41));
             assert!(s.is_normal(), "{v}");
-            assert!((s / (n / N as f64).exp2() - 1.0).abs() < 1e-15, "{v}: {s:e}");
+            assert!(
+                (s / (n / N as f64).exp2() - 1.0).abs() < 1e-15,
+                "{v}: {s:e}"
+            );
         }
     }
 }

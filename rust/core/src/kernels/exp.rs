@@ -16,7 +16,7 @@
 //! first and a narrower interval for the rest, exp_x86.rs); each module derives its bound. libm's
 //! exp is within 1 ulp (2^-52).
 
-use super::simd::{self, Path};
+use super::simd;
 
 /// Relative half-width of the interval that must round to one fp32 value (see the module doc).
 const D: f64 = 1.0 / (1u64 << 44) as f64;
@@ -80,6 +80,7 @@ impl Affine {
         bias: -0.0,
     };
 
+    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     pub(super) fn scalar(self, x: f32) -> f32 {
         x * self.scale + self.bias
@@ -119,10 +120,10 @@ pub fn map(
     match simd::path() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the path is only chosen when the host has the features (simd::path).
-        Path::Avx512 => unsafe { super::exp_avx512::map(f, v, pre, slow) },
+        simd::Path::Avx512 => unsafe { super::exp_avx512::map(f, v, pre, slow) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, for AVX2 + FMA.
-        Path::Avx2Fma => unsafe { super::exp_avx2::map(f, v, pre, slow) },
+        simd::Path::Avx2Fma => unsafe { super::exp_avx2::map(f, v, pre, slow) },
         _ => {
             let p = v.as_mut_ptr();
             // SAFETY: src = dst = v.
@@ -150,12 +151,12 @@ unsafe fn simd_affine(
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the path is only chosen when the host has the features (simd::path); the
         // pointers as the caller guarantees.
-        Path::Avx512 => {
+        simd::Path::Avx512 => {
             Some(unsafe { super::exp_avx512::map_affine_raw(f, aff, src, dst, len, slow) })
         }
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, for AVX2 + FMA.
-        Path::Avx2Fma => {
+        simd::Path::Avx2Fma => {
             Some(unsafe { super::exp_avx2::map_affine_raw(f, aff, src, dst, len, slow) })
         }
         // SAFETY: the pointers as the caller guarantees.
@@ -178,10 +179,14 @@ pub fn map_bytes(
     match simd::path() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the path is only chosen when the host has the features (simd::path).
-        Path::Avx512 => return unsafe { super::exp_avx512::map_bytes(f, src, dst, pre, slow) },
+        simd::Path::Avx512 => {
+            return unsafe { super::exp_avx512::map_bytes(f, src, dst, pre, slow) }
+        }
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, for AVX2 + FMA.
-        Path::Avx2Fma => return unsafe { super::exp_avx2::map_bytes(f, src, dst, pre, slow) },
+        simd::Path::Avx2Fma => {
+            return unsafe { super::exp_avx2::map_bytes(f, src, dst, pre, slow) }
+        }
         _ if cfg!(target_endian = "little") => {
             assert_eq!(src.len(), dst.len());
             let (s, d) = (src.as_ptr() as *const f32, dst.as_mut_ptr() as *mut f32);
@@ -278,6 +283,7 @@ pub fn exp_map(
 mod tests {
     use super::*;
     use crate::kernels::exp_portable::{self, exp_f64, tanh_f64, X_MAX, X_MIN};
+    use crate::kernels::simd::Path;
 
     fn libm(x: f32) -> f32 {
         (x as f64).exp() as f32

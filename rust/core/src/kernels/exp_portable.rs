@@ -89,7 +89,13 @@ fn madd<const FUSED: bool>(a: f64, b: f64, c: f64) -> f64 {
 /// The fast f64 exp of an fp32 input, clamped to [X_MIN, X_MAX] (NaN stays NaN).
 #[inline(always)]
 pub(super) fn exp_f64<const FUSED: bool>(x: f32) -> f64 {
-    let v = x.clamp(X_MIN, X_MAX) as f64; // NaN stays NaN
+    exp_clamped::<FUSED>(x.clamp(X_MIN, X_MAX)) // NaN stays NaN
+}
+
+/// `exp_f64` of an input already in [X_MIN, X_MAX] (or NaN).
+#[inline(always)]
+fn exp_clamped<const FUSED: bool>(c: f32) -> f64 {
+    let v = c as f64;
     let t = madd::<FUSED>(v, INV_LN2, SHIFT);
     let q = t - SHIFT; // n / 2048, exact
     let r = madd::<FUSED>(-q, LN2_LO, v - q * LN2_HI);
@@ -104,9 +110,10 @@ pub(super) fn exp_f64<const FUSED: bool>(x: f32) -> f64 {
 /// same relative amount (d/de of either form, times e / s, is at most 1 in magnitude), and the
 /// add and divide round twice: < 2^-50 + 2^-52 relative. Inputs below -150 give e^-150 / (1 +
 /// e^-150) <= 2^-216 where the true value is smaller still; both round to fp32 +0.
+/// `c` is `exp_arg(x)`, e^c = e^-|x| (computed by the caller in a pass of its own).
 #[inline(always)]
-pub(super) fn sigmoid_f64<const FUSED: bool>(x: f32) -> f64 {
-    let e = exp_f64::<FUSED>(-x.abs());
+fn sigmoid_f64<const FUSED: bool>(x: f32, c: f32) -> f64 {
+    let e = exp_clamped::<FUSED>(c);
     let num = if x >= 0.0 { 1.0 } else { e };
     num / (1.0 + e)
 }
@@ -115,9 +122,9 @@ pub(super) fn sigmoid_f64<const FUSED: bool>(x: f32) -> f64 {
 /// accurate, but there |x| e^x < 150 e^-150 < 2^-200, so the f64 formula rounds to fp32 -0 (also
 /// where libm's e^x underflows: x * 0 = -0); -inf (limit +0) goes to the scalar path via NaN.
 #[inline(always)]
-pub(super) fn silu_f64<const FUSED: bool>(x: f32) -> f64 {
+fn silu_f64<const FUSED: bool>(x: f32, c: f32) -> f64 {
     // computed on every input, then selected: branch-free, so the loop vectorises
-    let y = x as f64 * sigmoid_f64::<FUSED>(x);
+    let y = x as f64 * sigmoid_f64::<FUSED>(x, c);
     let low = if x == f32::NEG_INFINITY {
         f64::NAN
     } else {
@@ -153,13 +160,22 @@ pub(super) fn tanh_f64<const FUSED: bool>(x: f32) -> f64 {
     t.copysign(x as f64)
 }
 
-/// The f64 value of `f` (a `Func` as a const: one straight-line loop per function).
+/// Sigmoid's and silu's exp argument, -|x| clamped (exact). `chunk` computes it for the whole
+/// chunk in one fp32 pass before the f64 work: four lanes per SSE2 register instead of the two
+/// the f64 lanes around it would give (sigmoid 1.61 → 1.38 ms, silu 2.04 → 1.88 on [128, 4096]).
 #[inline(always)]
-fn eval<const F: u8, const FUSED: bool>(x: f32) -> f64 {
+fn exp_arg(x: f32) -> f32 {
+    (-x.abs()).clamp(X_MIN, X_MAX)
+}
+
+/// The f64 value of `f` (a `Func` as a const: one straight-line loop per function) at x, with
+/// `c = exp_arg(x)` for sigmoid and silu.
+#[inline(always)]
+fn eval<const F: u8, const FUSED: bool>(x: f32, c: f32) -> f64 {
     match F {
         EXP => exp_f64::<FUSED>(x),
-        SIGMOID => sigmoid_f64::<FUSED>(x),
-        SILU => silu_f64::<FUSED>(x),
+        SIGMOID => sigmoid_f64::<FUSED>(x, c),
+        SILU => silu_f64::<FUSED>(x, c),
         _ => tanh_f64::<FUSED>(x),
     }
 }
@@ -190,9 +206,15 @@ fn chunk<const F: u8, const FUSED: bool>(
     out: &mut [f32; W],
     slow: &impl Fn(f32) -> f32,
 ) -> usize {
+    let mut c = [0f32; W];
+    if F == SIGMOID || F == SILU {
+        for i in 0..W {
+            c[i] = exp_arg(xs[i]);
+        }
+    }
     let mut ok = [0u32; W];
     for i in 0..W {
-        let (y, sure) = certain(eval::<F, FUSED>(xs[i]));
+        let (y, sure) = certain(eval::<F, FUSED>(xs[i], c[i]));
         out[i] = y;
         ok[i] = if sure { u32::MAX } else { 0 };
     }

@@ -686,6 +686,11 @@ _LABELS: dict = {}  # (source line, name) -> instruction label
 class KernelProgram(Program):
     """A Program whose instructions are named after the kernel source line that issued them."""
 
+    #: the timing generation whose costs the pass `engine_choice` decides the unpinned engines
+    #: with after tracing (a trace that records the kernel IR: `engine_choice.run`); None: the
+    #: assembler decides while appending, or the pass is off
+    engine_pass: str | None = None
+
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         #: opcodes appended so far (the trace cache asks whether the RNG is used)
@@ -808,7 +813,6 @@ class TraceContext:
         # An SPMD launch across chips (nki/spmd.py) places a rank's programs from `core_base`.
         self.core = (getattr(launch, "core_base", 0) + pid) % Device.NUM_CORES
         self.program = KernelProgram(core=self.core)
-        engine_choice.configure(self.program, launch.kernel)
         self.sbuf = self.program._sbuf  # the program's allocators: one allocator per memory
         self.psum = self.program._psum
         # a retrace after an explicit placement landed on an automatic tile (`_Run.__call__`):
@@ -845,6 +849,7 @@ class TraceContext:
         self.ir = launch.ir_for(pid)
         if self.ir is not None and self.ir.mode == "emit":
             self.ir.sbuf = self.sbuf
+        engine_choice.configure(self)  # (the pass over the IR when one is recorded)
 
     @property
     def device(self) -> Device:
@@ -1382,7 +1387,7 @@ class _Run:
             self._restart()
             return self._trace_once(args, kwargs)
         out[1].spills = _sum_stats(c.ir.stats for c in self.contexts)
-        out[1].irs = [p.ir for p in self.plans]
+        out[1].irs = [c.ir.ir for c in self.contexts]  # (the lowered IR: with the spill / reload calls)
         return out
 
     def _restart(self) -> None:
@@ -1451,6 +1456,8 @@ class _Run:
             named = [(t.block.lo, t.block.hi, t.shape, n) for (_, t), n in zip(arrays, names) if t.block]
             for c in self.contexts:
                 c.ir.name_inputs(named)
+        for c in self.contexts:  # passes over the finished IR, lowered into the program
+            engine_choice.run(c)
         if not check:
             return None
         _check_placements(self.contexts)  # (before retiring: a conflict traces again)

@@ -19,12 +19,13 @@ import numpy as np
 from .. import _native, interop
 from ..dtypes import numpy_dtype
 from ..errors import AddressError, EmuError, OperandError, ShapeError
+from . import _frames, load_reuse, toolchain
 from . import compiler as _compiler
 from . import engine_choice as _engine_choice
 from . import indexing as _indexing
 from . import isa as nisa
-from . import load_reuse, toolchain
 from . import passes as _passes
+from . import record as _record
 from ._kernel import (
     DTYPES,
     HBM_BUFFERS,
@@ -161,12 +162,28 @@ def _is_reg(v) -> bool:
     return isinstance(v, nisa.VirtualRegister)
 
 
-def _loop_register(values):
-    """One register for a device loop's iteration value (register_move per iteration)."""
+def _recorder():
+    """The trace's IR recorder when it keeps the loop nest (record.py), else None."""
+    ctx = _tracing_context()
+    if ctx is not None and ctx.ir is not None and ctx.ir.mode != "emit":
+        return ctx.ir
+    return None
+
+
+def _loop_register(values, rec=None, loop=None):
+    """One register for a device loop's iteration value (register_move per iteration); `loop`
+    (the kernel IR's Loop when `rec` records it) is in the nest of the calls of each iteration."""
+    entry = rec.enter(loop, len(values)) if loop is not None else None
     reg = nisa.register_alloc()
-    for i in values:
-        nisa.register_move(reg, int(i))
-        yield reg
+    try:
+        for k, i in enumerate(values):
+            if entry is not None:
+                rec.iteration(entry, k)
+            nisa.register_move(reg, int(i))
+            yield reg
+    finally:
+        if entry is not None:
+            rec.leave(entry)
 
 
 def dynamic_range(start, stop=None, step=1):
@@ -174,33 +191,40 @@ def dynamic_range(start, stop=None, step=1):
     far runs, tracing continues with the loop unrolled) and the iteration value is a register; with
     int bounds, the same iterations unrolled with int values. Deprecated in NKI 0.6.0 (the SDK's
     migration guide: use `fori_loop`): a DeprecationWarning at the kernel's line."""
+    # the kernel's line: the first frame outside the package (the call reaches here through
+    # `_checked`'s wrapper, so a fixed stacklevel would name language.py)
+    frame, level = sys._getframe(1), 2
+    while frame.f_back is not None and _frames._internal(frame.f_code.co_filename):
+        frame, level = frame.f_back, level + 1
     warnings.warn(
         "nl.dynamic_range is deprecated since NKI 0.6.0 and will be removed in a future release; "
         "write the loop with nl.fori_loop(lower, upper, body) (NKI 0.5 -> 0.6 migration guide)",
         DeprecationWarning,
-        stacklevel=2,
+        stacklevel=level,
     )
-    return _dynamic_range(start, stop, step)
+    return _dynamic_range(start, stop, step, "dynamic_range", sys._getframe(1))
 
 
-def _dynamic_range(start, stop=None, step=1):
+def _dynamic_range(start, stop=None, step=1, kind: str = "dynamic_range", frame=None):
     if stop is None:
         start, stop = 0, start
+    rec = _recorder() if frame is not None else None
     if _is_reg(start) or _is_reg(stop):
         from .registers import device_value
 
-        return _loop_register(range(device_value(start), device_value(stop), int(step)))
-    return _range(start, stop, step)
+        # (the Loop now, while the kernel's frame is at the call: its for statement's variable)
+        loop = rec.site_loop(kind, frame) if rec is not None else None
+        if loop is not None:
+            loop.device = True
+        return _loop_register(range(device_value(start), device_value(stop), int(step)), rec, loop)
+    r = _range(start, stop, step)
+    return r if rec is None else rec.loop(r, kind, frame)
 
 
 def fori_loop(lower, upper, body_fun, step=1, init_val=None):
     """`body_fun(i)` for i in range(lower, upper, step) (or body_fun(i, carry)); unrolled while
     tracing. Register bounds are read on the device first and i is then a register (`dynamic_range`)."""
-    it = (
-        _dynamic_range(lower, upper, step)
-        if _is_reg(lower) or _is_reg(upper)
-        else range(int(lower), int(upper), int(step))
-    )
+    it = _dynamic_range(lower, upper, step, "fori_loop", sys._getframe(1))
     carry = init_val
     for i in it:
         carry = body_fun(i) if init_val is None else body_fun(i, carry)
@@ -214,9 +238,23 @@ def while_loop(init, body_fun=None, *args, **kwargs):
         raise not_supported("nl.while_loop call form", "while_loop(init, body_fun)", rule="nki_call_form")
     from .registers import device_value
 
-    r = init
-    while device_value(r) if _is_reg(r) else r:
-        r = body_fun(r)
+    rec = _recorder()
+    entry = None
+    if rec is not None:  # (the kernel IR's nest: a device loop when the condition is a register)
+        lp = rec.site_loop("while_loop", sys._getframe(1))
+        lp.device = lp.device or _is_reg(init)
+        entry = rec.enter(lp, None)
+    r, k = init, 0
+    try:
+        while device_value(r) if _is_reg(r) else r:
+            if entry is not None:
+                rec.iteration(entry, k)
+            r = body_fun(r)
+            k += 1
+    finally:
+        if entry is not None:
+            entry[1] = k - 1  # (the trip count `leave` fills in: k iterations)
+            rec.leave(entry)
 
 
 @contextlib.contextmanager
@@ -541,7 +579,10 @@ class _LoopReduce:
                 if fresh and _passes.enabled(current().launch.kernel, "reduce_init"):
                     # a fresh buffer no instruction wrote yet: the reduction starts from x (the
                     # op's identity as the start value, never stale bytes; docs/nki.md)
+                    ctx = current()
+                    n = _record.calls_so_far(ctx)
                     nisa.tensor_copy(dst=dst, src=_onchip(self.x))
+                    _record.decided(ctx, "reduce_init", "reductions started from their first value", n)
                 else:
                     nisa.tensor_tensor(dst=dst, data1=dst, data2=_onchip(self.x), op=self.op)
         finally:

@@ -119,6 +119,17 @@ impl Hbm {
         }
     }
 
+    /// Ask for the cache lines of `len` bytes at `addr` (`kernels::prefetch`; caller has
+    /// bounds-checked). Pages never written hold no bytes to ask for.
+    #[inline]
+    pub fn prefetch(&self, addr: u64, len: usize) {
+        for Span { page, off, n, .. } in spans(addr, len) {
+            if let Some(p) = &self.pages[page] {
+                crate::kernels::prefetch::lines(&p[off..off + n]);
+            }
+        }
+    }
+
     /// Whether the bytes at `addr` equal `data` (caller has bounds-checked).
     pub fn equals(&self, addr: u64, data: &[u8]) -> bool {
         spans(addr, data.len()).all(|Span { page, off, at, n }| {

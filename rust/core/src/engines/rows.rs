@@ -11,7 +11,6 @@
 //! row-major over the destination.
 
 use super::Ctx;
-use crate::kernels::prefetch;
 use crate::memory::onchip::{Mems, OnChip};
 use crate::memory::rows::RowGeom;
 use crate::memory::{Ap, Mem};
@@ -658,12 +657,7 @@ fn fused_dense_min<const N: usize>(
     if in_place {
         return fused_in_place(dmem, other, dst, (&srcs, dg, sg), kernel);
     }
-    let parts = dst.parts as usize;
-    for r in 0..parts {
-        if r + prefetch::AHEAD < parts {
-            let next = r + prefetch::AHEAD;
-            prefetch_row(dmem, other, dst.mem, (&srcs, dg, sg), next);
-        }
+    for r in 0..dst.parts as usize {
         let d = dg.row(r);
         let same: [Option<std::ops::Range<usize>>; N] =
             std::array::from_fn(|i| (srcs[i].mem == dst.mem).then(|| sg[i].row(r)));
@@ -679,23 +673,6 @@ fn fused_dense_min<const N: usize>(
     true
 }
 
-/// Ask for row `r` of the destination and of every source (`kernels::prefetch`).
-#[inline(always)]
-fn prefetch_row<const N: usize>(
-    dmem: &OnChip,
-    other: &OnChip,
-    dst_mem: Mem,
-    (srcs, dg, sg): (&[&Ap; N], Dense, [Dense; N]),
-    r: usize,
-) {
-    let (draw, oraw) = (dmem.raw(), other.raw());
-    prefetch::lines(draw.get(dg.row(r)).unwrap_or_default());
-    for (s, g) in srcs.iter().zip(sg) {
-        let mem = if s.mem == dst_mem { draw } else { oraw };
-        prefetch::lines(mem.get(g.row(r)).unwrap_or_default());
-    }
-}
-
 /// `fused_dense` when some input is exactly the destination's row: the kernel gets None for
 /// that input (rows were checked: every other same-memory input is disjoint).
 fn fused_in_place<const N: usize>(
@@ -705,11 +682,7 @@ fn fused_in_place<const N: usize>(
     (srcs, dg, sg): (&[&Ap; N], Dense, [Dense; N]),
     kernel: impl Fn(usize, [Option<&[u8]>; N], &mut [u8]),
 ) -> bool {
-    let parts = dst.parts as usize;
-    for r in 0..parts {
-        if r + prefetch::AHEAD < parts {
-            prefetch_row(dmem, other, dst.mem, (srcs, dg, sg), r + prefetch::AHEAD);
-        }
+    for r in 0..dst.parts as usize {
         let d = dg.row(r);
         let rows: [Option<std::ops::Range<usize>>; N] =
             std::array::from_fn(|i| (srcs[i].mem == dst.mem).then(|| sg[i].row(r)));

@@ -14,7 +14,6 @@ pub mod gemm;
 pub mod matmul;
 pub mod minmax;
 pub mod mx;
-pub mod prefetch;
 pub mod psum;
 pub mod quantize;
 pub mod rowsum;

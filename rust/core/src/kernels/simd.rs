@@ -101,6 +101,11 @@ pub fn path_name() -> &'static str {
     }
 }
 
+/// Rows ahead of the one being processed whose bytes a row-by-row copy or map asks for with
+/// `prefetch`: every partition row of an on-chip tile is in its own host page, where the
+/// hardware prefetchers do not follow, so each short row began with a demand miss.
+pub const PREFETCH_ROWS_AHEAD: usize = 2;
+
 /// Hint the cache to fetch `bytes` (no architectural effect). Partition rows sit 256 KiB apart,
 /// a stride the hardware prefetchers do not follow.
 pub fn prefetch(bytes: &[u8]) {

@@ -119,13 +119,13 @@ impl Hbm {
         }
     }
 
-    /// Ask for the cache lines of `len` bytes at `addr` (`kernels::prefetch`; caller has
+    /// Ask for the cache lines of `len` bytes at `addr` (`kernels::simd::prefetch`; caller has
     /// bounds-checked). Pages never written hold no bytes to ask for.
     #[inline]
     pub fn prefetch(&self, addr: u64, len: usize) {
         for Span { page, off, n, .. } in spans(addr, len) {
             if let Some(p) = &self.pages[page] {
-                crate::kernels::prefetch::lines(&p[off..off + n]);
+                crate::kernels::simd::prefetch(&p[off..off + n]);
             }
         }
     }

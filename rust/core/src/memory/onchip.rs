@@ -218,7 +218,7 @@ impl Mems<'_> {
         if n != dst.free_size() * dst.dtype.size() {
             return false;
         }
-        let ahead = crate::kernels::prefetch::AHEAD as u32;
+        let ahead = crate::kernels::simd::PREFETCH_ROWS_AHEAD as u32;
         for r in 0..src.parts {
             if r + ahead < src.parts {
                 self.prefetch_row(dst, src, r + ahead, n);
@@ -262,7 +262,7 @@ impl Mems<'_> {
                 };
                 let o = a.offset as usize;
                 let part = mem.partition((a.start + r) as usize);
-                crate::kernels::prefetch::lines(part.get(o..o + n).unwrap_or_default());
+                crate::kernels::simd::prefetch(part.get(o..o + n).unwrap_or_default());
             }
         }
     }

@@ -499,8 +499,8 @@ fn copy_across(ctx: &mut Ctx, dst: &Ap, src: &Ap) -> bool {
                 src.start as usize + r + ahead,
                 dst.start as usize + r + ahead,
             );
-            crate::kernels::simd::prefetch(&from.partition(s)[s0..s0 + len]);
-            crate::kernels::simd::prefetch(&to.partition(d)[d0..d0 + len]);
+            crate::kernels::simd::prefetch_short_row(&from.partition(s)[s0..s0 + len]);
+            crate::kernels::simd::prefetch_short_row(&to.partition(d)[d0..d0 + len]);
         }
         let row = &from.partition(src.start as usize + r)[s0..s0 + len];
         to.partition_mut(dst.start as usize + r)[d0..d0 + len].copy_from_slice(row);

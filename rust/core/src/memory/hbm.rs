@@ -119,10 +119,14 @@ impl Hbm {
         }
     }
 
-    /// Ask for the cache lines of `len` bytes at `addr` (`kernels::simd::prefetch`; caller has
-    /// bounds-checked). Pages never written hold no bytes to ask for.
+    /// Ask for the cache lines of `len` bytes at `addr` if that is a short row
+    /// (`kernels::simd::prefetch_short_row`; caller has bounds-checked). Pages never written
+    /// hold no bytes to ask for.
     #[inline]
     pub fn prefetch(&self, addr: u64, len: usize) {
+        if len > crate::kernels::simd::PREFETCH_SHORT_ROW {
+            return;
+        }
         for Span { page, off, n, .. } in spans(addr, len) {
             if let Some(p) = &self.pages[page] {
                 crate::kernels::simd::prefetch(&p[off..off + n]);

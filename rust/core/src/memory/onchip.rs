@@ -262,7 +262,7 @@ impl Mems<'_> {
                 };
                 let o = a.offset as usize;
                 let part = mem.partition((a.start + r) as usize);
-                crate::kernels::simd::prefetch(part.get(o..o + n).unwrap_or_default());
+                crate::kernels::simd::prefetch_short_row(part.get(o..o + n).unwrap_or_default());
             }
         }
     }

@@ -118,8 +118,9 @@ pub fn prefetch_short_row(row: &[u8]) {
     }
 }
 
-/// Hint the cache to fetch `bytes` (no architectural effect). Partition rows sit 256 KiB apart,
-/// a stride the hardware prefetchers do not follow.
+/// Hint the cache to fetch `bytes` (no architectural effect). Partition rows sit a partition's
+/// size plus 64 bytes apart (memory/onchip.rs), each in pages of its own: a stride the hardware
+/// prefetchers do not follow.
 pub fn prefetch(bytes: &[u8]) {
     #[cfg(target_arch = "x86_64")]
     for line in bytes.chunks(64) {

@@ -242,3 +242,36 @@ def test_a_tile_of_another_program_is_refused_after_its_first_use():
     with pytest.raises(MemorySpaceError) as ei:
         k[2](np.ones((128, 512), np.float32))
     assert ei.value.rule == "core_private_memory"
+
+
+def test_garbage_collector_paused_while_tracing_and_restored():
+    """Automatic collection is off while the kernel body is traced (`nki/gc_pause.py`), back on
+    after the call, also when the trace raises; a collector the caller turned off stays off."""
+    import gc
+
+    seen = []
+
+    @nki.jit(cache=False)
+    def k(x, fail):
+        seen.append(gc.isenabled())
+        t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        if fail:
+            raise ValueError("kernel error")
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = np.ones((128, 512), np.float32)
+    assert gc.isenabled()
+    np.testing.assert_array_equal(k(x, False), x)
+    assert seen == [False] and gc.isenabled()
+    with pytest.raises(ValueError, match="kernel error"):
+        k(x, True)
+    assert seen == [False, False] and gc.isenabled()
+    gc.disable()
+    try:
+        k(x, False)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -50,6 +50,7 @@ from ..progress import TraceProgress, wanted
 from ..tensor import Tensor, _shape
 from . import _memory, _traceback, engine_choice, liveness, passes, record
 from ._frames import _INTERNAL, _LOC, _internal
+from .gc_pause import gc_paused
 
 #: The program being traced by this thread (or asyncio task), None outside a trace. A context
 #: variable, not a module global: threads trace kernels side by side, each into its own context,
@@ -1295,15 +1296,16 @@ class _Run:
                 cache[key] = cache.pop(key)  # most recently used last
         if traced is None:
             self.device = self._fresh_device(fill, set())
-            try:
-                arrays, traced = self._trace(args, kwargs)
-            except _PlacementConflict as c:  # traced again with the explicit ranges held first
-                self.reserved, self.contexts = c.reserved, []
-                self.device = self._fresh_device(fill, set())
+            with gc_paused():  # (a trace keeps what it allocates: collections find nothing)
                 try:
                     arrays, traced = self._trace(args, kwargs)
-                except (_PlacementConflict, CapacityError) as e:
-                    raise c.error(e) from None
+                except _PlacementConflict as c:  # traced again with the explicit ranges held first
+                    self.reserved, self.contexts = c.reserved, []
+                    self.device = self._fresh_device(fill, set())
+                    try:
+                        arrays, traced = self._trace(args, kwargs)
+                    except (_PlacementConflict, CapacityError) as e:
+                        raise c.error(e) from None
             if key is not None and not traced.device_dependent:
                 with _SHARED:
                     cache[key] = traced

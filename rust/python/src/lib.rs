@@ -23,10 +23,11 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// mimalloc returns freed pages to the OS `purge_delay` ms after they are freed (1 s by default).
 /// The emulator frees and reallocates the same buffers all the time (a trace's program and its
-/// synced copy, a run's plans, HBM reads): with 1 s, repeated traces of the flash-attention kernel
-/// page their memory back in, 130-1,200 page faults per 30 ms trace, some of them 2 MiB pages the
-/// kernel zeroes (8-12 ms of system time per trace at load ~7); with 10 s, 8. Freed memory is
-/// given back after 10 s instead; `MIMALLOC_PURGE_DELAY` (or its old name) in the environment wins.
+/// synced copy, a run's plans, HBM reads): with 1 s, back-to-back traces of the flash-attention
+/// kernel paged their memory back in, 100-1,200 page faults per trace (some of them 2 MiB pages
+/// the kernel zeroes), 6 with 10 s; a legacy RoPE trace + run 2,300-3,200 faults, 200-1,100.
+/// Freed memory goes back to the OS after 10 s instead; `MIMALLOC_PURGE_DELAY` (or its old name)
+/// in the environment wins.
 fn keep_freed_pages_longer() {
     unsafe extern "C" {
         fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);

@@ -275,3 +275,42 @@ def test_garbage_collector_paused_while_tracing_and_restored():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def _helper_op(lnl, a, b):
+    return lnl.multiply(a, b)  # HELPER-LINE
+
+
+def test_value_op_instructions_carry_the_innermost_kernel_line():
+    """A legacy value op's instructions are named after the innermost line outside the package
+    that called the op (`TraceContext.user_f` stands in for the frame walk inside the op, and is
+    restored when the op returns): a helper's line for the op it calls, the kernel's own line for
+    the ops called there; a pending load is named after its own line, wherever it is issued."""
+    import inspect
+
+    import neuronxcc.nki as lnki
+    import neuronxcc.nki.language as lnl
+
+    @lnki.jit
+    def k(x):
+        out = lnl.ndarray(x.shape, dtype=x.dtype, buffer=lnl.shared_hbm)
+        t = lnl.load(x)  # LOAD-LINE
+        u = _helper_op(lnl, t, t)
+        lnl.store(out, value=lnl.add(u, t))  # ADD-LINE
+        return out
+
+    src, start = inspect.getsourcelines(k.fn if hasattr(k, "fn") else k)
+    lines = {tag: start + i for i, s in enumerate(src) for tag in ("LOAD-LINE", "ADD-LINE") if tag in s}
+    hsrc, hstart = inspect.getsourcelines(_helper_op)
+    helper_line = hstart + next(i for i, s in enumerate(hsrc) if "HELPER-LINE" in s)
+    x = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+    np.testing.assert_array_equal(k(x), x * x + x)
+    texts = [p._native.instruction_text(i) for p in k.last_programs for i in range(len(p))]
+    got = [(t.split(".", 1)[0], t.rsplit(" name=", 1)[1]) for t in texts]
+    me = "test_nki_trace_paths.py"
+    assert got == [
+        ("dma_copy", f"{me}:{lines['LOAD-LINE']}"),  # the load, issued at its first use
+        ("tensor_tensor", f"{me}:{helper_line}"),  # called by the helper
+        ("tensor_tensor", f"{me}:{lines['ADD-LINE']}"),
+        ("dma_copy", f"{me}:{lines['ADD-LINE']}"),  # the store
+    ]

@@ -803,6 +803,10 @@ class TraceContext:
     #: "file:line" instructions issued now are named after, when not the executing kernel line: a
     #: pending result is issued with the line of the call that made it (`pending.py`)
     site: str | None = None
+    #: the kernel's frame that called the `nl` op being traced (`language._checked`), None outside
+    #: one: the innermost frame outside the package for the package's frames below it, so the
+    #: source-line lookups inside the op need not walk (and materialise) the frames in between
+    user_f: types.FrameType | None = None
 
     def __init__(self, launch: _Run, pid: int) -> None:
         self.launch, self.pid = launch, pid
@@ -911,7 +915,7 @@ class TraceContext:
         # the caller of nl.ndarray (or of its wrapper: inside, walked past)
         f = sys._getframe(2)
         if _INTERNAL.get(f.f_code.co_filename) is not False:  # (not a kernel's own frame)
-            f = user_frame(f)
+            f = self.user_f if self.user_f is not None else user_frame(f)
         ir = self.ir
         if f is None or type(name) is not str or (ir is not None and ir.liveness):
             return self.alloc(shape, dtype, buffer, name)

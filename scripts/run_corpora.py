@@ -1,7 +1,7 @@
 """Run a public NKI kernel corpus, unchanged, on trn3emu and count what runs.
 
     python scripts/run_corpora.py DIR [DIR ...] [--timeout S] [-v] [--json OUT] [--python PY]
-                                  [--only PATH_PART ...]
+                                  [--only PATH_PART ...] [--nkilib NKI_LIBRARY_CHECKOUT]
 
 Each DIR is a copy of a kernel repository fetched outside this one (nki-samples, nki-library,
 neuronx-distributed, nkipy, aws-neuron-sdk ...): nothing of it is part of trn3emu. Every `.py`
@@ -16,10 +16,15 @@ file under DIR that imports NKI (`nki`, `neuronxcc.nki`) is handled in a fresh i
 
 The corpus's own packages are importable as an install would make them (each project folder
 and its src/ on PYTHONPATH); modules it needs beyond that (torch, neuronxcc internals) count as refusals.
+`--nkilib` names a checkout of github.com/aws-neuron/nki-library: the neuronx-cc wheel bundles that
+library as the top-level package `nkilib`, and `pip install nki-library` adds it as
+`nkilib_src.nkilib` (the bundled `nkilib/__init__.py` then swaps itself for it); the checkout's
+`src/nkilib_src` and `src` go on the children's PYTHONPATH to stand for both, the library's own code.
 
 A refusal is classed by its first error: a trn3emu error as `Class[rule]`, a missing module as
-`needs <module>`, a missing NKI name as `missing <name>`, a failed comparison as
-`AssertionError`, `timeout`, or the exception class. The per-file lines, then counts per outcome
+`needs <module>` (its top package; in full under `nki` / `neuronxcc`, which trn3emu provides), a
+missing NKI name as `missing <name>`, a failed comparison as `AssertionError`, `timeout`, or the
+exception class. The per-file lines, then counts per outcome
 and per reason class, are printed; docs/nki.md records them with the corpus commit. The SDK's own
 `nki/test` suite with its case-level report is `scripts/nki_conformance.py`'s job (issue 28).
 """
@@ -40,6 +45,8 @@ from pathlib import Path
 _USES_NKI = re.compile(r"^\s*(import nki\b|from nki\b|import neuronxcc\.nki|from neuronxcc(\.nki)? import)", re.M)
 _MAIN = re.compile(r"^if __name__ == ['\"]__main__['\"]", re.M)
 _SKIP_DIRS = {".git", "__pycache__", "build", "dist", ".tox", "site-packages"}
+#: top-level packages `trn3emu.nki.install()` provides: a missing module under them is a part it lacks
+_EMULATED = {"nki", "neuronxcc"}
 
 #: child-side bootstrap: install the emulator, run the file, report the first error as one JSON line
 _BOOT = r"""
@@ -122,7 +129,9 @@ def reason(err: dict | None, stderr: str) -> str:
     cls, rule, msg = err["cls"], err.get("rule"), err.get("msg", "")
     if cls == "ModuleNotFoundError":
         m = re.search(r"No module named '([\w.]+)'", msg)
-        return f"needs {m.group(1).split('.')[0] if m else '?'}"
+        name = m.group(1) if m else "?"
+        # a part of the packages trn3emu stands in for is named in full (the package itself is there)
+        return f"needs {name if name.split('.')[0] in _EMULATED else name.split('.')[0]}"
     if rule:
         return f"{cls}[{rule}]"
     if cls in ("AttributeError", "ImportError"):
@@ -155,6 +164,15 @@ def module_of(p: Path) -> tuple[str, str]:
         parts.insert(0, d.name)
         d = d.parent
     return (".".join(parts), str(d)) if len(parts) > 1 else ("", "")
+
+
+def nkilib_paths(checkout: Path) -> list[str]:
+    """PYTHONPATH entries that make an nki-library checkout importable as an install does: `nkilib`
+    (neuronx-cc's bundled copy) and `nkilib_src.nkilib` (the `nki-library` wheel)."""
+    src = checkout / "src"
+    if not (src / "nkilib_src" / "nkilib" / "__init__.py").exists():
+        raise SystemExit(f"--nkilib {checkout}: no src/nkilib_src/nkilib/__init__.py (not an nki-library checkout)")
+    return [str(src / "nkilib_src"), str(src)]
 
 
 def run_file(p: Path, timeout: float, paths: list[str], python: str = sys.executable) -> tuple[str, str, str]:
@@ -219,7 +237,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--only", action="append", default=[], help="run only files whose path under DIR contains this (repeatable)"
     )
+    ap.add_argument(
+        "--nkilib",
+        type=Path,
+        help="an nki-library checkout, importable as `nkilib` (neuronx-cc's bundled copy) and `nkilib_src`",
+    )
     a = ap.parse_args(argv)
+    extra = nkilib_paths(a.nkilib.resolve()) if a.nkilib else []
     rows = []
     for d in a.dirs:
         root = d.resolve()
@@ -228,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         files = [p for p in nki_files(root) if not a.only or any(o in str(p.relative_to(root)) for o in a.only)]
         print(f"== {root} ({len(files)} files use NKI)", flush=True)
         for p in files:
-            outcome, why, detail = run_file(p, a.timeout, package_paths(root), a.python)
+            outcome, why, detail = run_file(p, a.timeout, package_paths(root) + extra, a.python)
             rel = str(p.relative_to(root))
             rows.append(
                 {"corpus": root.name, "file": rel, "kind": kind(p), "outcome": outcome, "reason": why, "detail": detail}

@@ -37,6 +37,34 @@ def test_mgrid_strided_copy_reverses_blocks_exactly():
     np.testing.assert_array_equal(k(a), want)
 
 
+def test_index_expression_over_six_free_dims_splits_into_access_patterns():
+    # out[p, x, y, z, a, b, c] = 3 src[p, a + x, b + y, c + z] + src[p, a + 1 - x, b + y, c + z]
+    # (trilinear-interpolation style): each read needs 6 free dims, which do not merge (two grid
+    # axes step along each tensor dim); an access pattern has 4, so each op is issued per (x, y)
+    @lnki.jit
+    def k(src):
+        P, D, H, W = src.shape
+        shape = (P, 2, 2, 2, D - 1, H - 1, W - 1)
+        out = nl.ndarray(shape, dtype=src.dtype, buffer=nl.shared_hbm)
+        t = nl.load(src)
+        o = nl.ndarray(shape, dtype=src.dtype, buffer=nl.sbuf)
+        i_p, x, y, z, a, b, c = nl.mgrid[0:P, 0:2, 0:2, 0:2, 0 : D - 1, 0 : H - 1, 0 : W - 1]
+        o[i_p, x, y, z, a, b, c] = 3.0 * t[i_p, a + x, b + y, c + z] + t[i_p, a + 1 - x, b + y, c + z]
+        nl.store(out, o)
+        return out
+
+    src = np.random.default_rng(3).standard_normal((16, 4, 5, 6)).astype(np.float32)
+    want = np.empty((16, 2, 2, 2, 3, 4, 5), np.float32)
+    for x, y, z in np.ndindex(2, 2, 2):
+        near = src[:, x : x + 3, y : y + 4, z : z + 5]
+        far = src[:, 1 - x : 4 - x, y : y + 4, z : z + 5]
+        want[:, x, y, z] = np.float32(3) * near + far
+    np.testing.assert_array_equal(k(src), want)
+    text = k.last_programs[0].to_text().splitlines()
+    ops = [ln.split(".")[0].split()[0] for ln in text if ln and not ln.startswith(".")]
+    assert ops.count("tensor_scalar") == 4 and ops.count("tensor_tensor") == 4  # 2 x 2 (x, y) each
+
+
 def test_arange_hbm_index_with_offsets_and_grid_attrs():
     # rows 2..5 of an HBM tensor, every second column, via i.p / i.x of an mgrid
     @lnki.jit

@@ -226,8 +226,11 @@ def test_dynamic_range_is_deprecated_fori_loop_is_not():
         nisa.dma_copy(dst=out, src=t)
         return out
 
-    with pytest.warns(DeprecationWarning, match="dynamic_range is deprecated since NKI 0.6.0.*fori_loop"):
+    with pytest.warns(DeprecationWarning, match="dynamic_range is deprecated since NKI 0.6.0.*fori_loop") as w:
         np.testing.assert_array_equal(k(x, True), x + 2)
+    # attributed to the kernel's `for ... in nl.dynamic_range(2)` line, not the package
+    (dep,) = [m for m in w if issubclass(m.category, DeprecationWarning)]
+    assert (dep.filename, dep.lineno) == (__file__, k.__wrapped__.__code__.co_firstlineno + 6)
     import warnings
 
     with warnings.catch_warnings():

@@ -10,6 +10,11 @@ before numpy imports it, and the bits are then viewed as the ml_dtypes type. Not
 producer), `common(xs)` the framework outputs take (the one all array inputs share, else "numpy"),
 and `from_numpy(a, fw)` builds that framework's array from a result (bit-exact; numpy when the
 framework has no such dtype, e.g. torch and `float8_e4m3`).
+
+A torch tensor on another device (torch_xla's `xla`, where the vendor's PyTorch path runs NKI
+kernels) is copied to the host; `send_home(result, copies)` then moves torch results to the
+inputs' device and copies the host copies back into the device tensors, so a kernel that writes
+an input writes the caller's tensor, as it would on a Neuron device.
 """
 
 from __future__ import annotations
@@ -120,10 +125,18 @@ def to_numpy(x: Any, operand: str = "array") -> np.ndarray:
     )
 
 
+def off_host(x: Any) -> bool:
+    """Whether `x` is a torch tensor on a device other than the CPU (copied in and back)."""
+    return _module_class(x, "torch", "Tensor") and x.device.type != "cpu"
+
+
 def _from_torch(x: Any, operand: str) -> np.ndarray:
-    if x.device.type != "cpu":
+    if x.device.type == "meta":  # shapes only, no values to copy
         raise _not_cpu(operand, str(x.device))
-    x = x.detach().resolve_conj().resolve_neg()
+    x = x.detach()
+    if x.device.type != "cpu":  # e.g. torch_xla's device: the kernel runs on a host copy
+        x = x.cpu()
+    x = x.resolve_conj().resolve_neg()
     name = str(x.dtype).removeprefix("torch.")
     bits = _TORCH_BITS.get(name)
     if bits is None:
@@ -178,6 +191,38 @@ def from_numpy(a: np.ndarray, fw: str) -> Any:
         except TypeError:  # a dtype JAX lacks
             return a
     return a
+
+
+def send_home(result: Any, copies: list) -> Any:
+    """After a launch whose inputs include tensors held off the host (`copies`: (tensor, its host
+    copy, the host copy as it was before the run)): a host copy the kernel wrote (its bytes differ
+    from the snapshot) is written back into its tensor, read-only inputs cost no transfer back;
+    torch tensors in `result` (also inside tuples, lists, dicts) move to the device the off-host
+    inputs share (left on the host when they are on several)."""
+    if not copies:
+        return result
+    torch = sys.modules["torch"]
+    with torch.no_grad():  # the kernel's writes are not part of an autograd graph
+        for x, host, before in copies:
+            if host.tobytes() == before.tobytes():
+                continue
+            # (the dispatcher's copy_, what Tensor.copy_ calls after its device guard)
+            torch.ops.aten.copy_.default(x, _to_torch(host).reshape(x.shape))
+    devices = {x.device for x, *_ in copies}
+    if len(devices) != 1:
+        return result
+    (device,) = devices
+
+    def move(r: Any) -> Any:
+        if isinstance(r, torch.Tensor):
+            return r.to(device)
+        if isinstance(r, (tuple, list)):
+            return type(r)(move(x) for x in r)
+        if isinstance(r, dict):
+            return {k: move(v) for k, v in r.items()}
+        return r
+
+    return move(result)
 
 
 def _to_torch(a: np.ndarray) -> Any:

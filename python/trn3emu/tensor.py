@@ -627,6 +627,17 @@ def _groups(side: str) -> list:
     return out
 
 
+def fits_access_pattern(t: Tensor) -> bool:
+    """Whether on-chip view `t`'s free dims merge into the at most MAX_FREE_DIMS an access pattern has."""
+    if len(t.shape) <= MAX_FREE_DIMS + 1:
+        return True
+    try:
+        _merge(list(zip(t.strides[1:], t.shape[1:])))
+    except ShapeError:
+        return False
+    return True
+
+
 def _merge(dims: list) -> list:
     """Drop unit dims and merge contiguous neighbours until at most 4 free dims remain."""
     if len(dims) <= MAX_FREE_DIMS:

@@ -687,6 +687,11 @@ _LABELS: dict = {}  # (source line, name) -> instruction label
 class KernelProgram(Program):
     """A Program whose instructions are named after the kernel source line that issued them."""
 
+    #: the timing generation whose costs the pass `engine_choice` decides the unpinned engines
+    #: with after tracing (a trace that records the kernel IR: `engine_choice.run`); None: the
+    #: assembler decides while appending, or the pass is off
+    engine_pass: str | None = None
+
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         #: opcodes appended so far (the trace cache asks whether the RNG is used)
@@ -813,7 +818,6 @@ class TraceContext:
         # An SPMD launch across chips (nki/spmd.py) places a rank's programs from `core_base`.
         self.core = (getattr(launch, "core_base", 0) + pid) % Device.NUM_CORES
         self.program = KernelProgram(core=self.core)
-        engine_choice.configure(self.program, launch.kernel)
         self.sbuf = self.program._sbuf  # the program's allocators: one allocator per memory
         self.psum = self.program._psum
         # a retrace after an explicit placement landed on an automatic tile (`_Run.__call__`):
@@ -850,6 +854,7 @@ class TraceContext:
         self.ir = launch.ir_for(pid)
         if self.ir is not None and self.ir.mode == "emit":
             self.ir.sbuf = self.sbuf
+        engine_choice.configure(self)  # (the pass over the IR when one is recorded)
 
     @property
     def device(self) -> Device:
@@ -1287,7 +1292,8 @@ class _Run:
         from .. import testing
 
         originals: list = []
-        args, kwargs = _host_arrays(self.kernel, args, kwargs, originals)
+        copies: list = []  # (tensor off the host, its host copy, snapshot): written back if changed
+        args, kwargs = _host_arrays(self.kernel, args, kwargs, originals, copies)
         self.input_names = _input_names(self.kernel, args, kwargs)
         fill = self.fill = self.kernel.options.get("fill", testing.default_fill())
         key = self._key(args, kwargs)
@@ -1322,7 +1328,7 @@ class _Run:
                 self.device.hbm.write(t, a if a.ndim else a.reshape(1))
             for addr, data in traced.preload:
                 self.device.hbm._native.hbm_write(addr, data)
-        out = self._run(traced, arrays, interop.common(originals))
+        out = interop.send_home(self._run(traced, arrays, interop.common(originals)), copies)
         if traced.reusable and self.device.numerics["rounding"] != "stochastic":
             with _SHARED:
                 _SPARE[:] = [_Spare(self.device, _device_env(), traced.hbm_ranges)]
@@ -1388,7 +1394,7 @@ class _Run:
             self._restart()
             return self._trace_once(args, kwargs)
         out[1].spills = _sum_stats(c.ir.stats for c in self.contexts)
-        out[1].irs = [p.ir for p in self.plans]
+        out[1].irs = [c.ir.ir for c in self.contexts]  # (the lowered IR: with the spill / reload calls)
         return out
 
     def _restart(self) -> None:
@@ -1457,6 +1463,8 @@ class _Run:
             named = [(t.block.lo, t.block.hi, t.shape, n) for (_, t), n in zip(arrays, names) if t.block]
             for c in self.contexts:
                 c.ir.name_inputs(named)
+        for c in self.contexts:  # passes over the finished IR, lowered into the program
+            engine_choice.run(c)
         if not check:
             return None
         _check_placements(self.contexts)  # (before retiring: a conflict traces again)
@@ -1630,10 +1638,12 @@ def _check_result(r) -> None:
             _check_result(x)
 
 
-def _host_arrays(kernel: Kernel, args, kwargs, originals: list):
+def _host_arrays(kernel: Kernel, args, kwargs, originals: list, copies: list | None = None):
     """The launch's arguments with every array (also inside tuples) as numpy (`interop.to_numpy`,
     sharing memory where the framework allows, so inputs the kernel writes are written back);
-    the original arrays are appended to `originals` (their frameworks pick the results')."""
+    the original arrays are appended to `originals` (their frameworks pick the results'), and
+    (tensor, host copy, snapshot of it) of each tensor held off the host to `copies`
+    (`interop.send_home`)."""
 
     def conv(a, name: str):
         if isinstance(a, tuple):
@@ -1641,7 +1651,12 @@ def _host_arrays(kernel: Kernel, args, kwargs, originals: list):
         if not interop.is_array(a):
             return a
         originals.append(a)
-        return a if isinstance(a, np.ndarray) else interop.to_numpy(a, name)
+        if isinstance(a, np.ndarray):
+            return a
+        host = interop.to_numpy(a, name)
+        if copies is not None and interop.off_host(a):
+            copies.append((a, host, host.copy()))  # (the snapshot: only inputs the kernel wrote go back)
+        return host
 
     names = kernel.parameter_names()
     wargs = tuple(conv(a, names[i] if i < len(names) else f"argument {i}") for i, a in enumerate(args))

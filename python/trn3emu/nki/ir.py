@@ -1,8 +1,9 @@
 """The kernel IR: what one trace of an NKI kernel calls, in which loops, on which tiles
 (docs/nki.md, "Passes").
 
-Tracing fills it (`record.py`), the passes read it (`liveness.py`: each tile's last use), and
-lowering emits the `Program`. It is plain data: this module imports nothing of the tracer, so any
+Tracing fills it (`record.py`), the passes read it (`liveness.py`: each tile's uses;
+`engine_choice.py`: which call issued each instruction) and write their decisions into it
+(`Call.notes`, `KernelIR.passes`, the calls they add), and lowering emits the `Program` with them. It is plain data: this module imports nothing of the tracer, so any
 stage can read it and `to_dict()` / `from_dict()` round-trip it through JSON.
 
 - `calls`: every `nki.isa` call in program order (`nl.*` ops appear as the `nisa` calls they
@@ -12,8 +13,12 @@ stage can read it and `to_dict()` / `from_dict()` round-trip it through JSON.
   placed tile) in allocation order; its ordinal is the one the liveness pass numbers it by.
 - `tensors`: HBM tensors: those the kernel allocates (`nl.ndarray` in HBM), numbered when
   allocated, and the kernel inputs (by parameter name), numbered when a call first names them.
-- `loops`: the `affine_range` / `sequential_range` / `static_range` loops (one per `for` statement);
-  a call's nest gives (loop, iteration, trip count) per enclosing loop, outermost first.
+- `loops`: the `affine_range` / `sequential_range` / `static_range` loops (one per `for` statement)
+  and the device loops (`dynamic_range`, `fori_loop`, `while_loop`); a call's nest gives (loop,
+  iteration, trip count) per enclosing loop, outermost first.
+- `passes`: what each pass that ran over the IR did (pass name -> one line); the calls carry
+  their decisions in `Call.notes` (pass name -> decision), and the calls a pass added (spill and
+  reload copies) name it in `Call.added_by`.
 """
 
 from __future__ import annotations
@@ -30,9 +35,12 @@ class Loop:
     """One `for v in nl.affine_range(n)` statement (every iteration, every entry)."""
 
     id: int
-    kind: str  # affine_range / sequential_range / static_range
+    kind: str  # affine_range / sequential_range / static_range / dynamic_range / fori_loop / while_loop
     var: str  # the loop variable ("" when the for statement does not bind a plain name)
-    line: str  # file:line of the for statement
+    line: str  # file:line of the for statement (of the fori_loop / while_loop call)
+    #: a device loop: its trip count was read on the device (register bounds or condition), each
+    #: iteration's value is a register (docs/nki.md, "Language")
+    device: bool = False
 
 
 @dataclass(slots=True)
@@ -86,6 +94,15 @@ class Call:
     writes: tuple = ()  # tile ordinals of its destination operands (dst..., reduce_res)
     hbm_reads: tuple = ()  # HBM tensor ordinals
     hbm_writes: tuple = ()
+    #: index of its first instruction in its program (-1: not known); its instructions run up to
+    #: the next call's of the same segment
+    instr: int = -1
+    segment: int = 0  # the program it is in: a device loop's bound read starts a new one
+    #: "" for a call of the kernel; else the pass that added it ("spill": spill / reload copies)
+    added_by: str = ""
+    #: decisions of the passes that ran over the IR: pass name -> decision (`engine_choice`:
+    #: ((instruction index, engine), ...) for the instructions it decided)
+    notes: dict = field(default_factory=dict)
 
 
 class KernelIR:
@@ -97,9 +114,19 @@ class KernelIR:
         self.tiles: list[Tile] = []
         self.tensors: list[HbmTensor] = []
         self.loops: list[Loop] = []
+        #: pass name -> what it did (one line), for the passes that ran over this IR (and the
+        #: counts of what the passes acting while tracing did: `count`)
+        self.passes: dict[str, str] = {}
+        self._counts: dict[str, dict[str, int]] = {}
 
     def __len__(self) -> int:
         return len(self.calls)
+
+    def count(self, name: str, what: str) -> None:
+        """Pass `name` did `what` once more: its `passes` line counts each kind of decision."""
+        c = self._counts.setdefault(name, {})
+        c[what] = c.get(what, 0) + 1
+        self.passes[name] = "; ".join(f"{k}: {v}" for k, v in c.items())
 
     # ------------------------------------------------------------------ liveness
     def live_range(self, tile: int) -> tuple[int, int] | None:
@@ -164,8 +191,11 @@ class KernelIR:
             f"{len(self.tiles)} tiles, {len(self.tensors)} HBM tensors, {len(self.loops)} loops; "
             f"peak live SBUF {sb} B/partition at call {at}, PSUM {pb} B/partition at call {pat}"
         ]
+        for name, what in self.passes.items():
+            lines.append(f"  pass {name}: {what}")
         for lp in self.loops:
-            lines.append(f"  loop L{lp.id}: for {lp.var or '_'} in {lp.kind}  @ {lp.line}")
+            dev = " (device loop)" if lp.device else ""
+            lines.append(f"  loop L{lp.id}: for {lp.var or '_'} in {lp.kind}{dev}  @ {lp.line}")
         last = {t.last_use: [] for t in self.tiles if not t.placed and t.uses}
         for t in self.tiles:
             if not t.placed and t.uses:
@@ -178,12 +208,16 @@ class KernelIR:
             s = f"  {c.ordinal:>{width}}  {c.op}"
             if c.engine:
                 s += f"[{c.engine}]"
+            if c.added_by:
+                s += f" ({c.added_by})"
             s += f"  {', '.join(w) or '-'} <- {', '.join(r) or '-'}"
             if c.nest:
                 s += f"  | {self._loop_text(c.nest)}"
             dead = last.get(c.ordinal)
             if dead:
                 s += f"  | last use: {', '.join(f't{i}' for i in dead)}"
+            if c.notes:
+                s += "  | " + ", ".join(f"{k}: {_note_text(v)}" for k, v in c.notes.items())
             return s + f"  @ {c.line}"
 
         calls = self.calls
@@ -224,6 +258,7 @@ class KernelIR:
         return {
             "kernel": self.kernel,
             "program": self.program,
+            "passes": dict(self.passes),
             "loops": {"fields": list(_LOOP), "rows": rows(self.loops, _LOOP)},
             "tiles": {"fields": list(_TILE), "rows": rows(self.tiles, _TILE)},
             "tensors": {"fields": list(_HBM), "rows": rows(self.tensors, _HBM)},
@@ -236,6 +271,7 @@ class KernelIR:
     @classmethod
     def from_dict(cls, d: dict) -> KernelIR:
         ir = cls(d.get("kernel", ""), d.get("program", 0))
+        ir.passes = dict(d.get("passes", {}))
         for attr, kind in (("loops", Loop), ("tiles", Tile), ("tensors", HbmTensor), ("calls", Call)):
             part = d[attr]
             names = part["fields"]
@@ -245,6 +281,8 @@ class KernelIR:
                 for n in tuples:
                     if n in kw:
                         kw[n] = _tuple(kw[n])
+                if kind is Call and "notes" in kw:
+                    kw["notes"] = {k: _tuple(v) for k, v in kw["notes"].items()}
                 getattr(ir, attr).append(kind(**kw))
         return ir
 
@@ -252,10 +290,24 @@ class KernelIR:
         return isinstance(other, KernelIR) and self.to_dict() == other.to_dict()
 
 
-_LOOP = ("id", "kind", "var", "line")
+_LOOP = ("id", "kind", "var", "line", "device")
 _TILE = ("ordinal", "buffer", "shape", "dtype", "row_bytes", "placed", "label", "born", "uses", "pinned")
 _HBM = ("ordinal", "name", "shape", "dtype", "nbytes", "uses")
-_CALL = ("ordinal", "op", "engine", "line", "nest", "reads", "writes", "hbm_reads", "hbm_writes")
+_CALL = (
+    "ordinal",
+    "op",
+    "engine",
+    "line",
+    "nest",
+    "reads",
+    "writes",
+    "hbm_reads",
+    "hbm_writes",
+    "instr",
+    "segment",
+    "added_by",
+    "notes",
+)
 #: fields held as tuples (JSON gives lists back)
 _TUPLES = {
     Tile: ("shape",),
@@ -269,7 +321,17 @@ def _plain(v):
         return [_plain(x) for x in v]
     if isinstance(v, list):
         return list(v)
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
     return v
+
+
+def _note_text(v) -> str:
+    """A pass's decision as the dump shows it: `engine_choice`'s ((index, engine), ...) as the
+    engines; anything else as it is."""
+    if isinstance(v, tuple) and v and all(isinstance(x, tuple) and len(x) == 2 for x in v):
+        return "/".join(str(e) for _, e in v)
+    return str(v)
 
 
 def _tuple(v):

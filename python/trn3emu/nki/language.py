@@ -19,12 +19,14 @@ import numpy as np
 from .. import _native, interop
 from ..dtypes import numpy_dtype
 from ..errors import AddressError, EmuError, OperandError, ShapeError
+from ..tensor import MAX_FREE_DIMS, fits_access_pattern
+from . import _frames, load_reuse, toolchain
 from . import compiler as _compiler
 from . import engine_choice as _engine_choice
 from . import indexing as _indexing
 from . import isa as nisa
-from . import load_reuse, toolchain
 from . import passes as _passes
+from . import record as _record
 from ._frames import _INTERNAL, _internal
 from ._kernel import (
     DTYPES,
@@ -162,12 +164,28 @@ def _is_reg(v) -> bool:
     return isinstance(v, nisa.VirtualRegister)
 
 
-def _loop_register(values):
-    """One register for a device loop's iteration value (register_move per iteration)."""
+def _recorder():
+    """The trace's IR recorder when it keeps the loop nest (record.py), else None."""
+    ctx = _tracing_context()
+    if ctx is not None and ctx.ir is not None and ctx.ir.mode != "emit":
+        return ctx.ir
+    return None
+
+
+def _loop_register(values, rec=None, loop=None):
+    """One register for a device loop's iteration value (register_move per iteration); `loop`
+    (the kernel IR's Loop when `rec` records it) is in the nest of the calls of each iteration."""
+    entry = rec.enter(loop, len(values)) if loop is not None else None
     reg = nisa.register_alloc()
-    for i in values:
-        nisa.register_move(reg, int(i))
-        yield reg
+    try:
+        for k, i in enumerate(values):
+            if entry is not None:
+                rec.iteration(entry, k)
+            nisa.register_move(reg, int(i))
+            yield reg
+    finally:
+        if entry is not None:
+            rec.leave(entry)
 
 
 def dynamic_range(start, stop=None, step=1):
@@ -175,33 +193,40 @@ def dynamic_range(start, stop=None, step=1):
     far runs, tracing continues with the loop unrolled) and the iteration value is a register; with
     int bounds, the same iterations unrolled with int values. Deprecated in NKI 0.6.0 (the SDK's
     migration guide: use `fori_loop`): a DeprecationWarning at the kernel's line."""
+    # the kernel's line: the first frame outside the package (the call reaches here through
+    # `_checked`'s wrapper, so a fixed stacklevel would name language.py)
+    frame, level = sys._getframe(1), 2
+    while frame.f_back is not None and _frames._internal(frame.f_code.co_filename):
+        frame, level = frame.f_back, level + 1
     warnings.warn(
         "nl.dynamic_range is deprecated since NKI 0.6.0 and will be removed in a future release; "
         "write the loop with nl.fori_loop(lower, upper, body) (NKI 0.5 -> 0.6 migration guide)",
         DeprecationWarning,
-        stacklevel=2,
+        stacklevel=level,
     )
-    return _dynamic_range(start, stop, step)
+    return _dynamic_range(start, stop, step, "dynamic_range", sys._getframe(1))
 
 
-def _dynamic_range(start, stop=None, step=1):
+def _dynamic_range(start, stop=None, step=1, kind: str = "dynamic_range", frame=None):
     if stop is None:
         start, stop = 0, start
+    rec = _recorder() if frame is not None else None
     if _is_reg(start) or _is_reg(stop):
         from .registers import device_value
 
-        return _loop_register(range(device_value(start), device_value(stop), int(step)))
-    return _range(start, stop, step)
+        # (the Loop now, while the kernel's frame is at the call: its for statement's variable)
+        loop = rec.site_loop(kind, frame) if rec is not None else None
+        if loop is not None:
+            loop.device = True
+        return _loop_register(range(device_value(start), device_value(stop), int(step)), rec, loop)
+    r = _range(start, stop, step)
+    return r if rec is None else rec.loop(r, kind, frame)
 
 
 def fori_loop(lower, upper, body_fun, step=1, init_val=None):
     """`body_fun(i)` for i in range(lower, upper, step) (or body_fun(i, carry)); unrolled while
     tracing. Register bounds are read on the device first and i is then a register (`dynamic_range`)."""
-    it = (
-        _dynamic_range(lower, upper, step)
-        if _is_reg(lower) or _is_reg(upper)
-        else range(int(lower), int(upper), int(step))
-    )
+    it = _dynamic_range(lower, upper, step, "fori_loop", sys._getframe(1))
     carry = init_val
     for i in it:
         carry = body_fun(i) if init_val is None else body_fun(i, carry)
@@ -215,9 +240,23 @@ def while_loop(init, body_fun=None, *args, **kwargs):
         raise not_supported("nl.while_loop call form", "while_loop(init, body_fun)", rule="nki_call_form")
     from .registers import device_value
 
-    r = init
-    while device_value(r) if _is_reg(r) else r:
-        r = body_fun(r)
+    rec = _recorder()
+    entry = None
+    if rec is not None:  # (the kernel IR's nest: a device loop when the condition is a register)
+        lp = rec.site_loop("while_loop", sys._getframe(1))
+        lp.device = lp.device or _is_reg(init)
+        entry = rec.enter(lp, None)
+    r, k = init, 0
+    try:
+        while device_value(r) if _is_reg(r) else r:
+            if entry is not None:
+                rec.iteration(entry, k)
+            r = body_fun(r)
+            k += 1
+    finally:
+        if entry is not None:
+            entry[1] = k - 1  # (the trip count `leave` fills in: k iterations)
+            rec.leave(entry)
 
 
 @contextlib.contextmanager
@@ -542,7 +581,10 @@ class _LoopReduce:
                 if fresh and _passes.enabled(current().launch.kernel, "reduce_init"):
                     # a fresh buffer no instruction wrote yet: the reduction starts from x (the
                     # op's identity as the start value, never stale bytes; docs/nki.md)
+                    ctx = current()
+                    n = _record.calls_so_far(ctx)
                     nisa.tensor_copy(dst=dst, src=_onchip(self.x))
+                    _record.decided(ctx, "reduce_init", "reductions started from their first value", n)
                 else:
                     nisa.tensor_tensor(dst=dst, data1=dst, data2=_onchip(self.x), op=self.op)
         finally:
@@ -585,7 +627,7 @@ def copy(x, dtype=None, **kwargs) -> NkiTensor:
     x = _onchip(x)
 
     def emit(o):
-        nisa.tensor_copy(dst=o, src=x)
+        _split_wide(lambda o, x: nisa.tensor_copy(dst=o, src=x), o, x)
 
     return _result(x.shape, dtype or x.dtype, emit, (x,), "nl.copy", alu=False)
 
@@ -617,7 +659,7 @@ def _assign(dst: NkiTensor, value) -> None:
             src = value
             if src.size != dst.size and src.shape[0] == dst.shape[0]:
                 src = _bcast_free(src, dst.shape)
-            nisa.tensor_copy(dst=dst, src=src)
+            _split_wide(lambda o, x: nisa.tensor_copy(dst=o, src=x), dst, src)
     else:
         if dst.buffer in HBM_BUFFERS:
             raise not_supported(
@@ -826,6 +868,23 @@ def _inplace(dst: NkiTensor, op: str, value) -> None:
     _binary(op, dst, value, None, out=dst)
 
 
+def _split_wide(issue, o, *tiles) -> None:
+    """`issue(o, *tiles)` for an element-wise instruction whose tiles all have o's shape; when one
+    of their views needs more free dims than an access pattern has (4: "up to four-dimensional
+    arrays", the NKI Access Patterns deep dive) - a legacy index expression over many grid axes,
+    `t[i_p, a + x, b + y, c + z]` - one instruction per index of the leading free dim, as many
+    times as needed. Values are the same either way: every element is computed as before."""
+    if o.ndim <= MAX_FREE_DIMS + 1 and builtins.all(t.ndim <= MAX_FREE_DIMS + 1 for t in tiles):
+        issue(o, *tiles)  # (the usual case: at most 4 free dims, nothing to check)
+        return
+    views = (o, *tiles)
+    if builtins.all(fits_access_pattern(v._t) for v in views) or builtins.any(v.shape != o.shape for v in tiles):
+        issue(o, *tiles)
+        return
+    for k in range(o.shape[1]):
+        _split_wide(issue, o[:, k], *(t[:, k] for t in tiles))
+
+
 def _result(shape, dtype, emit, operands, origin: str, elementwise: bool = True, alu: bool = True):
     """The SBUF tile an nl op's last instruction `emit(dst)` writes: with pass `inplace_assign`
     (legacy kernels, `toolchain.py`) a pending result, so `t[...] = nl.op(...)` writes t itself
@@ -847,7 +906,7 @@ def _binary(op: str, x, y, dtype, out=None) -> NkiTensor:
         tile, scalar, rev = (x, y, False) if _is_tile(x) else (y, x, True)
 
         def emit_scalar(o):
-            nisa.tensor_scalar(o, tile, op0=op, operand0=float(scalar), reverse0=rev)
+            _split_wide(lambda o, t: nisa.tensor_scalar(o, t, op0=op, operand0=float(scalar), reverse0=rev), o, tile)
 
         if out is None:
             return _result(tile.shape, dtype or tile.dtype, emit_scalar, (tile,), f"nl.{op}")
@@ -897,7 +956,7 @@ def _binary(op: str, x, y, dtype, out=None) -> NkiTensor:
         bx, by = _bcast_free(x, shape), _bcast_free(y, shape)
 
     def emit_tt(o):
-        nisa.tensor_tensor(o, bx, by, op=op)
+        _split_wide(lambda o, x, y: nisa.tensor_tensor(o, x, y, op=op), o, bx, by)
 
     if out is None:
         return _result(shape, odt, emit_tt, (bx, by), f"nl.{op}")
@@ -943,8 +1002,8 @@ right_shift = _make_binary("right_shift")
 def _act(fn: str, x, dtype=None, bias=None, scale=1.0) -> NkiTensor:
     x = _onchip(x)
 
-    def emit(o):
-        nisa.activation(o, op=fn, data=x, bias=bias, scale=scale)
+    def emit(o):  # (bias and a tile scale are [P, 1]: the same for every split)
+        _split_wide(lambda o, x: nisa.activation(o, op=fn, data=x, bias=bias, scale=scale), o, x)
 
     return _result(x.shape, dtype or x.dtype, emit, (x, bias), f"nl.{fn}")
 

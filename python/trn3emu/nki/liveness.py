@@ -21,6 +21,11 @@ from the IR: each tile's uses (`Tile.uses`, last use = death), which tiles are p
   instructions named `spill` / `reload` in the program and its trace, counted in
   `Placer.stats`. Tiles read through run-time offsets are pinned (their views cannot move).
 
+The second trace also records the lowered IR (`Placer.ir`, `kernel.last_ir`): the plan's calls
+with their instructions in this program and, between them, the copies the pass adds as calls
+(`Call.added_by == "spill"`, their tiles and HBM slots named, `Call.notes["spill"]` saying what
+moved where), which `engine_choice` then runs over.
+
 A kernel that does not fit even so (one call naming more than SBUF, a tile over a partition)
 gets the allocator's `CapacityError`.
 Explicitly placed tiles (`address=`, `ncc.sbuf.alloc` / `mod_alloc`) keep their placement and
@@ -36,6 +41,7 @@ from bisect import bisect_right
 
 from ..errors import CapacityError
 from ..tensor import Tensor
+from .ir import Call, HbmTensor, KernelIR, Loop, Tile
 from .record import Recorder, block, blocks_named
 
 
@@ -90,6 +96,19 @@ class Placer:
         self.deaths: list[tuple[int, int]] = []  # heap of (last use, seq)
         self.reload_at: dict[int, list[int]] = {}  # call ordinal -> spilled seqs it reads
         self.scratch: dict[int, Tensor] = {}  # seq -> its HBM spill slot
+        # the lowered IR (`kernel.last_ir`): the plan's calls as this trace makes them (their
+        # instructions in this program) with the spill / reload copies the pass adds between them
+        self.plan_calls = ir.calls
+        self.ir = KernelIR(ir.kernel, ir.program)
+        self.ir.loops = [Loop(lp.id, lp.kind, lp.var, lp.line, lp.device) for lp in ir.loops]
+        self.ir.tiles = [
+            Tile(t.ordinal, t.buffer, t.shape, t.dtype, t.row_bytes, t.placed, t.label, t.born, [], t.pinned)
+            for t in ir.tiles
+        ]
+        self.ir.tensors = [HbmTensor(h.ordinal, h.name, h.shape, h.dtype, h.nbytes, []) for h in ir.tensors]
+        self.new_of: list[int] = []  # plan call ordinal -> its ordinal in the lowered IR
+        self.slot_of: dict[int, int] = {}  # seq -> the IR tensor of its HBM spill slot
+        self.copy_of: dict[int, int] = {}  # PSUM seq -> the IR tile of its latest SBUF copy
         self.stats = {
             "spills": 0,
             "spilled_bytes": 0,
@@ -108,11 +127,65 @@ class Placer:
         return u[i] if u and i < len(u) else None
 
     def check_end(self) -> None:
-        """At the end of the trace: the same number of calls and tiles as the first trace made."""
+        """At the end of the trace: the same number of calls and tiles as the first trace made.
+        Then the lowered IR's uses are those of its calls (kernel and added), its passes said."""
         if self.calls != self.planned_calls or self.seq != len(self.tiles):
             raise TraceMismatch(
                 f"{self.calls} calls and {self.seq} tiles, first trace: {self.planned_calls} and {len(self.tiles)}"
             )
+        ir = self.ir
+        end = len(ir.calls)
+        for t in ir.tiles:
+            if t.ordinal < len(self.tiles):  # (a plan tile: born before plan call `born`)
+                t.born = self.new_of[t.born] if t.born < len(self.new_of) else end
+        for c in ir.calls:
+            for i in dict.fromkeys(c.reads + c.writes):
+                ir.tiles[i].uses.append(c.ordinal)
+            for i in dict.fromkeys(c.hbm_reads + c.hbm_writes):
+                ir.tensors[i].uses.append(c.ordinal)
+        sb, _ = ir.peak("sbuf")
+        ir.passes["liveness"] = f"each tile freed after its last use (peak live SBUF {sb} B/partition)"
+        st = self.stats
+        if self.spill_on:
+            ir.passes["spill"] = (
+                f"rule {self.spill_on}: {st['spills']} spills ({st['spilled_bytes']} B), {st['reloads']} reloads "
+                f"({st['reloaded_bytes']} B), {st['psum_spills']} PSUM spills ({st['psum_spilled_bytes']} B)"
+            )
+
+    def _added(self, ctx, op: str, what: str, reads=(), writes=(), hbm_reads=(), hbm_writes=()) -> None:
+        """A copy the pass adds (its instruction is appended next): a call of the lowered IR,
+        in the loop nest and at the line of the kernel call it comes before."""
+        k = self.calls
+        nxt = self.plan_calls[k] if k < len(self.plan_calls) else None
+        c = Call(
+            len(self.ir.calls),
+            op,
+            None,
+            nxt.line if nxt is not None else "?",
+            nxt.nest if nxt is not None else (),
+            tuple(reads),
+            tuple(writes),
+            tuple(hbm_reads),
+            tuple(hbm_writes),
+            len(ctx.program),
+            0,
+            "spill",
+            {"spill": what},
+        )
+        self.ir.calls.append(c)
+
+    def _ir_tile(self, s: int) -> int:
+        """The lowered IR's tile of seq `s` (the SBUF copy of spilled PSUM tile -s - 1: its latest)."""
+        return self.copy_of[-s - 1] if s < 0 else s
+
+    def _slot(self, s: int, parts: int, n: int) -> int:
+        """The lowered IR's HBM tensor of seq `s`'s spill slot."""
+        i = self.slot_of.get(s)
+        if i is None:
+            i = self.slot_of[s] = len(self.ir.tensors)
+            t = self._ir_tile(s)
+            self.ir.tensors.append(HbmTensor(i, f"spill slot of t{t}", (parts, n), "uint8", parts * n))
+        return i
 
     def _last_use(self, seq: int, before: int) -> int:
         """The latest call before `before` that used `seq` (-1: none yet)."""
@@ -133,6 +206,11 @@ class Placer:
                 if s in self.out:
                     self._reload(ctx, s, k)
         self.calls = k + 1
+        if k < len(self.plan_calls):
+            c = copy.copy(self.plan_calls[k])
+            c.ordinal, c.instr, c.notes = len(self.ir.calls), len(ctx.program), {}
+            self.new_of.append(c.ordinal)
+            self.ir.calls.append(c)
         found = blocks_named(args, kwargs)
         live = self.live
         for b in found:
@@ -271,6 +349,11 @@ class Placer:
             c = self.live[-s - 1] = _Live(-s - 1, key, off, off + n, self.sbuf, t.parts, f"PSUM spill of {t.label}")
             c.data = True
             src = self._view("psum", t.parts, t.lo, n, ctx.core)
+            ci = self.copy_of[s] = len(self.ir.tiles)
+            self.ir.tiles.append(
+                Tile(ci, "sbuf", (t.parts, n), "uint8", n, False, f"PSUM spill of {t.label}", len(self.ir.calls))
+            )
+            self._added(ctx, "tensor_copy", f"t{s} (PSUM) -> t{ci} (SBUF), {t.parts * n} B", reads=(s,), writes=(ci,))
             ctx.program.tensor_copy(dst=self._view("sbuf", t.parts, off, n, ctx.core), src=src, name="psum_spill")
             self.stats["psum_spills"] += 1
             self.stats["psum_spilled_bytes"] += t.parts * n
@@ -279,6 +362,8 @@ class Placer:
             if hbm is None:
                 hbm = self.scratch[s] = ctx.device.hbm.alloc((t.parts, n), "uint8", name="spill")
             src = self._view("sbuf", t.parts, t.lo, n, ctx.core)
+            ti, h = self._ir_tile(s), self._slot(s, t.parts, n)
+            self._added(ctx, "dma_copy", f"t{ti} -> h{h}, {t.parts * n} B", reads=(ti,), hbm_writes=(h,))
             ctx.program.dma_copy(dst=hbm.view_as(src.dtype) if src.dtype != "uint8" else hbm, src=src, name="spill")
             self.stats["spills"] += 1
             self.stats["spilled_bytes"] += t.parts * n
@@ -306,10 +391,14 @@ class Placer:
         mem = "sbuf" if t.alloc is self.sbuf else "psum"
         dst = self._view(mem, t.parts, t.lo, n, ctx.core)
         if c is not None:
+            ci = self.copy_of[s]
+            self._added(ctx, "tensor_copy", f"reload t{ci} (SBUF) -> t{s} (PSUM), {t.parts * n} B", (ci,), (s,))
             ctx.program.tensor_copy(dst=dst, src=self._view("sbuf", c.parts, c.lo, n, ctx.core), name="psum_reload")
             c.alloc.free(c.key)
         else:
             src = self.scratch[s]
+            ti, h = self._ir_tile(s), self.slot_of[s]
+            self._added(ctx, "dma_copy", f"reload h{h} -> t{ti}, {t.parts * n} B", writes=(ti,), hbm_reads=(h,))
             ctx.program.dma_copy(dst=dst, src=src.view_as(dst.dtype) if dst.dtype != "uint8" else src, name="reload")
             self.stats["reloads"] += 1
             self.stats["reloaded_bytes"] += t.parts * n

@@ -16,7 +16,8 @@ program is the kernel's source taken literally.
   its first value; "off": it reads the tile as it is.
 - `engine_choice`: "on" (default, both dialects): tensor_copy / single-op tensor_scalar left
   without an engine are spread over VectorE / ScalarE / GpSimd (`engine_choice.py`; float
-  tensor_tensor stays on VectorE); "off": the ISA's default engine.
+  tensor_tensor stays on VectorE); "off": the ISA's default engine. It runs over the kernel IR
+  when one is recorded (decisions in `Call.notes`), else while appending (the same program).
 - `inplace_assign`, `load_reuse` (the legacy toolchain's rewrites, `toolchain.py`): "dialect"
   (default: on for the legacy dialect, off for NKI 0.6, whose compiler preserves the developer's
   choices), "on", "off".

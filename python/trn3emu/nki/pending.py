@@ -21,7 +21,7 @@ A value-returning call whose result the kernel usually assigns straight away (`n
 from __future__ import annotations
 
 from ..errors import EmuError
-from . import _emit, indexing, load_reuse
+from . import _emit, indexing, load_reuse, record
 from . import isa as nisa
 from ._kernel import END_OF_TRACE, NkiTensor, block_of, current
 
@@ -160,6 +160,8 @@ class Pending(NkiTensor):
         if fresh is not None:
             dst, reused = fresh.tile(self._spec)
             if reused:  # (`load_reuse`: the tile already holds the result; no instruction)
+                if self._ctx.ir is not None:  # (the kernel IR counts it)
+                    record.decided(self._ctx, "load_reuse", "loads served from an SBUF tile (no DMA)")
                 self._t, self._block = dst._t, dst._block
                 self._emit = self._acc = self._fresh = self._inplace = None
                 return
@@ -207,8 +209,15 @@ class Pending(NkiTensor):
         fresh = self._fresh
         if fresh is not None and load_reuse.into(fresh, dst):  # (pass load_reuse: dst holds it)
             self._ctx.pending[:0] = self._unlist()  # (earlier pending results issue first, as in _issue)
+            if self._ctx.ir is not None:  # (the kernel IR counts it)
+                record.decided(self._ctx, "load_reuse", "assignment loads dropped (the tile holds them)")
             self._t, self._block = dst._t, dst._block
             self._emit = self._acc = self._fresh = self._inplace = None
+            return True
+        if self._inplace is not None and self._ctx.ir is not None:  # (the kernel IR notes it)
+            n = record.calls_so_far(self._ctx)
+            self._issue(dst)
+            record.decided(self._ctx, "inplace_assign", "written into the assignment target", n)
             return True
         self._issue(dst)
         if fresh is not None:

@@ -1,8 +1,10 @@
 """Recording the kernel IR (`ir.py`) while a kernel traces (docs/nki.md, "Passes").
 
 A `Recorder` is the trace's `ctx.ir` hook: `nki.isa` calls report their operands (`call`),
-on-chip allocations are numbered (`new_tile` / `placed`: allocation ordinal = `Tile.ordinal`) and
-`nl.affine_range` & co. report their loops (`loop`). Two modes:
+on-chip allocations are numbered (`new_tile` / `placed`: allocation ordinal = `Tile.ordinal`),
+`nl.affine_range` & co. report their loops (`loop`) and the device loops theirs (`site_loop`,
+`enter` / `iteration` / `leave`); each call notes its first instruction's index and its segment
+(a device loop's bound read starts a new program: `registers.device_value`). Two modes:
 
 - "plan": the first trace of the liveness pass (`liveness.py`). Its own placements are thrown
   away (a tile that does not fit overlaps others: that program never runs).
@@ -60,6 +62,26 @@ def blocks_of(v, out: list) -> None:
                 blocks_of(x, out)
 
 
+def calls_so_far(ctx) -> int:
+    """How many calls the trace's IR holds (0 when none is recorded): before a tracing-time
+    pass's decision, for `decided`."""
+    rec = ctx.ir
+    return 0 if rec is None else len(rec.ir.calls)
+
+
+def decided(ctx, name: str, what: str, since: int | None = None) -> None:
+    """A pass acting while tracing (`inplace_assign`, `load_reuse`, `reduce_init`) decided `what`:
+    counted in the IR's `passes` line and, when the decision issued calls (more than `since`), noted
+    on the last of them (`Call.notes[name]`). Nothing when no IR is recorded."""
+    rec = ctx.ir
+    if rec is None:
+        return
+    ir = rec.ir
+    if since is not None and len(ir.calls) > since:
+        ir.calls[-1].notes[name] = what
+    ir.count(name, what)
+
+
 _SEQUENCE, _VIEW, _LAZY_VIEW = 1, 2, 3
 _get = object.__getattribute__
 
@@ -114,20 +136,13 @@ class TracedRange:
 
     def __iter__(self):
         rec = self.rec
-        entry = [self.loop.id, 0, len(self.range)]
-        stack = rec.loops
-        stack.append(entry)
+        entry = rec.enter(self.loop, len(self.range))
         try:
             for i, v in enumerate(self.range):
-                entry[1] = i
-                rec.nest = tuple(map(tuple, stack))
+                rec.iteration(entry, i)
                 yield v
         finally:  # (also on break / an exception: the generator is closed)
-            for j in range(len(stack) - 1, -1, -1):
-                if stack[j] is entry:
-                    del stack[j]
-                    break
-            rec.nest = tuple(map(tuple, stack))
+            rec.leave(entry)
 
     def __len__(self) -> int:
         return len(self.range)
@@ -162,6 +177,9 @@ class Recorder:
         self._frame_of = frame_of  # frame -> the kernel's own frame (`_kernel.user_frame`)
         self._loop_sites: dict[tuple, tuple] = {}  # (id(code), offset) -> (code, Loop)
         self._hbm: dict[tuple, int] = {}  # (lo, hi) byte range -> HBM tensor ordinal
+        #: the program calls go into: a device loop's bound read on the device starts a new one
+        #: (`registers.device_value`)
+        self.segment = 0
 
     # ------------------------------------------------------------------ calls
     def call(self, ctx, args, kwargs, op: str = "?", names=(), writes=frozenset()):
@@ -253,6 +271,8 @@ class Recorder:
                 tuple(wrote) if len(wrote) < 2 else tuple(dict.fromkeys(wrote)),
                 tuple(hreads) if len(hreads) < 2 else tuple(dict.fromkeys(hreads)),
                 tuple(hwrote) if len(hwrote) < 2 else tuple(dict.fromkeys(hwrote)),
+                len(ctx.program),
+                self.segment,
             )
         )
         return args, kwargs
@@ -284,6 +304,34 @@ class Recorder:
     def loop(self, r: range, kind: str, frame) -> TracedRange:
         """`r`, the range of an `nl.affine_range` (`kind`) called from `frame`, as a range that
         keeps the loop stack while iterated."""
+        return TracedRange(r, self.site_loop(kind, frame), self)
+
+    def enter(self, loop: Loop, trips: int | None) -> list:
+        """Loop `loop` starts (`trips` iterations; None: a `while_loop`, counted when it ends):
+        the calls from now on are inside it. Returns its entry for `iteration` / `leave`."""
+        entry = [loop.id, 0, trips, len(self.ir.calls)]
+        self.loops.append(entry)
+        return entry
+
+    def iteration(self, entry: list, i: int) -> None:
+        entry[1] = i
+        self.nest = tuple((e[0], e[1], e[2]) for e in self.loops)
+
+    def leave(self, entry: list) -> None:
+        stack = self.loops
+        for j in range(len(stack) - 1, -1, -1):
+            if stack[j] is entry:
+                del stack[j]
+                break
+        self.nest = tuple((e[0], e[1], e[2]) for e in stack)
+        if entry[2] is None:  # a while_loop: its trip count is known now
+            n, lid = entry[1] + 1, entry[0]
+            for c in self.ir.calls[entry[3] :]:
+                if any(x[0] == lid for x in c.nest):
+                    c.nest = tuple((a, b, n if a == lid else t) for a, b, t in c.nest)
+
+    def site_loop(self, kind: str, frame) -> Loop:
+        """The Loop of the statement at `frame`'s current instruction (one per statement)."""
         if self._frame_of is not None:
             frame = self._frame_of(frame)
         if frame is None:
@@ -300,7 +348,7 @@ class Recorder:
             lp = Loop(len(self.ir.loops), kind, var, line)
             self.ir.loops.append(lp)
             hit = self._loop_sites[key] = (code, lp)
-        return TracedRange(r, hit[1], self)
+        return hit[1]
 
     # ------------------------------------------------------------------ allocations
     def number(self, block, kind, placed: bool) -> int:

@@ -32,6 +32,7 @@ import numpy as np
 from .._asm import INSTRUCTIONS
 from ..errors import OperandError
 from ..tensor import Reg
+from . import engine_choice
 from ._kernel import DTYPES, KernelProgram, NkiTensor, current, not_supported, upcalls
 
 HOME = "sync"
@@ -91,9 +92,24 @@ def _check(dst, what: str) -> VirtualRegister:
     return dst
 
 
+def _call(op: str, **tiles) -> dict:
+    """The kernel IR's call of `nisa.op` (these calls append to the program themselves, past the
+    `nki.isa` wrapper that records the others): `tiles` are its tile operands (`dst` written);
+    returns them as the IR pass hands them back (a spilled tile's view moved to where it is)."""
+    ctx = current()
+    if ctx.ir is None:
+        return tiles
+    _, kw = ctx.ir.call(ctx, (), tiles, op, (), _WRITES)
+    return kw
+
+
+_WRITES = frozenset(("dst",))
+
+
 def register_move(dst, src=None, imm=None, name=None):
     """dst = an integer constant or another register's value (on the home engine)."""
     dst = _check(dst, "register_move")
+    _call("register_move")
     src = imm if src is None else src
     if isinstance(src, VirtualRegister):
         ensure_on(src, HOME)
@@ -106,6 +122,7 @@ def register_move(dst, src=None, imm=None, name=None):
 def register_load(dst, src, name=None):
     """dst = the single 32-bit value of `src` (SBUF or HBM, 1 element)."""
     dst = _check(dst, "register_load")
+    src = _call("register_load", src=src)["src"]
     current().program.register_load(dst=Reg(dst.index), src=src.tensor, engine=HOME, name=name)
     dst.valid = {HOME}
 
@@ -113,6 +130,7 @@ def register_load(dst, src, name=None):
 def register_store(dst, src, name=None):
     """The register's value -> the 1-element tensor `dst`."""
     src = _check(src, "register_store")
+    dst = _call("register_store", dst=dst)["dst"]
     ensure_on(src, HOME)
     current().program.register_store(dst=dst.tensor, src=Reg(src.index), engine=HOME, name=name)
 
@@ -181,6 +199,7 @@ def device_value(v) -> int:
     # The trace now depends on device data: a cache of traced programs must not replay it.
     ctx.launch.kernel.device_dependent = True
     options = ctx.launch.kernel.options
+    engine_choice.run(ctx)  # (the pass over the kernel IR decides this segment's engines before it runs)
     result = ctx.device.run(
         [ctx.program], check_races=True, trace=options.get("trace", True), progress=options.get("progress")
     )
@@ -191,6 +210,9 @@ def device_value(v) -> int:
     old = ctx.program
     ctx.program = KernelProgram(core=ctx.core)
     ctx.program._next_reg = old._next_reg  # register numbers stay allocated across segments
+    if ctx.ir is not None and hasattr(ctx.ir, "segment"):
+        ctx.ir.segment += 1  # (the kernel IR's calls from now on are in the next program)
+    engine_choice.configure(ctx)  # (every segment balances its unpinned instructions)
     for r in regs.values():
         if r.valid:
             ctx.program.register_load(dst=Reg(r.index), src=r.scratch.tensor, engine=HOME)

@@ -110,7 +110,8 @@ class Spmd:
             chip = (r * self.lnc) // Device.NUM_CORES
             run = _RankRun(self.kernel, self.lnc, r, self.world, us.chip(chip))
             originals: list = []
-            host_args, host_kwargs = _host_arrays(self.kernel, args, kwargs, originals)
+            copies: list = []  # (tensor off the host, its host copy, snapshot): written back if changed
+            host_args, host_kwargs = _host_arrays(self.kernel, args, kwargs, originals, copies)
             try:
                 arrays, traced = run._trace(host_args, host_kwargs)
             except _PlacementConflict as c:  # (the chip's HBM is shared: no second trace here)
@@ -118,17 +119,17 @@ class Spmd:
             for p in traced.programs:
                 p.chip = chip
                 placed.append(_Placed(_Synced(p), chip))
-            runs.append((run, arrays, traced))
+            runs.append((run, arrays, traced, copies))
             frameworks.append(interop.common(originals))
         trace = self.kernel.options.get("trace", True)
         self.last_result = us.run(placed, check_races=True, trace=trace)
         outs = []
-        for (run, arrays, traced), fw in zip(runs, frameworks, strict=True):
+        for (run, arrays, traced, copies), fw in zip(runs, frameworks, strict=True):
             dev = run.device
             for a, t in arrays:  # inputs the kernel wrote to: copied back, as on the device
                 if a.flags.writeable and a.ndim and not dev.hbm.holds(t, a):
                     a[...] = dev.hbm.get(t)
-            outs.append(run._out(traced.result, fw))
+            outs.append(interop.send_home(run._out(traced.result, fw), copies))
         return outs
 
 

@@ -47,6 +47,9 @@ pub struct Assembler {
     /// gives the ISA's default engine (the text form, raw programs); a front end that compiles
     /// kernels turns balancing on with `set_engine_balance`.
     balance: Option<EngineBalance>,
+    /// Indices of the instructions appended without an engine (`Engine::Unknown`), ascending:
+    /// the ones an engine-choice pass over the finished program may decide (`engine_choices`).
+    unpinned: Vec<u32>,
 }
 
 /// Equal programs and PSUM state (how much of it was validated on the way is bookkeeping).
@@ -84,6 +87,7 @@ impl Assembler {
             validated: 0,
             plan: PlanCache::default(),
             balance: None,
+            unpinned: Vec::new(),
         }
     }
 
@@ -104,6 +108,69 @@ impl Assembler {
     /// (`None` when balancing is off).
     pub fn engine_balance_ps(&self) -> Option<[u64; 3]> {
         self.balance.as_ref().map(EngineBalance::busy_ps)
+    }
+
+    /// Indices of the instructions appended without an engine, ascending.
+    pub fn unpinned(&self) -> &[u32] {
+        &self.unpinned
+    }
+
+    /// The engines `EngineBalance`'s rule (generation `g`'s costs) gives the instructions
+    /// appended without one, replayed over the program as it stands: (index, engine) per such
+    /// instruction the rule decides (its candidates, front-end stores), in program order; the
+    /// others keep the ISA default engine they were appended with. The rule is the one `set_engine_balance` applies while
+    /// appending (it reads only the instructions before each one), so a program assembled
+    /// without balancing and then given these engines (`set_engine`) is the program assembled
+    /// with it. Nothing changes here.
+    pub fn engine_choices(&self, g: &'static Generation) -> Vec<(usize, Engine)> {
+        let mut b = EngineBalance::new(g);
+        let mut next = self.unpinned.iter().peekable();
+        let mut out = Vec::with_capacity(self.unpinned.len());
+        for (i, ins) in self.program.instrs.iter().enumerate() {
+            if next.next_if(|&&u| u as usize == i).is_none() {
+                b.record(ins);
+                continue;
+            }
+            let Some(chosen) = b.choose(ins) else {
+                b.record(ins); // (not the rule's: the ISA default engine it has)
+                continue;
+            };
+            let default = crate::isa::default_engine::default_engine_of(ins);
+            let mut probe = ins.clone();
+            probe.engine = chosen;
+            if chosen != default && engines::validate(&probe).is_err() {
+                probe.engine = default; // (as `append`: the chosen engine refuses it)
+            }
+            b.record(&probe);
+            out.push((i, probe.engine));
+        }
+        out
+    }
+
+    /// Give instruction `index` engine `engine` (a pass's decision, `engine_choices`),
+    /// validated as when appended; an error leaves it as it was.
+    pub fn set_engine(&mut self, index: usize, engine: Engine) -> Result<()> {
+        let Some(ins) = self.program.instrs.get_mut(index) else {
+            return Err(fail(
+                ErrorKind::Value,
+                "instruction_out_of_range",
+                format!(
+                    "no instruction {index} (the program has {})",
+                    self.program.instrs.len()
+                ),
+            )
+            .operand("index"));
+        };
+        if ins.engine == engine {
+            return Ok(());
+        }
+        let old = std::mem::replace(&mut ins.engine, engine);
+        if let Err(e) = engines::validate(ins) {
+            ins.engine = old;
+            return Err(e.at(index, crate::isa::text::format_instr(ins)));
+        }
+        self.plan.clear();
+        Ok(())
     }
 
     pub fn program(&self) -> &Program {
@@ -149,7 +216,8 @@ impl Assembler {
         let at = |e: crate::EmuError| e.at(index, format!("{} (being assembled)", ins_name(op)));
         check_operand_count(ins.op, ins.args.len()).map_err(at)?;
         fill_defaults(&mut ins);
-        if ins.engine == Engine::Unknown {
+        let unpinned = ins.engine == Engine::Unknown;
+        if unpinned {
             // The ISA's default-engine rule (e.g. int32 tensor_tensor -> GpSimd).
             let default = crate::isa::default_engine::default_engine_of(&ins);
             ins.engine = self
@@ -177,6 +245,9 @@ impl Assembler {
         if self.validated == index {
             self.validated += 1;
         }
+        if unpinned {
+            self.unpinned.push(index as u32);
+        }
         self.program.instrs.push(ins);
         self.plan.clear();
         Ok(Appended {
@@ -191,6 +262,13 @@ impl Assembler {
         let ins = self.program.instrs.pop();
         if let (Some(b), Some(i)) = (&mut self.balance, &ins) {
             b.unrecord(i);
+        }
+        if self
+            .unpinned
+            .last()
+            .is_some_and(|&u| u as usize == self.len())
+        {
+            self.unpinned.pop();
         }
         self.plan.clear();
         self.validated = self.validated.min(self.len());
@@ -308,6 +386,7 @@ impl Assembler {
             validated: self.validated,
             plan: PlanCache::default(),
             balance: self.balance.clone(),
+            unpinned: Vec::new(), // (auto-sync adds instructions: the indices would not hold)
         })
     }
 

@@ -374,4 +374,65 @@ mod tests {
         // ns): ScalarE, then GpSimd, then VectorE (457 < 2 x 366).
         assert_eq!(run(true), [Engine::Scalar, Engine::Gpsimd, Engine::Vector]);
     }
+
+    #[test]
+    fn choices_replayed_over_a_finished_program_are_the_balanced_ones() {
+        // A pinned activation, unpinned copies (SBUF, PSUM) and a store, appended without
+        // balancing and then decided by `engine_choices`, equal the program balanced while
+        // appending (the pass `engine_choice` over the kernel IR relies on it).
+        let texts = [
+            "activation.scalar dst=sbuf:float32[0:128]+0[[1,512]] op=exp data=sbuf:float32[0:128]+4096[[1,512]]",
+            COPY_SBUF,
+            COPY_PSUM,
+            COPY_SBUF,
+            "dma_copy dst=hbm:float32+0[[512,128],[1,512]] src=sbuf:float32[0:128]+0[[1,512]]",
+            COPY_SBUF,
+        ];
+        let build = |on: bool| {
+            let mut a = Assembler::new(0).unwrap();
+            if on {
+                a.set_engine_balance(Some(generation("trn3").unwrap()));
+            }
+            for (k, t) in texts.iter().enumerate() {
+                let mut ins = parse_instr_unchecked(t).unwrap();
+                if k > 0 {
+                    ins.engine = Engine::Unknown;
+                }
+                a.append(ins, false).unwrap();
+            }
+            a
+        };
+        let balanced = build(true);
+        let mut literal = build(false);
+        assert_eq!(literal.unpinned(), &[1, 2, 3, 4, 5]);
+        // a load is unpinned but not the rule's: it keeps the ISA default and is not listed
+        let mut load = parse_instr_unchecked(
+            "dma_copy dst=sbuf:float32[0:128]+0[[1,512]] src=hbm:float32+0[[512,128],[1,512]]",
+        )
+        .unwrap();
+        load.engine = Engine::Unknown;
+        let mut with_load = build(false);
+        with_load.append(load, false).unwrap();
+        assert_eq!(with_load.unpinned(), &[1, 2, 3, 4, 5, 6]);
+        assert_eq!(
+            with_load.engine_choices(generation("trn3").unwrap()).len(),
+            5
+        );
+        let choices = literal.engine_choices(generation("trn3").unwrap());
+        let want: Vec<(usize, Engine)> = (1..6)
+            .map(|i| (i, balanced.program().instrs[i].engine))
+            .collect();
+        assert_eq!(choices, want);
+        // the copy before it (instruction 3, sent to GpSimd) last wrote the store's source
+        assert_eq!(choices[2], (3, Engine::Gpsimd));
+        assert_eq!(choices[3], (4, Engine::Gpsimd));
+        assert_ne!(literal.program(), balanced.program());
+        for (i, e) in choices {
+            literal.set_engine(i, e).unwrap();
+        }
+        assert_eq!(literal.program(), balanced.program());
+        // a choice the engine refuses is an error and changes nothing (GpSimd has no PSUM port)
+        assert!(literal.set_engine(2, Engine::Gpsimd).is_err());
+        assert_eq!(literal.program(), balanced.program());
+    }
 }

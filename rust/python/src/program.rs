@@ -162,6 +162,31 @@ impl Program {
         self.asm.engine_balance_ps().map(|[v, s, g]| (v, s, g))
     }
 
+    /// Indices of the instructions appended without an engine, ascending.
+    fn unpinned(&self) -> Vec<u32> {
+        self.asm.unpinned().to_vec()
+    }
+
+    /// The engines the balancing rule (docs/nki.md "Engine choice", generation `timing`'s
+    /// costs) gives the instructions appended without one, replayed over the program as it
+    /// stands: [(index, engine name)] in program order (the pass `engine_choice` over the kernel
+    /// IR, `nki/engine_choice.py`). Nothing changes; `set_engine` applies a choice.
+    fn engine_choices(&self, py: Python<'_>, timing: &str) -> PyResult<Vec<(usize, &'static str)>> {
+        let g = core::timing::generation(timing).map_err(py_err(py))?;
+        Ok(self
+            .asm
+            .engine_choices(g)
+            .into_iter()
+            .map(|(i, e)| (i, e.name()))
+            .collect())
+    }
+
+    /// Give instruction `index` the engine `engine` (validated as when appended).
+    fn set_engine(&mut self, py: Python<'_>, index: usize, engine: &str) -> PyResult<()> {
+        let e = asm::engine_named(engine).map_err(py_err(py))?;
+        self.asm.set_engine(index, e).map_err(py_err(py))
+    }
+
     /// Mark PSUM bytes as freshly allocated: the next matmul with accumulate=None overwrites them.
     fn psum_fresh(
         &mut self,

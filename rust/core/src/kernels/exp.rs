@@ -11,38 +11,15 @@
 //! NaN) the element takes the caller's scalar path. So every SIMD path gives the same bits by
 //! construction.
 //!
-//! The fast exp: clamp x to [-150, 100] (outside, fp32 exp is +0 / +inf, and the clamped value
-//! gives the same), `x = (n/16) ln2 + r` with `n = round(16 x / ln2)` (round-to-nearest by adding
-//! 1.5 * 2^48: f64 numbers of that size are multiples of 1/16) and a Cody-Waite split of ln2
-//! (`q * LN2_HI`, q = n/16, and `x - q * LN2_HI` are exact: |n| <= 3470, LN2_HI has 32
-//! significant bits, both are multiples of 2^-36 when n != 0, where x is an fp32 >= ln2/32 in
-//! magnitude, and their difference is below 2^-5), so |r| <= ln2/32 + 2^-40 with an absolute
-//! error below 2^-53 |r| + 2^-76. `exp(x) = 2^(j/16) 2^floor(n/16) exp(r)`, j = n mod 16: the
-//! table holds the f64 nearest 2^(j/16) with `j << 48` subtracted from its bits, and adding
-//! `n << 48` (the low 16 bits of the sum's pattern hold n) scales it exactly by 2^floor(n/16)
-//! (every result stays a normal f64: floor(n/16) >= -217). `exp(r) = 1 + r p(r)`, p the
-//! degree-5 Taylor polynomial of (e^r - 1)/r in Horner form: truncation <= |r|^7/7! e^|r| <
-//! 2^-50.9; the table entry (2^-53), `tab * r`, the Horner steps (damped by |r| < 2^-5.5) and the
-//! final add (2^-53) add < 2^-51.3, with or without fused multiply-adds. Total < 2^-50; libm's
+//! The fast exps: exp_portable.rs (f64 lanes in plain Rust, a 2048-entry table: < 2^-50
+//! relative), exp_avx2.rs and exp_avx512.rs (intrinsics; < 2^-42.5, with a cheaper bit test
+//! first and a narrower interval for the rest, exp_x86.rs); each module derives its bound. libm's
 //! exp is within 1 ulp (2^-52).
 
-use super::simd::{self, Path};
+use super::simd;
 
-/// Elements per chunk: the inner loops are fixed-width so LLVM vectorises them (32 measured ~10 %
-/// faster than 16 with AVX-512, 4 f64 vectors in flight).
-const LANES: usize = 32;
 /// Relative half-width of the interval that must round to one fp32 value (see the module doc).
 const D: f64 = 1.0 / (1u64 << 44) as f64;
-/// Below this exp rounds to +0 in fp32 (e^-150 < 2^-216), above it to +inf (e^100 > 2^144).
-const X_MIN: f32 = -150.0;
-const X_MAX: f32 = 100.0;
-/// 1.5 * 2^48: adding it rounds a |v| < 2^47 to a multiple of 1/16, 16 times which is held in
-/// the low mantissa bits.
-const SHIFT: f64 = 422_212_465_065_984.0;
-const INV_LN2: f64 = std::f64::consts::LOG2_E;
-/// ln 2 truncated to 32 significant bits (0x1.62e42feep-1), and the f64 nearest the rest.
-const LN2_HI: f64 = 0.693_147_180_369_123_8;
-const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
 /// 2^(j/16), j = 0..16, each the f64 nearest (the x86 kernels' tables too).
 pub(super) const POW2_16: [f64; 16] = [
     1.0,
@@ -63,86 +40,6 @@ pub(super) const POW2_16: [f64; 16] = [
     1.9152065613971474,
 ];
 
-/// `POW2_16` as bits with `j << 48` subtracted (module doc: adding `n << 48` then scales entry j
-/// by 2^floor(n/16)).
-const TAB: [u64; 16] = {
-    let mut out = [0u64; 16];
-    let mut j = 0;
-    while j < 16 {
-        out[j] = POW2_16[j].to_bits() - ((j as u64) << 48);
-        j += 1;
-    }
-    out
-};
-/// 1/k! for k = 1..=6: p(r) = sum of `C[k] r^k`, k = 0..=5, is (e^r - 1)/r to degree 5.
-const C: [f64; 6] = [
-    1.0,
-    1.0 / 2.0,
-    1.0 / 6.0,
-    1.0 / 24.0,
-    1.0 / 120.0,
-    1.0 / 720.0,
-];
-
-/// `a * b + c`: two roundings on the portable path (a software fma would be slow), or fused (the
-/// error-bound test checks both; the x86 paths have their own kernels, exp_avx2.rs and
-/// exp_avx512.rs).
-#[inline(always)]
-fn madd<const FMA: bool>(a: f64, b: f64, c: f64) -> f64 {
-    if FMA {
-        a.mul_add(b, c)
-    } else {
-        a * b + c
-    }
-}
-
-/// The fast f64 exp of an fp32 input, clamped to [X_MIN, X_MAX] (NaN stays NaN).
-#[inline(always)]
-fn exp_f64<const FMA: bool>(x: f32) -> f64 {
-    let v = x.clamp(X_MIN, X_MAX) as f64; // NaN stays NaN
-    let t = madd::<FMA>(v, INV_LN2, SHIFT);
-    let q = t - SHIFT; // n / 16, exact
-    let r = madd::<FMA>(-q, LN2_LO, v - q * LN2_HI);
-    let b = t.to_bits();
-    let tab = f64::from_bits(TAB[(b & 15) as usize].wrapping_add(b << 48));
-    let mut p = C[5];
-    for c in C[..5].iter().rev() {
-        p = madd::<FMA>(p, r, *c);
-    }
-    madd::<FMA>(tab * r, p, tab)
-}
-
-/// act.rs's sigmoid formula on the fast exp: `1 / (1 + e^-x)` for x >= 0, else `e^x / (1 + e^x)`
-/// (one division: the numerator is selected). The exp error changes the result by at most the
-/// same relative amount (d/de of either form, times e / s, is at most 1 in magnitude), and the
-/// add and divide round twice: < 2^-47 + 2^-52 relative. Inputs below -150 give e^-150 / (1 +
-/// e^-150) <= 2^-216 where the true value is smaller still; both round to fp32 +0.
-#[inline(always)]
-fn sigmoid_f64<const FMA: bool>(x: f32) -> f64 {
-    let e = exp_f64::<FMA>(-x.abs());
-    let num = if x >= 0.0 { 1.0 } else { e };
-    num / (1.0 + e)
-}
-
-/// `x * sigmoid(x)` (act.rs's silu); one more rounding. Below -150 the clamped sigmoid is not
-/// accurate, but there |x| e^x < 150 e^-150 < 2^-200, so the f64 formula rounds to fp32 -0 (also
-/// where libm's e^x underflows: x * 0 = -0); -inf (limit +0) goes to the scalar path via NaN.
-#[inline(always)]
-fn silu_f64<const FMA: bool>(x: f32) -> f64 {
-    // computed on every input, then selected: branch-free, so the loop vectorises
-    let y = x as f64 * sigmoid_f64::<FMA>(x);
-    let low = if x == f32::NEG_INFINITY {
-        f64::NAN
-    } else {
-        -0.0
-    };
-    if x < X_MIN {
-        low
-    } else {
-        y
-    }
-}
-
 /// Below this |x| tanh takes its Taylor polynomial, above it `(1 - e) / (1 + e)`, e = exp(-2|x|).
 pub(super) const TANH_SMALL: f64 = 0.125;
 /// tanh(x) / x = sum of `TANH_C[k] x^2k` (Taylor, k = 0..=6; the coefficients alternate in sign
@@ -157,29 +54,6 @@ pub(super) const TANH_C: [f64; 7] = [
     -1382.0 / 155925.0,
     21844.0 / 6081075.0,
 ];
-
-/// act.rs's tanh (libm's f64 tanh) from the fast exp. For |x| >= 1/8, `(1 - e) / (1 + e)` with
-/// e = exp(-2|x|) (-2|x| is exact in fp32; overflow to -inf is clamped like any exp input):
-/// an exp error of relative size d moves the result by `2e / (1 - e^2) d` <= 3.96 d at |x| = 1/8
-/// (smaller above), plus three roundings: < 2^-45 relative with the portable exp's 2^-47, within
-/// the check's 2^-44 with libm's own error (< 2 ulp). Below 1/8 the odd Taylor polynomial (see
-/// `TANH_C`): truncation < 2^-51.4, roundings < 2^-51 relative. The sign is copied from x, so
-/// -0 stays -0 and tanh stays odd; NaN stays NaN (the caller's scalar path).
-#[inline(always)]
-fn tanh_f64<const FMA: bool>(x: f32) -> f64 {
-    let a = (x as f64).abs();
-    // both branches on every input, then selected: branch-free, so the loop vectorises
-    let z = a * a;
-    let mut p = TANH_C[6];
-    for c in TANH_C[1..6].iter().rev() {
-        p = madd::<FMA>(p, z, *c);
-    }
-    let small = madd::<FMA>(a * z, p, a);
-    let e = exp_f64::<FMA>(-2.0 * x.abs());
-    let big = (1.0 - e) / (1.0 + e);
-    let t = if a < TANH_SMALL { small } else { big };
-    t.copysign(x as f64)
-}
 
 /// The functions with a fast path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -206,6 +80,7 @@ impl Affine {
         bias: -0.0,
     };
 
+    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     pub(super) fn scalar(self, x: f32) -> f32 {
         x * self.scale + self.bias
@@ -232,49 +107,6 @@ pub(super) fn certain(y: f64) -> (f32, bool) {
     (lo, lo == hi) // false for NaN
 }
 
-#[inline(always)]
-fn body(
-    v: &mut [f32],
-    pre: impl Fn(f32) -> f32,
-    g: impl Fn(f32) -> f64,
-    slow: impl Fn(f32) -> f32,
-) -> usize {
-    let mut fallbacks = 0;
-    let mut chunks = v.chunks_exact_mut(LANES);
-    for c in &mut chunks {
-        let mut xs = [0f32; LANES];
-        let mut out = [0f32; LANES];
-        let mut ok = [false; LANES];
-        for i in 0..LANES {
-            xs[i] = pre(c[i]);
-            (out[i], ok[i]) = certain(g(xs[i]));
-        }
-        if ok.iter().fold(true, |a, &b| a & b) {
-            c.copy_from_slice(&out);
-        } else {
-            for i in 0..LANES {
-                c[i] = if ok[i] {
-                    out[i]
-                } else {
-                    fallbacks += 1;
-                    slow(xs[i])
-                };
-            }
-        }
-    }
-    for e in chunks.into_remainder() {
-        let x = pre(*e);
-        let (y, ok) = certain(g(x));
-        *e = if ok {
-            y
-        } else {
-            fallbacks += 1;
-            slow(x)
-        };
-    }
-    fallbacks
-}
-
 /// `v[i] = f(pre(v[i]))` with `pre` the fp32 step before the function (affine, subtraction)
 /// and `slow` the caller's scalar `f`, used for the elements the fast path cannot decide; on
 /// finite inputs it must equal act.rs's f64 formula rounded to fp32 (`(x as f64).exp() as f32`
@@ -288,16 +120,21 @@ pub fn map(
     match simd::path() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the path is only chosen when the host has the features (simd::path).
-        Path::Avx512 => unsafe { super::exp_avx512::map(f, v, pre, slow) },
+        simd::Path::Avx512 => unsafe { super::exp_avx512::map(f, v, pre, slow) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, for AVX2 + FMA.
-        Path::Avx2Fma => unsafe { super::exp_avx2::map(f, v, pre, slow) },
-        _ => run::<false>(f, v, pre, slow),
+        simd::Path::Avx2Fma => unsafe { super::exp_avx2::map(f, v, pre, slow) },
+        _ => {
+            let p = v.as_mut_ptr();
+            // SAFETY: src = dst = v.
+            unsafe { super::exp_portable::map_raw(f, p, p, v.len(), pre, slow) }
+        }
     }
 }
 
-/// `dst[i] = f(src[i] * scale + bias)` over `len` fp32 values on the host's SIMD kernel, or
-/// None on the portable path (the callers then take their own loops).
+/// `dst[i] = f(src[i] * scale + bias)` over `len` fp32 values on the host's kernel, or None
+/// (the callers then take their own loops) on a big-endian host, where the byte callers' fp32
+/// values are not in the host's order.
 ///
 /// # Safety
 /// `src` and `dst` valid for `len` (unaligned) fp32 values, equal or disjoint.
@@ -314,13 +151,17 @@ unsafe fn simd_affine(
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the path is only chosen when the host has the features (simd::path); the
         // pointers as the caller guarantees.
-        Path::Avx512 => {
+        simd::Path::Avx512 => {
             Some(unsafe { super::exp_avx512::map_affine_raw(f, aff, src, dst, len, slow) })
         }
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, for AVX2 + FMA.
-        Path::Avx2Fma => {
+        simd::Path::Avx2Fma => {
             Some(unsafe { super::exp_avx2::map_affine_raw(f, aff, src, dst, len, slow) })
+        }
+        // SAFETY: the pointers as the caller guarantees.
+        _ if cfg!(target_endian = "little") => {
+            Some(unsafe { super::exp_portable::map_affine_raw(f, aff, src, dst, len, slow) })
         }
         _ => None,
     }
@@ -338,10 +179,21 @@ pub fn map_bytes(
     match simd::path() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the path is only chosen when the host has the features (simd::path).
-        Path::Avx512 => return unsafe { super::exp_avx512::map_bytes(f, src, dst, pre, slow) },
+        simd::Path::Avx512 => {
+            return unsafe { super::exp_avx512::map_bytes(f, src, dst, pre, slow) }
+        }
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, for AVX2 + FMA.
-        Path::Avx2Fma => return unsafe { super::exp_avx2::map_bytes(f, src, dst, pre, slow) },
+        simd::Path::Avx2Fma => {
+            return unsafe { super::exp_avx2::map_bytes(f, src, dst, pre, slow) }
+        }
+        _ if cfg!(target_endian = "little") => {
+            assert_eq!(src.len(), dst.len());
+            let (s, d) = (src.as_ptr() as *const f32, dst.as_mut_ptr() as *mut f32);
+            // SAFETY: both hold len / 4 (unaligned) fp32 values in the host's order and are
+            // disjoint (one is borrowed mutably).
+            return unsafe { super::exp_portable::map_raw(f, s, d, src.len() / 4, pre, slow) };
+        }
         _ => {}
     }
     let mut buf = [0f32; 256];
@@ -360,8 +212,8 @@ pub fn map_bytes(
 }
 
 /// `v[i] = f(v[i] * scale + bias)` (the fp32 multiply and add rounded separately, as
-/// `act::apply_affine_slice`), `map`'s contract with that `pre`; the AVX-512 path applies the
-/// affine step in vectors.
+/// `act::apply_affine_slice`), `map`'s contract with that `pre`; the kernels leave out the
+/// operations that cannot change the result (`Affine::ops`).
 pub fn map_affine(
     f: Func,
     v: &mut [f32],
@@ -427,24 +279,11 @@ pub fn exp_map(
     map(Func::Exp, v, pre, slow)
 }
 
-#[inline(always)]
-fn run<const FMA: bool>(
-    f: Func,
-    v: &mut [f32],
-    pre: impl Fn(f32) -> f32,
-    slow: impl Fn(f32) -> f32,
-) -> usize {
-    match f {
-        Func::Exp => body(v, pre, exp_f64::<FMA>, slow),
-        Func::Sigmoid => body(v, pre, sigmoid_f64::<FMA>, slow),
-        Func::Silu => body(v, pre, silu_f64::<FMA>, slow),
-        Func::Tanh => body(v, pre, tanh_f64::<FMA>, slow),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::exp_portable::{self, exp_f64, tanh_f64, X_MAX, X_MIN};
+    use crate::kernels::simd::Path;
 
     fn libm(x: f32) -> f32 {
         (x as f64).exp() as f32
@@ -467,7 +306,11 @@ mod tests {
             Path::Avx512 => unsafe { crate::kernels::exp_avx512::map(f, &mut v, |x| x, want) },
             #[cfg(target_arch = "x86_64")]
             Path::Avx2Fma => unsafe { crate::kernels::exp_avx2::map(f, &mut v, |x| x, want) },
-            _ => run::<false>(f, &mut v, |x| x, want),
+            _ => {
+                let p = v.as_mut_ptr();
+                // SAFETY: src = dst = v.
+                unsafe { exp_portable::map_raw(f, p, p, v.len(), |x| x, want) }
+            }
         };
         let bad = xs
             .iter()
@@ -681,12 +524,23 @@ mod tests {
         }
     }
 
+    /// The paths an exhaustive test runs: every path the host has, or only the one named by
+    /// `TRN3EMU_EXHAUSTIVE_PATH` (`simd::parse` names).
+    fn exhaustive_paths() -> Vec<Path> {
+        let only = std::env::var("TRN3EMU_EXHAUSTIVE_PATH").ok();
+        let only = only.map(|n| simd::parse(&n).expect("TRN3EMU_EXHAUSTIVE_PATH: a path name"));
+        paths()
+            .into_iter()
+            .filter(|p| only.is_none_or(|o| o == *p))
+            .collect()
+    }
+
     /// All 2^32 inputs on every path (release: `cargo test --release -p trn3emu-core --
-    /// --ignored exhaustive`).
+    /// --ignored exhaustive`; one path: `TRN3EMU_EXHAUSTIVE_PATH=portable`).
     #[test]
     #[ignore]
     fn exhaustive_matches_libm() {
-        for p in paths() {
+        for p in exhaustive_paths() {
             let (mut bad, mut fallbacks) = (0usize, 0usize);
             let block = 1u64 << 24;
             let mut start = 0u64;
@@ -704,16 +558,12 @@ mod tests {
         }
     }
 
-    /// Sigmoid, silu and tanh on all 2^32 inputs, on every SIMD kernel the host has (release,
-    /// `--ignored`; the portable path too with `TRN3EMU_EXHAUSTIVE_PORTABLE=1`, it is slow).
+    /// Sigmoid, silu and tanh on all 2^32 inputs, on every path the host has (release,
+    /// `--ignored`; one path: `TRN3EMU_EXHAUSTIVE_PATH`).
     #[test]
     #[ignore]
     fn exhaustive_sigmoid_silu_tanh() {
-        let portable = std::env::var("TRN3EMU_EXHAUSTIVE_PORTABLE").is_ok_and(|v| v == "1");
-        for p in paths()
-            .into_iter()
-            .filter(|p| portable || *p != Path::Portable)
-        {
+        for p in exhaustive_paths() {
             exhaustive_functions(p);
         }
     }

@@ -256,6 +256,43 @@ def test_elementwise_same_bits():
     assert_bits_equal(res[0], (x + y).astype(ml_dtypes.bfloat16))
 
 
+def test_dma_copies_rows_same_bits():
+    """HBM <-> on-chip copies with the rows on threads (memory/par_copy.rs): rows crossing 1 MiB HBM
+    pages, a source range never written (zeros), partitions not starting at 0, PSUM, and an HBM
+    destination whose rows overlap (kept on one thread in row order: the later row's bytes win)."""
+    rng = np.random.default_rng(21)
+    w = 3000  # 12000-byte rows: the 1.5 MB tensor crosses page boundaries mid-row
+    x = rng.standard_normal((128, w)).astype(F32)
+    y = rng.standard_normal((64, 500)).astype(F32)
+
+    def once():
+        dev = t3.Device()
+        p = t3.Program()
+        hx, hz = dev.hbm.put(x), dev.hbm.alloc((96, w), F32)  # hz: never written
+        a, z = p.sbuf((128, w), F32), p.sbuf((128, w), F32)
+        ps = p.sbuf((128, 500), F32)
+        p.dma_copy(dst=a, src=hx)
+        p.dma_copy(dst=z[32:128, :], src=hz)
+        p.dma_copy(dst=ps[64:128, :], src=dev.hbm.put(y))
+        o1, o2 = dev.hbm.alloc((128, w), F32), dev.hbm.alloc((64, 500), F32)
+        p.dma_copy(dst=o1, src=a)
+        p.dma_copy(dst=o2, src=ps[64:128, :])
+        ov = dev.hbm.alloc((127 * w // 2 + w,), F32)
+        p.dma_copy(dst=ov.ap([[w // 2, 128], [1, w]]), src=a)  # row r at r * w/2: halves overlap
+        dev.run(p)
+        return dev.hbm.get(o1), dev.hbm.get(o2), dev.read(z)[32:], dev.hbm.get(ov)
+
+    res = variants(once)
+    assert_all_same(res)
+    assert_bits_equal(res[0][0], x)
+    assert_bits_equal(res[0][1], y)
+    assert_bits_equal(res[0][2], np.zeros((96, w), F32))
+    want = np.zeros(127 * w // 2 + w, F32)
+    for r in range(128):  # row order: each row overwrites the first half of the one before
+        want[r * w // 2 : r * w // 2 + w] = x[r]
+    assert_bits_equal(res[0][3], want)
+
+
 def test_activation_rows_same_bits():
     """Activation with a register reduction (rows split across threads) on exp and sigmoid."""
     rng = np.random.default_rng(11)

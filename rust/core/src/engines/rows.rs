@@ -534,7 +534,47 @@ pub fn fused_dense_par<const N: usize>(
     work: usize,
     kernel: impl Fn(usize, [&[u8]; N], &mut [u8]) + Sync + Send,
 ) -> bool {
-    let parts = dst.parts as usize;
+    if !crate::par::would_split(dst.parts as usize, work)
+        || !splittable(dst, &srcs, false)
+        || !rows_par(ctx, dst, srcs, work, |r, views, out| {
+            kernel(r, views.map(|v| v.unwrap_or_default()), out)
+        })
+    {
+        return fused_dense(ctx, dst, srcs, kernel);
+    }
+    true
+}
+
+/// `fused_dense_any` (in place allowed) with the rows split over the host threads as
+/// `fused_dense_par`: an input that is exactly the destination (same partitions, same bytes)
+/// reaches the kernel as None and is read by the one thread that writes that row; every other
+/// input shares no byte with the destination. Otherwise `fused_dense_any`.
+pub fn fused_dense_any_par<const N: usize>(
+    ctx: &mut Ctx,
+    dst: &Ap,
+    srcs: [&Ap; N],
+    work: usize,
+    kernel: impl Fn(usize, [Option<&[u8]>; N], &mut [u8]) + Sync + Send,
+) -> bool {
+    if crate::par::would_split(dst.parts as usize, work)
+        && splittable(dst, &srcs, true)
+        && rows_par(ctx, dst, srcs, work, &kernel)
+    {
+        return true;
+    }
+    fused_dense_any(ctx, dst, srcs, kernel)
+}
+
+/// Whether `srcs -> dst` may run row by row on any thread: static dense on-chip rows, each
+/// input in another memory, other partitions or other bytes than every destination row, or
+/// (`in_place`) exactly the destination.
+fn splittable(dst: &Ap, srcs: &[&Ap], in_place: bool) -> bool {
+    let exact = |s: &Ap| {
+        s.mem == dst.mem
+            && s.start == dst.start
+            && s.parts == dst.parts
+            && row_bytes(s) == row_bytes(dst)
+    };
     let apart = |s: &Ap| {
         let (a, b) = (row_bytes(s), row_bytes(dst));
         s.mem != dst.mem
@@ -543,14 +583,22 @@ pub fn fused_dense_par<const N: usize>(
             || a.1 <= b.0
             || b.1 <= a.0
     };
-    if !crate::par::would_split(parts, work)
-        || !std::iter::once(dst)
-            .chain(srcs)
-            .all(|a| static_onchip(a) && a.is_row_contiguous())
-        || !srcs.iter().all(|s| apart(s))
-    {
-        return fused_dense(ctx, dst, srcs, kernel);
-    }
+    std::iter::once(dst)
+        .chain(srcs.iter().copied())
+        .all(|a| static_onchip(a) && a.is_row_contiguous())
+        && srcs.iter().all(|s| apart(s) || (in_place && exact(s)))
+}
+
+/// The rows of a `splittable` `srcs -> dst` on the host threads, an input that is exactly the
+/// destination given as None; false (nothing done) if a row falls outside the buffers.
+fn rows_par<const N: usize>(
+    ctx: &mut Ctx,
+    dst: &Ap,
+    srcs: [&Ap; N],
+    work: usize,
+    kernel: impl Fn(usize, [Option<&[u8]>; N], &mut [u8]) + Sync + Send,
+) -> bool {
+    let parts = dst.parts as usize;
     let (dmem, other) = dst_and_other(&mut ctx.mems, dst.mem);
     let (stride_d, stride_o) = (dmem.stride(), other.stride());
     let dg = Dense::new(dst, stride_d);
@@ -563,23 +611,26 @@ pub fn fused_dense_par<const N: usize>(
         || dg.row(last).end > draw.len()
         || (0..N).any(|i| sg[i].row(last).end > if same[i] { draw.len() } else { other.len() })
     {
-        return fused_dense(ctx, dst, srcs, kernel);
+        return false;
     }
     let base = RawBytes(draw.as_mut_ptr());
     crate::par::for_each_index(parts, work, |r| {
         let d = dg.row(r);
         // SAFETY: in bounds (checked above); destination rows are disjoint (one partition
-        // each) and each row runs once, so `out` aliases nothing another row touches; every
-        // same-memory input row lies in bytes no destination row covers (`apart`), so reading
-        // it while other rows are written is sound.
+        // each) and each row runs once, so `out` aliases nothing another row touches; a
+        // same-memory input row is either this very row (passed as None, never aliased) or
+        // lies in bytes no destination row covers (`splittable`), so reading it while other
+        // rows are written is sound.
         let out = unsafe { std::slice::from_raw_parts_mut(base.at(d.start), d.len()) };
-        let views: [&[u8]; N] = std::array::from_fn(|i| {
+        let views: [Option<&[u8]>; N] = std::array::from_fn(|i| {
             let g = sg[i].row(r);
-            if same[i] {
-                // SAFETY: as above.
-                unsafe { std::slice::from_raw_parts(base.at(g.start), g.len()) }
+            if !same[i] {
+                Some(&other[g])
+            } else if g == d {
+                None
             } else {
-                &other[g]
+                // SAFETY: as above.
+                Some(unsafe { std::slice::from_raw_parts(base.at(g.start), g.len()) })
             }
         });
         kernel(r, views, out)
@@ -591,7 +642,7 @@ pub fn fused_dense_par<const N: usize>(
 /// derives disjoint rows from it).
 #[derive(Clone, Copy)]
 struct RawBytes(*mut u8);
-// SAFETY: only used by `fused_dense_par`, whose rows never alias a written byte.
+// SAFETY: only used by `rows_par`, whose rows never alias a written byte.
 unsafe impl Send for RawBytes {}
 // SAFETY: as above.
 unsafe impl Sync for RawBytes {}

@@ -114,6 +114,12 @@ fn int32_exact(ins: &Instr, dts: &[DType]) -> bool {
 /// statistics of a softmax go the block way (same arithmetic, same bits).
 const FUSED_MIN_ELEMENTS: usize = 16;
 
+/// The `par` work of a memory-bound pass writing `dst` (rows split from 1 MiB written).
+fn stream_work(dst: &Ap) -> usize {
+    (dst.parts as usize * dst.free_size() * dst.dtype.size())
+        .saturating_mul(crate::par::STREAM_WORK_PER_BYTE)
+}
+
 fn tensor_tensor(v: &TensorTensor, ctx: &mut Ctx) -> Result<()> {
     let (ins, dst, a, b, op) = (v.ins, v.dst, v.data1, v.data2, v.op);
     if is_bitwise(op) {
@@ -156,7 +162,7 @@ fn tensor_tensor(v: &TensorTensor, ctx: &mut Ctx) -> Result<()> {
     // fp32 in and out, dense rows, no overlap: one fused pass straight through memory.
     if [dst, a, b].iter().all(|t| t.dtype == DType::Float32)
         && dst.free_size() >= FUSED_MIN_ELEMENTS
-        && rows::fused_dense_any(ctx, dst, [a, b], |_, [x, y], out| {
+        && rows::fused_dense_any_par(ctx, dst, [a, b], stream_work(dst), |_, [x, y], out| {
             apply_bytes(op, x, y, out)
         })
     {
@@ -404,7 +410,7 @@ fn tensor_scalar_f32(
     if dst.dtype == DType::Float32
         && src.dtype == DType::Float32
         && f >= FUSED_MIN_ELEMENTS
-        && rows::fused_dense_any(ctx, dst, [src], |r, [x], out| {
+        && rows::fused_dense_any_par(ctx, dst, [src], stream_work(dst), |r, [x], out| {
             let ops = ScalarOps {
                 op0,
                 rev0,

@@ -134,6 +134,48 @@ impl Hbm {
         }
     }
 
+    /// Back every page of `len` bytes at `addr` (as a write would); false if the host refused
+    /// one (nothing recorded: the caller falls back to `write`, which records the failure).
+    pub fn back(&mut self, addr: u64, len: usize) -> bool {
+        for Span { page, .. } in spans(addr, len) {
+            if self.pages[page].is_none() {
+                let Some(fresh) = try_zeroed_page() else {
+                    return false;
+                };
+                self.pages[page] = Some(fresh);
+                self.backed += 1;
+            }
+        }
+        true
+    }
+
+    /// The pieces of `len` bytes at `addr`, one per page, as `(pointer, n)`: a null pointer
+    /// for a page never written (its bytes read as zeros). For `memory::par_copy`, which copies
+    /// the pieces on several threads.
+    pub fn pieces(&self, addr: u64, len: usize, out: &mut Vec<(*const u8, usize)>) {
+        out.extend(spans(addr, len).map(|Span { page, off, n, .. }| {
+            let p = match &self.pages[page] {
+                Some(p) => p[off..off + n].as_ptr(),
+                None => std::ptr::null(),
+            };
+            (p, n)
+        }));
+    }
+
+    /// `pieces` for writing, every page backed first (`back`); false (nothing listed) if a page
+    /// could not be backed.
+    pub fn pieces_mut(&mut self, addr: u64, len: usize, out: &mut Vec<(*mut u8, usize)>) -> bool {
+        if !self.back(addr, len) {
+            return false;
+        }
+        for Span { page, off, n, .. } in spans(addr, len) {
+            if let Some(p) = &mut self.pages[page] {
+                out.push((p[off..off + n].as_mut_ptr(), n));
+            }
+        }
+        true
+    }
+
     /// Whether the bytes at `addr` equal `data` (caller has bounds-checked).
     pub fn equals(&self, addr: u64, data: &[u8]) -> bool {
         spans(addr, data.len()).all(|Span { page, off, at, n }| {

@@ -3,6 +3,7 @@
 pub mod ap;
 pub mod hbm;
 pub mod onchip;
+pub mod par_copy;
 pub mod ranges;
 pub mod rows;
 pub mod view;

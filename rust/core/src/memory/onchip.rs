@@ -218,6 +218,12 @@ impl Mems<'_> {
         if n != dst.free_size() * dst.dtype.size() {
             return false;
         }
+        let work = (n * src.parts as usize).saturating_mul(crate::par::STREAM_WORK_PER_BYTE);
+        if crate::par::would_split(src.parts as usize, work)
+            && self.copy_dense_hbm_par(dst, src, n, work)
+        {
+            return true;
+        }
         let ahead = crate::kernels::simd::PREFETCH_ROWS_AHEAD as u32;
         for r in 0..src.parts {
             if r + ahead < src.parts {
@@ -245,6 +251,86 @@ impl Mems<'_> {
                 self.hbm.write(base, &part[o..o + n]);
             }
         }
+        true
+    }
+
+    /// `copy_dense_hbm` with the rows on the host threads (`par_copy`): false (nothing done)
+    /// when HBM destination rows overlap one another (the last row written would win), a
+    /// page cannot be backed, or the on-chip rows fall outside the buffer.
+    fn copy_dense_hbm_par(&mut self, dst: &Ap, src: &Ap, n: usize, work: usize) -> bool {
+        use super::par_copy::{run, Piece};
+        let parts = src.parts as usize;
+        let (mut pieces, mut ends, mut tmp) = (Vec::new(), Vec::with_capacity(parts), Vec::new());
+        if src.mem == Mem::Hbm {
+            let mem = match dst.mem {
+                Mem::Sbuf => &mut *self.sbuf,
+                _ => &mut *self.psum,
+            };
+            let (stride, o, p0) = (mem.stride(), dst.offset as usize, dst.start as usize);
+            let raw = mem.raw_mut();
+            if (p0 + parts - 1) * stride + o + n > raw.len() {
+                return false;
+            }
+            let base = raw.as_mut_ptr();
+            for r in 0..parts {
+                tmp.clear();
+                self.hbm.pieces(src.row_base(r as u32) as u64, n, &mut tmp);
+                // SAFETY: in bounds (checked above)
+                let mut d = unsafe { base.add((p0 + r) * stride + o) };
+                for &(p, k) in &tmp {
+                    pieces.push(Piece {
+                        src: p,
+                        dst: d,
+                        n: k,
+                    });
+                    // SAFETY: the row's pieces add up to its n bytes
+                    d = unsafe { d.add(k) };
+                }
+                ends.push(pieces.len());
+            }
+        } else {
+            let mut rows: Vec<u64> = (0..parts).map(|r| dst.row_base(r as u32) as u64).collect();
+            rows.sort_unstable();
+            if rows.windows(2).any(|w| w[1] < w[0] + n as u64) {
+                return false;
+            }
+            let mem: &OnChip = match src.mem {
+                Mem::Sbuf => self.sbuf,
+                _ => self.psum,
+            };
+            let (stride, o, p0) = (mem.stride(), src.offset as usize, src.start as usize);
+            let raw = mem.raw();
+            if (p0 + parts - 1) * stride + o + n > raw.len() {
+                return false;
+            }
+            let base = raw.as_ptr();
+            let mut out = Vec::new();
+            for r in 0..parts {
+                out.clear();
+                if !self
+                    .hbm
+                    .pieces_mut(dst.row_base(r as u32) as u64, n, &mut out)
+                {
+                    return false;
+                }
+                // SAFETY: in bounds (checked above)
+                let mut s = unsafe { base.add((p0 + r) * stride + o) };
+                for &(p, k) in &out {
+                    pieces.push(Piece {
+                        src: s,
+                        dst: p,
+                        n: k,
+                    });
+                    // SAFETY: the row's pieces add up to its n bytes
+                    s = unsafe { s.add(k) };
+                }
+                ends.push(pieces.len());
+            }
+        }
+        // SAFETY: sources and destinations lie in different memories (HBM and on-chip) that
+        // stay borrowed for the call; destination rows are distinct partitions, or HBM rows
+        // checked disjoint above, and each row's pieces cover disjoint bytes of it.
+        unsafe { run(&pieces, &ends, work) };
         true
     }
 

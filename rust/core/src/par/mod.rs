@@ -112,6 +112,13 @@ pub fn run_hot<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 /// this size and up (a 128x128x512 matmul is 2^24) made it 0-15 % faster.
 pub const MIN_PARALLEL_WORK: usize = 1 << 23;
 
+/// `work` per destination byte of a memory-bound pass (HBM <-> on-chip copies,
+/// `memory::par_copy`; fp32 `tensor_scalar` / `tensor_tensor`): passes writing 1 MiB and up
+/// split (a [128, 2048] fp32 tile; flash attention's [128, 512] tiles stay whole). That much
+/// data leaves a core's L2 anyway, so the halves the other core wrote cost the next
+/// instruction little more than one core's would.
+pub const STREAM_WORK_PER_BYTE: usize = 8;
+
 /// The split threshold in force: `MIN_PARALLEL_WORK`, or what `set_min_parallel_work` set
 /// (tests lower it so that small instructions take the parallel paths too).
 static MIN_WORK: AtomicUsize = AtomicUsize::new(MIN_PARALLEL_WORK);

@@ -293,6 +293,43 @@ def test_dma_copies_rows_same_bits():
     assert_bits_equal(res[0][3], want)
 
 
+def test_fp32_elementwise_rows_same_bits():
+    """fp32 tensor_tensor / tensor_scalar with the rows on threads (rows::fused_dense_any_par): out of
+    place, in place (dst is data1 / data), per-partition operands, and a destination in other
+    partitions than its source; each op rounded once in fp32 like numpy's."""
+    rng = np.random.default_rng(22)
+    x = rng.standard_normal((128, 700)).astype(F32)
+    y = (rng.standard_normal((128, 700)) + 3).astype(F32)
+    col = rng.standard_normal((128, 1)).astype(F32)
+
+    def once():
+        dev = t3.Device()
+        p = t3.Program()
+        a, b, c = p.sbuf(x.shape, F32), p.sbuf(y.shape, F32), p.sbuf((128, 1), F32)
+        p.dma_copy(dst=a, src=dev.hbm.put(x))
+        p.dma_copy(dst=b, src=dev.hbm.put(y))
+        p.dma_copy(dst=c, src=dev.hbm.put(col))
+        d, e = p.sbuf(x.shape, F32), p.sbuf(x.shape, F32)
+        p.tensor_tensor(dst=d, data1=a, data2=b, op="divide")
+        p.tensor_tensor(dst=d, data1=d, data2=b, op="subtract")  # in place
+        p.tensor_scalar(dst=e, data=a, op0="multiply", operand0=c, op1="add", operand1=0.25)
+        p.tensor_scalar(dst=e, data=e, op0="add", operand0=1.5)  # in place
+        p.tensor_scalar(dst=b[64:128, :], data=a[0:64, :], op0="multiply", operand0=3.0)  # other partitions
+        outs = []
+        for t in (d, e, b):
+            h = dev.hbm.alloc(t.shape, F32)
+            p.dma_copy(dst=h, src=t)
+            outs.append(h)
+        dev.run(p)
+        return tuple(dev.hbm.get(h) for h in outs)
+
+    res = variants(once)
+    assert_all_same(res)
+    assert_bits_equal(res[0][0], x / y - y)
+    assert_bits_equal(res[0][1], (x * col + F32(0.25)) + F32(1.5))
+    assert_bits_equal(res[0][2], np.concatenate([y[:64], x[:64] * F32(3)]))
+
+
 def test_activation_rows_same_bits():
     """Activation with a register reduction (rows split across threads) on exp and sigmoid."""
     rng = np.random.default_rng(11)

@@ -330,6 +330,28 @@ def test_fp32_elementwise_rows_same_bits():
     assert_bits_equal(res[0][2], np.concatenate([y[:64], x[:64] * F32(3)]))
 
 
+def test_host_hbm_moves_same_bytes():
+    """Large host writes / reads / zeroing of HBM go one 1 MiB page per task on the threads: a range
+    not page-aligned, partly over pages never written (read as zeros), and a zeroed middle."""
+    rng = np.random.default_rng(23)
+    data = rng.integers(0, 256, 3 * 2**20 + 12345, dtype=np.uint8)
+    addr = 5 * 2**20 + 777  # starts mid-page
+
+    def once():
+        dev = t3.Device()
+        n = dev.hbm._native
+        n.hbm_write(addr, data)
+        n.hbm_zero(addr + 2**20, 2**20 + 99)
+        return n.hbm_read(addr - 2**20, data.size + 2 * 2**20)  # a page before, a page after: zeros
+
+    res = variants(once)
+    assert_all_same(res)
+    want = np.zeros(data.size + 2 * 2**20, np.uint8)
+    want[2**20 : 2**20 + data.size] = data
+    want[2 * 2**20 : 3 * 2**20 + 99] = 0
+    assert_bits_equal(res[0], want)
+
+
 def test_activation_rows_same_bits():
     """Activation with a register reduction (rows split across threads) on exp and sigmoid."""
     rng = np.random.default_rng(11)

@@ -1,6 +1,7 @@
 //! HBM: the full 144 GiB address space, backed sparsely by 1 MiB pages allocated on first write.
 //! Reads of never-written bytes return zeros.
 
+use super::par_copy::{self, Piece};
 use super::HBM_BYTES;
 
 const PAGE_BITS: u32 = 20;
@@ -34,6 +35,14 @@ fn spans(addr: u64, len: usize) -> impl Iterator<Item = Span> {
         at += n;
         Some(s)
     })
+}
+
+/// Whether a host move of `len` bytes goes one page per task on the host threads (`par`).
+fn split(len: usize) -> bool {
+    crate::par::would_split(
+        len / PAGE + 1,
+        len.saturating_mul(crate::par::STREAM_WORK_PER_BYTE),
+    )
 }
 
 /// A zeroed 1 MiB page from the global allocator (as `vec![0u8; PAGE]`, whose recycling of freed
@@ -109,8 +118,28 @@ impl Hbm {
         self.backed * PAGE as u64
     }
 
-    /// Copy `out.len()` bytes starting at `addr` (caller has bounds-checked).
+    /// Copy `out.len()` bytes starting at `addr` (caller has bounds-checked). Large ranges (a
+    /// kernel's inputs and outputs moved by the host) go one page per task on the host threads.
     pub fn read(&self, addr: u64, out: &mut [u8]) {
+        if split(out.len()) {
+            let mut ps = Vec::new();
+            self.pieces(addr, out.len(), &mut ps);
+            let mut d = out.as_mut_ptr();
+            let pieces: Vec<Piece> = ps
+                .into_iter()
+                .map(|(src, n)| {
+                    let p = Piece { src, dst: d, n };
+                    // SAFETY: the pieces add up to out.len() bytes
+                    d = unsafe { d.add(n) };
+                    p
+                })
+                .collect();
+            let ends: Vec<usize> = (1..=pieces.len()).collect();
+            // SAFETY: HBM pages and `out` (borrowed mutably) never overlap; the pieces cover
+            // disjoint bytes of `out`.
+            unsafe { par_copy::run(&pieces, &ends, out.len() * crate::par::STREAM_WORK_PER_BYTE) };
+            return;
+        }
         for Span { page, off, at, n } in spans(addr, out.len()) {
             match &self.pages[page] {
                 Some(p) => out[at..at + n].copy_from_slice(&p[off..off + n]),
@@ -191,6 +220,30 @@ impl Hbm {
     /// page, the bytes for it are dropped and the failure is kept for `take_alloc_failure`
     /// (a run reports it as its error): never an abort.
     pub fn write(&mut self, addr: u64, data: &[u8]) {
+        let mut ps = Vec::new();
+        if split(data.len()) && self.pieces_mut(addr, data.len(), &mut ps) {
+            let mut at = data.as_ptr();
+            let pieces: Vec<Piece> = ps
+                .into_iter()
+                .map(|(dst, n)| {
+                    let p = Piece { src: at, dst, n };
+                    // SAFETY: the pieces add up to data.len() bytes
+                    at = unsafe { at.add(n) };
+                    p
+                })
+                .collect();
+            let ends: Vec<usize> = (1..=pieces.len()).collect();
+            // SAFETY: the pages (borrowed mutably with self) never overlap `data`; the pieces
+            // cover disjoint bytes of them.
+            unsafe {
+                par_copy::run(
+                    &pieces,
+                    &ends,
+                    data.len() * crate::par::STREAM_WORK_PER_BYTE,
+                )
+            };
+            return;
+        }
         for Span { page, off, at, n } in spans(addr, data.len()) {
             let slot = &mut self.pages[page];
             if slot.is_none() {
@@ -238,6 +291,24 @@ impl Hbm {
     /// Zero `n` bytes at `addr` (caller has bounds-checked). Pages never written stay unbacked;
     /// backed ones are kept (a launch that reuses the range would fault fresh pages in again).
     pub fn zero(&mut self, addr: u64, n: u64) {
+        let len = n as usize;
+        if split(len) {
+            let mut pieces = Vec::new();
+            for Span { page, off, n, .. } in spans(addr, len) {
+                if let Some(p) = &mut self.pages[page] {
+                    let src = std::ptr::null();
+                    pieces.push(Piece {
+                        src,
+                        dst: p[off..off + n].as_mut_ptr(),
+                        n,
+                    });
+                }
+            }
+            let ends: Vec<usize> = (1..=pieces.len()).collect();
+            // SAFETY: disjoint ranges of pages borrowed mutably with self (null source: zeros).
+            unsafe { par_copy::run(&pieces, &ends, len * crate::par::STREAM_WORK_PER_BYTE) };
+            return;
+        }
         for Span { page, off, n, .. } in spans(addr, n as usize) {
             if let Some(p) = &mut self.pages[page] {
                 p[off..off + n].fill(0);

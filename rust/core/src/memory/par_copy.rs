@@ -10,8 +10,8 @@ pub struct Piece {
     pub n: usize,
 }
 
-// SAFETY: pieces are only built by `Mems::copy_dense_hbm_par` over validated, disjoint
-// destination ranges and read-only sources that outlive `run`.
+// SAFETY: pieces are only built (onchip.rs `copy_dense_hbm_par`, hbm.rs `read` / `write` /
+// `zero`) over validated, disjoint destination ranges and sources that outlive `run`.
 unsafe impl Send for Piece {}
 // SAFETY: as above.
 unsafe impl Sync for Piece {}

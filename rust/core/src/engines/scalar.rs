@@ -238,6 +238,22 @@ fn activate_streamed(
             return true;
         }
     }
+    // the same for the functions with a vectorised form (act_simple.rs), a few operations per
+    // element
+    if let Some(k) = super::act_simple::kernel(f).filter(|_| {
+        dst.dtype == DType::Float32
+            && src.dtype == DType::Float32
+            && src.free_size() >= act::SHORT_ROW
+    }) {
+        let work = (src.parts as usize * src.free_size()).saturating_mul(4);
+        let (scale, bias) = (&scale, &bias);
+        let fused = super::rows::fused_dense_par(ctx, dst, [src], work, |r, [x], out| {
+            super::act_simple::map_affine_bytes(k, x, out, (scale[r], bias[r]));
+        });
+        if fused {
+            return true;
+        }
+    }
     if super::act_stream::copy_fused(ctx, f, (dst, src), &scale, &bias)
         || super::act_fused::activate(ctx, f, (dst, src), (&scale, &bias), None)
     {

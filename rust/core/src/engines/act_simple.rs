@@ -1,0 +1,214 @@
+//! Vectorised loops for the ScalarE functions whose f64 formula (`act::apply_checked`) has a
+//! short branch-free form with the same bits: abs, relu, square, sqrt, reciprocal and rsqrt.
+//!
+//! Why the forms are exact: for an fp32 `y`, `y * y`, `1 / y` and `sqrt(y)` computed in f64 and
+//! rounded once to fp32 equal the fp32 operations, because f64's 53 bits are at least 2 * 24 + 2
+//! (double rounding is innocuous for +, -, *, / and sqrt; Figueroa, "When is double rounding
+//! innocuous?", 1995), and the ranges keep subnormals and overflow out (square's subnormal
+//! and overflowing results are those of the one rounding too: the f64 product is exact). abs
+//! and relu move bits. rsqrt keeps its f64 `1 / sqrt` (two f64 roundings, then fp32), in vectors.
+//! The range checks are the same fp32 comparisons (`act::valid_range` bounds rounded to fp32,
+//! powers of two, exact); out of range gives the canonical quiet NaN, a NaN input its own NaN.
+//!
+//! NaN payloads: every caller applies the fp32 affine step first (`x * scale + bias`), whose
+//! multiply quiets a signalling NaN, so each function sees quiet NaNs only, which the fp32
+//! forms pass through as the f64 formulas do (abs clears the sign, as f64 abs does).
+//!
+//! The loop is compiled three times (AVX-512F, AVX2, baseline) and picked by `simd::path()`;
+//! every form is IEEE operations with no fused multiply-add, so all paths give the same bits.
+
+use super::act;
+use crate::isa::ActFn;
+use crate::kernels::simd::{self, Path};
+
+/// A function with a vectorised form here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Simple {
+    Abs,
+    Relu,
+    Square,
+    Sqrt,
+    Reciprocal,
+    Rsqrt,
+}
+
+/// The vectorised form of `f`, if it has one.
+pub fn kernel(f: ActFn) -> Option<Simple> {
+    Some(match f {
+        ActFn::Abs => Simple::Abs,
+        ActFn::Relu => Simple::Relu,
+        ActFn::Square => Simple::Square,
+        ActFn::Sqrt => Simple::Sqrt,
+        ActFn::Reciprocal => Simple::Reciprocal,
+        ActFn::Rsqrt => Simple::Rsqrt,
+        _ => return None,
+    })
+}
+
+/// `act::valid_range(f)` rounded to fp32 (as `apply_checked` compares), or the whole line.
+fn bounds(f: ActFn) -> (f32, f32) {
+    match act::valid_range(f) {
+        Some((lo, hi)) => (lo as f32, hi as f32),
+        None => (f32::NEG_INFINITY, f32::INFINITY),
+    }
+}
+
+/// `dst[i] = f(src[i] * scale + bias)` over `n` values, `f` the function `apply_checked` gives.
+#[inline(always)]
+fn run(k: Simple, src: *const f32, dst: *mut f32, n: usize, (scale, bias): (f32, f32)) {
+    #[inline(always)]
+    fn each(
+        src: *const f32,
+        dst: *mut f32,
+        n: usize,
+        (scale, bias): (f32, f32),
+        g: impl Fn(f32) -> f32,
+    ) {
+        for i in 0..n {
+            // SAFETY: the callers pass pointers valid for n (unaligned) values; src may be dst
+            // (each value is read before it is written, at the same index).
+            unsafe {
+                let y = src.add(i).read_unaligned() * scale + bias;
+                dst.add(i).write_unaligned(g(y));
+            }
+        }
+    }
+    let nan = f32::NAN;
+    let (lo, hi) = bounds(match k {
+        Simple::Sqrt => ActFn::Sqrt,
+        Simple::Reciprocal => ActFn::Reciprocal,
+        Simple::Rsqrt => ActFn::Rsqrt,
+        _ => ActFn::Copy,
+    });
+    let range = |v: f32| !(v < lo || v > hi);
+    match k {
+        Simple::Abs => each(src, dst, n, (scale, bias), |y| y.abs()),
+        Simple::Relu => each(src, dst, n, (scale, bias), |y| {
+            if y > 0.0 || y.is_nan() {
+                y
+            } else {
+                0.0
+            }
+        }),
+        Simple::Square => each(src, dst, n, (scale, bias), |y| y * y),
+        Simple::Sqrt => each(src, dst, n, (scale, bias), |y| {
+            if range(y) {
+                y.sqrt()
+            } else {
+                nan
+            }
+        }),
+        Simple::Reciprocal => each(src, dst, n, (scale, bias), |y| {
+            if range(y.abs()) {
+                1.0 / y
+            } else {
+                nan
+            }
+        }),
+        Simple::Rsqrt => each(src, dst, n, (scale, bias), |y| {
+            if range(y) {
+                (1.0 / (y as f64).sqrt()) as f32
+            } else {
+                nan
+            }
+        }),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn run_avx512(k: Simple, src: *const f32, dst: *mut f32, n: usize, aff: (f32, f32)) {
+    run(k, src, dst, n, aff)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn run_avx2(k: Simple, src: *const f32, dst: *mut f32, n: usize, aff: (f32, f32)) {
+    run(k, src, dst, n, aff)
+}
+
+/// # Safety
+/// `src` and `dst` valid for `n` fp32 values (unaligned), either equal or disjoint.
+unsafe fn dispatch(k: Simple, src: *const f32, dst: *mut f32, n: usize, aff: (f32, f32)) {
+    match simd::path() {
+        // SAFETY: simd::path() only names paths this host supports
+        #[cfg(target_arch = "x86_64")]
+        Path::Avx512 => unsafe { run_avx512(k, src, dst, n, aff) },
+        #[cfg(target_arch = "x86_64")]
+        Path::Avx2Fma => unsafe { run_avx2(k, src, dst, n, aff) },
+        _ => run(k, src, dst, n, aff),
+    }
+}
+
+/// `v[i] = apply_checked(f, fl32(fl32(v[i] * scale) + bias), 0)` for `k = kernel(f)`.
+pub fn map_affine(k: Simple, v: &mut [f32], aff: (f32, f32)) {
+    let p = v.as_mut_ptr();
+    // SAFETY: in place over v's own values
+    unsafe { dispatch(k, p, p, v.len(), aff) }
+}
+
+/// `map_affine` from little-endian fp32 bytes into fp32 values (`src` holds `dst.len()`).
+pub fn map_affine_into(k: Simple, src: &[u8], dst: &mut [f32], aff: (f32, f32)) {
+    assert_eq!(src.len(), 4 * dst.len());
+    // SAFETY: src holds dst.len() fp32 values and is disjoint from dst (borrowed mutably)
+    unsafe {
+        dispatch(
+            k,
+            src.as_ptr() as *const f32,
+            dst.as_mut_ptr(),
+            dst.len(),
+            aff,
+        )
+    }
+}
+
+/// `map_affine` from little-endian fp32 bytes to fp32 bytes (equal lengths, multiples of 4).
+pub fn map_affine_bytes(k: Simple, src: &[u8], dst: &mut [u8], aff: (f32, f32)) {
+    assert_eq!(src.len(), dst.len());
+    let (s, d) = (src.as_ptr() as *const f32, dst.as_mut_ptr() as *mut f32);
+    // SAFETY: both hold len / 4 fp32 values and are disjoint (dst is borrowed mutably)
+    unsafe { dispatch(k, s, d, src.len() / 4, aff) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every path (the host's and the narrower ones) against `apply_checked` on all fp32
+    /// exponents, signs and a spread of mantissas, NaNs quieted by the affine step included.
+    #[test]
+    fn simple_forms_give_the_bits_of_apply_checked() {
+        let xs: Vec<f32> = (0..=0x1ffu32)
+            .flat_map(|e| {
+                [0, 1, 0x2a_aaab, 0x40_0000, 0x55_5555, 0x7f_ffff]
+                    .map(move |m| f32::from_bits(e << 23 | m))
+            })
+            .collect();
+        for k in [
+            ActFn::Abs,
+            ActFn::Relu,
+            ActFn::Square,
+            ActFn::Sqrt,
+            ActFn::Reciprocal,
+            ActFn::Rsqrt,
+        ] {
+            for aff in [(1.0, -0.0), (-0.5, 0.25), (3.0, 0.0)] {
+                let want: Vec<u32> = xs
+                    .iter()
+                    .map(|&x| act::apply_checked(k, x * aff.0 + aff.1, 0.0).to_bits())
+                    .collect();
+                for p in [Path::Portable, Path::Avx2Fma, Path::Avx512] {
+                    if !simd::host_supports(p) {
+                        continue;
+                    }
+                    simd::set_limit(Some(p));
+                    let mut v = xs.clone();
+                    map_affine(kernel(k).unwrap(), &mut v, aff);
+                    simd::set_limit(None);
+                    let got: Vec<u32> = v.iter().map(|x| x.to_bits()).collect();
+                    assert_eq!(got, want, "{k:?} {aff:?} {p:?}");
+                }
+            }
+        }
+    }
+}

@@ -10,7 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import trn3emu as t3
-from conftest import assert_bits_equal
+from conftest import assert_bits_equal, random_bits
 from trn3emu import _native
 
 F32, F64 = np.float32, np.float64
@@ -180,3 +180,37 @@ def test_fused_rows_match_the_block_path(op, dst_dtype, rounding, reduce):
         scale = np.linspace(-1.5, 1.5, 128, dtype=F32).reshape(128, 1)
         y = exp_ref(((x * scale).astype(F32) + F32(0.375)).astype(F32))
         assert_bits_equal(fused[1][:, 0], row_sums(y, np.zeros(128, F32)))
+
+
+@pytest.mark.parametrize("path", [None, "avx2+fma", "portable"])
+def test_scaled_copy_gives_the_two_rounding_bits_on_every_simd_path(path):
+    """`copy` with a per-partition scale and bias from fp32 PSUM rows into fp32 SBUF rows (a
+    matmul result scaled out, act_stream.rs `copy_fused`) is x * scale rounded, then + bias
+    rounded, never fused, on every SIMD path: numpy's fp32 multiply and add, bit for bit, over
+    every fp32 bit pattern (NaN payloads included) and a row length that is no whole number of
+    vectors."""
+    if path is not None and not _native.limit_simd(path):
+        pytest.skip(f"host has no {path} path")
+    try:
+        rng = np.random.default_rng(5)
+        parts, n = 128, 515
+        x = random_bits(rng, (parts, n), F32)
+        scale = rng.uniform(-3, 3, (parts, 1)).astype(F32)
+        scale[:2, 0] = [np.float32(1e-30), np.float32(3e38)]
+        bias = rng.uniform(-1, 1, (parts, 1)).astype(F32)
+        dev = t3.Device()
+        p = t3.Program()
+        xs, ss, bs = p.sbuf((parts, n), F32), p.sbuf((parts, 1), F32), p.sbuf((parts, 1), F32)
+        for t, a in ((xs, x), (ss, scale), (bs, bias)):
+            p.dma_copy(dst=t, src=dev.hbm.put(a))
+        ps, out = p.psum((parts, n), F32), p.sbuf((parts, n), F32)
+        p.tensor_copy(dst=ps, src=xs)
+        p.activation(dst=out, op="copy", data=ps, scale=ss, bias=bs)
+        h = dev.hbm.alloc((parts, n), F32)
+        p.dma_copy(dst=h, src=out)
+        dev.run(p)
+        with np.errstate(all="ignore"):
+            want = (x * scale).astype(F32) + bias
+        assert_bits_equal(dev.hbm.get(h), want)
+    finally:
+        _native.limit_simd(None)

@@ -420,3 +420,22 @@ def test_shipped_examples_lower_to_the_same_program_over_the_ir(name, kernel, sh
     assert sum(len(c.notes.get("engine_choice", ())) for c in rec.last_ir.calls) == int(
         rec.last_ir.passes["engine_choice"].split()[0]
     )
+
+
+def test_set_engine_refuses_a_missing_instruction_and_an_engine_the_isa_forbids():
+    # a pass's decision is validated as at append: nothing changes on a refusal
+    import trn3emu as t3
+    from trn3emu.errors import OperandError
+
+    p = t3.Program()
+    a, b = p.sbuf((128, 4), np.float32), p.sbuf((128, 4), np.float32)
+    p.memset(dst=a, value=1.0)
+    p.tensor_copy(dst=b, src=a)
+    with pytest.raises(OperandError) as e:
+        p._native.set_engine(2, "vector")
+    assert e.value.rule == "instruction_out_of_range" and e.value.operand == "index"
+    before = p.to_text()
+    with pytest.raises(OperandError) as e:
+        p._native.set_engine(1, "tensor")  # tensor_copy never runs on the PE array
+    assert e.value.rule == "engine_not_allowed"
+    assert p.to_text() == before

@@ -242,3 +242,75 @@ def test_a_tile_of_another_program_is_refused_after_its_first_use():
     with pytest.raises(MemorySpaceError) as ei:
         k[2](np.ones((128, 512), np.float32))
     assert ei.value.rule == "core_private_memory"
+
+
+def test_garbage_collector_paused_while_tracing_and_restored():
+    """Automatic collection is off while the kernel body is traced (`nki/gc_pause.py`), back on
+    after the call, also when the trace raises; a collector the caller turned off stays off."""
+    import gc
+
+    seen = []
+
+    @nki.jit(cache=False)
+    def k(x, fail):
+        seen.append(gc.isenabled())
+        t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        if fail:
+            raise ValueError("kernel error")
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = np.ones((128, 512), np.float32)
+    assert gc.isenabled()
+    np.testing.assert_array_equal(k(x, False), x)
+    assert seen == [False] and gc.isenabled()
+    with pytest.raises(ValueError, match="kernel error"):
+        k(x, True)
+    assert seen == [False, False] and gc.isenabled()
+    gc.disable()
+    try:
+        k(x, False)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def _helper_op(lnl, a, b):
+    return lnl.multiply(a, b)  # HELPER-LINE
+
+
+def test_value_op_instructions_carry_the_innermost_kernel_line():
+    """A legacy value op's instructions are named after the innermost line outside the package
+    that called the op (`TraceContext.user_f` stands in for the frame walk inside the op, and is
+    restored when the op returns): a helper's line for the op it calls, the kernel's own line for
+    the ops called there; a pending load is named after its own line, wherever it is issued."""
+    import inspect
+
+    import neuronxcc.nki as lnki
+    import neuronxcc.nki.language as lnl
+
+    @lnki.jit
+    def k(x):
+        out = lnl.ndarray(x.shape, dtype=x.dtype, buffer=lnl.shared_hbm)
+        t = lnl.load(x)  # LOAD-LINE
+        u = _helper_op(lnl, t, t)
+        lnl.store(out, value=lnl.add(u, t))  # ADD-LINE
+        return out
+
+    src, start = inspect.getsourcelines(k.fn if hasattr(k, "fn") else k)
+    lines = {tag: start + i for i, s in enumerate(src) for tag in ("LOAD-LINE", "ADD-LINE") if tag in s}
+    hsrc, hstart = inspect.getsourcelines(_helper_op)
+    helper_line = hstart + next(i for i, s in enumerate(hsrc) if "HELPER-LINE" in s)
+    x = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+    np.testing.assert_array_equal(k(x), x * x + x)
+    texts = [p._native.instruction_text(i) for p in k.last_programs for i in range(len(p))]
+    got = [(t.split(".", 1)[0], t.rsplit(" name=", 1)[1]) for t in texts]
+    me = "test_nki_trace_paths.py"
+    assert got == [
+        ("dma_copy", f"{me}:{lines['LOAD-LINE']}"),  # the load, issued at its first use
+        ("tensor_tensor", f"{me}:{helper_line}"),  # called by the helper
+        ("tensor_tensor", f"{me}:{lines['ADD-LINE']}"),
+        ("dma_copy", f"{me}:{lines['ADD-LINE']}"),  # the store
+    ]

@@ -33,12 +33,13 @@ def _label(loc: str, name) -> str:
     return label
 
 
-def site(depth: int, name) -> tuple[str, str]:
+def site(depth: int, name, hint=None) -> tuple[str, str]:
     """("file:line", instruction label) of the innermost caller outside the package, starting
-    `depth` frames above the caller (`source_line`, keyed by call site and cached with its label)."""
+    `depth` frames above the caller (`source_line`, keyed by call site and cached with its label).
+    `hint`: that caller when known (`TraceContext.user_f`), so the frames between are not walked."""
     f = sys._getframe(depth + 1)
     if _INTERNAL.get(f.f_code.co_filename) is not False:  # (not a kernel's own frame)
-        f = user_frame(f)
+        f = hint if hint is not None else user_frame(f)
     if f is None:
         return "?", _label("?", name)
     code = f.f_code
@@ -115,7 +116,7 @@ def emit(ctx, opcode: str, engine, name, args, depth: int) -> int | None:
     bar = ctx.launch.trace_progress
     if bar is not None:
         bar.tick()
-    loc, label = site(depth + 1, name) if ctx.site is None else (ctx.site, _label(ctx.site, name))
+    loc, label = site(depth + 1, name, ctx.user_f) if ctx.site is None else (ctx.site, _label(ctx.site, name))
     try:
         return prog._native.append(opcode, engine, tuple(conv), [], [], label)
     except EmuError as e:

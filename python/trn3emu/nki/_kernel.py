@@ -50,6 +50,7 @@ from ..progress import TraceProgress, wanted
 from ..tensor import Tensor, _shape
 from . import _memory, _traceback, engine_choice, liveness, passes, record
 from ._frames import _INTERNAL, _LOC, _internal
+from .gc_pause import gc_paused
 
 #: The program being traced by this thread (or asyncio task), None outside a trace. A context
 #: variable, not a module global: threads trace kernels side by side, each into its own context,
@@ -807,6 +808,10 @@ class TraceContext:
     #: "file:line" instructions issued now are named after, when not the executing kernel line: a
     #: pending result is issued with the line of the call that made it (`pending.py`)
     site: str | None = None
+    #: the kernel's frame that called the `nl` op being traced (`language._checked`), None outside
+    #: one: the innermost frame outside the package for the package's frames below it, so the
+    #: source-line lookups inside the op need not walk (and materialise) the frames in between
+    user_f: types.FrameType | None = None
 
     def __init__(self, launch: _Run, pid: int) -> None:
         self.launch, self.pid = launch, pid
@@ -915,7 +920,7 @@ class TraceContext:
         # the caller of nl.ndarray (or of its wrapper: inside, walked past)
         f = sys._getframe(2)
         if _INTERNAL.get(f.f_code.co_filename) is not False:  # (not a kernel's own frame)
-            f = user_frame(f)
+            f = self.user_f if self.user_f is not None else user_frame(f)
         ir = self.ir
         if f is None or type(name) is not str or (ir is not None and ir.liveness):
             return self.alloc(shape, dtype, buffer, name)
@@ -1301,15 +1306,16 @@ class _Run:
                 cache[key] = cache.pop(key)  # most recently used last
         if traced is None:
             self.device = self._fresh_device(fill, set())
-            try:
-                arrays, traced = self._trace(args, kwargs)
-            except _PlacementConflict as c:  # traced again with the explicit ranges held first
-                self.reserved, self.contexts = c.reserved, []
-                self.device = self._fresh_device(fill, set())
+            with gc_paused():  # (a trace keeps what it allocates: collections find nothing)
                 try:
                     arrays, traced = self._trace(args, kwargs)
-                except (_PlacementConflict, CapacityError) as e:
-                    raise c.error(e) from None
+                except _PlacementConflict as c:  # traced again with the explicit ranges held first
+                    self.reserved, self.contexts = c.reserved, []
+                    self.device = self._fresh_device(fill, set())
+                    try:
+                        arrays, traced = self._trace(args, kwargs)
+                    except (_PlacementConflict, CapacityError) as e:
+                        raise c.error(e) from None
             if key is not None and not traced.device_dependent:
                 with _SHARED:
                     cache[key] = traced

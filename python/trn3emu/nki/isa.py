@@ -376,7 +376,7 @@ def _make(opname: str):
                         else:
                             f = _getframe(1)  # the call's source line: `_emit._call_site(1)`, inlined
                             if _INTERNAL.get(f.f_code.co_filename) is not False:  # (not a kernel's own frame)
-                                f = _kernel.user_frame(f)
+                                f = ctx.user_f if ctx.user_f is not None else _kernel.user_frame(f)
                             hit = None if f is None else _SITES.get((id(f.f_code), f.f_lasti, None))
                             if hit is not None and hit[0] is f.f_code:
                                 loc, label = hit[1], hit[2]

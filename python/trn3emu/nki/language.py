@@ -27,6 +27,7 @@ from . import indexing as _indexing
 from . import isa as nisa
 from . import passes as _passes
 from . import record as _record
+from ._frames import _INTERNAL, _internal
 from ._kernel import (
     DTYPES,
     HBM_BUFFERS,
@@ -1499,6 +1500,17 @@ def _checked(f):
         mask = kwargs.pop("mask", None)  # legacy mask=: every instruction of the op is restricted
         if isinstance(mask, NkiTensor) and "mask" in sig.parameters:
             kwargs["mask"], mask = mask, None  # a tile mask the op handles itself
+        # Called from the kernel: its frame is the source line of everything the op issues
+        # (`TraceContext.user_f`; an op called by another op keeps the outer one's).
+        ctx = _tracing_context()
+        hinted = False
+        if ctx is not None:
+            caller = sys._getframe(1)
+            inside = _INTERNAL.get(caller.f_code.co_filename)
+            if inside is None:
+                inside = _internal(caller.f_code.co_filename)
+            if not inside:
+                outer, ctx.user_f, hinted = ctx.user_f, caller, True
         try:
             if mask is None:
                 return f(*args, **kwargs)
@@ -1520,6 +1532,9 @@ def _checked(f):
         except AttributeError as e:
             _not_a_tensor(f.__name__, sig, args, kwargs, e)
             raise
+        finally:
+            if hinted:
+                ctx.user_f = outer
 
     return g
 

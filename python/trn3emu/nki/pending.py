@@ -119,7 +119,7 @@ class Pending(NkiTensor):
         self.buffer, self.name, self._ap = spec[2], "", None  # (`_ap`: the view's pattern once issued)
         self._spec, self._emit, self._ctx, self._acc, self._origin = spec, emit, current(), accumulate, origin
         self._inplace, self._fresh = inplace, fresh
-        self._site = _emit.site(0, None)[0]  # its instructions are named after this call's line
+        self._site = _emit.site(0, None, self._ctx.user_f)[0]  # its instructions are named after this call's line
         self._ctx.pending.append(self)
 
     def __getattr__(self, name: str):

@@ -166,11 +166,11 @@ impl CallPlan {
             let exact = v.get_type().is(nki);
             if entry.operand && (exact || issued.is_some_and(|t| v.get_type().is(t))) {
                 let ap = v.getattr(intern!(py, "_ap"))?;
-                if ap.is_instance_of::<AccessPattern>()
-                    && v.getattr(intern!(py, "_t"))?
-                        .getattr(intern!(py, "core"))?
-                        .eq(core)?
-                {
+                if ap.is_instance_of::<AccessPattern>() && {
+                    // (the same int object, the usual case, before Python's comparison)
+                    let c = v.getattr(intern!(py, "_t"))?.getattr(intern!(py, "core"))?;
+                    c.is(core) || c.eq(core)?
+                } {
                     out[i] = ap;
                     continue;
                 }

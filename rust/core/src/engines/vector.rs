@@ -489,7 +489,19 @@ fn copy_across(ctx: &mut Ctx, dst: &Ap, src: &Ap) -> bool {
         Mem::Sbuf => (&*ctx.mems.sbuf, &mut *ctx.mems.psum),
         _ => (&*ctx.mems.psum, &mut *ctx.mems.sbuf),
     };
-    for r in 0..src.parts as usize {
+    let (parts, ahead) = (
+        src.parts as usize,
+        crate::kernels::simd::PREFETCH_ROWS_AHEAD,
+    );
+    for r in 0..parts {
+        if r + ahead < parts {
+            let (s, d) = (
+                src.start as usize + r + ahead,
+                dst.start as usize + r + ahead,
+            );
+            crate::kernels::simd::prefetch_short_row(&from.partition(s)[s0..s0 + len]);
+            crate::kernels::simd::prefetch_short_row(&to.partition(d)[d0..d0 + len]);
+        }
         let row = &from.partition(src.start as usize + r)[s0..s0 + len];
         to.partition_mut(dst.start as usize + r)[d0..d0 + len].copy_from_slice(row);
     }

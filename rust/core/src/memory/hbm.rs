@@ -119,6 +119,21 @@ impl Hbm {
         }
     }
 
+    /// Ask for the cache lines of `len` bytes at `addr` if that is a short row
+    /// (`kernels::simd::prefetch_short_row`; caller has bounds-checked). Pages never written
+    /// hold no bytes to ask for.
+    #[inline]
+    pub fn prefetch(&self, addr: u64, len: usize) {
+        if len > crate::kernels::simd::PREFETCH_SHORT_ROW {
+            return;
+        }
+        for Span { page, off, n, .. } in spans(addr, len) {
+            if let Some(p) = &self.pages[page] {
+                crate::kernels::simd::prefetch(&p[off..off + n]);
+            }
+        }
+    }
+
     /// Whether the bytes at `addr` equal `data` (caller has bounds-checked).
     pub fn equals(&self, addr: u64, data: &[u8]) -> bool {
         spans(addr, data.len()).all(|Span { page, off, at, n }| {

@@ -218,7 +218,11 @@ impl Mems<'_> {
         if n != dst.free_size() * dst.dtype.size() {
             return false;
         }
+        let ahead = crate::kernels::simd::PREFETCH_ROWS_AHEAD as u32;
         for r in 0..src.parts {
+            if r + ahead < src.parts {
+                self.prefetch_row(dst, src, r + ahead, n);
+            }
             if src.mem == Mem::Hbm {
                 let base = src.row_base(r) as u64;
                 let mem = match dst.mem {
@@ -242,6 +246,25 @@ impl Mems<'_> {
             }
         }
         true
+    }
+
+    /// `copy_dense_hbm`'s row `r` (`n` bytes on each side) asked for ahead of its copy.
+    #[inline]
+    fn prefetch_row(&self, dst: &Ap, src: &Ap, r: u32, n: usize) {
+        for (a, hbm) in [(src, src.mem == Mem::Hbm), (dst, dst.mem == Mem::Hbm)] {
+            if hbm {
+                self.hbm.prefetch(a.row_base(r) as u64, n);
+            } else {
+                let mem: &OnChip = if a.mem == Mem::Sbuf {
+                    self.sbuf
+                } else {
+                    self.psum
+                };
+                let o = a.offset as usize;
+                let part = mem.partition((a.start + r) as usize);
+                crate::kernels::simd::prefetch_short_row(part.get(o..o + n).unwrap_or_default());
+            }
+        }
     }
 
     /// Write packed little-endian bytes to the elements of a (validated) AP in logical order.

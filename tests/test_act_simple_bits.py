@@ -1,11 +1,13 @@
-"""activation abs, relu, square, sqrt, reciprocal and rsqrt run in vectorised loops (engines/act_simple.rs)
+"""activation abs, relu, square, sqrt, reciprocal, rsqrt and log run in vectorised loops (engines/act_simple.rs)
 that must give the bits of their documented f64 formulas rounded once (docs/numerics.md) on every SIMD path
 and thread count, NaN payloads and signed zeros included. abs, relu, square, sqrt and reciprocal are exact
-operations, so numpy's own fp32 calls are the reference; rsqrt is numpy's f64 1 / sqrt rounded once. Out of
-a function's documented range the result is the canonical quiet NaN; a NaN input keeps its (quieted)
-payload. The fp32 affine step `x * scale + bias` comes first (two roundings, as numpy computes it here)."""
+operations, so numpy's own fp32 calls are the reference; rsqrt is numpy's f64 1 / sqrt rounded once, log the
+host libm's f64 log (Python's math.log) rounded once. Out of a function's documented range the result is the
+canonical quiet NaN; a NaN input keeps its (quieted) payload. The fp32 affine step `x * scale + bias` comes first (two roundings, as numpy computes it here)."""
 
 from __future__ import annotations
+
+import math
 
 import ml_dtypes
 import numpy as np
@@ -17,7 +19,12 @@ from trn3emu import _native
 F32, F64 = np.float32, np.float64
 P = 128
 NAN = np.uint32(0x7FC00000).view(F32)
-RANGES = {"sqrt": (2.0**-116, 2.0**118), "rsqrt": (2.0**-87, 2.0**97), "reciprocal": (2.0**-42, 2.0**42)}
+RANGES = {
+    "log": (2.0**-64, 2.0**64),
+    "sqrt": (2.0**-116, 2.0**118),
+    "rsqrt": (2.0**-87, 2.0**97),
+    "reciprocal": (2.0**-42, 2.0**42),
+}
 
 
 @pytest.fixture(autouse=True)
@@ -54,6 +61,8 @@ def reference(op: str, t: np.ndarray) -> np.ndarray:
         got = np.sqrt(t)
     elif op == "reciprocal":
         got = np.reciprocal(t)
+    elif op == "log":  # the host libm's f64 log (math.log), rounded once
+        got = np.vectorize(math.log, otypes=[F64])(np.where(inside, t, F32(1)).astype(F64)).astype(F32)
     else:
         got = (1.0 / np.sqrt(t.astype(F64))).astype(F32)
     return np.where(inside, got, NAN)
@@ -63,7 +72,8 @@ def inputs(n: int, seed: int) -> np.ndarray:
     """[P, n] fp32: random bit patterns (NaN payloads, subnormals, infinities), normal values, both edges of
     every range densely, and the specials."""
     rng = np.random.default_rng(seed)
-    edges = np.array([2.0**-116, 2.0**118, 2.0**-87, 2.0**97, 2.0**-42, 2.0**42], F32).view(np.int32)
+    edges = np.array([2.0**-116, 2.0**118, 2.0**-87, 2.0**97, 2.0**-42, 2.0**42, 2.0**-64, 2.0**64, 1.0], F32)
+    edges = edges.view(np.int32)
     near = (edges[:, None] + np.arange(-40, 40, dtype=np.int32)).view(F32).ravel()
     specials = np.array(
         [0x7FA00001, 0xFFA00001, 0x7FC00001, 0xFFC12345, 0x7F800001, 1, 0x80000001, 0x007FFFFF, 0, 0x80000000]
@@ -102,7 +112,7 @@ def row_sum(v: np.ndarray) -> np.ndarray:
     return acc
 
 
-@pytest.mark.parametrize("op", ["abs", "relu", "square", "sqrt", "reciprocal", "rsqrt"])
+@pytest.mark.parametrize("op", ["abs", "relu", "square", "sqrt", "reciprocal", "rsqrt", "log"])
 @pytest.mark.parametrize("n", [515, 7])  # dense rows (one pass per row) and short rows (batched)
 def test_simple_functions_are_exact_on_every_path_and_thread_count(op, n):
     x = inputs(n, n)

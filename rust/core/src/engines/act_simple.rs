@@ -1,12 +1,13 @@
 //! Vectorised loops for the ScalarE functions whose f64 formula (`act::apply_checked`) has a
-//! short branch-free form with the same bits: abs, relu, square, sqrt, reciprocal and rsqrt.
+//! short branch-free form with the same bits: abs, relu, square, sqrt, reciprocal, rsqrt and log.
 //!
 //! Why the forms are exact: for an fp32 `y`, `y * y`, `1 / y` and `sqrt(y)` computed in f64 and
 //! rounded once to fp32 equal the fp32 operations, because f64's 53 bits are at least 2 * 24 + 2
 //! (double rounding is innocuous for +, -, *, / and sqrt; Figueroa, "When is double rounding
 //! innocuous?", 1995), and the ranges keep subnormals and overflow out (square's subnormal
 //! and overflowing results are those of the one rounding too: the f64 product is exact). abs
-//! and relu move bits. rsqrt keeps its f64 `1 / sqrt` (two f64 roundings, then fp32), in vectors.
+//! and relu move bits. rsqrt and log keep their f64 values (`1 / sqrt`, libm's `ln`), reached
+//! through a cheaper approximation that is kept only where it provably rounds the same (`bracketed`).
 //! The range checks are the same fp32 comparisons (`act::valid_range` bounds rounded to fp32,
 //! powers of two, exact); out of range gives the canonical quiet NaN, a NaN input its own NaN.
 //!
@@ -30,6 +31,7 @@ pub enum Simple {
     Sqrt,
     Reciprocal,
     Rsqrt,
+    Log,
 }
 
 /// The vectorised form of `f`, if it has one.
@@ -41,6 +43,7 @@ pub fn kernel(f: ActFn) -> Option<Simple> {
         ActFn::Sqrt => Simple::Sqrt,
         ActFn::Reciprocal => Simple::Reciprocal,
         ActFn::Rsqrt => Simple::Rsqrt,
+        ActFn::Log => Simple::Log,
         _ => return None,
     })
 }
@@ -78,6 +81,7 @@ fn run(k: Simple, src: *const f32, dst: *mut f32, n: usize, (scale, bias): (f32,
         Simple::Sqrt => ActFn::Sqrt,
         Simple::Reciprocal => ActFn::Reciprocal,
         Simple::Rsqrt => ActFn::Rsqrt,
+        Simple::Log => ActFn::Log,
         _ => ActFn::Copy,
     });
     let range = |v: f32| !(v < lo || v > hi);
@@ -105,56 +109,91 @@ fn run(k: Simple, src: *const f32, dst: *mut f32, n: usize, (scale, bias): (f32,
                 nan
             }
         }),
-        Simple::Rsqrt => rsqrt(src, dst, n, (scale, bias), (lo, hi)),
-    }
-}
-
-/// The f64 formula `fl32(fl64(1 / fl64(sqrt(y))))` in range, NaN outside.
-#[inline(always)]
-fn rsqrt_exact(y: f32, (lo, hi): (f32, f32)) -> f32 {
-    if !(y < lo || y > hi) {
-        (1.0 / (y as f64).sqrt()) as f32
-    } else {
-        f32::NAN
+        Simple::Rsqrt => bracketed(src, dst, n, (scale, bias), (lo, hi), rsqrt_approx, |y| {
+            (1.0 / (y as f64).sqrt()) as f32
+        }),
+        Simple::Log => bracketed(src, dst, n, (scale, bias), (lo, hi), log_approx, |y| {
+            (y as f64).ln() as f32
+        }),
     }
 }
 
 /// rsqrt without the slow f64 square root and division: `r0 = 1 / sqrt(y)` in fp32 (relative
 /// error < 2^-22), one Newton step in f64, `r1 = r0 + r0 * (0.5 - 0.5 * y * r0 * r0)` (error
-/// 1.5 e0^2 + a few f64 roundings < 2^-44; `y * r0` is exact), which is within 2^-43 of the f64
-/// formula's value (itself within 2^-52 of 1 / sqrt(y)). Where `r1 * (1 - 2^-40)` and
-/// `r1 * (1 + 2^-40)` round to the same fp32 value, so does every value between them, the
-/// formula's included; elsewhere (about one element in 2^15: near an fp32 rounding midpoint,
-/// and NaN inputs) the chunk is recomputed with the formula. Chunks of 16 keep the test
-/// vectorised.
+/// 1.5 e0^2 + a few f64 roundings < 2^-44; `y * r0` is exact), within 2^-43 of the f64
+/// formula's value (itself within 2^-52 of 1 / sqrt(y)).
 #[inline(always)]
-fn rsqrt(src: *const f32, dst: *mut f32, n: usize, (scale, bias): (f32, f32), b: (f32, f32)) {
+fn rsqrt_approx(y: f32) -> f64 {
+    let r0 = (1.0 / y.sqrt()) as f64;
+    let h = 0.5 - 0.5 * (y as f64 * r0 * r0);
+    r0 + r0 * h
+}
+
+/// ln(y) for a positive normal fp32 y, relative error below 2^-47: y = 2^e * m with m in
+/// [sqrt(1/2), sqrt(2)) (both exact), ln m = 2 atanh(s) with s = (m - 1) / (m + 1) (|s| <
+/// 0.1716; m - 1 exact), the odd series to s^17 (truncation < 2^-49 relative), plus e ln 2.
+/// |e ln 2| >= 2 |ln m| when e != 0, so the sum loses at most a factor 2; ln 1 is exactly 0.
+/// Meaningless for other y (`bracketed` never keeps it for those).
+#[inline(always)]
+fn log_approx(y: f32) -> f64 {
+    const LN2: f64 = std::f64::consts::LN_2;
+    let b = y.to_bits();
+    let m = f32::from_bits((b & 0x7f_ffff) | 0x3f80_0000) as f64; // [1, 2)
+    let big = m > std::f64::consts::SQRT_2;
+    let m = if big { m * 0.5 } else { m };
+    let e = ((b >> 23) & 0xff) as i32 - 127 + big as i32;
+    let s = (m - 1.0) / (m + 1.0);
+    let z = s * s;
+    let mut p = 1.0 / 17.0;
+    for k in [15.0, 13.0, 11.0, 9.0, 7.0, 5.0, 3.0, 1.0] {
+        p = p * z + 1.0 / k;
+    }
+    e as f64 * LN2 + 2.0 * s * p
+}
+
+/// `dst[i] = exact(y)` for `y = src[i] * scale + bias` in `[lo, hi]` (NaN counted inside),
+/// canonical NaN outside, where `approx(y)` is within 2^-41 (relative) of the value `exact`
+/// rounds: where `r * (1 - 2^-40)` and `r * (1 + 2^-40)` round to the same fp32 value, so does
+/// every value between them, the formula's included; elsewhere (about one element in 2^15: near
+/// an fp32 rounding midpoint, and NaN inputs) the chunk is recomputed with `exact`. Chunks of 16 with no short-circuits keep the loop vectorised.
+#[inline(always)]
+fn bracketed(
+    src: *const f32,
+    dst: *mut f32,
+    n: usize,
+    (scale, bias): (f32, f32),
+    (lo, hi): (f32, f32),
+    approx: impl Fn(f32) -> f64,
+    exact: impl Fn(f32) -> f32,
+) {
     const C: usize = 16;
     const DELTA: f64 = 1.0 / (1u64 << 40) as f64;
-    let (lo, hi) = b;
     let load = |i: usize| {
         // SAFETY: i < n; the callers pass pointers valid for n (unaligned) values
         unsafe { src.add(i).read_unaligned() * scale + bias }
+    };
+    let checked = |y: f32| {
+        if !(y < lo || y > hi) {
+            exact(y)
+        } else {
+            f32::NAN
+        }
     };
     let mut i = 0;
     while i + C <= n {
         let mut out = [0f32; C];
         let mut near = 0u32;
         for (j, o) in out.iter_mut().enumerate() {
-            // no short-circuits: the loop stays branch-free, so vectorised
             let y = load(i + j);
             let inside = !((y < lo) | (y > hi));
-            let r0 = (1.0 / y.sqrt()) as f64;
-            let y64 = y as f64;
-            let h = 0.5 - 0.5 * (y64 * r0 * r0);
-            let r1 = r0 + r0 * h;
-            let (a, z) = ((r1 * (1.0 - DELTA)) as f32, (r1 * (1.0 + DELTA)) as f32);
-            near |= (inside & (a != z)) as u32;
+            let r = approx(y);
+            let (a, z) = ((r * (1.0 - DELTA)) as f32, (r * (1.0 + DELTA)) as f32);
+            near |= (inside & ((a != z) | y.is_nan())) as u32;
             *o = if inside { a } else { f32::NAN };
         }
         if near != 0 {
             for (j, o) in out.iter_mut().enumerate() {
-                *o = rsqrt_exact(load(i + j), b);
+                *o = checked(load(i + j));
             }
         }
         for (j, o) in out.iter().enumerate() {
@@ -164,7 +203,7 @@ fn rsqrt(src: *const f32, dst: *mut f32, n: usize, (scale, bias): (f32, f32), b:
         i += C;
     }
     for j in i..n {
-        let r = rsqrt_exact(load(j), b);
+        let r = checked(load(j));
         // SAFETY: j < n
         unsafe { dst.add(j).write_unaligned(r) };
     }
@@ -246,6 +285,7 @@ mod tests {
             ActFn::Sqrt,
             ActFn::Reciprocal,
             ActFn::Rsqrt,
+            ActFn::Log,
         ] {
             for aff in [(1.0, -0.0), (-0.5, 0.25), (3.0, 0.0)] {
                 let want: Vec<u32> = xs
@@ -267,15 +307,13 @@ mod tests {
         }
     }
 
-    /// rsqrt's shortcut against the f64 formula on every `step`-th fp32 bit pattern from
-    /// 2^-96 to 2^98 (the valid range [2^-87, 2^97] and beyond both edges), on every path the
-    /// host has.
-    fn rsqrt_sweep(step: usize) {
-        let (a, b) = (0x2f80_0000u32, 0x7080_0000u32); // 2^-96 .. 2^98 (bits)
+    /// A bracketed shortcut against the f64 formula on every `step`-th fp32 bit pattern of
+    /// `[a, b)` (the valid range and beyond both edges), on every path the host has.
+    fn sweep(f: ActFn, (a, b): (u32, u32), step: usize) {
         let xs: Vec<f32> = (a..b).step_by(step).map(f32::from_bits).collect();
         let want: Vec<u32> = xs
             .iter()
-            .map(|&x| act::apply_checked(ActFn::Rsqrt, x, 0.0).to_bits())
+            .map(|&x| act::apply_checked(f, x, 0.0).to_bits())
             .collect();
         for p in [Path::Portable, Path::Avx2Fma, Path::Avx512] {
             if !simd::host_supports(p) {
@@ -283,27 +321,35 @@ mod tests {
             }
             simd::set_limit(Some(p));
             let mut v = xs.clone();
-            map_affine(Simple::Rsqrt, &mut v, (1.0, -0.0));
+            map_affine(kernel(f).unwrap(), &mut v, (1.0, -0.0));
             simd::set_limit(None);
             let bad = v
                 .iter()
                 .zip(&want)
                 .filter(|(g, w)| g.to_bits() != **w)
                 .count();
-            assert_eq!(bad, 0, "{p:?}: {bad} of {} differ", xs.len());
+            assert_eq!(bad, 0, "{f:?} {p:?}: {bad} of {} differ", xs.len());
         }
     }
 
+    /// rsqrt: 2^-96 .. 2^98 (bits); log: 2^-72 .. 2^72
+    const RSQRT: (u32, u32) = (0x2f80_0000, 0x7080_0000);
+    const LOG: (u32, u32) = (0x1b80_0000, 0x6380_0000);
+
     #[test]
-    fn rsqrt_shortcut_matches_the_f64_formula() {
-        rsqrt_sweep(997);
+    fn bracketed_shortcuts_match_the_f64_formulas() {
+        sweep(ActFn::Rsqrt, RSQRT, 997);
+        sweep(ActFn::Log, LOG, 997);
+        // ln near 1, where the result is small: every input from 1 - 2^-10 to 1 + 2^-10
+        sweep(ActFn::Log, (0x3f7f_c000, 0x3f80_2000), 1);
     }
 
-    /// Every fp32 input of the range (`cargo test --release -p trn3emu-core --lib
-    /// rsqrt_exhaustive -- --ignored`, a minute).
+    /// Every fp32 input of the ranges (`cargo test --release -p trn3emu-core --lib
+    /// exhaustive_bracketed -- --ignored`, a few minutes).
     #[test]
     #[ignore]
-    fn rsqrt_exhaustive() {
-        rsqrt_sweep(1);
+    fn exhaustive_bracketed() {
+        sweep(ActFn::Rsqrt, RSQRT, 1);
+        sweep(ActFn::Log, LOG, 1);
     }
 }

@@ -103,9 +103,11 @@ fn add_rows(sums: &mut [f32], rows: &[f32], w: usize) {
         rowsum::add_rows_16(s, rows, w);
         return;
     }
+    let init = sums.to_vec();
     for (k, ak) in sums.iter_mut().enumerate() {
         for v in &rows[k * w..(k + 1) * w] {
             *ak += *v;
         }
     }
+    rowsum::fix_nan_sums(sums, &init, rows, w);
 }

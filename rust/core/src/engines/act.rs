@@ -2,6 +2,7 @@
 //! public; the emulator evaluates each function in f64 and rounds once to fp32 (documented in
 //! docs/numerics.md), so results are deterministic and within an ulp or two of the exact value.
 
+use super::act_simple;
 use crate::isa::ActFn;
 use crate::kernels::exp;
 use std::f64::consts::{FRAC_2_SQRT_PI, PI, SQRT_2};
@@ -221,13 +222,18 @@ pub fn apply_affine_rows(
         Some(k) => {
             exp::map_affine(k, out, (1.0, -0.0), |x| apply_checked(f, x, 0.0));
         }
-        None => out.iter_mut().for_each(|v| *v = apply_checked(f, *v, 0.0)),
+        // x * 1 + -0 is x for every fp32 x: the affine step is already done
+        None => match act_simple::kernel(f) {
+            Some(k) => act_simple::map_affine(k, out, (1.0, -0.0)),
+            None => out.iter_mut().for_each(|v| *v = apply_checked(f, *v, 0.0)),
+        },
     }
 }
 
 /// `v[i] = apply_checked(f, fl32(fl32(v[i] * scale) + bias), 0)`, with the function resolved
-/// once per slice for the common functions (the per-element `match` folds away) and exp, sigmoid,
-/// silu and tanh on the fast kernel.
+/// once per slice for the common functions (the per-element `match` folds away), exp, sigmoid,
+/// silu and tanh on the fast kernel, abs, relu, square, sqrt, reciprocal and rsqrt in the
+/// vectorised loops of act_simple.rs.
 pub fn apply_affine_slice(f: ActFn, v: &mut [f32], scale: f32, bias: f32) {
     #[inline(always)]
     fn each(v: &mut [f32], scale: f32, bias: f32, g: impl Fn(f32) -> f32) {
@@ -240,6 +246,10 @@ pub fn apply_affine_slice(f: ActFn, v: &mut [f32], scale: f32, bias: f32) {
         exp::map_affine(k, v, (scale, bias), |x| apply_checked(f, x, 0.0));
         return;
     }
+    if let Some(k) = act_simple::kernel(f) {
+        act_simple::map_affine(k, v, (scale, bias));
+        return;
+    }
     macro_rules! mono {
         ($($f:ident),*) => {
             match f {
@@ -248,16 +258,7 @@ pub fn apply_affine_slice(f: ActFn, v: &mut [f32], scale: f32, bias: f32) {
             }
         };
     }
-    mono!(
-        Copy,
-        Bypass,
-        Relu,
-        Gelu,
-        GeluApprxTanh,
-        Square,
-        Rsqrt,
-        Reciprocal
-    );
+    mono!(Copy, Bypass, Gelu, GeluApprxTanh);
 }
 
 #[cfg(test)]

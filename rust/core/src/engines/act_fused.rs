@@ -11,7 +11,7 @@
 //! encoder per element, and each register adds its row's fp32 results in free-index order.
 //! `GROUP` rows' results are kept so their add chains advance together.
 
-use super::{act, rows, Ctx};
+use super::{act, act_simple, rows, Ctx};
 use crate::isa::{ActFn, DType};
 use crate::kernels::{exp, rowsum};
 use crate::memory::Ap;
@@ -42,7 +42,7 @@ pub fn activate(
         return false;
     }
     let (parts, dt, rounder) = (src.parts as usize, dst.dtype, ctx.rounder);
-    let fast = act::fast_kernel(f);
+    let (fast, simple) = (act::fast_kernel(f), act_simple::kernel(f));
     let sums = RefCell::new(sums);
     ROWS.with(|cell| {
         let Ok(mut buf) = cell.try_borrow_mut() else {
@@ -58,18 +58,19 @@ pub fn activate(
             let k = r % GROUP;
             let row = &mut buf[k * w..(k + 1) * w];
             let (s, b) = (scale[r], bias[r]);
-            match fast {
-                Some(kern) => {
+            match (fast, simple) {
+                (Some(kern), _) => {
                     exp::map_affine_into(kern, x, row, (s, b), |t| act::apply_checked(f, t, 0.0));
                 }
                 // copy / bypass return their input (`apply_checked`): the affine step is the
                 // whole function, done in the decode pass (the same two fp32 roundings)
-                None if matches!(f, ActFn::Copy | ActFn::Bypass) => {
+                (None, _) if matches!(f, ActFn::Copy | ActFn::Bypass) => {
                     for (v, e) in row.iter_mut().zip(x.chunks_exact(4)) {
                         *v = f32::from_le_bytes([e[0], e[1], e[2], e[3]]) * s + b;
                     }
                 }
-                None => {
+                (None, Some(k)) => act_simple::map_affine_into(k, x, row, (s, b)),
+                (None, None) => {
                     for (v, e) in row.iter_mut().zip(x.chunks_exact(4)) {
                         *v = f32::from_le_bytes([e[0], e[1], e[2], e[3]]);
                     }
@@ -102,9 +103,11 @@ fn add_rows(sums: &mut [f32], rows: &[f32], w: usize) {
         rowsum::add_rows_16(s, rows, w);
         return;
     }
+    let init = sums.to_vec();
     for (k, ak) in sums.iter_mut().enumerate() {
         for v in &rows[k * w..(k + 1) * w] {
             *ak += *v;
         }
     }
+    rowsum::fix_nan_sums(sums, &init, rows, w);
 }

@@ -67,20 +67,27 @@ pub fn activate_reduce(
 fn add_rows(sums: &mut [f32], out: &[f32], w: usize) {
     for (g, s) in sums.chunks_mut(GROUP).enumerate() {
         let rows = &out[g * GROUP * w..(g * GROUP + s.len()) * w];
-        if s.len() == GROUP {
-            let mut a = [0f32; GROUP];
-            a.copy_from_slice(s);
-            for j in 0..w {
-                for (k, ak) in a.iter_mut().enumerate() {
-                    *ak += rows[k * w + j];
-                }
+        let init: [f32; GROUP] = std::array::from_fn(|k| s.get(k).copied().unwrap_or(0.0));
+        add_group(s, rows, w);
+        crate::kernels::rowsum::fix_nan_sums(s, &init, rows, w);
+    }
+}
+
+/// One group's chains (`add_rows`).
+fn add_group(s: &mut [f32], rows: &[f32], w: usize) {
+    if s.len() == GROUP {
+        let mut a = [0f32; GROUP];
+        a.copy_from_slice(s);
+        for j in 0..w {
+            for (k, ak) in a.iter_mut().enumerate() {
+                *ak += rows[k * w + j];
             }
-            s.copy_from_slice(&a);
-        } else {
-            for (k, ak) in s.iter_mut().enumerate() {
-                for v in &rows[k * w..(k + 1) * w] {
-                    *ak += *v;
-                }
+        }
+        s.copy_from_slice(&a);
+    } else {
+        for (k, ak) in s.iter_mut().enumerate() {
+            for v in &rows[k * w..(k + 1) * w] {
+                *ak += *v;
             }
         }
     }

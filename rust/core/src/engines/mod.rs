@@ -3,6 +3,7 @@
 
 pub mod act;
 pub mod act_fused;
+pub mod act_simple;
 pub mod act_stream;
 pub mod alu;
 pub mod column;

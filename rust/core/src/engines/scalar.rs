@@ -135,6 +135,7 @@ fn accumulate(ctx: &mut Ctx, base: usize, out: &[f32], n: usize, cmd: ReduceCmd,
             let rows = &out[g * 8 * n..(g * 8 + accs.len()) * n];
             let mut a = [0f32; 8];
             a[..accs.len()].copy_from_slice(accs);
+            let init = a;
             if accs.len() == 8 {
                 for j in 0..n {
                     for (k, ak) in a.iter_mut().enumerate() {
@@ -149,6 +150,7 @@ fn accumulate(ctx: &mut Ctx, base: usize, out: &[f32], n: usize, cmd: ReduceCmd,
                 }
             }
             accs.copy_from_slice(&a[..accs.len()]);
+            crate::kernels::rowsum::fix_nan_sums(accs, &init, rows, n);
         }
         return;
     }
@@ -165,8 +167,12 @@ fn accumulate(ctx: &mut Ctx, base: usize, out: &[f32], n: usize, cmd: ReduceCmd,
             ReduceCmd::Reduce => *reg,
             ReduceCmd::ResetReduce | ReduceCmd::LoadReduce => identity(op),
         };
-        for &v in &out[r * n..(r + 1) * n] {
+        let (init, row) = (acc, &out[r * n..(r + 1) * n]);
+        for &v in row {
             acc = alu::apply(op, acc, v);
+        }
+        if op == AluOp::Add && acc.is_nan() {
+            acc = crate::kernels::rowsum::sticky_nan_sum(init, row); // (one NaN rule on every path)
         }
         *reg = acc;
     }
@@ -233,6 +239,22 @@ fn activate_streamed(
         let fused = super::rows::fused_dense_par(ctx, dst, [src], work, |r, [x], out| {
             let (s, b) = (scale[r], bias[r]);
             exp::map_affine_bytes(k, x, out, (s, b), |x| act::apply_checked(f, x, 0.0));
+        });
+        if fused {
+            return true;
+        }
+    }
+    // the same for the functions with a vectorised form (act_simple.rs), a few operations per
+    // element
+    if let Some(k) = super::act_simple::kernel(f).filter(|_| {
+        dst.dtype == DType::Float32
+            && src.dtype == DType::Float32
+            && src.free_size() >= act::SHORT_ROW
+    }) {
+        let work = (src.parts as usize * src.free_size()).saturating_mul(4);
+        let (scale, bias) = (&scale, &bias);
+        let fused = super::rows::fused_dense_par(ctx, dst, [src], work, |r, [x], out| {
+            super::act_simple::map_affine_bytes(k, x, out, (scale[r], bias[r]));
         });
         if fused {
             return true;

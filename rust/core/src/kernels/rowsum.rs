@@ -14,6 +14,7 @@ pub const ROWS: usize = 16;
 /// `sums[k] += rows[k * w + j]` for j in order, k < 16 (`rows` holds 16 rows of `w`).
 pub fn add_rows_16(sums: &mut [f32; ROWS], rows: &[f32], w: usize) {
     assert!(rows.len() >= ROWS * w);
+    let init = *sums;
     let mut j0 = 0;
     #[cfg(target_arch = "x86_64")]
     if simd::path() == Path::Avx512 && w >= 16 {
@@ -21,6 +22,34 @@ pub fn add_rows_16(sums: &mut [f32; ROWS], rows: &[f32], w: usize) {
         j0 = unsafe { x86::add_blocks(sums, rows, w) };
     }
     scalar(sums, rows, w, j0);
+    fix_nan_sums(sums, &init, rows, w);
+}
+
+/// The NaN an fp32 add chain `init + r[0] + r[1] + ..` ends with, by one rule on every path:
+/// the first NaN the chain holds sticks (`init` or the first NaN input, quieted, or the NaN an
+/// inf - inf made). IEEE 754 leaves to the implementation which payload an add of two NaNs
+/// returns; x86 returns its first source, and compilers swap the operands of a commutative add
+/// at will, so without this rule the AVX-512 chains and the scalar ones kept different payloads.
+pub fn sticky_nan_sum(init: f32, row: &[f32]) -> f32 {
+    let mut a = init;
+    for &v in row {
+        if a.is_nan() {
+            return f32::from_bits(a.to_bits() | 0x0040_0000);
+        }
+        a += v; // (a is no NaN here: a NaN result is v's, quieted, or inf - inf's)
+    }
+    a
+}
+
+/// After `sums[k] += rows[k * w + j]` chains whose start values were `init`: each sum that
+/// ended NaN is redone by `sticky_nan_sum` (rare rows only; the sums that are numbers are the
+/// chains' own bits).
+pub fn fix_nan_sums(sums: &mut [f32], init: &[f32], rows: &[f32], w: usize) {
+    for (k, s) in sums.iter_mut().enumerate() {
+        if s.is_nan() {
+            *s = sticky_nan_sum(init[k], &rows[k * w..(k + 1) * w]);
+        }
+    }
 }
 
 /// The chains from column `j0` on, one element per row per step.
@@ -154,6 +183,47 @@ mod tests {
                 for k in 0..ROWS {
                     assert_eq!(got[k].to_bits(), want[k].to_bits(), "{p:?} w={w} row {k}");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn a_nan_chain_keeps_its_first_nan() {
+        let nan = |bits: u32| f32::from_bits(bits);
+        let (a, b) = (0x7FA0_0001, 0xFFC1_2345); // a signalling, b quiet
+                                                 // the register's NaN sticks (quieted), whatever the row holds
+        assert_eq!(
+            sticky_nan_sum(nan(a), &[1.0, nan(b)]).to_bits(),
+            a | 0x0040_0000
+        );
+        // else the first NaN input's payload, quieted; later NaNs do not replace it
+        assert_eq!(
+            sticky_nan_sum(0.0, &[1.0, nan(a), nan(b)]).to_bits(),
+            a | 0x0040_0000
+        );
+        assert_eq!(sticky_nan_sum(0.0, &[nan(b), nan(a)]).to_bits(), b);
+        // a NaN made by inf - inf sticks too (its bits are the host's default NaN)
+        let made = f32::INFINITY + f32::NEG_INFINITY;
+        assert_eq!(
+            sticky_nan_sum(0.0, &[f32::INFINITY, f32::NEG_INFINITY, nan(b)]).to_bits(),
+            made.to_bits()
+        );
+        // numbers are the plain chain
+        assert_eq!(sticky_nan_sum(0.5, &[0.25, 1e-8]), 0.5 + 0.25 + 1e-8);
+        // 16 rows on every path: the same NaN per row
+        let w = 40;
+        let mut rows = vec![1.0f32; ROWS * w];
+        for k in 0..ROWS {
+            rows[k * w + (k % 7)] = nan(0x7FC0_0000 | k as u32);
+            rows[k * w + 20 + k] = nan(0xFFC0_0000 | (k as u32) << 8);
+        }
+        for path in [Path::Avx512, Path::Avx2Fma, Path::Portable] {
+            simd::set_limit(Some(path)); // (narrows only: a path the host lacks falls back)
+            let mut s = [0f32; ROWS];
+            add_rows_16(&mut s, &rows, w);
+            simd::set_limit(None);
+            for (k, v) in s.iter().enumerate() {
+                assert_eq!(v.to_bits(), 0x7FC0_0000 | k as u32, "{path:?} row {k}");
             }
         }
     }

@@ -1,0 +1,355 @@
+//! Vectorised loops for the ScalarE functions whose f64 formula (`act::apply_checked`) has a
+//! short branch-free form with the same bits: abs, relu, square, sqrt, reciprocal, rsqrt and log.
+//!
+//! Why the forms are exact: for an fp32 `y`, `y * y`, `1 / y` and `sqrt(y)` computed in f64 and
+//! rounded once to fp32 equal the fp32 operations, because f64's 53 bits are at least 2 * 24 + 2
+//! (double rounding is innocuous for +, -, *, / and sqrt; Figueroa, "When is double rounding
+//! innocuous?", 1995), and the ranges keep subnormals and overflow out (square's subnormal
+//! and overflowing results are those of the one rounding too: the f64 product is exact). abs
+//! and relu move bits. rsqrt and log keep their f64 values (`1 / sqrt`, libm's `ln`), reached
+//! through a cheaper approximation that is kept only where it provably rounds the same (`bracketed`).
+//! The range checks are the same fp32 comparisons (`act::valid_range` bounds rounded to fp32,
+//! powers of two, exact); out of range gives the canonical quiet NaN, a NaN input its own NaN.
+//!
+//! NaN payloads: every caller applies the fp32 affine step first (`x * scale + bias`), whose
+//! multiply quiets a signalling NaN, so each function sees quiet NaNs only, which the fp32
+//! forms pass through as the f64 formulas do (abs clears the sign, as f64 abs does).
+//!
+//! The loop is compiled three times (AVX-512F, AVX2, baseline) and picked by `simd::path()`;
+//! every form is IEEE operations with no fused multiply-add, so all paths give the same bits.
+
+use super::act;
+use crate::isa::ActFn;
+use crate::kernels::simd::{self, Path};
+
+/// A function with a vectorised form here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Simple {
+    Abs,
+    Relu,
+    Square,
+    Sqrt,
+    Reciprocal,
+    Rsqrt,
+    Log,
+}
+
+/// The vectorised form of `f`, if it has one.
+pub fn kernel(f: ActFn) -> Option<Simple> {
+    Some(match f {
+        ActFn::Abs => Simple::Abs,
+        ActFn::Relu => Simple::Relu,
+        ActFn::Square => Simple::Square,
+        ActFn::Sqrt => Simple::Sqrt,
+        ActFn::Reciprocal => Simple::Reciprocal,
+        ActFn::Rsqrt => Simple::Rsqrt,
+        ActFn::Log => Simple::Log,
+        _ => return None,
+    })
+}
+
+/// `act::valid_range(f)` rounded to fp32 (as `apply_checked` compares), or the whole line.
+fn bounds(f: ActFn) -> (f32, f32) {
+    match act::valid_range(f) {
+        Some((lo, hi)) => (lo as f32, hi as f32),
+        None => (f32::NEG_INFINITY, f32::INFINITY),
+    }
+}
+
+/// `dst[i] = f(src[i] * scale + bias)` over `n` values, `f` the function `apply_checked` gives.
+#[inline(always)]
+fn run(k: Simple, src: *const f32, dst: *mut f32, n: usize, (scale, bias): (f32, f32)) {
+    #[inline(always)]
+    fn each(
+        src: *const f32,
+        dst: *mut f32,
+        n: usize,
+        (scale, bias): (f32, f32),
+        g: impl Fn(f32) -> f32,
+    ) {
+        for i in 0..n {
+            // SAFETY: the callers pass pointers valid for n (unaligned) values; src may be dst
+            // (each value is read before it is written, at the same index).
+            unsafe {
+                let y = src.add(i).read_unaligned() * scale + bias;
+                dst.add(i).write_unaligned(g(y));
+            }
+        }
+    }
+    let nan = f32::NAN;
+    let (lo, hi) = bounds(match k {
+        Simple::Sqrt => ActFn::Sqrt,
+        Simple::Reciprocal => ActFn::Reciprocal,
+        Simple::Rsqrt => ActFn::Rsqrt,
+        Simple::Log => ActFn::Log,
+        _ => ActFn::Copy,
+    });
+    let range = |v: f32| !(v < lo || v > hi);
+    match k {
+        Simple::Abs => each(src, dst, n, (scale, bias), |y| y.abs()),
+        Simple::Relu => each(src, dst, n, (scale, bias), |y| {
+            if y > 0.0 || y.is_nan() {
+                y
+            } else {
+                0.0
+            }
+        }),
+        Simple::Square => each(src, dst, n, (scale, bias), |y| y * y),
+        Simple::Sqrt => each(src, dst, n, (scale, bias), |y| {
+            if range(y) {
+                y.sqrt()
+            } else {
+                nan
+            }
+        }),
+        Simple::Reciprocal => each(src, dst, n, (scale, bias), |y| {
+            if range(y.abs()) {
+                1.0 / y
+            } else {
+                nan
+            }
+        }),
+        Simple::Rsqrt => bracketed(src, dst, n, (scale, bias), (lo, hi), rsqrt_approx, |y| {
+            (1.0 / (y as f64).sqrt()) as f32
+        }),
+        Simple::Log => bracketed(src, dst, n, (scale, bias), (lo, hi), log_approx, |y| {
+            (y as f64).ln() as f32
+        }),
+    }
+}
+
+/// rsqrt without the slow f64 square root and division: `r0 = 1 / sqrt(y)` in fp32 (relative
+/// error < 2^-22), one Newton step in f64, `r1 = r0 + r0 * (0.5 - 0.5 * y * r0 * r0)` (error
+/// 1.5 e0^2 + a few f64 roundings < 2^-44; `y * r0` is exact), within 2^-43 of the f64
+/// formula's value (itself within 2^-52 of 1 / sqrt(y)).
+#[inline(always)]
+fn rsqrt_approx(y: f32) -> f64 {
+    let r0 = (1.0 / y.sqrt()) as f64;
+    let h = 0.5 - 0.5 * (y as f64 * r0 * r0);
+    r0 + r0 * h
+}
+
+/// ln(y) for a positive normal fp32 y, relative error below 2^-47: y = 2^e * m with m in
+/// [sqrt(1/2), sqrt(2)) (both exact), ln m = 2 atanh(s) with s = (m - 1) / (m + 1) (|s| <
+/// 0.1716; m - 1 exact), the odd series to s^17 (truncation < 2^-49 relative), plus e ln 2.
+/// |e ln 2| >= 2 |ln m| when e != 0, so the sum loses at most a factor 2; ln 1 is exactly 0.
+/// Meaningless for other y (`bracketed` never keeps it for those).
+#[inline(always)]
+fn log_approx(y: f32) -> f64 {
+    const LN2: f64 = std::f64::consts::LN_2;
+    let b = y.to_bits();
+    let m = f32::from_bits((b & 0x7f_ffff) | 0x3f80_0000) as f64; // [1, 2)
+    let big = m > std::f64::consts::SQRT_2;
+    let m = if big { m * 0.5 } else { m };
+    let e = ((b >> 23) & 0xff) as i32 - 127 + big as i32;
+    let s = (m - 1.0) / (m + 1.0);
+    let z = s * s;
+    let mut p = 1.0 / 17.0;
+    for k in [15.0, 13.0, 11.0, 9.0, 7.0, 5.0, 3.0, 1.0] {
+        p = p * z + 1.0 / k;
+    }
+    e as f64 * LN2 + 2.0 * s * p
+}
+
+/// `dst[i] = exact(y)` for `y = src[i] * scale + bias` in `[lo, hi]` (NaN counted inside),
+/// canonical NaN outside, where `approx(y)` is within 2^-41 (relative) of the value `exact`
+/// rounds: where `r * (1 - 2^-40)` and `r * (1 + 2^-40)` round to the same fp32 value, so does
+/// every value between them, the formula's included; elsewhere (about one element in 2^15: near
+/// an fp32 rounding midpoint, and NaN inputs) the chunk is recomputed with `exact`. Chunks of 16 with no short-circuits keep the loop vectorised.
+#[inline(always)]
+fn bracketed(
+    src: *const f32,
+    dst: *mut f32,
+    n: usize,
+    (scale, bias): (f32, f32),
+    (lo, hi): (f32, f32),
+    approx: impl Fn(f32) -> f64,
+    exact: impl Fn(f32) -> f32,
+) {
+    const C: usize = 16;
+    const DELTA: f64 = 1.0 / (1u64 << 40) as f64;
+    let load = |i: usize| {
+        // SAFETY: i < n; the callers pass pointers valid for n (unaligned) values
+        unsafe { src.add(i).read_unaligned() * scale + bias }
+    };
+    let checked = |y: f32| {
+        if !(y < lo || y > hi) {
+            exact(y)
+        } else {
+            f32::NAN
+        }
+    };
+    let mut i = 0;
+    while i + C <= n {
+        let mut out = [0f32; C];
+        let mut near = 0u32;
+        for (j, o) in out.iter_mut().enumerate() {
+            let y = load(i + j);
+            let inside = !((y < lo) | (y > hi));
+            let r = approx(y);
+            let (a, z) = ((r * (1.0 - DELTA)) as f32, (r * (1.0 + DELTA)) as f32);
+            near |= (inside & ((a != z) | y.is_nan())) as u32;
+            *o = if inside { a } else { f32::NAN };
+        }
+        if near != 0 {
+            for (j, o) in out.iter_mut().enumerate() {
+                *o = checked(load(i + j));
+            }
+        }
+        for (j, o) in out.iter().enumerate() {
+            // SAFETY: i + j < n; src == dst is read above before this write
+            unsafe { dst.add(i + j).write_unaligned(*o) };
+        }
+        i += C;
+    }
+    for j in i..n {
+        let r = checked(load(j));
+        // SAFETY: j < n
+        unsafe { dst.add(j).write_unaligned(r) };
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn run_avx512(k: Simple, src: *const f32, dst: *mut f32, n: usize, aff: (f32, f32)) {
+    run(k, src, dst, n, aff)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn run_avx2(k: Simple, src: *const f32, dst: *mut f32, n: usize, aff: (f32, f32)) {
+    run(k, src, dst, n, aff)
+}
+
+/// # Safety
+/// `src` and `dst` valid for `n` fp32 values (unaligned), either equal or disjoint.
+unsafe fn dispatch(k: Simple, src: *const f32, dst: *mut f32, n: usize, aff: (f32, f32)) {
+    match simd::path() {
+        // SAFETY: simd::path() only names paths this host supports
+        #[cfg(target_arch = "x86_64")]
+        Path::Avx512 => unsafe { run_avx512(k, src, dst, n, aff) },
+        #[cfg(target_arch = "x86_64")]
+        Path::Avx2Fma => unsafe { run_avx2(k, src, dst, n, aff) },
+        _ => run(k, src, dst, n, aff),
+    }
+}
+
+/// `v[i] = apply_checked(f, fl32(fl32(v[i] * scale) + bias), 0)` for `k = kernel(f)`.
+pub fn map_affine(k: Simple, v: &mut [f32], aff: (f32, f32)) {
+    let p = v.as_mut_ptr();
+    // SAFETY: in place over v's own values
+    unsafe { dispatch(k, p, p, v.len(), aff) }
+}
+
+/// `map_affine` from little-endian fp32 bytes into fp32 values (`src` holds `dst.len()`).
+pub fn map_affine_into(k: Simple, src: &[u8], dst: &mut [f32], aff: (f32, f32)) {
+    assert_eq!(src.len(), 4 * dst.len());
+    // SAFETY: src holds dst.len() fp32 values and is disjoint from dst (borrowed mutably)
+    unsafe {
+        dispatch(
+            k,
+            src.as_ptr() as *const f32,
+            dst.as_mut_ptr(),
+            dst.len(),
+            aff,
+        )
+    }
+}
+
+/// `map_affine` from little-endian fp32 bytes to fp32 bytes (equal lengths, multiples of 4).
+pub fn map_affine_bytes(k: Simple, src: &[u8], dst: &mut [u8], aff: (f32, f32)) {
+    assert_eq!(src.len(), dst.len());
+    let (s, d) = (src.as_ptr() as *const f32, dst.as_mut_ptr() as *mut f32);
+    // SAFETY: both hold len / 4 fp32 values and are disjoint (dst is borrowed mutably)
+    unsafe { dispatch(k, s, d, src.len() / 4, aff) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every path (the host's and the narrower ones) against `apply_checked` on all fp32
+    /// exponents, signs and a spread of mantissas, NaNs quieted by the affine step included.
+    #[test]
+    fn simple_forms_give_the_bits_of_apply_checked() {
+        let xs: Vec<f32> = (0..=0x1ffu32)
+            .flat_map(|e| {
+                [0, 1, 0x2a_aaab, 0x40_0000, 0x55_5555, 0x7f_ffff]
+                    .map(move |m| f32::from_bits(e << 23 | m))
+            })
+            .collect();
+        for k in [
+            ActFn::Abs,
+            ActFn::Relu,
+            ActFn::Square,
+            ActFn::Sqrt,
+            ActFn::Reciprocal,
+            ActFn::Rsqrt,
+            ActFn::Log,
+        ] {
+            for aff in [(1.0, -0.0), (-0.5, 0.25), (3.0, 0.0)] {
+                let want: Vec<u32> = xs
+                    .iter()
+                    .map(|&x| act::apply_checked(k, x * aff.0 + aff.1, 0.0).to_bits())
+                    .collect();
+                for p in [Path::Portable, Path::Avx2Fma, Path::Avx512] {
+                    if !simd::host_supports(p) {
+                        continue;
+                    }
+                    simd::set_limit(Some(p));
+                    let mut v = xs.clone();
+                    map_affine(kernel(k).unwrap(), &mut v, aff);
+                    simd::set_limit(None);
+                    let got: Vec<u32> = v.iter().map(|x| x.to_bits()).collect();
+                    assert_eq!(got, want, "{k:?} {aff:?} {p:?}");
+                }
+            }
+        }
+    }
+
+    /// A bracketed shortcut against the f64 formula on every `step`-th fp32 bit pattern of
+    /// `[a, b)` (the valid range and beyond both edges), on every path the host has.
+    fn sweep(f: ActFn, (a, b): (u32, u32), step: usize) {
+        let xs: Vec<f32> = (a..b).step_by(step).map(f32::from_bits).collect();
+        let want: Vec<u32> = xs
+            .iter()
+            .map(|&x| act::apply_checked(f, x, 0.0).to_bits())
+            .collect();
+        for p in [Path::Portable, Path::Avx2Fma, Path::Avx512] {
+            if !simd::host_supports(p) {
+                continue;
+            }
+            simd::set_limit(Some(p));
+            let mut v = xs.clone();
+            map_affine(kernel(f).unwrap(), &mut v, (1.0, -0.0));
+            simd::set_limit(None);
+            let bad = v
+                .iter()
+                .zip(&want)
+                .filter(|(g, w)| g.to_bits() != **w)
+                .count();
+            assert_eq!(bad, 0, "{f:?} {p:?}: {bad} of {} differ", xs.len());
+        }
+    }
+
+    /// rsqrt: 2^-96 .. 2^98 (bits); log: 2^-72 .. 2^72
+    const RSQRT: (u32, u32) = (0x2f80_0000, 0x7080_0000);
+    const LOG: (u32, u32) = (0x1b80_0000, 0x6380_0000);
+
+    #[test]
+    fn bracketed_shortcuts_match_the_f64_formulas() {
+        sweep(ActFn::Rsqrt, RSQRT, 997);
+        sweep(ActFn::Log, LOG, 997);
+        // ln near 1, where the result is small: every input from 1 - 2^-10 to 1 + 2^-10
+        sweep(ActFn::Log, (0x3f7f_c000, 0x3f80_2000), 1);
+    }
+
+    /// Every fp32 input of the ranges (`cargo test --release -p trn3emu-core --lib
+    /// exhaustive_bracketed -- --ignored`, a few minutes).
+    #[test]
+    #[ignore]
+    fn exhaustive_bracketed() {
+        sweep(ActFn::Rsqrt, RSQRT, 1);
+        sweep(ActFn::Log, LOG, 1);
+    }
+}

@@ -43,6 +43,62 @@ pub fn activate(
     }
     let (parts, dt, rounder) = (src.parts as usize, dst.dtype, ctx.rounder);
     let (fast, simple) = (act::fast_kernel(f), act_simple::kernel(f));
+    // row r's fp32 results into `row`, encoded into its destination bytes `out`
+    let one_row = |r: usize, x: &[u8], out: &mut [u8], row: &mut [f32]| {
+        let (s, b) = (scale[r], bias[r]);
+        match (fast, simple) {
+            (Some(kern), _) => {
+                exp::map_affine_into(kern, x, row, (s, b), |t| act::apply_checked(f, t, 0.0));
+            }
+            // copy / bypass return their input (`apply_checked`): the affine step is the
+            // whole function, done in the decode pass (the same two fp32 roundings)
+            (None, _) if matches!(f, ActFn::Copy | ActFn::Bypass) => {
+                for (v, e) in row.iter_mut().zip(x.chunks_exact(4)) {
+                    *v = f32::from_le_bytes([e[0], e[1], e[2], e[3]]) * s + b;
+                }
+            }
+            (None, Some(k)) => act_simple::map_affine_into(k, x, row, (s, b)),
+            (None, None) => {
+                for (v, e) in row.iter_mut().zip(x.chunks_exact(4)) {
+                    *v = f32::from_le_bytes([e[0], e[1], e[2], e[3]]);
+                }
+                act::apply_affine_slice(f, row, s, b);
+            }
+        }
+        let grid = Grid {
+            off: 0,
+            stride: out.len(),
+            n: w,
+            rows: 1,
+            idx: (r * w) as u64,
+            idx_step: w as u64,
+        };
+        encode_runs(&rounder, dt, out, Runs::Grid(grid), row);
+    };
+    let Some(sums) = sums else {
+        // no registers: rows on the host threads when large (each row read, computed and
+        // encoded by one thread, element index = row-major position, so the bits and the
+        // stochastic rounding do not depend on the thread count); the larger of the
+        // function's cost (as scalar.rs's fp32 paths) and a streamed pass's per byte
+        let per_elem = match (fast, simple) {
+            _ if matches!(f, ActFn::Copy | ActFn::Bypass) => 1,
+            (None, Some(_)) => 4,
+            _ => 16,
+        };
+        let work = (parts * w)
+            .saturating_mul(per_elem)
+            .max((parts * w * dt.size()).saturating_mul(crate::par::STREAM_WORK_PER_BYTE));
+        return rows::fused_dense_par(ctx, dst, [src], work, |r, [x], out| {
+            ROWS.with(|cell| {
+                let mut buf = cell.borrow_mut();
+                if buf.len() < w {
+                    buf.resize(w, 0.0);
+                }
+                one_row(r, x, out, &mut buf[..w]);
+            })
+        });
+    };
+    // register sums stay on one thread: `GROUP` rows' add chains advance together
     let sums = RefCell::new(sums);
     ROWS.with(|cell| {
         let Ok(mut buf) = cell.try_borrow_mut() else {
@@ -56,41 +112,10 @@ pub fn activate(
         rows::fused_dense(ctx, dst, [src], |r, [x], out| {
             let mut buf = buf.borrow_mut();
             let k = r % GROUP;
-            let row = &mut buf[k * w..(k + 1) * w];
-            let (s, b) = (scale[r], bias[r]);
-            match (fast, simple) {
-                (Some(kern), _) => {
-                    exp::map_affine_into(kern, x, row, (s, b), |t| act::apply_checked(f, t, 0.0));
-                }
-                // copy / bypass return their input (`apply_checked`): the affine step is the
-                // whole function, done in the decode pass (the same two fp32 roundings)
-                (None, _) if matches!(f, ActFn::Copy | ActFn::Bypass) => {
-                    for (v, e) in row.iter_mut().zip(x.chunks_exact(4)) {
-                        *v = f32::from_le_bytes([e[0], e[1], e[2], e[3]]) * s + b;
-                    }
-                }
-                (None, Some(k)) => act_simple::map_affine_into(k, x, row, (s, b)),
-                (None, None) => {
-                    for (v, e) in row.iter_mut().zip(x.chunks_exact(4)) {
-                        *v = f32::from_le_bytes([e[0], e[1], e[2], e[3]]);
-                    }
-                    act::apply_affine_slice(f, row, s, b);
-                }
-            }
-            let grid = Grid {
-                off: 0,
-                stride: out.len(),
-                n: w,
-                rows: 1,
-                idx: (r * w) as u64,
-                idx_step: w as u64,
-            };
-            encode_runs(&rounder, dt, out, Runs::Grid(grid), row);
-            if let Some(sums) = sums.borrow_mut().as_deref_mut() {
-                if k == GROUP - 1 || r + 1 == parts {
-                    let r0 = r - k;
-                    add_rows(&mut sums[r0..=r], &buf[..(k + 1) * w], w);
-                }
+            one_row(r, x, out, &mut buf[k * w..(k + 1) * w]);
+            if k == GROUP - 1 || r + 1 == parts {
+                let r0 = r - k;
+                add_rows(&mut sums.borrow_mut()[r0..=r], &buf[..(k + 1) * w], w);
             }
         })
     })

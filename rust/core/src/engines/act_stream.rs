@@ -95,8 +95,8 @@ fn add_group(s: &mut [f32], rows: &[f32], w: usize) {
 
 /// `copy` / `bypass` from fp32 to fp32 over dense rows: `dst = src * scale + bias` in one pass
 /// from the source bytes to the destination bytes (`rows::fused_dense`; the same fp32 multiply
-/// and add as `act::apply_affine_slice`, whose copy returns its input unchanged). False when
-/// not applicable.
+/// and add as `act::apply_affine_slice`, whose copy returns its input unchanged; rows split over
+/// the host threads as `rows::fused_dense_par`). False when not applicable.
 pub fn copy_fused(
     ctx: &mut Ctx,
     f: ActFn,
@@ -108,7 +108,10 @@ pub fn copy_fused(
     if !matches!(f, ActFn::Copy | ActFn::Bypass) || dst.dtype != Float32 || src.dtype != Float32 {
         return false;
     }
-    rows::fused_dense(ctx, dst, [src], |r, [x], out| {
+    // a streamed pass: rows on the host threads from 1 MiB written (`par::STREAM_WORK_PER_BYTE`)
+    let work =
+        (dst.parts as usize * dst.free_size() * 4).saturating_mul(crate::par::STREAM_WORK_PER_BYTE);
+    rows::fused_dense_par(ctx, dst, [src], work, |r, [x], out| {
         let (s, b) = (scale[r], bias[r]);
         for (o, i) in out.chunks_exact_mut(4).zip(x.chunks_exact(4)) {
             let v = f32::from_le_bytes([i[0], i[1], i[2], i[3]]);

@@ -524,9 +524,11 @@ pub fn fused_dense<const N: usize>(
 }
 
 /// `fused_dense` with the rows split over the host threads (`par`) when `work` (operations in
-/// all) makes it worthwhile and no input shares a byte with the destination: then every row
-/// reads only bytes no row writes, so rows may run in any order and on any thread, with the
-/// same bits. Otherwise (in place, overlapping, one thread, small) `fused_dense`.
+/// all) makes it worthwhile and every input shares no byte with the destination or (rows of
+/// at least `IN_PLACE_MIN_BYTES`, as `fused_dense`) is exactly it: then every row reads only
+/// bytes no other row writes (an in-place row is copied first by the thread that owns it), so
+/// rows may run in any order and on any thread, with the same bits. Otherwise (overlapping,
+/// one thread, small) `fused_dense`.
 pub fn fused_dense_par<const N: usize>(
     ctx: &mut Ctx,
     dst: &Ap,
@@ -534,15 +536,21 @@ pub fn fused_dense_par<const N: usize>(
     work: usize,
     kernel: impl Fn(usize, [&[u8]; N], &mut [u8]) + Sync + Send,
 ) -> bool {
-    if !crate::par::would_split(dst.parts as usize, work)
-        || !splittable(dst, &srcs, false)
-        || !rows_par(ctx, dst, srcs, work, |r, views, out| {
-            kernel(r, views.map(|v| v.unwrap_or_default()), out)
+    let in_place = dst.free_size() * dst.dtype.size() >= IN_PLACE_MIN_BYTES;
+    if crate::par::would_split(dst.parts as usize, work)
+        && splittable(dst, &srcs, in_place)
+        && rows_par(ctx, dst, srcs, work, |r, views, out| {
+            if views.iter().all(Option::is_some) {
+                return kernel(r, views.map(|v| v.unwrap_or_default()), out);
+            }
+            // in place: the kernel reads a copy of the old row (this thread's row only)
+            let old = out.to_vec();
+            kernel(r, views.map(|v| v.unwrap_or(&old)), out)
         })
     {
-        return fused_dense(ctx, dst, srcs, kernel);
+        return true;
     }
-    true
+    fused_dense(ctx, dst, srcs, kernel)
 }
 
 /// `fused_dense_any` (in place allowed) with the rows split over the host threads as

@@ -6,7 +6,9 @@ depend on the thread count or the SIMD path. The split threshold is forced down 
 that these small tiles split. References: the documented sqrt (numpy's exact fp32 sqrt inside its
 range, NaN outside: test_act_simple_bits.reference), libm's f64 exp rounded
 once, the fp32 affine step `x * scale + bias` (two roundings), bf16 by ml_dtypes' nearest-even
-rounding of the fp32 result."""
+rounding of the fp32 result, register sums in free-index order with the first-NaN rule
+(test_act_simple_bits.row_sum; a thread takes whole groups of 16 rows, whose chains advance
+together)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pytest
 import trn3emu as t3
 from conftest import assert_bits_equal
 from test_act_simple_bits import reference as simple_ref
+from test_act_simple_bits import row_sum
 from trn3emu import _native
 
 F32, F64, BF16 = np.float32, np.float64, ml_dtypes.bfloat16
@@ -119,6 +122,46 @@ def test_stochastic_rounding_to_bf16_does_not_depend_on_the_thread_count():
         lo = want_exp.view(np.uint32) & np.uint32(0xFFFF0000)
         ok = (e_bf.view(np.uint32) == lo) | (e_bf.view(np.uint32) == lo + np.uint32(0x10000))
         assert ok[fin].all()
+        if first is None:
+            first = got
+        for g, w in zip(got, first):
+            assert_bits_equal(g, w)
+
+
+@pytest.mark.parametrize("parts", [128, 40])  # 8 groups of 16 rows; 2 whole groups and a partial one
+@pytest.mark.parametrize("dst_dtype", [F32, BF16], ids=["fp32", "bf16"])
+def test_register_reduce_rows_split_by_groups_with_the_same_bits(parts, dst_dtype):
+    rng = np.random.default_rng(parts)
+    x = rng.uniform(-4, 4, (parts, N)).astype(F32)
+    x[3, 7] = np.nan
+    x[20, :2] = [np.inf, -np.inf]  # exp: inf then 0 (a number sum: inf)
+    s = rng.uniform(0.5, 1.5, (parts, 1)).astype(F32)
+    b = rng.uniform(-0.5, 0.5, (parts, 1)).astype(F32)
+    want = np.exp(((x * s).astype(F32) + b).astype(F64)).astype(F32)
+    first = None
+    for threads, path in variants():
+        t3.set_num_threads(threads)
+        _native.limit_simd(path)
+        dev = t3.Device(seed=1)
+        p = t3.Program()
+        tiles = []
+        for a in (x, s, b):
+            t = p.sbuf(a.shape, F32)
+            p.dma_copy(dst=t, src=dev.hbm.put(a))
+            tiles.append(t)
+        xt, st, bt = tiles
+        o, r = p.sbuf((parts, N), dst_dtype), p.sbuf((parts, 1), F32)
+        p.activation_reduce(dst=o, op="exp", data=xt, reduce_op="add", reduce_res=r, scale=st, bias=bt)
+        hs = [dev.hbm.alloc(t.shape, t.dtype) for t in (o, r)]
+        for h, t in zip(hs, (o, r)):
+            p.dma_copy(dst=h, src=t)
+        dev.run(p)
+        got = [dev.hbm.get(h) for h in hs]
+        if dst_dtype is F32:
+            assert_bits_equal(got[0], want)
+        else:
+            assert_bf16_of(got[0], want)
+        assert_bits_equal(got[1][:, 0], row_sum(want))  # NaN payloads too
         if first is None:
             first = got
         for g, w in zip(got, first):

@@ -17,6 +17,7 @@ use crate::kernels::{exp, rowsum};
 use crate::memory::Ap;
 use crate::numerics::bulk::{encode_runs, Grid, Runs};
 use std::cell::RefCell;
+use std::sync::Mutex;
 
 /// Rows whose register sums advance together (independent fp32 add chains).
 const GROUP: usize = rowsum::ROWS;
@@ -75,19 +76,19 @@ pub fn activate(
         };
         encode_runs(&rounder, dt, out, Runs::Grid(grid), row);
     };
+    // rows on the host threads when large (each row read, computed and encoded by one thread,
+    // element index = row-major position, so the bits and the stochastic rounding do not
+    // depend on the thread count); the larger of the function's cost (as scalar.rs's fp32
+    // paths) and a streamed pass's per byte
+    let per_elem = match (fast, simple) {
+        _ if matches!(f, ActFn::Copy | ActFn::Bypass) => 1,
+        (None, Some(_)) => 4,
+        _ => 16,
+    };
+    let work = (parts * w)
+        .saturating_mul(per_elem)
+        .max((parts * w * dt.size()).saturating_mul(crate::par::STREAM_WORK_PER_BYTE));
     let Some(sums) = sums else {
-        // no registers: rows on the host threads when large (each row read, computed and
-        // encoded by one thread, element index = row-major position, so the bits and the
-        // stochastic rounding do not depend on the thread count); the larger of the
-        // function's cost (as scalar.rs's fp32 paths) and a streamed pass's per byte
-        let per_elem = match (fast, simple) {
-            _ if matches!(f, ActFn::Copy | ActFn::Bypass) => 1,
-            (None, Some(_)) => 4,
-            _ => 16,
-        };
-        let work = (parts * w)
-            .saturating_mul(per_elem)
-            .max((parts * w * dt.size()).saturating_mul(crate::par::STREAM_WORK_PER_BYTE));
         return rows::fused_dense_par(ctx, dst, [src], work, |r, [x], out| {
             ROWS.with(|cell| {
                 let mut buf = cell.borrow_mut();
@@ -98,24 +99,20 @@ pub fn activate(
             })
         });
     };
-    // register sums stay on one thread: `GROUP` rows' add chains advance together
-    let sums = RefCell::new(sums);
-    ROWS.with(|cell| {
-        let Ok(mut buf) = cell.try_borrow_mut() else {
-            return false;
-        };
-        let buf = &mut *buf;
-        if buf.len() < GROUP * w {
-            buf.resize(GROUP * w, 0.0);
-        }
-        let buf = RefCell::new(buf);
-        rows::fused_dense(ctx, dst, [src], |r, [x], out| {
-            let mut buf = buf.borrow_mut();
+    // register sums: `GROUP` rows' add chains advance together, so rows go to the threads a
+    // group at a time (the same groups, chains and bits as on one thread)
+    let sums = Mutex::new(sums);
+    rows::fused_dense_par_groups(ctx, dst, [src], work, GROUP, |r, [x], out| {
+        ROWS.with(|cell| {
+            let mut buf = cell.borrow_mut();
+            if buf.len() < GROUP * w {
+                buf.resize(GROUP * w, 0.0);
+            }
             let k = r % GROUP;
             one_row(r, x, out, &mut buf[k * w..(k + 1) * w]);
             if k == GROUP - 1 || r + 1 == parts {
-                let r0 = r - k;
-                add_rows(&mut sums.borrow_mut()[r0..=r], &buf[..(k + 1) * w], w);
+                let mut sums = sums.lock().unwrap_or_else(|e| e.into_inner());
+                add_rows(&mut sums[r - k..=r], &buf[..(k + 1) * w], w);
             }
         })
     })

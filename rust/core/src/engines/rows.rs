@@ -536,10 +536,24 @@ pub fn fused_dense_par<const N: usize>(
     work: usize,
     kernel: impl Fn(usize, [&[u8]; N], &mut [u8]) + Sync + Send,
 ) -> bool {
+    fused_dense_par_groups(ctx, dst, srcs, work, 1, kernel)
+}
+
+/// `fused_dense_par` handing out rows in groups of `group` (row `g * group` on): a group's
+/// rows run on one thread in order, as they do on one thread (the register sums of
+/// act_fused.rs add a whole group's rows together).
+pub fn fused_dense_par_groups<const N: usize>(
+    ctx: &mut Ctx,
+    dst: &Ap,
+    srcs: [&Ap; N],
+    work: usize,
+    group: usize,
+    kernel: impl Fn(usize, [&[u8]; N], &mut [u8]) + Sync + Send,
+) -> bool {
     let in_place = dst.free_size() * dst.dtype.size() >= IN_PLACE_MIN_BYTES;
     if crate::par::would_split(dst.parts as usize, work)
         && splittable(dst, &srcs, in_place)
-        && rows_par(ctx, dst, srcs, work, |r, views, out| {
+        && rows_par(ctx, dst, srcs, (work, group), |r, views, out| {
             if views.iter().all(Option::is_some) {
                 return kernel(r, views.map(|v| v.unwrap_or_default()), out);
             }
@@ -566,7 +580,7 @@ pub fn fused_dense_any_par<const N: usize>(
 ) -> bool {
     if crate::par::would_split(dst.parts as usize, work)
         && splittable(dst, &srcs, true)
-        && rows_par(ctx, dst, srcs, work, &kernel)
+        && rows_par(ctx, dst, srcs, (work, 1), &kernel)
     {
         return true;
     }
@@ -597,13 +611,14 @@ fn splittable(dst: &Ap, srcs: &[&Ap], in_place: bool) -> bool {
         && srcs.iter().all(|s| apart(s) || (in_place && exact(s)))
 }
 
-/// The rows of a `splittable` `srcs -> dst` on the host threads, an input that is exactly the
-/// destination given as None; false (nothing done) if a row falls outside the buffers.
+/// The rows of a `splittable` `srcs -> dst` on the host threads, `group` consecutive rows per
+/// task (in order), an input that is exactly the destination given as None; false (nothing
+/// done) if a row falls outside the buffers.
 fn rows_par<const N: usize>(
     ctx: &mut Ctx,
     dst: &Ap,
     srcs: [&Ap; N],
-    work: usize,
+    (work, group): (usize, usize),
     kernel: impl Fn(usize, [Option<&[u8]>; N], &mut [u8]) + Sync + Send,
 ) -> bool {
     let parts = dst.parts as usize;
@@ -622,7 +637,7 @@ fn rows_par<const N: usize>(
         return false;
     }
     let base = RawBytes(draw.as_mut_ptr());
-    crate::par::for_each_index(parts, work, |r| {
+    let one = |r: usize| {
         let d = dg.row(r);
         // SAFETY: in bounds (checked above); destination rows are disjoint (one partition
         // each) and each row runs once, so `out` aliases nothing another row touches; a
@@ -642,6 +657,12 @@ fn rows_par<const N: usize>(
             }
         });
         kernel(r, views, out)
+    };
+    let group = group.max(1);
+    crate::par::for_each_index(parts.div_ceil(group), work, |g| {
+        for r in g * group..((g + 1) * group).min(parts) {
+            one(r)
+        }
     });
     true
 }

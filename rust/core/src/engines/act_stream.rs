@@ -18,7 +18,8 @@ const GROUP: usize = 8;
 /// `dst = f(src * scale + bias)` with the fp32 results summed into the registers of lanes
 /// `src.start..` (`cmd` reduce or reset_reduce). False (nothing done) for other commands, when
 /// the registers do not cover the lanes, when the materialising path would split the rows
-/// across host threads, or when the patterns cannot stream.
+/// across host threads (unless act_fused's one pass, which splits too, applies), or when the
+/// patterns cannot stream.
 pub fn activate_reduce(
     ctx: &mut Ctx,
     f: ActFn,
@@ -35,10 +36,10 @@ pub fn activate_reduce(
     };
     if !matches!(cmd, ReduceCmd::Reduce | ReduceCmd::ResetReduce)
         || base + parts > ctx.state.act_regs.len()
-        || crate::par::would_split(parts, n * per_elem * parts)
     {
         return false;
     }
+    let split = crate::par::would_split(parts, n * per_elem * parts);
     let scale = ctx.scalar(scale, src.parts);
     let bias = ctx.scalar_or(bias, src.parts, 0.0);
     let mut sums = if cmd == ReduceCmd::Reduce {
@@ -46,10 +47,14 @@ pub fn activate_reduce(
     } else {
         vec![0.0; parts]
     };
-    // fp32 source rows: one pass from the source bytes (act_fused.rs)
+    // fp32 source rows: one pass from the source bytes (act_fused.rs; rows split over the host
+    // threads in groups when large)
     if super::act_fused::activate(ctx, f, (dst, src), (&scale, &bias), Some(&mut sums)) {
         ctx.state.act_regs[base..base + parts].copy_from_slice(&sums);
         return true;
+    }
+    if split {
+        return false; // the materialising path splits the function's rows
     }
     let sums = RefCell::new(sums);
     let streamed = rows::map_f32_grouped(ctx, dst, [src], GROUP, |r0, rows, _, w, [x], out| {

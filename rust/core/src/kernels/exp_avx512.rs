@@ -325,16 +325,8 @@ super::exp_x86::loop_drivers! {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::exp_ref::{reference, sig};
     use crate::kernels::simd::{host_supports, Path};
-
-    /// The f64 logistic function on libm's exp (stable form for each sign).
-    fn sig(v: f64) -> f64 {
-        if v >= 0.0 {
-            1.0 / (1.0 + (-v).exp())
-        } else {
-            v.exp() / (1.0 + v.exp())
-        }
-    }
 
     /// The worst relative error of an 8-lane kernel against `reference` over `xs` (inputs
     /// where the reference is 0 skipped). Needs a host with AVX-512F.
@@ -402,21 +394,6 @@ mod tests {
         );
         assert!(ws < 2f64.powf(-42.4) && ws > 0.0, "sigmoid {ws:e}");
         assert!(wt < 2f64.powf(-40.5) && wt > 0.0, "tanh {wt:e}");
-    }
-
-    /// act.rs's definitions written out: f64 formula, one rounding, limits at +-inf.
-    fn reference(f: Func, x: f32) -> f32 {
-        let v = x as f64;
-        match (f, x) {
-            (Func::Exp, _) => v.exp() as f32,
-            (Func::Sigmoid | Func::Tanh, f32::INFINITY) => 1.0,
-            (Func::Sigmoid | Func::Silu, f32::NEG_INFINITY) => 0.0,
-            (Func::Silu, f32::INFINITY) => f32::INFINITY,
-            (Func::Tanh, f32::NEG_INFINITY) => -1.0,
-            (Func::Sigmoid, _) => sig(v) as f32,
-            (Func::Silu, _) => (v * sig(v)) as f32,
-            (Func::Tanh, _) => v.tanh() as f32,
-        }
     }
 
     #[test]

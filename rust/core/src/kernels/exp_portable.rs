@@ -318,30 +318,7 @@ pub(super) unsafe fn map_affine_raw(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The f64 logistic function on libm's exp (stable form for each sign).
-    fn sig(v: f64) -> f64 {
-        if v >= 0.0 {
-            1.0 / (1.0 + (-v).exp())
-        } else {
-            v.exp() / (1.0 + v.exp())
-        }
-    }
-
-    /// act.rs's definitions written out: f64 formula, one rounding, limits at +-inf.
-    fn reference(f: Func, x: f32) -> f32 {
-        let v = x as f64;
-        match (f, x) {
-            (Func::Exp, _) => v.exp() as f32,
-            (Func::Sigmoid | Func::Tanh, f32::INFINITY) => 1.0,
-            (Func::Sigmoid | Func::Silu, f32::NEG_INFINITY) => 0.0,
-            (Func::Silu, f32::INFINITY) => f32::INFINITY,
-            (Func::Tanh, f32::NEG_INFINITY) => -1.0,
-            (Func::Sigmoid, _) => sig(v) as f32,
-            (Func::Silu, _) => (v * sig(v)) as f32,
-            (Func::Tanh, _) => v.tanh() as f32,
-        }
-    }
+    use crate::kernels::exp_ref::reference;
 
     #[test]
     fn every_entry_point_matches_the_scalar_formula() {

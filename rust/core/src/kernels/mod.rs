@@ -9,6 +9,8 @@ pub mod exp_avx2;
 #[cfg(target_arch = "x86_64")]
 pub mod exp_avx512;
 mod exp_portable;
+#[cfg(test)]
+mod exp_ref;
 #[cfg(target_arch = "x86_64")]
 mod exp_x86;
 pub mod gemm;

@@ -18,7 +18,7 @@ import pytest
 import trn3emu as t3
 from conftest import assert_bits_equal
 from test_act_simple_bits import reference as simple_ref
-from test_act_simple_bits import row_sum
+from test_act_simple_bits import row_sum, variants
 from trn3emu import _native
 
 F32, F64, BF16 = np.float32, np.float64, ml_dtypes.bfloat16
@@ -34,14 +34,6 @@ def _restore():
     _native.set_min_parallel_work(0)
     t3.set_num_threads(0)
     _native.limit_simd(None)
-
-
-def variants() -> list[tuple[int, str | None]]:
-    """(threads, SIMD path): 1 and 2 threads on the host's best path and every narrower one."""
-    paths: list[str | None] = [None] + [p for p in ("avx2+fma", "portable") if p != t3.simd_path()]
-    paths = [p for p in paths if p is None or _native.limit_simd(p)]
-    _native.limit_simd(None)
-    return [(t, p) for p in paths for t in (1, 2)]
 
 
 def run(x: np.ndarray, s: np.ndarray, b: np.ndarray, rounding: str = "rne") -> list[np.ndarray]:

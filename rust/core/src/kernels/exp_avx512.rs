@@ -325,7 +325,7 @@ super::exp_x86::loop_drivers! {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::exp_ref::{reference, sig};
+    use crate::kernels::exp_ref::{affine_inputs, reference, sig};
     use crate::kernels::simd::{host_supports, Path};
 
     /// The worst relative error of an 8-lane kernel against `reference` over `xs` (inputs
@@ -404,19 +404,7 @@ mod tests {
         if !host_supports(Path::Avx512) {
             return;
         }
-        let mut xs: Vec<f32> = (0..3000).map(|i| (i as f32 - 1500.0) * 0.0731).collect();
-        xs.extend([
-            0.0,
-            -0.0,
-            f32::NAN,
-            f32::INFINITY,
-            f32::NEG_INFINITY,
-            1e30,
-            -1e30,
-        ]);
-        xs.extend([
-            -87.5, -104.5, -160.0, 88.7, 1e-40, -1e-40, 0.125, -0.125, 17.0,
-        ]);
+        let xs = affine_inputs();
         for f in [Func::Exp, Func::Sigmoid, Func::Silu, Func::Tanh] {
             for (s, b) in [
                 (1.0, -0.0),

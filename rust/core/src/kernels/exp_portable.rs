@@ -318,7 +318,7 @@ pub(super) unsafe fn map_affine_raw(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::exp_ref::reference;
+    use crate::kernels::exp_ref::{affine_inputs, reference};
 
     #[test]
     fn every_entry_point_matches_the_scalar_formula() {
@@ -326,19 +326,7 @@ mod tests {
         // in place and from unaligned bytes into another buffer, a remainder (3016 = 377 * 8,
         // then 3019 with 3 left), signed zeros, NaN, +-inf, huge and tiny inputs; the fallback
         // count is the NaN lanes plus the few undecidable ones
-        let mut xs: Vec<f32> = (0..3000).map(|i| (i as f32 - 1500.0) * 0.0731).collect();
-        xs.extend([
-            0.0,
-            -0.0,
-            f32::NAN,
-            f32::INFINITY,
-            f32::NEG_INFINITY,
-            1e30,
-            -1e30,
-        ]);
-        xs.extend([
-            -87.5, -104.5, -160.0, 88.7, 1e-40, -1e-40, 0.125, -0.125, 17.0,
-        ]);
+        let xs = affine_inputs();
         for len in [xs.len(), xs.len() + 3] {
             let xs: Vec<f32> = xs.iter().cycle().take(len).copied().collect();
             for f in [Func::Exp, Func::Sigmoid, Func::Silu, Func::Tanh] {

@@ -27,3 +27,22 @@ pub fn reference(f: Func, x: f32) -> f32 {
         (Func::Tanh, _) => v.tanh() as f32,
     }
 }
+
+/// The affine-step tests' inputs: 3000 values across the functions' ranges, then signed zeros,
+/// NaN, +-inf, huge values and the thresholds (exp underflow, the tiny-exp store, tanh's edges).
+pub fn affine_inputs() -> Vec<f32> {
+    let mut xs: Vec<f32> = (0..3000).map(|i| (i as f32 - 1500.0) * 0.0731).collect();
+    xs.extend([
+        0.0,
+        -0.0,
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        1e30,
+        -1e30,
+    ]);
+    xs.extend([
+        -87.5, -104.5, -160.0, 88.7, 1e-40, -1e-40, 0.125, -0.125, 17.0,
+    ]);
+    xs
+}

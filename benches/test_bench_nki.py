@@ -182,19 +182,24 @@ def test_nki_rmsnorm_4096(benchmark):
     )
 
 
-def test_nki_tracing_per_instruction(benchmark, monkeypatch):
-    """The front end alone: tracing + assembling the flash-attention kernel (seq 4096) with the
-    trace cache off and Device.run stubbed out; extra_info has microseconds per instruction."""
+def _front_end_only(monkeypatch):
+    """Stub the device run so only tracing and assembly are timed. The front end launches through
+    `Device._run`; both entry points are stubbed (stubbing `run` alone timed the device run too:
+    46 k vs ~90 k/s)."""
     import trn3emu.device
 
     class _NoRun:
         time_ns = 0.0
         identical_writes = ()
 
-    # The front end launches through `Device._run`; stub both entry points so only tracing and
-    # assembly are timed (stubbing `run` alone timed the device run too: 46 k vs ~90 k/s).
     monkeypatch.setattr(trn3emu.device.Device, "run", lambda self, *a, **k: _NoRun())
     monkeypatch.setattr(trn3emu.device.Device, "_run", lambda self, *a, **k: _NoRun())
+
+
+def test_nki_tracing_per_instruction(benchmark, monkeypatch):
+    """The front end alone: tracing + assembling the flash-attention kernel (seq 4096) with the
+    trace cache off and Device.run stubbed out; extra_info has microseconds per instruction."""
+    _front_end_only(monkeypatch)
     fa = nki_flash_attention
     q_t, k_t, v, scale = fa.make_inputs()
     kern = nki.jit(fa.flash_attention_causal.fn, cache=False)
@@ -222,14 +227,7 @@ def test_nki_tracing_ir_recording(benchmark, monkeypatch):
     """What recording the kernel IR costs (`nki.jit(ir=True)`, docs/nki.md "Passes"): the same
     front-end-only run as above, with and without recording, thread CPU time measured alternately
     in the same run; extra_info has the ratio (why recording is opt-in: it is not < 1.05)."""
-    import trn3emu.device
-
-    class _NoRun:
-        time_ns = 0.0
-        identical_writes = ()
-
-    monkeypatch.setattr(trn3emu.device.Device, "run", lambda self, *a, **k: _NoRun())
-    monkeypatch.setattr(trn3emu.device.Device, "_run", lambda self, *a, **k: _NoRun())
+    _front_end_only(monkeypatch)
     fa = nki_flash_attention
     q_t, k_t, v, scale = fa.make_inputs()
     plain = nki.jit(fa.flash_attention_causal.fn, cache=False)

@@ -20,6 +20,7 @@
 
 use super::act;
 use crate::isa::ActFn;
+use crate::kernels::log;
 use crate::kernels::simd::{self, Path};
 
 /// A function with a vectorised form here.
@@ -112,9 +113,7 @@ fn run(k: Simple, src: *const f32, dst: *mut f32, n: usize, (scale, bias): (f32,
         Simple::Rsqrt => bracketed(src, dst, n, (scale, bias), (lo, hi), rsqrt_approx, |y| {
             (1.0 / (y as f64).sqrt()) as f32
         }),
-        Simple::Log => bracketed(src, dst, n, (scale, bias), (lo, hi), log_approx, |y| {
-            (y as f64).ln() as f32
-        }),
+        Simple::Log => log::map(src, dst, n, (scale, bias), (lo, hi)),
     }
 }
 
@@ -127,28 +126,6 @@ fn rsqrt_approx(y: f32) -> f64 {
     let r0 = (1.0 / y.sqrt()) as f64;
     let h = 0.5 - 0.5 * (y as f64 * r0 * r0);
     r0 + r0 * h
-}
-
-/// ln(y) for a positive normal fp32 y, relative error below 2^-47: y = 2^e * m with m in
-/// [sqrt(1/2), sqrt(2)) (both exact), ln m = 2 atanh(s) with s = (m - 1) / (m + 1) (|s| <
-/// 0.1716; m - 1 exact), the odd series to s^17 (truncation < 2^-49 relative), plus e ln 2.
-/// |e ln 2| >= 2 |ln m| when e != 0, so the sum loses at most a factor 2; ln 1 is exactly 0.
-/// Meaningless for other y (`bracketed` never keeps it for those).
-#[inline(always)]
-fn log_approx(y: f32) -> f64 {
-    const LN2: f64 = std::f64::consts::LN_2;
-    let b = y.to_bits();
-    let m = f32::from_bits((b & 0x7f_ffff) | 0x3f80_0000) as f64; // [1, 2)
-    let big = m > std::f64::consts::SQRT_2;
-    let m = if big { m * 0.5 } else { m };
-    let e = ((b >> 23) & 0xff) as i32 - 127 + big as i32;
-    let s = (m - 1.0) / (m + 1.0);
-    let z = s * s;
-    let mut p = 1.0 / 17.0;
-    for k in [15.0, 13.0, 11.0, 9.0, 7.0, 5.0, 3.0, 1.0] {
-        p = p * z + 1.0 / k;
-    }
-    e as f64 * LN2 + 2.0 * s * p
 }
 
 /// `dst[i] = exact(y)` for `y = src[i] * scale + bias` in `[lo, hi]` (NaN counted inside),
@@ -342,6 +319,51 @@ mod tests {
         sweep(ActFn::Log, LOG, 997);
         // ln near 1, where the result is small: every input from 1 - 2^-10 to 1 + 2^-10
         sweep(ActFn::Log, (0x3f7f_c000, 0x3f80_2000), 1);
+    }
+
+    /// `f` on every one of the 2^32 fp32 bit patterns (NaNs, both signs, out of range
+    /// included), in blocks of 2^24, on every path the host has (or only the path named by
+    /// `TRN3EMU_EXHAUSTIVE_PATH`), against `apply_checked`; returns the mismatches.
+    fn sweep_all(f: ActFn) -> usize {
+        let only = std::env::var("TRN3EMU_EXHAUSTIVE_PATH").ok();
+        let only = only.map(|n| simd::parse(&n).expect("TRN3EMU_EXHAUSTIVE_PATH: a path name"));
+        let mut bad = 0;
+        for block in 0..256u32 {
+            let xs: Vec<f32> = (block << 24..=(block << 24 | 0xff_ffff))
+                .map(f32::from_bits)
+                .collect();
+            let want: Vec<u32> = xs
+                .iter()
+                .map(|&x| act::apply_checked(f, x * 1.0 + -0.0, 0.0).to_bits())
+                .collect();
+            for p in [Path::Portable, Path::Avx2Fma, Path::Avx512] {
+                if !simd::host_supports(p) || only.is_some_and(|o| o != p) {
+                    continue;
+                }
+                simd::set_limit(Some(p));
+                let mut v = xs.clone();
+                map_affine(kernel(f).unwrap(), &mut v, (1.0, -0.0));
+                simd::set_limit(None);
+                let b = v
+                    .iter()
+                    .zip(&want)
+                    .filter(|(g, w)| g.to_bits() != **w)
+                    .count();
+                if b != 0 {
+                    eprintln!("{f:?} {p:?} block {block:#x}: {b} mismatches");
+                }
+                bad += b;
+            }
+        }
+        bad
+    }
+
+    /// All 2^32 inputs of log (`cargo test --release -p trn3emu-core --lib exhaustive_log --
+    /// --ignored`, about a minute).
+    #[test]
+    #[ignore]
+    fn exhaustive_log() {
+        assert_eq!(sweep_all(ActFn::Log), 0);
     }
 
     /// Every fp32 input of the ranges (`cargo test --release -p trn3emu-core --lib

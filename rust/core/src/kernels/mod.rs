@@ -14,6 +14,7 @@ mod exp_ref;
 #[cfg(target_arch = "x86_64")]
 mod exp_x86;
 pub mod gemm;
+pub mod log;
 pub mod matmul;
 pub mod minmax;
 pub mod mx;

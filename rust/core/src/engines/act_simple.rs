@@ -22,6 +22,8 @@ use super::act;
 use crate::isa::ActFn;
 use crate::kernels::log;
 use crate::kernels::simd::{self, Path};
+#[cfg(target_arch = "x86_64")]
+use crate::kernels::{log_avx2, log_avx512};
 
 /// A function with a vectorised form here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -204,7 +206,15 @@ unsafe fn dispatch(k: Simple, src: *const f32, dst: *mut f32, n: usize, aff: (f3
     match simd::path() {
         // SAFETY: simd::path() only names paths this host supports
         #[cfg(target_arch = "x86_64")]
+        Path::Avx512 if k == Simple::Log => unsafe {
+            log_avx512::map(src, dst, n, aff, bounds(ActFn::Log))
+        },
+        #[cfg(target_arch = "x86_64")]
         Path::Avx512 => unsafe { run_avx512(k, src, dst, n, aff) },
+        #[cfg(target_arch = "x86_64")]
+        Path::Avx2Fma if k == Simple::Log => unsafe {
+            log_avx2::map(src, dst, n, aff, bounds(ActFn::Log))
+        },
         #[cfg(target_arch = "x86_64")]
         Path::Avx2Fma => unsafe { run_avx2(k, src, dst, n, aff) },
         _ => run(k, src, dst, n, aff),

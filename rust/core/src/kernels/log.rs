@@ -73,9 +73,14 @@ pub const TB: u32 = 7;
 const N: usize = 1 << TB;
 static TABLE: ([f64; N], [f64; N]) = table::<N>();
 
+/// The 128-entry table's invc and logc arrays (for gathers).
+pub fn table_ptrs() -> (*const f64, *const f64) {
+    (TABLE.0.as_ptr(), TABLE.1.as_ptr())
+}
+
 /// ln(1 + r) = r + r^2 (C[0] + C[1] r + ...): Taylor coefficients -1/2, 1/3, ..., to r^D.
 pub const D: usize = 5;
-const C: [f64; D - 1] = [-0.5, 1.0 / 3.0, -0.25, 0.2];
+pub const C: [f64; D - 1] = [-0.5, 1.0 / 3.0, -0.25, 0.2];
 
 /// The relative error bound of `approx` against ln: truncation 2^-8D / (D + 1) (2^-42.6) plus
 /// rounding (< 2^-50), with margin.

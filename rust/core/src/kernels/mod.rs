@@ -15,6 +15,10 @@ mod exp_ref;
 mod exp_x86;
 pub mod gemm;
 pub mod log;
+#[cfg(target_arch = "x86_64")]
+pub mod log_avx2;
+#[cfg(target_arch = "x86_64")]
+pub mod log_avx512;
 pub mod matmul;
 pub mod minmax;
 pub mod mx;

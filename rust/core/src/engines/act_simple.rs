@@ -7,7 +7,8 @@
 //! innocuous?", 1995), and the ranges keep subnormals and overflow out (square's subnormal
 //! and overflowing results are those of the one rounding too: the f64 product is exact). abs
 //! and relu move bits. rsqrt and log keep their f64 values (`1 / sqrt`, libm's `ln`), reached
-//! through a cheaper approximation that is kept only where it provably rounds the same (`bracketed`).
+//! through a cheaper approximation that is kept only where it provably rounds the same
+//! (kernels/rsqrt.rs, kernels/log.rs; log has its own AVX-512 and AVX2 kernels).
 //! The range checks are the same fp32 comparisons (`act::valid_range` bounds rounded to fp32,
 //! powers of two, exact); out of range gives the canonical quiet NaN, a NaN input its own NaN.
 //!
@@ -20,8 +21,8 @@
 
 use super::act;
 use crate::isa::ActFn;
-use crate::kernels::log;
 use crate::kernels::simd::{self, Path};
+use crate::kernels::{log, rsqrt};
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::{log_avx2, log_avx512};
 
@@ -112,79 +113,8 @@ fn run(k: Simple, src: *const f32, dst: *mut f32, n: usize, (scale, bias): (f32,
                 nan
             }
         }),
-        Simple::Rsqrt => bracketed(src, dst, n, (scale, bias), (lo, hi), rsqrt_approx, |y| {
-            (1.0 / (y as f64).sqrt()) as f32
-        }),
+        Simple::Rsqrt => rsqrt::map(src, dst, n, (scale, bias), (lo, hi)),
         Simple::Log => log::map(src, dst, n, (scale, bias), (lo, hi)),
-    }
-}
-
-/// rsqrt without the slow f64 square root and division: `r0 = 1 / sqrt(y)` in fp32 (relative
-/// error < 2^-22), one Newton step in f64, `r1 = r0 + r0 * (0.5 - 0.5 * y * r0 * r0)` (error
-/// 1.5 e0^2 + a few f64 roundings < 2^-44; `y * r0` is exact), within 2^-43 of the f64
-/// formula's value (itself within 2^-52 of 1 / sqrt(y)).
-#[inline(always)]
-fn rsqrt_approx(y: f32) -> f64 {
-    let r0 = (1.0 / y.sqrt()) as f64;
-    let h = 0.5 - 0.5 * (y as f64 * r0 * r0);
-    r0 + r0 * h
-}
-
-/// `dst[i] = exact(y)` for `y = src[i] * scale + bias` in `[lo, hi]` (NaN counted inside),
-/// canonical NaN outside, where `approx(y)` is within 2^-41 (relative) of the value `exact`
-/// rounds: where `r * (1 - 2^-40)` and `r * (1 + 2^-40)` round to the same fp32 value, so does
-/// every value between them, the formula's included; elsewhere (about one element in 2^15: near
-/// an fp32 rounding midpoint, and NaN inputs) the chunk is recomputed with `exact`. Chunks of 16 with no short-circuits keep the loop vectorised.
-#[inline(always)]
-fn bracketed(
-    src: *const f32,
-    dst: *mut f32,
-    n: usize,
-    (scale, bias): (f32, f32),
-    (lo, hi): (f32, f32),
-    approx: impl Fn(f32) -> f64,
-    exact: impl Fn(f32) -> f32,
-) {
-    const C: usize = 16;
-    const DELTA: f64 = 1.0 / (1u64 << 40) as f64;
-    let load = |i: usize| {
-        // SAFETY: i < n; the callers pass pointers valid for n (unaligned) values
-        unsafe { src.add(i).read_unaligned() * scale + bias }
-    };
-    let checked = |y: f32| {
-        if !(y < lo || y > hi) {
-            exact(y)
-        } else {
-            f32::NAN
-        }
-    };
-    let mut i = 0;
-    while i + C <= n {
-        let mut out = [0f32; C];
-        let mut near = 0u32;
-        for (j, o) in out.iter_mut().enumerate() {
-            let y = load(i + j);
-            let inside = !((y < lo) | (y > hi));
-            let r = approx(y);
-            let (a, z) = ((r * (1.0 - DELTA)) as f32, (r * (1.0 + DELTA)) as f32);
-            near |= (inside & ((a != z) | y.is_nan())) as u32;
-            *o = if inside { a } else { f32::NAN };
-        }
-        if near != 0 {
-            for (j, o) in out.iter_mut().enumerate() {
-                *o = checked(load(i + j));
-            }
-        }
-        for (j, o) in out.iter().enumerate() {
-            // SAFETY: i + j < n; src == dst is read above before this write
-            unsafe { dst.add(i + j).write_unaligned(*o) };
-        }
-        i += C;
-    }
-    for j in i..n {
-        let r = checked(load(j));
-        // SAFETY: j < n
-        unsafe { dst.add(j).write_unaligned(r) };
     }
 }
 
@@ -215,6 +145,7 @@ unsafe fn dispatch(k: Simple, src: *const f32, dst: *mut f32, n: usize, aff: (f3
         Path::Avx2Fma if k == Simple::Log => unsafe {
             log_avx2::map(src, dst, n, aff, bounds(ActFn::Log))
         },
+
         #[cfg(target_arch = "x86_64")]
         Path::Avx2Fma => unsafe { run_avx2(k, src, dst, n, aff) },
         _ => run(k, src, dst, n, aff),
@@ -366,6 +297,13 @@ mod tests {
             }
         }
         bad
+    }
+
+    /// All 2^32 inputs of rsqrt (as `exhaustive_log`).
+    #[test]
+    #[ignore]
+    fn exhaustive_rsqrt() {
+        assert_eq!(sweep_all(ActFn::Rsqrt), 0);
     }
 
     /// All 2^32 inputs of log (`cargo test --release -p trn3emu-core --lib exhaustive_log --

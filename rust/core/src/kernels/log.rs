@@ -21,9 +21,11 @@
 //! midpoint pattern 2^28 (every result is an fp32 normal: |ln y| >= 2^-24.1 for y != 1). Near
 //! lanes (about 2^(TH_LOG2 - 28) of inputs) and NaN inputs take libm's `ln`.
 
-/// z's offset: fp32 bits of ~0.7012, placed so that 1.0 is inside its sub-interval, in the
-/// middle of it in bits for `TB` = 7 (9/16 into it for `TB` = 4).
-pub const OFF: u32 = 0x3f33_8000;
+use super::checked;
+
+/// z's offset: fp32 bits of ~0.7002, placed so that 1.0 is inside its sub-interval, in the
+/// middle of it in bits for `TB` = 8 (0.6 into it for `TB` = 4).
+pub const OFF: u32 = 0x3f33_4000;
 
 /// The f64 nearest ln2.
 pub const LN2: f64 = std::f64::consts::LN_2;
@@ -68,26 +70,26 @@ pub const fn table<const N: usize>() -> ([f64; N], [f64; N]) {
     (invc, logc)
 }
 
-/// The table for the generic (portable / AVX2) evaluation: 128 entries, |r| <= 2^-8.
-pub const TB: u32 = 7;
+/// The table for the generic (portable / AVX2) evaluation: 256 entries, |r| <= 2^-9 (1 + 2^-7).
+pub const TB: u32 = 8;
 const N: usize = 1 << TB;
 static TABLE: ([f64; N], [f64; N]) = table::<N>();
 
-/// The 128-entry table's invc and logc arrays (for gathers).
+/// The 256-entry table's invc and logc arrays (for gathers).
 pub fn table_ptrs() -> (*const f64, *const f64) {
     (TABLE.0.as_ptr(), TABLE.1.as_ptr())
 }
 
 /// ln(1 + r) = r + r^2 (C[0] + C[1] r + ...): Taylor coefficients -1/2, 1/3, ..., to r^D.
-pub const D: usize = 5;
-pub const C: [f64; D - 1] = [-0.5, 1.0 / 3.0, -0.25, 0.2];
+pub const D: usize = 4;
+pub const C: [f64; D - 1] = [-0.5, 1.0 / 3.0, -0.25];
 
-/// The relative error bound of `approx` against ln: truncation 2^-8D / (D + 1) (2^-42.6) plus
-/// rounding (< 2^-50), with margin.
-pub const ERR_LOG2: i32 = -42;
+/// The relative error bound of `approx` against ln: truncation |r|^D / (D + 1) (< 2^-38.2)
+/// plus rounding (< 2^-50).
+pub const ERR_LOG2: i32 = -38;
 /// Lanes whose 29 low result bits lie within 2^TH_LOG2 of 2^28 go to libm: 2^(53 + ERR_LOG2)
-/// ulps of approximation error, 1 of libm's, with margin.
-pub const TH_LOG2: u32 = 13;
+/// ulps of approximation error, 1 of libm's, with margin (about one lane in 2^12).
+pub const TH_LOG2: u32 = 16;
 
 /// ln(y) within 2^ERR_LOG2 relative for a positive normal fp32 y (module doc); some value for
 /// other y (never kept: the callers check the range).
@@ -108,15 +110,6 @@ pub fn approx(y: f32) -> f64 {
     (k as f64 * LN2 + logc) + (r + r2 * p)
 }
 
-/// 1 if the f64 `v`'s fp32 rounding may differ from that of a value within 2^th_log2 f64 ulps
-/// of it (its 29 low bits within 2^th_log2 of the half-way pattern 2^28), else 0; for fp32
-/// normal results.
-#[inline(always)]
-pub fn near_midpoint(v: f64, th_log2: u32) -> u32 {
-    let c = v.to_bits().wrapping_add((1 << 28) + (1 << th_log2));
-    ((c & ((1 << 29) - (1 << (th_log2 + 1)))) == 0) as u32
-}
-
 /// libm's result (the f64 formula act.rs's `apply` gives, rounded once).
 #[inline(never)]
 #[cold]
@@ -126,62 +119,9 @@ pub fn exact(y: f32) -> f32 {
 
 /// `dst[i] = ln(src[i] * scale + bias)` (act::apply_checked's `log`: NaN outside `[lo, hi]`,
 /// a NaN input's own NaN) over `n` values, generic code the callers compile per SIMD path.
-/// Chunks of `W` lanes: the near-midpoint flags are `u32` lanes OR-reduced, and the rare
-/// flagged lanes are redone with `exact`.
 #[inline(always)]
-pub fn map(
-    src: *const f32,
-    dst: *mut f32,
-    n: usize,
-    (scale, bias): (f32, f32),
-    (lo, hi): (f32, f32),
-) {
-    const W: usize = 16;
-    let load = |i: usize| {
-        // SAFETY: i < n; the callers pass pointers valid for n (unaligned) values
-        unsafe { src.add(i).read_unaligned() * scale + bias }
-    };
-    let one = |y: f32| {
-        if !(y < lo || y > hi) {
-            let r = approx(y);
-            if near_midpoint(r, TH_LOG2) != 0 || y.is_nan() {
-                exact(y)
-            } else {
-                r as f32
-            }
-        } else {
-            f32::NAN
-        }
-    };
-    let mut i = 0;
-    while i + W <= n {
-        let mut out = [0f32; W];
-        let mut near = [0u32; W];
-        for j in 0..W {
-            let y = load(i + j);
-            let inside = !((y < lo) | (y > hi));
-            let r = approx(y);
-            near[j] = (near_midpoint(r, TH_LOG2) | y.is_nan() as u32) & inside as u32;
-            out[j] = if inside { r as f32 } else { f32::NAN };
-        }
-        if near.iter().fold(0, |a, &b| a | b) != 0 {
-            for j in 0..W {
-                if near[j] != 0 {
-                    out[j] = exact(load(i + j));
-                }
-            }
-        }
-        for (j, o) in out.iter().enumerate() {
-            // SAFETY: i + j < n; src == dst is read above before this write
-            unsafe { dst.add(i + j).write_unaligned(*o) };
-        }
-        i += W;
-    }
-    for j in i..n {
-        let r = one(load(j));
-        // SAFETY: j < n
-        unsafe { dst.add(j).write_unaligned(r) };
-    }
+pub fn map(src: *const f32, dst: *mut f32, n: usize, aff: (f32, f32), range: (f32, f32)) {
+    checked::map(src, dst, n, aff, range, approx, TH_LOG2, exact)
 }
 
 #[cfg(test)]

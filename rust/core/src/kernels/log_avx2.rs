@@ -1,6 +1,6 @@
 //! The AVX2 + FMA path of kernels/log.rs, written with intrinsics: 8 fp32 elements per step, two
-//! f64 vectors of 4, log.rs's evaluation (its 128-entry table, read with `vgatherdpd`, and
-//! degree-5 Taylor series) with fused multiply-adds (the same error bound: the fusions only
+//! f64 vectors of 4, log.rs's evaluation (its 256-entry table, read with `vgatherdpd`, and
+//! degree-4 Taylor series) with fused multiply-adds (the same error bound: the fusions only
 //! drop roundings) and its midpoint check (`TH_LOG2`), libm's `ln` for near lanes and NaN.
 
 use super::log::{exact, table_ptrs, C, LN2, OFF, TB, TH_LOG2};
@@ -37,9 +37,8 @@ pub unsafe fn map(
         let logc = _mm256_i32gather_pd::<8>(tlog, i);
         let r = _mm256_fmsub_pd(z, invc, one);
         let r2 = _mm256_mul_pd(r, r);
-        let mut p = _mm256_fmadd_pd(c[3], r, c[2]);
-        p = _mm256_fmadd_pd(p, r, c[1]);
-        p = _mm256_fmadd_pd(p, r, c[0]);
+        let p = _mm256_fmadd_pd(c[2], r, c[1]);
+        let p = _mm256_fmadd_pd(p, r, c[0]);
         let v = _mm256_add_pd(_mm256_fmadd_pd(k, ln2, logc), _mm256_fmadd_pd(r2, p, r));
         let t = _mm256_and_si256(_mm256_add_epi64(_mm256_castpd_si256(v), bias_mid), mid_mask);
         (v, _mm256_cmpeq_epi64(t, zero))

@@ -2,6 +2,7 @@
 //! arithmetic as the engine modules state, organised for SIMD and threads. Nothing here
 //! decides semantics; every kernel is bit-identical across SIMD paths and thread counts.
 
+pub mod checked;
 pub mod decode;
 pub mod exp;
 #[cfg(target_arch = "x86_64")]
@@ -25,6 +26,7 @@ pub mod mx;
 pub mod psum;
 pub mod quantize;
 pub mod rowsum;
+pub mod rsqrt;
 pub mod simd;
 pub mod sparse;
 pub mod transpose;

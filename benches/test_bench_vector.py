@@ -77,6 +77,28 @@ def test_tensor_scalar(benchmark):
     _record(benchmark, 2 * x.nbytes, host, res)
 
 
+@pytest.mark.parametrize(
+    "op,engine",
+    [("rsqrt", "gpsimd"), ("rsqrt", "scalar"), ("reciprocal", "vector")],
+    ids=["rsqrt-gpsimd", "rsqrt-scalar", "reciprocal-vector"],
+)
+def test_tensor_scalar_unary(benchmark, op, engine):
+    """tensor_scalar with a unary op0 (rsqrt: 1 / sqrt in f64 rounded once; reciprocal: fp32
+    1 / x) on [128, 4096] fp32 in its valid range vs numpy's fp32 call (rsqrt:
+    np.reciprocal of np.sqrt, two passes), checked bit for bit against the f64 formula."""
+    dev, rng = t3.Device(), np.random.default_rng(4)
+    p = t3.Program(sync="manual")
+    (a,), (x,) = _loaded(dev, p, np.float32, rng, 1, _activation_input(op))
+    c = p.sbuf((P, F), np.float32)
+    p.tensor_scalar(dst=c, data=a, op0=op, operand0=0.0, engine=engine)
+    res = benchmark(dev.run, p, check_races=False, trace=False)
+    want = _SIMPLE[op](x.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(dev.read(c).view(np.uint32), want.view(np.uint32))
+    host = median_s(_numpy_function(op, x), 20)
+    _record(benchmark, 2 * x.nbytes, host, res)
+    benchmark.extra_info.update(target_fraction=0.8, simd_path=t3.simd_path())
+
+
 def test_activation_exp(benchmark):
     """activation exp fp32 [128, 4096] vs numpy exp on the same fp32 data (the emulator gives the
     bits of f64 exp rounded once); also elements/s of both (issue 7)."""

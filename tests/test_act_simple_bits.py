@@ -143,3 +143,36 @@ def test_simple_functions_are_exact_on_every_path_and_thread_count(op, n):
             first = (o, o_aff, o_red, o_bf)
         for got, want in zip((o, o_aff, o_red, o_bf), first):
             assert_bits_equal(got, want)  # NaN payloads too
+
+
+@pytest.mark.parametrize(
+    "op,engine", [("rsqrt", "gpsimd"), ("rsqrt", "scalar"), ("reciprocal", "vector"), ("reciprocal", "scalar")]
+)
+@pytest.mark.parametrize("n", [515, 7])
+def test_tensor_scalar_rsqrt_and_reciprocal_are_exact_on_every_path(op, engine, n):
+    """tensor_scalar's unary rsqrt / reciprocal (no valid range: 1 / sqrt in f64 rounded once, fp32 1 / x on
+    every input; the operand ignored), alone and followed by a multiply, in place too, against numpy's
+    formulas bit for bit on every path and thread count (NaN payloads, zeros, negatives, subnormals)."""
+    x = inputs(n, 10 + n)
+    with np.errstate(all="ignore"):
+        if op == "rsqrt":
+            want = (1.0 / np.sqrt(x.astype(F64))).astype(F32)
+        else:
+            want = np.reciprocal(x)
+    quiet = x.view(np.uint32) | np.where(np.isnan(x), np.uint32(0x400000), np.uint32(0))
+    want = np.where(np.isnan(x), quiet.view(F32), want)  # a NaN input: its own payload, quieted
+
+    def body(p, xt, o, o2, o3):
+        p.tensor_scalar(dst=o, data=xt, op0=op, operand0=0.0, engine=engine)
+        p.tensor_scalar(dst=o2, data=xt, op0=op, operand0=0.0, op1="multiply", operand1=2.0, engine=engine)
+        p.tensor_copy(dst=o3, src=xt)
+        p.tensor_scalar(dst=o3, data=o3, op0=op, operand0=0.0, engine=engine)
+
+    for threads, path in variants():
+        t3.set_num_threads(threads)
+        _native.limit_simd(path)
+        o, o2, o3 = run_op(t3.Device(), [x], [((P, n), F32)] * 3, body)
+        assert_bits_equal(o, want)
+        assert_bits_equal(o3, want)
+        with np.errstate(all="ignore"):
+            assert_bits_equal(o2[~np.isnan(o2)], (want * F32(2))[~np.isnan(o2)])

@@ -36,6 +36,8 @@ pub enum Simple {
     Reciprocal,
     Rsqrt,
     Log,
+    /// The ALU's rsqrt: the same formula on every input (no valid range, no affine step).
+    RsqrtUnrestricted,
 }
 
 /// The vectorised form of `f`, if it has one.
@@ -115,6 +117,7 @@ fn run(k: Simple, src: *const f32, dst: *mut f32, n: usize, (scale, bias): (f32,
         }),
         Simple::Rsqrt => rsqrt::map(src, dst, n, (scale, bias), (lo, hi)),
         Simple::Log => log::map(src, dst, n, (scale, bias), (lo, hi)),
+        Simple::RsqrtUnrestricted => rsqrt::map_unrestricted(src, dst, n),
     }
 }
 
@@ -172,6 +175,16 @@ pub fn map_affine_into(k: Simple, src: &[u8], dst: &mut [f32], aff: (f32, f32)) 
             aff,
         )
     }
+}
+
+/// The ALU's `rsqrt` (alu.rs's `apply`: `1 / sqrt` in f64 rounded once, any input) from `src`
+/// into `dst` (`n` fp32 values each).
+///
+/// # Safety
+/// `src` and `dst` valid for `n` fp32 values (unaligned), either equal or disjoint.
+pub unsafe fn alu_rsqrt(src: *const f32, dst: *mut f32, n: usize) {
+    // SAFETY: the caller's
+    unsafe { dispatch(Simple::RsqrtUnrestricted, src, dst, n, (1.0, -0.0)) }
 }
 
 /// `map_affine` from little-endian fp32 bytes to fp32 bytes (equal lengths, multiples of 4).

@@ -347,6 +347,8 @@ pub fn apply_scalar_bytes(ops: ScalarOps, x: Option<&[u8]>, out: &mut [u8]) {
 /// in place on `out` (each element read before it is written).
 trait RowLoop {
     fn each(self, f: impl Fn(f32) -> f32);
+    /// `f(src, dst, n)` over the row's fp32 values (src == dst in place).
+    fn raw(self, f: impl Fn(*const f32, *mut f32, usize));
 }
 
 struct FromTo<'a>(&'a [u8], &'a mut [u8]);
@@ -360,6 +362,14 @@ impl RowLoop for FromTo<'_> {
             o.copy_from_slice(&f(f32::from_le_bytes([a[0], a[1], a[2], a[3]])).to_le_bytes());
         }
     }
+    fn raw(self, f: impl Fn(*const f32, *mut f32, usize)) {
+        let n = self.1.len().min(self.0.len()) / 4;
+        f(
+            self.0.as_ptr() as *const f32,
+            self.1.as_mut_ptr() as *mut f32,
+            n,
+        )
+    }
 }
 
 impl RowLoop for InPlace<'_> {
@@ -369,6 +379,10 @@ impl RowLoop for InPlace<'_> {
             let v = f(f32::from_le_bytes([o[0], o[1], o[2], o[3]]));
             o.copy_from_slice(&v.to_le_bytes());
         }
+    }
+    fn raw(self, f: impl Fn(*const f32, *mut f32, usize)) {
+        let p = self.0.as_mut_ptr() as *mut f32;
+        f(p, p, self.0.len() / 4)
     }
 }
 
@@ -398,6 +412,13 @@ fn scalar_rows(ops: ScalarOps, rows: impl RowLoop) {
         (AluOp::Add, false, None, _) => rows.each(|v| v + k0),
         (AluOp::Add, false, Some(AluOp::Multiply), false) => rows.each(|v| (v + k0) * k1),
         (AluOp::Subtract, false, Some(AluOp::Multiply), false) => rows.each(|v| (v - k0) * k1),
+        // the unary ops alone (the operand ignored): fp32 division; rsqrt by act_simple.rs's
+        // checked kernel (the same f64 formula's bits, no f64 division per element)
+        (AluOp::Reciprocal, false, None, _) => rows.each(|v| 1.0 / v),
+        (AluOp::Rsqrt, false, None, _) => rows.raw(|s, d, n| {
+            // SAFETY: s and d hold n fp32 values each, equal (in place) or disjoint
+            unsafe { super::act_simple::alu_rsqrt(s, d, n) }
+        }),
         _ => rows.each(|v| {
             let t = one(op0, rev0, k0, v);
             match op1 {

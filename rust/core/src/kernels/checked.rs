@@ -12,7 +12,8 @@ pub fn near_midpoint(v: f64, th_log2: u32) -> u32 {
     ((c & ((1 << 29) - (1 << (th_log2 + 1)))) == 0) as u32
 }
 
-/// `dst[i] = f(src[i] * scale + bias)`, NaN outside `[lo, hi]`, over `n` values, where
+/// `dst[i] = f(src[i] * scale + bias)` over `n` values, for y outside `[lo, hi]` `outside(y)`
+/// (a cold lane-by-lane pass) or, with `None`, the canonical NaN; where
 /// `approx(y)` is within 2^th_log2 - 1 f64 ulps of the f64 value `exact` rounds, for every `y`
 /// in the range whose result is an fp32 normal: `approx` rounded where `near_midpoint` clears
 /// it, else (and for NaN inputs) `exact`. Generic code the callers compile per SIMD path.
@@ -28,7 +29,9 @@ pub fn map(
     approx: impl Fn(f32) -> f64,
     th_log2: u32,
     exact: impl Fn(f32) -> f32,
+    outside: Option<impl Fn(f32) -> f32>,
 ) {
+    let nan_outside = outside.is_none();
     const W: usize = 16;
     let load = |i: usize| {
         // SAFETY: i < n; the callers pass pointers valid for n (unaligned) values
@@ -43,7 +46,10 @@ pub fn map(
                 r as f32
             }
         } else {
-            f32::NAN
+            match &outside {
+                Some(g) => g(y),
+                None => f32::NAN,
+            }
         }
     };
     let mut i = 0;
@@ -54,7 +60,8 @@ pub fn map(
             let y = load(i + j);
             let inside = !((y < lo) | (y > hi));
             let r = approx(y);
-            any |= (near_midpoint(r, th_log2) | y.is_nan() as u32) & inside as u32;
+            any |= ((near_midpoint(r, th_log2) | y.is_nan() as u32) & inside as u32)
+                | (!inside & !nan_outside) as u32;
             *o = if inside { r as f32 } else { f32::NAN };
         }
         if any != 0 {

@@ -121,7 +121,17 @@ pub fn exact(y: f32) -> f32 {
 /// a NaN input's own NaN) over `n` values, generic code the callers compile per SIMD path.
 #[inline(always)]
 pub fn map(src: *const f32, dst: *mut f32, n: usize, aff: (f32, f32), range: (f32, f32)) {
-    checked::map(src, dst, n, aff, range, approx, TH_LOG2, exact)
+    checked::map(
+        src,
+        dst,
+        n,
+        aff,
+        range,
+        approx,
+        TH_LOG2,
+        exact,
+        None::<fn(f32) -> f32>,
+    )
 }
 
 #[cfg(test)]

@@ -39,7 +39,36 @@ pub fn exact(y: f32) -> f32 {
 /// input's own NaN) over `n` values, generic code the callers compile per SIMD path.
 #[inline(always)]
 pub fn map(src: *const f32, dst: *mut f32, n: usize, aff: (f32, f32), range: (f32, f32)) {
-    checked::map(src, dst, n, aff, range, approx, TH_LOG2, exact)
+    checked::map(
+        src,
+        dst,
+        n,
+        aff,
+        range,
+        approx,
+        TH_LOG2,
+        exact,
+        None::<fn(f32) -> f32>,
+    )
+}
+
+/// `dst[i] = 1 / sqrt(src[i])` in f64 rounded once for every fp32 input (the ALU's `rsqrt`,
+/// alu.rs's `apply`: no range; inputs outside 2^-87 .. 2^97, zeros, negatives and NaN take the
+/// formula itself).
+#[inline(always)]
+pub fn map_unrestricted(src: *const f32, dst: *mut f32, n: usize) {
+    let range = (f32::from_bits(0x1400_0000), f32::from_bits(0x7000_0000));
+    checked::map(
+        src,
+        dst,
+        n,
+        (1.0, -0.0),
+        range,
+        approx,
+        TH_LOG2,
+        exact,
+        Some(exact),
+    )
 }
 
 #[cfg(test)]

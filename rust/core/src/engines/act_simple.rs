@@ -21,7 +21,9 @@
 
 use super::act;
 use crate::isa::ActFn;
-use crate::kernels::simd::{self, Path};
+use crate::kernels::simd;
+#[cfg(any(target_arch = "x86_64", test))]
+use crate::kernels::simd::Path;
 use crate::kernels::{log, rsqrt};
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::{log_avx2, log_avx512};
@@ -115,9 +117,10 @@ fn run(k: Simple, src: *const f32, dst: *mut f32, n: usize, (scale, bias): (f32,
                 nan
             }
         }),
-        Simple::Rsqrt => rsqrt::map(src, dst, n, (scale, bias), (lo, hi)),
-        Simple::Log => log::map(src, dst, n, (scale, bias), (lo, hi)),
-        Simple::RsqrtUnrestricted => rsqrt::map_unrestricted(src, dst, n),
+        // SAFETY (these three): run's callers pass pointers valid for n values, equal or disjoint
+        Simple::Rsqrt => unsafe { rsqrt::map(src, dst, n, (scale, bias), (lo, hi)) },
+        Simple::Log => unsafe { log::map(src, dst, n, (scale, bias), (lo, hi)) },
+        Simple::RsqrtUnrestricted => unsafe { rsqrt::map_unrestricted(src, dst, n) },
     }
 }
 
@@ -310,6 +313,42 @@ mod tests {
             }
         }
         bad
+    }
+
+    /// The ALU's rsqrt (tensor_scalar) on all 2^32 inputs against alu.rs's `apply`, on every
+    /// path the host has (`cargo test --release -p trn3emu-core --lib exhaustive_alu_rsqrt --
+    /// --ignored`).
+    #[test]
+    #[ignore]
+    fn exhaustive_alu_rsqrt() {
+        use crate::engines::alu::apply;
+        use crate::isa::AluOp;
+        let mut bad = 0;
+        for block in 0..256u32 {
+            let xs: Vec<f32> = (block << 24..=(block << 24 | 0xff_ffff))
+                .map(f32::from_bits)
+                .collect();
+            let want: Vec<u32> = xs
+                .iter()
+                .map(|&x| apply(AluOp::Rsqrt, x, 0.0).to_bits())
+                .collect();
+            for p in [Path::Portable, Path::Avx2Fma, Path::Avx512] {
+                if !simd::host_supports(p) {
+                    continue;
+                }
+                simd::set_limit(Some(p));
+                let mut v = vec![0f32; xs.len()];
+                // SAFETY: both hold xs.len() values and are disjoint
+                unsafe { alu_rsqrt(xs.as_ptr(), v.as_mut_ptr(), xs.len()) };
+                simd::set_limit(None);
+                bad += v
+                    .iter()
+                    .zip(&want)
+                    .filter(|(g, w)| g.to_bits() != **w)
+                    .count();
+            }
+        }
+        assert_eq!(bad, 0);
     }
 
     /// All 2^32 inputs of rsqrt (as `exhaustive_log`).

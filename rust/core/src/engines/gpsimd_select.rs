@@ -6,6 +6,7 @@ use super::{same_shape, Ctx, Semantics};
 use crate::error::{fail, ErrorKind::*, Result};
 use crate::isa::ops::AffineSelect;
 use crate::isa::AluOp;
+#[cfg(target_arch = "x86_64")]
 use crate::kernels::simd;
 use crate::memory::{Ap, Mem};
 use crate::numerics;

@@ -19,16 +19,17 @@ pub fn near_midpoint(v: f64, th_log2: u32) -> u32 {
 /// it, else (and for NaN inputs) `exact`. Generic code the callers compile per SIMD path.
 /// Chunks of `W` lanes: the near-midpoint flags are `u32` lanes OR-reduced, and the rare chunk
 /// with a flagged lane is redone lane by lane.
+///
+/// # Safety
+/// `src` and `dst` valid for `n` fp32 values (unaligned), either equal or disjoint.
 #[inline(always)]
-pub fn map(
+pub unsafe fn map(
     src: *const f32,
     dst: *mut f32,
     n: usize,
     (scale, bias): (f32, f32),
     (lo, hi): (f32, f32),
-    approx: impl Fn(f32) -> f64,
-    th_log2: u32,
-    exact: impl Fn(f32) -> f32,
+    (approx, th_log2, exact): (impl Fn(f32) -> f64, u32, impl Fn(f32) -> f32),
     outside: Option<impl Fn(f32) -> f32>,
 ) {
     let nan_outside = outside.is_none();

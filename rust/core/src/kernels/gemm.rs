@@ -214,6 +214,7 @@ mod tests {
         let a: Vec<f32> = (0..k * m).map(|_| rnd()).collect();
         let b: Vec<f32> = (0..k * n).map(|_| rnd()).collect();
         let want = naive(k, m, n, &a, &b);
+        #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
         let mut paths = vec![Path::Portable];
         #[cfg(target_arch = "x86_64")]
         {

@@ -119,19 +119,14 @@ pub fn exact(y: f32) -> f32 {
 
 /// `dst[i] = ln(src[i] * scale + bias)` (act::apply_checked's `log`: NaN outside `[lo, hi]`,
 /// a NaN input's own NaN) over `n` values, generic code the callers compile per SIMD path.
+///
+/// # Safety
+/// `src` and `dst` valid for `n` fp32 values (unaligned), either equal or disjoint.
 #[inline(always)]
-pub fn map(src: *const f32, dst: *mut f32, n: usize, aff: (f32, f32), range: (f32, f32)) {
-    checked::map(
-        src,
-        dst,
-        n,
-        aff,
-        range,
-        approx,
-        TH_LOG2,
-        exact,
-        None::<fn(f32) -> f32>,
-    )
+pub unsafe fn map(src: *const f32, dst: *mut f32, n: usize, aff: (f32, f32), range: (f32, f32)) {
+    let f = (approx, TH_LOG2, exact);
+    // SAFETY: the caller's
+    unsafe { checked::map(src, dst, n, aff, range, f, None::<fn(f32) -> f32>) }
 }
 
 #[cfg(test)]

@@ -96,6 +96,7 @@ pub unsafe fn map(
         }
         i += 16;
     }
+    // the last n mod step values, log.rs's generic loop
     super::log::map(src.add(i), dst.add(i), n - i, (scale, bias), (lo, hi));
 }
 

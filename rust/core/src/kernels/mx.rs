@@ -582,6 +582,7 @@ mod tests {
     }
 
     fn host_paths() -> Vec<Path> {
+        #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
         let mut paths = vec![Path::Portable];
         #[cfg(target_arch = "x86_64")]
         {

@@ -312,6 +312,7 @@ pub struct TileSink<'a> {
     stride: usize,
     off: usize,
     add: bool,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     path: super::simd::Path,
 }
 

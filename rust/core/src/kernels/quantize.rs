@@ -2,7 +2,9 @@
 //! semantics and the general loop; this is its fast path, same values). Integer and exact fp32
 //! operations only, so the AVX-512 / AVX2 builds of the same body give the same bits.
 
-use super::simd::{self, Path};
+use super::simd;
+#[cfg(target_arch = "x86_64")]
+use super::simd::Path;
 use crate::numerics::config::MxScaleRule;
 use crate::numerics::float::Format;
 use crate::numerics::mx::{encode_in_range_rne, scale_code, scale_value};

@@ -6,6 +6,7 @@
 //! performs exactly its row's additions in its row's order, so the bits are the scalar
 //! chain's.
 
+#[cfg(any(target_arch = "x86_64", test))]
 use super::simd::{self, Path};
 
 /// Rows summed together.
@@ -15,6 +16,7 @@ pub const ROWS: usize = 16;
 pub fn add_rows_16(sums: &mut [f32; ROWS], rows: &[f32], w: usize) {
     assert!(rows.len() >= ROWS * w);
     let init = *sums;
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut j0 = 0;
     #[cfg(target_arch = "x86_64")]
     if simd::path() == Path::Avx512 && w >= 16 {

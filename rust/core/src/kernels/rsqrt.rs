@@ -37,38 +37,28 @@ pub fn exact(y: f32) -> f32 {
 
 /// `dst[i] = rsqrt(src[i] * scale + bias)` (act::apply_checked's: NaN outside `[lo, hi]`, a NaN
 /// input's own NaN) over `n` values, generic code the callers compile per SIMD path.
+///
+/// # Safety
+/// `src` and `dst` valid for `n` fp32 values (unaligned), either equal or disjoint.
 #[inline(always)]
-pub fn map(src: *const f32, dst: *mut f32, n: usize, aff: (f32, f32), range: (f32, f32)) {
-    checked::map(
-        src,
-        dst,
-        n,
-        aff,
-        range,
-        approx,
-        TH_LOG2,
-        exact,
-        None::<fn(f32) -> f32>,
-    )
+pub unsafe fn map(src: *const f32, dst: *mut f32, n: usize, aff: (f32, f32), range: (f32, f32)) {
+    let f = (approx, TH_LOG2, exact);
+    // SAFETY: the caller's
+    unsafe { checked::map(src, dst, n, aff, range, f, None::<fn(f32) -> f32>) }
 }
 
 /// `dst[i] = 1 / sqrt(src[i])` in f64 rounded once for every fp32 input (the ALU's `rsqrt`,
 /// alu.rs's `apply`: no range; inputs outside 2^-87 .. 2^97, zeros, negatives and NaN take the
 /// formula itself).
+///
+/// # Safety
+/// `src` and `dst` valid for `n` fp32 values (unaligned), either equal or disjoint.
 #[inline(always)]
-pub fn map_unrestricted(src: *const f32, dst: *mut f32, n: usize) {
+pub unsafe fn map_unrestricted(src: *const f32, dst: *mut f32, n: usize) {
     let range = (f32::from_bits(0x1400_0000), f32::from_bits(0x7000_0000));
-    checked::map(
-        src,
-        dst,
-        n,
-        (1.0, -0.0),
-        range,
-        approx,
-        TH_LOG2,
-        exact,
-        Some(exact),
-    )
+    let f = (approx, TH_LOG2, exact);
+    // SAFETY: the caller's
+    unsafe { checked::map(src, dst, n, (1.0, -0.0), range, f, Some(exact)) }
 }
 
 #[cfg(test)]

@@ -122,6 +122,8 @@ pub fn prefetch_short_row(row: &[u8]) {
 /// size plus 64 bytes apart (memory/onchip.rs), each in pages of its own: a stride the hardware
 /// prefetchers do not follow.
 pub fn prefetch(bytes: &[u8]) {
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
     #[cfg(target_arch = "x86_64")]
     for line in bytes.chunks(64) {
         // SAFETY: prefetch is a hint on a valid address; it never faults or changes memory.

@@ -167,6 +167,8 @@ impl Agent {
 /// signal blocks of the next one (its `Instr` asked for one move earlier). Hints only.
 #[inline]
 fn prefetch_ahead(list: &[u32], pos: usize, prog: &Program) {
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (list, pos, prog);
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};

@@ -20,7 +20,6 @@ from __future__ import annotations
 import dis
 import os
 
-from ..errors import CapacityError
 from .ir import Call, HbmTensor, KernelIR, Loop, Tile
 
 
@@ -180,6 +179,14 @@ class Recorder:
         #: the program calls go into: a device loop's bound read on the device starts a new one
         #: (`registers.device_value`)
         self.segment = 0
+        #: mode "plan": per tile ordinal, the program position of its allocation and the byte
+        #: offset this trace placed it at (None: placed explicitly), for the walk lowering
+        #: (`lowering.py`), which moves the instructions naming it to where the pass places it
+        self.plan_pos: list[int] = []
+        self.plan_off: list[int | None] = []
+        #: mode "plan": why the walk cannot lower this trace ("": it can)
+        self.unwalkable = ""
+        self._resident: dict[int, tuple] = {}  # mode "plan": ordinal -> (allocator, key) placed
 
     # ------------------------------------------------------------------ calls
     def call(self, ctx, args, kwargs, op: str = "?", names=(), writes=frozenset()):
@@ -362,16 +369,41 @@ class Recorder:
         return s
 
     def new_tile(self, ctx, alloc, row: int, label: str, block, kind=None) -> tuple[int, int]:
-        self.number(block, kind, False)
+        s = self.number(block, kind, False)
         if self.mode == "record":
             return ctx._alloc_evicting(alloc, row, label)
-        try:
-            return alloc.alloc(row, label)
-        except CapacityError:
-            # this trace's program never runs: an overlapping range keeps it going
+        got = alloc.try_alloc(row, label)
+        if got is None:
             if row > alloc.capacity:
-                raise
-            return alloc.place(0, row, label), 0
+                return alloc.alloc(row, label)  # (the precise error)
+            # this trace's program is lowered again (`lowering.py`, `liveness.Placer`): a range
+            # of the tiles least recently used keeps it going; only tiles one instruction names
+            # at once must not share bytes here (the walk tells them apart by address)
+            got = self._evict_lru(alloc, row, label)
+        self.plan_pos.append(len(ctx.program))
+        self.plan_off.append(got[1])
+        self._resident[s] = (alloc, got[0])
+        return got
+
+    def _evict_lru(self, alloc, row: int, label: str) -> tuple[int, int]:
+        live = alloc.live
+        tiles = self.ir.tiles
+        res = self._resident
+        for s in [s for s, (a, key) in res.items() if a is alloc and key not in live]:
+            del res[s]  # (freed when the kernel dropped it)
+        order = sorted(
+            (tiles[s].uses[-1] if tiles[s].uses else tiles[s].born - 1, s) for s, (a, _) in res.items() if a is alloc
+        )
+        for _, s in order:
+            alloc.free(self._resident.pop(s)[1])
+            got = alloc.try_alloc(row, label)
+            if got is not None:
+                return got
+        return alloc.place(0, row, label), 0
 
     def placed(self, block, kind=None) -> None:
         self.number(block, kind, True)
+        if self.mode == "plan":
+            self.plan_pos.append(-1)
+            self.plan_off.append(None)
+            self.unwalkable = self.unwalkable or f"an explicitly placed tile ({block.label})"

@@ -217,6 +217,88 @@ impl Program {
         Ok(Program { asm })
     }
 
+    /// Keep each `nc_matmul`'s `accumulate` operand as given before its resolution, from now on
+    /// (a recording trace whose program `append_moved` lowers again: docs/nki.md "Lowering").
+    fn keep_unresolved(&mut self) {
+        self.asm.keep_unresolved();
+    }
+
+    /// The SBUF / PSUM tensor operands of instruction `i` (empty past the end): per operand
+    /// (its argument index, "sbuf" / "psum", first partition, partitions, first byte and end
+    /// byte touched within a partition, whether the instruction writes it, whether its offset is
+    /// read at run time).
+    #[allow(clippy::type_complexity)]
+    fn onchip_operands(
+        &self,
+        i: usize,
+    ) -> Vec<(usize, &'static str, u32, u32, i64, i64, bool, bool)> {
+        let Some(ins) = self.program().instrs.get(i) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (k, (a, p)) in ins.args.iter().zip(ins.op.spec().params.iter()).enumerate() {
+            let core::isa::Arg::Tensor(ap) = a else {
+                continue;
+            };
+            let mem = match ap.mem {
+                core::memory::Mem::Sbuf => "sbuf",
+                core::memory::Mem::Psum => "psum",
+                core::memory::Mem::Hbm => continue,
+            };
+            let (lo, hi) = ap.row_byte_range();
+            let base = ap.offset as i128;
+            out.push((
+                k,
+                mem,
+                ap.start,
+                ap.parts,
+                (base + lo) as i64,
+                (base + hi) as i64,
+                matches!(
+                    p.access,
+                    core::isa::spec::Access::Write | core::isa::spec::Access::ReadWrite
+                ),
+                ap.dynamic.is_some(),
+            ));
+        }
+        out
+    }
+
+    /// Append instruction `i` of `src` again, each operand `(argument index, byte delta)` of
+    /// `moves` moved by its delta within its partitions, with the engine and `accumulate`
+    /// operand it was appended with (an engine left to the rule, `accumulate=None` kept by
+    /// `keep_unresolved`): decided again here, as when it was first appended. Its index.
+    fn append_moved(
+        &mut self,
+        py: Python<'_>,
+        src: PyRef<'_, Program>,
+        i: usize,
+        moves: Vec<(usize, i64)>,
+    ) -> PyResult<usize> {
+        let Some(ins) = src.program().instrs.get(i) else {
+            return Err(pyo3::exceptions::PyIndexError::new_err(format!(
+                "no instruction {i}"
+            )));
+        };
+        let mut ins = ins.clone();
+        if src.asm.is_unpinned(i) {
+            ins.engine = Engine::Unknown;
+        }
+        if let Some(a) = src.asm.unresolved_accumulate(i) {
+            ins.args[core::isa::ops::NcMatmul::ACCUMULATE] = a.clone();
+        }
+        for (k, delta) in moves {
+            if let Some(core::isa::Arg::Tensor(ap)) = ins.args.get_mut(k) {
+                ap.offset = ap.offset.checked_add_signed(delta).ok_or_else(|| {
+                    pyo3::exceptions::PyValueError::new_err(format!(
+                        "operand {k} moved below byte 0"
+                    ))
+                })?;
+            }
+        }
+        self.append_converted(py, ins, true)
+    }
+
     /// Label (`name=`: the kernel source line) of every instruction, in program order.
     fn instruction_names(&self) -> Vec<Option<String>> {
         self.program()

@@ -1,0 +1,148 @@
+"""Lowering by a walk over the kernel IR (docs/nki.md, "Passes"): the allocation passes'
+program without tracing the kernel a second time.
+
+The recording trace (`record.Recorder`, mode "plan") keeps its program, with each
+`nc_matmul`'s `accumulate` operand as given (`_native.Program.keep_unresolved`), and per tile
+where it placed it and at which program position it was allocated. The walk then goes over the
+IR's calls and allocations in trace order and runs the allocation pass over them
+(`liveness.Placer`: the same rules, errors and lowered IR as the second trace), so that each
+allocation gets its range and the spill / reload copies are appended where that trace would
+append them; each recorded instruction is appended again into a fresh program with its SBUF /
+PSUM operands moved from where the recording trace placed their tiles to where the pass placed
+them (`_native.Program.append_moved`: the engine left to the rule and `accumulate=None` are
+decided again, as when first appended).
+
+Which tile an operand addresses is told by address: among the tiles its call names, the one
+whose recorded range holds the operand's bytes (when two do, the ones the call writes for a
+destination, reads for a source). An instruction the walk cannot place that way raises
+`Unwalkable` before anything is kept, and the launch falls back to the second trace (reason in
+`KernelIR.passes["lowering"]`): an operand read through a run-time offset (its offset tile or
+register holds an address), an explicitly placed tile, an operand no tile of its call holds or
+that two hold alike, ranges reserved before the trace (`_PlacementConflict`). Never a program
+with an operand left pointing at the wrong tile.
+"""
+
+from __future__ import annotations
+
+from .. import _native
+from ..allocator import Allocator
+from ..errors import EmuError
+from .liveness import Placer
+
+
+class Unwalkable(Exception):
+    """The walk cannot lower this trace (the message says why): the kernel is traced again."""
+
+
+class _Alloc:
+    """Stands for the allocation the second trace would make (`Placer.new_tile` numbers it)."""
+
+    __slots__ = ("parts", "row_bytes", "label", "seq", "pass_")
+
+    def __init__(self, parts: int, row: int, label: str) -> None:
+        self.parts, self.row_bytes, self.label = parts, row, label
+
+
+def walk(ctx, spill: str | None, engine_pass: str | None) -> tuple[Placer, object]:
+    """Lower the recorded trace of `ctx` (its `ir`, a plan `Recorder`): returns the pass (its
+    `ir` is the lowered IR, `stats` the spill counts) and the new native program. `ctx.program`
+    appends into the new program while walking (the spill copies go through it); the caller
+    restores the old one when this raises."""
+    rec = ctx.ir
+    if rec.unwalkable:
+        raise Unwalkable(rec.unwalkable)
+    if ctx.launch.reserved.get(ctx.pid):
+        raise Unwalkable("explicit ranges held from the start of the trace")
+    ir = rec.ir
+    tiles, calls = ir.tiles, ir.calls
+    sbuf, psum = Allocator.sbuf(), Allocator.psum()
+    placer = Placer(rec, spill, sbuf)
+    old = ctx.program._native
+    new = ctx.program._native = _native.Program(ctx.core)
+    ctx.program.engine_pass = engine_pass
+    pos, off = rec.plan_pos, rec.plan_off
+    live = placer.live
+    append, operands = new.append_moved, old.onchip_operands
+    n = len(old)
+    state = [0, None]  # next instruction of the recorded program, the call it belongs to
+
+    def upto(stop: int) -> None:
+        p, c = state
+        while p < stop:
+            moves = []
+            for arg, mem, start, parts, lo, hi, writes, dyn in operands(p):
+                s = _tile_of(c, tiles, pos, off, mem, start, parts, lo, hi, writes, dyn, p)
+                t = live.get(s)
+                if t is None:
+                    raise Unwalkable(f"instruction {p}: tile t{s} it names is not resident")
+                if t.lo != off[s]:
+                    moves.append((arg, t.lo - off[s]))
+            try:
+                append(old, p, moves)
+            except EmuError as e:
+                raise Unwalkable(f"instruction {p} did not assemble moved: {e}") from None
+            p += 1
+        state[0] = p
+
+    s = 0
+    site = ctx.site
+    try:
+        for k in range(len(calls) + 1):
+            while s < len(tiles) and tiles[s].born <= k:
+                t = tiles[s]
+                upto(pos[s])
+                # (the copies a placement adds are named after the allocating line, as the second
+                # trace names them: the end of the tile's label, "... at file:line")
+                ctx.site = t.label.rpartition(" at ")[2] or (calls[k].line if k < len(calls) else site)
+                alloc = sbuf if t.buffer == "sbuf" else psum
+                b = _Alloc(t.shape[0] if t.shape else 1, t.row_bytes, t.label)
+                _, at = placer.new_tile(ctx, alloc, t.row_bytes, t.label, b)
+                if t.buffer == "psum":
+                    new.psum_fresh(0, b.parts, at, t.row_bytes)
+                s += 1
+            if k == len(calls):
+                break
+            c = calls[k]
+            upto(c.instr)
+            ctx.site = c.line
+            placer.call(ctx, (), {})
+            placer.ir.calls[-1].notes = dict(c.notes) if placer.ir.calls[-1].added_by == "" else {}
+            state[1] = c
+        upto(n)
+    finally:
+        ctx.site = site
+    lowered = placer.ir
+    for name, what in ir.passes.items():  # (the passes that acted while tracing)
+        lowered.passes.setdefault(name, what)
+    placer.check_end()
+    return placer, new
+
+
+def _tile_of(c, tiles, pos, off, mem, start, parts, lo, hi, writes, dyn, p) -> int:
+    """The tile of call `c` whose recorded range holds operand bytes [lo, hi) of partitions
+    start..start + parts of `mem`; `Unwalkable` when none or two alike do."""
+    if dyn:
+        raise Unwalkable(f"instruction {p}: an operand read through a run-time offset")
+    if c is None:
+        raise Unwalkable(f"instruction {p}: an on-chip operand before the first call")
+    found = []
+    for group in (c.writes, c.reads):
+        for s in group:
+            t = tiles[s]
+            o = off[s]
+            if (
+                t.buffer == mem
+                and o is not None
+                and o <= lo
+                and hi <= o + t.row_bytes
+                and start + parts <= (t.shape[0] if t.shape else 1)
+                and s not in found
+            ):
+                found.append(s)
+    if len(found) > 1:
+        mine = c.writes if writes else c.reads
+        found = [s for s in found if s in mine]
+    if len(found) != 1:
+        what = "no tile" if not found else f"tiles {', '.join(f't{s}' for s in found)} alike"
+        raise Unwalkable(f"instruction {p} ({c.op} at {c.line}): {what} of its call holds its {mem} operand")
+    return found[0]

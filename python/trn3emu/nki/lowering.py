@@ -91,9 +91,7 @@ def walk(ctx, spill: str | None, engine_pass: str | None) -> tuple[Placer, objec
             while s < len(tiles) and tiles[s].born <= k:
                 t = tiles[s]
                 upto(pos[s])
-                # (the copies a placement adds are named after the allocating line, as the second
-                # trace names them: the end of the tile's label, "... at file:line")
-                ctx.site = t.label.rpartition(" at ")[2] or (calls[k].line if k < len(calls) else site)
+                ctx.site = rec.plan_site[s]  # (the copies it adds: named after the line allocating)
                 alloc = sbuf if t.buffer == "sbuf" else psum
                 b = _Alloc(t.shape[0] if t.shape else 1, t.row_bytes, t.label)
                 _, at = placer.new_tile(ctx, alloc, t.row_bytes, t.label, b)

@@ -184,6 +184,7 @@ class Recorder:
         #: (`lowering.py`), which moves the instructions naming it to where the pass places it
         self.plan_pos: list[int] = []
         self.plan_off: list[int | None] = []
+        self.plan_site: list[str] = []  # and the kernel's line then
         #: mode "plan": why the walk cannot lower this trace ("": it can)
         self.unwalkable = ""
         self._resident: dict[int, tuple] = {}  # mode "plan": ordinal -> (allocator, key) placed
@@ -382,6 +383,8 @@ class Recorder:
             got = self._evict_lru(alloc, row, label)
         self.plan_pos.append(len(ctx.program))
         self.plan_off.append(got[1])
+        site = ctx.site  # (the line the copies a placement adds are named after)
+        self.plan_site.append(site if site is not None else (self._where(1) if self._where else "?"))
         self._resident[s] = (alloc, got[0])
         return got
 
@@ -406,4 +409,5 @@ class Recorder:
         if self.mode == "plan":
             self.plan_pos.append(-1)
             self.plan_off.append(None)
+            self.plan_site.append("?")
             self.unwalkable = self.unwalkable or f"an explicitly placed tile ({block.label})"

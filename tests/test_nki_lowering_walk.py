@@ -1,0 +1,217 @@
+"""Lowering the allocation passes' program by a walk over the kernel IR (`nki/lowering.py`,
+docs/nki.md "Passes"): the kernel body runs once, and the program is the one the second trace
+(`passes={"lowering": "retrace"}`) builds, byte for byte. Every kernel here needs the liveness
+pass (most need spills); results are compared with numpy, counts are worked out by hand."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import trn3emu.nki as tn
+from trn3emu.errors import OperandError
+from trn3emu.nki import lowering
+
+tn.install()
+
+import neuronxcc.nki as lnki  # noqa: E402
+import neuronxcc.nki.isa as lisa  # noqa: E402
+import neuronxcc.nki.language as nl  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+import test_nki_liveness as lv  # noqa: E402
+
+WALK, RETRACE = {"lowering": "walk"}, {"lowering": "retrace"}
+
+
+def _counted(fn):
+    """`fn` with a count of how many times its body ran (a Python side effect of tracing)."""
+    runs = []
+
+    def k(*a):
+        runs.append(1)
+        return fn(*a)
+
+    k.__name__ = fn.__name__
+    return k, runs
+
+
+def _both(fn, args, want, **options):
+    """Run `fn` lowered by the walk and by the second trace: both results equal `want`, the body
+    ran once less with the walk (liveness "on": once; "auto": the literal trace that did not fit
+    first), and the programs are the same bytes. Returns the walk's kernel."""
+    out, count = {}, {}
+    for name, passes in (("walk", WALK), ("retrace", RETRACE)):
+        body, runs = _counted(fn)
+        k = lnki.jit(body, passes={**options, **passes})
+        got = k(*args)
+        for g, w in zip(got if isinstance(want, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+            np.testing.assert_array_equal(g, w)
+        count[name] = len(runs)
+        assert k.last_ir.passes["lowering"].startswith(name), k.last_ir.passes["lowering"]
+        out[name] = k
+    assert count["walk"] == count["retrace"] - 1 == (1 if options.get("liveness") == "on" else 2), count
+    w, r = out["walk"], out["retrace"]
+    assert [p._native.encode() for p in w.last_programs] == [p._native.encode() for p in r.last_programs]
+    assert w.last_spills == r.last_spills
+    assert len(w.last_ir.calls) == len(r.last_ir.calls)
+    assert [c.notes.get("spill") for c in w.last_ir.calls] == [c.notes.get("spill") for c in r.last_ir.calls]
+    return w
+
+
+def _spill_input(seed=3):
+    return np.random.default_rng(seed).integers(-99, 99, (16, 128, 8192)).astype(np.float32)
+
+
+def test_live_data_twice_sbuf_lowers_by_the_walk_to_the_second_traces_program():
+    x = _spill_input()
+    k = _both(lv._spill_kernel, (x,), 2 * x)
+    # by hand (tests/test_nki_liveness.py): 16 loads, 16 multiplies, 16 stores, 9 spills, 9 reloads
+    assert len(k.last_programs[0]) == 66
+    assert (k.last_spills["spills"], k.last_spills["reloads"]) == (9, 9)
+
+
+def test_lru_spills_lower_by_the_walk_alike():
+    x = _spill_input(7)
+    k = _both(lv._spill_kernel, (x,), 2 * x, spill="lru")
+    assert k.last_spills["spills"] >= 9
+
+
+def test_chain_of_ten_wide_temporaries():
+    def body(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        for i in range(9):
+            t = nl.add(t, float(i))
+        nl.store(out, value=t)
+        return out
+
+    x = np.random.default_rng(1).integers(-64, 64, (128, 7168)).astype(np.float32)
+    k = _both(body, (x,), x + sum(range(9)), liveness="on")
+    assert len(k.last_programs[0]) == 11  # load, 9 adds, store: nothing added
+
+
+def test_block_tile_written_and_read_per_iteration_with_32_blocks():
+    rng = np.random.default_rng(2)
+    x = rng.integers(-8, 8, (32, 128, 4096)).astype(np.float32)
+    w0 = rng.integers(-8, 8, (128, 18432)).astype(np.float32)
+    w1 = rng.integers(-8, 8, (128, 18432)).astype(np.float32)
+    want = (x + 3 * x[::-1], (w0 + w1).sum(axis=1, keepdims=True))
+    k = _both(lv._block_kernel, (x, w0, w1), want)
+    assert k.last_spills["spills"] == 0
+
+
+def test_psum_block_tile_spills_through_sbuf():
+    def body(a, b):
+        n = b.shape[1] // 512
+        out = nl.ndarray((n, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        at = nl.load(a)
+        bt = nl.load(b)
+        qk = nl.ndarray((n, nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
+        for i in nl.affine_range(n):
+            qk[i] = lisa.nc_matmul(at, bt[:, i * 512 : (i + 1) * 512])
+        for i in nl.affine_range(n):
+            nl.store(out[i], value=nl.copy(qk[i]))
+        return out
+
+    rng = np.random.default_rng(6)
+    a = rng.integers(-4, 4, (128, 128)).astype(np.float32)
+    b = rng.integers(-4, 4, (128, 16 * 512)).astype(np.float32)
+    want = (a.T @ b).reshape(128, 16, 512).transpose(1, 0, 2)
+    k = _both(body, (a, b), want)
+    # by hand (tests/test_nki_liveness.py): blocks 8..15 spill blocks 7..14 through SBUF
+    st = k.last_spills
+    assert (st["psum_spills"], st["psum_spilled_bytes"], st["spills"]) == (8, 8 * 128 * 2048, 0)
+
+
+def test_accumulating_matmuls_into_a_moved_psum_tile_resolve_at_the_new_place():
+    # two K-steps accumulate into each of 16 PSUM tiles all live at once (twice PSUM): the
+    # first matmul of each overwrites, the second adds; where the walk moves a tile, the
+    # accumulate=None of its matmuls is resolved again against the place it lands
+    def body(a, b):
+        n = b.shape[2] // 512
+        out = nl.ndarray((n, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        a0, a1 = nl.load(a[0]), nl.load(a[1])
+        b0, b1 = nl.load(b[0]), nl.load(b[1])
+        acc = [nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum) for _ in range(n)]
+        for i in range(n):
+            acc[i] += nl.matmul(a0, b0[:, i * 512 : (i + 1) * 512], transpose_x=True)
+            acc[i] += nl.matmul(a1, b1[:, i * 512 : (i + 1) * 512], transpose_x=True)
+        for i in range(n):
+            nl.store(out[i], value=nl.copy(acc[i]))
+        return out
+
+    rng = np.random.default_rng(11)
+    a = rng.integers(-4, 4, (2, 128, 128)).astype(np.float32)
+    b = rng.integers(-4, 4, (2, 128, 16 * 512)).astype(np.float32)
+    want = (a[0].T @ b[0] + a[1].T @ b[1]).reshape(128, 16, 512).transpose(1, 0, 2)
+    _both(body, (a, b), want)
+
+
+@pytest.mark.parametrize("seed", [0, 4, 13])
+def test_random_tile_mixes(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(8, 20))
+    widths = [int(rng.choice([512, 1024, 4096, 8192, 12288, 16384])) for _ in range(n)]
+    order = [(int(rng.integers(n)), int(rng.integers(n))) for _ in range(int(rng.integers(n, 2 * n)))]
+    xs = [rng.integers(-50, 50, (128, w)).astype(np.float32) for w in widths]
+
+    def body(*xs):
+        out = nl.ndarray((len(order), 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        ts = [nl.load(x) for x in xs]
+        for j, (a, b) in enumerate(order):
+            nl.store(out[j], value=nl.add(ts[a][:, 0:512], ts[b][:, 0:512]))
+        return out
+
+    want = np.stack([xs[a][:, :512] + xs[b][:, :512] for a, b in order])
+    # lowered by the walk, or (two tiles one instruction reads sharing the first trace's
+    # bytes) by the second trace with the reason given: the same program either way
+    for name, passes in (("walk", WALK), ("retrace", RETRACE)):
+        k = lnki.jit(body, passes=passes)
+        np.testing.assert_array_equal(k(*xs), want)
+        if name == "walk":
+            walked = [p._native.encode() for p in k.last_programs]
+            line = k.last_ir.passes["lowering"]
+            assert line.startswith("walk") or "tiles t" in line, line
+    assert walked == [p._native.encode() for p in k.last_programs]
+
+
+def test_tiles_sharing_the_first_traces_bytes_are_moved_apart(monkeypatch):
+    # the spill kernel's first trace fills SBUF with t0..t7 (32 KiB per partition each) and
+    # places t8 over the least recently used tile, t0 (no tile was used yet: the oldest). The
+    # pass keeps t0 (its use comes first) and spills t7 for t8: the walk must move t8's load
+    # away from t0's bytes, else out[0] would be 2 * x[8]
+    seen = {}
+    walk = lowering.walk
+
+    def spy(ctx, *a):
+        seen["off"] = list(ctx.ir.plan_off)
+        seen["ops"] = [t.op for t in ctx.ir.ir.calls]
+        return walk(ctx, *a)
+
+    monkeypatch.setattr(lowering, "walk", spy)
+    x = _spill_input(9)
+    k = lnki.jit(lv._spill_kernel, passes=WALK)
+    np.testing.assert_array_equal(k(x), 2 * x)
+    assert seen["off"][0] == seen["off"][8]  # shared bytes in the first trace
+    prog = k.last_programs[0]._native
+    loads = [prog.instruction_text(i) for i in range(len(prog))]
+    loads = [t for t in loads if t.startswith("dma_copy") and "dst=sbuf" in t and "reload" not in t]
+    assert loads[0].split(" src=")[0] != loads[8].split(" src=")[0]  # placed apart by the walk
+
+
+def test_unwalkable_traces_fall_back_to_the_second_trace_and_say_why():
+    # an index tile read at run time: its views' offsets are read on the device, the walk leaves
+    # it to the second trace (the body then runs twice)
+    body, runs = _counted(lv._dyn_read_kernel)
+    ix = np.array([[5]], np.int32)
+    x = np.random.default_rng(5).integers(-99, 99, (6, 128, 8192)).astype(np.float32)
+    k = lnki.jit(body, passes={"liveness": "on"})
+    np.testing.assert_array_equal(k(x, ix)[:, :, 0], x[:, :, 5])
+    assert len(runs) == 2
+    assert "run-time offset" in k.last_ir.passes["lowering"]
+
+
+def test_unknown_lowering_setting_is_refused():
+    with pytest.raises(OperandError, match="lowering in walk, retrace"):
+        lnki.jit(lv._spill_kernel, passes={"lowering": "both"})(np.zeros((2, 128, 8), np.float32))

@@ -14,7 +14,8 @@ decided again, as when first appended).
 
 Which tile an operand addresses is told by address: among the tiles its call names, the one
 whose recorded range holds the operand's bytes (when two do, the ones the call writes for a
-destination, reads for a source). An instruction the walk cannot place that way raises
+destination, reads for a source; when two still do, the one the call passed as the operand of
+that name, for an instruction of the call's own opcode). An instruction the walk cannot place that way raises
 `Unwalkable` before anything is kept, and the launch falls back to the second trace (reason in
 `KernelIR.passes["lowering"]`): an operand read through a run-time offset (its offset tile or
 register holds an address), an explicitly placed tile, an operand no tile of its call holds or
@@ -25,6 +26,7 @@ with an operand left pointing at the wrong tile.
 from __future__ import annotations
 
 from .. import _native
+from .._asm import INSTRUCTIONS
 from ..allocator import Allocator
 from ..errors import EmuError
 from .liveness import Placer
@@ -71,7 +73,9 @@ def walk(ctx, spill: str | None, engine_pass: str | None) -> tuple[Placer, objec
         while p < stop:
             moves = []
             for arg, mem, start, parts, lo, hi, writes, dyn in operands(p):
-                s = _tile_of(c, tiles, pos, off, mem, start, parts, lo, hi, writes, dyn, p)
+                s = _tile_of(c, tiles, off, mem, start, parts, lo, hi, writes, dyn, p)
+                if type(s) is list:  # several tiles alike: the one the call passed as that operand
+                    s = _by_name(c, rec.call_names, old, p, arg, s)
                 t = live.get(s)
                 if t is None:
                     raise Unwalkable(f"instruction {p}: tile t{s} it names is not resident")
@@ -116,9 +120,9 @@ def walk(ctx, spill: str | None, engine_pass: str | None) -> tuple[Placer, objec
     return placer, new
 
 
-def _tile_of(c, tiles, pos, off, mem, start, parts, lo, hi, writes, dyn, p) -> int:
+def _tile_of(c, tiles, off, mem, start, parts, lo, hi, writes, dyn, p) -> int | list:
     """The tile of call `c` whose recorded range holds operand bytes [lo, hi) of partitions
-    start..start + parts of `mem`; `Unwalkable` when none or two alike do."""
+    start..start + parts of `mem`; the tiles when several do alike; `Unwalkable` when none does."""
     if dyn:
         raise Unwalkable(f"instruction {p}: an operand read through a run-time offset")
     if c is None:
@@ -140,7 +144,19 @@ def _tile_of(c, tiles, pos, off, mem, start, parts, lo, hi, writes, dyn, p) -> i
     if len(found) > 1:
         mine = c.writes if writes else c.reads
         found = [s for s in found if s in mine]
-    if len(found) != 1:
-        what = "no tile" if not found else f"tiles {', '.join(f't{s}' for s in found)} alike"
-        raise Unwalkable(f"instruction {p} ({c.op} at {c.line}): {what} of its call holds its {mem} operand")
-    return found[0]
+    if not found:
+        raise Unwalkable(f"instruction {p} ({c.op} at {c.line}): no tile of its call holds its {mem} operand")
+    return found[0] if len(found) == 1 else found
+
+
+def _by_name(c, call_names, prog, p: int, arg: int, found: list) -> int:
+    """Of the tiles `found` alike for operand `arg` of instruction `p`, the one call `c` passed
+    as the ISA operand of that name (an instruction of the call's own opcode: its operands are
+    the call's, by name); `Unwalkable` otherwise."""
+    op = prog.instruction_text(p).split(" ", 1)[0].split(".", 1)[0]
+    params = INSTRUCTIONS[op][2] if op == c.op and op in INSTRUCTIONS else ()
+    s = call_names[c.ordinal].get(params[arg][0]) if arg < len(params) else None
+    if s not in found:
+        alike = ", ".join(f"t{s}" for s in found)
+        raise Unwalkable(f"instruction {p} ({c.op} at {c.line}): tiles {alike} of its call hold its operand alike")
+    return s

@@ -185,6 +185,8 @@ class Recorder:
         self.plan_pos: list[int] = []
         self.plan_off: list[int | None] = []
         self.plan_site: list[str] = []  # and the kernel's line then
+        #: mode "plan": per call, its operands that name one tile (ISA operand name -> ordinal)
+        self.call_names: list[dict] = []
         #: mode "plan": why the walk cannot lower this trace ("": it can)
         self.unwalkable = ""
         self._resident: dict[int, tuple] = {}  # mode "plan": ordinal -> (allocator, key) placed
@@ -200,6 +202,7 @@ class Recorder:
         wrote: list[int] = []
         hreads: list[int] = []
         hwrote: list[int] = []
+        named = {} if self.mode == "plan" else None  # ISA operand name -> tile, for the walk
         for name, v in (*zip(names, args), *kwargs.items()) if args else kwargs.items():
             tv = type(v)
             kind = _KIND.get(tv)
@@ -248,6 +251,8 @@ class Recorder:
                     (wrote if is_dst else reads).append(s)
                     if getattr(t, "dyn", None) is not None:
                         tiles[s].pinned = True
+                    if named is not None:
+                        named[name] = s
                 continue
             keep = own.keep
             # (run-time operand tiles: `_with_runtime_operands`; a `load_reuse` handle has none)
@@ -264,6 +269,8 @@ class Recorder:
                 (wrote if is_dst and b is dst_block else reads).append(s)
                 if dyn:
                     tiles[s].pinned = True
+        if named is not None:
+            self.call_names.append(named)
         engine = kwargs.get("engine") if kwargs else None
         if engine is not None:
             engine = str(getattr(engine, "name", engine))

@@ -207,8 +207,21 @@ class Placer:
                     self._reload(ctx, s, k)
         self.calls = k + 1
         if k < len(self.plan_calls):
-            c = copy.copy(self.plan_calls[k])
-            c.ordinal, c.instr, c.notes = len(self.ir.calls), len(ctx.program), {}
+            p = self.plan_calls[k]
+            c = Call(
+                len(self.ir.calls),
+                p.op,
+                p.engine,
+                p.line,
+                p.nest,
+                p.reads,
+                p.writes,
+                p.hbm_reads,
+                p.hbm_writes,
+                len(ctx.program),
+                p.segment,
+                p.added_by,
+            )
             self.new_of.append(c.ordinal)
             self.ir.calls.append(c)
         found = blocks_named(args, kwargs)

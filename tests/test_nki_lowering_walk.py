@@ -208,3 +208,39 @@ def test_unwalkable_traces_fall_back_to_the_second_trace_and_say_why():
 def test_unknown_lowering_setting_is_refused():
     with pytest.raises(OperandError, match="lowering in walk, retrace"):
         lnki.jit(lv._spill_kernel, passes={"lowering": "both"})(np.zeros((2, 128, 8), np.float32))
+
+
+def test_spilled_tiles_are_not_live_while_out_and_an_empty_spill_is_noted():
+    # nine [128, 8192] fp32 tiles (32 KiB per partition each, nine over SBUF's 256 KiB) made
+    # before any is written: making the ninth spills t7 (its first use comes last), which holds
+    # nothing yet, so no copy is made; the IR still says so, and t7 is out until it is written
+    def body(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        ts = [nl.ndarray((128, 8192), dtype=nl.float32, buffer=nl.sbuf) for _ in range(9)]
+        for i in range(9):
+            ts[i][...] = nl.load(x[i])
+            nl.store(out[i], value=ts[i])
+        return out
+
+    x = np.random.default_rng(8).random((9, 128, 8192), dtype=np.float32)
+    k = _both(body, (x,), x, liveness="on")
+    ir = k.last_ir
+    assert not any(k.last_spills.values())
+    assert len(k.last_programs[0]) == len(ir.calls) == 18  # 9 loads into the tiles, 9 stores
+    assert ir.calls[0].notes["spill"] == "t7 spilled, never written: nothing copied"
+    # out from the first call to its load (call 14: loads and stores alternate)
+    assert ir.tiles[7].out == [(0, 14)] and ir.calls[14].writes == (7,)
+    assert 7 not in ir.live_at(13) and 7 in ir.live_at(14)
+    # eight tiles live at once, not nine: the peak is SBUF's 256 KiB, reached at call 0
+    assert ir.peak("sbuf") == (8 * 8192 * 4, 0) == (lv.SBUF, 0)
+
+
+def test_peak_of_the_lowered_ir_counts_spilled_tiles_out():
+    x = _spill_input(12)
+    k = lnki.jit(lv._spill_kernel, passes=WALK)
+    np.testing.assert_array_equal(k(x), 2 * x)
+    ir = k.last_ir
+    # never more than the eight 32 KiB tiles SBUF holds (a spilled tile counted while out made
+    # it 9 or more before)
+    assert ir.peak("sbuf")[0] == 8 * 8192 * 4 == lv.SBUF
+    assert sum(len(t.out) for t in ir.tiles) == k.last_spills["spills"] == 9

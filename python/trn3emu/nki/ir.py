@@ -59,6 +59,9 @@ class Tile:
     #: named through a run-time offset (an index tile, or the tile a `scalar_offset` /
     #: `vector_offset` view reads): its views cannot move, so the spill pass never moves it
     pinned: bool = False
+    #: the `spill` pass's spells out of memory (lowered IR): ((first call out, first call back),
+    #: ...) in call ordinals; the tile holds no range during calls first..back - 1
+    out: list = field(default_factory=list)
 
     @property
     def first_use(self) -> int | None:
@@ -141,17 +144,17 @@ class KernelIR:
         return min(t.born, t.uses[0]), t.uses[-1]
 
     def live_at(self, call: int) -> list[int]:
-        """The ordinals of the tiles live during call `call`."""
+        """The ordinals of the tiles live during call `call` (a spilled tile is not while out)."""
         out = []
         for t in self.tiles:
             r = self.live_range(t.ordinal)
-            if r is not None and r[0] <= call <= r[1]:
+            if r is not None and r[0] <= call <= r[1] and not any(a <= call < b for a, b in t.out):
                 out.append(t.ordinal)
         return out
 
     def live_bytes(self, buffer: str = "sbuf") -> list[int]:
         """Bytes per partition of `buffer` held by live tiles, per call (a sweep over the live
-        ranges: O(tiles + calls))."""
+        ranges less the spells spilled tiles spend out: O(tiles + calls))."""
         n = len(self.calls)
         delta = [0] * (n + 1)
         for t in self.tiles:
@@ -162,6 +165,11 @@ class KernelIR:
                 continue
             delta[r[0]] += t.row_bytes
             delta[r[1] + 1] -= t.row_bytes
+            for a, b in t.out:
+                a, b = max(a, r[0]), min(b, r[1] + 1)
+                if a < b:
+                    delta[a] -= t.row_bytes
+                    delta[b] += t.row_bytes
         out, acc = [], 0
         for k in range(n):
             acc += delta[k]
@@ -281,6 +289,8 @@ class KernelIR:
                 for n in tuples:
                     if n in kw:
                         kw[n] = _tuple(kw[n])
+                if kind is Tile and "out" in kw:
+                    kw["out"] = [tuple(x) for x in kw["out"]]
                 if kind is Call and "notes" in kw:
                     kw["notes"] = {k: _tuple(v) for k, v in kw["notes"].items()}
                 getattr(ir, attr).append(kind(**kw))
@@ -291,7 +301,7 @@ class KernelIR:
 
 
 _LOOP = ("id", "kind", "var", "line", "device")
-_TILE = ("ordinal", "buffer", "shape", "dtype", "row_bytes", "placed", "label", "born", "uses", "pinned")
+_TILE = ("ordinal", "buffer", "shape", "dtype", "row_bytes", "placed", "label", "born", "uses", "pinned", "out")
 _HBM = ("ordinal", "name", "shape", "dtype", "nbytes", "uses")
 _CALL = (
     "ordinal",

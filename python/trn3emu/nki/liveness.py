@@ -109,6 +109,8 @@ class Placer:
         self.new_of: list[int] = []  # plan call ordinal -> its ordinal in the lowered IR
         self.slot_of: dict[int, int] = {}  # seq -> the IR tensor of its HBM spill slot
         self.copy_of: dict[int, int] = {}  # PSUM seq -> the IR tile of its latest SBUF copy
+        self.since: dict[int, int] = {}  # spilled seq -> the first lowered-IR call it is out for
+        self.notes_due: list[str] = []  # spills that copied nothing: noted on the next kernel call
         self.stats = {
             "spills": 0,
             "spilled_bytes": 0,
@@ -222,6 +224,9 @@ class Placer:
                 p.segment,
                 p.added_by,
             )
+            if self.notes_due:
+                c.notes["spill"] = "; ".join(self.notes_due)
+                self.notes_due = []
             self.new_of.append(c.ordinal)
             self.ir.calls.append(c)
         found = blocks_named(args, kwargs)
@@ -380,6 +385,9 @@ class Placer:
             ctx.program.dma_copy(dst=hbm.view_as(src.dtype) if src.dtype != "uint8" else hbm, src=src, name="spill")
             self.stats["spills"] += 1
             self.stats["spilled_bytes"] += t.parts * n
+        else:
+            self.notes_due.append(f"t{self._ir_tile(s)} spilled, never written: nothing copied")
+        self.since[s] = len(self.ir.calls)
         t.alloc.free(t.key)
         self.out[s] = t
         nu = self._next_use(s, now)
@@ -399,6 +407,9 @@ class Placer:
         self.live[s] = t
         if s >= 0:
             self.moved += t.lo != t.home
+        a, b = self.since.pop(s, None), len(self.ir.calls)  # (back with the reload copy, call b)
+        if a is not None and a < b:
+            self.ir.tiles[self._ir_tile(s)].out.append((a, b))
         if not t.data:
             return
         mem = "sbuf" if t.alloc is self.sbuf else "psum"

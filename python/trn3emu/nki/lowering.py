@@ -108,7 +108,7 @@ def walk(ctx, spill: str | None, engine_pass: str | None) -> tuple[Placer, objec
             upto(c.instr)
             ctx.site = c.line
             placer.call(ctx, (), {})
-            placer.ir.calls[-1].notes = dict(c.notes) if placer.ir.calls[-1].added_by == "" else {}
+            placer.ir.calls[-1].notes.update(c.notes)  # (the passes that acted while tracing)
             state[1] = c
         upto(n)
     finally:

@@ -1,13 +1,15 @@
 """Allocation by liveness, with spilling: the kernel IR's allocation pass (docs/nki.md, "Passes").
 
-A kernel is traced twice when the pass runs. The first trace (`record.Recorder`) records the
-kernel IR (`ir.py`): every `nki.isa` call gets an ordinal and the on-chip tiles it names (each
-automatic tile and each block of a block tile has an allocation ordinal, `Tile.ordinal`, kept on
-the block as `seq`: the trace is deterministic, so the second trace allocates the same tiles in
-the same order); its own placements are thrown away (a tile that does not fit overlaps others:
-that program never runs). The second trace (`Placer`) lowers to the `Program` with what it reads
-from the IR: each tile's uses (`Tile.uses`, last use = death), which tiles are pinned
-(`Tile.pinned`), and the calls and tiles the second trace must make again:
+The recording trace (`record.Recorder`, mode "plan") records the kernel IR (`ir.py`): every
+`nki.isa` call gets an ordinal and the on-chip tiles it names (each automatic tile and each block
+of a block tile has an allocation ordinal, `Tile.ordinal`, kept on the block as `seq`); its own
+placements are provisional (a tile that does not fit takes the range of the tiles least recently
+used). The pass (`Placer`) then decides each tile's range from what it reads in the IR: each
+tile's uses (`Tile.uses`, last use = death), which tiles are pinned (`Tile.pinned`). It is driven
+either by the walk over the IR (`lowering.py`, the default: its allocations and calls replayed in
+trace order, the recorded instructions moved after it) or by a second trace of the kernel body
+(`passes={"lowering": "retrace"}`, and the walk's fallback: the trace is deterministic, so it
+makes the same tiles in the same order and its views are moved here, `Placer.call`):
 
 - a tile's range is freed once the call that last uses it has been issued, not when Python drops
   the tile (`nl.ndarray` / `nl.zeros` in loops then rotate over the free ranges as before);
@@ -21,7 +23,7 @@ from the IR: each tile's uses (`Tile.uses`, last use = death), which tiles are p
   instructions named `spill` / `reload` in the program and its trace, counted in
   `Placer.stats`. Tiles read through run-time offsets are pinned (their views cannot move).
 
-The second trace also records the lowered IR (`Placer.ir`, `kernel.last_ir`): the plan's calls
+The pass also records the lowered IR (`Placer.ir`, `kernel.last_ir`): the plan's calls
 with their instructions in this program and, between them, the copies the pass adds as calls
 (`Call.added_by == "spill"`, their tiles and HBM slots named, `Call.notes["spill"]` saying what
 moved where), which `engine_choice` then runs over.

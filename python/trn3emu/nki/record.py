@@ -6,8 +6,10 @@ on-chip allocations are numbered (`new_tile` / `placed`: allocation ordinal = `T
 `enter` / `iteration` / `leave`); each call notes its first instruction's index and its segment
 (a device loop's bound read starts a new program: `registers.device_value`). Two modes:
 
-- "plan": the first trace of the liveness pass (`liveness.py`). Its own placements are thrown
-  away (a tile that does not fit overlaps others: that program never runs).
+- "plan": the trace of the liveness pass (`liveness.py`). Its own placements are provisional (a
+  tile that does not fit takes the range of the tiles least recently used); it keeps, per tile,
+  where it placed it and the program position of its allocation, and per call the ISA operand
+  names of its tiles, for the walk that lowers its program (`lowering.py`).
 - "record": a literal trace asked to keep its IR (`nki.jit(ir=True)`, `TRN3EMU_NKI_IR=1`):
   tiles are placed as without it; the program is the one the kernel gets without recording.
 

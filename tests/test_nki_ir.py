@@ -208,7 +208,7 @@ def test_legacy_kernel_and_the_liveness_pass_read_the_same_ir():
     assert {k: v for k, v in lowered.items() if k != "passes"} == {
         k: v for k, v in ir.to_dict().items() if k != "passes"
     }
-    assert list(live.last_ir.passes) == ["liveness", "spill", "engine_choice"]
+    assert list(live.last_ir.passes) == ["liveness", "spill", "lowering", "engine_choice"]
     assert len(live.last_programs[0]) == len(rec.last_programs[0]) == 8
 
 

@@ -191,7 +191,8 @@ class Recorder:
         self.call_names: list[dict] = []
         #: mode "plan": why the walk cannot lower this trace ("": it can)
         self.unwalkable = ""
-        self._resident: dict[int, tuple] = {}  # mode "plan": ordinal -> (allocator, key) placed
+        #: mode "plan": id of an allocator -> {ordinal: key} of the tiles this trace placed there
+        self._resident: dict[int, dict[int, int]] = {}
 
     # ------------------------------------------------------------------ calls
     def call(self, ctx, args, kwargs, op: str = "?", names=(), writes=frozenset()):
@@ -394,20 +395,21 @@ class Recorder:
         self.plan_off.append(got[1])
         site = ctx.site  # (the line the copies a placement adds are named after)
         self.plan_site.append(site if site is not None else (self._where(1) if self._where else "?"))
-        self._resident[s] = (alloc, got[0])
+        res = self._resident.get(id(alloc))
+        if res is None:
+            res = self._resident[id(alloc)] = {}
+        res[s] = got[0]
         return got
 
     def _evict_lru(self, alloc, row: int, label: str) -> tuple[int, int]:
         live = alloc.live
         tiles = self.ir.tiles
-        res = self._resident
-        for s in [s for s, (a, key) in res.items() if a is alloc and key not in live]:
+        res = self._resident.setdefault(id(alloc), {})
+        for s in [s for s, key in res.items() if key not in live]:
             del res[s]  # (freed when the kernel dropped it)
-        order = sorted(
-            (tiles[s].uses[-1] if tiles[s].uses else tiles[s].born - 1, s) for s, (a, _) in res.items() if a is alloc
-        )
+        order = sorted((tiles[s].uses[-1] if tiles[s].uses else tiles[s].born - 1, s) for s in res)
         for _, s in order:
-            alloc.free(self._resident.pop(s)[1])
+            alloc.free(res.pop(s))
             got = alloc.try_alloc(row, label)
             if got is not None:
                 return got

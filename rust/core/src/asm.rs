@@ -725,6 +725,34 @@ mod tests {
     }
 
     #[test]
+    fn kept_unresolved_accumulate_reappends_as_given() {
+        // a lowering that moves a matmul appends it again with `accumulate` as given: resolved
+        // against the PSUM state where it lands, not the first program's decision
+        let mut a = Assembler::new(0).unwrap();
+        a.keep_unresolved();
+        a.append(matmul(DST, None), true).unwrap();
+        a.append(matmul(DST, None), true).unwrap();
+        a.append(matmul(DST, Some(true)), true).unwrap();
+        assert_eq!(
+            (accumulate_of(&a, 0), accumulate_of(&a, 1)),
+            (Some(false), Some(true))
+        );
+        let given = a.unresolved_accumulate(1).cloned().expect("kept");
+        let mut again = a.program().instrs[1].clone();
+        again.args[ops::NcMatmul::ACCUMULATE] = given;
+        let mut b = Assembler::new(0).unwrap();
+        b.append(again, true).unwrap();
+        assert_eq!(accumulate_of(&b, 0), Some(false)); // fresh PSUM there: overwrite
+        assert!(a.unresolved_accumulate(2).is_some()); // (as given: true)
+        a.pop();
+        assert!(a.unresolved_accumulate(2).is_none());
+        assert!(Assembler::new(0)
+            .unwrap()
+            .unresolved_accumulate(0)
+            .is_none());
+    }
+
+    #[test]
     fn fresh_psum_resolves_to_overwrite_then_accumulate() {
         let mut a = Assembler::new(0).unwrap();
         let r = a.append(matmul(DST, None), true).unwrap();

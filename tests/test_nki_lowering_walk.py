@@ -3,6 +3,7 @@ docs/nki.md "Passes"): the kernel body runs once, and the program is the one the
 (`passes={"lowering": "retrace"}`) builds, byte for byte. Every kernel here needs the liveness
 pass (most need spills); results are compared with numpy, counts are worked out by hand."""
 
+import re
 import sys
 from pathlib import Path
 
@@ -187,10 +188,16 @@ def test_tiles_sharing_the_first_traces_bytes_are_moved_apart(monkeypatch):
     k = lnki.jit(lv._spill_kernel, passes=WALK)
     np.testing.assert_array_equal(k(x), 2 * x)
     assert seen["off"][0] == seen["off"][8]  # shared bytes in the first trace
+    ir = k.last_ir
+    (_, at0), (_, at8) = ir.tiles[0].at[0], ir.tiles[8].at[0]
+    assert at8 != at0  # placed apart by the pass
+    assert ir.tiles[8].at[0][1] == ir.tiles[7].at[0][1]  # in the range of t7, spilled for it
+    # and the loads were moved there: their destinations are where the pass placed the tiles
     prog = k.last_programs[0]._native
-    loads = [prog.instruction_text(i) for i in range(len(prog))]
-    loads = [t for t in loads if t.startswith("dma_copy") and "dst=sbuf" in t and "reload" not in t]
-    assert loads[0].split(" src=")[0] != loads[8].split(" src=")[0]  # placed apart by the walk
+    loads = [prog.instruction_text(c.instr) for c in ir.calls if c.op == "dma_copy" and not c.added_by]
+    loads = [t for t in loads if "dst=sbuf" in t]
+    assert re.search(r"dst=sbuf:float32\[0:128\]\+(\d+)\[", loads[0]).group(1) == str(at0)
+    assert re.search(r"dst=sbuf:float32\[0:128\]\+(\d+)\[", loads[8]).group(1) == str(at8)
 
 
 def test_unwalkable_traces_fall_back_to_the_second_trace_and_say_why():

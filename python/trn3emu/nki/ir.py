@@ -62,6 +62,10 @@ class Tile:
     #: the `spill` pass's spells out of memory (lowered IR): ((first call out, first call back),
     #: ...) in call ordinals; the tile holds no range during calls first..back - 1
     out: list = field(default_factory=list)
+    #: where the allocation pass placed it (lowered IR): ((first call, byte offset in each
+    #: partition), ...), a new entry each time a reload lands it elsewhere; empty when not decided
+    #: by the pass (an explicitly placed tile, a literal trace)
+    at: list = field(default_factory=list)
 
     @property
     def first_use(self) -> int | None:
@@ -240,9 +244,13 @@ class KernelIR:
         shown = self.tiles if limit is None or len(self.tiles) <= limit else self.tiles[:limit]
         for t in shown:
             u = f"uses {t.first_use}..{t.last_use} ({len(t.uses)})" if t.uses else "never used"
+            at = ""
+            if t.at:
+                at = ", at " + "; ".join(f"+{o}" if not k else f"+{o} from call {c}" for k, (c, o) in enumerate(t.at))
+            out = "".join(f", out {a}..{b - 1}" for a, b in t.out)
             lines.append(
                 f"  t{t.ordinal}: {t.buffer} {list(t.shape)} {t.dtype} {t.row_bytes} B/partition"
-                f"{' placed' if t.placed else ''}, {u}  ({t.label})"
+                f"{' placed' if t.placed else ''}{at}{out}, {u}  ({t.label})"
             )
         if len(shown) < len(self.tiles):
             lines.append(f"  ... {len(self.tiles) - len(shown)} tiles not shown ...")
@@ -289,8 +297,10 @@ class KernelIR:
                 for n in tuples:
                     if n in kw:
                         kw[n] = _tuple(kw[n])
-                if kind is Tile and "out" in kw:
-                    kw["out"] = [tuple(x) for x in kw["out"]]
+                if kind is Tile:
+                    for n in ("out", "at"):
+                        if n in kw:
+                            kw[n] = [tuple(x) for x in kw[n]]
                 if kind is Call and "notes" in kw:
                     kw["notes"] = {k: _tuple(v) for k, v in kw["notes"].items()}
                 getattr(ir, attr).append(kind(**kw))
@@ -301,7 +311,7 @@ class KernelIR:
 
 
 _LOOP = ("id", "kind", "var", "line", "device")
-_TILE = ("ordinal", "buffer", "shape", "dtype", "row_bytes", "placed", "label", "born", "uses", "pinned", "out")
+_TILE = ("ordinal", "buffer", "shape", "dtype", "row_bytes", "placed", "label", "born", "uses", "pinned", "out", "at")
 _HBM = ("ordinal", "name", "shape", "dtype", "nbytes", "uses")
 _CALL = (
     "ordinal",

@@ -274,6 +274,7 @@ class Placer:
                 if r in self.out:
                     self._reload(ctx, r, now)
         key, off = self._place(ctx, alloc, row, label, now)
+        self.ir.tiles[s].at.append((len(self.ir.calls), off))
         u = self.uses[s] if s < len(self.uses) else []
         self.live[s] = _Live(s, key, off, off + row, alloc, block.parts, label)
         heapq.heappush(self.deaths, (u[-1] if u else -1, s))
@@ -373,6 +374,7 @@ class Placer:
             self.ir.tiles.append(
                 Tile(ci, "sbuf", (t.parts, n), "uint8", n, False, f"PSUM spill of {t.label}", len(self.ir.calls))
             )
+            self.ir.tiles[ci].at.append((len(self.ir.calls), off))
             self._added(ctx, "tensor_copy", f"t{s} (PSUM) -> t{ci} (SBUF), {t.parts * n} B", reads=(s,), writes=(ci,))
             ctx.program.tensor_copy(dst=self._view("sbuf", t.parts, off, n, ctx.core), src=src, name="psum_spill")
             self.stats["psum_spills"] += 1
@@ -410,8 +412,10 @@ class Placer:
         if s >= 0:
             self.moved += t.lo != t.home
         a, b = self.since.pop(s, None), len(self.ir.calls)  # (back with the reload copy, call b)
+        tile = self.ir.tiles[self._ir_tile(s)]
         if a is not None and a < b:
-            self.ir.tiles[self._ir_tile(s)].out.append((a, b))
+            tile.out.append((a, b))
+        tile.at.append((b, t.lo))
         if not t.data:
             return
         mem = "sbuf" if t.alloc is self.sbuf else "psum"

@@ -251,3 +251,22 @@ def test_peak_of_the_lowered_ir_counts_spilled_tiles_out():
     # it 9 or more before)
     assert ir.peak("sbuf")[0] == 8 * 8192 * 4 == lv.SBUF
     assert sum(len(t.out) for t in ir.tiles) == k.last_spills["spills"] == 9
+
+
+def test_an_explicitly_placed_tile_leaves_the_lowering_to_the_second_trace():
+    # its range is freed when Python drops it, an event the IR does not hold: the second trace
+    # lowers it (the body runs twice), same results
+    def body(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        fixed = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf, address=(0, 0))
+        fixed[...] = nl.load(x)
+        nl.store(out, value=nl.add(fixed, 1.0))
+        return out
+
+    k, runs = _counted(body)
+    kern = lnki.jit(k, passes={"liveness": "on"})
+    x = np.arange(128 * 512, dtype=np.float32).reshape(128, 512)
+    np.testing.assert_array_equal(kern(x), x + 1)
+    assert len(runs) == 2
+    line = kern.last_ir.passes["lowering"]
+    assert line.startswith("retrace") and "explicitly placed tile" in line, line

@@ -200,16 +200,51 @@ def test_tiles_sharing_the_first_traces_bytes_are_moved_apart(monkeypatch):
     assert re.search(r"dst=sbuf:float32\[0:128\]\+(\d+)\[", loads[8]).group(1) == str(at8)
 
 
-def test_unwalkable_traces_fall_back_to_the_second_trace_and_say_why():
-    # an index tile read at run time: its views' offsets are read on the device, the walk leaves
-    # it to the second trace (the body then runs twice)
-    body, runs = _counted(lv._dyn_read_kernel)
+def test_views_read_through_run_time_offsets_move_with_their_tiles():
+    # each data tile is read through a run-time column index held in an index tile: the view's
+    # base moves with its data tile and the offset's index tile with its own (the offset counts
+    # from the base); 10 [128, 8192] fp32 tiles (over SBUF) are refused alike both ways, as the
+    # tiles read through run-time offsets are never spilled
     ix = np.array([[5]], np.int32)
     x = np.random.default_rng(5).integers(-99, 99, (6, 128, 8192)).astype(np.float32)
-    k = lnki.jit(body, passes={"liveness": "on"})
-    np.testing.assert_array_equal(k(x, ix)[:, :, 0], x[:, :, 5])
-    assert len(runs) == 2
-    assert "run-time offset" in k.last_ir.passes["lowering"]
+    _both(lv._dyn_read_kernel, (x, ix), x[:, :, 5:6], liveness="on")
+
+
+def test_an_hbm_gather_moves_its_on_chip_index_tile(monkeypatch):
+    # a gather from HBM whose row index tile is on chip: the DMA's HBM operand keeps its address,
+    # its index tile moves to where the pass placed it. Two [128, 32768] fp32 tiles fill SBUF;
+    # the first trace puts the index tile over w1, the least recently used (w1 is read last);
+    # the pass puts it where w2 was (dead after its store), 128 KiB further
+    def body(big, table, idx):
+        out = nl.ndarray((2, 128, big.shape[2]), dtype=big.dtype, buffer=nl.shared_hbm)
+        res = nl.ndarray((128, table.shape[1]), dtype=table.dtype, buffer=nl.shared_hbm)
+        w1 = nl.load(big[0])
+        w2 = nl.load(big[1])
+        nl.store(out[1], value=w2)
+        ix = nl.load(idx)
+        rows = nl.load(table[ix, :])
+        nl.store(res, value=rows)
+        nl.store(out[0], value=w1)
+        return out, res
+
+    seen = {}
+    walk = lowering.walk
+
+    def spy(ctx, *a):
+        seen["off"] = list(ctx.ir.plan_off)
+        return walk(ctx, *a)
+
+    monkeypatch.setattr(lowering, "walk", spy)
+    rng = np.random.default_rng(4)
+    big = rng.integers(-9, 9, (2, 128, 32768)).astype(np.float32)
+    table = rng.integers(-9, 9, (512, 2048)).astype(np.float32)
+    idx = rng.permutation(512)[:128].reshape(128, 1).astype(np.int32)
+    assert 2 * 32768 * 4 == lv.SBUF
+    k = _both(body, (big, table, idx), (big, table[idx[:, 0]]), liveness="on")
+    assert seen["off"][2] == 0 and k.last_ir.tiles[2].at == [(3, 32768 * 4)]  # moved by 128 KiB
+    prog = k.last_programs[0]._native
+    gather = prog.instruction_text(k.last_ir.calls[4].instr)
+    assert f"@v(sbuf:int32[0:128]+{32768 * 4}[" in gather, gather  # its index tile, moved
 
 
 def test_unknown_lowering_setting_is_refused():

@@ -15,11 +15,13 @@ decided again, as when first appended).
 Which tile an operand addresses is told by address: among the tiles its call names, the one
 whose recorded range holds the operand's bytes (when two do, the ones the call writes for a
 destination, reads for a source; when two still do, the one the call passed as the operand of
-that name, for an instruction of the call's own opcode). An instruction the walk cannot place that way raises
+that name, for an instruction of the call's own opcode). An operand with a run-time offset moves
+with its tile (the offset, a register or an index tile's value, counts from its base) and its
+index tile with its own (`Program.onchip_operands` lists it as argument `1000 + k`, also for an
+HBM operand). An instruction the walk cannot place that way raises
 `Unwalkable` before anything is kept, and the launch falls back to the second trace (reason in
-`KernelIR.passes["lowering"]`): an operand read through a run-time offset (its offset tile or
-register holds an address), an explicitly placed tile, an operand no tile of its call holds or
-that two hold alike, ranges reserved before the trace (`_PlacementConflict`). Never a program
+`KernelIR.passes["lowering"]`): an explicitly placed tile, an operand no tile of its call holds
+or that two hold alike, ranges reserved before the trace (`_PlacementConflict`). Never a program
 with an operand left pointing at the wrong tile.
 """
 
@@ -72,8 +74,8 @@ def walk(ctx, spill: str | None, engine_pass: str | None) -> tuple[Placer, objec
         p, c = state
         while p < stop:
             moves = []
-            for arg, mem, start, parts, lo, hi, writes, dyn in operands(p):
-                s = _tile_of(c, tiles, off, mem, start, parts, lo, hi, writes, dyn, p)
+            for arg, mem, start, parts, lo, hi, writes, _ in operands(p):
+                s = _tile_of(c, tiles, off, mem, start, parts, lo, hi, writes, p)
                 if type(s) is list:  # several tiles alike: the one the call passed as that operand
                     s = _by_name(c, rec.call_names, old, p, arg, s)
                 t = live.get(s)
@@ -120,11 +122,9 @@ def walk(ctx, spill: str | None, engine_pass: str | None) -> tuple[Placer, objec
     return placer, new
 
 
-def _tile_of(c, tiles, off, mem, start, parts, lo, hi, writes, dyn, p) -> int | list:
+def _tile_of(c, tiles, off, mem, start, parts, lo, hi, writes, p) -> int | list:
     """The tile of call `c` whose recorded range holds operand bytes [lo, hi) of partitions
     start..start + parts of `mem`; the tiles when several do alike; `Unwalkable` when none does."""
-    if dyn:
-        raise Unwalkable(f"instruction {p}: an operand read through a run-time offset")
     if c is None:
         raise Unwalkable(f"instruction {p}: an on-chip operand before the first call")
     found = []

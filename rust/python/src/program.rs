@@ -59,6 +59,10 @@ impl Program {
     }
 }
 
+/// `Program.onchip_operands` / `append_moved`: argument index `NESTED + k` names the index tile
+/// of operand `k`'s run-time offset.
+const NESTED: usize = 1000;
+
 /// `trn3emu.errors.AccumulateWarning` for instruction `index` (stack level: the kernel's call
 /// of `Program.nc_matmul`). An error (warnings as errors) propagates.
 fn warn_accumulate(py: Python<'_>, index: usize) -> PyResult<()> {
@@ -225,8 +229,10 @@ impl Program {
 
     /// The SBUF / PSUM tensor operands of instruction `i` (empty past the end): per operand
     /// (its argument index, "sbuf" / "psum", first partition, partitions, first byte and end
-    /// byte touched within a partition, whether the instruction writes it, whether its offset is
-    /// read at run time).
+    /// byte touched within a partition (a run-time offset at 0), whether the instruction writes
+    /// it, whether its offset is read at run time). The on-chip index tile of an operand's
+    /// run-time offset (`DynSrc::Tile`, also of an HBM operand) is listed too, with argument
+    /// index `NESTED + k`.
     #[allow(clippy::type_complexity)]
     fn onchip_operands(
         &self,
@@ -235,31 +241,48 @@ impl Program {
         let Some(ins) = self.program().instrs.get(i) else {
             return Vec::new();
         };
+        fn mem_name(m: core::memory::Mem) -> Option<&'static str> {
+            match m {
+                core::memory::Mem::Sbuf => Some("sbuf"),
+                core::memory::Mem::Psum => Some("psum"),
+                core::memory::Mem::Hbm => None,
+            }
+        }
+        fn bytes(ap: &core::memory::Ap) -> (i64, i64) {
+            let (lo, hi) = ap.row_byte_range();
+            let base = ap.offset as i128;
+            ((base + lo) as i64, (base + hi) as i64)
+        }
         let mut out = Vec::new();
         for (k, (a, p)) in ins.args.iter().zip(ins.op.spec().params.iter()).enumerate() {
             let core::isa::Arg::Tensor(ap) = a else {
                 continue;
             };
-            let mem = match ap.mem {
-                core::memory::Mem::Sbuf => "sbuf",
-                core::memory::Mem::Psum => "psum",
-                core::memory::Mem::Hbm => continue,
-            };
-            let (lo, hi) = ap.row_byte_range();
-            let base = ap.offset as i128;
-            out.push((
-                k,
-                mem,
-                ap.start,
-                ap.parts,
-                (base + lo) as i64,
-                (base + hi) as i64,
-                matches!(
+            if let Some(mem) = mem_name(ap.mem) {
+                let (lo, hi) = bytes(ap);
+                let writes = matches!(
                     p.access,
                     core::isa::spec::Access::Write | core::isa::spec::Access::ReadWrite
-                ),
-                ap.dynamic.is_some(),
-            ));
+                );
+                out.push((
+                    k,
+                    mem,
+                    ap.start,
+                    ap.parts,
+                    lo,
+                    hi,
+                    writes,
+                    ap.dynamic.is_some(),
+                ));
+            }
+            if let Some(d) = &ap.dynamic {
+                if let core::memory::DynSrc::Tile(t) = &d.src {
+                    if let Some(mem) = mem_name(t.mem) {
+                        let (lo, hi) = bytes(t);
+                        out.push((NESTED + k, mem, t.start, t.parts, lo, hi, false, false));
+                    }
+                }
+            }
         }
         out
     }
@@ -288,7 +311,18 @@ impl Program {
             ins.args[core::isa::ops::NcMatmul::ACCUMULATE] = a.clone();
         }
         for (k, delta) in moves {
-            if let Some(core::isa::Arg::Tensor(ap)) = ins.args.get_mut(k) {
+            let ap = match ins.args.get_mut(k % NESTED) {
+                Some(core::isa::Arg::Tensor(ap)) if k < NESTED => Some(ap),
+                Some(core::isa::Arg::Tensor(ap)) => match ap.dynamic.as_deref_mut() {
+                    Some(core::memory::Dynamic {
+                        src: core::memory::DynSrc::Tile(t),
+                        ..
+                    }) => Some(t),
+                    _ => None,
+                },
+                _ => None,
+            };
+            if let Some(ap) = ap {
                 ap.offset = ap.offset.checked_add_signed(delta).ok_or_else(|| {
                     pyo3::exceptions::PyValueError::new_err(format!(
                         "operand {k} moved below byte 0"

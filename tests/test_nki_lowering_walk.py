@@ -275,6 +275,13 @@ def test_spilled_tiles_are_not_live_while_out_and_an_empty_spill_is_noted():
     assert 7 not in ir.live_at(13) and 7 in ir.live_at(14)
     # eight tiles live at once, not nine: the peak is SBUF's 256 KiB, reached at call 0
     assert ir.peak("sbuf") == (8 * 8192 * 4, 0) == (lv.SBUF, 0)
+    # the pass's placements: t0..t7 first fit in order (t7 in the last 32 KiB); t7 comes back at
+    # call 14 wherever there is room then; the dump shows both and the spell out
+    assert [t.at[0] for t in ir.tiles[:8]] == [(0, 32768 * i) for i in range(8)]
+    (c, back) = ir.tiles[7].at[1]
+    assert c == 14
+    line = f"  t7: sbuf [128, 8192] float32 32768 B/partition, at +229376; +{back} from call 14, out 0..13,"
+    assert line in ir.summary(limit=None)
 
 
 def test_peak_of_the_lowered_ir_counts_spilled_tiles_out():

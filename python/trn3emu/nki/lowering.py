@@ -3,14 +3,14 @@ program without tracing the kernel a second time.
 
 The recording trace (`record.Recorder`, mode "plan") keeps its program, with each
 `nc_matmul`'s `accumulate` operand as given (`_native.Program.keep_unresolved`), and per tile
-where it placed it and at which program position it was allocated. The walk then goes over the
+where it placed it and at which program position it was allocated. `decide` then goes over the
 IR's calls and allocations in trace order and runs the allocation pass over them
-(`liveness.Placer`: the same rules, errors and lowered IR as the second trace), so that each
-allocation gets its range and the spill / reload copies are appended where that trace would
-append them; each recorded instruction is appended again into a fresh program with its SBUF /
-PSUM operands moved from where the recording trace placed their tiles to where the pass placed
-them (`_native.Program.append_moved`: the engine left to the rule and `accumulate=None` are
-decided again, as when first appended).
+(`liveness.Placer`: the same rules, errors and lowered IR as the second trace), appending
+nothing: each allocation gets its range, and the result is a list of steps, the spill / reload
+copies where that trace would append them and each recorded instruction with its SBUF / PSUM
+operands' moves, from where the recording trace placed their tiles to where the pass placed
+them. `emit` replays the steps into a fresh program (`_native.Program.append_moved`: the engine
+left to the rule and `accumulate=None` are decided again, as when first appended).
 
 Which tile an operand addresses is told by address: among the tiles its call names, the one
 whose recorded range holds the operand's bytes (when two do, the ones the call writes for a
@@ -47,11 +47,34 @@ class _Alloc:
         self.parts, self.row_bytes, self.label = parts, row, label
 
 
-def walk(ctx, spill: str | None, engine_pass: str | None) -> tuple[Placer, object]:
-    """Lower the recorded trace of `ctx` (its `ir`, a plan `Recorder`): returns the pass (its
-    `ir` is the lowered IR, `stats` the spill counts) and the new native program. `ctx.program`
-    appends into the new program while walking (the spill copies go through it); the caller
-    restores the old one when this raises."""
+class _Plan:
+    """Stands for the program and the trace while the pass decides (`decide`): counts the
+    instructions the lowered program will have, and keeps in order the steps that make it."""
+
+    def __init__(self, ctx) -> None:
+        self.core, self.device, self.site = ctx.core, ctx.device, ctx.site
+        self.program = self  # (the pass appends its copies to `ctx.program`: here)
+        self.n = 0
+        #: ("moved", recorded instruction, moves) / ("copy", opcode, operands, site) /
+        #: ("fresh", partitions, byte offset, bytes): `emit` replays them
+        self.steps: list[tuple] = []
+
+    def __len__(self) -> int:
+        return self.n
+
+    def dma_copy(self, **kw) -> None:
+        self.steps.append(("copy", "dma_copy", kw, self.site))
+        self.n += 1
+
+    def tensor_copy(self, **kw) -> None:
+        self.steps.append(("copy", "tensor_copy", kw, self.site))
+        self.n += 1
+
+
+def decide(ctx, spill: str | None) -> tuple[Placer, list]:
+    """The allocation pass over the recorded trace of `ctx` (its `ir`, a plan `Recorder`),
+    appending nothing: returns the pass (its `ir` is the lowered IR, `stats` the spill counts)
+    and the steps that lower it (`emit`). `Unwalkable` when an instruction cannot be moved."""
     rec = ctx.ir
     if rec.unwalkable:
         raise Unwalkable(rec.unwalkable)
@@ -61,13 +84,12 @@ def walk(ctx, spill: str | None, engine_pass: str | None) -> tuple[Placer, objec
     tiles, calls = ir.tiles, ir.calls
     sbuf, psum = Allocator.sbuf(), Allocator.psum()
     placer = Placer(rec, spill, sbuf)
+    plan = _Plan(ctx)
+    steps = plan.steps
     old = ctx.program._native
-    new = ctx.program._native = _native.Program(ctx.core)
-    ctx.program.engine_pass = engine_pass
     pos, off = rec.plan_pos, rec.plan_off
     live = placer.live
-    append, operands = new.append_moved, old.onchip_operands
-    n = len(old)
+    operands = old.onchip_operands
     state = [0, None]  # next instruction of the recorded program, the call it belongs to
 
     def upto(stop: int) -> None:
@@ -83,43 +105,72 @@ def walk(ctx, spill: str | None, engine_pass: str | None) -> tuple[Placer, objec
                     raise Unwalkable(f"instruction {p}: tile t{s} it names is not resident")
                 if t.lo != off[s]:
                     moves.append((arg, t.lo - off[s]))
-            try:
-                append(old, p, moves)
-            except EmuError as e:
-                raise Unwalkable(f"instruction {p} did not assemble moved: {e}") from None
+            steps.append(("moved", p, moves))
             p += 1
+        plan.n += p - state[0]
         state[0] = p
 
     s = 0
-    site = ctx.site
-    try:
-        for k in range(len(calls) + 1):
-            while s < len(tiles) and tiles[s].born <= k:
-                t = tiles[s]
-                upto(pos[s])
-                ctx.site = rec.plan_site[s]  # (the copies it adds: named after the line allocating)
-                alloc = sbuf if t.buffer == "sbuf" else psum
-                b = _Alloc(t.shape[0] if t.shape else 1, t.row_bytes, t.label)
-                _, at = placer.new_tile(ctx, alloc, t.row_bytes, t.label, b)
-                if t.buffer == "psum":
-                    new.psum_fresh(0, b.parts, at, t.row_bytes)
-                s += 1
-            if k == len(calls):
-                break
-            c = calls[k]
-            upto(c.instr)
-            ctx.site = c.line
-            placer.call(ctx, (), {})
-            placer.ir.calls[-1].notes.update(c.notes)  # (the passes that acted while tracing)
-            state[1] = c
-        upto(n)
-    finally:
-        ctx.site = site
+    for k in range(len(calls) + 1):
+        while s < len(tiles) and tiles[s].born <= k:
+            t = tiles[s]
+            upto(pos[s])
+            plan.site = rec.plan_site[s]  # (the copies it adds: named after the line allocating)
+            alloc = sbuf if t.buffer == "sbuf" else psum
+            b = _Alloc(t.shape[0] if t.shape else 1, t.row_bytes, t.label)
+            _, at = placer.new_tile(plan, alloc, t.row_bytes, t.label, b)
+            if t.buffer == "psum":
+                steps.append(("fresh", b.parts, at, t.row_bytes))
+            s += 1
+        if k == len(calls):
+            break
+        c = calls[k]
+        upto(c.instr)
+        plan.site = c.line
+        placer.call(plan, (), {})
+        placer.ir.calls[-1].notes.update(c.notes)  # (the passes that acted while tracing)
+        state[1] = c
+    upto(len(old))
     lowered = placer.ir
     for name, what in ir.passes.items():  # (the passes that acted while tracing)
         lowered.passes.setdefault(name, what)
     placer.check_end()
-    return placer, new
+    return placer, steps
+
+
+def emit(ctx, steps: list, engine_pass: str | None):
+    """The lowered program of `ctx` from `decide`'s steps: each recorded instruction appended
+    again with its operands moved, the pass's copies appended through `ctx.program` (named after
+    their lines) between them. `ctx.program` appends into the new program (returned); the
+    caller restores the old one when this raises."""
+    program = ctx.program
+    old = program._native
+    new = program._native = _native.Program(ctx.core)
+    program.engine_pass = engine_pass
+    append = new.append_moved
+    site = ctx.site
+    try:
+        for step in steps:
+            kind = step[0]
+            if kind == "moved":
+                try:
+                    append(old, step[1], step[2])
+                except EmuError as e:
+                    raise Unwalkable(f"instruction {step[1]} did not assemble moved: {e}") from None
+            elif kind == "copy":
+                ctx.site = step[3]
+                getattr(program, step[1])(**step[2])
+            else:
+                new.psum_fresh(0, step[1], step[2], step[3])
+    finally:
+        ctx.site = site
+    return new
+
+
+def walk(ctx, spill: str | None, engine_pass: str | None) -> tuple[Placer, object]:
+    """`decide` then `emit`: (the pass, the new native program)."""
+    placer, steps = decide(ctx, spill)
+    return placer, emit(ctx, steps, engine_pass)
 
 
 def _tile_of(c, tiles, off, mem, start, parts, lo, hi, writes, p) -> int | list:

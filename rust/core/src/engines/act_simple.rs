@@ -26,7 +26,7 @@ use crate::kernels::simd;
 use crate::kernels::simd::Path;
 use crate::kernels::{log, rsqrt};
 #[cfg(target_arch = "x86_64")]
-use crate::kernels::{log_avx2, log_avx512};
+use crate::kernels::{log_avx2, log_avx512, rsqrt_avx512};
 
 /// A function with a vectorised form here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,6 +144,14 @@ unsafe fn dispatch(k: Simple, src: *const f32, dst: *mut f32, n: usize, aff: (f3
         #[cfg(target_arch = "x86_64")]
         Path::Avx512 if k == Simple::Log => unsafe {
             log_avx512::map(src, dst, n, aff, bounds(ActFn::Log))
+        },
+        #[cfg(target_arch = "x86_64")]
+        Path::Avx512 if k == Simple::Rsqrt => unsafe {
+            rsqrt_avx512::map(src, dst, n, aff, bounds(ActFn::Rsqrt), false)
+        },
+        #[cfg(target_arch = "x86_64")]
+        Path::Avx512 if k == Simple::RsqrtUnrestricted => unsafe {
+            rsqrt_avx512::map(src, dst, n, aff, rsqrt::RANGE, true)
         },
         #[cfg(target_arch = "x86_64")]
         Path::Avx512 => unsafe { run_avx512(k, src, dst, n, aff) },
@@ -323,6 +331,8 @@ mod tests {
     fn exhaustive_alu_rsqrt() {
         use crate::engines::alu::apply;
         use crate::isa::AluOp;
+        let only = std::env::var("TRN3EMU_EXHAUSTIVE_PATH").ok();
+        let only = only.map(|n| simd::parse(&n).expect("TRN3EMU_EXHAUSTIVE_PATH: a path name"));
         let mut bad = 0;
         for block in 0..256u32 {
             let xs: Vec<f32> = (block << 24..=(block << 24 | 0xff_ffff))
@@ -333,7 +343,7 @@ mod tests {
                 .map(|&x| apply(AluOp::Rsqrt, x, 0.0).to_bits())
                 .collect();
             for p in [Path::Portable, Path::Avx2Fma, Path::Avx512] {
-                if !simd::host_supports(p) {
+                if !simd::host_supports(p) || only.is_some_and(|o| o != p) {
                     continue;
                 }
                 simd::set_limit(Some(p));

@@ -16,6 +16,10 @@
 
 use super::checked;
 
+/// The valid range of the activation, 2^-87 .. 2^97: positive normal fp32 inputs with normal
+/// fp32 results, where the approximations hold.
+pub const RANGE: (f32, f32) = (f32::from_bits(0x1400_0000), f32::from_bits(0x7000_0000));
+
 /// The near-midpoint half-width, log2 of f64 ulps (module doc: 2^7.9 + 1 needed).
 pub const TH_LOG2: u32 = 9;
 
@@ -55,7 +59,7 @@ pub unsafe fn map(src: *const f32, dst: *mut f32, n: usize, aff: (f32, f32), ran
 /// `src` and `dst` valid for `n` fp32 values (unaligned), either equal or disjoint.
 #[inline(always)]
 pub unsafe fn map_unrestricted(src: *const f32, dst: *mut f32, n: usize) {
-    let range = (f32::from_bits(0x1400_0000), f32::from_bits(0x7000_0000));
+    let range = RANGE;
     let f = (approx, TH_LOG2, exact);
     // SAFETY: the caller's
     unsafe { checked::map(src, dst, n, (1.0, -0.0), range, f, Some(exact)) }

@@ -26,7 +26,7 @@ use crate::kernels::simd;
 use crate::kernels::simd::Path;
 use crate::kernels::{log, rsqrt};
 #[cfg(target_arch = "x86_64")]
-use crate::kernels::{log_avx2, log_avx512, rsqrt_avx512};
+use crate::kernels::{log_avx2, log_avx512, rsqrt_avx2, rsqrt_avx512};
 
 /// A function with a vectorised form here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -155,6 +155,14 @@ unsafe fn dispatch(k: Simple, src: *const f32, dst: *mut f32, n: usize, aff: (f3
         },
         #[cfg(target_arch = "x86_64")]
         Path::Avx512 => unsafe { run_avx512(k, src, dst, n, aff) },
+        #[cfg(target_arch = "x86_64")]
+        Path::Avx2Fma if k == Simple::Rsqrt => unsafe {
+            rsqrt_avx2::map(src, dst, n, aff, bounds(ActFn::Rsqrt), false)
+        },
+        #[cfg(target_arch = "x86_64")]
+        Path::Avx2Fma if k == Simple::RsqrtUnrestricted => unsafe {
+            rsqrt_avx2::map(src, dst, n, aff, rsqrt::RANGE, true)
+        },
         #[cfg(target_arch = "x86_64")]
         Path::Avx2Fma if k == Simple::Log => unsafe {
             log_avx2::map(src, dst, n, aff, bounds(ActFn::Log))

@@ -28,6 +28,8 @@ pub mod quantize;
 pub mod rowsum;
 pub mod rsqrt;
 #[cfg(target_arch = "x86_64")]
+pub mod rsqrt_avx2;
+#[cfg(target_arch = "x86_64")]
 pub mod rsqrt_avx512;
 pub mod simd;
 pub mod sparse;

@@ -294,10 +294,10 @@ mod tests {
         sweep(ActFn::Log, (0x3f7f_c000, 0x3f80_2000), 1);
     }
 
-    /// `f` on every one of the 2^32 fp32 bit patterns (NaNs, both signs, out of range
-    /// included), in blocks of 2^24, on every path the host has (or only the path named by
-    /// `TRN3EMU_EXHAUSTIVE_PATH`), against `apply_checked`; returns the mismatches.
-    fn sweep_all(f: ActFn) -> usize {
+    /// Every one of the 2^32 fp32 bit patterns (NaNs, both signs, out of range included), in
+    /// blocks of 2^24, through `run` on every path the host has (or only the path named by
+    /// `TRN3EMU_EXHAUSTIVE_PATH`), against `want`'s bits; returns the mismatches.
+    fn sweep_all(want: impl Fn(f32) -> f32, run: impl Fn(&mut [f32])) -> usize {
         let only = std::env::var("TRN3EMU_EXHAUSTIVE_PATH").ok();
         let only = only.map(|n| simd::parse(&n).expect("TRN3EMU_EXHAUSTIVE_PATH: a path name"));
         let mut bad = 0;
@@ -305,17 +305,14 @@ mod tests {
             let xs: Vec<f32> = (block << 24..=(block << 24 | 0xff_ffff))
                 .map(f32::from_bits)
                 .collect();
-            let want: Vec<u32> = xs
-                .iter()
-                .map(|&x| act::apply_checked(f, x * 1.0 + -0.0, 0.0).to_bits())
-                .collect();
+            let want: Vec<u32> = xs.iter().map(|&x| want(x).to_bits()).collect();
             for p in [Path::Portable, Path::Avx2Fma, Path::Avx512] {
                 if !simd::host_supports(p) || only.is_some_and(|o| o != p) {
                     continue;
                 }
                 simd::set_limit(Some(p));
                 let mut v = xs.clone();
-                map_affine(kernel(f).unwrap(), &mut v, (1.0, -0.0));
+                run(&mut v);
                 simd::set_limit(None);
                 let b = v
                     .iter()
@@ -323,7 +320,7 @@ mod tests {
                     .filter(|(g, w)| g.to_bits() != **w)
                     .count();
                 if b != 0 {
-                    eprintln!("{f:?} {p:?} block {block:#x}: {b} mismatches");
+                    eprintln!("{p:?} block {block:#x}: {b} mismatches");
                 }
                 bad += b;
             }
@@ -331,41 +328,26 @@ mod tests {
         bad
     }
 
-    /// The ALU's rsqrt (tensor_scalar) on all 2^32 inputs against alu.rs's `apply`, on every
-    /// path the host has (`cargo test --release -p trn3emu-core --lib exhaustive_alu_rsqrt --
-    /// --ignored`).
+    /// `sweep_all` of an activation function against `apply_checked`.
+    fn sweep_activation(f: ActFn) -> usize {
+        sweep_all(
+            |x| act::apply_checked(f, x * 1.0 + -0.0, 0.0),
+            |v| map_affine(kernel(f).unwrap(), v, (1.0, -0.0)),
+        )
+    }
+
+    /// The ALU's rsqrt (tensor_scalar) on all 2^32 inputs against alu.rs's `apply`
+    /// (`cargo test --release -p trn3emu-core --lib exhaustive_alu_rsqrt -- --ignored`).
     #[test]
     #[ignore]
     fn exhaustive_alu_rsqrt() {
         use crate::engines::alu::apply;
         use crate::isa::AluOp;
-        let only = std::env::var("TRN3EMU_EXHAUSTIVE_PATH").ok();
-        let only = only.map(|n| simd::parse(&n).expect("TRN3EMU_EXHAUSTIVE_PATH: a path name"));
-        let mut bad = 0;
-        for block in 0..256u32 {
-            let xs: Vec<f32> = (block << 24..=(block << 24 | 0xff_ffff))
-                .map(f32::from_bits)
-                .collect();
-            let want: Vec<u32> = xs
-                .iter()
-                .map(|&x| apply(AluOp::Rsqrt, x, 0.0).to_bits())
-                .collect();
-            for p in [Path::Portable, Path::Avx2Fma, Path::Avx512] {
-                if !simd::host_supports(p) || only.is_some_and(|o| o != p) {
-                    continue;
-                }
-                simd::set_limit(Some(p));
-                let mut v = vec![0f32; xs.len()];
-                // SAFETY: both hold xs.len() values and are disjoint
-                unsafe { alu_rsqrt(xs.as_ptr(), v.as_mut_ptr(), xs.len()) };
-                simd::set_limit(None);
-                bad += v
-                    .iter()
-                    .zip(&want)
-                    .filter(|(g, w)| g.to_bits() != **w)
-                    .count();
-            }
-        }
+        let bad = sweep_all(
+            |x| apply(AluOp::Rsqrt, x, 0.0),
+            // SAFETY: in place over v's own values
+            |v| unsafe { alu_rsqrt(v.as_ptr(), v.as_mut_ptr(), v.len()) },
+        );
         assert_eq!(bad, 0);
     }
 
@@ -373,7 +355,7 @@ mod tests {
     #[test]
     #[ignore]
     fn exhaustive_rsqrt() {
-        assert_eq!(sweep_all(ActFn::Rsqrt), 0);
+        assert_eq!(sweep_activation(ActFn::Rsqrt), 0);
     }
 
     /// All 2^32 inputs of log (`cargo test --release -p trn3emu-core --lib exhaustive_log --
@@ -381,7 +363,7 @@ mod tests {
     #[test]
     #[ignore]
     fn exhaustive_log() {
-        assert_eq!(sweep_all(ActFn::Log), 0);
+        assert_eq!(sweep_activation(ActFn::Log), 0);
     }
 
     /// Every fp32 input of the ranges (`cargo test --release -p trn3emu-core --lib

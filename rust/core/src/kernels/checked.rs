@@ -83,3 +83,19 @@ pub unsafe fn map(
         unsafe { dst.add(j).write_unaligned(r) };
     }
 }
+
+/// `out[j] = exact(ys[j])` for the lanes `j` set in `redo` (the intrinsics kernels' rare near
+/// or NaN lanes, out of their hot loop).
+///
+/// # Safety
+/// `out` valid for `ys.len()` fp32 values (unaligned).
+#[cold]
+#[inline(never)]
+pub unsafe fn redo_lanes(ys: &[f32], redo: u32, out: *mut f32, exact: impl Fn(f32) -> f32) {
+    for (j, &v) in ys.iter().enumerate() {
+        if redo >> j & 1 != 0 {
+            // SAFETY: j < ys.len(), the caller's bound
+            unsafe { out.add(j).write_unaligned(exact(v)) };
+        }
+    }
+}

@@ -74,24 +74,12 @@ pub unsafe fn map(
         let isnan = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_UNORD_Q>(y, y));
         let redo = (near | isnan) & !_mm256_movemask_ps(out_of);
         if redo != 0 {
-            fix(y, redo, dst.add(i));
+            let mut ys = [0f32; 8];
+            _mm256_storeu_ps(ys.as_mut_ptr(), y);
+            super::checked::redo_lanes(&ys, redo as u32, dst.add(i), exact);
         }
         i += 8;
     }
     // the last n mod step values, log.rs's generic loop
     super::log::map(src.add(i), dst.add(i), n - i, (scale, bias), (lo, hi));
-}
-
-/// libm's value for the `redo` lanes of `y`, stored at `out`.
-#[cold]
-#[inline(never)]
-#[target_feature(enable = "avx2")]
-unsafe fn fix(y: __m256, redo: i32, out: *mut f32) {
-    let mut ys = [0f32; 8];
-    _mm256_storeu_ps(ys.as_mut_ptr(), y);
-    for (j, &v) in ys.iter().enumerate() {
-        if redo >> j & 1 != 0 {
-            out.add(j).write_unaligned(exact(v));
-        }
-    }
 }

@@ -92,24 +92,12 @@ pub unsafe fn map(
         let isnan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(y, y);
         let redo = inside & (!far | isnan);
         if redo != 0 {
-            fix(y, redo, out);
+            let mut ys = [0f32; 16];
+            _mm512_storeu_ps(ys.as_mut_ptr(), y);
+            super::checked::redo_lanes(&ys, redo as u32, out, exact);
         }
         i += 16;
     }
     // the last n mod step values, log.rs's generic loop
     super::log::map(src.add(i), dst.add(i), n - i, (scale, bias), (lo, hi));
-}
-
-/// libm's value for the `redo` lanes of `y`, stored at `out`.
-#[cold]
-#[inline(never)]
-#[target_feature(enable = "avx512f")]
-unsafe fn fix(y: __m512, redo: u16, out: *mut f32) {
-    let mut ys = [0f32; 16];
-    _mm512_storeu_ps(ys.as_mut_ptr(), y);
-    for (j, &v) in ys.iter().enumerate() {
-        if redo >> j & 1 != 0 {
-            out.add(j).write_unaligned(exact(v));
-        }
-    }
 }

@@ -65,6 +65,30 @@ pub unsafe fn map_unrestricted(src: *const f32, dst: *mut f32, n: usize) {
     unsafe { checked::map(src, dst, n, (1.0, -0.0), range, f, Some(exact)) }
 }
 
+/// `map` (`unrestricted` false) or `map_unrestricted` (then `aff` and `range` are unused): the
+/// intrinsics kernels' last values.
+///
+/// # Safety
+/// As `map`.
+#[inline(always)]
+pub unsafe fn map_either(
+    src: *const f32,
+    dst: *mut f32,
+    n: usize,
+    aff: (f32, f32),
+    range: (f32, f32),
+    unrestricted: bool,
+) {
+    // SAFETY: the caller's
+    unsafe {
+        if unrestricted {
+            map_unrestricted(src, dst, n)
+        } else {
+            map(src, dst, n, aff, range)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

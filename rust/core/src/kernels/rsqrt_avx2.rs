@@ -71,28 +71,19 @@ pub unsafe fn map(
             (inside & near) | isnan
         } & 0xff;
         if redo != 0 {
-            fix(y, redo, dst.add(i));
+            let mut ys = [0f32; 8];
+            _mm256_storeu_ps(ys.as_mut_ptr(), y);
+            super::checked::redo_lanes(&ys, redo as u32, dst.add(i), exact);
         }
         i += 8;
     }
     // the last n mod 8 values, rsqrt.rs's generic loop
-    if unrestricted {
-        super::rsqrt::map_unrestricted(src.add(i), dst.add(i), n - i);
-    } else {
-        super::rsqrt::map(src.add(i), dst.add(i), n - i, (scale, bias), (lo, hi));
-    }
-}
-
-/// The f64 formula's value for the `redo` lanes of `y`, stored at `out`.
-#[cold]
-#[inline(never)]
-#[target_feature(enable = "avx2")]
-unsafe fn fix(y: __m256, redo: i32, out: *mut f32) {
-    let mut ys = [0f32; 8];
-    _mm256_storeu_ps(ys.as_mut_ptr(), y);
-    for (j, &v) in ys.iter().enumerate() {
-        if redo >> j & 1 != 0 {
-            out.add(j).write_unaligned(exact(v));
-        }
-    }
+    super::rsqrt::map_either(
+        src.add(i),
+        dst.add(i),
+        n - i,
+        (scale, bias),
+        (lo, hi),
+        unrestricted,
+    );
 }

@@ -604,7 +604,9 @@ pub fn map_f32_rows_par<const N: usize>(
 ) -> bool {
     let w = dst.free_size();
     if dst.dtype.is_packed()
-        || srcs.iter().any(|s| s.dtype.is_packed() || s.free_size() != w)
+        || srcs
+            .iter()
+            .any(|s| s.dtype.is_packed() || s.free_size() != w)
         || !crate::par::would_split(dst.parts as usize, work)
         || !splittable(dst, &srcs, true)
     {

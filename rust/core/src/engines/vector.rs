@@ -507,9 +507,7 @@ fn copy_par(ctx: &mut Ctx, dst: &Ap, src: &Ap) -> bool {
     let work = stream_work(dst);
     !dst.dtype.is_packed()
         && crate::par::would_split(dst.parts as usize, work)
-        && rows::fused_dense_par(ctx, dst, [src], work, |_, [x], out| {
-            out.copy_from_slice(x)
-        })
+        && rows::fused_dense_par(ctx, dst, [src], work, |_, [x], out| out.copy_from_slice(x))
 }
 
 /// Same-dtype copy between dense static rows of SBUF and PSUM (a PSUM result evacuated to

@@ -1,12 +1,12 @@
-"""bf16 and mixed-dtype element-wise instructions, on-chip copies and bf16-source activations split
-their rows over the host threads when large, as the fp32 ones do (engines/rows.rs
-`map_f32_rows_par` and `fused_dense_par`, engines/act_fused.rs): each row is decoded into fp32,
-computed, rounded and written by one thread with its row-major element index, so the bits,
-stochastic rounding included, do not depend on the thread count or the SIMD path. The split
-threshold is forced down to 1 here so that these tiles split. References: the fp32 operation on
-the exactly widened operands (numpy fp32 arithmetic), libm's f64 exp rounded once to fp32 after
-the fp32 affine step, bf16 by ml_dtypes' nearest-even rounding of the fp32 result, register sums
-in free-index order with the first-NaN rule (test_act_simple_bits.row_sum)."""
+"""bf16 and mixed-dtype element-wise instructions, on-chip copies (`tensor_copy`, `dma_copy`) and
+bf16-source activations split their rows over the host threads when large, as the fp32 ones do
+(engines/rows.rs `map_f32_rows_par` and `fused_dense_par`, engines/act_fused.rs): each row is
+decoded into fp32, computed, rounded and written by one thread with its row-major element index,
+so the bits, stochastic rounding included, do not depend on the thread count or the SIMD path.
+The split threshold is forced down to 1 here so that these tiles split. References: the fp32
+operation on the exactly widened operands (numpy fp32 arithmetic), libm's f64 exp rounded once to
+fp32 after the fp32 affine step, bf16 by ml_dtypes' nearest-even rounding of the fp32 result,
+register sums in free-index order with the first-NaN rule (test_act_simple_bits.row_sum)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def assert_bf16_of(got: np.ndarray, fp32: np.ndarray) -> None:
 def elementwise(x, y, c, rounding: str = "rne") -> list[np.ndarray]:
     """bf16 tensor_tensor (out of place, in place, on GpSimd), mixed fp32/bf16 tensor_tensor into
     fp32 and bf16, bf16 tensor_scalar (column and immediate, in place too) and copies: bf16 SBUF
-    to SBUF, SBUF to PSUM and back, fp32 PSUM to bf16 SBUF."""
+    to SBUF, SBUF to PSUM and back, fp32 PSUM to bf16 SBUF, on-chip DMAs (bf16, fp32 to bf16)."""
     dev = t3.Device(rounding=rounding, seed=5)
     p = t3.Program()
 
@@ -89,8 +89,11 @@ def elementwise(x, y, c, rounding: str = "rne") -> list[np.ndarray]:
     ps32, back = p.psum((P, 512), F32), p.sbuf((P, 512), BF16)
     p.tensor_copy(dst=ps32, src=mix_f[:, :512])
     p.tensor_copy(dst=back, src=ps32)  # fp32 PSUM -> bf16 SBUF (a cast)
+    dcp, dcast = p.sbuf((P, N), BF16), p.sbuf((P, N), BF16)
+    p.dma_copy(dst=dcp, src=xt)  # on-chip DMAs: a byte copy and an fp32 -> bf16 cast
+    p.dma_copy(dst=dcast, src=mix_f)
     outs = []
-    for t in (add, mx, xin, mix_f, mix_b, ts, ts_f, xin2, cp, ps_sb, back):
+    for t in (add, mx, xin, mix_f, mix_b, ts, ts_f, xin2, cp, ps_sb, back, dcp, dcast):
         h = dev.hbm.alloc(t.shape, t.dtype)
         p.dma_copy(dst=h, src=t)
         outs.append(h)
@@ -107,7 +110,7 @@ def test_bf16_elementwise_and_copies_match_references_on_every_path_and_thread_c
         t3.set_num_threads(threads)
         _native.limit_simd(path)
         got = elementwise(x, y, c)
-        add, mx, xin, mix_f, mix_b, ts, ts_f, xin2, cp, ps, back = got
+        add, mx, xin, mix_f, mix_b, ts, ts_f, xin2, cp, ps, back, dcp, dcast = got
         assert_bf16_of(add, xf + yf)
         assert_bf16_of(mx, np.fmax(xf, yf))  # the non-NaN operand (docs/numerics.md)
         assert_bf16_of(xin, xf * yf)
@@ -121,6 +124,8 @@ def test_bf16_elementwise_and_copies_match_references_on_every_path_and_thread_c
         assert_bits_equal(cp, x)  # a copy keeps every bit, NaN payloads too
         assert_bits_equal(ps, y[:, :512])
         assert_bf16_of(back, sub[:, :512])
+        assert_bits_equal(dcp, x)
+        assert_bf16_of(dcast, sub)
         if first is None:
             first = got
         for g, w in zip(got, first):

@@ -314,12 +314,16 @@ pub fn map_raw<const N: usize>(
 }
 
 /// Same-dtype copy of raw element bytes, streamed (dense rows of whole bytes: one row copy
-/// each, `fused_dense`); false when the materialising path is needed.
+/// each, `fused_dense_par`: the rows on the host threads from 1 MiB written); false when the
+/// materialising path is needed.
 pub fn copy_same(ctx: &mut Ctx, dst: &Ap, src: &Ap) -> bool {
     if dst.dtype != src.dtype {
         return false;
     }
-    if !dst.dtype.is_packed() && fused_dense(ctx, dst, [src], |_, [x], out| out.copy_from_slice(x))
+    if !dst.dtype.is_packed()
+        && fused_dense_par(ctx, dst, [src], stream_work(dst), |_, [x], out| {
+            out.copy_from_slice(x)
+        })
     {
         return true;
     }
@@ -640,6 +644,12 @@ pub fn map_f32_rows_par<const N: usize>(
             encode_runs(&rounder, dt, out, grid(out.len(), (r * w) as u64), res);
         })
     })
+}
+
+/// The `par` work of a memory-bound pass writing `dst` (rows split from 1 MiB written).
+pub fn stream_work(dst: &Ap) -> usize {
+    (dst.parts as usize * dst.free_size() * dst.dtype.size())
+        .saturating_mul(crate::par::STREAM_WORK_PER_BYTE)
 }
 
 /// Whether `srcs -> dst` may run row by row on any thread: static dense on-chip rows, each

@@ -6,7 +6,7 @@ use super::alu::{
     apply_scalar_inplace, apply_slices, apply_vec_inplace, is_bitwise, is_elementwise, is_unary,
     ScalarOps,
 };
-use super::rows;
+use super::rows::{self, stream_work};
 use super::{check_column, same_shape, Ctx, Semantics};
 use crate::error::{fail, ErrorKind::*, Result};
 use crate::isa::instr::{Imm, Scalar};
@@ -113,12 +113,6 @@ fn int32_exact(ins: &Instr, dts: &[DType]) -> bool {
 /// that the block path (one decode of all rows) does not, so columns such as the [P, 1] running
 /// statistics of a softmax go the block way (same arithmetic, same bits).
 const FUSED_MIN_ELEMENTS: usize = 16;
-
-/// The `par` work of a memory-bound pass writing `dst` (rows split from 1 MiB written).
-fn stream_work(dst: &Ap) -> usize {
-    (dst.parts as usize * dst.free_size() * dst.dtype.size())
-        .saturating_mul(crate::par::STREAM_WORK_PER_BYTE)
-}
 
 fn tensor_tensor(v: &TensorTensor, ctx: &mut Ctx) -> Result<()> {
     let (ins, dst, a, b, op) = (v.ins, v.dst, v.data1, v.data2, v.op);
@@ -500,14 +494,10 @@ fn tensor_copy(v: &TensorCopy, ctx: &mut Ctx) -> Result<()> {
     Ok(())
 }
 
-/// Same-dtype on-chip copy of dense rows from 1 MiB written, the rows split over the host
-/// threads (`rows::fused_dense_par`: byte copies, any order). False (nothing done) when it
-/// would not split or the patterns do not allow it.
+/// Same-dtype on-chip copy from 1 MiB written: `rows::copy_same`, whose rows go to the host
+/// threads. False (nothing done) when it would not split.
 fn copy_par(ctx: &mut Ctx, dst: &Ap, src: &Ap) -> bool {
-    let work = stream_work(dst);
-    !dst.dtype.is_packed()
-        && crate::par::would_split(dst.parts as usize, work)
-        && rows::fused_dense_par(ctx, dst, [src], work, |_, [x], out| out.copy_from_slice(x))
+    crate::par::would_split(dst.parts as usize, stream_work(dst)) && rows::copy_same(ctx, dst, src)
 }
 
 /// Same-dtype copy between dense static rows of SBUF and PSUM (a PSUM result evacuated to

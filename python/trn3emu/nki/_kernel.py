@@ -943,21 +943,28 @@ class TraceContext:
             return t
         _, known, row, label, ap, alloc, parts = hit
         block = _new(_Block)  # `_Block(parts, row, label)`, inlined
-        block.parts, block.row_bytes, block.label = parts, row, label
+        block.parts = parts
+        block.row_bytes = row
+        block.label = label
         off = alloc.alloc_owned(row, label, block)
         if off is None:  # full: `alloc` evicts block tiles' blocks or says what holds the memory
             key, off = self._alloc_evicting(alloc, row, label)
             alloc.track(block, key)
-        mem, dt, tname, core, tshape, strides, framework, hbm_block = known
         t = _new(Tensor)  # the line's first tile `._view(shape, strides, off, 0)`, inlined (a static tile)
-        t.mem, t.dtype, t.name, t.core, t.shape, t.strides = mem, dt, tname, core, tshape, strides
-        t.offset, t.start, t.dyn, t.framework, t.block = off, 0, None, framework, hbm_block
+        t.mem, t.dtype, t.name, t.core, t.shape, t.strides, t.framework, t.block = known
+        t.offset = off
+        t.start = 0
+        t.dyn = None
         if buffer == "psum":
             self.program._native.psum_fresh(0, parts, off, row)
         nt = _new(NkiTensor)  # `NkiTensor(t, buffer, block, name)`, inlined
-        nt._t, nt.buffer, nt._block, nt.name, nt._ap = t, buffer, block, name, ap.at(off)
+        nt._t = t
+        nt.buffer = buffer
+        nt._block = block
+        nt.name = name
+        nt._ap = ap.at(off)
         if ir is not None:  # (recording the kernel IR: `record.Recorder`, mode "record")
-            ir.number(block, (buffer, tshape, dt), False)
+            ir.number(block, (buffer, known[4], known[1]), False)
         return nt
 
     def _new_tile(self, buffer: str, dt: str, shape: tuple, name) -> tuple[Tensor, int]:

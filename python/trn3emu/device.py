@@ -275,7 +275,8 @@ class Hbm:
                 operand="tensor",
                 rule="hbm_out_of_range",
             )
-        raw = self._native.hbm_read(t.offset + lo * es, (hi - lo + 1) * es)
+        raw = np.empty((hi - lo + 1) * es, np.uint8)  # (numpy's allocation: huge pages for large results)
+        self._native.hbm_read_into(t.offset + lo * es, raw)
         dt = numpy_dtype(t.dtype)
         if t.is_contiguous():
             return raw.view(dt).reshape(t.shape)  # a fresh buffer of exactly the tensor's bytes

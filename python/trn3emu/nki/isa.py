@@ -129,6 +129,7 @@ def _tensor_or(rest):
             return v.tensor  # the property: index views check their bounds there
         return rest(v)
 
+    conv.floats_as_is = rest in (_as_float, _as_number, _same)  # (`_native.CallPlan` skips the call)
     return conv
 
 

@@ -206,9 +206,11 @@ def watch(ctx: TraceContext, writes: frozenset, names: list, args: tuple, kwargs
     cache = ctx._load_cache
     if not cache.handles:
         return  # (nothing cached to make stale)
-    for k, v in kwargs.items():
-        if k in writes:
-            _stale(cache, v)
+    if kwargs:
+        for k in writes:  # (one or two names: dst, reduce_res)
+            v = kwargs.get(k)
+            if v is not None:
+                _stale(cache, v)
     for a, k in zip(args, names):
         if k in writes:
             _stale(cache, a)

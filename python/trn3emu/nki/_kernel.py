@@ -947,7 +947,11 @@ class TraceContext:
         block.row_bytes = row
         block.label = label
         off = alloc.alloc_owned(row, label, block)
-        if off is None:  # full: `alloc` evicts block tiles' blocks or says what holds the memory
+        # full: memory held only to save work gives way first (`_alloc_evicting`'s first step,
+        # retried here in one native call), then block tiles' blocks, or the error says what holds it
+        while off is None and any(release(self) for release in ON_FULL):
+            off = alloc.alloc_owned(row, label, block)
+        if off is None:
             key, off = self._alloc_evicting(alloc, row, label)
             alloc.track(block, key)
         t = _new(Tensor)  # the line's first tile `._view(shape, strides, off, 0)`, inlined (a static tile)

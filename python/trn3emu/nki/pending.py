@@ -39,7 +39,7 @@ class InPlace:
     __slots__ = ("operands", "elementwise", "fp32_alu")
 
     def __init__(self, operands, elementwise: bool, fp32_alu: bool) -> None:
-        self.operands = tuple(o for o in operands if isinstance(o, NkiTensor))
+        self.operands = tuple([o for o in operands if isinstance(o, NkiTensor)])
         self.elementwise, self.fp32_alu = elementwise, fp32_alu
 
     def dtype_ok(self, have, want) -> bool:

@@ -747,7 +747,10 @@ def _hbm_span(t: Tensor) -> tuple[int, int]:
     lo = hi = 0
     for n, st in zip(t.shape, t.strides):
         span = (n - 1) * st
-        lo, hi = (lo + span, hi) if span < 0 else (lo, hi + span)
+        if span < 0:
+            lo += span
+        else:
+            hi += span
     dyn = getattr(t, "dyn", None)
     if dyn is not None:
         hi += max(0, int(dyn[3]) - 1) * int(dyn[2])

@@ -288,6 +288,7 @@ def _make(opname: str):
     dst_first = names[0] == "dst"
     #: operands the instruction writes (`load_reuse.watch`)
     writes = frozenset(p[0] for p in INSTRUCTIONS[opname][2] if p[0].startswith("dst") or p[0] == "reduce_res")
+    write_pos = tuple(i for i, n in enumerate(names) if n in writes)  # (their positions, when passed so)
     dropped = _NKI_KEYWORDS.get(opname, ())
     # The assembler method only passes its operands on in ISA order: called directly through
     # `_emit` with these defaults (unless a program overrides the method).
@@ -345,7 +346,7 @@ def _make(opname: str):
             if type(d) is NkiTensor and d._block is not None:
                 d._block.written = True  # (nl.loop_reduce into a fresh buffer)
         if ctx is not None and ctx._load_cache is not None:  # (pass load_reuse: writes make cached loads stale)
-            _load_reuse.watch(ctx, writes, names, args, kwargs)
+            _load_reuse.watch(ctx, writes, write_pos, args, kwargs)
         if "mask" in kwargs or (ctx is not None and ctx.masks):  # legacy masks: the sub-grid
             masked = _indexing.mask_call(opname, args, kwargs)
             if masked is None:

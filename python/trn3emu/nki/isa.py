@@ -489,6 +489,8 @@ def _reduce_operands(dst, data, axis, keepdims):
     if not isinstance(data, NkiTensor) or axis is None:
         return dst, data, axis
     nd = data.ndim
+    if nd <= 2:
+        return dst, data, axis  # (one free dim: any axis is trailing, 0, or refused by the instruction)
     try:
         axes = sorted({int(a) % nd for a in (axis if isinstance(axis, (list, tuple)) else (axis,))})
     except (TypeError, ValueError):

@@ -62,3 +62,42 @@ def test_nki_legacy_rmsnorm_matmul_trace_and_run(benchmark, inputs, passes):
     _RESULTS[passes] = out.view(np.uint16)
     if len(_RESULTS) == 2:
         np.testing.assert_array_equal(_RESULTS["default"], _RESULTS["literal"])
+
+
+def test_nki_legacy_liveness_lowering_walk_vs_retrace(benchmark, inputs, monkeypatch):
+    """Trace time (thread CPU, device run stubbed) of the same kernel with the liveness pass on,
+    lowered by the walk over the kernel IR (the body traced once) and by a second trace
+    (`passes={"lowering": "retrace"}`), measured alternately in one run; the two programs are
+    the same bytes (checked). docs/nki.md "Lowering" records the figures."""
+    import trn3emu.device
+
+    class _NoRun:
+        time_ns = 0.0
+        identical_writes = ()
+
+    monkeypatch.setattr(trn3emu.device.Device, "run", lambda self, *a, **k: _NoRun())
+    monkeypatch.setattr(trn3emu.device.Device, "_run", lambda self, *a, **k: _NoRun())
+
+    def kern(mode):
+        return rm.kernel(cache=False, progress=False, passes={"liveness": "on", "lowering": mode})
+
+    benchmark.pedantic(lambda: kern("walk")(*inputs), rounds=1, iterations=1)
+    cpu: dict = {"walk": [], "retrace": []}
+    programs = {}
+    for _ in range(3):
+        for mode in cpu:
+            k = kern(mode)
+            t0 = time.thread_time()
+            k(*inputs)
+            cpu[mode].append(time.thread_time() - t0)
+            programs[mode] = [p._native.encode() for p in k.last_programs]
+            assert k.last_ir.passes["lowering"].startswith(mode)
+    assert programs["walk"] == programs["retrace"]
+    walk, retrace = float(np.median(cpu["walk"])), float(np.median(cpu["retrace"]))
+    benchmark.extra_info.update(
+        instructions=sum(len(p) for p in k.last_programs),
+        walk_cpu_s=walk,
+        retrace_cpu_s=retrace,
+        walk_over_retrace=walk / retrace,
+        load_avg=load_avg(),
+    )

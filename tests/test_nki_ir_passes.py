@@ -224,9 +224,9 @@ def test_engine_choice_runs_over_the_ir_and_lowering_applies_it():
 
 
 def test_engine_choice_over_the_ir_with_spills_matches_the_fused_rule(monkeypatch):
-    # the liveness pass's lowering trace records the lowered IR: engine_choice runs over it,
-    # including the psum_spill copies the spill pass adds; the default trace (no IR) decides
-    # while appending. Both programs are the same.
+    # the liveness pass's lowering (the walk, by default) records the lowered IR: engine_choice
+    # runs over it, including the spill copies the spill pass adds; the rule applied while
+    # appending (here in the second trace of lowering=retrace) gives the same program.
     from trn3emu.nki import engine_choice
 
     x = np.random.default_rng(5).integers(-9, 9, (16, 128, 8192)).astype(np.float32)
@@ -244,7 +244,7 @@ def test_engine_choice_over_the_ir_with_spills_matches_the_fused_rule(monkeypatc
             orig(ctx)
 
     monkeypatch.setattr(engine_choice, "configure", fused)
-    k2 = lnki.jit(_spill_kernel)
+    k2 = lnki.jit(_spill_kernel, passes={"lowering": "retrace"})  # (the second trace: `fused` applies)
     np.testing.assert_array_equal(k2(x), 2 * x)
     assert k2.last_programs[0].to_text() == over_ir
     assert not any(c.notes.get("engine_choice") for c in k2.last_ir.calls)

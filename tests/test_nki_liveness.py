@@ -299,8 +299,13 @@ def test_a_kernel_tracing_differently_the_second_time_falls_back_to_literal_allo
         return out
 
     with pytest.raises(CapacityError, match="SBUF overflow"):
-        lnki.jit(k, passes={"liveness": "on"})(np.ones((128, 7168), np.float32))
+        lnki.jit(k, passes={"liveness": "on", "lowering": "retrace"})(np.ones((128, 7168), np.float32))
     assert len(runs) == 3  # first trace, second trace, literal trace
+    # lowered by the walk, the body runs once: nothing can trace differently
+    runs.clear()
+    x = np.ones((128, 7168), np.float32)
+    np.testing.assert_array_equal(lnki.jit(k, passes={"liveness": "on"})(x), x + 9)
+    assert len(runs) == 1
 
 
 def _dyn_read_kernel(x, ix):

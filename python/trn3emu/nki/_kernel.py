@@ -48,7 +48,7 @@ from ..errors import (
 from ..program import Program
 from ..progress import TraceProgress, wanted
 from ..tensor import Tensor, _shape
-from . import _memory, _traceback, engine_choice, liveness, passes, record
+from . import _memory, _traceback, engine_choice, liveness, lowering, passes, record
 from ._frames import _INTERNAL, _LOC, _internal
 from .gc_pause import gc_paused
 
@@ -857,6 +857,8 @@ class TraceContext:
         self.ir = launch.ir_for(pid)
         if self.ir is not None and self.ir.mode == "emit":
             self.ir.sbuf = self.sbuf
+        elif launch.walking:  # (the walk lowers this trace's instructions again: `lowering.py`)
+            self.program._native.keep_unresolved()
         engine_choice.configure(self)  # (the pass over the IR when one is recorded)
 
     @property
@@ -1285,6 +1287,8 @@ class _Run:
         self.plans: list = []
         self.spill = False
         self.record_ir = False
+        #: the recording trace under way is lowered by the walk (`lowering.py`), not traced again
+        self.walking = False
 
     def _key(self, args, kwargs):
         """The launch's cache key, or None when caching is off or an argument is not keyable."""
@@ -1393,7 +1397,19 @@ class _Run:
         elif mode == "literal":
             return self._trace_once(args, kwargs)
         self.ir_mode = "plan"
-        self._trace_once(args, kwargs, check=False)
+        walk = passes.lowering(self.kernel) == "walk"
+        why = "pass setting lowering=retrace"
+        self.walking = walk
+        try:
+            out = self._trace_once(args, kwargs, check=walk)  # (walk: lowered by `_walk`)
+        except lowering.Unwalkable as e:
+            out, why = None, f"the walk could not lower it: {e}"
+        finally:
+            self.walking = False
+        if out is not None:
+            out[1].spills = _sum_stats(c.ir.stats for c in self.contexts)
+            out[1].irs = [c.ir.ir for c in self.contexts]
+            return out
         if any(getattr(c, "segments", None) for c in self.contexts):  # traced from device values
             self.ir_mode = None
             self._restart()
@@ -1409,7 +1425,38 @@ class _Run:
             return self._trace_once(args, kwargs)
         out[1].spills = _sum_stats(c.ir.stats for c in self.contexts)
         out[1].irs = [c.ir.ir for c in self.contexts]  # (the lowered IR: with the spill / reload calls)
+        for c in self.contexts:
+            c.ir.ir.passes["lowering"] = f"retrace (the kernel body traced again: {why})"
         return out
+
+    def _walk(self, arrays) -> None:
+        """Lower every program of the recording trace just made by the walk (`lowering.py`):
+        each context's `ir` becomes its allocation pass, its program the lowered one.
+        `lowering.Unwalkable` when any program cannot be (nothing kept: traced again)."""
+        names = getattr(self, "input_names", None) or [""] * len(arrays)
+        named = [(t.block.lo, t.block.hi, t.shape, n) for (_, t), n in zip(arrays, names) if t.block]
+        for c in self.contexts:
+            c.ir.name_inputs(named)
+        if any(getattr(c, "segments", None) for c in self.contexts):
+            raise lowering.Unwalkable("traced from device values")
+        timing = None
+        if passes.enabled(self.kernel, "engine_choice"):
+            timing = os.environ.get("TRN3EMU_TIMING") or "trn3"
+        done = []
+        for c in self.contexts:
+            token = _TRACE.set(c)
+            try:
+                done.append(lowering.walk(c, self.spill, timing))
+            except CapacityError as e:  # (the second trace raises it where the kernel allocates)
+                raise lowering.Unwalkable(f"it does not fit: {e}") from None
+            finally:
+                _TRACE.reset(token)
+        for c, (placer, _) in zip(self.contexts, done):
+            c.ir = placer
+            n = len(placer.ir.calls) - placer.calls
+            placer.ir.passes["lowering"] = (
+                f"walk (the kernel body traced once; {len(c.program)} instructions, {n} calls added)"
+            )
 
     def _restart(self) -> None:
         """Forget a trace (its programs and HBM placement) before tracing again."""
@@ -1463,6 +1510,8 @@ class _Run:
                     r = None  # (a returned tile is not kept by the launch: `_retire_tiles`)
                 finally:
                     _TRACE.reset(token)
+            if self.walking:
+                self._walk(arrays)
         finally:
             hbm._native = recorder._native
             del hbm.alloc
@@ -1481,7 +1530,8 @@ class _Run:
             engine_choice.run(c)
         if not check:
             return None
-        _check_placements(self.contexts)  # (before retiring: a conflict traces again)
+        if not self.walking:  # (a walk: no explicit placement, `lowering.py`)
+            _check_placements(self.contexts)  # (before retiring: a conflict traces again)
         _retire_tiles(self.contexts, self.kernel.__name__)  # (the trace that is kept only)
         _check_result(results[0])
         _check_outputs_written(results[0], [t for _, t in arrays], self.contexts)

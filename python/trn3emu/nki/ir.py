@@ -59,6 +59,13 @@ class Tile:
     #: named through a run-time offset (an index tile, or the tile a `scalar_offset` /
     #: `vector_offset` view reads): its views cannot move, so the spill pass never moves it
     pinned: bool = False
+    #: the `spill` pass's spells out of memory (lowered IR): ((first call out, first call back),
+    #: ...) in call ordinals; the tile holds no range during calls first..back - 1
+    out: list = field(default_factory=list)
+    #: where the allocation pass placed it (lowered IR): ((first call, byte offset in each
+    #: partition), ...), a new entry each time a reload lands it elsewhere; empty when not decided
+    #: by the pass (an explicitly placed tile, a literal trace)
+    at: list = field(default_factory=list)
 
     @property
     def first_use(self) -> int | None:
@@ -141,17 +148,17 @@ class KernelIR:
         return min(t.born, t.uses[0]), t.uses[-1]
 
     def live_at(self, call: int) -> list[int]:
-        """The ordinals of the tiles live during call `call`."""
+        """The ordinals of the tiles live during call `call` (a spilled tile is not while out)."""
         out = []
         for t in self.tiles:
             r = self.live_range(t.ordinal)
-            if r is not None and r[0] <= call <= r[1]:
+            if r is not None and r[0] <= call <= r[1] and not any(a <= call < b for a, b in t.out):
                 out.append(t.ordinal)
         return out
 
     def live_bytes(self, buffer: str = "sbuf") -> list[int]:
         """Bytes per partition of `buffer` held by live tiles, per call (a sweep over the live
-        ranges: O(tiles + calls))."""
+        ranges less the spells spilled tiles spend out: O(tiles + calls))."""
         n = len(self.calls)
         delta = [0] * (n + 1)
         for t in self.tiles:
@@ -162,6 +169,11 @@ class KernelIR:
                 continue
             delta[r[0]] += t.row_bytes
             delta[r[1] + 1] -= t.row_bytes
+            for a, b in t.out:
+                a, b = max(a, r[0]), min(b, r[1] + 1)
+                if a < b:
+                    delta[a] -= t.row_bytes
+                    delta[b] += t.row_bytes
         out, acc = [], 0
         for k in range(n):
             acc += delta[k]
@@ -232,9 +244,13 @@ class KernelIR:
         shown = self.tiles if limit is None or len(self.tiles) <= limit else self.tiles[:limit]
         for t in shown:
             u = f"uses {t.first_use}..{t.last_use} ({len(t.uses)})" if t.uses else "never used"
+            at = ""
+            if t.at:
+                at = ", at " + "; ".join(f"+{o}" if not k else f"+{o} from call {c}" for k, (c, o) in enumerate(t.at))
+            out = "".join(f", out {a}..{b - 1}" for a, b in t.out)
             lines.append(
                 f"  t{t.ordinal}: {t.buffer} {list(t.shape)} {t.dtype} {t.row_bytes} B/partition"
-                f"{' placed' if t.placed else ''}, {u}  ({t.label})"
+                f"{' placed' if t.placed else ''}{at}{out}, {u}  ({t.label})"
             )
         if len(shown) < len(self.tiles):
             lines.append(f"  ... {len(self.tiles) - len(shown)} tiles not shown ...")
@@ -281,6 +297,10 @@ class KernelIR:
                 for n in tuples:
                     if n in kw:
                         kw[n] = _tuple(kw[n])
+                if kind is Tile:
+                    for n in ("out", "at"):
+                        if n in kw:
+                            kw[n] = [tuple(x) for x in kw[n]]
                 if kind is Call and "notes" in kw:
                     kw["notes"] = {k: _tuple(v) for k, v in kw["notes"].items()}
                 getattr(ir, attr).append(kind(**kw))
@@ -291,7 +311,7 @@ class KernelIR:
 
 
 _LOOP = ("id", "kind", "var", "line", "device")
-_TILE = ("ordinal", "buffer", "shape", "dtype", "row_bytes", "placed", "label", "born", "uses", "pinned")
+_TILE = ("ordinal", "buffer", "shape", "dtype", "row_bytes", "placed", "label", "born", "uses", "pinned", "out", "at")
 _HBM = ("ordinal", "name", "shape", "dtype", "nbytes", "uses")
 _CALL = (
     "ordinal",

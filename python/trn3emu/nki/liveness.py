@@ -1,13 +1,15 @@
 """Allocation by liveness, with spilling: the kernel IR's allocation pass (docs/nki.md, "Passes").
 
-A kernel is traced twice when the pass runs. The first trace (`record.Recorder`) records the
-kernel IR (`ir.py`): every `nki.isa` call gets an ordinal and the on-chip tiles it names (each
-automatic tile and each block of a block tile has an allocation ordinal, `Tile.ordinal`, kept on
-the block as `seq`: the trace is deterministic, so the second trace allocates the same tiles in
-the same order); its own placements are thrown away (a tile that does not fit overlaps others:
-that program never runs). The second trace (`Placer`) lowers to the `Program` with what it reads
-from the IR: each tile's uses (`Tile.uses`, last use = death), which tiles are pinned
-(`Tile.pinned`), and the calls and tiles the second trace must make again:
+The recording trace (`record.Recorder`, mode "plan") records the kernel IR (`ir.py`): every
+`nki.isa` call gets an ordinal and the on-chip tiles it names (each automatic tile and each block
+of a block tile has an allocation ordinal, `Tile.ordinal`, kept on the block as `seq`); its own
+placements are provisional (a tile that does not fit takes the range of the tiles least recently
+used). The pass (`Placer`) then decides each tile's range from what it reads in the IR: each
+tile's uses (`Tile.uses`, last use = death), which tiles are pinned (`Tile.pinned`). It is driven
+either by the walk over the IR (`lowering.py`, the default: its allocations and calls replayed in
+trace order, the recorded instructions moved after it) or by a second trace of the kernel body
+(`passes={"lowering": "retrace"}`, and the walk's fallback: the trace is deterministic, so it
+makes the same tiles in the same order and its views are moved here, `Placer.call`):
 
 - a tile's range is freed once the call that last uses it has been issued, not when Python drops
   the tile (`nl.ndarray` / `nl.zeros` in loops then rotate over the free ranges as before);
@@ -21,7 +23,7 @@ from the IR: each tile's uses (`Tile.uses`, last use = death), which tiles are p
   instructions named `spill` / `reload` in the program and its trace, counted in
   `Placer.stats`. Tiles read through run-time offsets are pinned (their views cannot move).
 
-The second trace also records the lowered IR (`Placer.ir`, `kernel.last_ir`): the plan's calls
+The pass also records the lowered IR (`Placer.ir`, `kernel.last_ir`): the plan's calls
 with their instructions in this program and, between them, the copies the pass adds as calls
 (`Call.added_by == "spill"`, their tiles and HBM slots named, `Call.notes["spill"]` saying what
 moved where), which `engine_choice` then runs over.
@@ -109,6 +111,8 @@ class Placer:
         self.new_of: list[int] = []  # plan call ordinal -> its ordinal in the lowered IR
         self.slot_of: dict[int, int] = {}  # seq -> the IR tensor of its HBM spill slot
         self.copy_of: dict[int, int] = {}  # PSUM seq -> the IR tile of its latest SBUF copy
+        self.since: dict[int, int] = {}  # spilled seq -> the first lowered-IR call it is out for
+        self.notes_due: list[str] = []  # spills that copied nothing: noted on the next kernel call
         self.stats = {
             "spills": 0,
             "spilled_bytes": 0,
@@ -207,8 +211,24 @@ class Placer:
                     self._reload(ctx, s, k)
         self.calls = k + 1
         if k < len(self.plan_calls):
-            c = copy.copy(self.plan_calls[k])
-            c.ordinal, c.instr, c.notes = len(self.ir.calls), len(ctx.program), {}
+            p = self.plan_calls[k]
+            c = Call(
+                len(self.ir.calls),
+                p.op,
+                p.engine,
+                p.line,
+                p.nest,
+                p.reads,
+                p.writes,
+                p.hbm_reads,
+                p.hbm_writes,
+                len(ctx.program),
+                p.segment,
+                p.added_by,
+            )
+            if self.notes_due:
+                c.notes["spill"] = "; ".join(self.notes_due)
+                self.notes_due = []
             self.new_of.append(c.ordinal)
             self.ir.calls.append(c)
         found = blocks_named(args, kwargs)
@@ -254,6 +274,7 @@ class Placer:
                 if r in self.out:
                     self._reload(ctx, r, now)
         key, off = self._place(ctx, alloc, row, label, now)
+        self.ir.tiles[s].at.append((len(self.ir.calls), off))
         u = self.uses[s] if s < len(self.uses) else []
         self.live[s] = _Live(s, key, off, off + row, alloc, block.parts, label)
         heapq.heappush(self.deaths, (u[-1] if u else -1, s))
@@ -353,6 +374,7 @@ class Placer:
             self.ir.tiles.append(
                 Tile(ci, "sbuf", (t.parts, n), "uint8", n, False, f"PSUM spill of {t.label}", len(self.ir.calls))
             )
+            self.ir.tiles[ci].at.append((len(self.ir.calls), off))
             self._added(ctx, "tensor_copy", f"t{s} (PSUM) -> t{ci} (SBUF), {t.parts * n} B", reads=(s,), writes=(ci,))
             ctx.program.tensor_copy(dst=self._view("sbuf", t.parts, off, n, ctx.core), src=src, name="psum_spill")
             self.stats["psum_spills"] += 1
@@ -367,6 +389,9 @@ class Placer:
             ctx.program.dma_copy(dst=hbm.view_as(src.dtype) if src.dtype != "uint8" else hbm, src=src, name="spill")
             self.stats["spills"] += 1
             self.stats["spilled_bytes"] += t.parts * n
+        else:
+            self.notes_due.append(f"t{self._ir_tile(s)} spilled, never written: nothing copied")
+        self.since[s] = len(self.ir.calls)
         t.alloc.free(t.key)
         self.out[s] = t
         nu = self._next_use(s, now)
@@ -386,6 +411,11 @@ class Placer:
         self.live[s] = t
         if s >= 0:
             self.moved += t.lo != t.home
+        a, b = self.since.pop(s, None), len(self.ir.calls)  # (back with the reload copy, call b)
+        tile = self.ir.tiles[self._ir_tile(s)]
+        if a is not None and a < b:
+            tile.out.append((a, b))
+        tile.at.append((b, t.lo))
         if not t.data:
             return
         mem = "sbuf" if t.alloc is self.sbuf else "psum"

@@ -18,6 +18,12 @@ program is the kernel's source taken literally.
   without an engine are spread over VectorE / ScalarE / GpSimd (`engine_choice.py`; float
   tensor_tensor stays on VectorE); "off": the ISA's default engine. It runs over the kernel IR
   when one is recorded (decisions in `Call.notes`), else while appending (the same program).
+- `lowering` (how the allocation passes' decisions reach the program when `liveness` runs):
+  "walk" (default: the recording trace's instructions are moved to where the passes place
+  their tiles, the spill / reload copies inserted; the kernel body runs once, `lowering.py`),
+  "retrace" (the body is traced a second time with those placements, `liveness.Placer`; also
+  what "walk" falls back to when it cannot move an instruction, the reason in
+  `KernelIR.passes["lowering"]`).
 - `inplace_assign`, `load_reuse` (the legacy toolchain's rewrites, `toolchain.py`): "dialect"
   (default: on for the legacy dialect, off for NKI 0.6, whose compiler preserves the developer's
   choices), "on", "off".
@@ -36,6 +42,7 @@ DEFAULTS = {
     "inplace_assign": "dialect",
     "load_reuse": "dialect",
     "engine_choice": "on",
+    "lowering": "walk",
 }
 VALUES = {
     "liveness": ("auto", "on", "off"),
@@ -44,6 +51,7 @@ VALUES = {
     "inplace_assign": ("on", "off", "dialect"),
     "load_reuse": ("on", "off", "dialect"),
     "engine_choice": ("on", "off", "dialect"),
+    "lowering": ("walk", "retrace"),
 }
 
 
@@ -51,7 +59,7 @@ def _parse(spec, where: str) -> dict:
     if spec is None or spec == "":
         return {}
     if spec == "literal":
-        return {name: "off" for name in VALUES}
+        return {name: "off" for name, values in VALUES.items() if "off" in values}
     if isinstance(spec, str):
         items = {}
         for part in spec.split(","):
@@ -122,6 +130,11 @@ def allocation(kernel) -> tuple[str, str | None]:
     if spill == "off" or mode == "literal":
         return mode, None
     return mode, "furthest" if spill == "on" else spill
+
+
+def lowering(kernel) -> str:
+    """How the allocation passes' program is lowered: "walk" or "retrace" (module doc)."""
+    return settings(kernel)["lowering"]
 
 
 def enabled(kernel, name: str) -> bool:

@@ -6,8 +6,10 @@ on-chip allocations are numbered (`new_tile` / `placed`: allocation ordinal = `T
 `enter` / `iteration` / `leave`); each call notes its first instruction's index and its segment
 (a device loop's bound read starts a new program: `registers.device_value`). Two modes:
 
-- "plan": the first trace of the liveness pass (`liveness.py`). Its own placements are thrown
-  away (a tile that does not fit overlaps others: that program never runs).
+- "plan": the trace of the liveness pass (`liveness.py`). Its own placements are provisional (a
+  tile that does not fit takes the range of the tiles least recently used); it keeps, per tile,
+  where it placed it and the program position of its allocation, and per call the ISA operand
+  names of its tiles, for the walk that lowers its program (`lowering.py`).
 - "record": a literal trace asked to keep its IR (`nki.jit(ir=True)`, `TRN3EMU_NKI_IR=1`):
   tiles are placed as without it; the program is the one the kernel gets without recording.
 
@@ -20,7 +22,6 @@ from __future__ import annotations
 import dis
 import os
 
-from ..errors import CapacityError
 from .ir import Call, HbmTensor, KernelIR, Loop, Tile
 
 
@@ -180,6 +181,18 @@ class Recorder:
         #: the program calls go into: a device loop's bound read on the device starts a new one
         #: (`registers.device_value`)
         self.segment = 0
+        #: mode "plan": per tile ordinal, the program position of its allocation and the byte
+        #: offset this trace placed it at (None: placed explicitly), for the walk lowering
+        #: (`lowering.py`), which moves the instructions naming it to where the pass places it
+        self.plan_pos: list[int] = []
+        self.plan_off: list[int | None] = []
+        self.plan_site: list[str] = []  # and the kernel's line then
+        #: mode "plan": per call, its operands that name one tile (ISA operand name -> ordinal)
+        self.call_names: list[dict] = []
+        #: mode "plan": why the walk cannot lower this trace ("": it can)
+        self.unwalkable = ""
+        #: mode "plan": id of an allocator -> {ordinal: key} of the tiles this trace placed there
+        self._resident: dict[int, dict[int, int]] = {}
 
     # ------------------------------------------------------------------ calls
     def call(self, ctx, args, kwargs, op: str = "?", names=(), writes=frozenset()):
@@ -192,6 +205,7 @@ class Recorder:
         wrote: list[int] = []
         hreads: list[int] = []
         hwrote: list[int] = []
+        named = {} if self.mode == "plan" else None  # ISA operand name -> tile, for the walk
         for name, v in (*zip(names, args), *kwargs.items()) if args else kwargs.items():
             tv = type(v)
             kind = _KIND.get(tv)
@@ -240,6 +254,8 @@ class Recorder:
                     (wrote if is_dst else reads).append(s)
                     if getattr(t, "dyn", None) is not None:
                         tiles[s].pinned = True
+                    if named is not None:
+                        named[name] = s
                 continue
             keep = own.keep
             # (run-time operand tiles: `_with_runtime_operands`; a `load_reuse` handle has none)
@@ -256,6 +272,8 @@ class Recorder:
                 (wrote if is_dst and b is dst_block else reads).append(s)
                 if dyn:
                     tiles[s].pinned = True
+        if named is not None:
+            self.call_names.append(named)
         engine = kwargs.get("engine") if kwargs else None
         if engine is not None:
             engine = str(getattr(engine, "name", engine))
@@ -362,16 +380,45 @@ class Recorder:
         return s
 
     def new_tile(self, ctx, alloc, row: int, label: str, block, kind=None) -> tuple[int, int]:
-        self.number(block, kind, False)
+        s = self.number(block, kind, False)
         if self.mode == "record":
             return ctx._alloc_evicting(alloc, row, label)
-        try:
-            return alloc.alloc(row, label)
-        except CapacityError:
-            # this trace's program never runs: an overlapping range keeps it going
+        got = alloc.try_alloc(row, label)
+        if got is None:
             if row > alloc.capacity:
-                raise
-            return alloc.place(0, row, label), 0
+                return alloc.alloc(row, label)  # (the precise error)
+            # this trace's program is lowered again (`lowering.py`, `liveness.Placer`): a range
+            # of the tiles least recently used keeps it going; only tiles one instruction names
+            # at once must not share bytes here (the walk tells them apart by address)
+            got = self._evict_lru(alloc, row, label)
+        self.plan_pos.append(len(ctx.program))
+        self.plan_off.append(got[1])
+        site = ctx.site  # (the line the copies a placement adds are named after)
+        self.plan_site.append(site if site is not None else (self._where(1) if self._where else "?"))
+        res = self._resident.get(id(alloc))
+        if res is None:
+            res = self._resident[id(alloc)] = {}
+        res[s] = got[0]
+        return got
+
+    def _evict_lru(self, alloc, row: int, label: str) -> tuple[int, int]:
+        live = alloc.live
+        tiles = self.ir.tiles
+        res = self._resident.setdefault(id(alloc), {})
+        for s in [s for s, key in res.items() if key not in live]:
+            del res[s]  # (freed when the kernel dropped it)
+        order = sorted((tiles[s].uses[-1] if tiles[s].uses else tiles[s].born - 1, s) for s in res)
+        for _, s in order:
+            alloc.free(res.pop(s))
+            got = alloc.try_alloc(row, label)
+            if got is not None:
+                return got
+        return alloc.place(0, row, label), 0
 
     def placed(self, block, kind=None) -> None:
         self.number(block, kind, True)
+        if self.mode == "plan":
+            self.plan_pos.append(-1)
+            self.plan_off.append(None)
+            self.plan_site.append("?")
+            self.unwalkable = self.unwalkable or f"an explicitly placed tile ({block.label})"

@@ -50,6 +50,10 @@ pub struct Assembler {
     /// Indices of the instructions appended without an engine (`Engine::Unknown`), ascending:
     /// the ones an engine-choice pass over the finished program may decide (`engine_choices`).
     unpinned: Vec<u32>,
+    /// `keep_unresolved`: (index, the `accumulate` operand as given) of every `nc_matmul` whose
+    /// `accumulate=None` was resolved on append, ascending, so a lowering that moves the
+    /// instruction's operands can append it again unresolved (`unresolved_accumulate`).
+    unresolved: Option<Vec<(u32, Arg)>>,
 }
 
 /// Equal programs and PSUM state (how much of it was validated on the way is bookkeeping).
@@ -88,7 +92,30 @@ impl Assembler {
             plan: PlanCache::default(),
             balance: None,
             unpinned: Vec::new(),
+            unresolved: None,
         }
+    }
+
+    /// Keep, from now on, the `accumulate` operand of each `nc_matmul` as given before its
+    /// resolution (a recording trace whose program a later lowering re-appends with moved
+    /// operands: docs/nki.md "Lowering").
+    pub fn keep_unresolved(&mut self) {
+        self.unresolved.get_or_insert_with(Vec::new);
+    }
+
+    /// The `accumulate` operand instruction `index` was appended with, when `keep_unresolved`
+    /// kept it (its `accumulate=None` was resolved on append); `None` otherwise.
+    pub fn unresolved_accumulate(&self, index: usize) -> Option<&Arg> {
+        let kept = self.unresolved.as_ref()?;
+        let i = kept
+            .binary_search_by_key(&(index as u32), |(k, _)| *k)
+            .ok()?;
+        Some(&kept[i].1)
+    }
+
+    /// Whether instruction `index` was appended without an engine (`unpinned`).
+    pub fn is_unpinned(&self, index: usize) -> bool {
+        self.unpinned.binary_search(&(index as u32)).is_ok()
     }
 
     /// Choose the engines of instructions appended without one by `EngineBalance`'s rule with
@@ -234,7 +261,12 @@ impl Assembler {
             self.check_accumulate_written(&ins).map_err(at)?;
         }
         let accumulate_mixed = if ins.op == Opcode::NcMatmul && resolve_accumulate {
-            self.resolve_accumulate(&mut ins).map_err(at)?
+            let given = ins.args[ops::NcMatmul::ACCUMULATE].clone();
+            let mixed = self.resolve_accumulate(&mut ins).map_err(at)?;
+            if let Some(kept) = &mut self.unresolved {
+                kept.push((index as u32, given));
+            }
+            mixed
         } else {
             false
         };
@@ -269,6 +301,12 @@ impl Assembler {
             .is_some_and(|&u| u as usize == self.len())
         {
             self.unpinned.pop();
+        }
+        let len = self.program.instrs.len();
+        if let Some(kept) = &mut self.unresolved {
+            if kept.last().is_some_and(|&(u, _)| u as usize == len) {
+                kept.pop();
+            }
         }
         self.plan.clear();
         self.validated = self.validated.min(self.len());
@@ -387,6 +425,7 @@ impl Assembler {
             plan: PlanCache::default(),
             balance: self.balance.clone(),
             unpinned: Vec::new(), // (auto-sync adds instructions: the indices would not hold)
+            unresolved: None,
         })
     }
 
@@ -683,6 +722,34 @@ mod tests {
                 assert_eq!(bits.none_set(parts, lo, hi), c == 0, "{parts:x} {lo}..{hi}");
             }
         }
+    }
+
+    #[test]
+    fn kept_unresolved_accumulate_reappends_as_given() {
+        // a lowering that moves a matmul appends it again with `accumulate` as given: resolved
+        // against the PSUM state where it lands, not the first program's decision
+        let mut a = Assembler::new(0).unwrap();
+        a.keep_unresolved();
+        a.append(matmul(DST, None), true).unwrap();
+        a.append(matmul(DST, None), true).unwrap();
+        a.append(matmul(DST, Some(true)), true).unwrap();
+        assert_eq!(
+            (accumulate_of(&a, 0), accumulate_of(&a, 1)),
+            (Some(false), Some(true))
+        );
+        let given = a.unresolved_accumulate(1).cloned().expect("kept");
+        let mut again = a.program().instrs[1].clone();
+        again.args[ops::NcMatmul::ACCUMULATE] = given;
+        let mut b = Assembler::new(0).unwrap();
+        b.append(again, true).unwrap();
+        assert_eq!(accumulate_of(&b, 0), Some(false)); // fresh PSUM there: overwrite
+        assert!(a.unresolved_accumulate(2).is_some()); // (as given: true)
+        a.pop();
+        assert!(a.unresolved_accumulate(2).is_none());
+        assert!(Assembler::new(0)
+            .unwrap()
+            .unresolved_accumulate(0)
+            .is_none());
     }
 
     #[test]

@@ -59,6 +59,10 @@ impl Program {
     }
 }
 
+/// `Program.onchip_operands` / `append_moved`: argument index `NESTED + k` names the index tile
+/// of operand `k`'s run-time offset.
+const NESTED: usize = 1000;
+
 /// `trn3emu.errors.AccumulateWarning` for instruction `index` (stack level: the kernel's call
 /// of `Program.nc_matmul`). An error (warnings as errors) propagates.
 fn warn_accumulate(py: Python<'_>, index: usize) -> PyResult<()> {
@@ -215,6 +219,118 @@ impl Program {
         let r = py.detach(|| guarded(|| me.synced_checked(&mut || check.keep_going(|_| Ok(())))));
         let asm = check.finish(py, r)?;
         Ok(Program { asm })
+    }
+
+    /// Keep each `nc_matmul`'s `accumulate` operand as given before its resolution, from now on
+    /// (a recording trace whose program `append_moved` lowers again: docs/nki.md "Lowering").
+    fn keep_unresolved(&mut self) {
+        self.asm.keep_unresolved();
+    }
+
+    /// The SBUF / PSUM tensor operands of instruction `i` (empty past the end): per operand
+    /// (its argument index, "sbuf" / "psum", first partition, partitions, first byte and end
+    /// byte touched within a partition (a run-time offset at 0), whether the instruction writes
+    /// it, whether its offset is read at run time). The on-chip index tile of an operand's
+    /// run-time offset (`DynSrc::Tile`, also of an HBM operand) is listed too, with argument
+    /// index `NESTED + k`.
+    #[allow(clippy::type_complexity)]
+    fn onchip_operands(
+        &self,
+        i: usize,
+    ) -> Vec<(usize, &'static str, u32, u32, i64, i64, bool, bool)> {
+        let Some(ins) = self.program().instrs.get(i) else {
+            return Vec::new();
+        };
+        fn mem_name(m: core::memory::Mem) -> Option<&'static str> {
+            match m {
+                core::memory::Mem::Sbuf => Some("sbuf"),
+                core::memory::Mem::Psum => Some("psum"),
+                core::memory::Mem::Hbm => None,
+            }
+        }
+        fn bytes(ap: &core::memory::Ap) -> (i64, i64) {
+            let (lo, hi) = ap.row_byte_range();
+            let base = ap.offset as i128;
+            ((base + lo) as i64, (base + hi) as i64)
+        }
+        let mut out = Vec::new();
+        for (k, (a, p)) in ins.args.iter().zip(ins.op.spec().params.iter()).enumerate() {
+            let core::isa::Arg::Tensor(ap) = a else {
+                continue;
+            };
+            if let Some(mem) = mem_name(ap.mem) {
+                let (lo, hi) = bytes(ap);
+                let writes = matches!(
+                    p.access,
+                    core::isa::spec::Access::Write | core::isa::spec::Access::ReadWrite
+                );
+                out.push((
+                    k,
+                    mem,
+                    ap.start,
+                    ap.parts,
+                    lo,
+                    hi,
+                    writes,
+                    ap.dynamic.is_some(),
+                ));
+            }
+            if let Some(d) = &ap.dynamic {
+                if let core::memory::DynSrc::Tile(t) = &d.src {
+                    if let Some(mem) = mem_name(t.mem) {
+                        let (lo, hi) = bytes(t);
+                        out.push((NESTED + k, mem, t.start, t.parts, lo, hi, false, false));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Append instruction `i` of `src` again, each operand `(argument index, byte delta)` of
+    /// `moves` moved by its delta within its partitions, with the engine and `accumulate`
+    /// operand it was appended with (an engine left to the rule, `accumulate=None` kept by
+    /// `keep_unresolved`): decided again here, as when it was first appended. Its index.
+    fn append_moved(
+        &mut self,
+        py: Python<'_>,
+        src: PyRef<'_, Program>,
+        i: usize,
+        moves: Vec<(usize, i64)>,
+    ) -> PyResult<usize> {
+        let Some(ins) = src.program().instrs.get(i) else {
+            return Err(pyo3::exceptions::PyIndexError::new_err(format!(
+                "no instruction {i}"
+            )));
+        };
+        let mut ins = ins.clone();
+        if src.asm.is_unpinned(i) {
+            ins.engine = Engine::Unknown;
+        }
+        if let Some(a) = src.asm.unresolved_accumulate(i) {
+            ins.args[core::isa::ops::NcMatmul::ACCUMULATE] = a.clone();
+        }
+        for (k, delta) in moves {
+            let ap = match ins.args.get_mut(k % NESTED) {
+                Some(core::isa::Arg::Tensor(ap)) if k < NESTED => Some(ap),
+                Some(core::isa::Arg::Tensor(ap)) => match ap.dynamic.as_deref_mut() {
+                    Some(core::memory::Dynamic {
+                        src: core::memory::DynSrc::Tile(t),
+                        ..
+                    }) => Some(t),
+                    _ => None,
+                },
+                _ => None,
+            };
+            if let Some(ap) = ap {
+                ap.offset = ap.offset.checked_add_signed(delta).ok_or_else(|| {
+                    pyo3::exceptions::PyValueError::new_err(format!(
+                        "operand {k} moved below byte 0"
+                    ))
+                })?;
+            }
+        }
+        self.append_converted(py, ins, true)
     }
 
     /// Label (`name=`: the kernel source line) of every instruction, in program order.

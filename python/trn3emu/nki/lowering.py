@@ -1,0 +1,213 @@
+"""Lowering by a walk over the kernel IR (docs/nki.md, "Passes"): the allocation passes'
+program without tracing the kernel a second time.
+
+The recording trace (`record.Recorder`, mode "plan") keeps its program, with each
+`nc_matmul`'s `accumulate` operand as given (`_native.Program.keep_unresolved`), and per tile
+where it placed it and at which program position it was allocated. `decide` then goes over the
+IR's calls and allocations in trace order and runs the allocation pass over them
+(`liveness.Placer`: the same rules, errors and lowered IR as the second trace), appending
+nothing: each allocation gets its range, and the result is a list of steps, the spill / reload
+copies where that trace would append them and each recorded instruction with its SBUF / PSUM
+operands' moves, from where the recording trace placed their tiles to where the pass placed
+them. `emit` replays the steps into a fresh program (`_native.Program.append_moved`: the engine
+left to the rule and `accumulate=None` are decided again, as when first appended).
+
+Which tile an operand addresses is told by address: among the tiles its call names, the one
+whose recorded range holds the operand's bytes (when two do, the ones the call writes for a
+destination, reads for a source; when two still do, the one the call passed as the operand of
+that name, for an instruction of the call's own opcode). An operand with a run-time offset moves
+with its tile (the offset, a register or an index tile's value, counts from its base) and its
+index tile with its own (`Program.onchip_operands` lists it as argument `1000 + k`, also for an
+HBM operand). An instruction the walk cannot place that way raises
+`Unwalkable` before anything is kept, and the launch falls back to the second trace (reason in
+`KernelIR.passes["lowering"]`): an explicitly placed tile, an operand no tile of its call holds
+or that two hold alike, ranges reserved before the trace (`_PlacementConflict`). Never a program
+with an operand left pointing at the wrong tile.
+"""
+
+from __future__ import annotations
+
+from .. import _native
+from .._asm import INSTRUCTIONS
+from ..allocator import Allocator
+from ..errors import EmuError
+from .liveness import Placer
+
+
+class Unwalkable(Exception):
+    """The walk cannot lower this trace (the message says why): the kernel is traced again."""
+
+
+class _Alloc:
+    """Stands for the allocation the second trace would make (`Placer.new_tile` numbers it)."""
+
+    __slots__ = ("parts", "row_bytes", "label", "seq", "pass_")
+
+    def __init__(self, parts: int, row: int, label: str) -> None:
+        self.parts, self.row_bytes, self.label = parts, row, label
+
+
+class _Plan:
+    """Stands for the program and the trace while the pass decides (`decide`): counts the
+    instructions the lowered program will have, and keeps in order the steps that make it."""
+
+    def __init__(self, ctx) -> None:
+        self.core, self.device, self.site = ctx.core, ctx.device, ctx.site
+        self.program = self  # (the pass appends its copies to `ctx.program`: here)
+        self.n = 0
+        #: ("moved", recorded instruction, moves) / ("copy", opcode, operands, site) /
+        #: ("fresh", partitions, byte offset, bytes): `emit` replays them
+        self.steps: list[tuple] = []
+
+    def __len__(self) -> int:
+        return self.n
+
+    def dma_copy(self, **kw) -> None:
+        self.steps.append(("copy", "dma_copy", kw, self.site))
+        self.n += 1
+
+    def tensor_copy(self, **kw) -> None:
+        self.steps.append(("copy", "tensor_copy", kw, self.site))
+        self.n += 1
+
+
+def decide(ctx, spill: str | None) -> tuple[Placer, list]:
+    """The allocation pass over the recorded trace of `ctx` (its `ir`, a plan `Recorder`),
+    appending nothing: returns the pass (its `ir` is the lowered IR, `stats` the spill counts)
+    and the steps that lower it (`emit`). `Unwalkable` when an instruction cannot be moved."""
+    rec = ctx.ir
+    if rec.unwalkable:
+        raise Unwalkable(rec.unwalkable)
+    if ctx.launch.reserved.get(ctx.pid):
+        raise Unwalkable("explicit ranges held from the start of the trace")
+    ir = rec.ir
+    tiles, calls = ir.tiles, ir.calls
+    sbuf, psum = Allocator.sbuf(), Allocator.psum()
+    placer = Placer(rec, spill, sbuf)
+    plan = _Plan(ctx)
+    steps = plan.steps
+    old = ctx.program._native
+    pos, off = rec.plan_pos, rec.plan_off
+    live = placer.live
+    operands = old.onchip_operands
+    state = [0, None]  # next instruction of the recorded program, the call it belongs to
+
+    def upto(stop: int) -> None:
+        p, c = state
+        while p < stop:
+            moves = []
+            for arg, mem, start, parts, lo, hi, writes, _ in operands(p):
+                s = _tile_of(c, tiles, off, mem, start, parts, lo, hi, writes, p)
+                if type(s) is list:  # several tiles alike: the one the call passed as that operand
+                    s = _by_name(c, rec.call_names, old, p, arg, s)
+                t = live.get(s)
+                if t is None:
+                    raise Unwalkable(f"instruction {p}: tile t{s} it names is not resident")
+                if t.lo != off[s]:
+                    moves.append((arg, t.lo - off[s]))
+            steps.append(("moved", p, moves))
+            p += 1
+        plan.n += p - state[0]
+        state[0] = p
+
+    s = 0
+    for k in range(len(calls) + 1):
+        while s < len(tiles) and tiles[s].born <= k:
+            t = tiles[s]
+            upto(pos[s])
+            plan.site = rec.plan_site[s]  # (the copies it adds: named after the line allocating)
+            alloc = sbuf if t.buffer == "sbuf" else psum
+            b = _Alloc(t.shape[0] if t.shape else 1, t.row_bytes, t.label)
+            _, at = placer.new_tile(plan, alloc, t.row_bytes, t.label, b)
+            if t.buffer == "psum":
+                steps.append(("fresh", b.parts, at, t.row_bytes))
+            s += 1
+        if k == len(calls):
+            break
+        c = calls[k]
+        upto(c.instr)
+        plan.site = c.line
+        placer.call(plan, (), {})
+        placer.ir.calls[-1].notes.update(c.notes)  # (the passes that acted while tracing)
+        state[1] = c
+    upto(len(old))
+    lowered = placer.ir
+    for name, what in ir.passes.items():  # (the passes that acted while tracing)
+        lowered.passes.setdefault(name, what)
+    placer.check_end()
+    return placer, steps
+
+
+def emit(ctx, steps: list, engine_pass: str | None):
+    """The lowered program of `ctx` from `decide`'s steps: each recorded instruction appended
+    again with its operands moved, the pass's copies appended through `ctx.program` (named after
+    their lines) between them. `ctx.program` appends into the new program (returned); the
+    caller restores the old one when this raises."""
+    program = ctx.program
+    old = program._native
+    new = program._native = _native.Program(ctx.core)
+    program.engine_pass = engine_pass
+    append = new.append_moved
+    site = ctx.site
+    try:
+        for step in steps:
+            kind = step[0]
+            if kind == "moved":
+                try:
+                    append(old, step[1], step[2])
+                except EmuError as e:
+                    raise Unwalkable(f"instruction {step[1]} did not assemble moved: {e}") from None
+            elif kind == "copy":
+                ctx.site = step[3]
+                getattr(program, step[1])(**step[2])
+            else:
+                new.psum_fresh(0, step[1], step[2], step[3])
+    finally:
+        ctx.site = site
+    return new
+
+
+def walk(ctx, spill: str | None, engine_pass: str | None) -> tuple[Placer, object]:
+    """`decide` then `emit`: (the pass, the new native program)."""
+    placer, steps = decide(ctx, spill)
+    return placer, emit(ctx, steps, engine_pass)
+
+
+def _tile_of(c, tiles, off, mem, start, parts, lo, hi, writes, p) -> int | list:
+    """The tile of call `c` whose recorded range holds operand bytes [lo, hi) of partitions
+    start..start + parts of `mem`; the tiles when several do alike; `Unwalkable` when none does."""
+    if c is None:
+        raise Unwalkable(f"instruction {p}: an on-chip operand before the first call")
+    found = []
+    for group in (c.writes, c.reads):
+        for s in group:
+            t = tiles[s]
+            o = off[s]
+            if (
+                t.buffer == mem
+                and o is not None
+                and o <= lo
+                and hi <= o + t.row_bytes
+                and start + parts <= (t.shape[0] if t.shape else 1)
+                and s not in found
+            ):
+                found.append(s)
+    if len(found) > 1:
+        mine = c.writes if writes else c.reads
+        found = [s for s in found if s in mine]
+    if not found:
+        raise Unwalkable(f"instruction {p} ({c.op} at {c.line}): no tile of its call holds its {mem} operand")
+    return found[0] if len(found) == 1 else found
+
+
+def _by_name(c, call_names, prog, p: int, arg: int, found: list) -> int:
+    """Of the tiles `found` alike for operand `arg` of instruction `p`, the one call `c` passed
+    as the ISA operand of that name (an instruction of the call's own opcode: its operands are
+    the call's, by name); `Unwalkable` otherwise."""
+    op = prog.instruction_text(p).split(" ", 1)[0].split(".", 1)[0]
+    params = INSTRUCTIONS[op][2] if op == c.op and op in INSTRUCTIONS else ()
+    s = call_names[c.ordinal].get(params[arg][0]) if arg < len(params) else None
+    if s not in found:
+        alike = ", ".join(f"t{s}" for s in found)
+        raise Unwalkable(f"instruction {p} ({c.op} at {c.line}): tiles {alike} of its call hold its operand alike")
+    return s

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import trn3emu as t3
 from conftest import assert_bits_equal
-from test_act_simple_bits import row_sum, variants
+from test_act_simple_bits import on_every_variant, row_sum
 from trn3emu import _native
 
 F32, F64, BF16 = np.float32, np.float64, ml_dtypes.bfloat16
@@ -105,10 +105,8 @@ def test_bf16_elementwise_and_copies_match_references_on_every_path_and_thread_c
     x, y, c = data(1)
     xf, yf = f32(x), f32(y)
     sub = xf - yf
-    first = None
-    for threads, path in variants():
-        t3.set_num_threads(threads)
-        _native.limit_simd(path)
+
+    def checked():
         got = elementwise(x, y, c)
         add, mx, xin, mix_f, mix_b, ts, ts_f, xin2, cp, ps, back, dcp, dcast = got
         assert_bf16_of(add, xf + yf)
@@ -126,19 +124,16 @@ def test_bf16_elementwise_and_copies_match_references_on_every_path_and_thread_c
         assert_bf16_of(back, sub[:, :512])
         assert_bits_equal(dcp, x)
         assert_bf16_of(dcast, sub)
-        if first is None:
-            first = got
-        for g, w in zip(got, first):
-            assert_bits_equal(g, w)  # NaN payloads too
+        return got
+
+    on_every_variant(checked)
 
 
 def test_stochastic_rounding_of_split_elementwise_rows_does_not_depend_on_the_thread_count():
     x, y, c = data(2)
     xf, yf = f32(x), f32(y)
-    first = None
-    for threads, path in variants():
-        t3.set_num_threads(threads)
-        _native.limit_simd(path)
+
+    def checked():
         got = elementwise(x, y, c, rounding="stochastic")
         for out, want in ((got[0], xf + yf), (got[5], xf * c + F32(0.375))):
             # each bf16 result is one of the two bf16 values around the fp32 result
@@ -146,10 +141,9 @@ def test_stochastic_rounding_of_split_elementwise_rows_does_not_depend_on_the_th
             lo = want.view(np.uint32) & np.uint32(0xFFFF0000)
             bits = out.astype(F32).view(np.uint32)
             assert ((bits == lo) | (bits == lo + np.uint32(0x10000)))[fin].all()
-        if first is None:
-            first = got
-        for g, w in zip(got, first):
-            assert_bits_equal(g, w)
+        return got
+
+    on_every_variant(checked)
 
 
 def bf16_activations(x, c, b, parts: int) -> list[np.ndarray]:
@@ -185,10 +179,8 @@ def test_bf16_source_activations_split_with_the_same_bits(parts):
     b = np.random.default_rng(parts + 1).uniform(-0.5, 0.5, (parts, 1)).astype(F32)
     aff = (f32(x) * c).astype(F32) + b
     want = np.exp(aff.astype(F64)).astype(F32)
-    first = None
-    for threads, path in variants():
-        t3.set_num_threads(threads)
-        _native.limit_simd(path)
+
+    def checked():
         got = bf16_activations(x, c, b, parts)
         e_bf, e_f, xin, r_bf, sums = got
         assert_bf16_of(e_bf, want)
@@ -196,7 +188,6 @@ def test_bf16_source_activations_split_with_the_same_bits(parts):
         assert_bf16_of(xin, aff)
         assert_bf16_of(r_bf, want)
         assert_bits_equal(sums[:, 0], row_sum(want))
-        if first is None:
-            first = got
-        for g, w in zip(got, first):
-            assert_bits_equal(g, w)
+        return got
+
+    on_every_variant(checked)

@@ -317,3 +317,48 @@ def test_activation_threads(benchmark):
     benchmark.extra_info.update(
         speedup_2_over_1=times[1] / times[2], threads_1_s=times[1], threads_2_s=times[2], load_avg=load_avg()
     )
+
+
+def test_bf16_elementwise_threads(benchmark):
+    """bf16 passes on 2 host threads against 1 (bf16 [128, 8192], 2 MiB a tile): `tensor_tensor`
+    add, `tensor_scalar` multiply-add, an fp32 -> bf16 `tensor_copy` and exp of a bf16 source into
+    bf16. The two runs' results are compared bit for bit, the add with ml_dtypes' rounding of the
+    fp32 sum. `speedup_2_over_1` is only meaningful when the host really gives this process two
+    cores (`load_avg` recorded)."""
+    from hosttime import load_avg
+
+    dev, rng = t3.Device(), np.random.default_rng(6)
+    f = 8192
+    x = rng.standard_normal((P, f)).astype(BF16)
+    y = rng.standard_normal((P, f)).astype(BF16)
+    x32 = rng.standard_normal((P, f)).astype(np.float32)
+    p = t3.Program(sync="manual")
+    ins = [p.sbuf(a.shape, a.dtype) for a in (x, y, x32)]
+    outs_t = [p.sbuf((P, f), BF16) for _ in range(4)]
+    xt, yt, x32t = ins
+    p.tensor_tensor(dst=outs_t[0], data1=xt, data2=yt, op="add")
+    p.tensor_scalar(dst=outs_t[1], data=xt, op0="multiply", operand0=1.5, op1="add", operand1=0.25)
+    p.tensor_copy(dst=outs_t[2], src=x32t)
+    p.activation(dst=outs_t[3], op="exp", data=yt)
+    load = t3.Program()
+    for a, t in zip((x, y, x32), ins):
+        load.dma_copy(dst=load.sbuf(a.shape, a.dtype, address=t.offset), src=dev.hbm.put(a))
+    dev.run(load)
+    outs, times = [], {}
+    try:
+        for n in (1, 2):
+            t3.set_num_threads(n)
+            dev.run(p, check_races=False, trace=False)
+            outs.append([dev.read(t).copy() for t in outs_t])
+            times[n] = median_s(lambda: dev.run(p, check_races=False, trace=False), 5)
+        t3.set_num_threads(2)
+        benchmark(dev.run, p, check_races=False, trace=False)
+    finally:
+        t3.set_num_threads(0)
+    for a, b in zip(*outs):
+        np.testing.assert_array_equal(a.view(np.uint16), b.view(np.uint16))
+    want = (x.astype(np.float32) + y.astype(np.float32)).astype(BF16)
+    np.testing.assert_array_equal(outs[0][0].view(np.uint16), want.view(np.uint16))
+    benchmark.extra_info.update(
+        speedup_2_over_1=times[1] / times[2], threads_1_s=times[1], threads_2_s=times[2], load_avg=load_avg()
+    )

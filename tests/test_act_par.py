@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import trn3emu as t3
 from conftest import assert_bits_equal
+from test_act_simple_bits import on_every_variant, row_sum
 from test_act_simple_bits import reference as simple_ref
-from test_act_simple_bits import row_sum, variants
 from trn3emu import _native
 
 F32, F64, BF16 = np.float32, np.float64, ml_dtypes.bfloat16
@@ -84,10 +84,8 @@ def test_in_place_and_bf16_activations_match_references_on_every_path_and_thread
     want_sqrt = simple_ref("sqrt", x * F32(1) + F32(0))  # the affine step quiets NaNs
     want_exp = np.exp(aff.astype(F64)).astype(F32)
     want_sqrt_aff = simple_ref("sqrt", aff)
-    first = None
-    for threads, path in variants():
-        t3.set_num_threads(threads)
-        _native.limit_simd(path)
+
+    def checked():
         got = run(x, s, b)
         sq, ex, cp, e_bf, s_bf = got
         assert_bits_equal(sq, want_sqrt)  # NaN payloads too
@@ -95,19 +93,16 @@ def test_in_place_and_bf16_activations_match_references_on_every_path_and_thread
         assert_bits_equal(cp, aff)
         assert_bf16_of(e_bf, want_exp)
         assert_bf16_of(s_bf, want_sqrt_aff)
-        if first is None:
-            first = got
-        for g, w in zip(got, first):
-            assert_bits_equal(g, w)  # NaN payloads too
+        return got
+
+    on_every_variant(checked)
 
 
 def test_stochastic_rounding_to_bf16_does_not_depend_on_the_thread_count():
     x, s, b = data(4)
     want_exp = np.exp(((x * s).astype(F32) + b).astype(F64)).astype(F32)
-    first = None
-    for threads, path in variants():
-        t3.set_num_threads(threads)
-        _native.limit_simd(path)
+
+    def checked():
         got = run(x, s, b, rounding="stochastic")
         e_bf = got[3].astype(F32)
         # each bf16 result is one of the two bf16 values around the fp32 result
@@ -115,10 +110,9 @@ def test_stochastic_rounding_to_bf16_does_not_depend_on_the_thread_count():
         lo = want_exp.view(np.uint32) & np.uint32(0xFFFF0000)
         ok = (e_bf.view(np.uint32) == lo) | (e_bf.view(np.uint32) == lo + np.uint32(0x10000))
         assert ok[fin].all()
-        if first is None:
-            first = got
-        for g, w in zip(got, first):
-            assert_bits_equal(g, w)
+        return got
+
+    on_every_variant(checked)
 
 
 # 8 groups of 16 rows; 120 and 40 rows end in a partial group, and the thread team's batches
@@ -134,10 +128,8 @@ def test_register_reduce_rows_split_by_groups_with_the_same_bits(parts, dst_dtyp
     b = rng.uniform(-0.5, 0.5, (parts, 1)).astype(F32)
     want = np.exp(((x * s).astype(F32) + b).astype(F64)).astype(F32)
     poison = rng.uniform(-4, 4, (parts, W)).astype(F32)  # other values in every per-thread buffer first
-    first = None
-    for threads, path in variants():
-        t3.set_num_threads(threads)
-        _native.limit_simd(path)
+
+    def checked():
         reduce_exp(poison, s, b, dst_dtype)
         got = reduce_exp(x, s, b, dst_dtype)
         if dst_dtype is F32:
@@ -145,10 +137,9 @@ def test_register_reduce_rows_split_by_groups_with_the_same_bits(parts, dst_dtyp
         else:
             assert_bf16_of(got[0], want)
         assert_bits_equal(got[1][:, 0], row_sum(want))  # NaN payloads too
-        if first is None:
-            first = got
-        for g, w in zip(got, first):
-            assert_bits_equal(g, w)
+        return got
+
+    on_every_variant(checked)
 
 
 def reduce_exp(x: np.ndarray, s: np.ndarray, b: np.ndarray, dst_dtype) -> list[np.ndarray]:

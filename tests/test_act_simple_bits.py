@@ -45,6 +45,21 @@ def variants() -> list[tuple[int, str | None]]:
     return [(t, p) for p in paths for t in (1, 2)]
 
 
+def on_every_variant(run) -> None:
+    """Calls `run()` (which checks its results against the references and returns them, a list of
+    arrays) once per (threads, SIMD path) of `variants()`, with those set; every call's results
+    must equal the first call's bits, NaN payloads too."""
+    first = None
+    for threads, path in variants():
+        t3.set_num_threads(threads)
+        _native.limit_simd(path)
+        got = run()
+        if first is None:
+            first = got
+        for g, w in zip(got, first):
+            assert_bits_equal(g, w)
+
+
 def reference(op: str, t: np.ndarray) -> np.ndarray:
     """The documented result for the fp32 pre-step values t."""
     t = np.asarray(t, F32)

@@ -4,6 +4,9 @@ loops are in the loop nest, and `engine_choice` runs over the IR when it is reco
 decisions written on the calls and lowered into the program. Expected counts are worked out by
 hand from each kernel's source; results are checked against numpy."""
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import trn3emu.nki as tn
@@ -18,6 +21,9 @@ import neuronxcc.nki.language as lnl  # noqa: E402
 import nki  # noqa: E402
 import nki.isa as nisa  # noqa: E402
 import nki.language as nl  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+import test_nki_liveness as lv  # noqa: E402
 
 SBUF = nl0.tile_size.total_available_sbuf_size  # bytes per partition
 
@@ -79,22 +85,8 @@ def test_psum_spills_through_sbuf_are_calls_with_their_sbuf_copies():
     # 16 matmul results of one PSUM bank each (twice PSUM) made before any is read: by hand, the
     # furthest-next-use rule spills blocks 7..14 to SBUF copies (8 `psum_spill` copies, SBUF holds
     # them: nothing goes to HBM) and copies each back before its read (8 `psum_reload`)
-    @lnki.jit
-    def k(a, b):
-        n = b.shape[1] // 512
-        out = lnl.ndarray((n, 128, 512), dtype=lnl.float32, buffer=lnl.shared_hbm)
-        at = lnl.load(a)
-        bt = lnl.load(b)
-        qk = lnl.ndarray((n, lnl.par_dim(128), 512), dtype=lnl.float32, buffer=lnl.psum)
-        for i in lnl.affine_range(n):
-            qk[i] = lisa.nc_matmul(at, bt[:, i * 512 : (i + 1) * 512])
-        for i in lnl.affine_range(n):
-            lnl.store(out[i], value=lnl.copy(qk[i]))
-        return out
-
-    rng = np.random.default_rng(6)
-    a = rng.integers(-4, 4, (128, 128)).astype(np.float32)
-    b = rng.integers(-4, 4, (128, 16 * 512)).astype(np.float32)
+    k = lnki.jit(lv._psum_qk_kernel)
+    a, b = lv._psum_qk_inputs()
     np.testing.assert_array_equal(k(a, b), (a.T @ b).reshape(128, 16, 512).transpose(1, 0, 2))
     ir = k.last_ir
     added = [c for c in ir.calls if c.added_by]

@@ -242,25 +242,34 @@ def test_reduce_init_switched_off_reads_the_fresh_tile_as_it_is():
     assert np.isnan(k(np.ones((2, 8, 16), np.float32))).all()  # the fill's NaN, added to
 
 
-def test_psum_block_tile_over_psum_spills_through_sbuf():
-    # 16 matmul results of [128, 512] fp32 (one 2 KiB bank each: twice PSUM's 8 banks) all made
-    # before any is read, as the attention tutorial's attn_fwd_v3 keeps its QK blocks
-    @lnki.jit
-    def k(a, b):
-        n = b.shape[1] // 512
-        out = nl.ndarray((n, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
-        at = nl.load(a)
-        bt = nl.load(b)
-        qk = nl.ndarray((n, nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
-        for i in nl.affine_range(n):
-            qk[i] = lisa.nc_matmul(at, bt[:, i * 512 : (i + 1) * 512])
-        for i in nl.affine_range(n):
-            nl.store(out[i], value=nl.copy(qk[i]))
-        return out
+def _psum_qk_kernel(a, b):
+    """16 matmul results of [128, 512] fp32 (one 2 KiB PSUM bank each: twice PSUM's 8 banks), all
+    made before any is read, as the attention tutorial's attn_fwd_v3 keeps its QK blocks."""
+    n = b.shape[1] // 512
+    out = nl.ndarray((n, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    at = nl.load(a)
+    bt = nl.load(b)
+    qk = nl.ndarray((n, nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
+    for i in nl.affine_range(n):
+        qk[i] = lisa.nc_matmul(at, bt[:, i * 512 : (i + 1) * 512])
+    for i in nl.affine_range(n):
+        nl.store(out[i], value=nl.copy(qk[i]))
+    return out
 
+
+def _psum_qk_inputs():
+    """Small integers (exact in fp32) for `_psum_qk_kernel`."""
     rng = np.random.default_rng(6)
     a = rng.integers(-4, 4, (128, 128)).astype(np.float32)
     b = rng.integers(-4, 4, (128, 16 * 512)).astype(np.float32)
+    return a, b
+
+
+def test_psum_block_tile_over_psum_spills_through_sbuf():
+    # 16 matmul results of [128, 512] fp32 (one 2 KiB bank each: twice PSUM's 8 banks) all made
+    # before any is read, as the attention tutorial's attn_fwd_v3 keeps its QK blocks
+    k = lnki.jit(_psum_qk_kernel)
+    a, b = _psum_qk_inputs()
     with pytest.raises(CapacityError, match="was evicted"):
         lnki.jit(k.fn, passes="literal")(a, b)
     got = k(a, b)

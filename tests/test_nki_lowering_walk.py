@@ -16,7 +16,6 @@ from trn3emu.nki import lowering
 tn.install()
 
 import neuronxcc.nki as lnki  # noqa: E402
-import neuronxcc.nki.isa as lisa  # noqa: E402
 import neuronxcc.nki.language as nl  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -103,23 +102,9 @@ def test_block_tile_written_and_read_per_iteration_with_32_blocks():
 
 
 def test_psum_block_tile_spills_through_sbuf():
-    def body(a, b):
-        n = b.shape[1] // 512
-        out = nl.ndarray((n, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
-        at = nl.load(a)
-        bt = nl.load(b)
-        qk = nl.ndarray((n, nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
-        for i in nl.affine_range(n):
-            qk[i] = lisa.nc_matmul(at, bt[:, i * 512 : (i + 1) * 512])
-        for i in nl.affine_range(n):
-            nl.store(out[i], value=nl.copy(qk[i]))
-        return out
-
-    rng = np.random.default_rng(6)
-    a = rng.integers(-4, 4, (128, 128)).astype(np.float32)
-    b = rng.integers(-4, 4, (128, 16 * 512)).astype(np.float32)
+    a, b = lv._psum_qk_inputs()
     want = (a.T @ b).reshape(128, 16, 512).transpose(1, 0, 2)
-    k = _both(body, (a, b), want)
+    k = _both(lv._psum_qk_kernel, (a, b), want)
     # by hand (tests/test_nki_liveness.py): blocks 8..15 spill blocks 7..14 through SBUF
     st = k.last_spills
     assert (st["psum_spills"], st["psum_spilled_bytes"], st["spills"]) == (8, 8 * 128 * 2048, 0)

@@ -18,6 +18,7 @@ from .errors import (
     DtypeError,
     IdenticalWritesWarning,
     OperandError,
+    ResourceError,
     ShapeError,
 )
 from .program import Program
@@ -275,7 +276,14 @@ class Hbm:
                 operand="tensor",
                 rule="hbm_out_of_range",
             )
-        raw = self._native.hbm_read(t.offset + lo * es, (hi - lo + 1) * es)
+        nbytes = (hi - lo + 1) * es
+        try:
+            raw = np.empty(nbytes, np.uint8)  # (numpy's allocation: huge pages for large results)
+        except MemoryError:
+            raise ResourceError(
+                f"cannot allocate {nbytes} bytes of host memory for an HBM read", rule="host_allocation_failed"
+            ) from None
+        self._native.hbm_read_into(t.offset + lo * es, raw)
         dt = numpy_dtype(t.dtype)
         if t.is_contiguous():
             return raw.view(dt).reshape(t.shape)  # a fresh buffer of exactly the tensor's bytes

@@ -19,6 +19,9 @@ from .errors import AddressError, ArgumentTypeError, OperandError, ShapeError
 MAX_FREE_DIMS: int = _native.MAX_FREE_DIMS
 NUM_REGISTERS: int = _native.NUM_REGISTERS
 
+_new = object.__new__
+_view_geometry = _native.view_geometry
+
 
 class Reg:
     """A sequencer register r0..r63. Each engine has its own `NUM_REGISTERS` (64) registers: an instruction reads
@@ -173,10 +176,13 @@ class Tensor:
 
     # ---------------------------------------------------------------------------------- views
     def _view(self, shape, strides, offset, start) -> Tensor:
-        self._static("a view")  # views of a dynamic view would silently drop its offset
-        t = Tensor.__new__(Tensor)
+        if self.dyn is not None:
+            self._static("a view")  # views of a dynamic view would silently drop its offset
+        t = _new(Tensor)
         t.mem, t.dtype, t.name, t.core = self.mem, self.dtype, self.name, self.core
-        t.shape, t.strides, t.offset, t.start = tuple(shape), tuple(strides), offset, start
+        if type(shape) is not tuple or type(strides) is not tuple:
+            shape, strides = tuple(shape), tuple(strides)
+        t.shape, t.strides, t.offset, t.start = shape, strides, offset, start
         t.dyn = None
         t.framework = self.framework
         t.block = self.block
@@ -220,12 +226,23 @@ class Tensor:
         if self.dyn is not None:
             return None
         try:
-            g = _native.view_geometry(
+            g = _view_geometry(
                 self.shape, self.strides, self.offset, self.start, self.mem != "hbm", SIZES[self.dtype], key
             )
         except (TypeError, OverflowError):  # (geometry beyond 64-bit integers: `_indexed`)
             return None
-        return None if g is None else self._view(*g)
+        if g is None:
+            return None
+        t = _new(Tensor)  # `self._view(*g)`, inlined (a static view: `dyn` is None)
+        t.mem = self.mem
+        t.dtype = self.dtype
+        t.name = self.name
+        t.core = self.core
+        t.dyn = None
+        t.framework = self.framework
+        t.block = self.block
+        t.shape, t.strides, t.offset, t.start = g
+        return t
 
     def _indexed(self, key) -> Tensor:
         """`self[key]` for any key: ellipsis, steps, slices clipped to their dim, errors."""

@@ -1,9 +1,9 @@
 """Host threads and SIMD path of the emulator's kernels.
 
 Results are bit-identical for every thread count and SIMD path; these settings only change speed.
-The default thread count is ``TRN3EMU_NUM_THREADS`` if set, else 1 (threads are opt-in: the extra
-threads spin on their cores while a device runs, and only instructions of 2^23 operations and up,
-such as 128x128x512 matmuls, are split). The threads are private to trn3emu and rebuilt in a child
+The default thread count is ``TRN3EMU_NUM_THREADS`` if set (read once per process), else 1
+(threads are opt-in: the extra threads spin on their cores while a device runs, and only
+instructions of 2^23 operations and up, such as 128x128x512 matmuls, are split). The threads are private to trn3emu and rebuilt in a child
 process after ``os.fork``. ``TRN3EMU_SIMD=avx512|avx2+fma|portable`` narrows the SIMD path at
 import (the same as ``_native.limit_simd``), e.g. to time an AVX2-only host's path on an AVX-512 one.
 """

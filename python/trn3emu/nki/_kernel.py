@@ -747,7 +747,10 @@ def _hbm_span(t: Tensor) -> tuple[int, int]:
     lo = hi = 0
     for n, st in zip(t.shape, t.strides):
         span = (n - 1) * st
-        lo, hi = (lo + span, hi) if span < 0 else (lo, hi + span)
+        if span < 0:
+            lo += span
+        else:
+            hi += span
     dyn = getattr(t, "dyn", None)
     if dyn is not None:
         hi += max(0, int(dyn[3]) - 1) * int(dyn[2])
@@ -945,21 +948,32 @@ class TraceContext:
             return t
         _, known, row, label, ap, alloc, parts = hit
         block = _new(_Block)  # `_Block(parts, row, label)`, inlined
-        block.parts, block.row_bytes, block.label = parts, row, label
+        block.parts = parts
+        block.row_bytes = row
+        block.label = label
         off = alloc.alloc_owned(row, label, block)
-        if off is None:  # full: `alloc` evicts block tiles' blocks or says what holds the memory
+        # full: memory held only to save work gives way first (`_alloc_evicting`'s first step,
+        # retried here in one native call), then block tiles' blocks, or the error says what holds it
+        while off is None and any(release(self) for release in ON_FULL):
+            off = alloc.alloc_owned(row, label, block)
+        if off is None:
             key, off = self._alloc_evicting(alloc, row, label)
             alloc.track(block, key)
-        mem, dt, tname, core, tshape, strides, framework, hbm_block = known
         t = _new(Tensor)  # the line's first tile `._view(shape, strides, off, 0)`, inlined (a static tile)
-        t.mem, t.dtype, t.name, t.core, t.shape, t.strides = mem, dt, tname, core, tshape, strides
-        t.offset, t.start, t.dyn, t.framework, t.block = off, 0, None, framework, hbm_block
+        t.mem, t.dtype, t.name, t.core, t.shape, t.strides, t.framework, t.block = known
+        t.offset = off
+        t.start = 0
+        t.dyn = None
         if buffer == "psum":
             self.program._native.psum_fresh(0, parts, off, row)
         nt = _new(NkiTensor)  # `NkiTensor(t, buffer, block, name)`, inlined
-        nt._t, nt.buffer, nt._block, nt.name, nt._ap = t, buffer, block, name, ap.at(off)
+        nt._t = t
+        nt.buffer = buffer
+        nt._block = block
+        nt.name = name
+        nt._ap = ap.at(off)
         if ir is not None:  # (recording the kernel IR: `record.Recorder`, mode "record")
-            ir.number(block, (buffer, tshape, dt), False)
+            ir.number(block, (buffer, known[4], known[1]), False)
         return nt
 
     def _new_tile(self, buffer: str, dt: str, shape: tuple, name) -> tuple[Tensor, int]:

@@ -129,6 +129,7 @@ def _tensor_or(rest):
             return v.tensor  # the property: index views check their bounds there
         return rest(v)
 
+    conv.floats_as_is = rest in (_as_float, _as_number, _same)  # (`_native.CallPlan` skips the call)
     return conv
 
 
@@ -287,6 +288,7 @@ def _make(opname: str):
     dst_first = names[0] == "dst"
     #: operands the instruction writes (`load_reuse.watch`)
     writes = frozenset(p[0] for p in INSTRUCTIONS[opname][2] if p[0].startswith("dst") or p[0] == "reduce_res")
+    write_pos = tuple(i for i, n in enumerate(names) if n in writes)  # (their positions, when passed so)
     dropped = _NKI_KEYWORDS.get(opname, ())
     # The assembler method only passes its operands on in ISA order: called directly through
     # `_emit` with these defaults (unless a program overrides the method).
@@ -344,7 +346,7 @@ def _make(opname: str):
             if type(d) is NkiTensor and d._block is not None:
                 d._block.written = True  # (nl.loop_reduce into a fresh buffer)
         if ctx is not None and ctx._load_cache is not None:  # (pass load_reuse: writes make cached loads stale)
-            _load_reuse.watch(ctx, writes, names, args, kwargs)
+            _load_reuse.watch(ctx, writes, write_pos, args, kwargs)
         if "mask" in kwargs or (ctx is not None and ctx.masks):  # legacy masks: the sub-grid
             masked = _indexing.mask_call(opname, args, kwargs)
             if masked is None:
@@ -487,6 +489,8 @@ def _reduce_operands(dst, data, axis, keepdims):
     if not isinstance(data, NkiTensor) or axis is None:
         return dst, data, axis
     nd = data.ndim
+    if nd <= 2:
+        return dst, data, axis  # (one free dim: any axis is trailing, 0, or refused by the instruction)
     try:
         axes = sorted({int(a) % nd for a in (axis if isinstance(axis, (list, tuple)) else (axis,))})
     except (TypeError, ValueError):

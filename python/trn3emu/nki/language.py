@@ -868,15 +868,22 @@ def _inplace(dst: NkiTensor, op: str, value) -> None:
     _binary(op, dst, value, None, out=dst)
 
 
+_MAX_DIMS = MAX_FREE_DIMS + 1  # (the partition dim and the free dims an access pattern has)
+
+
 def _split_wide(issue, o, *tiles) -> None:
     """`issue(o, *tiles)` for an element-wise instruction whose tiles all have o's shape; when one
     of their views needs more free dims than an access pattern has (4: "up to four-dimensional
     arrays", the NKI Access Patterns deep dive) - a legacy index expression over many grid axes,
     `t[i_p, a + x, b + y, c + z]` - one instruction per index of the leading free dim, as many
     times as needed. Values are the same either way: every element is computed as before."""
-    if o.ndim <= MAX_FREE_DIMS + 1 and builtins.all(t.ndim <= MAX_FREE_DIMS + 1 for t in tiles):
-        issue(o, *tiles)  # (the usual case: at most 4 free dims, nothing to check)
-        return
+    if len(o.shape) <= _MAX_DIMS:
+        for t in tiles:
+            if len(t.shape) > _MAX_DIMS:
+                break
+        else:
+            issue(o, *tiles)  # (the usual case: at most 4 free dims, nothing to check)
+            return
     views = (o, *tiles)
     if builtins.all(fits_access_pattern(v._t) for v in views) or builtins.any(v.shape != o.shape for v in tiles):
         issue(o, *tiles)

@@ -200,18 +200,22 @@ def issued_into(fresh: Fresh, dst: NkiTensor) -> None:
     cache.handles[id(dst._block)] = fresh.key
 
 
-def watch(ctx: TraceContext, writes: frozenset, names: list, args: tuple, kwargs: dict) -> None:
-    """An instruction with operands `args` / `kwargs` (positional names `names`) writes the ones
-    named in `writes`: a cached tile among them is stale."""
+def watch(ctx: TraceContext, writes: frozenset, positions: tuple, args: tuple, kwargs: dict) -> None:
+    """An instruction with operands `args` / `kwargs` writes the ones named in `writes` (at
+    `positions` when passed positionally): a cached tile among them is stale."""
     cache = ctx._load_cache
-    if not cache.handles:
+    handles = cache.handles
+    if not handles:
         return  # (nothing cached to make stale)
-    for k, v in kwargs.items():
-        if k in writes:
-            _stale(cache, v)
-    for a, k in zip(args, names):
-        if k in writes:
-            _stale(cache, a)
+    if kwargs:
+        for k in writes:  # (one or two names: dst, reduce_res)
+            v = kwargs.get(k)
+            if v is not None:
+                _stale(cache, v)
+    n = len(args)
+    for i in positions:
+        if i < n:
+            _stale(cache, args[i])
 
 
 def _stale(cache: LoadCache, v) -> None:

@@ -39,7 +39,7 @@ class InPlace:
     __slots__ = ("operands", "elementwise", "fp32_alu")
 
     def __init__(self, operands, elementwise: bool, fp32_alu: bool) -> None:
-        self.operands = tuple(o for o in operands if isinstance(o, NkiTensor))
+        self.operands = tuple([o for o in operands if isinstance(o, NkiTensor)])
         self.elementwise, self.fp32_alu = elementwise, fp32_alu
 
     def dtype_ok(self, have, want) -> bool:
@@ -171,8 +171,9 @@ class Pending(NkiTensor):
             dst = ctx.tile(shape, dtype, buf, "")  # (`nl.ndarray(shape, dtype=, buffer=)`'s own path)
 
         active_masks = ctx.masks
-        masks = active_masks[:]  # issued as written: outside any mask= of the call that uses it
-        active_masks.clear()
+        masks = active_masks[:] if active_masks else None  # issued as written: outside any mask= of its user
+        if masks:
+            active_masks.clear()
         site, ctx.site = ctx.site, self._site
         try:
             (self._acc if accumulate else self._emit)(dst)
@@ -182,7 +183,8 @@ class Pending(NkiTensor):
                 e.add_note(f"  issued by {self._origin} (part of its lowering)")
             raise
         finally:
-            active_masks[:] = masks
+            if masks or active_masks:
+                active_masks[:] = masks or ()
             ctx.site = site
         if fresh is not None and dst is not None:
             fresh.issued(dst)

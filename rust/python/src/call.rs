@@ -34,6 +34,9 @@ struct Entry {
     slot: Option<usize>,
     operand: bool,
     conv: Option<Py<PyAny>>,
+    /// the converter gives an exact `float` back as it is (its `floats_as_is` attribute): not
+    /// called for one (a call back into Python per `scale=` / `operand0=` number)
+    floats_as_is: bool,
 }
 
 /// The plan of one call form of one instruction (`nki.isa`'s `plan_for`).
@@ -80,11 +83,16 @@ impl CallPlan {
                     "operand position past the operands",
                 ));
             }
+            let floats_as_is = !conv.is_none()
+                && conv
+                    .getattr_opt(intern!(py, "floats_as_is"))?
+                    .is_some_and(|v| v.is_truthy().unwrap_or(false));
             let conv = (!conv.is_none()).then(|| conv.unbind());
             entries.push(Entry {
                 slot,
                 operand,
                 conv,
+                floats_as_is,
             });
         }
         Ok(CallPlan {
@@ -177,7 +185,9 @@ impl CallPlan {
             }
             if !(entry.operand && exact) {
                 if let Some(c) = &entry.conv {
-                    v = c.bind(py).call1((v,))?;
+                    if !(entry.floats_as_is && v.is_exact_instance_of::<PyFloat>()) {
+                        v = c.bind(py).call1((v,))?;
+                    }
                 }
                 if plain(&v) {
                     out[i] = v;

@@ -6,7 +6,7 @@ use crate::errors::{bad_array, guarded, named, py_err};
 use crate::program::Program;
 use crate::signals::SignalCheck;
 use crate::trace::RawTrace;
-use numpy::{PyArray1, PyReadonlyArray1};
+use numpy::{PyArray1, PyReadonlyArray1, PyReadwriteArray1};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -352,6 +352,29 @@ impl Device {
         let mut v = core::error::try_vec(n, 0u8, "an HBM read").map_err(py_err(py))?;
         self.dev(py)?.hbm.read(addr, &mut v);
         Ok(PyArray1::from_vec(py, v))
+    }
+
+    /// Read `len(out)` raw bytes at an HBM address into `out`, a contiguous uint8 array (the
+    /// host's read-back of a kernel's outputs: numpy allocates large arrays on transparent huge
+    /// pages, so a fresh 128 MiB result costs 64 page faults instead of 32768).
+    fn hbm_read_into(
+        &self,
+        py: Python<'_>,
+        addr: &Bound<'_, PyAny>,
+        mut out: PyReadwriteArray1<'_, u8>,
+    ) -> PyResult<()> {
+        let addr: u64 = args::int_arg(addr, "addr")?;
+        let s = out.as_slice_mut().map_err(|_| {
+            bad_array(
+                py,
+                "out",
+                "array_not_contiguous",
+                "hbm_read_into needs a contiguous uint8 array",
+            )
+        })?;
+        check_hbm(addr, s.len() as u64).map_err(py_err(py))?;
+        self.dev(py)?.hbm.read(addr, s);
+        Ok(())
     }
 
     /// Instructions and transfers one run may execute before it stops with `RunawayError`

@@ -1,5 +1,6 @@
 //! ScalarE `activation` from fp32 source rows straight into the destination, one pass per row
-//! (`rows::fused_dense`): the function reads the source bytes (the fast kernels of
+//! (`rows::fused_dense`; bf16 and other unpacked sources too when the rows split over the host
+//! threads, each row decoded into fp32 first): the function reads the source bytes (the fast kernels of
 //! kernels/exp.rs with the affine step in their loop; other functions after a decode of the
 //! row), its fp32 results land in a small per-thread buffer, which is encoded into dst (any
 //! unpacked dtype, with the context's rounder and the row-major element index, as
@@ -15,7 +16,7 @@ use super::{act, act_simple, rows, Ctx};
 use crate::isa::{ActFn, DType};
 use crate::kernels::{exp, rowsum};
 use crate::memory::Ap;
-use crate::numerics::bulk::{encode_runs, Grid, Runs};
+use crate::numerics::bulk::{decode_runs, encode_runs, Grid, Runs};
 use std::cell::RefCell;
 use std::sync::Mutex;
 
@@ -24,13 +25,42 @@ const GROUP: usize = rowsum::ROWS;
 
 thread_local! {
     static ROWS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// A non-fp32 source row decoded into fp32, and those values' bytes (`with_f32_row`).
+    static SRC: RefCell<(Vec<f32>, Vec<u8>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
-/// `dst = f(src * scale + bias)` row by row for an fp32 `src` with dense rows of at least
+/// Row `x` of `dt` decoded into `buf`'s first `w` values (exact: every unpacked dtype widens
+/// into fp32 without rounding), handed to `f` as fp32 bytes; fp32 rows as they are.
+fn with_f32_row<R>(dt: DType, x: &[u8], w: usize, f: impl FnOnce(&[u8]) -> R) -> R {
+    if dt == DType::Float32 {
+        return f(x);
+    }
+    SRC.with(|cell| {
+        let (vals, bytes) = &mut *cell.borrow_mut();
+        vals.resize(w, 0.0);
+        bytes.resize(4 * w, 0);
+        let grid = Grid {
+            off: 0,
+            stride: x.len(),
+            n: w,
+            rows: 1,
+            idx: 0,
+            idx_step: 0,
+        };
+        decode_runs(dt, x, Runs::Grid(grid), vals);
+        for (b, v) in bytes.chunks_exact_mut(4).zip(vals.iter()) {
+            b.copy_from_slice(&v.to_le_bytes());
+        }
+        f(bytes)
+    })
+}
+
+/// `dst = f(src * scale + bias)` row by row for an fp32 `src` (another unpacked dtype, such as
+/// bf16, is decoded into fp32 per row, exactly, when the rows split) with dense rows of at least
 /// `act::SHORT_ROW` elements (shorter ones are batched better by the block paths); with `sums`
 /// (one per row) each row's fp32 results are added to its entry in order. False (nothing done)
-/// when not applicable: other source dtypes, a packed destination, patterns `fused_dense`
-/// refuses.
+/// when not applicable: a packed source or destination, a non-fp32 source whose rows would not
+/// split over the host threads, patterns `fused_dense` refuses.
 pub fn activate(
     ctx: &mut Ctx,
     f: ActFn,
@@ -39,13 +69,13 @@ pub fn activate(
     sums: Option<&mut [f32]>,
 ) -> bool {
     let w = src.free_size();
-    if src.dtype != DType::Float32 || dst.dtype.is_packed() || w < act::SHORT_ROW {
+    if src.dtype.is_packed() || dst.dtype.is_packed() || w < act::SHORT_ROW {
         return false;
     }
-    let (parts, dt, rounder) = (src.parts as usize, dst.dtype, ctx.rounder);
+    let (parts, dt, rounder, sdt) = (src.parts as usize, dst.dtype, ctx.rounder, src.dtype);
     let (fast, simple) = (act::fast_kernel(f), act_simple::kernel(f));
-    // row r's fp32 results into `row`, encoded into its destination bytes `out`
-    let one_row = |r: usize, x: &[u8], out: &mut [u8], row: &mut [f32]| {
+    // row r's fp32 results into `row` from its fp32 source bytes `x`
+    let f32_row = |r: usize, x: &[u8], row: &mut [f32]| {
         let (s, b) = (scale[r], bias[r]);
         match (fast, simple) {
             (Some(kern), _) => {
@@ -66,6 +96,11 @@ pub fn activate(
                 act::apply_affine_slice(f, row, s, b);
             }
         }
+    };
+    // row r's fp32 results into `row` (a non-fp32 source row decoded first), encoded into its
+    // destination bytes `out`
+    let one_row = |r: usize, x: &[u8], out: &mut [u8], row: &mut [f32]| {
+        with_f32_row(sdt, x, w, |x| f32_row(r, x, row));
         let grid = Grid {
             off: 0,
             stride: out.len(),
@@ -88,6 +123,11 @@ pub fn activate(
     let work = (parts * w)
         .saturating_mul(per_elem)
         .max((parts * w * dt.size()).saturating_mul(crate::par::STREAM_WORK_PER_BYTE));
+    // a non-fp32 source (bf16) only when its rows split: on one thread the block paths
+    // (scalar.rs, act_stream.rs) decode it in batches, with the same bits
+    if sdt != DType::Float32 && !crate::par::would_split(parts, work) {
+        return false;
+    }
     let Some(sums) = sums else {
         return rows::fused_dense_par(ctx, dst, [src], work, |r, [x], out| {
             ROWS.with(|cell| {

@@ -154,7 +154,11 @@ fn copy(ctx: &mut Ctx, dst: &Ap, src: &Ap) -> Result<()> {
             .try_scatter(dst, &raw)
             .map_err(|e| e.operand("dst"))?;
     } else {
+        let work = super::rows::stream_work(dst);
         if super::rows::cast_dense_hbm(ctx, dst, src)
+            || super::rows::map_f32_rows_par(ctx, dst, [src], work, |_, [x], out| {
+                out.copy_from_slice(x)
+            })
             || super::rows::map_f32(ctx, dst, [src], |_, _, _, _, [x], out| {
                 out.copy_from_slice(x)
             })

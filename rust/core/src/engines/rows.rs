@@ -26,6 +26,7 @@ thread_local! {
     static SCRATCH_F32: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     static TILE_F32: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     static SCRATCH_U32: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
+    static ROW_F32: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 fn onchip<'m>(mems: &'m Mems, m: Mem) -> &'m OnChip {
@@ -313,12 +314,16 @@ pub fn map_raw<const N: usize>(
 }
 
 /// Same-dtype copy of raw element bytes, streamed (dense rows of whole bytes: one row copy
-/// each, `fused_dense`); false when the materialising path is needed.
+/// each, `fused_dense_par`: the rows on the host threads from 1 MiB written); false when the
+/// materialising path is needed.
 pub fn copy_same(ctx: &mut Ctx, dst: &Ap, src: &Ap) -> bool {
     if dst.dtype != src.dtype {
         return false;
     }
-    if !dst.dtype.is_packed() && fused_dense(ctx, dst, [src], |_, [x], out| out.copy_from_slice(x))
+    if !dst.dtype.is_packed()
+        && fused_dense_par(ctx, dst, [src], stream_work(dst), |_, [x], out| {
+            out.copy_from_slice(x)
+        })
     {
         return true;
     }
@@ -585,6 +590,66 @@ pub fn fused_dense_any_par<const N: usize>(
         return true;
     }
     fused_dense_any(ctx, dst, srcs, kernel)
+}
+
+/// `map_f32` for any unpacked dtypes with the rows split over the host threads: each thread
+/// decodes its source rows into fp32 (an input that is exactly the destination is decoded before
+/// the row is written), runs `kernel(row, inputs, out)` on the row and encodes the fp32 results
+/// into the destination row with the context's rounder and the row-major element index (as
+/// `map_f32` numbers them), so the bits, stochastic rounding included, do not depend on the
+/// thread count. Only when `work` makes the split worthwhile and the patterns are `splittable`;
+/// false (nothing done) otherwise, for the caller's one-thread paths.
+pub fn map_f32_rows_par<const N: usize>(
+    ctx: &mut Ctx,
+    dst: &Ap,
+    srcs: [&Ap; N],
+    work: usize,
+    kernel: impl Fn(usize, [&[f32]; N], &mut [f32]) + Sync + Send,
+) -> bool {
+    let w = dst.free_size();
+    if dst.dtype.is_packed()
+        || srcs
+            .iter()
+            .any(|s| s.dtype.is_packed() || s.free_size() != w)
+        || !crate::par::would_split(dst.parts as usize, work)
+        || !splittable(dst, &srcs, true)
+    {
+        return false;
+    }
+    let (rounder, dt) = (ctx.rounder, dst.dtype);
+    let sdt = srcs.map(|s| s.dtype);
+    let grid = |stride: usize, idx: u64| {
+        Runs::Grid(Grid {
+            off: 0,
+            stride,
+            n: w,
+            rows: 1,
+            idx,
+            idx_step: w as u64,
+        })
+    };
+    rows_par(ctx, dst, srcs, (work, 1), |r, views, out| {
+        ROW_F32.with(|cell| {
+            let mut buf = cell.borrow_mut();
+            if buf.len() < (N + 1) * w {
+                buf.resize((N + 1) * w, 0.0);
+            }
+            let (res, ins) = buf.split_at_mut(w);
+            for (i, v) in views.iter().enumerate() {
+                let x: &[u8] = v.unwrap_or(out);
+                decode_runs(sdt[i], x, grid(x.len(), 0), &mut ins[i * w..(i + 1) * w]);
+            }
+            let ins: &[f32] = ins;
+            kernel(r, std::array::from_fn(|i| &ins[i * w..(i + 1) * w]), res);
+            encode_runs(&rounder, dt, out, grid(out.len(), (r * w) as u64), res);
+        })
+    })
+}
+
+/// The `par` work of a memory-bound pass writing `dst` (rows split from 1 MiB written).
+pub fn stream_work(dst: &Ap) -> usize {
+    (dst.parts as usize * dst.free_size() * dst.dtype.size())
+        .saturating_mul(crate::par::STREAM_WORK_PER_BYTE)
 }
 
 /// Whether `srcs -> dst` may run row by row on any thread: static dense on-chip rows, each

@@ -6,7 +6,7 @@ use super::alu::{
     apply_scalar_inplace, apply_slices, apply_vec_inplace, is_bitwise, is_elementwise, is_unary,
     ScalarOps,
 };
-use super::rows;
+use super::rows::{self, stream_work};
 use super::{check_column, same_shape, Ctx, Semantics};
 use crate::error::{fail, ErrorKind::*, Result};
 use crate::isa::instr::{Imm, Scalar};
@@ -114,12 +114,6 @@ fn int32_exact(ins: &Instr, dts: &[DType]) -> bool {
 /// statistics of a softmax go the block way (same arithmetic, same bits).
 const FUSED_MIN_ELEMENTS: usize = 16;
 
-/// The `par` work of a memory-bound pass writing `dst` (rows split from 1 MiB written).
-fn stream_work(dst: &Ap) -> usize {
-    (dst.parts as usize * dst.free_size() * dst.dtype.size())
-        .saturating_mul(crate::par::STREAM_WORK_PER_BYTE)
-}
-
 fn tensor_tensor(v: &TensorTensor, ctx: &mut Ctx) -> Result<()> {
     let (ins, dst, a, b, op) = (v.ins, v.dst, v.data1, v.data2, v.op);
     if is_bitwise(op) {
@@ -168,11 +162,20 @@ fn tensor_tensor(v: &TensorTensor, ctx: &mut Ctx) -> Result<()> {
     {
         return Ok(());
     }
-    // bf16 in and out with RNE casts: the same single pass, widening and rounding inline.
+    // bf16 in and out with RNE casts: the same single pass, widening and rounding inline (rows
+    // split over the host threads from 1 MiB written, as fp32).
     if [dst, a, b].iter().all(|t| t.dtype == DType::Bfloat16)
         && ctx.rounder.is_default()
-        && rows::fused_dense(ctx, dst, [a, b], |_, [x, y], out| {
+        && rows::fused_dense_par(ctx, dst, [a, b], stream_work(dst), |_, [x, y], out| {
             apply_bytes_bf16(op, x, y, out)
+        })
+    {
+        return Ok(());
+    }
+    // other dtypes (mixed, stochastic rounding): split rows through fp32 when large
+    if dst.free_size() >= FUSED_MIN_ELEMENTS
+        && rows::map_f32_rows_par(ctx, dst, [a, b], stream_work(dst), |_, [x, y], out| {
+            apply_slices(op, x, y, out)
         })
     {
         return Ok(());
@@ -424,6 +427,15 @@ fn tensor_scalar_f32(
     {
         return Ok(());
     }
+    // other dtypes (bf16, mixed, stochastic rounding): split rows through fp32 when large, each
+    // row as a one-row block
+    if f >= FUSED_MIN_ELEMENTS
+        && rows::map_f32_rows_par(ctx, dst, [src], stream_work(dst), |r, [x], out| {
+            block(r, 1, f, x, out)
+        })
+    {
+        return Ok(());
+    }
     if rows::map_f32(ctx, dst, [src], |r0, rows, _, w, [x], out| {
         block(r0, rows, w, x, out)
     }) {
@@ -463,17 +475,29 @@ fn tensor_copy(v: &TensorCopy, ctx: &mut Ctx) -> Result<()> {
             && rows::map_raw(ctx, dst, [src], |_, _, _, _, [x], out| {
                 out.copy_from_slice(x)
             });
-        if !short && !copy_across(ctx, dst, src) && !rows::copy_same(ctx, dst, src) {
+        if !short
+            && !copy_par(ctx, dst, src)
+            && !copy_across(ctx, dst, src)
+            && !rows::copy_same(ctx, dst, src)
+        {
             let raw = ctx.mems.gather(src);
             ctx.mems.scatter(dst, &raw);
         }
-    } else if !rows::map_f32(ctx, dst, [src], |_, _, _, _, [x], out| {
+    } else if !rows::map_f32_rows_par(ctx, dst, [src], stream_work(dst), |_, [x], out| {
+        out.copy_from_slice(x)
+    }) && !rows::map_f32(ctx, dst, [src], |_, _, _, _, [x], out| {
         out.copy_from_slice(x)
     }) {
         let v = ctx.read_f32(src);
         ctx.write_f32(dst, &v);
     }
     Ok(())
+}
+
+/// Same-dtype on-chip copy from 1 MiB written: `rows::copy_same`, whose rows go to the host
+/// threads. False (nothing done) when it would not split.
+fn copy_par(ctx: &mut Ctx, dst: &Ap, src: &Ap) -> bool {
+    crate::par::would_split(dst.parts as usize, stream_work(dst)) && rows::copy_same(ctx, dst, src)
 }
 
 /// Same-dtype copy between dense static rows of SBUF and PSUM (a PSUM result evacuated to

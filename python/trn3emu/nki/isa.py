@@ -272,65 +272,121 @@ def _bad_form(opname: str, sig: inspect.Signature, allowed: frozenset):
     return bad_form
 
 
-def _make(opname: str):
-    method = getattr(AssemblerMixin, opname)
-    sig = inspect.signature(method)
-    params = list(sig.parameters.values())[1:]
-    names = [p.name for p in params if p.kind is not inspect.Parameter.KEYWORD_ONLY]
-    npos = len(names)
-    allowed = frozenset(p.name for p in params)
-    required = frozenset(p.name for p in params if p.default is inspect.Parameter.empty)
-    spec = {p[0]: (p[1], p[2]) for p in INSTRUCTIONS[opname][2]}
-    # Per-operand converters, chosen once: the hot path below replaces inspect.Signature.bind
-    # (the binding is checked with plain dict/tuple operations; bind only builds the message).
-    convs = _converters(opname, allowed, spec)
-    bad_form = _bad_form(opname, sig, allowed)
-    dst_first = names[0] == "dst"
-    #: operands the instruction writes (`load_reuse.watch`)
-    writes = frozenset(p[0] for p in INSTRUCTIONS[opname][2] if p[0].startswith("dst") or p[0] == "reduce_res")
-    write_pos = tuple(i for i, n in enumerate(names) if n in writes)  # (their positions, when passed so)
-    dropped = _NKI_KEYWORDS.get(opname, ())
-    # The assembler method only passes its operands on in ISA order: called directly through
-    # `_emit` with these defaults (unless a program overrides the method).
-    argdefs = tuple((p[0], sig.parameters[p[0]].default) for p in INSTRUCTIONS[opname][2])
-    # Keyword-only calls (the usual NKI style): per set of keywords, once, where each value goes
-    # in `[ISA operands..., engine, name, wait, signal]` and how it is converted.
-    n_isa = len(argdefs)
-    base = [d for _, d in argdefs] + [None, None, (), ()]
-    slots = {k: i for i, (k, _) in enumerate(argdefs)}
-    slots.update(engine=n_isa, name=n_isa + 1, wait=n_isa + 2, signal=n_isa + 3)
-    plans: dict[tuple, Any] = {}
+class _OpTables:
+    """What an `nki.isa` function (`_make`) needs of its opcode, worked out once: the assembler
+    method's parameters and their converters, the operands it writes, where each keyword goes, and
+    the call plans (`plan_for`, per set of keywords). The general path (`general_call`) binds any
+    other call form, with the errors, away from the hot function."""
 
-    # The ISA operands' defaults as `Program._emit` passes them on (for `_emit.emit_call`).
-    # (required operands have no default: `plan_for` takes only calls that give them)
-    base_ops = [None if d is inspect.Parameter.empty else _enum_name(d) for d in base[:n_isa]]
+    def __init__(self, opname: str) -> None:
+        self.opname = opname
+        self.method = method = getattr(AssemblerMixin, opname)
+        sig = inspect.signature(method)
+        params = list(sig.parameters.values())[1:]
+        self.names = names = [p.name for p in params if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+        self.npos = npos = len(names)
+        self.allowed = allowed = frozenset(p.name for p in params)
+        self.required = frozenset(p.name for p in params if p.default is inspect.Parameter.empty)
+        self.spec = spec = {p[0]: (p[1], p[2]) for p in INSTRUCTIONS[opname][2]}
+        # Per-operand converters, chosen once: the hot path replaces inspect.Signature.bind
+        # (the binding is checked with plain dict/tuple operations; bind only builds the message).
+        self.convs = _converters(opname, allowed, spec)
+        self.bad_form = _bad_form(opname, sig, allowed)
+        self.dst_first = names[0] == "dst"
+        #: operands the instruction writes (`load_reuse.watch`)
+        self.writes = writes = frozenset(
+            p[0] for p in INSTRUCTIONS[opname][2] if p[0].startswith("dst") or p[0] == "reduce_res"
+        )
+        self.write_pos = tuple(i for i, n in enumerate(names) if n in writes)  # (their positions, when passed so)
+        self.dropped = _NKI_KEYWORDS.get(opname, ())
+        # The assembler method only passes its operands on in ISA order: called directly through
+        # `_emit` with these defaults (unless a program overrides the method).
+        self.argdefs = argdefs = tuple((p[0], sig.parameters[p[0]].default) for p in INSTRUCTIONS[opname][2])
+        # Keyword-only calls (the usual NKI style): per set of keywords, once, where each value goes
+        # in `[ISA operands..., engine, name, wait, signal]` and how it is converted.
+        self.n_isa = n_isa = len(argdefs)
+        self.base = base = [d for _, d in argdefs] + [None, None, (), ()]
+        self.slots = slots = {k: i for i, (k, _) in enumerate(argdefs)}
+        slots.update(engine=n_isa, name=n_isa + 1, wait=n_isa + 2, signal=n_isa + 3)
+        # The ISA operands' defaults as `Program._emit` passes them on (for `_emit.emit_call`).
+        # (required operands have no default: `plan_for` takes only calls that give them)
+        self.base_ops = [None if d is inspect.Parameter.empty else _enum_name(d) for d in base[:n_isa]]
+        # the names of the first k positional arguments, per k
+        self.prefixes = [tuple(names[:k]) for k in range(npos + 1)]
 
-    # the names of the first k positional arguments, per k
-    prefixes = [tuple(names[:k]) for k in range(npos + 1)]
-
-    def plan_for(keys: tuple) -> Any:
-        given = [k for k in keys if k not in dropped]
-        if not allowed.issuperset(given) or not required.issubset(given) or len(set(keys)) != len(keys):
+    def plan_for(self, keys: tuple) -> Any:
+        given = [k for k in keys if k not in self.dropped]
+        if not self.allowed.issuperset(given) or not self.required.issubset(given) or len(set(keys)) != len(keys):
             return False  # the general path says what is wrong
-        entries = tuple((slots.get(k), k in spec, convs.get(k)) for k in keys)
+        spec, convs, n_isa = self.spec, self.convs, self.n_isa
+        entries = tuple((self.slots.get(k), k in spec, convs.get(k)) for k in keys)
         # ISA operands (and dropped keywords) only: `_emit.emit_call` takes it in one pass
         fused = all(i is None or i < n_isa for i, _, _ in entries)
         # (the plan read once natively: `_native.CallPlan.operands` builds a call's operands)
         if not fused:
             return entries, fused, None
+        opname = self.opname
         return (
             entries,
             fused,
             _native.CallPlan(
                 opname,
                 entries,
-                base_ops,
+                self.base_ops,
                 _emit.hbm_dsts(opname),
                 NkiTensor,
                 _emit._slow_operand,
                 _issued_kind[0] if _issued_kind else None,
             ),
         )
+
+    def general_call(self, args: tuple, kwargs: dict) -> Any:
+        """Any call form the hot path does not take: bound by name, converted, checked, emitted."""
+        opname, dst_first, dropped, npos, bad_form = self.opname, self.dst_first, self.dropped, self.npos, self.bad_form
+        names, allowed, required, spec, convs = self.names, self.allowed, self.required, self.spec, self.convs
+        method, argdefs = self.method, self.argdefs
+        if dst_first and args and "dst" not in kwargs and not isinstance(args[0], NkiTensor):
+            raise not_supported(
+                f"nki.isa.{opname} without dst",
+                "legacy value-returning form; pass a preallocated dst first",
+                rule="nki_call_form",
+            )
+        if dropped and kwargs:
+            for k in dropped:
+                kwargs.pop(k, None)
+        if len(args) > npos:
+            raise bad_form(args, kwargs)
+        call = dict(zip(names, args))
+        n = len(call) + len(kwargs)
+        call.update(kwargs)
+        if len(call) != n or not allowed.issuperset(call) or not required.issubset(call):
+            raise bad_form(args, kwargs)  # an argument given twice, unknown or missing
+        for k, v in call.items():
+            if type(v) is NkiTensor and k in spec:  # inline `_tensor_or` (index views: `.tensor` checks bounds)
+                call[k] = v._t
+            else:
+                c = convs.get(k)
+                if c is not None:
+                    call[k] = c(v)
+        ctx = current()
+        if ctx.vregs:  # virtual registers read on this instruction's engine
+            _registers.prepare(ctx, opname, call)
+        prog = ctx.program
+        bound = getattr(prog, opname)
+        if getattr(bound, "__func__", None) is not method:
+            return Instruction(ctx, bound(**call), opname)
+        get = call.get
+        args = tuple([get(k, d) for k, d in argdefs])
+        index = prog._emit(opname, get("engine"), get("name"), get("wait", ()), get("signal", ()), args)
+        return Instruction(ctx, index, opname)
+
+
+def _make(opname: str):
+    t = _OpTables(opname)
+    method, names, npos, writes, write_pos = t.method, t.names, t.npos, t.writes, t.write_pos
+    dst_first, base, base_ops, n_isa, prefixes = t.dst_first, t.base, t.base_ops, t.n_isa, t.prefixes
+    plan_for, general_call = t.plan_for, t.general_call
+    plans: dict[tuple, Any] = {}
 
     def fn(*args, **kwargs):
         ctx = tracing()  # (this thread's trace)
@@ -418,40 +474,7 @@ def _make(opname: str):
                     if index is None:
                         index = prog._emit(opname, engine, vals[n_isa + 1], wait, signal, tuple(vals[:n_isa]))
                     return Instruction(ctx, index, opname)
-        if dst_first and args and "dst" not in kwargs and not isinstance(args[0], NkiTensor):
-            raise not_supported(
-                f"nki.isa.{opname} without dst",
-                "legacy value-returning form; pass a preallocated dst first",
-                rule="nki_call_form",
-            )
-        if dropped and kwargs:
-            for k in dropped:
-                kwargs.pop(k, None)
-        if len(args) > npos:
-            raise bad_form(args, kwargs)
-        call = dict(zip(names, args))
-        n = len(call) + len(kwargs)
-        call.update(kwargs)
-        if len(call) != n or not allowed.issuperset(call) or not required.issubset(call):
-            raise bad_form(args, kwargs)  # an argument given twice, unknown or missing
-        for k, v in call.items():
-            if type(v) is NkiTensor and k in spec:  # inline `_tensor_or` (index views: `.tensor` checks bounds)
-                call[k] = v._t
-            else:
-                c = convs.get(k)
-                if c is not None:
-                    call[k] = c(v)
-        ctx = current()
-        if ctx.vregs:  # virtual registers read on this instruction's engine
-            _registers.prepare(ctx, opname, call)
-        prog = ctx.program
-        bound = getattr(prog, opname)
-        if getattr(bound, "__func__", None) is not method:
-            return Instruction(ctx, bound(**call), opname)
-        get = call.get
-        args = tuple([get(k, d) for k, d in argdefs])
-        index = prog._emit(opname, get("engine"), get("name"), get("wait", ()), get("signal", ()), args)
-        return Instruction(ctx, index, opname)
+        return general_call(args, kwargs)
 
     fn.__name__ = opname
     fn.__qualname__ = opname

@@ -40,18 +40,7 @@ def site(depth: int, name, hint=None) -> tuple[str, str]:
     f = sys._getframe(depth + 1)
     if _INTERNAL.get(f.f_code.co_filename) is not False:  # (not a kernel's own frame)
         f = hint if hint is not None else user_frame(f)
-    if f is None:
-        return "?", _label("?", name)
-    code = f.f_code
-    key = (id(code), f.f_lasti, name)
-    hit = _SITES.get(key)
-    if hit is not None and hit[0] is code:
-        return hit[1], hit[2]
-    loc = f"{os.path.basename(code.co_filename)}:{f.f_lineno}"
-    label = _label(loc, name)
-    if name is None or type(name) is str:
-        _SITES[key] = (code, loc, label)  # (the code object held: its id is not reused)
-    return loc, label
+    return site_at(f, name)
 
 
 #: opcode -> positions of the operands an instruction may write in HBM (none for compute ones)
@@ -148,6 +137,40 @@ def emit_call(ctx, opcode: str, plan: tuple, base: list, values, depth: int) -> 
         if hasattr(e, "add_note"):
             e.add_note(f"  in kernel at {loc} ({opcode})")
         raise
+
+
+def kernel_site(ctx, f: types.FrameType) -> tuple[str, str]:
+    """("file:line", label) of an `nki.isa` call made from frame `f` (`site(.., None)` from
+    there). A kernel's own frame's answer is kept in `ctx.call_sites` under its code object and
+    instruction offset, where the next call from that code finds it in one lookup by offset
+    (`nki/isa.py`: `ctx.site_code` / `ctx.site_hits`, the code object called from last)."""
+    code = f.f_code
+    if _INTERNAL.get(code.co_filename) is not False:  # (not a kernel's own frame: not kept here)
+        f = ctx.user_f if ctx.user_f is not None else user_frame(f)
+        return site_at(f, None)
+    loc_label = site_at(f, None)
+    hits = ctx.call_sites.get(id(code))
+    if hits is None or hits[0] is not code:
+        hits = ctx.call_sites[id(code)] = (code, {})  # (the code object held: its id is not reused)
+    hits[1][f.f_lasti] = loc_label
+    ctx.site_code, ctx.site_hits = code, hits[1]
+    return loc_label
+
+
+def site_at(f: types.FrameType | None, name) -> tuple[str, str]:
+    """`site` for the kernel frame `f` (None: "?")."""
+    if f is None:
+        return "?", _label("?", name)
+    code = f.f_code
+    key = (id(code), f.f_lasti, name)
+    hit = _SITES.get(key)
+    if hit is not None and hit[0] is code:
+        return hit[1], hit[2]
+    loc = f"{os.path.basename(code.co_filename)}:{f.f_lineno}"
+    label = _label(loc, name)
+    if name is None or type(name) is str:
+        _SITES[key] = (code, loc, label)  # (the code object held: its id is not reused)
+    return loc, label
 
 
 def _call_site(depth: int) -> tuple[str, str]:

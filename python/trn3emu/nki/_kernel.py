@@ -818,6 +818,20 @@ class TraceContext:
 
     def __init__(self, launch: _Run, pid: int) -> None:
         self.launch, self.pid = launch, pid
+        # (the class defaults set on the instance too: an attribute found in the instance's own
+        # dict is a specialised load per nki.isa call, a class attribute a generic lookup)
+        self._load_cache, self.site, self.user_f = None, None, None
+        #: id of a kernel code object that issued nki.isa calls -> (the code object, {instruction
+        #: offset: ("file:line", label)}) (`_emit.kernel_site`); `site_code` / `site_hits`: the
+        #: entry of the code object that called last (one identity check per call)
+        self.call_sites: dict[int, tuple] = {}
+        self.site_code: types.CodeType | None = None
+        self.site_hits: dict[int, tuple[str, str]] = {}
+        #: as `call_sites` for `tile`: {instruction offset: (shape, dtype, buffer, name, the
+        #: `_sites` entry)} per code object (`_tile_site`), `tile_code` / `tile_hits` the last one's
+        self.tile_sites: dict[int, tuple] = {}
+        self.tile_code: types.CodeType | None = None
+        self.tile_hits: dict[int, tuple] = {}
         # An SPMD launch across chips (nki/spmd.py) places a rank's programs from `core_base`.
         self.core = (getattr(launch, "core_base", 0) + pid) % Device.NUM_CORES
         self.program = KernelProgram(core=self.core)
@@ -924,28 +938,20 @@ class TraceContext:
         (the tile view, bytes per partition, label) again."""
         # the caller of nl.ndarray (or of its wrapper: inside, walked past)
         f = sys._getframe(2)
-        if _INTERNAL.get(f.f_code.co_filename) is not False:  # (not a kernel's own frame)
-            f = self.user_f if self.user_f is not None else user_frame(f)
         ir = self.ir
-        if f is None or type(name) is not str or (ir is not None and ir.liveness):
-            return self.alloc(shape, dtype, buffer, name)
-        code = f.f_code
-        key = (id(code), f.f_lasti, shape, dtype, buffer, name)
-        try:
-            hit = self._sites.get(key)
-        except TypeError:  # an unhashable dtype or shape entry: the general path says what it is
-            return self.alloc(shape, dtype, buffer, name)
-        if hit is None or hit[0] is not code:
-            t = self.alloc(shape, dtype, buffer, name)
-            b = t._block
-            if buffer in ONCHIP and type(b) is _Block:
-                ap = _native.access_pattern(t._t.to_ap())  # (moved to each tile's offset)
-                if type(ap) is _native.AccessPattern:
-                    alloc = self.sbuf if buffer == "sbuf" else self.psum
-                    kt = t._t  # (the fields every tile of the line shares)
-                    kt = (kt.mem, kt.dtype, kt.name, kt.core, kt.shape, kt.strides, kt.framework, kt.block)
-                    self._sites[key] = (code, kt, b.row_bytes, b.label, ap, alloc, b.parts)
-            return t
+        hit = None
+        if f.f_code is self.tile_code and (ir is None or not ir.liveness):
+            last = self.tile_hits.get(f.f_lasti)  # (the kernel line's last tile kind: `_tile_site`)
+            if last is not None and last[1] is dtype and last[2] is buffer and last[3] is name:
+                try:
+                    if last[0] == shape:
+                        hit = last[4]
+                except Exception:  # (a shape entry that does not compare: the lookup below says what it is)
+                    pass
+        if hit is None:
+            hit = self._tile_site(f, shape, dtype, buffer, name)
+            if type(hit) is not tuple:
+                return hit  # (a tile allocated the general way)
         _, known, row, label, ap, alloc, parts = hit
         block = _new(_Block)  # `_Block(parts, row, label)`, inlined
         block.parts = parts
@@ -975,6 +981,43 @@ class TraceContext:
         if ir is not None:  # (recording the kernel IR: `record.Recorder`, mode "record")
             ir.number(block, (buffer, known[4], known[1]), False)
         return nt
+
+    def _tile_site(self, f, shape: tuple, dtype, buffer: str, name):
+        """`tile`'s lookup of what the line of frame `f` (the caller of nl.ndarray) worked out for
+        a tile of this kind, as (code, tile fields, bytes per partition, label, access pattern,
+        allocator, partitions); or the tile itself, allocated the general way (the line's first
+        tile of the kind, or one the cache does not take). A kernel frame's answer is also kept
+        in `tile_sites` under its code object and instruction offset, for `tile`'s one lookup."""
+        kernel_f = _INTERNAL.get(f.f_code.co_filename) is False  # (a kernel's own frame)
+        if not kernel_f:
+            f = self.user_f if self.user_f is not None else user_frame(f)
+        ir = self.ir
+        if f is None or type(name) is not str or (ir is not None and ir.liveness):
+            return self.alloc(shape, dtype, buffer, name)
+        code = f.f_code
+        key = (id(code), f.f_lasti, shape, dtype, buffer, name)
+        try:
+            hit = self._sites.get(key)
+        except TypeError:  # an unhashable dtype or shape entry: the general path says what it is
+            return self.alloc(shape, dtype, buffer, name)
+        if hit is None or hit[0] is not code:
+            t = self.alloc(shape, dtype, buffer, name)
+            b = t._block
+            if buffer in ONCHIP and type(b) is _Block:
+                ap = _native.access_pattern(t._t.to_ap())  # (moved to each tile's offset)
+                if type(ap) is _native.AccessPattern:
+                    alloc = self.sbuf if buffer == "sbuf" else self.psum
+                    kt = t._t  # (the fields every tile of the line shares)
+                    kt = (kt.mem, kt.dtype, kt.name, kt.core, kt.shape, kt.strides, kt.framework, kt.block)
+                    self._sites[key] = (code, kt, b.row_bytes, b.label, ap, alloc, b.parts)
+            return t
+        if kernel_f:
+            hits = self.tile_sites.get(id(code))
+            if hits is None or hits[0] is not code:
+                hits = self.tile_sites[id(code)] = (code, {})  # (the code object held: its id is not reused)
+            hits[1][f.f_lasti] = (shape, dtype, buffer, name, hit)
+            self.tile_code, self.tile_hits = code, hits[1]
+        return hit
 
     def _new_tile(self, buffer: str, dt: str, shape: tuple, name) -> tuple[Tensor, int]:
         """A new tile view at offset 0 and its bytes per partition: a copy of the first tile of

@@ -21,8 +21,7 @@ from ..program import _enum_name
 from . import _emit, _kernel
 from . import indexing as _indexing
 from . import load_reuse as _load_reuse
-from ._emit import _SITES
-from ._kernel import _INTERNAL, NkiTensor, current, not_supported, tracing
+from ._kernel import NkiTensor, current, not_supported, tracing
 
 # ------------------------------------------------------------------------------------- enums
 engine = enum.Enum("engine", {n: i for i, n in enumerate(ENUMS["engine"])})
@@ -432,14 +431,9 @@ def _make(opname: str):
                         if ctx.site is not None:  # (a pending result: the line of its call)
                             loc, label = ctx.site, _emit._label(ctx.site, None)
                         else:
-                            f = _getframe(1)  # the call's source line: `_emit._call_site(1)`, inlined
-                            if _INTERNAL.get(f.f_code.co_filename) is not False:  # (not a kernel's own frame)
-                                f = ctx.user_f if ctx.user_f is not None else _kernel.user_frame(f)
-                            hit = None if f is None else _SITES.get((id(f.f_code), f.f_lasti, None))
-                            if hit is not None and hit[0] is f.f_code:
-                                loc, label = hit[1], hit[2]
-                            else:
-                                loc, label = _emit.site(1, None)
+                            f = _getframe(1)  # the call's source line (`_emit.kernel_site`)
+                            hit = ctx.site_hits.get(f.f_lasti) if f.f_code is ctx.site_code else None
+                            loc, label = hit if hit is not None else _emit.kernel_site(ctx, f)
                         i = native.append(
                             prog._native,
                             values,

@@ -23,6 +23,8 @@ from ._kernel import _INTERNAL, _LABEL, _LABELS, NkiTensor, _hbm_span, user_fram
 
 #: (id of the code object, instruction offset, name) -> (the code object, "file:line", label)
 _SITES: dict[tuple, tuple[types.CodeType | None, str, str]] = {}
+#: name None: id of the code object -> (the code object, {instruction offset: ("file:line", label)})
+_CODE_SITES: dict[int, tuple[types.CodeType, dict[int, tuple[str, str]]]] = {}
 
 
 def _label(loc: str, name) -> str:
@@ -162,6 +164,17 @@ def site_at(f: types.FrameType | None, name) -> tuple[str, str]:
     if f is None:
         return "?", _label("?", name)
     code = f.f_code
+    if name is None:  # (the usual case: per code object, by instruction offset)
+        hits = _CODE_SITES.get(id(code))
+        if hits is not None and hits[0] is code:
+            hit = hits[1].get(f.f_lasti)
+            if hit is not None:
+                return hit
+        else:
+            hits = _CODE_SITES[id(code)] = (code, {})  # (the code object held: its id is not reused)
+        loc = f"{os.path.basename(code.co_filename)}:{f.f_lineno}"
+        hit = hits[1][f.f_lasti] = (loc, _label(loc, None))
+        return hit
     key = (id(code), f.f_lasti, name)
     hit = _SITES.get(key)
     if hit is not None and hit[0] is code:
@@ -174,14 +187,11 @@ def site_at(f: types.FrameType | None, name) -> tuple[str, str]:
 
 
 def _call_site(depth: int) -> tuple[str, str]:
-    """`site(depth, None)` with the cache looked up inline: the call's ("file:line", label)."""
+    """`site(depth, None)`: the call's ("file:line", label)."""
     f = sys._getframe(depth + 1)
     if _INTERNAL.get(f.f_code.co_filename) is not False:  # (not a kernel's own frame)
         f = user_frame(f)
-    hit = None if f is None else _SITES.get((id(f.f_code), f.f_lasti, None))
-    if hit is not None and hit[0] is f.f_code:
-        return hit[1], hit[2]
-    return site(depth + 1, None)
+    return site_at(f, None)
 
 
 def _slow_operand(v, is_dst: bool, core: int, uses):

@@ -129,6 +129,7 @@ def _tensor_or(rest):
         return rest(v)
 
     conv.floats_as_is = rest in (_as_float, _as_number, _same)  # (`_native.CallPlan` skips the call)
+    conv.plain_as_is = rest is _same  # (a str, number, bool, None, list or tuple: skipped too)
     return conv
 
 
@@ -182,7 +183,8 @@ _OP_OPERANDS: dict[int, tuple[Any, Any]] = {}
 
 
 def _op_operand(v: Any) -> Any:
-    """`_tensor_or(op_name)` with the tokens seen before looked up first (never an NKI tensor)."""
+    """`_tensor_or(op_name)` with the tokens seen before looked up first (never an NKI tensor).
+    `_native.CallPlan` keeps its `str` answers per token too (`by_identity`)."""
     hit = _OP_OPERANDS.get(id(v))
     if hit is not None and hit[0] is v:
         return hit[1]
@@ -193,6 +195,9 @@ def _op_operand(v: Any) -> Any:
         _OP_OPERANDS.clear()
     _OP_OPERANDS[id(v)] = (v, name)  # (the token held: its id is not reused)
     return name
+
+
+_op_operand.by_identity = True  # type: ignore[attr-defined]
 
 
 def _converter(kind: str, enum_id: Any):

@@ -13,6 +13,7 @@ use crate::program::Program;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PySet, PyString, PyTuple, PyType};
+use std::sync::Mutex;
 use trn3emu_core::asm;
 use trn3emu_core::isa::{Engine, Instr, Opcode};
 
@@ -37,7 +38,18 @@ struct Entry {
     /// the converter gives an exact `float` back as it is (its `floats_as_is` attribute): not
     /// called for one (a call back into Python per `scale=` / `operand0=` number)
     floats_as_is: bool,
+    /// the converter gives every `plain` value back as it is (its `plain_as_is` attribute): not
+    /// called for one (`keepdims=True`, `reduce_cmd=` names)
+    plain_as_is: bool,
+    /// the converter's answer depends only on the value's identity (its `by_identity`
+    /// attribute: op tokens such as `nl.add` -> their names): the values seen (held, so their
+    /// ids are not reused) and the `str` answers, looked up before calling it
+    memo: Option<Mutex<Vec<(Py<PyAny>, Py<PyAny>)>>>,
 }
+
+/// Values a `by_identity` converter's answers are kept for, per operand (a kernel names a few
+/// op tokens; past this many, the converter is called).
+const MEMO_MAX: usize = 32;
 
 /// The plan of one call form of one instruction (`nki.isa`'s `plan_for`).
 #[pyclass(module = "trn3emu._native", frozen)]
@@ -83,16 +95,23 @@ impl CallPlan {
                     "operand position past the operands",
                 ));
             }
-            let floats_as_is = !conv.is_none()
-                && conv
-                    .getattr_opt(intern!(py, "floats_as_is"))?
-                    .is_some_and(|v| v.is_truthy().unwrap_or(false));
+            let flag = |name: &Bound<'_, PyString>| -> PyResult<bool> {
+                Ok(!conv.is_none()
+                    && conv
+                        .getattr_opt(name)?
+                        .is_some_and(|v| v.is_truthy().unwrap_or(false)))
+            };
+            let floats_as_is = flag(intern!(py, "floats_as_is"))?;
+            let plain_as_is = flag(intern!(py, "plain_as_is"))?;
+            let memo = flag(intern!(py, "by_identity"))?.then(|| Mutex::new(Vec::new()));
             let conv = (!conv.is_none()).then(|| conv.unbind());
             entries.push(Entry {
                 slot,
                 operand,
                 conv,
                 floats_as_is,
+                plain_as_is,
+                memo,
             });
         }
         Ok(CallPlan {
@@ -154,6 +173,31 @@ impl CallPlan {
     }
 }
 
+/// `conv(v)` for a converter whose answer depends only on `v`'s identity: a value seen before
+/// (not an `nki_tensor`, answered with a `str`) gets the kept answer.
+fn converted_by_identity<'py>(
+    conv: &Bound<'py, PyAny>,
+    memo: &Mutex<Vec<(Py<PyAny>, Py<PyAny>)>>,
+    v: Bound<'py, PyAny>,
+    nki: &Bound<'py, PyType>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = v.py();
+    if let Ok(kept) = memo.lock() {
+        if let Some((_, out)) = kept.iter().find(|(seen, _)| seen.bind(py).is(&v)) {
+            return Ok(out.bind(py).clone());
+        }
+    }
+    let out = conv.call1((&v,))?;
+    if out.is_exact_instance_of::<PyString>() && !v.is_instance(nki)? {
+        if let Ok(mut kept) = memo.lock() {
+            if kept.len() < MEMO_MAX {
+                kept.push((v.unbind(), out.clone().unbind()));
+            }
+        }
+    }
+    Ok(out)
+}
+
 impl CallPlan {
     /// The operand values of a call (`operands` without the tuple), or None.
     fn collect<'py>(
@@ -185,8 +229,13 @@ impl CallPlan {
             }
             if !(entry.operand && exact) {
                 if let Some(c) = &entry.conv {
-                    if !(entry.floats_as_is && v.is_exact_instance_of::<PyFloat>()) {
-                        v = c.bind(py).call1((v,))?;
+                    let as_is = (entry.floats_as_is && v.is_exact_instance_of::<PyFloat>())
+                        || (entry.plain_as_is && plain(&v));
+                    if !as_is {
+                        v = match &entry.memo {
+                            Some(memo) => converted_by_identity(c.bind(py), memo, v, nki)?,
+                            None => c.bind(py).call1((v,))?,
+                        };
                     }
                 }
                 if plain(&v) {

@@ -698,3 +698,48 @@ def test_ds_window_past_the_end_needs_and_takes_a_mask():
 
     with pytest.raises(ShapeError, match="outside"):
         unmasked(x[:50])
+
+
+def test_hbm_index_views_take_the_grid_axes_in_order_a_transposed_store_and_load():
+    """An HBM view's dims follow the index grid's axes (numpy's advanced indexing), not the key's
+    positions: `out[q0 + i_f, i_p] = tile[P, F]` stores the tile transposed (the Stable Diffusion
+    attention tutorial's output store) and `nl.load(x[q0 + i_f, i_p])` loads a transposed block.
+    Integer data, so every element is compared exactly against numpy's transpose."""
+
+    @lnki.jit
+    def k(a, x):
+        p, f = a.shape
+        out = nl.ndarray((2 * f, p), dtype=a.dtype, buffer=nl.shared_hbm)
+        back = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.shared_hbm)
+        i_p = nl.arange(p)[:, None]
+        i_f = nl.arange(f)[None, :]
+        t = nl.load(a)
+        for b in nl.affine_range(2):
+            nl.store(out[b * f + i_f, i_p], value=t)  # [P, F] tile into rows b*F.. of out[2F, P]
+        nl.store(back, value=nl.load(x[f + i_f, i_p]))  # a [P, F] tile of x[F.., :] transposed
+        return out, back
+
+    rng = np.random.default_rng(16)
+    a = rng.integers(-(2**31), 2**31, (64, 96), dtype=np.int64).astype(np.int32)
+    x = rng.integers(-(2**31), 2**31, (192, 64), dtype=np.int64).astype(np.int32)
+    out, back = k(a, x)
+    np.testing.assert_array_equal(out, np.concatenate([a.T, a.T]))
+    np.testing.assert_array_equal(back, x[96:].T)
+
+
+def test_an_hbm_view_without_grid_axis_0_has_a_size_1_partition_dim():
+    """`w[i_f]` with i_f = arange(F)[None, :] indexes grid axis 1 only: the view is [1, F] (numpy
+    gives w[i_f] the shape (1, F)), a one-partition tile."""
+
+    @lnki.jit
+    def k(w):
+        f = w.shape[0]
+        row = nl.ndarray((1, f), dtype=w.dtype, buffer=nl.shared_hbm)
+        i_f = nl.arange(f)[None, :]
+        t = nl.load(w[i_f])
+        assert tuple(t.shape) == (1, f)
+        nl.store(row, value=t)
+        return row
+
+    w = np.arange(300, dtype=np.int32) * 7 - 1000
+    np.testing.assert_array_equal(k(w), w[None, :])

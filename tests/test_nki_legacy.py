@@ -743,3 +743,35 @@ def test_an_hbm_view_without_grid_axis_0_has_a_size_1_partition_dim():
 
     w = np.arange(300, dtype=np.int32) * 7 - 1000
     np.testing.assert_array_equal(k(w), w[None, :])
+
+
+def test_placing_functions_get_their_arguments_by_name_reshape_by_keyword_and_finfo():
+    """The direct-allocation API pages name the placing function's arguments (idx, pdim_size,
+    fdim_size): nki-samples' allocated attention binds its own first parameter with
+    functools.partial(f, bank_map=...), which works only when they are passed by name. Legacy
+    kernels also call `t.reshape(shape=...)` and `nl.finfo(dtype).min`."""
+    import functools
+
+    import neuronxcc.nki.compiler as ncc
+
+    def bank_of(bank_map, idx, pdim_size, fdim_size):
+        return (bank_map[idx], 0, 0)
+
+    @lnki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        flat = nl.ndarray((a.shape[0] * a.shape[1],), dtype=a.dtype, buffer=nl.shared_hbm)
+        acc = nl.ndarray(a.shape, dtype=nl.float32, buffer=ncc.psum.alloc(functools.partial(bank_of, bank_map={(): 6})))
+        acc[...] = nl.load(a)
+        t = nl.copy(acc, dtype=a.dtype)
+        nl.store(out, value=t)
+        nl.store(flat.reshape(shape=a.shape), value=t)
+        return out, flat, acc.tensor.offset
+
+    a = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
+    got, flat, acc_off = k(a)
+    np.testing.assert_array_equal(got, a)
+    np.testing.assert_array_equal(flat, a.ravel())
+    assert acc_off == 6 * 2048
+    assert nl.finfo(nl.bfloat16).min == float(ml_dtypes.finfo(BF16).min)
+    assert nl.finfo(np.float32).max == float(np.finfo(np.float32).max)

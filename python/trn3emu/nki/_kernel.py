@@ -329,7 +329,14 @@ class NkiTensor:
     def __setitem__(self, key, value) -> None:
         upcalls.assign(self[key], value)
 
-    def reshape(self, *shape) -> NkiTensor:
+    def reshape(self, *shape, **kwargs) -> NkiTensor:
+        if "shape" in kwargs and not shape:  # t.reshape(shape=(...)): legacy kernels name it
+            shape = (kwargs.pop("shape"),)
+        if kwargs:
+            key = next(iter(kwargs))
+            raise unknown_parameter("NkiTensor.reshape", key, ["shape"]) or ArgumentTypeError(
+                f"NkiTensor.reshape() takes no keyword {key!r} (only shape=)", operand=key, rule="nki_unknown_parameter"
+            )
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         return self._wrap(self._t.reshape(tuple(int(s) for s in shape)))

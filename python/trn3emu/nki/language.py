@@ -111,6 +111,12 @@ fp16 = _FloatInfo(np.float16)
 bf16 = _FloatInfo(numpy_dtype("bfloat16"))
 
 
+def finfo(dtype) -> _FloatInfo:
+    """Legacy `nl.finfo(dtype)`: the finite range of a float dtype, as numpy.finfo (nki-samples'
+    vision kernels fill with `nl.finfo(kernel_dtype).min`); host-side constants."""
+    return _FloatInfo(numpy_dtype(as_dtype(dtype)))
+
+
 class tile_size:
     """Tile-size constants of NeuronCore-v4 (reference §1.3), from the core's hardware constants."""
 

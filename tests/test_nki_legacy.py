@@ -775,3 +775,33 @@ def test_placing_functions_get_their_arguments_by_name_reshape_by_keyword_and_fi
     assert acc_off == 6 * 2048
     assert nl.finfo(nl.bfloat16).min == float(ml_dtypes.finfo(BF16).min)
     assert nl.finfo(np.float32).max == float(np.finfo(np.float32).max)
+
+
+def test_a_slice_past_the_end_is_a_view_a_mask_brings_in_bounds():
+    """nki-samples' adaptive average pool slices its last partial tile of rows past the end under
+    `mask=(i_p < N)`: in the legacy dialect such a slice is an out-of-bounds view like an index
+    expression past the end, usable once a mask brings it in bounds; without a mask it is an
+    error at the instruction. (NKI 0.6 refuses the slice itself: test_nki_mistakes.)"""
+
+    def make(masked):
+        @lnki.jit
+        def k(a):
+            n = a.shape[0]
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            for t in nl.affine_range((n + 127) // 128):
+                i_p = nl.arange(128)[:, None] + t * 128
+                buf = nl.ndarray((128, a.shape[1]), dtype=a.dtype, buffer=nl.sbuf)
+                if masked:
+                    lisa.dma_copy(src=a[t * 128 : t * 128 + 128, :], dst=buf, mask=(i_p < n))
+                    nl.store(out[t * 128 : t * 128 + 128, :], value=buf, mask=(i_p < n))
+                else:
+                    lisa.dma_copy(src=a[t * 128 : t * 128 + 128, :], dst=buf)
+            return out
+
+        return k
+
+    a = np.arange(200 * 6, dtype=np.int32).reshape(200, 6) * 3 - 7
+    np.testing.assert_array_equal(make(True)(a), a)
+    with pytest.raises(ShapeError) as e:
+        make(False)(a)
+    assert e.value.rule == "nki_index_out_of_bounds"

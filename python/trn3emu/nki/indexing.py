@@ -403,6 +403,8 @@ def _slices_as_exprs(key: tuple, shape) -> tuple:
             out.append(IndexExpr({IndexVar(d, len(key), k.size): 1}, k.start))
         elif isinstance(k, slice):
             r = range(*k.indices(shape[d]))
+            if (k.step or 1) > 0 and k.stop is not None and k.stop > shape[d] and 0 <= r.start:
+                r = range(r.start, k.stop, k.step or 1)  # past the end (legacy, masked): not clipped
             out.append(IndexExpr({IndexVar(d, len(key), len(r)): r.step}, r.start) if len(r) else k)
         else:
             out.append(k)
@@ -451,8 +453,9 @@ def index_view(nt: NkiTensor, key, ranges: dict | None = None, axis0: bool = Tru
     if dyn:
         return _dynamic_view(nt, key, dyn)
     t = nt.tensor
-    if not has_expr(key) and Ellipsis not in key:  # nl.ds windows past the end (ds_past_end)
+    if not has_expr(key) and Ellipsis not in key:  # nl.ds windows / slices past the end
         key = _slices_as_exprs(key, t.shape)
+        axis0 = False  # (their grid axes are key positions; an integer index drops its dim)
     if any(k is Ellipsis or isinstance(k, slice) for k in key) or len(key) != t.ndim:
         raise not_supported(
             f"index {key!r} on a {t.ndim}-D tensor",

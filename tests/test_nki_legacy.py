@@ -805,3 +805,33 @@ def test_a_slice_past_the_end_is_a_view_a_mask_brings_in_bounds():
     with pytest.raises(ShapeError) as e:
         make(False)(a)
     assert e.value.rule == "nki_index_out_of_bounds"
+
+
+def test_fewer_block_indices_give_the_block_tile_of_the_remaining_block_dims():
+    """`t[h]` of a (heads, tiles, par_dim(P), 1) block tile handed to a helper that indexes
+    `[i, :, 0]` (nki-samples' flash attention backward, `dy_o_sum[i_q_head]`): writes through the
+    sub-view land in t's own blocks. Row sums of integers: exact."""
+
+    def rowsums(dst, x_hbm, tiles):
+        for i in nl.affine_range(tiles):
+            dst[i, :, 0] = nisa_sum(nl.load(x_hbm[i * 128 : (i + 1) * 128, :]))
+
+    def nisa_sum(t):
+        return lisa.tensor_reduce(np.add, data=t, axis=(1,), dtype=nl.float32)
+
+    @lnki.jit
+    def k(x):
+        heads, rows, f = x.shape
+        tiles = rows // 128
+        out = nl.ndarray((heads, tiles, 128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.ndarray((heads, tiles, nl.par_dim(128), 1), dtype=nl.float32)
+        for h in nl.affine_range(heads):
+            rowsums(acc[h], x[h], tiles)
+        for h in nl.affine_range(heads):
+            for i in nl.affine_range(tiles):
+                nl.store(out[h, i], value=acc[h, i])
+        return out
+
+    x = np.random.default_rng(17).integers(-100, 100, (3, 256, 40)).astype(np.float32)
+    got = k(x)
+    np.testing.assert_array_equal(got[..., 0], x.sum(axis=2).reshape(3, 2, 128))

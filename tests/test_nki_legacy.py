@@ -835,3 +835,23 @@ def test_fewer_block_indices_give_the_block_tile_of_the_remaining_block_dims():
     x = np.random.default_rng(17).integers(-100, 100, (3, 256, 40)).astype(np.float32)
     got = k(x)
     np.testing.assert_array_equal(got[..., 0], x.sum(axis=2).reshape(3, 2, 128))
+
+
+def test_legacy_pe_transpose_returns_its_input_dtype():
+    """A value-returning `nisa.nc_matmul(x, identity, is_transpose=True)` writes x's dtype (fp16 here),
+    not the fp32 of a matmul (nki-samples' allocated fused RMSNorm-QKV transposes fp16 tiles so);
+    the transposed bits equal numpy's transpose."""
+
+    @lnki.jit
+    def k(x, ident):
+        out = nl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        i = nl.load(ident)
+        tp = lisa.nc_matmul(t, i, is_transpose=True)
+        assert tp.dtype == nl.float16
+        nl.store(out, value=nl.copy(tp, dtype=x.dtype))
+        return out
+
+    x = np.random.default_rng(19).standard_normal((128, 96)).astype(np.float16)
+    got = k(x, np.eye(128, dtype=np.float16))
+    np.testing.assert_array_equal(got.view(np.uint16), x.T.view(np.uint16))

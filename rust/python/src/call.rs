@@ -44,8 +44,11 @@ struct Entry {
     /// the converter's answer depends only on the value's identity (its `by_identity`
     /// attribute: op tokens such as `nl.add` -> their names): the values seen (held, so their
     /// ids are not reused) and the `str` answers, looked up before calling it
-    memo: Option<Mutex<Vec<(Py<PyAny>, Py<PyAny>)>>>,
+    memo: Option<Memo>,
 }
+
+/// A `by_identity` converter's kept answers: (value, answer) pairs.
+type Memo = Mutex<Vec<(Py<PyAny>, Py<PyAny>)>>;
 
 /// Values a `by_identity` converter's answers are kept for, per operand (a kernel names a few
 /// op tokens; past this many, the converter is called).
@@ -177,7 +180,7 @@ impl CallPlan {
 /// (not an `nki_tensor`, answered with a `str`) gets the kept answer.
 fn converted_by_identity<'py>(
     conv: &Bound<'py, PyAny>,
-    memo: &Mutex<Vec<(Py<PyAny>, Py<PyAny>)>>,
+    memo: &Memo,
     v: Bound<'py, PyAny>,
     nki: &Bound<'py, PyType>,
 ) -> PyResult<Bound<'py, PyAny>> {

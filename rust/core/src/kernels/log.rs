@@ -32,7 +32,7 @@ pub const LN2: f64 = std::f64::consts::LN_2;
 
 /// ln(v) for v in [0.7, 1.42], computed by the compiler: 2 atanh(s), s = (v - 1) / (v + 1)
 /// (|s| < 0.18), the odd series to s^39 (truncation < 2^-90), within a few f64 ulps.
-const fn ln_const(v: f64) -> f64 {
+pub(crate) const fn ln_const(v: f64) -> f64 {
     let s = (v - 1.0) / (v + 1.0);
     let z = s * s;
     let mut p = 0.0;

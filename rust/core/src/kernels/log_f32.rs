@@ -1,7 +1,8 @@
-//! ln in fp32 lanes for the x86 log kernels (log_avx512.rs): the f64 value of log.rs
-//! carried as an unevaluated sum of two fp32 values (`hi + lo`, error-free transforms with
-//! fused multiply-adds), so a 512-bit vector holds 16 lanes instead of 8. The result is kept
-//! where `hi` provably is the fp32 rounding of libm's f64 `ln`, else libm is asked (as log.rs).
+//! ln in fp32 lanes for the x86 log kernels (log_avx512.rs, log_avx2.rs): the f64 value of
+//! log.rs carried as an unevaluated sum of two fp32 values (`hi + lo`, error-free transforms
+//! with fused multiply-adds), so a vector holds twice the lanes of the f64 evaluation. The
+//! result is kept where `hi` provably is the fp32 rounding of libm's f64 `ln`, else libm is
+//! asked (as log.rs).
 //!
 //! The evaluation, for a positive normal fp32 `y` in the valid range (2^-64 .. 2^64):
 //! - `y = 2^k z`, z in [OFF, 2 OFF) with OFF ~ 0.695, z = y 2^-k exactly; z falls in one of
@@ -16,20 +17,20 @@
 //!   logc_lo` (hi parts multiples of 2^-18, so `head = k LN2_HI + logc_hi` is one exact fma:
 //!   a multiple of 2^-18 below 2^6), `ln(1 + r) = rh - rh^2/2 + rh^3 q(rh) + pl (1 - rh +
 //!   rh^2)` (Taylor to r^6; pl's own square and pl rh^3 are below 2^-43).
-//! - `s = head + rh` and `s1 = s - rh^2/2` keep their rounding errors exactly (Fast2Sum: |head|
-//!   >= |rh| in exponent or head = 0; the product's error through an fma); the small terms
-//!   (those errors, pl's, `k LN2_LO`, `logc_lo`, the cubic tail) add up in fp32, smallest
-//!   first; `hi = s1 + a` rounded and `lo` its exact error.
+//! - `s = head + rh` and `s1 = s - rh^2/2` keep their rounding errors exactly (Fast2Sum, as
+//!   head is 0 or not below rh in exponent; the product's error through an fma); the small
+//!   terms (those errors, pl's, `k LN2_LO`, `logc_lo`, the cubic tail) add up in fp32,
+//!   smallest first; `hi = s1 + a` rounded and `lo` its exact error (Fast2Sum).
 //!
-//! The check: with `hi + lo` within `B` of libm's f64 `ln` (itself within 2^-52 relative),
-//! every value within `B` of `hi + lo` rounds to `hi` if `fma(lo, 1 + EPS, hi) == hi`, when
-//! `B < EPS halfulp(hi) / (1 + EPS)` (|lo| <= halfulp(hi) / (1 + EPS) then, and the distance
-//! to the rounding boundary is at least EPS |lo| ... or |lo| itself is that small). The
-//! measured bound `B` is below 2^-34.3 of the power of two below |ln y| (`tests` below: the
-//! cubic tail's and the small terms' roundings where |r| ~ 2^-6 and |ln y| ~ 2^-6), so
-//! EPS = 2^-10 holds for every result that is not a power of two (half an ulp is 2^-24 of
-//! it); all 2^32 inputs, power-of-two results included, are checked against libm by the
-//! ignored test `act_simple::tests::exhaustive_log`. About one lane in 2^10 takes libm.
+//! The check: `hi + lo` is within `B` of libm's f64 `ln` (itself within 2^-52 relative). If
+//! `fma(lo, 1 + EPS, hi) == hi`, then |lo| (1 + EPS) <= h, half the distance from hi to its
+//! neighbour on lo's side, so hi + lo is at least max(EPS |lo|, h - |lo|) >= EPS h / (1 + EPS)
+//! inside hi's rounding interval: with `B` below that, libm's value rounds to `hi` too. The
+//! measured `B` is below 2^-34.3 of the power of two below |ln y| (`tests` below: the cubic
+//! tail's and the small terms' roundings where |r| ~ 2^-6 and |ln y| ~ 2^-6), so EPS = 2^-10
+//! holds for every result that is not a power of two (h is 2^-24 of it); all 2^32 inputs,
+//! power-of-two results included, are checked against libm by the ignored test
+//! `act_simple::tests::exhaustive_log`. About one lane in 2^10 takes libm.
 
 use super::log::ln_const;
 

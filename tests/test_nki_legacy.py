@@ -835,3 +835,65 @@ def test_fewer_block_indices_give_the_block_tile_of_the_remaining_block_dims():
     x = np.random.default_rng(17).integers(-100, 100, (3, 256, 40)).astype(np.float32)
     got = k(x)
     np.testing.assert_array_equal(got[..., 0], x.sum(axis=2).reshape(3, 2, 128))
+
+
+def test_legacy_pe_transpose_returns_its_input_dtype():
+    """A value-returning `nisa.nc_matmul(x, identity, is_transpose=True)` writes x's dtype (fp16 here),
+    not the fp32 of a matmul (nki-samples' allocated fused RMSNorm-QKV transposes fp16 tiles so);
+    the transposed bits equal numpy's transpose."""
+
+    @lnki.jit
+    def k(x, ident):
+        out = nl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        i = nl.load(ident)
+        tp = lisa.nc_matmul(t, i, is_transpose=True)
+        assert tp.dtype == nl.float16
+        nl.store(out, value=nl.copy(tp, dtype=x.dtype))
+        return out
+
+    x = np.random.default_rng(19).standard_normal((128, 96)).astype(np.float16)
+    got = k(x, np.eye(128, dtype=np.float16))
+    np.testing.assert_array_equal(got.view(np.uint16), x.T.view(np.uint16))
+
+
+def test_a_masked_row_gather_reads_only_the_kept_rows():
+    """`nl.load(t[b, idx, i_f], mask=(i_p < n))` (nki-samples' nearest-neighbour resize gathers a
+    last partial tile of rows so): the mask keeps rows 0..n of the gather, each still reading the
+    row its index names; the rows past n are neither read (their indices may be out of range) nor
+    written. Integer data, compared exactly with numpy's fancy indexing."""
+
+    @lnki.jit
+    def k(table, idx, n):
+        out = nl.ndarray((128, table.shape[2]), dtype=table.dtype, buffer=nl.shared_hbm)
+        i_p = nl.arange(128)[:, None]
+        i_f = nl.arange(table.shape[2])[None, :]
+        rows = nl.load(idx)
+        got = nl.load(table[1, rows, i_f], mask=(i_p < n))
+        nl.store(out[i_p, i_f], value=got, mask=(i_p < n))
+        return out
+
+    rng = np.random.default_rng(23)
+    table = rng.integers(-(2**31), 2**31, (2, 50, 24), dtype=np.int64).astype(np.int32)
+    n = 70
+    idx = np.full((128, 1), 10**6, dtype=np.int32)  # rows past n name no row of the table
+    idx[:n, 0] = rng.integers(0, 50, n)
+    got = k(table, idx, n)
+    np.testing.assert_array_equal(got[:n], table[1, idx[:n, 0]])
+
+
+def test_a_row_gather_sliced_past_its_first_rows_uses_their_indices():
+    """A slice lo:hi of a row gather's rows reads with index-tile rows lo:hi (not 0:hi-lo)."""
+
+    @lnki.jit
+    def k(table, idx):
+        out = nl.ndarray((32, table.shape[1]), dtype=table.dtype, buffer=nl.shared_hbm)
+        rows = nl.load(idx)
+        g = table[rows, nl.arange(table.shape[1])[None, :]]
+        nl.store(out, value=nl.load(g[16:48]))
+        return out
+
+    rng = np.random.default_rng(29)
+    table = rng.integers(-1000, 1000, (40, 12)).astype(np.int32)
+    idx = rng.integers(0, 40, (64, 1)).astype(np.int32)
+    np.testing.assert_array_equal(k(table, idx), table[idx[16:48, 0]])

@@ -5,7 +5,7 @@
 //! and NaN inputs.
 
 use super::log::exact;
-use super::log_f32::{dw_ln, Consts, LN2_HI, LN2_LO, ONE_EPS, Q, SUB, TABLES};
+use super::log_f32::{dw_ln, is_identity, Consts, ONE_EPS, SUB, TABLES};
 use std::arch::x86_64::*;
 
 /// `dst[i] = ln(src[i] * scale + bias)` as log.rs's `map` (same bits).
@@ -15,8 +15,7 @@ use std::arch::x86_64::*;
 /// equal or disjoint.
 #[target_feature(enable = "avx2,fma")]
 pub unsafe fn map(src: *const f32, dst: *mut f32, n: usize, aff: (f32, f32), range: (f32, f32)) {
-    // as log_avx512.rs: y * 1 + 0 changes no result
-    if aff.0 == 1.0 && aff.1 == 0.0 {
+    if is_identity(aff) {
         map_with::<false>(src, dst, n, aff, range)
     } else {
         map_with::<true>(src, dst, n, aff, range)
@@ -33,13 +32,7 @@ unsafe fn map_with<const AFFINE: bool>(
 ) {
     let t = &TABLES;
     let f = _mm256_set1_ps;
-    let c = Consts {
-        one: f(1.0),
-        mhalf: f(-0.5),
-        nln2h: f(-LN2_HI),
-        nln2l: f(-LN2_LO),
-        q: Q.map(|v| f(v)),
-    };
+    let c = Consts::new(|v| f(v));
     let one_eps = f(ONE_EPS);
     let (vs, vb) = (f(scale), f(bias));
     let (vlo, vhi) = (f(lo), f(hi));

@@ -5,7 +5,7 @@
 //! one in 2^10) and NaN inputs, whose NaN reaches `hi` through `z = y 2^-k` (`vscalefps`).
 
 use super::log::exact;
-use super::log_f32::{dw_ln, Consts, LN2_HI, LN2_LO, ONE_EPS, Q, SUB, TABLES};
+use super::log_f32::{dw_ln, is_identity, Consts, ONE_EPS, SUB, TABLES};
 use std::arch::x86_64::*;
 
 /// `dst[i] = ln(src[i] * scale + bias)` as log.rs's `map` (same bits).
@@ -15,9 +15,7 @@ use std::arch::x86_64::*;
 /// equal or disjoint.
 #[target_feature(enable = "avx512f,fma")]
 pub unsafe fn map(src: *const f32, dst: *mut f32, n: usize, aff: (f32, f32), range: (f32, f32)) {
-    // y * 1 + 0 only quiets NaNs (which `exact` quiets too) and turns -0 into +0 (out of the
-    // range either way): skip the affine step then
-    if aff.0 == 1.0 && aff.1 == 0.0 {
+    if is_identity(aff) {
         map_with::<false>(src, dst, n, aff, range)
     } else {
         map_with::<true>(src, dst, n, aff, range)
@@ -43,13 +41,7 @@ unsafe fn map_with<const AFFINE: bool>(
     let (lch0, lch1) = ld(&t.logc_hi);
     let (lcl0, lcl1) = ld(&t.logc_lo);
     let f = _mm512_set1_ps;
-    let c = Consts {
-        one: f(1.0),
-        mhalf: f(-0.5),
-        nln2h: f(-LN2_HI),
-        nln2l: f(-LN2_LO),
-        q: Q.map(|v| f(v)),
-    };
+    let c = Consts::new(|v| f(v));
     let one_eps = f(ONE_EPS);
     let (vs, vb) = (f(scale), f(bias));
     let (vlo, vhi) = (f(lo), f(hi));

@@ -111,6 +111,25 @@ pub struct Consts<V> {
     pub q: [V; 4],
 }
 
+impl<V> Consts<V> {
+    /// The constants broadcast by `set1` (once per call).
+    pub fn new(set1: impl Fn(f32) -> V) -> Self {
+        Consts {
+            one: set1(1.0),
+            mhalf: set1(-0.5),
+            nln2h: set1(-LN2_HI),
+            nln2l: set1(-LN2_LO),
+            q: Q.map(&set1),
+        }
+    }
+}
+
+/// Whether a kernel may skip the affine step `y * scale + bias`: y * 1 + 0 only quiets NaNs
+/// (which `exact` quiets too) and turns -0 into +0 (out of the range either way).
+pub fn is_identity((scale, bias): (f32, f32)) -> bool {
+    scale == 1.0 && bias == 0.0
+}
+
 /// The evaluation after the table look-up, written once for both x86 kernels (the same
 /// operations in the same order as `approx`): from `-k`, `z`, the table values `(invc,
 /// logc_hi, logc_lo)` and `Consts` to `(hi, lo)`, with the caller's vector operations

@@ -1,16 +1,32 @@
-//! The AVX2 + FMA path of kernels/rsqrt.rs (rsqrt_avx512.rs's structure): the seed from
-//! `vrsqrtps` (relative error at most 1.5 * 2^-12, the documented bound; Intel and AMD tables
-//! differ within it), so |h| = |1 - y r^2| < 2^-10.4 and the f64 step keeps the h^3 term:
-//! `r (1 + h/2 + 3h^2/8 + 5h^3/16)`, truncation below 35/128 |h|^4 (1 + 2^-9) < 2^-43.4, the
-//! fused roundings below 2^-52.9: within 2^9.7 f64 ulps of the formula's value with its own
-//! roundings; lanes within 2^TH_LOG2 of the fp32 rounding midpoint (about one in 2^17) and NaN
-//! take the formula.
+//! The AVX2 + FMA path of kernels/rsqrt.rs, in fp32 lanes (8 a step; the f64 Newton step of
+//! rsqrt.rs took two 4-lane halves and their conversions).
+//!
+//! For y in the valid range (normal fp32, normal results), z = 1 / sqrt(y):
+//! - `r0 = vrsqrtps(y)`: |r0 / z - 1| <= 1.5 * 2^-12 (the documented bound; Intel and AMD
+//!   tables differ within it), so |e0| = |1 - y r0^2| < 2^-10.4;
+//! - one fp32 Newton step `r1 = r0 + (r0 e0) / 2`, e0 from `1 - (y r0) r0`: truncation
+//!   3/8 e0^2 < 2^-22.2 and the roundings (2^-24 from `y r0`, 2^-24 from r1) leave
+//!   |r1 / z - 1| < 2^-21.6, so |e1| = |1 - y r1^2| < 2^-20.6;
+//! - e1 nearly exactly: `p + pl = y r1` (pl by a fused multiply-subtract, exact), then
+//!   `(1 - p r1) - pl r1` in two fused steps, each one rounding of a value below 2^-20.4:
+//!   within 2^-44.4 of e1;
+//! - `c = (r1 e1) / 2` (the series `r1 (1 - e1)^(-1/2) - r1` less its 3/8 e1^2 term, < 2^-42.4
+//!   relative, and the product's rounding, 2^-45.5): |r1 + c - z| < 2^-42 r1;
+//! - `res = fl(r1 + c)` and its exact error `d = (r1 + c) - res` (Fast2Sum: |c| << r1); h half
+//!   an ulp of res, r1 < 2^25 h, so the true value lies within 2^-17 h of `res + d`: where
+//!   |d| <= h (1 - 2^-TH) no midpoint lies between and `res` is the rounding of z. h comes from
+//!   the exponent of the fp32 below `res` (for a power of two the smaller half ulp below it);
+//!   the compare is on bit patterns (|d| and the threshold are positive floats).
+//!
+//! Flagged lanes (about one in 2^14) and NaN inputs take the f64 formula (rsqrt.rs's `exact`),
+//! out of the hot loop. Same bits as rsqrt.rs on every input (the exhaustive tests).
 
 use super::rsqrt::exact;
 use std::arch::x86_64::*;
 
-/// The near-midpoint half-width, log2 of f64 ulps (module doc).
-pub const TH_LOG2: u32 = 11;
+/// The near-midpoint margin: lanes with |d| above h (1 - 2^-TH) take the formula (module doc:
+/// 2^-17 h needed, 2^-16 h below a power of two).
+pub const TH: u32 = 14;
 
 /// `dst[i] = rsqrt(src[i] * scale + bias)` as rsqrt.rs's `map` (same bits) or, with
 /// `unrestricted`, as its `map_unrestricted`.
@@ -29,40 +45,35 @@ pub unsafe fn map(
 ) {
     let (vs, vb) = (_mm256_set1_ps(scale), _mm256_set1_ps(bias));
     let (vlo, vhi) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
-    let c = [0.5, 0.375, 0.3125].map(|v| _mm256_set1_pd(v));
-    let one = _mm256_set1_pd(1.0);
-    let bias_mid = _mm256_set1_epi64x((1 << 28) + (1 << TH_LOG2));
-    let mid_mask = _mm256_set1_epi64x((1 << 29) - (1 << (TH_LOG2 + 1)));
+    let (one, half) = (_mm256_set1_ps(1.0), _mm256_set1_ps(0.5));
+    let exp_mask = _mm256_set1_epi32(0x7f80_0000);
+    // h (1 - 2^-TH) as bits: the exponent field less 24 binades, less 2^(24 - TH)
+    let thr_off = _mm256_set1_epi32((24 << 23) + (1 << (24 - TH)));
+    let abs_mask = _mm256_set1_epi32(0x7fff_ffff);
+    let ones = _mm256_set1_epi32(1);
     let nan = _mm256_set1_ps(f32::NAN);
-    let zero = _mm256_setzero_si256();
-    let half = |y: __m256d, r: __m256d| {
-        let h = _mm256_fnmadd_pd(_mm256_mul_pd(y, r), r, one);
-        let q = _mm256_fmadd_pd(_mm256_fmadd_pd(h, c[2], c[1]), h, c[0]);
-        let v = _mm256_fmadd_pd(_mm256_mul_pd(r, h), q, r);
-        let t = _mm256_and_si256(_mm256_add_epi64(_mm256_castpd_si256(v), bias_mid), mid_mask);
-        (v, _mm256_cmpeq_epi64(t, zero))
-    };
     let mut i = 0;
     while i + 8 <= n {
         let y = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(src.add(i)), vs), vb);
-        // lo <= y <= hi (NaN fails: it goes to `fix` below)
+        // lo <= y <= hi (NaN fails: it goes to the formula below)
         let inside = _mm256_and_ps(
             _mm256_cmp_ps::<_CMP_GE_OQ>(y, vlo),
             _mm256_cmp_ps::<_CMP_LE_OQ>(y, vhi),
         );
-        let r = _mm256_rsqrt_ps(y);
-        let (v0, n0) = half(
-            _mm256_cvtps_pd(_mm256_castps256_ps128(y)),
-            _mm256_cvtps_pd(_mm256_castps256_ps128(r)),
-        );
-        let (v1, n1) = half(
-            _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(y)),
-            _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(r)),
-        );
-        let res = _mm256_set_m128(_mm256_cvtpd_ps(v1), _mm256_cvtpd_ps(v0));
+        let r0 = _mm256_rsqrt_ps(y);
+        let e0 = _mm256_fnmadd_ps(_mm256_mul_ps(y, r0), r0, one);
+        let r1 = _mm256_fmadd_ps(_mm256_mul_ps(r0, e0), half, r0);
+        let p = _mm256_mul_ps(y, r1);
+        let pl = _mm256_fmsub_ps(y, r1, p);
+        let e1 = _mm256_fnmadd_ps(pl, r1, _mm256_fnmadd_ps(p, r1, one));
+        let c = _mm256_mul_ps(_mm256_mul_ps(r1, e1), half);
+        let res = _mm256_add_ps(r1, c);
+        let d = _mm256_sub_ps(c, _mm256_sub_ps(res, r1));
+        let below = _mm256_sub_epi32(_mm256_castps_si256(res), ones);
+        let thr = _mm256_sub_epi32(_mm256_and_si256(below, exp_mask), thr_off);
+        let ad = _mm256_and_si256(_mm256_castps_si256(d), abs_mask);
+        let near = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(ad, thr)));
         _mm256_storeu_ps(dst.add(i), _mm256_blendv_ps(nan, res, inside));
-        let near = _mm256_movemask_pd(_mm256_castsi256_pd(n0))
-            | _mm256_movemask_pd(_mm256_castsi256_pd(n1)) << 4;
         let inside = _mm256_movemask_ps(inside);
         let redo = if unrestricted {
             !inside | near

@@ -855,3 +855,67 @@ def test_legacy_pe_transpose_returns_its_input_dtype():
     x = np.random.default_rng(19).standard_normal((128, 96)).astype(np.float16)
     got = k(x, np.eye(128, dtype=np.float16))
     np.testing.assert_array_equal(got.view(np.uint16), x.T.view(np.uint16))
+
+
+def test_a_masked_row_gather_reads_only_the_kept_rows():
+    """`nl.load(t[b, idx, i_f], mask=(i_p < n))` (nki-samples' nearest-neighbour resize gathers a
+    last partial tile of rows so): the mask keeps rows 0..n of the gather, each still reading the
+    row its index names; the rows past n are neither read (their indices may be out of range) nor
+    written. Integer data, compared exactly with numpy's fancy indexing."""
+
+    @lnki.jit
+    def k(table, idx, n):
+        out = nl.ndarray((128, table.shape[2]), dtype=table.dtype, buffer=nl.shared_hbm)
+        i_p = nl.arange(128)[:, None]
+        i_f = nl.arange(table.shape[2])[None, :]
+        rows = nl.load(idx)
+        got = nl.load(table[1, rows, i_f], mask=(i_p < n))
+        nl.store(out[i_p, i_f], value=got, mask=(i_p < n))
+        return out
+
+    rng = np.random.default_rng(23)
+    table = rng.integers(-(2**31), 2**31, (2, 50, 24), dtype=np.int64).astype(np.int32)
+    n = 70
+    idx = np.full((128, 1), 10**6, dtype=np.int32)  # rows past n name no row of the table
+    idx[:n, 0] = rng.integers(0, 50, n)
+    got = k(table, idx, n)
+    np.testing.assert_array_equal(got[:n], table[1, idx[:n, 0]])
+
+
+def test_a_row_gather_sliced_past_its_first_rows_uses_their_indices():
+    """A slice lo:hi of a row gather's rows reads with index-tile rows lo:hi (not 0:hi-lo)."""
+
+    @lnki.jit
+    def k(table, idx):
+        out = nl.ndarray((32, table.shape[1]), dtype=table.dtype, buffer=nl.shared_hbm)
+        rows = nl.load(idx)
+        g = table[rows, nl.arange(table.shape[1])[None, :]]
+        nl.store(out, value=nl.load(g[16:48]))
+        return out
+
+    rng = np.random.default_rng(29)
+    table = rng.integers(-1000, 1000, (40, 12)).astype(np.int32)
+    idx = rng.integers(0, 40, (64, 1)).astype(np.int32)
+    np.testing.assert_array_equal(k(table, idx), table[idx[16:48, 0]])
+
+
+def test_iota_of_mgrid_variables_spans_the_whole_grid():
+    """numpy's mgrid arrays are dense, so `3 * g.y + g.z` of `g = nl.mgrid[0:P, 0:X, 0:Y, 0:Z]` has
+    the whole grid's shape; `nisa.iota` of it is a [P, X, Y, Z] tile (nki-samples' select-and-scatter
+    compares it element-wise with a [P, X, Y, Z] mask). An `nl.arange` expression stays open."""
+
+    @lnki.jit
+    def k():
+        dense = nl.ndarray((4, 5, 3, 3), dtype=nl.int32, buffer=nl.shared_hbm)
+        open_ = nl.ndarray((1, 7), dtype=nl.int32, buffer=nl.shared_hbm)
+        g = nl.mgrid[0:4, 0:5, 0:3, 0:3]
+        t = lisa.iota(3 * g.y + g.z, dtype=nl.int32)
+        assert tuple(t.shape) == (4, 5, 3, 3)
+        nl.store(dense, value=t)
+        nl.store(open_, value=lisa.iota(2 * nl.arange(7)[None, :] + 1, dtype=nl.int32))
+        return dense, open_
+
+    dense, open_ = k()
+    p, x, y, z = np.mgrid[0:4, 0:5, 0:3, 0:3]
+    np.testing.assert_array_equal(dense, 3 * y + z)
+    np.testing.assert_array_equal(open_, (2 * np.arange(7) + 1)[None, :])

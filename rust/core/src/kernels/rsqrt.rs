@@ -55,8 +55,8 @@ pub const TH_FMA: u32 = 16;
 /// 2^25 h, so 1 / sqrt(y) lies within 2^-19.3 h of `res + d`: where |d| <= h (1 - 2^-TH_FMA)
 /// no midpoint lies between and `res` is its rounding. h comes from the exponent of the fp32
 /// below `res` (below a power of two the half ulp is half as large); the compare is on bit
-/// patterns (|d| and the threshold are positive floats). rsqrt_avx2.rs is the same from a
-/// `vrsqrtps` seed and an fp32 Newton step.
+/// patterns (|d| and the threshold are positive floats). rsqrt_avx2.rs evaluates the same from a
+/// `vrsqrtps` seed and an fp32 Newton step (its check: log_f32.rs's fma test).
 #[inline(always)]
 pub fn lane_fma(y: f32) -> (f32, u32) {
     let r = 1.0 / y.sqrt();

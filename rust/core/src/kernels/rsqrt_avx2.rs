@@ -1,32 +1,20 @@
-//! The AVX2 + FMA path of kernels/rsqrt.rs, in fp32 lanes (8 a step; the f64 Newton step of
-//! rsqrt.rs took two 4-lane halves and their conversions).
-//!
-//! For y in the valid range (normal fp32, normal results), z = 1 / sqrt(y):
-//! - `r0 = vrsqrtps(y)`: |r0 / z - 1| <= 1.5 * 2^-12 (the documented bound; Intel and AMD
-//!   tables differ within it), so |e0| = |1 - y r0^2| < 2^-10.4;
-//! - one fp32 Newton step `r1 = r0 + (r0 e0) / 2`, e0 from `1 - (y r0) r0`: truncation
-//!   3/8 e0^2 < 2^-22.2 and the roundings (2^-24 from `y r0`, 2^-24 from r1) leave
-//!   |r1 / z - 1| < 2^-21.6, so |e1| = |1 - y r1^2| < 2^-20.6;
-//! - e1 nearly exactly: `p + pl = y r1` (pl by a fused multiply-subtract, exact), then
-//!   `(1 - p r1) - pl r1` in two fused steps, each one rounding of a value below 2^-20.4:
-//!   within 2^-44.4 of e1;
-//! - `c = (r1 e1) / 2` (the series `r1 (1 - e1)^(-1/2) - r1` less its 3/8 e1^2 term, < 2^-42.4
-//!   relative, and the product's rounding, 2^-45.5): |r1 + c - z| < 2^-42 r1;
-//! - `res = fl(r1 + c)` and its exact error `d = (r1 + c) - res` (Fast2Sum: |c| << r1); h half
-//!   an ulp of res, r1 < 2^25 h, so the true value lies within 2^-17 h of `res + d`: where
-//!   |d| <= h (1 - 2^-TH) no midpoint lies between and `res` is the rounding of z. h comes from
-//!   the exponent of the fp32 below `res` (for a power of two the smaller half ulp below it);
-//!   the compare is on bit patterns (|d| and the threshold are positive floats).
-//!
-//! Flagged lanes (about one in 2^14) and NaN inputs take the f64 formula (rsqrt.rs's `exact`),
-//! out of the hot loop. Same bits as rsqrt.rs on every input (the exhaustive tests).
+//! The AVX2 + FMA path of kernels/rsqrt.rs in fp32 lanes (8 per vector where the f64 step took
+//! two halves of 4): the seed `r0` from `vrsqrtps` (relative error at most 1.5 * 2^-12, the
+//! documented bound; Intel and AMD tables differ within it), one fp32 Newton step `r1 = r0 +
+//! (r0 / 2) (1 - y r0^2)` (relative error below 2^-21.5), then `h = 1 - y r1^2` to 2^-45
+//! through error-free products (`y r1 = p + pe` by an fma, `1 - p r1` and `- pe r1` each one
+//! rounding of a value below 2^-21) and `1 / sqrt(y) = r1 (1 + h/2 + 3h^2/8 ...)` as `hi + lo`
+//! (`hi = r1 + r1 h / 2`, `lo` its rounding error by Fast2Sum): within 2^-43 relative (the
+//! dropped 3h^2/8 < 2^-43.4, the roundings < 2^-45, the formula's own f64 value within 2^-52).
+//! `hi` is kept where `fma(lo, 1 + 2^-16, hi) == hi` (every value within 2^-41 of it then
+//! rounds to `hi`: log_f32.rs's check), else, and for NaN (which reaches `hi`), the formula
+//! (about one lane in 2^16).
 
 use super::rsqrt::exact;
 use std::arch::x86_64::*;
 
-/// The near-midpoint margin: lanes with |d| above h (1 - 2^-TH) take the formula (module doc:
-/// 2^-17 h needed, 2^-16 h below a power of two).
-pub const TH: u32 = 14;
+/// 1 + EPS for the check (module doc).
+const ONE_EPS: f32 = 1.0 + 1.0 / 65536.0;
 
 /// `dst[i] = rsqrt(src[i] * scale + bias)` as rsqrt.rs's `map` (same bits) or, with
 /// `unrestricted`, as its `map_unrestricted`.
@@ -43,48 +31,41 @@ pub unsafe fn map(
     (lo, hi): (f32, f32),
     unrestricted: bool,
 ) {
-    let (vs, vb) = (_mm256_set1_ps(scale), _mm256_set1_ps(bias));
-    let (vlo, vhi) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
-    let (one, half) = (_mm256_set1_ps(1.0), _mm256_set1_ps(0.5));
-    let exp_mask = _mm256_set1_epi32(0x7f80_0000);
-    // h (1 - 2^-TH) as bits: the exponent field less 24 binades, less 2^(24 - TH)
-    let thr_off = _mm256_set1_epi32((24 << 23) + (1 << (24 - TH)));
-    let abs_mask = _mm256_set1_epi32(0x7fff_ffff);
-    let ones = _mm256_set1_epi32(1);
-    let nan = _mm256_set1_ps(f32::NAN);
+    let f = _mm256_set1_ps;
+    let (vs, vb) = (f(scale), f(bias));
+    let (vlo, vhi) = (f(lo), f(hi));
+    let (one, half, one_eps, nan) = (f(1.0), f(0.5), f(ONE_EPS), f(f32::NAN));
     let mut i = 0;
     while i + 8 <= n {
         let y = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(src.add(i)), vs), vb);
-        // lo <= y <= hi (NaN fails: it goes to the formula below)
+        // !(y < lo || y > hi): NaN counts inside (its NaN reaches `h` and the check)
         let inside = _mm256_and_ps(
-            _mm256_cmp_ps::<_CMP_GE_OQ>(y, vlo),
-            _mm256_cmp_ps::<_CMP_LE_OQ>(y, vhi),
+            _mm256_cmp_ps::<_CMP_NLT_UQ>(y, vlo),
+            _mm256_cmp_ps::<_CMP_NGT_UQ>(y, vhi),
         );
         let r0 = _mm256_rsqrt_ps(y);
-        let e0 = _mm256_fnmadd_ps(_mm256_mul_ps(y, r0), r0, one);
-        let r1 = _mm256_fmadd_ps(_mm256_mul_ps(r0, e0), half, r0);
+        let h0 = _mm256_fnmadd_ps(_mm256_mul_ps(y, r0), r0, one);
+        let r1 = _mm256_fmadd_ps(_mm256_mul_ps(r0, half), h0, r0);
         let p = _mm256_mul_ps(y, r1);
-        let pl = _mm256_fmsub_ps(y, r1, p);
-        let e1 = _mm256_fnmadd_ps(pl, r1, _mm256_fnmadd_ps(p, r1, one));
-        let c = _mm256_mul_ps(_mm256_mul_ps(r1, e1), half);
-        let res = _mm256_add_ps(r1, c);
-        let d = _mm256_sub_ps(c, _mm256_sub_ps(res, r1));
-        let below = _mm256_sub_epi32(_mm256_castps_si256(res), ones);
-        let thr = _mm256_sub_epi32(_mm256_and_si256(below, exp_mask), thr_off);
-        let ad = _mm256_and_si256(_mm256_castps_si256(d), abs_mask);
-        let near = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(ad, thr)));
-        _mm256_storeu_ps(dst.add(i), _mm256_blendv_ps(nan, res, inside));
+        let pe = _mm256_fmsub_ps(y, r1, p);
+        let h = _mm256_fnmadd_ps(pe, r1, _mm256_fnmadd_ps(p, r1, one));
+        let corr = _mm256_mul_ps(_mm256_mul_ps(r1, half), h);
+        let hi = _mm256_add_ps(r1, corr);
+        let lo = _mm256_sub_ps(corr, _mm256_sub_ps(hi, r1));
+        let undecided = _mm256_cmp_ps::<_CMP_NEQ_UQ>(_mm256_fmadd_ps(lo, one_eps, hi), hi);
+        let out = dst.add(i);
+        _mm256_storeu_ps(out, _mm256_blendv_ps(nan, hi, inside));
         let inside = _mm256_movemask_ps(inside);
+        let undecided = _mm256_movemask_ps(undecided);
         let redo = if unrestricted {
-            !inside | near
+            (!inside | undecided) & 0xff
         } else {
-            let isnan = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_UNORD_Q>(y, y));
-            (inside & near) | isnan
-        } & 0xff;
+            inside & undecided
+        };
         if redo != 0 {
             let mut ys = [0f32; 8];
             _mm256_storeu_ps(ys.as_mut_ptr(), y);
-            super::checked::redo_lanes(&ys, redo as u32, dst.add(i), exact);
+            super::checked::redo_lanes(&ys, redo as u32, out, exact);
         }
         i += 8;
     }

@@ -18,6 +18,9 @@ program is the kernel's source taken literally.
   without an engine are spread over VectorE / ScalarE / GpSimd (`engine_choice.py`; float
   tensor_tensor stays on VectorE); "off": the ISA's default engine. It runs over the kernel IR
   when one is recorded (decisions in `Call.notes`), else while appending (the same program).
+- `value_reuse` (`value_reuse.py`): an instruction repeating an earlier one exactly (same
+  encoding) on bytes nothing wrote in between is dropped; "dialect" (default: on for the legacy
+  dialect, off for NKI 0.6), "on", "off".
 - `lowering` (how the allocation passes' decisions reach the program when `liveness` runs):
   "walk" (default: the recording trace's instructions are moved to where the passes place
   their tiles, the spill / reload copies inserted; the kernel body runs once, `lowering.py`),
@@ -42,6 +45,7 @@ DEFAULTS = {
     "inplace_assign": "dialect",
     "load_reuse": "dialect",
     "engine_choice": "on",
+    "value_reuse": "dialect",
     "lowering": "walk",
 }
 VALUES = {
@@ -51,6 +55,7 @@ VALUES = {
     "inplace_assign": ("on", "off", "dialect"),
     "load_reuse": ("on", "off", "dialect"),
     "engine_choice": ("on", "off", "dialect"),
+    "value_reuse": ("on", "off", "dialect"),
     "lowering": ("walk", "retrace"),
 }
 

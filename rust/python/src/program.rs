@@ -221,6 +221,19 @@ impl Program {
         Ok(Program { asm })
     }
 
+    /// Every exact repeat of the program (`machine::repeats`): [(index of the repeat, index of
+    /// the earlier instance whose result is still in place)], ascending. Nothing changes;
+    /// `remove` drops them (the NKI pass `value_reuse`, `nki/value_reuse.py`).
+    fn exact_repeats(&self, py: Python<'_>) -> Vec<(usize, usize)> {
+        let p = self.program();
+        py.detach(|| core::machine::repeats::exact_repeats(p))
+    }
+
+    /// Remove the instructions at `indices` (ascending); the others keep their order.
+    fn remove(&mut self, py: Python<'_>, indices: Vec<usize>) -> PyResult<()> {
+        self.asm.remove(&indices).map_err(py_err(py))
+    }
+
     /// Keep each `nc_matmul`'s `accumulate` operand as given before its resolution, from now on
     /// (a recording trace whose program `append_moved` lowers again: docs/nki.md "Lowering").
     fn keep_unresolved(&mut self) {

@@ -9,7 +9,10 @@ redundancy elimination leaves one. The rule lives in the core (`machine/repeats.
 `Program.exact_repeats`), which knows every instruction's read and write bytes; this module runs
 it over a finished program (a kernel program, or a device loop's segment before it runs), after
 the engine choice and before automatic synchronisation (added when the program runs), removes the
-repeats and records what it did in the kernel IR when one is recorded.
+repeats and records what it did in the kernel IR when one is recorded. With "on" (the default
+where the pass runs), a repeat whose one SBUF result goes to another tile (a fresh `nl.ndarray`
+per iteration) is dropped too when every later read of its result can be moved to the earlier
+result (`machine/repeats.rs`, `rename_plan`); "exact" keeps those.
 
 Never while the device rounds stochastically: each rounding draws its own bits (on the emulator
 from the instruction's index, which the removal would shift for every later instruction)."""
@@ -31,13 +34,15 @@ def run(ctx) -> int:
     """Drop the exact repeats of `ctx.program` when the pass is on for the kernel; the number
     dropped. The kernel IR's calls of the program's segment follow the new instruction indices."""
     program = ctx.program
-    if not passes.enabled(ctx.launch.kernel, "value_reuse") or _stochastic():
+    mode = passes.value_reuse(ctx.launch.kernel)
+    if mode == "off" or _stochastic():
         return 0
     native = program._native
-    pairs = native.exact_repeats()
+    pairs, moves = native.exact_repeats(rename=mode == "on")
     if not pairs:
         return 0
     gone = [i for i, _ in pairs]
+    native.move_operands(moves)
     native.remove(gone)
     program._synced = None
     program.value_reuse = getattr(program, "value_reuse", 0) + len(gone)

@@ -313,6 +313,44 @@ impl Assembler {
         ins
     }
 
+    /// Move operand `arg` of instruction `index` by `delta` bytes within its partitions, for each
+    /// `(index, arg, delta)` (a pass's decision: `machine::repeats::find`'s reads moved to an
+    /// earlier result), each moved instruction validated as when appended; an error leaves the
+    /// instruction it names as it was.
+    pub fn move_operands(&mut self, moves: &[(usize, usize, i64)]) -> Result<()> {
+        for &(index, arg, delta) in moves {
+            let n = self.program.instrs.len();
+            let ins = self.program.instrs.get_mut(index).ok_or_else(|| {
+                fail(
+                    ErrorKind::Value,
+                    "instruction_out_of_range",
+                    format!("no instruction {index} (the program has {n})"),
+                )
+                .operand("index")
+            })?;
+            let old = ins.clone();
+            let moved = match ins.args.get_mut(arg) {
+                Some(Arg::Tensor(ap)) => ap.offset.checked_add_signed(delta).map(|o| ap.offset = o),
+                _ => None,
+            };
+            let checked = match moved {
+                Some(()) => engines::validate(ins),
+                None => Err(fail(
+                    ErrorKind::Value,
+                    "operand_not_movable",
+                    format!("operand {arg} of instruction {index} is not a tensor that can move by {delta} bytes"),
+                )
+                .operand("moves")),
+            };
+            if let Err(e) = checked {
+                *ins = old;
+                return Err(e.at(index, crate::isa::text::format_instr(ins)));
+            }
+        }
+        self.plan.clear();
+        Ok(())
+    }
+
     /// Remove the instructions at `indices` (ascending; a pass's decision, e.g. the exact repeats
     /// `machine::repeats::exact_repeats` finds): the others keep their order, and the
     /// bookkeeping that names instructions by index (unpinned, kept `accumulate` operands,

@@ -221,12 +221,22 @@ impl Program {
         Ok(Program { asm })
     }
 
-    /// Every exact repeat of the program (`machine::repeats`): [(index of the repeat, index of
-    /// the earlier instance whose result is still in place)], ascending. Nothing changes;
-    /// `remove` drops them (the NKI pass `value_reuse`, `nki/value_reuse.py`).
-    fn exact_repeats(&self, py: Python<'_>) -> Vec<(usize, usize)> {
+    /// The repeats of the program (`machine::repeats`; `rename`: also those whose result goes
+    /// elsewhere, their result's reads moved to the earlier result): ([(index of the repeat,
+    /// index of the earlier instance whose result is still in place)], [(instruction, operand,
+    /// byte shift)]), ascending. Nothing changes; `move_operands` then `remove` apply them (the
+    /// NKI pass `value_reuse`, `nki/value_reuse.py`).
+    #[pyo3(signature = (rename = false))]
+    #[allow(clippy::type_complexity)]
+    fn exact_repeats(&self, py: Python<'_>, rename: bool) -> (Vec<(usize, usize)>, Vec<(usize, usize, i64)>) {
         let p = self.program();
-        py.detach(|| core::machine::repeats::exact_repeats(p))
+        let r = py.detach(|| core::machine::repeats::find(p, rename));
+        (r.drops, r.moves)
+    }
+
+    /// Move operand `arg` of instruction `index` by `delta` bytes, per `(index, arg, delta)`.
+    fn move_operands(&mut self, py: Python<'_>, moves: Vec<(usize, usize, i64)>) -> PyResult<()> {
+        self.asm.move_operands(&moves).map_err(py_err(py))
     }
 
     /// Remove the instructions at `indices` (ascending); the others keep their order.

@@ -5,7 +5,6 @@ counts worked out by hand from the kernel's source."""
 
 from collections import Counter
 
-import ml_dtypes
 import numpy as np
 import pytest
 import trn3emu.nki as tn
@@ -143,17 +142,58 @@ def _mamba_fresh_tiles(delta, u, b):
     return out
 
 
-def test_fresh_tiles_per_iteration_drop_only_repeats_on_the_same_bytes():
+def test_fresh_tiles_per_iteration_repeats_into_other_tiles_read_the_first_result():
     delta, u = _inputs((128, 256))
     bvals = np.random.default_rng(1).standard_normal((16, 128, 1)).astype(np.float32)
-    (r, ops, k), (r_off, ops_off, _) = on_off(_mamba_fresh_tiles, delta, u, bvals, ir=True)
-    np.testing.assert_array_equal(r, r_off)
     want = sum((delta.astype(np.float64) * u) * bvals[s] for s in range(16))
-    np.testing.assert_allclose(r, want, rtol=1e-5, atol=1e-5)
-    n = k.last_programs[0].value_reuse
-    assert 0 < n <= 15 and ops_off["tensor_tensor"] - ops["tensor_tensor"] == n
-    dropped = {c.line for c in k.last_ir.calls if "value_reuse" in c.notes}
-    assert len(dropped) == 1 and all(c.op == "tensor_tensor" for c in k.last_ir.calls if "value_reuse" in c.notes)
+    runs = {}
+    for mode in ("on", "exact", "off"):
+        k = nki.jit(_mamba_fresh_tiles, passes={"value_reuse": mode}, ir=True)
+        r = k(delta, u, bvals)
+        np.testing.assert_allclose(r, want, rtol=1e-5, atol=1e-5)
+        runs[mode] = (r, opcodes(k), k)
+    r_off, ops_off, _ = runs["off"]
+    for mode in ("on", "exact"):
+        r, ops, k = runs[mode]
+        np.testing.assert_array_equal(r, r_off)
+        n = k.last_programs[0].value_reuse
+        assert ops_off["tensor_tensor"] - ops["tensor_tensor"] == n
+        notes = [c for c in k.last_ir.calls if "value_reuse" in c.notes]
+        assert len(notes) == n and len({c.line for c in notes}) <= 1
+        assert all(c.op == "tensor_tensor" for c in notes)
+    # "exact": only the products that land on an earlier product's unchanged bytes (where the
+    # allocator put them); "on": every product after the first, the scales reading the first
+    assert runs["on"][2].last_programs[0].value_reuse == 15
+    assert runs["exact"][2].last_programs[0].value_reuse < 15
+
+
+def _reused_tile_overwritten(a, b):
+    """A repeat into a fresh tile whose earlier result is overwritten before the repeat's result
+    is read: it is kept."""
+    out = nl.ndarray((2,) + a.shape, a.dtype, buffer=nl.shared_hbm)
+    x = nl.ndarray(a.shape, nl.float32, buffer=nl.sbuf)
+    y = nl.ndarray(a.shape, nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=x, src=a)
+    nisa.dma_copy(dst=y, src=b)
+    p1 = nl.ndarray(a.shape, nl.float32, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=p1, data1=x, data2=y, op=nl.multiply)
+    nisa.dma_copy(dst=out[0], src=p1)
+    p2 = nl.ndarray(a.shape, nl.float32, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=p2, data1=x, data2=y, op=nl.multiply)  # p1's value, in another tile
+    nisa.memset(dst=p1, value=0.0)  # the earlier result is gone before p2 is read
+    q = nl.ndarray(a.shape, nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=q, data=p2, op0=nl.add, operand0=1.0)
+    nisa.dma_copy(dst=out[1], src=q)
+    return out
+
+
+def test_a_repeat_into_another_tile_is_kept_when_the_earlier_result_is_overwritten_first():
+    a, b = _inputs()
+    (r, ops, k), (r_off, ops_off, _) = on_off(_reused_tile_overwritten, a, b)
+    np.testing.assert_array_equal(r[0], a * b)
+    np.testing.assert_array_equal(r[1], a * b + np.float32(1))
+    np.testing.assert_array_equal(r, r_off)
+    assert ops == ops_off and ops["tensor_tensor"] == 2
 
 
 # ------------------------------------------------------------------- repeats that are kept
@@ -299,7 +339,7 @@ def test_an_accumulating_matmul_is_kept_and_an_overwriting_one_dropped():
     a = rng.integers(-4, 4, (128, 128)).astype(np.float32)  # small integers: exact sums
     b = rng.integers(-4, 4, (128, 64)).astype(np.float32)
     for accumulate, n, times in [(True, 3, 3), (False, 1, 1)]:
-        (r, ops, _), (r_off, ops_off, _) = on_off(lambda a, b: k(a, b, accumulate), a, b)
+        (r, ops, _), (r_off, ops_off, _) = on_off(lambda a, b, acc=accumulate: k(a, b, acc), a, b)
         np.testing.assert_array_equal(r, times * (a.T @ b))
         np.testing.assert_array_equal(r, r_off)
         assert ops["nc_matmul"] == n and ops_off["nc_matmul"] == 3
@@ -327,7 +367,7 @@ def test_defaults_per_dialect_and_switches(monkeypatch):
 
 def test_a_bad_pass_value_is_refused(monkeypatch):
     (a,) = _inputs(n=1)
-    with pytest.raises(OperandError, match="value_reuse='sometimes'") as e:
+    with pytest.raises(OperandError, match="value_reuse='sometimes'.*value_reuse in on, exact, off, dialect") as e:
         nki.jit(_repeat_mul, passes={"value_reuse": "sometimes"})(a, a)
     assert e.value.rule == "nki_pass_setting"
     monkeypatch.setenv("TRN3EMU_NKI_PASSES", "value_reuse=maybe")

@@ -200,7 +200,7 @@ def device_value(v) -> int:
     ctx.launch.kernel.device_dependent = True
     options = ctx.launch.kernel.options
     engine_choice.run(ctx)  # (the pass over the kernel IR decides this segment's engines before it runs)
-    value_reuse.run(ctx)  # (exact repeats dropped before the segment runs)
+    value_reuse.run(ctx, last=False)  # (repeats dropped before the segment runs)
     result = ctx.device.run(
         [ctx.program], check_races=True, trace=options.get("trace", True), progress=options.get("progress")
     )

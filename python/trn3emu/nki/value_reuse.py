@@ -30,15 +30,17 @@ def _stochastic() -> bool:
     return v in ("1", "true", "yes")
 
 
-def run(ctx) -> int:
+def run(ctx, last: bool = True) -> int:
     """Drop the exact repeats of `ctx.program` when the pass is on for the kernel; the number
-    dropped. The kernel IR's calls of the program's segment follow the new instruction indices."""
+    dropped. `last`: nothing runs on the core after this program (False for a device loop's
+    segment: the next segment may read what it leaves in SBUF). The kernel IR's calls of the
+    program's segment follow the new instruction indices."""
     program = ctx.program
     mode = passes.value_reuse(ctx.launch.kernel)
     if mode == "off" or _stochastic():
         return 0
     native = program._native
-    pairs, moves = native.exact_repeats(rename=mode == "on")
+    pairs, moves = native.exact_repeats(rename=mode == "on", last=last)
     if not pairs:
         return 0
     gone = [i for i, _ in pairs]

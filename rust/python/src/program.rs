@@ -222,15 +222,21 @@ impl Program {
     }
 
     /// The repeats of the program (`machine::repeats`; `rename`: also those whose result goes
-    /// elsewhere, their result's reads moved to the earlier result): ([(index of the repeat,
+    /// elsewhere, their result's reads moved to the earlier result; `last`: nothing runs after
+    /// this program, so a result left in place at its end is never read): ([(index of the repeat,
     /// index of the earlier instance whose result is still in place)], [(instruction, operand,
     /// byte shift)]), ascending. Nothing changes; `move_operands` then `remove` apply them (the
     /// NKI pass `value_reuse`, `nki/value_reuse.py`).
-    #[pyo3(signature = (rename = false))]
+    #[pyo3(signature = (rename = false, last = false))]
     #[allow(clippy::type_complexity)]
-    fn exact_repeats(&self, py: Python<'_>, rename: bool) -> (Vec<(usize, usize)>, Vec<(usize, usize, i64)>) {
+    fn exact_repeats(
+        &self,
+        py: Python<'_>,
+        rename: bool,
+        last: bool,
+    ) -> (Vec<(usize, usize)>, Vec<(usize, usize, i64)>) {
         let p = self.program();
-        let r = py.detach(|| core::machine::repeats::find(p, rename));
+        let r = py.detach(|| core::machine::repeats::find(p, rename, last));
         (r.drops, r.moves)
     }
 

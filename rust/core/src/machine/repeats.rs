@@ -255,7 +255,14 @@ fn holds(d: &Region, r: &Region) -> bool {
 /// The operand moves that let the reads of repeat `i`'s result (operand `arg`, `delta` bytes
 /// from the earlier result) read the earlier result: [(instruction, operand, byte shift)], or
 /// None when some read cannot (see the module doc).
-fn rename_plan(prog: &[Instr], core: u8, i: usize, arg: usize, delta: i64) -> Option<Vec<(usize, usize, i64)>> {
+fn rename_plan(
+    prog: &[Instr],
+    core: u8,
+    i: usize,
+    arg: usize,
+    delta: i64,
+    last: bool,
+) -> Option<Vec<(usize, usize, i64)>> {
     let ap = prog[i].args[arg].tensor()?;
     let di = Region::new(core, ap, true);
     let mut apj = ap.clone();
@@ -316,7 +323,8 @@ fn rename_plan(prog: &[Instr], core: u8, i: usize, arg: usize, delta: i64) -> Op
         }
         dj_dead |= writes_dj;
     }
-    None // (the result is still there at the end: a later program could read it)
+    // The result is still there at the end: unread if nothing runs after this program.
+    (last && prog.len() <= i + 1 + RENAME_LIMIT && !dj_dead).then_some(moves)
 }
 
 fn hash_ap(ap: &Ap, h: &mut impl Hasher) {
@@ -364,12 +372,13 @@ pub struct Reuse {
 /// instance it repeats), ascending. An instruction found to be a repeat is taken as not run, so
 /// a later copy of it repeats the same earlier instance.
 pub fn exact_repeats(prog: &Program) -> Vec<(usize, usize)> {
-    find(prog, false).drops
+    find(prog, false, false).drops
 }
 
-/// The repeats of `prog`, with `rename` also those whose result goes elsewhere (module doc).
-/// Indices are those of `prog`; apply the moves, then remove the drops.
-pub fn find(prog: &Program, rename: bool) -> Reuse {
+/// The repeats of `prog`, with `rename` also those whose result goes elsewhere (module doc);
+/// `last`: nothing runs after `prog` on its core (a result still in place at its end is never
+/// read). Indices are those of `prog`; apply the moves, then remove the drops.
+pub fn find(prog: &Program, rename: bool, last: bool) -> Reuse {
     let mut out = Reuse::default();
     let mut work: Cow<'_, [Instr]> = Cow::Borrowed(&prog.instrs);
     let mut by_moved: FxMap<u64, Vec<u32>> = FxMap::default();
@@ -416,7 +425,7 @@ pub fn find(prog: &Program, rename: bool) -> Reuse {
                 })
             });
             if let Some((j, arg, delta)) = hit {
-                if let Some(plan) = rename_plan(&work, prog.core, i, arg, delta) {
+                if let Some(plan) = rename_plan(&work, prog.core, i, arg, delta, last) {
                     let w = work.to_mut();
                     for &(k, a, d) in &plan {
                         if let Some(Arg::Tensor(ap)) = w[k].args.get_mut(a) {
@@ -630,10 +639,10 @@ mod tests {
             tt(9216, 5120, 3072, "add"),
         ))
         .unwrap();
-        let r = find(&p, true);
+        let r = find(&p, true, false);
         assert_eq!(r.drops, vec![(2, 0)]);
         assert_eq!(r.moves, vec![(3, 1, -1024)]); // data1 of the second add: 5120 -> 4096
-        assert_eq!(find(&p, false).drops, vec![]); // not an exact repeat
+        assert_eq!(find(&p, false, false).drops, vec![]); // not an exact repeat
     }
 
     #[test]
@@ -649,7 +658,7 @@ mod tests {
         ];
         for tail in cases {
             let text = format!(".core 0\n{}{}{tail}", tt(4096, 0, 1024, "multiply"), tt(5120, 0, 1024, "multiply"));
-            let r = find(&parse_program(&text).unwrap(), true);
+            let r = find(&parse_program(&text).unwrap(), true, false);
             assert_eq!(r, Reuse::default(), "{tail}");
         }
     }

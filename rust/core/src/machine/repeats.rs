@@ -12,8 +12,8 @@
 //! (`x = x + 1` twice is two increments). A `branch` or a cross-core instruction ends every
 //! match (what runs between two instructions is then no longer the program text between them).
 //!
-//! With `rename`, a repeat that differs from the earlier instance only in where its one SBUF
-//! result goes (a fresh tile per loop iteration) is dropped too, when every later read of its
+//! With `rename`, a compute instruction (not a DMA) that differs from the earlier instance only
+//! in where its one SBUF result goes (a fresh tile per loop iteration) is dropped too, when every later read of its
 //! result can read the earlier result instead: each such read lies within the result's bytes and
 //! is moved to the earlier result's, which nothing writes until the last of them, and the
 //! result's bytes are overwritten whole (by one contiguous write) before the program ends
@@ -120,8 +120,10 @@ pub fn reusable(ins: &Instr) -> bool {
         | Opcode::Topk => true,
         // Without the accumulator registers (idle command, no read-out): a function of the inputs.
         Opcode::Activation | Opcode::Activate2 | Opcode::Exponential => {
-            matches!(arg("reduce_cmd"), None | Some(Arg::Absent) | Some(Arg::Enum(0)))
-                && absent("reduce_res")
+            matches!(
+                arg("reduce_cmd"),
+                None | Some(Arg::Absent) | Some(Arg::Enum(0))
+            ) && absent("reduce_res")
                 && (ins.op != Opcode::Activation || absent("reduce_op"))
         }
         // Overwriting matmuls only (an accumulating one adds to what the PSUM holds).
@@ -138,9 +140,9 @@ pub fn reusable(ins: &Instr) -> bool {
         Arg::Reg(_) => false,
         Arg::Tensor(ap) => ap.dynamic.is_none(),
         _ => true,
-    }) && !ins.tensors().any(|(_, _, acc, _)| {
-        acc == crate::isa::spec::Access::ReadWrite
-    })
+    }) && !ins
+        .tensors()
+        .any(|(_, _, acc, _)| acc == crate::isa::spec::Access::ReadWrite)
 }
 
 /// After `ins` nothing matches across it: control flow and instructions ordered against other cores.
@@ -208,12 +210,24 @@ fn moved_key_hash(ins: &Instr) -> u64 {
 /// The one written operand of `i` and its byte distance from `j`'s, when `i` is `j` with only
 /// that operand's SBUF offset changed and the two results do not share a byte.
 fn moved_result(core: u8, j: &Instr, i: &Instr) -> Option<(usize, i64)> {
-    if i.op != j.op || i.engine != j.engine || i.args.len() != j.args.len() {
+    // Compute instructions only: a load into a fresh tile is a new tile's data for the compiler
+    // (the fused Mamba tutorial's v1 reloads `delta` / `u` every state), kept.
+    if i.op != j.op
+        || i.engine != j.engine
+        || i.args.len() != j.args.len()
+        || crate::isa::validate::is_dma(i)
+    {
         return None;
     }
     let spec = i.op.spec();
     let mut found = None;
-    for (k, ((a, b), p)) in i.args.iter().zip(&j.args).zip(spec.params.iter()).enumerate() {
+    for (k, ((a, b), p)) in i
+        .args
+        .iter()
+        .zip(&j.args)
+        .zip(spec.params.iter())
+        .enumerate()
+    {
         if !p.access.writes() {
             if a != b {
                 return None;
@@ -328,7 +342,15 @@ fn rename_plan(
 }
 
 fn hash_ap(ap: &Ap, h: &mut impl Hasher) {
-    (ap.mem as u8, ap.dtype as u8, ap.start, ap.parts, ap.pstep, ap.offset).hash(h);
+    (
+        ap.mem as u8,
+        ap.dtype as u8,
+        ap.start,
+        ap.parts,
+        ap.pstep,
+        ap.offset,
+    )
+        .hash(h);
     ap.dims.hash(h);
 }
 
@@ -415,7 +437,11 @@ pub fn find(prog: &Program, rename: bool, last: bool) -> Reuse {
                 }
             }
         }
-        let moved_key = if candidate && rename { moved_key_hash(ins) } else { 0 };
+        let moved_key = if candidate && rename {
+            moved_key_hash(ins)
+        } else {
+            0
+        };
         if candidate && rename {
             let hit = by_moved.get(&moved_key).and_then(|ids| {
                 ids.iter().find_map(|&id| {
@@ -527,12 +553,22 @@ pub fn find(prog: &Program, rename: bool, last: bool) -> Reuse {
         }
         // Keep the lists small: when most entries are dead, start the index afresh.
         if entries.len() > 4096 && live * 4 < entries.len() {
-            compact(&mut entries, &mut regs, &mut by_key, &mut by_bucket, &mut wide, &work);
+            compact(
+                &mut entries,
+                &mut regs,
+                &mut by_key,
+                &mut by_bucket,
+                &mut wide,
+                &work,
+            );
             by_moved.clear();
             if rename {
                 for (id, e) in entries.iter().enumerate() {
                     if let Some(e) = e {
-                        by_moved.entry(moved_key_hash(&work[e.instr])).or_default().push(id as u32);
+                        by_moved
+                            .entry(moved_key_hash(&work[e.instr]))
+                            .or_default()
+                            .push(id as u32);
                     }
                 }
             }
@@ -578,10 +614,7 @@ fn compact(
                 }
             }
         }
-        by_key
-            .entry(key_hash(&prog[e.instr]))
-            .or_default()
-            .push(id);
+        by_key.entry(key_hash(&prog[e.instr])).or_default().push(id);
         entries.push(Some(Entry {
             instr: e.instr,
             from,
@@ -650,14 +683,27 @@ mod tests {
         let memset = "memset.vector dst=sbuf:float32[0:128]+5120[[1,64]] value=0.0\n";
         let cases = [
             // a read reaching past the result (5120 + 256 ..)
-            format!("{}{memset}", tt(9216, 5248, 3072, "add").replace("[[1,64]] data2", "[[1,64]] data2")),
+            format!(
+                "{}{memset}",
+                tt(9216, 5248, 3072, "add").replace("[[1,64]] data2", "[[1,64]] data2")
+            ),
             // the earlier result overwritten before the read
-            format!("memset.gpsimd dst=sbuf:float32[0:128]+4096[[1,4]] value=1.0\n{}{memset}", tt(9216, 5120, 3072, "add")),
+            format!(
+                "memset.gpsimd dst=sbuf:float32[0:128]+4096[[1,4]] value=1.0\n{}{memset}",
+                tt(9216, 5120, 3072, "add")
+            ),
             // the result never overwritten whole (only its first half)
-            format!("{}memset.vector dst=sbuf:float32[0:128]+5120[[1,32]] value=0.0\n", tt(9216, 5120, 3072, "add")),
+            format!(
+                "{}memset.vector dst=sbuf:float32[0:128]+5120[[1,32]] value=0.0\n",
+                tt(9216, 5120, 3072, "add")
+            ),
         ];
         for tail in cases {
-            let text = format!(".core 0\n{}{}{tail}", tt(4096, 0, 1024, "multiply"), tt(5120, 0, 1024, "multiply"));
+            let text = format!(
+                ".core 0\n{}{}{tail}",
+                tt(4096, 0, 1024, "multiply"),
+                tt(5120, 0, 1024, "multiply")
+            );
             let r = find(&parse_program(&text).unwrap(), true, false);
             assert_eq!(r, Reuse::default(), "{tail}");
         }

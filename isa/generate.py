@@ -131,12 +131,9 @@ def rust_default(p: dict, enums: dict) -> str:
     raise SystemExit(f"param {p['name']}: default not supported for kind {k}")
 
 
-def gen_rust(data: dict) -> str:
-    enums = {e["name"]: e["values"] for e in data["enum"]}
+def _rust_dtypes(data: dict, out: list[str]) -> None:
+    """Dtypes, their table and the dtype classes' bit sets."""
     dtype_code = {d["name"]: d["code"] for d in data["dtype"]}
-    enum_ids = {e["name"]: i for i, e in enumerate(data["enum"])}
-    out = [f"// @{HEADER}.", "#![allow(clippy::all)]", "", "use super::spec::*;", ""]
-
     out.append("/// Every dtype the ISA names; the discriminant is the binary encoding.")
     out.append("#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]")
     out.append("#[repr(u8)]")
@@ -163,6 +160,10 @@ def gen_rust(data: dict) -> str:
     out.append("}")
     out.append("")
 
+
+def _rust_enums(data: dict, out: list[str]) -> None:
+    """Enums with their names and the enum table / ids."""
+    enum_ids = {e["name"]: i for i, e in enumerate(data["enum"])}
     for e in data["enum"]:
         ty = camel(e["name"])
         out.append(f"/// {e['doc']}")
@@ -200,6 +201,9 @@ def gen_rust(data: dict) -> str:
     out.append("}")
     out.append("")
 
+
+def _rust_engines(data: dict, out: list[str]) -> None:
+    """The engine table (which memories each reads and writes)."""
     out.append("pub const ENGINES: &[EngineInfo] = &[")
     for e in data["engine"]:
         r = "|".join(f"mem::{m.upper()}" for m in e["reads"]) or "0"
@@ -210,6 +214,9 @@ def gen_rust(data: dict) -> str:
     out.append("];")
     out.append("")
 
+
+def _rust_opcodes(data: dict, out: list[str]) -> None:
+    """Opcodes and their lookups by code, name and spec."""
     out.append("/// Opcodes; the discriminant is the binary encoding.")
     out.append("#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]")
     out.append("#[repr(u16)]")
@@ -243,6 +250,9 @@ def gen_rust(data: dict) -> str:
     out.append("}")
     out.append("")
 
+
+def _rust_cost_classes(data: dict, out: list[str]) -> None:
+    """Cost classes and their data paths."""
     out.append("/// Cost classes (isa.toml `[[cost_class]]`): how the cost model times an instruction.")
     out.append("#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]")
     out.append("pub enum CostClass {")
@@ -269,6 +279,12 @@ def gen_rust(data: dict) -> str:
     out.append("    }")
     out.append("}")
     out.append("")
+
+
+def _rust_instructions(data: dict, out: list[str]) -> None:
+    """The instruction table: engines, cost, flags and parameter specs."""
+    enums = {e["name"]: e["values"] for e in data["enum"]}
+    enum_ids = {e["name"]: i for i, e in enumerate(data["enum"])}
     out.append("pub const INSTRUCTIONS: &[InstrSpec] = &[")
     for ins in data["instruction"]:
         engines = ", ".join(f"Engine::{camel(e)}" for e in ins["engines"])
@@ -298,6 +314,13 @@ def gen_rust(data: dict) -> str:
         out.append("    },")
     out.append("];")
     out.append("")
+
+
+def gen_rust(data: dict) -> str:
+    """tables.rs: the ISA's tables as Rust constants (each part by one function below)."""
+    out = [f"// @{HEADER}.", "#![allow(clippy::all)]", "", "use super::spec::*;", ""]
+    for part in (_rust_dtypes, _rust_enums, _rust_engines, _rust_opcodes, _rust_cost_classes, _rust_instructions):
+        part(data, out)
     return "\n".join(out)
 
 

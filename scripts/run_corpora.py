@@ -2,6 +2,7 @@
 
     python scripts/run_corpora.py DIR [DIR ...] [--timeout S] [-v] [--json OUT] [--python PY]
                                   [--only PATH_PART ...] [--nkilib NKI_LIBRARY_CHECKOUT]
+                                  [--pytest-arg ARG ...]
 
 Each DIR is a copy of a kernel repository fetched outside this one (nki-samples, nki-library,
 neuronx-distributed, nkipy, aws-neuron-sdk ...): nothing of it is part of trn3emu. Every `.py`
@@ -156,14 +157,35 @@ def package_paths(root: Path) -> list[str]:
     return [str(d) for p in projects for d in (p / "src", p) if d.is_dir()]
 
 
-def module_of(p: Path) -> tuple[str, str]:
+def module_of(p: Path, paths: list[str] = ()) -> tuple[str, str]:
     """(dotted module name, the folder above its top package) of a file inside a package (its
-    folder has `__init__.py`), or ("", "") for a loose file."""
+    folder has `__init__.py` and a name Python can import), or of a file under a `src/` folder of
+    `paths` (what an install puts on sys.path; its folders may be namespace packages, PEP 420,
+    as nki-samples' `nki_samples/reference/util` is), or ("", "") for a loose file."""
     parts, d = [p.stem], p.parent
-    while (d / "__init__.py").exists():
+    while (d / "__init__.py").exists() and d.name.isidentifier():
         parts.insert(0, d.name)
         d = d.parent
+    for src in (Path(x) for x in paths if Path(x).name == "src"):
+        if src in p.parents:
+            rel = p.relative_to(src).with_suffix("").parts
+            if len(rel) > len(parts) and all(x.isidentifier() for x in rel):
+                return ".".join(rel), str(src)
     return (".".join(parts), str(d)) if len(parts) > 1 else ("", "")
+
+
+def pytest_args_for(p: Path, root: Path, extra: list[str]) -> list[str]:
+    """The `--pytest-arg`s a test file takes: those whose option a conftest.py of its folder or
+    above (up to the corpus root) defines, e.g. nki-samples' `--simulation-only`, which runs the
+    cases marked for running without a NeuronDevice."""
+    texts = [
+        c.read_text(errors="replace")
+        for d in [p.parent, *p.parents]
+        if root in (d, *d.parents)
+        for c in [d / "conftest.py"]
+        if c.exists()
+    ]
+    return [a for a in extra if any(a.split("=", 1)[0] in t for t in texts)]
 
 
 def nkilib_paths(checkout: Path) -> list[str]:
@@ -175,19 +197,22 @@ def nkilib_paths(checkout: Path) -> list[str]:
     return [str(src / "nkilib_src"), str(src)]
 
 
-def run_file(p: Path, timeout: float, paths: list[str], python: str = sys.executable) -> tuple[str, str, str]:
-    """(outcome, reason class, detail) of one corpus file run by `python`; `paths` go on PYTHONPATH."""
+def run_file(
+    p: Path, timeout: float, paths: list[str], python: str = sys.executable, pytest_args: list[str] = ()
+) -> tuple[str, str, str]:
+    """(outcome, reason class, detail) of one corpus file run by `python`; `paths` go on PYTHONPATH,
+    `pytest_args` to a test file's pytest."""
     k = kind(p)
     with tempfile.TemporaryDirectory() as tmp:
         rep = Path(tmp) / "err.json"
         xml = Path(tmp) / "r.xml"
-        module, top = module_of(p) if k != "pytest" else ("", "")
+        module, top = module_of(p, paths) if k != "pytest" else ("", "")
         pp = os.pathsep.join([top] * bool(top) + paths + [os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env = dict(os.environ, TRN3EMU_CORPUS_REPORT=str(rep), PYTHONDONTWRITEBYTECODE="1", MPLBACKEND="Agg")
         env["PYTHONPATH"], env["TRN3EMU_CORPUS_MODULE"] = pp, module
         args = [python, "-c", _BOOT, k, str(p)]
         if k == "pytest":
-            args += ["-q", "-p", "no:cacheprovider", "-x", f"--junitxml={xml}"]
+            args += ["-q", "-p", "no:cacheprovider", "-x", f"--junitxml={xml}", *pytest_args]
         try:
             cwd = top or p.parent  # (`-c` puts the cwd first on sys.path: a package folder would shadow stdlib names)
             r = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -242,6 +267,13 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="an nki-library checkout, importable as `nkilib` (neuronx-cc's bundled copy) and `nkilib_src`",
     )
+    ap.add_argument(
+        "--pytest-arg",
+        action="append",
+        default=[],
+        help="an argument for the corpus's test files whose conftest.py defines it (repeatable), "
+        "e.g. --pytest-arg=--simulation-only",
+    )
     a = ap.parse_args(argv)
     extra = nkilib_paths(a.nkilib.resolve()) if a.nkilib else []
     rows = []
@@ -252,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         files = [p for p in nki_files(root) if not a.only or any(o in str(p.relative_to(root)) for o in a.only)]
         print(f"== {root} ({len(files)} files use NKI)", flush=True)
         for p in files:
-            outcome, why, detail = run_file(p, a.timeout, package_paths(root) + extra, a.python)
+            targs = pytest_args_for(p, root, a.pytest_arg) if kind(p) == "pytest" else []
+            outcome, why, detail = run_file(p, a.timeout, package_paths(root) + extra, a.python, targs)
             rel = str(p.relative_to(root))
             rows.append(
                 {"corpus": root.name, "file": rel, "kind": kind(p), "outcome": outcome, "reason": why, "detail": detail}

@@ -510,8 +510,12 @@ def test_dynamic_addressing_rules(dev):
         p.dma_copy(dst=p.sbuf((1, 16), np.float32), src=big.ap([[8, 1], [1, 16]], scalar_offset=t3.Reg(0)))
     with pytest.raises(t3.ShapeError):
         table.ap(vector_offset=it, indirect_dim=1)
-    with pytest.raises(t3.ShapeError, match="dynamic"):
-        _ = rows[0:2]
+    two = rows[1:3, 2:6]  # rows of a gather keep their own index-tile rows; free dims slice
+    assert two.shape == (2, 4) and two.dyn[1][2:4] == (it.start + 1, 2)  # (index rows start, count)
+    assert two.offset == rows.offset + 2 * 4
+    for bad in (1, slice(0, 4, 2), (Ellipsis, 3)):
+        with pytest.raises(t3.ShapeError, match="dynamic"):
+            _ = rows[bad]
 
 
 def test_dynamic_access_is_raced_over_its_whole_range(dev):

@@ -104,15 +104,19 @@ def test_accumulate_into_psum_never_written_names_the_line():
     notes = "".join(getattr(ei.value, "__notes__", []))
     assert "test_nki_alloc_lowering.py:" in notes
 
-    @lnki.jit
-    def legacy(a):
+    def legacy_body(a):
         acc = lnl.ndarray((128, 128), dtype=lnl.float32, buffer=lnl.psum)  # never written
         t = lnl.load(a)
-        acc += lisa.nc_matmul(t, t)
+        for _ in lnl.affine_range(2):
+            acc += lisa.nc_matmul(t, t)
         return acc
 
+    # The legacy dialect with pass reduce_init (the default): the accumulation starts from its
+    # first value, as nki-samples' hardware-checked allocated kernels need; with it off, the error.
+    a = np.arange(128 * 128, dtype=np.float32).reshape(128, 128) % 7
+    np.testing.assert_array_equal(lnki.jit(legacy_body)(a), 2 * (a.T @ a))
     with pytest.raises(EmuError) as ei:
-        legacy(np.ones((128, 128), np.float32))
+        lnki.jit(legacy_body, passes={"reduce_init": "off"})(a)
     assert ei.value.rule == "matmul_accumulate_unwritten"
 
     @nki.jit

@@ -2,6 +2,7 @@
 copies, fills: bit-exact), indirect DMA with the index tile in any dim after constant indices,
 and reductions over non-trailing free axes. References are numpy; integer results compare exactly."""
 
+import ml_dtypes
 import numpy as np
 import pytest
 import trn3emu.nki as tn
@@ -322,3 +323,26 @@ def test_masked_scatter_add_with_index_tile_after_a_constant_index():
         if m[r, 0]:
             ref[1, idx[r, 0]] += val[r]
     np.testing.assert_array_equal(_scatter_add_masked(cache.copy(), idx, val, m), ref)
+
+
+@pytest.mark.parametrize("src_dtype", [np.float32, np.int8])
+def test_load_transpose2d_casts_to_the_dtype_asked(src_dtype):
+    """`nl.load_transpose2d(src, dtype=...)` casts the transposed tile (the API page: "data type
+    to cast the output type to"); the DMA transpose itself moves raw elements, so the cast is a
+    conversion after it. Checked against ml_dtypes' round-to-nearest-even bf16."""
+    rng = np.random.default_rng(41)
+    if src_dtype == np.int8:
+        a = rng.integers(-128, 128, (64, 96)).astype(np.int8)
+    else:
+        a = rng.standard_normal((64, 96)).astype(np.float32) * 1000
+
+    @nki.jit
+    def kern(a):
+        out = nl.ndarray((a.shape[1], a.shape[0]), nl.bfloat16, buffer=nl.shared_hbm)
+        nl.store(out, nl.load_transpose2d(a, dtype=nl.bfloat16))
+        return out
+
+    got = kern(a)
+    want = a.T.astype(np.float32).astype(ml_dtypes.bfloat16)
+    assert got.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))

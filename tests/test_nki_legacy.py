@@ -698,3 +698,202 @@ def test_ds_window_past_the_end_needs_and_takes_a_mask():
 
     with pytest.raises(ShapeError, match="outside"):
         unmasked(x[:50])
+
+
+def test_hbm_index_views_take_the_grid_axes_in_order_a_transposed_store_and_load():
+    """An HBM view's dims follow the index grid's axes (numpy's advanced indexing), not the key's
+    positions: `out[q0 + i_f, i_p] = tile[P, F]` stores the tile transposed (the Stable Diffusion
+    attention tutorial's output store) and `nl.load(x[q0 + i_f, i_p])` loads a transposed block.
+    Integer data, so every element is compared exactly against numpy's transpose."""
+
+    @lnki.jit
+    def k(a, x):
+        p, f = a.shape
+        out = nl.ndarray((2 * f, p), dtype=a.dtype, buffer=nl.shared_hbm)
+        back = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.shared_hbm)
+        i_p = nl.arange(p)[:, None]
+        i_f = nl.arange(f)[None, :]
+        t = nl.load(a)
+        for b in nl.affine_range(2):
+            nl.store(out[b * f + i_f, i_p], value=t)  # [P, F] tile into rows b*F.. of out[2F, P]
+        nl.store(back, value=nl.load(x[f + i_f, i_p]))  # a [P, F] tile of x[F.., :] transposed
+        return out, back
+
+    rng = np.random.default_rng(16)
+    a = rng.integers(-(2**31), 2**31, (64, 96), dtype=np.int64).astype(np.int32)
+    x = rng.integers(-(2**31), 2**31, (192, 64), dtype=np.int64).astype(np.int32)
+    out, back = k(a, x)
+    np.testing.assert_array_equal(out, np.concatenate([a.T, a.T]))
+    np.testing.assert_array_equal(back, x[96:].T)
+
+
+def test_an_hbm_view_without_grid_axis_0_has_a_size_1_partition_dim():
+    """`w[i_f]` with i_f = arange(F)[None, :] indexes grid axis 1 only: the view is [1, F] (numpy
+    gives w[i_f] the shape (1, F)), a one-partition tile."""
+
+    @lnki.jit
+    def k(w):
+        f = w.shape[0]
+        row = nl.ndarray((1, f), dtype=w.dtype, buffer=nl.shared_hbm)
+        i_f = nl.arange(f)[None, :]
+        t = nl.load(w[i_f])
+        assert tuple(t.shape) == (1, f)
+        nl.store(row, value=t)
+        return row
+
+    w = np.arange(300, dtype=np.int32) * 7 - 1000
+    np.testing.assert_array_equal(k(w), w[None, :])
+
+
+def test_placing_functions_get_their_arguments_by_name_reshape_by_keyword_and_finfo():
+    """The direct-allocation API pages name the placing function's arguments (idx, pdim_size,
+    fdim_size): nki-samples' allocated attention binds its own first parameter with
+    functools.partial(f, bank_map=...), which works only when they are passed by name. Legacy
+    kernels also call `t.reshape(shape=...)` and `nl.finfo(dtype).min`."""
+    import functools
+
+    import neuronxcc.nki.compiler as ncc
+
+    def bank_of(bank_map, idx, pdim_size, fdim_size):
+        return (bank_map[idx], 0, 0)
+
+    @lnki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        flat = nl.ndarray((a.shape[0] * a.shape[1],), dtype=a.dtype, buffer=nl.shared_hbm)
+        acc = nl.ndarray(a.shape, dtype=nl.float32, buffer=ncc.psum.alloc(functools.partial(bank_of, bank_map={(): 6})))
+        acc[...] = nl.load(a)
+        t = nl.copy(acc, dtype=a.dtype)
+        nl.store(out, value=t)
+        nl.store(flat.reshape(shape=a.shape), value=t)
+        return out, flat, acc.tensor.offset
+
+    a = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
+    got, flat, acc_off = k(a)
+    np.testing.assert_array_equal(got, a)
+    np.testing.assert_array_equal(flat, a.ravel())
+    assert acc_off == 6 * 2048
+    assert nl.finfo(nl.bfloat16).min == float(ml_dtypes.finfo(BF16).min)
+    assert nl.finfo(np.float32).max == float(np.finfo(np.float32).max)
+
+
+def test_a_slice_past_the_end_is_a_view_a_mask_brings_in_bounds():
+    """nki-samples' adaptive average pool slices its last partial tile of rows past the end under
+    `mask=(i_p < N)`: in the legacy dialect such a slice is an out-of-bounds view like an index
+    expression past the end, usable once a mask brings it in bounds; without a mask it is an
+    error at the instruction. (NKI 0.6 refuses the slice itself: test_nki_mistakes.)"""
+
+    def make(masked):
+        @lnki.jit
+        def k(a):
+            n = a.shape[0]
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            for t in nl.affine_range((n + 127) // 128):
+                i_p = nl.arange(128)[:, None] + t * 128
+                buf = nl.ndarray((128, a.shape[1]), dtype=a.dtype, buffer=nl.sbuf)
+                if masked:
+                    lisa.dma_copy(src=a[t * 128 : t * 128 + 128, :], dst=buf, mask=(i_p < n))
+                    nl.store(out[t * 128 : t * 128 + 128, :], value=buf, mask=(i_p < n))
+                else:
+                    lisa.dma_copy(src=a[t * 128 : t * 128 + 128, :], dst=buf)
+            return out
+
+        return k
+
+    a = np.arange(200 * 6, dtype=np.int32).reshape(200, 6) * 3 - 7
+    np.testing.assert_array_equal(make(True)(a), a)
+    with pytest.raises(ShapeError) as e:
+        make(False)(a)
+    assert e.value.rule == "nki_index_out_of_bounds"
+
+
+def test_fewer_block_indices_give_the_block_tile_of_the_remaining_block_dims():
+    """`t[h]` of a (heads, tiles, par_dim(P), 1) block tile handed to a helper that indexes
+    `[i, :, 0]` (nki-samples' flash attention backward, `dy_o_sum[i_q_head]`): writes through the
+    sub-view land in t's own blocks. Row sums of integers: exact."""
+
+    def rowsums(dst, x_hbm, tiles):
+        for i in nl.affine_range(tiles):
+            dst[i, :, 0] = nisa_sum(nl.load(x_hbm[i * 128 : (i + 1) * 128, :]))
+
+    def nisa_sum(t):
+        return lisa.tensor_reduce(np.add, data=t, axis=(1,), dtype=nl.float32)
+
+    @lnki.jit
+    def k(x):
+        heads, rows, f = x.shape
+        tiles = rows // 128
+        out = nl.ndarray((heads, tiles, 128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.ndarray((heads, tiles, nl.par_dim(128), 1), dtype=nl.float32)
+        for h in nl.affine_range(heads):
+            rowsums(acc[h], x[h], tiles)
+        for h in nl.affine_range(heads):
+            for i in nl.affine_range(tiles):
+                nl.store(out[h, i], value=acc[h, i])
+        return out
+
+    x = np.random.default_rng(17).integers(-100, 100, (3, 256, 40)).astype(np.float32)
+    got = k(x)
+    np.testing.assert_array_equal(got[..., 0], x.sum(axis=2).reshape(3, 2, 128))
+
+
+def test_legacy_pe_transpose_returns_its_input_dtype():
+    """A value-returning `nisa.nc_matmul(x, identity, is_transpose=True)` writes x's dtype (fp16 here),
+    not the fp32 of a matmul (nki-samples' allocated fused RMSNorm-QKV transposes fp16 tiles so);
+    the transposed bits equal numpy's transpose."""
+
+    @lnki.jit
+    def k(x, ident):
+        out = nl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        i = nl.load(ident)
+        tp = lisa.nc_matmul(t, i, is_transpose=True)
+        assert tp.dtype == nl.float16
+        nl.store(out, value=nl.copy(tp, dtype=x.dtype))
+        return out
+
+    x = np.random.default_rng(19).standard_normal((128, 96)).astype(np.float16)
+    got = k(x, np.eye(128, dtype=np.float16))
+    np.testing.assert_array_equal(got.view(np.uint16), x.T.view(np.uint16))
+
+
+def test_a_masked_row_gather_reads_only_the_kept_rows():
+    """`nl.load(t[b, idx, i_f], mask=(i_p < n))` (nki-samples' nearest-neighbour resize gathers a
+    last partial tile of rows so): the mask keeps rows 0..n of the gather, each still reading the
+    row its index names; the rows past n are neither read (their indices may be out of range) nor
+    written. Integer data, compared exactly with numpy's fancy indexing."""
+
+    @lnki.jit
+    def k(table, idx, n):
+        out = nl.ndarray((128, table.shape[2]), dtype=table.dtype, buffer=nl.shared_hbm)
+        i_p = nl.arange(128)[:, None]
+        i_f = nl.arange(table.shape[2])[None, :]
+        rows = nl.load(idx)
+        got = nl.load(table[1, rows, i_f], mask=(i_p < n))
+        nl.store(out[i_p, i_f], value=got, mask=(i_p < n))
+        return out
+
+    rng = np.random.default_rng(23)
+    table = rng.integers(-(2**31), 2**31, (2, 50, 24), dtype=np.int64).astype(np.int32)
+    n = 70
+    idx = np.full((128, 1), 10**6, dtype=np.int32)  # rows past n name no row of the table
+    idx[:n, 0] = rng.integers(0, 50, n)
+    got = k(table, idx, n)
+    np.testing.assert_array_equal(got[:n], table[1, idx[:n, 0]])
+
+
+def test_a_row_gather_sliced_past_its_first_rows_uses_their_indices():
+    """A slice lo:hi of a row gather's rows reads with index-tile rows lo:hi (not 0:hi-lo)."""
+
+    @lnki.jit
+    def k(table, idx):
+        out = nl.ndarray((32, table.shape[1]), dtype=table.dtype, buffer=nl.shared_hbm)
+        rows = nl.load(idx)
+        g = table[rows, nl.arange(table.shape[1])[None, :]]
+        nl.store(out, value=nl.load(g[16:48]))
+        return out
+
+    rng = np.random.default_rng(29)
+    table = rng.integers(-1000, 1000, (40, 12)).astype(np.int32)
+    idx = rng.integers(0, 40, (64, 1)).astype(np.int32)
+    np.testing.assert_array_equal(k(table, idx), table[idx[16:48, 0]])

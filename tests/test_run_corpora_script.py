@@ -92,3 +92,51 @@ def test_nkilib_option_puts_an_nki_library_checkout_on_the_path(tmp_path):
     assert [(r["outcome"], r["reason"]) for r in json.loads(out.read_text())] == [("ran", "")]
     with pytest.raises(SystemExit):
         mod.main([str(corpus), "--nkilib", str(corpus)])
+
+
+def test_layouts_of_real_corpora_a_hyphenated_folder_a_namespace_package_and_a_pytest_option(tmp_path):
+    """Three layouts of nki-samples before its kernels were removed: `contributed/neuron-team-kernels/`
+    has an `__init__.py` but a name no import can spell, so its files are loose and see their
+    siblings (`from common import ...`); `src/pkg/sub/` has no `__init__.py` (a namespace package,
+    which an install makes importable), so its relative imports resolve; and `--pytest-arg` goes
+    only to test files whose conftest.py defines the option (`--simulation-only` there)."""
+    team = tmp_path / "contributed" / "team-kernels"
+    team.mkdir(parents=True)
+    (team / "__init__.py").write_text("")
+    (team / "common.py").write_text("def two():\n    return 2\n")
+    (team / "uses_sibling.py").write_text(
+        "from common import two\n" + KERNEL + "\nif __name__ == '__main__':\n    assert two() == 2\n"
+    )
+    sub = tmp_path / "src" / "pkg" / "sub"
+    (tmp_path / "src" / "pkg" / "util").mkdir(parents=True)
+    sub.mkdir()
+    (tmp_path / "src" / "pkg" / "util" / "consts.py").write_text("SCALE = 2\n")
+    (sub / "kern.py").write_text("from ..util.consts import SCALE\n" + KERNEL)
+    tests = tmp_path / "test"
+    (tests / "unit").mkdir(parents=True)
+    (tests / "unit" / "conftest.py").write_text(
+        "def pytest_addoption(parser):\n    parser.addoption('--sim-only', action='store_true')\n\n"
+        "def pytest_collection_modifyitems(config, items):\n"
+        "    if config.getoption('--sim-only'):\n"
+        "        items[:] = [i for i in items if 'sim' in i.name]\n"
+    )
+    (tests / "unit" / "test_k.py").write_text(
+        KERNEL + "\ndef test_hardware_only():\n    raise RuntimeError('needs a NeuronDevice')\n\n"
+        "def test_sim():\n    a = np.ones((2, 3), np.float32)\n    np.testing.assert_array_equal(double(a), a * 2)\n"
+    )
+    (tests / "test_other.py").write_text(KERNEL + "\ndef test_plain():\n    assert double is not None\n")
+    out = tmp_path / "r.json"
+    mod = _script()
+
+    def outcomes(*extra):
+        assert mod.main([str(tmp_path), "--timeout", "120", "--json", str(out), *extra]) == 0
+        return {r["file"]: (r["outcome"], r["reason"]) for r in json.loads(out.read_text())}
+
+    rows = outcomes("--pytest-arg=--sim-only")
+    assert rows == {
+        "contributed/team-kernels/uses_sibling.py": ("ran", ""),
+        "src/pkg/sub/kern.py": ("imported", ""),
+        "test/test_other.py": ("ran", ""),  # its folder's conftest has no --sim-only: not given
+        "test/unit/test_k.py": ("ran", ""),
+    }
+    assert outcomes()["test/unit/test_k.py"] == ("refused", "RuntimeError")

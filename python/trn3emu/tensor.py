@@ -246,6 +246,8 @@ class Tensor:
 
     def _indexed(self, key) -> Tensor:
         """`self[key]` for any key: ellipsis, steps, slices clipped to their dim, errors."""
+        if self.dyn is not None and self.dyn[0] == "v":
+            return self._gather_rows(key if isinstance(key, tuple) else (key,))
         self._static("slicing")
         if not isinstance(key, tuple):
             key = (key,)
@@ -293,6 +295,30 @@ class Tensor:
         if not shape:
             shape, strides = [1], [1]
         return self._view(shape, strides, offset, start)
+
+    def _gather_rows(self, key: tuple) -> Tensor:
+        """A slice of a `vector_offset` gather / scatter view: rows lo:hi keep their own index-tile
+        rows (row r still starts at row index[r]), the free dims slice as a static view does. A
+        legacy mask on the rows of a gather (`nl.load(t[b, idx, i_f], mask=i_p < n)`) takes this."""
+        kind, idx, step, bound = self.dyn
+        key = key + (slice(None),) * (self.ndim - len(key))
+        k0 = key[0]
+        if not isinstance(k0, slice) or k0.step not in (None, 1) or any(k is Ellipsis for k in key):
+            self._static("indexing the rows (other than a step-1 slice)")
+        lo, hi, _ = k0.indices(self.shape[0])
+        if hi <= lo:
+            raise ShapeError(f"empty slice {k0} of the gathered rows ({self.shape[0]})", rule="empty_slice")
+        static = _new(Tensor)
+        for name in Tensor.__slots__:
+            setattr(static, name, getattr(self, name))
+        static.dyn = None
+        v = static._indexed((slice(None),) + tuple(key[1:]))
+        v = v._view((hi - lo,) + tuple(v.shape[1:]), v.strides, v.offset, v.start)
+        mem, dt, start, parts, row_step, off, free = idx  # (the index tile's encoded pattern)
+        if mem == "hbm" or hi > parts:
+            self._static("slicing")
+        v.dyn = (kind, (mem, dt, start + lo, hi - lo, row_step, off, free), step, bound)
+        return v
 
     def reshape(self, *shape) -> Tensor:
         """A view with a new shape; the view must be contiguous (partition dim kept on-chip)."""

@@ -310,26 +310,41 @@ class NkiTensor:
                 if tk is not slice and tk is not int:
                     break
             else:  # plain slices and ints (the common case): what the general path does with them
-                return self._wrap(self._t._plain(key) or self._checked_view(key))
+                return self._wrap(v) if (v := self._t._plain(key)) else self._checked_view(key)
         elif tk is slice or tk is int:
             key = (key,)
-            return self._wrap(self._t._plain(key) or self._checked_view(key))
+            return self._wrap(v) if (v := self._t._plain(key)) else self._checked_view(key)
         if upcalls.has_expr(key) or upcalls.ds_past_end(self, key) or upcalls.has_tile(key):  # (nki.indexing's)
             return upcalls.index_view(self, key)  # legacy index expressions, index tiles
         key = _norm_key(key)
         _check_slice_bounds(key, self._t.shape)
         return self._wrap(self._t[key])
 
-    def _checked_view(self, key: tuple) -> Tensor:
-        """`self._t[key]` after the slice-bounds check (what `Tensor._plain` did not take: a view
-        it builds is in bounds)."""
-        _check_slice_bounds(key, self._t.shape)
-        return self._t._indexed(key)
+    def _checked_view(self, key: tuple) -> NkiTensor:
+        """`self[key]` of slices and ints that `Tensor._plain` did not take, after the slice-bounds
+        check. In a legacy kernel a slice running past the end is a view a mask= must bring in
+        bounds before an instruction uses it (nki-samples' vision kernels slice a last partial
+        tile so, under `mask=(i_p < N)`), as an index expression past the end is."""
+        try:
+            _check_slice_bounds(key, self._t.shape)
+        except ShapeError:
+            ctx = tracing()
+            if ctx is None or ctx.launch.kernel.options.get("dialect") != "legacy" or Ellipsis in key:
+                raise
+            return upcalls.index_view(self, key)
+        return self._wrap(self._t._indexed(key))
 
     def __setitem__(self, key, value) -> None:
         upcalls.assign(self[key], value)
 
-    def reshape(self, *shape) -> NkiTensor:
+    def reshape(self, *shape, **kwargs) -> NkiTensor:
+        if "shape" in kwargs and not shape:  # t.reshape(shape=(...)): legacy kernels name it
+            shape = (kwargs.pop("shape"),)
+        if kwargs:
+            key = next(iter(kwargs))
+            raise unknown_parameter("NkiTensor.reshape", key, ["shape"]) or ArgumentTypeError(
+                f"NkiTensor.reshape() takes no keyword {key!r} (only shape=)", operand=key, rule="nki_unknown_parameter"
+            )
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         return self._wrap(self._t.reshape(tuple(int(s) for s in shape)))

@@ -21,7 +21,9 @@ rotating buffers as the loops advance. Here:
   that share an address alias, as the author asked).
 
 A view across several blocks (a slice or index expression in a block position, or the tile as a
-whole operand) is not supported: the blocks are separate physical tiles.
+whole operand) is not supported: the blocks are separate physical tiles. Fewer block indices than
+block dims (`t[i]` of a (B0, B1, P, F) tile) give the block tile of the remaining block dims
+(`BlockSlice`), whose blocks are the tile's own.
 """
 
 from __future__ import annotations
@@ -134,6 +136,9 @@ class BlockTensor(NkiTensor):
         return tuple(b), tuple(key[pd:])
 
     def __getitem__(self, key):
+        k = key if isinstance(key, tuple) else (key,)
+        if 0 < len(k) < self._pd and all(_is_index(x) for x in k):
+            return BlockSlice(self, self._split(k + (0,) * (self._pd - len(k)))[0][: len(k)])
         b, rest = self._split(key)
         phys = self._get(b, whole_write=False)
         return phys[rest] if rest else phys[...]
@@ -195,6 +200,33 @@ class BlockTensor(NkiTensor):
         if self._placer is not None:
             return ctx.alloc(self._pshape, self._dt, self.buffer, self.name, self._placer(b), label=blabel)
         return ctx.alloc(self._pshape, self._dt, self.buffer, self.name, label=blabel)
+
+
+def _is_index(k) -> bool:
+    return not isinstance(k, (slice, bool)) and k is not Ellipsis and hasattr(k, "__index__")
+
+
+class BlockSlice(BlockTensor):
+    """`t[i]` of a block tile with more block dims than indices given (nki-samples' flash
+    attention backward hands `dy_o_sum[i_q_head]` of a (heads, tiles, par_dim(P), 1) tile to a
+    helper that indexes `[i, :, 0]`): the block tile of the remaining block dims, whose blocks
+    are `t`'s own physical tiles (nothing is allocated or copied)."""
+
+    __slots__ = ("_base", "_prefix")
+
+    def __init__(self, base: BlockTensor, prefix: tuple) -> None:  # (not registered: t's blocks)
+        self._base, self._prefix = base, prefix
+        self.buffer, self.name, self._block = base.buffer, base.name, None
+        self._pd = base._pd - len(prefix)
+        self._bshape = base._bshape[len(prefix) :]
+        self._pshape, self._dt, self._placer = base._pshape, base._dt, base._placer
+        self._label = f"{base._label}, blocks {prefix}"
+
+    def __getitem__(self, key):
+        return self._base[self._prefix + (key if isinstance(key, tuple) else (key,))]
+
+    def __setitem__(self, key, value) -> None:
+        self._base[self._prefix + (key if isinstance(key, tuple) else (key,))] = value
 
 
 def evict_one(ctx, alloc) -> bool:

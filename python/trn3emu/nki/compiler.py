@@ -5,6 +5,7 @@ schedules by data dependencies); the direct allocation APIs (`sbuf.alloc`, `sbuf
 from __future__ import annotations
 
 import contextlib
+import inspect
 
 from .. import _native
 from ._kernel import missing_attribute
@@ -38,12 +39,21 @@ class AllocatedBuffer:
 
     def __init__(self, kind: str, func) -> None:
         self.buffer, self.func = kind, func
+        self._by_name = _takes_named(func)
+
+    def _place(self, idx: tuple, pdim_size: int, fdim_size: int):
+        # The API pages name the arguments idx, pdim_size, fdim_size; kernels bind other
+        # parameters of their placing function first (functools.partial(f, bank_map=...), as
+        # nki-samples' allocated attention does), which only a call by name reaches.
+        if self._by_name:
+            return self.func(idx=idx, pdim_size=pdim_size, fdim_size=fdim_size)
+        return self.func(idx, pdim_size, fdim_size)
 
     def address(self, shape, itemsize: int, idx: tuple = ()) -> tuple:
         free = itemsize
         for n in shape[1:]:
             free *= int(n)
-        placed = tuple(self.func(tuple(idx), int(shape[0]), free))
+        placed = tuple(self._place(tuple(idx), int(shape[0]), free))
         if len(placed) == 3:  # PSUM form: (bank, partition, address in the bank)
             bank, p, b = (int(x) for x in placed)
             return p, bank * PSUM_BANK_BYTES + b
@@ -104,6 +114,15 @@ class _Space:
             return (bank(idx), p, b) if self.kind == "psum" else (p, b)
 
         return AllocatedBuffer(self.kind, func)
+
+
+def _takes_named(func) -> bool:
+    """Whether `func` can be called with idx=, pdim_size=, fdim_size= by name."""
+    try:
+        inspect.signature(func).bind(idx=(), pdim_size=1, fdim_size=1)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 sbuf = _Space("sbuf")

@@ -403,6 +403,8 @@ def _slices_as_exprs(key: tuple, shape) -> tuple:
             out.append(IndexExpr({IndexVar(d, len(key), k.size): 1}, k.start))
         elif isinstance(k, slice):
             r = range(*k.indices(shape[d]))
+            if (k.step or 1) > 0 and k.stop is not None and k.stop > shape[d] and 0 <= r.start:
+                r = range(r.start, k.stop, k.step or 1)  # past the end (legacy, masked): not clipped
             out.append(IndexExpr({IndexVar(d, len(key), len(r)): r.step}, r.start) if len(r) else k)
         else:
             out.append(k)
@@ -442,16 +444,18 @@ class IndexedTensor(NkiTensor):
         return self._t
 
 
-def index_view(nt: NkiTensor, key, ranges: dict | None = None) -> NkiTensor:
+def index_view(nt: NkiTensor, key, ranges: dict | None = None, axis0: bool = True) -> NkiTensor:
     """The view of `nt` at index expressions `key` (one per dim; ints allowed): its dims are the
-    grid axes. `ranges` restricts variables to sub-ranges (a mask)."""
+    grid axes. `ranges` restricts variables to sub-ranges (a mask). `axis0=False`: grid axis 0
+    comes from elsewhere (a gather's index tile), so an HBM view gets no size-1 dim for it."""
     key = key if isinstance(key, tuple) else (key,)
     dyn = [(d, k) for d, k in enumerate(key) if isinstance(k, (DynIndex, NkiTensor))]
     if dyn:
         return _dynamic_view(nt, key, dyn)
     t = nt.tensor
-    if not has_expr(key) and Ellipsis not in key:  # nl.ds windows past the end (ds_past_end)
+    if not has_expr(key) and Ellipsis not in key:  # nl.ds windows / slices past the end
         key = _slices_as_exprs(key, t.shape)
+        axis0 = False  # (their grid axes are key positions; an integer index drops its dim)
     if any(k is Ellipsis or isinstance(k, slice) for k in key) or len(key) != t.ndim:
         raise not_supported(
             f"index {key!r} on a {t.ndim}-D tensor",
@@ -474,23 +478,28 @@ def index_view(nt: NkiTensor, key, ranges: dict | None = None) -> NkiTensor:
             for e in exprs
         ]
     onchip = t.mem != "hbm"
-    # The first key position gives the first dims (the partition dim of a tile, as in NKI); the
-    # other variables follow in grid-axis order, as numpy broadcasts index arrays (grids of fewer
-    # dims align to the right): t[i0, 2*i1 + i3, 2*i2 + i4] is [I0, I1, I2, I3, I4]. When two of
-    # them share an axis they follow first appearance along the key instead (t[i, 3*j + k] is
-    # [I, J, K]; one position in grid-axis order).
+    # The view's dims are the index variables in grid-axis order, as numpy broadcasts index
+    # arrays (grids of fewer dims align to the right): t[i0, 2*i1 + i3, 2*i2 + i4] is
+    # [I0, I1, I2, I3, I4], and an HBM out[q0 + i_f, i_p] is the [P, F] transposed view (the SD
+    # attention tutorial stores its result so). On chip the first key position stays first (the
+    # partition dim). When two variables share an axis they follow first appearance along the
+    # key instead (t[i, 3*j + k] is [I, J, K]; one position in grid-axis order). An HBM view with
+    # no variable on grid axis 0 has a size-1 first dim there (numpy: w[arange(F)[None, :]] is
+    # [1, F]).
     order: list = []
     for e in exprs:
         for v in sorted(e.terms, key=lambda v: v.axis):
             if v not in order:
                 order.append(v)
-    head = len(exprs[0].terms) if exprs else 0
+    head = len(exprs[0].terms) if exprs and onchip else 0
     rest = order[head:]
     if rest:
         nd = max(v.ndim for v in rest)
         eff = {v: v.axis + nd - v.ndim for v in rest}
         if len(set(eff.values())) == len(rest):
             order = order[:head] + sorted(rest, key=lambda v: eff[v])
+            if not onchip and axis0 and min(eff.values()) > 0:  # nothing on grid axis 0: size-1 dim
+                order.insert(0, None)
     oob = False
     for d, e in enumerate(exprs):
         lo, hi = e.bounds()
@@ -560,7 +569,7 @@ def _dynamic_view(nt: NkiTensor, key, dyn) -> NkiTensor:
                     rule="nki_index_tile_dim",
                 )
             return _dynamic_view(nt[tuple(int(c) for c in lead)], tuple(key[d:]), [(0, k)])
-        rest = index_view(nt, (0,) + tuple(key[1:]))
+        rest = index_view(nt, (0,) + tuple(key[1:]), axis0=False)
         view, base = rest._t, nt.tensor
         pattern = [[base.strides[0], k.shape[0]]] + [[st, n] for st, n in zip(view.strides, view.shape)]
         return nt.ap(pattern, (view.offset - base.offset) // base.itemsize, vector_offset=k, indirect_dim=0)

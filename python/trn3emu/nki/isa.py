@@ -399,8 +399,8 @@ def _make(opname: str):
             d = kwargs.get("dst") if kwargs else None
             if d is None and dst_first and args:
                 d = args[0]
-            if type(d) is NkiTensor and d._block is not None:
-                d._block.written = True  # (nl.loop_reduce into a fresh buffer)
+            if isinstance(d, NkiTensor) and getattr(d, "_block", None) is not None:
+                d._block.written = True  # (pass reduce_init: a fresh buffer; views of it too)
         if ctx is not None and ctx._load_cache is not None:  # (pass load_reuse: writes make cached loads stale)
             _load_reuse.watch(ctx, writes, write_pos, args, kwargs)
         if "mask" in kwargs or (ctx is not None and ctx.masks):  # legacy masks: the sub-grid

@@ -111,6 +111,12 @@ fp16 = _FloatInfo(np.float16)
 bf16 = _FloatInfo(numpy_dtype("bfloat16"))
 
 
+def finfo(dtype) -> _FloatInfo:
+    """Legacy `nl.finfo(dtype)`: the finite range of a float dtype, as numpy.finfo (nki-samples'
+    vision kernels fill with `nl.finfo(kernel_dtype).min`); host-side constants."""
+    return _FloatInfo(numpy_dtype(as_dtype(dtype)))
+
+
 class tile_size:
     """Tile-size constants of NeuronCore-v4 (reference §1.3), from the core's hardware constants."""
 
@@ -609,16 +615,23 @@ def loop_reduce(x, op, loop_indices, dtype=None, **kwargs) -> _LoopReduce:
 
 
 def load_transpose2d(src, dtype=None, **kwargs) -> NkiTensor:
-    """HBM [A, B] -> SBUF [B, A] via `dma_transpose`."""
+    """HBM [A, B] -> SBUF [B, A] via `dma_transpose`; with a `dtype` other than the source's
+    ("data type to cast the output type to", the API page) the transposed tile is then converted
+    by a `tensor_copy`: the DMA transpose moves raw elements."""
     _no_mask("load_transpose2d", kwargs)
-    t = ndarray((src.shape[1], src.shape[0]), dtype or src.dtype, sbuf)
+    shape = (src.shape[1], src.shape[0])
+    t = ndarray(shape, src.dtype, sbuf)
     if src.buffer in HBM_BUFFERS and src.dtype.itemsize == 1 and src.ndim == 2:
         # dma_transpose moves 2- and 4-byte elements; 1-byte data is read through a transposed
         # HBM view (element-wise descriptors), bit-exactly.
         nisa.dma_copy(dst=t, src=src.permute(1, 0))
+    else:
+        nisa.dma_transpose(dst=t, src=src)
+    if dtype is None or numpy_dtype(dtype) == numpy_dtype(src.dtype):
         return t
-    nisa.dma_transpose(dst=t, src=src)
-    return t
+    out = ndarray(shape, dtype, sbuf)
+    nisa.tensor_copy(dst=out, src=t)
+    return out
 
 
 def copy(x, dtype=None, **kwargs) -> NkiTensor:

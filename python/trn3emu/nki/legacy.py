@@ -40,6 +40,8 @@ def _out_spec(opname: str, a: dict, dtype: Any) -> tuple:
         if str(getattr(a.get("perf_mode"), "name", a.get("perf_mode"))).startswith("double_row"):
             return (st.shape[-1], mv.shape[-1]), dtype or nl.float32, nl.psum  # [K, 2, M] x [K, 2, N]
         m, n = math.prod(st.shape[1:]), math.prod(mv.shape[1:])
+        if a.get("is_transpose"):  # a PE transpose writes its input's dtype (NeuronCore-v3 on)
+            return (m, n), dtype or st.dtype, nl.psum
         return (m, n), dtype or nl.float32, nl.psum
     if opname == "nc_transpose":
         d = a["data"]

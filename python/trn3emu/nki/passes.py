@@ -12,8 +12,9 @@ program is the kernel's source taken literally.
   spills SBUF to HBM; the tile whose next use is furthest goes first), "lru" (the tile least
   recently used goes first), "off"; the NKI 0.6 dialect defaults to "off" (the new compiler
   preserves the developer's allocation choices: a kernel that does not fit is an error).
-- `reduce_init`: "on" (default): `nl.loop_reduce` into a tile no instruction wrote starts from
-  its first value; "off": it reads the tile as it is.
+- `reduce_init`: "on" (default): `nl.loop_reduce`, and a legacy kernel's `psum += nc_matmul`,
+  into a tile no instruction wrote starts from its first value; "off": it reads the tile as it
+  is (the matmul: an error).
 - `engine_choice`: "on" (default, both dialects): tensor_copy / single-op tensor_scalar left
   without an engine are spread over VectorE / ScalarE / GpSimd (`engine_choice.py`; float
   tensor_tensor stays on VectorE); "off": the ISA's default engine. It runs over the kernel IR

@@ -21,7 +21,7 @@ A value-returning call whose result the kernel usually assigns straight away (`n
 from __future__ import annotations
 
 from ..errors import EmuError
-from . import _emit, indexing, load_reuse, record
+from . import _emit, indexing, load_reuse, passes, record
 from . import isa as nisa
 from ._kernel import END_OF_TRACE, NkiTensor, block_of, current
 
@@ -227,9 +227,24 @@ class Pending(NkiTensor):
         return True
 
     def _accumulate_into(self, dst) -> bool:
-        """`dst[...] += self`: one accumulating instruction into dst when possible; else False."""
+        """`dst[...] += self`: one accumulating instruction into dst when possible; else False.
+        Pass `reduce_init` (legacy kernels): into a buffer no instruction wrote yet the
+        accumulation starts from its first value, a matmul that overwrites, as nki-samples'
+        hardware-checked allocated kernels need (`res_psum[0] += nc_matmul(...)` into an
+        `nl.ndarray` PSUM tile; docs/nki.md)."""
         if self._acc is None or not self._matches(dst):
             return False
+        blk, ctx = dst._block, self._ctx
+        if (
+            blk is not None
+            and not getattr(blk, "written", False)
+            and ctx.launch.kernel.options.get("dialect") == "legacy"
+            and passes.enabled(ctx.launch.kernel, "reduce_init")
+        ):
+            n = record.calls_so_far(ctx)
+            self._issue(dst)
+            record.decided(ctx, "reduce_init", "accumulations into unwritten PSUM started from their first value", n)
+            return True
         self._issue(dst, accumulate=True)
         return True
 

@@ -56,6 +56,39 @@ fn int_type(obj: &Bound<'_, PyAny>, operand: &str) -> PyErr {
     )
 }
 
+/// A one-dimensional uint8 array argument (the raw-byte HBM methods). PyO3's own extraction
+/// raises a bare TypeError for another dtype, rank or type; here `ArgumentTypeError`
+/// (`u8_array_expected`) names the method and the argument.
+pub fn u8_array<'py>(
+    obj: &Bound<'py, PyAny>,
+    method: &str,
+    operand: &str,
+) -> PyResult<Bound<'py, numpy::PyArray1<u8>>> {
+    obj.cast::<numpy::PyArray1<u8>>().cloned().map_err(|_| {
+        let shown = match obj.getattr("dtype").and_then(|d| d.str()) {
+            Ok(dt) => format!(
+                "a {}-dimensional {} array",
+                obj.getattr("ndim")
+                    .and_then(|n| n.extract::<usize>())
+                    .unwrap_or(0),
+                dt
+            ),
+            Err(_) => obj
+                .get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default(),
+        };
+        crate::errors::named(
+            obj.py(),
+            "ArgumentTypeError",
+            "u8_array_expected",
+            operand,
+            format!("{method}: {operand} must be a one-dimensional uint8 numpy array, got {shown}"),
+        )
+    })
+}
+
 /// An optional string argument (`None` or a `str`); anything else raises `ArgumentTypeError`
 /// (`str_expected`), a string that is not valid UTF-8 (a lone surrogate) `OperandError`
 /// (`str_not_utf8`).

@@ -6,7 +6,7 @@ use crate::errors::{bad_array, guarded, named, py_err};
 use crate::program::Program;
 use crate::signals::SignalCheck;
 use crate::trace::RawTrace;
-use numpy::{PyArray1, PyReadonlyArray1, PyReadwriteArray1};
+use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -285,9 +285,18 @@ impl Device {
         &self,
         py: Python<'_>,
         addr: &Bound<'_, PyAny>,
-        data: PyReadonlyArray1<'_, u8>,
+        data: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let addr: u64 = args::int_arg(addr, "addr")?;
+        let data = args::u8_array(data, "hbm_write", "data")?;
+        let data = data.try_readonly().map_err(|_| {
+            bad_array(
+                py,
+                "data",
+                "array_borrowed",
+                "hbm_write cannot read an array borrowed for writing elsewhere",
+            )
+        })?;
         let s = data.as_slice().map_err(|_| {
             bad_array(
                 py,
@@ -321,9 +330,18 @@ impl Device {
         &self,
         py: Python<'_>,
         addr: &Bound<'_, PyAny>,
-        data: PyReadonlyArray1<'_, u8>,
+        data: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
         let addr: u64 = args::int_arg(addr, "addr")?;
+        let data = args::u8_array(data, "hbm_equals", "data")?;
+        let data = data.try_readonly().map_err(|_| {
+            bad_array(
+                py,
+                "data",
+                "array_borrowed",
+                "hbm_equals cannot read an array borrowed for writing elsewhere",
+            )
+        })?;
         let s = data.as_slice().map_err(|_| {
             bad_array(
                 py,
@@ -361,9 +379,18 @@ impl Device {
         &self,
         py: Python<'_>,
         addr: &Bound<'_, PyAny>,
-        mut out: PyReadwriteArray1<'_, u8>,
+        out: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let addr: u64 = args::int_arg(addr, "addr")?;
+        let out = args::u8_array(out, "hbm_read_into", "out")?;
+        let mut out = out.try_readwrite().map_err(|_| {
+            bad_array(
+                py,
+                "out",
+                "array_not_writeable",
+                "hbm_read_into needs a writeable uint8 array (not borrowed elsewhere)",
+            )
+        })?;
         let s = out.as_slice_mut().map_err(|_| {
             bad_array(
                 py,

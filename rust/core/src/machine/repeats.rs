@@ -367,11 +367,47 @@ fn buckets(r: &Region) -> Option<(u8, i128, i128)> {
         ONCHIP_SHIFT
     };
     let (a, b) = (r.lo >> shift, (r.hi - 1).max(r.lo) >> shift);
-    (b - a < MAX_BUCKETS).then_some((r.mem as u8, a, b))
+    let onchip_ok = r.mem == Mem::Hbm || (a >= 0 && b < ONCHIP_BUCKETS);
+    (b - a < MAX_BUCKETS && onchip_ok).then_some((r.mem as u8, a, b))
 }
 
-fn bucket_key(mem: u8, k: i128) -> u64 {
-    ((mem as u64) << 56) ^ (k as u64)
+/// On-chip buckets per memory (2 KiB each: 512 KiB of a partition).
+const ONCHIP_BUCKETS: i128 = 256;
+
+/// The write index: entry ids per bucket, on chip in a table (no hashing), HBM in a map.
+#[derive(Default)]
+struct Buckets {
+    onchip: Vec<Vec<u32>>,
+    hbm: FxMap<u64, Vec<u32>>,
+}
+
+impl Buckets {
+    fn slot(mem: u8, k: i128) -> Option<usize> {
+        (mem != Mem::Hbm as u8 && (0..ONCHIP_BUCKETS).contains(&k))
+            .then(|| mem as usize * ONCHIP_BUCKETS as usize + k as usize)
+    }
+    fn get_mut(&mut self, mem: u8, k: i128) -> Option<&mut Vec<u32>> {
+        match Self::slot(mem, k) {
+            Some(i) => self.onchip.get_mut(i),
+            None => self.hbm.get_mut(&(k as u64)),
+        }
+    }
+    fn entry(&mut self, mem: u8, k: i128) -> &mut Vec<u32> {
+        match Self::slot(mem, k) {
+            Some(i) => {
+                if self.onchip.is_empty() {
+                    self.onchip
+                        .resize_with(2 * ONCHIP_BUCKETS as usize, Vec::new);
+                }
+                &mut self.onchip[i]
+            }
+            None => self.hbm.entry(k as u64).or_default(),
+        }
+    }
+    fn clear(&mut self) {
+        self.onchip.iter_mut().for_each(Vec::clear);
+        self.hbm.clear();
+    }
 }
 
 struct Entry {
@@ -407,7 +443,7 @@ pub fn find(prog: &Program, rename: bool, last: bool) -> Reuse {
     let mut regs: Vec<Region> = Vec::new();
     let mut entries: Vec<Option<Entry>> = Vec::new();
     let mut by_key: FxMap<u64, Vec<u32>> = FxMap::default();
-    let mut by_bucket: FxMap<u64, Vec<u32>> = FxMap::default();
+    let mut by_bucket = Buckets::default();
     let mut wide: Vec<u32> = Vec::new();
     let mut live = 0usize;
     let mut tmp: Vec<Region> = Vec::new();
@@ -490,7 +526,7 @@ pub fn find(prog: &Program, rename: bool, last: bool) -> Reuse {
             match buckets(w) {
                 Some((m, a, b)) => {
                     for k in a..=b {
-                        if let Some(ids) = by_bucket.get_mut(&bucket_key(m, k)) {
+                        if let Some(ids) = by_bucket.get_mut(m, k) {
                             ids.retain(|&id| entries[id as usize].is_some());
                             for &id in ids.iter() {
                                 kill(id, &mut entries);
@@ -528,7 +564,7 @@ pub fn find(prog: &Program, rename: bool, last: bool) -> Reuse {
             match buckets(r) {
                 Some((m, a, b)) => {
                     for k in a..=b {
-                        let v = by_bucket.entry(bucket_key(m, k)).or_default();
+                        let v = by_bucket.entry(m, k);
                         if v.last() != Some(&id) {
                             v.push(id);
                         }
@@ -583,7 +619,7 @@ fn compact(
     entries: &mut Vec<Option<Entry>>,
     regs: &mut Vec<Region>,
     by_key: &mut FxMap<u64, Vec<u32>>,
-    by_bucket: &mut FxMap<u64, Vec<u32>>,
+    by_bucket: &mut Buckets,
     wide: &mut Vec<u32>,
     prog: &[Instr],
 ) {
@@ -601,7 +637,7 @@ fn compact(
             match buckets(r) {
                 Some((m, a, b)) => {
                     for k in a..=b {
-                        let v = by_bucket.entry(bucket_key(m, k)).or_default();
+                        let v = by_bucket.entry(m, k);
                         if v.last() != Some(&id) {
                             v.push(id);
                         }

@@ -66,6 +66,8 @@ def report(exc):
 mode, path = sys.argv[1], sys.argv[2]
 if not os.environ.get("TRN3EMU_CORPUS_MODULE"):  # a loose file sees its folder (a package's would shadow stdlib names)
     sys.path.insert(0, os.path.dirname(path))
+else:  # a module sees its siblings too (last: they shadow nothing)
+    sys.path.append(os.path.dirname(path))
 if mode == "pytest":
     import pytest
 

@@ -897,3 +897,25 @@ def test_a_row_gather_sliced_past_its_first_rows_uses_their_indices():
     table = rng.integers(-1000, 1000, (40, 12)).astype(np.int32)
     idx = rng.integers(0, 40, (64, 1)).astype(np.int32)
     np.testing.assert_array_equal(k(table, idx), table[idx[16:48, 0]])
+
+
+def test_iota_of_mgrid_variables_spans_the_whole_grid():
+    """numpy's mgrid arrays are dense, so `3 * g.y + g.z` of `g = nl.mgrid[0:P, 0:X, 0:Y, 0:Z]` has
+    the whole grid's shape; `nisa.iota` of it is a [P, X, Y, Z] tile (nki-samples' select-and-scatter
+    compares it element-wise with a [P, X, Y, Z] mask). An `nl.arange` expression stays open."""
+
+    @lnki.jit
+    def k():
+        dense = nl.ndarray((4, 5, 3, 3), dtype=nl.int32, buffer=nl.shared_hbm)
+        open_ = nl.ndarray((1, 7), dtype=nl.int32, buffer=nl.shared_hbm)
+        g = nl.mgrid[0:4, 0:5, 0:3, 0:3]
+        t = lisa.iota(3 * g.y + g.z, dtype=nl.int32)
+        assert tuple(t.shape) == (4, 5, 3, 3)
+        nl.store(dense, value=t)
+        nl.store(open_, value=lisa.iota(2 * nl.arange(7)[None, :] + 1, dtype=nl.int32))
+        return dense, open_
+
+    dense, open_ = k()
+    p, x, y, z = np.mgrid[0:4, 0:5, 0:3, 0:3]
+    np.testing.assert_array_equal(dense, 3 * y + z)
+    np.testing.assert_array_equal(open_, (2 * np.arange(7) + 1)[None, :])

@@ -112,6 +112,8 @@ def test_layouts_of_real_corpora_a_hyphenated_folder_a_namespace_package_and_a_p
     sub.mkdir()
     (tmp_path / "src" / "pkg" / "util" / "consts.py").write_text("SCALE = 2\n")
     (sub / "kern.py").write_text("from ..util.consts import SCALE\n" + KERNEL)
+    (sub / "plain.py").write_text("TWO = 2\n")
+    (sub / "sibling.py").write_text("import plain\n" + KERNEL)  # a plain import of a sibling module
     tests = tmp_path / "test"
     (tests / "unit").mkdir(parents=True)
     (tests / "unit" / "conftest.py").write_text(
@@ -136,6 +138,7 @@ def test_layouts_of_real_corpora_a_hyphenated_folder_a_namespace_package_and_a_p
     assert rows == {
         "contributed/team-kernels/uses_sibling.py": ("ran", ""),
         "src/pkg/sub/kern.py": ("imported", ""),
+        "src/pkg/sub/sibling.py": ("imported", ""),
         "test/test_other.py": ("ran", ""),  # its folder's conftest has no --sim-only: not given
         "test/unit/test_k.py": ("ran", ""),
     }

@@ -39,12 +39,15 @@ def masks() -> list[dict]:
 
 
 class IndexVar:
-    """One iteration variable: grid axis `axis` of an `ndim`-D grid, running over 0..size-1."""
+    """One iteration variable: grid axis `axis` of an `ndim`-D grid, running over 0..size-1.
+    `grid`: the sizes of every axis when the variable comes from `nl.mgrid` (numpy's mgrid
+    arrays are dense: an expression of some of them still spans the whole grid, which
+    `iota` materialises); None for `nl.arange` (open, like numpy's ogrid)."""
 
-    __slots__ = ("axis", "ndim", "size")
+    __slots__ = ("axis", "ndim", "size", "grid")
 
-    def __init__(self, axis: int, ndim: int, size: int) -> None:
-        self.axis, self.ndim, self.size = int(axis), int(ndim), int(size)
+    def __init__(self, axis: int, ndim: int, size: int, grid: tuple | None = None) -> None:
+        self.axis, self.ndim, self.size, self.grid = int(axis), int(ndim), int(size), grid
 
     def __repr__(self) -> str:
         return f"i{self.axis}<{self.size}>"
@@ -352,15 +355,18 @@ class _Grid(tuple):
 class _MGrid:
     def __getitem__(self, key) -> _Grid:
         key = key if isinstance(key, tuple) else (key,)
-        out = []
-        for axis, k in enumerate(key):
+        ranges = []
+        for k in key:
             if not isinstance(k, slice):
                 raise not_supported(f"nl.mgrid[{key!r}]", "mgrid takes slices", rule="nki_mgrid_key")
             r = range(k.start or 0, k.stop, k.step or 1) if k.stop is not None else None
             if not r:
                 raise ShapeError(f"nl.mgrid slice {k} is empty", rule="nki_mgrid_empty")
-            out.append(IndexExpr({IndexVar(axis, len(key), len(r)): r.step}, r.start))
-        return _Grid(out)
+            ranges.append(r)
+        grid = tuple(len(r) for r in ranges)
+        return _Grid(
+            IndexExpr({IndexVar(axis, len(key), len(r), grid): r.step}, r.start) for axis, r in enumerate(ranges)
+        )
 
 
 mgrid = _MGrid()
@@ -841,11 +847,11 @@ def needs_mask_handling(kwargs: dict) -> bool:
     return "mask" in kwargs or bool(masks())
 
 
-def iota_pattern(expr) -> tuple[list, int, int]:
+def iota_pattern(expr, dense: bool = False) -> tuple[list, int, int]:
     """(pattern, offset, channel_multiplier) of `nisa.iota` / `affine_select` for an expression
     over a grid whose axis 0 is the partition: value = offset + p*cm + sum(step * idx)."""
     e = IndexExpr.of(expr)
-    shape = _grid([e])
+    shape = grid_size(e, dense)
     cm = 0
     steps = [0] * len(shape)
     for v, c in e.terms.items():
@@ -857,8 +863,15 @@ def iota_pattern(expr) -> tuple[list, int, int]:
     return pattern, e.const, cm
 
 
-def grid_size(expr) -> list:
-    return _grid([IndexExpr.of(expr)])
+def grid_size(expr, dense: bool = False) -> list:
+    """The grid an expression spans; `dense`: an `nl.mgrid` variable's whole grid (iota)."""
+    e = IndexExpr.of(expr)
+    shape = _grid([e])
+    if dense:
+        for v in e.terms:
+            if v.grid is not None and len(v.grid) == len(shape):
+                shape = [max(a, b) for a, b in zip(shape, v.grid)]
+    return shape
 
 
 def prod(xs) -> int:

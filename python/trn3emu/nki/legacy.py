@@ -203,11 +203,12 @@ def _restrict(mask, shape, pattern, offset, cm):
 
 def iota(expr, dtype, mask=None, **kwargs):
     """Legacy `iota(expr, dtype)`: a tile holding the value of an index expression at every
-    grid point (grid axis 0 = partitions) -> `nisa.iota(pattern, offset, channel_multiplier)`."""
-    shape = indexing.grid_size(expr)
+    grid point (grid axis 0 = partitions; an `nl.mgrid` variable's whole grid, as numpy's dense
+    mgrid arrays broadcast) -> `nisa.iota(pattern, offset, channel_multiplier)`."""
+    shape = indexing.grid_size(expr, dense=True)
     if len(shape) < 2:
         shape = [1] + shape
-    pattern, offset, cm = indexing.iota_pattern(expr)
+    pattern, offset, cm = indexing.iota_pattern(expr, dense=True)
     out = nl.ndarray(tuple(shape), dtype, buffer=nl.sbuf)
     r = _restrict(mask, out.shape, pattern, offset, cm)
     if r is not None:

@@ -24,7 +24,7 @@
 use super::checked;
 
 /// z's offset: fp32 bits of ~0.7002, placed so that 1.0 is inside its sub-interval, in the
-/// middle of it in bits for `TB` = 8 (0.6 into it for `TB` = 4).
+/// middle of it in bits for `TB` = 8.
 pub const OFF: u32 = 0x3f33_4000;
 
 /// The f64 nearest ln2.
@@ -32,7 +32,7 @@ pub const LN2: f64 = std::f64::consts::LN_2;
 
 /// ln(v) for v in [0.7, 1.42], computed by the compiler: 2 atanh(s), s = (v - 1) / (v + 1)
 /// (|s| < 0.18), the odd series to s^39 (truncation < 2^-90), within a few f64 ulps.
-const fn ln_const(v: f64) -> f64 {
+pub(crate) const fn ln_const(v: f64) -> f64 {
     let s = (v - 1.0) / (v + 1.0);
     let z = s * s;
     let mut p = 0.0;
@@ -70,15 +70,10 @@ pub const fn table<const N: usize>() -> ([f64; N], [f64; N]) {
     (invc, logc)
 }
 
-/// The table for the generic (portable / AVX2) evaluation: 256 entries, |r| <= 2^-9 (1 + 2^-7).
+/// The table for the generic (portable) evaluation: 256 entries, |r| <= 2^-9 (1 + 2^-7).
 pub const TB: u32 = 8;
 const N: usize = 1 << TB;
 static TABLE: ([f64; N], [f64; N]) = table::<N>();
-
-/// The 256-entry table's invc and logc arrays (for gathers).
-pub fn table_ptrs() -> (*const f64, *const f64) {
-    (TABLE.0.as_ptr(), TABLE.1.as_ptr())
-}
 
 /// ln(1 + r) = r + r^2 (C[0] + C[1] r + ...): Taylor coefficients -1/2, 1/3, ..., to r^D.
 pub const D: usize = 4;
@@ -145,7 +140,6 @@ mod tests {
             assert_eq!(t.0.iter().filter(|&&v| v == 1.0).count(), 1);
         }
         check(&TABLE);
-        check(&table::<16>());
     }
 
     /// The error bound on a spread of inputs: every mantissa step of 2^7 over the binades

@@ -1,19 +1,12 @@
-//! The AVX-512 path of kernels/log.rs, written with intrinsics: 16 fp32 elements per step, two
-//! f64 vectors of 8, the same evaluation with a 16-entry table (`TB` = 4, one `vpermt2pd` per
-//! table: |r| <= 2^-5 (1 + 2^-7)) and the Taylor series to r^7 (truncation < |r|^7 / 8 <
-//! 2^-37.8; fused multiply-adds, the rounding as log.rs's): within 2^-37.5 relative of ln,
-//! 2^15.5 f64 ulps plus libm's 1, so lanes within 2^17 of the midpoint pattern take libm's
-//! `ln` (about one element in 2^11), as do NaN inputs.
+//! The AVX-512 path of kernels/log.rs, written with intrinsics: 16 fp32 lanes per step in one
+//! vector, log_f32.rs's double-fp32 evaluation (three 32-entry tables in `vpermt2ps`, ~40
+//! vector operations per 16 lanes where the f64 evaluation took ~58 per two halves of 8)
+//! and its check (`fma(lo, 1 + EPS, hi) == hi`); libm's `ln` for the lanes it rejects (about
+//! one in 2^10) and NaN inputs, whose NaN reaches `hi` through `z = y 2^-k` (`vscalefps`).
 
-use super::log::{exact, table, LN2, OFF};
+use super::log::exact;
+use super::log_f32::{dw_ln, is_identity, Consts, ONE_EPS, SUB, TABLES};
 use std::arch::x86_64::*;
-
-const N: usize = 16;
-static TABLE: ([f64; N], [f64; N]) = table::<N>();
-/// ln(1 + r) = r + r^2 (C[0] + C[1] r + ... + C[5] r^5).
-const C: [f64; 6] = [-0.5, 1.0 / 3.0, -0.25, 0.2, -1.0 / 6.0, 1.0 / 7.0];
-/// The near-midpoint half-width, log2 of f64 ulps (module doc).
-pub const TH_LOG2: u32 = 17;
 
 /// `dst[i] = ln(src[i] * scale + bias)` as log.rs's `map` (same bits).
 ///
@@ -21,76 +14,77 @@ pub const TH_LOG2: u32 = 17;
 /// The host has AVX-512F and FMA; `src` and `dst` are valid for `n` fp32 values (unaligned),
 /// equal or disjoint.
 #[target_feature(enable = "avx512f,fma")]
-pub unsafe fn map(
+pub unsafe fn map(src: *const f32, dst: *mut f32, n: usize, aff: (f32, f32), range: (f32, f32)) {
+    if is_identity(aff) {
+        map_with::<false>(src, dst, n, aff, range)
+    } else {
+        map_with::<true>(src, dst, n, aff, range)
+    }
+}
+
+#[inline(always)]
+unsafe fn map_with<const AFFINE: bool>(
     src: *const f32,
     dst: *mut f32,
     n: usize,
     (scale, bias): (f32, f32),
     (lo, hi): (f32, f32),
 ) {
-    let t0 = _mm512_loadu_pd(TABLE.0.as_ptr());
-    let t1 = _mm512_loadu_pd(TABLE.0.as_ptr().add(8));
-    let l0 = _mm512_loadu_pd(TABLE.1.as_ptr());
-    let l1 = _mm512_loadu_pd(TABLE.1.as_ptr().add(8));
-    let c = C.map(|v| _mm512_set1_pd(v));
-    let (one, ln2) = (_mm512_set1_pd(1.0), _mm512_set1_pd(LN2));
-    let (vs, vb) = (_mm512_set1_ps(scale), _mm512_set1_ps(bias));
-    let (vlo, vhi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
-    let off = _mm512_set1_epi32(OFF as i32);
-    let expo = _mm512_set1_epi32(0xff80_0000u32 as i32);
-    let bias_mid = _mm512_set1_epi64((1 << 28) + (1 << TH_LOG2));
-    let mid_mask = _mm512_set1_epi64((1 << 29) - (1 << (TH_LOG2 + 1)));
-    let nan = _mm512_set1_ps(f32::NAN);
-    // ln of 8 f64 lanes: z (in [OFF, 2 OFF)), k, table index (low 4 bits); the far-lane mask
-    let half = |z: __m512d, k: __m512d, i: __m512i| {
-        let invc = _mm512_permutex2var_pd(t0, i, t1);
-        let logc = _mm512_permutex2var_pd(l0, i, l1);
-        let r = _mm512_fmsub_pd(z, invc, one);
-        let r2 = _mm512_mul_pd(r, r);
-        let mut p = _mm512_fmadd_pd(c[5], r, c[4]);
-        p = _mm512_fmadd_pd(p, r, c[3]);
-        p = _mm512_fmadd_pd(p, r, c[2]);
-        p = _mm512_fmadd_pd(p, r, c[1]);
-        p = _mm512_fmadd_pd(p, r, c[0]);
-        let v = _mm512_add_pd(_mm512_fmadd_pd(k, ln2, logc), _mm512_fmadd_pd(r2, p, r));
-        let t = _mm512_add_epi64(_mm512_castpd_si512(v), bias_mid);
-        (v, _mm512_test_epi64_mask(t, mid_mask))
+    let t = &TABLES;
+    let ld = |p: &[f32; 32]| {
+        (
+            _mm512_loadu_ps(p.as_ptr()),
+            _mm512_loadu_ps(p.as_ptr().add(16)),
+        )
     };
-    let lo8 = |v: __m512i| _mm512_castsi512_si256(v);
-    let hi8 = |v: __m512i| _mm512_extracti64x4_epi64::<1>(v);
+    let (inv0, inv1) = ld(&t.invc);
+    let (lch0, lch1) = ld(&t.logc_hi);
+    let (lcl0, lcl1) = ld(&t.logc_lo);
+    let f = _mm512_set1_ps;
+    let c = Consts::new(|v| f(v));
+    let one_eps = f(ONE_EPS);
+    let (vs, vb) = (f(scale), f(bias));
+    let (vlo, vhi) = (f(lo), f(hi));
+    let sub = _mm512_set1_epi32(SUB as i32);
+    let nan = f(f32::NAN);
     let mut i = 0;
     while i + 16 <= n {
-        let y = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(src.add(i)), vs), vb);
-        // !(y < lo || y > hi): NaN counts inside
-        let inside =
-            _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(y, vlo) & _mm512_cmp_ps_mask::<_CMP_NGT_UQ>(y, vhi);
-        let ix = _mm512_castps_si512(y);
-        let tmp = _mm512_sub_epi32(ix, off);
-        let k = _mm512_cvtepi32_ps(_mm512_srai_epi32::<23>(tmp));
-        let iz = _mm512_sub_epi32(ix, _mm512_and_si512(tmp, expo));
-        let idx = _mm512_srli_epi32::<{ 23 - 4 }>(tmp);
-        let (z, k) = (_mm512_castsi512_ps(iz), _mm512_castps_si512(k));
-        let z = _mm512_castps_si512(z);
-        let (v0, f0) = half(
-            _mm512_cvtps_pd(_mm256_castsi256_ps(lo8(z))),
-            _mm512_cvtps_pd(_mm256_castsi256_ps(lo8(k))),
-            _mm512_cvtepu32_epi64(lo8(idx)),
+        let mut y = _mm512_loadu_ps(src.add(i));
+        if AFFINE {
+            y = _mm512_add_ps(_mm512_mul_ps(y, vs), vb);
+        }
+        // !(y < lo || y > hi): NaN counts inside (and is flagged by the check below)
+        let inside = _mm512_mask_cmp_ps_mask::<_CMP_NGT_UQ>(
+            _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(y, vlo),
+            y,
+            vhi,
         );
-        let (v1, f1) = half(
-            _mm512_cvtps_pd(_mm256_castsi256_ps(hi8(z))),
-            _mm512_cvtps_pd(_mm256_castsi256_ps(hi8(k))),
-            _mm512_cvtepu32_epi64(hi8(idx)),
+        let tn = _mm512_sub_epi32(sub, _mm512_castps_si512(y));
+        // -k, z = y 2^-k (exact; NaN for a NaN y), the table entry in tn's bits 18..22
+        let kn = _mm512_getexp_ps(_mm512_castsi512_ps(tn));
+        let z = _mm512_scalef_ps(y, kn);
+        let j = _mm512_srli_epi32::<18>(tn);
+        let invc = _mm512_permutex2var_ps(inv0, j, inv1);
+        let lch = _mm512_permutex2var_ps(lch0, j, lch1);
+        let lcl = _mm512_permutex2var_ps(lcl0, j, lcl1);
+        let (h, l) = dw_ln!(
+            (
+                _mm512_add_ps,
+                _mm512_sub_ps,
+                _mm512_mul_ps,
+                _mm512_fmadd_ps,
+                _mm512_fmsub_ps
+            ),
+            &c,
+            kn,
+            z,
+            (invc, lch, lcl)
         );
-        let far = f0 as u16 | (f1 as u16) << 8;
-        let r = _mm512_castpd_ps(_mm512_insertf64x4::<1>(
-            _mm512_castpd256_pd512(_mm256_castps_pd(_mm512_cvtpd_ps(v0))),
-            _mm256_castps_pd(_mm512_cvtpd_ps(v1)),
-        ));
+        let far = _mm512_fmadd_ps(l, one_eps, h);
+        // in-range lanes whose rounding is not decided, NaN inputs (h NaN) among them
+        let redo = _mm512_mask_cmp_ps_mask::<_CMP_NEQ_UQ>(inside, far, h);
         let out = dst.add(i);
-        _mm512_storeu_ps(out, _mm512_mask_blend_ps(inside, nan, r));
-        // in-range lanes near a midpoint, and NaN inputs (which fail `far`'s test or not)
-        let isnan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(y, y);
-        let redo = inside & (!far | isnan);
+        _mm512_storeu_ps(out, _mm512_mask_blend_ps(inside, nan, h));
         if redo != 0 {
             let mut ys = [0f32; 16];
             _mm512_storeu_ps(ys.as_mut_ptr(), y);
@@ -98,6 +92,20 @@ pub unsafe fn map(
         }
         i += 16;
     }
-    // the last n mod step values, log.rs's generic loop
+    // the last n mod 16 values, log.rs's generic loop
     super::log::map(src.add(i), dst.add(i), n - i, (scale, bias), (lo, hi));
+}
+
+#[cfg(test)]
+mod tests {
+    /// libm's bits, and the scalar model's `hi` where its check keeps it.
+    #[test]
+    fn matches_the_scalar_model() {
+        if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("fma") {
+            // SAFETY: AVX-512F and FMA checked; the slices hold the values they pass
+            super::super::log_f32::check_kernel(|x, d, aff, r| unsafe {
+                super::map(x.as_ptr(), d.as_mut_ptr(), x.len(), aff, r)
+            });
+        }
+    }
 }

@@ -20,6 +20,8 @@ pub mod log;
 pub mod log_avx2;
 #[cfg(target_arch = "x86_64")]
 pub mod log_avx512;
+#[cfg(target_arch = "x86_64")]
+pub mod log_f32;
 pub mod matmul;
 pub mod minmax;
 pub mod mx;

@@ -164,6 +164,11 @@ def test_fresh_tiles_per_iteration_repeats_into_other_tiles_read_the_first_resul
     # "exact": only the products that land on an earlier product's unchanged bytes (where the
     # allocator put them); "on": every product after the first, the scales reading the first
     assert runs["on"][2].last_programs[0].value_reuse == 15
+    # the scales after a product that went to another tile read the first product instead
+    line = runs["on"][2].last_ir.passes["value_reuse"]
+    head, _, moved = line.partition("; ")
+    assert head == "15 repeated instructions dropped, from 1 kernel lines"
+    assert moved.endswith(" reads moved to the earlier result") and 0 < int(moved.split()[0]) <= 15
     assert runs["exact"][2].last_programs[0].value_reuse < 15
 
 

@@ -50,11 +50,11 @@ def run(ctx, last: bool = True) -> int:
     program.value_reuse = getattr(program, "value_reuse", 0) + len(gone)
     rec = ctx.ir
     if rec is not None:
-        _record(rec.ir, getattr(rec, "segment", 0), pairs, gone)
+        _record(rec.ir, getattr(rec, "segment", 0), pairs, gone, len(moves))
     return len(gone)
 
 
-def _record(ir, segment: int, pairs, gone) -> None:
+def _record(ir, segment: int, pairs, gone, moved: int = 0) -> None:
     """Write the decisions into the IR: a note on each call whose instructions were dropped (the
     call whose instruction it repeats), its `passes` line, and every index of the segment's calls
     (`Call.instr`, the engine choice's notes) moved to the program without them."""
@@ -90,5 +90,7 @@ def _record(ir, segment: int, pairs, gone) -> None:
             c.notes["engine_choice"] = tuple((new(i), e) for i, e in ec if i not in dropped)
     seg = f" (segment {segment})" if segment else ""
     line = f"{len(gone)} repeated instructions dropped{seg}, from {len(lines)} kernel lines"
+    if moved:
+        line += f"; {moved} reads moved to the earlier result"
     prev = ir.passes.get("value_reuse")
     ir.passes["value_reuse"] = line if prev is None else f"{prev}; {line}"

@@ -223,6 +223,40 @@ def test_nki_tracing_per_instruction(benchmark, monkeypatch):
     )
 
 
+def test_nki_tracing_value_reuse(benchmark, monkeypatch):
+    """What the pass `value_reuse` costs (docs/nki.md, "Passes"): the front-end-only run above
+    with the pass on and off, thread CPU time measured alternately in the same run; extra_info has
+    the ratio (the pass is one native scan of the finished program: `Program.exact_repeats`)."""
+    _front_end_only(monkeypatch)
+    fa = nki_flash_attention
+    q_t, k_t, v, scale = fa.make_inputs()
+    off = nki.jit(fa.flash_attention_causal.fn, cache=False, passes={"value_reuse": "off"})
+    on = nki.jit(fa.flash_attention_causal.fn, cache=False, passes={"value_reuse": "on"})
+    benchmark.pedantic(on, args=(q_t, k_t, v, scale), rounds=5, iterations=1, warmup_rounds=1)
+    off(q_t, k_t, v, scale)
+    cpu: dict = {"off": [], "on": []}
+    for _ in range(9):
+        for name, k in (("off", off), ("on", on)):
+            t0 = time.thread_time()
+            k(q_t, k_t, v, scale)
+            cpu[name].append(time.thread_time() - t0)
+    n_instr = sum(len(p) for p in off.last_programs)
+    scan = []
+    for _ in range(9):
+        t0 = time.thread_time()
+        off.last_programs[0]._native.exact_repeats()
+        scan.append(time.thread_time() - t0)
+    benchmark.extra_info.update(
+        instructions=n_instr,
+        dropped=sum(p.value_reuse for p in on.last_programs),
+        off_cpu_instructions_per_s=n_instr / float(np.median(cpu["off"])),
+        on_cpu_instructions_per_s=n_instr / float(np.median(cpu["on"])),
+        on_over_off_cpu=float(np.median(cpu["on"]) / np.median(cpu["off"])),
+        scan_us_per_instruction=float(np.median(scan)) / n_instr * 1e6,
+        load_avg_1min=load_avg(),
+    )
+
+
 def test_nki_tracing_ir_recording(benchmark, monkeypatch):
     """What recording the kernel IR costs (`nki.jit(ir=True)`, docs/nki.md "Passes"): the same
     front-end-only run as above, with and without recording, thread CPU time measured alternately

@@ -48,7 +48,7 @@ from ..errors import (
 from ..program import Program
 from ..progress import TraceProgress, wanted
 from ..tensor import Tensor, _shape
-from . import _memory, _traceback, engine_choice, liveness, lowering, passes, record
+from . import _memory, _traceback, engine_choice, liveness, lowering, passes, record, value_reuse
 from ._frames import _INTERNAL, _LOC, _internal
 from .gc_pause import gc_paused
 
@@ -706,6 +706,8 @@ class KernelProgram(Program):
     #: with after tracing (a trace that records the kernel IR: `engine_choice.run`); None: the
     #: assembler decides while appending, or the pass is off
     engine_pass: str | None = None
+    #: instructions the pass `value_reuse` dropped from it (exact repeats)
+    value_reuse: int = 0
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -1320,7 +1322,13 @@ def _arg_key(a, in_list: bool = False):
 
 
 #: Environment variables that change what tracing produces.
-_TRACE_ENV = ("NEURON_PLATFORM_TARGET_OVERRIDE", "TRN3EMU_NKI_PASSES", "TRN3EMU_TIMING", "TRN3EMU_NKI_IR")
+_TRACE_ENV = (
+    "NEURON_PLATFORM_TARGET_OVERRIDE",
+    "TRN3EMU_NKI_PASSES",
+    "TRN3EMU_TIMING",
+    "TRN3EMU_NKI_IR",
+    "NEURON_RT_STOCHASTIC_ROUNDING_EN",  # (the pass value_reuse does nothing under stochastic rounding)
+)
 CACHE_SIZE = 16
 
 
@@ -1588,6 +1596,8 @@ class _Run:
             engine_choice.run(c)
         if not check:
             return None
+        for c in self.contexts:  # passes over the finished program (before its synchronisation)
+            value_reuse.run(c)
         if not self.walking:  # (a walk: no explicit placement, `lowering.py`)
             _check_placements(self.contexts)  # (before retiring: a conflict traces again)
         _retire_tiles(self.contexts, self.kernel.__name__)  # (the trace that is kept only)

@@ -19,6 +19,10 @@ program is the kernel's source taken literally.
   without an engine are spread over VectorE / ScalarE / GpSimd (`engine_choice.py`; float
   tensor_tensor stays on VectorE); "off": the ISA's default engine. It runs over the kernel IR
   when one is recorded (decisions in `Call.notes`), else while appending (the same program).
+- `value_reuse` (`value_reuse.py`): an instruction repeating an earlier one exactly (same
+  encoding) on bytes nothing wrote in between is dropped; "on" also drops a repeat whose result
+  goes to another SBUF tile, its reads moved to the earlier result; "exact" only the first kind;
+  "dialect" (default: "on" for the legacy dialect, "off" for NKI 0.6), "off".
 - `lowering` (how the allocation passes' decisions reach the program when `liveness` runs):
   "walk" (default: the recording trace's instructions are moved to where the passes place
   their tiles, the spill / reload copies inserted; the kernel body runs once, `lowering.py`),
@@ -43,6 +47,7 @@ DEFAULTS = {
     "inplace_assign": "dialect",
     "load_reuse": "dialect",
     "engine_choice": "on",
+    "value_reuse": "dialect",
     "lowering": "walk",
 }
 VALUES = {
@@ -52,6 +57,7 @@ VALUES = {
     "inplace_assign": ("on", "off", "dialect"),
     "load_reuse": ("on", "off", "dialect"),
     "engine_choice": ("on", "off", "dialect"),
+    "value_reuse": ("on", "exact", "off", "dialect"),
     "lowering": ("walk", "retrace"),
 }
 
@@ -136,6 +142,14 @@ def allocation(kernel) -> tuple[str, str | None]:
 def lowering(kernel) -> str:
     """How the allocation passes' program is lowered: "walk" or "retrace" (module doc)."""
     return settings(kernel)["lowering"]
+
+
+def value_reuse(kernel) -> str:
+    """The `value_reuse` mode: "on" (repeats dropped, also into another tile), "exact", "off"."""
+    v = settings(kernel)["value_reuse"]
+    if v == "dialect":
+        return "on" if legacy_dialect(kernel) else "off"
+    return v
 
 
 def enabled(kernel, name: str) -> bool:

@@ -32,7 +32,7 @@ import numpy as np
 from .._asm import INSTRUCTIONS
 from ..errors import OperandError
 from ..tensor import Reg
-from . import engine_choice
+from . import engine_choice, value_reuse
 from ._kernel import DTYPES, KernelProgram, NkiTensor, current, not_supported, upcalls
 
 HOME = "sync"
@@ -200,6 +200,7 @@ def device_value(v) -> int:
     ctx.launch.kernel.device_dependent = True
     options = ctx.launch.kernel.options
     engine_choice.run(ctx)  # (the pass over the kernel IR decides this segment's engines before it runs)
+    value_reuse.run(ctx, last=False)  # (repeats dropped before the segment runs)
     result = ctx.device.run(
         [ctx.program], check_races=True, trace=options.get("trace", True), progress=options.get("progress")
     )

@@ -313,6 +313,93 @@ impl Assembler {
         ins
     }
 
+    /// Move operand `arg` of instruction `index` by `delta` bytes within its partitions, for each
+    /// `(index, arg, delta)` (a pass's decision: `machine::repeats::find`'s reads moved to an
+    /// earlier result), each moved instruction validated as when appended; an error leaves the
+    /// instruction it names as it was.
+    pub fn move_operands(&mut self, moves: &[(usize, usize, i64)]) -> Result<()> {
+        for &(index, arg, delta) in moves {
+            let n = self.program.instrs.len();
+            let ins = self.program.instrs.get_mut(index).ok_or_else(|| {
+                fail(
+                    ErrorKind::Value,
+                    "instruction_out_of_range",
+                    format!("no instruction {index} (the program has {n})"),
+                )
+                .operand("index")
+            })?;
+            let old = ins.clone();
+            let moved = match ins.args.get_mut(arg) {
+                Some(Arg::Tensor(ap)) => ap.offset.checked_add_signed(delta).map(|o| ap.offset = o),
+                _ => None,
+            };
+            let checked = match moved {
+                Some(()) => engines::validate(ins),
+                None => Err(fail(
+                    ErrorKind::Value,
+                    "operand_not_movable",
+                    format!("operand {arg} of instruction {index} is not a tensor that can move by {delta} bytes"),
+                )
+                .operand("moves")),
+            };
+            if let Err(e) = checked {
+                *ins = old;
+                return Err(e.at(index, crate::isa::text::format_instr(ins)));
+            }
+        }
+        self.plan.clear();
+        Ok(())
+    }
+
+    /// Remove the instructions at `indices` (ascending; a pass's decision, e.g. the exact repeats
+    /// `machine::repeats::exact_repeats` finds): the others keep their order, and the
+    /// bookkeeping that names instructions by index (unpinned, kept `accumulate` operands,
+    /// validation) follows them. The PSUM state stays (what the program wrote is unchanged).
+    pub fn remove(&mut self, indices: &[usize]) -> Result<()> {
+        let n = self.len();
+        if indices.windows(2).any(|w| w[0] >= w[1]) || indices.last().is_some_and(|&i| i >= n) {
+            return Err(fail(
+                ErrorKind::Value,
+                "instruction_out_of_range",
+                format!("indices must be ascending and below {n}"),
+            )
+            .operand("indices"));
+        }
+        if indices.is_empty() {
+            return Ok(());
+        }
+        // new index of every kept instruction: old index - removed before it
+        let shift = |i: u32| -> Option<u32> {
+            match indices.binary_search(&(i as usize)) {
+                Ok(_) => None,
+                Err(k) => Some(i - k as u32),
+            }
+        };
+        let mut drop = indices.iter().copied().peekable();
+        let old = std::mem::take(&mut self.program.instrs);
+        let mut kept = Vec::with_capacity(n - indices.len());
+        for (i, ins) in old.into_iter().enumerate() {
+            if drop.next_if_eq(&i).is_some() {
+                if let Some(b) = &mut self.balance {
+                    b.unrecord(&ins);
+                }
+                continue;
+            }
+            kept.push(ins);
+        }
+        self.program.instrs = kept;
+        self.unpinned = self.unpinned.iter().filter_map(|&u| shift(u)).collect();
+        if let Some(v) = &mut self.unresolved {
+            *v = std::mem::take(v)
+                .into_iter()
+                .filter_map(|(u, a)| shift(u).map(|u| (u, a)))
+                .collect();
+        }
+        self.validated -= indices.partition_point(|&i| i < self.validated);
+        self.plan.clear();
+        Ok(())
+    }
+
     /// Mark PSUM bytes `offset..offset + nbytes` of partitions `start..start + parts` as freshly
     /// allocated: the next matmul with accumulate=None overwrites them. Clipped to the PSUM.
     pub fn psum_fresh(&mut self, start: u32, parts: u32, offset: u64, nbytes: u64) {

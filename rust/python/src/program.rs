@@ -221,6 +221,35 @@ impl Program {
         Ok(Program { asm })
     }
 
+    /// The repeats of the program (`machine::repeats`; `rename`: also those whose result goes
+    /// elsewhere, their result's reads moved to the earlier result; `last`: nothing runs after
+    /// this program, so a result left in place at its end is never read): ([(index of the repeat,
+    /// index of the earlier instance whose result is still in place)], [(instruction, operand,
+    /// byte shift)]), ascending. Nothing changes; `move_operands` then `remove` apply them (the
+    /// NKI pass `value_reuse`, `nki/value_reuse.py`).
+    #[pyo3(signature = (rename = false, last = false))]
+    #[allow(clippy::type_complexity)]
+    fn exact_repeats(
+        &self,
+        py: Python<'_>,
+        rename: bool,
+        last: bool,
+    ) -> (Vec<(usize, usize)>, Vec<(usize, usize, i64)>) {
+        let p = self.program();
+        let r = py.detach(|| core::machine::repeats::find(p, rename, last));
+        (r.drops, r.moves)
+    }
+
+    /// Move operand `arg` of instruction `index` by `delta` bytes, per `(index, arg, delta)`.
+    fn move_operands(&mut self, py: Python<'_>, moves: Vec<(usize, usize, i64)>) -> PyResult<()> {
+        self.asm.move_operands(&moves).map_err(py_err(py))
+    }
+
+    /// Remove the instructions at `indices` (ascending); the others keep their order.
+    fn remove(&mut self, py: Python<'_>, indices: Vec<usize>) -> PyResult<()> {
+        self.asm.remove(&indices).map_err(py_err(py))
+    }
+
     /// Keep each `nc_matmul`'s `accumulate` operand as given before its resolution, from now on
     /// (a recording trace whose program `append_moved` lowers again: docs/nki.md "Lowering").
     fn keep_unresolved(&mut self) {

@@ -11,6 +11,7 @@ pub mod limits;
 mod parallel;
 mod race_log;
 pub mod region;
+pub mod repeats;
 pub mod run_plan;
 pub mod sched;
 pub mod ultra;

@@ -1,0 +1,752 @@
+//! Exact repeats: instructions that repeat an earlier instruction's encoding (opcode, engine and
+//! every operand) when nothing either of them touches was written in between, so the earlier
+//! result is still in place and running the repeat again changes no byte. The NKI front end's
+//! pass `value_reuse` drops them (docs/nki.md, "Passes").
+//!
+//! Program order is the semantics: "in between" means any instruction of any engine or DMA queue
+//! between the two in the program (automatic synchronisation, run after the pass, orders the
+//! rest). Only deterministic instructions whose whole effect is their output operands qualify:
+//! no random numbers (`rng`, `rand2`, `dropout`, RNG state), no accumulator registers
+//! (`reduce_cmd` other than idle, `reduce_res`), no accumulating matmuls, no register operands or
+//! run-time offsets, no HBM writes, no collectives, and no instruction that reads its own output
+//! (`x = x + 1` twice is two increments). A `branch` or a cross-core instruction ends every
+//! match (what runs between two instructions is then no longer the program text between them).
+//!
+//! With `rename`, a compute instruction (not a DMA) that differs from the earlier instance only
+//! in where its one SBUF result goes (a fresh tile per loop iteration) is dropped too, when every later read of its
+//! result can read the earlier result instead: each such read lies within the result's bytes and
+//! is moved to the earlier result's, which nothing writes until the last of them, and the
+//! result's bytes are overwritten whole (by one contiguous write) before the program ends
+//! (`rename_plan`). Otherwise it is kept.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
+
+use std::borrow::Cow;
+
+use super::region::{regions_into, Region};
+use crate::isa::spec::Access;
+use crate::isa::{Arg, Instr, Opcode, Program};
+use crate::memory::{Ap, DynSrc, Mem};
+
+/// How far `rename_plan` looks for the reads of a repeat's result (instructions).
+const RENAME_LIMIT: usize = 1 << 14;
+
+/// Bucket width of the write index: 2 KiB of a partition on chip (an SBUF partition is at most
+/// 128 such buckets, a PSUM bank one), 64 KiB of HBM.
+const ONCHIP_SHIFT: u32 = 11;
+const HBM_SHIFT: u32 = 16;
+/// A footprint over more buckets than this is kept in (or, as a write, checked against) one
+/// list of its own rather than bucket by bucket.
+const MAX_BUCKETS: i128 = 64;
+
+/// A multiply-rotate hasher (the keys are already hashes or small integers; SipHash's
+/// resistance to chosen keys is not needed and cost a third of the pass).
+#[derive(Default)]
+struct Fx(u64);
+
+impl Hasher for Fx {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.write_u64(u64::from_le_bytes(w));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_u8(&mut self, v: u8) {
+        self.write_u64(v as u64);
+    }
+    fn write_u16(&mut self, v: u16) {
+        self.write_u64(v as u64);
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(v as u64);
+    }
+    fn write_i32(&mut self, v: i32) {
+        self.write_u64(v as u32 as u64);
+    }
+    fn write_i64(&mut self, v: i64) {
+        self.write_u64(v as u64);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+}
+
+type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
+
+/// Whether `ins` may be dropped as a repeat (and kept as an earlier instance): deterministic,
+/// no effect beyond its output operands, no run-time addresses, no semaphores.
+pub fn reusable(ins: &Instr) -> bool {
+    if !ins.waits.is_empty() || !ins.signals.is_empty() {
+        return false;
+    }
+    let spec = ins.op.spec();
+    let arg = |name: &str| {
+        spec.params
+            .iter()
+            .position(|p| p.name == name)
+            .map(|k| &ins.args[k])
+    };
+    let absent = |name: &str| matches!(arg(name), None | Some(Arg::Absent));
+    let ok = match ins.op {
+        Opcode::NcTranspose
+        | Opcode::TensorTensor
+        | Opcode::TensorScalar
+        | Opcode::TensorCopy
+        | Opcode::Memset
+        | Opcode::Iota
+        | Opcode::ScalarTensorTensor
+        | Opcode::TensorReduce
+        | Opcode::TensorTensorScan
+        | Opcode::Reciprocal
+        | Opcode::BnStats
+        | Opcode::BnAggr
+        | Opcode::Max8
+        | Opcode::NcFindIndex8
+        | Opcode::NcMatchReplace8
+        | Opcode::NcStreamShuffle
+        | Opcode::TensorPartitionReduce
+        | Opcode::AffineSelect
+        | Opcode::QuantizeMx
+        | Opcode::SequenceBounds
+        | Opcode::NonzeroWithCount
+        | Opcode::Topk => true,
+        // Without the accumulator registers (idle command, no read-out): a function of the inputs.
+        Opcode::Activation | Opcode::Activate2 | Opcode::Exponential => {
+            matches!(
+                arg("reduce_cmd"),
+                None | Some(Arg::Absent) | Some(Arg::Enum(0))
+            ) && absent("reduce_res")
+                && (ins.op != Opcode::Activation || absent("reduce_op"))
+        }
+        // Overwriting matmuls only (an accumulating one adds to what the PSUM holds).
+        Opcode::NcMatmul | Opcode::NcMatmulMx | Opcode::NcMatmulSparse => {
+            matches!(arg("accumulate"), Some(Arg::Bool(false)))
+        }
+        // Loads into on-chip memory (a DMA writing HBM changes what others read).
+        Opcode::DmaCopy | Opcode::DmaTranspose => ins
+            .tensors()
+            .all(|(_, _, acc, ap)| !acc.writes() || ap.mem != Mem::Hbm),
+        _ => false,
+    };
+    ok && ins.args.iter().all(|a| match a {
+        Arg::Reg(_) => false,
+        Arg::Tensor(ap) => ap.dynamic.is_none(),
+        _ => true,
+    }) && !ins
+        .tensors()
+        .any(|(_, _, acc, _)| acc == crate::isa::spec::Access::ReadWrite)
+}
+
+/// After `ins` nothing matches across it: control flow and instructions ordered against other cores.
+fn ends_matches(op: Opcode) -> bool {
+    matches!(
+        op,
+        Opcode::Branch
+            | Opcode::Sendrecv
+            | Opcode::CoreBarrier
+            | Opcode::AllReduce
+            | Opcode::AllGather
+            | Opcode::ReduceScatter
+            | Opcode::AllToAll
+            | Opcode::AllToAllV
+            | Opcode::CollectivePermute
+    )
+}
+
+/// The encoding's hash (opcode, engine, operands; not the name, which is a label).
+fn key_hash(ins: &Instr) -> u64 {
+    let mut h = Fx::default();
+    (ins.op as u16).hash(&mut h);
+    (ins.engine as u8).hash(&mut h);
+    for a in &ins.args {
+        match a {
+            Arg::Absent => 0u8.hash(&mut h),
+            Arg::Tensor(ap) => {
+                1u8.hash(&mut h);
+                hash_ap(ap, &mut h);
+            }
+            Arg::F32(v) => (2u8, v.to_bits()).hash(&mut h),
+            Arg::I32(v) => (3u8, *v).hash(&mut h),
+            Arg::Bool(v) => (4u8, *v).hash(&mut h),
+            Arg::Enum(v) => (5u8, *v).hash(&mut h),
+            Arg::Ints(v) => (6u8, v).hash(&mut h),
+            Arg::Reg(v) => (7u8, *v).hash(&mut h),
+        }
+    }
+    h.finish()
+}
+
+/// `key_hash` without the offsets of written operands (a repeat whose result goes elsewhere).
+fn moved_key_hash(ins: &Instr) -> u64 {
+    let mut h = Fx::default();
+    (ins.op as u16, ins.engine as u8, 99u8).hash(&mut h);
+    for ((a, p), k) in ins.args.iter().zip(ins.op.spec().params.iter()).zip(0u64..) {
+        match a {
+            Arg::Tensor(ap) if p.access.writes() => {
+                (ap.mem as u8, ap.dtype as u8, ap.start, ap.parts, ap.pstep).hash(&mut h);
+                ap.dims.hash(&mut h);
+            }
+            Arg::Tensor(ap) => hash_ap(ap, &mut h),
+            Arg::F32(v) => v.to_bits().hash(&mut h),
+            Arg::I32(v) => v.hash(&mut h),
+            Arg::Bool(v) => v.hash(&mut h),
+            Arg::Enum(v) => v.hash(&mut h),
+            Arg::Ints(v) => v.hash(&mut h),
+            Arg::Reg(v) => v.hash(&mut h),
+            Arg::Absent => k.hash(&mut h),
+        }
+    }
+    h.finish()
+}
+
+/// The one written operand of `i` and its byte distance from `j`'s, when `i` is `j` with only
+/// that operand's SBUF offset changed and the two results do not share a byte.
+fn moved_result(core: u8, j: &Instr, i: &Instr) -> Option<(usize, i64)> {
+    // Compute instructions only: a load into a fresh tile is a new tile's data for the compiler
+    // (the fused Mamba tutorial's v1 reloads `delta` / `u` every state), kept.
+    if i.op != j.op
+        || i.engine != j.engine
+        || i.args.len() != j.args.len()
+        || crate::isa::validate::is_dma(i)
+    {
+        return None;
+    }
+    let spec = i.op.spec();
+    let mut found = None;
+    for (k, ((a, b), p)) in i
+        .args
+        .iter()
+        .zip(&j.args)
+        .zip(spec.params.iter())
+        .enumerate()
+    {
+        if !p.access.writes() {
+            if a != b {
+                return None;
+            }
+            continue;
+        }
+        match (a, b) {
+            (Arg::Absent, Arg::Absent) => {}
+            (Arg::Tensor(x), Arg::Tensor(y)) => {
+                if found.is_some() || x.mem != Mem::Sbuf || x.offset == y.offset {
+                    return None;
+                }
+                let mut z = y.clone();
+                z.offset = x.offset;
+                if &z != x {
+                    return None;
+                }
+                if Region::new(core, x, true).overlaps(&Region::new(core, y, true)) {
+                    return None;
+                }
+                found = Some((k, x.offset as i64 - y.offset as i64));
+            }
+            _ => return None,
+        }
+    }
+    found
+}
+
+/// A footprint that is exactly its box (a static pattern with contiguous rows).
+fn is_box(r: &Region) -> bool {
+    !r.boxed && r.ap.is_none()
+}
+
+/// Does box `d` hold every byte of `r`?
+fn holds(d: &Region, r: &Region) -> bool {
+    r.mem == d.mem && r.p0 >= d.p0 && r.p1 <= d.p1 && r.lo >= d.lo && r.hi <= d.hi
+}
+
+/// The operand moves that let the reads of repeat `i`'s result (operand `arg`, `delta` bytes
+/// from the earlier result) read the earlier result: [(instruction, operand, byte shift)], or
+/// None when some read cannot (see the module doc).
+fn rename_plan(
+    prog: &[Instr],
+    core: u8,
+    i: usize,
+    arg: usize,
+    delta: i64,
+    last: bool,
+) -> Option<Vec<(usize, usize, i64)>> {
+    let ap = prog[i].args[arg].tensor()?;
+    let di = Region::new(core, ap, true);
+    let mut apj = ap.clone();
+    apj.offset = (ap.offset as i64 - delta) as u64;
+    let dj = Region::new(core, &apj, true);
+    if !is_box(&di) {
+        return None;
+    }
+    let mut moves = Vec::new();
+    let mut dj_dead = false;
+    for (k, ins) in prog.iter().enumerate().skip(i + 1).take(RENAME_LIMIT) {
+        if ends_matches(ins.op) {
+            return None;
+        }
+        let (mut reads, mut dead, mut writes_dj) = (Vec::new(), false, false);
+        for (a, _, acc, ap) in ins.tensors() {
+            if let Some(DynSrc::Tile(t)) = ap.dynamic.as_deref().map(|d| &d.src) {
+                if Region::new(core, t, false).overlaps(&di) {
+                    return None;
+                }
+            }
+            let r = Region::new(core, ap, acc.writes());
+            if acc.writes() && r.overlaps(&dj) {
+                writes_dj = true;
+            }
+            if !r.overlaps(&di) {
+                continue;
+            }
+            if acc == Access::ReadWrite || ap.dynamic.is_some() {
+                return None;
+            }
+            if acc.writes() {
+                if !(is_box(&r) && holds(&r, &di)) {
+                    return None; // (part of the result would stay in use)
+                }
+                dead = true;
+            } else if holds(&di, &r) {
+                reads.push(a);
+            } else {
+                return None;
+            }
+        }
+        if !reads.is_empty() {
+            if dj_dead || writes_dj {
+                return None;
+            }
+            let mut moved = ins.clone();
+            for &a in &reads {
+                if let Some(Arg::Tensor(ap)) = moved.args.get_mut(a) {
+                    ap.offset = ap.offset.checked_add_signed(-delta)?;
+                }
+                moves.push((k, a, -delta));
+            }
+            crate::engines::validate(&moved).ok()?;
+        }
+        if dead {
+            return Some(moves);
+        }
+        dj_dead |= writes_dj;
+    }
+    // The result is still there at the end: unread if nothing runs after this program.
+    (last && prog.len() <= i + 1 + RENAME_LIMIT && !dj_dead).then_some(moves)
+}
+
+fn hash_ap(ap: &Ap, h: &mut impl Hasher) {
+    (
+        ap.mem as u8,
+        ap.dtype as u8,
+        ap.start,
+        ap.parts,
+        ap.pstep,
+        ap.offset,
+    )
+        .hash(h);
+    ap.dims.hash(h);
+}
+
+fn same_encoding(a: &Instr, b: &Instr) -> bool {
+    a.op == b.op && a.engine == b.engine && a.args == b.args
+}
+
+/// The buckets of a footprint: (memory, partition-independent bucket range), or None when it
+/// spans more than `MAX_BUCKETS`.
+fn buckets(r: &Region) -> Option<(u8, i128, i128)> {
+    let shift = if r.mem == Mem::Hbm {
+        HBM_SHIFT
+    } else {
+        ONCHIP_SHIFT
+    };
+    let (a, b) = (r.lo >> shift, (r.hi - 1).max(r.lo) >> shift);
+    let onchip_ok = r.mem == Mem::Hbm || (a >= 0 && b < ONCHIP_BUCKETS);
+    (b - a < MAX_BUCKETS && onchip_ok).then_some((r.mem as u8, a, b))
+}
+
+/// On-chip buckets per memory (2 KiB each: 512 KiB of a partition).
+const ONCHIP_BUCKETS: i128 = 256;
+
+/// The write index: entry ids per bucket, on chip in a table (no hashing), HBM in a map.
+#[derive(Default)]
+struct Buckets {
+    onchip: Vec<Vec<u32>>,
+    hbm: FxMap<u64, Vec<u32>>,
+}
+
+impl Buckets {
+    fn slot(mem: u8, k: i128) -> Option<usize> {
+        (mem != Mem::Hbm as u8 && (0..ONCHIP_BUCKETS).contains(&k))
+            .then(|| mem as usize * ONCHIP_BUCKETS as usize + k as usize)
+    }
+    fn get_mut(&mut self, mem: u8, k: i128) -> Option<&mut Vec<u32>> {
+        match Self::slot(mem, k) {
+            Some(i) => self.onchip.get_mut(i),
+            None => self.hbm.get_mut(&(k as u64)),
+        }
+    }
+    fn entry(&mut self, mem: u8, k: i128) -> &mut Vec<u32> {
+        match Self::slot(mem, k) {
+            Some(i) => {
+                if self.onchip.is_empty() {
+                    self.onchip
+                        .resize_with(2 * ONCHIP_BUCKETS as usize, Vec::new);
+                }
+                &mut self.onchip[i]
+            }
+            None => self.hbm.entry(k as u64).or_default(),
+        }
+    }
+    fn clear(&mut self) {
+        self.onchip.iter_mut().for_each(Vec::clear);
+        self.hbm.clear();
+    }
+}
+
+struct Entry {
+    instr: usize,
+    /// The entry's footprints: `regs[from..to]` of the pass's one list.
+    from: usize,
+    to: usize,
+}
+
+/// What the pass removes and moves.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Reuse {
+    /// (index of the repeat, index of the earlier instance it repeats), ascending.
+    pub drops: Vec<(usize, usize)>,
+    /// (instruction, operand, byte shift): reads moved to an earlier result (`rename`).
+    pub moves: Vec<(usize, usize, i64)>,
+}
+
+/// Every exact repeat of `prog` (module doc): (index of the repeat, index of the earlier
+/// instance it repeats), ascending. An instruction found to be a repeat is taken as not run, so
+/// a later copy of it repeats the same earlier instance.
+pub fn exact_repeats(prog: &Program) -> Vec<(usize, usize)> {
+    find(prog, false, false).drops
+}
+
+/// The repeats of `prog`, with `rename` also those whose result goes elsewhere (module doc);
+/// `last`: nothing runs after `prog` on its core (a result still in place at its end is never
+/// read). Indices are those of `prog`; apply the moves, then remove the drops.
+pub fn find(prog: &Program, rename: bool, last: bool) -> Reuse {
+    let mut out = Reuse::default();
+    let mut work: Cow<'_, [Instr]> = Cow::Borrowed(&prog.instrs);
+    let mut by_moved: FxMap<u64, Vec<u32>> = FxMap::default();
+    let mut regs: Vec<Region> = Vec::new();
+    let mut entries: Vec<Option<Entry>> = Vec::new();
+    let mut by_key: FxMap<u64, Vec<u32>> = FxMap::default();
+    let mut by_bucket = Buckets::default();
+    let mut wide: Vec<u32> = Vec::new();
+    let mut live = 0usize;
+    let mut tmp: Vec<Region> = Vec::new();
+    for i in 0..work.len() {
+        let ins = &work[i];
+        if ends_matches(ins.op) {
+            entries.clear();
+            by_key.clear();
+            by_moved.clear();
+            by_bucket.clear();
+            wide.clear();
+            regs.clear();
+            live = 0;
+            continue;
+        }
+        let candidate = reusable(ins);
+        let key = if candidate { key_hash(ins) } else { 0 };
+        if candidate {
+            if let Some(ids) = by_key.get(&key) {
+                let hit = ids.iter().find_map(|&id| {
+                    let e = entries[id as usize].as_ref()?;
+                    same_encoding(&work[e.instr], ins).then_some(e.instr)
+                });
+                if let Some(j) = hit {
+                    out.drops.push((i, j));
+                    continue; // (not run: it would write the bytes it finds)
+                }
+            }
+        }
+        let moved_key = if candidate && rename {
+            moved_key_hash(ins)
+        } else {
+            0
+        };
+        if candidate && rename {
+            let hit = by_moved.get(&moved_key).and_then(|ids| {
+                ids.iter().find_map(|&id| {
+                    let e = entries[id as usize].as_ref()?;
+                    let (arg, delta) = moved_result(prog.core, &work[e.instr], ins)?;
+                    Some((e.instr, arg, delta))
+                })
+            });
+            if let Some((j, arg, delta)) = hit {
+                if let Some(plan) = rename_plan(&work, prog.core, i, arg, delta, last) {
+                    let w = work.to_mut();
+                    for &(k, a, d) in &plan {
+                        if let Some(Arg::Tensor(ap)) = w[k].args.get_mut(a) {
+                            ap.offset = (ap.offset as i64 + d) as u64;
+                        }
+                    }
+                    out.moves.extend(plan);
+                    out.drops.push((i, j));
+                    continue;
+                }
+            }
+        }
+        let ins = &work[i];
+        tmp.clear();
+        if candidate {
+            regions_into(prog.core, ins, &mut tmp);
+        } else {
+            // (only its writes matter; dynamic offsets' index tiles are read, never written)
+            for (_, _, acc, ap) in ins.tensors() {
+                if acc.writes() {
+                    tmp.push(Region::new(prog.core, ap, true));
+                }
+            }
+        }
+        // Its writes end every entry whose footprint they meet.
+        for w in tmp.iter().filter(|r| r.write) {
+            let mut kill = |id: u32, entries: &mut Vec<Option<Entry>>| {
+                let hit = entries[id as usize]
+                    .as_ref()
+                    .is_some_and(|e| regs[e.from..e.to].iter().any(|r| r.overlaps(w)));
+                if hit {
+                    entries[id as usize] = None;
+                    live -= 1;
+                }
+            };
+            match buckets(w) {
+                Some((m, a, b)) => {
+                    for k in a..=b {
+                        if let Some(ids) = by_bucket.get_mut(m, k) {
+                            ids.retain(|&id| entries[id as usize].is_some());
+                            for &id in ids.iter() {
+                                kill(id, &mut entries);
+                            }
+                        }
+                    }
+                    wide.retain(|&id| entries[id as usize].is_some());
+                    for &id in &wide {
+                        kill(id, &mut entries);
+                    }
+                }
+                None => {
+                    for id in 0..entries.len() as u32 {
+                        kill(id, &mut entries);
+                    }
+                }
+            }
+        }
+        if !candidate {
+            continue;
+        }
+        // An instruction that reads bytes it writes changes its own input: never a repeat.
+        let self_read = tmp
+            .iter()
+            .filter(|r| !r.write)
+            .any(|r| tmp.iter().any(|w| w.write && w.overlaps(r)));
+        if self_read {
+            continue;
+        }
+        let id = entries.len() as u32;
+        let from = regs.len();
+        regs.append(&mut tmp);
+        let to = regs.len();
+        for r in &regs[from..to] {
+            match buckets(r) {
+                Some((m, a, b)) => {
+                    for k in a..=b {
+                        let v = by_bucket.entry(m, k);
+                        if v.last() != Some(&id) {
+                            v.push(id);
+                        }
+                    }
+                }
+                None => {
+                    if wide.last() != Some(&id) {
+                        wide.push(id);
+                    }
+                }
+            }
+        }
+        entries.push(Some(Entry { instr: i, from, to }));
+        live += 1;
+        let ids = by_key.entry(key).or_default();
+        ids.retain(|&k| entries[k as usize].is_some());
+        ids.push(id);
+        if rename {
+            let ids = by_moved.entry(moved_key).or_default();
+            ids.retain(|&k| entries[k as usize].is_some());
+            ids.push(id);
+        }
+        // Keep the lists small: when most entries are dead, start the index afresh.
+        if entries.len() > 4096 && live * 4 < entries.len() {
+            compact(
+                &mut entries,
+                &mut regs,
+                &mut by_key,
+                &mut by_bucket,
+                &mut wide,
+                &work,
+            );
+            by_moved.clear();
+            if rename {
+                for (id, e) in entries.iter().enumerate() {
+                    if let Some(e) = e {
+                        by_moved
+                            .entry(moved_key_hash(&work[e.instr]))
+                            .or_default()
+                            .push(id as u32);
+                    }
+                }
+            }
+        }
+    }
+    out.moves.sort_unstable();
+    out
+}
+
+/// Rebuild the index from the live entries only (ids renumbered).
+fn compact(
+    entries: &mut Vec<Option<Entry>>,
+    regs: &mut Vec<Region>,
+    by_key: &mut FxMap<u64, Vec<u32>>,
+    by_bucket: &mut Buckets,
+    wide: &mut Vec<u32>,
+    prog: &[Instr],
+) {
+    let old = std::mem::take(entries);
+    let old_regs = std::mem::take(regs);
+    by_key.clear();
+    by_bucket.clear();
+    wide.clear();
+    for e in old.into_iter().flatten() {
+        let id = entries.len() as u32;
+        let from = regs.len();
+        regs.extend(old_regs[e.from..e.to].iter().cloned());
+        let to = regs.len();
+        for r in &regs[from..to] {
+            match buckets(r) {
+                Some((m, a, b)) => {
+                    for k in a..=b {
+                        let v = by_bucket.entry(m, k);
+                        if v.last() != Some(&id) {
+                            v.push(id);
+                        }
+                    }
+                }
+                None => {
+                    if wide.last() != Some(&id) {
+                        wide.push(id);
+                    }
+                }
+            }
+        }
+        by_key.entry(key_hash(&prog[e.instr])).or_default().push(id);
+        entries.push(Some(Entry {
+            instr: e.instr,
+            from,
+            to,
+        }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::isa::text::parse_program;
+
+    fn repeats(text: &str) -> Vec<(usize, usize)> {
+        exact_repeats(&parse_program(text).unwrap())
+    }
+
+    const MUL: &str = "tensor_tensor.vector dst=sbuf:float32[0:128]+4096[[1,64]] data1=sbuf:float32[0:128]+0[[1,64]] data2=sbuf:float32[0:128]+1024[[1,64]] op=multiply\n";
+
+    #[test]
+    fn a_repeat_on_unchanged_tiles_is_found() {
+        let p = format!(".core 0\n{MUL}{MUL}{MUL}");
+        assert_eq!(repeats(&p), vec![(1, 0), (2, 0)]);
+    }
+
+    #[test]
+    fn a_write_to_an_input_or_the_output_in_between_ends_the_match() {
+        for mid in [
+            "memset.gpsimd dst=sbuf:float32[0:128]+1020[[1,2]] value=1.0\n", // last byte of data1 .. into data2
+            "memset.vector dst=sbuf:float32[0:1]+4348[[1,1]] value=1.0\n",   // last element of dst
+            "dma_copy.sync dst=sbuf:float32[0:1]+0[[1,1]] src=hbm:float32+0[[1,1],[1,1]]\n",
+        ] {
+            let p = format!(".core 0\n{MUL}{mid}{MUL}");
+            assert_eq!(repeats(&p), vec![], "{mid}");
+        }
+        // a write elsewhere (another partition range) does not
+        let mid = "memset.gpsimd dst=sbuf:float32[0:128]+8192[[1,64]] value=1.0\n";
+        assert_eq!(repeats(&format!(".core 0\n{MUL}{mid}{MUL}")), vec![(2, 0)]);
+    }
+
+    fn tt(dst: u32, a: u32, b: u32, op: &str) -> String {
+        format!("tensor_tensor.vector dst=sbuf:float32[0:128]+{dst}[[1,64]] data1=sbuf:float32[0:128]+{a}[[1,64]] data2=sbuf:float32[0:128]+{b}[[1,64]] op={op}\n")
+    }
+
+    #[test]
+    fn a_repeat_into_another_tile_is_dropped_and_its_reads_moved() {
+        // product into 4096, read by the add into 8192; the same product into 5120 (a fresh
+        // tile), read by an add into 9216, then 5120 overwritten whole by a memset
+        let memset = "memset.vector dst=sbuf:float32[0:128]+5120[[1,64]] value=0.0\n";
+        let p = parse_program(&format!(
+            ".core 0\n{}{}{}{}{memset}",
+            tt(4096, 0, 1024, "multiply"),
+            tt(8192, 4096, 2048, "add"),
+            tt(5120, 0, 1024, "multiply"),
+            tt(9216, 5120, 3072, "add"),
+        ))
+        .unwrap();
+        let r = find(&p, true, false);
+        assert_eq!(r.drops, vec![(2, 0)]);
+        assert_eq!(r.moves, vec![(3, 1, -1024)]); // data1 of the second add: 5120 -> 4096
+        assert_eq!(find(&p, false, false).drops, vec![]); // not an exact repeat
+    }
+
+    #[test]
+    fn a_moved_repeat_is_kept_when_a_read_cannot_move() {
+        let memset = "memset.vector dst=sbuf:float32[0:128]+5120[[1,64]] value=0.0\n";
+        let cases = [
+            // a read reaching past the result (5120 + 256 ..)
+            format!("{}{memset}", tt(9216, 5248, 3072, "add")),
+            // the earlier result overwritten before the read
+            format!(
+                "memset.gpsimd dst=sbuf:float32[0:128]+4096[[1,4]] value=1.0\n{}{memset}",
+                tt(9216, 5120, 3072, "add")
+            ),
+            // the result never overwritten whole (only its first half)
+            format!(
+                "{}memset.vector dst=sbuf:float32[0:128]+5120[[1,32]] value=0.0\n",
+                tt(9216, 5120, 3072, "add")
+            ),
+        ];
+        for tail in cases {
+            let text = format!(
+                ".core 0\n{}{}{tail}",
+                tt(4096, 0, 1024, "multiply"),
+                tt(5120, 0, 1024, "multiply")
+            );
+            let r = find(&parse_program(&text).unwrap(), true, false);
+            assert_eq!(r, Reuse::default(), "{tail}");
+        }
+    }
+
+    #[test]
+    fn in_place_accumulate_and_random_are_never_repeats() {
+        let inc = "tensor_scalar.vector dst=sbuf:float32[0:128]+0[[1,64]] data=sbuf:float32[0:128]+0[[1,64]] op0=add operand0=1.0\n";
+        assert_eq!(repeats(&format!(".core 0\n{inc}{inc}")), vec![]);
+        let rng = "rng.gpsimd dst=sbuf:uint32[0:128]+0[[1,64]]\n";
+        assert_eq!(repeats(&format!(".core 0\n{rng}{rng}")), vec![]);
+    }
+}

@@ -439,38 +439,20 @@ pub fn exact_repeats(prog: &Program) -> Vec<(usize, usize)> {
 pub fn find(prog: &Program, rename: bool, last: bool) -> Reuse {
     let mut out = Reuse::default();
     let mut work: Cow<'_, [Instr]> = Cow::Borrowed(&prog.instrs);
-    let mut by_moved: FxMap<u64, Vec<u32>> = FxMap::default();
-    let mut regs: Vec<Region> = Vec::new();
-    let mut entries: Vec<Option<Entry>> = Vec::new();
-    let mut by_key: FxMap<u64, Vec<u32>> = FxMap::default();
-    let mut by_bucket = Buckets::default();
-    let mut wide: Vec<u32> = Vec::new();
-    let mut live = 0usize;
+    let mut ix = Index::default();
     let mut tmp: Vec<Region> = Vec::new();
     for i in 0..work.len() {
         let ins = &work[i];
         if ends_matches(ins.op) {
-            entries.clear();
-            by_key.clear();
-            by_moved.clear();
-            by_bucket.clear();
-            wide.clear();
-            regs.clear();
-            live = 0;
+            ix.clear();
             continue;
         }
         let candidate = reusable(ins);
         let key = if candidate { key_hash(ins) } else { 0 };
         if candidate {
-            if let Some(ids) = by_key.get(&key) {
-                let hit = ids.iter().find_map(|&id| {
-                    let e = entries[id as usize].as_ref()?;
-                    same_encoding(&work[e.instr], ins).then_some(e.instr)
-                });
-                if let Some(j) = hit {
-                    out.drops.push((i, j));
-                    continue; // (not run: it would write the bytes it finds)
-                }
+            if let Some(j) = ix.exact_hit(&work, key, ins) {
+                out.drops.push((i, j));
+                continue; // (not run: it would write the bytes it finds)
             }
         }
         let moved_key = if candidate && rename {
@@ -479,14 +461,7 @@ pub fn find(prog: &Program, rename: bool, last: bool) -> Reuse {
             0
         };
         if candidate && rename {
-            let hit = by_moved.get(&moved_key).and_then(|ids| {
-                ids.iter().find_map(|&id| {
-                    let e = entries[id as usize].as_ref()?;
-                    let (arg, delta) = moved_result(prog.core, &work[e.instr], ins)?;
-                    Some((e.instr, arg, delta))
-                })
-            });
-            if let Some((j, arg, delta)) = hit {
+            if let Some((j, arg, delta)) = ix.moved_hit(&work, prog.core, moved_key, ins) {
                 if let Some(plan) = rename_plan(&work, prog.core, i, arg, delta, last) {
                     let w = work.to_mut();
                     for &(k, a, d) in &plan {
@@ -512,39 +487,7 @@ pub fn find(prog: &Program, rename: bool, last: bool) -> Reuse {
                 }
             }
         }
-        // Its writes end every entry whose footprint they meet.
-        for w in tmp.iter().filter(|r| r.write) {
-            let mut kill = |id: u32, entries: &mut Vec<Option<Entry>>| {
-                let hit = entries[id as usize]
-                    .as_ref()
-                    .is_some_and(|e| regs[e.from..e.to].iter().any(|r| r.overlaps(w)));
-                if hit {
-                    entries[id as usize] = None;
-                    live -= 1;
-                }
-            };
-            match buckets(w) {
-                Some((m, a, b)) => {
-                    for k in a..=b {
-                        if let Some(ids) = by_bucket.get_mut(m, k) {
-                            ids.retain(|&id| entries[id as usize].is_some());
-                            for &id in ids.iter() {
-                                kill(id, &mut entries);
-                            }
-                        }
-                    }
-                    wide.retain(|&id| entries[id as usize].is_some());
-                    for &id in &wide {
-                        kill(id, &mut entries);
-                    }
-                }
-                None => {
-                    for id in 0..entries.len() as u32 {
-                        kill(id, &mut entries);
-                    }
-                }
-            }
-        }
+        ix.kill_met(&tmp);
         if !candidate {
             continue;
         }
@@ -553,55 +496,162 @@ pub fn find(prog: &Program, rename: bool, last: bool) -> Reuse {
             .iter()
             .filter(|r| !r.write)
             .any(|r| tmp.iter().any(|w| w.write && w.overlaps(r)));
-        if self_read {
-            continue;
+        if !self_read {
+            ix.insert(i, key, rename.then_some(moved_key), &mut tmp, &work);
         }
-        let id = entries.len() as u32;
-        let from = regs.len();
-        regs.append(&mut tmp);
-        let to = regs.len();
-        for r in &regs[from..to] {
+    }
+    out.moves.sort_unstable();
+    out
+}
+
+/// The pass's index of the instructions whose results are still in place: their footprints,
+/// looked up by encoding hash, by moved-result hash (`rename`) and by address bucket.
+#[derive(Default)]
+struct Index {
+    regs: Vec<Region>,
+    entries: Vec<Option<Entry>>,
+    by_key: FxMap<u64, Vec<u32>>,
+    by_moved: FxMap<u64, Vec<u32>>,
+    by_bucket: Buckets,
+    wide: Vec<u32>,
+    live: usize,
+}
+
+impl Index {
+    /// A matching-ending instruction (branch, cross-core): nothing earlier matches later ones.
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.by_key.clear();
+        self.by_moved.clear();
+        self.by_bucket.clear();
+        self.wide.clear();
+        self.regs.clear();
+        self.live = 0;
+    }
+
+    /// The earlier instance of `ins` (same encoding) whose result is still in place.
+    fn exact_hit(&self, work: &[Instr], key: u64, ins: &Instr) -> Option<usize> {
+        self.by_key.get(&key)?.iter().find_map(|&id| {
+            let e = self.entries[id as usize].as_ref()?;
+            same_encoding(&work[e.instr], ins).then_some(e.instr)
+        })
+    }
+
+    /// An earlier instance of `ins` with its result elsewhere: (its index, operand, byte shift).
+    fn moved_hit(
+        &self,
+        work: &[Instr],
+        core: u8,
+        key: u64,
+        ins: &Instr,
+    ) -> Option<(usize, usize, i64)> {
+        self.by_moved.get(&key)?.iter().find_map(|&id| {
+            let e = self.entries[id as usize].as_ref()?;
+            let (arg, delta) = moved_result(core, &work[e.instr], ins)?;
+            Some((e.instr, arg, delta))
+        })
+    }
+
+    /// Its writes end every entry whose footprint they meet.
+    fn kill_met(&mut self, tmp: &[Region]) {
+        let Index {
+            regs,
+            entries,
+            by_bucket,
+            wide,
+            live,
+            ..
+        } = self;
+        for w in tmp.iter().filter(|r| r.write) {
+            let mut kill = |id: u32, entries: &mut Vec<Option<Entry>>| {
+                let hit = entries[id as usize]
+                    .as_ref()
+                    .is_some_and(|e| regs[e.from..e.to].iter().any(|r| r.overlaps(w)));
+                if hit {
+                    entries[id as usize] = None;
+                    *live -= 1;
+                }
+            };
+            match buckets(w) {
+                Some((m, a, b)) => {
+                    for k in a..=b {
+                        if let Some(ids) = by_bucket.get_mut(m, k) {
+                            ids.retain(|&id| entries[id as usize].is_some());
+                            for &id in ids.iter() {
+                                kill(id, entries);
+                            }
+                        }
+                    }
+                    wide.retain(|&id| entries[id as usize].is_some());
+                    for &id in wide.iter() {
+                        kill(id, entries);
+                    }
+                }
+                None => {
+                    for id in 0..entries.len() as u32 {
+                        kill(id, entries);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Enter candidate `i` with its footprint (taken from `tmp`); `moved_key` when renaming.
+    fn insert(
+        &mut self,
+        i: usize,
+        key: u64,
+        moved_key: Option<u64>,
+        tmp: &mut Vec<Region>,
+        work: &[Instr],
+    ) {
+        let id = self.entries.len() as u32;
+        let from = self.regs.len();
+        self.regs.append(tmp);
+        let to = self.regs.len();
+        for r in &self.regs[from..to] {
             match buckets(r) {
                 Some((m, a, b)) => {
                     for k in a..=b {
-                        let v = by_bucket.entry(m, k);
+                        let v = self.by_bucket.entry(m, k);
                         if v.last() != Some(&id) {
                             v.push(id);
                         }
                     }
                 }
                 None => {
-                    if wide.last() != Some(&id) {
-                        wide.push(id);
+                    if self.wide.last() != Some(&id) {
+                        self.wide.push(id);
                     }
                 }
             }
         }
-        entries.push(Some(Entry { instr: i, from, to }));
-        live += 1;
-        let ids = by_key.entry(key).or_default();
+        self.entries.push(Some(Entry { instr: i, from, to }));
+        self.live += 1;
+        let entries = &self.entries;
+        let ids = self.by_key.entry(key).or_default();
         ids.retain(|&k| entries[k as usize].is_some());
         ids.push(id);
-        if rename {
-            let ids = by_moved.entry(moved_key).or_default();
+        if let Some(mk) = moved_key {
+            let ids = self.by_moved.entry(mk).or_default();
             ids.retain(|&k| entries[k as usize].is_some());
             ids.push(id);
         }
         // Keep the lists small: when most entries are dead, start the index afresh.
-        if entries.len() > 4096 && live * 4 < entries.len() {
+        if self.entries.len() > 4096 && self.live * 4 < self.entries.len() {
             compact(
-                &mut entries,
-                &mut regs,
-                &mut by_key,
-                &mut by_bucket,
-                &mut wide,
-                &work,
+                &mut self.entries,
+                &mut self.regs,
+                &mut self.by_key,
+                &mut self.by_bucket,
+                &mut self.wide,
+                work,
             );
-            by_moved.clear();
-            if rename {
-                for (id, e) in entries.iter().enumerate() {
+            self.by_moved.clear();
+            if moved_key.is_some() {
+                for (id, e) in self.entries.iter().enumerate() {
                     if let Some(e) = e {
-                        by_moved
+                        self.by_moved
                             .entry(moved_key_hash(&work[e.instr]))
                             .or_default()
                             .push(id as u32);
@@ -610,8 +660,6 @@ pub fn find(prog: &Program, rename: bool, last: bool) -> Reuse {
             }
         }
     }
-    out.moves.sort_unstable();
-    out
 }
 
 /// Rebuild the index from the live entries only (ids renumbered).

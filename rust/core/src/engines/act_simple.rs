@@ -358,6 +358,47 @@ mod tests {
         assert_eq!(sweep_activation(ActFn::Rsqrt), 0);
     }
 
+    /// Every fp32 input through the portable rsqrt's `lane_fma` loop (what aarch64 runs), as the
+    /// activation (NaN outside the valid range) and as the ALU's rsqrt (any input), against their
+    /// f64 formulas (`cargo test --release -p trn3emu-core --lib exhaustive_rsqrt_fma -- --ignored`).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    #[ignore]
+    fn exhaustive_rsqrt_fma() {
+        use crate::engines::alu;
+        use crate::isa::AluOp;
+        use crate::kernels::rsqrt::map_fma_for_tests;
+        if !std::arch::is_x86_feature_detected!("fma") {
+            return;
+        }
+        let range = act::valid_range(ActFn::Rsqrt).unwrap();
+        let range = (range.0 as f32, range.1 as f32);
+        let mut bad = [0usize; 2];
+        for block in 0..256u32 {
+            let xs: Vec<f32> = (block << 24..=(block << 24 | 0xff_ffff))
+                .map(f32::from_bits)
+                .collect();
+            for (k, unrestricted) in [false, true].into_iter().enumerate() {
+                let mut v = xs.clone();
+                // SAFETY: the host has FMA (checked above)
+                unsafe { map_fma_for_tests(&mut v, range, unrestricted) };
+                bad[k] += v
+                    .iter()
+                    .zip(&xs)
+                    .filter(|(g, &x)| {
+                        let w = if unrestricted {
+                            alu::apply(AluOp::Rsqrt, x, 0.0)
+                        } else {
+                            act::apply_checked(ActFn::Rsqrt, x, 0.0)
+                        };
+                        g.to_bits() != w.to_bits()
+                    })
+                    .count();
+            }
+        }
+        assert_eq!(bad, [0, 0]);
+    }
+
     /// All 2^32 inputs of log (`cargo test --release -p trn3emu-core --lib exhaustive_log --
     /// --ignored`, about a minute).
     #[test]

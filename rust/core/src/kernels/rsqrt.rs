@@ -202,6 +202,21 @@ pub unsafe fn map_either(
     }
 }
 
+/// `map_chunks` with `lane_fma` (aarch64's portable path) over `v` in place, compiled here with
+/// x86's fused multiply-adds (IEEE fma: the same bits as aarch64's), within `range` unless
+/// `unrestricted` (RANGE); for `engines::act_simple`'s exhaustive test `exhaustive_rsqrt_fma`.
+///
+/// # Safety
+/// The host must have FMA.
+#[cfg(all(test, target_arch = "x86_64"))]
+#[target_feature(enable = "fma")]
+pub(crate) unsafe fn map_fma_for_tests(v: &mut [f32], range: (f32, f32), unrestricted: bool) {
+    let p = v.as_mut_ptr();
+    let range = if unrestricted { RANGE } else { range };
+    // SAFETY: in place over v's own values
+    unsafe { map_chunks(p, p, v.len(), (1.0, -0.0), range, unrestricted, lane_fma) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,22 +232,6 @@ mod tests {
             worst = worst.max(((approx(y) - want) / want).abs());
         }
         assert!(worst < 2f64.powi(-45), "worst {}", worst.log2());
-    }
-
-    /// `map_chunks` with `lane_fma` (aarch64's portable path), compiled here with x86's fused
-    /// multiply-adds (IEEE fma: the same bits as aarch64's), restricted or not.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "fma")]
-    unsafe fn map_fma(v: &mut [f32], unrestricted: bool) {
-        let p = v.as_mut_ptr();
-        let range = crate::engines::act::valid_range(crate::isa::ActFn::Rsqrt).unwrap();
-        let range = if unrestricted {
-            RANGE
-        } else {
-            (range.0 as f32, range.1 as f32)
-        };
-        // SAFETY: in place over v's own values
-        unsafe { map_chunks(p, p, v.len(), (1.0, -0.0), range, unrestricted, lane_fma) }
     }
 
     /// `lane_fma` on every 997th fp32 of the valid range: where it raises no flag, the f64
@@ -251,43 +250,5 @@ mod tests {
         assert_eq!(bad, 0);
         // the flag is rare (about one lane in 2^16)
         assert!(kept + 100 > 1_548_148, "{kept}");
-    }
-
-    /// Every fp32 input through `lane_fma`'s loop, as the activation (NaN outside the valid
-    /// range) and as the ALU's rsqrt (any input), against their f64 formulas
-    /// (`cargo test --release -p trn3emu-core --lib exhaustive_rsqrt_fma -- --ignored`).
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    #[ignore]
-    fn exhaustive_rsqrt_fma() {
-        use crate::engines::{act, alu};
-        use crate::isa::{ActFn, AluOp};
-        if !std::arch::is_x86_feature_detected!("fma") {
-            return;
-        }
-        let mut bad = [0usize; 2];
-        for block in 0..256u32 {
-            let xs: Vec<f32> = (block << 24..=(block << 24 | 0xff_ffff))
-                .map(f32::from_bits)
-                .collect();
-            for (k, unrestricted) in [false, true].into_iter().enumerate() {
-                let mut v = xs.clone();
-                // SAFETY: the host has FMA (checked above)
-                unsafe { map_fma(&mut v, unrestricted) };
-                bad[k] += v
-                    .iter()
-                    .zip(&xs)
-                    .filter(|(g, &x)| {
-                        let w = if unrestricted {
-                            alu::apply(AluOp::Rsqrt, x, 0.0)
-                        } else {
-                            act::apply_checked(ActFn::Rsqrt, x, 0.0)
-                        };
-                        g.to_bits() != w.to_bits()
-                    })
-                    .count();
-            }
-        }
-        assert_eq!(bad, [0, 0]);
     }
 }

@@ -41,6 +41,9 @@ def _both(fn, args, want, **options):
     ran once less with the walk (liveness "on": once; "auto": the literal trace that did not fit
     first), and the programs are the same bytes. Returns the walk's kernel."""
     out, count = {}, {}
+    # (the walk also drops repeats into other tiles before allocation, `value_reuse` "on", which
+    # the second trace does not: compared with the same-encoding rule only)
+    options = {"value_reuse": "exact", **options}
     for name, passes in (("walk", WALK), ("retrace", RETRACE)):
         body, runs = _counted(fn)
         k = lnki.jit(body, passes={**options, **passes})

@@ -129,6 +129,7 @@ class Fresh:
                 e.handle = weakref.ref(handle)
                 cache.handles[id(handle)] = key
                 cache.entries[key] = cache.entries.pop(key)  # most recently used last
+                ctx.program.loads_reused += 1
                 return NkiTensor(e.tensor, "sbuf", handle, ""), True
             cache.drop(key)  # stale, or still held by the kernel: a new load replaces it
         shape, dtype, buf = spec
@@ -178,6 +179,7 @@ def into(fresh: Fresh, dst: NkiTensor) -> bool:
     if e is not None and e.own is None and e.handle() is dst._block and _view_key(e.tensor) == _view_key(dst._t):
         if not _written(ctx, e):
             cache.entries[key] = cache.entries.pop(key)  # most recently used last
+            ctx.program.loads_reused += 1
             return True
     if e is not None:
         cache.drop(key)

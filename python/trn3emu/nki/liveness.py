@@ -117,6 +117,7 @@ class Placer:
         # tile -> the earlier result's tile, dropped call -> the call it repeats
         self.alias: dict[int, int] = {}
         self.repeats: dict[int, int] = {}
+        self.loads: set[int] = set()
         self.reuse_dropped = 0
         self.stats = {
             "spills": 0,
@@ -130,7 +131,7 @@ class Placer:
     def drop_repeats(self, reuse) -> None:
         """Take the repeats `value_reuse.plan_ir` found: each earlier result lives on to the
         last use of the results it stands for, which are never placed."""
-        self.alias, self.repeats = reuse.alias, reuse.calls
+        self.alias, self.repeats, self.loads = reuse.alias, reuse.calls, reuse.loads
         self.reuse_dropped = len(reuse.drops)
         self.uses = list(self.uses)
         for s, u in reuse.uses.items():
@@ -249,10 +250,13 @@ class Placer:
                 p.segment,
                 p.added_by,
             )
+            c.origin = p.origin
             j = self.repeats.get(k)
             if j is not None:  # (its instruction dropped: it reads and writes nothing)
                 c.reads = c.writes = ()
-                c.notes["value_reuse"] = (
+                c.hbm_reads = ()
+                name = "load_reuse" if p.origin == "nl.load" and k in self.loads else "value_reuse"
+                c.notes[name] = (
                     f"dropped before allocation, repeating call {self.new_of[j]} (its result's reads read that call's)"
                 )
             if self.notes_due:

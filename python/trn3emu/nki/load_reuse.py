@@ -18,7 +18,7 @@ change:
 - the tile fits: the cache never makes an allocation fail or a block tile's block be evicted.
   When memory is full, idle cached tiles are released first (least recently used first). A trace
   that runs the liveness allocation pass (`liveness.py`, which places and spills tiles itself)
-  does not reuse loads.
+  does not reuse loads here: its walk finds them on the IR (`value_reuse.plan_ir`).
 
 The assignment form `tile[...] = nl.load(src)` writes the tile the kernel named: it is served
 only when that same view of that same tile already holds the load (an earlier `tile[...] =
@@ -34,11 +34,7 @@ import weakref
 
 from . import toolchain
 from ._kernel import END_OF_TRACE, ON_FULL, NkiTensor, TraceContext, _Blocks, _hbm_span, tracing
-
-#: instructions that order this core against others (a reuse after one could miss their writes)
-CROSS_CORE = frozenset(
-    "core_barrier sendrecv all_reduce all_gather reduce_scatter all_to_all all_to_all_v collective_permute".split()
-)
+from .value_reuse import CROSS_CORE  # (instructions that order this core against others)
 
 
 class _Entry:

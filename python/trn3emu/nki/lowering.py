@@ -207,12 +207,19 @@ def _decide(ctx, spill: str | None, ops: list, reuse) -> tuple[Placer, list]:
         lowered.passes.setdefault(name, what)
     placer.check_end()
     if reuse:
-        n = len(reuse.calls)
-        lines = len({calls[k].line for k in reuse.calls})
-        lowered.passes["value_reuse"] = (
-            f"{n} repeats into other tiles dropped before allocation, from {lines} kernel lines "
-            "(their results' reads read the earlier results)"
-        )
+        n = len(reuse.calls) - len(reuse.loads)
+        lines = len({calls[k].line for k in reuse.calls if k not in reuse.loads})
+        if n:
+            lowered.passes["value_reuse"] = (
+                f"{n} repeats into other tiles dropped before allocation, from {lines} kernel lines "
+                "(their results' reads read the earlier results)"
+            )
+        if reuse.loads:
+            lines = len({calls[k].line for k in reuse.loads})
+            lowered.passes["load_reuse"] = (
+                f"{len(reuse.loads)} loads read from SBUF, found before allocation, from {lines} kernel lines "
+                "(their tiles' reads read the earlier load's tile)"
+            )
     return placer, steps
 
 

@@ -295,6 +295,11 @@ class Recorder:
         )
         return args, kwargs
 
+    def issued_by(self, origin: str) -> None:
+        """The call just recorded was issued by the lowering of `origin` (`Call.origin`)."""
+        if self.ir.calls:
+            self.ir.calls[-1].origin = origin
+
     def _tensor(self, h, v) -> int:
         key = (h.lo, h.hi)
         i = self._hbm.get(key)

@@ -29,6 +29,12 @@ from bisect import bisect_left, bisect_right
 
 from . import passes
 
+#: instructions that order this core against others: after one, another core's HBM writes may be
+#: visible, so a load's bytes are no longer known unchanged (`load_reuse` too)
+CROSS_CORE = frozenset(
+    "core_barrier sendrecv all_reduce all_gather reduce_scatter all_to_all all_to_all_v collective_permute".split()
+)
+
 
 def _stochastic() -> bool:
     v = os.environ.get("NEURON_RT_STOCHASTIC_ROUNDING_EN", "").strip().lower()
@@ -41,21 +47,24 @@ class IrReuse:
     repeats, plan ordinals), `uses` (each earlier result's call ordinals with those of the
     results it stands for)."""
 
-    __slots__ = ("drops", "alias", "calls", "uses")
+    __slots__ = ("drops", "alias", "calls", "uses", "loads")
 
     def __init__(self) -> None:
         self.drops: set[int] = set()
         self.alias: dict[int, int] = {}
         self.calls: dict[int, int] = {}
         self.uses: dict[int, list[int]] = {}
+        self.loads: set[int] = set()  # the dropped calls that are `nl.load`s
 
     def __bool__(self) -> bool:
         return bool(self.drops)
 
 
 def ir_mode(ctx) -> bool:
-    """Whether the walk looks for repeats on the IR (`value_reuse` "on", no stochastic rounding)."""
-    return passes.value_reuse(ctx.launch.kernel) == "on" and not _stochastic()
+    """Whether the walk looks for repeats on the IR (`value_reuse` "on" or `load_reuse` on, no
+    stochastic rounding)."""
+    k = ctx.launch.kernel
+    return (passes.value_reuse(k) == "on" or passes.enabled(k, "load_reuse")) and not _stochastic()
 
 
 def plan_ir(ctx, rec, ops: list, owner: list) -> IrReuse:
@@ -76,6 +85,14 @@ def plan_ir(ctx, rec, ops: list, owner: list) -> IrReuse:
     for c in calls:
         for s in c.writes:
             writers.setdefault(s, []).append(c.ordinal)
+    # `nl.load`s too, as the pass `load_reuse` (its rules: the tile's bytes unchanged, no write
+    # to the HBM tensor in between, no cross-core instruction in a multi-program launch)
+    launch = ctx.launch
+    compute = passes.value_reuse(launch.kernel) == "on"
+    loads = passes.enabled(launch.kernel, "load_reuse") and not (
+        any(g > 1 for g in launch.grid) and not CROSS_CORE.isdisjoint(ctx.program.opcodes)
+    )
+    hver: dict[int, int] = {}  # HBM tensor ordinal -> writes so far
     size = [0] * (len(calls) + 1)
     for k in owner:
         if k is not None:
@@ -86,14 +103,16 @@ def plan_ir(ctx, rec, ops: list, owner: list) -> IrReuse:
     for p, row in enumerate(ops):
         k = owner[p]
         hit = None
-        if k is not None and size[k] == 1 and row:
+        c = calls[k] if k is not None else None
+        if c is not None and size[k] == 1 and row:
             hit = _candidate(row, k, tiles, off, writers, alias)
         if hit is not None:
             s2, shifts = hit
-            h = prog.relative_key(p, shifts)
+            load = loads and c.origin == "nl.load"
+            h = prog.relative_key(p, shifts, load) if load or compute else None
             if h is not None:
                 reads = tuple((a, alias.get(s, s), version.get(alias.get(s, s), 0)) for a, s, w, *_ in row if not w)
-                key = (h, reads)
+                key = (h, reads, tuple((i, hver.get(i, 0)) for i in c.hbm_reads) if load else ())
                 e = seen.get(key)
                 if e is not None:
                     j, s1, kj, sj = e
@@ -107,6 +126,8 @@ def plan_ir(ctx, rec, ops: list, owner: list) -> IrReuse:
                         out.drops.add(p)
                         alias[s2] = s1
                         out.calls[k] = kj
+                        if load:
+                            out.loads.add(k)
                         continue  # (writes nothing)
                 else:
                     seen[key] = (p, s2, k, shifts)
@@ -114,6 +135,9 @@ def plan_ir(ctx, rec, ops: list, owner: list) -> IrReuse:
             if w:
                 r = alias.get(s, s)
                 version[r] = version.get(r, 0) + 1
+        if c is not None and c.hbm_writes and (p + 1 == len(ops) or owner[p + 1] != k):
+            for i in c.hbm_writes:  # (after the call's last instruction)
+                hver[i] = hver.get(i, 0) + 1
     if out:
         gone = set(out.calls)  # (a dropped call uses nothing)
         for s2, s1 in alias.items():

@@ -244,10 +244,11 @@ impl Program {
     /// The hash of compute instruction `i` with each operand `(argument index, byte shift)` of
     /// `shifts` moved (its on-chip operands in their tiles' own frames), or None when it may not
     /// be dropped as a repeat into another tile (`machine::repeats::relative_key`; the NKI pass
-    /// `value_reuse` on the kernel IR, `nki/value_reuse.py`).
-    fn relative_key(&self, i: usize, shifts: Vec<(usize, i64)>) -> Option<u64> {
+    /// `value_reuse` on the kernel IR, `nki/value_reuse.py`; `loads`: a load from HBM may be one).
+    #[pyo3(signature = (i, shifts, loads = false))]
+    fn relative_key(&self, i: usize, shifts: Vec<(usize, i64)>, loads: bool) -> Option<u64> {
         let ins = self.program().instrs.get(i)?;
-        core::machine::repeats::relative_key(ins, &shifts)
+        core::machine::repeats::relative_key(ins, &shifts, loads)
     }
 
     /// Whether instructions `i` and `j` moved by `si` / `sj` have the same encoding.

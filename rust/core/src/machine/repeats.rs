@@ -542,15 +542,17 @@ fn shifted(ins: &Instr, shifts: &[(usize, i64)]) -> Instr {
 /// A compute instruction's encoding with its on-chip operands moved by `shifts` into a frame
 /// where they do not depend on where the allocator put their tiles (the NKI pass `value_reuse`
 /// on the kernel IR, before allocation: `nki/value_reuse.py`), hashed; None when it may not be
-/// dropped as a repeat whose result goes to another tile (`reusable`, not a DMA, no HBM operand,
-/// one written operand).
-pub fn relative_key(ins: &Instr, shifts: &[(usize, i64)]) -> Option<u64> {
-    if !reusable(ins) || crate::isa::validate::is_dma(ins) {
+/// dropped as a repeat whose result goes to another tile (`reusable`, no HBM operand, one
+/// written operand, not a DMA; with `loads`, also a `dma_copy` from HBM into one on-chip
+/// operand: the legacy toolchain's load reuse, `nki/load_reuse.py`).
+pub fn relative_key(ins: &Instr, shifts: &[(usize, i64)], loads: bool) -> Option<u64> {
+    let dma = crate::isa::validate::is_dma(ins);
+    if !reusable(ins) || (dma && !(loads && ins.op == Opcode::DmaCopy)) {
         return None;
     }
     let mut written = 0;
     for (_, _, acc, ap) in ins.tensors() {
-        if ap.mem == Mem::Hbm {
+        if ap.mem == Mem::Hbm && (!dma || acc.writes()) {
             return None;
         }
         written += acc.writes() as usize;
@@ -953,12 +955,12 @@ mod tests {
         .unwrap();
         let s0 = [(0, -4096), (1, 0), (2, -1024)];
         let s1 = [(0, -12288), (1, -8192), (2, -9216)];
-        let k0 = relative_key(&p.instrs[0], &s0).unwrap();
-        assert_eq!(relative_key(&p.instrs[1], &s1), Some(k0));
+        let k0 = relative_key(&p.instrs[0], &s0, false).unwrap();
+        assert_eq!(relative_key(&p.instrs[1], &s1, false), Some(k0));
         assert!(same_relative(&p.instrs[0], &s0, &p.instrs[1], &s1));
         // an input read at another place within its tile is another computation
         let s2 = [(0, -12288), (1, -8192), (2, -9208)];
-        assert_ne!(relative_key(&p.instrs[1], &s2), Some(k0));
+        assert_ne!(relative_key(&p.instrs[1], &s2, false), Some(k0));
         assert!(!same_relative(&p.instrs[0], &s0, &p.instrs[1], &s2));
         // loads, in-place updates and random numbers have none
         let q = parse_program(
@@ -968,7 +970,14 @@ mod tests {
         )
         .unwrap();
         for ins in &q.instrs {
-            assert_eq!(relative_key(ins, &[]), None, "{:?}", ins.op);
+            assert_eq!(relative_key(ins, &[], false), None, "{:?}", ins.op);
         }
+        // the load has one with `loads` (its HBM source counted as it is), the others still not
+        let keys: Vec<_> = q
+            .instrs
+            .iter()
+            .map(|i| relative_key(i, &[], true).is_some())
+            .collect();
+        assert_eq!(keys, [true, false, false]);
     }
 }

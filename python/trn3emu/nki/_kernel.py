@@ -948,7 +948,7 @@ class TraceContext:
             t.offset, t.start = off, start
             block.placed = True  # (may share bytes with any tile: `pending.InPlace.alias_ok`)
             if ir is not None:
-                ir.placed(block, (buffer, shape, dt))
+                ir.placed(block, (buffer, shape, dt), (len(self.program), start, off))
         if buffer == "psum":
             self.program._native.psum_fresh(t.start, shape[0], t.offset, row)
         alloc.track(block, key)
@@ -1513,13 +1513,12 @@ class _Run:
         """After a literal trace that fits: whether the pass `value_reuse` ("on") kept repeats
         only because the literal allocation gave their earlier results' bytes to other tiles,
         so recording and lowering the kernel (as `liveness` "on") finds them before allocation
-        (`value_reuse.plan_ir`). Not when the trace served loads from SBUF (`load_reuse`, which
-        the liveness lowering does not do), read device values or placed tiles explicitly."""
+        (`value_reuse.plan_ir`). Not when the trace served loads from SBUF (`load_reuse`: the
+        walk reuses loads by its own rule, which may keep tiles alive longer) or read device
+        values."""
         for c in self.contexts:
             p = c.program
             if getattr(c, "segments", None) or p.loads_reused or self.reserved.get(c.pid):
-                return False
-            if c.sbuf.placements or c.psum.placements:
                 return False
         return any(c.program.reuse_missed for c in self.contexts)
 
@@ -1626,7 +1625,7 @@ class _Run:
             return None
         for c in self.contexts:  # passes over the finished program (before its synchronisation)
             value_reuse.run(c)
-        if not self.walking:  # (a walk: no explicit placement, `lowering.py`)
+        if not self.walking:  # (a walk places automatic tiles around the explicit ones: `lowering.py`)
             _check_placements(self.contexts)  # (before retiring: a conflict traces again)
         _retire_tiles(self.contexts, self.kernel.__name__)  # (the trace that is kept only)
         _check_result(results[0])

@@ -294,7 +294,7 @@ class Placer:
             raise TraceMismatch(block.label)
         return s
 
-    def placed(self, block, kind=None) -> None:
+    def placed(self, block, kind=None, at=None) -> None:
         self.fixed.add(self._number(block))
 
     def skip_tile(self, block) -> None:

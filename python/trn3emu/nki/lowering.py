@@ -20,9 +20,11 @@ with its tile (the offset, a register or an index tile's value, counts from its 
 index tile with its own (`Program.onchip_operands` lists it as argument `1000 + k`, also for an
 HBM operand). An instruction the walk cannot place that way raises
 `Unwalkable` before anything is kept, and the launch falls back to the second trace (reason in
-`KernelIR.passes["lowering"]`): an explicitly placed tile, an operand no tile of its call holds
-or that two hold alike, ranges reserved before the trace (`_PlacementConflict`). Never a program
-with an operand left pointing at the wrong tile.
+`KernelIR.passes["lowering"]`): an operand no tile of its call holds or that two hold alike,
+ranges reserved before the trace (`_PlacementConflict`). Never a program with an operand left
+pointing at the wrong tile. Explicitly placed tiles stay where the kernel put them, their ranges
+held for the whole program (the IR does not say when Python drops them): the automatic tiles
+are placed around them.
 """
 
 from __future__ import annotations
@@ -112,7 +114,7 @@ def _resolve(rec, old) -> tuple[list, list]:
     """Each recorded instruction's on-chip operands as `(argument, tile, writes, first partition,
     partitions, first byte, end byte)` (the tile the walk moves it with: module doc), and the
     call each belongs to (the latest call issued before it; None before the first)."""
-    calls, tiles, off = rec.ir.calls, rec.ir.tiles, rec.plan_off
+    calls, tiles, off, p0 = rec.ir.calls, rec.ir.tiles, rec.plan_off, rec.plan_p0
     n = len(old)
     owner: list = [None] * n
     p, cur = 0, None
@@ -131,7 +133,7 @@ def _resolve(rec, old) -> tuple[list, list]:
         c = calls[k] if k is not None else None
         row = []
         for arg, mem, start, parts, lo, hi, writes, _ in operands(p):
-            s = _tile_of(c, tiles, off, mem, start, parts, lo, hi, writes, p)
+            s = _tile_of(c, tiles, off, p0, mem, start, parts, lo, hi, writes, p)
             if type(s) is list:  # several tiles alike: the one the call passed as that operand
                 s = _by_name(c, rec.call_names, old, p, arg, s)
             row.append((arg, s, writes, start, parts, lo, hi))
@@ -154,6 +156,14 @@ def _decide(ctx, spill: str | None, ops: list, reuse) -> tuple[Placer, list]:
     steps = plan.steps
     old = ctx.program._native
     pos, off = rec.plan_pos, rec.plan_off
+    # explicitly placed tiles keep their ranges, held for the whole program (the IR does not
+    # know when Python drops them): automatic tiles are placed around them
+    fixed = set()
+    for s, t in enumerate(tiles):
+        if t.placed:
+            fixed.add(s)
+            alloc = sbuf if t.buffer == "sbuf" else psum
+            alloc.reserve(off[s], off[s] + t.row_bytes, t.label)
     live = placer.live
     state = [0]  # next instruction of the recorded program
 
@@ -166,6 +176,8 @@ def _decide(ctx, spill: str | None, ops: list, reuse) -> tuple[Placer, list]:
                 continue
             moves = []
             for arg, s0, *_ in ops[p]:
+                if s0 in fixed:
+                    continue  # (where the kernel placed it)
                 s = alias.get(s0, s0)
                 t = live.get(s)
                 if t is None:
@@ -188,11 +200,17 @@ def _decide(ctx, spill: str | None, ops: list, reuse) -> tuple[Placer, list]:
                 placer.skip_tile(b)
                 s += 1
                 continue
+            if s in fixed:
+                placer.placed(b)
+                if t.buffer == "psum":
+                    steps.append(("fresh", b.parts, off[s], t.row_bytes, rec.plan_p0.get(s, 0)))
+                s += 1
+                continue
             plan.site = rec.plan_site[s]  # (the copies it adds: named after the line allocating)
             alloc = sbuf if t.buffer == "sbuf" else psum
             _, at = placer.new_tile(plan, alloc, t.row_bytes, t.label, b)
             if t.buffer == "psum":
-                steps.append(("fresh", b.parts, at, t.row_bytes))
+                steps.append(("fresh", b.parts, at, t.row_bytes, 0))
             s += 1
         if k == len(calls):
             break
@@ -246,7 +264,7 @@ def emit(ctx, steps: list, engine_pass: str | None):
                 ctx.site = step[3]
                 getattr(program, step[1])(**step[2])
             else:
-                new.psum_fresh(0, step[1], step[2], step[3])
+                new.psum_fresh(step[4], step[1], step[2], step[3])
     finally:
         ctx.site = site
     return new
@@ -261,9 +279,10 @@ def walk(ctx, spill: str | None, engine_pass: str | None) -> tuple[Placer, objec
     return placer, new
 
 
-def _tile_of(c, tiles, off, mem, start, parts, lo, hi, writes, p) -> int | list:
+def _tile_of(c, tiles, off, p0, mem, start, parts, lo, hi, writes, p) -> int | list:
     """The tile of call `c` whose recorded range holds operand bytes [lo, hi) of partitions
-    start..start + parts of `mem`; the tiles when several do alike; `Unwalkable` when none does."""
+    start..start + parts of `mem` (`p0`: first partitions of tiles not at 0); the tiles when
+    several do alike; `Unwalkable` when none does."""
     if c is None:
         raise Unwalkable(f"instruction {p}: an on-chip operand before the first call")
     found = []
@@ -271,12 +290,14 @@ def _tile_of(c, tiles, off, mem, start, parts, lo, hi, writes, p) -> int | list:
         for s in group:
             t = tiles[s]
             o = off[s]
+            q = p0.get(s, 0) if p0 else 0
             if (
                 t.buffer == mem
                 and o is not None
                 and o <= lo
                 and hi <= o + t.row_bytes
-                and start + parts <= (t.shape[0] if t.shape else 1)
+                and q <= start
+                and start + parts <= q + (t.shape[0] if t.shape else 1)
                 and s not in found
             ):
                 found.append(s)

@@ -867,6 +867,8 @@ class TraceContext:
                 alloc.reserve(lo, hi, label)
         self.shared_index = 0
         self.prints: list[tuple[str, NkiTensor]] = []
+        #: a legacy `affine_range` / `sequential_range` loop under way (`traced_once.py`), else None
+        self.once = None
         self.no_reorder_depth = 0
         self.pending: list = []  # results not issued yet, oldest first (pending.py)
         #: active legacy mask ranges, innermost last: {var: (lo, hi)} (indexing.py)

@@ -45,7 +45,7 @@ from ._kernel import unknown_parameter as _unknown_parameter
 from ._kernel import upcalls as _upcalls
 from .blocks import BlockTensor
 from .indexing import ParDim, arange, mgrid, par_dim  # noqa: F401  (legacy index expressions)
-from .pending import InPlace, Pending
+from .pending import Pending
 
 # ------------------------------------------------------------------------------------ dtypes
 bool_ = DTYPES["bool"]
@@ -912,7 +912,7 @@ def _result(shape, dtype, emit, operands, origin: str, elementwise: bool = True,
     ctx = _tracing_context()  # (`_indexing.active()`: its masks)
     if ctx is not None and not ctx.masks and toolchain.enabled("inplace_assign"):
         shape = tuple(shape) if len(shape) >= 2 else tuple(shape) + (1,)  # (as `ndarray` pads it)
-        ip = InPlace(operands, elementwise, alu)
+        ip = (operands, elementwise, alu)  # (`InPlace`'s arguments: built if the result is assigned)
         return Pending((tuple(shape), as_dtype(dtype), sbuf), emit, origin=origin, inplace=ip)
     out = ndarray(shape, dtype, sbuf)
     emit(out)

@@ -96,7 +96,9 @@ def _written(ctx: TraceContext, e: _Entry) -> bool:
 
 def _cross_core(ctx: TraceContext) -> bool:
     grid = ctx.launch.grid
-    return (len(grid) != 1 or grid[0] > 1) and any(g > 1 for g in grid) and not CROSS_CORE.isdisjoint(ctx.program.opcodes)
+    return (
+        (len(grid) != 1 or grid[0] > 1) and any(g > 1 for g in grid) and not CROSS_CORE.isdisjoint(ctx.program.opcodes)
+    )
 
 
 class Fresh:

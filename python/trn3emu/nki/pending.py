@@ -109,19 +109,21 @@ class Pending(NkiTensor):
     result is a view of the tile it was written into."""
 
     # `_done`: issued (`_t` / `_block` set); read instead of the unset slot, whose failed lookup
-    # raises and catches an AttributeError on every use of a pending result
-    __slots__ = ("_spec", "_emit", "_ctx", "_acc", "_origin", "_inplace", "_fresh", "_site", "_done")
+    # raises and catches an AttributeError on every use of a pending result; `_ip` the `inplace`
+    # argument (not `_inplace`: that is `NkiTensor`'s method behind `t += u`, which the slot hid)
+    __slots__ = ("_spec", "_emit", "_ctx", "_acc", "_origin", "_ip", "_fresh", "_site", "_done")
 
     def __init__(self, spec, emit, accumulate=None, origin: str = "", inplace=None, fresh=None) -> None:
         # `_t` / `_block` stay unset until issued; `origin` names the call that made the result;
-        # `inplace` (an `InPlace`): a result the `inplace_assign` pass made pending, which fuses
+        # `inplace` (an `InPlace`, or the tuple of its arguments: most results are never assigned,
+        # so it is built when an assignment asks): a result the `inplace_assign` pass made pending, which fuses
         # into a target of another dtype or aliasing an operand only where that is exact;
         # `fresh.tile(spec)`: (the tile a use other than an assignment issues into, whether it
         # holds the result already), or (None, False): a new tile; `fresh.issued(tile)` after
         self.buffer, self.name, self._ap = spec[2], "", None  # (`_ap`: the view's pattern once issued)
         ctx = current()
         self._spec, self._emit, self._ctx, self._acc, self._origin = spec, emit, ctx, accumulate, origin
-        self._inplace, self._fresh, self._done = inplace, fresh, False
+        self._ip, self._fresh, self._done = inplace, fresh, False
         uf = ctx.user_f  # its instructions are named after this call's line (`_emit.site`)
         self._site = (_emit.site_at(uf, None) if uf is not None else _emit.site(0, None))[0]
         ctx.pending.append(self)
@@ -180,7 +182,7 @@ class Pending(NkiTensor):
                 if self._ctx.ir is not None:  # (the kernel IR counts it)
                     record.decided(self._ctx, "load_reuse", "loads served from an SBUF tile (no DMA)")
                 self._t, self._block, self._done = dst._t, dst._block, True
-                self._emit = self._acc = self._fresh = self._inplace = None
+                self._emit = self._acc = self._fresh = self._ip = None
                 return
         ctx = current()
         if dst is None:
@@ -208,7 +210,7 @@ class Pending(NkiTensor):
         self._t, self._block, self._done = dst._t, dst._block, True
         self._ap = dst._ap if type(dst) is NkiTensor else None  # (a tile subclass may not know it)
         # issued: drop the operands the closures hold, so their tiles die when the kernel drops them
-        self._emit = self._acc = self._fresh = self._inplace = None
+        self._emit = self._acc = self._fresh = self._ip = None
 
     def _matches(self, dst) -> bool:
         shape, dtype, buf = self._spec
@@ -216,9 +218,11 @@ class Pending(NkiTensor):
             return False
         if dst.buffer != buf or tuple(dst.shape) != tuple(shape):
             return False
-        ip = self._inplace
+        ip = self._ip
         if ip is None:
             return dst.dtype == dtype
+        if type(ip) is tuple:  # (its arguments: built when an assignment first asks)
+            ip = self._ip = InPlace(*ip)
         return ip.dtype_ok(dtype, dst.dtype) and ip.alias_ok(dst)
 
     def _fuse_into(self, dst) -> bool:
@@ -231,9 +235,9 @@ class Pending(NkiTensor):
             if self._ctx.ir is not None:  # (the kernel IR counts it)
                 record.decided(self._ctx, "load_reuse", "assignment loads dropped (the tile holds them)")
             self._t, self._block, self._done = dst._t, dst._block, True
-            self._emit = self._acc = self._fresh = self._inplace = None
+            self._emit = self._acc = self._fresh = self._ip = None
             return True
-        if self._inplace is not None and self._ctx.ir is not None:  # (the kernel IR notes it)
+        if self._ip is not None and self._ctx.ir is not None:  # (the kernel IR notes it)
             n = record.calls_so_far(self._ctx)
             self._issue(dst)
             record.decided(self._ctx, "inplace_assign", "written into the assignment target", n)

@@ -1525,8 +1525,8 @@ def _checked(f):
 
     @functools.wraps(f)
     def g(*args, **kwargs):
-        mask = kwargs.pop("mask", None)  # legacy mask=: every instruction of the op is restricted
-        if isinstance(mask, NkiTensor) and "mask" in sig.parameters:
+        mask = kwargs.pop("mask", None) if kwargs else None  # legacy mask=: every instruction of the op is restricted
+        if mask is not None and isinstance(mask, NkiTensor) and "mask" in sig.parameters:
             kwargs["mask"], mask = mask, None  # a tile mask the op handles itself
         # Called from the kernel: its frame is the source line of everything the op issues
         # (`TraceContext.user_f`; an op called by another op keeps the outer one's).

@@ -456,13 +456,22 @@ def load(src, dtype=None, **kwargs) -> NkiTensor:
         _check_load_rows(src, odt)  # now: the pending DMA is issued (and checked) where it is used
         return Pending(
             (tuple(src.shape), odt, sbuf),
-            lambda dst: nisa.dma_copy(dst=dst, src=src),
+            lambda dst: _load_dma(dst, src),
             origin="nl.load",
             fresh=load_reuse.Fresh(src, odt),  # (pass load_reuse: a reload may read SBUF)
         )
     t = ndarray(src.shape, odt, sbuf)
-    nisa.dma_copy(dst=t, src=src)
+    _load_dma(t, src)
     return t
+
+
+def _load_dma(dst, src) -> None:
+    """`nl.load`'s DMA, marked as such in a recording trace's IR (`value_reuse.plan_ir` reuses
+    loads, as the pass `load_reuse` does while tracing, only those of `nl.load`)."""
+    nisa.dma_copy(dst=dst, src=src)
+    rec = current().ir
+    if rec is not None and rec.mode == "plan":
+        rec.issued_by("nl.load")
 
 
 def _check_load_rows(src, odt) -> None:

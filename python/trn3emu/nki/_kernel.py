@@ -48,7 +48,7 @@ from ..errors import (
 from ..program import Program
 from ..progress import TraceProgress, wanted
 from ..tensor import Tensor, _shape
-from . import _memory, _traceback, engine_choice, liveness, lowering, passes, record, value_reuse
+from . import _memory, _traceback, engine_choice, liveness, lowering, passes, psum_forward, record, value_reuse
 from ._frames import _INTERNAL, _LOC, _internal
 from .gc_pause import gc_paused
 
@@ -713,11 +713,16 @@ class KernelProgram(Program):
     reuse_missed: int = 0
     #: loads the pass `load_reuse` served from SBUF while tracing it
     loads_reused: int = 0
+    #: copies the pass `psum_forward` dropped from it
+    psum_forward: int = 0
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         #: opcodes appended so far (the trace cache asks whether the RNG is used)
         self.opcodes: set[str] = set()
+        #: indices of the PSUM -> SBUF copies of partition broadcasts (`language._bcast_partitions`),
+        #: the pass `psum_forward`'s candidates
+        self.bcast_copies: list[int] = []
 
     def _emit(self, opcode, engine, name, wait, signal, args):
         self.opcodes.add(opcode)
@@ -1631,6 +1636,7 @@ class _Run:
         if not check:
             return None
         for c in self.contexts:  # passes over the finished program (before its synchronisation)
+            psum_forward.run(c)
             value_reuse.run(c)
         if not self.walking:  # (a walk places automatic tiles around the explicit ones: `lowering.py`)
             _check_placements(self.contexts)  # (before retiring: a conflict traces again)

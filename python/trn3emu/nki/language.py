@@ -862,6 +862,9 @@ def _bcast_partitions(t: NkiTensor, parts: int) -> NkiTensor:
         acc = ndarray((parts, n), float32, psum)
         nisa.nc_matmul(acc, stationary=ones_t, moving=flat[:, f0 : f0 + n], accumulate=False)
         nisa.tensor_copy(dst=out_flat[:, f0 : f0 + n], src=acc)
+        if t.dtype in ("float32", "tfloat32"):  # (same dtype: the pass `psum_forward` may drop it)
+            program = current().program
+            program.bcast_copies.append(len(program) - 1)
     return out
 
 

@@ -252,12 +252,13 @@ def emit(ctx, steps: list, engine_pass: str | None):
     program.engine_pass = engine_pass
     append = new.append_moved
     site = ctx.site
+    at = {}  # recorded index -> lowered index
     try:
         for step in steps:
             kind = step[0]
             if kind == "moved":
                 try:
-                    append(old, step[1], step[2])
+                    at[step[1]] = append(old, step[1], step[2])
                 except EmuError as e:
                     raise Unwalkable(f"instruction {step[1]} did not assemble moved: {e}") from None
             elif kind == "copy":
@@ -267,6 +268,7 @@ def emit(ctx, steps: list, engine_pass: str | None):
                 new.psum_fresh(step[4], step[1], step[2], step[3])
     finally:
         ctx.site = site
+    program.bcast_copies = [at[p] for p in program.bcast_copies if p in at]
     return new
 
 

@@ -24,6 +24,8 @@ program is the kernel's source taken literally.
   encoding) on bytes nothing wrote in between is dropped; "on" also drops a repeat whose result
   goes to another SBUF tile, its reads moved to the earlier result; "exact" only the first kind;
   "dialect" (default: "on" for the legacy dialect, "off" for NKI 0.6), "off".
+- `psum_forward` (`psum_forward.py`): "on" (default, both dialects): a partition broadcast's copy
+  from PSUM to SBUF is dropped when its readers can read the PSUM result; "off".
 - `lowering` (how the allocation passes' decisions reach the program when `liveness` runs):
   "walk" (default: the recording trace's instructions are moved to where the passes place
   their tiles, the spill / reload copies inserted; the kernel body runs once, `lowering.py`),
@@ -49,6 +51,7 @@ DEFAULTS = {
     "load_reuse": "dialect",
     "engine_choice": "on",
     "value_reuse": "dialect",
+    "psum_forward": "on",
     "lowering": "walk",
 }
 VALUES = {
@@ -59,6 +62,7 @@ VALUES = {
     "load_reuse": ("on", "off", "dialect"),
     "engine_choice": ("on", "off", "dialect"),
     "value_reuse": ("on", "exact", "off", "dialect"),
+    "psum_forward": ("on", "off", "dialect"),
     "lowering": ("walk", "retrace"),
 }
 

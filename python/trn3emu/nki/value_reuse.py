@@ -196,6 +196,21 @@ def run(ctx, last: bool = True) -> int:
     return len(gone)
 
 
+def renumber(calls, gone) -> None:
+    """Move the program indices the IR's `calls` hold (`Call.instr`, the engine choice's notes)
+    to the program without the instructions `gone` (ascending)."""
+    dropped = set(gone)
+
+    def new(i: int) -> int:
+        return i - bisect_left(gone, i)
+
+    for c in calls:
+        c.instr = new(c.instr)
+        ec = c.notes.get("engine_choice")
+        if ec:
+            c.notes["engine_choice"] = tuple((new(i), e) for i, e in ec if i not in dropped)
+
+
 def _record(ir, segment: int, pairs, gone, moved: int = 0) -> None:
     """Write the decisions into the IR: a note on each call whose instructions were dropped (the
     call whose instruction it repeats), its `passes` line, and every index of the segment's calls
@@ -220,16 +235,7 @@ def _record(ir, segment: int, pairs, gone, moved: int = 0) -> None:
         if isinstance(v, tuple):
             n, e = v
             c.notes["value_reuse"] = f"{n} dropped, repeating call {e}" if e is not None else f"{n} dropped"
-    dropped = set(gone)
-
-    def new(i: int) -> int:
-        return i - bisect_left(gone, i)
-
-    for c in calls:
-        c.instr = new(c.instr)
-        ec = c.notes.get("engine_choice")
-        if ec:
-            c.notes["engine_choice"] = tuple((new(i), e) for i, e in ec if i not in dropped)
+    renumber(calls, gone)
     seg = f" (segment {segment})" if segment else ""
     line = f"{len(gone)} repeated instructions dropped{seg}, from {len(lines)} kernel lines"
     if moved:

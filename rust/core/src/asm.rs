@@ -355,6 +355,19 @@ impl Assembler {
     /// `machine::repeats::exact_repeats` finds): the others keep their order, and the
     /// bookkeeping that names instructions by index (unpinned, kept `accumulate` operands,
     /// validation) follows them. The PSUM state stays (what the program wrote is unchanged).
+    /// Drop the PSUM -> SBUF copies among `copies` whose readers can read PSUM instead, those
+    /// readers moved there (`machine::forward`; the NKI pass `psum_forward`). Returns the copies
+    /// dropped (ascending, indices before the removal) and the reads moved.
+    pub fn forward_copies(&mut self, copies: &[usize], last: bool) -> Result<(Vec<usize>, usize)> {
+        let mut sorted = copies.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let (gone, moved) = crate::machine::forward::forward(&mut self.program, &sorted, last);
+        self.plan.clear();
+        self.remove(&gone)?;
+        Ok((gone, moved))
+    }
+
     pub fn remove(&mut self, indices: &[usize]) -> Result<()> {
         let n = self.len();
         if indices.windows(2).any(|w| w[0] >= w[1]) || indices.last().is_some_and(|&i| i >= n) {

@@ -266,6 +266,20 @@ impl Program {
         }
     }
 
+    /// Drop the PSUM -> SBUF copies among `copies` (instruction indices) whose readers can read
+    /// the PSUM source instead, the readers moved there (`machine::forward`; the NKI pass
+    /// `psum_forward`, `nki/psum_forward.py`; `last`: nothing runs after this program). Returns
+    /// the copies dropped (indices before the removal) and the reads moved.
+    #[pyo3(signature = (copies, last = true))]
+    fn forward_copies(
+        &mut self,
+        py: Python<'_>,
+        copies: Vec<usize>,
+        last: bool,
+    ) -> PyResult<(Vec<usize>, usize)> {
+        self.asm.forward_copies(&copies, last).map_err(py_err(py))
+    }
+
     /// Move operand `arg` of instruction `index` by `delta` bytes, per `(index, arg, delta)`.
     fn move_operands(&mut self, py: Python<'_>, moves: Vec<(usize, usize, i64)>) -> PyResult<()> {
         self.asm.move_operands(&moves).map_err(py_err(py))

@@ -5,6 +5,7 @@ pub mod control;
 pub mod dependence;
 pub mod dma_timing;
 pub mod fabric;
+pub mod forward;
 mod identical;
 pub mod intercore;
 pub mod limits;

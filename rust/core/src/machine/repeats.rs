@@ -146,7 +146,7 @@ pub fn reusable(ins: &Instr) -> bool {
 }
 
 /// After `ins` nothing matches across it: control flow and instructions ordered against other cores.
-fn ends_matches(op: Opcode) -> bool {
+pub(super) fn ends_matches(op: Opcode) -> bool {
     matches!(
         op,
         Opcode::Branch

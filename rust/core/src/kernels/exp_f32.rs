@@ -49,7 +49,7 @@ const C2: f32 = 2.741_813_7e-6;
 const C3: f32 = 1.536_682_2e-8;
 const C4: f32 = 2.319_006_4e-10;
 /// The margin below half an ulp, 2^-TH of it (module doc).
-const TH: u32 = 8;
+const TH: u32 = 9;
 
 /// 2^(j/2048) as `[th, tl]` (module doc), from exp_portable.rs's f64 table (within 2 ulps of
 /// 2^(j/2048): its error, 2^-51, is below the split's 2^-47). Built by the compiler.
@@ -87,8 +87,9 @@ pub(super) fn lane(x: f32) -> (f32, u32) {
 /// The result and flag of a lane from `parts`.
 #[inline(always)]
 fn decide(x: f32, res: f32, e: f32, b: u32) -> (f32, u32) {
-    let thr = (res.to_bits().wrapping_sub(1) & 0x7f80_0000)
-        .wrapping_sub((24 << 23) + (1 << (24 - TH)));
+    // half an ulp on e's side of res: a power of two res less one is in the binade below
+    let below = res.to_bits().wrapping_sub(e.to_bits() >> 31);
+    let thr = (below & 0x7f80_0000).wrapping_sub((24 << 23) + (1 << (24 - TH)));
     let near = ((e.to_bits() & 0x7fff_ffff) as i32 > thr as i32) as u32;
     let inside = (x >= LO) & (x <= HI);
     // 2^k into the exponent: (b >> 11) << 23 is k << 23 modulo 2^32 (M's bits 0x4b40_0000

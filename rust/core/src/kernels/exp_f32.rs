@@ -132,12 +132,14 @@ pub(super) fn chunk(xs: &[f32; W], out: &mut [f32; W], flags: &mut [u32; W]) -> 
     // one 8-byte load a lane
     let mut r = [0f32; W];
     let mut b = [0u32; W];
+    let mut j = [0u32; W];
     for i in 0..W {
         (r[i], b[i]) = reduce(xs[i]);
+        j[i] = b[i] & 2047; // masked in vectors: the lookups only move lanes out
     }
     let mut t = [[0f32; 2]; W];
     for i in 0..W {
-        t[i] = entry(b[i]);
+        t[i] = entry(j[i]);
     }
     for i in 0..W {
         let (res, e) = finish(r[i], t[i]);
@@ -165,6 +167,18 @@ pub(super) fn settle_limits(xs: &[f32; W], out: &mut [f32; W], flags: &mut [u32;
         flags[i] = f & !(zero | inf) as u32;
     }
     flags.iter().sum()
+}
+
+/// The reference's +0 or +inf where x is beyond the limits (`settle_limits`), else None.
+#[inline(always)]
+pub(super) fn limit(x: f32) -> Option<f32> {
+    if x < ZERO_BELOW {
+        Some(0.0)
+    } else if x > INF_ABOVE {
+        Some(f32::INFINITY)
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]

@@ -216,9 +216,9 @@ fn redo_exp(
     flags: &mut [u32; exp_f32::W],
     slow: &impl Fn(f32) -> f32,
 ) -> usize {
-    let left = exp_f32::settle_limits(xs, out, flags);
-    if left == 0 {
-        return 0;
+    let mut left = flags.iter().sum::<u32>();
+    if left > 2 {
+        left = exp_f32::settle_limits(xs, out, flags);
     }
     if left > 2 {
         let mut n = 0;
@@ -233,6 +233,10 @@ fn redo_exp(
     let mut n = 0;
     for i in 0..exp_f32::W {
         if flags[i] != 0 {
+            if let Some(y) = exp_f32::limit(xs[i]) {
+                out[i] = y;
+                continue;
+            }
             let (y, sure) = certain(exp_f64::<FMA>(xs[i]));
             out[i] = if sure {
                 y

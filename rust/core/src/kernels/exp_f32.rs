@@ -13,18 +13,19 @@
 //! of them; C4 the fp32 rest, |n C4| < 2^-14, its product and difference rounded once: |r error|
 //! < 2^-38 with the parts' sum within 2^-59.9 of C), |r| <= 2^-12.45.
 //! `exp(x) = 2^k 2^(j/2048) e^r` with n = 2048 k + j; `T` holds 2^(j/2048) as `th + tl` (`th`
-//! the fp32 nearest, `tl` the fp32 nearest the rest: within 2^-47). `s = th q + tl` with `q = r +
+//! the fp32 nearest, `tl` the fp32 nearest the rest: within 2^-46). `s = th q + tl` with `q = r +
 //! r^2/2` (truncation r^3/6 < 2^-39.9), `res = th + s` and the rounding error of that add,
-//! `e = s - (res - th)` (Fast2Sum: exact, |s| < th). With the roundings of q, `th q` and s
-//! (|s| < 2^-11.4: each below 2^-35.4 absolute) and `tl q` left out (< 2^-36.4), `th + s` is
-//! within E < 2^-33 th of `T e^r` (the test measures it), so the exact value lies within
-//! |e| + E of res: where that is below half an ulp of res, res is its rounding, and (libm's f64
-//! exp within 2^-52 of it) the reference's too. `res` lies in [1 - 2^-12.4, 2): the threshold
-//! is half an ulp of the fp32 below res (half as large below a power of two) times
-//! (1 - 2^-TH), a margin of 2^-(24 + TH) >= 2^-32 th for res >= 1 (2^-33 below 1, where th =
-//! 1 and E < 2^-34). About one lane in 2^TH is flagged. The power 2^k is added to res's
-//! exponent bits (exact: the result is a normal fp32 in [LO, HI]). Lanes outside [LO, HI]
-//! (NaN included) are flagged too.
+//! `e = s - (res - th)` (Fast2Sum: exact, |s| < th). The error of `res + e` against `T e^r`,
+//! for th in [1, 2): r's (< 2^-36.4, times th e^r < 2: 2^-35.4), q's rounding and truncation
+//! (2^-36.8, times th: 2^-35.8), the roundings of `th q` and s (|s| < 2^-11.4: 2^-36 each) and
+//! `tl q` left out (2^-36.4): E < 2^-33.57 (the test measures 2^-33.9); for j = 0 (th = 1, tl =
+//! 0, the only case with res < 1) only r's and q's: < 2^-35.6. The exact value lies within
+//! |e| + E of res: where that is below half an ulp of res on e's side, res is its rounding, and
+//! (libm's f64 exp within 2^-52 of it) the reference's too. `res` lies in [1 - 2^-12.4, 2): the
+//! threshold is that half ulp (of the binade below where e < 0 and res is a power of two) times
+//! (1 - 2^-TH), a margin of 2^-(24 + TH) = 2^-33 for res >= 1 (2^-34 below 1). About one lane in
+//! 2^TH is flagged. The power 2^k is added to res's exponent bits (exact: the result is a normal
+//! fp32 in [LO, HI]). Lanes outside [LO, HI] (NaN included) are flagged too.
 //!
 //! No fused multiply-adds (x86's baseline has none; on aarch64 LLVM does not contract plain
 //! Rust `a * b + c`): the same bits on every host.
@@ -40,7 +41,7 @@ const HI: f32 = 88.7;
 const ZERO_BELOW: f32 = -103.98;
 const INF_ABOVE: f32 = 88.73;
 /// 2048 / ln2 (the fp32 nearest) and 1.5 * 2^23 (adding it rounds |v| < 2^22 to an integer).
-const K: f32 = 2954.639_4;
+const K: f32 = 2_954.639_4;
 const M: f32 = 12_582_912.0;
 /// ln2 / 2048 = C1 + C2 + C3 + C4 (module doc): 0x1.6p-12, 0x1.7p-19, 0x1.08p-26 and the fp32
 /// nearest the rest.
@@ -76,10 +77,10 @@ fn entry(j: u32) -> [f32; 2] {
     [f32::from_bits(w as u32), f32::from_bits((w >> 32) as u32)]
 }
 
-/// `exp(x)` as an fp32 and 1 where it is not proven to be the reference's bits (or x is
-/// outside [LO, HI]), else 0.
-#[inline(always)]
-pub(super) fn lane(x: f32) -> (f32, u32) {
+/// One lane of `chunk` (for the tests): `exp(x)` as an fp32 and 1 where it is not proven to be
+/// the reference's bits (or x is outside [LO, HI]), else 0.
+#[cfg(test)]
+fn lane(x: f32) -> (f32, u32) {
     let (res, e, b) = parts(x);
     decide(x, res, e, b)
 }
@@ -91,7 +92,7 @@ fn decide(x: f32, res: f32, e: f32, b: u32) -> (f32, u32) {
     let below = res.to_bits().wrapping_sub(e.to_bits() >> 31);
     let thr = (below & 0x7f80_0000).wrapping_sub((24 << 23) + (1 << (24 - TH)));
     let near = ((e.to_bits() & 0x7fff_ffff) as i32 > thr as i32) as u32;
-    let inside = (x >= LO) & (x <= HI);
+    let inside = (LO..=HI).contains(&x);
     // 2^k into the exponent: (b >> 11) << 23 is k << 23 modulo 2^32 (M's bits 0x4b40_0000
     // shifted so leave nothing)
     let y = f32::from_bits(res.to_bits().wrapping_add((b >> 11) << 23));
@@ -100,7 +101,7 @@ fn decide(x: f32, res: f32, e: f32, b: u32) -> (f32, u32) {
 
 /// `(res, e, b)` of the module doc: `res + e` within E of `exp(x) / 2^k`, `b` the bits that
 /// hold n.
-#[inline(always)]
+#[cfg(test)]
 fn parts(x: f32) -> (f32, f32, u32) {
     let (r, b) = reduce(x);
     let (res, e) = finish(r, entry(b));

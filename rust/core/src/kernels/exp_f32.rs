@@ -5,9 +5,9 @@
 //! lanes with its f64 evaluation (and that one's scalar fallback), so the bits are those of the
 //! f64 path by construction.
 //!
-//! The evaluation, for x in [LO, HI] (fp32 results normal, |n| < 2^18): `n = round(x K)`, K =
-//! 2048 / ln2 (an fp32 multiply, then round-to-nearest by adding 1.5 * 2^23: |x K - n| <= 1/2 +
-//! 2^-5 for the multiply's rounding), `r = x - n C`, C = ln2 / 2048 in four parts (Cody-Waite:
+//! The evaluation, for n in [N_MIN, N_MAX] (x in [LO, HI]: results normal fp32, |n| < 2^18):
+//! `n = round(x K)`, K = 2048 / ln2 (an fp32 multiply, then round-to-nearest by adding 1.5 *
+//! 2^23: |x K - n| <= 1/2 + 2^-5 for the multiply's rounding), `r = x - n C`, C = ln2 / 2048 in four parts (Cody-Waite:
 //! C1, C2, C3 of at most 6 significant bits, so `n Ci` is exact for |n| < 2^18 and the first
 //! three differences are exact, each a multiple of the coarser of its operands' quanta below 2^24
 //! of them; C4 the fp32 rest, |n C4| < 2^-14, its product and difference rounded once: |r error|
@@ -25,7 +25,8 @@
 //! threshold is that half ulp (of the binade below where e < 0 and res is a power of two) times
 //! (1 - 2^-TH), a margin of 2^-(24 + TH) = 2^-33 for res >= 1 (2^-34 below 1). About one lane in
 //! 2^TH is flagged. The power 2^k is added to res's exponent bits (exact: the result is a normal
-//! fp32 in [LO, HI]). Lanes outside [LO, HI] (NaN included) are flagged too.
+//! fp32 there). Lanes with n outside [N_MIN, N_MAX], read from the bits that hold it, are
+//! flagged too (NaN, infinite and large inputs among them).
 //!
 //! No fused multiply-adds (x86's baseline has none; on aarch64 LLVM does not contract plain
 //! Rust `a * b + c`): the same bits on every host.
@@ -34,9 +35,12 @@ use super::exp::POW2_16;
 
 /// Lanes per chunk: four 128-bit registers of fp32.
 pub(super) const W: usize = 16;
-/// The range whose results are normal fp32 with |n| < 2^18 (e^-87.33 > 2^-126; 88.7 K < 2^18).
-const LO: f32 = -87.33;
-const HI: f32 = 88.7;
+/// The n of the lanes evaluated here: |n| < 2^18 and, with |x K - n| <= 1/2 + 2^-5, x in
+/// [LO, HI], where the results are normal fp32 (e^LO > 2^-126).
+const N_MIN: i32 = -258_000;
+const N_MAX: i32 = 262_000;
+const LO: f32 = -87.325;
+const HI: f32 = 88.68;
 /// Below this the reference rounds to +0 (e^x < 2^-150), above that to +inf (e^x > 2^128).
 const ZERO_BELOW: f32 = -103.98;
 const INF_ABOVE: f32 = 88.73;
@@ -78,21 +82,23 @@ fn entry(j: u32) -> [f32; 2] {
 }
 
 /// One lane of `chunk` (for the tests): `exp(x)` as an fp32 and 1 where it is not proven to be
-/// the reference's bits (or x is outside [LO, HI]), else 0.
+/// the reference's bits (or n is outside [N_MIN, N_MAX]), else 0.
 #[cfg(test)]
 fn lane(x: f32) -> (f32, u32) {
     let (res, e, b) = parts(x);
-    decide(x, res, e, b)
+    decide(res, e, b)
 }
 
 /// The result and flag of a lane from `parts`.
 #[inline(always)]
-fn decide(x: f32, res: f32, e: f32, b: u32) -> (f32, u32) {
+fn decide(res: f32, e: f32, b: u32) -> (f32, u32) {
     // half an ulp on e's side of res: a power of two res less one is in the binade below
     let below = res.to_bits().wrapping_sub(e.to_bits() >> 31);
     let thr = (below & 0x7f80_0000).wrapping_sub((24 << 23) + (1 << (24 - TH)));
     let near = ((e.to_bits() & 0x7fff_ffff) as i32 > thr as i32) as u32;
-    let inside = (LO..=HI).contains(&x);
+    // n from b's bits (NaN, infinite and large x leave the range too): x needs no register
+    let n = (b as i32).wrapping_sub(0x4b40_0000);
+    let inside = (N_MIN..=N_MAX).contains(&n);
     // 2^k into the exponent: (b >> 11) << 23 is k << 23 modulo 2^32 (M's bits 0x4b40_0000
     // shifted so leave nothing)
     let y = f32::from_bits(res.to_bits().wrapping_add((b >> 11) << 23));
@@ -144,7 +150,7 @@ pub(super) fn chunk(xs: &[f32; W], out: &mut [f32; W], flags: &mut [u32; W]) -> 
     }
     for i in 0..W {
         let (res, e) = finish(r[i], t[i]);
-        (out[i], flags[i]) = decide(xs[i], res, e, b[i]);
+        (out[i], flags[i]) = decide(res, e, b[i]);
     }
     flags.iter().sum()
 }
@@ -232,7 +238,9 @@ mod tests {
         assert_eq!(K, (2048.0 / std::f64::consts::LN_2) as f32);
         assert_eq!(M, 1.5 * (1u32 << 23) as f32);
         assert!((LO as f64).exp() > 2f64.powi(-126));
-        assert!((HI as f64 * K as f64) < (1 << 18) as f64 - 1.0);
+        assert!(LO as f64 * (K as f64) < N_MIN as f64 - 0.6);
+        assert!(HI as f64 * (K as f64) > N_MAX as f64 + 0.6);
+        assert!(N_MAX < 1 << 18 && N_MIN > -(1 << 18));
         assert!(((ZERO_BELOW as f64).exp() as f32) == 0.0);
         assert!(((INF_ABOVE as f64).exp() as f32) == f32::INFINITY);
     }

@@ -7,11 +7,12 @@
 //!
 //! The evaluation, for n in [N_MIN, N_MAX] (x in [LO, HI]: results normal fp32, |n| < 2^18):
 //! `n = round(x K)`, K = 2048 / ln2 (an fp32 multiply, then round-to-nearest by adding 1.5 *
-//! 2^23: |x K - n| <= 1/2 + 2^-5 for the multiply's rounding), `r = x - n C`, C = ln2 / 2048 in four parts (Cody-Waite:
-//! C1, C2, C3 of at most 6 significant bits, so `n Ci` is exact for |n| < 2^18 and the first
-//! three differences are exact, each a multiple of the coarser of its operands' quanta below 2^24
-//! of them; C4 the fp32 rest, |n C4| < 2^-14, its product and difference rounded once: |r error|
-//! < 2^-38 with the parts' sum within 2^-59.9 of C), |r| <= 2^-12.45.
+//! 2^23: |x K - n| <= 1/2 + 2^-5 for the multiply's rounding), `r = x - n C`, C = ln2 / 2048 in
+//! four parts (Cody-Waite: C1, C2, C3 of at most 6 significant bits, so `n Ci` is exact for
+//! |n| < 2^18 and the first three differences are exact, each a multiple of the coarser of its
+//! operands' quanta below 2^24 of them; C4 the fp32 rest, |n C4| < 2^-14, its product and
+//! difference rounded once: |r error| < 2^-36.4 with the parts' sum within 2^-59.9 of C),
+//! |r| <= 2^-12.45.
 //! `exp(x) = 2^k 2^(j/2048) e^r` with n = 2048 k + j; `T` holds 2^(j/2048) as `th + tl` (`th`
 //! the fp32 nearest, `tl` the fp32 nearest the rest: within 2^-46). `s = th q + tl` with `q = r +
 //! r^2/2` (truncation r^3/6 < 2^-39.9), `res = th + s` and the rounding error of that add,

@@ -262,3 +262,41 @@ def test_block_tile_at_an_address_lays_blocks_out_densely():
     got, offs = k(x)
     np.testing.assert_array_equal(got, x)
     assert offs == [8192 + b * 64 for b in range(6)]  # 16 fp32 = 64 bytes per block
+
+
+def _counter_in_loop(x, loop):
+    """nki-samples' allocated SD attention's pattern: direct-allocation addresses from a Python
+    counter increased in an `affine_range` body. The legacy toolchain traced that body once (one
+    buffer per allocation, used by every iteration); 64 iterations of 8 KiB would need 512 KiB."""
+    out = lnl.ndarray(x.shape, dtype=x.dtype, buffer=lnl.shared_hbm)
+    addr = 0
+    for i in loop(x.shape[0] // 128):
+        t = lnl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=ncc.sbuf.mod_alloc(base_addr=addr))
+        addr += x.shape[1] * 4
+        u = lnl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=ncc.sbuf.mod_alloc(base_addr=addr))
+        addr += x.shape[1] * 4
+        t[...] = lnl.load(x[i * 128 : (i + 1) * 128])
+        u[...] = lnl.multiply(t, 3.0)
+        lnl.store(out[i * 128 : (i + 1) * 128], value=u)
+    return out
+
+
+@pytest.mark.parametrize("loop", ["affine_range", "sequential_range"])
+def test_legacy_loop_bodies_place_their_allocations_once(loop):
+    x = np.random.default_rng(4).integers(-9, 9, (64 * 128, 1024)).astype(np.float32)
+    k = lnki.jit(_counter_in_loop)
+    np.testing.assert_array_equal(k(x, getattr(lnl, loop)), 3 * x)
+    # every iteration's two tiles at the first iteration's addresses: bytes 0 and 4096
+    text = k.last_programs[0].to_text()
+    places = {w.split("]+")[1].split("[")[0] for w in text.split() if w.startswith("dst=sbuf:")}
+    assert places == {"0", "4096"}, places
+
+
+def test_static_range_bodies_and_nki_06_kernels_place_every_iteration():
+    # static_range was unrolled while tracing: each iteration asks for its own addresses, and
+    # the counter runs past the 256 KiB partition at iteration 32
+    x = np.zeros((64 * 128, 1024), np.float32)
+    with pytest.raises(CapacityError, match="262144"):
+        lnki.jit(_counter_in_loop)(x, lnl.static_range)
+    with pytest.raises(CapacityError, match="262144"):
+        nki.jit(_counter_in_loop)(x, nl.affine_range)

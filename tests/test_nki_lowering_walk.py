@@ -41,6 +41,9 @@ def _both(fn, args, want, **options):
     ran once less with the walk (liveness "on": once; "auto": the literal trace that did not fit
     first), and the programs are the same bytes. Returns the walk's kernel."""
     out, count = {}, {}
+    # (the walk also drops repeats into other tiles before allocation, `value_reuse` "on", which
+    # the second trace does not: compared with the same-encoding rule only)
+    options = {"value_reuse": "exact", **options}
     for name, passes in (("walk", WALK), ("retrace", RETRACE)):
         body, runs = _counted(fn)
         k = lnki.jit(body, passes={**options, **passes})
@@ -280,20 +283,41 @@ def test_peak_of_the_lowered_ir_counts_spilled_tiles_out():
     assert sum(len(t.out) for t in ir.tiles) == k.last_spills["spills"] == 9
 
 
-def test_an_explicitly_placed_tile_leaves_the_lowering_to_the_second_trace():
-    # its range is freed when Python drops it, an event the IR does not hold: the second trace
-    # lowers it (the body runs twice), same results
+def test_explicitly_placed_tiles_are_walked_and_kept_where_placed():
+    # a tile placed at bytes 0.., one from partition 64 at byte 4096, a PSUM tile in bank 3, and
+    # automatic temporaries: the body runs once; the placed ranges are held for the whole
+    # program (the IR does not know when Python drops them), the automatic tiles go around them
     def body(x):
         out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        out2 = nl.ndarray((64, 512), dtype=x.dtype, buffer=nl.shared_hbm)
         fixed = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf, address=(0, 0))
+        low = nl.ndarray((64, 512), dtype=nl.float32, buffer=nl.sbuf, address=(64, 4096))
+        acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum, address=(0, 3 * 2048))
         fixed[...] = nl.load(x)
-        nl.store(out, value=nl.add(fixed, 1.0))
-        return out
+        low[...] = nl.load(x[64:128])
+        acc[...] = nl.add(fixed, 1.0)
+        t = nl.multiply(acc, 2.0)
+        nl.store(out, value=nl.add(t, t))
+        nl.store(out2, value=nl.multiply(low, 3.0))
+        return out, out2
 
     k, runs = _counted(body)
-    kern = lnki.jit(k, passes={"liveness": "on"})
+    kern = lnki.jit(k, passes={"liveness": "on"}, ir=True)
     x = np.arange(128 * 512, dtype=np.float32).reshape(128, 512)
-    np.testing.assert_array_equal(kern(x), x + 1)
-    assert len(runs) == 2
-    line = kern.last_ir.passes["lowering"]
-    assert line.startswith("retrace") and "explicitly placed tile" in line, line
+    got, got2 = kern(x)
+    np.testing.assert_array_equal(got, 4 * (x + 1))
+    np.testing.assert_array_equal(got2, 3 * x[64:128])
+    assert len(runs) == 1
+    ir = kern.last_ir
+    assert ir.passes["lowering"].startswith("walk"), ir.passes["lowering"]
+    placed = [t for t in ir.tiles if t.placed]
+    assert len(placed) == 3 and all(not t.at for t in placed)
+    for t in ir.tiles:  # every automatic SBUF tile clear of bytes 0..2048 and 4096..6144
+        if t.buffer == "sbuf" and not t.placed:
+            for _, o in t.at:
+                assert o + t.row_bytes <= 0 or o >= 2048, (t.label, o)
+                assert o + t.row_bytes <= 4096 or o >= 6144, (t.label, o)
+    # the instructions kept the kernel's addresses: the loads into bytes 0 and 4096 (partition 64)
+    text = kern.last_programs[0].to_text()
+    assert "dst=sbuf:float32[0:128]+0[" in text and "dst=sbuf:float32[64:128]+4096[" in text
+    assert "dst=psum:float32[0:128]+6144[" in text

@@ -405,3 +405,140 @@ def test_a_bad_pass_value_is_refused(monkeypatch):
     monkeypatch.setenv("TRN3EMU_NKI_PASSES", "value_reuse=maybe")
     with pytest.raises(OperandError, match="TRN3EMU_NKI_PASSES.*value_reuse='maybe'"):
         nki.jit(_repeat_mul)(a, a)
+
+
+# ------------------------------------------------------------ before allocation (the kernel IR)
+def _states_by_tiles(delta, u, b):
+    """A state loop around a loop over column tiles, a fresh product tile per (state, tile) (the
+    fused Mamba tutorial's v2 / v3 shape): the product of tile j is the same in every state, but
+    by the next state the literal allocation has given most first products' bytes to later
+    tiles."""
+    n_states, (P, N), F = b.shape[0], delta.shape, 512
+    out = nl.ndarray(delta.shape, delta.dtype, buffer=nl.shared_hbm)
+    d = nl.ndarray(delta.shape, nl.float32, buffer=nl.sbuf)
+    x = nl.ndarray(delta.shape, nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=d, src=delta)
+    nisa.dma_copy(dst=x, src=u)
+    acc = nl.zeros(delta.shape, nl.float32, buffer=nl.sbuf)
+    for s in nl.affine_range(n_states):
+        bs = nl.ndarray((P, 1), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=bs, src=b[s])
+        for j in nl.static_range(N // F):
+            c = slice(j * F, (j + 1) * F)
+            du = nl.ndarray((P, F), nl.float32, buffer=nl.sbuf)
+            nisa.tensor_tensor(dst=du, data1=d[:, c], data2=x[:, c], op=nl.multiply)
+            term = nl.ndarray((P, F), nl.float32, buffer=nl.sbuf)
+            nisa.tensor_scalar(dst=term, data=du, op0=nl.multiply, operand0=bs)
+            nisa.tensor_tensor(dst=acc[:, c], data1=acc[:, c], data2=term, op=nl.add)
+    nisa.dma_copy(dst=out, src=acc)
+    return out
+
+
+def test_repeats_the_literal_allocation_loses_are_dropped_before_allocation():
+    delta, u = _inputs((128, 4096))
+    bvals = np.random.default_rng(2).standard_normal((4, 128, 1)).astype(np.float32)
+    want = sum((delta.astype(np.float64) * u) * bvals[s] for s in range(4))
+    repeats = 3 * 8  # every state after the first, 8 column tiles each
+    runs = {}
+    for name, p in (("literal", {"liveness": "off"}), ("auto", {}), ("off", {"value_reuse": "off"})):
+        k = nki.jit(_states_by_tiles, passes={"value_reuse": "on", **p}, ir=True)
+        r = k(delta, u, bvals)
+        np.testing.assert_allclose(r, want, rtol=1e-5, atol=1e-5)
+        runs[name] = (r, opcodes(k), k)
+    for name in ("literal", "auto"):
+        np.testing.assert_array_equal(runs[name][0], runs["off"][0])  # the same arithmetic
+    # literally allocated, the pass over the finished program drops the repeats whose earlier
+    # product is still in place and counts the others as missed (their inputs unchanged)
+    lit = runs["literal"][2].last_programs[0]
+    assert 0 < lit.reuse_missed and lit.value_reuse + lit.reuse_missed == repeats
+    # by default the launch then records and lowers the kernel, finding all of them on the IR
+    _, ops, k = runs["auto"]
+    assert k.last_programs[0].value_reuse == repeats
+    assert runs["off"][1]["tensor_tensor"] - ops["tensor_tensor"] == repeats == 3 * 8
+    assert k.last_ir.passes["lowering"].startswith("walk")
+    assert k.last_ir.passes["value_reuse"].startswith(
+        f"{repeats} repeats into other tiles dropped before allocation, from 1 kernel lines"
+    )
+    notes = [c for c in k.last_ir.calls if "value_reuse" in c.notes]
+    assert len(notes) == repeats and all(c.reads == c.writes == () for c in notes)
+    # each repeats a product of the first state, whose tile now lives to the last state
+    first = {int(c.notes["value_reuse"].split("repeating call ")[1].split()[0]) for c in notes}
+    assert len(first) == 8
+    for o in first:
+        (t,) = k.last_ir.calls[o].writes
+        assert k.last_ir.tiles[t].last_use > max(c.ordinal for c in notes if f"call {o} " in c.notes["value_reuse"])
+
+
+def _wide_products(xin, dvec, b):
+    """Eight products of 32 KiB per partition, each the same in every state: keeping the first
+    state's alive for the others needs 256 KiB on top of the inputs (SBUF: 256 KiB)."""
+    P, N = xin.shape
+    out = nl.ndarray(xin.shape, xin.dtype, buffer=nl.shared_hbm)
+    x = nl.ndarray(xin.shape, nl.float32, buffer=nl.sbuf)
+    dd = nl.ndarray(dvec.shape, nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=x, src=xin)
+    nisa.dma_copy(dst=dd, src=dvec)
+    acc = nl.zeros(xin.shape, nl.float32, buffer=nl.sbuf)
+    for s in nl.affine_range(b.shape[0]):
+        bs = nl.ndarray((P, 1), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=bs, src=b[s])
+        for j in nl.static_range(dvec.shape[1]):
+            du = nl.ndarray(xin.shape, nl.float32, buffer=nl.sbuf)
+            nisa.tensor_scalar(dst=du, data=x, op0=nl.multiply, operand0=dd[:, j : j + 1])
+            term = nl.ndarray(xin.shape, nl.float32, buffer=nl.sbuf)
+            nisa.tensor_scalar(dst=term, data=du, op0=nl.multiply, operand0=bs)
+            nisa.tensor_tensor(dst=acc, data1=acc, data2=term, op=nl.add)
+    nisa.dma_copy(dst=out, src=acc)
+    return out
+
+
+@pytest.mark.parametrize("dialect", ["nki", "legacy"])
+def test_keeping_earlier_results_alive_never_adds_a_spill(dialect):
+    rng = np.random.default_rng(3)
+    x = rng.integers(-4, 5, (128, 8192)).astype(np.float32)
+    dvec = rng.integers(-4, 5, (128, 8)).astype(np.float32)
+    bvals = rng.integers(-4, 5, (2, 128, 1)).astype(np.float32)
+    want = sum(x * dvec[:, j : j + 1] * bvals[s] for s in range(2) for j in range(8))  # exact: small ints
+    if dialect == "legacy":
+        import neuronxcc.nki as lnki
+
+        k = lnki.jit(_wide_products, passes={"liveness": "on"}, ir=True)
+    else:
+        k = nki.jit(_wide_products, passes={"value_reuse": "on", "liveness": "on"}, ir=True)
+    np.testing.assert_array_equal(k(x, dvec, bvals), want)
+    # the repeats were found, but keeping the 8 first products alive does not fit (NKI 0.6:
+    # no spilling) or spills (legacy): lowered without them, as literally, and nothing spilled
+    line = k.last_ir.passes["value_reuse"]
+    why = "did not fit" if dialect == "nki" else "spilled more"
+    assert line.startswith(f"8 repeats found before allocation not dropped: keeping their earlier results alive {why}")
+    assert k.last_spills["spills"] == 0
+    assert opcodes(k)["tensor_scalar"] == 2 * 2 * 8
+
+
+def test_a_kernel_whose_missed_repeats_the_ir_cannot_drop_stays_literal():
+    """The same product into the same tile, overwritten in between: the pass over the literal
+    program counts it as missed (inputs unchanged), the IR rule does not drop it (the tile has
+    two writers), so the launch keeps the literal allocation, traced a third time."""
+    runs = []
+
+    def k(a, b):
+        runs.append(1)
+        out = nl.ndarray((2,) + a.shape, a.dtype, buffer=nl.shared_hbm)
+        x = nl.ndarray(a.shape, nl.float32, buffer=nl.sbuf)
+        y = nl.ndarray(a.shape, nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=x, src=a)
+        nisa.dma_copy(dst=y, src=b)
+        p = nl.ndarray(a.shape, nl.float32, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=p, data1=x, data2=y, op=nl.multiply)
+        nisa.dma_copy(dst=out[0], src=p)
+        nisa.memset(dst=p, value=0.0)
+        nisa.tensor_tensor(dst=p, data1=x, data2=y, op=nl.multiply)  # p's old value, needed again
+        nisa.dma_copy(dst=out[1], src=p)
+        return out
+
+    a, b = _inputs()
+    kern = nki.jit(k, passes=ON, ir=True)
+    r = kern(a, b)
+    np.testing.assert_array_equal(r, np.stack([a * b, a * b]))
+    assert opcodes(kern)["tensor_tensor"] == 2 and kern.last_programs[0].reuse_missed == 1
+    assert "lowering" not in kern.last_ir.passes and len(runs) == 3

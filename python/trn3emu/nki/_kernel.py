@@ -708,6 +708,11 @@ class KernelProgram(Program):
     engine_pass: str | None = None
     #: instructions the pass `value_reuse` dropped from it (exact repeats)
     value_reuse: int = 0
+    #: repeats the pass kept because the earlier result's bytes had gone to another tile (its
+    #: inputs unchanged): the launch then finds them on the kernel IR (`Launch._trace`)
+    reuse_missed: int = 0
+    #: loads the pass `load_reuse` served from SBUF while tracing it
+    loads_reused: int = 0
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -862,6 +867,8 @@ class TraceContext:
                 alloc.reserve(lo, hi, label)
         self.shared_index = 0
         self.prints: list[tuple[str, NkiTensor]] = []
+        #: a legacy `affine_range` / `sequential_range` loop under way (`traced_once.py`), else None
+        self.once = None
         self.no_reorder_depth = 0
         self.pending: list = []  # results not issued yet, oldest first (pending.py)
         #: active legacy mask ranges, innermost last: {var: (lo, hi)} (indexing.py)
@@ -943,7 +950,7 @@ class TraceContext:
             t.offset, t.start = off, start
             block.placed = True  # (may share bytes with any tile: `pending.InPlace.alias_ok`)
             if ir is not None:
-                ir.placed(block, (buffer, shape, dt))
+                ir.placed(block, (buffer, shape, dt), (len(self.program), start, off))
         if buffer == "psum":
             self.program._native.psum_fresh(t.start, shape[0], t.offset, row)
         alloc.track(block, key)
@@ -1453,17 +1460,21 @@ class _Run:
         tiles freed at their last use and SBUF spilled when full (`liveness.py`)."""
         mode, self.spill = passes.allocation(self.kernel)
         self.record_ir = wants_ir(self.kernel)
+        walk = passes.lowering(self.kernel) == "walk"
+        self.for_reuse = False
         if mode == "auto":
             try:
-                return self._trace_once(args, kwargs)
+                out = self._trace_once(args, kwargs)
+                if not (walk and self._reuse_missed()):
+                    return out
+                self.for_reuse = True  # (it fits: lowered only if that drops repeats)
             except CapacityError:
                 if any(getattr(c, "segments", None) for c in self.contexts):
                     raise  # traced from device values: no second trace
-                self._restart()
+            self._restart()
         elif mode == "literal":
             return self._trace_once(args, kwargs)
         self.ir_mode = "plan"
-        walk = passes.lowering(self.kernel) == "walk"
         why = "pass setting lowering=retrace"
         self.walking = walk
         try:
@@ -1472,6 +1483,11 @@ class _Run:
             out, why = None, f"the walk could not lower it: {e}"
         finally:
             self.walking = False
+        if self.for_reuse and (out is None or not any(c.ir.reuse_dropped for c in self.contexts)):
+            # lowered for repeats the IR does not have (or could not be walked): literal again
+            self.ir_mode = None
+            self._restart()
+            return self._trace_once(args, kwargs)
         if out is not None:
             out[1].spills = _sum_stats(c.ir.stats for c in self.contexts)
             out[1].irs = [c.ir.ir for c in self.contexts]
@@ -1494,6 +1510,19 @@ class _Run:
         for c in self.contexts:
             c.ir.ir.passes["lowering"] = f"retrace (the kernel body traced again: {why})"
         return out
+
+    def _reuse_missed(self) -> bool:
+        """After a literal trace that fits: whether the pass `value_reuse` ("on") kept repeats
+        only because the literal allocation gave their earlier results' bytes to other tiles,
+        so recording and lowering the kernel (as `liveness` "on") finds them before allocation
+        (`value_reuse.plan_ir`). Not when the trace served loads from SBUF (`load_reuse`: the
+        walk reuses loads by its own rule, which may keep tiles alive longer) or read device
+        values."""
+        for c in self.contexts:
+            p = c.program
+            if getattr(c, "segments", None) or p.loads_reused or self.reserved.get(c.pid):
+                return False
+        return any(c.program.reuse_missed for c in self.contexts)
 
     def _walk(self, arrays) -> None:
         """Lower every program of the recording trace just made by the walk (`lowering.py`):
@@ -1598,7 +1627,7 @@ class _Run:
             return None
         for c in self.contexts:  # passes over the finished program (before its synchronisation)
             value_reuse.run(c)
-        if not self.walking:  # (a walk: no explicit placement, `lowering.py`)
+        if not self.walking:  # (a walk places automatic tiles around the explicit ones: `lowering.py`)
             _check_placements(self.contexts)  # (before retiring: a conflict traces again)
         _retire_tiles(self.contexts, self.kernel.__name__)  # (the trace that is kept only)
         _check_result(results[0])

@@ -110,6 +110,9 @@ class Call:
     #: decisions of the passes that ran over the IR: pass name -> decision (`engine_choice`:
     #: ((instruction index, engine), ...) for the instructions it decided)
     notes: dict = field(default_factory=dict)
+    #: the `nl` op whose lowering issued it when a pass cares ("nl.load": `value_reuse` may
+    #: reuse its data like `load_reuse`), else ""
+    origin: str = ""
 
 
 class KernelIR:

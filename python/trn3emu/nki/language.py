@@ -27,6 +27,7 @@ from . import indexing as _indexing
 from . import isa as nisa
 from . import passes as _passes
 from . import record as _record
+from . import traced_once as _traced_once
 from ._frames import _INTERNAL, _internal
 from ._kernel import (
     DTYPES,
@@ -145,9 +146,21 @@ def _range(*args):
 def _loop(kind: str, start, stop, step):
     r = _range(start) if stop is None else _range(start, stop, step)
     ctx = _tracing_context()
-    if ctx is not None and ctx.ir is not None and ctx.ir.mode != "emit":  # the kernel IR's loop nest (record.py)
+    if ctx is None:
+        return r
+    if kind != "static_range" and _legacy(ctx):  # (its body traced once by the toolchain)
+        r = _traced_once.OnceRange(r, ctx)
+    if ctx.ir is not None and ctx.ir.mode != "emit":  # the kernel IR's loop nest (record.py)
         return ctx.ir.loop(r, kind, sys._getframe(2))
     return r
+
+
+def _legacy(ctx) -> bool:
+    """Whether the launch's kernel is of the legacy dialect (`passes.legacy_dialect`), once per trace."""
+    v = ctx.__dict__.get("_legacy")
+    if v is None:
+        v = ctx._legacy = _passes.legacy_dialect(ctx.launch.kernel)
+    return v
 
 
 def affine_range(start, stop=None, step=1):
@@ -346,6 +359,11 @@ def ndarray(shape, dtype, buffer=None, name="", address=None, **kwargs) -> NkiTe
         _misspelt_keyword("ndarray", kwargs)
         raise not_supported(f"nl.ndarray({', '.join(kwargs)}=...)", rule="nki_keyword_unsupported")
     pd = [i for i, s in enumerate(shape) if isinstance(s, ParDim)] if isinstance(shape, (tuple, list)) else []
+    if address is not None or isinstance(buffer, _compiler.AllocatedBuffer):
+        ctx = current()
+        if ctx.once is not None:  # (a legacy loop body the toolchain traced once: `traced_once.py`)
+            f = sys._getframe(1)
+            buffer, address = _traced_once.placement(ctx, (f.f_code, f.f_lasti), buffer, address)
     if isinstance(buffer, _compiler.AllocatedBuffer):  # legacy direct allocation (ncc.sbuf.alloc / mod_alloc)
         if pd and pd[0] > 0:  # a block tile: each block where the function places it
             dims = tuple(int(s) for s in shape)
@@ -456,13 +474,22 @@ def load(src, dtype=None, **kwargs) -> NkiTensor:
         _check_load_rows(src, odt)  # now: the pending DMA is issued (and checked) where it is used
         return Pending(
             (tuple(src.shape), odt, sbuf),
-            lambda dst: nisa.dma_copy(dst=dst, src=src),
+            lambda dst: _load_dma(dst, src),
             origin="nl.load",
             fresh=load_reuse.Fresh(src, odt),  # (pass load_reuse: a reload may read SBUF)
         )
     t = ndarray(src.shape, odt, sbuf)
-    nisa.dma_copy(dst=t, src=src)
+    _load_dma(t, src)
     return t
+
+
+def _load_dma(dst, src) -> None:
+    """`nl.load`'s DMA, marked as such in a recording trace's IR (`value_reuse.plan_ir` reuses
+    loads, as the pass `load_reuse` does while tracing, only those of `nl.load`)."""
+    nisa.dma_copy(dst=dst, src=src)
+    rec = current().ir
+    if rec is not None and rec.mode == "plan":
+        rec.issued_by("nl.load")
 
 
 def _check_load_rows(src, odt) -> None:

@@ -113,6 +113,12 @@ class Placer:
         self.copy_of: dict[int, int] = {}  # PSUM seq -> the IR tile of its latest SBUF copy
         self.since: dict[int, int] = {}  # spilled seq -> the first lowered-IR call it is out for
         self.notes_due: list[str] = []  # spills that copied nothing: noted on the next kernel call
+        # the pass `value_reuse` on the IR (`value_reuse.plan_ir`, walk only): repeat's result
+        # tile -> the earlier result's tile, dropped call -> the call it repeats
+        self.alias: dict[int, int] = {}
+        self.repeats: dict[int, int] = {}
+        self.loads: set[int] = set()
+        self.reuse_dropped = 0
         self.stats = {
             "spills": 0,
             "spilled_bytes": 0,
@@ -121,6 +127,19 @@ class Placer:
             "psum_spills": 0,
             "psum_spilled_bytes": 0,
         }
+
+    def drop_repeats(self, reuse) -> None:
+        """Take the repeats `value_reuse.plan_ir` found: each earlier result lives on to the
+        last use of the results it stands for, which are never placed."""
+        self.alias, self.repeats, self.loads = reuse.alias, reuse.calls, reuse.loads
+        self.reuse_dropped = len(reuse.drops)
+        self.uses = list(self.uses)
+        for s, u in reuse.uses.items():
+            self.uses[s] = u
+
+    def spilled_bytes(self) -> int:
+        st = self.stats
+        return st["spilled_bytes"] + st["reloaded_bytes"] + st["psum_spilled_bytes"]
 
     # ------------------------------------------------------------------ uses
     def _next_use(self, seq: int, after: int) -> int | None:
@@ -212,20 +231,34 @@ class Placer:
         self.calls = k + 1
         if k < len(self.plan_calls):
             p = self.plan_calls[k]
+            reads, writes = p.reads, p.writes
+            if self.alias:
+                alias = self.alias
+                reads = tuple(dict.fromkeys(alias.get(s, s) for s in reads))
+                writes = tuple(dict.fromkeys(alias.get(s, s) for s in writes))
             c = Call(
                 len(self.ir.calls),
                 p.op,
                 p.engine,
                 p.line,
                 p.nest,
-                p.reads,
-                p.writes,
+                reads,
+                writes,
                 p.hbm_reads,
                 p.hbm_writes,
                 len(ctx.program),
                 p.segment,
                 p.added_by,
             )
+            c.origin = p.origin
+            j = self.repeats.get(k)
+            if j is not None:  # (its instruction dropped: it reads and writes nothing)
+                c.reads = c.writes = ()
+                c.hbm_reads = ()
+                name = "load_reuse" if p.origin == "nl.load" and k in self.loads else "value_reuse"
+                c.notes[name] = (
+                    f"dropped before allocation, repeating call {self.new_of[j]} (its result's reads read that call's)"
+                )
             if self.notes_due:
                 c.notes["spill"] = "; ".join(self.notes_due)
                 self.notes_due = []
@@ -261,8 +294,12 @@ class Placer:
             raise TraceMismatch(block.label)
         return s
 
-    def placed(self, block, kind=None) -> None:
+    def placed(self, block, kind=None, at=None) -> None:
         self.fixed.add(self._number(block))
+
+    def skip_tile(self, block) -> None:
+        """A repeat's result tile (`drop_repeats`): numbered, never placed."""
+        self._number(block)
 
     def new_tile(self, ctx, alloc, row: int, label: str, block, kind=None) -> tuple[int, int]:
         s = self._number(block)

@@ -18,7 +18,7 @@ change:
 - the tile fits: the cache never makes an allocation fail or a block tile's block be evicted.
   When memory is full, idle cached tiles are released first (least recently used first). A trace
   that runs the liveness allocation pass (`liveness.py`, which places and spills tiles itself)
-  does not reuse loads.
+  does not reuse loads here: its walk finds them on the IR (`value_reuse.plan_ir`).
 
 The assignment form `tile[...] = nl.load(src)` writes the tile the kernel named: it is served
 only when that same view of that same tile already holds the load (an earlier `tile[...] =
@@ -34,11 +34,7 @@ import weakref
 
 from . import toolchain
 from ._kernel import END_OF_TRACE, ON_FULL, NkiTensor, TraceContext, _Blocks, _hbm_span, tracing
-
-#: instructions that order this core against others (a reuse after one could miss their writes)
-CROSS_CORE = frozenset(
-    "core_barrier sendrecv all_reduce all_gather reduce_scatter all_to_all all_to_all_v collective_permute".split()
-)
+from .value_reuse import CROSS_CORE  # (instructions that order this core against others)
 
 
 class _Entry:
@@ -129,6 +125,7 @@ class Fresh:
                 e.handle = weakref.ref(handle)
                 cache.handles[id(handle)] = key
                 cache.entries[key] = cache.entries.pop(key)  # most recently used last
+                ctx.program.loads_reused += 1
                 return NkiTensor(e.tensor, "sbuf", handle, ""), True
             cache.drop(key)  # stale, or still held by the kernel: a new load replaces it
         shape, dtype, buf = spec
@@ -178,6 +175,7 @@ def into(fresh: Fresh, dst: NkiTensor) -> bool:
     if e is not None and e.own is None and e.handle() is dst._block and _view_key(e.tensor) == _view_key(dst._t):
         if not _written(ctx, e):
             cache.entries[key] = cache.entries.pop(key)  # most recently used last
+            ctx.program.loads_reused += 1
             return True
     if e is not None:
         cache.drop(key)

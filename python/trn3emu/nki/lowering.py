@@ -20,9 +20,11 @@ with its tile (the offset, a register or an index tile's value, counts from its 
 index tile with its own (`Program.onchip_operands` lists it as argument `1000 + k`, also for an
 HBM operand). An instruction the walk cannot place that way raises
 `Unwalkable` before anything is kept, and the launch falls back to the second trace (reason in
-`KernelIR.passes["lowering"]`): an explicitly placed tile, an operand no tile of its call holds
-or that two hold alike, ranges reserved before the trace (`_PlacementConflict`). Never a program
-with an operand left pointing at the wrong tile.
+`KernelIR.passes["lowering"]`): an operand no tile of its call holds or that two hold alike,
+ranges reserved before the trace (`_PlacementConflict`). Never a program with an operand left
+pointing at the wrong tile. Explicitly placed tiles stay where the kernel put them, their ranges
+held for the whole program (the IR does not say when Python drops them): the automatic tiles
+are placed around them.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from __future__ import annotations
 from .. import _native
 from .._asm import INSTRUCTIONS
 from ..allocator import Allocator
-from ..errors import EmuError
+from ..errors import CapacityError, EmuError
+from . import value_reuse
 from .liveness import Placer
 
 
@@ -74,53 +77,140 @@ class _Plan:
 def decide(ctx, spill: str | None) -> tuple[Placer, list]:
     """The allocation pass over the recorded trace of `ctx` (its `ir`, a plan `Recorder`),
     appending nothing: returns the pass (its `ir` is the lowered IR, `stats` the spill counts)
-    and the steps that lower it (`emit`). `Unwalkable` when an instruction cannot be moved."""
+    and the steps that lower it (`emit`). `Unwalkable` when an instruction cannot be moved.
+
+    With the pass `value_reuse` at "on", its repeats into another tile are found on the IR first
+    (`value_reuse.plan_ir`: before allocation, so the earlier result is kept alive for them);
+    when keeping it alive spills more bytes than not, or does not fit, the walk is made without
+    them (the pass never adds a spill)."""
     rec = ctx.ir
     if rec.unwalkable:
         raise Unwalkable(rec.unwalkable)
     if ctx.launch.reserved.get(ctx.pid):
         raise Unwalkable("explicit ranges held from the start of the trace")
+    ops, owner = _resolve(rec, ctx.program._native)
+    reuse = value_reuse.plan_ir(ctx, rec, ops, owner) if value_reuse.ir_mode(ctx) else None
+    if not reuse:
+        return _decide(ctx, spill, ops, None)
+    why = None
+    try:
+        got = _decide(ctx, spill, ops, reuse)
+        if got[0].spilled_bytes():
+            why = "spilled more"
+    except CapacityError:
+        got, why = None, "did not fit"
+    if why is not None:
+        plain = _decide(ctx, spill, ops, None)
+        if got is None or plain[0].spilled_bytes() < got[0].spilled_bytes():
+            plain[0].ir.passes["value_reuse"] = (
+                f"{len(reuse.drops)} repeats found before allocation not dropped: keeping their "
+                f"earlier results alive {why}"
+            )
+            return plain
+    return got
+
+
+def _resolve(rec, old) -> tuple[list, list]:
+    """Each recorded instruction's on-chip operands as `(argument, tile, writes, first partition,
+    partitions, first byte, end byte)` (the tile the walk moves it with: module doc), and the
+    call each belongs to (the latest call issued before it; None before the first)."""
+    calls, tiles, off, p0 = rec.ir.calls, rec.ir.tiles, rec.plan_off, rec.plan_p0
+    n = len(old)
+    owner: list = [None] * n
+    p, cur = 0, None
+    for k, c in enumerate(calls):
+        while p < c.instr:
+            owner[p] = cur
+            p += 1
+        cur = k
+    while p < n:
+        owner[p] = cur
+        p += 1
+    operands = old.onchip_operands
+    ops = []
+    for p in range(n):
+        k = owner[p]
+        c = calls[k] if k is not None else None
+        row = []
+        for arg, mem, start, parts, lo, hi, writes, _ in operands(p):
+            s = _tile_of(c, tiles, off, p0, mem, start, parts, lo, hi, writes, p)
+            if type(s) is list:  # several tiles alike: the one the call passed as that operand
+                s = _by_name(c, rec.call_names, old, p, arg, s)
+            row.append((arg, s, writes, start, parts, lo, hi))
+        ops.append(row)
+    return ops, owner
+
+
+def _decide(ctx, spill: str | None, ops: list, reuse) -> tuple[Placer, list]:
+    """`decide` with the repeats `reuse` (`value_reuse.IrReuse`) dropped, or none."""
+    rec = ctx.ir
     ir = rec.ir
     tiles, calls = ir.tiles, ir.calls
     sbuf, psum = Allocator.sbuf(), Allocator.psum()
     placer = Placer(rec, spill, sbuf)
+    alias, drops = {}, ()
+    if reuse:
+        alias, drops = reuse.alias, reuse.drops
+        placer.drop_repeats(reuse)
     plan = _Plan(ctx)
     steps = plan.steps
     old = ctx.program._native
     pos, off = rec.plan_pos, rec.plan_off
+    # explicitly placed tiles keep their ranges, held for the whole program (the IR does not
+    # know when Python drops them): automatic tiles are placed around them
+    fixed = set()
+    for s, t in enumerate(tiles):
+        if t.placed:
+            fixed.add(s)
+            alloc = sbuf if t.buffer == "sbuf" else psum
+            alloc.reserve(off[s], off[s] + t.row_bytes, t.label)
     live = placer.live
-    operands = old.onchip_operands
-    state = [0, None]  # next instruction of the recorded program, the call it belongs to
+    state = [0]  # next instruction of the recorded program
 
     def upto(stop: int) -> None:
-        p, c = state
+        p = state[0]
+        kept = 0
         while p < stop:
+            if p in drops:
+                p += 1
+                continue
             moves = []
-            for arg, mem, start, parts, lo, hi, writes, _ in operands(p):
-                s = _tile_of(c, tiles, off, mem, start, parts, lo, hi, writes, p)
-                if type(s) is list:  # several tiles alike: the one the call passed as that operand
-                    s = _by_name(c, rec.call_names, old, p, arg, s)
+            for arg, s0, *_ in ops[p]:
+                if s0 in fixed:
+                    continue  # (where the kernel placed it)
+                s = alias.get(s0, s0)
                 t = live.get(s)
                 if t is None:
                     raise Unwalkable(f"instruction {p}: tile t{s} it names is not resident")
-                if t.lo != off[s]:
-                    moves.append((arg, t.lo - off[s]))
+                if t.lo != off[s0]:
+                    moves.append((arg, t.lo - off[s0]))
             steps.append(("moved", p, moves))
+            kept += 1
             p += 1
-        plan.n += p - state[0]
-        state[0] = p
+        plan.n += kept
+        state[0] = max(p, state[0])
 
     s = 0
     for k in range(len(calls) + 1):
         while s < len(tiles) and tiles[s].born <= k:
             t = tiles[s]
             upto(pos[s])
+            b = _Alloc(t.shape[0] if t.shape else 1, t.row_bytes, t.label)
+            if s in alias:  # (a repeat's result: its reads read the earlier one)
+                placer.skip_tile(b)
+                s += 1
+                continue
+            if s in fixed:
+                placer.placed(b)
+                if t.buffer == "psum":
+                    steps.append(("fresh", b.parts, off[s], t.row_bytes, rec.plan_p0.get(s, 0)))
+                s += 1
+                continue
             plan.site = rec.plan_site[s]  # (the copies it adds: named after the line allocating)
             alloc = sbuf if t.buffer == "sbuf" else psum
-            b = _Alloc(t.shape[0] if t.shape else 1, t.row_bytes, t.label)
             _, at = placer.new_tile(plan, alloc, t.row_bytes, t.label, b)
             if t.buffer == "psum":
-                steps.append(("fresh", b.parts, at, t.row_bytes))
+                steps.append(("fresh", b.parts, at, t.row_bytes, 0))
             s += 1
         if k == len(calls):
             break
@@ -129,12 +219,25 @@ def decide(ctx, spill: str | None) -> tuple[Placer, list]:
         plan.site = c.line
         placer.call(plan, (), {})
         placer.ir.calls[-1].notes.update(c.notes)  # (the passes that acted while tracing)
-        state[1] = c
     upto(len(old))
     lowered = placer.ir
     for name, what in ir.passes.items():  # (the passes that acted while tracing)
         lowered.passes.setdefault(name, what)
     placer.check_end()
+    if reuse:
+        n = len(reuse.calls) - len(reuse.loads)
+        lines = len({calls[k].line for k in reuse.calls if k not in reuse.loads})
+        if n:
+            lowered.passes["value_reuse"] = (
+                f"{n} repeats into other tiles dropped before allocation, from {lines} kernel lines "
+                "(their results' reads read the earlier results)"
+            )
+        if reuse.loads:
+            lines = len({calls[k].line for k in reuse.loads})
+            lowered.passes["load_reuse"] = (
+                f"{len(reuse.loads)} loads read from SBUF, found before allocation, from {lines} kernel lines "
+                "(their tiles' reads read the earlier load's tile)"
+            )
     return placer, steps
 
 
@@ -161,7 +264,7 @@ def emit(ctx, steps: list, engine_pass: str | None):
                 ctx.site = step[3]
                 getattr(program, step[1])(**step[2])
             else:
-                new.psum_fresh(0, step[1], step[2], step[3])
+                new.psum_fresh(step[4], step[1], step[2], step[3])
     finally:
         ctx.site = site
     return new
@@ -170,12 +273,16 @@ def emit(ctx, steps: list, engine_pass: str | None):
 def walk(ctx, spill: str | None, engine_pass: str | None) -> tuple[Placer, object]:
     """`decide` then `emit`: (the pass, the new native program)."""
     placer, steps = decide(ctx, spill)
-    return placer, emit(ctx, steps, engine_pass)
+    new = emit(ctx, steps, engine_pass)
+    if placer.reuse_dropped:
+        ctx.program.value_reuse = getattr(ctx.program, "value_reuse", 0) + placer.reuse_dropped
+    return placer, new
 
 
-def _tile_of(c, tiles, off, mem, start, parts, lo, hi, writes, p) -> int | list:
+def _tile_of(c, tiles, off, p0, mem, start, parts, lo, hi, writes, p) -> int | list:
     """The tile of call `c` whose recorded range holds operand bytes [lo, hi) of partitions
-    start..start + parts of `mem`; the tiles when several do alike; `Unwalkable` when none does."""
+    start..start + parts of `mem` (`p0`: first partitions of tiles not at 0); the tiles when
+    several do alike; `Unwalkable` when none does."""
     if c is None:
         raise Unwalkable(f"instruction {p}: an on-chip operand before the first call")
     found = []
@@ -183,12 +290,14 @@ def _tile_of(c, tiles, off, mem, start, parts, lo, hi, writes, p) -> int | list:
         for s in group:
             t = tiles[s]
             o = off[s]
+            q = p0.get(s, 0) if p0 else 0
             if (
                 t.buffer == mem
                 and o is not None
                 and o <= lo
                 and hi <= o + t.row_bytes
-                and start + parts <= (t.shape[0] if t.shape else 1)
+                and q <= start
+                and start + parts <= q + (t.shape[0] if t.shape else 1)
                 and s not in found
             ):
                 found.append(s)

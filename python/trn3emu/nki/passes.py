@@ -5,9 +5,10 @@ environment (comma-separated `name=value`, e.g. `liveness=off,spill=off`); the k
 wins. `TRN3EMU_NKI_PASSES=literal` (or `nki.jit(passes="literal")`) switches every pass off: the
 program is the kernel's source taken literally.
 
-- `liveness`: "auto" (default: the literal trace first; when it does not fit on chip, traced
-  again with tiles freed at their last use), "on" (always), "off" (tiles freed when Python drops
-  them).
+- `liveness`: "auto" (default: the literal trace first; when it does not fit on chip, or when
+  `value_reuse` "on" missed repeats whose earlier results the literal allocation overwrote,
+  traced again with tiles freed at their last use), "on" (always), "off" (tiles freed when
+  Python drops them).
 - `spill`: "on" = "furthest" (default for the legacy `neuronxcc.nki` dialect: the compiler
   spills SBUF to HBM; the tile whose next use is furthest goes first), "lru" (the tile least
   recently used goes first), "off"; the NKI 0.6 dialect defaults to "off" (the new compiler

@@ -187,6 +187,7 @@ class Recorder:
         self.plan_pos: list[int] = []
         self.plan_off: list[int | None] = []
         self.plan_site: list[str] = []  # and the kernel's line then
+        self.plan_p0: dict[int, int] = {}  # first partition of a tile placed from another than 0
         #: mode "plan": per call, its operands that name one tile (ISA operand name -> ordinal)
         self.call_names: list[dict] = []
         #: mode "plan": why the walk cannot lower this trace ("": it can)
@@ -294,6 +295,11 @@ class Recorder:
             )
         )
         return args, kwargs
+
+    def issued_by(self, origin: str) -> None:
+        """The call just recorded was issued by the lowering of `origin` (`Call.origin`)."""
+        if self.ir.calls:
+            self.ir.calls[-1].origin = origin
 
     def _tensor(self, h, v) -> int:
         key = (h.lo, h.hi)
@@ -415,10 +421,15 @@ class Recorder:
                 return got
         return alloc.place(0, row, label), 0
 
-    def placed(self, block, kind=None) -> None:
+    def placed(self, block, kind=None, at=None) -> None:
+        """An explicitly placed tile; `at`: (program position, first partition, byte offset)."""
         self.number(block, kind, True)
         if self.mode == "plan":
-            self.plan_pos.append(-1)
-            self.plan_off.append(None)
+            pos, start, off = at if at is not None else (-1, 0, None)
+            self.plan_pos.append(pos)
+            self.plan_off.append(off)
             self.plan_site.append("?")
-            self.unwalkable = self.unwalkable or f"an explicitly placed tile ({block.label})"
+            if start:
+                self.plan_p0[len(self.plan_off) - 1] = start
+            if at is None:
+                self.unwalkable = self.unwalkable or f"an explicitly placed tile ({block.label})"

@@ -225,7 +225,8 @@ impl Program {
     /// elsewhere, their result's reads moved to the earlier result; `last`: nothing runs after
     /// this program, so a result left in place at its end is never read): ([(index of the repeat,
     /// index of the earlier instance whose result is still in place)], [(instruction, operand,
-    /// byte shift)]), ascending. Nothing changes; `move_operands` then `remove` apply them (the
+    /// byte shift)], the repeats missed because the earlier result was overwritten while its
+    /// inputs were not (`rename` only)), ascending. Nothing changes; `move_operands` then `remove` apply them (the
     /// NKI pass `value_reuse`, `nki/value_reuse.py`).
     #[pyo3(signature = (rename = false, last = false))]
     #[allow(clippy::type_complexity)]
@@ -234,10 +235,35 @@ impl Program {
         py: Python<'_>,
         rename: bool,
         last: bool,
-    ) -> (Vec<(usize, usize)>, Vec<(usize, usize, i64)>) {
+    ) -> (Vec<(usize, usize)>, Vec<(usize, usize, i64)>, usize) {
         let p = self.program();
         let r = py.detach(|| core::machine::repeats::find(p, rename, last));
-        (r.drops, r.moves)
+        (r.drops, r.moves, r.missed)
+    }
+
+    /// The hash of compute instruction `i` with each operand `(argument index, byte shift)` of
+    /// `shifts` moved (its on-chip operands in their tiles' own frames), or None when it may not
+    /// be dropped as a repeat into another tile (`machine::repeats::relative_key`; the NKI pass
+    /// `value_reuse` on the kernel IR, `nki/value_reuse.py`; `loads`: a load from HBM may be one).
+    #[pyo3(signature = (i, shifts, loads = false))]
+    fn relative_key(&self, i: usize, shifts: Vec<(usize, i64)>, loads: bool) -> Option<u64> {
+        let ins = self.program().instrs.get(i)?;
+        core::machine::repeats::relative_key(ins, &shifts, loads)
+    }
+
+    /// Whether instructions `i` and `j` moved by `si` / `sj` have the same encoding.
+    fn same_relative(
+        &self,
+        i: usize,
+        si: Vec<(usize, i64)>,
+        j: usize,
+        sj: Vec<(usize, i64)>,
+    ) -> bool {
+        let p = self.program();
+        match (p.instrs.get(i), p.instrs.get(j)) {
+            (Some(a), Some(b)) => core::machine::repeats::same_relative(a, &si, b, &sj),
+            _ => false,
+        }
     }
 
     /// Move operand `arg` of instruction `index` by `delta` bytes, per `(index, arg, delta)`.

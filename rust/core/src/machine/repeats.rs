@@ -354,6 +354,18 @@ fn hash_ap(ap: &Ap, h: &mut impl Hasher) {
     ap.dims.hash(h);
 }
 
+/// Whether `a` and `b` are the same instruction but for where their results go.
+fn same_inputs(a: &Instr, b: &Instr) -> bool {
+    a.op == b.op
+        && a.engine == b.engine
+        && a.args.len() == b.args.len()
+        && a.args
+            .iter()
+            .zip(&b.args)
+            .zip(a.op.spec().params.iter())
+            .all(|((x, y), p)| p.access.writes() || x == y)
+}
+
 fn same_encoding(a: &Instr, b: &Instr) -> bool {
     a.op == b.op && a.engine == b.engine && a.args == b.args
 }
@@ -415,6 +427,9 @@ struct Entry {
     /// The entry's footprints: `regs[from..to]` of the pass's one list.
     from: usize,
     to: usize,
+    /// Its result was overwritten but not its inputs (`rename` only): never a hit, kept to count
+    /// the repeats missed for that (`Reuse::missed`).
+    ghost: bool,
 }
 
 /// What the pass removes and moves.
@@ -424,6 +439,10 @@ pub struct Reuse {
     pub drops: Vec<(usize, usize)>,
     /// (instruction, operand, byte shift): reads moved to an earlier result (`rename`).
     pub moves: Vec<(usize, usize, i64)>,
+    /// `rename`: the repeats kept because the earlier result's bytes were overwritten while its
+    /// inputs were not (the earlier result was given to another tile: the NKI front end then
+    /// looks for the repeats on its IR, before allocation, `nki/value_reuse.py`).
+    pub missed: usize,
 }
 
 /// Every exact repeat of `prog` (module doc): (index of the repeat, index of the earlier
@@ -461,7 +480,11 @@ pub fn find(prog: &Program, rename: bool, last: bool) -> Reuse {
             0
         };
         if candidate && rename {
-            if let Some((j, arg, delta)) = ix.moved_hit(&work, prog.core, moved_key, ins) {
+            let hit = ix.moved_hit(&work, prog.core, moved_key, ins);
+            if hit.is_none() && ix.ghost_hit(&work, prog.core, key, moved_key, ins) {
+                out.missed += 1;
+            }
+            if let Some((j, arg, delta)) = hit {
                 if let Some(plan) = rename_plan(&work, prog.core, i, arg, delta, last) {
                     let w = work.to_mut();
                     for &(k, a, d) in &plan {
@@ -487,7 +510,7 @@ pub fn find(prog: &Program, rename: bool, last: bool) -> Reuse {
                 }
             }
         }
-        ix.kill_met(&tmp);
+        ix.kill_met(&tmp, rename);
         if !candidate {
             continue;
         }
@@ -502,6 +525,56 @@ pub fn find(prog: &Program, rename: bool, last: bool) -> Reuse {
     }
     out.moves.sort_unstable();
     out
+}
+
+/// `ins` with operand `arg`'s offset moved by `shift`, per `(arg, shift)` of `shifts` (on-chip
+/// operands put in their tile's own frame: `relative_key`).
+fn shifted(ins: &Instr, shifts: &[(usize, i64)]) -> Instr {
+    let mut out = ins.clone();
+    for &(a, d) in shifts {
+        if let Some(Arg::Tensor(ap)) = out.args.get_mut(a) {
+            ap.offset = ap.offset.wrapping_add_signed(d);
+        }
+    }
+    out
+}
+
+/// A compute instruction's encoding with its on-chip operands moved by `shifts` into a frame
+/// where they do not depend on where the allocator put their tiles (the NKI pass `value_reuse`
+/// on the kernel IR, before allocation: `nki/value_reuse.py`), hashed; None when it may not be
+/// dropped as a repeat whose result goes to another tile (`reusable`, no HBM operand, one
+/// written operand, not a DMA; with `loads`, also a `dma_copy` from HBM into one on-chip
+/// operand: the legacy toolchain's load reuse, `nki/load_reuse.py`).
+pub fn relative_key(ins: &Instr, shifts: &[(usize, i64)], loads: bool) -> Option<u64> {
+    let dma = crate::isa::validate::is_dma(ins);
+    if !reusable(ins) || (dma && !(loads && ins.op == Opcode::DmaCopy)) {
+        return None;
+    }
+    let mut written = 0;
+    for (_, _, acc, ap) in ins.tensors() {
+        if ap.mem == Mem::Hbm && (!dma || acc.writes()) {
+            return None;
+        }
+        written += acc.writes() as usize;
+    }
+    if written != 1 {
+        return None;
+    }
+    // (an instruction that reads bytes it writes changes its own input)
+    let core = 0; // (footprints are compared within one instruction: any core's layout)
+    let mut regs = Vec::new();
+    regions_into(core, ins, &mut regs);
+    let self_read = regs
+        .iter()
+        .filter(|r| !r.write)
+        .any(|r| regs.iter().any(|w| w.write && w.overlaps(r)));
+    (!self_read).then(|| key_hash(&shifted(ins, shifts)))
+}
+
+/// Whether `a` moved by `sa` and `b` moved by `sb` have the same encoding (`relative_key`'s
+/// hashes matched).
+pub fn same_relative(a: &Instr, sa: &[(usize, i64)], b: &Instr, sb: &[(usize, i64)]) -> bool {
+    same_encoding(&shifted(a, sa), &shifted(b, sb))
 }
 
 /// The pass's index of the instructions whose results are still in place: their footprints,
@@ -532,8 +605,27 @@ impl Index {
     /// The earlier instance of `ins` (same encoding) whose result is still in place.
     fn exact_hit(&self, work: &[Instr], key: u64, ins: &Instr) -> Option<usize> {
         self.by_key.get(&key)?.iter().find_map(|&id| {
-            let e = self.entries[id as usize].as_ref()?;
+            let e = self.entries[id as usize].as_ref().filter(|e| !e.ghost)?;
             same_encoding(&work[e.instr], ins).then_some(e.instr)
+        })
+    }
+
+    /// Whether an earlier instance of `ins` (its result in place or elsewhere) had its result
+    /// overwritten while its inputs still hold what it read.
+    fn ghost_hit(&self, work: &[Instr], core: u8, key: u64, moved_key: u64, ins: &Instr) -> bool {
+        if crate::isa::validate::is_dma(ins) {
+            return false; // (a load again after its tile was reused is a new tile's data: kept)
+        }
+        let ghost = |id: &u32| self.entries[*id as usize].as_ref().filter(|e| e.ghost);
+        let same = self.by_key.get(&key).is_some_and(|ids| {
+            ids.iter()
+                .filter_map(ghost)
+                .any(|e| same_encoding(&work[e.instr], ins))
+        });
+        same || self.by_moved.get(&moved_key).is_some_and(|ids| {
+            ids.iter()
+                .filter_map(ghost)
+                .any(|e| moved_result(core, &work[e.instr], ins).is_some())
         })
     }
 
@@ -546,14 +638,15 @@ impl Index {
         ins: &Instr,
     ) -> Option<(usize, usize, i64)> {
         self.by_moved.get(&key)?.iter().find_map(|&id| {
-            let e = self.entries[id as usize].as_ref()?;
+            let e = self.entries[id as usize].as_ref().filter(|e| !e.ghost)?;
             let (arg, delta) = moved_result(core, &work[e.instr], ins)?;
             Some((e.instr, arg, delta))
         })
     }
 
-    /// Its writes end every entry whose footprint they meet.
-    fn kill_met(&mut self, tmp: &[Region]) {
+    /// Its writes end every entry whose footprint they meet; with `ghosts`, an entry whose
+    /// result alone they meet becomes a ghost (`Entry::ghost`).
+    fn kill_met(&mut self, tmp: &[Region], ghosts: bool) {
         let Index {
             regs,
             entries,
@@ -564,10 +657,18 @@ impl Index {
         } = self;
         for w in tmp.iter().filter(|r| r.write) {
             let mut kill = |id: u32, entries: &mut Vec<Option<Entry>>| {
-                let hit = entries[id as usize]
-                    .as_ref()
-                    .is_some_and(|e| regs[e.from..e.to].iter().any(|r| r.overlaps(w)));
-                if hit {
+                let Some(e) = entries[id as usize].as_mut() else {
+                    return;
+                };
+                let met = regs[e.from..e.to].iter().filter(|r| r.overlaps(w));
+                let (mut any, mut input) = (false, false);
+                for r in met {
+                    any = true;
+                    input |= !r.write;
+                }
+                if any && ghosts && !input {
+                    e.ghost = true;
+                } else if any {
                     entries[id as usize] = None;
                     *live -= 1;
                 }
@@ -626,16 +727,33 @@ impl Index {
                 }
             }
         }
-        self.entries.push(Some(Entry { instr: i, from, to }));
+        self.entries.push(Some(Entry {
+            instr: i,
+            from,
+            to,
+            ghost: false,
+        }));
         self.live += 1;
         let entries = &self.entries;
         let ids = self.by_key.entry(key).or_default();
         ids.retain(|&k| entries[k as usize].is_some());
         ids.push(id);
         if let Some(mk) = moved_key {
+            // (a ghost of the same computation is not needed once this one stands for it)
+            let mut gone = Vec::new();
             let ids = self.by_moved.entry(mk).or_default();
-            ids.retain(|&k| entries[k as usize].is_some());
+            ids.retain(|&k| match &entries[k as usize] {
+                Some(e) if e.ghost && same_inputs(&work[e.instr], &work[i]) => {
+                    gone.push(k);
+                    false
+                }
+                e => e.is_some(),
+            });
             ids.push(id);
+            for k in gone {
+                self.entries[k as usize] = None;
+                self.live -= 1;
+            }
         }
         // Keep the lists small: when most entries are dead, start the index afresh.
         if self.entries.len() > 4096 && self.live * 4 < self.entries.len() {
@@ -703,6 +821,7 @@ fn compact(
             instr: e.instr,
             from,
             to,
+            ghost: e.ghost,
         }));
     }
 }
@@ -796,5 +915,69 @@ mod tests {
         assert_eq!(repeats(&format!(".core 0\n{inc}{inc}")), vec![]);
         let rng = "rng.gpsimd dst=sbuf:uint32[0:128]+0[[1,64]]\n";
         assert_eq!(repeats(&format!(".core 0\n{rng}{rng}")), vec![]);
+    }
+
+    #[test]
+    fn a_repeat_whose_earlier_result_was_overwritten_is_counted_as_missed() {
+        let prod = |dst| tt(dst, 0, 1024, "multiply");
+        let over = "memset.gpsimd dst=sbuf:float32[0:128]+4096[[1,64]] value=1.0\n";
+        // the earlier product's bytes given to another tile, its inputs unchanged: missed, in
+        // its own place and elsewhere
+        for again in [prod(4096), prod(5120)] {
+            let text = format!(".core 0\n{}{over}{again}", prod(4096));
+            let r = find(&parse_program(&text).unwrap(), true, true);
+            assert_eq!((r.drops.len(), r.missed), (0, 1), "{again}");
+        }
+        // an input overwritten too (after the result): a new value, not a missed repeat
+        let input = "memset.gpsimd dst=sbuf:float32[0:128]+0[[1,4]] value=2.0\n";
+        let text = format!(".core 0\n{}{over}{input}{}", prod(4096), prod(5120));
+        assert_eq!(find(&parse_program(&text).unwrap(), true, true).missed, 0);
+        // the same rule without renaming counts nothing
+        let text = format!(".core 0\n{}{over}{}", prod(4096), prod(4096));
+        assert_eq!(find(&parse_program(&text).unwrap(), false, true).missed, 0);
+        // nor a load again after its tile was given to another
+        let load =
+            "dma_copy.sync dst=sbuf:float32[0:128]+0[[1,64]] src=hbm:float32+0[[64,128],[1,64]]\n";
+        let over = "memset.gpsimd dst=sbuf:float32[0:128]+0[[1,64]] value=1.0\n";
+        let text = format!(".core 0\n{load}{over}{load}");
+        assert_eq!(find(&parse_program(&text).unwrap(), true, true).missed, 0);
+    }
+
+    #[test]
+    fn relative_keys_ignore_where_tiles_are_and_refuse_what_is_not_a_repeat() {
+        // the same product with its three tiles elsewhere: the same key once each operand is
+        // counted from its tile's start
+        let p = parse_program(&format!(
+            ".core 0\n{}{}",
+            tt(4096, 0, 1024, "multiply"),
+            tt(12288, 8192, 9216, "multiply")
+        ))
+        .unwrap();
+        let s0 = [(0, -4096), (1, 0), (2, -1024)];
+        let s1 = [(0, -12288), (1, -8192), (2, -9216)];
+        let k0 = relative_key(&p.instrs[0], &s0, false).unwrap();
+        assert_eq!(relative_key(&p.instrs[1], &s1, false), Some(k0));
+        assert!(same_relative(&p.instrs[0], &s0, &p.instrs[1], &s1));
+        // an input read at another place within its tile is another computation
+        let s2 = [(0, -12288), (1, -8192), (2, -9208)];
+        assert_ne!(relative_key(&p.instrs[1], &s2, false), Some(k0));
+        assert!(!same_relative(&p.instrs[0], &s0, &p.instrs[1], &s2));
+        // loads, in-place updates and random numbers have none
+        let q = parse_program(
+            ".core 0\ndma_copy.sync dst=sbuf:float32[0:1]+0[[1,1]] src=hbm:float32+0[[1,1],[1,1]]\n\
+             tensor_scalar.vector dst=sbuf:float32[0:128]+0[[1,64]] data=sbuf:float32[0:128]+0[[1,64]] op0=add operand0=1.0\n\
+             rng.gpsimd dst=sbuf:uint32[0:128]+0[[1,64]]\n",
+        )
+        .unwrap();
+        for ins in &q.instrs {
+            assert_eq!(relative_key(ins, &[], false), None, "{:?}", ins.op);
+        }
+        // the load has one with `loads` (its HBM source counted as it is), the others still not
+        let keys: Vec<_> = q
+            .instrs
+            .iter()
+            .map(|i| relative_key(i, &[], true).is_some())
+            .collect();
+        assert_eq!(keys, [true, false, false]);
     }
 }

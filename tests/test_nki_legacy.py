@@ -211,6 +211,25 @@ def test_inplace_ops_on_new_style_tiles():
     np.testing.assert_array_equal(k(a, b), want)
 
 
+def test_inplace_ops_on_value_op_results():
+    # `t = nl.add(x, y); t += y` and `t *= 2.0`: the pending result of an nl op updated in place
+    # (the pending result's slot once hid the in-place method: a TypeError)
+    @lnki.jit
+    def k(a, b):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        x, y = nl.load(a), nl.load(b)
+        t = nl.add(x, y)
+        t += y
+        u = nl.multiply(x, y)
+        u *= 2.0
+        nl.store(out, value=nl.subtract(t, u))
+        return out
+
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    b = np.full((3, 4), 3.0, np.float32)
+    np.testing.assert_array_equal(k(a, b), (a + b + b) - (a * b * 2))
+
+
 # ------------------------------------------------------------------ value-returning nisa calls
 def test_value_returning_isa_ops_match_numpy():
     @lnki.jit

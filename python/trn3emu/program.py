@@ -17,7 +17,7 @@ from . import _native
 from ._asm import INSTRUCTIONS, AssemblerMixin
 from .allocator import Allocator
 from .errors import AddressError, ArgumentTypeError, MemorySpaceError, OperandError, SemaphoreError
-from .tensor import Reg, Tensor, _check_live, _index, _shape
+from .tensor import MAX_FREE_DIMS, Reg, Tensor, _check_live, _index, _shape
 
 # Hardware facts, from the Rust core.
 PARTITIONS: int = _native.PARTITIONS
@@ -70,12 +70,17 @@ def _ap_of(t: Tensor) -> Any:
     the native `AccessPattern` read from it (appends take it without reading the tuple again)."""
     if t.dyn is not None:
         return t.to_ap()
-    key = (t.mem, t.dtype, t.start, t.offset, t.shape, t.strides)
+    shape, strides = t.shape, t.strides
+    key = (t.mem, t.dtype, t.start, t.offset, shape, strides)
     ap = _AP_CACHE.get(key)
     if ap is None:
         if len(_AP_CACHE) > 4096:
             _AP_CACHE.clear()
-        ap = _AP_CACHE[key] = _native.access_pattern(t.to_ap())
+        if t.mem == "hbm" and 2 <= len(shape) <= MAX_FREE_DIMS + 1:  # (`to_ap` of an HBM view, no dims to merge)
+            tup = ("hbm", t.dtype, 0, shape[0], strides[0], t.offset, list(zip(strides[1:], shape[1:])))
+        else:
+            tup = t.to_ap()
+        ap = _AP_CACHE[key] = _native.access_pattern(tup)
     return ap
 
 

@@ -962,9 +962,14 @@ class TraceContext:
         (the tile view, bytes per partition, label) again."""
         # the caller of nl.ndarray (or of its wrapper: inside, walked past)
         f = sys._getframe(2)
+        code = f.f_code
+        if code is not self.tile_code:
+            uf = self.user_f  # (a package frame, e.g. a pending result issued: the kernel line of
+            if uf is not None and _INTERNAL.get(code.co_filename) is not False:  # the nl op, as `_tile_site`)
+                f, code = uf, uf.f_code
         ir = self.ir
         hit = None
-        if f.f_code is self.tile_code and (ir is None or not ir.liveness):
+        if code is self.tile_code and (ir is None or not ir.liveness):
             last = self.tile_hits.get(f.f_lasti)  # (the kernel line's last tile kind: `_tile_site`)
             if last is not None and last[1] is dtype and last[2] is buffer and last[3] is name:
                 try:

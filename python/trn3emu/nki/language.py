@@ -46,7 +46,7 @@ from ._kernel import unknown_parameter as _unknown_parameter
 from ._kernel import upcalls as _upcalls
 from .blocks import BlockTensor
 from .indexing import ParDim, arange, mgrid, par_dim  # noqa: F401  (legacy index expressions)
-from .pending import InPlace, Pending
+from .pending import Pending
 
 # ------------------------------------------------------------------------------------ dtypes
 bool_ = DTYPES["bool"]
@@ -936,9 +936,10 @@ def _result(shape, dtype, emit, operands, origin: str, elementwise: bool = True,
     """The SBUF tile an nl op's last instruction `emit(dst)` writes: with pass `inplace_assign`
     (legacy kernels, `toolchain.py`) a pending result, so `t[...] = nl.op(...)` writes t itself
     where that is exact (`pending.InPlace`); else a new tile, written now."""
-    if toolchain.enabled("inplace_assign") and not _indexing.active():
+    ctx = _tracing_context()  # (`_indexing.active()`: its masks)
+    if ctx is not None and not ctx.masks and toolchain.enabled("inplace_assign"):
         shape = tuple(shape) if len(shape) >= 2 else tuple(shape) + (1,)  # (as `ndarray` pads it)
-        ip = InPlace(operands, elementwise, alu)
+        ip = (operands, elementwise, alu)  # (`InPlace`'s arguments: built if the result is assigned)
         return Pending((tuple(shape), as_dtype(dtype), sbuf), emit, origin=origin, inplace=ip)
     out = ndarray(shape, dtype, sbuf)
     emit(out)
@@ -946,10 +947,14 @@ def _result(shape, dtype, emit, operands, origin: str, elementwise: bool = True,
 
 
 def _binary(op: str, x, y, dtype, out=None) -> NkiTensor:
-    if not _is_tile(x) and not _is_tile(y):
+    xt, yt = isinstance(x, NkiTensor), isinstance(y, NkiTensor)  # (`_is_tile`, `_onchip` inlined)
+    if not xt and not yt:
         raise not_supported(f"nl.{op} of two scalars", "compute it in Python", rule="nki_scalar_operands")
-    x, y = _onchip(x), _onchip(y)
-    if not _is_tile(y) or not _is_tile(x):
+    if xt and x.buffer in HBM_BUFFERS:
+        x = load(x)
+    if yt and y.buffer in HBM_BUFFERS:
+        y = load(y)
+    if not (xt and yt):
         tile, scalar, rev = (x, y, False) if _is_tile(x) else (y, x, True)
 
         def emit_scalar(o):
@@ -1003,6 +1008,9 @@ def _binary(op: str, x, y, dtype, out=None) -> NkiTensor:
         bx, by = _bcast_free(x, shape), _bcast_free(y, shape)
 
     def emit_tt(o):
+        if len(o.shape) <= _MAX_DIMS and len(bx.shape) <= _MAX_DIMS and len(by.shape) <= _MAX_DIMS:
+            nisa.tensor_tensor(o, bx, by, op=op)  # (`_split_wide`'s usual case, inlined)
+            return
         _split_wide(lambda o, x, y: nisa.tensor_tensor(o, x, y, op=op), o, bx, by)
 
     if out is None:
@@ -1544,8 +1552,8 @@ def _checked(f):
 
     @functools.wraps(f)
     def g(*args, **kwargs):
-        mask = kwargs.pop("mask", None)  # legacy mask=: every instruction of the op is restricted
-        if isinstance(mask, NkiTensor) and "mask" in sig.parameters:
+        mask = kwargs.pop("mask", None) if kwargs else None  # legacy mask=: every instruction of the op is restricted
+        if mask is not None and isinstance(mask, NkiTensor) and "mask" in sig.parameters:
             kwargs["mask"], mask = mask, None  # a tile mask the op handles itself
         # Called from the kernel: its frame is the source line of everything the op issues
         # (`TraceContext.user_f`; an op called by another op keeps the outer one's).

@@ -92,7 +92,9 @@ def _written(ctx: TraceContext, e: _Entry) -> bool:
 
 def _cross_core(ctx: TraceContext) -> bool:
     grid = ctx.launch.grid
-    return any(g > 1 for g in grid) and not CROSS_CORE.isdisjoint(ctx.program.opcodes)
+    return (
+        (len(grid) != 1 or grid[0] > 1) and any(g > 1 for g in grid) and not CROSS_CORE.isdisjoint(ctx.program.opcodes)
+    )
 
 
 class Fresh:
@@ -213,7 +215,10 @@ def watch(ctx: TraceContext, writes: frozenset, positions: tuple, args: tuple, k
     n = len(args)
     for i in positions:
         if i < n:
-            _stale(cache, args[i])
+            v = args[i]
+            b = getattr(v, "_block", None)  # (`_stale`'s first step inlined: a tile no entry names)
+            if b is not None and (id(b) in handles or isinstance(b, _Blocks)):
+                _stale(cache, v)
 
 
 def _stale(cache: LoadCache, v) -> None:

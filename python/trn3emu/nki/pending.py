@@ -23,7 +23,7 @@ from __future__ import annotations
 from ..errors import EmuError
 from . import _emit, indexing, load_reuse, passes, record
 from . import isa as nisa
-from ._kernel import END_OF_TRACE, NkiTensor, block_of, current
+from ._kernel import DTYPES, END_OF_TRACE, NkiTensor, block_of, current
 
 #: float dtypes an fp32 result may be written to directly (one RNE rounding either way)
 _NARROW_FLOATS = frozenset({"bfloat16", "float16"})
@@ -108,19 +108,37 @@ class Pending(NkiTensor):
     `accumulate(dst)`, when given, issues it adding into dst). After a fused assignment the
     result is a view of the tile it was written into."""
 
-    __slots__ = ("_spec", "_emit", "_ctx", "_acc", "_origin", "_inplace", "_fresh", "_site")
+    # `_done`: issued (`_t` / `_block` set); read instead of the unset slot, whose failed lookup
+    # raises and catches an AttributeError on every use of a pending result; `_ip` the `inplace`
+    # argument (not `_inplace`: that is `NkiTensor`'s method behind `t += u`, which the slot hid)
+    __slots__ = ("_spec", "_emit", "_ctx", "_acc", "_origin", "_ip", "_fresh", "_site", "_done")
 
     def __init__(self, spec, emit, accumulate=None, origin: str = "", inplace=None, fresh=None) -> None:
         # `_t` / `_block` stay unset until issued; `origin` names the call that made the result;
-        # `inplace` (an `InPlace`): a result the `inplace_assign` pass made pending, which fuses
+        # `inplace` (an `InPlace`, or the tuple of its arguments: most results are never assigned,
+        # so it is built when an assignment asks): a result the `inplace_assign` pass made pending, which fuses
         # into a target of another dtype or aliasing an operand only where that is exact;
         # `fresh.tile(spec)`: (the tile a use other than an assignment issues into, whether it
         # holds the result already), or (None, False): a new tile; `fresh.issued(tile)` after
         self.buffer, self.name, self._ap = spec[2], "", None  # (`_ap`: the view's pattern once issued)
-        self._spec, self._emit, self._ctx, self._acc, self._origin = spec, emit, current(), accumulate, origin
-        self._inplace, self._fresh = inplace, fresh
-        self._site = _emit.site(0, None, self._ctx.user_f)[0]  # its instructions are named after this call's line
-        self._ctx.pending.append(self)
+        ctx = current()
+        self._spec, self._emit, self._ctx, self._acc, self._origin = spec, emit, ctx, accumulate, origin
+        self._ip, self._fresh, self._done = inplace, fresh, False
+        uf = ctx.user_f  # its instructions are named after this call's line (`_emit.site`)
+        self._site = (_emit.site_at(uf, None) if uf is not None else _emit.site(0, None))[0]
+        ctx.pending.append(self)
+
+    @property
+    def shape(self) -> tuple:
+        if not self._done:
+            self._issue(None)
+        return self._t.shape
+
+    @property
+    def dtype(self):
+        if not self._done:
+            self._issue(None)
+        return DTYPES[self._t.dtype]
 
     def __getattr__(self, name: str):
         if name in ("_t", "_block"):
@@ -129,11 +147,7 @@ class Pending(NkiTensor):
         return super().__getattr__(name)
 
     def _pending(self) -> bool:
-        try:
-            object.__getattribute__(self, "_t")
-            return False
-        except AttributeError:
-            return True
+        return not self._done
 
     def _unlist(self) -> list:
         """Issue the results made before this one (program order), take this one off the list,
@@ -149,6 +163,11 @@ class Pending(NkiTensor):
         return later
 
     def _issue(self, dst, accumulate: bool = False) -> None:
+        pending = self._ctx.pending
+        if len(pending) == 1 and pending[0] is self:  # (the usual case: `_unlist`'s answer is [])
+            pending.clear()
+            self._issue_now(dst, accumulate)
+            return
         later = self._unlist()
         try:
             self._issue_now(dst, accumulate)
@@ -162,8 +181,8 @@ class Pending(NkiTensor):
             if reused:  # (`load_reuse`: the tile already holds the result; no instruction)
                 if self._ctx.ir is not None:  # (the kernel IR counts it)
                     record.decided(self._ctx, "load_reuse", "loads served from an SBUF tile (no DMA)")
-                self._t, self._block = dst._t, dst._block
-                self._emit = self._acc = self._fresh = self._inplace = None
+                self._t, self._block, self._done = dst._t, dst._block, True
+                self._emit = self._acc = self._fresh = self._ip = None
                 return
         ctx = current()
         if dst is None:
@@ -188,10 +207,10 @@ class Pending(NkiTensor):
             ctx.site = site
         if fresh is not None and dst is not None:
             fresh.issued(dst)
-        self._t, self._block = dst._t, dst._block
+        self._t, self._block, self._done = dst._t, dst._block, True
         self._ap = dst._ap if type(dst) is NkiTensor else None  # (a tile subclass may not know it)
         # issued: drop the operands the closures hold, so their tiles die when the kernel drops them
-        self._emit = self._acc = self._fresh = self._inplace = None
+        self._emit = self._acc = self._fresh = self._ip = None
 
     def _matches(self, dst) -> bool:
         shape, dtype, buf = self._spec
@@ -199,9 +218,11 @@ class Pending(NkiTensor):
             return False
         if dst.buffer != buf or tuple(dst.shape) != tuple(shape):
             return False
-        ip = self._inplace
+        ip = self._ip
         if ip is None:
             return dst.dtype == dtype
+        if type(ip) is tuple:  # (its arguments: built when an assignment first asks)
+            ip = self._ip = InPlace(*ip)
         return ip.dtype_ok(dtype, dst.dtype) and ip.alias_ok(dst)
 
     def _fuse_into(self, dst) -> bool:
@@ -213,10 +234,10 @@ class Pending(NkiTensor):
             self._ctx.pending[:0] = self._unlist()  # (earlier pending results issue first, as in _issue)
             if self._ctx.ir is not None:  # (the kernel IR counts it)
                 record.decided(self._ctx, "load_reuse", "assignment loads dropped (the tile holds them)")
-            self._t, self._block = dst._t, dst._block
-            self._emit = self._acc = self._fresh = self._inplace = None
+            self._t, self._block, self._done = dst._t, dst._block, True
+            self._emit = self._acc = self._fresh = self._ip = None
             return True
-        if self._inplace is not None and self._ctx.ir is not None:  # (the kernel IR notes it)
+        if self._ip is not None and self._ctx.ir is not None:  # (the kernel IR notes it)
             n = record.calls_so_far(self._ctx)
             self._issue(dst)
             record.decided(self._ctx, "inplace_assign", "written into the assignment target", n)

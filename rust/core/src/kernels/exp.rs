@@ -12,9 +12,10 @@
 //! construction.
 //!
 //! The fast exps: exp_portable.rs (f64 lanes in plain Rust, a 2048-entry table: < 2^-50
-//! relative), exp_avx2.rs and exp_avx512.rs (intrinsics; < 2^-42.5, with a cheaper bit test
-//! first and a narrower interval for the rest, exp_x86.rs); each module derives its bound. libm's
-//! exp is within 1 ulp (2^-52).
+//! relative; for exp itself an fp32-lane first try, exp_f32.rs, with a check of its own that
+//! sends about one lane in 2^9 to the f64 lanes), exp_avx2.rs and exp_avx512.rs (intrinsics;
+//! < 2^-42.5, with a cheaper bit test first and a narrower interval for the rest, exp_x86.rs);
+//! each module derives its bound. libm's exp is within 1 ulp (2^-52).
 
 use super::simd;
 

@@ -9,6 +9,7 @@ pub mod exp;
 pub mod exp_avx2;
 #[cfg(target_arch = "x86_64")]
 pub mod exp_avx512;
+mod exp_f32;
 mod exp_portable;
 #[cfg(test)]
 mod exp_ref;

@@ -431,3 +431,29 @@ def test_set_engine_refuses_a_missing_instruction_and_an_engine_the_isa_forbids(
         p._native.set_engine(1, "tensor")  # tensor_copy never runs on the PE array
     assert e.value.rule == "engine_not_allowed"
     assert p.to_text() == before
+
+
+@pytest.mark.parametrize(
+    "call, operand",
+    [
+        (lambda n: n.set_engine(-1, "vector"), "index"),
+        (lambda n: n.remove([-1]), "indices"),
+        (lambda n: n.move_operands([(-1, 0, 4)]), "moves"),
+        (lambda n: n.move_operands([(0, -2, 4)]), "moves"),
+        (lambda n: n.forward_copies([-3]), "copies"),
+    ],
+)
+def test_negative_instruction_indices_are_operand_errors(call, operand):
+    # the passes' native hooks name the operand and the rule, not Python's bare OverflowError
+    import trn3emu as t3
+    from trn3emu.errors import OperandError
+
+    p = t3.Program()
+    a, b = p.sbuf((128, 4), np.float32), p.sbuf((128, 4), np.float32)
+    p.memset(dst=a, value=1.0)
+    p.tensor_copy(dst=b, src=a)
+    before = p.to_text()
+    with pytest.raises(OperandError, match="negative") as e:
+        call(p._native)
+    assert (e.value.rule, e.value.operand) == ("instruction_out_of_range", operand)
+    assert p.to_text() == before

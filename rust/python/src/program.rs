@@ -63,6 +63,22 @@ impl Program {
 /// of operand `k`'s run-time offset.
 const NESTED: usize = 1000;
 
+/// A non-negative instruction (or operand) index from Python; a negative one is an
+/// `OperandError` (`instruction_out_of_range`) naming `operand`, not a bare `OverflowError`.
+fn instr_index(py: Python<'_>, i: i64, operand: &'static str) -> PyResult<usize> {
+    usize::try_from(i).map_err(|_| {
+        to_py(
+            py,
+            core::error::fail(
+                core::ErrorKind::Value,
+                "instruction_out_of_range",
+                format!("index {i} is negative: instructions and operands count from 0"),
+            )
+            .operand(operand),
+        )
+    })
+}
+
 /// `trn3emu.errors.AccumulateWarning` for instruction `index` (stack level: the kernel's call
 /// of `Program.nc_matmul`). An error (warnings as errors) propagates.
 fn warn_accumulate(py: Python<'_>, index: usize) -> PyResult<()> {
@@ -186,7 +202,8 @@ impl Program {
     }
 
     /// Give instruction `index` the engine `engine` (validated as when appended).
-    fn set_engine(&mut self, py: Python<'_>, index: usize, engine: &str) -> PyResult<()> {
+    fn set_engine(&mut self, py: Python<'_>, index: i64, engine: &str) -> PyResult<()> {
+        let index = instr_index(py, index, "index")?;
         let e = asm::engine_named(engine).map_err(py_err(py))?;
         self.asm.set_engine(index, e).map_err(py_err(py))
     }
@@ -274,19 +291,37 @@ impl Program {
     fn forward_copies(
         &mut self,
         py: Python<'_>,
-        copies: Vec<usize>,
+        copies: Vec<i64>,
         last: bool,
     ) -> PyResult<(Vec<usize>, usize)> {
+        let copies = copies
+            .into_iter()
+            .map(|i| instr_index(py, i, "copies"))
+            .collect::<PyResult<Vec<_>>>()?;
         self.asm.forward_copies(&copies, last).map_err(py_err(py))
     }
 
     /// Move operand `arg` of instruction `index` by `delta` bytes, per `(index, arg, delta)`.
-    fn move_operands(&mut self, py: Python<'_>, moves: Vec<(usize, usize, i64)>) -> PyResult<()> {
+    fn move_operands(&mut self, py: Python<'_>, moves: Vec<(i64, i64, i64)>) -> PyResult<()> {
+        let moves = moves
+            .into_iter()
+            .map(|(i, a, d)| {
+                Ok((
+                    instr_index(py, i, "moves")?,
+                    instr_index(py, a, "moves")?,
+                    d,
+                ))
+            })
+            .collect::<PyResult<Vec<_>>>()?;
         self.asm.move_operands(&moves).map_err(py_err(py))
     }
 
     /// Remove the instructions at `indices` (ascending); the others keep their order.
-    fn remove(&mut self, py: Python<'_>, indices: Vec<usize>) -> PyResult<()> {
+    fn remove(&mut self, py: Python<'_>, indices: Vec<i64>) -> PyResult<()> {
+        let indices = indices
+            .into_iter()
+            .map(|i| instr_index(py, i, "indices"))
+            .collect::<PyResult<Vec<_>>>()?;
         self.asm.remove(&indices).map_err(py_err(py))
     }
 

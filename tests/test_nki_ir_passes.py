@@ -411,9 +411,10 @@ def test_shipped_examples_lower_to_the_same_program_over_the_ir(name, kernel, sh
     assert rec.last_ir.passes["engine_choice"]  # (it decided something)
     # (the notes name the instructions still in the program: a broadcast copy the pass
     # psum_forward dropped had its engine decided, unpinned, and is gone from them)
-    assert sum(len(c.notes.get("engine_choice", ())) for c in rec.last_ir.calls) == int(
-        rec.last_ir.passes["engine_choice"].split()[0]
-    ) - rec.last_programs[0].psum_forward
+    assert (
+        sum(len(c.notes.get("engine_choice", ())) for c in rec.last_ir.calls)
+        == int(rec.last_ir.passes["engine_choice"].split()[0]) - rec.last_programs[0].psum_forward
+    )
 
 
 def test_set_engine_refuses_a_missing_instruction_and_an_engine_the_isa_forbids():

@@ -874,6 +874,9 @@ class TraceContext:
         self.prints: list[tuple[str, NkiTensor]] = []
         #: a legacy `affine_range` / `sequential_range` loop under way (`traced_once.py`), else None
         self.once = None
+        #: the iteration of each legacy `affine_range` / `sequential_range` loop under way, outermost
+        #: first (`traced_once.OnceRange`; pass `load_reuse` tells loop-invariant loads by it)
+        self.loop_iters: list[int] = []
         self.no_reorder_depth = 0
         self.pending: list = []  # results not issued yet, oldest first (pending.py)
         #: active legacy mask ranges, innermost last: {var: (lo, hi)} (indexing.py)

@@ -36,16 +36,26 @@ class OnceRange:
 
     def __iter__(self):
         ctx = self.ctx
+        iters = ctx.loop_iters  # (every such loop's iteration, outermost first: `load_reuse`)
+        depth = len(iters)
+        iters.append(0)
         if ctx.once is not None:  # (an inner loop: its iterations belong to the outer one's)
-            yield from self.range
+            try:
+                for i, v in enumerate(self.range):
+                    iters[depth] = i
+                    yield v
+            finally:
+                del iters[depth:]
             return
         st = ctx.once = _State()
         try:
             for i, v in enumerate(self.range):
                 st.iteration, st.counts = i, {}
+                iters[depth] = i
                 yield v
         finally:  # (also on break / an exception: the generator is closed)
             ctx.once = None
+            del iters[depth:]
 
     def __len__(self) -> int:
         return len(self.range)

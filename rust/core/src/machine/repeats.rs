@@ -430,6 +430,9 @@ struct Entry {
     /// Its result was overwritten but not its inputs (`rename` only): never a hit, kept to count
     /// the repeats missed for that (`Reuse::missed`).
     ghost: bool,
+    /// A DMA: never a ghost (a load again after its tile was reused is not counted missed, and
+    /// its HBM source is rarely written again, so its ghost would stay in the index for good).
+    dma: bool,
 }
 
 /// What the pass removes and moves.
@@ -666,7 +669,7 @@ impl Index {
                     any = true;
                     input |= !r.write;
                 }
-                if any && ghosts && !input {
+                if any && ghosts && !input && !e.dma {
                     e.ghost = true;
                 } else if any {
                     entries[id as usize] = None;
@@ -732,6 +735,7 @@ impl Index {
             from,
             to,
             ghost: false,
+            dma: crate::isa::validate::is_dma(&work[i]),
         }));
         self.live += 1;
         let entries = &self.entries;
@@ -822,6 +826,7 @@ fn compact(
             from,
             to,
             ghost: e.ghost,
+            dma: e.dma,
         }));
     }
 }

@@ -405,8 +405,8 @@ def _make(opname: str):
                 d = args[0]
             if isinstance(d, NkiTensor) and getattr(d, "_block", None) is not None:
                 d._block.written = True  # (pass reduce_init: a fresh buffer; views of it too)
-        if ctx is not None and ctx._load_cache is not None:  # (pass load_reuse: writes make cached loads stale)
-            _load_reuse.watch(ctx, writes, write_pos, args, kwargs)
+        if ctx is not None and ctx._load_cache is not None and ctx._load_cache.handles:  # (pass load_reuse:
+            _load_reuse.watch(ctx, writes, write_pos, args, kwargs)  # writes make cached loads stale)
         if "mask" in kwargs or (ctx is not None and ctx.masks):  # legacy masks: the sub-grid
             masked = _indexing.mask_call(opname, args, kwargs)
             if masked is None:

@@ -28,7 +28,8 @@ while unclassified, its tiles are kept idle; a site that loads the same view in 
 iterations of one of its loops (the same iteration of the others) is loop-invariant, and its
 tiles are kept idle from then on; a site whose view changed with every one of its loops is
 iteration-varying, and keeps at most the tiles it loaded in the current iteration (another load
-of the same view in that iteration still reads them). A load outside such loops is not
+of the same view in that iteration still reads them), or none once classified if no load ever
+read one of its tiles (the kernel has no such second load). A load outside such loops is not
 classified. Without this, the tiles of a kernel that never reloads (RoPE's per-head loads) filled
 SBUF until memory was full: nothing reused, a slower trace, and the allocator reusing each freed
 range at once, which serialised the loads behind the previous iteration's readers (RoPE 64 x 4096
@@ -53,10 +54,12 @@ from .value_reuse import CROSS_CORE  # (instructions that order this core agains
 
 
 class _Entry:
-    __slots__ = ("own", "tensor", "handle", "span", "seen")
+    __slots__ = ("own", "tensor", "handle", "span", "seen", "site", "hid")
 
-    def __init__(self, own, tensor, handle, span, seen) -> None:
+    def __init__(self, own, tensor, handle, span, seen, site=None) -> None:
         self.own, self.tensor, self.handle, self.span, self.seen = own, tensor, handle, span, seen
+        self.site = site  # (the `_Site` whose load it holds, if known)
+        self.hid = id(handle())  # (its key in `LoadCache.handles`, also once the handle is gone)
 
 
 #: a load site's classes: not known yet, loop-invariant (its tiles kept idle), iteration-varying
@@ -66,12 +69,13 @@ UNKNOWN, INVARIANT, VARYING = 0, 1, 2
 class _Site:
     """What one load site (code object, instruction offset) loaded: `views` ((iterations,
     occurrence) -> key) until it is classified; `varying` a bit per loop level found to change
-    its view; `kept` the keys of its cached tiles with the iterations they were loaded in."""
+    its view; `kept` the keys of its cached tiles with the iterations they were loaded in;
+    `served` whether a load was ever read from one of its tiles."""
 
-    __slots__ = ("state", "views", "varying", "counts", "kept")
+    __slots__ = ("state", "views", "varying", "counts", "kept", "served")
 
     def __init__(self) -> None:
-        self.state, self.varying = UNKNOWN, 0
+        self.state, self.varying, self.served = UNKNOWN, 0, False
         self.views: dict | None = {}
         self.counts: dict = {}
         self.kept: list = []
@@ -114,9 +118,9 @@ class LoadCache:
         #: load site -> `_Site`
         self.sites: dict = {}
 
-    def keep(self, site: _Site, key, at: tuple) -> None:
-        """A tile of `site` loaded in iteration `at` is cached: an iteration-varying site keeps
-        only those of the current iteration."""
+    def keep(self, site: _Site, key, at: tuple | None) -> None:
+        """A tile of `site` loaded in iteration `at` is cached (`key` None: none): an
+        iteration-varying site keeps only those of the current iteration."""
         kept = site.kept
         if site.state == VARYING and kept:
             entries = self.entries
@@ -127,13 +131,13 @@ class LoadCache:
                 elif k in entries and entries[k].own is not None:
                     self.drop(k)
             kept[:] = stay
-        if site.state != INVARIANT:  # (an invariant site's tiles leave by the LRU release alone)
+        if key is not None and site.state != INVARIANT:  # (an invariant site's: the LRU release alone)
             kept.append((key, at))
 
     def drop(self, key) -> None:
         e = self.entries.pop(key, None)
-        if e is not None:
-            self.handles.pop(id(e.handle()), None) if e.handle() is not None else None
+        if e is not None and self.handles.get(e.hid) == key:
+            del self.handles[e.hid]
 
     def release_idle(self) -> bool:
         """Free the least recently used cached tile the kernel no longer holds; False if none."""
@@ -211,10 +215,14 @@ class Fresh:
             if e.own is not None and e.handle() is None and not _written(ctx, e):
                 handle = _Blocks(e.own)
                 handle.written = True  # (the DMA wrote it: not a fresh buffer for nl.loop_reduce)
-                e.handle = weakref.ref(handle)
-                cache.handles[id(handle)] = key
+                if cache.handles.get(e.hid) == key:
+                    del cache.handles[e.hid]
+                e.handle, e.hid = weakref.ref(handle), id(handle)
+                cache.handles[e.hid] = key
                 cache.entries[key] = cache.entries.pop(key)  # most recently used last
                 ctx.program.loads_reused += 1
+                if e.site is not None:
+                    e.site.served = True
                 return NkiTensor(e.tensor, "sbuf", handle, ""), True
             cache.drop(key)  # stale, or still held by the kernel: a new load replaces it
         shape, dtype, buf = spec
@@ -225,6 +233,11 @@ class Fresh:
             n = site.occurrence(self.at)
             if site.state == UNKNOWN:
                 site.classify(self.at, n, key)
+            if site.state == VARYING and not site.served:  # (nothing of it was ever read again)
+                if site.kept:
+                    cache.keep(site, None, None)
+                self.site = None
+                return ctx.tile(shape, dtype, buf, ""), False
             self.site = site
         self.key = key
         return ctx.tile(shape, dtype, buf, ""), False  # (`nl.ndarray(shape, dtype=, buffer=)`'s own path)
@@ -239,10 +252,11 @@ class Fresh:
         handle.written = True
         tile._block = handle
         span = _hbm_span(self.src.tensor)
-        cache.entries[self.key] = _Entry(own, tile._t, weakref.ref(handle), span, len(ctx.hbm_writes))
+        site = self.site if isinstance(self.site, _Site) else None
+        cache.entries[self.key] = _Entry(own, tile._t, weakref.ref(handle), span, len(ctx.hbm_writes), site)
         cache.handles[id(handle)] = self.key
-        if isinstance(self.site, _Site):
-            cache.keep(self.site, self.key, self.at)
+        if site is not None:
+            cache.keep(site, self.key, self.at)
         self.src = self.site = None
 
 
@@ -289,9 +303,10 @@ def issued_into(fresh: Fresh, dst: NkiTensor) -> None:
     if fresh.key is None or ctx is None:
         return
     cache = _cache(ctx)
-    old = cache.handles.pop(id(dst._block), None)  # one entry per tile: its last assignment load
+    old = cache.handles.get(id(dst._block))  # one entry per tile: its last assignment load
     if old is not None:
-        cache.entries.pop(old, None)
+        cache.drop(old)
+    cache.drop(fresh.key)  # (another tile's entry for this view: replaced)
     span = _hbm_span(fresh.src.tensor)
     cache.entries[fresh.key] = _Entry(None, dst._t, weakref.ref(dst._block), span, len(ctx.hbm_writes))
     cache.handles[id(dst._block)] = fresh.key

@@ -560,3 +560,100 @@ def test_a_pending_result_reading_an_earlier_pending_load():
     col = rng.standard_normal((128, 1)).astype(np.float32)
     np.testing.assert_allclose(k(a, col), np.exp(a * col), rtol=1e-5)
     assert opcodes(k)["dma_copy"] == 3  # two loads and the store (the scale was loaded twice)
+
+
+# ------------------------------------------------------------------------------ zero_fill
+def _zero_then_accumulate(lhsT, rhs):
+    """The legacy tutorials' accumulation: a PSUM tile from nl.zeros, `+=` one matmul per K tile."""
+    kk, mm = lhsT.shape
+    nn = rhs.shape[1]
+    out = nl.ndarray((mm, nn), nl.float32, buffer=nl.shared_hbm)
+    for m in nl.affine_range(mm // 128):
+        for n in nl.affine_range(nn // 512):
+            acc = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
+            for k in nl.affine_range(kk // 128):
+                a = nl.load(lhsT[k * 128 : (k + 1) * 128, m * 128 : (m + 1) * 128])
+                b = nl.load(rhs[k * 128 : (k + 1) * 128, n * 512 : (n + 1) * 512])
+                acc += lisa.nc_matmul(a, b)
+            nl.store(out[m * 128 : (m + 1) * 128, n * 512 : (n + 1) * 512], value=nl.copy(acc))
+    return out
+
+
+def test_a_zero_filled_psum_accumulation_starts_with_an_overwrite():
+    """nl.zeros + `+=` matmuls: no memset, each tile's first matmul overwrites (a memset-started
+    accumulation is undefined on v2/v3); the same bits as the literal memset + accumulations,
+    also where a column sum is made of negative zeros (+0.0 + -0.0 is +0.0; the PE's sum starts
+    from +0.0 too)."""
+    rng = np.random.default_rng(12)
+    lhsT = rng.integers(-3, 4, (256, 256)).astype(np.float32)
+    rhs = rng.integers(-3, 4, (256, 1024)).astype(np.float32)
+    lhsT[:, 5] = 0.0  # row 5 of the product: 0 * x, negative zeros where x < 0
+    rhs[:, 7] = -1.0  # column 7: every product of row 5 is -0.0
+    (r, ops, k), (r_lit, ops_lit, k_lit) = both(_zero_then_accumulate, lhsT, rhs)
+    np.testing.assert_array_equal(r, lhsT.T @ rhs)
+    assert np.array_equal(r.view(np.uint32), r_lit.view(np.uint32))
+    assert r[5, 7] == 0.0 and not np.signbit(r[5, 7])
+    tiles = 2 * 2
+    assert (ops["memset"], ops_lit["memset"]) == (0, tiles)
+    assert ops["nc_matmul"] == ops_lit["nc_matmul"] == tiles * 2
+    text = k.last_programs[0].to_text().lower()
+    assert (text.count("accumulate=false"), text.count("accumulate=true")) == (tiles, tiles)
+    assert k.last_result.time_ns <= k_lit.last_result.time_ns
+    off = lnki.jit(_zero_then_accumulate, passes={"zero_fill": "off"})
+    np.testing.assert_array_equal(off(lhsT, rhs), r)
+    assert opcodes(off)["memset"] == tiles
+
+
+def test_a_zero_filled_tile_read_or_partly_written_gets_its_fill():
+    """The fill is deferred, not dropped, when anything else uses the tile first: a read before
+    the accumulation sees zeros, and a masked matmul (part of the tile) keeps zeros elsewhere; a
+    tile never used gets none. (PSUM starts as NaN: a missing fill shows.)"""
+
+    @lnki.jit(fill=0xFF)
+    def k(a, b):
+        out = nl.ndarray((2, 128, 512), nl.float32, buffer=nl.shared_hbm)
+        unused = nl.zeros((128, 512), nl.float32, buffer=nl.psum)  # noqa: F841
+        acc = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
+        before = nl.copy(acc)  # (pending: issued after the fill, before the matmul)
+        acc += lisa.nc_matmul(nl.load(a), nl.load(b))
+        nl.store(out[0], value=before)
+        part = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
+        i_k, i_n = nl.mgrid[0:128, 0:512]
+        part += lisa.nc_matmul(nl.load(a), nl.load(b)[i_k, i_n], mask=(i_n < 300))
+        nl.store(out[1], value=nl.add(part, nl.copy(acc)))
+        return out
+
+    rng = np.random.default_rng(13)
+    a = rng.integers(-3, 4, (128, 128)).astype(np.float32)
+    b = rng.integers(-3, 4, (128, 512)).astype(np.float32)
+    r = k(a, b)
+    prod = a.T @ b
+    masked = np.where(np.arange(512) < 300, prod, 0.0)
+    np.testing.assert_array_equal(r[0], np.zeros((128, 512), np.float32))
+    np.testing.assert_array_equal(r[1], prod + masked)
+    assert opcodes(k)["memset"] == 2  # acc's (read first) and part's (masked); not the unused tile's
+
+
+def test_zero_fill_keeps_the_memset_in_nki_06_kernels():
+    @tn.jit
+    def k(a, b):
+        import nki.isa as nisa06
+        import nki.language as nl06
+
+        out = nl06.ndarray((128, 512), nl06.float32, buffer=nl06.shared_hbm)
+        ta = nl06.ndarray(a.shape, a.dtype, buffer=nl06.sbuf)
+        tb = nl06.ndarray(b.shape, b.dtype, buffer=nl06.sbuf)
+        nisa06.dma_copy(dst=ta, src=a)
+        nisa06.dma_copy(dst=tb, src=b)
+        acc = nl06.zeros((128, 512), nl06.float32, buffer=nl06.psum)
+        nisa06.nc_matmul(dst=acc, stationary=ta, moving=tb, accumulate=True)
+        res = nl06.ndarray((128, 512), nl06.float32, buffer=nl06.sbuf)
+        nisa06.tensor_copy(dst=res, src=acc)
+        nisa06.dma_copy(dst=out, src=res)
+        return out
+
+    rng = np.random.default_rng(14)
+    a = rng.integers(-3, 4, (128, 128)).astype(np.float32)
+    b = rng.integers(-3, 4, (128, 512)).astype(np.float32)
+    np.testing.assert_array_equal(k(a, b), a.T @ b)
+    assert opcodes(k)["memset"] == 1

@@ -877,6 +877,9 @@ class TraceContext:
         #: the iteration of each legacy `affine_range` / `sequential_range` loop under way, outermost
         #: first (`traced_once.OnceRange`; pass `load_reuse` tells loop-invariant loads by it)
         self.loop_iters: list[int] = []
+        #: id(block) -> (weakref to the block, its tile view, name): PSUM tiles whose `nl.zeros`
+        #: fill is deferred (`zero_fill.py`)
+        self.fills: dict = {}
         self.no_reorder_depth = 0
         self.pending: list = []  # results not issued yet, oldest first (pending.py)
         #: active legacy mask ranges, innermost last: {var: (lo, hi)} (indexing.py)

@@ -219,6 +219,9 @@ def _converter(kind: str, enum_id: Any):
 #: callables run before an instruction is issued while the trace has pending results (`pending.py`:
 #: they issue them first, in program order), and outside a trace (where they say so)
 _before_issue: list = []
+#: callables `(ctx, args, kwargs)` run before an instruction is issued while the trace holds
+#: deferred fills (`zero_fill.py`: a tile's fill is issued before its first other use)
+_before_operands: list = []
 #: the tile subclass of results issued later (`pending.Pending`): once issued, an operand the
 #: native call plan takes by its `_ap` as it takes a plain tile's
 _issued_kind: list = []
@@ -397,6 +400,9 @@ def _make(opname: str):
         if _before_issue and (ctx is None or ctx.pending):  # results still pending: issued first
             for hook in _before_issue:
                 hook()
+        if ctx is not None and ctx.fills:  # deferred fills of the tiles it names: issued first
+            for hook in _before_operands:
+                hook(ctx, args, kwargs)
         if ctx is not None:
             if ctx.ir is not None:  # the IR recorder / allocation pass: the call's uses (record.py)
                 args, kwargs = ctx.ir.call(ctx, args, kwargs, opname, names, writes)

@@ -28,6 +28,7 @@ from . import isa as nisa
 from . import passes as _passes
 from . import record as _record
 from . import traced_once as _traced_once
+from . import zero_fill as _zero_fill
 from ._frames import _INTERNAL, _internal
 from ._kernel import (
     DTYPES,
@@ -415,8 +416,8 @@ def full(shape, fill_value, dtype, buffer=None, name="", address=None, lazy_init
         ctx = current()
         ctx.device.hbm.write(t.tensor, np.full(t.shape, fill_value, numpy_dtype(t.tensor.dtype)))
         ctx.hbm_writes.append((t.tensor.offset, t.tensor.offset + t.tensor.nbytes))  # written, before the run
-    else:
-        nisa.memset(t, value=fill_value)
+    elif not (fill_value == 0 and t.buffer == "psum" and address is None and _zero_fill.defer(current(), t)):
+        nisa.memset(t, value=fill_value)  # (a PSUM zero fill may be deferred: pass zero_fill)
     return t
 
 
@@ -1457,6 +1458,7 @@ def matmul(x, y, transpose_x=False, **kwargs) -> NkiTensor:
         lambda dst: mm(dst, False),
         lambda dst: mm(dst, True),
         origin="nl.matmul",
+        partial=bool(masks),
     )
 
 

@@ -147,7 +147,11 @@ def _legacy(opname: str):
             # `indexing._masked_matmul`; the legacy partial last tile)
             accumulate = (lambda dst: new(dst, **a, accumulate=True, **extra)) if opname == "nc_matmul" else None
             return Pending(
-                (shape, odt, buf), lambda dst: new(dst, **a, **extra), accumulate, origin=f"nki.isa.{opname}"
+                (shape, odt, buf),
+                lambda dst: new(dst, **a, **extra),
+                accumulate,
+                origin=f"nki.isa.{opname}",
+                partial=mask is not None,
             )
         if (
             buf == nl.sbuf

@@ -26,6 +26,9 @@ program is the kernel's source taken literally.
   "dialect" (default: "on" for the legacy dialect, "off" for NKI 0.6), "off".
 - `psum_forward` (`psum_forward.py`): "on" (default, both dialects): a partition broadcast's copy
   from PSUM to SBUF is dropped when its readers can read the PSUM result; "off".
+- `zero_fill` (`zero_fill.py`): "dialect" (default: on for the legacy dialect, off for NKI 0.6),
+  "on", "off": `nl.zeros` of a PSUM tile that an accumulating matmul then writes whole issues no
+  memset; the first matmul overwrites (a memset-initialised accumulation is undefined on v2/v3).
 - `lowering` (how the allocation passes' decisions reach the program when `liveness` runs):
   "walk" (default: the recording trace's instructions are moved to where the passes place
   their tiles, the spill / reload copies inserted; the kernel body runs once, `lowering.py`),
@@ -52,6 +55,7 @@ DEFAULTS = {
     "engine_choice": "on",
     "value_reuse": "dialect",
     "psum_forward": "on",
+    "zero_fill": "dialect",
     "lowering": "walk",
 }
 VALUES = {
@@ -63,6 +67,7 @@ VALUES = {
     "engine_choice": ("on", "off", "dialect"),
     "value_reuse": ("on", "exact", "off", "dialect"),
     "psum_forward": ("on", "off", "dialect"),
+    "zero_fill": ("on", "off", "dialect"),
     "lowering": ("walk", "retrace"),
 }
 

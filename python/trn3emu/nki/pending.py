@@ -21,7 +21,7 @@ A value-returning call whose result the kernel usually assigns straight away (`n
 from __future__ import annotations
 
 from ..errors import EmuError
-from . import _emit, indexing, load_reuse, passes, record
+from . import _emit, indexing, load_reuse, passes, record, zero_fill
 from . import isa as nisa
 from ._kernel import DTYPES, END_OF_TRACE, NkiTensor, block_of, current
 
@@ -111,9 +111,9 @@ class Pending(NkiTensor):
     # `_done`: issued (`_t` / `_block` set); read instead of the unset slot, whose failed lookup
     # raises and catches an AttributeError on every use of a pending result; `_ip` the `inplace`
     # argument (not `_inplace`: that is `NkiTensor`'s method behind `t += u`, which the slot hid)
-    __slots__ = ("_spec", "_emit", "_ctx", "_acc", "_origin", "_ip", "_fresh", "_site", "_done")
+    __slots__ = ("_spec", "_emit", "_ctx", "_acc", "_origin", "_ip", "_fresh", "_site", "_done", "_part")
 
-    def __init__(self, spec, emit, accumulate=None, origin: str = "", inplace=None, fresh=None) -> None:
+    def __init__(self, spec, emit, accumulate=None, origin: str = "", inplace=None, fresh=None, partial=False) -> None:
         # `_t` / `_block` stay unset until issued; `origin` names the call that made the result;
         # `inplace` (an `InPlace`, or the tuple of its arguments: most results are never assigned,
         # so it is built when an assignment asks): a result the `inplace_assign` pass made pending, which fuses
@@ -124,6 +124,7 @@ class Pending(NkiTensor):
         ctx = current()
         self._spec, self._emit, self._ctx, self._acc, self._origin = spec, emit, ctx, accumulate, origin
         self._ip, self._fresh, self._done = inplace, fresh, False
+        self._part = partial  # (its instruction may write part of the tile only: a legacy mask=)
         uf = ctx.user_f  # its instructions are named after this call's line (`_emit.site`)
         self._site = (_emit.site_at(uf, None) if uf is not None else _emit.site(0, None))[0]
         ctx.pending.append(self)
@@ -256,6 +257,17 @@ class Pending(NkiTensor):
         if self._acc is None or not self._matches(dst):
             return False
         blk, ctx = dst._block, self._ctx
+        if ctx.fills:  # (pass zero_fill: `nl.zeros` then `+=`, the group's first matmul)
+            later = self._unlist()  # (the results made before this one first: one may read the zeros)
+            try:
+                if zero_fill.take(ctx, dst, whole=not self._part):
+                    n = record.calls_so_far(ctx)
+                    self._issue_now(dst, False)
+                    record.decided(ctx, "zero_fill", "PSUM zero fills dropped: the first matmul overwrites", n)
+                    return True
+                later.insert(0, self)  # (not taken: issued below, as without the pass)
+            finally:
+                ctx.pending[:0] = later
         if (
             blk is not None
             and not getattr(blk, "written", False)

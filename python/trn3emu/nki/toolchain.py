@@ -7,7 +7,7 @@ from __future__ import annotations
 from . import passes
 from ._kernel import tracing
 
-NAMES = ("inplace_assign", "load_reuse")
+NAMES = ("inplace_assign", "load_reuse", "zero_fill")
 
 
 def enabled(name: str) -> bool:

@@ -657,3 +657,28 @@ def test_zero_fill_keeps_the_memset_in_nki_06_kernels():
     b = rng.integers(-3, 4, (128, 512)).astype(np.float32)
     np.testing.assert_array_equal(k(a, b), a.T @ b)
     assert opcodes(k)["memset"] == 1
+
+
+def test_a_zero_filled_psum_block_tile_starts_each_block_with_an_overwrite():
+    """The same for the blocks of an `nl.zeros` PSUM block tile (each filled at its first use)."""
+
+    @lnki.jit(fill=0xFF)
+    def k(a, b):
+        out = nl.ndarray((2, 128, 512), nl.float32, buffer=nl.shared_hbm)
+        acc = nl.zeros((2, nl.par_dim(128), 512), nl.float32, buffer=nl.psum)
+        for j in nl.affine_range(2):
+            for i in nl.affine_range(a.shape[0] // 128):
+                acc[j] += lisa.nc_matmul(nl.load(a[i * 128 : (i + 1) * 128]), nl.load(b[j, i * 128 : (i + 1) * 128]))
+            nl.store(out[j], value=nl.copy(acc[j]))
+        return out
+
+    rng = np.random.default_rng(15)
+    a = rng.integers(-3, 4, (256, 128)).astype(np.float32)
+    b = rng.integers(-3, 4, (2, 256, 512)).astype(np.float32)
+    r = k(a, b)
+    for j in range(2):
+        np.testing.assert_array_equal(r[j], a.T @ b[j])
+    assert opcodes(k)["memset"] == 0
+    off = lnki.jit(k.fn, passes={"zero_fill": "off"}, fill=0xFF)
+    np.testing.assert_array_equal(off(a, b), r)
+    assert opcodes(off)["memset"] == 2

@@ -36,6 +36,7 @@ import weakref
 
 from ..errors import CapacityError
 from . import isa as nisa
+from . import zero_fill as _zero_fill
 from ._kernel import DTYPES, NkiTensor, block_of, current, not_supported, source_line, upcalls
 
 
@@ -188,7 +189,8 @@ class BlockTensor(NkiTensor):
             self._phys[b] = phys
             self._most = max(self._most, len(self._phys))
             if self._init is not None and not whole_write:
-                nisa.memset(phys, value=self._init)
+                if not (self._init == 0 and self.buffer == "psum" and _zero_fill.defer(ctx, phys)):
+                    nisa.memset(phys, value=self._init)  # (a PSUM zero fill may wait: pass zero_fill)
         self._use[b] = next(ctx._block_ticks)
         return phys
 

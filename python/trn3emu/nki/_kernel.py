@@ -49,6 +49,7 @@ from ..program import Program
 from ..progress import TraceProgress, wanted
 from ..tensor import Tensor, _shape
 from . import _memory, _traceback, engine_choice, liveness, lowering, passes, psum_forward, record, value_reuse
+from . import compile_config as _compile_config
 from ._frames import _INTERNAL, _LOC, _internal
 from .gc_pause import gc_paused
 
@@ -1924,6 +1925,7 @@ class Kernel:
         #: traced launches by call signature (`_Run._key`), least recently used first
         self._cache: dict = {}
         resolve_target(options.get("platform_target"))
+        _compile_config.check(options.get("compile_config"))
 
     def parameter_names(self) -> list[str]:
         """The names of the kernel function's positional parameters (for error messages)."""

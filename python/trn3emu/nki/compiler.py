@@ -9,6 +9,15 @@ import inspect
 
 from .. import _native
 from ._kernel import missing_attribute
+from .compile_config import (  # noqa: F401 (`nki.compiler.CompileConfig` and its enumerations)
+    AddressRotation,
+    Allocation,
+    AllocationMode,
+    CompileConfig,
+    OptLevel,
+    SchedulingHeuristic,
+    SpecializationConfig,
+)
 
 
 @contextlib.contextmanager

@@ -29,6 +29,8 @@ program is the kernel's source taken literally.
 - `zero_fill` (`zero_fill.py`): "dialect" (default: on for the legacy dialect, off for NKI 0.6),
   "on", "off": `nl.zeros` of a PSUM tile that an accumulating matmul then writes whole issues no
   memset; the first matmul overwrites (a memset-initialised accumulation is undefined on v2/v3).
+- `nki.jit(compile_config=CompileConfig(...))` (`compile_config.py`) sets `liveness` (allocation
+  LINEAR) and `engine_choice` (opt_level O0, engine_balancing) where its options name them.
 - `lowering` (how the allocation passes' decisions reach the program when `liveness` runs):
   "walk" (default: the recording trace's instructions are moved to where the passes place
   their tiles, the spill / reload copies inserted; the kernel body runs once, `lowering.py`),
@@ -45,6 +47,7 @@ from __future__ import annotations
 import os
 
 from ..errors import OperandError
+from . import compile_config
 
 DEFAULTS = {
     "liveness": "auto",
@@ -102,9 +105,11 @@ def _parse(spec, where: str) -> dict:
 
 
 def settings(kernel) -> dict:
-    """The pass settings of `kernel`: defaults, then TRN3EMU_NKI_PASSES, then `nki.jit(passes=)`."""
+    """The pass settings of `kernel`: defaults, then TRN3EMU_NKI_PASSES, then what its
+    `nki.jit(compile_config=)` asks for (`compile_config.passes_for`), then `nki.jit(passes=)`."""
     out = dict(DEFAULTS)
     out.update(_parse(os.environ.get("TRN3EMU_NKI_PASSES"), "TRN3EMU_NKI_PASSES"))
+    out.update(compile_config.passes_for(kernel.options.get("compile_config")))
     out.update(_parse(kernel.options.get("passes"), "nki.jit(passes=)"))
     return out
 

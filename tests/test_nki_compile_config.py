@@ -1,0 +1,118 @@
+"""`nki.compiler.CompileConfig` (the NKI API reference's per-kernel compile configuration): the
+documented options and enumerations exist, bad values raise, and the options that name something
+a pass models set that pass (docs/nki.md, "CompileConfig"); `passes=` still wins."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import trn3emu.nki as tn
+from trn3emu.errors import OperandError
+
+tn.install()
+
+import nki  # noqa: E402
+import nki.compiler as ncc  # noqa: E402
+import nki.isa as nisa  # noqa: E402
+import nki.language as nl  # noqa: E402
+
+#: the options the API reference lists for CompileConfig (nki.compiler.CompileConfig page)
+DOCUMENTED = {
+    "address_rotation",
+    "allocation",
+    "barrier_check",
+    "dead_code_elim",
+    "dma_copy_elim",
+    "element_widening",
+    "engine_balancing",
+    "experimental_allocation_mode",
+    "experimental_hbm_allocation_mode",
+    "experimental_psum_allocation_mode",
+    "experimental_sbuf_allocation_mode",
+    "experimental_scheduling_heuristic",
+    "nki_alloc_fallback",
+    "non_ssa_legalization",
+    "opt_level",
+    "prefetch_auto",
+    "register_load_reuse",
+    "remove_overwritten_writes",
+    "remove_unused_instructions",
+    "sbuf_allocation_fallback",
+    "scheduling",
+    "split_reused_buffers",
+    "tensor_copy_elim",
+}
+
+
+def test_the_documented_options_and_enumerations():
+    assert {f.name for f in dataclasses.fields(ncc.CompileConfig)} == DOCUMENTED
+    assert {m.name for m in ncc.Allocation} == {"COLORING", "LINEAR"}
+    assert {m.name for m in ncc.AddressRotation} == {"AUTO", "ENABLE", "DISABLE"}
+    assert {m.name for m in ncc.AllocationMode} == {"RING", "FAST", "MAX_REUSE"}
+    assert {m.name for m in ncc.SchedulingHeuristic} == {"ASAP", "CRITICAL_PATH", "DMA_PREFETCH", "TRIVIAL"}
+    assert {m.name for m in ncc.OptLevel} == {"O0", "O1", "O2"}
+    with pytest.raises(TypeError):
+        ncc.CompileConfig(ncc.Allocation.LINEAR)  # keyword-only
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ncc.CompileConfig().allocation = ncc.Allocation.LINEAR
+
+
+def _copy_kernel(a):
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=a)
+    u = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=u, src=t)  # (no engine=: the engine choice may move it)
+    v = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=v, src=u)
+    nisa.dma_copy(dst=out, src=v)
+    return out
+
+
+def _engines(kernel) -> list[str]:
+    text = kernel.last_programs[0].to_text().splitlines()
+    return [ln.split()[0].split(".")[1] for ln in text if ln.startswith("tensor_copy")]
+
+
+def test_linear_allocation_runs_the_liveness_pass_and_o0_keeps_default_engines():
+    a = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
+    plain = nki.jit(_copy_kernel)
+    np.testing.assert_array_equal(plain(a), a)
+    assert plain.last_ir is None  # (it fits: the literal trace, no IR recorded)
+    linear = nki.jit(_copy_kernel, compile_config=ncc.CompileConfig(allocation=ncc.Allocation.LINEAR))
+    np.testing.assert_array_equal(linear(a), a)
+    assert "liveness" in linear.last_ir.passes
+    o0 = nki.jit(_copy_kernel, compile_config=ncc.CompileConfig(opt_level=ncc.OptLevel.O0))
+    np.testing.assert_array_equal(o0(a), a)
+    off = nki.jit(_copy_kernel, passes={"engine_choice": "off"})
+    off(a)
+    assert _engines(o0) == _engines(off) == ["vector", "vector"]
+    assert _engines(plain) != _engines(off)  # (the default spreads the copies)
+    # passes= wins over the config
+    both = nki.jit(
+        _copy_kernel, compile_config=ncc.CompileConfig(opt_level=ncc.OptLevel.O0), passes={"engine_choice": "on"}
+    )
+    both(a)
+    assert _engines(both) == _engines(plain)
+    # options the emulator does not model are accepted and change nothing
+    other = nki.jit(
+        _copy_kernel,
+        compile_config=ncc.CompileConfig(address_rotation=ncc.AddressRotation.DISABLE, prefetch_auto=True),
+        specialization_config=ncc.SpecializationConfig(),
+    )
+    np.testing.assert_array_equal(other(a), a)
+    assert other.last_programs[0].encode() == plain.last_programs[0].encode()
+
+
+@pytest.mark.parametrize(
+    "config, says",
+    [
+        ({"allocation": "linear"}, "takes an nki.compiler.CompileConfig"),
+        (ncc.CompileConfig(allocation="linear"), "CompileConfig.allocation takes an nki.compiler.Allocation"),
+        (ncc.CompileConfig(prefetch_auto=1), "CompileConfig.prefetch_auto takes a bool"),
+    ],
+)
+def test_a_bad_compile_config_names_the_option(config, says):
+    with pytest.raises(OperandError, match=says) as e:
+        nki.jit(_copy_kernel, compile_config=config)
+    assert e.value.rule == "nki_compile_config"

@@ -1,4 +1,4 @@
-//! The AVX-512 path of kernels/log.rs, written with intrinsics: 16 fp32 lanes per vector, two
+//! The AVX-512 path of kernels/log.rs, written with intrinsics: 16 fp32 lanes per vector, four
 //! vectors a step, log_f32.rs's double-fp32 evaluation (three 32-entry tables in `vpermt2ps`,
 //! ~34 vector operations per 16 lanes with the range test, the check, the load and the store;
 //! ~41 before `r` became one exact fma, 58 for the f64 evaluation per two halves of 8) and its
@@ -102,20 +102,21 @@ unsafe fn map_with<const AFFINE: bool>(
         };
     }
     let mut i = 0;
-    // two vectors a step (both read before either is written: src may be dst)
-    while i + 32 <= n {
-        let (y0, y1) = (load!(i), load!(i + 16));
-        let ((h0, r0), (h1, r1)) = (step!(y0), step!(y1));
+    // four vectors a step (all read before any is written: src may be dst)
+    while i + 64 <= n {
+        let ys = [load!(i), load!(i + 16), load!(i + 32), load!(i + 48)];
+        let r = [step!(ys[0]), step!(ys[1]), step!(ys[2]), step!(ys[3])];
         let out = dst.add(i);
-        _mm512_storeu_ps(out, h0);
-        _mm512_storeu_ps(out.add(16), h1);
-        if (r0 | r1) != 0 {
-            redo!(y0, r0, out);
-            redo!(y1, r1, out.add(16));
+        if (r[0].1 | r[1].1 | r[2].1 | r[3].1) == 0 {
+            for (k, (h, _)) in r.iter().enumerate() {
+                _mm512_storeu_ps(out.add(16 * k), *h);
+            }
+        } else {
+            redo4(ys, r, out);
         }
-        i += 32;
+        i += 64;
     }
-    if i + 16 <= n {
+    while i + 16 <= n {
         let y = load!(i);
         let (h, r) = step!(y);
         _mm512_storeu_ps(dst.add(i), h);
@@ -124,6 +125,24 @@ unsafe fn map_with<const AFFINE: bool>(
     }
     // the last n mod 16 values, log.rs's generic loop
     super::log::map(src.add(i), dst.add(i), n - i, (scale, bias), (lo, hi));
+}
+
+/// The rare step with lanes to redo: the four vectors' `hi`, then libm for those lanes.
+///
+/// # Safety
+/// AVX-512F; `out` valid for 64 fp32 values.
+#[cold]
+#[inline(never)]
+#[target_feature(enable = "avx512f")]
+unsafe fn redo4(ys: [__m512; 4], r: [(__m512, u16); 4], out: *mut f32) {
+    for (k, &(h, m)) in r.iter().enumerate() {
+        _mm512_storeu_ps(out.add(16 * k), h);
+        if m != 0 {
+            let mut v = [0f32; 16];
+            _mm512_storeu_ps(v.as_mut_ptr(), ys[k]);
+            super::checked::redo_lanes(&v, m as u32, out.add(16 * k), exact);
+        }
+    }
 }
 
 #[cfg(test)]

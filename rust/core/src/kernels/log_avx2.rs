@@ -58,19 +58,16 @@ unsafe fn map_with<const AFFINE: bool>(
         let invc = _mm256_i32gather_ps::<4>(t.invc.as_ptr(), j);
         let lch = _mm256_i32gather_ps::<4>(t.logc_hi.as_ptr(), j);
         let lcl = _mm256_i32gather_ps::<4>(t.logc_lo.as_ptr(), j);
-        let (h, l) = dw_ln!(
-            (
-                _mm256_add_ps,
-                _mm256_sub_ps,
-                _mm256_mul_ps,
-                _mm256_fmadd_ps,
-                _mm256_fmsub_ps
-            ),
+        let (s1, a) = dw_ln!(
+            (_mm256_add_ps, _mm256_sub_ps, _mm256_mul_ps, _mm256_fmadd_ps),
             &c,
             kn,
             z,
             (invc, lch, lcl)
         );
+        // hi = s1 + a, lo its exact error (Fast2Sum)
+        let h = _mm256_add_ps(s1, a);
+        let l = _mm256_sub_ps(a, _mm256_sub_ps(h, s1));
         let far = _mm256_fmadd_ps(l, one_eps, h);
         // in-range lanes whose rounding is not decided, NaN inputs (h NaN) among them
         let undecided = _mm256_cmp_ps::<_CMP_NEQ_UQ>(far, h);

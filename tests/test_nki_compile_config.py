@@ -116,3 +116,40 @@ def test_a_bad_compile_config_names_the_option(config, says):
     with pytest.raises(OperandError, match=says) as e:
         nki.jit(_copy_kernel, compile_config=config)
     assert e.value.rule == "nki_compile_config"
+
+
+def _row_loop(x, w):
+    """An NKI 0.6 row loop that loads the same weight with `nisa.dma_copy` into a fresh tile in
+    every iteration."""
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        wt = nl.ndarray(w.shape, w.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=wt, src=w)
+        xt = nl.ndarray((128, x.shape[1]), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=xt, src=x[i * 128 : (i + 1) * 128, :])
+        yt = nl.ndarray((128, x.shape[1]), x.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=yt, data1=xt, data2=wt, op=nl.multiply)
+        nisa.dma_copy(dst=out[i * 128 : (i + 1) * 128, :], src=yt)
+    return out
+
+
+def test_dma_copy_elim_reads_a_reloaded_weight_from_sbuf():
+    """`dma_copy_elim`: "Remove a nisa.dma_copy that loads data that an earlier nisa.dma_copy
+    already loaded into SBUF" (pass `load_reuse="dma_copy"`, found on the IR before allocation);
+    without it the kernel's own reloads stay (the current flow keeps the developer's DMAs)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1024, 256)).astype(np.float32)
+    w = rng.standard_normal((128, 256)).astype(np.float32)
+    want = x * np.tile(w, (8, 1))
+    plain = nki.jit(_row_loop)
+    elim = nki.jit(_row_loop, compile_config=ncc.CompileConfig(dma_copy_elim=True))
+    for k in (plain, elim):
+        np.testing.assert_array_equal(k(x, w), want)
+
+    def dmas(k):
+        return sum(1 for ln in k.last_programs[0].to_text().splitlines() if ln.startswith("dma_copy"))
+
+    assert (dmas(plain), dmas(elim)) == (8 * 3, 8 * 2 + 1)
+    assert elim.last_ir.passes["load_reuse"].startswith("7 loads read from SBUF")
+    hbm = [int(k.last_result.trace.dma["hbm_bytes"].sum()) for k in (plain, elim)]
+    assert hbm[0] - hbm[1] == 7 * 128 * 256 * 4

@@ -255,7 +255,7 @@ class Placer:
             if j is not None:  # (its instruction dropped: it reads and writes nothing)
                 c.reads = c.writes = ()
                 c.hbm_reads = ()
-                name = "load_reuse" if p.origin == "nl.load" and k in self.loads else "value_reuse"
+                name = "load_reuse" if k in self.loads else "value_reuse"
                 c.notes[name] = (
                     f"dropped before allocation, repeating call {self.new_of[j]} (its result's reads read that call's)"
                 )

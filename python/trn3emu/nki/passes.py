@@ -39,7 +39,8 @@ program is the kernel's source taken literally.
   `KernelIR.passes["lowering"]`).
 - `inplace_assign`, `load_reuse` (the legacy toolchain's rewrites, `toolchain.py`): "dialect"
   (default: on for the legacy dialect, off for NKI 0.6, whose compiler preserves the developer's
-  choices), "on", "off".
+  choices), "on", "off"; `load_reuse="dma_copy"`: also a kernel's own `nisa.dma_copy` loads, on the
+  IR before allocation (the `liveness` lowering), as `CompileConfig(dma_copy_elim=True)` asks.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ VALUES = {
     "spill": ("on", "furthest", "lru", "off", "dialect"),
     "reduce_init": ("on", "off"),
     "inplace_assign": ("on", "off", "dialect"),
-    "load_reuse": ("on", "off", "dialect"),
+    "load_reuse": ("on", "dma_copy", "off", "dialect"),
     "engine_choice": ("on", "off", "dialect"),
     "value_reuse": ("on", "exact", "off", "dialect"),
     "psum_forward": ("on", "off", "dialect"),
@@ -168,8 +169,15 @@ def value_reuse(kernel) -> str:
 
 
 def enabled(kernel, name: str) -> bool:
-    """Whether an on/off pass is on for `kernel` ("dialect": on for the legacy dialect)."""
+    """Whether an on/off pass is on for `kernel` ("dialect": on for the legacy dialect; a pass's
+    wider setting, `load_reuse="dma_copy"`, counts as on)."""
     v = settings(kernel)[name]
     if v == "dialect":
         return legacy_dialect(kernel)
-    return v == "on"
+    return v == "on" or v == "dma_copy"
+
+
+def dma_copy_loads(kernel) -> bool:
+    """`load_reuse="dma_copy"`: a kernel's own `nisa.dma_copy` loads are reused as `nl.load`s are
+    (on the IR, before allocation; `CompileConfig(dma_copy_elim=True)` asks for it)."""
+    return settings(kernel)["load_reuse"] == "dma_copy"

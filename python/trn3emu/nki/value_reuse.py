@@ -92,6 +92,7 @@ def plan_ir(ctx, rec, ops: list, owner: list) -> IrReuse:
     loads = passes.enabled(launch.kernel, "load_reuse") and not (
         any(g > 1 for g in launch.grid) and not CROSS_CORE.isdisjoint(ctx.program.opcodes)
     )
+    dma_loads = loads and passes.dma_copy_loads(launch.kernel)  # (`nisa.dma_copy` loads too)
     hver: dict[int, int] = {}  # HBM tensor ordinal -> writes so far
     size = [0] * (len(calls) + 1)
     for k in owner:
@@ -108,7 +109,7 @@ def plan_ir(ctx, rec, ops: list, owner: list) -> IrReuse:
             hit = _candidate(row, k, tiles, off, writers, alias)
         if hit is not None:
             s2, shifts = hit
-            load = loads and c.origin == "nl.load"
+            load = loads and (c.origin == "nl.load" or (dma_loads and c.op == "dma_copy"))
             h = prog.relative_key(p, shifts, load) if load or compute else None
             if h is not None:
                 reads = tuple((a, alias.get(s, s), version.get(alias.get(s, s), 0)) for a, s, w, *_ in row if not w)

@@ -143,13 +143,14 @@ def test_dma_copy_elim_reads_a_reloaded_weight_from_sbuf():
     want = x * np.tile(w, (8, 1))
     plain = nki.jit(_row_loop)
     elim = nki.jit(_row_loop, compile_config=ncc.CompileConfig(dma_copy_elim=True))
-    for k in (plain, elim):
+    by_pass = nki.jit(_row_loop, passes={"load_reuse": "dma_copy"})  # (the same, asked by name)
+    for k in (plain, elim, by_pass):
         np.testing.assert_array_equal(k(x, w), want)
 
     def dmas(k):
         return sum(1 for ln in k.last_programs[0].to_text().splitlines() if ln.startswith("dma_copy"))
 
-    assert (dmas(plain), dmas(elim)) == (8 * 3, 8 * 2 + 1)
+    assert (dmas(plain), dmas(elim), dmas(by_pass)) == (8 * 3, 8 * 2 + 1, 8 * 2 + 1)
     assert elim.last_ir.passes["load_reuse"].startswith("7 loads read from SBUF")
     hbm = [int(k.last_result.trace.dma["hbm_bytes"].sum()) for k in (plain, elim)]
     assert hbm[0] - hbm[1] == 7 * 128 * 256 * 4

@@ -148,7 +148,6 @@ def passes_for(config) -> dict:
         out["engine_choice"] = "on"
     if config.dma_copy_elim:  # (a reload of what an earlier dma_copy loaded reads that tile)
         out["load_reuse"] = "dma_copy"
-        out["liveness"] = "on"  # (the reuse is found on the IR, before allocation)
     elif config.dma_copy_elim is False:
         out["load_reuse"] = "off"
     return out

@@ -30,7 +30,8 @@ program is the kernel's source taken literally.
   "on", "off": `nl.zeros` of a PSUM tile that an accumulating matmul then writes whole issues no
   memset; the first matmul overwrites (a memset-initialised accumulation is undefined on v2/v3).
 - `nki.jit(compile_config=CompileConfig(...))` (`compile_config.py`) sets `liveness` (allocation
-  LINEAR) and `engine_choice` (opt_level O0, engine_balancing) where its options name them.
+  LINEAR), `engine_choice` (opt_level O0, engine_balancing) and `load_reuse` (dma_copy_elim) where
+  its options name them.
 - `lowering` (how the allocation passes' decisions reach the program when `liveness` runs):
   "walk" (default: the recording trace's instructions are moved to where the passes place
   their tiles, the spill / reload copies inserted; the kernel body runs once, `lowering.py`),
@@ -40,7 +41,8 @@ program is the kernel's source taken literally.
 - `inplace_assign`, `load_reuse` (the legacy toolchain's rewrites, `toolchain.py`): "dialect"
   (default: on for the legacy dialect, off for NKI 0.6, whose compiler preserves the developer's
   choices), "on", "off"; `load_reuse="dma_copy"`: also a kernel's own `nisa.dma_copy` loads, on the
-  IR before allocation (the `liveness` lowering), as `CompileConfig(dma_copy_elim=True)` asks.
+  IR before allocation (so `liveness` "auto" records and lowers), as `CompileConfig(dma_copy_elim=True)`
+  asks.
 """
 
 from __future__ import annotations
@@ -150,6 +152,8 @@ def allocation(kernel) -> tuple[str, str | None]:
     if spill == "dialect":
         spill = "on" if legacy_dialect(kernel) else "off"
     mode = {"auto": "auto", "on": "on", "off": "literal"}[s["liveness"]]
+    if mode == "auto" and s["load_reuse"] == "dma_copy":
+        mode = "on"  # (the kernel's own dma_copy reloads are found on the IR, before allocation)
     if spill == "off" or mode == "literal":
         return mode, None
     return mode, "furthest" if spill == "on" else spill
@@ -169,12 +173,12 @@ def value_reuse(kernel) -> str:
 
 
 def enabled(kernel, name: str) -> bool:
-    """Whether an on/off pass is on for `kernel` ("dialect": on for the legacy dialect; a pass's
-    wider setting, `load_reuse="dma_copy"`, counts as on)."""
+    """Whether an on/off pass is on for `kernel`: any setting but "off" ("dialect": on for the
+    legacy dialect; a wider one such as `load_reuse="dma_copy"` is on)."""
     v = settings(kernel)[name]
     if v == "dialect":
         return legacy_dialect(kernel)
-    return v == "on" or v == "dma_copy"
+    return v != "off"
 
 
 def dma_copy_loads(kernel) -> bool:

@@ -1499,13 +1499,13 @@ class AssemblerMixin:
         wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
         signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
     ) -> int:
-        """NKI 0.7: load a 1x1 int32 tile into an NkiScalar (a register).
+        """NKI 0.7: load a 1x1 int32 / uint32 tile into an NkiScalar (a register).
 
-        dst = src[0,0]; src is a 1x1 SBUF / HBM tensor of int32 (NKI also accepts int64, which has no dtype here: not modeled). NKI returns the value (NkiScalar); here the result register is the dst operand. NkiScalar arithmetic (+, -, * wrapping at 32 bits) is traced by the front end.
+        dst = src[0,0]; src is a 1x1 SBUF / HBM tensor of int32 or uint32 (NKI also accepts int64, which has no dtype here: not modeled). NKI returns the value (NkiScalar); here the result register is the dst operand. NkiScalar arithmetic and comparisons are traced by the front end into register_alu instructions.
 
         Engines: sync, vector, scalar, gpsimd, tensor.
         dst: result register (NKI's return value).
-        src: 1x1 int32 tensor.
+        src: 1x1 int32 / uint32 tensor.
         """
         return self._emit('scalar_load', engine, name, wait, signal, (dst, src))
 
@@ -1519,12 +1519,12 @@ class AssemblerMixin:
         wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
         signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
     ) -> int:
-        """NKI 0.7: store an NkiScalar (a register) into a 1x1 int32 tile.
+        """NKI 0.7: store an NkiScalar (a register) into a 1x1 int32 / uint32 tile.
 
-        dst[0,0] = value; dst is a 1x1 SBUF / HBM int32 tensor (same width as value; int64 not modeled).
+        dst[0,0] = value; dst is a 1x1 SBUF / HBM int32 or uint32 tensor (same width as value; int64 not modeled).
 
         Engines: sync, vector, scalar, gpsimd, tensor.
-        dst: 1x1 int32 tensor.
+        dst: 1x1 int32 / uint32 tensor.
         value: source register (NkiScalar).
         """
         return self._emit('scalar_store', engine, name, wait, signal, (dst, value))
@@ -1552,6 +1552,32 @@ class AssemblerMixin:
         imm: immediate second operand.
         """
         return self._emit('register_op', engine, name, wait, signal, (dst, src, op, imm))
+
+    def register_alu(
+        self,
+        dst: Reg,
+        src0: Reg,
+        src1: int | Reg,
+        op: AluOp,
+        unsigned: bool = False,
+        engine: Literal['sync', 'vector', 'scalar', 'gpsimd', 'tensor'] | None = None,
+        name: str | None = None,
+        *,
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int:
+        """dst register = op(src0 register, src1 register or immediate): arithmetic and comparisons of NkiScalars.
+
+        dst = op(src0, src1) on 32-bit words, read as signed (unsigned = false) or unsigned (unsigned = true). add, subtract, multiply: wrapping (low 32 bits, the same bits either way). divide: the quotient rounded toward zero; x / 0 = all ones (-1, or 0xFFFFFFFF unsigned) and INT32_MIN / -1 = INT32_MIN (the RISC-V M convention: no trap on the sequencer). maximum, minimum. equal, not_equal, greater_equal, greater, less_equal, less: 1 when the comparison holds, else 0. bitwise_and, bitwise_or, bitwise_xor, left_shift, right_shift (logical; counts mod 32). Other operators are refused. Emulator-level: the instruction behind nki.isa.scalar_alu and NkiScalar operators (the NKI docs show the Python API, not the sequencer code); register_op is its immediate-only form.
+
+        Engines: sync, vector, scalar, gpsimd, tensor.
+        dst: destination register.
+        src0: first operand register.
+        src1: second operand: a register or an immediate.
+        op: arithmetic, comparison or bitwise operator. One of bypass, add, subtract, multiply, maximum, minimum, equal, not_equal, greater_equal, greater, less_equal, less, logical_and, logical_or, logical_xor, logical_not, bitwise_and, bitwise_or, bitwise_xor, invert, left_shift, right_shift, power, abs_max, abs_min, abs, square, relu, rsqrt, reciprocal, average, divide.
+        unsigned: unsigned comparisons, division, maximum, minimum.
+        """
+        return self._emit('register_alu', engine, name, wait, signal, (dst, src0, src1, op, unsigned))
 
     def branch(
         self,

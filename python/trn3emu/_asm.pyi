@@ -789,6 +789,19 @@ class AssemblerMixin:
         wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
         signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
     ) -> int: ...
+    def register_alu(
+        self,
+        dst: Reg,
+        src0: Reg,
+        src1: int | Reg,
+        op: AluOp,
+        unsigned: bool = False,
+        engine: Literal['sync', 'vector', 'scalar', 'gpsimd', 'tensor'] | None = None,
+        name: str | None = None,
+        *,
+        wait: tuple[int, int] | Sequence[tuple[int, int]] = (),
+        signal: int | tuple[int, int] | Sequence[tuple[int, int]] = (),
+    ) -> int: ...
     def branch(
         self,
         target: int,

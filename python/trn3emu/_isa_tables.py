@@ -97,6 +97,7 @@ INSTRUCTIONS = {
     'scalar_load': (0x0a03, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'reg', None), ('src', 'tensor', None))),
     'scalar_store': (0x0a04, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'tensor', None), ('value', 'reg', None))),
     'register_op': (0x0a05, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'reg', None), ('src', 'reg', None), ('op', 'enum', 'alu_op'), ('imm', 'i32', None))),
+    'register_alu': (0x0a07, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('dst', 'reg', None), ('src0', 'reg', None), ('src1', 'i32_or_reg', None), ('op', 'enum', 'alu_op'), ('unsigned', 'bool', None))),
     'branch': (0x0a06, ('sync', 'vector', 'scalar', 'gpsimd', 'tensor'), (('target', 'i32', None), ('cmp', 'enum', 'cmp_op'), ('reg', 'reg', None), ('imm', 'i32', None))),
 }
 
@@ -162,5 +163,6 @@ INSTRUCTION_FLAGS = {
     'scalar_load': ('control', 'control', False, True),
     'scalar_store': ('control', 'control', False, True),
     'register_op': ('control', 'control', False, True),
+    'register_alu': ('control', 'control', False, True),
     'branch': ('control', 'control', False, True),
 }

@@ -554,7 +554,41 @@ tensor_reduce.__signature__ = _tensor_reduce.__signature__
 _dma_compute = _make("dma_compute")
 
 from . import registers as _registers  # noqa: E402
+from . import scalars as _scalars  # noqa: E402
 from .registers import VirtualRegister, register_alloc, register_load, register_move, register_store  # noqa: E402,F401
+from .scalars import NkiScalar  # noqa: E402
+
+_isa_scalar_load = _make("scalar_load")
+
+
+def scalar_load(src=None, engine=None, name=None, dst=None):  # noqa: F811
+    """NKI: `scalar_load(src, engine=None) -> NkiScalar`, the value of a 1x1 int32 / uint32 SBUF or
+    HBM tile (not a kernel argument, not PSUM); with `engine` the scalar is bound to that sequencer.
+    The ISA form `scalar_load(dst=register, src=...)` (a register from `register_alloc`) still
+    emits the instruction into that register."""
+    if dst is None and isinstance(src, VirtualRegister):  # scalar_load(register, tile)
+        dst, src, engine = src, engine, None
+    if dst is not None:
+        if isinstance(dst, VirtualRegister):
+            return _scalars.isa_scalar_load(dst, src, engine=engine, name=name)
+        return _isa_scalar_load(dst=dst, src=src, engine=engine, name=name)
+    return _scalars.scalar_load(src, engine=engine, name=name)
+
+
+def scalar_store(dst, value, engine=None, name=None):  # noqa: F811
+    """NKI: `scalar_store(dst, value, engine=None)`: the NkiScalar `value` into the 1x1 tile `dst`
+    (SBUF or HBM, of value's dtype, not a kernel argument); `engine` names the sequencer that
+    writes it. A plain register from `register_alloc` takes the ISA form (`register_store` does too)."""
+    if isinstance(value, VirtualRegister) and not isinstance(value, NkiScalar):
+        return _scalars.isa_scalar_store(dst, value, engine=engine, name=name)
+    return _scalars.scalar_store(dst, value, engine=engine, name=name)
+
+
+def scalar_alu(data1, data2, op, name=None):
+    """NKI: `op(data1, data2)` on NkiScalars / Python ints: + - * nl.divide (toward zero) nl.fmod
+    (sign of data1) nl.maximum nl.minimum, or a comparison (nl.less ... nl.not_equal: an int32 0 / 1
+    scalar). Two Python ints are evaluated while tracing. Operands of one dtype (int32 or uint32)."""
+    return _scalars.scalar_alu(data1, data2, op_name(op), name=name)
 
 
 def dma_compute(dst, srcs, scales=None, reduce_op=None, **kwargs):
@@ -614,4 +648,6 @@ __all__ = [n for n in INSTRUCTIONS if n not in EXTENSIONS] + [
     "NotSupportedError",
     "VirtualRegister",
     "register_alloc",
+    "NkiScalar",
+    "scalar_alu",
 ]

@@ -27,6 +27,7 @@ from . import indexing as _indexing
 from . import isa as nisa
 from . import passes as _passes
 from . import record as _record
+from . import scalars as _scalars
 from . import traced_once as _traced_once
 from . import zero_fill as _zero_fill
 from ._frames import _INTERNAL, _internal
@@ -192,11 +193,12 @@ def _recorder():
     return None
 
 
-def _loop_register(values, rec=None, loop=None):
+def _loop_register(values, rec=None, loop=None, scalar=False):
     """One register for a device loop's iteration value (register_move per iteration); `loop`
-    (the kernel IR's Loop when `rec` records it) is in the nest of the calls of each iteration."""
+    (the kernel IR's Loop when `rec` records it) is in the nest of the calls of each iteration.
+    `scalar`: the value is an int32 NkiScalar (bounds that are NkiScalars, as NKI documents)."""
     entry = rec.enter(loop, len(values)) if loop is not None else None
-    reg = nisa.register_alloc()
+    reg = _scalars.loop_scalar() if scalar else nisa.register_alloc()
     try:
         for k, i in enumerate(values):
             if entry is not None:
@@ -238,7 +240,9 @@ def _dynamic_range(start, stop=None, step=1, kind: str = "dynamic_range", frame=
         loop = rec.site_loop(kind, frame) if rec is not None else None
         if loop is not None:
             loop.device = True
-        return _loop_register(range(device_value(start), device_value(stop), int(step)), rec, loop)
+        # i is an NkiScalar unless a bound is a plain VirtualRegister (register_alloc)
+        scalar = not builtins.any(_is_reg(b) and not isinstance(b, nisa.NkiScalar) for b in (start, stop))
+        return _loop_register(range(device_value(start), device_value(stop), int(step)), rec, loop, scalar)
     r = _range(start, stop, step)
     return r if rec is None else rec.loop(r, kind, frame)
 
@@ -1672,6 +1676,14 @@ ndarray = _ndarray_entry(ndarray)  # noqa: F811 (the checked one, with its commo
 def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)
+    if name == "int64":  # (NKI's 64-bit scalars: docs/nki.md, "NKI scalars")
+        from ._kernel import NotSupportedAttribute
+
+        raise NotSupportedAttribute(
+            "not supported: nki.language.int64 (the emulated core has no int64 dtype and its sequencer "
+            "registers are 32-bit: 64-bit NkiScalars are not modeled; use nl.int32 or nl.uint32)",
+            rule="nki_scalar_int64",
+        )
     raise missing_attribute(f"nki.language.{name}", list(globals()))
 
 

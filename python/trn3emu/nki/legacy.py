@@ -321,7 +321,12 @@ def _make_isa_module() -> types.ModuleType:
         if not k.startswith("__"):
             setattr(mod, k, v)
     for name, (_, _, params) in INSTRUCTIONS.items():
-        if params and params[0][0] == "dst" and name not in ("dma_copy", "dma_compute") and name not in nisa.EXTENSIONS:
+        if (
+            params
+            and params[0][0] == "dst"
+            and name not in ("dma_copy", "dma_compute", "scalar_load")
+            and name not in nisa.EXTENSIONS
+        ):
             setattr(mod, name, _legacy(name))
     mod.iota, mod.affine_select, mod.memset, mod.activation_reduce = iota, affine_select, memset, activation_reduce
     mod.tensor_copy_dynamic_src, mod.tensor_copy_dynamic_dst = tensor_copy_dynamic_src, tensor_copy_dynamic_dst

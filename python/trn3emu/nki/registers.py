@@ -25,6 +25,7 @@ launches only (a grid's programs would need to stop together).
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any
 
 import numpy as np
@@ -41,7 +42,8 @@ HOME = "sync"
 class VirtualRegister(Reg):
     """A register number plus the engines whose copy holds its current value."""
 
-    __slots__ = ("valid", "scratch", "ctx")
+    # bound: the one engine an NkiScalar loaded with `engine=` lives on (scalars.py), else None
+    __slots__ = ("valid", "scratch", "ctx", "bound", "__weakref__")
 
     def __bool__(self):
         raise not_supported(
@@ -61,10 +63,13 @@ class VirtualRegister(Reg):
         return f"<VirtualRegister r{self.index}>"
 
 
-def _registry(ctx) -> dict:
+def _registry(ctx) -> weakref.WeakValueDictionary:
+    """Register number -> the live VirtualRegister holding it. Weak: an NkiScalar that dies gives
+    its number back (scalars.py); `register_alloc`'s registers are kept alive in `ctx.vreg_keep`."""
     regs = getattr(ctx, "vregs", None)
     if regs is None:
-        regs = ctx.vregs = {}
+        regs = ctx.vregs = weakref.WeakValueDictionary()
+        ctx.vreg_keep = []
     return regs
 
 
@@ -73,8 +78,9 @@ def register_alloc(x: Any = None) -> VirtualRegister:
     ctx = current()
     r = ctx.program.register_alloc()
     v = VirtualRegister(r.index)
-    v.valid, v.scratch, v.ctx = set(), None, ctx
+    v.valid, v.scratch, v.ctx, v.bound = set(), None, ctx, None
     _registry(ctx)[v.index] = v
+    ctx.vreg_keep.append(v)
     if isinstance(x, NkiTensor):
         register_load(v, x)
     elif x is not None:
@@ -139,6 +145,14 @@ def ensure_on(v: VirtualRegister, engine: str) -> None:
     """Make engine's copy of v current (store on an engine holding it, load on `engine`)."""
     if engine in v.valid:
         return
+    bound = getattr(v, "bound", None)
+    if bound is not None:
+        raise OperandError(
+            f"{v!r} was loaded with engine={bound!r} and lives on that sequencer only; an instruction "
+            f"on {engine!r} reads it (issue the instruction on {bound!r}, or load the scalar without engine=)",
+            operand="scalar",
+            rule="nki_scalar_engine",
+        )
     if not v.valid:
         raise OperandError(
             f"register r{v.index} is read before any value was written to it",
@@ -184,7 +198,7 @@ def device_value(v) -> int:
             rule="nki_register_read_multiprogram",
         )
     regs = ctx.vregs
-    for r in regs.values():  # save every live register: registers start fresh in a new run
+    for r in list(regs.values()):  # save every live register: registers start fresh in a new run
         if r.valid:
             if r.scratch is None:
                 r.scratch = upcalls.ndarray((1, 1), DTYPES["int32"], buffer="sbuf", name=f"vreg{r.index}")
@@ -208,14 +222,17 @@ def device_value(v) -> int:
         ctx.segments = []
     ctx.segments.append((ctx.program, result))
     value = int(np.asarray(ctx.device.read(v.scratch.tensor)).reshape(-1)[0])
+    if getattr(v, "dtype", None) == "uint32":  # (an unsigned NkiScalar: the scratch tile holds its bits)
+        value &= 0xFFFFFFFF
     old = ctx.program
     ctx.program = KernelProgram(core=ctx.core)
     ctx.program._next_reg = old._next_reg  # register numbers stay allocated across segments
     if ctx.ir is not None and hasattr(ctx.ir, "segment"):
         ctx.ir.segment += 1  # (the kernel IR's calls from now on are in the next program)
     engine_choice.configure(ctx)  # (every segment balances its unpinned instructions)
-    for r in regs.values():
+    for r in list(regs.values()):
         if r.valid:
-            ctx.program.register_load(dst=Reg(r.index), src=r.scratch.tensor, engine=HOME)
-            r.valid = {HOME}
+            eng = getattr(r, "bound", None) or HOME  # (a bound NkiScalar stays on its engine)
+            ctx.program.register_load(dst=Reg(r.index), src=r.scratch.tensor, engine=eng)
+            r.valid = {eng}
     return value

@@ -12,6 +12,18 @@ mutable = NkiTensor
 immutable = NkiTensor
 
 
+def scalar(t) -> int:
+    """`range(scalar(tile))` (public nki-samples kernels, `neuronxcc.nki.typing.scalar`; not in the
+    NKI docs): the value of the 1x1 int32 / uint32 tile `t` as read on the device. The tile is
+    loaded into a register (`nisa.scalar_load`'s rules) and read as a device loop's bound is
+    (`registers.device_value`: the kernel so far runs, tracing continues), so the loop it bounds
+    runs that many times, unrolled. Returns a Python int."""
+    from .registers import device_value
+    from .scalars import scalar_load
+
+    return device_value(scalar_load(t))
+
+
 def __getattr__(name: str):
     if name.startswith("__"):
         raise AttributeError(name)

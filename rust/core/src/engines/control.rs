@@ -1,5 +1,6 @@
 //! Sequencer instructions: `nop`, the 64 registers of each engine's sequencer
-//! (move / load / store, NKI 0.7 scalar_load / scalar_store, arithmetic) and `branch`.
+//! (move / load / store, NKI 0.7 scalar_load / scalar_store, arithmetic: `register_op` with an
+//! immediate, `register_alu` with a register or an immediate) and `branch`.
 //!
 //! Registers are 32-bit words. Loads read the element's raw bits: signed integer dtypes are
 //! sign-extended, every other dtype zero-extended (floats keep their bit pattern). Stores
@@ -156,6 +157,88 @@ impl Semantics for ops::RegisterOp<'_> {
     fn exec(&self, ctx: &mut Ctx) -> Result<()> {
         let a = ctx.regs[self.src as usize];
         ctx.regs[self.dst as usize] = alu(self.op, a, self.imm as u32);
+        Ok(())
+    }
+}
+
+/// The operators of `register_alu`: `REG_OPS` plus division, extrema and comparisons.
+const REG_ALU_OPS: &[AluOp] = &[
+    AluOp::Add,
+    AluOp::Subtract,
+    AluOp::Multiply,
+    AluOp::Divide,
+    AluOp::Maximum,
+    AluOp::Minimum,
+    AluOp::Equal,
+    AluOp::NotEqual,
+    AluOp::GreaterEqual,
+    AluOp::Greater,
+    AluOp::LessEqual,
+    AluOp::Less,
+    AluOp::BitwiseAnd,
+    AluOp::BitwiseOr,
+    AluOp::BitwiseXor,
+    AluOp::LeftShift,
+    AluOp::RightShift,
+];
+
+/// `register_alu`'s operator on 32-bit words read as signed or unsigned. Division rounds toward
+/// zero; x / 0 is all ones and i32::MIN / -1 wraps to i32::MIN (RISC-V M: the sequencer does not trap).
+pub fn alu2(op: AluOp, a: u32, b: u32, unsigned: bool) -> u32 {
+    let (sa, sb) = (a as i32, b as i32);
+    let lt = if unsigned { a < b } else { sa < sb };
+    let eq = a == b;
+    match op {
+        AluOp::Divide => {
+            if b == 0 {
+                u32::MAX
+            } else if unsigned {
+                a / b
+            } else {
+                sa.wrapping_div(sb) as u32
+            }
+        }
+        AluOp::Maximum => {
+            if lt {
+                b
+            } else {
+                a
+            }
+        }
+        AluOp::Minimum => {
+            if lt {
+                a
+            } else {
+                b
+            }
+        }
+        AluOp::Equal => eq as u32,
+        AluOp::NotEqual => (!eq) as u32,
+        AluOp::Less => lt as u32,
+        AluOp::LessEqual => (lt || eq) as u32,
+        AluOp::Greater => (!lt && !eq) as u32,
+        AluOp::GreaterEqual => (!lt) as u32,
+        _ => alu(op, a, b),
+    }
+}
+
+impl Semantics for ops::RegisterAlu<'_> {
+    fn check(&self) -> Result<()> {
+        if !REG_ALU_OPS.contains(&self.op) {
+            return Err(fail(
+                Value,
+                "register_alu_not_supported",
+                "register_alu supports add, subtract, multiply, divide, maximum, minimum, equal, not_equal, \
+                 greater_equal, greater, less_equal, less, bitwise_and, bitwise_or, bitwise_xor, left_shift, right_shift",
+            )
+            .operand("op"));
+        }
+        Ok(())
+    }
+    fn exec(&self, ctx: &mut Ctx) -> Result<()> {
+        let a = ctx.regs[self.src0 as usize];
+        let b = self.src1.value(&ctx.regs[..]) as u32;
+        ctx.regs[self.dst as usize] = alu2(self.op, a, b, self.unsigned);
         Ok(())
     }
 }

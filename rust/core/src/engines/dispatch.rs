@@ -70,6 +70,7 @@ pub fn check(ins: &Instr) -> Result<()> {
         Opcode::ScalarLoad => ops::ScalarLoad::view(ins)?.check(),
         Opcode::ScalarStore => ops::ScalarStore::view(ins)?.check(),
         Opcode::RegisterOp => ops::RegisterOp::view(ins)?.check(),
+        Opcode::RegisterAlu => ops::RegisterAlu::view(ins)?.check(),
         Opcode::Branch => ops::Branch::view(ins)?.check(),
     }
 }
@@ -137,6 +138,7 @@ pub fn exec(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
         Opcode::ScalarLoad => ops::ScalarLoad::view(ins)?.exec(ctx),
         Opcode::ScalarStore => ops::ScalarStore::view(ins)?.exec(ctx),
         Opcode::RegisterOp => ops::RegisterOp::view(ins)?.exec(ctx),
+        Opcode::RegisterAlu => ops::RegisterAlu::view(ins)?.exec(ctx),
         Opcode::Branch => ops::Branch::view(ins)?.exec(ctx),
     }
 }

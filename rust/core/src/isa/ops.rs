@@ -2393,14 +2393,14 @@ impl<'a> RegisterStore<'a> {
     }
 }
 
-/// `scalar_load`: NKI 0.7: load a 1x1 int32 tile into an NkiScalar (a register).
+/// `scalar_load`: NKI 0.7: load a 1x1 int32 / uint32 tile into an NkiScalar (a register).
 #[derive(Clone, Copy)]
 pub struct ScalarLoad<'a> {
     /// The instruction itself (engine, label, synchronisation).
     pub ins: &'a Instr,
     /// result register (NKI's return value)
     pub dst: u8,
-    /// 1x1 int32 tensor
+    /// 1x1 int32 / uint32 tensor
     pub src: &'a Ap,
 }
 impl<'a> ScalarLoad<'a> {
@@ -2421,12 +2421,12 @@ impl<'a> ScalarLoad<'a> {
     }
 }
 
-/// `scalar_store`: NKI 0.7: store an NkiScalar (a register) into a 1x1 int32 tile.
+/// `scalar_store`: NKI 0.7: store an NkiScalar (a register) into a 1x1 int32 / uint32 tile.
 #[derive(Clone, Copy)]
 pub struct ScalarStore<'a> {
     /// The instruction itself (engine, label, synchronisation).
     pub ins: &'a Instr,
-    /// 1x1 int32 tensor
+    /// 1x1 int32 / uint32 tensor
     pub dst: &'a Ap,
     /// source register (NkiScalar)
     pub value: u8,
@@ -2483,6 +2483,49 @@ impl<'a> RegisterOp<'a> {
             src: required(field(ins, 1, a1, Arg::as_reg)?, ins, 1)?,
             op: required(field(ins, 2, a2, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 2)?,
             imm: field(ins, 3, a3, Arg::as_i32)?.unwrap_or(0),
+        })
+    }
+}
+
+/// `register_alu`: dst register = op(src0 register, src1 register or immediate): arithmetic and comparisons of NkiScalars.
+#[derive(Clone, Copy)]
+pub struct RegisterAlu<'a> {
+    /// The instruction itself (engine, label, synchronisation).
+    pub ins: &'a Instr,
+    /// destination register
+    pub dst: u8,
+    /// first operand register
+    pub src0: u8,
+    /// second operand: a register or an immediate
+    pub src1: IntOrReg,
+    /// arithmetic, comparison or bitwise operator
+    pub op: AluOp,
+    /// unsigned comparisons, division, maximum, minimum
+    pub unsigned: bool,
+}
+impl<'a> RegisterAlu<'a> {
+    /// Position of `dst` in `Instr::args` (for code that edits operands).
+    pub const DST: usize = 0;
+    /// Position of `src0` in `Instr::args` (for code that edits operands).
+    pub const SRC0: usize = 1;
+    /// Position of `src1` in `Instr::args` (for code that edits operands).
+    pub const SRC1: usize = 2;
+    /// Position of `op` in `Instr::args` (for code that edits operands).
+    pub const OP: usize = 3;
+    /// Position of `unsigned` in `Instr::args` (for code that edits operands).
+    pub const UNSIGNED: usize = 4;
+    #[inline(always)]
+    pub fn view(ins: &'a Instr) -> Result<Self> {
+        let [a0, a1, a2, a3, a4] = ins.args.as_slice() else {
+            return Err(arity_error(ins, 5));
+        };
+        Ok(Self {
+            ins,
+            dst: required(field(ins, 0, a0, Arg::as_reg)?, ins, 0)?,
+            src0: required(field(ins, 1, a1, Arg::as_reg)?, ins, 1)?,
+            src1: required(field(ins, 2, a2, Arg::as_int_or_reg)?, ins, 2)?,
+            op: required(field(ins, 3, a3, |a: &Arg| a.as_enum().and_then(AluOp::from_u8))?, ins, 3)?,
+            unsigned: field(ins, 4, a4, Arg::as_bool)?.unwrap_or(false),
         })
     }
 }

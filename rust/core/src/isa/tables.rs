@@ -549,6 +549,7 @@ pub enum Opcode {
     ScalarLoad = 0x0a03,
     ScalarStore = 0x0a04,
     RegisterOp = 0x0a05,
+    RegisterAlu = 0x0a07,
     Branch = 0x0a06,
 }
 
@@ -615,6 +616,7 @@ impl Opcode {
             0x0a03 => Some(Self::ScalarLoad),
             0x0a04 => Some(Self::ScalarStore),
             0x0a05 => Some(Self::RegisterOp),
+            0x0a07 => Some(Self::RegisterAlu),
             0x0a06 => Some(Self::Branch),
             _ => None,
         }
@@ -681,6 +683,7 @@ impl Opcode {
             "scalar_load" => Some(Self::ScalarLoad),
             "scalar_store" => Some(Self::ScalarStore),
             "register_op" => Some(Self::RegisterOp),
+            "register_alu" => Some(Self::RegisterAlu),
             "branch" => Some(Self::Branch),
             _ => None,
         }
@@ -748,7 +751,8 @@ impl Opcode {
             Self::ScalarLoad => &INSTRUCTIONS[57],
             Self::ScalarStore => &INSTRUCTIONS[58],
             Self::RegisterOp => &INSTRUCTIONS[59],
-            Self::Branch => &INSTRUCTIONS[60],
+            Self::RegisterAlu => &INSTRUCTIONS[60],
+            Self::Branch => &INSTRUCTIONS[61],
         }
     }
 }
@@ -1914,7 +1918,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         maskable: true,
         params: &[
             ParamSpec { name: "dst", kind: Kind::Reg, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required, start: StartRule::Partition, indirect: false },
-            ParamSpec { name: "src", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::HBM, dtypes: dclass::S32, enum_id: 255, default: Default::Required, start: StartRule::Partition, indirect: false },
+            ParamSpec { name: "src", kind: Kind::Tensor, access: Access::Read, mem: mem::SBUF|mem::HBM, dtypes: dclass::INT32, enum_id: 255, default: Default::Required, start: StartRule::Partition, indirect: false },
         ],
     },
     InstrSpec {
@@ -1928,7 +1932,7 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
         rng: false,
         maskable: true,
         params: &[
-            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::HBM, dtypes: dclass::S32, enum_id: 255, default: Default::Required, start: StartRule::Partition, indirect: false },
+            ParamSpec { name: "dst", kind: Kind::Tensor, access: Access::Write, mem: mem::SBUF|mem::HBM, dtypes: dclass::INT32, enum_id: 255, default: Default::Required, start: StartRule::Partition, indirect: false },
             ParamSpec { name: "value", kind: Kind::Reg, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required, start: StartRule::Partition, indirect: false },
         ],
     },
@@ -1947,6 +1951,24 @@ pub const INSTRUCTIONS: &[InstrSpec] = &[
             ParamSpec { name: "src", kind: Kind::Reg, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required, start: StartRule::Partition, indirect: false },
             ParamSpec { name: "op", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 1, default: Default::Required, start: StartRule::Partition, indirect: false },
             ParamSpec { name: "imm", kind: Kind::I32, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::I32(0), start: StartRule::Partition, indirect: false },
+        ],
+    },
+    InstrSpec {
+        opcode: Opcode::RegisterAlu,
+        name: "register_alu",
+        engines: &[Engine::Sync, Engine::Vector, Engine::Scalar, Engine::Gpsimd, Engine::Tensor],
+        cost: CostClass::Control,
+        path: DataPath::Control,
+        since: "v2",
+        nki: false,
+        rng: false,
+        maskable: true,
+        params: &[
+            ParamSpec { name: "dst", kind: Kind::Reg, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required, start: StartRule::Partition, indirect: false },
+            ParamSpec { name: "src0", kind: Kind::Reg, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required, start: StartRule::Partition, indirect: false },
+            ParamSpec { name: "src1", kind: Kind::I32OrReg, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Required, start: StartRule::Partition, indirect: false },
+            ParamSpec { name: "op", kind: Kind::Enum, access: Access::None, mem: 0, dtypes: 0, enum_id: 1, default: Default::Required, start: StartRule::Partition, indirect: false },
+            ParamSpec { name: "unsigned", kind: Kind::Bool, access: Access::None, mem: 0, dtypes: 0, enum_id: 255, default: Default::Bool(false), start: StartRule::Partition, indirect: false },
         ],
     },
     InstrSpec {

@@ -369,3 +369,62 @@ def test_isa_form_still_works():
         return out
 
     assert int(np.asarray(k(np.array([[77]], np.int32)))[0, 0]) == 77
+
+
+# ------------------------------------------------------------------- random expressions
+
+
+def _wrap(x: int, unsigned: bool) -> int:
+    """Python's exact integer result reduced to the 32-bit register (the independent reference)."""
+    x &= 0xFFFFFFFF
+    return x if unsigned or x < 2**31 else x - 2**32
+
+
+_ARITH = {
+    "add": lambda a, b, u: _wrap(a + b, u),
+    "subtract": lambda a, b, u: _wrap(a - b, u),
+    "multiply": lambda a, b, u: _wrap(a * b, u),
+    "maximum": lambda a, b, u: max(a, b),
+    "minimum": lambda a, b, u: min(a, b),
+}
+_COMPARE = {
+    "less": lambda a, b: int(a < b),
+    "greater_equal": lambda a, b: int(a >= b),
+    "equal": lambda a, b: int(a == b),
+    "not_equal": lambda a, b: int(a != b),
+}
+
+
+@pytest.mark.parametrize("unsigned", [False, True])
+def test_random_expression_chains_match_python_integers(unsigned):
+    """Chains of scalar_alu ops on random 32-bit values (wrap-around, extremes, unsigned order),
+    ending in a comparison every other trial; each result is checked against Python's exact
+    integers reduced to 32 bits (signed comparisons also feed back into int32 arithmetic)."""
+    rng = np.random.default_rng(20261207 + unsigned)
+    dt, lo, hi = (np.uint32, 0, 2**32) if unsigned else (np.int32, -(2**31), 2**31)
+    special = [0, 1, hi - 1, lo + 1, 65535, 65536, lo]
+    for trial in range(8):
+        vals = [int(v) for v in rng.integers(lo, hi, size=3, dtype=np.int64)]
+        vals[trial % 3] = special[trial % len(special)]
+        ops = [str(o) for o in rng.choice(sorted(_ARITH), size=5)]
+        last = str(rng.choice(sorted(_COMPARE))) if trial % 2 else None
+        # signed: a comparison in the middle too, its 0 / 1 used as an int32 operand
+        mid = str(rng.choice(sorted(_COMPARE))) if not unsigned else None
+
+        def chain(a, b, c, ops=ops, last=last, mid=mid):
+            x = a
+            for k, op in enumerate(ops):
+                x = nisa.scalar_alu(x, (b, c)[k % 2], op)
+                if k == 2 and mid is not None:
+                    x = nisa.scalar_alu(nisa.scalar_alu(x, c, mid), x, "add")
+            return nisa.scalar_alu(x, b, last) if last is not None else x
+
+        want = vals[0]
+        for k, op in enumerate(ops):
+            want = _ARITH[op](want, vals[1 + k % 2], unsigned)
+            if k == 2 and mid is not None:
+                want = _wrap(_COMPARE[mid](want, vals[2]) + want, unsigned)
+        if last is not None:
+            want = _COMPARE[last](want, vals[1])
+        got = _run_scalar(chain, *vals, dtype=dt, out_dtype=np.int32 if last is not None else dt)
+        assert got == want, (vals, ops, mid, last, got, want)

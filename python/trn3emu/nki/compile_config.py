@@ -150,4 +150,26 @@ def passes_for(config) -> dict:
         out["load_reuse"] = "dma_copy"
     elif config.dma_copy_elim is False:
         out["load_reuse"] = "off"
+    dead = _dead_code(config)
+    if dead is not None:
+        out["dead_code"] = dead
     return out
+
+
+def _dead_code(config) -> str | None:
+    """The `dead_code` setting of `config`'s dead-code options, or None when it names none:
+    `dead_code_elim` removes both kinds of dead instruction, `remove_unused_instructions` those
+    whose result nothing reads, `remove_overwritten_writes` those overwritten before any read
+    (a False one takes its kind away)."""
+    flags = (config.dead_code_elim, config.remove_unused_instructions, config.remove_overwritten_writes)
+    if all(f is None for f in flags):
+        return None
+    kinds = {"unused", "overwritten"} if config.dead_code_elim else set()
+    for kind, flag in (("unused", flags[1]), ("overwritten", flags[2])):
+        if flag:
+            kinds.add(kind)
+        elif flag is False:
+            kinds.discard(kind)
+    if len(kinds) == 2:
+        return "on"
+    return kinds.pop() if kinds else "off"

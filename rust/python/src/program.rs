@@ -258,6 +258,20 @@ impl Program {
         (r.drops, r.moves, r.missed)
     }
 
+    /// The dead instructions of the program (`machine::dead`: their on-chip result is overwritten
+    /// before any read, or unread at the end when `last`, nothing running after this program):
+    /// [(index, why)], ascending, why "unused" (nothing touches it again), "overwritten" (later
+    /// writes replace it whole first) or "both". Nothing changes; `remove` applies them (the NKI
+    /// pass `dead_code`, `nki/dead_code.py`).
+    #[pyo3(signature = (last = true))]
+    fn dead_instructions(&self, py: Python<'_>, last: bool) -> Vec<(usize, &'static str)> {
+        let p = self.program();
+        py.detach(|| core::machine::dead::find(p, last))
+            .into_iter()
+            .map(|(i, w)| (i, w.name()))
+            .collect()
+    }
+
     /// The hash of compute instruction `i` with each operand `(argument index, byte shift)` of
     /// `shifts` moved (its on-chip operands in their tiles' own frames), or None when it may not
     /// be dropped as a repeat into another tile (`machine::repeats::relative_key`; the NKI pass

@@ -132,6 +132,27 @@ def test_a_psum_accumulation_group_stays():
         np.testing.assert_array_equal(r, times * (a.T @ b))
         assert ops["nc_matmul"] == matmuls and kk.last_programs[0].dead_code == 2 - matmuls
 
+    def overwritten_group(a, b):
+        """A group whose sum an overwriting matmul replaces: the accumulating matmul still
+        reads the partial (never a candidate itself), so the group stays whole."""
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        s = nl.ndarray((128, 128), nl.float32, buffer=nl.sbuf)
+        m = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=s, src=a)
+        nisa.dma_copy(dst=m, src=b)
+        ps = nl.ndarray((128, 64), nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=ps, stationary=s, moving=m, accumulate=False)
+        nisa.nc_matmul(dst=ps, stationary=s, moving=m, accumulate=True)
+        nisa.nc_matmul(dst=ps, stationary=s, moving=s[:, 0:64], accumulate=False)
+        r = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=r, src=ps)
+        nisa.dma_copy(dst=out, src=r)
+        return out
+
+    r, ops, kk = run(overwritten_group, a, b, passes=ON)
+    np.testing.assert_array_equal(r, a.T @ a[:, :64])
+    assert ops["nc_matmul"] == 3 and kk.last_programs[0].dead_code == 0
+
 
 def test_a_result_read_by_a_store_to_hbm_stays_and_stores_never_go():
     def k(a):

@@ -220,10 +220,12 @@ pub fn find(prog: &Program, last: bool) -> Vec<(usize, Why)> {
     out
 }
 
-/// Whether `ins` may be removed when its result is unread: the whole effect is its on-chip
-/// results (`reusable`), none of them in HBM.
+/// Whether `ins` may be removed when its result is unread: a compute instruction (no DMA: a
+/// queue's transfers stay as the kernel wrote them) whose whole effect is its on-chip results
+/// (`reusable`).
 fn candidate(ins: &Instr) -> bool {
     reusable(ins)
+        && !crate::isa::validate::is_dma(ins)
         && ins
             .tensors()
             .all(|(_, _, acc, ap)| !acc.writes() || ap.mem != Mem::Hbm)
@@ -297,6 +299,12 @@ mod tests {
         assert_eq!(dead(&p, true), vec![(0, Why::Overwritten)]);
         // the store itself (HBM) never goes, even with nothing after it
         assert_eq!(dead(&format!("{}{STORE}", tt(4096, 0, 1024)), true), vec![]);
+        // nor a load, nor anything in a program with a branch
+        let load = "dma_copy.sync dst=sbuf:float32[0:128]+8192[[1,64]] src=hbm:float32+0[[64,128],[1,64]]\n";
+        assert_eq!(dead(load, true), vec![]);
+        let p = format!("{}branch.vector target=0\n", tt(8192, 0, 1024));
+        assert_eq!(dead(&p, true), vec![]);
+        assert_eq!(dead(&tt(8192, 0, 1024), true), vec![(0, Why::Unused)]);
         // random numbers never go
         assert_eq!(
             dead("rng.gpsimd dst=sbuf:uint32[0:128]+0[[1,64]]\n", true),

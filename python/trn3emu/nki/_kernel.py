@@ -51,6 +51,7 @@ from ..tensor import Tensor, _shape
 from . import (
     _memory,
     _traceback,
+    copy_forward,
     dead_code,
     engine_choice,
     liveness,
@@ -729,6 +730,8 @@ class KernelProgram(Program):
     psum_forward: int = 0
     #: instructions the pass `dead_code` removed from it (results never read)
     dead_code: int = 0
+    #: copies the pass `copy_forward` dropped from it (their readers read the source)
+    copy_forward: int = 0
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -1657,6 +1660,7 @@ class _Run:
             return None
         for c in self.contexts:  # passes over the finished program (before its synchronisation)
             psum_forward.run(c)
+            copy_forward.run(c)
             value_reuse.run(c)
             dead_code.run(c)
         if not self.walking:  # (a walk places automatic tiles around the explicit ones: `lowering.py`)

@@ -299,20 +299,33 @@ impl Program {
 
     /// Drop the PSUM -> SBUF copies among `copies` (instruction indices) whose readers can read
     /// the PSUM source instead, the readers moved there (`machine::forward`; the NKI pass
-    /// `psum_forward`, `nki/psum_forward.py`; `last`: nothing runs after this program). Returns
-    /// the copies dropped (indices before the removal) and the reads moved.
-    #[pyo3(signature = (copies, last = true))]
+    /// `psum_forward`, `nki/psum_forward.py`; `last`: nothing runs after this program). With
+    /// `any`, every same-dtype on-chip `tensor_copy` among them (`copies=None`: of the program)
+    /// whose readers can read its source (the pass `copy_forward`, `nki/copy_forward.py`).
+    /// Returns the copies dropped (indices before the removal) and the reads moved.
+    #[pyo3(signature = (copies, last = true, any = false))]
     fn forward_copies(
         &mut self,
         py: Python<'_>,
-        copies: Vec<i64>,
+        copies: Option<Vec<i64>>,
         last: bool,
+        any: bool,
     ) -> PyResult<(Vec<usize>, usize)> {
-        let copies = copies
-            .into_iter()
-            .map(|i| instr_index(py, i, "copies"))
-            .collect::<PyResult<Vec<_>>>()?;
-        self.asm.forward_copies(&copies, last).map_err(py_err(py))
+        let copies = match copies {
+            Some(c) => c
+                .into_iter()
+                .map(|i| instr_index(py, i, "copies"))
+                .collect::<PyResult<Vec<_>>>()?,
+            None => (0..self.program().instrs.len()).collect(),
+        };
+        let which = if any {
+            core::machine::forward::Copies::Any
+        } else {
+            core::machine::forward::Copies::Psum
+        };
+        self.asm
+            .forward_copies(&copies, last, which)
+            .map_err(py_err(py))
     }
 
     /// Move operand `arg` of instruction `index` by `delta` bytes, per `(index, arg, delta)`.

@@ -47,7 +47,7 @@ impl Why {
 
 /// Whether `ins` replaces every byte of its written operands' footprints (so an earlier
 /// result there is gone, not read): full, non-accumulating writers with static operands.
-fn whole_write(ins: &Instr) -> bool {
+pub(super) fn whole_write(ins: &Instr) -> bool {
     let ok = match ins.op {
         Opcode::TensorTensor
         | Opcode::TensorScalar

@@ -245,7 +245,7 @@ mod tests {
             format!("{SCOPY}{over_src}{STORE}"),
             format!("{SCOPY}{half_dst}{STORE}"),
             format!("{SCOPY}{wide}"),
-            format!("{cast}"),
+            cast.clone(),
         ] {
             let mut p = parse_program(&format!(".core 0\n{text}")).unwrap();
             assert_eq!(

@@ -232,3 +232,26 @@ def test_the_kernel_ir_says_what_was_removed():
     assert notes == [None, "1 removed (1 unused)", "1 removed (1 unused)", None, None]
     # the calls' program indices follow the program without them
     assert [c.instr for c in ir.calls] == [0, 1, 1, 1, 2]
+
+
+def test_a_write_partly_overwritten_and_partly_unread_goes_only_with_both_kinds():
+    def k(a):
+        out = nl.ndarray((128, 32), a.dtype, buffer=nl.shared_hbm)
+        x = nl.ndarray(a.shape, nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=x, src=a)
+        y = nl.ndarray(a.shape, nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=y, value=1.0)  # left half overwritten below, right half never read
+        nisa.tensor_scalar(dst=y[:, 0:32], data=x[:, 0:32], op0=nl.multiply, operand0=3.0)
+        nisa.dma_copy(dst=out, src=y[:, 0:32])
+        return out
+
+    a = _input(seed=9)
+    want = a[:, :32] * np.float32(3)
+    for mode, memsets in [("on", 0), ("unused", 1), ("overwritten", 1), ("off", 1)]:
+        kk = nki.jit(k, passes={"dead_code": mode}, ir=True)
+        np.testing.assert_array_equal(kk(a), want)
+        assert opcodes(kk)["memset"] == memsets, mode
+    assert kk.last_ir.calls[1].notes.get("dead_code") is None  # (off)
+    on = nki.jit(k, passes=ON, ir=True)
+    on(a)
+    assert on.last_ir.calls[1].notes["dead_code"] == "1 removed (1 both)"

@@ -151,6 +151,16 @@ def test_dma_copy_elim_reads_a_reloaded_weight_from_sbuf():
         return sum(1 for ln in k.last_programs[0].to_text().splitlines() if ln.startswith("dma_copy"))
 
     assert (dmas(plain), dmas(elim), dmas(by_pass)) == (8 * 3, 8 * 2 + 1, 8 * 2 + 1)
+    # O2 turns it on in the new flow only ("the current flow is the same at every level")
+    o2 = ncc.OptLevel.O2
+    for config, n in [
+        (ncc.CompileConfig(opt_level=o2, allocation=ncc.Allocation.LINEAR), 8 * 2 + 1),
+        (ncc.CompileConfig(opt_level=o2), 8 * 3),
+        (ncc.CompileConfig(opt_level=o2, allocation=ncc.Allocation.LINEAR, dma_copy_elim=False), 8 * 3),
+    ]:
+        k = nki.jit(_row_loop, compile_config=config)
+        np.testing.assert_array_equal(k(x, w), want)
+        assert dmas(k) == n, config
     assert elim.last_ir.passes["load_reuse"].startswith("7 loads read from SBUF")
     hbm = [int(k.last_result.trace.dma["hbm_bytes"].sum()) for k in (plain, elim)]
     assert hbm[0] - hbm[1] == 7 * 128 * 256 * 4

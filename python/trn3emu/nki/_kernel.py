@@ -48,7 +48,19 @@ from ..errors import (
 from ..program import Program
 from ..progress import TraceProgress, wanted
 from ..tensor import Tensor, _shape
-from . import _memory, _traceback, engine_choice, liveness, lowering, passes, psum_forward, record, value_reuse
+from . import (
+    _memory,
+    _traceback,
+    copy_forward,
+    dead_code,
+    engine_choice,
+    liveness,
+    lowering,
+    passes,
+    psum_forward,
+    record,
+    value_reuse,
+)
 from . import compile_config as _compile_config
 from ._frames import _INTERNAL, _LOC, _internal
 from .gc_pause import gc_paused
@@ -716,6 +728,10 @@ class KernelProgram(Program):
     loads_reused: int = 0
     #: copies the pass `psum_forward` dropped from it
     psum_forward: int = 0
+    #: instructions the pass `dead_code` removed from it (results never read)
+    dead_code: int = 0
+    #: copies the pass `copy_forward` dropped from it (their readers read the source)
+    copy_forward: int = 0
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -1644,7 +1660,9 @@ class _Run:
             return None
         for c in self.contexts:  # passes over the finished program (before its synchronisation)
             psum_forward.run(c)
+            copy_forward.run(c)
             value_reuse.run(c)
+            dead_code.run(c)
         if not self.walking:  # (a walk places automatic tiles around the explicit ones: `lowering.py`)
             _check_placements(self.contexts)  # (before retiring: a conflict traces again)
         _retire_tiles(self.contexts, self.kernel.__name__)  # (the trace that is kept only)

@@ -146,8 +146,38 @@ def passes_for(config) -> dict:
         out["engine_choice"] = "off"  # (every instruction on its default engine)
     elif config.engine_balancing:
         out["engine_choice"] = "on"
-    if config.dma_copy_elim:  # (a reload of what an earlier dma_copy loaded reads that tile)
+    o2 = config.opt_level is OptLevel.O2 and config.allocation is Allocation.LINEAR
+    if config.dma_copy_elim or (o2 and config.dma_copy_elim is None):
+        # (a reload of what an earlier dma_copy loaded reads that tile; O2 turns it on in the
+        # new flow: "O1, plus ... prefetch_auto, dma_copy_elim and element_widening")
         out["load_reuse"] = "dma_copy"
     elif config.dma_copy_elim is False:
         out["load_reuse"] = "off"
+    dead = _dead_code(config)
+    if dead is not None:
+        out["dead_code"] = dead
+    copies = config.tensor_copy_elim
+    if copies is None:
+        copies = config.dead_code_elim  # (its second half: copies whose readers read the source)
+    if copies is not None:
+        out["copy_forward"] = "on" if copies else "off"
     return out
+
+
+def _dead_code(config) -> str | None:
+    """The `dead_code` setting of `config`'s dead-code options, or None when it names none:
+    `dead_code_elim` removes both kinds of dead instruction, `remove_unused_instructions` those
+    whose result nothing reads, `remove_overwritten_writes` those overwritten before any read
+    (a False one takes its kind away)."""
+    flags = (config.dead_code_elim, config.remove_unused_instructions, config.remove_overwritten_writes)
+    if all(f is None for f in flags):
+        return None
+    kinds = {"unused", "overwritten"} if config.dead_code_elim else set()
+    for kind, flag in (("unused", flags[1]), ("overwritten", flags[2])):
+        if flag:
+            kinds.add(kind)
+        elif flag is False:
+            kinds.discard(kind)
+    if len(kinds) == 2:
+        return "on"
+    return kinds.pop() if kinds else "off"

@@ -29,9 +29,17 @@ program is the kernel's source taken literally.
 - `zero_fill` (`zero_fill.py`): "dialect" (default: on for the legacy dialect, off for NKI 0.6),
   "on", "off": `nl.zeros` of a PSUM tile that an accumulating matmul then writes whole issues no
   memset; the first matmul overwrites (a memset-initialised accumulation is undefined on v2/v3).
+- `dead_code` (`dead_code.py`): "off" (default, both dialects: the docs make it a CompileConfig
+  option), "on": an instruction whose SBUF / PSUM result no later instruction reads (overwritten
+  whole first, or unread at the program's end) is removed; "unused" only those nothing reads or
+  overwrites again, "overwritten" only those overwritten whole before any read.
+- `copy_forward` (`copy_forward.py`): "off" (default, both dialects), "on": a same-dtype
+  `tensor_copy` whose readers can read its source (unchanged until their reads) is dropped, the
+  reads moved to the source.
 - `nki.jit(compile_config=CompileConfig(...))` (`compile_config.py`) sets `liveness` (allocation
-  LINEAR), `engine_choice` (opt_level O0, engine_balancing) and `load_reuse` (dma_copy_elim) where
-  its options name them.
+  LINEAR), `engine_choice` (opt_level O0, engine_balancing), `load_reuse` (dma_copy_elim),
+  `dead_code` (dead_code_elim, remove_unused_instructions, remove_overwritten_writes) and
+  `copy_forward` (tensor_copy_elim, dead_code_elim) where its options name them.
 - `lowering` (how the allocation passes' decisions reach the program when `liveness` runs):
   "walk" (default: the recording trace's instructions are moved to where the passes place
   their tiles, the spill / reload copies inserted; the kernel body runs once, `lowering.py`),
@@ -62,6 +70,8 @@ DEFAULTS = {
     "value_reuse": "dialect",
     "psum_forward": "on",
     "zero_fill": "dialect",
+    "dead_code": "off",
+    "copy_forward": "off",
     "lowering": "walk",
 }
 VALUES = {
@@ -74,6 +84,8 @@ VALUES = {
     "value_reuse": ("on", "exact", "off", "dialect"),
     "psum_forward": ("on", "off", "dialect"),
     "zero_fill": ("on", "off", "dialect"),
+    "dead_code": ("on", "unused", "overwritten", "off"),
+    "copy_forward": ("on", "off"),
     "lowering": ("walk", "retrace"),
 }
 

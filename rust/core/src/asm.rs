@@ -358,11 +358,17 @@ impl Assembler {
     /// Drop the PSUM -> SBUF copies among `copies` whose readers can read PSUM instead, those
     /// readers moved there (`machine::forward`; the NKI pass `psum_forward`). Returns the copies
     /// dropped (ascending, indices before the removal) and the reads moved.
-    pub fn forward_copies(&mut self, copies: &[usize], last: bool) -> Result<(Vec<usize>, usize)> {
+    pub fn forward_copies(
+        &mut self,
+        copies: &[usize],
+        last: bool,
+        which: crate::machine::forward::Copies,
+    ) -> Result<(Vec<usize>, usize)> {
         let mut sorted = copies.to_vec();
         sorted.sort_unstable();
         sorted.dedup();
-        let (gone, moved) = crate::machine::forward::forward(&mut self.program, &sorted, last);
+        let (gone, moved) =
+            crate::machine::forward::forward(&mut self.program, &sorted, last, which);
         self.plan.clear();
         self.remove(&gone)?;
         Ok((gone, moved))

@@ -258,6 +258,20 @@ impl Program {
         (r.drops, r.moves, r.missed)
     }
 
+    /// The dead instructions of the program (`machine::dead`: their on-chip result is overwritten
+    /// before any read, or unread at the end when `last`, nothing running after this program):
+    /// [(index, why)], ascending, why "unused" (nothing touches it again), "overwritten" (later
+    /// writes replace it whole first) or "both". Nothing changes; `remove` applies them (the NKI
+    /// pass `dead_code`, `nki/dead_code.py`).
+    #[pyo3(signature = (last = true))]
+    fn dead_instructions(&self, py: Python<'_>, last: bool) -> Vec<(usize, &'static str)> {
+        let p = self.program();
+        py.detach(|| core::machine::dead::find(p, last))
+            .into_iter()
+            .map(|(i, w)| (i, w.name()))
+            .collect()
+    }
+
     /// The hash of compute instruction `i` with each operand `(argument index, byte shift)` of
     /// `shifts` moved (its on-chip operands in their tiles' own frames), or None when it may not
     /// be dropped as a repeat into another tile (`machine::repeats::relative_key`; the NKI pass
@@ -285,20 +299,33 @@ impl Program {
 
     /// Drop the PSUM -> SBUF copies among `copies` (instruction indices) whose readers can read
     /// the PSUM source instead, the readers moved there (`machine::forward`; the NKI pass
-    /// `psum_forward`, `nki/psum_forward.py`; `last`: nothing runs after this program). Returns
-    /// the copies dropped (indices before the removal) and the reads moved.
-    #[pyo3(signature = (copies, last = true))]
+    /// `psum_forward`, `nki/psum_forward.py`; `last`: nothing runs after this program). With
+    /// `any`, every same-dtype on-chip `tensor_copy` among them (`copies=None`: of the program)
+    /// whose readers can read its source (the pass `copy_forward`, `nki/copy_forward.py`).
+    /// Returns the copies dropped (indices before the removal) and the reads moved.
+    #[pyo3(signature = (copies, last = true, any = false))]
     fn forward_copies(
         &mut self,
         py: Python<'_>,
-        copies: Vec<i64>,
+        copies: Option<Vec<i64>>,
         last: bool,
+        any: bool,
     ) -> PyResult<(Vec<usize>, usize)> {
-        let copies = copies
-            .into_iter()
-            .map(|i| instr_index(py, i, "copies"))
-            .collect::<PyResult<Vec<_>>>()?;
-        self.asm.forward_copies(&copies, last).map_err(py_err(py))
+        let copies = match copies {
+            Some(c) => c
+                .into_iter()
+                .map(|i| instr_index(py, i, "copies"))
+                .collect::<PyResult<Vec<_>>>()?,
+            None => (0..self.program().instrs.len()).collect(),
+        };
+        let which = if any {
+            core::machine::forward::Copies::Any
+        } else {
+            core::machine::forward::Copies::Psum
+        };
+        self.asm
+            .forward_copies(&copies, last, which)
+            .map_err(py_err(py))
     }
 
     /// Move operand `arg` of instruction `index` by `delta` bytes, per `(index, arg, delta)`.

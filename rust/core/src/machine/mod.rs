@@ -2,6 +2,7 @@
 
 pub mod autosync;
 pub mod control;
+pub mod dead;
 pub mod dependence;
 pub mod dma_timing;
 pub mod fabric;

@@ -47,7 +47,7 @@ from ..errors import (
 )
 from ..program import Program
 from ..progress import TraceProgress, wanted
-from ..tensor import Tensor, _shape
+from ..tensor import Reg, Tensor, _shape
 from . import (
     _memory,
     _traceback,
@@ -246,8 +246,9 @@ def block_of(v) -> _Block | None:
 
 def _with_runtime_operands(view: NkiTensor, *operands) -> NkiTensor:
     tiles = tuple(o for o in operands if isinstance(o, NkiTensor))
-    if tiles:
-        view._block = _Blocks(view._block, *[o._block for o in tiles if o._block is not None], tiles=tiles)
+    regs = tuple(o for o in operands if isinstance(o, Reg))  # (an NkiScalar offset lives as long as the view)
+    if tiles or regs:
+        view._block = _Blocks(view._block, *[o._block for o in tiles if o._block is not None], *regs, tiles=tiles)
     return view
 
 
@@ -295,6 +296,12 @@ class NkiTensor:
     def tensor(self) -> Tensor:
         """The underlying trn3emu view."""
         return self._t
+
+    @property
+    def data(self) -> NkiTensor:
+        """The tensor itself: the operand of an instruction, as `NkiGrid.data` is a grid's (the
+        NKI 2.34 grid examples write `tile.data` of what `nl.ndarray` returns)."""
+        return self
 
     def __repr__(self) -> str:
         return f"<NkiTensor {self.buffer} {self.shape} {self._t.dtype} {self._t!r}>"

@@ -23,6 +23,7 @@ from ..tensor import MAX_FREE_DIMS, fits_access_pattern
 from . import _frames, load_reuse, toolchain
 from . import compiler as _compiler
 from . import engine_choice as _engine_choice
+from . import grids as _grids
 from . import indexing as _indexing
 from . import isa as nisa
 from . import passes as _passes
@@ -91,6 +92,9 @@ def _buf(b) -> str:
 
 
 NkiTensor = NkiTensor  # annotations in kernels: `x: nl.NkiTensor`
+# the NKI 2.34 grid views (`grids.py`)
+NkiGrid, NkiTileGrid, NkiBlockGrid = _grids.NkiGrid, _grids.NkiTileGrid, _grids.NkiBlockGrid
+tiles, blocks, alloc_tiles = _grids.tiles, _grids.blocks, _grids.alloc_tiles
 tensor = NkiTensor
 
 

@@ -173,16 +173,24 @@ def prepare(ctx, opname: str, call: dict) -> None:
     engine that will execute it (the given engine, else the instruction's default engine)."""
     regs = ctx.vregs
     eng = call.get("engine")
-    if eng in (None, "unknown"):
+    unpinned = eng in (None, "unknown")
+    if unpinned:
         eng = INSTRUCTIONS[opname][1][0]
-    for k, v in call.items():
+    read = False
+    for k, v in list(call.items()):
         if isinstance(v, VirtualRegister):
             ensure_on(v, eng)
             call[k] = Reg(v.index)
+            read = True
         else:
             dyn = getattr(v, "dyn", None)
             if dyn is not None and dyn[0] == "s" and isinstance(dyn[1], int) and dyn[1] in regs:
                 ensure_on(regs[dyn[1]], eng)
+                read = True
+    if read and unpinned:
+        # the register is current on `eng` only: an unpinned DMA must not move to another queue
+        # (a run-time offset of an SBUF view read from a register_alloc / scalar_load register)
+        call["engine"] = eng
 
 
 def device_value(v) -> int:

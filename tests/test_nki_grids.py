@@ -430,3 +430,93 @@ def test_nki_tensor_data_is_itself():
 
     a = _data(64, 32)
     np.testing.assert_array_equal(np.asarray(k(a)), a)
+
+
+# ----------------------------------------------------------- alloc_blocks, grid_element_offset
+
+
+def test_alloc_blocks_hbm_and_sbuf():
+    seen = {}
+
+    @nki.jit
+    def k(src):
+        g = nl.alloc_blocks(
+            tile_shape=(128, 128), block_shape=(2, 2), element_shape=(300, 500), buffer=nl.shared_hbm, dtype=src.dtype
+        )
+        seen["g"] = (type(g).__name__, g.block_shape, _attrs(g), g[1, 1].element_shape, g[0, 1].element_shape)
+        s = nl.blocks(src, tile_shape=(128, 128), block_shape=(2, 2))
+        for i in range(2):
+            for j in range(2):
+                nisa.dma_copy(dst=g[i, j].data, src=s[i, j].data)
+        sb = nl.alloc_blocks(
+            tile_shape=(128, 128), block_shape=(1, 2), element_shape=(128, 500), buffer=nl.sbuf, dtype=src.dtype
+        )
+        seen["sb"] = (sb.shape, sb[0, 1].element_shape, nl.tiles(sb[0, 1]).shape)
+        nisa.dma_copy(dst=sb[0, 1].data, src=src[0:128, 256:500])
+        out = nl.ndarray((128, 244), dtype=src.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=sb[0, 1].data)
+        return g.data, out
+
+    a = _data(300, 500)
+    whole, part = k(a)
+    np.testing.assert_array_equal(np.asarray(whole), a)
+    np.testing.assert_array_equal(np.asarray(part), a[0:128, 256:500])
+    # 300 x 500 in 128-tiles: 3 x 4 tiles; blocks of 2 x 2 tiles -> 2 x 2 blocks, steps 256 x 256
+    assert seen["g"] == (
+        "NkiBlockGrid",
+        (2, 2),
+        dict(
+            shape=(2, 2), element_shape=(300, 500), is_remainder=True, index_step_elements=(256, 256),
+            is_data_representable=True,
+        ),
+        (44, 244),
+        (256, 244),
+    )  # fmt: skip
+    assert seen["sb"] == ((1, 2), (128, 244), (1, 2))
+
+
+def test_grid_element_offset_static_and_runtime():
+    seen = {}
+
+    @nki.jit
+    def k(src, idx):
+        g = nl.tiles(src, tile_shape=(128, 64))
+        static = g[nl.grid_element_offset(256), 1]  # the same tile as g[2, 1]
+        seen["static"] = (static.element_shape, static.shape)
+        t = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=idx)
+        off = nisa.scalar_load(t) * 128  # a run-time element offset: tile idx
+        sel = g[nl.grid_element_offset(off), 2]
+        o1 = nl.ndarray((128, 64), dtype=src.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o1, src=static.data)
+        o2 = nl.ndarray((128, 64), dtype=src.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o2, src=sel.data)
+        return o1, o2
+
+    a = _data(512, 192)
+    for i in (0, 3):
+        o1, o2 = k(a, np.array([[i]], np.int32))
+        np.testing.assert_array_equal(np.asarray(o1), a[256:384, 64:128])
+        np.testing.assert_array_equal(np.asarray(o2), a[128 * i : 128 * (i + 1), 128:192])
+    assert seen["static"] == ((128, 64), ())
+
+
+@pytest.mark.parametrize(
+    "body, cls, rule",
+    [
+        (lambda g: g[nl.grid_element_offset(100), 0], ValueError, "nki_grid_view_element_offset"),
+        (lambda g: g[nl.grid_element_offset(384), 0], ValueError, "nki_grid_view_element_offset"),
+        (lambda g: nl.grid_element_offset(-128), ValueError, "nki_grid_view_element_offset"),
+        (lambda g: nl.grid_element_offset(True), TypeError, "nki_grid_view_index_type"),
+        (lambda g: nl.grid_element_offset(1.5), TypeError, "nki_grid_view_index_type"),
+    ],
+)
+def test_grid_element_offset_errors(body, cls, rule):
+    _raises(lambda src: body(nl.tiles(src, tile_shape=(128, 256))), cls, rule)
+
+
+def test_alloc_blocks_block_rank():
+    body = lambda src: nl.alloc_blocks(  # noqa: E731
+        tile_shape=(128, 128), block_shape=(2,), element_shape=(128, 256), buffer=nl.sbuf, dtype=src.dtype
+    )
+    _raises(body, ValueError, "nki_grid_view_block_rank")

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..errors import AddressError, ArgumentTypeError, MemorySpaceError, ShapeError
+from ..errors import AddressError, ArgumentTypeError, DtypeError, MemorySpaceError, ShapeError
 from ..tensor import Reg
 from ._kernel import HBM_BUFFERS, ONCHIP, NkiTensor, as_dtype, current, not_supported
 
@@ -30,14 +30,15 @@ PMAX = 128
 class _Dim:
     """One source dimension of a grid selection (see the module docstring)."""
 
-    __slots__ = ("lo", "hi", "cell", "step", "n", "kept", "tiled", "dyn")
+    # dyn: a run-time index (its unit: one coordinate step, or one element with `elem`)
+    __slots__ = ("lo", "hi", "cell", "step", "n", "kept", "tiled", "dyn", "elem")
 
-    def __init__(self, lo, hi, cell, step, n, kept, tiled, dyn=None) -> None:
+    def __init__(self, lo, hi, cell, step, n, kept, tiled, dyn=None, elem=False) -> None:
         self.lo, self.hi, self.cell, self.step, self.n = lo, hi, cell, step, n
-        self.kept, self.tiled, self.dyn = kept, tiled, dyn
+        self.kept, self.tiled, self.dyn, self.elem = kept, tiled, dyn, elem
 
     def copy(self) -> _Dim:
-        return _Dim(self.lo, self.hi, self.cell, self.step, self.n, self.kept, self.tiled, self.dyn)
+        return _Dim(self.lo, self.hi, self.cell, self.step, self.n, self.kept, self.tiled, self.dyn, self.elem)
 
     @property
     def dropped(self) -> bool:
@@ -190,7 +191,7 @@ class NkiGrid:
             strides[0] = blk.row_bytes // src.tensor.itemsize if blk is not None else 1
         pattern = [[strides[j], dj.extent()] for j, dj in enumerate(self._dims) if not dj.dropped]
         offset = sum(dj.lo * strides[j] for j, dj in enumerate(self._dims))
-        base = src.reshape_dim(k, (size // d.step, d.step))
+        base = src if d.elem else src.reshape_dim(k, (size // d.step, d.step))
         return base.ap(pattern or [[1, 1]], offset, scalar_offset=d.dyn, indirect_dim=k)
 
     # ------------------------------------------------------------------------------ indexing
@@ -237,7 +238,17 @@ class NkiGrid:
                         rule="nki_grid_view_index_out_of_range",
                     )
                 d.lo, d.n, d.kept = d.lo + i * d.step, 1, False
-            elif isinstance(kk, (Reg, NkiTensor)):
+            elif isinstance(kk, GridElementOffset) and type(kk.offset) is int:
+                off = kk.offset
+                if off % d.step or off >= d.extent():
+                    raise ShapeError(
+                        f"grid_element_offset({off}) is not a multiple of the coordinate step {d.step} inside the "
+                        f"selected {d.extent()} elements",
+                        operand="key",
+                        rule="nki_grid_view_element_offset",
+                    )
+                d.lo, d.n, d.kept = d.lo + off, 1, False
+            elif isinstance(kk, (Reg, NkiTensor, GridElementOffset)):
                 if any(x.dyn is not None for x in dims):
                     raise not_supported(
                         "two run-time indices in one grid selection",
@@ -249,7 +260,16 @@ class NkiGrid:
                         "a run-time index into an on-chip alloc_tiles grid of more than 128 partitions",
                         rule="nki_grid_view_runtime_index",
                     )
-                d.dyn, d.n, d.kept = _runtime_index(kk), 1, False  # (one unit of the index: `step` elements)
+                elem = isinstance(kk, GridElementOffset)
+                if elem:
+                    kk = kk.offset
+                    if isinstance(kk, Reg) and getattr(kk, "dtype", "int32") != "int32" and self.buffer in ONCHIP:
+                        raise DtypeError(
+                            f"a run-time grid_element_offset into an on-chip grid is an int32 scalar, got {kk.dtype}",
+                            operand="key",
+                            rule="nki_grid_view_offset_dtype",
+                        )
+                d.dyn, d.n, d.kept, d.elem = _runtime_index(kk), 1, False, elem
             else:
                 raise ArgumentTypeError(
                     f"a grid index is an int, a static slice, an int32 / uint32 SBUF scalar tile, an NkiScalar "
@@ -299,6 +319,41 @@ class NkiBlockGrid(NkiGrid):
     def block_shape(self) -> tuple:
         """Tiles per block along each tiled dimension."""
         return self._block_shape
+
+
+class GridElementOffset:
+    """`nl.grid_element_offset(v)`: a grid key in source elements (relative to the current view),
+    not scaled by the coordinate step."""
+
+    __slots__ = ("offset",)
+
+    def __repr__(self) -> str:
+        return f"grid_element_offset({self.offset!r})"
+
+
+def grid_element_offset(offset) -> GridElementOffset:
+    """`nl.grid_element_offset(offset)`: a static nonnegative int, an int32 / uint32 SBUF scalar
+    tile, an NkiScalar or a VirtualRegister, as an element offset along the key's grid dim."""
+    if type(offset) is bool or not isinstance(offset, (int, Reg, NkiTensor)):
+        raise ArgumentTypeError(
+            f"grid_element_offset takes an int, an SBUF scalar tile, an NkiScalar or a VirtualRegister, "
+            f"got {type(offset).__name__}",
+            operand="offset",
+            rule="nki_grid_view_index_type",
+        )
+    if isinstance(offset, int):
+        offset = int(offset)
+        if offset < 0:
+            raise ShapeError(
+                f"grid_element_offset({offset}): a static offset is nonnegative",
+                operand="offset",
+                rule="nki_grid_view_element_offset",
+            )
+    elif isinstance(offset, NkiTensor):
+        _runtime_index(offset)
+    g = object.__new__(GridElementOffset)
+    g.offset = offset
+    return g
 
 
 def _runtime_index(k) -> Any:
@@ -421,3 +476,19 @@ def alloc_tiles(*, tile_shape, element_shape, buffer, dtype, address=None, name=
         return NkiTileGrid._make(storage, dims, tile, (tp, storage))
     t = ctx.alloc(shape, as_dtype(dtype), buffer, name, address)
     return NkiTileGrid._make(t, dims, tile)
+
+
+def alloc_blocks(*, tile_shape, block_shape, element_shape, buffer, dtype, address=None, name="") -> NkiBlockGrid:
+    """`nl.alloc_blocks(...)`: `alloc_tiles`' storage and tile geometry with a block level above
+    it (one allocation; blocks add no storage)."""
+    tile = _exact_shape(tile_shape, "tile_shape")
+    block = _exact_shape(block_shape, "block_shape")
+    if len(block) != len(tile):
+        raise ShapeError(
+            f"nl.alloc_blocks: block_shape {block} must have the rank of tile_shape {tile}",
+            rule="nki_grid_view_block_rank",
+        )
+    grid = alloc_tiles(
+        tile_shape=tile, element_shape=element_shape, buffer=buffer, dtype=dtype, address=address, name=name
+    )
+    return blocks(grid, block_shape=block)

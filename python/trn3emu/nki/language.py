@@ -95,6 +95,11 @@ NkiTensor = NkiTensor  # annotations in kernels: `x: nl.NkiTensor`
 # the NKI 2.34 grid views (`grids.py`)
 NkiGrid, NkiTileGrid, NkiBlockGrid = _grids.NkiGrid, _grids.NkiTileGrid, _grids.NkiBlockGrid
 tiles, blocks, alloc_tiles = _grids.tiles, _grids.blocks, _grids.alloc_tiles
+alloc_blocks, grid_element_offset, GridElementOffset = (
+    _grids.alloc_blocks,
+    _grids.grid_element_offset,
+    _grids.GridElementOffset,
+)
 tensor = NkiTensor
 
 

@@ -29,6 +29,7 @@ from . import isa as nisa
 from . import passes as _passes
 from . import record as _record
 from . import scalars as _scalars
+from . import streams as _streams
 from . import traced_once as _traced_once
 from . import zero_fill as _zero_fill
 from ._frames import _INTERNAL, _internal
@@ -100,6 +101,8 @@ alloc_blocks, grid_element_offset, GridElementOffset = (
     _grids.grid_element_offset,
     _grids.GridElementOffset,
 )
+# NKI 0.8 stream buffers (`streams.py`)
+NkiStreamBuffers, alloc_stream_buffers = _streams.NkiStreamBuffers, _streams.alloc_stream_buffers
 tensor = NkiTensor
 
 

@@ -423,3 +423,30 @@ def test_step_beyond_128_partitions_is_refused():
     with pytest.raises(E.AddressError) as ei:
         _run_refused(lambda src: nl.alloc_stream_buffers(src, buffer=nl.sbuf, dim=1), shape=(256, 2, 8))
     assert ei.value.rule == "partitions_out_of_range"
+
+
+def test_tile_grid_row_selection_and_steps_beyond_128_partitions():
+    @nki.jit
+    def k(src):
+        # src (300, 512) in (128, 128) tiles: grid (3, 4). Stream 1: the tiles of row 1 one at a
+        # time (a view that already consumed a coordinate). Stream 2: columns of three tiles, 300
+        # partitions per step (alloc_tiles' rows of partition tiles); out = 2 * src
+        out = nl.ndarray(src.shape, dtype=src.dtype, buffer=nl.shared_hbm)
+        grid, out_grid = nl.tiles(src, tile_shape=(128, 128)), nl.tiles(out, tile_shape=(128, 128))
+        row = nl.alloc_stream_buffers(grid[1], buffer=nl.sbuf, dim=0, num_slots=2)
+        for j in range(grid.shape[1]):
+            t = row[j]
+            assert t.shape == () and t.element_shape == (128, 128)
+            nisa.dma_copy(dst=t.data, src=grid[1, j].data)
+        cols = nl.alloc_stream_buffers(grid, buffer=nl.sbuf, dim=1, num_slots=2)
+        for j in range(grid.shape[1]):
+            col = cols[j]
+            assert col.shape == (3,) and col.element_shape == (300, 128)
+            for i in range(3):
+                nisa.dma_copy(dst=col[i].data, src=grid[i, j].data)
+                nisa.tensor_tensor(dst=col[i].data, data1=col[i].data, data2=col[i].data, op=nl.add)
+                nisa.dma_copy(dst=out_grid[i, j].data, src=col[i].data)
+        return out
+
+    a = _data(300, 512)
+    np.testing.assert_allclose(np.asarray(k(a)), 2 * a, rtol=1e-6)

@@ -1,4 +1,4 @@
-"""trn3emu.nki: run NKI kernels (NKI 0.6/0.7, `import nki`) unchanged on the emulator.
+"""trn3emu.nki: run NKI kernels (NKI 0.6 to 0.8, `import nki`) unchanged on the emulator.
 
     import trn3emu.nki
     trn3emu.nki.install()          # registers `nki`, `nki.isa`, `nki.language`, ... in sys.modules
@@ -28,6 +28,7 @@ from ._kernel import Kernel, NkiTensor, jit, missing_attribute, resolve_target, 
 from .jaxcall import jax_call
 from .profiling import benchmark, profile
 from .spmd import spmd
+from .standalone import execute, multi_rank_execute, multi_rank_simulate
 
 #: module names registered by install() -> the module object
 _ALIASES = {
@@ -130,6 +131,9 @@ __all__ = [
     "spmd",
     "jax_call",
     "simulate",
+    "execute",
+    "multi_rank_simulate",
+    "multi_rank_execute",
     "profile",
     "benchmark",
     "Kernel",

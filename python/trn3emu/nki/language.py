@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import _native, interop
 from ..dtypes import numpy_dtype
-from ..errors import AddressError, EmuError, OperandError, ShapeError
+from ..errors import AddressError, ArgumentTypeError, EmuError, OperandError, ShapeError
 from ..tensor import MAX_FREE_DIMS, fits_access_pattern
 from . import _frames, load_reuse, toolchain
 from . import compiler as _compiler
@@ -293,6 +293,56 @@ def while_loop(init, body_fun=None, *args, **kwargs):
         if entry is not None:
             entry[1] = k - 1  # (the trip count `leave` fills in: k iterations)
             rec.leave(entry)
+
+
+def if_else(cond, then_fn, else_fn=None):
+    """NKI 0.8: `then_fn()` when `cond` is nonzero, else `else_fn()` (if given). A Python bool / int
+    is decided while tracing; an NkiScalar (or a register) is read on the device
+    (`registers.device_value`: the program traced so far runs, the value is read, tracing continues)
+    and only the branch the device chose is traced. Single-program launches, as device loops."""
+    for what, fn in (("then_fn", then_fn), ("else_fn", else_fn)):
+        if fn is not None and not callable(fn):
+            raise ArgumentTypeError(
+                f"nl.if_else: {what} must be a function taking no arguments, got {type(fn).__name__}",
+                operand=what,
+                rule="nki_if_else_branch",
+            )
+    if then_fn is None:
+        raise ArgumentTypeError(
+            "nl.if_else: then_fn must be a function taking no arguments, got None",
+            operand="then_fn",
+            rule="nki_if_else_branch",
+        )
+    if _is_reg(cond):
+        bound = getattr(cond, "bound", None)
+        if bound is not None:
+            raise OperandError(
+                f"nl.if_else: the condition is a scalar bound to the {bound} sequencer (scalar_load(..., "
+                "engine=)); every sequencer runs the branch, so the condition must be available on all "
+                "engines: load it without engine=",
+                operand="cond",
+                rule="nki_if_else_bound_condition",
+            )
+        from .registers import device_value
+
+        taken = device_value(cond) != 0
+    elif isinstance(cond, (bool, int, np.integer, np.bool_)):
+        taken = bool(cond)
+    elif isinstance(cond, NkiTensor):
+        raise not_supported(
+            "nl.if_else with a tile as the condition",
+            "the condition is a Python bool / int or an NkiScalar: read the 1x1 tile with nisa.scalar_load first",
+            rule="nki_if_else_condition",
+        )
+    else:
+        raise ArgumentTypeError(
+            f"nl.if_else: cond must be a Python bool / int or an NkiScalar, got {type(cond).__name__}",
+            operand="cond",
+            rule="nki_if_else_condition",
+        )
+    fn = then_fn if taken else else_fn
+    if fn is not None:
+        fn()
 
 
 @contextlib.contextmanager

@@ -82,6 +82,15 @@ class Spmd:
             # the same error: kernel frames only, printed once (`_traceback.present`)
             raise _traceback.present(e, self.kernel)  # noqa: B904
 
+    def run_pairs(self, per_rank: list) -> list[Any]:
+        """Rank r runs `kernel(*args, **kwargs)` with `per_rank[r] = (args, kwargs)` (per-rank keyword
+        arguments: `nki.multi_rank_simulate`); the ranks' results in rank order."""
+        __tracebackhide__ = True  # noqa: F841
+        try:
+            return self._run(per_rank)
+        except Exception as e:
+            raise _traceback.present(e, self.kernel)  # noqa: B904
+
     def _call(self, per_rank_args, **kwargs) -> list[Any]:
         try:
             per_rank = list(per_rank_args)
@@ -97,6 +106,10 @@ class Spmd:
                 operand="per_rank_args",
                 rule="nki_spmd_world",
             )
+        return self._run([(a if isinstance(a, tuple) else (a,), kwargs) for a in per_rank])
+
+    def _run(self, per_rank: list) -> list[Any]:
+        """Run rank r with `per_rank[r]`, an (args tuple, kwargs dict) pair; the ranks' results."""
         from .. import testing
 
         us = self.ultraserver or UltraServer(chips=self.chips)
@@ -105,8 +118,7 @@ class Spmd:
             for c in range(self.chips):
                 us.chip(c).fill_onchip(fill)
         runs, placed, frameworks = [], [], []
-        for r, args in enumerate(per_rank):
-            args = args if isinstance(args, tuple) else (args,)
+        for r, (args, kwargs) in enumerate(per_rank):
             chip = (r * self.lnc) // Device.NUM_CORES
             run = _RankRun(self.kernel, self.lnc, r, self.world, us.chip(chip))
             originals: list = []

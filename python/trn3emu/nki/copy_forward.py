@@ -16,10 +16,8 @@ removal shifts the instruction indices the rounding draws from)."""
 
 from __future__ import annotations
 
-from bisect import bisect_right
-
 from . import passes
-from .value_reuse import _stochastic, renumber
+from .value_reuse import _stochastic, renumber, segment_calls
 
 
 def run(ctx) -> int:
@@ -42,14 +40,13 @@ def run(ctx) -> int:
 def _record(ir, gone, moved: int) -> None:
     """The decisions in the IR: a note on each call whose copy was dropped, the pass line, and
     the calls' program indices moved to the program without the copies."""
-    calls = [c for c in ir.calls if c.segment == 0 and c.instr >= 0]
-    starts = [c.instr for c in calls]
+    calls, call_of = segment_calls(ir)
     lines = set()
     for i in gone:
-        k = bisect_right(starts, i) - 1
-        if k >= 0:
-            lines.add(calls[k].line)
-            calls[k].notes["copy_forward"] = "dropped (its readers read the source)"
+        c = call_of(i)
+        if c is not None:
+            lines.add(c.line)
+            c.notes["copy_forward"] = "dropped (its readers read the source)"
     renumber(calls, gone)
     ir.passes["copy_forward"] = (
         f"{len(gone)} copies dropped, from {len(lines)} kernel lines; {moved} reads moved to the source"

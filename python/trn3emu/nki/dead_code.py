@@ -18,10 +18,8 @@ bits from the instruction's index, which the removal shifts)."""
 
 from __future__ import annotations
 
-from bisect import bisect_right
-
 from . import passes
-from .value_reuse import _stochastic, renumber
+from .value_reuse import _stochastic, renumber, segment_calls
 
 #: the reasons each mode removes (`Program.dead_instructions`' second item)
 REASONS = {
@@ -55,16 +53,15 @@ def run(ctx) -> int:
 def _record(ir, found, gone) -> None:
     """The decisions in the IR: a note on each call whose instructions were removed (how many,
     why), the pass line, and the calls' program indices moved to the program without them."""
-    calls = [c for c in ir.calls if c.segment == 0 and c.instr >= 0]
-    starts = [c.instr for c in calls]
-    per: dict = {}
+    calls, call_of = segment_calls(ir)
+    per: dict = {}  # call -> the reasons of its removed instructions
     for i, why in found:
-        k = bisect_right(starts, i) - 1
-        if k >= 0:
-            per.setdefault(k, []).append(why)
-    for k, whys in per.items():
+        c = call_of(i)
+        if c is not None:
+            per.setdefault(id(c), (c, []))[1].append(why)
+    for c, whys in per.values():
         counts = ", ".join(f"{whys.count(w)} {w}" for w in REASONS["on"] if w in whys)
-        calls[k].notes["dead_code"] = f"{len(whys)} removed ({counts})"
+        c.notes["dead_code"] = f"{len(whys)} removed ({counts})"
     renumber(calls, gone)
-    lines = {calls[k].line for k in per}
+    lines = {c.line for c, _ in per.values()}
     ir.passes["dead_code"] = f"{len(gone)} dead instructions removed, from {len(lines)} kernel lines"

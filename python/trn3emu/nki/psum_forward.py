@@ -14,10 +14,8 @@ read); otherwise it stays. Only the broadcast's own copies are candidates
 
 from __future__ import annotations
 
-from bisect import bisect_right
-
 from . import passes
-from .value_reuse import renumber
+from .value_reuse import renumber, segment_calls
 
 
 def run(ctx, last: bool = True) -> int:
@@ -41,13 +39,11 @@ def run(ctx, last: bool = True) -> int:
 def _record(ir, gone, moved: int) -> None:
     """The decisions in the IR: a note on each call whose copy was dropped, the pass line, and
     the calls' program indices moved to the program without the copies."""
-    calls = [c for c in ir.calls if c.segment == 0 and c.instr >= 0]
-    starts = [c.instr for c in calls]
+    calls, call_of = segment_calls(ir)
     lines = set()
     for i in gone:
-        k = bisect_right(starts, i) - 1
-        if k >= 0:
-            c = calls[k]
+        c = call_of(i)
+        if c is not None:
             lines.add(c.line)
             n = c.notes.get("psum_forward", 0)
             c.notes["psum_forward"] = n + 1 if isinstance(n, int) else n

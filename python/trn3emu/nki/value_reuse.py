@@ -212,16 +212,25 @@ def renumber(calls, gone) -> None:
             c.notes["engine_choice"] = tuple((new(i), e) for i, e in ec if i not in dropped)
 
 
-def _record(ir, segment: int, pairs, gone, moved: int = 0) -> None:
-    """Write the decisions into the IR: a note on each call whose instructions were dropped (the
-    call whose instruction it repeats), its `passes` line, and every index of the segment's calls
-    (`Call.instr`, the engine choice's notes) moved to the program without them."""
+def segment_calls(ir, segment: int = 0):
+    """The kernel IR's calls of program `segment` that emitted instructions, and `call_of(i)`:
+    the call whose instructions include program index `i` (None before the first): what the
+    passes that remove instructions note their decisions on."""
     calls = [c for c in ir.calls if c.segment == segment and c.instr >= 0]
     starts = [c.instr for c in calls]
 
     def call_of(i: int):
         k = bisect_right(starts, i) - 1
         return calls[k] if k >= 0 else None
+
+    return calls, call_of
+
+
+def _record(ir, segment: int, pairs, gone, moved: int = 0) -> None:
+    """Write the decisions into the IR: a note on each call whose instructions were dropped (the
+    call whose instruction it repeats), its `passes` line, and every index of the segment's calls
+    (`Call.instr`, the engine choice's notes) moved to the program without them."""
+    calls, call_of = segment_calls(ir, segment)
 
     lines = set()
     for i, j in pairs:

@@ -14,24 +14,17 @@ import nki  # noqa: E402
 import nki.compiler as ncc  # noqa: E402
 import nki.isa as nisa  # noqa: E402
 import nki.language as nl  # noqa: E402
+from nki_util import normal_input, run_counted  # noqa: E402
 
 ON, OFF = {"copy_forward": "on"}, {"copy_forward": "off"}
 
 
-def opcodes(kernel) -> Counter:
-    """Instruction count per opcode of the last launch's program (core 0)."""
-    text = kernel.last_programs[0].to_text().splitlines()
-    return Counter(line.split(".")[0].split()[0] for line in text if line and not line.startswith("."))
-
-
 def run(fn, *arrays, **options):
     """(result, opcode counts, kernel)."""
-    k = nki.jit(fn, **options)
-    return k(*arrays), opcodes(k), k
+    return run_counted(nki.jit, fn, *arrays, **options)
 
 
-def _input(shape=(128, 64), seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+_input = normal_input
 
 
 def _chain(a):

@@ -3,8 +3,6 @@
 on and off; results are compared with numpy and with each other, and the instruction counts with
 counts worked out by hand from the kernel's source."""
 
-from collections import Counter
-
 import numpy as np
 import pytest
 import trn3emu.nki as tn
@@ -15,14 +13,9 @@ tn.install()
 import nki  # noqa: E402
 import nki.isa as nisa  # noqa: E402
 import nki.language as nl  # noqa: E402
+from nki_util import opcodes  # noqa: E402
 
 ON, OFF = {"value_reuse": "on"}, {"value_reuse": "off"}
-
-
-def opcodes(kernel) -> Counter:
-    """Instruction count per opcode of the last launch's program (core 0)."""
-    text = kernel.last_programs[0].to_text().splitlines()
-    return Counter(line.split(".")[0].split()[0] for line in text if line and not line.startswith("."))
 
 
 def on_off(fn, *arrays, **options):

@@ -67,6 +67,32 @@ def test_a_memset_overwritten_whole_before_any_read_is_removed():
     assert run(_overwritten_memset, a, passes={"dead_code": "overwritten"})[1] == ops
 
 
+def _memset_then_scan(a):
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    x = nl.ndarray(a.shape, nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=x, src=a)
+    y = nl.ndarray(a.shape, nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=y, value=0.0)  # dead: the scan assigns every element of y
+    nisa.tensor_tensor_scan(dst=y, data0=x, data1=x, initial=0.0, op0=nl.multiply, op1=nl.add)
+    nisa.dma_copy(dst=out, src=y)
+    return out
+
+
+def test_a_scan_overwrites_its_destination_whole():
+    """Scans, selects with a fill value, reductions into dst and statistics assign every element
+    of dst: an earlier result there is dead (not only after the element-wise ops)."""
+    a = _input(seed=3)
+    (r, ops, _), (r_off, ops_off, _) = (run(_memset_then_scan, a, passes=p) for p in (ON, OFF))
+    want = np.zeros_like(a)
+    acc = np.zeros(a.shape[0], np.float32)
+    for j in range(a.shape[1]):  # r[j] = x[j] * r[j-1] + x[j], fp32, from r[-1] = 0
+        acc = a[:, j] * acc + a[:, j]
+        want[:, j] = acc
+    np.testing.assert_allclose(r, want, rtol=1e-6)
+    np.testing.assert_array_equal(r, r_off)
+    assert ops_off - ops == Counter({"memset": 1})
+
+
 def test_a_chain_whose_result_is_never_stored_goes_whole():
     """The add is never read; once it is gone, nothing reads the exp either (the fixed point)."""
     a = _input(seed=1)

@@ -61,7 +61,22 @@ pub(super) fn whole_write(ins: &Instr) -> bool {
         | Opcode::Activation
         | Opcode::Activate2
         | Opcode::Exponential
-        | Opcode::DmaCopy => true,
+        | Opcode::DmaCopy
+        // (every element of dst assigned: scans, reductions into dst, selects with a fill value,
+        // statistics; an accumulator register they also update is a separate effect)
+        | Opcode::TensorTensorScan
+        | Opcode::TensorScalarCumulative
+        | Opcode::ActivationReduce
+        | Opcode::TensorScalarReduce
+        | Opcode::TensorPartitionReduce
+        | Opcode::AffineSelect
+        | Opcode::RangeSelect
+        | Opcode::SelectReduce
+        | Opcode::BnStats
+        | Opcode::BnAggr
+        | Opcode::Max8
+        | Opcode::NcFindIndex8
+        | Opcode::Dropout => true,
         Opcode::NcMatmul => {
             let spec = ins.op.spec();
             spec.params

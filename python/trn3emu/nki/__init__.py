@@ -22,7 +22,7 @@ import sys
 import types
 
 from ..dtypes import numpy_dtype
-from . import collectives, compiler, isa, language, sparse, typing
+from . import collectives, compiler, isa, language, lnc, sparse, typing
 from . import tracetime as tensor
 from ._kernel import Kernel, NkiTensor, jit, missing_attribute, resolve_target, simulate
 from .jaxcall import jax_call
@@ -38,6 +38,7 @@ _ALIASES = {
     "nki.typing": typing,
     "nki.compiler": compiler,
     "nki.collectives": collectives,
+    "nki.lnc": lnc,
 }
 
 

@@ -560,6 +560,44 @@ from .scalars import NkiScalar  # noqa: E402
 
 _isa_scalar_load = _make("scalar_load")
 
+# NKI 0.8.0 moved these to `nki.lnc` (`lnc.py`); the `nki.isa` names stay as compatibility wrappers
+# that warn at the kernel's line ("The corresponding nki.isa entry points are deprecated", the
+# `nki.lnc` API page). `pipe_id` is ignored by NKI since 0.8.0; the instruction keeps the operand.
+_sendrecv, _core_barrier = sendrecv, core_barrier  # noqa: F821 (made by `_make` above)
+
+
+def _deprecated_lnc(name: str) -> None:
+    import sys
+    import warnings
+
+    from ._frames import _internal
+
+    frame, level = sys._getframe(2), 3
+    while frame.f_back is not None and _internal(frame.f_code.co_filename):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(
+        f"nki.isa.{name} is deprecated since NKI 0.8.0 and will be removed in a future release; "
+        f"use nki.lnc.{name}" + (" without pipe_id" if name == "sendrecv" else ""),
+        DeprecationWarning,
+        stacklevel=level,
+    )
+
+
+def sendrecv(*args, **kwargs):  # noqa: F811
+    """Deprecated since NKI 0.8.0: `nki.lnc.sendrecv` (the ISA form, `pipe_id` included)."""
+    _deprecated_lnc("sendrecv")
+    return _sendrecv(*args, **kwargs)
+
+
+def core_barrier(*args, **kwargs):  # noqa: F811
+    """Deprecated since NKI 0.8.0: `nki.lnc.core_barrier`."""
+    _deprecated_lnc("core_barrier")
+    return _core_barrier(*args, **kwargs)
+
+
+sendrecv.__signature__ = _sendrecv.__signature__
+core_barrier.__signature__ = _core_barrier.__signature__
+
 
 def scalar_load(src=None, engine=None, name=None, dst=None):  # noqa: F811
     """NKI: `scalar_load(src, engine=None) -> NkiScalar`, the value of a 1x1 int32 / uint32 SBUF or

@@ -272,3 +272,41 @@ impl Semantics for ops::Branch<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::alu2;
+    use crate::isa::AluOp;
+
+    /// The reference: Rust's own integer arithmetic on the signed / unsigned reading.
+    #[test]
+    fn alu2_matches_integer_arithmetic_at_the_edges() {
+        let vals: [i32; 8] = [0, 1, -1, 7, -7, i32::MAX, i32::MIN, 100_000];
+        for &a in &vals {
+            for &b in &vals {
+                let (ua, ub) = (a as u32, b as u32);
+                let s = |op| alu2(op, ua, ub, false);
+                let u = |op| alu2(op, ua, ub, true);
+                assert_eq!(s(AluOp::Add), a.wrapping_add(b) as u32);
+                assert_eq!(s(AluOp::Multiply), a.wrapping_mul(b) as u32);
+                assert_eq!(s(AluOp::Less), (a < b) as u32);
+                assert_eq!(u(AluOp::Less), (ua < ub) as u32);
+                assert_eq!(s(AluOp::GreaterEqual), (a >= b) as u32);
+                assert_eq!(u(AluOp::Maximum), ua.max(ub));
+                assert_eq!(s(AluOp::Minimum), a.min(b) as u32);
+                let want = if b == 0 {
+                    u32::MAX
+                } else {
+                    a.wrapping_div(b) as u32
+                };
+                assert_eq!(s(AluOp::Divide), want, "{a} / {b}");
+                let want = if ub == 0 { u32::MAX } else { ua / ub };
+                assert_eq!(u(AluOp::Divide), want, "{ua} / {ub}");
+            }
+        }
+        assert_eq!(
+            alu2(AluOp::Divide, i32::MIN as u32, u32::MAX, false),
+            i32::MIN as u32
+        );
+    }
+}

@@ -17,7 +17,7 @@ removal shifts the instruction indices the rounding draws from)."""
 from __future__ import annotations
 
 from . import passes
-from .value_reuse import _stochastic, renumber, segment_calls
+from .value_reuse import _stochastic, dropped, renumber, segment_calls
 
 
 def run(ctx) -> int:
@@ -27,14 +27,7 @@ def run(ctx) -> int:
     if not passes.enabled(ctx.launch.kernel, "copy_forward") or getattr(ctx, "segments", None) or _stochastic():
         return 0
     gone, moved = program._native.forward_copies(None, True, any=True)
-    if not gone:
-        return 0
-    program._synced = None
-    program.copy_forward = getattr(program, "copy_forward", 0) + len(gone)
-    rec = ctx.ir
-    if rec is not None:
-        _record(rec.ir, gone, moved)
-    return len(gone)
+    return dropped(ctx, "copy_forward", gone, _record, moved)
 
 
 def _record(ir, gone, moved: int) -> None:

@@ -19,7 +19,7 @@ bits from the instruction's index, which the removal shifts)."""
 from __future__ import annotations
 
 from . import passes
-from .value_reuse import _stochastic, renumber, segment_calls
+from .value_reuse import _stochastic, dropped, renumber, segment_calls
 
 #: the reasons each mode removes (`Program.dead_instructions`' second item)
 REASONS = {
@@ -42,15 +42,10 @@ def run(ctx) -> int:
         return 0
     gone = [i for i, _ in found]
     program._native.remove(gone)
-    program._synced = None
-    program.dead_code = getattr(program, "dead_code", 0) + len(gone)
-    rec = ctx.ir
-    if rec is not None:
-        _record(rec.ir, found, gone)
-    return len(gone)
+    return dropped(ctx, "dead_code", gone, _record, found)
 
 
-def _record(ir, found, gone) -> None:
+def _record(ir, gone, found) -> None:
     """The decisions in the IR: a note on each call whose instructions were removed (how many,
     why), the pass line, and the calls' program indices moved to the program without them."""
     calls, call_of = segment_calls(ir)

@@ -15,7 +15,7 @@ read); otherwise it stays. Only the broadcast's own copies are candidates
 from __future__ import annotations
 
 from . import passes
-from .value_reuse import renumber, segment_calls
+from .value_reuse import dropped, renumber, segment_calls
 
 
 def run(ctx, last: bool = True) -> int:
@@ -26,14 +26,7 @@ def run(ctx, last: bool = True) -> int:
     if not copies or not passes.enabled(ctx.launch.kernel, "psum_forward") or getattr(ctx, "segments", None):
         return 0
     gone, moved = program._native.forward_copies(copies, last)
-    if not gone:
-        return 0
-    program._synced = None
-    program.psum_forward = getattr(program, "psum_forward", 0) + len(gone)
-    rec = ctx.ir
-    if rec is not None:
-        _record(rec.ir, gone, moved)
-    return len(gone)
+    return dropped(ctx, "psum_forward", gone, _record, moved)
 
 
 def _record(ir, gone, moved: int) -> None:

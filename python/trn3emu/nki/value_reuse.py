@@ -212,6 +212,20 @@ def renumber(calls, gone) -> None:
             c.notes["engine_choice"] = tuple((new(i), e) for i, e in ec if i not in dropped)
 
 
+def dropped(ctx, name: str, gone, record, *details) -> int:
+    """After a pass dropped instructions `gone` of `ctx.program`: the program's synchronised copy
+    is stale, its count `program.<name>` grows, and `record(ir, gone, *details)` notes the
+    decisions in the kernel IR when one is recorded; the number dropped."""
+    if not gone:
+        return 0
+    program = ctx.program
+    program._synced = None
+    setattr(program, name, getattr(program, name, 0) + len(gone))
+    if ctx.ir is not None:
+        record(ctx.ir.ir, gone, *details)
+    return len(gone)
+
+
 def segment_calls(ir, segment: int = 0):
     """The kernel IR's calls of program `segment` that emitted instructions, and `call_of(i)`:
     the call whose instructions include program index `i` (None before the first): what the

@@ -24,16 +24,25 @@ def _pair_input(seed=0):
     return np.random.default_rng(seed).standard_normal((2, *SHAPE)).astype(np.float32)
 
 
-@nki.jit
-def _swap(a):
-    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-    r = nl.program_id(0)
-    x = nl.ndarray(SHAPE, dtype=a.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=x, src=a[r])
-    y = nl.ndarray(SHAPE, dtype=a.dtype, buffer=nl.sbuf)
-    lnc.sendrecv(src=x, dst=y, send_to_rank=1 - r, recv_from_rank=1 - r)
-    nisa.dma_copy(dst=out[r], src=y)
-    return out
+def _pair_kernel(exchange):
+    """A kernel[2] whose program r loads a[r] into x, calls `exchange(x, z, peer)` to fill the tile
+    z, and stores z as out[r]."""
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        r = nl.program_id(0)
+        x = nl.ndarray(SHAPE, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=x, src=a[r])
+        z = nl.ndarray(SHAPE, dtype=a.dtype, buffer=nl.sbuf)
+        exchange(x, z, 1 - r)
+        nisa.dma_copy(dst=out[r], src=z)
+        return out
+
+    return k
+
+
+_swap = _pair_kernel(lambda x, z, peer: lnc.sendrecv(src=x, dst=z, send_to_rank=peer, recv_from_rank=peer))
 
 
 def test_sendrecv_swaps_the_pair_tiles_without_a_warning():
@@ -46,18 +55,11 @@ def test_sendrecv_swaps_the_pair_tiles_without_a_warning():
 
 
 def _reducer(op):
-    @nki.jit
-    def k(a):
-        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-        r = nl.program_id(0)
-        x = nl.ndarray(SHAPE, dtype=a.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=x, src=a[r])
-        z = nl.ndarray(SHAPE, dtype=a.dtype, buffer=nl.sbuf)
-        lnc.sendrecv_compute(src=x, dst=z, send_to_rank=1 - r, recv_from_rank=1 - r, reduce_op=op, priority=1)
-        nisa.dma_copy(dst=out[r], src=z)
-        return out
-
-    return k
+    return _pair_kernel(
+        lambda x, z, peer: lnc.sendrecv_compute(
+            src=x, dst=z, send_to_rank=peer, recv_from_rank=peer, reduce_op=op, priority=1
+        )
+    )
 
 
 @pytest.mark.parametrize("op, ref", [("add", np.add), ("maximum", np.maximum), ("minimum", np.minimum)])
@@ -93,16 +95,9 @@ def test_core_barrier_orders_the_halves_before_the_reads():
     np.testing.assert_array_equal(out[1], a)
 
 
-@nki.jit
-def _old_swap(a):
-    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-    r = nl.program_id(0)
-    x = nl.ndarray(SHAPE, dtype=a.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=x, src=a[r])
-    y = nl.ndarray(SHAPE, dtype=a.dtype, buffer=nl.sbuf)
-    nisa.sendrecv(src=x, dst=y, send_to_rank=1 - r, recv_from_rank=1 - r, pipe_id=3)
-    nisa.dma_copy(dst=out[r], src=y)
-    return out
+_old_swap = _pair_kernel(
+    lambda x, z, peer: nisa.sendrecv(src=x, dst=z, send_to_rank=peer, recv_from_rank=peer, pipe_id=3)
+)
 
 
 def test_the_nki_isa_entry_point_still_works_and_warns_at_the_kernel_line():
@@ -116,21 +111,11 @@ def test_the_nki_isa_entry_point_still_works_and_warns_at_the_kernel_line():
 
 
 def _bad(**call):
-    @nki.jit
-    def k(a):
-        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-        r = nl.program_id(0)
-        x = nl.ndarray(SHAPE, dtype=a.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=x, src=a[r])
-        z = nl.ndarray(SHAPE, dtype=a.dtype, buffer=nl.sbuf)
-        if "reduce_op" in call:
-            lnc.sendrecv_compute(src=x, dst=z, send_to_rank=1 - r, recv_from_rank=1 - r, **call)
-        else:
-            lnc.sendrecv(src=x, dst=z, send_to_rank=1 - r, recv_from_rank=1 - r, **call)
-        nisa.dma_copy(dst=out[r], src=z)
-        return out
-
-    return k
+    if "reduce_op" in call:
+        return _pair_kernel(
+            lambda x, z, peer: lnc.sendrecv_compute(src=x, dst=z, send_to_rank=peer, recv_from_rank=peer, **call)
+        )
+    return _pair_kernel(lambda x, z, peer: lnc.sendrecv(src=x, dst=z, send_to_rank=peer, recv_from_rank=peer, **call))
 
 
 @pytest.mark.parametrize(

@@ -300,7 +300,7 @@ mod tests {
                     a.wrapping_div(b) as u32
                 };
                 assert_eq!(s(AluOp::Divide), want, "{a} / {b}");
-                let want = if ub == 0 { u32::MAX } else { ua / ub };
+                let want = ua.checked_div(ub).unwrap_or(u32::MAX);
                 assert_eq!(u(AluOp::Divide), want, "{ua} / {ub}");
             }
         }

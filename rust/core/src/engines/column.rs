@@ -161,4 +161,39 @@ mod tests {
             .collect();
         assert_eq!(got, want);
     }
+
+    #[test]
+    fn columns_at_the_last_bytes_of_every_partition_map() {
+        // the up-front bounds check must admit a column ending at the last byte of partition 127
+        let mut sbuf = OnChip::sbuf();
+        let mut psum = OnChip::psum();
+        let mut hbm = crate::memory::hbm::Hbm::new();
+        let mut state = EngineState::default();
+        let mut rng = RngStates::seeded(0);
+        let mut regs = [0u32; crate::isa::instr::NUM_REGISTERS as usize];
+        let (sb, pb) = (sbuf.part_bytes, psum.part_bytes);
+        for p in 0..128 {
+            psum.partition_mut(p)[pb - 4..].copy_from_slice(&(p as f32 * 0.5).to_le_bytes());
+        }
+        let mut ctx = Ctx {
+            mems: Mems {
+                sbuf: &mut sbuf,
+                psum: &mut psum,
+                hbm: &mut hbm,
+            },
+            state: &mut state,
+            rng: &mut rng,
+            rounder: Rounder::default(),
+            regs: &mut regs,
+            jump: None,
+        };
+        let dst = col(Mem::Sbuf, 0, 128, (sb - 4) as u64);
+        let src = col(Mem::Psum, 0, 128, (pb - 4) as u64);
+        assert!(map_column_f32(&mut ctx, &dst, [&src], |r, [x]| x + r as f32));
+        let got: Vec<f32> = (0..128)
+            .map(|p| load(ctx.mems.sbuf.partition(p), sb - 4))
+            .collect();
+        let want: Vec<f32> = (0..128).map(|p| p as f32 * 1.5).collect();
+        assert_eq!(got, want);
+    }
 }

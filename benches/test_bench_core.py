@@ -67,6 +67,29 @@ def test_python_assembly(benchmark):
     benchmark.extra_info["instructions_per_s"] = n / benchmark.stats.stats.median
 
 
+def test_one_instruction_run(benchmark):
+    """The fixed cost of a `Device.run`: a one-instruction program ([128, 1] memset, core 0),
+    race checks and trace off; extra_info splits it into the native run and the Python wrapper.
+    Every single-instruction benchmark above pays it once per round."""
+    dev = t3.Device()
+    p = t3.Program(sync="manual")
+    t = p.sbuf((128, 1), np.float32)
+    p.memset(dst=t, value=2.0, engine="vector")
+    res = benchmark(dev.run, p, check_races=False, trace=False)
+    assert res.executed == 1
+    np.testing.assert_array_equal(dev.read(t), np.full((128, 1), 2.0, np.float32))
+    natives = [p.native()]
+    native = median_s(lambda: dev._native.run(natives, False, False), 2000)
+    emu = benchmark.stats.stats.median
+    benchmark.extra_info.update(
+        runs_per_s=1 / emu,
+        native_over_run=native / emu,
+        run_us=emu * 1e6,
+        native_run_us=native * 1e6,
+        python_us=(emu - native) * 1e6,
+    )
+
+
 @pytest.mark.parametrize("checks", [False, True], ids=["fast", "races+trace"])
 def test_tiny_instruction_dispatch(benchmark, checks):
     """[128, 1] tensor_scalar instructions executed per second: race checks and trace off

@@ -452,10 +452,11 @@ fn by_core(
 
 /// Every core's agents, each engine stream listing its instructions.
 fn make_agents(progs: &[Option<&Program>], plans: &[Arc<RunPlan>]) -> Vec<Agent> {
-    let n_agents = NUM_CORES * AGENTS_PER_CORE;
-    // Clocks only count the agents of cores up to the last with a program (the others never
-    // act): a one-core run joins and copies 10 entries, not 80.
-    let n_clock = progs.iter().rposition(Option::is_some).map_or(0, |c| c + 1) * AGENTS_PER_CORE;
+    // Agents (and the clocks' entries) only for the cores up to the last with a program: the
+    // others never act, and every agent index the scheduler forms is of an acting agent's core
+    // or a program's. A one-core run builds 10 agents, not 80, and its clocks have 10 entries.
+    let n_agents = progs.iter().rposition(Option::is_some).map_or(0, |c| c + 1) * AGENTS_PER_CORE;
+    let n_clock = n_agents;
     let mut agents: Vec<Agent> = (0..n_agents)
         .map(|a| Agent {
             core: (a / AGENTS_PER_CORE) as u8,

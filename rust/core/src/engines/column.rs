@@ -104,22 +104,16 @@ mod tests {
         }
     }
 
-    #[test]
-    fn columns_map_in_place_across_memories_and_refuse_the_rest() {
-        let mut sbuf = OnChip::sbuf();
-        let mut psum = OnChip::psum();
+    /// `f` with an engine context over `sbuf` and `psum` (a fresh HBM, state, PRNG and registers).
+    fn with_ctx<R>(sbuf: &mut OnChip, psum: &mut OnChip, f: impl FnOnce(&mut Ctx) -> R) -> R {
         let mut hbm = crate::memory::hbm::Hbm::new();
         let mut state = EngineState::default();
         let mut rng = RngStates::seeded(0);
         let mut regs = [0u32; crate::isa::instr::NUM_REGISTERS as usize];
-        for p in 0..128 {
-            sbuf.partition_mut(p)[8..12].copy_from_slice(&(p as f32).to_le_bytes());
-            psum.partition_mut(p)[0..4].copy_from_slice(&(2.0f32 * p as f32).to_le_bytes());
-        }
         let mut ctx = Ctx {
             mems: Mems {
-                sbuf: &mut sbuf,
-                psum: &mut psum,
+                sbuf,
+                psum,
                 hbm: &mut hbm,
             },
             state: &mut state,
@@ -128,38 +122,51 @@ mod tests {
             regs: &mut regs,
             jump: None,
         };
-        let a = col(Mem::Sbuf, 0, 128, 8);
-        let b = col(Mem::Psum, 0, 128, 0);
-        // in place, with a source in the other memory
-        assert!(map_column_f32(&mut ctx, &a, [&a, &b], |_, [x, y]| x + y));
-        // a destination above an overlapping source is refused (row order would differ)
-        let up = col(Mem::Sbuf, 1, 64, 8);
-        let down = col(Mem::Sbuf, 0, 64, 8);
-        assert!(!map_column_f32(&mut ctx, &up, [&down], |_, [x]| x));
-        // ... one below it streams: row r reads partition r + 1 before row r + 1 writes it
-        assert!(map_column_f32(&mut ctx, &down, [&up], |r, [x]| x + r as f32));
-        // two elements per partition, or another dtype: refused
-        let mut wide = a.clone();
-        wide.dims = vec![(1, 2)];
-        assert!(!map_column_f32(&mut ctx, &wide, [&wide], |_, [x]| x));
-        let mut bf = a.clone();
-        bf.dtype = DType::Bfloat16;
-        assert!(!map_column_f32(&mut ctx, &bf, [&bf], |_, [x]| x));
-        let got: Vec<f32> = (0..128)
-            .map(|p| load(ctx.mems.sbuf.partition(p), 8))
-            .collect();
-        // after the first map every row p holds 3p; rows 0..64 then took row p + 1 plus p
-        let want: Vec<f32> = (0..128)
-            .map(|p| {
-                let v = 3.0 * p as f32;
-                if p < 64 {
-                    3.0 * (p + 1) as f32 + p as f32
-                } else {
-                    v
-                }
-            })
-            .collect();
-        assert_eq!(got, want);
+        f(&mut ctx)
+    }
+
+    #[test]
+    fn columns_map_in_place_across_memories_and_refuse_the_rest() {
+        let mut sbuf = OnChip::sbuf();
+        let mut psum = OnChip::psum();
+        for p in 0..128 {
+            sbuf.partition_mut(p)[8..12].copy_from_slice(&(p as f32).to_le_bytes());
+            psum.partition_mut(p)[0..4].copy_from_slice(&(2.0f32 * p as f32).to_le_bytes());
+        }
+        with_ctx(&mut sbuf, &mut psum, |ctx| {
+            let a = col(Mem::Sbuf, 0, 128, 8);
+            let b = col(Mem::Psum, 0, 128, 0);
+            // in place, with a source in the other memory
+            assert!(map_column_f32(ctx, &a, [&a, &b], |_, [x, y]| x + y));
+            // a destination above an overlapping source is refused (row order would differ)
+            let up = col(Mem::Sbuf, 1, 64, 8);
+            let down = col(Mem::Sbuf, 0, 64, 8);
+            assert!(!map_column_f32(ctx, &up, [&down], |_, [x]| x));
+            // ... one below it streams: row r reads partition r + 1 before row r + 1 writes it
+            assert!(map_column_f32(ctx, &down, [&up], |r, [x]| x + r as f32));
+            // two elements per partition, or another dtype: refused
+            let mut wide = a.clone();
+            wide.dims = vec![(1, 2)];
+            assert!(!map_column_f32(ctx, &wide, [&wide], |_, [x]| x));
+            let mut bf = a.clone();
+            bf.dtype = DType::Bfloat16;
+            assert!(!map_column_f32(ctx, &bf, [&bf], |_, [x]| x));
+            let got: Vec<f32> = (0..128)
+                .map(|p| load(ctx.mems.sbuf.partition(p), 8))
+                .collect();
+            // after the first map every row p holds 3p; rows 0..64 then took row p + 1 plus p
+            let want: Vec<f32> = (0..128)
+                .map(|p| {
+                    let v = 3.0 * p as f32;
+                    if p < 64 {
+                        3.0 * (p + 1) as f32 + p as f32
+                    } else {
+                        v
+                    }
+                })
+                .collect();
+            assert_eq!(got, want);
+        });
     }
 
     #[test]
@@ -167,33 +174,19 @@ mod tests {
         // the up-front bounds check must admit a column ending at the last byte of partition 127
         let mut sbuf = OnChip::sbuf();
         let mut psum = OnChip::psum();
-        let mut hbm = crate::memory::hbm::Hbm::new();
-        let mut state = EngineState::default();
-        let mut rng = RngStates::seeded(0);
-        let mut regs = [0u32; crate::isa::instr::NUM_REGISTERS as usize];
         let (sb, pb) = (sbuf.part_bytes, psum.part_bytes);
         for p in 0..128 {
             psum.partition_mut(p)[pb - 4..].copy_from_slice(&(p as f32 * 0.5).to_le_bytes());
         }
-        let mut ctx = Ctx {
-            mems: Mems {
-                sbuf: &mut sbuf,
-                psum: &mut psum,
-                hbm: &mut hbm,
-            },
-            state: &mut state,
-            rng: &mut rng,
-            rounder: Rounder::default(),
-            regs: &mut regs,
-            jump: None,
-        };
-        let dst = col(Mem::Sbuf, 0, 128, (sb - 4) as u64);
-        let src = col(Mem::Psum, 0, 128, (pb - 4) as u64);
-        assert!(map_column_f32(&mut ctx, &dst, [&src], |r, [x]| x + r as f32));
-        let got: Vec<f32> = (0..128)
-            .map(|p| load(ctx.mems.sbuf.partition(p), sb - 4))
-            .collect();
-        let want: Vec<f32> = (0..128).map(|p| p as f32 * 1.5).collect();
-        assert_eq!(got, want);
+        with_ctx(&mut sbuf, &mut psum, |ctx| {
+            let dst = col(Mem::Sbuf, 0, 128, (sb - 4) as u64);
+            let src = col(Mem::Psum, 0, 128, (pb - 4) as u64);
+            assert!(map_column_f32(ctx, &dst, [&src], |r, [x]| x + r as f32));
+            let got: Vec<f32> = (0..128)
+                .map(|p| load(ctx.mems.sbuf.partition(p), sb - 4))
+                .collect();
+            let want: Vec<f32> = (0..128).map(|p| p as f32 * 1.5).collect();
+            assert_eq!(got, want);
+        });
     }
 }

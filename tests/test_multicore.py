@@ -481,3 +481,23 @@ def test_all_reduce_fp8_output_follows_the_overflow_policy(policy):
     for out in outs:
         got = dev.hbm.get(out)
         np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def test_lone_program_on_the_last_core_synchronises_with_its_semaphores():
+    """One program on core 7 only (cores 0-6 idle), synchronised by hand: its semaphores are
+    those of core 7 (the scheduler builds agents and semaphores up to the last core with a
+    program); the wait orders the VectorE add after the ScalarE write, as numpy computes."""
+    dev = t3.Device()
+    x = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
+    p = t3.Program(core=7, sync="manual")
+    src = dev.hbm.put(x, core=7)
+    out = dev.hbm.alloc((128, 8), np.float32, core=7)
+    loaded, scaled, added = p.semaphore(), p.semaphore(), p.semaphore()
+    a = p.sbuf((128, 8), np.float32)
+    b = p.sbuf((128, 8), np.float32)
+    p.dma_copy(dst=a, src=src, signal=loaded)
+    p.activation(dst=b, op="copy", data=a, scale=2.0, wait=[(loaded, 1)], signal=scaled)
+    p.tensor_scalar(dst=b, data=b, op0="add", operand0=1.0, engine="vector", wait=[(scaled, 1)], signal=added)
+    p.dma_copy(dst=out, src=b, wait=[(added, 1)])
+    dev.run(p)
+    np.testing.assert_array_equal(dev.hbm.get(out), x * np.float32(2.0) + np.float32(1.0))

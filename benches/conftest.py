@@ -32,11 +32,21 @@ for p in (ROOT / "benches", ROOT / "examples"):
 
 
 def host_cpu() -> str:
-    """The host's CPU model (/proc/cpuinfo's "model name"; platform.processor() elsewhere)."""
+    """The host's CPU model: /proc/cpuinfo's "model name" with its family and model numbers
+    (virtual machines often report a bare "AMD EPYC" for both Zen 3 and Zen 5, which differ
+    in SIMD width and cache behaviour); platform.processor() elsewhere."""
     try:
+        fields: dict[str, str] = {}
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            if not line.strip():
+                break
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+        if "model name" in fields:
+            name = fields["model name"]
+            if "cpu family" in fields and "model" in fields:
+                name += f" (family {fields['cpu family']} model {fields['model']})"
+            return name
     except OSError:
         pass
     import platform

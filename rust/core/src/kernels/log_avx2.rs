@@ -1,8 +1,8 @@
 //! The AVX2 + FMA path of kernels/log.rs, written with intrinsics: 8 fp32 lanes per step,
 //! log_f32.rs's double-fp32 evaluation as on AVX-512 (the same `dw_ln!`, so the same `hi`
-//! and check), its three 32-entry tables read with `vgatherdps`, -k and 2^-k from `tn`'s
-//! exponent bits (z = y 2^-k, NaN for a NaN y); libm's `ln` for the lanes the check rejects
-//! and NaN inputs.
+//! and check), its three 32-entry tables read with permutes (`lookup32`), -k and 2^-k from
+//! `tn`'s exponent bits (z = y 2^-k, NaN for a NaN y); libm's `ln` for the lanes the check
+//! rejects and NaN inputs.
 
 use super::log::exact;
 use super::log_f32::{dw_ln, is_identity, Consts, ONE_EPS, SUB, TABLES};
@@ -39,6 +39,11 @@ unsafe fn map_with<const AFFINE: bool>(
     let i32s = _mm256_set1_epi32;
     let (sub, m31, e127, expo) = (i32s(SUB as i32), i32s(31), i32s(127), i32s(0x7f80_0000));
     let nan = f(f32::NAN);
+    let tabs = [
+        Table32::new(&t.invc),
+        Table32::new(&t.logc_hi),
+        Table32::new(&t.logc_lo),
+    ];
     let mut i = 0;
     while i + 8 <= n {
         let mut y = _mm256_loadu_ps(src.add(i));
@@ -55,9 +60,14 @@ unsafe fn map_with<const AFFINE: bool>(
         let kn = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32::<23>(tn), e127));
         let z = _mm256_mul_ps(y, _mm256_castsi256_ps(_mm256_and_si256(tn, expo)));
         let j = _mm256_and_si256(_mm256_srli_epi32::<18>(tn), m31);
-        let invc = _mm256_i32gather_ps::<4>(t.invc.as_ptr(), j);
-        let lch = _mm256_i32gather_ps::<4>(t.logc_hi.as_ptr(), j);
-        let lcl = _mm256_i32gather_ps::<4>(t.logc_lo.as_ptr(), j);
+        // bits 3 and 4 of j in the sign bits, for the blends
+        let (b3, b4) = (
+            _mm256_castsi256_ps(_mm256_slli_epi32::<28>(j)),
+            _mm256_castsi256_ps(_mm256_slli_epi32::<27>(j)),
+        );
+        let invc = tabs[0].lookup(j, b3, b4);
+        let lch = tabs[1].lookup(j, b3, b4);
+        let lcl = tabs[2].lookup(j, b3, b4);
         let (s1, a) = dw_ln!(
             (_mm256_add_ps, _mm256_sub_ps, _mm256_mul_ps, _mm256_fmadd_ps),
             &c,
@@ -83,6 +93,28 @@ unsafe fn map_with<const AFFINE: bool>(
     }
     // the last n mod 8 values, log.rs's generic loop
     super::log::map(src.add(i), dst.add(i), n - i, (scale, bias), (lo, hi));
+}
+
+/// A 32-entry fp32 table in four registers, read with four `vpermps` and three blends: AMD
+/// Zen 3 runs `vgatherdps` microcoded (the gathers made this kernel 0.5 of numpy's AVX2 log
+/// there); every x86 core with AVX2 runs a `vpermps` in one cycle.
+struct Table32([__m256; 4]);
+
+impl Table32 {
+    #[inline(always)]
+    unsafe fn new(t: &[f32; 32]) -> Self {
+        Table32([0, 8, 16, 24].map(|k| _mm256_loadu_ps(t.as_ptr().add(k))))
+    }
+
+    /// Entry `j` (0..32) of each lane; `b3` / `b4` hold bits 3 / 4 of `j` in their sign bits.
+    #[inline(always)]
+    unsafe fn lookup(&self, j: __m256i, b3: __m256, b4: __m256) -> __m256 {
+        let [t0, t1, t2, t3] = self.0;
+        let p = |t| _mm256_permutevar8x32_ps(t, j);
+        let lo = _mm256_blendv_ps(p(t0), p(t1), b3);
+        let hi = _mm256_blendv_ps(p(t2), p(t3), b3);
+        _mm256_blendv_ps(lo, hi, b4)
+    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,6 @@ against the numpy reference of the same math measured in the same run (issue 30 
 pytest benches/test_bench_nki_elementwise.py --benchmark-only
 """
 
-import platform
 import time
 
 import nki_elementwise_kernels as ek
@@ -56,7 +55,6 @@ def test_elementwise_kernel_trace_and_run(benchmark, name, dialect):
         ratio_over_numpy=emu / host,
         ratio_target=3.0,
         simd_path=t3.simd_path(),
-        host_cpu=platform.processor() or platform.machine(),
         load_avg_1min=load_avg(),
     )
 

@@ -319,3 +319,30 @@ def test_the_step_limit_is_settable_and_a_runaway_leaves_the_device_usable():
     q.dma_copy(dst=hx, src=t)
     dev.run(q)
     np.testing.assert_array_equal(dev.hbm.get(hx), x * 2)
+
+
+def test_the_default_asks_whether_a_bar_is_wanted_only_when_the_run_lasts(monkeypatch):
+    """progress=None decides (environment, isatty) only once a run has lasted DELAY_S: a short
+    run never asks; a long one asks once, and shows no bar when the answer is no."""
+    import numpy as np
+    import trn3emu as t3
+    from trn3emu import progress
+
+    calls = []
+    monkeypatch.setattr(progress, "wanted", lambda p: calls.append(p) or False)
+    dev = t3.Device()
+    p = t3.Program(sync="manual")
+    t = p.sbuf((128, 4), np.float32)
+    p.memset(dst=t, value=3.0, engine="vector")
+    for _ in range(50):
+        dev.run(p)
+    np.testing.assert_array_equal(dev.read(t), np.full((128, 4), 3.0, np.float32))
+    assert calls == []
+    bar = progress.RunProgress(auto=True)
+    bar(1, 10, 0)  # before DELAY_S: nothing asked, nothing shown
+    assert calls == [] and bar.bar is None
+    bar.start -= progress.DELAY_S
+    for done in range(2, 6):
+        bar(done, 10, 1000)
+    bar.finish(10, 2000)
+    assert calls == [None] and bar.bar is None

@@ -419,9 +419,10 @@ class Device:
             limit["max_memory"] = _nonnegative(max_memory, "max_memory", _U64_MAX)
         progs = [programs] if isinstance(programs, Program) else _program_list(programs)
         natives = [p.native() for p in progs]
-        if not _progress.wanted(progress):
+        if progress is not None and not progress:
             return RunResult(self._native.run(natives, check_races, trace, **limit), natives)
-        bar = _progress.RunProgress()
+        # The default (None) decides whether a bar is wanted only if the run lasts DELAY_S.
+        bar = _progress.RunProgress(auto=progress is None)
         try:
             raw = self._native.run(natives, check_races, trace, bar, **limit)
             bar.finish(raw["executed"], raw["end_ps"])

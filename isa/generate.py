@@ -240,14 +240,27 @@ def _rust_opcodes(data: dict, out: list[str]) -> None:
     out.append("            _ => None,")
     out.append("        }")
     out.append("    }")
+    # `spec` reads a flat table indexed by the code's high byte and low bits, not a `match`
+    # (sparse discriminants compiled to a branch tree: ~14 host instructions a call, several
+    # calls per emulated instruction).
+    codes = [ins["opcode"] for ins in data["instruction"]]
+    lo_bits = max(1, max(c & 0xFF for c in codes).bit_length())
+    assert len(codes) < 256 and all(c >> 16 == 0 for c in codes)
+    table = [0] * (((max(codes) >> 8) + 1) << lo_bits)
+    for i, c in enumerate(codes):
+        table[(c >> 8) << lo_bits | (c & 0xFF)] = i
     out.append("    #[inline]")
     out.append("    pub fn spec(self) -> &'static InstrSpec {")
-    out.append("        match self {")
-    for i, ins in enumerate(data["instruction"]):
-        out.append(f"            Self::{camel(ins['name'])} => &INSTRUCTIONS[{i}],")
-    out.append("        }")
+    out.append("        let v = self as u16 as usize;")
+    out.append(f"        &INSTRUCTIONS[SPEC_AT[(v >> 8) << {lo_bits} | (v & 0xff)] as usize]")
     out.append("    }")
     out.append("}")
+    out.append("")
+    out.append("/// `Opcode::spec`'s index into `INSTRUCTIONS` at `(code >> 8) << LO_BITS | (code & 0xff)`.")
+    out.append(f"const SPEC_AT: [u8; {len(table)}] = [")
+    for k in range(0, len(table), 16):
+        out.append("    " + ", ".join(str(x) for x in table[k : k + 16]) + ",")
+    out.append("];")
     out.append("")
 
 

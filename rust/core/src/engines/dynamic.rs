@@ -134,6 +134,11 @@ pub fn group(engine: Engine) -> usize {
     }
 }
 
+/// Whether `ins` has an indirect operand (`resolve_indirect_operands` has work).
+pub fn has_indirect(ins: &Instr) -> bool {
+    ins.args.iter().any(|a| a.tensor().is_some_and(is_indirect))
+}
+
 fn is_indirect(ap: &Ap) -> bool {
     ap.dynamic
         .as_deref()
@@ -266,7 +271,7 @@ fn check_indirect_tensor_engine(ins: &Instr, prm: &ParamSpec, ap: &Ap) -> Result
 
 /// The instruction with every indirect operand resolved to its explicit columns.
 pub fn resolve_indirect_operands(ins: &Instr, ctx: &Ctx) -> Result<Option<Instr>> {
-    if !ins.args.iter().any(|a| a.tensor().is_some_and(is_indirect)) {
+    if !has_indirect(ins) {
         return Ok(None);
     }
     let g = group(ins.engine);

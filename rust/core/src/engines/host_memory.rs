@@ -27,6 +27,21 @@ pub const BYTES_PER_ELEMENT: u128 = 8;
 /// `Ok` if `ins` is small or the host can give its buffers; else a `Resource` error.
 #[inline]
 pub fn check(ins: &Instr) -> Result<()> {
+    let elems = onchip_elements(ins);
+    if elems > CHECK_ABOVE {
+        return check_large(elems);
+    }
+    Ok(())
+}
+
+/// Whether `check` passes `ins` without asking the host (its operands name few elements).
+pub fn small(ins: &Instr) -> bool {
+    onchip_elements(ins) <= CHECK_ABOVE
+}
+
+/// Elements `ins`'s on-chip operands name.
+#[inline]
+fn onchip_elements(ins: &Instr) -> usize {
     let mut elems = 0usize;
     for a in &ins.args {
         if let Arg::Tensor(ap) = a {
@@ -35,10 +50,7 @@ pub fn check(ins: &Instr) -> Result<()> {
             }
         }
     }
-    if elems > CHECK_ABOVE {
-        return check_large(elems);
-    }
-    Ok(())
+    elems
 }
 
 #[cold]

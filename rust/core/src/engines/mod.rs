@@ -274,6 +274,20 @@ pub fn decode_program(bytes: &[u8]) -> Result<crate::isa::Program> {
     crate::isa::encode::decode_program_with(bytes, validate)
 }
 
+/// Whether `exec` of `ins` is its semantics alone (`exec_plain`): no indirect operand to
+/// resolve and no buffer large enough for the host-memory check. Static: a run plan keeps it
+/// per instruction (the two scans of the operands were an eighth of a [1, 1] instruction).
+pub fn is_plain(ins: &Instr) -> bool {
+    host_memory::small(ins) && !dynamic::has_indirect(ins)
+}
+
+/// `exec` of an instruction `is_plain` says is plain.
+#[inline]
+pub fn exec_plain(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
+    debug_assert!(is_plain(ins));
+    dispatch::exec(ins, ctx)
+}
+
 /// Execute one instruction's semantics.
 pub fn exec(ins: &Instr, ctx: &mut Ctx) -> Result<()> {
     host_memory::check(ins)?; // (resolving indirect operands keeps their shapes)

@@ -210,3 +210,19 @@ pub fn dtype_names(class: u32) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tables::{Opcode, INSTRUCTIONS};
+
+    /// `Opcode::spec`'s flat table: every opcode (from its binary code, as a decoded program
+    /// has it) finds its own entry, and no two share one.
+    #[test]
+    fn every_opcode_finds_its_own_spec() {
+        for (i, s) in INSTRUCTIONS.iter().enumerate() {
+            let op = Opcode::from_u16(s.opcode as u16).expect("a listed opcode decodes");
+            assert!(std::ptr::eq(op.spec(), &INSTRUCTIONS[i]), "{}", s.name);
+            assert_eq!(op.spec().opcode, op);
+        }
+    }
+}

@@ -77,6 +77,8 @@ pub struct RunPlan {
     /// (the trigger counts one): the step budget counts these. 1 each in a program without
     /// branches (it cannot loop).
     work: Vec<u32>,
+    /// Whether instruction `i` runs as its semantics alone (`engines::is_plain`).
+    plain: Vec<bool>,
     /// Transfer plan of DMA instruction `i`: `transfers[slot[i]]`.
     slot: Vec<u32>,
     transfers: Vec<Plan>,
@@ -138,6 +140,7 @@ impl RunPlan {
             flops: Vec::new(),
             write: Vec::new(),
             work: Vec::with_capacity(n),
+            plain: Vec::with_capacity(n),
             slot: Vec::with_capacity(n),
             transfers: Vec::new(),
             dependent: dependent_flags(prog),
@@ -163,6 +166,7 @@ impl RunPlan {
                 return Err(i);
             }
             p.trace_room.0 += ins.waits.len() + ins.signals.len();
+            p.plain.push(crate::engines::is_plain(ins));
             let s = &mut p.streams[super::Stream::of(ins.engine).index()];
             s.list.push(i as u32);
             if is_dma(ins) {
@@ -298,6 +302,12 @@ impl RunPlan {
     #[inline]
     pub fn work(&self, idx: u32) -> u32 {
         self.work[idx as usize]
+    }
+
+    /// Whether instruction `idx` runs as its semantics alone (`engines::exec_plain`).
+    #[inline]
+    pub fn plain(&self, idx: u32) -> bool {
+        self.plain.get(idx as usize).copied().unwrap_or(false)
     }
 
     /// The transfer plan of DMA instruction `idx`.

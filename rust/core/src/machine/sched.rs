@@ -1134,6 +1134,7 @@ impl<'d, 'p> Scheduler<'d, 'p> {
         if self.defer(it, compute)? {
             return Ok(());
         }
+        let plain = self.plans[it.core as usize].plain(it.idx);
         let dev = &mut *self.dev;
         let c = core_of(&self.pool, &mut dev.cores, it.core);
         let stream = self.agents[it.agent].exec.stream();
@@ -1155,7 +1156,12 @@ impl<'d, 'p> Scheduler<'d, 'p> {
             jump: None,
         };
         ctx.state.note_psum_writer(ins);
-        engines::exec(ins, &mut ctx).map_err(|e| ins_err(e, it.core, it.idx, ins))?;
+        let run = if plain {
+            engines::exec_plain
+        } else {
+            engines::exec
+        };
+        run(ins, &mut ctx).map_err(|e| ins_err(e, it.core, it.idx, ins))?;
         if let Some(t) = ctx.jump {
             let a = &mut self.agents[it.agent];
             super::control::jump(&a.list, &mut a.pos, t);

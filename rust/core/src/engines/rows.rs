@@ -434,10 +434,20 @@ pub fn fill_raw(mems: &mut Mems, ap: &Ap, v: u32) -> bool {
     if !static_onchip(ap) {
         return false;
     }
+    let mem = onchip_mut(mems, ap.mem);
+    if ap.is_row_contiguous() {
+        // dense rows: one mutable view (one dirty-range update), each row's bytes at once
+        let (stride, n) = (mem.stride(), ap.free_size());
+        let first = ap.start as usize * stride + ap.offset as usize;
+        let raw = mem.raw_mut();
+        for r in 0..ap.parts as usize {
+            crate::numerics::bulk::fill_raw_run(ap.dtype, raw, first + r * stride, 1, n, v);
+        }
+        return true;
+    }
     let Some(g) = RowGeom::new(ap) else {
         return false;
     };
-    let mem = onchip_mut(mems, ap.mem);
     for r in 0..ap.parts as usize {
         let p = part_mut(mem, ap, r);
         g.runs(0, g.free, |o, st, _, cnt| {

@@ -8,7 +8,7 @@
 //! the streamed maps (`rows::can_stream`: an input overlapping the destination is exactly it,
 //! or its overlapping rows were read in earlier rows); fp32 stores need no rounding.
 
-use super::rows::dst_and_other;
+use super::rows::{can_stream, dst_and_other};
 use super::Ctx;
 use crate::isa::DType;
 use crate::memory::{Ap, Mem};
@@ -17,22 +17,6 @@ use crate::memory::{Ap, Mem};
 #[inline]
 fn is_column(a: &Ap) -> bool {
     a.mem != Mem::Hbm && a.dynamic.is_none() && a.dtype == DType::Float32 && a.free_size() == 1
-}
-
-/// `rows::can_stream` for two columns of the same partition count, without its general byte
-/// ranges (a quarter of a [1, 1] instruction's host instructions): a column's row is the 4
-/// bytes at its offset (static, one element: every dim spans nothing); in place, the same
-/// pattern exactly, as `can_stream` asks.
-#[inline]
-fn streams(dst: &Ap, s: &Ap) -> bool {
-    let (d0, s0) = (dst.start, s.start);
-    s.mem != dst.mem
-        || s0 >= d0 + dst.parts
-        || d0 >= s0 + s.parts
-        || d0 < s0
-        || s.offset + 4 <= dst.offset
-        || dst.offset + 4 <= s.offset
-        || (s0 == d0 && s.offset == dst.offset && s.dims == dst.dims)
 }
 
 #[cfg(test)]
@@ -52,9 +36,8 @@ pub fn map_column_f32<const N: usize>(
     kernel: impl Fn(usize, [f32; N]) -> f32,
 ) -> bool {
     if !is_column(dst)
-        || !srcs
-            .iter()
-            .all(|s| is_column(s) && s.parts == dst.parts && streams(dst, s))
+        || !srcs.iter().all(|s| is_column(s) && s.parts == dst.parts)
+        || !can_stream(dst, &srcs)
     {
         return false;
     }
@@ -140,30 +123,6 @@ mod tests {
             jump: None,
         };
         f(&mut ctx)
-    }
-
-    #[test]
-    fn the_column_rule_is_can_stream_on_columns() {
-        // every placement of two columns of the same partition count on a small grid: starts,
-        // offsets straddling the 4 bytes, same and other memory, steps of the single dim
-        let mut seen = [0usize; 2];
-        for mem in [Mem::Sbuf, Mem::Psum] {
-            for parts in [1, 3, 64] {
-                for (ds, ss) in [(0, 0), (0, 1), (1, 0), (0, 2), (2, 0), (0, 64), (64, 0)] {
-                    for (doff, soff) in [(8, 8), (8, 4), (8, 5), (8, 11), (8, 12), (8, 7), (8, 3)] {
-                        for step in [1, -1, 3] {
-                            let d = col(Mem::Sbuf, ds, parts, doff);
-                            let mut s = col(mem, ss, parts, soff);
-                            s.dims = vec![(step, 1), (2, 1)];
-                            let want = crate::engines::rows::can_stream(&d, &[&s]);
-                            assert_eq!(streams(&d, &s), want, "{d:?} {s:?}");
-                            seen[want as usize] += 1;
-                        }
-                    }
-                }
-            }
-        }
-        assert!(seen[0] > 0 && seen[1] > 0, "{seen:?}");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The AVX2 + FMA path of kernels/log.rs, written with intrinsics: 8 fp32 lanes per step,
 //! log_f32.rs's double-fp32 evaluation as on AVX-512 (the same `dw_ln!`, so the same `hi`
-//! and check), its three 32-entry tables read with permutes (`lookup32`), -k and 2^-k from
+//! and check), its three 32-entry tables read with permutes (`Table32`), -k and 2^-k from
 //! `tn`'s exponent bits (z = y 2^-k, NaN for a NaN y); libm's `ln` for the lanes the check
 //! rejects and NaN inputs.
 

@@ -10,9 +10,9 @@ use crate::memory::hbm::Hbm;
 
 /// Host bytes between consecutive partitions beyond `part_bytes`: one page and one cache line.
 /// The cache line spreads a column over the L1 sets (and off 4 KiB store/load aliasing); the
-/// page keeps partitions `r` and `r + 64` (same low 12 bits) apart in the address bits AMD Zen 3
-/// hashes into its L1 way-predictor tags: with a 64-byte pad a [128, 1] column ran 8x slower
-/// there (a C loop of 128 rows: 573 against 68 ns; pads of 0 and 2048 worse still).
+/// page also separates partitions `r` and `r + 64` (same low 12 bits) in the upper address
+/// bits, which AMD Zen 3 evidently needs (its L1 way predictor tags lines by a hash of them):
+/// with a 64-byte pad a [128, 1] column ran 8x slower there (a C loop of 128 rows: 573 against 68 ns; pads of 0 and 2048 worse still).
 const PAD: usize = 4096 + 64;
 
 pub struct OnChip {

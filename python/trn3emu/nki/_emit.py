@@ -27,7 +27,20 @@ _SITES: dict[tuple, tuple[types.CodeType | None, str, str]] = {}
 _CODE_SITES: dict[int, tuple[types.CodeType, dict[int, tuple[str, str]]]] = {}
 
 
+#: "file:line" -> the label of an unnamed instruction there (`_label(loc, None)`: per instruction)
+_LOC_LABELS: dict[str, str] = {}
+
+
 def _label(loc: str, name) -> str:
+    if name is None:
+        label = _LOC_LABELS.get(loc)
+        if label is None:
+            label = _LOC_LABELS[loc] = _named_label(loc, None)
+        return label
+    return _named_label(loc, name)
+
+
+def _named_label(loc: str, name) -> str:
     key = (loc, None if name is None else str(name))
     label = _LABELS.get(key)
     if label is None:

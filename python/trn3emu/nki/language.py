@@ -13,6 +13,7 @@ import copy as _copy_module
 import math
 import sys
 import warnings
+from functools import partial as _partial
 
 import numpy as np
 
@@ -27,6 +28,7 @@ from . import grids as _grids
 from . import indexing as _indexing
 from . import isa as nisa
 from . import passes as _passes
+from . import pending as _pending
 from . import record as _record
 from . import scalars as _scalars
 from . import streams as _streams
@@ -535,16 +537,17 @@ STORE_QUEUE = "scalar"
 def load(src, dtype=None, **kwargs) -> NkiTensor:
     """HBM -> a new SBUF tile (`dma_copy`; a dtype change is the DMA's cast). The DMA is pending
     (`pending.py`): `tile[...] = nl.load(src)` is one DMA straight into `tile`."""
-    _no_mask("load", kwargs)
+    if kwargs:
+        _no_mask("load", kwargs)
     odt = as_dtype(dtype or src.dtype)
-    if not _indexing.active() and isinstance(src, NkiTensor):
+    ctx = _tracing_context()
+    if (ctx is None or not ctx.masks) and isinstance(src, NkiTensor):  # (not `_indexing.active()`)
         _check_load_rows(src, odt)  # now: the pending DMA is issued (and checked) where it is used
-        return Pending(
-            (tuple(src.shape), odt, sbuf),
-            lambda dst: _load_dma(dst, src),
-            origin="nl.load",
-            fresh=load_reuse.Fresh(src, odt),  # (pass load_reuse: a reload may read SBUF)
-        )
+        spec, emit = (tuple(src.shape), odt, sbuf), _partial(_load_dma, src=src)
+        fresh = load_reuse.Fresh(src, odt, ctx)  # (pass load_reuse: a reload may read SBUF)
+        if ctx is None:
+            return Pending(spec, emit, origin="nl.load", fresh=fresh)  # (raises: not tracing)
+        return _pending.result(ctx, spec, emit, "nl.load", None, fresh)
     t = ndarray(src.shape, odt, sbuf)
     _load_dma(t, src)
     return t
@@ -554,7 +557,8 @@ def _load_dma(dst, src) -> None:
     """`nl.load`'s DMA, marked as such in a recording trace's IR (`value_reuse.plan_ir` reuses
     loads, as the pass `load_reuse` does while tracing, only those of `nl.load`)."""
     nisa.dma_copy(dst=dst, src=src)
-    rec = current().ir
+    ctx = _tracing_context()
+    rec = (ctx if ctx is not None else current()).ir
     if rec is not None and rec.mode == "plan":
         rec.issued_by("nl.load")
 
@@ -578,7 +582,8 @@ def store(dst, value, **kwargs) -> None:
     """A tile -> HBM (`dma_copy` on the scalar queue, `STORE_QUEUE`; PSUM goes through an SBUF
     `tensor_copy` first: DMA cannot read PSUM).
     A scalar value fills dst (`memset` of an SBUF tile, then `dma_copy` per 128 rows)."""
-    _no_mask("store", kwargs)
+    if kwargs:
+        _no_mask("store", kwargs)
     if not isinstance(value, NkiTensor):
         rows = dst.shape[0] if dst.ndim > 1 else 1
         flat = dst if dst.ndim > 1 else dst.reshape((1, dst.size))
@@ -588,8 +593,11 @@ def store(dst, value, **kwargs) -> None:
             n = builtins.min(chunk, rows - r0)
             nisa.dma_copy(dst=flat[r0 : r0 + n], src=t[0:n])
         return
-    value = _sbuf_operand(value)
-    nisa.dma_copy(dst=dst, src=value, engine=_engine_choice.store_engine(current().program, STORE_QUEUE))
+    if value.buffer == "psum":
+        value = _sbuf_operand(value)
+    ctx = _tracing_context()
+    program = (ctx if ctx is not None else current()).program
+    nisa.dma_copy(dst=dst, src=value, engine=_engine_choice.store_engine(program, STORE_QUEUE))
 
 
 def static_cast(x, dtype):
@@ -1007,10 +1015,13 @@ def _result(shape, dtype, emit, operands, origin: str, elementwise: bool = True,
     (legacy kernels, `toolchain.py`) a pending result, so `t[...] = nl.op(...)` writes t itself
     where that is exact (`pending.InPlace`); else a new tile, written now."""
     ctx = _tracing_context()  # (`_indexing.active()`: its masks)
-    if ctx is not None and not ctx.masks and toolchain.enabled("inplace_assign"):
-        shape = tuple(shape) if len(shape) >= 2 else tuple(shape) + (1,)  # (as `ndarray` pads it)
+    if ctx is not None and not ctx.masks and toolchain.enabled("inplace_assign", ctx):
+        if type(shape) is not tuple or len(shape) < 2:
+            shape = tuple(shape) if len(shape) >= 2 else tuple(shape) + (1,)  # (as `ndarray` pads it)
+        if type(dtype) is not Dtype:
+            dtype = as_dtype(dtype)
         ip = (operands, elementwise, alu)  # (`InPlace`'s arguments: built if the result is assigned)
-        return Pending((tuple(shape), as_dtype(dtype), sbuf), emit, origin=origin, inplace=ip)
+        return _pending.result(ctx, (shape, dtype, sbuf), emit, origin, ip)
     out = ndarray(shape, dtype, sbuf)
     emit(out)
     return out
@@ -1089,9 +1100,52 @@ def _binary(op: str, x, y, dtype, out=None) -> NkiTensor:
     return out
 
 
+def _binary_tiles(op: str, x, y, dtype, origin: str):
+    """`_binary`'s usual case: two on-chip tiles of one shape (plain views or pending results) and
+    no `out`, in the general path's steps (operands issued x first, the same promotion, the same
+    `_result`) without re-reading the operands' properties; None when it is not that case (the
+    general path goes on from the start: the operands it reads again are issued already)."""
+    if x.buffer in HBM_BUFFERS or y.buffer in HBM_BUFFERS:
+        return None
+    if type(x) is Pending and not x._done:  # (what reading its dtype or shape does)
+        x._issue(None)
+    if type(y) is Pending and not y._done:
+        y._issue(None)
+    xt, yt = x._t, y._t
+    shape = xt.shape
+    if shape != yt.shape or len(shape) > _MAX_DIMS:
+        return None
+    if not dtype:
+        dtype = DTYPES[xt.dtype] if xt.dtype == yt.dtype else promote(DTYPES[xt.dtype], DTYPES[yt.dtype])
+
+    def emit_tt(o):  # (o has the operands' shape, at most `_MAX_DIMS` dims: no `_split_wide`)
+        nisa.tensor_tensor(o, x, y, op=op)
+
+    ctx = _tracing_context()
+    if (
+        ctx is None
+        or ctx.masks
+        or len(shape) < 2
+        or type(shape) is not tuple
+        or type(dtype) is not Dtype
+        or not toolchain.enabled("inplace_assign", ctx)
+    ):
+        return _result(shape, dtype, emit_tt, (x, y), origin)
+    # `_result`'s pending result, its shape and dtype as they are
+    return _pending.result(ctx, (shape, dtype, sbuf), emit_tt, origin, ((x, y), True, True))
+
+
 def _make_binary(op: str):
+    origin = f"nl.{op}"
+
     def fn(x, y, dtype=None, **kwargs):
-        _no_mask(op, kwargs)
+        if kwargs:
+            _no_mask(op, kwargs)
+        tx, ty = type(x), type(y)
+        if (tx is Pending or tx is NkiTensor) and (ty is Pending or ty is NkiTensor):
+            r = _binary_tiles(op, x, y, dtype, origin)
+            if r is not None:
+                return r
         return _binary(op, x, y, dtype)
 
     fn.__name__ = fn.__qualname__ = op
@@ -1639,7 +1693,7 @@ def _checked(f):
                 outer, ctx.user_f, hinted = ctx.user_f, caller, True
         try:
             if mask is None:
-                return f(*args, **kwargs)
+                return f(*args, **kwargs) if kwargs else f(*args)
             with _indexing.masked(mask):
                 r = f(*args, **kwargs)
                 return r if isinstance(r, Pending) else _indexing.tag(r, mask)  # (pending: masks kept)

@@ -112,6 +112,9 @@ class LoadCache:
 
     def __init__(self, ctx: TraceContext) -> None:
         self.program = ctx.program
+        grid = ctx.launch.grid
+        #: more than one program in the launch (`_cross_core` may hold; the grid is the launch's)
+        self.multi = (len(grid) != 1 or grid[0] > 1) and any(g > 1 for g in grid)
         self.entries: dict = {}
         #: id(handle) -> key, for the write watch
         self.handles: dict[int, tuple] = {}
@@ -156,7 +159,7 @@ def _cache(ctx: TraceContext) -> LoadCache:
 
 
 def _key(src: NkiTensor, odt) -> tuple | None:
-    t = src.tensor
+    t = src._t if type(src) is NkiTensor else src.tensor  # (a subclass's view may check bounds)
     if t.mem != "hbm" or t.dyn is not None:
         return None
     blk = t.block
@@ -172,10 +175,9 @@ def _written(ctx: TraceContext, e: _Entry) -> bool:
 
 
 def _cross_core(ctx: TraceContext) -> bool:
-    grid = ctx.launch.grid
-    return (
-        (len(grid) != 1 or grid[0] > 1) and any(g > 1 for g in grid) and not CROSS_CORE.isdisjoint(ctx.program.opcodes)
-    )
+    """Whether this program issued a cross-core synchronisation (in a launch of many programs:
+    `LoadCache.multi`, asked first)."""
+    return not CROSS_CORE.isdisjoint(ctx.program.opcodes)
 
 
 class Fresh:
@@ -185,9 +187,10 @@ class Fresh:
 
     __slots__ = ("src", "odt", "key", "site", "at")
 
-    def __init__(self, src: NkiTensor, odt) -> None:
+    def __init__(self, src: NkiTensor, odt, ctx: TraceContext | None = None) -> None:
         self.src, self.odt, self.key = src, odt, None
-        ctx = tracing()
+        if ctx is None:
+            ctx = tracing()
         iters = ctx.loop_iters if ctx is not None else None
         if iters:  # (the load's site and iteration, in legacy loops: `_Site`)
             f = ctx.user_f  # (the kernel's frame that called nl.load: `language._checked`)
@@ -200,13 +203,15 @@ class Fresh:
 
     def tile(self, spec):
         ctx = tracing()
-        if ctx is None or (ctx.ir is not None and ctx.ir.liveness) or not toolchain.enabled("load_reuse"):
+        if ctx is None or (ctx.ir is not None and ctx.ir.liveness) or not toolchain.enabled("load_reuse", ctx):
             return None, False  # (not with the liveness allocation pass: it places tiles itself)
         key = _key(self.src, self.odt)
         if key is None:
             return None, False
-        cache = _cache(ctx)
-        if _cross_core(ctx):
+        cache = ctx._load_cache
+        if cache is None or cache.program is not ctx.program:
+            cache = _cache(ctx)
+        if cache.multi and _cross_core(ctx):
             cache.entries.clear()
             cache.handles.clear()
             return None, False
@@ -280,7 +285,7 @@ def into(fresh: Fresh, dst: NkiTensor) -> bool:
     if key is None:
         return False
     cache = _cache(ctx)
-    if _cross_core(ctx):
+    if cache.multi and _cross_core(ctx):
         cache.entries.clear()
         cache.handles.clear()
         return False

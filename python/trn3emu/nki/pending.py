@@ -23,7 +23,9 @@ from __future__ import annotations
 from ..errors import EmuError
 from . import _emit, indexing, load_reuse, passes, record, zero_fill
 from . import isa as nisa
-from ._kernel import DTYPES, END_OF_TRACE, NkiTensor, block_of, current
+from ._kernel import DTYPES, END_OF_TRACE, NkiTensor, block_of, current, tracing
+
+_new = object.__new__
 
 #: float dtypes an fp32 result may be written to directly (one RNE rounding either way)
 _NARROW_FLOATS = frozenset({"bfloat16", "float16"})
@@ -98,7 +100,8 @@ def _overlap(a, b) -> bool:
 
 def _flush_pending() -> None:
     """Issue the trace's pending results (before any other instruction, so program order is kept)."""
-    pending = current().pending
+    ctx = tracing()
+    pending = (ctx if ctx is not None else current()).pending
     while pending:
         pending[0]._issue(None)
 
@@ -120,14 +123,7 @@ class Pending(NkiTensor):
         # into a target of another dtype or aliasing an operand only where that is exact;
         # `fresh.tile(spec)`: (the tile a use other than an assignment issues into, whether it
         # holds the result already), or (None, False): a new tile; `fresh.issued(tile)` after
-        self.buffer, self.name, self._ap = spec[2], "", None  # (`_ap`: the view's pattern once issued)
-        ctx = current()
-        self._spec, self._emit, self._ctx, self._acc, self._origin = spec, emit, ctx, accumulate, origin
-        self._ip, self._fresh, self._done = inplace, fresh, False
-        self._part = partial  # (its instruction may write part of the tile only: a legacy mask=)
-        uf = ctx.user_f  # its instructions are named after this call's line (`_emit.site`)
-        self._site = (_emit.site_at(uf, None) if uf is not None else _emit.site(0, None))[0]
-        ctx.pending.append(self)
+        result(current(), spec, emit, origin, inplace, fresh, accumulate, partial, self)
 
     @property
     def shape(self) -> tuple:
@@ -185,7 +181,9 @@ class Pending(NkiTensor):
                 self._t, self._block, self._done = dst._t, dst._block, True
                 self._emit = self._acc = self._fresh = self._ip = None
                 return
-        ctx = current()
+        ctx = tracing()
+        if ctx is None:
+            ctx = current()  # (raises: not tracing)
         if dst is None:
             shape, dtype, buf = self._spec
             dst = ctx.tile(shape, dtype, buf, "")  # (`nl.ndarray(shape, dtype=, buffer=)`'s own path)
@@ -280,6 +278,22 @@ class Pending(NkiTensor):
             return True
         self._issue(dst, accumulate=True)
         return True
+
+
+def result(ctx, spec, emit, origin: str, inplace=None, fresh=None, accumulate=None, partial=False, p=None) -> Pending:
+    """`Pending(spec, emit, accumulate, origin, inplace, fresh, partial)` in trace `ctx` (the
+    current one), without the class call's keyword binding (nl ops make one per call); `p`: the
+    instance to fill (`Pending.__init__`'s)."""
+    if p is None:
+        p = _new(Pending)
+    p.buffer, p.name, p._ap = spec[2], "", None  # (`_ap`: the view's pattern once issued)
+    p._spec, p._emit, p._ctx, p._acc, p._origin = spec, emit, ctx, accumulate, origin
+    p._ip, p._fresh, p._done = inplace, fresh, False
+    p._part = partial  # (its instruction may write part of the tile only: a legacy mask=)
+    uf = ctx.user_f  # its instructions are named after this call's line (`_emit.site`)
+    p._site = (_emit.site_at(uf, None) if uf is not None else _emit.site(0, None))[0]
+    ctx.pending.append(p)
+    return p
 
 
 nisa._before_issue.append(_flush_pending)

@@ -10,11 +10,13 @@ from ._kernel import tracing
 NAMES = ("inplace_assign", "load_reuse", "zero_fill")
 
 
-def enabled(name: str) -> bool:
-    """Whether the kernel being traced applies pass `name` (False outside a trace)."""
-    ctx = tracing()
+def enabled(name: str, ctx=None) -> bool:
+    """Whether the kernel being traced applies pass `name` (False outside a trace); `ctx`: its
+    trace context, when the caller has it."""
     if ctx is None:
-        return False
+        ctx = tracing()
+        if ctx is None:
+            return False
     on = ctx.__dict__.get("_toolchain_passes")
     if on is None:
         kernel = ctx.launch.kernel

@@ -113,14 +113,21 @@ def emit(ctx, opcode: str, engine, name, args, depth: int) -> int | None:
         else:
             append(_enum_name(a))
     prog.opcodes.add(opcode)
-    for i in hbm_dsts(opcode):
+    dsts = _HBM_DSTS.get(opcode)
+    for i in hbm_dsts(opcode) if dsts is None else dsts:
         t = args[i] if i < len(args) else None
         if type(t) is Tensor and t.mem == "hbm":
             ctx.hbm_writes.append(_hbm_span(t))
     bar = ctx.launch.trace_progress
     if bar is not None:
         bar.tick()
-    loc, label = site(depth + 1, name, ctx.user_f) if ctx.site is None else (ctx.site, _label(ctx.site, name))
+    if ctx.site is None:  # (`site(depth + 1, name, ctx.user_f)`, inlined)
+        f = sys._getframe(depth + 1)
+        if _INTERNAL.get(f.f_code.co_filename) is not False:  # (not a kernel's own frame)
+            f = ctx.user_f if ctx.user_f is not None else user_frame(f)
+        loc, label = site_at(f, name)
+    else:
+        loc, label = ctx.site, _label(ctx.site, name)
     try:
         return prog._native.append(opcode, engine, tuple(conv), [], [], label)
     except EmuError as e:

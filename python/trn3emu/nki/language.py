@@ -542,8 +542,10 @@ def load(src, dtype=None, **kwargs) -> NkiTensor:
     odt = as_dtype(dtype or src.dtype)
     ctx = _tracing_context()
     if (ctx is None or not ctx.masks) and isinstance(src, NkiTensor):  # (not `_indexing.active()`)
-        _check_load_rows(src, odt)  # now: the pending DMA is issued (and checked) where it is used
-        spec, emit = (tuple(src.shape), odt, sbuf), _partial(_load_dma, src=src)
+        shape = tuple(src.shape)
+        if len(shape) == 2 and shape[0] > tile_size.pmax:
+            _check_load_rows(src, odt)  # now: the pending DMA is issued (and checked) where it is used
+        spec, emit = (shape, odt, sbuf), _partial(_load_dma, src=src)
         fresh = load_reuse.Fresh(src, odt, ctx)  # (pass load_reuse: a reload may read SBUF)
         if ctx is None:
             return Pending(spec, emit, origin="nl.load", fresh=fresh)  # (raises: not tracing)
@@ -1119,7 +1121,7 @@ def _binary_tiles(op: str, x, y, dtype, origin: str):
         dtype = DTYPES[xt.dtype] if xt.dtype == yt.dtype else promote(DTYPES[xt.dtype], DTYPES[yt.dtype])
 
     def emit_tt(o):  # (o has the operands' shape, at most `_MAX_DIMS` dims: no `_split_wide`)
-        nisa.tensor_tensor(o, x, y, op=op)
+        nisa.tensor_tensor(o, x, y, op)
 
     ctx = _tracing_context()
     if (

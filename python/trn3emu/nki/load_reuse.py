@@ -235,9 +235,8 @@ class Fresh:
             site = cache.sites.get(self.site)
             if site is None:
                 site = cache.sites[self.site] = _Site()
-            n = site.occurrence(self.at)
-            if site.state == UNKNOWN:
-                site.classify(self.at, n, key)
+            if site.state == UNKNOWN:  # (once classified, its loads are not counted: `classify` only reads counts)
+                site.classify(self.at, site.occurrence(self.at), key)
             if site.state == VARYING and not site.served:  # (nothing of it was ever read again)
                 if site.kept:
                     cache.keep(site, None, None)
@@ -248,8 +247,10 @@ class Fresh:
         return ctx.tile(shape, dtype, buf, ""), False  # (`nl.ndarray(shape, dtype=, buffer=)`'s own path)
 
     def issued(self, tile: NkiTensor) -> None:
+        if self.key is None:
+            return
         ctx = tracing()
-        if self.key is None or ctx is None:
+        if ctx is None:
             return
         cache = _cache(ctx)
         own = tile._block

@@ -291,7 +291,11 @@ def result(ctx, spec, emit, origin: str, inplace=None, fresh=None, accumulate=No
     p._ip, p._fresh, p._done = inplace, fresh, False
     p._part = partial  # (its instruction may write part of the tile only: a legacy mask=)
     uf = ctx.user_f  # its instructions are named after this call's line (`_emit.site`)
-    p._site = (_emit.site_at(uf, None) if uf is not None else _emit.site(0, None))[0]
+    if uf is None:
+        p._site = _emit.site(0, None)[0]
+    else:  # (the kernel frame's sites, as `nki.isa` finds them: `_emit.kernel_site`)
+        hit = ctx.site_hits.get(uf.f_lasti) if uf.f_code is ctx.site_code else None
+        p._site = (hit if hit is not None else _emit.kernel_site(ctx, uf))[0]
     ctx.pending.append(p)
     return p
 

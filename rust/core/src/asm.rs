@@ -244,6 +244,7 @@ impl Assembler {
         check_operand_count(ins.op, ins.args.len()).map_err(at)?;
         fill_defaults(&mut ins);
         let unpinned = ins.engine == Engine::Unknown;
+        let mut valid = false; // (a chosen engine's validation, not repeated)
         if unpinned {
             // The ISA's default-engine rule (e.g. int32 tensor_tensor -> GpSimd).
             let default = crate::isa::default_engine::default_engine_of(&ins);
@@ -252,11 +253,16 @@ impl Assembler {
                 .as_ref()
                 .and_then(|b| b.choose(&ins))
                 .unwrap_or(default);
-            if ins.engine != default && engines::validate(&ins).is_err() {
-                ins.engine = default; // a rule of the chosen engine refuses it: the default's error
+            if ins.engine != default {
+                valid = engines::validate(&ins).is_ok();
+                if !valid {
+                    ins.engine = default; // a rule of the chosen engine refuses it: the default's error
+                }
             }
         }
-        engines::validate(&ins).map_err(at)?;
+        if !valid {
+            engines::validate(&ins).map_err(at)?;
+        }
         if resolve_accumulate {
             self.check_accumulate_written(&ins).map_err(at)?;
         }

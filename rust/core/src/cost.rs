@@ -374,13 +374,13 @@ fn copy_scalar_mode(g: &Generation, engine: Engine, sh: &Shape) -> f64 {
 
 /// tensor_copy / tensor_scalar cycles: the performance modes, and GpSimd's rsqrt at a quarter
 /// of ScalarE's rate.
-fn copy_scalar_cycles(g: &Generation, ins: &Instr, sh: &Shape, n: f64) -> f64 {
+fn copy_scalar_cycles(g: &Generation, ins: &Instr, eng: Engine, sh: &Shape, n: f64) -> f64 {
     // (The operand view is only built for GpSimd: the dispatch hot path skips it.)
-    let rsqrt = ins.engine == Engine::Gpsimd
+    let rsqrt = eng == Engine::Gpsimd
         && class::VecCopyScalar::of(ins)
             .is_some_and(|v| v.op0 == Some(AluOp::Rsqrt) || v.op1 == Some(AluOp::Rsqrt));
     let n = if rsqrt { n * GPSIMD_RSQRT_FACTOR } else { n };
-    (n / copy_scalar_mode(g, ins.engine, sh)).max(MIN_II)
+    (n / copy_scalar_mode(g, eng, sh)).max(MIN_II)
 }
 
 /// (contraction K, stationary free M, moving free N) of a pe_matmul instruction, in values.
@@ -540,9 +540,15 @@ impl DefaultCost {
     /// of the streaming engines: a runtime-offset instruction's initiation interval and the
     /// dependent-instruction overhead (docs/cost-model.md).
     pub fn cycles(&self, ins: &Instr, issue: Issue) -> f64 {
+        self.cycles_on(ins, ins.engine, issue)
+    }
+
+    /// `cycles` of `ins` as if it ran on `eng` (engine choice weighs each candidate without a
+    /// copy of the instruction).
+    fn cycles_on(&self, ins: &Instr, eng: Engine, issue: Issue) -> f64 {
         let sh = shape(ins);
-        let c = self.class_cycles(ins, &sh, issue);
-        if !matches!(ins.engine, Engine::Vector | Engine::Scalar | Engine::Gpsimd)
+        let c = self.class_cycles(ins, eng, &sh, issue);
+        if !matches!(eng, Engine::Vector | Engine::Scalar | Engine::Gpsimd)
             || ins.op.spec().cost.path() != DataPath::Compute
         {
             return c;
@@ -561,10 +567,9 @@ impl DefaultCost {
 
     /// Cycles by cost class (docs/cost-model.md, table 1); on Vector/Scalar/GpSimd an operand
     /// whose innermost SBUF/PSUM stride exceeds 16 bytes halves the streaming rate (I8).
-    fn class_cycles(&self, ins: &Instr, sh: &Shape, issue: Issue) -> f64 {
+    fn class_cycles(&self, ins: &Instr, eng: Engine, sh: &Shape, issue: Issue) -> f64 {
         use CostClass as C;
         let g = self.gen;
-        let eng = ins.engine;
         let strided = matches!(eng, Engine::Vector | Engine::Scalar | Engine::Gpsimd)
             && sh.data.iter().any(|(a, _)| {
                 a.mem != Mem::Hbm && innermost_stride_bytes(a) > STRIDE_PENALTY_BYTES
@@ -575,7 +580,7 @@ impl DefaultCost {
         let mii = |c: f64| c.max(MIN_II);
         match ins.op.spec().cost {
             C::Control | C::RngState | C::DmaTranspose | C::Collective => ISSUE_CYCLES,
-            C::Dma => self.dma_issue_cycles(ins),
+            C::Dma => self.dma_issue_cycles(ins, eng),
             C::PeMatmul => pe_matmul_cycles(g, ins, issue),
             C::PeMatmulSparse => pe_matmul_sparse_cycles(ins, issue),
             C::PeTranspose => match eng {
@@ -591,7 +596,7 @@ impl DefaultCost {
                     c
                 }
             }
-            C::VecCopyScalar => copy_scalar_cycles(g, ins, sh, n),
+            C::VecCopyScalar => copy_scalar_cycles(g, ins, eng, sh, n),
             C::Vec1in => mii(n),
             C::Vec1inAcc => mii(n) + MIN_II,
             C::Vec2in => {
@@ -671,19 +676,29 @@ impl DefaultCost {
     /// The trigger of a DMA instruction: the sequencer's issue cost; a hardware-DGE instruction
     /// keeps its engine busy ~600 ns (nki-dge page, anchor I6; occupancy rather than latency
     /// is our reading, a GUESS).
-    fn dma_issue_cycles(&self, ins: &Instr) -> f64 {
+    fn dma_issue_cycles(&self, ins: &Instr, eng: Engine) -> f64 {
         let hw = class::Dma::of(ins).is_some_and(|d| d.dge_mode == Some(DgeMode::Hwdge));
         if hw && self.gen.hwdge_issue_ns > 0.0 {
-            (self.gen.hwdge_issue_ns * engine_ghz(self.gen, ins.engine)).max(ISSUE_CYCLES)
+            (self.gen.hwdge_issue_ns * engine_ghz(self.gen, eng)).max(ISSUE_CYCLES)
         } else {
             ISSUE_CYCLES
         }
     }
 }
 
+impl DefaultCost {
+    /// `engine_ps` of `ins` as if it ran on `engine` (no copy of the instruction).
+    pub fn engine_ps_on(&self, ins: &Instr, engine: Engine, issue: Issue) -> u64 {
+        ps(
+            self.cycles_on(ins, engine, issue),
+            engine_ghz(self.gen, engine),
+        )
+    }
+}
+
 impl CostModel for DefaultCost {
     fn engine_ps(&self, ins: &Instr, issue: Issue) -> u64 {
-        ps(self.cycles(ins, issue), engine_ghz(self.gen, ins.engine))
+        self.engine_ps_on(ins, ins.engine, issue)
     }
 
     fn dma(&self) -> DmaParams {

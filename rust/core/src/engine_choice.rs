@@ -112,9 +112,7 @@ impl EngineBalance {
     }
 
     fn time_on(&self, ins: &Instr, engine: Engine) -> u64 {
-        let mut probe = ins.clone();
-        probe.engine = engine;
-        self.cost.engine_ps(&probe, Issue::default())
+        self.cost.engine_ps_on(ins, engine, Issue::default())
     }
 
     /// The engine for `ins` (whose engine is unknown), or `None`: the ISA default applies.

@@ -140,3 +140,42 @@ def test_fast_path_errors_are_the_general_paths(monkeypatch, bad):
             _traced(k, (a, b), fast, monkeypatch)
         errors.append((type(e.value), str(e.value), getattr(e.value, "__notes__", None)))
     assert errors[0] == errors[1]
+
+
+@lnki.jit
+def _isa_forms(a, b):
+    # value-returning nisa calls in several call forms, each form bound once and then reused
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(a.shape[0] // 128):
+        rows = slice(i * 128, (i + 1) * 128)
+        x, y = nl.load(a[rows]), nl.load(b[rows])
+        s = lisa.tensor_tensor(x, y, op=nl.add)
+        d = lisa.tensor_tensor(data2=y, op=nl.subtract, data1=x)
+        m = lisa.tensor_tensor(s, data2=d, op=nl.multiply)
+        nl.store(out[rows], value=lisa.tensor_scalar(m, nl.multiply, 2.0))
+    return out
+
+
+def test_legacy_isa_call_forms_bound_once_match_numpy():
+    rng = np.random.default_rng(8)
+    a, b = (rng.integers(-8, 8, (384, 32)).astype(np.float32) for _ in range(2))
+    _isa_forms.cache_clear()
+    np.testing.assert_array_equal(_isa_forms(a, b), (a + b) * (a - b) * 2)
+
+
+def test_legacy_isa_bad_call_form_fails_every_time():
+    @lnki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        for _ in nl.affine_range(2):
+            try:
+                lisa.tensor_tensor(t, t, op=nl.add, data3=t)
+            except Exception as e:  # (the same refusal on the second call of the form)
+                errors.append((type(e), str(e)))
+        nl.store(out, value=t)
+        return out
+
+    errors = []
+    k(np.ones((128, 8), np.float32))
+    assert len(errors) == 2 and errors[0] == errors[1] and "call form" in errors[0][1]

@@ -106,7 +106,7 @@ def emit(ctx, opcode: str, engine, name, args, depth: int) -> int | None:
             if ap is None:
                 return None
             append(ap)
-        elif ta is str or ta is float or a is None or ta is bool or ta is int:
+        elif a is None or ta is str or ta is int or ta is float or ta is bool:  # (defaults first)
             append(a)
         elif isinstance(a, (Tensor, Reg)):
             return None

@@ -539,7 +539,9 @@ def load(src, dtype=None, **kwargs) -> NkiTensor:
     (`pending.py`): `tile[...] = nl.load(src)` is one DMA straight into `tile`."""
     if kwargs:
         _no_mask("load", kwargs)
-    odt = as_dtype(dtype or src.dtype)
+    odt = dtype or src.dtype
+    if type(odt) is not Dtype:
+        odt = as_dtype(odt)
     ctx = _tracing_context()
     if (ctx is None or not ctx.masks) and isinstance(src, NkiTensor):  # (not `_indexing.active()`)
         shape = tuple(src.shape)

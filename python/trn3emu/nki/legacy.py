@@ -124,6 +124,29 @@ _Pending = Pending  # value-returning PSUM results are pending results (`pending
 def _legacy(opname: str):
     new = getattr(nisa, opname)
     sig = inspect.signature(getattr(AssemblerMixin, opname))
+    # Per call form (number of positional operands, keyword names) that bound once: the operand
+    # names in `sig.bind`'s order (a signature without *args / **kwargs binds every call of a
+    # form alike, so the form is bound once, not per call).
+    fixed = all(p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in sig.parameters.values())
+    forms: dict[tuple, tuple] = {}
+
+    def operands(args: tuple, kwargs: dict) -> dict:
+        """`sig.bind(None, dst, *args, **kwargs)`'s arguments after self and dst."""
+        key = (len(args), *kwargs)
+        names = forms.get(key)
+        if names is None:
+            try:
+                bound = sig.bind(None, _DST, *args, **kwargs)
+            except TypeError as e:
+                raise not_supported(f"legacy nki.isa.{opname} call form ({e})", rule="nki_call_form") from None
+            a = dict(list(bound.arguments.items())[2:])
+            if fixed:
+                forms[key] = tuple(a)
+            return a
+        a = dict(zip(names, args))
+        for k in names[len(args) :]:
+            a[k] = kwargs[k]
+        return a
 
     def fn(*args, dtype=None, mask=None, **kwargs):
         extra = {} if mask is None else {"mask": mask}
@@ -132,11 +155,7 @@ def _legacy(opname: str):
             return new(dst, *args, **kwargs, **extra)
         if opname == "tensor_copy_predicated" and len(args) >= 2:  # legacy order (src, dst, predicate)
             return new(args[1], args[0], *args[2:], **kwargs, **extra)
-        try:
-            bound = sig.bind(None, _DST, *args, **kwargs)
-        except TypeError as e:
-            raise not_supported(f"legacy nki.isa.{opname} call form ({e})", rule="nki_call_form") from None
-        a = dict(list(bound.arguments.items())[2:])
+        a = operands(args, kwargs)
         if opname == "nc_matmul":  # TensorE reads SBUF: PSUM operands go through SBUF (as the compiler did)
             for k in ("stationary", "moving"):
                 if isinstance(a.get(k), NkiTensor) and a[k].buffer == nl.psum:

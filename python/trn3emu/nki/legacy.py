@@ -19,8 +19,8 @@ from .._asm import INSTRUCTIONS, AssemblerMixin
 from . import indexing, toolchain
 from . import isa as nisa
 from . import language as nl
-from ._kernel import Kernel, NkiTensor, _Launcher, jit, missing_attribute, not_supported
-from .pending import InPlace, Pending
+from ._kernel import Kernel, NkiTensor, _Launcher, current, jit, missing_attribute, not_supported
+from .pending import Pending, result
 from .profiling import benchmark, profile
 
 _DST = object()  # placeholder bound to the dst parameter while reading a legacy call
@@ -129,6 +129,7 @@ def _legacy(opname: str):
     # form alike, so the form is bound once, not per call).
     fixed = all(p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in sig.parameters.values())
     forms: dict[tuple, tuple] = {}
+    origin = f"nki.isa.{opname}"
 
     def operands(args: tuple, kwargs: dict) -> dict:
         """`sig.bind(None, dst, *args, **kwargs)`'s arguments after self and dst."""
@@ -169,7 +170,7 @@ def _legacy(opname: str):
                 (shape, odt, buf),
                 lambda dst: new(dst, **a, **extra),
                 accumulate,
-                origin=f"nki.isa.{opname}",
+                origin=origin,
                 partial=mask is not None,
             )
         if (
@@ -179,8 +180,9 @@ def _legacy(opname: str):
             and not indexing.active()
             and toolchain.enabled("inplace_assign")
         ):
-            ip = InPlace(a.values(), opname in ELEMENTWISE_OPS, opname in FP32_ALU_OPS)
-            return Pending((shape, odt, buf), lambda dst: new(dst, **a), origin=f"nki.isa.{opname}", inplace=ip)
+            # (`InPlace`'s arguments: built if the result is assigned, as `nl` results do)
+            ip = (tuple(a.values()), opname in ELEMENTWISE_OPS, opname in FP32_ALU_OPS)
+            return result(current(), (shape, odt, buf), lambda dst: new(dst, **a), origin, ip)
         out = nl.ndarray(shape, odt, buffer=buf)
         new(out, **a, **extra)
         if opname in indexing._TRANSPOSES:  # the mask's rows are the result's columns:

@@ -498,6 +498,15 @@ def test_unsupported_apis_raise_clearly():
     with pytest.raises(NotSupportedError, match="not supported: NkiTensor.no_such_method"):
         k4(np.zeros((2, 2), np.float32))
 
+    @nki.jit
+    def k6(a):
+        t = nl.ndarray((2, 2), dtype=nl.float32, buffer=nl.sbuf)
+        return t.shpae  # a misspelling: the launch names the attribute and its likely meaning
+
+    with pytest.raises(NotSupportedError, match=r"NkiTensor.shpae; did you mean `shape`") as ei:
+        k6(np.zeros((2, 2), np.float32))
+    assert isinstance(ei.value, AttributeError)  # (feature probes still see an AttributeError)
+
     with pytest.raises(EmuError, match="inside a kernel"):
         nl.zeros((2, 2), nl.float32)
 

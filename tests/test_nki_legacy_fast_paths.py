@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import trn3emu.nki as tn
 import trn3emu.nki.language as language
+from trn3emu.errors import NotSupportedError
 
 BF16 = ml_dtypes.bfloat16
 tn.install()
@@ -179,3 +180,21 @@ def test_legacy_isa_bad_call_form_fails_every_time():
     errors = []
     k(np.ones((128, 8), np.float32))
     assert len(errors) == 2 and errors[0] == errors[1] and "call form" in errors[0][1]
+
+
+def test_a_pending_results_missing_attribute_is_named_at_the_launch():
+    """A legacy result not issued yet (`Pending`) keeps its own attribute hook (it issues the
+    result when `_t` is read); a misspelt attribute still gets the front end's error, as on a
+    plain tile (`_kernel.tile_attribute_error`), and `getattr`'s default still applies."""
+    seen = []
+
+    @lnki.jit
+    def k(a):
+        t = nl.exp(nl.load(a))
+        seen.append(getattr(t, "no_such", "default"))
+        return t.shpae
+
+    with pytest.raises(NotSupportedError, match=r"NkiTensor.shpae; did you mean `shape`") as ei:
+        k(np.zeros((2, 2), np.float32))
+    assert isinstance(ei.value, AttributeError)
+    assert seen == ["default"]

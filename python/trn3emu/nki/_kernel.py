@@ -123,6 +123,20 @@ def missing_attribute(name: str, candidates=None) -> NotSupportedAttribute:
     return NotSupportedAttribute(f"not supported: {name}", rule="nki_unknown_name")
 
 
+def tile_attribute_error(e: AttributeError) -> NotSupportedAttribute | None:
+    """The front end's error for `e`, a plain AttributeError of a missing attribute of a tile
+    (`t.no_such_method`), else None. NkiTensor has no `__getattr__` hook to raise it where it
+    happens: with one, CPython 3.11 cannot specialise any attribute read of the class (its
+    slots included), which made every read of `t._t`, `t.buffer` ... in the trace slower. The
+    kernel's launch turns the plain error into this one (`_Run._trace_once`)."""
+    obj, name = getattr(e, "obj", None), getattr(e, "name", None)
+    if type(e) is not AttributeError or not isinstance(obj, NkiTensor) or not isinstance(name, str):
+        return None
+    if name.startswith("__"):
+        return None
+    return missing_attribute(f"NkiTensor.{name}", dir(type(obj)))
+
+
 def current() -> TraceContext:
     ctx = _TRACE.get()
     if ctx is None:
@@ -614,11 +628,6 @@ class NkiTensor:
     def astype(self, dtype):
         """A new SBUF copy cast to dtype (`tensor_copy`)."""
         return upcalls.copy(self, dtype=dtype)
-
-    def __getattr__(self, name: str):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        raise missing_attribute(f"NkiTensor.{name}", dir(type(self)))
 
     # in-place arithmetic: `t[...] += u` updates the tile (tensor_tensor / tensor_scalar into itself)
     def _inplace(self, op, o):
@@ -1638,7 +1647,13 @@ class _Run:
                 self.contexts.append(ctx)
                 token = _TRACE.set(ctx)
                 try:
-                    r = self.kernel.fn(*wargs, **wkw)
+                    try:
+                        r = self.kernel.fn(*wargs, **wkw)
+                    except AttributeError as e:
+                        better = tile_attribute_error(e)
+                        if better is None:
+                            raise
+                        raise better.with_traceback(e.__traceback__) from None
                     for hook in END_OF_TRACE:  # e.g. pending loads: issued, so their errors show
                         hook(ctx)
                     results.append(_to_hbm(r))

@@ -141,7 +141,8 @@ class Pending(NkiTensor):
         if name in ("_t", "_block"):
             self._issue(None)
             return object.__getattribute__(self, name)
-        return super().__getattr__(name)
+        # (as a missing slot reads: `_kernel.tile_attribute_error` words it at the launch)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self)
 
     def _pending(self) -> bool:
         return not self._done

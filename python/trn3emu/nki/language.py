@@ -1125,18 +1125,7 @@ def _binary_tiles(op: str, x, y, dtype, origin: str):
     def emit_tt(o):  # (o has the operands' shape, at most `_MAX_DIMS` dims: no `_split_wide`)
         nisa.tensor_tensor(o, x, y, op)
 
-    ctx = _tracing_context()
-    if (
-        ctx is None
-        or ctx.masks
-        or len(shape) < 2
-        or type(shape) is not tuple
-        or type(dtype) is not Dtype
-        or not toolchain.enabled("inplace_assign", ctx)
-    ):
-        return _result(shape, dtype, emit_tt, (x, y), origin)
-    # `_result`'s pending result, its shape and dtype as they are
-    return _pending.result(ctx, (shape, dtype, sbuf), emit_tt, origin, ((x, y), True, True))
+    return _result(shape, dtype, emit_tt, (x, y), origin)
 
 
 def _make_binary(op: str):
